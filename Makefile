@@ -1,0 +1,31 @@
+# The two commands a newcomer needs: `make study` and `make test`. Each sets itself up.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PROFILE ?= quick
+DEVICE ?= auto
+STAMP := $(VENV)/.installed-stamp
+NOTEBOOKS := $(sort $(wildcard notebooks/*.ipynb))
+
+.PHONY: study test bench setup
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q -c constraints.txt -e ".[notebooks,test]"
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
+	touch $@
+
+setup: $(STAMP)
+
+## Run every notebook headlessly with papermill in $(PROFILE) (quick|smoke|paper) on $(DEVICE).
+study: $(STAMP)
+	$(BIN)/python -m vflkit.study --profile $(PROFILE) --device $(DEVICE) $(NOTEBOOKS)
+
+## Unit tests, then every notebook in the smoke profile checked by nbval.
+test: $(STAMP)
+	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest --nbval --nbval-current-env -p no:cacheprovider $(NOTEBOOKS)
+
+## Throughput of a VFL step vs the same models without VFL machinery, and masking's share.
+bench: $(STAMP)
+	$(BIN)/python -m vflkit.bench

@@ -1,0 +1,56 @@
+"""Tests for vflkit.report: reference numbers, the joined long format, and the writers."""
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import pytest
+
+from vflkit import report
+from vflkit.errors import ConfigError
+
+
+def test_reference_numbers_ship_with_the_package():
+    """Each paper's printed numbers load, in the reference long format."""
+    ref = report.load_reference("vfedmh")
+    assert list(ref.columns[:9]) == list(report.KEY_COLUMNS) + ["value", "std"]
+    row = ref[(ref.table == "II") & (ref.dataset == "MNIST") & (ref.method == "VFedMH") & (ref.model == "CNN")]
+    assert row["value"].item() == pytest.approx(97.58)
+    assert len(report.load_reference("multi_vfl")) == 0  # Multi-VFL prints no table of numbers
+    for paper in ("easter", "apc_vfl", "adptvfedconv"):
+        assert len(report.load_reference(paper)) > 0
+
+
+def test_join_puts_paper_numbers_beside_ours(tmp_path):
+    """Our rows get the paper's value/std; rows the paper lacks get none; the CSV has every column."""
+    ours = pd.DataFrame([
+        {"table": "II", "dataset": "MNIST", "method": "Local", "setting": "local", "model": "CNN",
+         "metric": "test_accuracy_pct", "value": 30.0, "std": 1.0, "n_runs": 3},
+        {"table": "II", "dataset": "MNIST", "method": "Local", "setting": "local", "model": "Tiny",
+         "metric": "test_accuracy_pct", "value": 20.0, "std": 0.0, "n_runs": 1},
+    ])
+    joined = report.join_reference(ours, "vfedmh", profile="quick")
+    assert joined["paper_value"].iloc[0] == pytest.approx(23.47)
+    assert joined["paper_std"].iloc[0] == pytest.approx(2.36)
+    assert pd.isna(joined["paper_value"].iloc[1])
+    assert (joined["paper"] == "VFedMH").all() and (joined["profile"] == "quick").all()
+    path = report.write_table(joined, "vfedmh", "quick", "II", root=tmp_path)
+    assert path == tmp_path / "vfedmh" / "quick" / "tableII.csv"
+    assert list(pd.read_csv(path).columns) == list(report.TABLE_COLUMNS)
+    pivot = report.side_by_side(joined, index=["method"], columns="model")
+    assert pivot.loc["Local", "CNN"] == "30.00 ± 1.00 (paper 23.47 ± 2.36)"
+
+
+def test_save_figure_writes_png_and_data(tmp_path):
+    """A figure is saved as PNG with the data it plots beside it as CSV."""
+    fig, ax = plt.subplots()
+    ax.plot([1, 2], [3, 4])
+    png = report.save_figure(fig, pd.DataFrame({"x": [1, 2], "y": [3, 4]}), "demo", "smoke", "1", root=tmp_path)
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    assert pd.read_csv(tmp_path / "demo" / "smoke" / "fig1.csv").shape == (2, 2)
+
+
+def test_bad_names_rejected():
+    """Unknown papers and incomplete tables are errors."""
+    with pytest.raises(ConfigError, match="Invalid paper 'vfed'"):
+        report.load_reference("vfed")
+    with pytest.raises(ConfigError, match="table lacks columns"):
+        report.write_table(pd.DataFrame({"value": [1]}), "vfedmh", "smoke", "II")

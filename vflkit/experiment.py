@@ -1,0 +1,383 @@
+"""Runs: a plain config in, a record of what happened out, written as soon as the run ends.
+
+A :class:`RunConfig` names everything that decides a result (paper, dataset, partition, method,
+models and optimizers per party, learning rates, batch size, epochs, seed, subset sizes). Its
+hash is the record's key, so rerunning a notebook finds finished runs and skips them, and an
+interrupted study resumes at the first run without a record. The device is not part of the
+key: a record computed on a GPU is the same experiment as one computed on a CPU, and says
+which device it ran on.
+
+Records live in ``<results_dir>/<profile>/<paper>/<key>.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import torch
+from tqdm.auto import tqdm
+
+from . import __version__
+from .comm import Channel, Party
+from .config import resolve_device, results_dir
+from .errors import ConfigError, DivergenceError
+
+PROFILES: tuple[str, ...] = ("smoke", "quick", "paper")
+PAPERS: tuple[str, ...] = ("vfedmh", "easter", "multi_vfl", "apc_vfl", "adptvfedconv", "demo")
+PARTITIONS: tuple[str, ...] = ("strips_width", "strips_height", "grid", "columns")
+
+
+def check_profile(profile: str) -> str:
+    """Return ``profile`` if it is one of :data:`PROFILES`, else raise a ConfigError."""
+    if profile not in PROFILES:
+        raise ConfigError(f"Invalid profile {profile!r}; choose one of {', '.join(PROFILES)}")
+    return profile
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything that decides one run's result.
+
+    Per-party fields (``models``, ``optimizers``, ``lr``) hold one entry per party in party
+    order (party ``active`` holds the labels); a single string/number applies to every party.
+    ``options`` carries method-specific settings (e.g. C-VFL's compression); unknown options
+    are rejected by the method.
+    """
+
+    paper: str
+    dataset: str
+    method: str
+    models: tuple[str, ...]
+    optimizers: tuple[str, ...] | str = "sgd"
+    lr: tuple[float, ...] | float = 0.05
+    partition: str = "strips_width"
+    n_parties: int = 4
+    active: int = 0
+    batch_size: int = 128
+    epochs: int = 10
+    seed: int = 0
+    n_train: int | None = None
+    n_test: int | None = None
+    embedding_dim: int = 128
+    el_pl: tuple[int, int] = (1, 1)
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.paper not in PAPERS:
+            raise ConfigError(f"Invalid paper {self.paper!r}; choose one of {', '.join(PAPERS)}")
+        if self.partition not in PARTITIONS:
+            raise ConfigError(
+                f"Invalid partition {self.partition!r}; choose one of {', '.join(PARTITIONS)}"
+            )
+        for name in ("models", "optimizers", "lr"):
+            value = getattr(self, name)
+            if isinstance(value, list):
+                object.__setattr__(self, name, tuple(value))
+                value = getattr(self, name)
+            if isinstance(value, tuple) and len(value) != self.n_parties:
+                raise ConfigError(
+                    f"{name} has {len(value)} entries but there are {self.n_parties} parties; "
+                    "give one per party or a single value for all"
+                )
+        if isinstance(self.models, str):
+            object.__setattr__(self, "models", (self.models,) * self.n_parties)
+        object.__setattr__(self, "el_pl", tuple(self.el_pl))
+        if not 0 <= self.active < self.n_parties:
+            raise ConfigError(f"active={self.active} is not a party index 0..{self.n_parties - 1}")
+        for name in ("batch_size", "epochs", "n_parties", "embedding_dim"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+    def party_value(self, name: str, k: int) -> Any:
+        """Party ``k``'s entry of a per-party field."""
+        value = getattr(self, name)
+        return value[k] if isinstance(value, tuple) else value
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able dict."""
+        d = dataclasses.asdict(self)
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "RunConfig":
+        """Build from a dict; an unknown key is an error, never ignored."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ConfigError(f"unknown RunConfig keys {unknown}; valid keys: {', '.join(sorted(known))}")
+        d = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
+        return cls(**d)
+
+    def replace(self, **changes: Any) -> "RunConfig":
+        """A copy with some fields changed."""
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def key(self) -> str:
+        """Stable hash of the config (first 16 hex digits of SHA-256 of its canonical JSON)."""
+        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def environment_info(device: torch.device) -> dict[str, Any]:
+    """Device and library versions, for the record."""
+    import numpy
+    import torchvision
+
+    info: dict[str, Any] = {
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine(),
+        "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torchvision": torchvision.__version__,
+        "numpy": numpy.__version__,
+        "vflkit": __version__,
+    }
+    try:
+        here = Path(__file__).resolve().parent
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here,
+                                capture_output=True, text=True, timeout=5)
+        if commit.returncode == 0:
+            info["git_commit"] = commit.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return info
+
+
+def record_path(config: RunConfig, profile: str, root: Path | None = None) -> Path:
+    """Where the record of ``config`` under ``profile`` lives."""
+    return (root or results_dir()) / check_profile(profile) / config.paper / f"{config.key}.json"
+
+
+def load_record(config: RunConfig, profile: str, root: Path | None = None) -> dict[str, Any] | None:
+    """The finished record of ``config``, or None."""
+    path = record_path(config, profile, root)
+    if not path.exists():
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def _check_finite(losses: dict[str, float], *, epoch: int, step: int, limit: float) -> None:
+    for party, value in losses.items():
+        if not math.isfinite(value) or value > limit:
+            raise DivergenceError(
+                f"the loss of {party} is {value} at epoch {epoch}, batch {step}: training diverged. "
+                "Lower the learning rate of that party or check its inputs."
+            )
+
+
+def build_parties(config: RunConfig, *, device: torch.device, channel: Channel) -> tuple[list[Party], int]:
+    """Load the dataset, partition it and give each party its slice; returns (parties, n_classes).
+
+    Party names: ``active`` for the party that holds the labels, ``passive_1`` ...
+    ``passive_K`` for the others in partition order.
+    """
+    from .data import load_dataset
+    from .partition import columns, grid, strips
+
+    data = load_dataset(config.dataset)
+    if hasattr(data, "x_train"):
+        data = data.subset(n_train=config.n_train, n_test=config.n_test, seed=config.seed)
+        shape = data.image_shape
+        if config.partition == "grid":
+            side = int(round(math.sqrt(config.n_parties)))
+            if side * side != config.n_parties:
+                raise ConfigError(f"a grid partition needs a square number of parties, got {config.n_parties}")
+            part = grid(side, side, image_shape=shape, active=config.active)
+        elif config.partition in ("strips_width", "strips_height"):
+            part = strips(config.n_parties, image_shape=shape, axis=config.partition.split("_")[1],
+                          active=config.active)
+        else:
+            raise ConfigError(f"partition {config.partition!r} does not apply to image data")
+        train_parts = part.split(data.x_train)
+        test_parts = part.split(data.x_test)
+        labels = {"train": data.y_train, "test": data.y_test}
+        n_classes = data.num_classes
+
+        def transform(x: torch.Tensor) -> torch.Tensor:
+            return data.normalize(x, device)
+    else:
+        raise ConfigError(
+            f"build_parties handles image datasets; {config.dataset!r} is tabular and its study "
+            "builds its own parties"
+        )
+
+    parties: list[Party] = []
+    passive_no = 0
+    for k in range(part.n_parties):
+        if k == part.active:
+            name = "active"
+        else:
+            passive_no += 1
+            name = f"passive_{passive_no}"
+        parties.append(
+            Party(
+                name,
+                channel=channel,
+                # contiguous copies: a strip of a whole dataset is a strided view, slow to index
+                features={"train": train_parts[k].contiguous(), "test": test_parts[k].contiguous()},
+                labels=labels if k == part.active else None,
+                transform=transform,
+                device=device,
+            )
+        )
+    return parties, n_classes
+
+
+def run(
+    config: RunConfig,
+    *,
+    profile: str,
+    device: str | torch.device = "auto",
+    results: Path | None = None,
+    force: bool = False,
+    progress: bool = True,
+    max_loss: float = 1e4,
+) -> dict[str, Any]:
+    """Run ``config`` (or load its finished record) and return the record.
+
+    The record holds the config, per-epoch training loss and test metric of every model the
+    method trains, wall time, peak memory, bytes/messages/rounds per epoch and per party, the
+    device and library versions. It is written atomically when the run ends.
+    """
+    from .methods import get_method
+
+    check_profile(profile)
+    path = record_path(config, profile, results)
+    if path.exists() and not force:
+        with open(path) as f:
+            return json.load(f)
+
+    dev = resolve_device(device)
+    torch.manual_seed(config.seed)
+    channel = Channel()
+    parties, n_classes = build_parties(config, device=dev, channel=channel)
+    method = get_method(config.method)(config, parties, num_classes=n_classes)
+    active = method.active
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)
+
+    start = time.perf_counter()
+    channel.at(epoch=0, step=0, phase="setup")
+    method.setup()
+    history: list[dict[str, Any]] = []
+    gen = torch.Generator().manual_seed(config.seed)
+    train_ids = active.ids["train"]
+    n_steps = math.ceil(len(train_ids) / config.batch_size)
+    bar = tqdm(total=config.epochs * n_steps, desc=f"{config.method} {config.dataset}",
+               disable=not progress, leave=False)
+    for epoch in range(1, config.epochs + 1):
+        # The shuffle is a public protocol parameter (seeded), so parties need no message to
+        # agree on the batch order.
+        order = train_ids[torch.randperm(len(train_ids), generator=gen)]
+        sums: dict[str, float] = {}
+        method.train()
+        for step in range(n_steps):
+            channel.at(epoch=epoch, step=step, phase="train")
+            ids = order[step * config.batch_size:(step + 1) * config.batch_size]
+            losses = method.train_step(ids)
+            _check_finite(losses, epoch=epoch, step=step, limit=max_loss)
+            for k, v in losses.items():
+                sums[k] = sums.get(k, 0.0) + v * len(ids)
+            bar.update(1)
+        channel.at(epoch=epoch, step=0, phase="eval")
+        metrics = method.evaluate(batch_size=max(config.batch_size, 512))
+        for model_key, m in metrics.items():
+            row = {"epoch": epoch, "model": model_key, "loss": sums.get(model_key, float("nan")) / len(train_ids)}
+            row.update(m)
+            history.append(row)
+        bar.set_postfix({k: round(v.get("test_accuracy", float("nan")), 3) for k, v in metrics.items()})
+    bar.close()
+    wall = time.perf_counter() - start
+
+    ledger = channel.ledger
+    per_epoch = ledger.per_epoch().reset_index().to_dict(orient="records")
+    per_party = ledger.per_party().reset_index().to_dict(orient="records")
+    peak = (torch.cuda.max_memory_allocated(dev) / 2**20 if dev.type == "cuda"
+            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    record = {
+        "key": config.key,
+        "profile": profile,
+        "config": config.to_dict(),
+        "models": method.trained_models(),
+        "history": history,
+        "final": {k: v for k, v in metrics.items()},
+        "wall_time_s": wall,
+        "peak_memory_mb": peak,
+        "peak_memory_kind": "cuda_max_allocated" if dev.type == "cuda" else "process_max_rss",
+        "comm": {"total": ledger.totals(), "per_epoch": per_epoch, "per_party": per_party,
+                 "per_kind": ledger.per_kind().reset_index().to_dict(orient="records"),
+                 "eval_total": ledger.totals(phase="eval"), "setup_total": ledger.totals(phase="setup")},
+        "environment": environment_info(dev),
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    record = json.loads(json.dumps(record, default=_json_default))
+    _write_json_atomic(path, record)
+    return record
+
+
+def _json_default(obj: Any) -> Any:
+    if hasattr(obj, "item"):
+        return obj.item()
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def run_many(
+    configs: Iterable[RunConfig],
+    *,
+    profile: str,
+    device: str | torch.device = "auto",
+    results: Path | None = None,
+    progress: bool = True,
+) -> list[dict[str, Any]]:
+    """Run every config in order, skipping those with a record; returns all records."""
+    configs = list(configs)
+    done = sum(record_path(c, profile, results).exists() for c in configs)
+    records = []
+    for config in tqdm(configs, desc=f"runs ({done} of {len(configs)} already recorded)",
+                       disable=not progress):
+        records.append(run(config, profile=profile, device=device, results=results, progress=progress))
+    return records
+
+
+def history_frame(records: Sequence[dict[str, Any]]):
+    """Per-epoch metrics of many records as one long DataFrame with the config fields that vary."""
+    import pandas as pd
+
+    frames = []
+    for r in records:
+        df = pd.DataFrame(r["history"])
+        cfg = r["config"]
+        for k in ("dataset", "method", "seed"):
+            df[k] = cfg[k]
+        df["architecture"] = df["model"].map(r.get("models", {}))
+        df["key"] = r["key"]
+        frames.append(df)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+if __name__ == "__main__":  # pragma: no cover - convenience: python -m vflkit.experiment config.json
+    cfg = RunConfig.from_dict(json.load(open(sys.argv[1])))
+    print(json.dumps(run(cfg, profile=sys.argv[2] if len(sys.argv) > 2 else "smoke")["final"], indent=1))

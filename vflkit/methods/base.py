@@ -1,0 +1,160 @@
+"""The contract every VFL method implements, and the pieces they share.
+
+A method is one class in one module. The experiment runner builds the parties (each with its
+own feature slice; the active party also with the labels), then calls, in this order:
+
+``build()`` (models and optimizers, once) -> ``setup()`` (one-off protocol messages such as
+public keys) -> per epoch: ``train()``, ``train_step(ids)`` per batch, ``evaluate()``.
+
+``train_step`` and ``predict`` act as each party in turn; everything one party learns of
+another arrives through ``Party.send``/``Party.recv``, i.e. through the counted channel.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Sequence
+
+import torch
+from torch import nn
+
+from ..comm import Party
+from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    from ..experiment import RunConfig
+
+OPTIMIZERS: tuple[str, ...] = ("sgd", "sgd_momentum", "adagrad", "adam")
+
+
+def make_optimizer(name: str, params: Iterable[nn.Parameter], lr: float) -> torch.optim.Optimizer:
+    """One of VFedMH Table IV's local optimizers.
+
+    ``sgd_momentum`` uses momentum 0.9, the common default (the paper gives no value); the
+    others use PyTorch's defaults besides ``lr``.
+    """
+    params = list(params)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr)
+    if name == "sgd_momentum":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9)
+    if name == "adagrad":
+        return torch.optim.Adagrad(params, lr=lr)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr)
+    raise ConfigError(f"Invalid optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
+
+
+def accuracy(logits: torch.Tensor, labels: torch.Tensor) -> float:
+    """Fraction of correct arg-max predictions."""
+    return (logits.argmax(dim=1) == labels).float().mean().item()
+
+
+class VFLMethod(ABC):
+    """Base class of all VFL methods.
+
+    Parameters
+    ----------
+    config
+        The run's :class:`~vflkit.experiment.RunConfig`.
+    parties
+        The parties in partition order; exactly one of them holds the labels.
+    num_classes
+        Number of classes of the task.
+    """
+
+    #: Registry name of the method.
+    name: ClassVar[str]
+    #: Method-specific options and their defaults (overridden by ``config.options``).
+    defaults: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, config: "RunConfig", parties: Sequence[Party], *, num_classes: int) -> None:
+        holders = [p for p in parties if p.holds_labels]
+        if len(holders) != 1:
+            raise ConfigError(f"{self.name} needs exactly one party with labels, got {len(holders)}")
+        unknown = sorted(set(config.options) - set(self.defaults))
+        if unknown:
+            valid = ", ".join(sorted(self.defaults)) or "none"
+            raise ConfigError(f"unknown options {unknown} for method {self.name!r}; valid: {valid}")
+        self.config = config
+        self.parties = list(parties)
+        self.active = holders[0]
+        self.passive = [p for p in self.parties if p is not self.active]
+        self.num_classes = num_classes
+        self.options = {**self.defaults, **config.options}
+        self.build()
+
+    # -- what every method provides -------------------------------------------------------
+
+    @abstractmethod
+    def build(self) -> None:
+        """Create each party's models (``party.models``) and optimizers (``party.optimizers``)."""
+
+    def setup(self) -> None:
+        """One-off protocol messages before training (default: none)."""
+
+    @abstractmethod
+    def train_step(self, ids: torch.Tensor) -> dict[str, float]:
+        """One protocol step on the samples ``ids``; returns the loss of each trained model."""
+
+    @abstractmethod
+    def predict(self, ids: torch.Tensor, split: str = "test") -> dict[str, torch.Tensor]:
+        """Logits of each trained model for ``ids``, as the active party ends up holding them."""
+
+    @abstractmethod
+    def trained_models(self) -> dict[str, str]:
+        """The models a run yields: key (as used in losses and metrics) -> architecture."""
+
+    # -- shared helpers --------------------------------------------------------------------
+
+    def party_index(self, party: Party) -> int:
+        """Position of ``party`` in partition order (the index into per-party config fields)."""
+        return self.parties.index(party)
+
+    def modules(self) -> list[nn.Module]:
+        """Every module of every party."""
+        return [m for p in self.parties for m in p.models.values()]
+
+    def train(self) -> None:
+        """Put every model in training mode."""
+        for m in self.modules():
+            m.train()
+
+    def eval(self) -> None:
+        """Put every model in evaluation mode."""
+        for m in self.modules():
+            m.eval()
+
+    def make_optimizer(self, party: Party, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+        """The optimizer the config assigns to ``party``."""
+        k = self.party_index(party)
+        return make_optimizer(self.config.party_value("optimizers", k),
+                              params, float(self.config.party_value("lr", k)))
+
+    @torch.no_grad()
+    def evaluate(self, *, split: str = "test", batch_size: int = 512) -> dict[str, dict[str, float]]:
+        """Test metrics of every trained model, computed by the active party from its labels.
+
+        Accuracy for every task; for two classes also ROC AUC (EASTER reports AUC on Criteo).
+        """
+        self.eval()
+        ids = self.active.ids[split]
+        logits: dict[str, list[torch.Tensor]] = {}
+        labels = []
+        for start in range(0, len(ids), batch_size):
+            batch = ids[start:start + batch_size]
+            for key, out in self.predict(batch, split).items():
+                logits.setdefault(key, []).append(out.float().cpu())
+            labels.append(self.active.labels(split, ids=batch).cpu())
+        y = torch.cat(labels)
+        result = {}
+        for key, parts in logits.items():
+            z = torch.cat(parts)
+            metrics = {"test_accuracy": accuracy(z, y)}
+            if self.num_classes == 2:
+                from sklearn.metrics import roc_auc_score
+
+                metrics["test_auc"] = float(roc_auc_score(y.numpy(), z.softmax(1)[:, 1].numpy()))
+            result[key] = metrics
+        self.train()
+        return result

@@ -1,0 +1,44 @@
+"""Local: the active party trains its model on its own features only (no federation).
+
+The lower bound every VFL paper reports ("Local" in VFedMH Tables II-III, APC-VFL Fig. 5).
+No message crosses the channel.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..models import get_model
+from .base import VFLMethod
+
+
+class Local(VFLMethod):
+    """The active party's model h then p, trained on its own strip with its own labels."""
+
+    name = "local"
+
+    def build(self) -> None:
+        a = self.active
+        k = self.party_index(a)
+        cfg = self.config
+        a.models["model"] = get_model(cfg.party_value("models", k), input_shape=a.input_shape,
+                                      num_classes=self.num_classes, embedding_dim=cfg.embedding_dim,
+                                      el_pl=cfg.el_pl).to(a.device)
+        a.optimizers["local"] = self.make_optimizer(a, a.models["model"].parameters())
+
+    def train_step(self, ids: torch.Tensor) -> dict[str, float]:
+        a = self.active
+        opt = a.optimizers["local"]
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(a.models["model"](a.features("train", ids=ids)), a.labels("train", ids=ids))
+        loss.backward()
+        opt.step()
+        return {"active": loss.item()}
+
+    @torch.no_grad()
+    def predict(self, ids: torch.Tensor, split: str = "test") -> dict[str, torch.Tensor]:
+        return {"active": self.active.models["model"](self.active.features(split, ids=ids))}
+
+    def trained_models(self) -> dict[str, str]:
+        return {"active": self.config.party_value("models", self.party_index(self.active))}

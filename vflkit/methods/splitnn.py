@@ -1,0 +1,89 @@
+"""SplitNN / PyVertical: split learning with a trainable top model at the active party.
+
+Vepakomma et al., "Split learning for health", 2018; Romanini et al., "PyVertical: A Vertical
+Federated Learning Framework for Multi-headed SplitNN", 2021 (VFedMH's baseline [16]).
+
+Every party runs a bottom model (the embedding network h of its architecture) on its own
+features and sends the embedding to the active party. The active party concatenates all
+embeddings in party order, runs the top model, computes the loss with its labels and returns
+to each passive party the gradient of the loss with respect to that party's embedding (the
+cut-layer gradient). Two communication rounds per step.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..models import get_model
+from .base import VFLMethod
+
+
+class SplitNN(VFLMethod):
+    """PyVertical / SplitNN.
+
+    The top model is ``Linear(C*E, E) -> ReLU -> Linear(E, classes)`` on the concatenated
+    embeddings (E = embedding size, C = parties). The papers do not describe PyVertical's top
+    model; a two-layer head keeps the trainable top small, as in PyVertical's examples, and is
+    the same for every bottom architecture so Table II compares bottom models only.
+    """
+
+    name = "splitnn"
+
+    def build(self) -> None:
+        cfg = self.config
+        for k, party in enumerate(self.parties):
+            model = get_model(cfg.party_value("models", k), input_shape=party.input_shape,
+                              num_classes=self.num_classes, embedding_dim=cfg.embedding_dim,
+                              el_pl=cfg.el_pl)
+            party.models["bottom"] = model.embedding.to(party.device)
+        width = cfg.embedding_dim * len(self.parties)
+        self.active.models["top"] = nn.Sequential(
+            nn.Linear(width, cfg.embedding_dim), nn.ReLU(), nn.Linear(cfg.embedding_dim, self.num_classes)
+        ).to(self.active.device)
+        for party in self.parties:
+            params = [p for m in party.models.values() for p in m.parameters()]
+            party.optimizers["local"] = self.make_optimizer(party, params)
+
+    def _embeddings_at_active(self, ids: torch.Tensor, split: str) -> list[torch.Tensor]:
+        """Each passive party sends h_k(x_k); the active party adds its own, in party order."""
+        for p in self.passive:
+            e = p.models["bottom"](p.features(split, ids=ids))
+            p.state["embedding"] = e
+            p.send(self.active, "embedding", e)
+        out = []
+        for p in self.parties:
+            if p is self.active:
+                out.append(p.models["bottom"](p.features(split, ids=ids)))
+            else:
+                out.append(self.active.recv(p, "embedding").requires_grad_(torch.is_grad_enabled()))
+        return out
+
+    def train_step(self, ids: torch.Tensor) -> dict[str, float]:
+        for party in self.parties:
+            party.optimizers["local"].zero_grad(set_to_none=True)
+        a = self.active
+        embeddings = self._embeddings_at_active(ids, "train")
+        logits = a.models["top"](torch.cat(embeddings, dim=1))
+        loss = F.cross_entropy(logits, a.labels("train", ids=ids))
+        loss.backward()
+        for p, e in zip(self.parties, embeddings):
+            if p is not a:
+                a.send(p, "gradient", e.grad)
+        a.optimizers["local"].step()
+        for p in self.passive:
+            grad = p.recv(a, "gradient")
+            p.state.pop("embedding").backward(grad)
+            p.optimizers["local"].step()
+        return {"active": loss.item()}
+
+    @torch.no_grad()
+    def predict(self, ids: torch.Tensor, split: str = "test") -> dict[str, torch.Tensor]:
+        embeddings = self._embeddings_at_active(ids, split)
+        for p in self.passive:
+            p.state.pop("embedding", None)
+        return {"active": self.active.models["top"](torch.cat(embeddings, dim=1))}
+
+    def trained_models(self) -> dict[str, str]:
+        return {"active": self.config.party_value("models", self.party_index(self.active))}

@@ -1,0 +1,115 @@
+"""Tables and figures beside the papers' numbers.
+
+The papers' printed numbers ship with the package (``vflkit/reference/*.csv``, one long format:
+``paper, table, dataset, method, setting, model, metric, value, std, note``). A reproduced table
+is written as ``figures/<paper>/<profile>/table<N>.csv`` in the same long format with our
+``value, std, n_runs, profile`` and the paper's ``paper_value, paper_std`` beside them; every
+figure as ``fig<N>.png`` with the data it plots as ``fig<N>.csv``.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Sequence
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import seaborn as sns
+
+from .config import figures_dir
+from .errors import ConfigError
+from .experiment import PAPERS, check_profile
+
+KEY_COLUMNS: tuple[str, ...] = ("paper", "table", "dataset", "method", "setting", "model", "metric")
+TABLE_COLUMNS: tuple[str, ...] = KEY_COLUMNS + ("value", "std", "n_runs", "profile", "paper_value", "paper_std")
+REFERENCE_FILES: dict[str, str] = {
+    "vfedmh": "vfedmh.csv",
+    "easter": "easter.csv",
+    "apc_vfl": "apc_vfl.csv",
+    "adptvfedconv": "adptvfedconv.csv",
+}
+
+
+def set_style() -> None:
+    """The one plot style of every figure: seaborn whitegrid, colour-blind palette, readable sizes."""
+    sns.set_theme(style="whitegrid", context="notebook", palette="colorblind")
+    plt.rcParams.update({"figure.dpi": 110, "savefig.dpi": 150, "savefig.bbox": "tight"})
+
+
+def load_reference(paper: str) -> pd.DataFrame:
+    """The numbers printed in ``paper``'s tables (empty for Multi-VFL, which prints none)."""
+    if paper not in PAPERS:
+        raise ConfigError(f"Invalid paper {paper!r}; choose one of {', '.join(PAPERS)}")
+    if paper not in REFERENCE_FILES:
+        return pd.DataFrame(columns=list(KEY_COLUMNS) + ["value", "std", "note"])
+    with resources.files("vflkit.reference").joinpath(REFERENCE_FILES[paper]).open() as f:
+        df = pd.read_csv(f, dtype={"table": str, "setting": str, "model": str, "note": str})
+    return df.fillna({"setting": "", "model": "", "note": ""})
+
+
+def join_reference(ours: pd.DataFrame, paper: str, *, profile: str) -> pd.DataFrame:
+    """Put the paper's value and std beside ours.
+
+    ``ours`` has the key columns (``paper`` and ``table`` may be omitted: the reference's
+    paper name is used) plus ``value``, ``std`` and ``n_runs``. Rows of ours without a printed
+    counterpart keep empty ``paper_value``; the paper's rows we did not run are not added.
+    """
+    ref = load_reference(paper)
+    ours = ours.copy()
+    if "paper" not in ours:
+        ours["paper"] = ref["paper"].iloc[0] if len(ref) else paper
+    for col in KEY_COLUMNS:
+        if col not in ours:
+            raise ConfigError(f"our results lack the column {col!r}; need {', '.join(KEY_COLUMNS)}")
+        ours[col] = ours[col].fillna("").astype(str)
+    ref = ref.rename(columns={"value": "paper_value", "std": "paper_std"})
+    ref = ref.assign(**{c: ref[c].fillna("").astype(str) for c in KEY_COLUMNS})
+    out = ours.merge(ref[list(KEY_COLUMNS) + ["paper_value", "paper_std"]], on=list(KEY_COLUMNS), how="left")
+    out["profile"] = check_profile(profile)
+    return out[list(TABLE_COLUMNS)]
+
+
+def output_dir(paper: str, profile: str, root: Path | str | None = None) -> Path:
+    """``figures/<paper>/<profile>/``, created."""
+    if paper not in PAPERS:
+        raise ConfigError(f"Invalid paper {paper!r}; choose one of {', '.join(PAPERS)}")
+    path = Path(root or figures_dir()) / paper / check_profile(profile)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def write_table(table: pd.DataFrame, paper: str, profile: str, number: str, *, root: Path | str | None = None) -> Path:
+    """Write a joined table as ``table<number>.csv``; returns its path."""
+    missing = [c for c in TABLE_COLUMNS if c not in table]
+    if missing:
+        raise ConfigError(f"table lacks columns {missing}; build it with join_reference()")
+    path = output_dir(paper, profile, root) / f"table{number}.csv"
+    table[list(TABLE_COLUMNS)].to_csv(path, index=False)
+    return path
+
+
+def save_figure(fig: plt.Figure, data: pd.DataFrame, paper: str, profile: str, number: str,
+                *, root: Path | str | None = None) -> Path:
+    """Save ``fig<number>.png`` and the data it plots as ``fig<number>.csv``; returns the PNG path."""
+    out = output_dir(paper, profile, root)
+    data.to_csv(out / f"fig{number}.csv", index=False)
+    path = out / f"fig{number}.png"
+    fig.savefig(path)
+    return path
+
+
+def side_by_side(table: pd.DataFrame, *, index: Sequence[str], columns: str, digits: int = 2) -> pd.DataFrame:
+    """A readable pivot: each cell ``ours ± std (paper p ± s)``; '—' where the paper prints none."""
+
+    def cell(row: pd.Series) -> str:
+        ours = "—" if pd.isna(row["value"]) else f"{row['value']:.{digits}f}"
+        if not pd.isna(row.get("std")) and row.get("n_runs", 1) > 1:
+            ours += f" ± {row['std']:.{digits}f}"
+        paper = "—" if pd.isna(row["paper_value"]) else f"{row['paper_value']:.{digits}f}"
+        if not pd.isna(row.get("paper_std")):
+            paper += f" ± {row['paper_std']:.{digits}f}"
+        return f"{ours} (paper {paper})"
+
+    t = table.assign(cell=table.apply(cell, axis=1))
+    return t.pivot_table(index=list(index), columns=columns, values="cell", aggfunc="first", sort=False)
