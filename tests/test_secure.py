@@ -1,0 +1,343 @@
+"""Tests of VFedMH's secure embedding aggregation (paper 000, Eqs. (4)-(7))."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from vflkit.errors import ConfigError, DivergenceError, SecurityError
+from vflkit.secure import (
+    SCHEMES,
+    BlindingKeys,
+    FixedPointRing,
+    aggregate,
+    benchmark_masking,
+    blind,
+    check_passive_count,
+)
+
+# Upper-tail quantile of N(0, 1) for alpha = 1e-4: statistical checks use a small alpha so that
+# a correct implementation passes, and fixed seeds make each outcome deterministic.
+_Z = 3.719
+_ALPHA = 1e-4
+
+
+def _parties(n_passive: int, *, scheme: str = "x25519", seed: int = 0) -> dict[int, BlindingKeys]:
+    """K passive parties 1..K whose keys have been exchanged through the active party."""
+    keys = {k: BlindingKeys(k, scheme=scheme, seed=seed + k) for k in range(1, n_passive + 1)}
+    publics = {k: kp.public_key() for k, kp in keys.items()}
+    for k, kp in keys.items():
+        kp.agree({j: pk for j, pk in publics.items() if j != k})
+    return keys
+
+
+def _ring(x: torch.Tensor) -> np.ndarray:
+    return x.numpy().view(np.uint64)
+
+
+def _chi2_critical(df: int) -> float:
+    """Wilson-Hilferty approximation of the chi-square upper quantile at alpha = 1e-4."""
+    h = 2.0 / (9.0 * df)
+    return df * (1.0 - h + _Z * math.sqrt(h)) ** 3
+
+
+def _chi2_uniform_bytes(values: np.ndarray, byte: int) -> float:
+    counts = np.bincount(((values >> np.uint64(8 * byte)) & np.uint64(0xFF)).astype(np.int64), minlength=256)
+    expected = values.size / 256
+    return float(((counts - expected) ** 2 / expected).sum())
+
+
+def _chi2_same_bytes(a: np.ndarray, b: np.ndarray, byte: int) -> float:
+    """Chi-square homogeneity statistic of one byte's histogram in two equal-size samples."""
+    ca, cb = (np.bincount(((v >> np.uint64(8 * byte)) & np.uint64(0xFF)).astype(np.int64), minlength=256)
+              for v in (a, b))
+    seen = (ca + cb) > 0
+    return float(((ca[seen] - cb[seen]) ** 2 / (ca[seen] + cb[seen])).sum())
+
+
+def _ks_two_sample(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    """Two-sample Kolmogorov-Smirnov statistic on ring values, and its critical value."""
+    a, b = np.sort(a), np.sort(b)
+    grid = np.concatenate([a, b])
+    d = np.abs(np.searchsorted(a, grid, side="right") / a.size
+               - np.searchsorted(b, grid, side="right") / b.size).max()
+    critical = math.sqrt(-math.log(_ALPHA / 2) / 2) * math.sqrt((a.size + b.size) / (a.size * b.size))
+    return float(d), critical
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize("n_passive", [2, 3, 9])
+def test_blinding_factors_cancel_exactly(scheme: str, n_passive: int) -> None:
+    """Eq. (5): the K blinding factors sum to exactly zero in the ring, none being zero itself."""
+    keys = _parties(n_passive, scheme=scheme)
+
+    factors = [_ring(kp.blinding_factor((16, 8), round=3, step=7)) for kp in keys.values()]
+    total = np.zeros((16, 8), dtype=np.uint64)
+    for r in factors:
+        total += r
+
+    assert np.all(total == 0)
+    assert all(np.count_nonzero(r) == r.size for r in factors)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_pairwise_shared_keys_agree(scheme: str) -> None:
+    """Eq. (4): CK_{k,j} == CK_{j,k}, distinct for each pair, and both ends derive the same stream."""
+    keys = _parties(4, scheme=scheme)
+
+    pairs = [(k, j) for k in keys for j in keys if k < j]
+
+    assert all(keys[k].shared_key(j) == keys[j].shared_key(k) for k, j in pairs)
+    assert len({keys[k].shared_key(j) for k, j in pairs}) == len(pairs)
+    assert all(torch.equal(keys[k].mask_stream(j, (5, 3), round=2, step=9),
+                           keys[j].mask_stream(k, (5, 3), round=2, step=9)) for k, j in pairs)
+
+
+def test_seeded_keys_are_reproducible_and_unseeded_keys_fresh() -> None:
+    """A seed fixes the key pair (for notebooks); no seed draws a fresh key from the OS."""
+    for scheme in SCHEMES:
+        assert BlindingKeys(2, scheme=scheme, seed=5).public_key() == BlindingKeys(2, scheme=scheme, seed=5).public_key()
+        assert BlindingKeys(2, scheme=scheme, seed=5).public_key() != BlindingKeys(3, scheme=scheme, seed=5).public_key()
+        assert BlindingKeys(2, scheme=scheme).public_key() != BlindingKeys(2, scheme=scheme).public_key()
+
+
+def test_masks_are_fresh_per_round_and_step_and_repeatable() -> None:
+    """Different (round, step) give unrelated masks; the same (round, step) gives the same mask."""
+    kp = _parties(3)[2]
+
+    base = _ring(kp.blinding_factor((64, 32), round=1, step=1))
+    again = _ring(kp.blinding_factor((64, 32), round=1, step=1))
+    others = [_ring(kp.blinding_factor((64, 32), round=r, step=s)) for r, s in [(1, 2), (2, 1), (0, 0)]]
+
+    assert np.array_equal(base, again)
+    for other in others:
+        assert np.mean(other == base) < 0.01
+    # Streams of consecutive steps must not overlap as shifted copies of one another.
+    assert not np.isin(others[0].ravel(), base.ravel()).any()
+
+
+@pytest.mark.parametrize("scale_bits", [4, 16, 24])
+@pytest.mark.parametrize("shape", [(1,), (7, 3), (128, 128), (2, 3, 4)])
+def test_aggregate_matches_plain_mean_within_bound(shape: tuple[int, ...], scale_bits: int) -> None:
+    """Eq. (7): the decoded ring sum is the plain mean to within the stated rounding bound."""
+    gen = torch.Generator().manual_seed(sum(shape) + scale_bits)
+    ring = FixedPointRing(scale_bits=scale_bits)
+    keys = _parties(3)
+    embeddings = {k: 10 * torch.randn(shape, generator=gen) for k in [0, *keys]}
+    blinded = [blind(embeddings[k], kp, ring=ring, round=0, step=1) for k, kp in keys.items()]
+    exact = torch.stack([e.double() for e in embeddings.values()]).mean(0)
+    magnitude = max(float(e.abs().max()) for e in embeddings.values())
+
+    mean64 = aggregate(embeddings[0], blinded, ring=ring, dtype=torch.float64)
+    mean32 = aggregate(embeddings[0], blinded, ring=ring)
+
+    assert mean32.dtype == torch.float32 and mean32.shape == torch.Size(shape)
+    assert float((mean64 - exact).abs().max()) <= ring.mean_error_bound(magnitude, dtype=torch.float64)
+    assert float((mean32.double() - exact).abs().max()) <= ring.mean_error_bound(magnitude)
+    # The bound is the fixed-point one, not a float tolerance: coarse encodings do err by it.
+    if scale_bits == 4 and exact.numel() > 8:
+        assert float((mean64 - exact).abs().max()) > 0.1 * ring.rounding_bound
+
+
+def test_aggregate_is_exact_near_the_magnitude_limit() -> None:
+    """Values close to max_abs, of both signs, still aggregate without overflow or wrap-around."""
+    ring = FixedPointRing(max_parties=4)
+    keys = _parties(3, seed=40)
+    gen = torch.Generator().manual_seed(1)
+    signs = torch.where(torch.rand((3, 50), generator=gen) < 0.5, -1.0, 1.0).double()
+    embeddings = [s * ring.max_abs * (1 - 1e-6 * torch.rand(50, generator=gen).double()) for s in signs]
+    active = torch.full((50,), ring.max_abs, dtype=torch.float64)
+    blinded = [blind(e, keys[k], ring=ring, round=5, step=5) for k, e in zip(keys, embeddings)]
+
+    mean = aggregate(active, blinded, ring=ring, dtype=torch.float64)
+
+    exact = (active + sum(embeddings)) / 4
+    assert float((mean - exact).abs().max()) <= ring.mean_error_bound(ring.max_abs, dtype=torch.float64)
+    # max_parties values at the limit fit in int64, so the ring sum never wraps.
+    assert 4 * round(ring.max_abs * 2**ring.scale_bits) <= 2**63 - 1
+
+
+def test_encode_refuses_overflow_and_non_finite_values() -> None:
+    """Magnitudes above max_abs and NaN/inf are refused with a clear error."""
+    ring = FixedPointRing(max_parties=4)
+    above = float(np.nextafter(ring.max_abs, np.inf))
+
+    ring.encode(torch.tensor([ring.max_abs, -ring.max_abs], dtype=torch.float64))
+    with pytest.raises(ConfigError, match="exceeds the ring's limit"):
+        ring.encode(torch.tensor([0.0, -above], dtype=torch.float64))
+    with pytest.raises(ConfigError, match="exceeds the ring's limit"):
+        FixedPointRing().encode(torch.tensor([3e11]))
+    with pytest.raises(DivergenceError, match="NaN"):
+        ring.encode(torch.tensor([1.0, float("nan")]))
+    with pytest.raises(ConfigError, match="max_parties"):
+        aggregate(torch.zeros(2), [ring.encode(torch.zeros(2))] * 4, ring=ring)
+
+
+def test_blinded_embedding_is_uniform_in_the_ring() -> None:
+    """A blinded embedding's top and low bytes pass a chi-square test of uniformity."""
+    ring = FixedPointRing()
+    keys = _parties(3, seed=10)
+    zeros = torch.zeros(256, 256)
+
+    blinded = _ring(blind(zeros, keys[2], ring=ring, round=1, step=1)).ravel()
+    literal = _ring(blind(zeros, keys[2], ring=ring, round=1, step=1, mode="literal_scalar")).ravel()
+
+    critical = _chi2_critical(255)
+    assert _chi2_uniform_bytes(blinded, byte=7) < critical
+    assert _chi2_uniform_bytes(blinded, byte=0) < critical
+    # The same test does reject a non-uniform ring tensor (power check).
+    assert _chi2_uniform_bytes(literal, byte=7) > critical
+    assert _chi2_uniform_bytes(_ring(ring.encode(torch.randn(256, 256))).ravel(), byte=7) > critical
+
+
+def test_blinded_zeros_and_ones_are_indistinguishable() -> None:
+    """Blinded all-zeros and all-ones embeddings pass two-sample chi-square and KS tests."""
+    ring = FixedPointRing()
+    keys = _parties(3, seed=20)
+    shape = (256, 256)
+
+    a = _ring(blind(torch.zeros(shape), keys[1], ring=ring, round=4, step=1)).ravel()
+    b = _ring(blind(torch.ones(shape), keys[1], ring=ring, round=4, step=2)).ravel()
+
+    critical = _chi2_critical(255)
+    assert _chi2_same_bytes(a, b, byte=7) < critical
+    assert _chi2_same_bytes(a, b, byte=2) < critical  # the byte holding encode(1) = 2**16
+    d, d_critical = _ks_two_sample(a, b)
+    assert d < d_critical
+    plain_a, plain_b = (_ring(ring.encode(torch.full(shape, v))).ravel() for v in (0.0, 1.0))
+    assert _chi2_same_bytes(plain_a, plain_b, byte=2) > critical
+
+
+def test_literal_scalar_blinding_leaks_differences_between_entries() -> None:
+    """Eq. (5) read literally (one H(CK) per party) reveals E_k[i] - E_k[0] from one blinded embedding."""
+    ring = FixedPointRing()
+    keys = _parties(3, seed=30)
+    embedding = torch.randn(40, 8, generator=torch.Generator().manual_seed(3))
+    encoded = _ring(ring.encode(embedding)).ravel()
+
+    literal = _ring(blind(embedding, keys[1], ring=ring, round=0, step=0, mode="literal_scalar")).ravel()
+    real = _ring(blind(embedding, keys[1], ring=ring, round=0, step=0)).ravel()
+
+    # What the active party computes from the single blinded tensor it received:
+    leaked = literal - literal[0]
+    assert np.array_equal(leaked, encoded - encoded[0])
+    recovered = ring.decode(torch.from_numpy(leaked.view(np.int64)), dtype=torch.float64)
+    true_diff = (embedding - embedding.flatten()[0]).flatten().double()
+    assert float((recovered - true_diff).abs().max()) <= 2 * ring.rounding_bound
+    assert np.mean((real - real[0]) == (encoded - encoded[0])) < 0.01
+
+
+def test_literal_scalar_blinding_still_cancels() -> None:
+    """The literal variant's factors also sum to zero, so its leak is not a broken aggregate."""
+    ring = FixedPointRing()
+    keys = _parties(3, seed=35)
+    embeddings = [torch.randn(6, generator=torch.Generator().manual_seed(k)) for k in keys]
+
+    blinded = [blind(e, keys[k], ring=ring, round=0, step=0, mode="literal_scalar")
+               for k, e in zip(keys, embeddings)]
+    mean = aggregate(None, blinded, ring=ring, dtype=torch.float64)
+
+    assert torch.allclose(mean, torch.stack(embeddings).double().mean(0), atol=ring.rounding_bound, rtol=0)
+
+
+def test_fewer_than_two_passive_parties_are_refused_unless_allowed() -> None:
+    """K < 2 raises SecurityError (r_1 = 0 unmasks E_1); allow_insecure=True permits it."""
+    ring = FixedPointRing()
+    embedding = torch.randn(4, 3, generator=torch.Generator().manual_seed(4))
+
+    with pytest.raises(SecurityError, match="r_1 = 0"):
+        check_passive_count(1)
+    with pytest.raises(SecurityError, match="at least 2 passive parties"):
+        check_passive_count(0)
+    with pytest.raises(SecurityError, match="r_1 = 0"):
+        BlindingKeys(1, seed=0).agree({})
+    check_passive_count(1, allow_insecure=True)
+    check_passive_count(2)
+    lone = BlindingKeys(1, seed=0)
+    lone.agree({}, allow_insecure=True)
+    sent = blind(embedding, lone, ring=ring, round=0, step=0)
+    with pytest.raises(SecurityError):
+        aggregate(torch.zeros(4, 3), [sent], ring=ring)
+
+    mean = aggregate(torch.zeros(4, 3), [sent], ring=ring, allow_insecure=True)
+
+    # Why it is refused: the lone party's blinding factor is zero, so what it sends is E_1 itself.
+    assert torch.equal(sent, ring.encode(embedding))
+    assert torch.allclose(mean, embedding / 2, atol=ring.rounding_bound, rtol=0)
+
+
+def test_blinding_twice_at_the_same_round_and_step_is_refused() -> None:
+    """The same masks on two tensors would reveal their difference, so blind() refuses a reuse."""
+    ring = FixedPointRing()
+    kp = _parties(2, seed=50)[1]
+    blind(torch.zeros(3), kp, ring=ring, round=2, step=3)
+
+    with pytest.raises(SecurityError, match="round=2, step=3"):
+        blind(torch.ones(3), kp, ring=ring, round=2, step=3)
+    blind(torch.ones(3), kp, ring=ring, round=2, step=4)
+
+
+def test_invalid_inputs_raise_clear_errors() -> None:
+    """Unknown names list the choices; keys of the wrong scheme, bad counters and shapes are refused."""
+    ring = FixedPointRing()
+    keys = _parties(2, seed=60)
+    ffdh = BlindingKeys(1, scheme="ffdh", seed=1)
+
+    with pytest.raises(ConfigError, match="x25519, ffdh"):
+        BlindingKeys(1, scheme="rsa")
+    with pytest.raises(ConfigError, match="per_entry, literal_scalar"):
+        blind(torch.zeros(2), keys[1], ring=ring, round=0, step=0, mode="scalar")
+    with pytest.raises(ConfigError, match="call agree"):
+        BlindingKeys(1, seed=1).blinding_factor((2,), round=0, step=0)
+    with pytest.raises(ConfigError, match="not a valid ffdh public key"):
+        ffdh.agree({2: keys[2].public_key()})
+    with pytest.raises(ConfigError, match="not a valid ffdh public key"):
+        ffdh.agree({2: (1).to_bytes(256, "big")})
+    with pytest.raises(ConfigError, match="not a valid x25519 public key"):
+        keys[1].agree({2: ffdh.public_key()})
+    with pytest.raises(ConfigError, match="itself"):
+        keys[1].agree({1: keys[1].public_key()})
+    with pytest.raises(ConfigError, match=r"round must be an integer in \[0, 2\*\*32\)"):
+        keys[1].blinding_factor((2,), round=2**32, step=0)
+    with pytest.raises(ConfigError, match="one shape"):
+        aggregate(torch.zeros(3), [ring.encode(torch.zeros(2))] * 2, ring=ring)
+    with pytest.raises(ConfigError, match="int64 ring tensor"):
+        aggregate(torch.zeros(2), [torch.zeros(2)] * 2, ring=ring)
+
+
+def test_modp_group_is_the_rfc3526_safe_prime() -> None:
+    """The fixed ffdh group is a 2048-bit safe prime in which 2 generates the order-q subgroup."""
+    from vflkit.secure import _MODP14_G, _MODP14_P
+
+    def probably_prime(n: int) -> bool:
+        d, s = n - 1, 0
+        while d % 2 == 0:
+            d, s = d // 2, s + 1
+        for a in (2, 3, 5, 7, 11, 13, 17, 19):
+            x = pow(a, d, n)
+            if x in (1, n - 1):
+                continue
+            for _ in range(s - 1):
+                x = pow(x, 2, n)
+                if x == n - 1:
+                    break
+            else:
+                return False
+        return True
+
+    p, q = _MODP14_P, (_MODP14_P - 1) // 2
+
+    assert p.bit_length() == 2048 and p >> 1984 == 2**64 - 1 and p % 2**64 == 2**64 - 1
+    assert probably_prime(p) and probably_prime(q)
+    assert pow(_MODP14_G, q, p) == 1
+
+
+def test_benchmark_masking_reports_each_primitive() -> None:
+    """The benchmark hook runs on a tiny setting and reports its four timings (values unchecked)."""
+    result = benchmark_masking(n_passive=2, shape=(4, 4), repeats=1)
+
+    assert set(result) == {"pair_stream_ms", "blinding_factor_ms", "blind_ms", "aggregate_ms"}
+    assert all(math.isfinite(v) and v >= 0 for v in result.values())

@@ -1,0 +1,588 @@
+"""VFedMH's secure embedding aggregation (paper 000, Section IV.C-D, Eqs. (4)-(7)).
+
+Every passive party ``l_k`` (k = 1..K; the active party is ``l_0``) holds a Diffie-Hellman key
+pair (:class:`BlindingKeys`). It sends its public key to the active party, which relays all of
+them to every passive party; each pair of passive parties then shares a key
+``CK_{k,j} = CK_{j,k}`` (Eq. 4) that nobody else, the active party included, can compute.
+Party ``k`` blinds its embedding with ``r_k = sum_{j != k} s(k, j) * PRG(CK_{k,j})``,
+``s(k, j) = -1 if k > j else +1`` (Eq. 5), sends ``[E_k] = E_k + r_k`` (Eq. 6), and the active
+party averages ``E = (E_a + sum_k [E_k]) / C`` (Eq. 7): every pair's stream is added once and
+subtracted once, so ``sum_k r_k = 0`` and the blinding cancels.
+
+How this differs from reading the paper literally, and why:
+
+* Cancellation is exact only in a ring, not in floats. Embeddings are encoded as fixed-point
+  integers ``round(x * 2**scale_bits)`` in Z_(2^64) (:class:`FixedPointRing`); the ring sum is
+  exact and decoding it gives the plain mean to within ``FixedPointRing.rounding_bound``
+  (``0.5 * 2**-scale_bits`` per entry). A mask that is uniform in the ring makes the blinded
+  embedding uniform too, i.e. it reveals nothing; a float mask cannot do that.
+* Read literally, ``H(CK_{k,j})`` in Eq. (5) is ONE number per pair added to every entry, so
+  the active party reads every difference ``E_k[i] - E_k[j]`` in the clear from a single blinded
+  embedding. The real scheme here draws one fresh mask per entry from a cryptographic stream
+  (AES-256-CTR keyed by ``HKDF-SHA256(CK)``, its counter block set by ``(round, step)``), the
+  construction of Bonawitz et al.'s secure aggregation that Eq. (5) abbreviates. The literal
+  variant is kept (``mode="literal_scalar"``, :meth:`BlindingKeys.literal_blinding_factor`)
+  only to demonstrate that leak.
+* With one passive party Eq. (5) has no pair to sum over, ``r_1 = 0``, and the active party
+  reads ``E_1`` in the clear; :func:`check_passive_count` refuses that unless asked explicitly.
+
+Ring arithmetic is done in numpy ``uint64``, which wraps modulo 2^64 by definition, and handed
+out as ``torch.int64`` tensors (the same bits read as two's complement). torch int64 add/sub
+happen to wrap on CPU too, but that is C++ signed overflow, undefined behaviour that torch does
+not document, so nothing here relies on it.
+
+Threat model (the paper's): honest-but-curious parties, all K passive parties contribute every
+step (no dropout recovery), and a secure channel. A passive party colluding with the active
+party can unmask a K = 2 partner; no scheme of this kind prevents that.
+
+This module depends on nothing in vflkit but :mod:`vflkit.errors`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import time
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from cryptography.exceptions import UnsupportedAlgorithm
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import x25519
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from .errors import ConfigError, DivergenceError, SecurityError
+
+SCHEMES = ("x25519", "ffdh")
+MODES = ("per_entry", "literal_scalar")
+
+# RFC 3526 group 14 (2048-bit MODP): p = 2^2048 - 2^1984 - 1 + 2^64 * (floor(2^1918 pi) + 124476),
+# a safe prime with generator 2. Fixed, standard parameters: generating DH parameters at run time
+# takes seconds to minutes and buys nothing. The group arithmetic uses Python's pow():
+# cryptography 50 deprecated its finite-field DH (dh.DHParameterNumbers warns and is to be
+# removed), and modular exponentiation is all this scheme needs. pow() is not constant-time;
+# timing side channels are outside the paper's honest-but-curious model.
+_MODP14_P = int(
+    "FFFFFFFFFFFFFFFFC90FDAA22168C234C4C6628B80DC1CD129024E088A67CC74"
+    "020BBEA63B139B22514A08798E3404DDEF9519B3CD3A431B302B0A6DF25F1437"
+    "4FE1356D6D51C245E485B576625E7EC6F44C42E9A637ED6B0BFF5CB6F406B7ED"
+    "EE386BFB5A899FA5AE9F24117C4B1FE649286651ECE45B3DC2007CB8A163BF05"
+    "98DA48361C55D39A69163FA8FD24CF5F83655D23DCA3AD961C62F356208552BB"
+    "9ED529077096966D670C354E4ABC9804F1746C08CA18217C32905E462E36CE3B"
+    "E39E772C180E86039B2783A2EC07A28FB5C55DF06F4C52C9DE2BCBF695581718"
+    "3995497CEA956AE515D2261898FA051015728E5A8AACAA68FFFFFFFFFFFFFFFF",
+    16,
+)
+_MODP14_G = 2
+_FFDH_PUBLIC_BYTES = 256
+_X25519_PUBLIC_BYTES = 32
+
+# Domain-separation labels: the HKDF info names the protocol, the scheme and the pair in
+# ascending order, so that k and j derive the same CK_{k,j} and no other pair or use can.
+_KDF_LABEL = b"vflkit/VFedMH/blinding-factor/v1"
+_MAX_COUNTER = 2**32  # round and step each take 4 bytes of the 16-byte AES-CTR counter block
+
+
+def check_passive_count(n_passive: int, *, allow_insecure: bool = False) -> None:
+    """Refuse secure aggregation with fewer than two passive parties.
+
+    Parameters
+    ----------
+    n_passive : int
+        K, the number of passive parties whose embeddings are blinded.
+    allow_insecure : bool, default False
+        Permit K < 2 anyway (e.g. a two-party experiment that only measures cost).
+
+    Raises
+    ------
+    SecurityError
+        If ``n_passive < 2`` and ``allow_insecure`` is False.
+    """
+    if isinstance(n_passive, bool) or not isinstance(n_passive, int) or n_passive < 0:
+        raise ConfigError(f"n_passive must be a non-negative integer, got {n_passive!r}.")
+    if n_passive >= 2 or allow_insecure:
+        return
+    if n_passive == 1:
+        why = ("with one passive party Eq. (5) has no other party to share a key with, so its "
+               "blinding factor is r_1 = 0 and the active party reads E_1 in the clear")
+    else:
+        why = "there is no passive party, so there is no embedding to protect"
+    raise SecurityError(
+        f"Secure embedding aggregation needs at least 2 passive parties, got {n_passive}: {why}. "
+        "Add a passive party, or pass allow_insecure=True if you accept that the active party "
+        "sees the plain embedding."
+    )
+
+
+def _check_counter(name: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not (
+        0 <= value < _MAX_COUNTER
+    ):
+        raise ConfigError(f"{name} must be an integer in [0, 2**32), got {value!r}.")
+    return int(value)
+
+
+def _shape(shape: Sequence[int] | torch.Size | int) -> tuple[int, ...]:
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    if any(isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0 for d in shape):
+        raise ConfigError(f"shape must be a sequence of non-negative integers, got {shape!r}.")
+    return tuple(int(d) for d in shape)
+
+
+_ZEROS = memoryview(bytes(0))
+
+
+def _zeros(n_bytes: int) -> memoryview:
+    """A read-only run of zero bytes, kept between calls so each mask stream does not allocate one."""
+    global _ZEROS
+    if len(_ZEROS) < n_bytes:
+        _ZEROS = memoryview(bytes(n_bytes))
+    return _ZEROS[:n_bytes]
+
+
+def _to_torch(ring_u64: np.ndarray, device: torch.device | str = "cpu") -> torch.Tensor:
+    array = np.asarray(ring_u64)  # ufuncs on 0-d arrays return numpy scalars
+    if not (array.flags.c_contiguous and array.flags.writeable):
+        array = array.copy()
+    return torch.from_numpy(array.view(np.int64)).to(device)
+
+
+def _to_ring(x: torch.Tensor, what: str) -> np.ndarray:
+    if not isinstance(x, torch.Tensor) or x.dtype != torch.int64:
+        got = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
+        raise ConfigError(f"{what} must be an int64 ring tensor (from encode or blind), got {got}.")
+    return x.detach().cpu().numpy().view(np.uint64)
+
+
+class FixedPointRing:
+    """Fixed-point encoding of real embeddings into the ring Z_(2^64) (int64 bit patterns).
+
+    ``encode(x) = round(x * 2**scale_bits)``; sums wrap modulo 2^64; ``decode`` reads the
+    result as a two's-complement integer and divides by ``2**scale_bits``.
+
+    Parameters
+    ----------
+    scale_bits : int, default 16
+        Fractional bits s. The encoding error is at most ``0.5 * 2**-s`` per entry
+        (:attr:`rounding_bound`). 16 bits (error <= 7.6e-6) is far below float32 training noise
+        and leaves room for magnitudes up to ``max_abs`` (about 1.4e11 at the defaults).
+    max_parties : int, default 1024
+        The most values that are ever summed (C). Magnitudes are limited to ``max_abs`` so that
+        C encoded values cannot overflow int64. The paper uses up to 10 parties; 1024 leaves a
+        wide margin and still allows |x| up to about 1.4e11.
+    """
+
+    def __init__(self, *, scale_bits: int = 16, max_parties: int = 1024) -> None:
+        if isinstance(scale_bits, bool) or not isinstance(scale_bits, int) or not 0 <= scale_bits <= 52:
+            raise ConfigError(f"scale_bits must be an integer in [0, 52], got {scale_bits!r}.")
+        if isinstance(max_parties, bool) or not isinstance(max_parties, int) or not 1 <= max_parties <= 2**20:
+            raise ConfigError(f"max_parties must be an integer in [1, 2**20], got {max_parties!r}.")
+        self.scale_bits = scale_bits
+        self.max_parties = max_parties
+        self._scale = float(2**scale_bits)
+        # The largest float64 integer q with max_parties * q <= 2**63 - 1: float(q) may round up.
+        q_max = (2**63 - 1) // max_parties
+        q_max_f = float(q_max)
+        if q_max_f > q_max:
+            q_max_f = float(np.nextafter(q_max_f, 0.0))
+        self._q_max = q_max_f
+
+    def __repr__(self) -> str:
+        return f"FixedPointRing(scale_bits={self.scale_bits}, max_parties={self.max_parties})"
+
+    @property
+    def rounding_bound(self) -> float:
+        """Largest encoding error per entry, ``0.5 * 2**-scale_bits`` (7.6e-6 at the default 16).
+
+        It also bounds the fixed-point part of :func:`aggregate`'s error: each of the K encoded
+        summands errs by at most this much and their sum is divided by C >= K. The masks add no
+        error at all. :meth:`mean_error_bound` adds the float rounding of the decoded result.
+        """
+        return 0.5 / self._scale
+
+    def mean_error_bound(self, magnitude: float, *, dtype: torch.dtype = torch.float32) -> float:
+        """Bound on ``|aggregate(...) - exact mean|`` per entry when every ``|E| <= magnitude``.
+
+        ``rounding_bound`` (fixed point) + ``2**-51 * magnitude`` (float64 decoding and
+        averaging) + half an ulp of ``dtype`` at the result (the final cast; float32: 2**-24
+        relative). For float32 results the cast dominates once ``|E| > 2**(23 - scale_bits)``.
+        """
+        eps = torch.finfo(dtype).eps
+        return self.rounding_bound + 2.0**-51 * magnitude + 0.5 * eps * (magnitude + self.rounding_bound)
+
+    @property
+    def max_abs(self) -> float:
+        """Largest |x| that :meth:`encode` accepts: ``max_parties`` such values sum without overflow."""
+        return self._q_max / self._scale
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        """Encode a real tensor as an int64 ring tensor ``round(x * 2**scale_bits)``.
+
+        Ties round to even. The result is on ``x``'s device.
+
+        Raises
+        ------
+        DivergenceError
+            If ``x`` holds NaN or infinity.
+        ConfigError
+            If some ``|x|`` exceeds :attr:`max_abs` (summing ``max_parties`` of them would
+            overflow int64).
+        """
+        return _to_torch(self._encode(x), x.device)
+
+    def decode(self, x: torch.Tensor, *, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """Decode an int64 ring tensor (a sum of encodings) to reals; ``dtype`` default float32."""
+        values = _to_ring(x, "decode's input").view(np.int64).astype(np.float64) / self._scale
+        return torch.from_numpy(np.asarray(values)).to(device=x.device, dtype=dtype)
+
+    def _encode(self, x: torch.Tensor) -> np.ndarray:
+        if not isinstance(x, torch.Tensor) or x.is_complex() or x.dtype == torch.bool:
+            raise ConfigError(f"encode needs a real-valued torch tensor, got {getattr(x, 'dtype', type(x))}.")
+        # float32 -> float64 and scaling by a power of two are exact, so rint is the only error.
+        scaled = x.detach().to("cpu", torch.float64).numpy() * self._scale
+        if not np.all(np.isfinite(scaled)):
+            raise DivergenceError(
+                "encode got NaN or infinite embedding values; fix the diverging model before "
+                "aggregating (lower the learning rate, clip gradients)."
+            )
+        rounded = np.rint(scaled)
+        if rounded.size and float(np.abs(rounded).max()) > self._q_max:
+            worst = float(np.abs(scaled).max()) / self._scale
+            raise ConfigError(
+                f"embedding magnitude {worst:.4g} exceeds the ring's limit {self.max_abs:.4g} "
+                f"(scale_bits={self.scale_bits}, max_parties={self.max_parties}): "
+                f"{self.max_parties} such values would overflow int64 when summed. Use fewer "
+                "scale_bits or a smaller max_parties, or normalise the embeddings."
+            )
+        return rounded.astype(np.int64).view(np.uint64)
+
+
+class BlindingKeys:
+    """One passive party's key pair, pairwise shared keys and blinding factors (Eqs. 4-5).
+
+    Protocol: ``public_key()`` is sent to the active party, which relays every passive party's
+    public key to the others; each party calls ``agree({j: public_key_j for every other j})``,
+    then ``blind(...)`` (or :meth:`blinding_factor`) for each step. Nothing else is ever sent.
+
+    Parameters
+    ----------
+    party : int
+        This passive party's index k in 1..K (the active party is l_0 and holds no keys).
+    scheme : {"x25519", "ffdh"}, default "x25519"
+        Key agreement: X25519 (RFC 7748, through ``cryptography``) or finite-field DH in
+        RFC 3526's fixed 2048-bit MODP group 14 (through Python's ``pow``, see above).
+    seed : int or None, default None
+        None draws the private key from the OS's randomness (``cryptography``'s key generation,
+        or :mod:`secrets` for ffdh), as a real deployment must. An integer derives it deterministically from
+        ``SHA-256(seed, scheme, party)`` for reproducible tests and notebooks: anyone who knows
+        the seed knows the key, so seeded keys protect nothing against that person.
+    """
+
+    def __init__(self, party: int, *, scheme: str = "x25519", seed: int | None = None) -> None:
+        if isinstance(party, bool) or not isinstance(party, int) or party < 1:
+            raise ConfigError(f"party must be a passive party's index 1..K (>= 1), got {party!r}.")
+        if scheme not in SCHEMES:
+            raise ConfigError(f"Invalid scheme {scheme!r}; choose one of {', '.join(SCHEMES)}.")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise ConfigError(f"seed must be an integer or None, got {seed!r}.")
+        self.party = party
+        self.scheme = scheme
+        material = None
+        if seed is not None:
+            material = hashlib.sha256(f"vflkit-blinding-key|{scheme}|{seed}|{party}".encode()).digest()
+        if scheme == "x25519":
+            self._private = (x25519.X25519PrivateKey.from_private_bytes(material)
+                             if material is not None else x25519.X25519PrivateKey.generate())
+            self._public = self._private.public_key().public_bytes_raw()
+        else:
+            # A 256-bit exponent is the usual size for group 14 (>= 2x its ~112-bit strength,
+            # NIST SP 800-56A) and keeps pow() fast.
+            raw = material if material is not None else secrets.token_bytes(32)
+            self._private = 2 + int.from_bytes(raw, "big")
+            y = pow(_MODP14_G, self._private, _MODP14_P)
+            self._public = y.to_bytes(_FFDH_PUBLIC_BYTES, "big")
+        self._agreed = False
+        self._ciphers: dict[int, algorithms.AES] = {}
+        self._pair_keys: dict[int, bytes] = {}
+        self._literal: dict[int, int] = {}
+        self._used: set[tuple[int, int]] = set()
+
+    def __repr__(self) -> str:
+        return f"BlindingKeys(party={self.party}, scheme={self.scheme!r}, peers={sorted(self._pair_keys)})"
+
+    def public_key(self) -> bytes:
+        """The bytes to send to the active party (32 for x25519, 256 for ffdh)."""
+        return self._public
+
+    @property
+    def peers(self) -> tuple[int, ...]:
+        """The other passive parties this party shares a key with, ascending."""
+        return tuple(sorted(self._pair_keys))
+
+    def agree(self, peers: dict[int, bytes], *, allow_insecure: bool = False) -> None:
+        """Derive ``CK_{k,j}`` with every other passive party j (Eq. 4).
+
+        Parameters
+        ----------
+        peers : dict[int, bytes]
+            ``{j: public_key of party j}`` for every OTHER passive party (K - 1 entries).
+        allow_insecure : bool, default False
+            Permit an empty ``peers`` (K = 1, r_1 = 0); see :func:`check_passive_count`.
+        """
+        if not isinstance(peers, dict):
+            raise ConfigError(f"peers must be a dict {{party index: public key bytes}}, got {type(peers).__name__}.")
+        for j, pk in peers.items():
+            if isinstance(j, bool) or not isinstance(j, int) or j < 1:
+                raise ConfigError(f"peer index must be a passive party's index >= 1, got {j!r}.")
+            if j == self.party:
+                raise ConfigError(f"peers must not include this party itself ({j}); pass the other passive parties.")
+            if not isinstance(pk, (bytes, bytearray)):
+                raise ConfigError(f"public key of party {j} must be bytes, got {type(pk).__name__}.")
+        check_passive_count(len(peers) + 1, allow_insecure=allow_insecure)
+        ciphers, pair_keys, literal = {}, {}, {}
+        for j, pk in peers.items():
+            secret = self._exchange(j, bytes(pk))
+            lo, hi = sorted((self.party, j))
+            info = b"|".join((_KDF_LABEL, self.scheme.encode(), f"{lo}-{hi}".encode()))
+            # One HKDF output: 32 bytes of CK_{k,j} for the AES stream, 8 for the literal H(CK),
+            # so the insecure literal variant never reuses any key material of the real one.
+            okm = HKDF(algorithm=hashes.SHA256(), length=40, salt=None, info=info).derive(secret)
+            pair_keys[j] = okm[:32]
+            ciphers[j] = algorithms.AES(okm[:32])
+            literal[j] = int.from_bytes(okm[32:], "little")
+        self._ciphers, self._pair_keys, self._literal = ciphers, pair_keys, literal
+        self._agreed = True
+
+    def _exchange(self, j: int, pk: bytes) -> bytes:
+        try:
+            if self.scheme == "x25519":
+                if len(pk) != _X25519_PUBLIC_BYTES:
+                    raise ValueError(f"{len(pk)} bytes, expected {_X25519_PUBLIC_BYTES}")
+                return self._private.exchange(x25519.X25519PublicKey.from_public_bytes(pk))
+            if len(pk) != _FFDH_PUBLIC_BYTES:
+                raise ValueError(f"{len(pk)} bytes, expected {_FFDH_PUBLIC_BYTES}")
+            y = int.from_bytes(pk, "big")
+            # For a safe-prime group the range check is the required validation (RFC 7919
+            # sec. 5.1): it excludes the elements of order 1 and 2 that would fix the secret. The
+            # full subgroup test y^q = 1 costs a 2047-bit exponentiation per peer (~60 ms) and
+            # would guard only the parity of the private exponent.
+            if not 2 <= y <= _MODP14_P - 2:
+                raise ValueError("not in [2, p-2]")
+            # Padded to the size of p, as RFC 2631 and TLS do, so both sides hash the same bytes.
+            return pow(y, self._private, _MODP14_P).to_bytes(_FFDH_PUBLIC_BYTES, "big")
+        except (ValueError, UnsupportedAlgorithm) as exc:  # cryptography raises ValueError
+            raise ConfigError(
+                f"public key of party {j} is not a valid {self.scheme} public key ({exc}); every "
+                f"passive party must use scheme={self.scheme!r} and send public_key() unchanged."
+            ) from exc
+
+    def shared_key(self, peer: int) -> bytes:
+        """``CK_{k,peer}``, the 32-byte key this party shares with ``peer``. Secret: never send it."""
+        self._require(peer)
+        return self._pair_keys[peer]
+
+    def mask_stream(self, peer: int, shape: Sequence[int] | int, *, round: int, step: int) -> torch.Tensor:
+        """``PRG(CK_{k,peer})`` at ``(round, step)``: one uniform int64 per entry of ``shape``.
+
+        AES-256-CTR keyed by ``CK`` with initial counter block ``round || step || 0`` (4 + 4 + 8
+        bytes, big-endian), so distinct ``(round, step)`` never share a counter block and both
+        parties of a pair generate the same stream.
+        """
+        self._require(peer)
+        return _to_torch(self._stream(peer, _shape(shape), round, step))
+
+    def blinding_factor(self, shape: Sequence[int] | int, *, round: int, step: int) -> torch.Tensor:
+        """``r_k`` of Eq. (5), one mask per entry: ``sum_{j != k} s(k, j) PRG(CK_{k,j})`` (int64, CPU).
+
+        ``s(k, j) = -1 if k > j else +1``, so the ``r_k`` of all K parties sum to exactly 0 in the
+        ring. Pure: the same ``(round, step)`` always gives the same factor.
+        """
+        shape = _shape(shape)
+        self._require_agreed()
+        r = np.zeros(shape, dtype=np.uint64)
+        for j in self._ciphers:
+            stream = self._stream(j, shape, round, step)
+            if self.party > j:
+                r -= stream
+            else:
+                r += stream
+        return _to_torch(r)
+
+    def literal_blinding_factor(self) -> torch.Tensor:
+        """INSECURE, for demonstration only: Eq. (5) read literally, one scalar per party.
+
+        ``r_k = sum_{j != k} s(k, j) H(CK_{k,j})`` as a 0-d int64 tensor added to every entry;
+        the same for every round, as in the paper's notation. It cancels like the real factor but
+        leaves all differences between entries of an embedding in the clear.
+        """
+        self._require_agreed()
+        r = sum(-h if self.party > j else h for j, h in self._literal.items()) % 2**64
+        return _to_torch(np.array(r, dtype=np.uint64))
+
+    def _stream(self, peer: int, shape: tuple[int, ...], round: int, step: int) -> np.ndarray:
+        nonce = (_check_counter("round", round).to_bytes(4, "big")
+                 + _check_counter("step", step).to_bytes(4, "big") + bytes(8))
+        n = int(np.prod(shape, dtype=np.int64))
+        # Encrypting zeros yields the raw keystream; update_into writes it straight into the
+        # array (it asks for block_size - 1 spare bytes, hence the two extra words).
+        out = np.empty(n + 2, dtype=np.uint64)
+        encryptor = Cipher(self._ciphers[peer], modes.CTR(nonce)).encryptor()
+        encryptor.update_into(_zeros(8 * n), out.view(np.uint8))
+        return out[:n].reshape(shape)
+
+    def _require_agreed(self) -> None:
+        if not self._agreed:
+            raise ConfigError(
+                f"party {self.party} has no shared keys yet; call agree() with the other passive "
+                "parties' public keys first."
+            )
+
+    def _require(self, peer: int) -> None:
+        if peer not in self._ciphers:
+            raise ConfigError(
+                f"party {self.party} shares no key with party {peer!r}; known peers: "
+                f"{list(self.peers) or 'none (call agree() first)'}."
+            )
+
+    def _mark_used(self, round: int, step: int) -> None:
+        key = (_check_counter("round", round), _check_counter("step", step))
+        if key in self._used:
+            raise SecurityError(
+                f"party {self.party} already blinded a tensor at round={round}, step={step}: the "
+                "same masks on two tensors reveal their difference to the active party. Use a "
+                "distinct (round, step) for every tensor blinded (e.g. a separate round range "
+                "for evaluation batches)."
+            )
+        self._used.add(key)
+
+
+def blind(embedding: torch.Tensor, keys: BlindingKeys, *, ring: FixedPointRing, round: int,
+          step: int, mode: str = "per_entry") -> torch.Tensor:
+    """Eq. (6): the blinded embedding ``[E_k] = encode(E_k) + r_k`` (int64 ring tensor).
+
+    This is what passive party k sends to the active party. Each ``(round, step)`` may be used
+    for one tensor only (a second call raises :class:`SecurityError`). No gradient flows through
+    it: the active party cannot differentiate through masks.
+
+    Parameters
+    ----------
+    embedding : Tensor
+        The local embedding ``E_k`` (any shape, real).
+    keys : BlindingKeys
+        Party k's keys, after :meth:`BlindingKeys.agree`.
+    ring : FixedPointRing
+        The encoding shared by all parties.
+    round, step : int
+        Training round and step (batch) in [0, 2**32); they select fresh masks.
+    mode : {"per_entry", "literal_scalar"}, default "per_entry"
+        "literal_scalar" adds :meth:`BlindingKeys.literal_blinding_factor` instead: INSECURE,
+        kept only to demonstrate the leak of the literal reading of Eq. (5).
+    """
+    if mode not in MODES:
+        raise ConfigError(f"Invalid mode {mode!r}; choose one of {', '.join(MODES)}.")
+    if not isinstance(keys, BlindingKeys):
+        raise ConfigError(f"keys must be a BlindingKeys, got {type(keys).__name__}.")
+    encoded = ring._encode(embedding)
+    if mode == "literal_scalar":
+        r = keys.literal_blinding_factor().numpy().view(np.uint64)
+    else:
+        keys._require_agreed()
+        keys._mark_used(round, step)
+        r = keys.blinding_factor(encoded.shape, round=round, step=step).numpy().view(np.uint64)
+    return _to_torch(np.add(encoded, r), embedding.device)
+
+
+def aggregate(active_embedding: torch.Tensor | None, blinded: Sequence[torch.Tensor], *,
+              ring: FixedPointRing, n_parties: int | None = None, allow_insecure: bool = False,
+              dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Eq. (7): the global embedding ``E = (E_a + sum_k [E_k]) / C``, computed by the active party.
+
+    The blinded embeddings are summed in the ring (the masks cancel exactly), decoded, added to
+    the active party's own embedding in float64 and divided by C. Against the exact mean the
+    error is at most ``ring.rounding_bound`` per entry plus float rounding; the full bound is
+    ``ring.mean_error_bound(max |E|, dtype=dtype)``.
+
+    Parameters
+    ----------
+    active_embedding : Tensor or None
+        ``E_a``, the active party's own embedding (not blinded: it never leaves the active
+        party), or None if the active party contributes no embedding.
+    blinded : sequence of Tensor
+        ``[E_k]`` from all K passive parties (int64, same shape). Every one is needed.
+    ring : FixedPointRing
+        The encoding the passive parties used.
+    n_parties : int or None, default None
+        C; None means K + 1 (K without an active embedding).
+    allow_insecure : bool, default False
+        Permit K < 2; see :func:`check_passive_count`.
+    dtype : torch.dtype, default torch.float32
+        Result dtype. The result is on ``active_embedding``'s device (else the first blinded's).
+    """
+    blinded = list(blinded)
+    check_passive_count(len(blinded), allow_insecure=allow_insecure)
+    contributions = len(blinded) + (active_embedding is not None)
+    if contributions == 0:
+        raise ConfigError("aggregate needs an active embedding or at least one blinded embedding.")
+    if contributions > ring.max_parties:
+        raise ConfigError(
+            f"{contributions} embeddings exceed the ring's max_parties={ring.max_parties}; their "
+            "sum could overflow. Build the FixedPointRing with a larger max_parties."
+        )
+    n = contributions if n_parties is None else n_parties
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ConfigError(f"n_parties must be a positive integer, got {n_parties!r}.")
+    shapes = {tuple(b.shape) for b in blinded}
+    if active_embedding is not None:
+        shapes.add(tuple(active_embedding.shape))
+    if len(shapes) > 1:
+        raise ConfigError(f"all embeddings must have one shape to be aggregated, got {sorted(shapes)}.")
+    shape = shapes.pop()
+    ring_sum = np.zeros(shape, dtype=np.uint64)
+    for i, b in enumerate(blinded):
+        ring_sum += _to_ring(b, f"blinded embedding {i}")
+    total = ring_sum.view(np.int64).astype(np.float64) / ring._scale
+    device = active_embedding.device if active_embedding is not None else blinded[0].device
+    if active_embedding is not None:
+        if not active_embedding.is_floating_point():
+            raise ConfigError(f"active_embedding must be a float tensor, got {active_embedding.dtype}.")
+        total = total + active_embedding.detach().to("cpu", torch.float64).numpy()
+    return torch.from_numpy(np.asarray(total / n)).to(device=device, dtype=dtype)
+
+
+def benchmark_masking(*, n_passive: int = 10, shape: Sequence[int] = (128, 128), repeats: int = 50,
+                      scheme: str = "x25519") -> dict[str, float]:
+    """Median milliseconds of the masking primitives, for the project's benchmark.
+
+    Returns ``pair_stream_ms`` (one ``PRG(CK_{k,j})`` over ``shape``), ``blinding_factor_ms``
+    (one party's ``r_k``: ``n_passive - 1`` streams), ``blind_ms`` (encode + ``r_k``, one party)
+    and ``aggregate_ms`` (the active party's sum and decode of ``n_passive`` embeddings).
+    Defaults: 10 passive parties, 128 x 128 entries, 50 repeats.
+    """
+    check_passive_count(n_passive)
+    ring = FixedPointRing()
+    keys = {k: BlindingKeys(k, scheme=scheme, seed=k) for k in range(1, n_passive + 1)}
+    publics = {k: kp.public_key() for k, kp in keys.items()}
+    for k, kp in keys.items():
+        kp.agree({j: pk for j, pk in publics.items() if j != k})
+    gen = torch.Generator().manual_seed(0)
+    embedding = torch.randn(tuple(shape), generator=gen)
+    counter = iter(range(2**31))
+
+    def median_ms(fn) -> float:
+        fn()  # warm-up
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return 1e3 * float(np.median(times))
+
+    blinded = [blind(embedding, kp, ring=ring, round=0, step=0) for kp in keys.values()]
+    return {
+        "pair_stream_ms": median_ms(lambda: keys[1].mask_stream(2, shape, round=1, step=next(counter))),
+        "blinding_factor_ms": median_ms(lambda: keys[1].blinding_factor(shape, round=1, step=next(counter))),
+        "blind_ms": median_ms(lambda: blind(embedding, keys[1], ring=ring, round=2, step=next(counter))),
+        "aggregate_ms": median_ms(lambda: aggregate(embedding, blinded, ring=ring)),
+    }
