@@ -1,0 +1,561 @@
+"""Tests of vflkit.data on the real data in $VFLKIT_DATA and on small files of the same layout."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import pickle
+import shutil
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import torchvision
+from PIL import Image
+
+from vflkit import data as vdata
+from vflkit.config import cache_dir, data_root
+from vflkit.data import (
+    CREDIT_CARD_COLUMNS,
+    DATASETS,
+    MIMIC3_DROPPED,
+    MIMIC3_FEATURES,
+    ImageData,
+    TabularData,
+    encode_criteo,
+    load_dataset,
+)
+from vflkit.errors import ConfigError, DatasetCorruptError, DatasetNotFoundError
+
+CIFAR_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
+
+
+@pytest.fixture(scope="module")
+def mnist() -> ImageData:
+    return load_dataset("mnist", download=False)
+
+
+@pytest.fixture(scope="module")
+def cifar10() -> ImageData:
+    return load_dataset("cifar10", download=False, progress=False)
+
+
+@pytest.fixture
+def own_cache(tmp_path, monkeypatch):
+    """A private, empty cache directory for tests that count cache files."""
+    path = tmp_path / "cache"
+    monkeypatch.setenv("VFLKIT_CACHE", str(path))
+    return path
+
+
+def _write_png(path, img: torch.Tensor) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    arr = img.permute(1, 2, 0).numpy()
+    Image.fromarray(arr[:, :, 0] if arr.shape[2] == 1 else arr).save(path)
+
+
+def _png_tree(base, splits, per_class=2, gray_at=None):
+    """Write base/<split>/<class>/NNNN.png, pixel value = 10*class + index + 80*(split number)."""
+    for s, split in enumerate(splits):
+        for c, cls in enumerate(CIFAR_CLASSES):
+            for i in range(per_class):
+                value = 10 * c + i + 80 * s
+                channels = 1 if (split, c, i) == gray_at else 3
+                img = torch.full((channels, 32, 32), value, dtype=torch.uint8)
+                _write_png(base / split / cls / f"{i + 1:04d}.png", img)
+
+
+# ----------------------------------------------------------------------------- MNIST family
+
+
+def test_mnist_matches_the_data_readme(mnist):
+    """MNIST has the shapes, per-class counts, first labels and pixel means the data README gives."""
+    assert mnist.x_train.shape == (60000, 1, 28, 28) and mnist.x_train.dtype == torch.uint8
+    assert mnist.x_test.shape == (10000, 1, 28, 28) and mnist.y_train.dtype == torch.int64
+    assert torch.bincount(mnist.y_train).tolist() == [5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949]
+    assert torch.bincount(mnist.y_test).tolist() == [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]
+    assert mnist.y_train[:10].tolist() == [5, 0, 4, 1, 9, 2, 1, 3, 1, 4]
+    assert mnist.y_test[:10].tolist() == [7, 2, 1, 0, 4, 1, 4, 9, 5, 9]
+    assert mnist.x_train.double().mean().item() / 255 == pytest.approx(0.1307, abs=5e-5)
+    assert mnist.x_test.double().mean().item() / 255 == pytest.approx(0.1325, abs=5e-5)
+    assert mnist.num_classes == 10 and mnist.image_shape == (1, 28, 28)
+    assert mnist.classes == tuple(torchvision.datasets.MNIST.classes)
+    assert (mnist.mean, mnist.std) == ((0.1307,), (0.3081,))
+
+
+def test_fashion_mnist_alias_and_readme_facts():
+    """'fmnist' loads FashionMNIST with 6000/1000 per class, the README's first labels and means."""
+    fm = load_dataset("fmnist", download=False)
+    assert fm.name == "fashion_mnist"
+    assert torch.bincount(fm.y_train).tolist() == [6000] * 10
+    assert torch.bincount(fm.y_test).tolist() == [1000] * 10
+    assert fm.y_train[:10].tolist() == [9, 0, 0, 3, 0, 2, 7, 2, 5, 5]
+    assert fm.y_test[:10].tolist() == [9, 2, 1, 1, 6, 1, 4, 6, 5, 7]
+    assert fm.x_train.double().mean().item() / 255 == pytest.approx(0.2860, abs=5e-5)
+    assert fm.x_test.double().mean().item() / 255 == pytest.approx(0.2868, abs=5e-5)
+    assert fm.classes[0] == "T-shirt/top"
+
+
+def _copy_mnist(tmp_path):
+    raw = tmp_path / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    for f in (data_root() / "MNIST" / "raw").glob("*.gz"):
+        shutil.copyfile(f, raw / f.name)
+    return raw
+
+
+def test_mnist_wrong_md5_is_corrupt(tmp_path):
+    """A re-compressed .gz (same pixels, different bytes) fails torchvision's md5 with a clear error."""
+    raw = _copy_mnist(tmp_path)
+    labels = raw / "train-labels-idx1-ubyte.gz"
+    labels.write_bytes(gzip.compress(gzip.decompress(labels.read_bytes()), mtime=0))
+    with pytest.raises(DatasetCorruptError) as info:
+        load_dataset("mnist", root=tmp_path, download=False)
+    assert "train-labels-idx1-ubyte.gz" in str(info.value) and "d53e105ee54ea40749a09fcbcd1e9432" in str(info.value)
+
+
+def test_mnist_truncated_gzip_is_corrupt(tmp_path):
+    """A truncated .gz is reported as corrupt even when checksums are skipped."""
+    raw = _copy_mnist(tmp_path)
+    images = raw / "t10k-images-idx3-ubyte.gz"
+    images.write_bytes(images.read_bytes()[:50000])
+    with pytest.warns(UserWarning, match="verify=False"), pytest.raises(DatasetCorruptError, match="t10k-images"):
+        load_dataset("mnist", root=tmp_path, download=False, verify=False)
+
+
+def test_mnist_reads_uncompressed_idx_files(tmp_path, mnist):
+    """The uncompressed IDX files torchvision extracts give the same tensors as the .gz files."""
+    raw = _copy_mnist(tmp_path)
+    for f in raw.glob("*.gz"):
+        f.with_suffix("").write_bytes(gzip.decompress(f.read_bytes()))
+        f.unlink()
+    plain = load_dataset("mnist", root=tmp_path, download=False)
+    assert torch.equal(plain.x_train, mnist.x_train) and torch.equal(plain.y_test, mnist.y_test)
+
+
+def test_failed_download_falls_through_to_not_found(tmp_path, monkeypatch):
+    """When torchvision's download fails, the not-found error says so and why."""
+    class MNIST(torchvision.datasets.MNIST):
+        def __init__(self, *args, **kwargs):
+            raise RuntimeError("no network here")
+
+    monkeypatch.setattr(torchvision.datasets, "MNIST", MNIST)
+    with pytest.raises(DatasetNotFoundError, match="download failed: RuntimeError: no network here"):
+        load_dataset("mnist", root=tmp_path, download=True)
+
+
+# ----------------------------------------------------------------------------- errors and options
+
+
+def test_missing_dataset_message_says_what_where_and_how(tmp_path):
+    """The not-found error names the dataset, the expected files, the searched dir and the fixes."""
+    with pytest.raises(DatasetNotFoundError) as info:
+        load_dataset("mnist", root=tmp_path, download=False)
+    msg = str(info.value)
+    assert "'mnist'" in msg and "MNIST/raw/train-images-idx3-ubyte.gz" in msg
+    assert str(tmp_path / "MNIST" / "raw") in msg
+    assert "VFLKIT_DATA" in msg and "./data/" in msg and "download=True" in msg and "https://" in msg
+
+
+def test_missing_dataset_uses_env_root_and_offline_never_downloads(tmp_path, monkeypatch):
+    """VFLKIT_DATA is the default root and VFLKIT_OFFLINE=1 turns the default download off."""
+    monkeypatch.setenv("VFLKIT_DATA", str(tmp_path))
+    monkeypatch.setenv("VFLKIT_OFFLINE", "1")
+    monkeypatch.setattr(vdata, "_try_download", lambda *a: pytest.fail("download attempted while offline"))
+    with pytest.raises(DatasetNotFoundError) as info:
+        load_dataset("cifar100")
+    assert "cifar-100-python/train" in str(info.value) and str(tmp_path / "cifar-100-python") in str(info.value)
+
+
+def test_datasets_without_downloader_say_where_to_get_them(tmp_path):
+    """CINIC-10, Criteo, credit card and MIMIC-III errors point to their sources, MIMIC to PhysioNet."""
+    expected = {"cinic10": "cinic-10/train", "criteo": "criteo/dac_sample.txt",
+                "credit_card": "uci_credit_card/UCI_Credit_Card.csv", "mimic3": "mimic3/mimic3.csv"}
+    for name, path in expected.items():
+        with pytest.raises(DatasetNotFoundError) as info:
+            load_dataset(name, root=tmp_path, download=True)
+        assert path in str(info.value) and "VFLKIT_DATA" in str(info.value)
+    with pytest.raises(DatasetNotFoundError, match="PhysioNet"):
+        load_dataset("mimic3", root=tmp_path)
+
+
+def test_unknown_dataset_and_option_list_the_valid_choices():
+    """An unknown name or option is a ConfigError that lists what is valid."""
+    with pytest.raises(ConfigError) as info:
+        load_dataset("cifar1000")
+    assert all(name in str(info.value) for name in DATASETS) and "fmnist" in str(info.value)
+    with pytest.raises(ConfigError, match="include_valid"):
+        load_dataset("cinic10", include_vaild=True)
+    with pytest.raises(ConfigError, match="source"):
+        load_dataset("cifar10", source="jpeg", download=False)
+
+
+# ----------------------------------------------------------------------------- CIFAR-10 PNG
+
+
+def test_cifar10_png_matches_the_data_readme(cifar10):
+    """The PNG tree decodes to 50k/10k RGB images with official labels, pixels and means."""
+    assert cifar10.x_train.shape == (50000, 3, 32, 32) and cifar10.x_test.shape == (10000, 3, 32, 32)
+    assert torch.bincount(cifar10.y_train).tolist() == [5000] * 10
+    assert torch.bincount(cifar10.y_test).tolist() == [1000] * 10
+    assert cifar10.classes == CIFAR_CLASSES
+    frog, truck = 6 * 5000, 9 * 5000  # first image of each class folder
+    assert cifar10.y_train[frog] == 6 and cifar10.y_train[truck] == 9
+    assert cifar10.x_train[frog, 0, 0, :3].tolist() == [59, 43, 50]
+    assert cifar10.x_train[frog, 2, -1, -3:].tolist() == [140, 84, 72]
+    assert cifar10.x_train[truck, 0, 0, :3].tolist() == [154, 126, 105]
+    assert cifar10.x_train[truck, 2, -1, -3:].tolist() == [139, 142, 144]
+    mean = cifar10.x_train.sum(dim=(0, 2, 3), dtype=torch.int64).double() / (50000 * 1024 * 255)
+    assert mean.tolist() == pytest.approx([0.4914, 0.4822, 0.4465], abs=1e-4)
+
+
+def test_cifar10_second_load_hits_the_cache(cifar10, monkeypatch):
+    """A second load reads the cache file (no PNG decoded) and gives identical tensors in ~1 s."""
+    assert {p.name.split("-")[3] for p in cache_dir().glob("cifar10-png-*.pt")} >= {"test", "train"}
+    monkeypatch.setattr(torchvision.io, "decode_png", lambda *a, **k: pytest.fail("decoded despite the cache"))
+    start = time.perf_counter()
+    again = load_dataset("cifar10", download=False, progress=False)
+    assert time.perf_counter() - start < 10
+    assert torch.equal(again.x_train, cifar10.x_train) and torch.equal(again.y_test, cifar10.y_test)
+
+
+def _linked_cifar_tree(tmp_path):
+    """A data root whose class folders link to the real ones, with its own (editable) manifests."""
+    real = data_root() / "cifar10-png"
+    for split in ("train", "test"):
+        (tmp_path / "cifar10-png" / split).mkdir(parents=True)
+        for cls in CIFAR_CLASSES:
+            os.symlink(real / split / cls, tmp_path / "cifar10-png" / split / cls)
+        shutil.copyfile(real / f"{split}.sha256", tmp_path / "cifar10-png" / f"{split}.sha256")
+    return tmp_path / "cifar10-png" / "train.sha256"
+
+
+def test_cifar10_png_sha256_mismatch_is_corrupt(tmp_path, own_cache):
+    """A PNG whose sha256 differs from the manifest is named in a DatasetCorruptError."""
+    manifest = _linked_cifar_tree(tmp_path)
+    lines = manifest.read_text().splitlines()
+    lines[0] = "0" * 64 + lines[0][64:]
+    manifest.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DatasetCorruptError, match="train/airplane/0001.png.*sha256"):
+        load_dataset("cifar10", root=tmp_path, download=False, progress=False)
+
+
+def test_cifar10_png_missing_manifest_entry_is_corrupt(tmp_path, own_cache):
+    """A PNG that the manifest does not list is reported before anything is decoded."""
+    manifest = _linked_cifar_tree(tmp_path)
+    manifest.write_text("".join(manifest.read_text().splitlines(keepends=True)[1:]))
+    with pytest.raises(DatasetCorruptError, match="not listed.*airplane/0001.png"):
+        load_dataset("cifar10", root=tmp_path, download=False, progress=False)
+
+
+# ----------------------------------------------------------------------------- CINIC-10 and the cache
+
+
+def test_cinic10_tree_loads_with_valid_and_greyscale(tmp_path, own_cache):
+    """CINIC-10's tree loads as RGB (greyscale converted), valid joins train on request."""
+    _png_tree(tmp_path / "cinic-10", ["train", "valid", "test"], gray_at=("train", 3, 1))
+    with pytest.warns(UserWarning, match="verify=False"):
+        cinic = load_dataset("cinic10", root=tmp_path, verify=False, progress=False)
+    assert cinic.x_train.shape == (20, 3, 32, 32) and cinic.x_test.shape == (20, 3, 32, 32)
+    assert cinic.y_train.tolist() == [c for c in range(10) for _ in range(2)]
+    assert cinic.x_train[7].unique().tolist() == [31]  # the greyscale image, class 3, index 1
+    assert cinic.x_test[0].unique().tolist() == [160]
+    with pytest.warns(UserWarning):
+        both = load_dataset("cinic10", root=tmp_path, verify=False, include_valid=True, progress=False)
+    assert both.x_train.shape[0] == 40 and both.x_train[20].unique().tolist() == [80]
+    assert both.mean == pytest.approx((0.4789, 0.4723, 0.4305), abs=1e-4)
+
+
+def test_png_decoding_falls_back_to_pillow(tmp_path, own_cache, monkeypatch):
+    """Without torchvision's PNG decoder (deprecated in 0.29) Pillow decodes the same pixels."""
+    _png_tree(tmp_path / "cinic-10", ["train", "test"], gray_at=("train", 3, 1))
+    monkeypatch.delattr(torchvision.io, "decode_png")
+    with pytest.warns(UserWarning):
+        cinic = load_dataset("cinic10", root=tmp_path, verify=False, progress=False)
+    assert cinic.x_train.shape == (20, 3, 32, 32) and cinic.x_train[7].unique().tolist() == [31]
+    assert cinic.x_test[19].unique().tolist() == [80 + 91]
+
+
+def test_cinic10_wrong_counts_are_corrupt(tmp_path, own_cache):
+    """With verify (the default) a CINIC-10 tree without 9000 images per class is corrupt."""
+    _png_tree(tmp_path / "cinic-10", ["train", "test"], per_class=1)
+    with pytest.raises(DatasetCorruptError, match="expected 9000 each"):
+        load_dataset("cinic10", root=tmp_path, progress=False)
+
+
+def test_png_cache_is_reused_then_invalidated_by_a_changed_file(tmp_path, own_cache, monkeypatch):
+    """The second load comes from the cache; rewriting one PNG gives a new key and fresh pixels."""
+    _png_tree(tmp_path / "cinic-10", ["train", "test"])
+    with pytest.warns(UserWarning):
+        first = load_dataset("cinic10", root=tmp_path, verify=False, progress=False)
+    assert len(list(own_cache.glob("cinic10-*-train-*.pt"))) == 1
+    real_decode = torchvision.io.decode_png
+    monkeypatch.setattr(torchvision.io, "decode_png", lambda *a, **k: pytest.fail("decoded despite the cache"))
+    with pytest.warns(UserWarning):
+        cached = load_dataset("cinic10", root=tmp_path, verify=False, progress=False)
+    assert torch.equal(cached.x_train, first.x_train)
+    monkeypatch.setattr(torchvision.io, "decode_png", real_decode)
+    changed = tmp_path / "cinic-10" / "train" / "bird" / "0001.png"
+    _write_png(changed, torch.full((3, 32, 32), 7, dtype=torch.uint8))
+    os.utime(changed, ns=(0, 123))  # a different mtime even on coarse-clock file systems
+    with pytest.warns(UserWarning):
+        fresh = load_dataset("cinic10", root=tmp_path, verify=False, progress=False)
+    assert fresh.x_train[4].unique().tolist() == [7] and torch.equal(fresh.x_train[5], first.x_train[5])
+    assert len(list(own_cache.glob("cinic10-*-train-*.pt"))) == 1  # the stale file was removed
+
+
+# ----------------------------------------------------------------------------- CIFAR pickles
+
+
+def _write_cifar_pickles(folder, files: dict[str, dict]) -> None:
+    folder.mkdir(parents=True)
+    for name, content in files.items():
+        with open(folder / name, "wb") as f:
+            pickle.dump(content, f, protocol=2)
+
+
+def _batch(n, label_key, n_classes, offset):
+    rng = np.random.default_rng(offset)
+    return {"batch_label": "test-made", label_key: [(offset + i) % n_classes for i in range(n)],
+            "data": rng.integers(0, 256, size=(n, 3072), dtype=np.uint8),
+            "filenames": [f"img_{offset + i}.png" for i in range(n)]}
+
+
+def test_cifar10_pickles_made_here_are_not_taken_for_the_real_ones(tmp_path):
+    """Test-made CIFAR-10 pickles fail the md5 check; unverified they parse in the official layout."""
+    files = {f"data_batch_{k}": _batch(2, "labels", 10, 2 * k) for k in range(1, 6)}
+    files["test_batch"] = _batch(3, "labels", 10, 50)
+    files["batches.meta"] = {"label_names": list(CIFAR_CLASSES), "num_cases_per_batch": 2, "num_vis": 3072}
+    _write_cifar_pickles(tmp_path / "cifar-10-batches-py", files)
+    with pytest.raises(DatasetCorruptError, match="batches.meta: md5 is .* original's"):
+        load_dataset("cifar10", root=tmp_path, download=False)
+    with pytest.warns(UserWarning, match="not comparable"):
+        c10 = load_dataset("cifar10", root=tmp_path, download=False, verify=False, source="pickle")
+    assert c10.x_train.shape == (10, 3, 32, 32) and c10.x_test.shape == (3, 3, 32, 32)
+    assert c10.y_train.tolist() == [(2 + i) % 10 for i in range(10)] and c10.classes == CIFAR_CLASSES
+    row = files["data_batch_1"]["data"][1]
+    assert c10.x_train[1, 0].flatten().tolist() == row[:1024].tolist()  # red plane first
+    assert c10.x_train[1, 2].flatten().tolist() == row[2048:].tolist()
+
+
+def test_cifar100_pickles_use_fine_labels(tmp_path):
+    """CIFAR-100 pickles load with the 100 fine labels; test-made files fail the md5 check."""
+    names = [f"class_{i}" for i in range(100)]
+    _write_cifar_pickles(tmp_path / "cifar-100-python", {
+        "train": {**_batch(4, "fine_labels", 100, 98), "coarse_labels": [0, 1, 2, 3]},
+        "test": {**_batch(2, "fine_labels", 100, 7), "coarse_labels": [0, 1]},
+        "meta": {"fine_label_names": names, "coarse_label_names": [f"c{i}" for i in range(20)]},
+    })
+    with pytest.raises(DatasetCorruptError, match="md5"):
+        load_dataset("cifar100", root=tmp_path, download=False)
+    with pytest.warns(UserWarning):
+        c100 = load_dataset("cifar100", root=tmp_path, download=False, verify=False)
+    assert c100.y_train.tolist() == [98, 99, 0, 1] and c100.num_classes == 100
+    assert c100.mean == pytest.approx((0.5071, 0.4865, 0.4409))
+
+
+def test_cifar_pickle_with_foreign_code_is_refused(tmp_path):
+    """A pickle that would call a function other than numpy's array rebuild is not unpickled."""
+    class Evil:
+        def __reduce__(self):
+            return (os.getcwd, ())
+
+    files = {f"data_batch_{k}": _batch(1, "labels", 10, k) for k in range(1, 6)}
+    files["test_batch"] = _batch(1, "labels", 10, 9)
+    files["batches.meta"] = {"label_names": Evil()}
+    _write_cifar_pickles(tmp_path / "cifar-10-batches-py", files)
+    with pytest.warns(UserWarning), pytest.raises(DatasetCorruptError, match="posix.getcwd|os.getcwd"):
+        load_dataset("cifar10", root=tmp_path, download=False, verify=False)
+
+
+# ----------------------------------------------------------------------------- tabular
+
+
+def test_breast_cancer_is_sklearns():
+    """Breast Cancer Wisconsin is 569 x 30 with scikit-learn's feature names and 212 malignant."""
+    bc = load_dataset("breast_cancer")
+    assert bc.features.shape == (569, 30) and bc.task == "binary" and bc.num_classes == 2
+    assert {"worst compactness", "concave points error", "mean texture"} <= set(bc.features.columns)
+    assert int((bc.target == 0).sum()) == 212
+
+
+def test_credit_card_has_uci_names_and_published_positives():
+    """UCI Credit Card: 30000 x 23 features named X1..X23, ID index, 6636 defaults."""
+    cc = load_dataset("credit_card")
+    assert list(cc.features.columns) == [f"X{i}" for i in range(1, 24)]
+    assert cc.features.shape == (30000, 23) and int(cc.target.sum()) == 6636
+    assert cc.features.index.name == "ID" and cc.features.index.is_unique and cc.features.index[0] == 1
+    assert cc.features.iloc[0][["X1", "X2", "X3", "X5", "X6"]].tolist() == [20000, 2, 2, 24, 2]
+    assert CREDIT_CARD_COLUMNS["X3"] == "EDUCATION" and CREDIT_CARD_COLUMNS["X7"] == "PAY_2"
+    assert CREDIT_CARD_COLUMNS["X23"] == "PAY_AMT6" and cc.categorical == ()
+
+
+def test_credit_card_uci_header_and_corrupt_copies(tmp_path):
+    """A CSV headed X1..X23,Y loads the same; duplicate IDs or missing rows are corrupt."""
+    cc = load_dataset("credit_card")
+    folder = tmp_path / "uci_credit_card"
+    folder.mkdir()
+    cc.features.assign(Y=cc.target).to_csv(folder / "uci.csv", index=False)
+    same = load_dataset("credit_card", root=tmp_path, file="uci.csv")
+    pd.testing.assert_frame_equal(same.features.reset_index(drop=True), cc.features.reset_index(drop=True))
+    original = pd.read_csv(data_root() / "uci_credit_card" / "UCI_Credit_Card.csv")
+    original.assign(ID=original["ID"].where(original["ID"] != 2, 1)).to_csv(folder / "dup.csv", index=False)
+    with pytest.raises(DatasetCorruptError, match="ID is not unique"):
+        load_dataset("credit_card", root=tmp_path, file="dup.csv")
+    original.iloc[:-1].to_csv(folder / "short.csv", index=False)
+    with pytest.raises(DatasetCorruptError, match="29999 rows, expected 30000"):
+        load_dataset("credit_card", root=tmp_path, file="short.csv")
+
+
+def test_criteo_samples_load_with_missing_values_marked():
+    """Both Criteo samples load: 1999 rows/418 positives (Kaggle CSV), 200/49 (DeepCTR CSV)."""
+    tiny = load_dataset("criteo")  # train.tiny.csv is the first present default here
+    assert tiny.features.shape == (1999, 39) and int(tiny.target.sum()) == 418
+    assert tiny.features.index[0] == 10000000 and tiny.features.index[-1] == 10001998
+    assert tiny.categorical == tuple(f"C{i}" for i in range(1, 27))
+    assert np.isnan(tiny.features.loc[10000000, "I12"]) and tiny.features.loc[10000000, "I13"] == 2.0
+    assert tiny.features.loc[10000000, "C22"] == "" and tiny.features.loc[10000000, "C1"] == "68fd1e64"
+    sample = load_dataset("criteo", file="criteo_sample.txt")
+    assert sample.features.shape == (200, 39) and int(sample.target.sum()) == 49
+    assert sample.features["I3"].iloc[0] == 260.0 and np.isnan(sample.features["I1"].iloc[0])
+
+
+def test_criteo_tab_separated_train_txt_equals_kaggle_csv(tmp_path):
+    """train.txt (label, I1..I13, C1..C26, tabs, no header) reads the same as the Kaggle CSV."""
+    tiny = load_dataset("criteo", file="train.tiny.csv")
+    lines = (data_root() / "criteo" / "train.tiny.csv").read_text().splitlines()[1:]
+    (tmp_path / "criteo").mkdir()
+    (tmp_path / "criteo" / "train.txt").write_text(
+        "".join("\t".join(line.split(",")[1:]) + "\n" for line in lines))
+    txt = load_dataset("criteo", root=tmp_path)
+    pd.testing.assert_frame_equal(txt.features, tiny.features.reset_index(drop=True))
+    assert txt.target.tolist() == tiny.target.tolist()
+    assert len(load_dataset("criteo", root=tmp_path, nrows=10).target) == 10
+
+
+def test_rows_longer_than_the_header_are_corrupt_not_shifted(tmp_path):
+    """A CSV or train.txt whose rows carry an extra field is refused instead of read shifted."""
+    (tmp_path / "criteo").mkdir()
+    (tmp_path / "criteo" / "train.txt").write_text("\t".join(["1"] * 41) + "\n")
+    with pytest.raises(DatasetCorruptError, match="more than the 40"):
+        load_dataset("criteo", root=tmp_path)
+    (tmp_path / "uci_credit_card").mkdir()
+    header = "ID," + ",".join(list(CREDIT_CARD_COLUMNS.values()))
+    (tmp_path / "uci_credit_card" / "UCI_Credit_Card.csv").write_text(header + "\n" + ",".join(["1"] * 26) + "\n")
+    with pytest.raises(DatasetCorruptError, match="more fields than its header"):
+        load_dataset("credit_card", root=tmp_path)
+
+
+def test_encode_criteo_dense_log_and_sparse_indices():
+    """encode_criteo gives log(1+x) dense features, 0 for missing, and per-column indices."""
+    tiny = load_dataset("criteo")
+    dense, sparse, vocab = encode_criteo(tiny)
+    assert dense.shape == (1999, 13) and dense.dtype == torch.float32
+    assert sparse.shape == (1999, 26) and sparse.dtype == torch.int64 and len(vocab) == 26
+    raw = tiny.features.loc[10000000]
+    assert dense[0, 4].item() == pytest.approx(np.log1p(1382.0)) and dense[0, 3].item() == 0.0  # I5, I4 = 0
+    assert dense[0, 11].item() == 0.0  # I12 missing
+    assert sparse[0, 21].item() == 0 and sparse[0, 0].item() > 0  # C22 missing, C1 present
+    assert all(int(sparse[:, j].max()) == vocab[j] - 1 for j in range(26))
+    assert vocab[0] == tiny.features["C1"].replace("", np.nan).nunique() + 1
+    _, rare, vocab2 = encode_criteo(tiny, min_count=5)
+    assert all(v2 <= v for v, v2 in zip(vocab, vocab2)) and (rare == 0).sum() > (sparse == 0).sum()
+    assert raw["C1"] == "68fd1e64"
+    with pytest.raises(ConfigError):
+        encode_criteo(tiny, min_count=0)
+
+
+def _mimic3d(n, seed=0):
+    """A table in the layout of mimic3d.csv (28 columns), random values."""
+    rng = np.random.default_rng(seed)
+    df = pd.DataFrame({"hadm_id": np.arange(100000, 100000 + n)})
+    for col in ("gender", "admit_type", "admit_location", "AdmitDiagnosis", "insurance", "religion",
+                "marital_status", "ethnicity", "AdmitProcedure"):
+        df[col] = rng.choice(["A", "B"], size=n)
+    df["LOSdays"] = rng.integers(0, 30, n)
+    df["ExpiredHospital"] = rng.integers(0, 2, n)
+    for col in MIMIC3_FEATURES:
+        df[col] = rng.integers(0, 50, n)
+    df["LOSgroupNum"] = np.arange(n) % 4
+    return df
+
+
+def test_mimic3_follows_vfedtrans_preprocessing(tmp_path):
+    """A mimic3d.csv-layout file gives VFedTrans's 15 features and 4 length-of-stay classes."""
+    (tmp_path / "mimic3").mkdir()
+    _mimic3d(58976).sample(frac=1.0, axis=1, random_state=1).to_csv(tmp_path / "mimic3" / "mimic3.csv", index=False)
+    m = load_dataset("mimic3", root=tmp_path)
+    assert m.features.shape == (58976, 15) and set(m.features.columns) == set(MIMIC3_FEATURES)
+    assert not set(MIMIC3_DROPPED) & set(m.features.columns)
+    assert m.task == "multiclass" and m.num_classes == 4 and m.target.name == "LOSgroupNum"
+    assert m.features.index.name == "hadm_id" and m.features.index[0] == 100000
+    assert {"age", "NumCallouts", "NumDiagnosis", "NumProcs", "NumCPTevents"} <= set(m.features.columns)
+
+
+def test_mimic3_generic_csv_and_wrong_sizes(tmp_path):
+    """A 15-feature CSV with a named target loads unverified; wrong row or column counts are corrupt."""
+    (tmp_path / "mimic3").mkdir()
+    small = _mimic3d(100)[[*MIMIC3_FEATURES, "LOSgroupNum"]].rename(columns={"LOSgroupNum": "target"})
+    small.to_csv(tmp_path / "mimic3" / "mimic3.csv", index=False)
+    with pytest.raises(DatasetCorruptError, match="100 rows, expected 58976"):
+        load_dataset("mimic3", root=tmp_path)
+    with pytest.warns(UserWarning):
+        m = load_dataset("mimic3", root=tmp_path, verify=False)
+    assert m.features.shape == (100, 15) and m.target.name == "target"
+    small.drop(columns=["NumRx"]).to_csv(tmp_path / "mimic3" / "mimic3.csv", index=False)
+    with pytest.raises(DatasetCorruptError, match="14 feature columns"):
+        load_dataset("mimic3", root=tmp_path, verify=False)
+
+
+# ----------------------------------------------------------------------------- subset / normalize
+
+
+def test_image_subset_is_deterministic(mnist):
+    """subset draws the same images for the same seed, other images for another, and checks sizes."""
+    a = mnist.subset(n_train=500, n_test=100, seed=3)
+    b = mnist.subset(n_train=500, n_test=100, seed=3)
+    c = mnist.subset(n_train=500, n_test=100, seed=4)
+    assert a.x_train.shape == (500, 1, 28, 28) and torch.equal(a.x_train, b.x_train) and torch.equal(a.y_test, b.y_test)
+    assert not torch.equal(a.y_train, c.y_train)
+    assert torch.equal(mnist.subset(n_test=100, seed=3).y_test, a.y_test)  # n_train does not shift the test draw
+    assert mnist.subset(n_test=10).x_train is mnist.x_train  # None keeps all
+    with pytest.raises(ConfigError, match="60001"):
+        mnist.subset(n_train=60001)
+
+
+def test_tabular_subset_is_deterministic():
+    """TabularData.subset keeps ids and order, depends only on the seed, and checks n."""
+    cc = load_dataset("credit_card")
+    a, b = cc.subset(n=1000, seed=1), cc.subset(n=1000, seed=1)
+    assert a.features.index.equals(b.features.index) and a.features.index.is_monotonic_increasing
+    assert not a.features.index.equals(cc.subset(n=1000, seed=2).features.index)
+    assert (a.target.index == a.features.index).all() and len(a.target) == 1000
+    with pytest.raises(ConfigError):
+        cc.subset(n=30001)
+
+
+def test_normalize_converts_on_the_device(mnist):
+    """normalize returns float32 (x/255 - mean)/std on the requested device; non-uint8 input is refused."""
+    batch = mnist.x_train[:256]
+    out = mnist.normalize(batch, "cpu")
+    assert out.dtype == torch.float32 and out.device.type == "cpu" and out.shape == batch.shape
+    expected = (batch.float() / 255 - 0.1307) / 0.3081
+    assert torch.allclose(out, expected, atol=1e-6)
+    assert out.min().item() == pytest.approx(-0.1307 / 0.3081, abs=1e-6)
+    whole = mnist.normalize(mnist.x_train[:, :, :, :7])  # a party's vertical strip
+    assert whole.shape == (60000, 1, 28, 7)
+    with pytest.raises(ValueError, match="uint8"):
+        mnist.normalize(batch.float())
+
+
+def test_containers_check_their_contents():
+    """ImageData and TabularData refuse inconsistent tensors and frames."""
+    x, y = torch.zeros(4, 1, 2, 2, dtype=torch.uint8), torch.zeros(4, dtype=torch.int64)
+    with pytest.raises(ValueError, match="y_train"):
+        ImageData("toy", x, y[:3], x, y, ("a",), (0.5,), (0.5,))
+    with pytest.raises(ValueError, match="uint8"):
+        ImageData("toy", x.float(), y, x, y, ("a",), (0.5,), (0.5,))
+    with pytest.raises(ValueError, match="task"):
+        TabularData("toy", pd.DataFrame({"a": [1, 2]}), pd.Series([0, 1]), "regression")

@@ -1,0 +1,1004 @@
+"""Datasets of the five papers, loaded whole into tensors (images) or DataFrames (tables).
+
+One entry point, :func:`load_dataset`, reads from one data root (``root=``, else
+:func:`vflkit.config.data_root`: ``$VFLKIT_DATA``, else ``./data``) in this layout::
+
+    MNIST/raw/*-ubyte.gz            FashionMNIST/raw/*-ubyte.gz     (torchvision's layout)
+    cifar-10-batches-py/            cifar10-png/{train,test}/<class>/*.png
+    cifar-100-python/               cinic-10/{train,valid,test}/<class>/*.png
+    uci_credit_card/UCI_Credit_Card.csv
+    criteo/train.txt | dac_sample.txt | train.csv | train.tiny.csv | criteo_sample.txt
+    mimic3/mimic3.csv               (you supply it: MIMIC-III cannot be redistributed)
+
+Breast Cancer Wisconsin ships with scikit-learn. Images are kept as ``uint8`` tensors
+``[N, C, H, W]`` and normalised on the way to the device (:meth:`ImageData.normalize`); PNG
+trees are decoded once and cached under :func:`vflkit.config.cache_dir` (the data root may be
+read-only). Every file is checked against what the original is known to be (md5 of the
+torchvision originals, the sha256 manifest of the PNG tree, shapes, counts, label ranges): a
+missing dataset raises :class:`DatasetNotFoundError`, a wrong one :class:`DatasetCorruptError`.
+``verify=False`` skips only the checksum and expected-count checks (for test fixtures and
+modified copies) and warns that the result is not the published dataset.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import inspect
+import io
+import os
+import pickle
+import warnings
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+import torch
+import torchvision
+from tqdm.auto import tqdm
+
+from .config import DATA_ENV, data_root, cache_dir, resolve_device
+from .errors import ConfigError, DatasetCorruptError, DatasetNotFoundError
+
+__all__ = [
+    "DATASETS",
+    "ALIASES",
+    "ImageData",
+    "TabularData",
+    "load_dataset",
+    "encode_criteo",
+    "CREDIT_CARD_COLUMNS",
+    "MIMIC3_FEATURES",
+    "CRITEO_DENSE",
+    "CRITEO_SPARSE",
+]
+
+DATASETS: tuple[str, ...] = (
+    "mnist", "fashion_mnist", "cifar10", "cifar100", "cinic10",
+    "breast_cancer", "credit_card", "criteo", "mimic3",
+)
+ALIASES: dict[str, str] = {"fmnist": "fashion_mnist"}
+OFFLINE_ENV = "VFLKIT_OFFLINE"
+
+CIFAR10_CLASSES: tuple[str, ...] = (
+    "airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck",
+)
+
+# Per-channel mean/std of the training images scaled to [0, 1] (population std over all
+# pixels, not the mean of per-image stds). MNIST, FashionMNIST, CIFAR-10 and CIFAR-100: the
+# standard training-set values (CIFAR-10's agree with the PNG copy in the data README to 1e-4).
+# CINIC-10: the values published in the CINIC-10 repository's README (BayesWatch/cinic-10).
+_STATS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
+    "mnist": ((0.1307,), (0.3081,)),
+    "fashion_mnist": ((0.2860,), (0.3530,)),
+    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+    "cifar100": ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
+    "cinic10": ((0.47889522, 0.47227842, 0.43047404), (0.24205776, 0.23828046, 0.25874835)),
+}
+
+_CINIC_URL = "https://datashare.ed.ac.uk/handle/10283/3192 (CINIC-10.tar.gz; see github.com/BayesWatch/cinic-10)"
+_CREDIT_URL = (
+    "https://archive.ics.uci.edu/dataset/350/default+of+credit+card+clients (UCI, header X1..X23,Y) "
+    "or Kaggle's 'uciml/default-of-credit-card-clients-dataset' (UCI_Credit_Card.csv)"
+)
+_CRITEO_URL = (
+    "Criteo Labs' Display Advertising Challenge data (Kaggle 'criteo-display-ad-challenge': "
+    "train.txt, or the 100,000-line dac_sample.txt)"
+)
+_MIMIC_URL = "https://physionet.org/content/mimiciii/1.4/"
+
+# UCI names (X1..X23, Y) of the Kaggle-named UCI_Credit_Card.csv columns, in file order.
+# APC-VFL (Appendix A) names features X3, X5, X7, X9, X11.
+CREDIT_CARD_COLUMNS: dict[str, str] = {
+    "X1": "LIMIT_BAL", "X2": "SEX", "X3": "EDUCATION", "X4": "MARRIAGE", "X5": "AGE",
+    "X6": "PAY_0", "X7": "PAY_2", "X8": "PAY_3", "X9": "PAY_4", "X10": "PAY_5", "X11": "PAY_6",
+    **{f"X{11 + i}": f"BILL_AMT{i}" for i in range(1, 7)},
+    **{f"X{17 + i}": f"PAY_AMT{i}" for i in range(1, 7)},
+    "Y": "default.payment.next.month",
+}
+
+# Huang et al. 2023 (VFedTrans, github.com/Chung-ju/VFedTrans, utils.load_data('MIMIC')) read
+# the per-admission table mimic3d.csv (58,976 admissions), drop these columns and predict the
+# length-of-stay group LOSgroupNum (4 classes) from the 15 count features that remain.
+MIMIC3_DROPPED: tuple[str, ...] = (
+    "LOSgroupNum", "hadm_id", "AdmitDiagnosis", "AdmitProcedure", "religion", "insurance",
+    "ethnicity", "marital_status", "ExpiredHospital", "LOSdays", "gender", "admit_type",
+    "admit_location",
+)
+MIMIC3_FEATURES: tuple[str, ...] = (
+    "age", "NumCallouts", "NumDiagnosis", "NumProcs", "NumCPTevents", "NumInput", "NumLabs",
+    "NumMicroLabs", "NumNotes", "NumOutput", "NumRx", "NumProcEvents", "NumTransfers",
+    "NumChartEvents", "TotalNumInteract",
+)
+_MIMIC3_TARGETS: tuple[str, ...] = ("LOSgroupNum", "target", "label", "y", "Y")
+
+CRITEO_DENSE: tuple[str, ...] = tuple(f"I{i}" for i in range(1, 14))
+CRITEO_SPARSE: tuple[str, ...] = tuple(f"C{i}" for i in range(1, 27))
+_CRITEO_FILES: tuple[str, ...] = ("train.txt", "dac_sample.txt", "train.csv", "train.tiny.csv", "criteo_sample.txt")
+
+# Bump when the cached tensor layout changes, so old cache files are never read.
+_CACHE_VERSION = 1
+
+
+# --------------------------------------------------------------------------- containers
+
+
+@dataclass(repr=False, eq=False)
+class ImageData:
+    """A whole image dataset as ``uint8`` tensors ``[N, C, H, W]`` with ``int64`` labels.
+
+    ``mean``/``std`` are per-channel training-set statistics of pixels in [0, 1], used by
+    :meth:`normalize`.
+    """
+
+    name: str
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    classes: tuple[str, ...]
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        for split in ("train", "test"):
+            x, y = getattr(self, f"x_{split}"), getattr(self, f"y_{split}")
+            if x.dtype != torch.uint8 or x.ndim != 4:
+                raise ValueError(f"{self.name}: x_{split} must be uint8 [N, C, H, W], got {x.dtype} {tuple(x.shape)}")
+            if y.dtype != torch.int64 or y.shape != (x.shape[0],):
+                raise ValueError(f"{self.name}: y_{split} must be int64 [{x.shape[0]}], got {y.dtype} {tuple(y.shape)}")
+        if self.x_train.shape[1:] != self.x_test.shape[1:]:
+            raise ValueError(f"{self.name}: train and test images differ in shape")
+        if not len(self.mean) == len(self.std) == self.x_train.shape[1]:
+            raise ValueError(f"{self.name}: mean/std need one value per channel ({self.x_train.shape[1]})")
+        self.classes = tuple(self.classes)
+
+    def __repr__(self) -> str:
+        return (f"ImageData(name={self.name!r}, n_train={len(self.y_train)}, n_test={len(self.y_test)}, "
+                f"image_shape={self.image_shape}, num_classes={self.num_classes})")
+
+    @property
+    def num_classes(self) -> int:
+        """Number of classes (length of ``classes``)."""
+        return len(self.classes)
+
+    @property
+    def image_shape(self) -> tuple[int, int, int]:
+        """``(C, H, W)`` of one image."""
+        c, h, w = self.x_train.shape[1:]
+        return int(c), int(h), int(w)
+
+    def subset(self, *, n_train: int | None = None, n_test: int | None = None, seed: int = 0) -> ImageData:
+        """Random subset of ``n_train`` training and ``n_test`` test images (None keeps all).
+
+        Deterministic in ``seed`` (each split draws from its own ``torch.Generator`` seeded with
+        ``seed``, so ``n_train`` does not change which test images are drawn); the chosen
+        images keep their original order. Asking for more images than there are is an error.
+        """
+        x_tr, y_tr = _pick(self.x_train, self.y_train, n_train, seed, f"{self.name} n_train")
+        x_te, y_te = _pick(self.x_test, self.y_test, n_test, seed, f"{self.name} n_test")
+        return ImageData(self.name, x_tr, y_tr, x_te, y_te, self.classes, self.mean, self.std)
+
+    def normalize(self, x: torch.Tensor, device: str | torch.device | None = None) -> torch.Tensor:
+        """``(x / 255 - mean) / std`` as float32 on ``device`` (default: where ``x`` is).
+
+        ``x`` is a ``uint8`` batch ``[..., C, H, W]`` (any spatial slice of the images); it is
+        moved to the device as ``uint8`` first and converted there, so only a quarter of the
+        bytes cross to the GPU.
+        """
+        if x.dtype != torch.uint8:
+            raise ValueError(f"normalize expects the uint8 images of {self.name}, got {x.dtype}")
+        if x.ndim < 3 or x.shape[-3] != len(self.mean):
+            raise ValueError(f"normalize expects [..., {len(self.mean)}, H, W] images, got {tuple(x.shape)}")
+        dev = x.device if device is None else resolve_device(device)
+        x = x.to(dev, non_blocking=True)
+        mean = torch.tensor(self.mean, dtype=torch.float32, device=dev).view(-1, 1, 1)
+        std = torch.tensor(self.std, dtype=torch.float32, device=dev).view(-1, 1, 1)
+        return (x.to(torch.float32).div_(255.0) - mean).div_(std)
+
+
+@dataclass(repr=False, eq=False)
+class TabularData:
+    """A whole tabular dataset: ``features`` (one column per feature), ``target`` (0..K-1).
+
+    ``task`` is ``"binary"`` or ``"multiclass"``; ``categorical`` names the columns holding
+    categories (strings) rather than numbers. The index carries the sample ids where the
+    source has them (credit card ``ID``, Criteo ``Id``, MIMIC-III ``hadm_id``).
+    """
+
+    name: str
+    features: pd.DataFrame
+    target: pd.Series
+    task: str
+    categorical: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.task not in ("binary", "multiclass"):
+            raise ValueError(f"Invalid task {self.task!r}; choose one of binary, multiclass")
+        if len(self.features) != len(self.target):
+            raise ValueError(f"{self.name}: {len(self.features)} feature rows but {len(self.target)} targets")
+        unknown = [c for c in self.categorical if c not in self.features.columns]
+        if unknown:
+            raise ValueError(f"{self.name}: categorical columns {unknown} are not feature columns")
+        self.categorical = tuple(self.categorical)
+
+    def __repr__(self) -> str:
+        return (f"TabularData(name={self.name!r}, n={len(self.target)}, n_features={self.features.shape[1]}, "
+                f"task={self.task!r}, num_classes={self.num_classes})")
+
+    @property
+    def num_classes(self) -> int:
+        """2 for a binary task, else ``max(target) + 1`` (targets are 0..K-1)."""
+        return 2 if self.task == "binary" else int(self.target.max()) + 1
+
+    def subset(self, *, n: int, seed: int = 0) -> TabularData:
+        """Random subset of ``n`` rows, deterministic in ``seed``, in their original order."""
+        total = len(self.target)
+        if not 1 <= n <= total:
+            raise ConfigError(f"{self.name}: n={n} rows asked for, but there are {total}; choose 1..{total}")
+        idx = torch.randperm(total, generator=torch.Generator().manual_seed(seed))[:n].sort().values.numpy()
+        return TabularData(self.name, self.features.iloc[idx], self.target.iloc[idx], self.task, self.categorical)
+
+
+def _pick(x: torch.Tensor, y: torch.Tensor, n: int | None, seed: int, what: str) -> tuple[torch.Tensor, torch.Tensor]:
+    if n is None:
+        return x, y
+    total = len(y)
+    if not 1 <= n <= total:
+        raise ConfigError(f"{what}={n} images asked for, but there are {total}; choose 1..{total} or None for all")
+    idx = torch.randperm(total, generator=torch.Generator().manual_seed(seed))[:n].sort().values
+    return x[idx], y[idx]
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def load_dataset(
+    name: str,
+    *,
+    root: str | Path | None = None,
+    download: bool | None = None,
+    **options: Any,
+) -> ImageData | TabularData:
+    """Load dataset ``name`` whole.
+
+    Parameters
+    ----------
+    name : one of :data:`DATASETS` (or an alias in :data:`ALIASES`, e.g. ``"fmnist"``).
+    root : data root; default :func:`vflkit.config.data_root` (``$VFLKIT_DATA``, else ``./data``).
+    download : fetch missing MNIST, FashionMNIST, CIFAR-10 or CIFAR-100 with torchvision's own
+        downloader into ``root``. Default None: True unless ``$VFLKIT_OFFLINE`` is ``1``.
+        Other datasets are never downloaded.
+    **options : per dataset (an unknown option is an error listing the valid ones):
+        ``verify`` (all files read from disk, default True): check checksums and expected
+        counts; ``progress`` (cifar10, cinic10, default True): tqdm bar while decoding PNGs;
+        ``source`` (cifar10, default ``"auto"``: pickles if present, else PNG tree);
+        ``include_valid`` (cinic10, default False); ``file`` (credit_card, criteo, mimic3);
+        ``nrows`` (criteo, default all); ``target`` (mimic3).
+
+    Returns
+    -------
+    :class:`ImageData` for image datasets, :class:`TabularData` for tables.
+    """
+    key = name.strip().lower() if isinstance(name, str) else name
+    key = ALIASES.get(key, key)
+    if key not in _LOADERS:
+        alias_text = ", ".join(f"{a} (= {c})" for a, c in ALIASES.items())
+        raise ConfigError(f"Invalid dataset {name!r}; choose one of {', '.join(DATASETS)} (aliases: {alias_text})")
+    loader = _LOADERS[key]
+    valid = [p.name for p in inspect.signature(loader).parameters.values() if p.kind is p.KEYWORD_ONLY]
+    unknown = sorted(set(options) - set(valid))
+    if unknown:
+        raise ConfigError(
+            f"Invalid option(s) {', '.join(unknown)} for dataset {key!r}; "
+            f"choose from {', '.join(valid) if valid else '(none)'}"
+        )
+    base = Path(root).expanduser() if root is not None else data_root()
+    if download is None:
+        download = os.environ.get(OFFLINE_ENV, "").strip() != "1"
+    return loader(base, bool(download), **options)
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def _not_found(
+    dataset: str,
+    root: Path,
+    expected: list[str],
+    searched: list[Path],
+    *,
+    how: str,
+    download_error: str | None = None,
+) -> DatasetNotFoundError:
+    """One DatasetNotFoundError saying what is missing, where it was looked for and what to do."""
+    lines = [
+        f"Dataset {dataset!r} not found.",
+        "Expected (relative to the data root): " + ", ".join(expected),
+        "Searched: " + ", ".join(str(p) for p in searched)
+        + (f" (data root {root}" + (", which does not exist)" if not root.is_dir() else ")")),
+        f"To provide it: set {DATA_ENV} to a folder holding these files, or copy them into ./data/ "
+        f"(the default data root) keeping the layout above; {how}",
+    ]
+    if download_error:
+        lines.append(f"The download failed: {download_error}")
+    return DatasetNotFoundError("\n".join(lines))
+
+
+def _corrupt(path: Path | str, what: str) -> DatasetCorruptError:
+    return DatasetCorruptError(f"{path}: {what}. Replace the file with an intact copy of the original.")
+
+
+def _unverified(dataset: str) -> None:
+    warnings.warn(
+        f"{dataset}: loaded with verify=False: checksums and expected counts were not checked, "
+        "so this may not be the published dataset and results are not comparable with the papers'.",
+        UserWarning,
+        stacklevel=4,
+    )
+
+
+def _md5(path: Path) -> str:
+    h = hashlib.md5()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _try_download(cls: type, root: Path) -> str | None:
+    """Run torchvision's downloader; return None on success, else why it failed."""
+    try:
+        cls(root=str(root), train=True, download=True)
+        return None
+    except Exception as exc:  # any failure (no network, read-only root) falls through to the error
+        return f"{type(exc).__name__}: {exc}"
+
+
+# --------------------------------------------------------------------------- MNIST / FashionMNIST
+
+_IDX_IMAGES, _IDX_LABELS = 2051, 2049
+
+
+def _read_idx(path: Path, *, gz: bool, magic: int, count: int | None) -> np.ndarray:
+    """Parse an IDX file (big-endian header, then uint8 data); check magic, size and count."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+        if gz:
+            raw = gzip.decompress(raw)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise _corrupt(path, f"cannot be decompressed ({type(exc).__name__}: {exc})") from exc
+    ndim = 3 if magic == _IDX_IMAGES else 1
+    head = 4 * (1 + ndim)
+    if len(raw) < head:
+        raise _corrupt(path, f"is {len(raw)} bytes, shorter than an IDX header")
+    fields = np.frombuffer(raw[:head], dtype=">u4").astype(np.int64)
+    if fields[0] != magic:
+        raise _corrupt(path, f"IDX magic number is {fields[0]}, expected {magic}")
+    shape = tuple(int(v) for v in fields[1:])
+    if len(raw) != head + int(np.prod(shape)):
+        raise _corrupt(path, f"holds {len(raw) - head} data bytes, header says shape {shape}")
+    if ndim == 3 and shape[1:] != (28, 28):
+        raise _corrupt(path, f"images are {shape[1]}x{shape[2]}, expected 28x28")
+    if count is not None and shape[0] != count:
+        raise _corrupt(path, f"holds {shape[0]} items, expected {count}")
+    return np.frombuffer(raw, dtype=np.uint8, offset=head).reshape(shape)
+
+
+def _load_idx_dataset(
+    dataset: str, cls: type, root: Path, download: bool, *, verify: bool
+) -> ImageData:
+    raw_dir = root / cls.__name__ / "raw"
+    resources = list(cls.resources)  # [(file name or URL, md5)] of the four .gz originals
+
+    def find() -> tuple[list[tuple[Path, bool, str]], list[str]]:
+        found, missing = [], []
+        for url, md5 in resources:
+            gz_name = url.rsplit("/", 1)[-1]
+            gz, plain = raw_dir / gz_name, raw_dir / gz_name.removesuffix(".gz")
+            if gz.is_file():
+                found.append((gz, True, md5))
+            elif plain.is_file():
+                found.append((plain, False, md5))
+            else:
+                missing.append(gz_name)
+        return found, missing
+
+    found, missing = find()
+    download_error = None
+    if missing and download:
+        download_error = _try_download(cls, root)
+        found, missing = find()
+    if missing:
+        expected = [f"{cls.__name__}/raw/{url.rsplit('/', 1)[-1]}" for url, _ in resources]
+        mirror = cls.mirrors[0] if getattr(cls, "mirrors", None) else ""
+        raise _not_found(
+            dataset, root, expected, [raw_dir],
+            how=f"or call load_dataset({dataset!r}, download=True) when online "
+                f"(official source: {mirror}; missing: {', '.join(missing)}).",
+            download_error=download_error,
+        )
+    if not verify:
+        _unverified(dataset)
+    arrays = []
+    for (path, gz, md5), (url, _) in zip(found, resources):
+        # Only the .gz originals have known md5s; an uncompressed file gets the IDX checks only.
+        if verify and gz:
+            actual = _md5(path)
+            if actual != md5:
+                raise _corrupt(path, f"md5 is {actual}, the original's (torchvision) is {md5}")
+        is_images = "images" in url
+        train = "train" in url.rsplit("/", 1)[-1]
+        count = (60000 if train else 10000) if verify else None
+        arrays.append(_read_idx(path, gz=gz, magic=_IDX_IMAGES if is_images else _IDX_LABELS, count=count))
+    by_name = {url.rsplit("/", 1)[-1].split("-")[0] + ("_x" if "images" in url else "_y"): a
+               for (url, _), a in zip(resources, arrays)}
+    tensors = {}
+    for split, prefix in (("train", "train"), ("test", "t10k")):
+        x, y = by_name[f"{prefix}_x"], by_name[f"{prefix}_y"]
+        if len(x) != len(y):
+            raise _corrupt(raw_dir, f"{split}: {len(x)} images but {len(y)} labels")
+        if y.max() > 9:
+            raise _corrupt(raw_dir, f"{split} labels reach {int(y.max())}, expected 0..9")
+        tensors[split] = (torch.from_numpy(x.copy()).unsqueeze(1), torch.from_numpy(y.astype(np.int64)))
+    mean, std = _STATS[dataset]
+    return ImageData(dataset, *tensors["train"], *tensors["test"], tuple(cls.classes), mean, std)
+
+
+def _load_mnist(root: Path, download: bool, *, verify: bool = True) -> ImageData:
+    return _load_idx_dataset("mnist", torchvision.datasets.MNIST, root, download, verify=verify)
+
+
+def _load_fashion_mnist(root: Path, download: bool, *, verify: bool = True) -> ImageData:
+    return _load_idx_dataset("fashion_mnist", torchvision.datasets.FashionMNIST, root, download, verify=verify)
+
+
+# --------------------------------------------------------------------------- CIFAR pickles
+
+
+class _ArrayUnpickler(pickle.Unpickler):
+    """Unpickles only what CIFAR's pickles hold (dicts, lists, strings, numpy arrays).
+
+    A pickle can run arbitrary code; refusing every other global keeps a swapped or
+    ``verify=False`` file from doing so.
+    """
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module in ("numpy.core.multiarray", "numpy._core.multiarray") and name in ("_reconstruct", "scalar"):
+            try:
+                from numpy._core import multiarray  # numpy >= 2; numpy.core is its deprecated alias
+            except ImportError:
+                from numpy.core import multiarray
+            return getattr(multiarray, name)
+        if module == "numpy" and name in ("ndarray", "dtype"):
+            return getattr(np, name)
+        if (module, name) == ("_codecs", "encode"):  # how Python 3 writes bytes in protocol-2 pickles
+            import _codecs
+            return _codecs.encode
+        raise pickle.UnpicklingError(f"global {module}.{name} is not part of a CIFAR pickle")
+
+
+def _read_pickle(path: Path, md5: str, *, verify: bool) -> dict[str, Any]:
+    if verify:
+        actual = _md5(path)
+        if actual != md5:
+            raise _corrupt(path, f"md5 is {actual}, the original's (torchvision) is {md5}")
+    try:
+        with open(path, "rb") as f:
+            # latin1: the originals are Python 2 pickles whose byte strings hold the pixels
+            obj = _ArrayUnpickler(f, encoding="latin1").load()
+    except Exception as exc:
+        raise _corrupt(path, f"is not a readable CIFAR pickle ({type(exc).__name__}: {exc})") from exc
+    if not isinstance(obj, dict):
+        raise _corrupt(path, f"holds a {type(obj).__name__}, expected a dict")
+    return {k.decode() if isinstance(k, bytes) else k: v for k, v in obj.items()}
+
+
+def _pickle_split(paths: list[tuple[Path, str]], label_key: str, n_classes: int, *, verify: bool,
+                  count: int) -> tuple[torch.Tensor, torch.Tensor]:
+    xs, ys = [], []
+    for path, md5 in paths:
+        d = _read_pickle(path, md5, verify=verify)
+        if "data" not in d or label_key not in d:
+            raise _corrupt(path, f"lacks the keys 'data' and {label_key!r} (has {sorted(d)})")
+        x, y = np.asarray(d["data"]), np.asarray(d[label_key], dtype=np.int64)
+        if x.dtype != np.uint8 or x.ndim != 2 or x.shape[1] != 3072 or len(x) != len(y):
+            raise _corrupt(path, f"data is {x.dtype} {x.shape} with {len(y)} labels, "
+                           "expected uint8 (N, 3072) and N labels")
+        if len(y) and (y.min() < 0 or y.max() >= n_classes):
+            raise _corrupt(path, f"labels span {y.min()}..{y.max()}, expected 0..{n_classes - 1}")
+        xs.append(x)
+        ys.append(y)
+    x, y = np.concatenate(xs), np.concatenate(ys)
+    if verify:
+        per_class = np.bincount(y, minlength=n_classes)
+        if len(y) != count or (per_class != count // n_classes).any():
+            raise _corrupt(paths[0][0].parent, f"{len(y)} images with per-class counts {per_class.tolist()}, "
+                           f"expected {count} with {count // n_classes} per class")
+    # rows are R(1024) G(1024) B(1024): exactly [3, 32, 32] in C order
+    return torch.from_numpy(x.reshape(-1, 3, 32, 32).copy()), torch.from_numpy(y)
+
+
+def _load_cifar_pickles(dataset: str, cls: type, root: Path, *, verify: bool, label_key: str,
+                        n_classes: int) -> ImageData:
+    folder = root / cls.base_folder
+    if not verify:
+        _unverified(dataset)
+    meta = _read_pickle(folder / cls.meta["filename"], cls.meta["md5"], verify=verify)
+    classes = tuple(meta.get(cls.meta["key"], ()))
+    if len(classes) != n_classes:
+        raise _corrupt(folder / cls.meta["filename"], f"names {len(classes)} classes, expected {n_classes}")
+    train = _pickle_split([(folder / f, m) for f, m in cls.train_list], label_key, n_classes,
+                          verify=verify, count=50000)
+    test = _pickle_split([(folder / f, m) for f, m in cls.test_list], label_key, n_classes,
+                         verify=verify, count=10000)
+    mean, std = _STATS[dataset]
+    return ImageData(dataset, *train, *test, classes, mean, std)
+
+
+def _pickles_present(cls: type, root: Path) -> bool:
+    names = [f for f, _ in cls.train_list + cls.test_list] + [cls.meta["filename"]]
+    return all((root / cls.base_folder / n).is_file() for n in names)
+
+
+def _pickle_expected(cls: type) -> list[str]:
+    names = [f for f, _ in cls.train_list + cls.test_list] + [cls.meta["filename"]]
+    return [f"{cls.base_folder}/{n}" for n in names]
+
+
+# --------------------------------------------------------------------------- PNG trees (cached)
+
+
+def _list_png_tree(split_dir: Path, classes: tuple[str, ...]) -> list[tuple[int, os.DirEntry]]:
+    found = sorted(e.name for e in os.scandir(split_dir) if e.is_dir() and not e.name.startswith("."))
+    if tuple(found) != classes:
+        raise _corrupt(split_dir, f"class folders are {found}, expected {list(classes)}")
+    files = []
+    for label, name in enumerate(classes):
+        entries = [e for e in os.scandir(split_dir / name)
+                   if e.name.lower().endswith(".png") and not e.name.startswith(".") and e.is_file()]
+        files += [(label, e) for e in sorted(entries, key=lambda e: e.name)]
+    return files
+
+
+def _read_manifest(path: Path) -> dict[str, str]:
+    digests = {}
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        parts = line.split(maxsplit=1)
+        if len(parts) != 2 or len(parts[0]) != 64:
+            raise _corrupt(path, f"line {n} is not '<sha256>  <path>'")
+        digests[parts[1].lstrip("*")] = parts[0].lower()
+    return digests
+
+
+def _decode_png_split(
+    root: Path,
+    split_dir: Path,
+    *,
+    tag: str,
+    classes: tuple[str, ...],
+    per_class: int | None,
+    manifest: Path | None,
+    rgb: bool,
+    verify: bool,
+    progress: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Decode ``split_dir/<class>/*.png`` into uint8 [N, 3, 32, 32] and labels; cached.
+
+    The cache key hashes every file's relative path, size and mtime, the manifest's bytes and
+    the settings, so any change of the source gives a new key (and a fresh decode).
+    """
+    files = _list_png_tree(split_dir, classes)  # class by class, files by name
+    labels = np.array([label for label, _ in files], dtype=np.int64)
+    if verify and per_class is not None:
+        counts = np.bincount(labels, minlength=len(classes))
+        if (counts != per_class).any():
+            raise _corrupt(split_dir, "per-class image counts are "
+                           + ", ".join(f"{c}={k}" for c, k in zip(classes, counts.tolist()))
+                           + f", expected {per_class} each")
+    use_manifest = verify and manifest is not None and manifest.is_file()
+    key = hashlib.sha256(f"v{_CACHE_VERSION}|{tag}|verify={verify}|rgb={rgb}|manifest={use_manifest}\n".encode())
+    for label, e in files:
+        st = e.stat()
+        key.update(f"{label}/{e.name}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+    if use_manifest:
+        key.update(hashlib.sha256(manifest.read_bytes()).digest())
+    where = hashlib.sha256(str(split_dir.resolve()).encode()).hexdigest()[:8]
+    stem = f"{tag}-{where}-{split_dir.name}"
+    cache = cache_dir() / f"{stem}-{key.hexdigest()[:20]}.pt"
+    if cache.is_file():
+        try:
+            blob = torch.load(cache, weights_only=True)
+            if blob["x"].shape == (len(files), 3, 32, 32) and torch.equal(blob["y"], torch.from_numpy(labels)):
+                return blob["x"], blob["y"]
+        except Exception as exc:  # an unreadable cache is rebuilt, never trusted
+            warnings.warn(f"ignoring unreadable cache file {cache}: {exc}", stacklevel=2)
+
+    digests = None
+    if use_manifest:
+        listed = _read_manifest(manifest)
+        prefix = split_dir.relative_to(root).as_posix() + "/"
+        digests = {k: v for k, v in listed.items() if k.startswith(prefix)}
+        present = {f"{prefix}{classes[label]}/{e.name}" for label, e in files}
+        if present != set(digests):
+            missing, extra = sorted(set(digests) - present), sorted(present - set(digests))
+            raise _corrupt(split_dir, f"files differ from {manifest.name}: missing {len(missing)} "
+                           f"(first {missing[:5]}), not listed {len(extra)} (first {extra[:5]})")
+
+    # plain strings: pathlib per file cost more than the decoding in profiles
+    prefix = split_dir.relative_to(root).as_posix() + "/"
+    rels = [f"{prefix}{classes[label]}/{e.name}" for label, e in files]
+    base = str(root) + os.sep
+
+    def read(batch: list[str]) -> list[bytes]:
+        out = []
+        for rel in batch:
+            with open(base + rel, "rb") as f:
+                data = f.read()
+            if digests is not None:
+                actual = hashlib.sha256(data).hexdigest()
+                if actual != digests[rel]:
+                    raise _corrupt(base + rel, f"sha256 is {actual}, {manifest.name} lists {digests[rel]}")
+            out.append(data)
+        return out
+
+    decode = _png_decoder(rgb)
+    x = torch.empty((len(rels), 3, 32, 32), dtype=torch.uint8)
+    # Reading and hashing release the GIL, so each chunk of files is read by threads (fast on a
+    # cold disk); decode_png holds the GIL, so decoding runs afterwards in this thread alone:
+    # overlapping the two made the whole 3x slower in measurements (GIL contention).
+    chunk, per_task = 4096, 256
+    with ThreadPoolExecutor(max_workers=4) as pool, tqdm(
+        total=len(rels), desc=f"decoding {tag}/{split_dir.name}", unit="img", disable=not progress, leave=False
+    ) as bar:
+        for start in range(0, len(rels), chunk):
+            part = rels[start:start + chunk]
+            blobs = [b for batch in pool.map(read, [part[k:k + per_task] for k in range(0, len(part), per_task)])
+                     for b in batch]
+            for i, data in enumerate(blobs, start):
+                try:
+                    img = decode(data)
+                except (RuntimeError, OSError, ValueError) as exc:
+                    raise _corrupt(base + rels[i], f"is not a decodable PNG ({exc})") from exc
+                if img.shape != (3, 32, 32):
+                    raise _corrupt(base + rels[i], f"decodes to shape {tuple(img.shape)}, expected (3, 32, 32) RGB")
+                x[i] = img
+            bar.update(len(part))
+    y = torch.from_numpy(labels)
+    _write_cache(cache, {"x": x, "y": y}, stale=f"{stem}-*.pt")
+    return x, y
+
+
+def _png_decoder(rgb: bool) -> Callable[[bytes], torch.Tensor]:
+    """bytes -> uint8 [C, H, W]: torchvision's libpng decoder, else Pillow (about 1.4x slower).
+
+    torchvision 0.29 deprecates its image codecs (warning on every call) in favour of
+    TorchCodec; the warning is silenced here and Pillow takes over once they are removed.
+    """
+    decode_png = getattr(torchvision.io, "decode_png", None)
+    if decode_png is not None:
+        mode = torchvision.io.ImageReadMode.RGB if rgb else torchvision.io.ImageReadMode.UNCHANGED
+
+        def decode(data: bytes) -> torch.Tensor:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                return decode_png(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=mode)
+        return decode
+    from PIL import Image
+
+    def decode_pil(data: bytes) -> torch.Tensor:
+        with Image.open(io.BytesIO(data)) as img:
+            arr = np.asarray(img.convert("RGB") if rgb else img)
+        arr = arr[:, :, None] if arr.ndim == 2 else arr
+        return torch.from_numpy(arr.copy()).permute(2, 0, 1)
+    return decode_pil
+
+
+def _write_cache(path: Path, obj: dict[str, torch.Tensor], *, stale: str) -> None:
+    """Write atomically (tmp file + os.replace), then drop older caches of the same source."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        torch.save(obj, tmp)
+        os.replace(tmp, path)
+    except OSError as exc:  # a cache that cannot be written only costs time
+        warnings.warn(f"could not write cache {path}: {exc}", stacklevel=3)
+        tmp.unlink(missing_ok=True)
+        return
+    for old in path.parent.glob(stale):
+        if old != path:
+            old.unlink(missing_ok=True)
+
+
+# --------------------------------------------------------------------------- CIFAR-10 / 100, CINIC-10
+
+
+def _load_cifar10(root: Path, download: bool, *, verify: bool = True, source: str = "auto",
+                  progress: bool = True) -> ImageData:
+    cls = torchvision.datasets.CIFAR10
+    if source not in ("auto", "pickle", "png"):
+        raise ConfigError(f"Invalid source {source!r} for cifar10; choose one of auto, pickle, png")
+    png = root / "cifar10-png"
+    png_present = (png / "train").is_dir() and (png / "test").is_dir()
+    download_error = None
+    if download and source != "png" and not _pickles_present(cls, root) and not (source == "auto" and png_present):
+        download_error = _try_download(cls, root)
+    if source != "png" and _pickles_present(cls, root):
+        return _load_cifar_pickles("cifar10", cls, root, verify=verify, label_key="labels", n_classes=10)
+    if source != "pickle" and png_present:
+        # The PNG copy holds the images class by class (it has no record of the pickles'
+        # interleaving); training shuffles and subset() samples, so only the order differs.
+        if not verify:
+            _unverified("cifar10")
+        splits = {}
+        for split, per_class in (("train", 5000), ("test", 1000)):
+            splits[split] = _decode_png_split(
+                root, png / split, tag="cifar10-png", classes=CIFAR10_CLASSES, per_class=per_class,
+                manifest=png / f"{split}.sha256", rgb=False, verify=verify, progress=progress)
+        mean, std = _STATS["cifar10"]
+        return ImageData("cifar10", *splits["train"], *splits["test"], CIFAR10_CLASSES, mean, std)
+    expected, searched = [], []
+    if source != "png":
+        expected += _pickle_expected(cls)
+        searched.append(root / cls.base_folder)
+    if source != "pickle":
+        expected += ["cifar10-png/{train,test}/<class>/NNNN.png (+ train.sha256, test.sha256)"]
+        searched.append(png)
+    raise _not_found("cifar10", root, expected, searched,
+                     how=f"or call load_dataset('cifar10', download=True) when online (official source: {cls.url}).",
+                     download_error=download_error)
+
+
+def _load_cifar100(root: Path, download: bool, *, verify: bool = True) -> ImageData:
+    cls = torchvision.datasets.CIFAR100
+    download_error = None
+    if not _pickles_present(cls, root) and download:
+        download_error = _try_download(cls, root)
+    if not _pickles_present(cls, root):
+        raise _not_found("cifar100", root, _pickle_expected(cls), [root / cls.base_folder],
+                         how=f"or call load_dataset('cifar100', download=True) when online "
+                             f"(official source: {cls.url}).",
+                         download_error=download_error)
+    return _load_cifar_pickles("cifar100", cls, root, verify=verify, label_key="fine_labels", n_classes=100)
+
+
+def _load_cinic10(root: Path, download: bool, *, include_valid: bool = False, verify: bool = True,
+                  progress: bool = True) -> ImageData:
+    base = root / "cinic-10"
+    splits_needed = ["train", "test"] + (["valid"] if include_valid else [])
+    if not all((base / s).is_dir() for s in splits_needed):
+        raise _not_found(
+            "cinic10", root, [f"cinic-10/{s}/<class>/*.png" for s in splits_needed], [base],
+            how=f"vflkit does not download CINIC-10 (no torchvision source): get CINIC-10.tar.gz from {_CINIC_URL} "
+                "and unpack it into <data root>/cinic-10/ (tar -xzf CINIC-10.tar.gz -C <data root>/cinic-10).")
+    if not verify:
+        _unverified("cinic10")
+    # CINIC-10 has 90,000 images per split, 9,000 per class; some ImageNet-derived ones are
+    # greyscale, so every image is decoded as RGB.
+    parts = {s: _decode_png_split(root, base / s, tag="cinic10", classes=CIFAR10_CLASSES, per_class=9000,
+                                  manifest=None, rgb=True, verify=verify, progress=progress)
+             for s in splits_needed}
+    x_tr, y_tr = parts["train"]
+    if include_valid:
+        x_tr, y_tr = torch.cat([x_tr, parts["valid"][0]]), torch.cat([y_tr, parts["valid"][1]])
+    mean, std = _STATS["cinic10"]
+    return ImageData("cinic10", x_tr, y_tr, *parts["test"], CIFAR10_CLASSES, mean, std)
+
+
+# --------------------------------------------------------------------------- tabular
+
+
+def _load_breast_cancer(root: Path, download: bool) -> TabularData:
+    from sklearn.datasets import load_breast_cancer
+
+    bunch = load_breast_cancer(as_frame=True)
+    features, target = bunch.data, bunch.target.astype(np.int64)
+    if features.shape != (569, 30) or set(target.unique()) != {0, 1}:
+        raise DatasetCorruptError(f"scikit-learn's breast cancer data is {features.shape}, expected (569, 30); "
+                                  "reinstall scikit-learn")
+    # scikit-learn's coding: 0 = malignant, 1 = benign
+    return TabularData("breast_cancer", features, target.rename("target"), "binary")
+
+
+def _resolve_file(root: Path, folder: str, file: str | None, defaults: tuple[str, ...]) -> Path | None:
+    if file is not None:
+        p = Path(file).expanduser()
+        p = p if p.is_absolute() else root / folder / p
+        return p if p.is_file() else None
+    return next((root / folder / n for n in defaults if (root / folder / n).is_file()), None)
+
+
+def _read_csv(path: Path, **kwargs: Any) -> pd.DataFrame:
+    try:
+        df = pd.read_csv(path, **kwargs)
+    except (pd.errors.ParserError, ValueError, UnicodeDecodeError, EOFError) as exc:
+        raise _corrupt(path, f"cannot be parsed as the expected CSV ({type(exc).__name__}: {exc})") from exc
+    if not df.index.equals(pd.RangeIndex(len(df))):  # pandas' silent reaction to rows longer than the header
+        raise _corrupt(path, "has rows with more fields than its header")
+    return df
+
+
+def _load_credit_card(root: Path, download: bool, *, file: str | None = None, verify: bool = True) -> TabularData:
+    path = _resolve_file(root, "uci_credit_card", file, ("UCI_Credit_Card.csv",))
+    if path is None:
+        name = file or "UCI_Credit_Card.csv"
+        raise _not_found("credit_card", root, [f"uci_credit_card/{name}"], [root / "uci_credit_card"],
+                         how=f"vflkit does not download it: get it from {_CREDIT_URL}.")
+    df = _read_csv(path)
+    uci, kaggle = list(CREDIT_CARD_COLUMNS), list(CREDIT_CARD_COLUMNS.values())
+    cols = [str(c) for c in df.columns]
+    if cols and cols[0] in ("ID", "Unnamed: 0", ""):
+        ids = df.iloc[:, 0]
+        df = df.iloc[:, 1:]
+        cols = cols[1:]
+    else:
+        ids = None
+    if cols == uci and len(df) and str(df.iloc[0, 0]) == "LIMIT_BAL":
+        # UCI's spreadsheet saved as CSV keeps its second header row (the long names)
+        df, ids = df.iloc[1:].apply(pd.to_numeric, errors="coerce"), None if ids is None else ids.iloc[1:]
+    if cols == kaggle or cols == uci:
+        df.columns = uci
+    else:
+        raise _corrupt(path, f"has columns {cols[:4]}...{cols[-2:]} ({len(cols)}), expected ID + {kaggle[0]}.."
+                       f"{kaggle[-1]} (Kaggle) or X1..X23,Y (UCI): 24 after the ID")
+    if df.isna().any().any() or not all(pd.api.types.is_numeric_dtype(t) for t in df.dtypes):
+        raise _corrupt(path, "holds missing or non-numeric values")
+    if verify and len(df) != 30000:
+        raise _corrupt(path, f"has {len(df)} rows, expected 30000")
+    target = df.pop("Y").astype(np.int64)
+    if not set(target.unique()) <= {0, 1}:
+        raise _corrupt(path, f"label takes values {sorted(target.unique())[:5]}, expected 0/1")
+    if ids is not None:
+        if ids.duplicated().any():
+            raise _corrupt(path, f"ID is not unique ({int(ids.duplicated().sum())} repeated)")
+        df.index = pd.Index(ids.astype(np.int64).to_numpy(), name="ID")
+        target.index = df.index
+    if not verify:
+        _unverified("credit_card")
+    return TabularData("credit_card", df, target.rename("Y"), "binary")
+
+
+def _load_criteo(root: Path, download: bool, *, file: str | None = None, nrows: int | None = None) -> TabularData:
+    if nrows is not None and nrows < 1:
+        raise ConfigError(f"nrows must be >= 1 or None (all rows), got {nrows}")
+    path = _resolve_file(root, "criteo", file, _CRITEO_FILES)
+    if path is None:
+        names = [file] if file else list(_CRITEO_FILES)
+        raise _not_found("criteo", root, [f"criteo/{n}" for n in names], [root / "criteo"],
+                         how=f"vflkit does not download it: get {_CRITEO_URL}. Any one of these files suffices; "
+                             "pick one with file=.")
+    with open(path, "r", errors="replace") as f:
+        first = f.readline()
+    columns = ["label", *CRITEO_DENSE, *CRITEO_SPARSE]
+    dtypes = {"label": "int64", **{c: "float64" for c in CRITEO_DENSE}, **{c: str for c in CRITEO_SPARSE}}
+    na = {c: [""] for c in CRITEO_DENSE}  # empty = missing; only the integer columns become NaN
+    common = dict(dtype=dtypes, keep_default_na=False, na_values=na, nrows=nrows)
+    header = [h.strip().strip('"').lower() for h in first.rstrip("\r\n").split(",")]
+    if header[:2] == ["id", "label"]:
+        if header != [c.lower() for c in ["Id", *columns]]:
+            raise _corrupt(path, f"header is {first.strip()[:80]}..., expected Id,Label,I1..I13,C1..C26")
+        df = _read_csv(path, header=0, names=["Id", *columns], **{**common, "dtype": {**dtypes, "Id": "int64"}})
+        df = df.set_index("Id")
+    elif header[0] == "label":
+        if header != [c.lower() for c in columns]:
+            raise _corrupt(path, f"header is {first.strip()[:80]}..., expected label,I1..I13,C1..C26")
+        df = _read_csv(path, header=0, names=columns, **common)
+    elif "\t" in first:
+        # a longer first line would silently become the index; shorter lines are copies with
+        # their trailing empty fields stripped (missing categories)
+        if len(first.rstrip("\r\n").split("\t")) > len(columns):
+            raise _corrupt(path, f"line 1 has more than the {len(columns)} tab-separated fields of train.txt")
+        df = _read_csv(path, sep="\t", header=None, names=columns, **common)
+    else:
+        raise _corrupt(path, "is none of the Criteo layouts: Kaggle CSV (Id,Label,I1..), DeepCTR CSV (label,I1..) "
+                       "or tab-separated train.txt/dac_sample.txt")
+    # trailing fields some copies strip read as NaN; they are missing categories
+    df[list(CRITEO_SPARSE)] = df[list(CRITEO_SPARSE)].fillna("")
+    target = df.pop("label")
+    if not set(target.unique()) <= {0, 1}:
+        raise _corrupt(path, f"label takes values {sorted(target.unique())[:5]}, expected 0/1")
+    return TabularData("criteo", df, target, "binary", CRITEO_SPARSE)
+
+
+def _load_mimic3(root: Path, download: bool, *, file: str | None = None, target: str | None = None,
+                 verify: bool = True) -> TabularData:
+    path = _resolve_file(root, "mimic3", file, ("mimic3.csv", "mimic3d.csv"))
+    if path is None:
+        raise _not_found(
+            "mimic3", root, [f"mimic3/{file or 'mimic3.csv'}"], [root / "mimic3"],
+            how="vflkit cannot download it: MIMIC-III may not be redistributed. Get credentialed access on "
+                f"PhysioNet ({_MIMIC_URL}: account, CITI training, signed data use agreement), build the "
+                "per-admission table mimic3d.csv (58,976 admissions: hadm_id, demographics, LOSdays, the counts "
+                "NumCallouts..TotalNumInteract, ExpiredHospital, LOSgroupNum; the aggregation D. Scarlat "
+                "published as Kaggle 'drscarlat/mimic3d') and save it as <data root>/mimic3/mimic3.csv. vflkit then "
+                "applies Huang et al. 2023 (VFedTrans): it drops " + ", ".join(MIMIC3_DROPPED[1:])
+                + " and keeps the 15 count features with target LOSgroupNum (4 length-of-stay groups). "
+                "A CSV of just those 15 columns plus the target also works.")
+    df = _read_csv(path)
+    names = [target] if target is not None else list(_MIMIC3_TARGETS)
+    tcol = next((c for c in names if c in df.columns), None)
+    if tcol is None:
+        raise _corrupt(path, f"has no target column {' or '.join(names)} (columns: {list(df.columns)[:30]})")
+    index = pd.Index(df["hadm_id"].to_numpy(), name="hadm_id") if "hadm_id" in df.columns else None
+    y = df[tcol]
+    if all(c in df.columns for c in MIMIC3_DROPPED):
+        features = df.drop(columns=list(MIMIC3_DROPPED) + ([tcol] if tcol not in MIMIC3_DROPPED else []))
+    else:
+        features = df.drop(columns=[tcol] + (["hadm_id"] if index is not None else []))
+    if features.shape[1] != 15 or not all(pd.api.types.is_numeric_dtype(t) for t in features.dtypes):
+        raise _corrupt(path, f"gives {features.shape[1]} feature columns ({list(features.columns)[:20]}), "
+                       "expected the 15 numeric ones of Huang et al. 2023: " + ", ".join(MIMIC3_FEATURES))
+    if features.isna().any().any() or y.isna().any():
+        raise _corrupt(path, "holds missing values (features or target)")
+    if not pd.api.types.is_numeric_dtype(y) or (y != y.round()).any() or y.min() < 0:
+        raise _corrupt(path, f"target {tcol!r} is not a non-negative integer class")
+    y = y.astype(np.int64)
+    n_classes = int(y.max()) + 1
+    if verify:
+        if len(df) != 58976:
+            raise _corrupt(path, f"has {len(df)} rows, expected 58976 (Huang et al. 2023)")
+        # the paper's task (default target) has 4 length-of-stay groups; another target is the user's choice
+        if target is None and sorted(y.unique()) != [0, 1, 2, 3]:
+            raise _corrupt(path, f"target {tcol!r} takes values {sorted(y.unique())[:10]}, expected 0..3")
+    else:
+        _unverified("mimic3")
+    if index is not None:
+        features.index, y.index = index, index
+    return TabularData("mimic3", features, y.rename(tcol), "binary" if n_classes <= 2 else "multiclass")
+
+
+def encode_criteo(data: TabularData, *, min_count: int = 1) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+    """Criteo as model inputs: dense floats, categorical indices, vocabulary sizes.
+
+    Parameters
+    ----------
+    data : :class:`TabularData` with columns I1..I13 and C1..C26 (from ``load_dataset("criteo")``).
+    min_count : a category seen fewer times than this shares index 0 with missing values
+        (default 1: every seen category gets its own index).
+
+    Returns
+    -------
+    dense : float32 ``[N, 13]``, ``log(1 + x)`` for ``x > 0`` (the usual DeepFM preprocessing),
+        ``x`` itself for ``x <= 0`` (I2 holds small negatives), 0 for missing.
+    sparse : int64 ``[N, 26]``, per column: 0 for missing or rare, 1..V-1 for the kept
+        categories in sorted order.
+    vocab_sizes : ``V`` per categorical column (kept categories + 1 for index 0).
+
+    The vocabulary is built from ``data`` itself, as DeepCTR's examples do on the whole sample.
+    """
+    if min_count < 1:
+        raise ConfigError(f"min_count must be >= 1, got {min_count}")
+    missing = [c for c in (*CRITEO_DENSE, *CRITEO_SPARSE) if c not in data.features.columns]
+    if missing:
+        raise ConfigError(f"encode_criteo needs Criteo's columns I1..I13, C1..C26; missing {missing[:5]}")
+    x = data.features[list(CRITEO_DENSE)].to_numpy(dtype=np.float64)
+    dense = np.where(x > 0, np.log1p(np.where(x > 0, x, 0.0)), x)
+    dense = np.nan_to_num(dense, nan=0.0)
+    sparse = np.zeros((len(x), len(CRITEO_SPARSE)), dtype=np.int64)
+    vocab = []
+    for j, col in enumerate(CRITEO_SPARSE):
+        values = data.features[col].astype(str)
+        counts = values[values != ""].value_counts()
+        kept = sorted(counts.index[counts >= min_count])
+        sparse[:, j] = pd.Index(kept).get_indexer(values) + 1  # -1 (missing, rare) -> 0
+        vocab.append(len(kept) + 1)
+    return torch.from_numpy(dense.astype(np.float32)), torch.from_numpy(sparse), vocab
+
+
+_LOADERS: dict[str, Callable[..., ImageData | TabularData]] = {
+    "mnist": _load_mnist,
+    "fashion_mnist": _load_fashion_mnist,
+    "cifar10": _load_cifar10,
+    "cifar100": _load_cifar100,
+    "cinic10": _load_cinic10,
+    "breast_cancer": _load_breast_cancer,
+    "credit_card": _load_credit_card,
+    "criteo": _load_criteo,
+    "mimic3": _load_mimic3,
+}
