@@ -75,7 +75,7 @@ def test_divergence_names_party_epoch_and_batch(tmp_path):
 
 def test_splitnn_learns_beyond_the_active_strip(tmp_path):
     """On real MNIST strips, a minimal 4-party SplitNN beats the active party's strip alone."""
-    common = dict(n_train=3000, n_test=1000, epochs=3, embedding_dim=64, lr=0.05)
+    common = dict(n_train=3000, n_test=1000, epochs=3, embedding_dim=64, lr=0.05, optimizers="sgd_momentum")
     local = run(_config(method="local", **common), profile="smoke", device="cpu", results=tmp_path, progress=False)
     split = run(_config(method="splitnn", **common), profile="smoke", device="cpu", results=tmp_path, progress=False)
     acc_local = local["final"]["active"]["test_accuracy"]

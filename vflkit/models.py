@@ -1,0 +1,810 @@
+"""The papers' models.
+
+Party models of VFedMH / EASTER (``get_model``): every party model is an embedding network
+*h* (``h(theta_k, x) -> E``, a flat ``[B, embedding_dim]`` vector, so VFedMH can average the
+embeddings of heterogeneous models and SplitNN can concatenate them) followed by a prediction
+network *p* (``p(theta_k, E) -> [B, num_classes]`` logits). Beside them: AdptVFedConv's VGG-16-BN
+split into client feature extractor, server classifier and client generator
+(``vgg16_bn_split``, ``vgg16_bn_generator``, ``vgg16_bn_centralized``), APC-VFL's SELU
+autoencoders (``SeluAutoencoder``, ``apc_vfl_autoencoder``) and Multi-VFL's data-owner and
+label-owner models (``MultiVFLDataOwner``, ``MultiVFLLabelOwner``).
+
+How layers are counted and split by ``el_pl = (EL, PL)`` (EASTER Fig. 6: 2:1, 1:1, 1:2)
+------------------------------------------------------------------------------------------
+``model.embedding`` and ``model.prediction`` are ``nn.Sequential``\\ s whose items are the
+counted layers, so ``model.layers == (len(model.embedding), len(model.prediction))`` (for the
+Criteo models the counted layers of *h* are ``model.embedding.deep``).
+
+* ``mlp``, ``cnn``, ``lenet``, ``deepfm``, ``wide_deep``: a layer is one weight layer (Linear or
+  Conv2d) with its ReLU and pooling. The paper's depth (MLP 3 FC; CNN 2 conv + 2 FC; LeNet
+  3 conv + 3 FC; the deep component of the Criteo models 3 FC) is kept when EL + PL divides
+  it; otherwise the depth becomes the nearest multiple of EL + PL (ties: the deeper), so the
+  ratio is always exact::
+
+      depth (h | p)    1:1       2:1       1:2
+      mlp  (3 FC)      2 | 2     2 | 1     1 | 2
+      cnn  (2C+2FC)    2 | 2     2 | 1     1 | 2
+      lenet(3C+3FC)    3 | 3     4 | 2     2 | 4
+
+  Convolutions come first and only in *h* (at most the paper's number of them); *p* works on
+  the flat embedding, so all its layers are fully connected. The layer at the split outputs
+  ``embedding_dim`` features. When that layer is a convolution it spans its whole input map
+  (kernel = map size, no padding), as LeNet-5's C5 does, so its output is ``1 x 1 x
+  embedding_dim``; it is computed as Flatten + Linear, the same map, because a map-sized
+  kernel is several times slower on CPU. (Average-pooling the map down to ``embedding_dim``
+  numbers instead, globally or to 2x2, cost CNN 15-54 test-accuracy points against this
+  after 2 epochs on 12k MNIST images, full or 28x7 strips, in a trial.)
+* ResNets: six layers, the 3x3 stem, the four residual stages and the classifier, so the
+  paper's full depth is kept and 1:1 -> 3 | 3, 2:1 -> 4 | 2, 1:2 -> 2 | 4 are exact; other
+  ratios that do not split 6 are a ConfigError. The last unit of *h* ends in an embedding
+  head (average-pool to at most 4x4, flatten, Linear to ``embedding_dim``, ReLU). Stages
+  that fall into *p* run on the embedding as a ``embedding_dim x 1 x 1`` map (their first
+  block rebuilt for ``embedding_dim`` input channels); there they act as residual MLP blocks.
+  Their BatchNorm on 1x1 maps needs training batches of at least 2 samples.
+
+Widths where the papers are silent: hidden FC layers of *h* have 256 units (wider than the
+embedding so *h* narrows towards it); hidden layers of *p* keep ``embedding_dim`` units, so
+moving a layer between *h* and *p* changes depth, not width. Every layer but the last of *p*
+is followed by ReLU, the embedding included: *h* and *p* are one plain network cut in two.
+Convolutions use "same" padding and max-pools ``ceil_mode=True``, so strips as narrow as one
+pixel pass (MNIST 28x2 strips of EASTER's 10 parties included).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+from itertools import pairwise
+from types import MappingProxyType
+from typing import Any
+
+import torch
+import torchvision
+from torch import nn
+
+from .errors import ConfigError, PartitionError
+
+__all__ = [
+    "MODELS",
+    "APC_VFL_ENCODERS",
+    "PartyModel",
+    "get_model",
+    "mlp",
+    "cnn",
+    "lenet",
+    "resnet18",
+    "resnet34",
+    "resnet50",
+    "resnet101",
+    "deepfm",
+    "wide_deep",
+    "vgg16_bn_split",
+    "vgg16_bn_generator",
+    "vgg16_bn_centralized",
+    "SeluAutoencoder",
+    "apc_vfl_autoencoder",
+    "MultiVFLDataOwner",
+    "MultiVFLLabelOwner",
+]
+
+MODELS: tuple[str, ...] = (
+    "mlp", "cnn", "lenet", "resnet18", "resnet34", "resnet50", "resnet101", "deepfm", "wide_deep",
+)
+
+# Width of hidden FC layers inside h (papers silent): wider than the default embedding (128).
+_H_HIDDEN = 256
+# Max spatial grid kept before a ResNet's embedding Linear: the grid CIFAR's 32x32 has at
+# ResNet's last stage; it caps the Linear at C*16 inputs (ResNet50 after stage 1: 256*16).
+_RESNET_GRID = 4
+_RESNET_UNITS = 6  # stem, layer1..layer4, classifier
+
+
+class PartyModel(nn.Module):
+    """A party's model: embedding network h then prediction network p (VFedMH Sec. IV).
+
+    Parameters
+    ----------
+    embedding
+        h: input -> ``[B, embedding_dim]``.
+    prediction
+        p: ``[B, embedding_dim]`` -> ``[B, num_classes]`` logits.
+    embedding_dim
+        Size of the flat embedding.
+    layers
+        (EL, PL): the counted layers of h and p (see the module docstring).
+    architecture
+        Registry name, e.g. ``"lenet"``.
+    """
+
+    def __init__(self, embedding: nn.Module, prediction: nn.Module, *, embedding_dim: int,
+                 layers: tuple[int, int], architecture: str) -> None:
+        super().__init__()
+        self.embedding = embedding
+        self.prediction = prediction
+        self.embedding_dim = embedding_dim
+        self.layers = layers
+        self.architecture = architecture
+
+    def embed(self, x: Any) -> torch.Tensor:
+        """E = h(x): ``[B, embedding_dim]``."""
+        return self.embedding(x)
+
+    def predict(self, e: torch.Tensor) -> torch.Tensor:
+        """R = p(E): ``[B, num_classes]`` logits."""
+        return self.prediction(e)
+
+    def forward(self, x: Any) -> torch.Tensor:
+        return self.predict(self.embed(x))
+
+    def extra_repr(self) -> str:
+        return (f"architecture={self.architecture!r}, embedding_dim={self.embedding_dim}, "
+                f"layers={self.layers}")
+
+
+# --------------------------------------------------------------------------- checks / helpers
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+def _shape(arch: str, input_shape: Any, *, image: bool) -> tuple[int, ...]:
+    expected = ("(C, H, W), e.g. (1, 28, 7) for an MNIST strip or (3, 32, 8) for a CIFAR strip"
+                if image else "(n_features,) for tabular data or (C, H, W) for images")
+    try:
+        shape = tuple(int(s) for s in input_shape)
+    except TypeError:
+        shape = ()
+    if not shape or any(s < 1 for s in shape) or (image and len(shape) != 3):
+        raise ConfigError(f"{arch} expects input_shape {expected}; got {input_shape!r}")
+    return shape
+
+
+def _el_pl(el_pl: Any) -> tuple[int, int]:
+    try:
+        a, b = el_pl
+    except (TypeError, ValueError):
+        raise ConfigError(
+            f"el_pl must be a pair (EL, PL) such as (1, 1) or (2, 1); got {el_pl!r}"
+        ) from None
+    return _positive_int("el_pl[0] (EL)", a), _positive_int("el_pl[1] (PL)", b)
+
+
+def _split_depth(paper_depth: int, el_pl: tuple[int, int]) -> tuple[int, int]:
+    """(EL, PL) layer counts: the paper's depth if EL+PL divides it, else the nearest multiple."""
+    a, b = el_pl
+    m = max(1, math.floor(paper_depth / (a + b) + 0.5))  # +0.5: ties go to the deeper network
+    return m * a, m * b
+
+
+def _probe(module: nn.Module, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Output shape of one sample; eval mode so BatchNorm statistics are not touched."""
+    was_training = module.training
+    module.eval()
+    with torch.no_grad():
+        out = module(torch.zeros(1, *shape))
+    module.train(was_training)
+    return tuple(out.shape[1:])
+
+
+def _init_like_torchvision(module: nn.Module, *, linear_std: float | None = None) -> None:
+    """torchvision's ResNet/VGG initialisation (He fan-out for convs, BN at 1/0)."""
+    for m in module.modules():
+        if isinstance(m, nn.Conv2d):
+            nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.BatchNorm2d):
+            m.reset_running_stats()
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Linear) and linear_std is not None:
+            nn.init.normal_(m.weight, 0, linear_std)
+            nn.init.zeros_(m.bias)
+
+
+def _he(module: nn.Module) -> nn.Module:
+    """He-normal weights and zero biases for the Linear/Conv layers of a unit ending in ReLU.
+
+    PyTorch's default (uniform, a=sqrt(5)) gives a sixth of He's weight variance, so signals
+    shrink layer after layer and plain SGD barely moves a 4-layer MLP (MNIST 28x7 strips,
+    3000 samples, 3 epochs at lr 0.05: Local 10% -> 29%, SplitNN 44% -> 77% with He).
+    """
+    for m in module.modules():
+        if isinstance(m, (nn.Linear, nn.Conv2d)):
+            nn.init.kaiming_normal_(m.weight, nonlinearity="relu")
+            nn.init.zeros_(m.bias)
+    return module
+
+
+def _prediction_network(n_pl: int, embedding_dim: int, num_classes: int) -> nn.Sequential:
+    """p: ``n_pl`` Linear layers, hidden ones ``embedding_dim`` wide with ReLU."""
+    units: list[nn.Module] = [_he(nn.Sequential(nn.Linear(embedding_dim, embedding_dim), nn.ReLU()))
+                              for _ in range(n_pl - 1)]
+    units.append(nn.Linear(embedding_dim, num_classes))
+    return nn.Sequential(*units)
+
+
+# --------------------------------------------------------------------------- MLP / CNN / LeNet
+
+# Per family: convolutions (out_channels, kernel, max-pool after it) and the paper's depth
+# (VFedMH Sec. V-A). CNN widths 32/64 as in PyTorch's MNIST example; LeNet's 6/16/120 and its
+# single pooling layer as in LeNet-5 (C1, S2, C3, C5).
+_PLAIN: dict[str, tuple[tuple[tuple[int, int, bool], ...], int]] = {
+    "mlp": ((), 3),
+    "cnn": (((32, 3, True), (64, 3, True)), 4),
+    "lenet": (((6, 5, True), (16, 5, False), (120, 5, False)), 6),
+}
+
+
+def _plain(arch: str, input_shape: Sequence[int], num_classes: int, embedding_dim: int,
+           el_pl: tuple[int, int]) -> PartyModel:
+    convs, depth = _PLAIN[arch]
+    shape = _shape(arch, input_shape, image=bool(convs))
+    n_el, n_pl = _split_depth(depth, _el_pl(el_pl))
+    units: list[nn.Module] = []
+    for i in range(n_el):
+        at_split = i == n_el - 1
+        if i < len(convs) and not at_split:
+            out, k, pool = convs[i]
+            layers: list[nn.Module] = [nn.Conv2d(shape[0], out, k, padding=k // 2), nn.ReLU()]
+            if pool:
+                layers.append(nn.MaxPool2d(2, ceil_mode=True))
+        else:
+            # A fully connected layer, or the map-sized convolution at the split (see module doc).
+            width = embedding_dim if at_split else _H_HIDDEN
+            layers = [nn.Linear(math.prod(shape), width), nn.ReLU()]
+            if len(shape) > 1:
+                layers.insert(0, nn.Flatten())
+        unit = _he(nn.Sequential(*layers))
+        shape = _probe(unit, shape)
+        units.append(unit)
+    return PartyModel(nn.Sequential(*units), _prediction_network(n_pl, embedding_dim, num_classes),
+                      embedding_dim=embedding_dim, layers=(n_el, n_pl), architecture=arch)
+
+
+def mlp(*, input_shape: Sequence[int], num_classes: int, embedding_dim: int = 128,
+        el_pl: tuple[int, int] = (1, 1)) -> PartyModel:
+    """MLP, "a three-layer fully connected network" (VFedMH Sec. V-A; EASTER Sec. V-A).
+
+    Takes images (flattened) or tabular ``(n_features,)`` inputs. Defaults: embedding 128,
+    EL:PL 1:1, which needs an even depth, hence 4 layers: h = in -> 256 -> 128,
+    p = 128 -> 128 -> classes (2:1 and 1:2 keep the paper's 3; see the module docstring).
+    """
+    return _plain("mlp", input_shape, num_classes, embedding_dim, el_pl)
+
+
+def cnn(*, input_shape: Sequence[int], num_classes: int, embedding_dim: int = 128,
+        el_pl: tuple[int, int] = (1, 1)) -> PartyModel:
+    """CNN with 2 convolutional and 2 fully connected layers (VFedMH Sec. V-A).
+
+    Defaults: embedding 128, EL:PL 1:1: h = 3x3 conv (32) + max-pool, then the map-sized
+    convolution to the embedding; p = two FC layers (128 -> 128 -> classes).
+    """
+    return _plain("cnn", input_shape, num_classes, embedding_dim, el_pl)
+
+
+def lenet(*, input_shape: Sequence[int], num_classes: int, embedding_dim: int = 128,
+          el_pl: tuple[int, int] = (1, 1)) -> PartyModel:
+    """LeNet: 3 convolutional, 1 pooling and 3 fully connected layers (VFedMH Sec. V-A).
+
+    Defaults: embedding 128, EL:PL 1:1: h = C1 (5x5, 6) + S2 max-pool, C3 (5x5, 16) and the
+    map-sized C5 to the embedding, as in LeNet-5; p = three FC layers (128 -> 128 -> 128 ->
+    classes).
+    """
+    return _plain("lenet", input_shape, num_classes, embedding_dim, el_pl)
+
+
+# --------------------------------------------------------------------------- ResNets
+
+
+def _resnet(arch: str, input_shape: Sequence[int], num_classes: int, embedding_dim: int,
+            el_pl: tuple[int, int]) -> PartyModel:
+    c, h, w = _shape(arch, input_shape, image=True)
+    a, b = _el_pl(el_pl)
+    if (_RESNET_UNITS * a) % (a + b):
+        valid = ", ".join(str(r) for r in ((1, 1), (2, 1), (1, 2), (5, 1), (1, 5)))
+        raise ConfigError(
+            f"{arch} has {_RESNET_UNITS} layers (stem, 4 residual stages, classifier); "
+            f"el_pl={el_pl!r} does not split them; choose one of {valid}"
+        )
+    n_el = _RESNET_UNITS * a // (a + b)
+    n_pl = _RESNET_UNITS - n_el
+    net = getattr(torchvision.models, arch)(weights=None, num_classes=num_classes)
+    # Small, narrow inputs: 3x3 stride-1 stem and no max-pool (the usual CIFAR adaptation).
+    net.conv1 = nn.Conv2d(c, 64, kernel_size=3, stride=1, padding=1, bias=False)
+    _init_like_torchvision(net.conv1)
+    stages = [net.layer1, net.layer2, net.layer3, net.layer4]
+    units: list[nn.Module] = [nn.Sequential(net.conv1, net.bn1, net.relu), *stages]
+
+    h_units = units[:n_el]
+    ch, mh, mw = _probe(nn.Sequential(*h_units), (c, h, w))
+    grid = (min(mh, _RESNET_GRID), min(mw, _RESNET_GRID))
+    head = _he(nn.Sequential(nn.Linear(ch * grid[0] * grid[1], embedding_dim), nn.ReLU()))
+    h_units[-1] = nn.Sequential(h_units[-1], nn.AdaptiveAvgPool2d(grid), nn.Flatten(), *head)
+
+    p_units: list[nn.Module] = []
+    if n_el < 5:
+        first = n_el - 1  # the first stage that goes to p (units[0] is the stem)
+        # torchvision's own stage builder, so the blocks match the architecture; it takes
+        # its input channels from net.inplanes.
+        net.inplanes = embedding_dim
+        rebuilt = net._make_layer(type(stages[0][0]), 64 * 2**first, len(stages[first]),
+                                  stride=1 if first == 0 else 2)
+        _init_like_torchvision(rebuilt)
+        p_units.append(nn.Sequential(nn.Unflatten(1, (embedding_dim, 1, 1)), rebuilt))
+        p_units.extend(stages[first + 1:])
+        p_units.append(nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), net.fc))
+    else:
+        p_units.append(nn.Linear(embedding_dim, num_classes))
+    return PartyModel(nn.Sequential(*h_units), nn.Sequential(*p_units),
+                      embedding_dim=embedding_dim, layers=(n_el, n_pl), architecture=arch)
+
+
+def resnet18(*, input_shape: Sequence[int], num_classes: int, embedding_dim: int = 128,
+             el_pl: tuple[int, int] = (1, 1)) -> PartyModel:
+    """ResNet-18 (VFedMH Sec. V-A, Table II; EASTER Sec. V-A), torchvision's, small-input stem."""
+    return _resnet("resnet18", input_shape, num_classes, embedding_dim, el_pl)
+
+
+def resnet34(*, input_shape: Sequence[int], num_classes: int, embedding_dim: int = 128,
+             el_pl: tuple[int, int] = (1, 1)) -> PartyModel:
+    """ResNet-34 (EASTER Sec. V-A, CIFAR-10/100 and CINIC-10), torchvision's, small-input stem."""
+    return _resnet("resnet34", input_shape, num_classes, embedding_dim, el_pl)
+
+
+def resnet50(*, input_shape: Sequence[int], num_classes: int, embedding_dim: int = 128,
+             el_pl: tuple[int, int] = (1, 1)) -> PartyModel:
+    """ResNet-50 (VFedMH Sec. V-A; EASTER Sec. V-A), torchvision's, small-input stem."""
+    return _resnet("resnet50", input_shape, num_classes, embedding_dim, el_pl)
+
+
+def resnet101(*, input_shape: Sequence[int], num_classes: int, embedding_dim: int = 128,
+              el_pl: tuple[int, int] = (1, 1)) -> PartyModel:
+    """ResNet-101 (VFedMH Sec. V-A, Table II), torchvision's, small-input stem."""
+    return _resnet("resnet101", input_shape, num_classes, embedding_dim, el_pl)
+
+
+# --------------------------------------------------------------------------- Criteo
+
+
+class _CriteoEmbedding(nn.Module):
+    """h of DeepFM / Wide&Deep on one party's Criteo columns.
+
+    Output ``[first-order term (1) | FM interaction vector (k, DeepFM only) | deep (rest)]``.
+    DeepFM's logit is first-order + sum(FM vector) + w . deep and Wide&Deep's is wide + w . deep:
+    both are linear in this concatenation, so a Linear p reproduces them exactly and deeper p
+    generalise them. The FM vector is kept per factor (not summed) so it carries k numbers.
+    Dense features are FM fields too, their vector scaled by the value (DeepFM Sec. 2.1).
+    """
+
+    def __init__(self, *, n_dense: int, vocab_sizes: Sequence[int], field_dim: int,
+                 deep: nn.Sequential, fm: bool) -> None:
+        super().__init__()
+        self.n_dense = n_dense
+        self.n_sparse = len(vocab_sizes)
+        self.fm = fm
+        vocab = torch.tensor(list(vocab_sizes), dtype=torch.long)
+        self.register_buffer("vocab", vocab, persistent=False)
+        # One table for all fields (offsets select a field's rows): one lookup per batch.
+        self.register_buffer("offsets", vocab.cumsum(0) - vocab, persistent=False)
+        total = max(1, sum(vocab_sizes))
+        self.field_embedding = nn.Embedding(total, field_dim)
+        self.first_order_sparse = nn.Embedding(total, 1)
+        nn.init.zeros_(self.first_order_sparse.weight)
+        self.first_order_dense = nn.Linear(n_dense, 1, bias=False) if n_dense else None
+        self.bias = nn.Parameter(torch.zeros(1))
+        self.dense_vectors = nn.Parameter(torch.randn(n_dense, field_dim) * 0.01) if fm else None
+        self.deep = deep
+
+    def _inputs(self, x: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        if isinstance(x, (tuple, list)):
+            dense, sparse = x
+        else:  # one [B, n_dense + n_sparse] tensor: dense columns first, then the category codes
+            if x.dim() != 2 or x.shape[1] != self.n_dense + self.n_sparse:
+                raise PartitionError(
+                    f"expected [B, {self.n_dense + self.n_sparse}] ({self.n_dense} dense + "
+                    f"{self.n_sparse} sparse columns) or a (dense, sparse) pair; "
+                    f"got {tuple(x.shape)}"
+                )
+            dense, sparse = x[:, :self.n_dense], x[:, self.n_dense:]
+        if dense.shape[-1] != self.n_dense or sparse.shape[-1] != self.n_sparse:
+            raise PartitionError(
+                f"this party's model was built for {self.n_dense} dense and {self.n_sparse} "
+                f"sparse columns; got {dense.shape[-1]} and {sparse.shape[-1]}"
+            )
+        sparse = sparse.long()
+        if self.n_sparse and ((sparse < 0) | (sparse >= self.vocab)).any():
+            raise PartitionError(
+                f"category codes outside [0, vocab_size) for vocab_sizes={self.vocab.tolist()}; "
+                "encode unseen categories to a reserved index"
+            )
+        return dense.float(), sparse
+
+    def forward(self, x: Any) -> torch.Tensor:
+        dense, sparse = self._inputs(x)
+        idx = sparse + self.offsets
+        emb = self.field_embedding(idx)  # [B, F, k]
+        first = self.bias + self.first_order_sparse(idx).sum(1)
+        if self.first_order_dense is not None:
+            first = first + self.first_order_dense(dense)
+        deep = self.deep(torch.cat([dense, emb.flatten(1)], dim=1))
+        if not self.fm:
+            return torch.cat([first, deep], dim=1)
+        fields = torch.cat([emb, dense.unsqueeze(-1) * self.dense_vectors], dim=1)
+        s = fields.sum(1)
+        interaction = 0.5 * (s * s - (fields * fields).sum(1))  # FM's O(kF) identity, per factor
+        return torch.cat([first, interaction, deep], dim=1)
+
+
+def _criteo(arch: str, input_shape: Sequence[int] | None, num_classes: int, embedding_dim: int,
+            el_pl: tuple[int, int], vocab_sizes: Sequence[int], n_dense: int,
+            field_embedding_dim: int) -> PartyModel:
+    if vocab_sizes is None or n_dense is None:
+        raise ConfigError(f"{arch} needs vocab_sizes= (one category count per sparse column of "
+                          "this party) and n_dense= (its number of dense columns)")
+    vocab_sizes = [_positive_int("vocab_sizes entries", v) for v in vocab_sizes]
+    if isinstance(n_dense, bool) or not isinstance(n_dense, int) or n_dense < 0:
+        raise ConfigError(f"n_dense must be an integer >= 0, got {n_dense!r}")
+    n_features = n_dense + len(vocab_sizes)
+    if n_features == 0:
+        raise ConfigError(f"{arch} needs at least one column: n_dense=0 and vocab_sizes is empty")
+    if input_shape is not None and tuple(input_shape) != (n_features,):
+        raise ConfigError(
+            f"{arch} expects input_shape (n_dense + n_sparse,) = ({n_features},) for "
+            f"n_dense={n_dense} and {len(vocab_sizes)} sparse columns; got {tuple(input_shape)!r}"
+        )
+    k = _positive_int("field_embedding_dim", field_embedding_dim)
+    fm = arch == "deepfm"
+    extra = 1 + (k if fm else 0)
+    if embedding_dim <= extra:
+        parts = "first-order term + FM vector" if fm else "wide term"
+        raise ConfigError(f"{arch} needs embedding_dim > {extra} ({parts}); got {embedding_dim}")
+    # Deep component: 2 hidden layers + output, counted like the MLP.
+    n_el, n_pl = _split_depth(3, _el_pl(el_pl))
+    width = n_dense + len(vocab_sizes) * k
+    units: list[nn.Module] = []
+    for i in range(n_el):
+        out = embedding_dim - extra if i == n_el - 1 else _H_HIDDEN
+        units.append(_he(nn.Sequential(nn.Linear(width, out), nn.ReLU())))
+        width = out
+    h = _CriteoEmbedding(n_dense=n_dense, vocab_sizes=vocab_sizes, field_dim=k,
+                         deep=nn.Sequential(*units), fm=fm)
+    return PartyModel(h, _prediction_network(n_pl, embedding_dim, num_classes),
+                      embedding_dim=embedding_dim, layers=(n_el, n_pl), architecture=arch)
+
+
+def deepfm(*, vocab_sizes: Sequence[int], n_dense: int, input_shape: Sequence[int] | None = None,
+           num_classes: int = 2, embedding_dim: int = 128, el_pl: tuple[int, int] = (1, 1),
+           field_embedding_dim: int = 8) -> PartyModel:
+    """DeepFM (Guo et al. 2017) on a party's Criteo columns (EASTER Sec. V-A).
+
+    Input: ``(dense float [B, n_dense], sparse int64 [B, n_sparse])`` or one ``[B, n_dense +
+    n_sparse]`` tensor (dense first). The embedding is [first-order | FM vector | deep part].
+    Defaults: 2 classes (so cross-entropy serves every dataset), field embeddings of size 8,
+    embedding 128, EL:PL 1:1.
+    """
+    return _criteo("deepfm", input_shape, num_classes, embedding_dim, el_pl, vocab_sizes, n_dense,
+                   field_embedding_dim)
+
+
+def wide_deep(*, vocab_sizes: Sequence[int], n_dense: int, input_shape: Sequence[int] | None = None,
+              num_classes: int = 2, embedding_dim: int = 128, el_pl: tuple[int, int] = (1, 1),
+              field_embedding_dim: int = 8) -> PartyModel:
+    """Wide & Deep (Cheng et al. 2016) on a party's Criteo columns (EASTER Sec. V-A).
+
+    The wide part is linear in the raw columns (no hand-made cross features); the embedding
+    is [wide term | deep part]. Input and defaults as :func:`deepfm`.
+    """
+    return _criteo("wide_deep", input_shape, num_classes, embedding_dim, el_pl, vocab_sizes,
+                   n_dense, field_embedding_dim)
+
+
+# --------------------------------------------------------------------------- registry
+
+_BUILDERS: dict[str, Callable[..., PartyModel]] = {
+    "mlp": mlp, "cnn": cnn, "lenet": lenet, "resnet18": resnet18, "resnet34": resnet34,
+    "resnet50": resnet50, "resnet101": resnet101, "deepfm": deepfm, "wide_deep": wide_deep,
+}
+_OPTIONS = {"deepfm": ("vocab_sizes", "n_dense", "field_embedding_dim"),
+            "wide_deep": ("vocab_sizes", "n_dense", "field_embedding_dim")}
+_REQUIRED = {"deepfm": ("vocab_sizes", "n_dense"), "wide_deep": ("vocab_sizes", "n_dense")}
+
+
+def get_model(name: str, *, input_shape: tuple[int, ...], num_classes: int,
+              embedding_dim: int = 128, el_pl: tuple[int, int] = (1, 1),
+              **kwargs: Any) -> PartyModel:
+    """Build party model ``name`` (one of :data:`MODELS`) for one party's input.
+
+    Parameters
+    ----------
+    name
+        Architecture, e.g. ``"lenet"`` or ``"resnet18"``.
+    input_shape
+        One sample's shape: ``(C, H, W)`` for image strips, ``(n_features,)`` for tabular data.
+    num_classes
+        Number of logits p outputs.
+    embedding_dim
+        Size of the flat embedding h outputs (default 128, EASTER Fig. 6a).
+    el_pl
+        Ratio of layers in h to layers in p (default (1, 1), EASTER Fig. 6b).
+    **kwargs
+        ``deepfm`` / ``wide_deep`` only: ``vocab_sizes``, ``n_dense``, ``field_embedding_dim``.
+    """
+    if name not in _BUILDERS:
+        raise ConfigError(f"Invalid model {name!r}; choose one of {', '.join(MODELS)}")
+    allowed = _OPTIONS.get(name, ())
+    unknown = sorted(set(kwargs) - set(allowed))
+    if unknown:
+        takes = (f"it takes {', '.join(allowed)}" if allowed
+                 else "it takes none (vocab_sizes, n_dense are for deepfm, wide_deep)")
+        raise ConfigError(f"Unknown option(s) {', '.join(unknown)} for model {name!r}; {takes}")
+    missing = [k for k in _REQUIRED.get(name, ()) if k not in kwargs]
+    if missing:
+        raise ConfigError(
+            f"Model {name!r} needs {' and '.join(missing)}: vocab_sizes= (one category count "
+            "per sparse column of this party) and n_dense= (its number of dense columns)"
+        )
+    _positive_int("num_classes", num_classes)
+    _positive_int("embedding_dim", embedding_dim)
+    return _BUILDERS[name](input_shape=input_shape, num_classes=num_classes,
+                           embedding_dim=embedding_dim, el_pl=el_pl, **kwargs)
+
+
+# --------------------------------------------------------------------------- AdptVFedConv
+
+_PADDING_MODES = ("zeros", "replicate")
+_CUT_RE = re.compile(r"^\s*(\d+)\s*C\s*(?:\+\s*(\d+)\s*M)?\s*$", re.IGNORECASE)
+
+
+def _vgg16_bn(num_classes: int, in_channels: int) -> torchvision.models.VGG:
+    """torchvision's VGG-16-BN with a 512-input head (1x1 maps) and ceil-mode max-pools."""
+    # Built on the meta device: torchvision's head expects 224x224 inputs (a 25088x4096 layer,
+    # ~2 s to initialise) and is replaced here; real tensors are created and initialised below.
+    with torch.device("meta"):
+        net = torchvision.models.vgg16_bn(weights=None, num_classes=num_classes)
+        net.features[0] = nn.Conv2d(in_channels, 64, kernel_size=3, padding=1)
+        net.avgpool = nn.AdaptiveAvgPool2d(1)  # 16x16 tiles or 32x32 images end at 512x1x1
+        # Paper: 512 -> 4096 -> 4096 -> classes with dropout 0.5 (torchvision's head, resized).
+        net.classifier[0] = nn.Linear(512, 4096)
+        for i, m in enumerate(net.features):
+            if isinstance(m, nn.MaxPool2d):
+                # Same as VGG on even sizes; lets a 1x1 map pass (deep cuts, a single tile's map).
+                net.features[i] = nn.MaxPool2d(2, 2, ceil_mode=True)
+    net = net.to_empty(device="cpu")
+    _init_like_torchvision(net, linear_std=0.01)
+    return net
+
+
+def _feature_cut(features: nn.Sequential, cut: int | str) -> int:
+    """Index in ``features`` where the client feature extractor ends."""
+    if isinstance(cut, str):
+        match = _CUT_RE.match(cut)
+        if not match:
+            raise ConfigError(f"Invalid cut {cut!r}; give an int (number of max-pools) or "
+                              "Table 3's notation such as '2C+1M', '3C+1M', '7C'")
+        n_conv, n_pool = int(match.group(1)), int(match.group(2) or 0)
+    elif isinstance(cut, int) and not isinstance(cut, bool):
+        if not 1 <= cut <= 5:
+            raise ConfigError(f"cut={cut} must be 1..5 (VGG-16's max-pools in the extractor)")
+        n_pool, n_conv = cut, None
+    else:
+        raise ConfigError(f"cut must be an int or a string like '2C+1M'; got {cut!r}")
+    convs = pools = 0
+    for i, m in enumerate(features):
+        convs += isinstance(m, nn.Conv2d)
+        pools += isinstance(m, nn.MaxPool2d)
+        if n_conv is None and pools == n_pool:
+            return i + 1
+        block_end = isinstance(m, (nn.ReLU, nn.MaxPool2d))
+        if n_conv is not None and convs == n_conv and pools == n_pool and block_end:
+            return i + 1
+    raise ConfigError(f"cut {cut!r} is not a prefix of VGG-16 (13 conv blocks, 5 max-pools: "
+                      "2C+1M, 4C+2M, 7C+3M, 10C+4M, 13C+5M and the conv counts between)")
+
+
+def vgg16_bn_split(*, num_classes: int, cut: int | str = 1, padding_mode: str = "zeros",
+                   in_channels: int = 3) -> tuple[nn.Sequential, nn.Sequential]:
+    """AdptVFedConv's VGG-16-BN split into client feature extractor and server classifier.
+
+    AdptVFedConv Sec. 4: a 3x16x16 tile -> extractor (2 conv blocks + the first max-pool)
+    -> 64x8x8; the server assembles the 2x2 tiles' maps into 64x16x16 -> remaining VGG-16-BN
+    blocks -> 512x1x1 -> FC 4096, 4096, ``num_classes`` with dropout 0.5.
+
+    Parameters
+    ----------
+    num_classes
+        Logits of the server classifier.
+    cut
+        Extractor depth (Fig. 4 / Table 3): an int counts max-pools (stages; default 1 =
+        "2C+1M"), a string uses Table 3's notation ("1C", "2C", "2C+1M", ..., "7C+3M").
+    padding_mode
+        ``"zeros"`` (default) or ``"replicate"`` (the paper's replication padding trick),
+        applied to the extractor's convolutions: the cut boundaries only exist in the clients'
+        tiles, the server's assembled map is whole.
+    in_channels
+        Image channels (default 3).
+
+    Returns
+    -------
+    (extractor, classifier)
+        The classifier's max-pools use ceil mode, so it also takes a single tile's map
+        (e.g. 64x8x8), the server's pre-training classifier on its own tile.
+    """
+    if padding_mode not in _PADDING_MODES:
+        raise ConfigError(f"Invalid padding_mode {padding_mode!r}; "
+                          f"choose one of {', '.join(_PADDING_MODES)}")
+    net = _vgg16_bn(_positive_int("num_classes", num_classes),
+                    _positive_int("in_channels", in_channels))
+    end = _feature_cut(net.features, cut)
+    extractor = net.features[:end]
+    for m in extractor.modules():
+        if isinstance(m, nn.Conv2d):
+            m.padding_mode = padding_mode
+    classifier = nn.Sequential(net.features[end:], net.avgpool, nn.Flatten(1), net.classifier)
+    return extractor, classifier
+
+
+def vgg16_bn_generator(*, cut: int | str = 1, out_channels: int = 3) -> nn.Sequential:
+    """The inverse of :func:`vgg16_bn_split`'s extractor: the client autoencoder's decoder.
+
+    AdptVFedConv Sec. 4: each (Conv, BN, ReLU) block becomes a (ConvTranspose, BN, ReLU)
+    block and each max-pool an upsampling layer, in reverse order; 64x8x8 -> 3x16x16 for the
+    default cut. The last block is a bare ConvTranspose2d (no BN/ReLU) so it can output
+    normalised pixels, which are negative as often as positive.
+    """
+    with torch.device("meta"):  # only the layer structure is needed
+        features = torchvision.models.vgg16_bn(weights=None).features
+    end = _feature_cut(features, cut)
+    layers: list[nn.Module] = []
+    blocks = list(features[:end])
+    for m in reversed(blocks):
+        if isinstance(m, nn.MaxPool2d):
+            layers.append(nn.Upsample(scale_factor=2, mode="nearest"))
+        elif isinstance(m, nn.Conv2d):
+            first = m is blocks[0]
+            out = _positive_int("out_channels", out_channels) if first else m.in_channels
+            layers.append(nn.ConvTranspose2d(m.out_channels, out, kernel_size=3, padding=1))
+            if not first:
+                layers += [nn.BatchNorm2d(out), nn.ReLU(inplace=True)]
+    return nn.Sequential(*layers)
+
+
+def vgg16_bn_centralized(*, num_classes: int, padding_mode: str = "zeros",
+                         in_channels: int = 3) -> nn.Module:
+    """The centralized VGG-16-BN upper bound for 32x32 images (AdptVFedConv Table 2).
+
+    torchvision's ``vgg16_bn``; on 32x32 the features end at 512x1x1, so the head is the
+    paper's 512 -> 4096 -> 4096 -> ``num_classes`` (dropout 0.5), the same network as the
+    split extractor + classifier, rather than the common CIFAR 512 -> classes head.
+    ``padding_mode`` ("zeros" default, or "replicate") applies to every convolution.
+    """
+    if padding_mode not in _PADDING_MODES:
+        raise ConfigError(f"Invalid padding_mode {padding_mode!r}; "
+                          f"choose one of {', '.join(_PADDING_MODES)}")
+    net = _vgg16_bn(_positive_int("num_classes", num_classes),
+                    _positive_int("in_channels", in_channels))
+    for m in net.features.modules():
+        if isinstance(m, nn.Conv2d):
+            m.padding_mode = padding_mode
+    return net
+
+
+# --------------------------------------------------------------------------- APC-VFL autoencoders
+
+
+class SeluAutoencoder(nn.Module):
+    """Symmetric autoencoder with SELU activations (APC-VFL Sec. 4, Appendix B Table 3).
+
+    Encoder: Linear + SELU through ``layers`` (e.g. ``[a, 64, 128]``); SELU follows the last
+    encoder layer too, as Table 3 lists SELU for the encoder with no exception, so the latent
+    z is SELU-activated. Decoder: the widths mirrored, SELU between layers, the output layer
+    linear (standardised features are any real number). Weights are LeCun-normal, the
+    initialisation SELU's self-normalisation assumes (Klambauer et al. 2017).
+    """
+
+    def __init__(self, layers: Sequence[int]) -> None:
+        super().__init__()
+        widths = [_positive_int("layer width", w) for w in layers]
+        if len(widths) < 2:
+            raise ConfigError("layers needs at least input and latent widths, e.g. [a, 64, 128]; "
+                              f"got {list(layers)}")
+        self.layers = tuple(widths)
+        enc: list[nn.Module] = []
+        for i, o in pairwise(widths):
+            enc += [nn.Linear(i, o), nn.SELU()]
+        dec: list[nn.Module] = []
+        back = widths[::-1]
+        for n, (i, o) in enumerate(pairwise(back)):
+            dec.append(nn.Linear(i, o))
+            if n < len(back) - 2:
+                dec.append(nn.SELU())
+        self.encoder = nn.Sequential(*enc)
+        self.decoder = nn.Sequential(*dec)
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.kaiming_normal_(m.weight, nonlinearity="linear")  # = LeCun normal
+                nn.init.zeros_(m.bias)
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        """The latent representation z = g(x)."""
+        return self.encoder(x)
+
+    def decode(self, z: torch.Tensor) -> torch.Tensor:
+        """The reconstruction f(z)."""
+        return self.decoder(z)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.encoder(x))
+
+
+#: APC-VFL Appendix B Table 3: encoder widths; "a" = active participant's features (2..5),
+#: "p" = passive participant's. g2A's 384 = g1A's 128 + g1P's 256 (the joint representation).
+APC_VFL_ENCODERS: MappingProxyType[str, tuple[int | str, ...]] = MappingProxyType({
+    "g1A": ("a", 64, 128),
+    "g1P": ("p", 128, 256),
+    "g2A": (384, 256, 256),
+    "g3A": ("a", 256, 256),
+})
+
+
+def apc_vfl_autoencoder(which: str, *, a: int | None = None,
+                        p: int | None = None) -> SeluAutoencoder:
+    """The APC-VFL autoencoder ``which`` ("g1A", "g1P", "g2A", "g3A") of Table 3.
+
+    ``a`` (active participant's feature count) is needed by g1A and g3A, ``p`` (passive
+    participant's) by g1P; defaults None.
+    """
+    if which not in APC_VFL_ENCODERS:
+        raise ConfigError(f"Invalid APC-VFL encoder {which!r}; "
+                          f"choose one of {', '.join(APC_VFL_ENCODERS)}")
+    sizes = {"a": a, "p": p}
+    widths = []
+    for w in APC_VFL_ENCODERS[which]:
+        if isinstance(w, str):
+            if sizes[w] is None:
+                who = "active" if w == "a" else "passive"
+                raise ConfigError(f"{which} needs {w}= (the {who} participant's feature count)")
+            w = _positive_int(w, sizes[w])
+        widths.append(w)
+    return SeluAutoencoder(widths)
+
+
+# --------------------------------------------------------------------------- Multi-VFL
+
+
+class MultiVFLDataOwner(nn.Sequential):
+    """A Multi-VFL data owner's model: one Conv2d(1 -> 32, kernel 3) + ReLU (Multi-VFL Sec. 4).
+
+    Padding 1 keeps a strip's size (7x28 -> 32x7x28), so the 4 data owners' outputs re-join
+    along the height into the 32x28x28 map the label owners take.
+    """
+
+    def __init__(self, in_channels: int = 1) -> None:
+        in_channels = _positive_int("in_channels", in_channels)
+        super().__init__(nn.Conv2d(in_channels, 32, 3, padding=1), nn.ReLU())
+
+
+class MultiVFLLabelOwner(nn.Sequential):
+    """A Multi-VFL label owner's model: one conv and two linear layers (Multi-VFL Sec. 4).
+
+    Widths are PyTorch's MNIST example, whose first conv the data owners hold: Conv2d(32 -> 64,
+    kernel 3, no padding) + ReLU + MaxPool(2) -> Linear(64*13*13 -> 128) + ReLU ->
+    Linear(128 -> ``num_classes``) (default 10). ``input_hw`` is the joined map's size
+    (default (28, 28)).
+    """
+
+    def __init__(self, num_classes: int = 10, *, input_hw: tuple[int, int] = (28, 28)) -> None:
+        h, w = (_positive_int("input_hw", s) for s in input_hw)
+        if h < 4 or w < 4:
+            raise ConfigError("input_hw must be at least (4, 4) for the 3x3 convolution and the "
+                              f"pooling; got {input_hw!r}")
+        flat = 64 * ((h - 2) // 2) * ((w - 2) // 2)
+        super().__init__(
+            nn.Conv2d(32, 64, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+            nn.Linear(flat, 128), nn.ReLU(),
+            nn.Linear(128, _positive_int("num_classes", num_classes)),
+        )
