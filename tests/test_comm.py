@@ -129,3 +129,12 @@ def test_network_price():
     assert ledger.price(slow) == pytest.approx(2 * (0.05 + 2.0))
     with pytest.raises(ConfigError, match="bandwidth must be > 0"):
         Link(bandwidth_mbps=0)
+
+
+def test_out_of_range_ids_of_an_aligned_party():
+    """With ids 0..N-1, an id beyond the party's samples is a PartitionError, not a wrong row."""
+    ch, a, p = _two_parties()
+    with pytest.raises(PartitionError, match=r"passive_1 does not hold sample ids \[6\]"):
+        p.features("train", ids=torch.tensor([1, 6]))
+    with pytest.raises(PartitionError, match=r"active does not hold sample ids \[9\]"):
+        a.labels("train", ids=torch.tensor([9]))

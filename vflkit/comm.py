@@ -263,7 +263,8 @@ class Channel:
         if sender == receiver:
             raise ConfigError(f"party {sender!r} tried to send a {kind} to itself")
         size = payload_nbytes(payload) if nbytes is None else int(nbytes)
-        self.ledger.record(Message(sender, receiver, kind, size, self.epoch, self.step, self.phase))
+        # a plain tuple, not a Message: this runs several times per training step
+        self.ledger._rows.append((sender, receiver, kind, size, self.epoch, self.step, self.phase))
         self._boxes[(sender, receiver, kind)].append(_wire_copy(payload))
 
     def recv(self, receiver: str, sender: str, kind: str) -> Any:
@@ -331,6 +332,7 @@ class Party:
                     f"{name}: {len(self.ids[split])} sample ids for {len(x)} {split} rows"
                 )
         self._row_of: dict[str, tuple[torch.Tensor, torch.Tensor] | None] = {s: None for s in held}
+        self._identity: dict[str, bool] = {}
         self.models: dict[str, torch.nn.Module] = {}
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
         #: Scratch space for what a party keeps between protocol steps (e.g. its embedding's
@@ -364,6 +366,12 @@ class Party:
         if ids is None:
             raise ValueError("give either rows= (positions) or ids= (sample ids)")
         own = self.ids[split]
+        if split not in self._identity:
+            self._identity[split] = torch.equal(own, torch.arange(len(own)))
+        if self._identity[split]:
+            # ids 0..N-1 in order (fully aligned parties): an id is its row. Indexing checks
+            # the range (see _take), so the hot path pays no extra reduction here.
+            return ids
         if self._row_of[split] is None:
             # Sorted ids + searchsorted: id -> row lookup without a Python dict over samples.
             order = torch.argsort(own)
@@ -379,11 +387,16 @@ class Party:
                  ids: torch.Tensor | None = None) -> torch.Tensor:
         """A batch of this party's own features, transformed and on its device."""
         x = self._features[split]
-        if rows is None and ids is None:
-            batch = x
-        else:
-            batch = x[self._rows(split, ids, rows).to(x.device)]
+        batch = x if rows is None and ids is None else self._take(x, split, ids, rows)
         return self._transform(batch.to(self.device, non_blocking=True))
+
+    def _take(self, x: torch.Tensor, split: str, ids: torch.Tensor | None, rows: torch.Tensor | None) -> torch.Tensor:
+        index = self._rows(split, ids, rows).to(x.device)
+        try:
+            return x[index]
+        except IndexError:
+            bad = index[(index < 0) | (index >= len(x))][:5].tolist()
+            raise PartitionError(f"{self.name} does not hold sample ids {bad} of {split}") from None
 
     def labels(self, split: str = "train", *, rows: torch.Tensor | None = None,
                ids: torch.Tensor | None = None) -> torch.Tensor:
@@ -393,7 +406,7 @@ class Party:
         y = self._labels[split]
         if rows is None and ids is None:
             return y.to(self.device)
-        return y[self._rows(split, ids, rows).to(y.device)].to(self.device)
+        return self._take(y, split, ids, rows).to(self.device)
 
     def send(self, receiver: str | "Party", kind: str, payload: Any, *, nbytes: int | None = None) -> None:
         """Send to another party through the channel."""
