@@ -135,7 +135,8 @@ class VFLMethod(ABC):
     def evaluate(self, *, split: str = "test", batch_size: int = 512) -> dict[str, dict[str, float]]:
         """Test metrics of every trained model, computed by the active party from its labels.
 
-        Accuracy for every task; for two classes also ROC AUC (EASTER reports AUC on Criteo).
+        Accuracy for every task; for two classes also F1 of the positive class (APC-VFL on
+        Credit Card) and ROC AUC (EASTER on Criteo).
         """
         self.eval()
         ids = self.active.ids[split]
@@ -152,9 +153,11 @@ class VFLMethod(ABC):
             z = torch.cat(parts)
             metrics = {"test_accuracy": accuracy(z, y)}
             if self.num_classes == 2:
-                from sklearn.metrics import roc_auc_score
+                from sklearn.metrics import f1_score, roc_auc_score
 
-                metrics["test_auc"] = float(roc_auc_score(y.numpy(), z.softmax(1)[:, 1].numpy()))
+                metrics["test_f1"] = float(f1_score(y.numpy(), z.argmax(1).numpy(), zero_division=0))
+                if len(y.unique()) == 2:  # AUC is undefined on a single-class test set
+                    metrics["test_auc"] = float(roc_auc_score(y.numpy(), z.softmax(1)[:, 1].numpy()))
             result[key] = metrics
         self.train()
         return result
