@@ -21,10 +21,9 @@ setup: $(STAMP)
 study: $(STAMP)
 	$(BIN)/python -m vflkit.study --profile $(PROFILE) --device $(DEVICE) $(NOTEBOOKS)
 
-## Unit tests, then every notebook in the smoke profile checked by nbval.
+## Unit tests and every notebook in the smoke profile, re-executed and checked by nbval.
 test: $(STAMP)
-	$(BIN)/python -m pytest tests
-	$(BIN)/python -m pytest --nbval --nbval-current-env -p no:cacheprovider $(NOTEBOOKS)
+	$(BIN)/python -m pytest --nbval --nbval-current-env tests $(NOTEBOOKS)
 
 ## Throughput of a VFL step vs the same models without VFL machinery, and masking's share.
 bench: $(STAMP)

@@ -13,6 +13,7 @@ import pandas as pd
 import seaborn as sns
 
 from ..experiment import RunConfig, check_profile, history_frame
+from ..report import load_reference
 
 #: Per profile: training/test subset sizes and epochs. MLP party models, plain SGD at
 #: VFedMH's learning rate 0.05 and batch 128 (VFedMH Sec. VI-C).
@@ -40,15 +41,26 @@ def configs(profile: str, *, seeds: Sequence[int] = (0,), model: str = "mlp") ->
     ]
 
 
+#: Where VFedMH's Table II prints the nearest setting (MNIST, MLP, 4 width strips) of each method.
+PAPER_ROWS = {"local": ("Local", "local"), "splitnn": ("PyVertical", "homogeneous")}
+
+
 def summary(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    """Final test accuracy (%), wall time and bytes sent per run."""
+    """Final test accuracy (%), bytes sent and rounds per run, beside VFedMH Table II's
+    number for the same method, dataset and model (a different training budget: context,
+    not a target)."""
+    ref = load_reference("vfedmh")
+    ref = ref[(ref["table"] == "II") & (ref["dataset"] == "MNIST") & (ref["model"] == "MLP")]
     rows = []
     for r in records:
-        final = r["final"]["active"]
+        method = r["config"]["method"]
+        name, setting = PAPER_ROWS[method]
+        paper = ref[(ref["method"] == name) & (ref["setting"] == setting)]["value"]
         rows.append({
-            "method": r["config"]["method"],
+            "method": method,
             "seed": r["config"]["seed"],
-            "test_accuracy_pct": round(100 * final["test_accuracy"], 2),
+            "test_accuracy_pct": round(100 * r["final"]["active"]["test_accuracy"], 2),
+            "VFedMH_Table_II_pct": paper.item() if len(paper) else float("nan"),
             "bytes_sent_MB": round(r["comm"]["total"]["bytes"] / 2**20, 2),
             "rounds": r["comm"]["total"]["rounds"],
         })
