@@ -76,24 +76,12 @@ def _wire_copy(payload: Any) -> Any:
     return payload
 
 
-@dataclass(frozen=True)
-class Message:
-    """One record of the ledger: who sent what kind of thing to whom, how big, and when."""
-
-    sender: str
-    receiver: str
-    kind: str
-    nbytes: int
-    epoch: int
-    step: int
-    phase: str
-
-
 class Ledger:
     """Every message a run sent, with sums per party, epoch and kind.
 
-    Records are kept as plain tuples (a VFedMH run sends hundreds of thousands of messages) and
-    turned into a :class:`pandas.DataFrame` on demand.
+    One row per message: sender, receiver, kind, bytes as sent, epoch, step and phase. Rows are
+    kept as plain tuples (a VFedMH run sends hundreds of thousands of messages) and turned into
+    a :class:`pandas.DataFrame` on demand.
     """
 
     columns = ("sender", "receiver", "kind", "nbytes", "epoch", "step", "phase")
@@ -101,12 +89,9 @@ class Ledger:
     def __init__(self) -> None:
         self._rows: list[tuple[str, str, str, int, int, int, str]] = []
 
-    def record(self, message: Message) -> None:
-        """Append one message."""
-        self._rows.append(
-            (message.sender, message.receiver, message.kind, message.nbytes, message.epoch,
-             message.step, message.phase)
-        )
+    def add(self, sender: str, receiver: str, kind: str, nbytes: int, epoch: int, step: int, phase: str) -> None:
+        """Record one message."""
+        self._rows.append((sender, receiver, kind, nbytes, epoch, step, phase))
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -263,8 +248,7 @@ class Channel:
         if sender == receiver:
             raise ConfigError(f"party {sender!r} tried to send a {kind} to itself")
         size = payload_nbytes(payload) if nbytes is None else int(nbytes)
-        # a plain tuple, not a Message: this runs several times per training step
-        self.ledger._rows.append((sender, receiver, kind, size, self.epoch, self.step, self.phase))
+        self.ledger.add(sender, receiver, kind, size, self.epoch, self.step, self.phase)
         self._boxes[(sender, receiver, kind)].append(_wire_copy(payload))
 
     def recv(self, receiver: str, sender: str, kind: str) -> Any:

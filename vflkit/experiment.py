@@ -236,9 +236,12 @@ def build_parties(config: RunConfig, *, device: torch.device, channel: Channel) 
             Party(
                 name,
                 channel=channel,
-                # contiguous copies: a strip of a whole dataset is a strided view, slow to index
-                features={"train": train_parts[k].contiguous(), "test": test_parts[k].contiguous()},
-                labels=labels if k == part.active else None,
+                # Contiguous copies on the party's device, made once: a strip of a whole dataset
+                # is a strided view, slow to index, and per-batch host-to-device copies would
+                # sit on the hot path. uint8 is kept; normalising happens per batch.
+                features={"train": train_parts[k].contiguous().to(device),
+                          "test": test_parts[k].contiguous().to(device)},
+                labels={s: y.to(device) for s, y in labels.items()} if k == part.active else None,
                 transform=transform,
                 device=device,
             )
