@@ -261,8 +261,8 @@ def run(
 ) -> dict[str, Any]:
     """Run ``config`` (or load its finished record) and return the record.
 
-    The record holds the config, per-epoch training loss and test metric of every model the
-    method trains, wall time, peak memory, bytes/messages/rounds per epoch and per party, the
+    The record holds the config, per-epoch training loss, test metrics and elapsed seconds of
+    every model the method trains, wall time, peak memory, bytes/messages/rounds per epoch and per party, the
     device and library versions. It is written atomically when the run ends.
     """
     from .methods import get_method
@@ -308,7 +308,8 @@ def run(
         channel.at(epoch=epoch, step=0, phase="eval")
         metrics = method.evaluate(batch_size=max(config.batch_size, 512))
         for model_key, m in metrics.items():
-            row = {"epoch": epoch, "model": model_key, "loss": sums.get(model_key, float("nan")) / len(train_ids)}
+            row = {"epoch": epoch, "model": model_key, "elapsed_s": time.perf_counter() - start,
+                   "loss": sums.get(model_key, float("nan")) / len(train_ids)}
             row.update(m)
             history.append(row)
         bar.set_postfix({k: round(v.get("test_accuracy", float("nan")), 3) for k, v in metrics.items()})
