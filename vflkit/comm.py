@@ -315,8 +315,16 @@ class Party:
                 raise PartitionError(
                     f"{name}: {len(self.ids[split])} sample ids for {len(x)} {split} rows"
                 )
-        self._row_of: dict[str, tuple[torch.Tensor, torch.Tensor] | None] = {s: None for s in held}
-        self._identity: dict[str, bool] = {}
+        # id -> row lookup per split: None when the ids are 0..N-1 in order (fully aligned
+        # parties: an id is its own row); else sorted ids and their rows, for searchsorted
+        # (no Python dict over samples).
+        self._lookup: dict[str, tuple[torch.Tensor, torch.Tensor] | None] = {}
+        for split, own in self.ids.items():
+            if torch.equal(own, torch.arange(len(own))):
+                self._lookup[split] = None
+            else:
+                order = torch.argsort(own)
+                self._lookup[split] = (own[order], order)
         self.models: dict[str, torch.nn.Module] = {}
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
         #: Scratch space for what a party keeps between protocol steps (e.g. its embedding's
@@ -349,18 +357,11 @@ class Party:
             return rows
         if ids is None:
             raise ValueError("give either rows= (positions) or ids= (sample ids)")
-        own = self.ids[split]
-        if split not in self._identity:
-            self._identity[split] = torch.equal(own, torch.arange(len(own)))
-        if self._identity[split]:
-            # ids 0..N-1 in order (fully aligned parties): an id is its row. Indexing checks
-            # the range (see _take), so the hot path pays no extra reduction here.
+        lookup = self._lookup[split]
+        if lookup is None:
+            # Indexing checks the range (see _take): the hot path pays no extra reduction.
             return ids
-        if self._row_of[split] is None:
-            # Sorted ids + searchsorted: id -> row lookup without a Python dict over samples.
-            order = torch.argsort(own)
-            self._row_of[split] = (own[order], order)
-        sorted_ids, order = self._row_of[split]
+        sorted_ids, order = lookup
         pos = torch.searchsorted(sorted_ids, ids).clamp(max=len(sorted_ids) - 1)
         if not torch.equal(sorted_ids[pos], ids):
             missing = ids[sorted_ids[pos] != ids][:5].tolist()

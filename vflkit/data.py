@@ -196,9 +196,17 @@ class ImageData:
             raise ValueError(f"normalize expects [..., {len(self.mean)}, H, W] images, got {tuple(x.shape)}")
         dev = x.device if device is None else resolve_device(device)
         x = x.to(dev, non_blocking=True)
-        mean = torch.tensor(self.mean, dtype=torch.float32, device=dev).view(-1, 1, 1)
-        std = torch.tensor(self.std, dtype=torch.float32, device=dev).view(-1, 1, 1)
+        mean, std = self._stats_on(dev)
         return (x.to(torch.float32).div_(255.0) - mean).div_(std)
+
+    def _stats_on(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        # normalize runs once per batch: build the mean/std tensors once per device, not per
+        # call (on a GPU each would be a host-to-device copy)
+        cache = self.__dict__.setdefault("_stats", {})
+        if device not in cache:
+            cache[device] = tuple(torch.tensor(v, dtype=torch.float32, device=device).view(-1, 1, 1)
+                                  for v in (self.mean, self.std))
+        return cache[device]
 
 
 @dataclass(repr=False, eq=False)
