@@ -25,10 +25,15 @@ def _parties(n_parties=4, n=64, seed=0, n_classes=10):
     return ch, parties
 
 
-def _method(name, parties, num_classes=10, **cfg):
-    config = RunConfig(paper="demo", dataset="mnist", method=name, models=("mlp",) * len(parties),
+def _method(name, parties, num_classes=10, models=None, **cfg):
+    if models is None:
+        mixed = get_method(name).model_mix == "heterogeneous"
+        models = tuple("lenet" if mixed and k % 2 else "mlp" for k in range(len(parties)))
+    config = RunConfig(paper="demo", dataset="mnist", method=name, models=models,
                        n_parties=len(parties), embedding_dim=16, lr=0.1, **cfg)
-    return get_method(name)(config, parties, num_classes=num_classes)
+    method = get_method(name)(config, parties, num_classes=num_classes)
+    method.setup()
+    return method
 
 
 def _snapshot(party):
@@ -107,3 +112,152 @@ def test_binary_tasks_report_f1_and_auc():
     metrics = method.evaluate(batch_size=16)["active"]
     assert set(metrics) == {"test_accuracy", "test_f1", "test_auc"}
     assert 0 <= metrics["test_f1"] <= 1 and 0 <= metrics["test_auc"] <= 1
+
+
+# --------------------------------------------------------------------------- VFedMH
+
+
+def _vfedmh(parties, **options):
+    return _method("vfedmh", parties, models=("mlp", "lenet", "cnn", "mlp"), options=options)
+
+
+def test_vfedmh_four_rounds_per_step_and_blinded_embeddings():
+    """VFedMH sends blinded embeddings up, E down, predictions up and each loss down: 4 rounds."""
+    ch, parties = _parties()
+    method = _vfedmh(parties)
+    from vflkit.comm import Ledger
+
+    setup = ch.ledger.frame()
+    assert set(setup.kind) == {"public_key"} and len(setup) == 6  # 3 keys up, 3 key sets down
+    ch.ledger = Ledger()
+    seen = {}
+    original = ch.send
+
+    def spy(sender, receiver, kind, payload, *, nbytes=None):
+        seen.setdefault(kind, []).append(payload)
+        original(sender, receiver, kind, payload, nbytes=nbytes)
+
+    ch.send = spy
+    method.train_step(torch.arange(32))
+    df = ch.ledger.frame()
+    sent = sorted(zip(df.sender, df.receiver, df.kind))
+    expected = sorted([(f"passive_{k}", "active", kind) for k in (1, 2, 3) for kind in ("embedding", "prediction")]
+                      + [("active", f"passive_{k}", kind) for k in (1, 2, 3) for kind in ("global_embedding", "loss")])
+    assert sent == expected
+    assert ch.ledger.totals()["rounds"] == 4
+    # What the active party receives of a passive embedding is int64 ring noise, not floats.
+    assert all(e.dtype == torch.int64 for e in seen["embedding"])
+    assert min(e.abs().float().mean().item() for e in seen["embedding"]) > 2.0**50
+
+
+def test_vfedmh_each_party_updates_with_its_own_loss_only():
+    """Party k's applied gradient equals the gradient of L_k = CE(p_k(E), y) for its own θ_k,
+    where E is the mean of all local embeddings; other parties' losses, which also depend on
+    h_k through E, contribute nothing."""
+    import copy
+
+    import torch.nn.functional as F
+
+    ch, parties = _parties()
+    method = _vfedmh(parties)
+    models = {p.name: copy.deepcopy(p.models["model"]) for p in parties}
+    ids = torch.arange(32)
+    before = {p.name: [w.detach().clone() for w in p.models["model"].parameters()] for p in parties}
+    method.train_step(ids)
+    applied = {p.name: [(b - w.detach()) / 0.1 for b, w in zip(before[p.name], p.models["model"].parameters())]
+                for p in parties}
+    # Reference: one centralised graph over all parties (the test may see everything).
+    x = {p.name: p.features("train", ids=ids) for p in parties}
+    y = parties[0].labels("train", ids=ids)
+    e = torch.stack([models[n].embed(x[n]) for n in models]).mean(0)
+    for k in models:
+        own = list(models[k].parameters())
+        loss_k = F.cross_entropy(models[k].predict(e), y)
+        grads = torch.autograd.grad(loss_k, own + [w for j in models if j != k for w in models[j].embedding.parameters()],
+                                    retain_graph=True)
+        for g, a in zip(grads[:len(own)], applied[k]):
+            torch.testing.assert_close(a, g, atol=2e-4, rtol=1e-3)
+        # L_k does reach the other parties' embedding networks through E ...
+        assert any(g.abs().sum() > 0 for g in grads[len(own):])
+    # ... yet each party's update matched its own loss alone (checked above for every k).
+
+
+def test_vfedmh_blinding_does_not_change_training():
+    """With and without blinding factors, one step gives the same models (masks cancel)."""
+    results = []
+    for blinding in (True, False):
+        _, parties = _parties()
+        torch.manual_seed(1)
+        method = _vfedmh(parties, blinding=blinding)
+        method.train_step(torch.arange(32))
+        results.append(method.predict(torch.arange(16)))
+    for k in results[0]:
+        torch.testing.assert_close(results[0][k], results[1][k], atol=1e-4, rtol=1e-4)
+
+
+def test_homo_and_heter_variants_check_the_model_mix():
+    """Homo_ variants refuse mixed models, Heter_aggVFL refuses identical ones."""
+    from vflkit.errors import ConfigError
+
+    _, parties = _parties()
+    with pytest.raises(ConfigError, match="homogeneous"):
+        _method("homo_vfedmh", parties, models=("mlp", "cnn", "mlp", "mlp"))
+    with pytest.raises(ConfigError, match="heterogeneous"):
+        _method("heter_aggvfl", parties, models=("mlp",) * 4)
+
+
+# --------------------------------------------------------------------------- Agg_VFL, C-VFL
+
+
+def test_aggvfl_sends_predictions_up_and_their_gradients_down():
+    """Agg_VFL: each passive party sends its logits and receives dL/dR_k, nothing else."""
+    ch, parties = _parties()
+    method = _method("agg_vfl", parties)
+    method.train_step(torch.arange(32))
+    df = ch.ledger.frame()
+    assert sorted(zip(df.sender, df.kind)) == sorted(
+        [(f"passive_{k}", "prediction") for k in (1, 2, 3)] + [("active", "gradient")] * 3)
+    assert (df.nbytes == 32 * 10 * 4).all()  # batch x classes x float32
+
+
+@pytest.mark.parametrize("compressor", ["scalar", "vector"])
+def test_quantizers_stay_within_one_cell(compressor):
+    """b-bit quantisation errs by at most one lattice cell of x's range and costs b bits per value."""
+    from vflkit.methods.cvfl import scalar_quantize, vector_quantize
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 32, generator=gen)
+    fn = scalar_quantize if compressor == "scalar" else vector_quantize
+    for bits in (2, 3, 8):
+        q, nbytes = fn(x, bits, generator=gen)
+        span = (x.max() - x.min()).item()
+        assert (q - x).abs().max().item() <= span / (2**bits - 1) * 1.01
+        assert nbytes == 64 * 32 * bits // 8 + 8
+    assert (fn(x, 8, generator=gen)[0] - x).abs().mean() < (fn(x, 2, generator=gen)[0] - x).abs().mean()
+
+
+def test_topk_keeps_the_largest_entries():
+    """Top-k keeps bits/32 of each row, the largest in magnitude."""
+    from vflkit.methods.cvfl import topk_sparsify
+
+    x = torch.arange(1.0, 65.0).reshape(2, 32)
+    out, nbytes = topk_sparsify(x, 8)
+    assert (out != 0).sum(1).tolist() == [8, 8]
+    assert torch.equal(out[0, -8:], x[0, -8:])
+    assert nbytes == 2 * 8 * 6
+
+
+def test_cvfl_exchanges_compressed_embeddings_model_and_labels_once_per_step():
+    """C-VFL's Q local iterations need no messages: one compressed exchange per batch."""
+    ch, parties = _parties()
+    method = _method("c_vfl", parties, options={"local_iterations": 3})
+    before = [_snapshot(p) for p in parties]
+    method.train_step(torch.arange(32))
+    df = ch.ledger.frame()
+    kinds = sorted(zip(df.sender, df.kind))
+    assert kinds == sorted([(f"passive_{k}", "embedding") for k in (1, 2, 3)]
+                           + [("active", kind) for kind in ("embedding", "model_weights", "labels")] * 3)
+    up = df[df.kind == "embedding"].nbytes.iloc[0]
+    assert up == 32 * 16 * 3 // 8 + 8  # 3 bits per value instead of 32
+    for p, b in zip(parties, before):
+        assert _changed(b, p)

@@ -38,6 +38,7 @@ KINDS: tuple[str, ...] = (
     "feature_map",  # AdptVFedConv hidden feature maps
     "masked_matrix",  # FedSVD masked matrices
     "mask",  # FedSVD orthogonal masks / key-generator output
+    "labels",  # batch labels, only where a protocol shares them (C-VFL's local iterations)
 )
 
 PHASES: tuple[str, ...] = ("train", "eval", "setup")

@@ -13,6 +13,7 @@ Records live in ``<results_dir>/<profile>/<paper>/<key>.json``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -188,16 +189,24 @@ def _check_finite(losses: dict[str, float], *, epoch: int, step: int, limit: flo
             )
 
 
+@functools.lru_cache(maxsize=2)
+def _dataset(name: str) -> Any:
+    """A loaded dataset, kept in memory for the next run of a study (MNIST's gz files take
+    about half a second to decode; a study makes dozens of runs on one dataset)."""
+    from .data import load_dataset
+
+    return load_dataset(name)
+
+
 def build_parties(config: RunConfig, *, device: torch.device, channel: Channel) -> tuple[list[Party], int]:
     """Load the dataset, partition it and give each party its slice; returns (parties, n_classes).
 
     Party names: ``active`` for the party that holds the labels, ``passive_1`` ...
     ``passive_K`` for the others in partition order.
     """
-    from .data import load_dataset
     from .partition import columns, grid, strips
 
-    data = load_dataset(config.dataset)
+    data = _dataset(config.dataset)
     if hasattr(data, "x_train"):
         data = data.subset(n_train=config.n_train, n_test=config.n_test, seed=config.seed)
         shape = data.image_shape

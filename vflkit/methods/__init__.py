@@ -4,14 +4,23 @@ from __future__ import annotations
 
 from ..errors import ConfigError
 from .base import OPTIMIZERS, VFLMethod, make_optimizer
+from .aggvfl import AggVFL, HeterAggVFL, HomoAggVFL
+from .cvfl import CVFL
 from .local import Local
 from .splitnn import SplitNN
+from .vfedmh import HomoVFedMH, VFedMH
 
 #: Registry name -> method class. Aliases map the papers' names to the same class.
 METHODS: dict[str, type[VFLMethod]] = {
     "local": Local,
     "splitnn": SplitNN,
     "pyvertical": SplitNN,
+    "c_vfl": CVFL,
+    "agg_vfl": AggVFL,
+    "homo_aggvfl": HomoAggVFL,
+    "heter_aggvfl": HeterAggVFL,
+    "vfedmh": VFedMH,
+    "homo_vfedmh": HomoVFedMH,
 }
 
 

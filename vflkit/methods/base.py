@@ -67,6 +67,9 @@ class VFLMethod(ABC):
     name: ClassVar[str]
     #: Method-specific options and their defaults (overridden by ``config.options``).
     defaults: ClassVar[dict[str, Any]] = {}
+    #: "homogeneous" / "heterogeneous" when the method's name promises a model mix (the
+    #: Homo_ and Heter_ variants of VFedMH Table III); None accepts any.
+    model_mix: ClassVar[str | None] = None
 
     def __init__(self, config: "RunConfig", parties: Sequence[Party], *, num_classes: int) -> None:
         holders = [p for p in parties if p.holds_labels]
@@ -76,6 +79,13 @@ class VFLMethod(ABC):
         if unknown:
             valid = ", ".join(sorted(self.defaults)) or "none"
             raise ConfigError(f"unknown options {unknown} for method {self.name!r}; valid: {valid}")
+        if self.model_mix is not None:
+            n_arch = len(set(config.party_value("models", k) for k in range(len(parties))))
+            if (self.model_mix == "homogeneous") != (n_arch == 1):
+                raise ConfigError(
+                    f"{self.name} needs {self.model_mix} party models, got {list(config.models)}; "
+                    f"give {'one architecture for every party' if self.model_mix == 'homogeneous' else 'at least two architectures'}"
+                )
         self.config = config
         self.parties = list(parties)
         self.active = holders[0]

@@ -1,0 +1,87 @@
+"""Agg_VFL: aggregation VFL, each party's whole model predicts and the active party sums.
+
+Zhang, Guo, Qu, Zeng, Wang, Liu, Zomaya, "Adaptive Vertical Federated Learning on Unbalanced
+Features", IEEE TPDS 2022 (VFedMH's baseline [21]); VFedMH Sec. VII-A: "in aggVFL, the last
+layer's prediction values are added together".
+
+Every party runs its full model (h then p) on its own features and sends its prediction R_k
+(logits) to the active party. The active party adds them, with no trainable top model,
+computes the cross-entropy with its labels and returns to each passive party ``∂L/∂R_k``.
+Two communication rounds per step, one global model (the sum of the parties' outputs).
+
+``homo_aggvfl`` and ``heter_aggvfl`` (VFedMH Table III) are the same protocol with the party
+models required to be identical, or mixed.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..models import get_model
+from .base import VFLMethod
+
+
+class AggVFL(VFLMethod):
+    """Agg_VFL: summed party predictions, cut gradients back; any model mix."""
+
+    name = "agg_vfl"
+
+    def build(self) -> None:
+        cfg = self.config
+        for k, party in enumerate(self.parties):
+            model = get_model(cfg.party_value("models", k), input_shape=party.input_shape,
+                              num_classes=self.num_classes, embedding_dim=cfg.embedding_dim,
+                              el_pl=cfg.el_pl)
+            party.models["model"] = model.to(party.device)
+            party.optimizers["local"] = self.make_optimizer(party, model.parameters())
+
+    def _aggregate(self, ids: torch.Tensor, split: str) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Round 1: predictions up; returns the active party's sum and the received copies."""
+        a = self.active
+        for p in self.passive:
+            r = p.models["model"](p.features(split, ids=ids))
+            p.state["R"] = r
+            p.send(a, "prediction", r)
+        received = [a.recv(p, "prediction").requires_grad_(torch.is_grad_enabled()) for p in self.passive]
+        total = a.models["model"](a.features(split, ids=ids)) + torch.stack(received).sum(0)
+        return total, received
+
+    def train_step(self, ids: torch.Tensor) -> dict[str, float]:
+        a = self.active
+        for party in self.parties:
+            party.optimizers["local"].zero_grad(set_to_none=True)
+        total, received = self._aggregate(ids, "train")
+        loss = F.cross_entropy(total, a.labels("train", ids=ids))
+        loss.backward()
+        for p, r in zip(self.passive, received):
+            a.send(p, "gradient", r.grad)
+        a.optimizers["local"].step()
+        for p in self.passive:
+            p.state.pop("R").backward(p.recv(a, "gradient"))
+            p.optimizers["local"].step()
+        return {"active": loss.item()}
+
+    @torch.no_grad()
+    def predict(self, ids: torch.Tensor, split: str = "test") -> dict[str, torch.Tensor]:
+        total, _ = self._aggregate(ids, split)
+        for p in self.passive:
+            p.state.pop("R", None)
+        return {"active": total}
+
+    def trained_models(self) -> dict[str, str]:
+        return {"active": self.config.party_value("models", self.party_index(self.active))}
+
+
+class HomoAggVFL(AggVFL):
+    """Homo_aggVFL (VFedMH Table III): Agg_VFL with one architecture at every party."""
+
+    name = "homo_aggvfl"
+    model_mix = "homogeneous"
+
+
+class HeterAggVFL(AggVFL):
+    """Heter_aggVFL (VFedMH Table III): Agg_VFL with at least two architectures."""
+
+    name = "heter_aggvfl"
+    model_mix = "heterogeneous"

@@ -1,0 +1,177 @@
+"""VFedMH: vertical federated learning for training multiple heterogeneous models.
+
+Wang, Gai, Yu, Zhu, Choo, Xiao, "VFedMH: Vertical Federated Learning for Training Multiple
+Heterogeneous Models", Algorithm 1, Eqs. (5)-(8).
+
+Every party k holds its own model, an embedding network h(θ_k) and a prediction network
+p(θ_k). One step on a batch, in the paper's four communication rounds:
+
+1. every passive party sends its blinded local embedding ``[E_k] = h(θ_k, D_k) + r_k``
+   (Eq. 6, masks from :mod:`vflkit.secure`) to the active party;
+2. the active party aggregates ``E = (E_a + Σ [E_k]) / C`` (Eq. 7) and sends E back;
+3. every party predicts ``R_k = p(θ_k, E)``; passive parties send R_k to the active party;
+4. the active party computes ``L_k = LF(R_k, Y)`` (Eq. 8, cross-entropy) and returns to
+   party k its loss: the value and, so that k can differentiate it, ``∂L_k/∂R_k``.
+
+Each party then updates θ_k with its own loss only (line 13): ∂L_k/∂R_k back through
+p(θ_k, ·) gives ∂L_k/∂E, and since E is the mean of the C embeddings, party k's own
+contribution receives ``∂L_k/∂E / C``, which k computes locally. No party's parameters
+receive gradient from another party's loss.
+
+Algorithm 1 writes "send L_k"; a scalar loss cannot be differentiated by its receiver, so the
+round-4 message carries ∂L_k/∂R_k beside the value (B x classes floats, counted by the
+ledger as kind ``loss``). Test accuracy of party k's model is collaborative inference: the
+test global embedding, built by the same protocol, through p(θ_k, ·).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..comm import Party
+from ..models import get_model
+from ..secure import BlindingKeys, FixedPointRing, aggregate, blind
+from .base import VFLMethod
+
+#: Masks are indexed by (round, step); a per-party counter of blinded tensors gives each
+#: training and evaluation batch a fresh pair (2**20 batches per round index).
+_STEPS_PER_ROUND = 2**20
+
+
+class VFedMH(VFLMethod):
+    """VFedMH (Algorithm 1); models may differ between parties.
+
+    Options
+    -------
+    blinding : bool, default True
+        Blind passive embeddings with Diffie-Hellman blinding factors (Eqs. 4-6). False sends
+        plain float embeddings (for the with/without comparison only).
+    scheme : {"x25519", "ffdh"}, default "x25519"
+        Key agreement of :class:`vflkit.secure.BlindingKeys`.
+    scale_bits : int, default 16
+        Fixed-point fraction bits of the ring the masks live in.
+    """
+
+    name = "vfedmh"
+    defaults = {"blinding": True, "scheme": "x25519", "scale_bits": 16}
+
+    def build(self) -> None:
+        cfg = self.config
+        for k, party in enumerate(self.parties):
+            model = get_model(cfg.party_value("models", k), input_shape=party.input_shape,
+                              num_classes=self.num_classes, embedding_dim=cfg.embedding_dim,
+                              el_pl=cfg.el_pl)
+            party.models["model"] = model.to(party.device)
+            party.optimizers["local"] = self.make_optimizer(party, model.parameters())
+        self.ring = FixedPointRing(scale_bits=int(self.options["scale_bits"]))
+
+    # -- key agreement --------------------------------------------------------------------
+
+    def setup(self) -> None:
+        """Key generation and blinding-factor set-up (Sec. IV-C): every passive party sends
+        its public key to the active party, which forwards each one the others' keys."""
+        if not self.options["blinding"]:
+            return
+        for number, p in enumerate(self.passive, start=1):
+            keys = BlindingKeys(number, scheme=self.options["scheme"])
+            p.state["keys"] = keys
+            p.state["mask_counter"] = 0
+            p.send(self.active, "public_key", keys.public_key())
+        public = {number: self.active.recv(p, "public_key") for number, p in enumerate(self.passive, start=1)}
+        for number, p in enumerate(self.passive, start=1):
+            self.active.send(p, "public_key", {j: pk for j, pk in public.items() if j != number})
+        for p in self.passive:
+            p.state["keys"].agree(p.recv(self.active, "public_key"))
+
+    # -- one protocol pass --------------------------------------------------------------------
+
+    def _blinded(self, p: Party, embedding: torch.Tensor) -> torch.Tensor:
+        c = p.state["mask_counter"]
+        p.state["mask_counter"] = c + 1
+        return blind(embedding.detach(), p.state["keys"], ring=self.ring,
+                     round=c // _STEPS_PER_ROUND, step=c % _STEPS_PER_ROUND)
+
+    def _global_embedding(self, ids: torch.Tensor, split: str) -> dict[str, torch.Tensor]:
+        """Rounds 1-2: local embeddings up (blinded), the global embedding E down.
+
+        Returns each party's own local embedding E_k (with its graph when training); each
+        party's copy of E is left in ``party.state["E"]``.
+        """
+        a = self.active
+        own: dict[str, torch.Tensor] = {}
+        for p in self.passive:
+            e = p.models["model"].embed(p.features(split, ids=ids))
+            own[p.name] = e
+            p.send(a, "embedding", self._blinded(p, e) if self.options["blinding"] else e)
+        e_a = a.models["model"].embed(a.features(split, ids=ids))
+        own[a.name] = e_a
+        received = [a.recv(p, "embedding") for p in self.passive]
+        if self.options["blinding"]:
+            e = aggregate(e_a.detach(), received, ring=self.ring, n_parties=len(self.parties))
+        else:
+            e = (e_a.detach() + torch.stack(received).sum(0)) / len(self.parties)
+        a.state["E"] = e
+        for p in self.passive:
+            a.send(p, "global_embedding", e)
+            p.state["E"] = p.recv(a, "global_embedding")
+        return own
+
+    def train_step(self, ids: torch.Tensor) -> dict[str, float]:
+        a = self.active
+        for party in self.parties:
+            party.optimizers["local"].zero_grad(set_to_none=True)
+        own = self._global_embedding(ids, "train")
+        # Round 3: every party predicts from its copy of E.
+        for party in self.parties:
+            e_in = party.state.pop("E").requires_grad_(True)
+            party.state["E_in"] = e_in
+            party.state["R"] = party.models["model"].predict(e_in)
+            if party is not a:
+                party.send(a, "prediction", party.state["R"])
+        # Round 4: the active party computes each party's loss with its labels.
+        y = a.labels("train", ids=ids)
+        losses: dict[str, float] = {}
+        for p in self.passive:
+            r = a.recv(p, "prediction").requires_grad_(True)
+            loss = F.cross_entropy(r, y)
+            (grad_r,) = torch.autograd.grad(loss, r)
+            a.send(p, "loss", {"value": loss.detach(), "grad_prediction": grad_r})
+            losses[p.name] = loss.item()
+        loss_a = F.cross_entropy(a.state["R"], y)
+        loss_a.backward()
+        losses[a.name] = loss_a.item()
+        # Line 13: each party updates with its own loss only.
+        c = len(self.parties)
+        for party in self.parties:
+            if party is not a:
+                party.state["R"].backward(party.recv(a, "loss")["grad_prediction"])
+            e_in = party.state.pop("E_in")
+            party.state.pop("R")
+            own[party.name].backward(e_in.grad / c)
+            party.optimizers["local"].step()
+        return losses
+
+    @torch.no_grad()
+    def predict(self, ids: torch.Tensor, split: str = "test") -> dict[str, torch.Tensor]:
+        a = self.active
+        self._global_embedding(ids, split)
+        out: dict[str, torch.Tensor] = {}
+        for party in self.parties:
+            r = party.models["model"].predict(party.state.pop("E"))
+            if party is not a:
+                party.send(a, "prediction", r)
+                r = a.recv(party, "prediction")
+            out[party.name] = r
+        return out
+
+    def trained_models(self) -> dict[str, str]:
+        return {p.name: self.config.party_value("models", k) for k, p in enumerate(self.parties)}
+
+
+class HomoVFedMH(VFedMH):
+    """Homo_VFedMH (Table III): VFedMH with the same architecture at every party."""
+
+    name = "homo_vfedmh"
+    model_mix = "homogeneous"
+
