@@ -18,7 +18,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..models import get_model
 from .base import VFLMethod
 
 
@@ -28,13 +27,9 @@ class AggVFL(VFLMethod):
     name = "agg_vfl"
 
     def build(self) -> None:
-        cfg = self.config
-        for k, party in enumerate(self.parties):
-            model = get_model(cfg.party_value("models", k), input_shape=party.input_shape,
-                              num_classes=self.num_classes, embedding_dim=cfg.embedding_dim,
-                              el_pl=cfg.el_pl)
-            party.models["model"] = model.to(party.device)
-            party.optimizers["local"] = self.make_optimizer(party, model.parameters())
+        for party in self.parties:
+            party.models["model"] = self.party_model(party)
+            party.optimizers["local"] = self.make_optimizer(party, party.models["model"].parameters())
 
     def _aggregate(self, ids: torch.Tensor, split: str) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Round 1: predictions up; returns the active party's sum and the received copies."""

@@ -23,6 +23,7 @@ from ..errors import ConfigError
 
 if TYPE_CHECKING:
     from ..experiment import RunConfig
+    from ..models import PartyModel
 
 OPTIMIZERS: tuple[str, ...] = ("sgd", "sgd_momentum", "adagrad", "adam")
 
@@ -120,6 +121,16 @@ class VFLMethod(ABC):
     def party_index(self, party: Party) -> int:
         """Position of ``party`` in partition order (the index into per-party config fields)."""
         return self.parties.index(party)
+
+    def party_model(self, party: Party) -> "PartyModel":
+        """A fresh model for ``party`` on its device: its architecture from the config, the
+        run's embedding size and EL:PL split."""
+        from ..models import get_model
+
+        cfg = self.config
+        return get_model(cfg.party_value("models", self.party_index(party)), input_shape=party.input_shape,
+                         num_classes=self.num_classes, embedding_dim=cfg.embedding_dim,
+                         el_pl=cfg.el_pl).to(party.device)
 
     def modules(self) -> list[nn.Module]:
         """Every module of every party."""

@@ -28,11 +28,10 @@ import math
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from ..errors import ConfigError
-from ..models import get_model
 from .base import VFLMethod
+from .splitnn import top_model
 
 COMPRESSORS: tuple[str, ...] = ("vector", "scalar", "topk", "none")
 
@@ -118,17 +117,12 @@ class CVFL(VFLMethod):
         if int(self.options["local_iterations"]) < 1 or not 1 <= int(self.options["bits"]) <= 16:
             raise ConfigError("C-VFL needs local_iterations >= 1 and 1 <= bits <= 16, got "
                               f"{self.options['local_iterations']} and {self.options['bits']}")
-        for k, party in enumerate(self.parties):
-            model = get_model(cfg.party_value("models", k), input_shape=party.input_shape,
-                              num_classes=self.num_classes, embedding_dim=cfg.embedding_dim,
-                              el_pl=cfg.el_pl)
-            party.models["bottom"] = model.embedding.to(party.device)
+        for party in self.parties:
+            party.models["bottom"] = self.party_model(party).embedding
             party.optimizers["local"] = self.make_optimizer(party, party.models["bottom"].parameters())
         # The same two-layer head as SplitNN, so the two differ only in C-VFL's mechanics.
-        width = cfg.embedding_dim * len(self.parties)
         a = self.active
-        a.models["top"] = nn.Sequential(nn.Linear(width, cfg.embedding_dim), nn.ReLU(),
-                                        nn.Linear(cfg.embedding_dim, self.num_classes)).to(a.device)
+        a.models["top"] = top_model(len(self.parties), cfg.embedding_dim, self.num_classes).to(a.device)
         a.optimizers["top"] = self.make_optimizer(a, a.models["top"].parameters())
         self._gen = torch.Generator().manual_seed(cfg.seed)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..models import get_model
 from .base import VFLMethod
 
 
@@ -20,11 +19,7 @@ class Local(VFLMethod):
 
     def build(self) -> None:
         a = self.active
-        k = self.party_index(a)
-        cfg = self.config
-        a.models["model"] = get_model(cfg.party_value("models", k), input_shape=a.input_shape,
-                                      num_classes=self.num_classes, embedding_dim=cfg.embedding_dim,
-                                      el_pl=cfg.el_pl).to(a.device)
+        a.models["model"] = self.party_model(a)
         a.optimizers["local"] = self.make_optimizer(a, a.models["model"].parameters())
 
     def train_step(self, ids: torch.Tensor) -> dict[str, float]:

@@ -16,8 +16,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..models import get_model
 from .base import VFLMethod
+
+
+def top_model(n_parties: int, embedding_dim: int, num_classes: int) -> nn.Sequential:
+    """The active party's top model on the concatenated embeddings (see :class:`SplitNN`)."""
+    return nn.Sequential(nn.Linear(n_parties * embedding_dim, embedding_dim), nn.ReLU(),
+                         nn.Linear(embedding_dim, num_classes))
 
 
 class SplitNN(VFLMethod):
@@ -33,15 +38,10 @@ class SplitNN(VFLMethod):
 
     def build(self) -> None:
         cfg = self.config
-        for k, party in enumerate(self.parties):
-            model = get_model(cfg.party_value("models", k), input_shape=party.input_shape,
-                              num_classes=self.num_classes, embedding_dim=cfg.embedding_dim,
-                              el_pl=cfg.el_pl)
-            party.models["bottom"] = model.embedding.to(party.device)
-        width = cfg.embedding_dim * len(self.parties)
-        self.active.models["top"] = nn.Sequential(
-            nn.Linear(width, cfg.embedding_dim), nn.ReLU(), nn.Linear(cfg.embedding_dim, self.num_classes)
-        ).to(self.active.device)
+        for party in self.parties:
+            party.models["bottom"] = self.party_model(party).embedding
+        self.active.models["top"] = top_model(len(self.parties), cfg.embedding_dim,
+                                              self.num_classes).to(self.active.device)
         for party in self.parties:
             params = [p for m in party.models.values() for p in m.parameters()]
             party.optimizers["local"] = self.make_optimizer(party, params)

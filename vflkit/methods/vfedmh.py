@@ -30,7 +30,6 @@ import torch
 import torch.nn.functional as F
 
 from ..comm import Party
-from ..models import get_model
 from ..secure import BlindingKeys, FixedPointRing, aggregate, blind
 from .base import VFLMethod
 
@@ -57,13 +56,9 @@ class VFedMH(VFLMethod):
     defaults = {"blinding": True, "scheme": "x25519", "scale_bits": 16}
 
     def build(self) -> None:
-        cfg = self.config
-        for k, party in enumerate(self.parties):
-            model = get_model(cfg.party_value("models", k), input_shape=party.input_shape,
-                              num_classes=self.num_classes, embedding_dim=cfg.embedding_dim,
-                              el_pl=cfg.el_pl)
-            party.models["model"] = model.to(party.device)
-            party.optimizers["local"] = self.make_optimizer(party, model.parameters())
+        for party in self.parties:
+            party.models["model"] = self.party_model(party)
+            party.optimizers["local"] = self.make_optimizer(party, party.models["model"].parameters())
         self.ring = FixedPointRing(scale_bits=int(self.options["scale_bits"]))
 
     # -- key agreement --------------------------------------------------------------------
