@@ -111,7 +111,8 @@ def configs(profile: str, *, seeds: Sequence[int] = (0,), **overrides: Any) -> d
     """Every run of the study, grouped by the artefact that needs it (a run shared by two
     artefacts appears in both and is trained once)."""
     s = settings(profile, **overrides)
-    out: dict[str, list[RunConfig]] = {"table2": [], "table3": [], "table4": [], "fig5": [], "blinding": []}
+    out: dict[str, list[RunConfig]] = {"table2": [], "table3": [], "table4": [], "fig5": [], "blinding": [],
+                                       "cvfl_q1": []}
     for dataset in s["datasets"]:
         for models in s["model_sets"]:
             for seed in seeds:
@@ -139,6 +140,9 @@ def configs(profile: str, *, seeds: Sequence[int] = (0,), **overrides: Any) -> d
                                            optimizers=assign_optimizers(seed=seed)))
                 if dataset == s["all_artefacts_on"][0]:
                     out["blinding"].append(vfedmh.replace(options={"blinding": False}))
+                    # C-VFL with one local iteration: separates the effect of Q from compression.
+                    out["cvfl_q1"] += [c.replace(options={"local_iterations": 1}) for c in out["table2"]
+                                       if c.method == "c_vfl" and c.dataset == dataset and c.seed == seed]
     return out
 
 
@@ -235,6 +239,21 @@ def table4(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]
                          "setting": f"optimizer={OPTIMIZER_NAMES[c.optimizers if isinstance(c.optimizers, str) else c.optimizers[0]]}",
                          "model": MODEL_NAMES[arch], "metric": "test_accuracy_pct", "value": v})
     return _summarise(rows, profile)
+
+
+def cvfl_local_iterations(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """C-VFL's final test accuracy (%) with the standard Q = 10 local iterations and with Q = 1,
+    both with 3-bit vector quantisation, per architecture."""
+    rec = _by_key(records)
+    rows = []
+    for c in groups["cvfl_q1"]:
+        standard = c.replace(options={})
+        for q, cfg in ((10, standard), (1, c)):
+            rows.append({"dataset": DATASET_NAMES[c.dataset], "seed": c.seed, "model": MODEL_NAMES[c.models[0]],
+                         "Q": q, "test_accuracy_pct": round(100 * rec[cfg.key]["final"]["active"]["test_accuracy"], 2)})
+    df = pd.DataFrame(rows)
+    return df.pivot_table(index=["dataset", "seed", "model"], columns="Q", values="test_accuracy_pct",
+                          sort=False).add_prefix("Q=").reset_index()
 
 
 def check_quick_claims(table2_df: pd.DataFrame) -> pd.DataFrame:
