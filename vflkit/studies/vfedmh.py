@@ -305,7 +305,7 @@ def fig3(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) 
         data[col] *= epochs
     data["epochs"] = epochs
     data = data.groupby(["dataset", "method"], sort=False).mean(numeric_only=True).reset_index().drop(columns="seed")
-    fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2), gridspec_kw={"wspace": 0.4})
     for ax, col, label in zip(axes, ["messages_per_epoch", "total_rounds", "total_MB"],
                               ["messages per epoch (one run)",
                                f"rounds to obtain 3 models ({epochs} epochs)",
