@@ -1,0 +1,242 @@
+"""APC-VFL, its Ablation, VFedTrans, the aligned SplitNN and the study module."""
+
+import pytest
+import torch
+
+from vflkit.comm import Channel, Ledger, Party
+from vflkit.errors import ConfigError
+from vflkit.methods.apc_splitnn import AlignedSplitNN
+from vflkit.methods.apc_vfl import APCVFL, APCVFLJoint, Ablation
+from vflkit.methods.oneshot import Local, OneShotMethod, train_autoencoder
+from vflkit.methods.vfedtrans import VFedTrans
+from vflkit.models import apc_vfl_autoencoder
+from vflkit.partition import apc_vfl_active_features, apc_vfl_partition, partial_alignment
+from vflkit.studies import apc_vfl as study
+
+FAST = {"epochs": 2, "patience": 10, "batch_size": 16, "seed": 0}
+
+
+def _parties(n_total=80, n_active=60, n_aligned=30, a=3, p=6, seed=0, channel=None, passive_seed=None):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n_total, a + p, generator=g)
+    if passive_seed is not None:  # the same active data, other passive data
+        x[:, a:] = torch.randn(n_total, p, generator=torch.Generator().manual_seed(passive_seed))
+    y = (x[:, a] > 0).long()  # the label depends on a passive feature
+    al = partial_alignment(n_total, n_active=n_active, n_aligned=n_aligned, seed=seed)
+    ch = channel or Channel(Ledger())
+    active = Party("active", channel=ch, ids={"train": al.active_ids},
+                   features={"train": x[al.active_ids, :a]}, labels={"train": y[al.active_ids]})
+    passive = Party("passive", channel=ch, ids={"train": al.passive_ids}, features={"train": x[al.passive_ids, a:]})
+    return active, passive, ch
+
+
+def _aligned_parties(n=40, n_test=8):
+    """Table 2's setting: the same ids at both participants, with a test split."""
+    g = torch.Generator().manual_seed(0)
+    x, ids = torch.randn(n + n_test, 9, generator=g), torch.arange(n + n_test)
+    y = (x[:, 3] > 0).long()
+    ch = Channel(Ledger())
+    split = {"train": slice(0, n), "test": slice(n, n + n_test)}
+    active = Party("active", channel=ch, ids={k: ids[s] for k, s in split.items()},
+                   features={k: x[s, :3] for k, s in split.items()}, labels={k: y[s] for k, s in split.items()})
+    passive = Party("passive", channel=ch, ids={k: ids[s] for k, s in split.items()},
+                    features={k: x[s, 3:] for k, s in split.items()})
+    return active, passive, ch
+
+
+# ------------------------------------------------------------------------ feature partitions
+
+
+@pytest.mark.parametrize("dataset,n,expected", [
+    ("breast_cancer", 5, {"worst compactness", "concave points error", "smoothness error", "mean texture",
+                          "worst fractal dimension"}),
+    ("breast_cancer", 4, {"concave points error", "smoothness error", "mean texture", "worst fractal dimension"}),
+    ("breast_cancer", 2, {"mean texture", "worst fractal dimension"}),
+    ("credit_card", 5, {"X3", "X5", "X7", "X9", "X11"}),
+    ("credit_card", 3, {"X7", "X9", "X11"}),
+    ("credit_card", 2, {"X9", "X11"}),
+    ("mimic3", 3, {"NumCallouts", "NumDiagnosis", "Age"}),
+    ("mimic3", 2, {"NumCallouts", "NumDiagnosis"}),
+])
+def test_active_features_follow_appendix_a(dataset, n, expected):
+    """Appendix A: the 5 listed features, minus the first 5 - n of the transfer order."""
+    assert set(apc_vfl_active_features(dataset, n)) == expected
+
+
+def test_partition_moves_features_to_passive():
+    """Credit Card with 2 active features: X3, X5, X7 are the passive participant's; every
+    column is held by exactly one participant."""
+    names = [f"X{i}" for i in range(1, 24)]
+    part = apc_vfl_partition("credit_card", 2, names)
+    active, passive = part.slices
+    assert list(active) == ["X9", "X11"]
+    assert {"X3", "X5", "X7"} <= set(passive) and len(active) + len(passive) == 23
+
+
+# -------------------------------------------------------------------------------- protocol
+
+
+def test_apc_vfl_sends_exactly_one_message_of_eq6_size():
+    """One representation message, |D_A| x 256 float32 = Eq. 6's bytes, one round."""
+    active, passive, ch = _parties()
+    APCVFL(**FAST).fit(active, passive)
+    totals = ch.ledger.totals()
+    assert totals["messages"] == 1 and totals["rounds"] == 1
+    assert totals["bytes"] == study.footprint_apc_vfl(30)
+    assert ch.ledger.frame()["kind"].tolist() == ["representation"]
+
+
+def test_ablation_and_local_send_nothing():
+    """The local baselines never use the channel; Local's features are the raw ones."""
+    active, passive, ch = _parties()
+    m = Ablation(**FAST)
+    m.fit(active, passive)
+    loc = Local(**FAST)
+    loc.fit(active, passive)
+    assert len(ch.ledger) == 0
+    x = active.features("train")
+    assert m.transform(x).shape == (60, 256) and torch.equal(loc.transform(x), x)
+
+
+class _ZeroingChannel(Channel):
+    """A channel that replaces every representation payload by zeros."""
+
+    def send(self, sender, receiver, kind, payload, *, nbytes=None):
+        if kind == "representation":
+            payload = torch.zeros_like(payload)
+        super().send(sender, receiver, kind, payload, nbytes=nbytes)
+
+
+def test_passive_data_reaches_active_only_through_the_message():
+    """Changing the passive participant's features changes the active's encoder; with the
+    message zeroed on the wire, the passive features no longer matter at all."""
+    def encoder_out(seed_data, channel):
+        active, passive, _ = _parties(channel=channel, passive_seed=seed_data)
+        m = APCVFL(**FAST)
+        m.fit(active, passive)
+        return m.transform(active.features("train"))
+
+    assert not torch.allclose(encoder_out(1, Channel(Ledger())), encoder_out(2, Channel(Ledger())))
+    assert torch.equal(encoder_out(1, _ZeroingChannel(Ledger())), encoder_out(2, _ZeroingChannel(Ledger())))
+
+
+def test_transform_before_fit_fails():
+    """A clear error, not an attribute error."""
+    with pytest.raises(ConfigError, match="before fit"):
+        APCVFL(**FAST).transform(torch.zeros(2, 3))
+
+
+def test_distillation_pulls_encoder_towards_teacher():
+    """Eq. 5: with a large lambda the aligned rows' latent moves to the teacher."""
+    torch.manual_seed(0)
+    x = torch.randn(64, 3)
+    teacher = torch.full((32, 256), 0.5)
+    dist = []
+    for lam in (0.0, 10.0):
+        torch.manual_seed(0)
+        m = apc_vfl_autoencoder("g3A", a=3)
+        train_autoencoder(m, x, teacher=teacher, teacher_rows=torch.arange(32), lam=lam, epochs=30,
+                          batch_size=16, generator=torch.Generator().manual_seed(0))
+        with torch.no_grad():
+            dist.append(float(((m.encode(x[:32]) - teacher) ** 2).mean()))
+    assert dist[1] < 0.5 * dist[0]
+
+
+def test_vfedtrans_ledger_and_representation():
+    """Five messages in three rounds (masks, masked blocks, U~); the A and U~ terms are
+    Eq. 10's; the encoder's width is x_total."""
+    active, passive, ch = _parties()
+    m = VFedTrans(mask_block_size=8, **FAST)
+    m.fit(active, passive)
+    df = ch.ledger.frame()
+    assert len(df) == 5 and ch.ledger.totals()["rounds"] == 3
+    n, xt, xd = 30, 3, 6
+    masks = df[df["kind"] == "mask"]["nbytes"].sum()
+    assert masks == (2 * n * n + xt * (xt + xd) + xd * (xt + xd)) * 4
+    u = df[(df["sender"] == "server")]["nbytes"].item()
+    assert u == n * (xt + xd) * 4
+    assert m.transform(active.features("train")).shape == (60, xt + xd)
+    assert ch.pending() == 0
+
+
+def test_vfedtrans_teacher_is_the_svd_of_the_aligned_data():
+    """The unmasked U spans the same space as the plain SVD of [X_t | X_d] on aligned rows."""
+    active, passive, _ = _parties()
+    rows, z = VFedTrans(mask_block_size=8, **FAST).teacher_representations(active, passive)
+    aligned = OneShotMethod.aligned_ids(active, passive)
+    x = torch.cat([active.features("train", ids=aligned), passive.features("train", ids=aligned)], dim=1).double()
+    u0 = torch.linalg.svd(x, full_matrices=False).U
+    u = z.double() / 30 ** 0.5
+    assert torch.allclose((u.T @ u0).abs(), torch.eye(9, dtype=torch.float64), atol=1e-3)
+
+
+def test_splitnn_two_rounds_per_batch_and_gradients_reach_passive():
+    """Embedding up, gradient down every batch; the passive extractor's weights change."""
+    active, passive, ch = _aligned_parties()
+    net = AlignedSplitNN(num_classes=2, epochs=2, patience=10, batch_size=8, seed=0)
+    net._build(active, passive)
+    before = [p.detach().clone() for p in passive.models["extractor"].parameters()]
+    net.fit(active, passive)
+    totals = ch.ledger.totals()
+    steps = 2 * -(-36 // 8)  # 2 epochs of ceil(36 / 8) batches (4 of 40 held out)
+    assert totals["rounds"] == 2 * steps
+    assert set(ch.ledger.frame()["kind"]) == {"embedding", "gradient"}
+    assert any(not torch.equal(b, p) for b, p in zip(before, passive.models["extractor"].parameters()))
+    assert net.predict(active, passive, "test").shape == (8,)
+
+
+def test_apc_joint_scores_test_samples_in_eval_phase():
+    """Table 2's APC-VFL: one training message; test representations are eval traffic."""
+    active, passive, ch = _aligned_parties()
+    m = APCVFLJoint(**FAST)
+    m.fit(active, passive)
+    assert m.joint_features(active, passive, "train").shape == (40, 256)
+    assert m.joint_features(active, passive, "test").shape == (8, 256)
+    assert ch.ledger.totals()["messages"] == 1 and ch.ledger.totals(phase="eval")["messages"] == 1
+
+
+# ----------------------------------------------------------------------------- study module
+
+
+def test_footprint_formulas():
+    """Eqs. 6, 9 and 10 on the paper's own example sizes: 9500 x 256 x 4 B = 9.73 MB."""
+    assert round(study.footprint_apc_vfl(9500) / 1e6, 2) == 9.73
+    assert study.footprint_splitnn(1, 128, 128) == (128 * 256 + 128 * 256 + 256) * 4
+    assert study.footprint_vfedtrans(10, 2, 3) == (200 + 10 + 15 + 20 + 30 + 50) * 4
+
+
+def test_config_validation():
+    """Unknown methods, and aligned counts on local methods, are errors."""
+    with pytest.raises(ConfigError, match="Invalid fig5 method"):
+        study.StudyConfig("fig5", "breast_cancer", "fedavg", 100, 5, 0)
+    with pytest.raises(ConfigError, match="n_aligned must be None"):
+        study.StudyConfig("fig5", "breast_cancer", "local", 100, 5, 0)
+    with pytest.raises(ConfigError, match="unknown StudyConfig keys"):
+        study.StudyConfig.from_dict({"kind": "fig5", "typo": 1})
+
+
+def test_profiles_build_their_grids():
+    """The paper profile runs every partition, both distillation losses and the few-aligned
+    counts; quick covers every Fig. 5 aligned count of both datasets."""
+    paper = study.configs("paper", datasets=["credit_card"])
+    assert {c.n_active_features for c in paper} == {2, 3, 4, 5}
+    assert {c.method for c in paper if c.kind == "fig5"} == set(study.FIG5_METHODS)
+    assert {750, 500, 250, 100} <= {c.n_aligned for c in paper}
+    assert {c.seed for c in paper} == {0, 1, 2, 3, 4}
+    quick = study.configs("quick")
+    assert {(c.dataset, c.n_aligned) for c in quick if c.method == "apc_vfl_mse"} == {
+        ("breast_cancer", n) for n in (250, 200, 150, 100)} | {("credit_card", n) for n in (10000, 7500, 5000, 2500)}
+
+
+def test_paper_profile_runs_end_to_end_on_a_tiny_slice(tmp_path):
+    """A paper-profile config of each kind, with epochs and folds shrunk, runs and writes its
+    record; a rerun loads it instead of training again."""
+    cfgs = study.configs("paper", datasets=["breast_cancer"], seeds=[0], overrides={"epochs": 1, "folds": 2})
+    pick = [c for c in cfgs if c.n_aligned in (None, 100) and c.n_active_features == 5][:3]
+    pick += [c for c in cfgs if c.kind == "table2" and c.n_aligned == 100]
+    recs = study.run_all(pick, profile="paper", root=tmp_path, progress=False)
+    assert all(study.record_path(c, "paper", tmp_path).exists() for c in pick)
+    assert all(0 <= next(iter(r["final"].values())) <= 1 for r in recs)
+    again = study.run_all(pick, profile="paper", root=tmp_path, progress=False)
+    assert [r["wall_time_s"] for r in again] == [r["wall_time_s"] for r in recs]
+    assert len(study.table2(recs, profile="paper")) > 0
