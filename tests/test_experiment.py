@@ -73,6 +73,17 @@ def test_divergence_names_party_epoch_and_batch(tmp_path):
     assert not record_path(cfg, "smoke", tmp_path).exists()
 
 
+def test_divergence_can_be_recorded_instead(tmp_path):
+    """With on_divergence="record" the run stops at the diverging batch and its record says where."""
+    cfg = _config(lr=1e6, optimizers="sgd")
+    record = run(cfg, profile="smoke", device="cpu", results=tmp_path, progress=False, on_divergence="record")
+    assert record["diverged"]["epoch"] == 1 and "training diverged" in record["diverged"]["message"]
+    assert [h["epoch"] for h in record["history"]] == [1]
+    assert record_path(cfg, "smoke", tmp_path).exists()
+    with pytest.raises(ConfigError, match="on_divergence"):
+        run(cfg, profile="smoke", results=tmp_path, force=True, on_divergence="ignore")
+
+
 def test_splitnn_learns_beyond_the_active_strip(tmp_path):
     """On real MNIST strips, a minimal 4-party SplitNN beats the active party's strip alone."""
     common = dict(n_train=3000, n_test=1000, epochs=3, embedding_dim=64, lr=0.05, optimizers="sgd_momentum")

@@ -267,13 +267,21 @@ def run(
     force: bool = False,
     progress: bool = True,
     max_loss: float = 1e4,
+    on_divergence: str = "raise",
 ) -> dict[str, Any]:
     """Run ``config`` (or load its finished record) and return the record.
 
     The record holds the config, per-epoch training loss, test metrics and elapsed seconds of
     every model the method trains, wall time, peak memory, bytes/messages/rounds per epoch and per party, the
     device and library versions. It is written atomically when the run ends.
+
+    A loss that is not finite or exceeds ``max_loss`` raises :class:`DivergenceError`; with
+    ``on_divergence="record"`` the run stops there instead, its models are evaluated as they
+    are, and the record says where it diverged (``record["diverged"]``): a study then reports
+    a method that diverges at the paper's settings rather than stopping.
     """
+    if on_divergence not in ("raise", "record"):
+        raise ConfigError(f"Invalid on_divergence {on_divergence!r}; choose raise or record")
     from .methods import get_method
 
     check_profile(profile)
@@ -300,6 +308,7 @@ def run(
     n_steps = math.ceil(len(train_ids) / config.batch_size)
     bar = tqdm(total=config.epochs * n_steps, desc=f"{config.method} {config.dataset}",
                disable=not progress, leave=False)
+    diverged: dict[str, Any] | None = None
     for epoch in range(1, config.epochs + 1):
         # The shuffle is a public protocol parameter (seeded), so parties need no message to
         # agree on the batch order.
@@ -310,18 +319,26 @@ def run(
             channel.at(epoch=epoch, step=step, phase="train")
             ids = order[step * config.batch_size:(step + 1) * config.batch_size]
             losses = method.train_step(ids)
-            _check_finite(losses, epoch=epoch, step=step, limit=max_loss)
+            try:
+                _check_finite(losses, epoch=epoch, step=step, limit=max_loss)
+            except DivergenceError as err:
+                if on_divergence == "raise":
+                    raise
+                diverged = {"epoch": epoch, "step": step, "message": str(err)}
+                break
             for k, v in losses.items():
                 sums[k] = sums.get(k, 0.0) + v * len(ids)
             bar.update(1)
         channel.at(epoch=epoch, step=0, phase="eval")
-        metrics = method.evaluate(batch_size=max(config.batch_size, 512))
+        metrics = _evaluate(method, config)
         for model_key, m in metrics.items():
             row = {"epoch": epoch, "model": model_key, "elapsed_s": time.perf_counter() - start,
                    "loss": sums.get(model_key, float("nan")) / len(train_ids)}
             row.update(m)
             history.append(row)
         bar.set_postfix({k: round(v.get("test_accuracy", float("nan")), 3) for k, v in metrics.items()})
+        if diverged:
+            break
     bar.close()
     wall = time.perf_counter() - start
 
@@ -344,11 +361,20 @@ def run(
                  "per_kind": ledger.per_kind().reset_index().to_dict(orient="records"),
                  "eval_total": ledger.totals(phase="eval"), "setup_total": ledger.totals(phase="setup")},
         "environment": environment_info(dev),
+        "diverged": diverged,
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     record = json.loads(json.dumps(record, default=_json_default))
     _write_json_atomic(path, record)
     return record
+
+
+def _evaluate(method: Any, config: RunConfig) -> dict[str, dict[str, float]]:
+    """Test metrics; NaN where a diverged model's outputs cannot be scored (e.g. AUC of NaNs)."""
+    try:
+        return method.evaluate(batch_size=max(config.batch_size, 512))
+    except ValueError:
+        return {k: {"test_accuracy": float("nan")} for k in method.trained_models()}
 
 
 def _json_default(obj: Any) -> Any:
@@ -364,14 +390,17 @@ def run_many(
     device: str | torch.device = "auto",
     results: Path | None = None,
     progress: bool = True,
+    on_divergence: str = "raise",
 ) -> list[dict[str, Any]]:
-    """Run every config in order, skipping those with a record; returns all records."""
+    """Run every config in order, skipping those with a record; returns all records.
+    ``on_divergence`` as in :func:`run`."""
     configs = list(configs)
     done = sum(record_path(c, profile, results).exists() for c in configs)
     records = []
     for config in tqdm(configs, desc=f"runs ({done} of {len(configs)} already recorded)",
                        disable=not progress):
-        records.append(run(config, profile=profile, device=device, results=results, progress=progress))
+        records.append(run(config, profile=profile, device=device, results=results, progress=progress,
+                           on_divergence=on_divergence))
     return records
 
 

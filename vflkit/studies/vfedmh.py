@@ -256,6 +256,15 @@ def cvfl_local_iterations(groups: dict[str, list[RunConfig]], records: Sequence[
                           sort=False).add_prefix("Q=").reset_index()
 
 
+def diverged_runs(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """Runs whose loss became NaN or exploded (stopped there; their models evaluated as they were)."""
+    rows = [{"dataset": r["config"]["dataset"], "method": r["config"]["method"],
+             "models": "/".join(r["config"]["models"]), "epoch": r["diverged"]["epoch"],
+             "batch": r["diverged"]["step"]}
+            for r in records if r.get("diverged")]
+    return pd.DataFrame(rows, columns=["dataset", "method", "models", "epoch", "batch"])
+
+
 def check_quick_claims(table2_df: pd.DataFrame) -> pd.DataFrame:
     """Issue's acceptance check on MNIST: every VFedMH model >= 90 % and >= 40 points above
     Local with the same architecture. One row per architecture with the margins."""
