@@ -57,7 +57,9 @@ def test_run_writes_record_and_resumes(tmp_path):
     rec = run(cfg, profile="smoke", device="cpu", results=tmp_path, progress=False)
     path = record_path(cfg, "smoke", tmp_path)
     assert path.exists() and rec["key"] == cfg.key
-    assert rec["environment"]["device"] == "cpu" and "torch" in rec["environment"]
+    env = rec["environment"]
+    assert env["device"] == "cpu" and "torch" in env and env["cpu"]
+    assert isinstance(env["vflkit_modified"], bool)  # this test runs inside the git checkout
     assert [h["epoch"] for h in rec["history"]] == [1] and rec["history"][0]["elapsed_s"] > 0
     assert rec["comm"]["total"]["rounds"] == 2 * 4  # 512/128 steps, embeddings up + gradients down
     mtime = path.stat().st_mtime_ns

@@ -48,6 +48,14 @@ def test_save_figure_writes_png_and_data(tmp_path):
     assert pd.read_csv(tmp_path / "demo" / "smoke" / "fig1.csv").shape == (2, 2)
 
 
+def test_figures_go_where_vflkit_figures_points(tmp_path, monkeypatch):
+    """VFLKIT_FIGURES moves every table and figure (so a trial run leaves figures/ alone)."""
+    monkeypatch.setenv("VFLKIT_FIGURES", str(tmp_path))
+    assert report.output_dir("demo", "paper") == tmp_path / "demo" / "paper"
+    monkeypatch.delenv("VFLKIT_FIGURES")
+    assert report.output_dir("demo", "paper", root=tmp_path / "x").parent.parent == tmp_path / "x"
+
+
 def test_bad_names_rejected():
     """Unknown papers and incomplete tables are errors."""
     with pytest.raises(ConfigError, match="Invalid paper 'vfed'"):

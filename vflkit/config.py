@@ -19,6 +19,7 @@ from .errors import ConfigError
 DATA_ENV = "VFLKIT_DATA"
 CACHE_ENV = "VFLKIT_CACHE"
 RESULTS_ENV = "VFLKIT_RESULTS"
+FIGURES_ENV = "VFLKIT_FIGURES"
 
 
 def project_root() -> Path:
@@ -60,8 +61,13 @@ def results_dir() -> Path:
 
 
 def figures_dir() -> Path:
-    """Where tables and figures are written: ``figures/`` of the project."""
-    return project_root() / "figures"
+    """Where tables and figures are written (``$VFLKIT_FIGURES``, else ``./figures``).
+
+    Point it (and ``VFLKIT_RESULTS``) elsewhere for a run that must not replace the committed
+    outputs of its profile, e.g. a tiny slice of the paper profile.
+    """
+    value = os.environ.get(FIGURES_ENV)
+    return Path(value).expanduser() if value else project_root() / "figures"
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:

@@ -132,14 +132,55 @@ class RunConfig:
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def _cpu_name() -> str:
+    """The CPU's model name (Linux), else what :mod:`platform` knows."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _git_state() -> dict[str, Any]:
+    """The checkout's commit and whether vflkit's own files differ from it.
+
+    ``vflkit_modified`` is what tells a reader whether the committed code produced a record: a
+    run made with uncommitted changes to the package names the commit it started from, not
+    the code it ran. Changes outside ``vflkit/`` (notebooks, results) do not affect a run.
+    """
+    here = Path(__file__).resolve().parent
+    out: dict[str, Any] = {}
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here,
+                                capture_output=True, text=True, timeout=5)
+        if commit.returncode == 0:
+            out["git_commit"] = commit.stdout.strip()
+            status = subprocess.run(["git", "status", "--porcelain", "--", "."], cwd=here,
+                                    capture_output=True, text=True, timeout=5)
+            if status.returncode == 0:
+                out["vflkit_modified"] = bool(status.stdout.strip())
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return out
+
+
 def environment_info(device: torch.device) -> dict[str, Any]:
-    """Device and library versions, for the record."""
+    """Device, CPU, library versions and the code's commit, for the record.
+
+    The CPU is part of it because the same seeded run gives different numbers on different
+    CPUs: PyTorch's and MKL's kernels are chosen per instruction set (AVX2, AVX-512) and round
+    differently, and training amplifies the difference (measured on the APC-VFL autoencoders).
+    """
     import numpy
     import torchvision
 
     info: dict[str, Any] = {
         "device": str(device),
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine(),
+        "cpu": _cpu_name(),
         "torch_threads": torch.get_num_threads(),
         "python": platform.python_version(),
         "torch": torch.__version__,
@@ -147,14 +188,7 @@ def environment_info(device: torch.device) -> dict[str, Any]:
         "numpy": numpy.__version__,
         "vflkit": __version__,
     }
-    try:
-        here = Path(__file__).resolve().parent
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here,
-                                capture_output=True, text=True, timeout=5)
-        if commit.returncode == 0:
-            info["git_commit"] = commit.stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        pass
+    info.update(_git_state())
     return info
 
 
