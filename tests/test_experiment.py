@@ -97,3 +97,13 @@ def test_splitnn_learns_beyond_the_active_strip(tmp_path):
     assert acc_split > 0.85
     assert acc_split > acc_local + 0.2
     assert local["comm"]["total"]["messages"] == 0
+
+
+def test_load_recorded_reads_records_and_names_what_is_missing(tmp_path, monkeypatch):
+    """Committed records load without training; a missing one is an error saying how to make it."""
+    monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path))
+    cfg = _config()
+    with pytest.raises(ConfigError, match=r"1 of 1 runs of the 'quick' profile have no record.*profile='quick'"):
+        experiment.load_recorded([cfg], profile="quick")
+    rec = run(cfg, profile="quick", device="cpu", progress=False)
+    assert experiment.load_recorded([cfg], profile="quick") == [rec]

@@ -62,3 +62,13 @@ def test_bad_names_rejected():
         report.load_reference("vfed")
     with pytest.raises(ConfigError, match="table lacks columns"):
         report.write_table(pd.DataFrame({"value": [1]}), "vfedmh", "smoke", "II")
+
+
+def test_provenance_groups_records_by_commit_and_cpu():
+    """One row per commit/CPU with the run count; old records without the CPU still show."""
+    env = {"git_commit": "abc1234", "vflkit_modified": False, "device": "cpu", "cpu": "X", "torch": "2"}
+    records = [{"environment": env, "finished": "2026-01-01"}, {"environment": env, "finished": "2026-01-02"},
+               {"environment": {"git_commit": "old", "device": "cpu", "torch": "2"}}]
+    df = report.provenance(records)
+    assert df["runs"].tolist() == [2, 1]
+    assert df.loc[0, "last_finished"] == "2026-01-02" and df.loc[1, "cpu"] == "not recorded"

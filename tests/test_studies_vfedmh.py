@@ -38,10 +38,27 @@ def test_smoke_configs_cover_every_table_and_share_runs():
         vfedmh.configs("smoke", epoch=3)
 
 
+def test_paper_profile_has_three_seeds_and_every_table_on_every_dataset():
+    """Without seeds given, paper runs 3 seeds, both model sets, Tables III-IV on all datasets."""
+    groups = vfedmh.configs("paper")
+    runs = vfedmh.unique(groups)
+    assert {c.seed for c in runs} == {0, 1, 2}
+    assert {c.dataset for c in groups["table4"]} == {"mnist", "fashion_mnist", "cifar10"}
+    assert set(vfedmh.RESNETS) <= {m for c in groups["table2"] for m in c.models}
+    assert {c.seed for c in vfedmh.unique(vfedmh.configs("quick"))} == {0}
+
+
+def test_overrides_given_as_json_lists_act_like_the_profile_tuples():
+    """papermill passes lists: a model set given as a list still gets Tables III-IV."""
+    groups = vfedmh.configs("paper", seeds=[0], datasets=["cifar10"], model_sets=[["cnn", "lenet", "mlp"]],
+                            all_artefacts_on=["cifar10"])
+    assert len(groups["table3"]) == 4 * 3 + 1 and len(groups["table4"]) == 4 and groups["blinding"]
+
+
 def test_paper_profile_runs_end_to_end_on_a_tiny_slice(tmp_path):
     """The paper profile's heterogeneous ResNet run on CIFAR-10 (the PNG tree) trains and
     evaluates every party's model, here on 64 images for one epoch."""
-    groups = vfedmh.configs("paper", datasets=("cifar10",), n_train=64, n_test=32, epochs=1, cvfl_epochs=1)
+    groups = vfedmh.configs("paper", seeds=[0], datasets=("cifar10",), n_train=64, n_test=32, epochs=1, cvfl_epochs=1)
     het = [c for c in groups["table2"] if c.method == "vfedmh" and set(c.models) == set(vfedmh.RESNETS)]
     assert len(het) == 1
     record = run(het[0], profile="paper", results=tmp_path, progress=False)

@@ -25,7 +25,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
 from tqdm.auto import tqdm
@@ -204,6 +204,30 @@ def load_record(config: RunConfig, profile: str, root: Path | None = None) -> di
         return None
     with open(path) as f:
         return json.load(f)
+
+
+def load_recorded(configs: Iterable[Any], *, profile: str,
+                  path: Callable[[Any, str], Path] = record_path) -> list[dict[str, Any]]:
+    """The records an earlier run of ``profile`` wrote for ``configs``; nothing is trained.
+
+    ``path`` maps a config to its record (each study's ``record_path``). A notebook shows the
+    committed records of a profile it is not running (e.g. the quick profile's results beside
+    a smoke run) with this; a missing record is an error that says how to make it.
+    """
+    check_profile(profile)
+    paths = [path(c, profile) for c in configs]
+    missing = [p for p in paths if not p.exists()]
+    if missing:
+        raise ConfigError(
+            f"{len(missing)} of {len(paths)} runs of the {profile!r} profile have no record "
+            f"(first: {missing[0]}); run the notebook with profile={profile!r} "
+            f"(or `make study PROFILE={profile}`) to make them"
+        )
+    records = []
+    for p in paths:
+        with open(p) as f:
+            records.append(json.load(f))
+    return records
 
 
 def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:

@@ -99,6 +99,22 @@ def save_figure(fig: plt.Figure, data: pd.DataFrame, paper: str, profile: str, n
     return path
 
 
+def provenance(records: Sequence[dict]) -> pd.DataFrame:
+    """Where a set of run records comes from: one row per (commit, device, CPU, torch) with the
+    number of runs, whether vflkit had uncommitted changes, and when the last one finished."""
+    rows = []
+    for r in records:
+        env = r.get("environment", {})
+        rows.append({"git_commit": env.get("git_commit", "?"),
+                     "vflkit_modified": env.get("vflkit_modified", "not recorded"),
+                     "device": env.get("device", "?"), "cpu": env.get("cpu", "not recorded"),
+                     "torch": env.get("torch", "?"), "finished": r.get("finished", "")})
+    df = pd.DataFrame(rows)
+    keys = ["git_commit", "vflkit_modified", "device", "cpu", "torch"]
+    return (df.astype({"vflkit_modified": str}).groupby(keys, sort=False)
+            .agg(runs=("device", "size"), last_finished=("finished", "max")).reset_index())
+
+
 def side_by_side(table: pd.DataFrame, *, index: Sequence[str], columns: str, digits: int = 2) -> pd.DataFrame:
     """A readable pivot: each cell ``ours ± std (paper p ± s)``; '—' where the paper prints none."""
 

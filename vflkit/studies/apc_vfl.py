@@ -40,7 +40,7 @@ from ..comm import Channel, Ledger, Party
 from ..config import results_dir
 from ..data import load_dataset
 from ..errors import ConfigError, DatasetNotFoundError
-from ..experiment import _write_json_atomic, check_profile, environment_info
+from ..experiment import _write_json_atomic, check_profile, environment_info, load_recorded
 from ..methods.apc_splitnn import AlignedSplitNN
 from ..methods.apc_vfl import APCVFL, APCVFLJoint, Ablation
 from ..methods.oneshot import Local, OneShotMethod, standardize
@@ -406,6 +406,13 @@ def run_all(cfgs: Sequence[StudyConfig], *, profile: str, root: Path | None = No
         _write_json_atomic(path, json.loads(json.dumps(rec, default=float)))
         records.append(rec)
     return records
+
+
+def recorded(profile: str = "quick") -> list[dict[str, Any]]:
+    """The records an earlier run of ``profile`` committed for :func:`configs` on the datasets
+    present here (nothing is trained): what the notebook shows beside its own run."""
+    datasets, _ = available_datasets(PROFILE_SETTINGS[check_profile(profile)]["datasets"])
+    return load_recorded(configs(profile, datasets=datasets), profile=profile, path=record_path)
 
 
 # ------------------------------------------------------------------------------ footprints

@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 
 from ..comm import Channel
 from ..config import resolve_device, results_dir
-from ..experiment import _write_json_atomic, check_profile, environment_info
+from ..experiment import _write_json_atomic, check_profile, environment_info, load_recorded
 from ..methods.multi_vfl import MultiVFL, MultiVFLConfig
 from ..methods.server_opt import SERVER_OPTIMIZERS
 from ..partition import NIID_SCENARIOS
@@ -91,6 +91,12 @@ def record_path(config: MultiVFLConfig, profile: str, root: Path | None = None) 
 
 
 @functools.lru_cache(maxsize=2)
+def recorded(profile: str = "quick") -> list[dict[str, Any]]:
+    """The records an earlier run of ``profile`` committed for :func:`configs` (nothing is
+    trained): what the notebook shows as that profile's results beside its own run."""
+    return load_recorded(configs(profile), profile=profile, path=record_path)
+
+
 def _dataset(name: str) -> Any:
     from ..data import load_dataset
 

@@ -33,7 +33,7 @@ import seaborn as sns
 import torch
 
 from ..errors import ConfigError
-from ..experiment import RunConfig, check_profile, history_frame
+from ..experiment import RunConfig, check_profile, history_frame, load_recorded
 from ..methods import OPTIMIZERS
 from ..report import join_reference
 
@@ -45,7 +45,7 @@ RESNETS: tuple[str, ...] = ("resnet18", "resnet50", "resnet101")
 PROFILE_SETTINGS: dict[str, dict[str, Any]] = {
     # CI: a real MNIST subset, one epoch; exercises every method and table in seconds.
     "smoke": {"datasets": ("mnist",), "model_sets": (SMALL_MODELS,), "n_train": 256, "n_test": 256,
-              "epochs": 1, "cvfl_epochs": 1, "all_artefacts_on": ("mnist",)},
+              "epochs": 1, "cvfl_epochs": 1, "all_artefacts_on": ("mnist",), "seeds": (0,)},
     # 2-core CPU, < 15 min: 12,000 training images (a seeded subset) and 5,000 test images;
     # 6 epochs (about 560 SGD steps), where plain SGD at lr 0.05 has flattened for the three
     # small networks. C-VFL does Q = 10 local iterations per batch, 10x the others' compute per
@@ -53,11 +53,12 @@ PROFILE_SETTINGS: dict[str, dict[str, Any]] = {
     # and the blinding comparison run on MNIST only.
     "quick": {"datasets": ("mnist", "fashion_mnist"), "model_sets": (SMALL_MODELS,),
               "n_train": 12000, "n_test": 5000, "epochs": 6, "cvfl_epochs": 1,
-              "all_artefacts_on": ("mnist",)},
-    # GPU: the paper's datasets at full size with all six networks, every artefact everywhere.
+              "all_artefacts_on": ("mnist",), "seeds": (0,)},
+    # GPU: the paper's datasets at full size with all six networks, every artefact everywhere,
+    # three seeds (the paper's tables print mean ± std; it does not say over how many runs).
     "paper": {"datasets": ("mnist", "fashion_mnist", "cifar10"), "model_sets": (SMALL_MODELS, RESNETS),
               "n_train": None, "n_test": None, "epochs": 20, "cvfl_epochs": 20,
-              "all_artefacts_on": ("mnist", "fashion_mnist", "cifar10")},
+              "all_artefacts_on": ("mnist", "fashion_mnist", "cifar10"), "seeds": (0, 1, 2)},
 }
 
 #: Our registry names -> the names the paper's tables print.
@@ -77,8 +78,14 @@ def settings(profile: str, **overrides: Any) -> dict[str, Any]:
     unknown = sorted(set(overrides) - set(s))
     if unknown:
         raise ConfigError(f"unknown settings {unknown}; valid: {', '.join(sorted(s))}")
-    s.update(overrides)
+    # Lists (from papermill's JSON parameters) become tuples, so that a model set compares
+    # equal to SMALL_MODELS and configs stay hashable.
+    s.update({k: _tuples(v) for k, v in overrides.items()})
     return s
+
+
+def _tuples(value: Any) -> Any:
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
 
 
 def assign_models(models: Sequence[str], n_parties: int = 4, *, seed: int) -> tuple[str, ...]:
@@ -107,10 +114,12 @@ def _config(dataset: str, method: str, models: Sequence[str], seed: int, s: dict
                      n_train=s["n_train"], n_test=s["n_test"], **kw)
 
 
-def configs(profile: str, *, seeds: Sequence[int] = (0,), **overrides: Any) -> dict[str, list[RunConfig]]:
+def configs(profile: str, *, seeds: Sequence[int] | None = None, **overrides: Any) -> dict[str, list[RunConfig]]:
     """Every run of the study, grouped by the artefact that needs it (a run shared by two
-    artefacts appears in both and is trained once)."""
+    artefacts appears in both and is trained once). ``seeds=None`` takes the profile's;
+    ``overrides`` replace any of the profile's settings (e.g. a tiny slice of ``paper``)."""
     s = settings(profile, **overrides)
+    seeds = tuple(s["seeds"] if seeds is None else seeds)
     out: dict[str, list[RunConfig]] = {"table2": [], "table3": [], "table4": [], "fig5": [], "blinding": [],
                                        "cvfl_q1": []}
     for dataset in s["datasets"]:
@@ -144,6 +153,13 @@ def configs(profile: str, *, seeds: Sequence[int] = (0,), **overrides: Any) -> d
                     out["cvfl_q1"] += [c.replace(options={"local_iterations": 1}) for c in out["table2"]
                                        if c.method == "c_vfl" and c.dataset == dataset and c.seed == seed]
     return out
+
+
+def recorded(profile: str = "quick") -> tuple[dict[str, list[RunConfig]], list[dict[str, Any]]]:
+    """The study's runs under ``profile`` with the records an earlier run committed (nothing is
+    trained): what the notebook shows as that profile's results beside its own run."""
+    groups = configs(profile)
+    return groups, load_recorded(unique(groups), profile=profile)
 
 
 def unique(groups: dict[str, list[RunConfig]]) -> list[RunConfig]:
