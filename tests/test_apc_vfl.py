@@ -1,5 +1,6 @@
 """APC-VFL, its Ablation, VFedTrans, the aligned SplitNN and the study module."""
 
+import pandas as pd
 import pytest
 import torch
 
@@ -239,4 +240,16 @@ def test_paper_profile_runs_end_to_end_on_a_tiny_slice(tmp_path):
     assert all(0 <= next(iter(r["final"].values())) <= 1 for r in recs)
     again = study.run_all(pick, profile="paper", root=tmp_path, progress=False)
     assert [r["wall_time_s"] for r in again] == [r["wall_time_s"] for r in recs]
-    assert len(study.table2(recs, profile="paper")) > 0
+    t2 = study.table2(recs, profile="paper")
+    view = study.table2_view(t2)
+    assert "score" in view.columns and all(d.endswith("(accuracy)") for d in view.index.get_level_values("dataset"))
+
+
+def test_wins_counts_aligned_counts_where_apc_vfl_is_ahead():
+    """wins() counts, per dataset, the aligned counts where APC-VFL's gain over Local is
+    positive and above the Ablation's and VFedTrans's gains."""
+    idx = pd.MultiIndex.from_tuples([("bc", 250), ("bc", 100), ("cc", 10000)], names=["dataset", "n_aligned"])
+    gain = pd.DataFrame({"APC-VFL (MSE) - Local": [1.0, -0.5, 2.0], "Ablation - Local": [0.5, 0.0, 3.0],
+                         "VFedTrans - Local": [2.0, -1.0, 1.0]}, index=idx)
+    w = study.wins(gain).set_index("dataset")
+    assert w.loc["bc"].tolist() == [2, 1, 1, 1] and w.loc["cc"].tolist() == [1, 1, 0, 1]

@@ -46,7 +46,7 @@ from ..methods.apc_vfl import APCVFL, APCVFLJoint, Ablation
 from ..methods.oneshot import Local, OneShotMethod, standardize
 from ..methods.vfedtrans import VFedTrans
 from ..partition import APC_VFL_N_ACTIVE, apc_vfl_partition, partial_alignment
-from ..report import join_reference
+from ..report import join_reference, side_by_side
 
 PAPER = "apc_vfl"
 
@@ -615,6 +615,17 @@ def table2(records: Sequence[dict[str, Any]], *, profile: str) -> pd.DataFrame:
     return join_reference(agg, PAPER, profile=profile)
 
 
+def table2_view(table: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
+    """Table 2 laid out as in the paper: per dataset (its metric in brackets) and |D_A|, SplitNN
+    and APC-VFL with their score, rounds and MB, ours beside the paper's."""
+    metric_of = {spec.label: spec.metric for spec in DATASETS.values()}
+    t = table[table["table"] == "2"]
+    is_score = t["metric"] == t["dataset"].map(metric_of)
+    t = t.assign(dataset=t["dataset"] + " (" + t["dataset"].map(metric_of) + ")",
+                 metric=t["metric"].where(~is_score, "score"))
+    return side_by_side(t, index=["dataset", "setting", "method"], columns="metric", digits=digits)
+
+
 def fig5_long(frame: pd.DataFrame, *, profile: str, number: str = "5") -> pd.DataFrame:
     """Fig. 5's frame in the reference long format (the paper prints no numbers for it)."""
     out = frame.assign(table=f"fig{number}", dataset=frame["dataset"].map(lambda d: DATASETS[d].label),
@@ -631,6 +642,20 @@ def beats_local(frame: pd.DataFrame) -> pd.DataFrame:
     return (100 * out).round(2).sort_index(ascending=[True, False])
 
 
+def wins(gain: pd.DataFrame, method: str = "APC-VFL (MSE)") -> pd.DataFrame:
+    """Per dataset, at how many aligned counts ``method`` beats Local, the Ablation and
+    VFedTrans (from :func:`beats_local`'s differences to Local)."""
+    col = f"{method} - Local"
+    rows = []
+    for ds, g in gain.groupby(level="dataset"):
+        row = {"dataset": ds, "aligned_counts": len(g), "beats_Local": int((g[col] > 0).sum())}
+        for other in ("Ablation", "VFedTrans"):
+            if f"{other} - Local" in g:
+                row[f"beats_{other}"] = int((g[col] > g[f"{other} - Local"]).sum())
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def ledger_check(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """Per method: ledger bytes vs the paper's formula, ratio min/max over runs."""
     df = runs_frame(records).drop_duplicates(["kind", "dataset", "method", "n_aligned", "n_active_features", "seed"])
@@ -641,17 +666,11 @@ def ledger_check(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
         rounds_min=("rounds", "min"), rounds_max=("rounds", "max")).round(4)
 
 
-def metrics_summary(records: Sequence[dict[str, Any]]) -> dict[str, float]:
-    """A few numbers for the last notebook cell (what a regression test would read back)."""
-    f = fig5_frame(records)
-    return {f"{d}/{m}/{n}": round(v, 4) for d, m, n, v in
-            f[["dataset", "method", "n_aligned", "value"]].itertuples(index=False)}
-
-
 __all__ = [
     "DATASETS", "FIG5_METHODS", "LOCAL_METHODS", "METHOD_LABELS", "PROFILE_SETTINGS", "StudyConfig",
     "available_datasets", "beats_local", "build_aligned_parties", "build_parties", "configs", "cross_validate",
     "detail_frame", "fig5_frame", "fig5_long", "fig6_frame", "footprint_apc_vfl", "footprint_formula",
-    "footprint_splitnn", "footprint_vfedtrans", "ledger_check", "make_method", "metrics_summary", "plot_detail",
-    "plot_fig5", "plot_fig6", "record_path", "run_all", "run_one", "runs_frame", "table2",
+    "footprint_splitnn", "footprint_vfedtrans", "ledger_check", "make_method", "plot_detail",
+    "plot_fig5", "plot_fig6", "record_path", "recorded", "run_all", "run_one", "runs_frame", "table2",
+    "table2_view", "wins",
 ]
