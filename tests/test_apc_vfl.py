@@ -243,6 +243,12 @@ def test_paper_profile_runs_end_to_end_on_a_tiny_slice(tmp_path):
     t2 = study.table2(recs, profile="paper")
     view = study.table2_view(t2)
     assert "score" in view.columns and all(d.endswith("(accuracy)") for d in view.index.get_level_values("dataset"))
+    # Paired differences: the same partition and repetition, Local repeated at each |D_A|.
+    by = {r["config"]["method"]: r["final"]["accuracy"] for r in recs if r["config"]["kind"] == "fig5"}
+    diff = study.paired_difference(recs, "vfedtrans", baselines=("local", "ablation"))
+    assert diff[["n_aligned", "baseline", "pairs"]].values.tolist() == [[100, "Local", 1], [100, "Ablation", 1]]
+    assert diff.loc[0, "mean_diff_points"] == pytest.approx(100 * (by["vfedtrans"] - by["local"]), abs=1e-3)
+    assert study.paired_difference(recs, "apc_vfl_mae").empty
 
 
 def test_wins_counts_aligned_counts_where_apc_vfl_is_ahead():

@@ -292,3 +292,14 @@ def test_paper_profile_runs_end_to_end_and_resumes(tmp_path, monkeypatch):
     assert study.run(cfg, profile="paper", device="cpu", results=tmp_path, progress=False)["marker"]
     summ = study.summary([rec])
     assert summ.loc[0, "best_accuracy_pct"] >= summ.loc[0, "final_accuracy_pct"]
+
+
+def test_update_scale_measures_round_one_against_tau(monkeypatch):
+    """update_scale's t is the change of the global label-owner model in round 1 with FedAvg,
+    and sqrt(v) follows from it by the paper's moments."""
+    monkeypatch.setattr(study, "_dataset", lambda name: _data(n_train=600))
+    cfg = study.configs("paper", seeds=[0], rounds=2, samples_per_owner=16, batch_size=8, n_test=20)[-1]
+    s = study.update_scale(cfg, device="cpu")
+    assert s["local steps per owner"] == 2 and s["tau"] == cfg.tau
+    assert 0 < s["median |t|"] <= s["99th percentile |t|"]
+    assert s["median sqrt(v)"] == pytest.approx(0.1 * 0.1 * s["median |t|"], rel=1e-5)

@@ -408,10 +408,12 @@ def run_all(cfgs: Sequence[StudyConfig], *, profile: str, root: Path | None = No
     return records
 
 
-def recorded(profile: str = "quick") -> list[dict[str, Any]]:
-    """The records an earlier run of ``profile`` committed for :func:`configs` on the datasets
-    present here (nothing is trained): what the notebook shows beside its own run."""
-    datasets, _ = available_datasets(PROFILE_SETTINGS[check_profile(profile)]["datasets"])
+def recorded(profile: str = "quick", datasets: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """The records an earlier run of ``profile`` committed for :func:`configs` on ``datasets``
+    (default: the profile's that are present here); nothing is trained. What the notebook
+    shows beside its own run."""
+    if datasets is None:
+        datasets, _ = available_datasets(PROFILE_SETTINGS[check_profile(profile)]["datasets"])
     return load_recorded(configs(profile, datasets=datasets), profile=profile, path=record_path)
 
 
@@ -497,6 +499,31 @@ def fig5_frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     out = per_part.groupby(["dataset", "n_aligned", "method", "label", "metric"], as_index=False).agg(
         value=("value", "mean"), std=("value", "std"), n_partitions=("value", "size"), n_runs=("n_runs", "sum"))
     return out
+
+
+def paired_difference(records: Sequence[dict[str, Any]], method: str = "apc_vfl_mse",
+                      baselines: Sequence[str] = ("local", "ablation", "vfedtrans")) -> pd.DataFrame:
+    """``method`` minus each baseline on the same feature partition and repetition (so the
+    partition's own difficulty cancels), per dataset and |D_A|, in metric points: the mean
+    difference, its standard error over the pairs, and how many pairs ``method`` wins."""
+    df = runs_frame([r for r in records if r["config"]["kind"] == "fig5"])
+    aligned = {ds: sorted(df[df["dataset"] == ds]["n_aligned"].dropna().astype(int).unique())
+               for ds in df["dataset"].unique()}
+    df = _expand_local(df, aligned)
+    df = df[df["metric"] == df["dataset"].map(lambda d: DATASETS[d].metric)]
+    wide = df.pivot_table(index=["dataset", "n_aligned", "n_active_features", "seed"], columns="method",
+                          values="value")
+    rows = []
+    for (ds, n), g in wide.groupby(level=["dataset", "n_aligned"]):
+        for b in baselines:
+            if b not in g or method not in g:
+                continue
+            d = 100 * (g[method] - g[b]).dropna()
+            rows.append({"dataset": ds, "n_aligned": n, "baseline": METHOD_LABELS[b], "pairs": len(d),
+                         "mean_diff_points": d.mean(), "std_error": d.std(ddof=1) / np.sqrt(len(d)) if len(d) > 1 else np.nan,
+                         "wins": int((d > 0).sum()), "ties": int((d == 0).sum())})
+    columns = ["dataset", "n_aligned", "baseline", "pairs", "mean_diff_points", "std_error", "wins", "ties"]
+    return pd.DataFrame(rows, columns=columns).round(3)
 
 
 def fig6_frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
@@ -670,7 +697,7 @@ __all__ = [
     "DATASETS", "FIG5_METHODS", "LOCAL_METHODS", "METHOD_LABELS", "PROFILE_SETTINGS", "StudyConfig",
     "available_datasets", "beats_local", "build_aligned_parties", "build_parties", "configs", "cross_validate",
     "detail_frame", "fig5_frame", "fig5_long", "fig6_frame", "footprint_apc_vfl", "footprint_formula",
-    "footprint_splitnn", "footprint_vfedtrans", "ledger_check", "make_method", "plot_detail",
+    "footprint_splitnn", "footprint_vfedtrans", "ledger_check", "make_method", "paired_difference", "plot_detail",
     "plot_fig5", "plot_fig6", "record_path", "recorded", "run_all", "run_one", "runs_frame", "table2",
     "table2_view", "wins",
 ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import resource
 import time
 from pathlib import Path
@@ -174,6 +175,31 @@ def run_many(configs: Sequence[MultiVFLConfig], *, profile: str, device: str | t
 
 
 # ------------------------------------------------------------------------------- reading
+
+
+def update_scale(config: MultiVFLConfig, *, device: str | torch.device = "auto") -> dict[str, Any]:
+    """The size of round 1's aggregated update t under ``config``'s local training, beside the
+    server optimizers' stability constant tau.
+
+    Runs round 1 with FedAvg (``W <- W + t``), so t is the change of the global label-owner
+    model. Returns the median and 99th percentile of |t| over its parameters and the median of
+    sqrt(v) after that round in the paper's ServerAggregation (``m = (1 - beta1) t``,
+    ``v = (1 - beta2) m^2``). Where sqrt(v) is far below tau, FedAdam and FedYogi divide by
+    tau, not by sqrt(v): they act as FedAvg with server momentum and a step of ``lr / tau``.
+    """
+    cfg = config.replace(server_optimizer="fedavg", rounds=1)
+    method = MultiVFL(cfg, _dataset(cfg.dataset).subset(n_test=cfg.n_test, seed=cfg.seed),
+                      device=resolve_device(device))
+    method.setup()
+    model = method.server.models["global"]
+    before = torch.cat([w.detach().flatten() for w in model.state_dict().values()]).clone()
+    method.round(1)
+    t = (torch.cat([w.detach().flatten() for w in model.state_dict().values()]) - before).abs()
+    sqrt_v = math.sqrt(1 - cfg.beta2) * (1 - cfg.beta1) * t
+    steps = cfg.local_steps or math.ceil(cfg.samples_per_owner / cfg.batch_size) * cfg.local_epochs
+    return {"local steps per owner": steps, "local lr": cfg.local_lr,
+            "median |t|": float(t.median()), "99th percentile |t|": float(t.quantile(0.99)),
+            "median sqrt(v)": float(sqrt_v.median()), "tau": cfg.tau}
 
 
 def history_frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
