@@ -107,3 +107,15 @@ def test_load_recorded_reads_records_and_names_what_is_missing(tmp_path, monkeyp
         experiment.load_recorded([cfg], profile="quick")
     rec = run(cfg, profile="quick", device="cpu", progress=False)
     assert experiment.load_recorded([cfg], profile="quick") == [rec]
+
+
+def test_load_recorded_falls_back_to_the_projects_results(tmp_path, monkeypatch):
+    """With VFLKIT_RESULTS pointing at a scratch folder, the committed records still load."""
+    monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path / "scratch"))
+    project = tmp_path / "project"
+    (project / "vflkit").mkdir(parents=True)
+    (project / "pyproject.toml").write_text("")
+    monkeypatch.chdir(project)
+    cfg = _config()
+    rec = run(cfg, profile="quick", device="cpu", results=project / "results", progress=False)
+    assert experiment.load_recorded([cfg], profile="quick") == [rec]

@@ -33,6 +33,12 @@ def test_notebook_runs_the_paper_profile_on_a_tiny_slice(paper, tmp_path, monkey
     monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path / "results"))
     monkeypatch.setenv("VFLKIT_FIGURES", str(tmp_path / "figures"))
     root = project_root()
+    committed = root / "figures" / paper / "paper"
+
+    def snapshot():
+        return {f.name: f.stat().st_mtime_ns for f in committed.glob("*")} if committed.exists() else {}
+
+    before = snapshot()
     out = tmp_path / f"{paper}.ipynb"
     papermill.execute_notebook(str(root / "notebooks" / f"{paper}.ipynb"), str(out), cwd=str(root),
                                parameters={"profile": "paper", "device": "cpu", **SLICES[paper]},
@@ -42,4 +48,4 @@ def test_notebook_runs_the_paper_profile_on_a_tiny_slice(paper, tmp_path, monkey
     assert all(json.loads(r.read_text())["environment"]["device"] == "cpu" for r in records)
     written = {p.name for p in (tmp_path / "figures" / paper / "paper").iterdir()}
     assert any(n.endswith(".png") for n in written) and any(n.startswith("table") for n in written)
-    assert not (root / "figures" / paper / "paper").exists(), "a slice must not write the paper profile's figures"
+    assert snapshot() == before, "a slice must not touch the paper profile's committed figures"

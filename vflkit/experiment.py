@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 
 from . import __version__
 from .comm import Channel, Party
-from .config import resolve_device, results_dir
+from .config import project_root, resolve_device, results_dir
 from .errors import ConfigError, DivergenceError
 
 PROFILES: tuple[str, ...] = ("smoke", "quick", "paper")
@@ -207,17 +207,27 @@ def load_record(config: RunConfig, profile: str, root: Path | None = None) -> di
 
 
 def load_recorded(configs: Iterable[Any], *, profile: str,
-                  path: Callable[[Any, str], Path] = record_path) -> list[dict[str, Any]]:
+                  path: Callable[..., Path] = record_path) -> list[dict[str, Any]]:
     """The records an earlier run of ``profile`` wrote for ``configs``; nothing is trained.
 
-    ``path`` maps a config to its record (each study's ``record_path``). A notebook shows the
-    committed records of a profile it is not running (e.g. the quick profile's results beside
-    a smoke run) with this; a missing record is an error that says how to make it.
+    ``path(config, profile, root)`` maps a config to its record (each study's ``record_path``).
+    A notebook shows the committed records of a profile it is not running (e.g. the quick
+    profile's results beside a smoke run) with this. They are looked for under
+    ``VFLKIT_RESULTS`` and then under the project's own ``results/``, where the committed ones
+    stay when ``VFLKIT_RESULTS`` points a trial run elsewhere. A missing record is an error
+    that says how to make it.
     """
     check_profile(profile)
-    paths = [path(c, profile) for c in configs]
-    missing = [p for p in paths if not p.exists()]
-    if missing:
+    configs = list(configs)
+    roots = list(dict.fromkeys([results_dir(), project_root() / "results"]))
+    for root in roots:
+        paths = [path(c, profile, root) for c in configs]
+        missing = [p for p in paths if not p.exists()]
+        if not missing:
+            break
+    else:
+        paths = [path(c, profile, roots[0]) for c in configs]
+        missing = [p for p in paths if not p.exists()]
         raise ConfigError(
             f"{len(missing)} of {len(paths)} runs of the {profile!r} profile have no record "
             f"(first: {missing[0]}); run the notebook with profile={profile!r} "

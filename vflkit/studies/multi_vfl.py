@@ -91,13 +91,13 @@ def record_path(config: MultiVFLConfig, profile: str, root: Path | None = None) 
     return (root or results_dir()) / check_profile(profile) / PAPER / f"{config.key}.json"
 
 
-@functools.lru_cache(maxsize=2)
 def recorded(profile: str = "quick") -> list[dict[str, Any]]:
     """The records an earlier run of ``profile`` committed for :func:`configs` (nothing is
     trained): what the notebook shows as that profile's results beside its own run."""
     return load_recorded(configs(profile), profile=profile, path=record_path)
 
 
+@functools.lru_cache(maxsize=2)
 def _dataset(name: str) -> Any:
     from ..data import load_dataset
 
