@@ -219,18 +219,17 @@ def load_recorded(configs: Iterable[Any], *, profile: str,
     """
     check_profile(profile)
     configs = list(configs)
-    roots = list(dict.fromkeys([results_dir(), project_root() / "results"]))
-    for root in roots:
+    first_missing: list[Path] | None = None
+    for root in dict.fromkeys([results_dir(), project_root() / "results"]):
         paths = [path(c, profile, root) for c in configs]
         missing = [p for p in paths if not p.exists()]
         if not missing:
             break
+        first_missing = first_missing or missing
     else:
-        paths = [path(c, profile, roots[0]) for c in configs]
-        missing = [p for p in paths if not p.exists()]
         raise ConfigError(
-            f"{len(missing)} of {len(paths)} runs of the {profile!r} profile have no record "
-            f"(first: {missing[0]}); run the notebook with profile={profile!r} "
+            f"{len(first_missing)} of {len(configs)} runs of the {profile!r} profile have no record "
+            f"(first: {first_missing[0]}); run the notebook with profile={profile!r} "
             f"(or `make study PROFILE={profile}`) to make them"
         )
     records = []

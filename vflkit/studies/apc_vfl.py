@@ -486,14 +486,20 @@ def _expand_local(df: pd.DataFrame, aligned: dict[str, Sequence[int]]) -> pd.Dat
     return out
 
 
+def _fig5_runs(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """Fig. 5's runs, one row each with its dataset's metric, Local and Ablation repeated at
+    every aligned count of their dataset."""
+    df = runs_frame([r for r in records if r["config"]["kind"] == "fig5"])
+    aligned = {ds: sorted(df[df["dataset"] == ds]["n_aligned"].dropna().astype(int).unique())
+               for ds in df["dataset"].unique()}
+    df = _expand_local(df, aligned)
+    return df[df["metric"] == df["dataset"].map(lambda d: DATASETS[d].metric)]
+
+
 def fig5_frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """Fig. 5's data: per dataset, |D_A| and method, the mean over feature partitions of the
     per-partition mean over repetitions, and its std over partitions (the paper's bars)."""
-    df = runs_frame([r for r in records if r["config"]["kind"] == "fig5"])
-    aligned = {ds: sorted(df[(df["dataset"] == ds)]["n_aligned"].dropna().astype(int).unique())
-               for ds in df["dataset"].unique()}
-    df = _expand_local(df, aligned)
-    df = df[df["metric"] == df["dataset"].map(lambda d: DATASETS[d].metric)]
+    df = _fig5_runs(records)
     per_part = df.groupby(["dataset", "n_aligned", "method", "label", "metric", "n_active_features"],
                           as_index=False).agg(value=("value", "mean"), n_runs=("value", "size"))
     out = per_part.groupby(["dataset", "n_aligned", "method", "label", "metric"], as_index=False).agg(
@@ -506,11 +512,7 @@ def paired_difference(records: Sequence[dict[str, Any]], method: str = "apc_vfl_
     """``method`` minus each baseline on the same feature partition and repetition (so the
     partition's own difficulty cancels), per dataset and |D_A|, in metric points: the mean
     difference, its standard error over the pairs, and how many pairs ``method`` wins."""
-    df = runs_frame([r for r in records if r["config"]["kind"] == "fig5"])
-    aligned = {ds: sorted(df[df["dataset"] == ds]["n_aligned"].dropna().astype(int).unique())
-               for ds in df["dataset"].unique()}
-    df = _expand_local(df, aligned)
-    df = df[df["metric"] == df["dataset"].map(lambda d: DATASETS[d].metric)]
+    df = _fig5_runs(records)
     wide = df.pivot_table(index=["dataset", "n_aligned", "n_active_features", "seed"], columns="method",
                           values="value")
     rows = []
