@@ -119,3 +119,64 @@ def test_load_recorded_falls_back_to_the_projects_results(tmp_path, monkeypatch)
     cfg = _config()
     rec = run(cfg, profile="quick", device="cpu", results=project / "results", progress=False)
     assert experiment.load_recorded([cfg], profile="quick") == [rec]
+
+
+class _Interrupt(Exception):
+    pass
+
+
+@pytest.mark.parametrize("method,models,options", [
+    ("splitnn", ("mlp",) * 4, {}),
+    ("vfedmh", ("mlp", "cnn", "mlp", "lenet"), {}),  # blinding keys are agreed afresh on resume
+    ("c_vfl", ("mlp",) * 4, {}),  # its compression dither has its own generator
+])
+def test_interrupted_run_resumes_from_checkpoint_with_identical_record(tmp_path, monkeypatch, method, models, options):
+    """A run stopped after epoch 2 of 3 continues from its checkpoint, not from scratch, and ends
+    with the record of an uninterrupted run (metrics, losses and ledger)."""
+    cfg = _config(method=method, models=models, epochs=3, options=options, paper="vfedmh")
+    whole = run(cfg, profile="smoke", results=tmp_path / "a", device="cpu", progress=False)
+
+    calls = {"n": 0}
+    real = experiment._evaluate
+
+    def evaluate_then_die(method_obj, config):
+        calls["n"] += 1
+        if calls["n"] == 3:  # epoch 3's evaluation: epochs 1-2 are checkpointed
+            raise _Interrupt
+        return real(method_obj, config)
+
+    monkeypatch.setattr(experiment, "_evaluate", evaluate_then_die)
+    with pytest.raises(_Interrupt):
+        run(cfg, profile="smoke", results=tmp_path / "b", device="cpu", progress=False)
+    path = record_path(cfg, "smoke", tmp_path / "b")
+    assert not path.exists() and experiment.checkpoint_path(path).exists()
+
+    trained: list[int] = []
+    real_step = get_method(method).train_step
+
+    def counting_step(self, ids):
+        trained.append(self.parties[0].channel.epoch)
+        return real_step(self, ids)
+
+    monkeypatch.setattr(experiment, "_evaluate", real)
+    monkeypatch.setattr(get_method(method), "train_step", counting_step)
+    resumed = run(cfg, profile="smoke", results=tmp_path / "b", device="cpu", progress=False)
+    assert set(trained) == {3}, "the resumed run retrained epochs it had checkpointed"
+    assert not experiment.checkpoint_path(path).exists()
+    strip = lambda h: [{k: v for k, v in r.items() if k != "elapsed_s"} for r in h]  # noqa: E731
+    assert strip(resumed["history"]) == strip(whole["history"])
+    assert resumed["final"] == whole["final"]
+    assert resumed["comm"]["total"] == whole["comm"]["total"]
+    assert resumed["comm"]["per_epoch"] == whole["comm"]["per_epoch"]
+
+
+def test_foreign_checkpoint_is_moved_aside(tmp_path):
+    """A checkpoint that does not belong to the run is never resumed from."""
+    cfg = _config(epochs=1)
+    path = record_path(cfg, "smoke", tmp_path)
+    ckpt = experiment.checkpoint_path(path)
+    ckpt.parent.mkdir(parents=True)
+    ckpt.write_bytes(b"not a checkpoint")
+    with pytest.warns(UserWarning, match="ignoring checkpoint"):
+        rec = run(cfg, profile="smoke", results=tmp_path, device="cpu", progress=False)
+    assert rec["history"][0]["epoch"] == 1 and ckpt.with_name(ckpt.name + ".bad").exists()

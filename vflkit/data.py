@@ -45,6 +45,8 @@ from .config import DATA_ENV, data_root, cache_dir, resolve_device
 from .errors import ConfigError, DatasetCorruptError, DatasetNotFoundError
 
 __all__ = [
+    "register_dataset",
+    "unregister_dataset",
     "DATASETS",
     "ALIASES",
     "ImageData",
@@ -294,6 +296,10 @@ def load_dataset(
     """
     key = name.strip().lower() if isinstance(name, str) else name
     key = ALIASES.get(key, key)
+    if key in _REGISTERED:
+        if options:
+            raise ConfigError(f"dataset {key!r} was registered in memory; it takes no options, got {sorted(options)}")
+        return _REGISTERED[key]
     if key not in _LOADERS:
         alias_text = ", ".join(f"{a} (= {c})" for a, c in ALIASES.items())
         raise ConfigError(f"Invalid dataset {name!r}; choose one of {', '.join(DATASETS)} (aliases: {alias_text})")
@@ -309,6 +315,38 @@ def load_dataset(
     if download is None:
         download = os.environ.get(OFFLINE_ENV, "").strip() != "1"
     return loader(base, bool(download), **options)
+
+
+#: Datasets handed to vflkit in memory with :func:`register_dataset`, by name.
+_REGISTERED: dict[str, ImageData | TabularData] = {}
+
+
+def register_dataset(data: ImageData | TabularData, *, name: str | None = None, replace: bool = False) -> str:
+    """Make ``data`` loadable by name: every later ``load_dataset(name)`` (and so every run
+    config naming it) gets this object instead of reading files.
+
+    This is how a researcher brings a dataset of their own (build an :class:`ImageData` from
+    uint8 image tensors, or a :class:`TabularData` from a DataFrame), and how a machine without
+    the data files (a rented GPU) uses a copy shipped in another form. ``name`` defaults to
+    ``data.name``. Registering over a built-in dataset's name, or over an earlier registration,
+    needs ``replace=True``: a run config names its dataset, and silently swapping what a name
+    means would put another dataset's numbers into a record. Returns the name.
+    """
+    if not isinstance(data, (ImageData, TabularData)):
+        raise ConfigError(f"register_dataset takes an ImageData or TabularData, got {type(data).__name__}")
+    key = (name or data.name).strip().lower()
+    if not key:
+        raise ConfigError("register_dataset needs a non-empty name")
+    key = ALIASES.get(key, key)
+    if (key in _LOADERS or key in _REGISTERED) and not replace:
+        raise ConfigError(f"dataset name {key!r} is taken; choose another name or pass replace=True")
+    _REGISTERED[key] = data
+    return key
+
+
+def unregister_dataset(name: str) -> None:
+    """Forget a dataset given to :func:`register_dataset` (a built-in name loads from files again)."""
+    _REGISTERED.pop(ALIASES.get(name.strip().lower(), name.strip().lower()), None)
 
 
 # --------------------------------------------------------------------------- errors

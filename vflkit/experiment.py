@@ -153,6 +153,12 @@ def _git_state() -> dict[str, Any]:
     """
     here = Path(__file__).resolve().parent
     out: dict[str, Any] = {}
+    if os.environ.get("VFLKIT_GIT_COMMIT"):
+        # a copy of the tree without .git (e.g. shipped to a rented GPU) names its commit here;
+        # whoever ships it vouches that the copy is that commit's vflkit/
+        out["git_commit"] = os.environ["VFLKIT_GIT_COMMIT"]
+        out["vflkit_modified"] = os.environ.get("VFLKIT_GIT_MODIFIED", "1") != "0"
+        return out
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here,
                                 capture_output=True, text=True, timeout=5)
@@ -366,21 +372,30 @@ def run(
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
 
-    start = time.perf_counter()
     channel.at(epoch=0, step=0, phase="setup")
     method.setup()
     history: list[dict[str, Any]] = []
     gen = torch.Generator().manual_seed(config.seed)
     train_ids = active.ids["train"]
     n_steps = math.ceil(len(train_ids) / config.batch_size)
-    bar = tqdm(total=config.epochs * n_steps, desc=f"{config.method} {config.dataset}",
-               disable=not progress, leave=False)
     diverged: dict[str, Any] | None = None
-    for epoch in range(1, config.epochs + 1):
+    ckpt = checkpoint_path(path)
+    first_epoch, offset = 1, 0.0
+    if ckpt.exists() and not force:
+        state = _load_checkpoint(ckpt, config)
+        if state is not None:
+            _restore(state, method=method, channel=channel, gen=gen, device=dev)
+            history, first_epoch, offset = state["history"], state["epoch"] + 1, state["elapsed_s"]
+    start = time.perf_counter() - offset
+    bar = tqdm(total=config.epochs * n_steps, initial=(first_epoch - 1) * n_steps,
+               desc=f"{config.method} {config.dataset}", disable=not progress, leave=False)
+    metrics: dict[str, dict[str, float]] = {}
+    for epoch in range(first_epoch, config.epochs + 1):
         # The shuffle is a public protocol parameter (seeded), so parties need no message to
         # agree on the batch order.
         order = train_ids[torch.randperm(len(train_ids), generator=gen)]
         sums: dict[str, float] = {}
+        seen = 0
         method.train()
         for step in range(n_steps):
             channel.at(epoch=epoch, step=step, phase="train")
@@ -395,17 +410,25 @@ def run(
                 break
             for k, v in losses.items():
                 sums[k] = sums.get(k, 0.0) + v * len(ids)
+            seen += len(ids)
             bar.update(1)
         channel.at(epoch=epoch, step=0, phase="eval")
         metrics = _evaluate(method, config)
         for model_key, m in metrics.items():
+            # the mean over the batches actually trained (a diverged epoch stops early)
             row = {"epoch": epoch, "model": model_key, "elapsed_s": time.perf_counter() - start,
-                   "loss": sums.get(model_key, float("nan")) / len(train_ids)}
+                   "loss": sums[model_key] / seen if seen and model_key in sums else float("nan")}
             row.update(m)
             history.append(row)
         bar.set_postfix({k: round(v.get("test_accuracy", float("nan")), 3) for k, v in metrics.items()})
         if diverged:
             break
+        if epoch < config.epochs:
+            _save_checkpoint(ckpt, config=config, epoch=epoch, elapsed_s=time.perf_counter() - start,
+                             history=history, method=method, channel=channel, gen=gen, device=dev)
+    if not metrics:  # resumed from the last epoch's checkpoint: nothing left to train
+        metrics = {r["model"]: {k: v for k, v in r.items() if k.startswith("test_")}
+                   for r in history if r["epoch"] == history[-1]["epoch"]}
     bar.close()
     wall = time.perf_counter() - start
 
@@ -433,7 +456,87 @@ def run(
     }
     record = json.loads(json.dumps(record, default=_json_default))
     _write_json_atomic(path, record)
+    ckpt.unlink(missing_ok=True)
     return record
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+def checkpoint_path(record: Path) -> Path:
+    """Where a run's per-epoch checkpoint lives: beside its record (``<key>.ckpt.pt``); it is
+    never committed and is deleted once the record is written."""
+    return record.with_name(record.stem + ".ckpt.pt")
+
+
+def _method_generators(method: Any) -> dict[str, torch.Generator]:
+    """The method's own random generators (e.g. C-VFL's compression dither), by attribute."""
+    return {k: v for k, v in vars(method).items() if isinstance(v, torch.Generator)}
+
+
+#: Party state that is not carried across a resume: blinding keys are agreed afresh by
+#: ``setup()`` (fresh masks still cancel exactly, so training is unchanged) and ``E`` is the
+#: last batch's global embedding, recomputed at the next step.
+_VOLATILE_STATE = ("keys", "E")
+
+
+def _save_checkpoint(path: Path, *, config: RunConfig, epoch: int, elapsed_s: float,
+                     history: list[dict[str, Any]], method: Any, channel: Channel,
+                     gen: torch.Generator, device: torch.device) -> None:
+    """Everything a run needs to continue after ``epoch`` as if never stopped, written atomically."""
+    state = {
+        "key": config.key, "config": config.to_dict(), "epoch": epoch, "elapsed_s": elapsed_s,
+        "history": history,
+        "models": [{k: m.state_dict() for k, m in p.models.items()} for p in method.parties],
+        "optimizers": [{k: o.state_dict() for k, o in p.optimizers.items()} for p in method.parties],
+        "party_state": [{k: v for k, v in p.state.items() if k not in _VOLATILE_STATE} for p in method.parties],
+        "generators": {k: g.get_state() for k, g in _method_generators(method).items()},
+        "ledger": list(channel.ledger._rows),
+        "gen": gen.get_state(),
+        "torch_rng": torch.get_rng_state(),
+        "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def _load_checkpoint(path: Path, config: RunConfig) -> dict[str, Any] | None:
+    """The checkpoint at ``path`` if it belongs to ``config``; an unreadable or foreign one is
+    moved aside with a warning (the run then starts from scratch)."""
+    import warnings
+
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+        if state.get("key") != config.key or state.get("config") != config.to_dict():
+            raise ValueError("its config is not this run's")
+        return state
+    except Exception as exc:  # a bad checkpoint costs time, never a wrong record
+        bad = path.with_name(path.name + ".bad")
+        os.replace(path, bad)
+        warnings.warn(f"ignoring checkpoint {path} ({exc}); moved to {bad.name}, starting from epoch 1",
+                      stacklevel=3)
+        return None
+
+
+def _restore(state: dict[str, Any], *, method: Any, channel: Channel, gen: torch.Generator,
+             device: torch.device) -> None:
+    for party, models, optims, extra in zip(method.parties, state["models"], state["optimizers"],
+                                            state["party_state"]):
+        for k, sd in models.items():
+            party.models[k].load_state_dict(sd)
+        for k, sd in optims.items():
+            party.optimizers[k].load_state_dict(sd)
+        party.state.update(extra)
+    for k, g in _method_generators(method).items():
+        g.set_state(state["generators"][k])
+    # the ledger as it stood after the checkpointed epoch (setup's messages included once)
+    channel.ledger._rows[:] = [tuple(r) for r in state["ledger"]]
+    gen.set_state(state["gen"])
+    torch.set_rng_state(state["torch_rng"])
+    if state["cuda_rng"] is not None and device.type == "cuda":
+        torch.cuda.set_rng_state(state["cuda_rng"], device)
 
 
 def _evaluate(method: Any, config: RunConfig) -> dict[str, dict[str, float]]:
