@@ -105,13 +105,21 @@ def pending_configs(which: str, methods: list[str] | None = None):
     seeds = [0] if which == "table2_seed0" else [1, 2]
     groups = vfedmh.configs("paper", seeds=seeds)
     runs = [c for c in groups["table2"] if c.dataset == "cifar10" and set(c.models) <= set(vfedmh.RESNETS)]
-    # VFedMH and the cheap baselines first; C-VFL (Q = 10 local iterations: ten times the
-    # bottom models' compute) last. Within a method the deepest ResNet first, so the longest
-    # runs start while the GPU has the most time left.
-    order = {"vfedmh": 0, "agg_vfl": 1, "splitnn": 2, "local": 3, "c_vfl": 4}
-    depth = {"resnet101": 0, "resnet50": 1, "resnet18": 2}
+    # VFedMH (the headline row) first, then shortest first, so that runs keep finishing while
+    # the window lasts. Minutes per 20-epoch run on one H100, one process at a time, from
+    # `calibrate` (2026-11-22): C-VFL's Q = 10 local iterations make it 28-53 min, last.
+    minutes = {("vfedmh", None): 15.7, ("agg_vfl", "resnet101"): 20.8, ("agg_vfl", "resnet50"): 13.8,
+               ("agg_vfl", "resnet18"): 6.3, ("splitnn", "resnet101"): 6.4, ("splitnn", "resnet50"): 5.8,
+               ("splitnn", "resnet18"): 3.1, ("local", "resnet101"): 6.2, ("local", "resnet50"): 3.8,
+               ("local", "resnet18"): 1.5, ("c_vfl", "resnet101"): 53.1, ("c_vfl", "resnet50"): 49.8,
+               ("c_vfl", "resnet18"): 28.6}
     runs = [c for c in runs if methods is None or c.method in methods]
-    return sorted(runs, key=lambda c: (order[c.method], min(depth[m] for m in c.models)))
+
+    def cost(c) -> tuple[bool, float]:
+        key = (c.method, None if c.method == "vfedmh" else c.models[0])
+        return c.method != "vfedmh", minutes.get(key, 99.0)
+
+    return sorted(runs, key=cost)
 
 
 def _worker(config_dict: dict, log: str) -> None:
