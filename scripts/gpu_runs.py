@@ -35,7 +35,8 @@ import numpy as np
 #: sha256 of x_train | y_train | x_test | y_test (uint8, C order) of the verified CIFAR-10 load.
 CIFAR10_SHA256 = "77168ae812aa23afdaa0f13b32b412e881003005446c56d16afb62116ef67be2"
 SHAPES = {"x_train": (50000, 3, 32, 32), "y_train": (50000,), "x_test": (10000, 3, 32, 32), "y_test": (10000,)}
-WORK = Path(os.environ.get("VFL_GPU_WORK", "/root/vfl"))
+# outside the repository: each command re-sends the working tree, this folder stays while warm
+WORK = Path(os.environ.get("VFL_GPU_WORK", Path.home() / "vflkit-gpu"))
 
 
 def pack(out: Path, sizes: list[int]) -> None:
