@@ -135,6 +135,24 @@ def test_mnist_reads_uncompressed_idx_files(tmp_path, mnist):
     assert torch.equal(plain.x_train, mnist.x_train) and torch.equal(plain.y_test, mnist.y_test)
 
 
+@pytest.mark.parametrize("dataset, folder", [("mnist", "MNIST"), ("fashion_mnist", "FashionMNIST")])
+def test_altered_uncompressed_idx_files_are_corrupt(tmp_path, dataset, folder):
+    """verify=True checks uncompressed IDX files too: 5000 altered labels are refused, not loaded."""
+    raw = tmp_path / folder / "raw"
+    raw.mkdir(parents=True)
+    for f in (data_root() / folder / "raw").glob("*.gz"):
+        (raw / f.name.removesuffix(".gz")).write_bytes(gzip.decompress(f.read_bytes()))
+    labels = raw / "train-labels-idx1-ubyte"
+    data = bytearray(labels.read_bytes())
+    data[8:8 + 5000] = bytes((b + 1) % 10 for b in data[8:8 + 5000])  # still valid labels 0..9
+    labels.write_bytes(bytes(data))
+    with pytest.raises(DatasetCorruptError, match="train-labels-idx1-ubyte: sha256 is .* the original's"):
+        load_dataset(dataset, root=tmp_path, download=False)
+    with pytest.warns(UserWarning, match="verify=False"):
+        modified = load_dataset(dataset, root=tmp_path, download=False, verify=False)
+    assert len(modified.y_train) == 60000
+
+
 def test_failed_download_falls_through_to_not_found(tmp_path, monkeypatch):
     """When torchvision's download fails, the not-found error says so and why."""
     class MNIST(torchvision.datasets.MNIST):
@@ -407,6 +425,33 @@ def test_credit_card_uci_header_and_corrupt_copies(tmp_path):
     original.iloc[:-1].to_csv(folder / "short.csv", index=False)
     with pytest.raises(DatasetCorruptError, match="29999 rows, expected 30000"):
         load_dataset("credit_card", root=tmp_path, file="short.csv")
+
+
+def test_credit_card_altered_copies_fail_verification(tmp_path):
+    """Flipped labels or swapped columns under the right header are refused; verify=False loads them."""
+    folder = tmp_path / "uci_credit_card"
+    folder.mkdir()
+    original = pd.read_csv(data_root() / "uci_credit_card" / "UCI_Credit_Card.csv")
+    label = CREDIT_CARD_COLUMNS["Y"]
+    flipped = original.copy()
+    flipped.loc[:99, label] = 1 - flipped.loc[:99, label]
+    flipped.to_csv(folder / "flipped.csv", index=False)
+    swapped = original.copy()
+    swapped[["BILL_AMT1", "BILL_AMT2"]] = swapped[["BILL_AMT2", "BILL_AMT1"]].to_numpy()
+    swapped.to_csv(folder / "swapped.csv", index=False)
+    renumbered = original.assign(ID=original["ID"] + 1)
+    renumbered.to_csv(folder / "renumbered.csv", index=False)
+    for name in ("flipped.csv", "swapped.csv"):
+        with pytest.raises(DatasetCorruptError, match="values X1..X23,Y differ .* verify=False"):
+            load_dataset("credit_card", root=tmp_path, file=name)
+    with pytest.raises(DatasetCorruptError, match="IDs are not 1..30000"):
+        load_dataset("credit_card", root=tmp_path, file="renumbered.csv")
+    with pytest.warns(UserWarning, match="verify=False"):
+        loaded = load_dataset("credit_card", root=tmp_path, file="flipped.csv", verify=False)
+    assert int(loaded.target.sum()) != 6636
+    # The same values re-written (pandas' own formatting, CRLF line ends) still verify.
+    original.to_csv(folder / "rewritten.csv", index=False, lineterminator="\r\n")
+    assert int(load_dataset("credit_card", root=tmp_path, file="rewritten.csv").target.sum()) == 6636
 
 
 def test_criteo_samples_load_with_missing_values_marked():
