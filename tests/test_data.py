@@ -268,6 +268,14 @@ def test_cifar10_png_missing_manifest_entry_is_corrupt(tmp_path, own_cache):
         load_dataset("cifar10", root=tmp_path, download=False, progress=False)
 
 
+def test_cifar10_png_tree_without_manifests_is_not_taken_as_verified(tmp_path, own_cache):
+    """verify=True needs the sha256 manifests; without them only verify=False loads (with a warning)."""
+    _linked_cifar_tree(tmp_path)
+    (tmp_path / "cifar10-png" / "test.sha256").unlink()
+    with pytest.raises(DatasetCorruptError, match=r"lacks the checksum manifest\(s\) test.sha256.*verify=False"):
+        load_dataset("cifar10", root=tmp_path, download=False, progress=False)
+
+
 # ----------------------------------------------------------------------------- CINIC-10 and the cache
 
 
@@ -474,23 +482,41 @@ def test_criteo_tab_separated_train_txt_equals_kaggle_csv(tmp_path):
     (tmp_path / "criteo").mkdir()
     (tmp_path / "criteo" / "train.txt").write_text(
         "".join("\t".join(line.split(",")[1:]) + "\n" for line in lines))
-    txt = load_dataset("criteo", root=tmp_path)
+    with pytest.raises(DatasetCorruptError, match="no checksum for other Criteo files.*verify=False"):
+        load_dataset("criteo", root=tmp_path)
+    with pytest.warns(UserWarning, match="verify=False"):
+        txt = load_dataset("criteo", root=tmp_path, verify=False)
+        assert len(load_dataset("criteo", root=tmp_path, nrows=10, verify=False).target) == 10
     pd.testing.assert_frame_equal(txt.features, tiny.features.reset_index(drop=True))
     assert txt.target.tolist() == tiny.target.tolist()
-    assert len(load_dataset("criteo", root=tmp_path, nrows=10).target) == 10
 
 
 def test_rows_longer_than_the_header_are_corrupt_not_shifted(tmp_path):
     """A CSV or train.txt whose rows carry an extra field is refused instead of read shifted."""
     (tmp_path / "criteo").mkdir()
     (tmp_path / "criteo" / "train.txt").write_text("\t".join(["1"] * 41) + "\n")
-    with pytest.raises(DatasetCorruptError, match="more than the 40"):
-        load_dataset("criteo", root=tmp_path)
+    with pytest.warns(UserWarning, match="verify=False"), pytest.raises(DatasetCorruptError, match="more than the 40"):
+        load_dataset("criteo", root=tmp_path, verify=False)
     (tmp_path / "uci_credit_card").mkdir()
     header = "ID," + ",".join(list(CREDIT_CARD_COLUMNS.values()))
     (tmp_path / "uci_credit_card" / "UCI_Credit_Card.csv").write_text(header + "\n" + ",".join(["1"] * 26) + "\n")
     with pytest.raises(DatasetCorruptError, match="more fields than its header"):
         load_dataset("credit_card", root=tmp_path)
+
+
+def test_criteo_sample_with_a_flipped_label_fails_verification(tmp_path):
+    """A published Criteo sample is checked against its sha256; one flipped label is refused."""
+    (tmp_path / "criteo").mkdir()
+    lines = (data_root() / "criteo" / "train.tiny.csv").read_text().splitlines(keepends=True)
+    fields = lines[1].split(",")
+    fields[1] = "1" if fields[1] == "0" else "0"
+    lines[1] = ",".join(fields)
+    (tmp_path / "criteo" / "train.tiny.csv").write_text("".join(lines))
+    with pytest.raises(DatasetCorruptError, match="the published train.tiny.csv's is 68f78521"):
+        load_dataset("criteo", root=tmp_path)
+    # The genuine sample verifies under another name too: the check is by content.
+    shutil.copyfile(data_root() / "criteo" / "criteo_sample.txt", tmp_path / "criteo" / "sample.csv")
+    assert len(load_dataset("criteo", root=tmp_path, file="sample.csv").target) == 200
 
 
 def test_encode_criteo_dense_log_and_sparse_indices():

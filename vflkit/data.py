@@ -18,8 +18,11 @@ torchvision originals, the sha256 manifest of the PNG tree, shapes, counts, labe
 missing dataset raises :class:`DatasetNotFoundError`, a wrong one :class:`DatasetCorruptError`.
 ``verify=True`` (the default) covers every file a loader reads: MNIST/FashionMNIST in either
 form (``.gz`` against torchvision's md5, uncompressed IDX against the sha256 of the decompressed
-original) and the credit card CSV against its published sha256 (or, for the same data written
-another way, a digest of its values). ``verify=False`` skips only the checksum and
+original), the credit card CSV against its published sha256 (or, for the same data written
+another way, a digest of its values), the CIFAR-10 PNG tree against its sha256 manifests (which
+must be present) and the Criteo samples against theirs (other Criteo files have no known checksum
+and need ``verify=False``). CINIC-10 and MIMIC-III have no published checksum: for them verify
+checks the expected counts only. ``verify=False`` skips only the checksum and
 expected-count checks (for test fixtures and modified copies) and warns that the result is not
 the published dataset.
 """
@@ -132,6 +135,12 @@ _MIMIC3_TARGETS: tuple[str, ...] = ("LOSgroupNum", "target", "label", "y", "Y")
 CRITEO_DENSE: tuple[str, ...] = tuple(f"I{i}" for i in range(1, 14))
 CRITEO_SPARSE: tuple[str, ...] = tuple(f"C{i}" for i in range(1, 27))
 _CRITEO_FILES: tuple[str, ...] = ("train.txt", "dac_sample.txt", "train.csv", "train.tiny.csv", "criteo_sample.txt")
+# sha256 of the two public samples (data README). No checksum of Criteo's own train.txt or
+# dac_sample.txt was at hand, so verify=True cannot vouch for those and refuses them.
+_CRITEO_SHA256: dict[str, str] = {
+    "train.tiny.csv": "68f7852149b089e7929ba9e1acd6debbc986cbd498107a7c4dc9f2e716500b18",
+    "criteo_sample.txt": "08b84f12a22438fb534e989a5e4fa245726b2bda001983556bc2aea2f094f724",
+}
 
 # Bump when the cached tensor layout changes, so old cache files are never read.
 _CACHE_VERSION = 1
@@ -823,6 +832,14 @@ def _load_cifar10(root: Path, download: bool, *, verify: bool = True, source: st
         # interleaving); training shuffles and subset() samples, so only the order differs.
         if not verify:
             _unverified("cifar10")
+        else:
+            # The per-file sha256 manifests are what makes this tree verifiable; without them
+            # verify=True would silently check counts only.
+            absent = [f"{s}.sha256" for s in ("train", "test") if not (png / f"{s}.sha256").is_file()]
+            if absent:
+                raise _corrupt(png, f"lacks the checksum manifest(s) {', '.join(absent)}, so its PNGs cannot be "
+                               "verified; copy them with the tree (cifar10-png/train.sha256, test.sha256) or load "
+                               "with verify=False")
         splits = {}
         for split, per_class in (("train", 5000), ("test", 1000)):
             splits[split] = _decode_png_split(
@@ -977,7 +994,8 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _load_criteo(root: Path, download: bool, *, file: str | None = None, nrows: int | None = None) -> TabularData:
+def _load_criteo(root: Path, download: bool, *, file: str | None = None, nrows: int | None = None,
+                 verify: bool = True) -> TabularData:
     if nrows is not None and nrows < 1:
         raise ConfigError(f"nrows must be >= 1 or None (all rows), got {nrows}")
     path = _resolve_file(root, "criteo", file, _CRITEO_FILES)
@@ -986,6 +1004,16 @@ def _load_criteo(root: Path, download: bool, *, file: str | None = None, nrows: 
         raise _not_found("criteo", root, [f"criteo/{n}" for n in names], [root / "criteo"],
                          how=f"vflkit does not download it: get {_CRITEO_URL}. Any one of these files suffices; "
                              "pick one with file=.")
+    if verify:
+        actual = _sha256(path)
+        if actual not in _CRITEO_SHA256.values():
+            known = _CRITEO_SHA256.get(path.name)
+            raise _corrupt(path, f"sha256 is {actual}, the published {path.name}'s is {known}" if known else
+                           f"sha256 is {actual}, which is neither published sample's (train.tiny.csv, "
+                           "criteo_sample.txt); vflkit knows no checksum for other Criteo files, so load them "
+                           "with verify=False")
+    else:
+        _unverified("criteo")
     with open(path, "r", errors="replace") as f:
         first = f.readline()
     columns = ["label", *CRITEO_DENSE, *CRITEO_SPARSE]
