@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import math
+import pickle
 from re import escape as re_escape
 
 import numpy as np
@@ -384,6 +386,8 @@ def test_ring_tag_travels_through_the_channel_and_aggregation_stays_exact() -> N
         assert float((mean - exact).abs().max()) <= ring.mean_error_bound(float(exact.abs().max() * 4),
                                                                            dtype=torch.float64)
     assert type(blinded[0] + blinded[1]) is torch.Tensor  # arithmetic makes a new, untagged value
+    for copied in (copy.deepcopy(blinded[2]), pickle.loads(pickle.dumps(blinded[2]))):
+        assert copied.ring_tag == blinded[2].ring_tag and torch.equal(copied, blinded[2])
 
 
 def test_missing_repeated_or_extra_contributions_are_refused() -> None:
