@@ -138,3 +138,38 @@ def test_out_of_range_ids_of_an_aligned_party():
         p.features("train", ids=torch.tensor([1, 6]))
     with pytest.raises(PartitionError, match=r"active does not hold sample ids \[9\]"):
         a.labels("train", ids=torch.tensor([9]))
+
+
+@pytest.mark.parametrize("ids, match", [
+    (torch.tensor([0, -1, 2]), r"negative sample ids \(e\.g\. \[-1\]\)"),
+    (torch.tensor([4, 7, 4]), r"more than once \(e\.g\. \[4\]\)"),
+    (torch.tensor([0.0, 1.0, 2.0]), "integer sample ids"),
+    (torch.tensor([[0, 1, 2]]), "1-D tensor"),
+    (torch.tensor([0, 1]), "2 sample ids for 3 train rows; give one id per row"),
+])
+def test_party_refuses_bad_sample_ids(ids, match):
+    """Ids handed to a party are checked once: negative, repeated, non-integer or miscounted ids are errors."""
+    with pytest.raises(PartitionError, match=match):
+        Party("passive_1", channel=Channel(), features={"train": torch.zeros(3, 1)}, ids={"train": ids})
+
+
+def test_party_refuses_ids_for_a_split_it_does_not_hold():
+    with pytest.raises(PartitionError, match=r"split\(s\) \['test'\] but it holds no features"):
+        Party("passive_1", channel=Channel(), features={"train": torch.zeros(3, 1)},
+              ids={"train": torch.arange(3), "test": torch.arange(3)})
+
+
+def test_negative_or_mask_lookups_are_errors_not_the_last_row():
+    """A negative id or row (which torch would read from the end) or a bool mask is refused."""
+    ch, a, p = _two_parties()
+    with pytest.raises(PartitionError, match=r"passive_1 does not hold sample ids \[-1\] of train"):
+        p.features("train", ids=torch.tensor([0, -1]))
+    with pytest.raises(PartitionError, match=r"active does not hold rows \[-2\]"):
+        a.labels("train", rows=torch.tensor([-2]))
+    with pytest.raises(PartitionError, match="must be an integer tensor"):
+        p.features("train", ids=torch.tensor([True, False, True, False, True, False]))
+    q = Party("passive_2", channel=ch, features={"train": torch.tensor([[10.], [20.]])},
+              ids={"train": torch.tensor([7, 3])})
+    with pytest.raises(PartitionError, match=r"does not hold sample ids \[-7\]"):
+        q.features("train", ids=torch.tensor([-7]))
+    assert q.features("train", ids=torch.tensor([3])).tolist() == [[20.0]]

@@ -135,6 +135,24 @@ def test_mnist_reads_uncompressed_idx_files(tmp_path, mnist):
     assert torch.equal(plain.x_train, mnist.x_train) and torch.equal(plain.y_test, mnist.y_test)
 
 
+@pytest.mark.parametrize("dataset, folder", [("mnist", "MNIST"), ("fashion_mnist", "FashionMNIST")])
+def test_altered_uncompressed_idx_files_are_corrupt(tmp_path, dataset, folder):
+    """verify=True checks uncompressed IDX files too: 5000 altered labels are refused, not loaded."""
+    raw = tmp_path / folder / "raw"
+    raw.mkdir(parents=True)
+    for f in (data_root() / folder / "raw").glob("*.gz"):
+        (raw / f.name.removesuffix(".gz")).write_bytes(gzip.decompress(f.read_bytes()))
+    labels = raw / "train-labels-idx1-ubyte"
+    data = bytearray(labels.read_bytes())
+    data[8:8 + 5000] = bytes((b + 1) % 10 for b in data[8:8 + 5000])  # still valid labels 0..9
+    labels.write_bytes(bytes(data))
+    with pytest.raises(DatasetCorruptError, match="train-labels-idx1-ubyte: sha256 is .* the original's"):
+        load_dataset(dataset, root=tmp_path, download=False)
+    with pytest.warns(UserWarning, match="verify=False"):
+        modified = load_dataset(dataset, root=tmp_path, download=False, verify=False)
+    assert len(modified.y_train) == 60000
+
+
 def test_failed_download_falls_through_to_not_found(tmp_path, monkeypatch):
     """When torchvision's download fails, the not-found error says so and why."""
     class MNIST(torchvision.datasets.MNIST):
@@ -247,6 +265,14 @@ def test_cifar10_png_missing_manifest_entry_is_corrupt(tmp_path, own_cache):
     manifest = _linked_cifar_tree(tmp_path)
     manifest.write_text("".join(manifest.read_text().splitlines(keepends=True)[1:]))
     with pytest.raises(DatasetCorruptError, match="not listed.*airplane/0001.png"):
+        load_dataset("cifar10", root=tmp_path, download=False, progress=False)
+
+
+def test_cifar10_png_tree_without_manifests_is_not_taken_as_verified(tmp_path, own_cache):
+    """verify=True needs the sha256 manifests; without them only verify=False loads (with a warning)."""
+    _linked_cifar_tree(tmp_path)
+    (tmp_path / "cifar10-png" / "test.sha256").unlink()
+    with pytest.raises(DatasetCorruptError, match=r"lacks the checksum manifest\(s\) test.sha256.*verify=False"):
         load_dataset("cifar10", root=tmp_path, download=False, progress=False)
 
 
@@ -409,6 +435,33 @@ def test_credit_card_uci_header_and_corrupt_copies(tmp_path):
         load_dataset("credit_card", root=tmp_path, file="short.csv")
 
 
+def test_credit_card_altered_copies_fail_verification(tmp_path):
+    """Flipped labels or swapped columns under the right header are refused; verify=False loads them."""
+    folder = tmp_path / "uci_credit_card"
+    folder.mkdir()
+    original = pd.read_csv(data_root() / "uci_credit_card" / "UCI_Credit_Card.csv")
+    label = CREDIT_CARD_COLUMNS["Y"]
+    flipped = original.copy()
+    flipped.loc[:99, label] = 1 - flipped.loc[:99, label]
+    flipped.to_csv(folder / "flipped.csv", index=False)
+    swapped = original.copy()
+    swapped[["BILL_AMT1", "BILL_AMT2"]] = swapped[["BILL_AMT2", "BILL_AMT1"]].to_numpy()
+    swapped.to_csv(folder / "swapped.csv", index=False)
+    renumbered = original.assign(ID=original["ID"] + 1)
+    renumbered.to_csv(folder / "renumbered.csv", index=False)
+    for name in ("flipped.csv", "swapped.csv"):
+        with pytest.raises(DatasetCorruptError, match="values X1..X23,Y differ .* verify=False"):
+            load_dataset("credit_card", root=tmp_path, file=name)
+    with pytest.raises(DatasetCorruptError, match="IDs are not 1..30000"):
+        load_dataset("credit_card", root=tmp_path, file="renumbered.csv")
+    with pytest.warns(UserWarning, match="verify=False"):
+        loaded = load_dataset("credit_card", root=tmp_path, file="flipped.csv", verify=False)
+    assert int(loaded.target.sum()) != 6636
+    # The same values re-written (pandas' own formatting, CRLF line ends) still verify.
+    original.to_csv(folder / "rewritten.csv", index=False, lineterminator="\r\n")
+    assert int(load_dataset("credit_card", root=tmp_path, file="rewritten.csv").target.sum()) == 6636
+
+
 def test_criteo_samples_load_with_missing_values_marked():
     """Both Criteo samples load: 1999 rows/418 positives (Kaggle CSV), 200/49 (DeepCTR CSV)."""
     tiny = load_dataset("criteo")  # train.tiny.csv is the first present default here
@@ -429,23 +482,41 @@ def test_criteo_tab_separated_train_txt_equals_kaggle_csv(tmp_path):
     (tmp_path / "criteo").mkdir()
     (tmp_path / "criteo" / "train.txt").write_text(
         "".join("\t".join(line.split(",")[1:]) + "\n" for line in lines))
-    txt = load_dataset("criteo", root=tmp_path)
+    with pytest.raises(DatasetCorruptError, match="no checksum for other Criteo files.*verify=False"):
+        load_dataset("criteo", root=tmp_path)
+    with pytest.warns(UserWarning, match="verify=False"):
+        txt = load_dataset("criteo", root=tmp_path, verify=False)
+        assert len(load_dataset("criteo", root=tmp_path, nrows=10, verify=False).target) == 10
     pd.testing.assert_frame_equal(txt.features, tiny.features.reset_index(drop=True))
     assert txt.target.tolist() == tiny.target.tolist()
-    assert len(load_dataset("criteo", root=tmp_path, nrows=10).target) == 10
 
 
 def test_rows_longer_than_the_header_are_corrupt_not_shifted(tmp_path):
     """A CSV or train.txt whose rows carry an extra field is refused instead of read shifted."""
     (tmp_path / "criteo").mkdir()
     (tmp_path / "criteo" / "train.txt").write_text("\t".join(["1"] * 41) + "\n")
-    with pytest.raises(DatasetCorruptError, match="more than the 40"):
-        load_dataset("criteo", root=tmp_path)
+    with pytest.warns(UserWarning, match="verify=False"), pytest.raises(DatasetCorruptError, match="more than the 40"):
+        load_dataset("criteo", root=tmp_path, verify=False)
     (tmp_path / "uci_credit_card").mkdir()
     header = "ID," + ",".join(list(CREDIT_CARD_COLUMNS.values()))
     (tmp_path / "uci_credit_card" / "UCI_Credit_Card.csv").write_text(header + "\n" + ",".join(["1"] * 26) + "\n")
     with pytest.raises(DatasetCorruptError, match="more fields than its header"):
         load_dataset("credit_card", root=tmp_path)
+
+
+def test_criteo_sample_with_a_flipped_label_fails_verification(tmp_path):
+    """A published Criteo sample is checked against its sha256; one flipped label is refused."""
+    (tmp_path / "criteo").mkdir()
+    lines = (data_root() / "criteo" / "train.tiny.csv").read_text().splitlines(keepends=True)
+    fields = lines[1].split(",")
+    fields[1] = "1" if fields[1] == "0" else "0"
+    lines[1] = ",".join(fields)
+    (tmp_path / "criteo" / "train.tiny.csv").write_text("".join(lines))
+    with pytest.raises(DatasetCorruptError, match="the published train.tiny.csv's is 68f78521"):
+        load_dataset("criteo", root=tmp_path)
+    # The genuine sample verifies under another name too: the check is by content.
+    shutil.copyfile(data_root() / "criteo" / "criteo_sample.txt", tmp_path / "criteo" / "sample.csv")
+    assert len(load_dataset("criteo", root=tmp_path, file="sample.csv").target) == 200
 
 
 def test_encode_criteo_dense_log_and_sparse_indices():

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import copy
 import math
+import pickle
+from re import escape as re_escape
 
 import numpy as np
 import pytest
 import torch
 
+from vflkit.comm import Channel, Party
 from vflkit.errors import ConfigError, DivergenceError, SecurityError
 from vflkit.secure import (
     SCHEMES,
+    AggregationError,
     BlindingKeys,
     FixedPointRing,
+    NonFiniteEmbeddingError,
+    RingTensor,
     aggregate,
     benchmark_masking,
     blind,
@@ -341,3 +348,112 @@ def test_benchmark_masking_reports_each_primitive() -> None:
 
     assert set(result) == {"pair_stream_ms", "blinding_factor_ms", "blind_ms", "aggregate_ms"}
     assert all(math.isfinite(v) and v >= 0 for v in result.values())
+
+
+def _step(n_passive: int = 3, *, seed: int = 70, shape: tuple[int, ...] = (16, 8), ring: FixedPointRing | None = None,
+          round: int = 0, step: int = 0) -> tuple[FixedPointRing, dict[int, torch.Tensor], list[torch.Tensor]]:
+    """One step of K passive parties: their embeddings and blinded embeddings."""
+    ring = ring or FixedPointRing()
+    keys = _parties(n_passive, seed=seed)
+    gen = torch.Generator().manual_seed(seed)
+    embeddings = {k: torch.randn(shape, generator=gen) for k in [0, *keys]}
+    blinded = [blind(embeddings[k], kp, ring=ring, round=round, step=step) for k, kp in keys.items()]
+    return ring, embeddings, blinded
+
+
+def _untagged(x: torch.Tensor) -> torch.Tensor:
+    """The same int64 bits without their RingTag, as a caller building ring tensors by hand has them."""
+    return x.as_subclass(torch.Tensor).clone()
+
+
+def test_ring_tag_travels_through_the_channel_and_aggregation_stays_exact() -> None:
+    """A blinded embedding keeps its ring, party and step through send/recv; the aggregate is unchanged."""
+    ring, emb, blinded = _step()
+    channel = Channel()
+    active = Party("active", channel=channel)
+    passive = [Party(f"passive_{k}", channel=channel) for k in (1, 2, 3)]
+    for p, b in zip(passive, blinded):
+        p.send(active, "embedding", b)
+    received = [active.recv(p, "embedding") for p in passive]
+
+    tag = received[1].ring_tag
+    assert isinstance(received[1], RingTensor) and received[1].dtype == torch.int64
+    assert (tag.scale_bits, tag.max_parties, tag.party, tag.parties, tag.round, tag.step) == (16, 1024, 2, (1, 2, 3), 0, 0)
+    assert channel.ledger.totals()["bytes"] == 3 * 16 * 8 * 8  # still counted as int64 entries
+    exact = torch.stack([e.double() for e in emb.values()]).mean(0)
+    for contributions in (received, [_untagged(b) for b in received]):
+        mean = aggregate(emb[0], contributions, ring=ring, dtype=torch.float64)
+        assert float((mean - exact).abs().max()) <= ring.mean_error_bound(float(exact.abs().max() * 4),
+                                                                           dtype=torch.float64)
+    assert type(blinded[0] + blinded[1]) is torch.Tensor  # arithmetic makes a new, untagged value
+    for copied in (copy.deepcopy(blinded[2]), pickle.loads(pickle.dumps(blinded[2]))):
+        assert copied.ring_tag == blinded[2].ring_tag and torch.equal(copied, blinded[2])
+
+
+def test_missing_repeated_or_extra_contributions_are_refused() -> None:
+    """A missing, repeated or surplus blinded embedding breaks cancellation and is an AggregationError."""
+    ring, emb, blinded = _step()
+    b1, b2, b3 = blinded
+
+    with pytest.raises(AggregationError, match=r"no blinded embedding from passive party \[3\] \(got \[1, 2\] of \[1, 2, 3\]\)"):
+        aggregate(emb[0], [b1, b2], ring=ring, n_parties=4)
+    with pytest.raises(AggregationError, match="passive party 1's blinded embedding is passed more than once"):
+        aggregate(emb[0], [b1, b2, b1], ring=ring, n_parties=4)
+    with pytest.raises(AggregationError, match=r"5 contributions \(4 blinded \+ the active embedding\) for n_parties=4"):
+        aggregate(emb[0], [b1, b2, b3, b1], ring=ring, n_parties=4)
+    # Without tags the range check finds the leftover mask: the sum is uniform in the ring.
+    plain = [_untagged(b) for b in blinded]
+    for wrong in ([plain[0], plain[1]], [plain[0], plain[1], plain[0]], [plain[0], plain[1], plain[2], plain[2]]):
+        with pytest.raises(AggregationError, match="blinding factors did not cancel"):
+            aggregate(emb[0], wrong, ring=ring)
+    assert isinstance(AggregationError("x"), ConfigError)
+
+
+def test_contributions_of_another_step_or_key_agreement_are_refused() -> None:
+    """Masks of different (round, step) or of two separate key agreements do not cancel."""
+    ring, emb, blinded = _step()
+    _, _, later = _step(round=0, step=1)
+    _, _, other = _step(seed=90)
+
+    with pytest.raises(AggregationError, match=r"round=0, step=1 .* masks of different steps"):
+        aggregate(emb[0], [blinded[0], blinded[1], later[2]], ring=ring)
+    _, _, four = _step(4, seed=95)
+    with pytest.raises(AggregationError, match="different key agreements"):
+        aggregate(emb[0], [blinded[0], blinded[1], four[2]], ring=ring)
+    # Same party numbers, different keys: no tag can tell, the range check does.
+    with pytest.raises(AggregationError, match="did not cancel"):
+        aggregate(emb[0], [blinded[0], blinded[1], other[2]], ring=ring)
+
+
+@pytest.mark.parametrize("other", [FixedPointRing(scale_bits=8), FixedPointRing(max_parties=16)])
+def test_parties_on_different_ring_settings_are_refused(other: FixedPointRing) -> None:
+    """An embedding encoded in another ring setting would decode to garbage; its tag says so."""
+    ring = FixedPointRing()
+    keys = _parties(3, seed=80)
+    emb = torch.ones(5)
+    blinded = [blind(emb, keys[1], ring=ring, round=0, step=0), blind(emb, keys[2], ring=other, round=0, step=0),
+               blind(emb, keys[3], ring=ring, round=0, step=0)]
+
+    with pytest.raises(AggregationError, match=rf"blinded embedding 1 was encoded in {re_escape(repr(other))}, "
+                                               r"but it is read with FixedPointRing\(scale_bits=16"):
+        aggregate(emb, blinded, ring=ring)
+    with pytest.raises(AggregationError, match="encode with one ring"):
+        ring.decode(other.encode(emb))
+    assert FixedPointRing() == ring and other != ring
+    assert torch.equal(other.decode(other.encode(emb)), emb)
+
+
+def test_non_finite_embeddings_raise_a_catchable_divergence_error() -> None:
+    """NaN/inf on a passive party (blind) or the active party (aggregate) is a NonFiniteEmbeddingError."""
+    ring, emb, blinded = _step()
+    keys = _parties(3, seed=100)
+
+    with pytest.raises(NonFiniteEmbeddingError, match=r"passive party 2\) got NaN or infinite .* \(1 of 3 entries\)"):
+        blind(torch.tensor([0.0, float("inf"), 1.0]), keys[2], ring=ring, round=0, step=0)
+    bad_active = emb[0].clone()
+    bad_active[3, 4] = float("nan")
+    with pytest.raises(NonFiniteEmbeddingError, match="active embedding with NaN"):
+        aggregate(bad_active, blinded, ring=ring)
+    # A runner that records divergence catches DivergenceError (and FloatingPointError).
+    assert issubclass(NonFiniteEmbeddingError, DivergenceError) and issubclass(NonFiniteEmbeddingError, FloatingPointError)
+    assert not issubclass(NonFiniteEmbeddingError, ConfigError)

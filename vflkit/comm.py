@@ -24,6 +24,7 @@ import pandas as pd
 import torch
 
 from .errors import ConfigError, PartitionError
+from .partition import sample_ids
 
 #: Message kinds the channel accepts. A typo is an error rather than a new category in a plot.
 KINDS: tuple[str, ...] = (
@@ -310,11 +311,17 @@ class Party:
         self._labels = dict(labels or {})
         self._transform = transform or (lambda x: x)
         held = {**self._labels, **self._features}
-        self.ids = {split: (ids or {}).get(split, torch.arange(len(x))) for split, x in held.items()}
+        unknown = sorted(set(ids or {}) - set(held))
+        if unknown:
+            raise PartitionError(f"{name}: sample ids given for split(s) {unknown} but it holds no features or "
+                                 f"labels there (it holds {sorted(held)}); pass ids only for splits it holds")
+        # Checked once here (integer, non-negative, unique): the per-batch lookups rely on it.
+        self.ids = {split: sample_ids(ids[split], f"{name}'s {split} ids") if split in (ids or {})
+                    else torch.arange(len(x)) for split, x in held.items()}
         for split, x in held.items():
             if len(self.ids[split]) != len(x):
                 raise PartitionError(
-                    f"{name}: {len(self.ids[split])} sample ids for {len(x)} {split} rows"
+                    f"{name}: {len(self.ids[split])} sample ids for {len(x)} {split} rows; give one id per row"
                 )
         # id -> row lookup per split: None when the ids are 0..N-1 in order (fully aligned
         # parties: an id is its own row); else sorted ids and their rows, for searchsorted
@@ -354,13 +361,21 @@ class Party:
         return len(self._features[split]) if split in self._features else len(self._labels[split])
 
     def _rows(self, split: str, ids: torch.Tensor | None, rows: torch.Tensor | None) -> torch.Tensor:
+        if rows is None and ids is None:
+            raise ValueError("give either rows= (positions) or ids= (sample ids)")
+        what, index = ("rows", rows) if rows is not None else ("sample ids", ids)
+        # A bool tensor would act as a mask and a negative index would count from the end:
+        # both silently select other samples, so only non-negative integers pass. Indexing
+        # checks the upper end (see _take).
+        if index.dtype in (torch.bool, torch.uint8) or index.is_floating_point() or index.is_complex():
+            raise PartitionError(f"{self.name}: {what} must be an integer tensor, got {index.dtype}")
+        if index.numel() and int(index.min()) < 0:
+            bad = index[index < 0][:5].tolist()
+            raise PartitionError(f"{self.name} does not hold {what} {bad} of {split}: they are negative")
         if rows is not None:
             return rows
-        if ids is None:
-            raise ValueError("give either rows= (positions) or ids= (sample ids)")
         lookup = self._lookup[split]
         if lookup is None:
-            # Indexing checks the range (see _take): the hot path pays no extra reduction.
             return ids
         sorted_ids, order = lookup
         pos = torch.searchsorted(sorted_ids, ids).clamp(max=len(sorted_ids) - 1)

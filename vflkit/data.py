@@ -16,8 +16,15 @@ trees are decoded once and cached under :func:`vflkit.config.cache_dir` (the dat
 read-only). Every file is checked against what the original is known to be (md5 of the
 torchvision originals, the sha256 manifest of the PNG tree, shapes, counts, label ranges): a
 missing dataset raises :class:`DatasetNotFoundError`, a wrong one :class:`DatasetCorruptError`.
-``verify=False`` skips only the checksum and expected-count checks (for test fixtures and
-modified copies) and warns that the result is not the published dataset.
+``verify=True`` (the default) covers every file a loader reads: MNIST/FashionMNIST in either
+form (``.gz`` against torchvision's md5, uncompressed IDX against the sha256 of the decompressed
+original), the credit card CSV against its published sha256 (or, for the same data written
+another way, a digest of its values), the CIFAR-10 PNG tree against its sha256 manifests (which
+must be present) and the Criteo samples against theirs (other Criteo files have no known checksum
+and need ``verify=False``). CINIC-10 and MIMIC-III have no published checksum: for them verify
+checks the expected counts only. ``verify=False`` skips only the checksum and
+expected-count checks (for test fixtures and modified copies) and warns that the result is not
+the published dataset.
 """
 
 from __future__ import annotations
@@ -93,6 +100,13 @@ _CRITEO_URL = (
 )
 _MIMIC_URL = "https://physionet.org/content/mimiciii/1.4/"
 
+# The Kaggle-named UCI_Credit_Card.csv (data README): sha256 of the file, and sha256 of its
+# values X1..X23, Y as little-endian int64 in row order (IDs 1..30000). The second accepts the
+# same data written another way (UCI's X1..X23,Y header, no ID column, other line ends) while
+# still refusing any changed value, row order or column order.
+_CREDIT_SHA256 = "a0f0ab49d6326671d6cd83be5c88dcf18007025fe9a53ecd699119c871176ca1"
+_CREDIT_VALUES_SHA256 = "9dc981540a6e93a868c943fd1b08dea87a123132108396c6bc5c7b0590f125a4"
+
 # UCI names (X1..X23, Y) of the Kaggle-named UCI_Credit_Card.csv columns, in file order.
 # APC-VFL (Appendix A) names features X3, X5, X7, X9, X11.
 CREDIT_CARD_COLUMNS: dict[str, str] = {
@@ -121,6 +135,12 @@ _MIMIC3_TARGETS: tuple[str, ...] = ("LOSgroupNum", "target", "label", "y", "Y")
 CRITEO_DENSE: tuple[str, ...] = tuple(f"I{i}" for i in range(1, 14))
 CRITEO_SPARSE: tuple[str, ...] = tuple(f"C{i}" for i in range(1, 27))
 _CRITEO_FILES: tuple[str, ...] = ("train.txt", "dac_sample.txt", "train.csv", "train.tiny.csv", "criteo_sample.txt")
+# sha256 of the two public samples (data README). No checksum of Criteo's own train.txt or
+# dac_sample.txt was at hand, so verify=True cannot vouch for those and refuses them.
+_CRITEO_SHA256: dict[str, str] = {
+    "train.tiny.csv": "68f7852149b089e7929ba9e1acd6debbc986cbd498107a7c4dc9f2e716500b18",
+    "criteo_sample.txt": "08b84f12a22438fb534e989a5e4fa245726b2bda001983556bc2aea2f094f724",
+}
 
 # Bump when the cached tensor layout changes, so old cache files are never read.
 _CACHE_VERSION = 1
@@ -409,9 +429,27 @@ def _try_download(cls: type, root: Path) -> str | None:
 
 _IDX_IMAGES, _IDX_LABELS = 2051, 2049
 
+# sha256 of the decompressed originals (the files torchvision extracts into raw/): torchvision
+# publishes md5s of the .gz files only, so these were computed here from the .gz files whose md5s
+# match (see the data README). They let verify=True cover an uncompressed copy as well.
+_IDX_SHA256: dict[tuple[str, str], str] = {
+    ("MNIST", "train-images-idx3-ubyte"): "ba891046e6505d7aadcbbe25680a0738ad16aec93bde7f9b65e87a2fc25776db",
+    ("MNIST", "train-labels-idx1-ubyte"): "65a50cbbf4e906d70832878ad85ccda5333a97f0f4c3dd2ef09a8a9eef7101c5",
+    ("MNIST", "t10k-images-idx3-ubyte"): "0fa7898d509279e482958e8ce81c8e77db3f2f8254e26661ceb7762c4d494ce7",
+    ("MNIST", "t10k-labels-idx1-ubyte"): "ff7bcfd416de33731a308c3f266cc351222c34898ecbeaf847f06e48f7ec33f2",
+    ("FashionMNIST", "train-images-idx3-ubyte"): "c59f468a2f672dc815687fe0f83887768d799fd8a3f3276145d20f83aa44d888",
+    ("FashionMNIST", "train-labels-idx1-ubyte"): "bad3541b69d912435c50bb6ba87bec294ff4f6a2e1246121d8633921760443d9",
+    ("FashionMNIST", "t10k-images-idx3-ubyte"): "5b4141f0afbad91edebe8549f8fcffe087ea10ca49f1dbef5c9a5cd8815ce37b",
+    ("FashionMNIST", "t10k-labels-idx1-ubyte"): "0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34",
+}
 
-def _read_idx(path: Path, *, gz: bool, magic: int, count: int | None) -> np.ndarray:
-    """Parse an IDX file (big-endian header, then uint8 data); check magic, size and count."""
+
+def _read_idx(path: Path, *, gz: bool, magic: int, count: int | None, sha256: str | None = None) -> np.ndarray:
+    """Parse an IDX file (big-endian header, then uint8 data); check magic, size and count.
+
+    ``sha256``, if given, is the expected digest of the uncompressed bytes (checked before
+    parsing, so an altered file is reported as such rather than by a later symptom).
+    """
     try:
         with open(path, "rb") as f:
             raw = f.read()
@@ -419,6 +457,10 @@ def _read_idx(path: Path, *, gz: bool, magic: int, count: int | None) -> np.ndar
             raw = gzip.decompress(raw)
     except (OSError, EOFError, zlib.error) as exc:
         raise _corrupt(path, f"cannot be decompressed ({type(exc).__name__}: {exc})") from exc
+    if sha256 is not None:
+        actual = hashlib.sha256(raw).hexdigest()
+        if actual != sha256:
+            raise _corrupt(path, f"sha256 is {actual}, the original's (uncompressed) is {sha256}")
     ndim = 3 if magic == _IDX_IMAGES else 1
     head = 4 * (1 + ndim)
     if len(raw) < head:
@@ -473,15 +515,23 @@ def _load_idx_dataset(
         _unverified(dataset)
     arrays = []
     for (path, gz, md5), (url, _) in zip(found, resources):
-        # Only the .gz originals have known md5s; an uncompressed file gets the IDX checks only.
+        # A .gz is checked against torchvision's md5; an uncompressed file against the sha256
+        # of the decompressed original, so verify=True means the same for both forms.
         if verify and gz:
             actual = _md5(path)
             if actual != md5:
                 raise _corrupt(path, f"md5 is {actual}, the original's (torchvision) is {md5}")
+        plain_sha = None
+        if verify and not gz:
+            plain_sha = _IDX_SHA256.get((cls.__name__, path.name))
+            if plain_sha is None:  # a torchvision class vflkit has no digest for: refuse, don't skip
+                raise _corrupt(path, "has no known checksum for its uncompressed form; provide the .gz original "
+                               "or load with verify=False")
         is_images = "images" in url
         train = "train" in url.rsplit("/", 1)[-1]
         count = (60000 if train else 10000) if verify else None
-        arrays.append(_read_idx(path, gz=gz, magic=_IDX_IMAGES if is_images else _IDX_LABELS, count=count))
+        arrays.append(_read_idx(path, gz=gz, magic=_IDX_IMAGES if is_images else _IDX_LABELS, count=count,
+                                sha256=plain_sha))
     by_name = {url.rsplit("/", 1)[-1].split("-")[0] + ("_x" if "images" in url else "_y"): a
                for (url, _), a in zip(resources, arrays)}
     tensors = {}
@@ -782,6 +832,14 @@ def _load_cifar10(root: Path, download: bool, *, verify: bool = True, source: st
         # interleaving); training shuffles and subset() samples, so only the order differs.
         if not verify:
             _unverified("cifar10")
+        else:
+            # The per-file sha256 manifests are what makes this tree verifiable; without them
+            # verify=True would silently check counts only.
+            absent = [f"{s}.sha256" for s in ("train", "test") if not (png / f"{s}.sha256").is_file()]
+            if absent:
+                raise _corrupt(png, f"lacks the checksum manifest(s) {', '.join(absent)}, so its PNGs cannot be "
+                               "verified; copy them with the tree (cifar10-png/train.sha256, test.sha256) or load "
+                               "with verify=False")
         splits = {}
         for split, per_class in (("train", 5000), ("test", 1000)):
             splits[split] = _decode_png_split(
@@ -905,12 +963,39 @@ def _load_credit_card(root: Path, download: bool, *, file: str | None = None, ve
             raise _corrupt(path, f"ID is not unique ({int(ids.duplicated().sum())} repeated)")
         df.index = pd.Index(ids.astype(np.int64).to_numpy(), name="ID")
         target.index = df.index
-    if not verify:
+    if verify:
+        _verify_credit_card(path, df, target)
+    else:
         _unverified("credit_card")
     return TabularData("credit_card", df, target.rename("Y"), "binary")
 
 
-def _load_criteo(root: Path, download: bool, *, file: str | None = None, nrows: int | None = None) -> TabularData:
+def _verify_credit_card(path: Path, features: pd.DataFrame, target: pd.Series) -> None:
+    """The file is the published CSV, or holds exactly its values (IDs 1..30000 if it has IDs)."""
+    if _sha256(path) == _CREDIT_SHA256:
+        return
+    values = np.column_stack([features.to_numpy(np.float64), target.to_numpy(np.float64)])
+    if not np.array_equal(values, np.round(values)):
+        raise _corrupt(path, "holds non-integer values; the original's are all integers")
+    digest = hashlib.sha256(np.ascontiguousarray(values, dtype="<i8").tobytes()).hexdigest()
+    if digest != _CREDIT_VALUES_SHA256:
+        raise _corrupt(path, f"sha256 is not the published {_CREDIT_SHA256} and its values X1..X23,Y differ from "
+                       "the original's (a changed value, row or column order); if the change is deliberate, "
+                       "load with verify=False")
+    if features.index.name == "ID" and not np.array_equal(features.index.to_numpy(), np.arange(1, len(features) + 1)):
+        raise _corrupt(path, "IDs are not 1..30000 in order as in the original")
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _load_criteo(root: Path, download: bool, *, file: str | None = None, nrows: int | None = None,
+                 verify: bool = True) -> TabularData:
     if nrows is not None and nrows < 1:
         raise ConfigError(f"nrows must be >= 1 or None (all rows), got {nrows}")
     path = _resolve_file(root, "criteo", file, _CRITEO_FILES)
@@ -919,6 +1004,16 @@ def _load_criteo(root: Path, download: bool, *, file: str | None = None, nrows: 
         raise _not_found("criteo", root, [f"criteo/{n}" for n in names], [root / "criteo"],
                          how=f"vflkit does not download it: get {_CRITEO_URL}. Any one of these files suffices; "
                              "pick one with file=.")
+    if verify:
+        actual = _sha256(path)
+        if actual not in _CRITEO_SHA256.values():
+            known = _CRITEO_SHA256.get(path.name)
+            raise _corrupt(path, f"sha256 is {actual}, the published {path.name}'s is {known}" if known else
+                           f"sha256 is {actual}, which is neither published sample's (train.tiny.csv, "
+                           "criteo_sample.txt); vflkit knows no checksum for other Criteo files, so load them "
+                           "with verify=False")
+    else:
+        _unverified("criteo")
     with open(path, "r", errors="replace") as f:
         first = f.readline()
     columns = ["label", *CRITEO_DENSE, *CRITEO_SPARSE]

@@ -555,6 +555,20 @@ def _as_ids(ids: Any, what: str) -> torch.Tensor:
     return t
 
 
+def sample_ids(ids: Any, what: str) -> torch.Tensor:
+    """``ids`` as an int64 tensor of sample ids, checked: 1-D, integer, non-negative, unique.
+
+    Sample ids index a dataset's rows, so a negative id could only ever address a row from the
+    end (silently the wrong sample) and a repeated id would make an id lookup ambiguous.
+    """
+    t = _as_ids(ids, what)
+    if t.numel() and int(t.min()) < 0:
+        bad = t[t < 0][:5].tolist()
+        raise PartitionError(f"{what} holds negative sample ids (e.g. {bad}); sample ids are row numbers >= 0 "
+                             "of the dataset")
+    return t
+
+
 def intersect_ids(*id_sets: Any) -> torch.Tensor:
     """The ids every party holds (what a private set intersection would give), sorted int64."""
     if not id_sets:

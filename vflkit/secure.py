@@ -31,6 +31,14 @@ out as ``torch.int64`` tensors (the same bits read as two's complement). torch i
 happen to wrap on CPU too, but that is C++ signed overflow, undefined behaviour that torch does
 not document, so nothing here relies on it.
 
+Misuse that would break cancellation is refused rather than decoded into noise: every ring
+tensor is a :class:`RingTensor` carrying a :class:`RingTag` (its ring's parameters and, once
+blinded, its party, key agreement and ``(round, step)``), so :func:`aggregate` detects a
+missing, repeated or surplus contribution, mixed ring settings or steps, and, for plain int64
+tensors without a tag, a sum outside the range K encodings can reach (a leftover mask makes it
+uniform in the ring). NaN/inf embeddings raise :class:`NonFiniteEmbeddingError`, a
+:class:`~vflkit.errors.DivergenceError`.
+
 Threat model (the paper's): honest-but-curious parties, all K passive parties contribute every
 step (no dropout recovery), and a secure channel. A passive party colluding with the active
 party can unmask a K = 2 partner; no scheme of this kind prevents that.
@@ -44,6 +52,8 @@ import hashlib
 import secrets
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -57,6 +67,87 @@ from .errors import ConfigError, DivergenceError, SecurityError
 
 SCHEMES = ("x25519", "ffdh")
 MODES = ("per_entry", "literal_scalar")
+
+
+class NonFiniteEmbeddingError(DivergenceError):
+    """An embedding to be encoded or aggregated holds NaN or infinity: the model diverged.
+
+    A :class:`~vflkit.errors.DivergenceError`, so a runner that records divergence can record
+    this one (a passive party's diverged embedding) instead of crashing.
+    """
+
+
+class AggregationError(ConfigError):
+    """Contributions to :func:`aggregate` whose blinding cannot cancel: one missing, repeated
+    or extra, from another ring setting, round, step or mode."""
+
+
+@dataclass(frozen=True)
+class RingTag:
+    """What a ring tensor carries with it so that :func:`aggregate` can check its use.
+
+    ``scale_bits``/``max_parties`` are the :class:`FixedPointRing` it was encoded in. For a
+    blinded embedding, ``party`` is its passive party k, ``parties`` the passive parties whose
+    masks cancel with its own (k and the peers it agreed keys with), and ``round``/``step``/
+    ``mode`` select its masks. None of it is secret: the active party knows all of it anyway.
+    """
+
+    scale_bits: int
+    max_parties: int
+    party: int | None = None
+    parties: tuple[int, ...] = ()
+    round: int | None = None
+    step: int | None = None
+    mode: str | None = None
+
+    def ring_text(self) -> str:
+        return f"FixedPointRing(scale_bits={self.scale_bits}, max_parties={self.max_parties})"
+
+
+def _tag_of(x: torch.Tensor) -> RingTag | None:
+    return x.ring_tag if isinstance(x, RingTensor) else None
+
+
+class RingTensor(torch.Tensor):
+    """An int64 ring tensor (``encode``/``blind`` output) that carries its :class:`RingTag`.
+
+    It is an ordinary ``torch.Tensor`` for every reader (``numpy()``, ``torch.equal``, a
+    channel's byte count). Copies (``clone``, ``detach``, ``to``, ...) keep the tag, so it
+    survives :mod:`vflkit.comm`'s channel; any other operation returns a plain tensor, because
+    a new value is no longer what the tag describes.
+    """
+
+    ring_tag: RingTag
+
+    @staticmethod
+    def wrap(x: torch.Tensor, tag: RingTag) -> RingTensor:
+        """``x`` (int64) viewed as a RingTensor tagged ``tag``."""
+        out = x.as_subclass(RingTensor)
+        out.ring_tag = tag
+        return out
+
+    @classmethod
+    def __torch_function__(cls, func: Callable, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        with torch._C.DisableTorchFunctionSubclass():
+            out = func(*args, **(kwargs or {}))
+        tag = _tag_of(args[0]) if args else None
+        if func in _TAG_KEEPING and tag is not None and isinstance(out, torch.Tensor) and out.dtype == torch.int64:
+            return RingTensor.wrap(out, tag)
+        return out
+
+    def __deepcopy__(self, memo: dict) -> RingTensor:
+        return RingTensor.wrap(self.as_subclass(torch.Tensor).clone(), self.ring_tag)
+
+    def __reduce_ex__(self, proto: int) -> Any:
+        # pickled as a plain tensor plus its tag (torch.save, multiprocessing)
+        return RingTensor.wrap, (self.as_subclass(torch.Tensor), self.ring_tag)
+
+
+# The operations that copy or move a tensor without changing its values.
+_TAG_KEEPING = frozenset({
+    torch.Tensor.clone, torch.Tensor.detach, torch.Tensor.to, torch.Tensor.cpu, torch.Tensor.cuda,
+    torch.Tensor.contiguous, torch.Tensor.detach_, torch.clone, torch.detach,
+})
 
 # RFC 3526 group 14 (2048-bit MODP): p = 2^2048 - 2^1984 - 1 + 2^64 * (floor(2^1918 pi) + 124476),
 # a safe prime with generator 2. Fixed, standard parameters: generating DH parameters at run time
@@ -149,11 +240,19 @@ def _to_torch(ring_u64: np.ndarray, device: torch.device | str = "cpu") -> torch
     return torch.from_numpy(array.view(np.int64)).to(device)
 
 
-def _to_ring(x: torch.Tensor, what: str) -> np.ndarray:
+def _to_ring(x: torch.Tensor, what: str, ring: FixedPointRing | None = None) -> np.ndarray:
     if not isinstance(x, torch.Tensor) or x.dtype != torch.int64:
         got = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
         raise ConfigError(f"{what} must be an int64 ring tensor (from encode or blind), got {got}.")
-    return x.detach().cpu().numpy().view(np.uint64)
+    tag = _tag_of(x)
+    if ring is not None and tag is not None and (tag.scale_bits, tag.max_parties) != ring.params:
+        # Another scale reads as another value and another max_parties as another range: the
+        # sum would decode to garbage without any other sign.
+        raise AggregationError(
+            f"{what} was encoded in {tag.ring_text()}, but it is read with {ring!r}; every party "
+            "must encode with one ring: build one FixedPointRing and give it to all of them."
+        )
+    return x.detach().cpu().as_subclass(torch.Tensor).numpy().view(np.uint64)
 
 
 class FixedPointRing:
@@ -193,6 +292,20 @@ class FixedPointRing:
         return f"FixedPointRing(scale_bits={self.scale_bits}, max_parties={self.max_parties})"
 
     @property
+    def params(self) -> tuple[int, int]:
+        """``(scale_bits, max_parties)``: two rings with equal params encode alike."""
+        return self.scale_bits, self.max_parties
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, FixedPointRing) and other.params == self.params
+
+    def __hash__(self) -> int:
+        return hash(self.params)
+
+    def _tag(self, **provenance: Any) -> RingTag:
+        return RingTag(self.scale_bits, self.max_parties, **provenance)
+
+    @property
     def rounding_bound(self) -> float:
         """Largest encoding error per entry, ``0.5 * 2**-scale_bits`` (7.6e-6 at the default 16).
 
@@ -222,30 +335,36 @@ class FixedPointRing:
 
         Ties round to even. The result is on ``x``'s device.
 
+        The result is a :class:`RingTensor` tagged with this ring's parameters.
+
         Raises
         ------
-        DivergenceError
-            If ``x`` holds NaN or infinity.
+        NonFiniteEmbeddingError
+            If ``x`` holds NaN or infinity (a :class:`~vflkit.errors.DivergenceError`).
         ConfigError
             If some ``|x|`` exceeds :attr:`max_abs` (summing ``max_parties`` of them would
             overflow int64).
         """
-        return _to_torch(self._encode(x), x.device)
+        return RingTensor.wrap(_to_torch(self._encode(x), x.device), self._tag())
 
     def decode(self, x: torch.Tensor, *, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """Decode an int64 ring tensor (a sum of encodings) to reals; ``dtype`` default float32."""
-        values = _to_ring(x, "decode's input").view(np.int64).astype(np.float64) / self._scale
+        """Decode an int64 ring tensor (a sum of encodings) to reals; ``dtype`` default float32.
+
+        A :class:`RingTensor` from another ring setting is refused (:class:`AggregationError`).
+        """
+        values = _to_ring(x, "decode's input", self).view(np.int64).astype(np.float64) / self._scale
         return torch.from_numpy(np.asarray(values)).to(device=x.device, dtype=dtype)
 
-    def _encode(self, x: torch.Tensor) -> np.ndarray:
+    def _encode(self, x: torch.Tensor, who: str = "encode") -> np.ndarray:
         if not isinstance(x, torch.Tensor) or x.is_complex() or x.dtype == torch.bool:
             raise ConfigError(f"encode needs a real-valued torch tensor, got {getattr(x, 'dtype', type(x))}.")
         # float32 -> float64 and scaling by a power of two are exact, so rint is the only error.
         scaled = x.detach().to("cpu", torch.float64).numpy() * self._scale
         if not np.all(np.isfinite(scaled)):
-            raise DivergenceError(
-                "encode got NaN or infinite embedding values; fix the diverging model before "
-                "aggregating (lower the learning rate, clip gradients)."
+            bad = int((~np.isfinite(scaled)).sum())
+            raise NonFiniteEmbeddingError(
+                f"{who} got NaN or infinite embedding values ({bad} of {scaled.size} entries): the model "
+                "diverged; lower the learning rate or clip gradients before aggregating."
             )
         rounded = np.rint(scaled)
         if rounded.size and float(np.abs(rounded).max()) > self._q_max:
@@ -462,7 +581,10 @@ def blind(embedding: torch.Tensor, keys: BlindingKeys, *, ring: FixedPointRing, 
           step: int, mode: str = "per_entry") -> torch.Tensor:
     """Eq. (6): the blinded embedding ``[E_k] = encode(E_k) + r_k`` (int64 ring tensor).
 
-    This is what passive party k sends to the active party. Each ``(round, step)`` may be used
+    The result is a :class:`RingTensor` whose :class:`RingTag` names the ring, party k, the
+    parties its masks cancel with and ``(round, step, mode)``, so :func:`aggregate` can refuse
+    a set of contributions that would not cancel. A NaN/inf embedding raises
+    :class:`NonFiniteEmbeddingError`. This is what passive party k sends to the active party. Each ``(round, step)`` may be used
     for one tensor only (a second call raises :class:`SecurityError`). No gradient flows through
     it: the active party cannot differentiate through masks.
 
@@ -484,14 +606,18 @@ def blind(embedding: torch.Tensor, keys: BlindingKeys, *, ring: FixedPointRing, 
         raise ConfigError(f"Invalid mode {mode!r}; choose one of {', '.join(MODES)}.")
     if not isinstance(keys, BlindingKeys):
         raise ConfigError(f"keys must be a BlindingKeys, got {type(keys).__name__}.")
-    encoded = ring._encode(embedding)
+    if not isinstance(ring, FixedPointRing):
+        raise ConfigError(f"ring must be a FixedPointRing, got {type(ring).__name__}.")
+    encoded = ring._encode(embedding, who=f"blind (passive party {keys.party})")
     if mode == "literal_scalar":
         r = keys.literal_blinding_factor().numpy().view(np.uint64)
     else:
         keys._require_agreed()
         keys._mark_used(round, step)
         r = keys.blinding_factor(encoded.shape, round=round, step=step).numpy().view(np.uint64)
-    return _to_torch(np.add(encoded, r), embedding.device)
+    tag = ring._tag(party=keys.party, parties=tuple(sorted({keys.party, *keys.peers})),
+                    round=int(round), step=int(step), mode=mode)
+    return RingTensor.wrap(_to_torch(np.add(encoded, r), embedding.device), tag)
 
 
 def aggregate(active_embedding: torch.Tensor | None, blinded: Sequence[torch.Tensor], *,
@@ -519,6 +645,16 @@ def aggregate(active_embedding: torch.Tensor | None, blinded: Sequence[torch.Ten
         Permit K < 2; see :func:`check_passive_count`.
     dtype : torch.dtype, default torch.float32
         Result dtype. The result is on ``active_embedding``'s device (else the first blinded's).
+
+    Raises
+    ------
+    AggregationError
+        If the contributions cannot cancel: more than ``n_parties``, a passive party's
+        embedding missing or repeated, embeddings of different rings, steps or key agreements
+        (read from their :class:`RingTag`), or, for untagged int64 tensors, a sum outside the
+        range K encodings can reach (a leftover mask makes it uniform in the ring).
+    NonFiniteEmbeddingError
+        If ``active_embedding`` holds NaN or infinity.
     """
     blinded = list(blinded)
     check_passive_count(len(blinded), allow_insecure=allow_insecure)
@@ -533,22 +669,96 @@ def aggregate(active_embedding: torch.Tensor | None, blinded: Sequence[torch.Ten
     n = contributions if n_parties is None else n_parties
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ConfigError(f"n_parties must be a positive integer, got {n_parties!r}.")
+    if contributions > n:
+        raise AggregationError(
+            f"{contributions} contributions ({len(blinded)} blinded"
+            + (" + the active embedding" if active_embedding is not None else "")
+            + f") for n_parties={n}: each party contributes one embedding, so some contribution is "
+            "repeated or n_parties is wrong; pass each passive party's blinded embedding once."
+        )
     shapes = {tuple(b.shape) for b in blinded}
     if active_embedding is not None:
         shapes.add(tuple(active_embedding.shape))
     if len(shapes) > 1:
         raise ConfigError(f"all embeddings must have one shape to be aggregated, got {sorted(shapes)}.")
     shape = shapes.pop()
-    ring_sum = np.zeros(shape, dtype=np.uint64)
-    for i, b in enumerate(blinded):
-        ring_sum += _to_ring(b, f"blinded embedding {i}")
-    total = ring_sum.view(np.int64).astype(np.float64) / ring._scale
-    device = active_embedding.device if active_embedding is not None else blinded[0].device
     if active_embedding is not None:
         if not active_embedding.is_floating_point():
             raise ConfigError(f"active_embedding must be a float tensor, got {active_embedding.dtype}.")
+        if not bool(torch.isfinite(active_embedding).all()):
+            raise NonFiniteEmbeddingError(
+                "aggregate got an active embedding with NaN or infinite values: the active party's "
+                "model diverged; lower the learning rate or clip gradients."
+            )
+    ring_sum = np.zeros(shape, dtype=np.uint64)
+    for i, b in enumerate(blinded):
+        ring_sum += _to_ring(b, f"blinded embedding {i}", ring)
+    _check_contributions(blinded)
+    _check_cancelled(ring_sum, len(blinded), ring)
+    total = ring_sum.view(np.int64).astype(np.float64) / ring._scale
+    device = active_embedding.device if active_embedding is not None else blinded[0].device
+    if active_embedding is not None:
         total = total + active_embedding.detach().to("cpu", torch.float64).numpy()
     return torch.from_numpy(np.asarray(total / n)).to(device=device, dtype=dtype)
+
+
+def _check_contributions(blinded: list[torch.Tensor]) -> None:
+    """From the tags of blinded embeddings: one per passive party of one key agreement, all of
+    one (round, step) and mode. Untagged int64 tensors are only range-checked."""
+    by_party: dict[int, RingTag] = {}
+    for i, b in enumerate(blinded):
+        tag = _tag_of(b)
+        if tag is None or tag.party is None:
+            continue
+        if tag.party in by_party:
+            raise AggregationError(
+                f"passive party {tag.party}'s blinded embedding is passed more than once (again at "
+                f"position {i}): its mask would not cancel. Pass each passive party's blinded embedding once."
+            )
+        by_party[tag.party] = tag
+    if not by_party:
+        return
+    first_party, first = next(iter(by_party.items()))
+    for party, tag in by_party.items():
+        if tag.parties != first.parties:
+            raise AggregationError(
+                f"passive party {party} agreed keys with parties {list(tag.parties)}, party {first_party} "
+                f"with {list(first.parties)}: masks of different key agreements do not cancel. Aggregate "
+                "only the parties of one agreement."
+            )
+        if tag.mode != first.mode or (tag.mode == "per_entry" and (tag.round, tag.step) != (first.round, first.step)):
+            raise AggregationError(
+                f"passive party {party}'s embedding was blinded at round={tag.round}, step={tag.step} "
+                f"({tag.mode}), party {first_party}'s at round={first.round}, step={first.step} ({first.mode}): "
+                "masks of different steps or modes do not cancel. Aggregate the embeddings of one step together."
+            )
+    missing = sorted(set(first.parties) - set(by_party))
+    if missing:
+        raise AggregationError(
+            f"no blinded embedding from passive part{'y' if len(missing) == 1 else 'ies'} {missing} "
+            f"(got {sorted(by_party)} of {list(first.parties)}): without every party's mask the sum is "
+            "noise. Pass every passive party's blinded embedding of this step."
+        )
+
+
+def _check_cancelled(ring_sum: np.ndarray, k: int, ring: FixedPointRing) -> None:
+    """The masks cancelled only if the sum lies where k encodings can reach, |sum| <= k * q_max.
+
+    A sum with a mask left over is uniform in the ring and lands there with probability about
+    k / max_parties per entry, so this catches a missing or repeated untagged contribution.
+    """
+    if k == 0 or ring_sum.size == 0:
+        return
+    limit = k * int(ring._q_max)
+    signed = ring_sum.view(np.int64)
+    outside = int(np.count_nonzero((signed > limit) | (signed < -limit)))
+    if outside:
+        raise AggregationError(
+            f"the sum of the {k} blinded embeddings lies outside what {k} encodings in {ring!r} can reach "
+            f"in {outside} of {ring_sum.size} entries: the blinding factors did not cancel. A passive "
+            "party's contribution is missing, repeated, or from another step, key agreement or ring; pass "
+            "each passive party's blinded embedding of one step exactly once."
+        )
 
 
 def benchmark_masking(*, n_passive: int = 10, shape: Sequence[int] = (128, 128), repeats: int = 50,
