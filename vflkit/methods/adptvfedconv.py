@@ -41,6 +41,25 @@ Coordinated augmentation ("per_epoch")
 ``width`` (channel multiplier) below 1 builds a smaller VGG-16 for quick CPU runs and tests;
 it is **not the paper's model** (results carry ``paper_model: False``).
 
+Choices where the paper is silent (ours; all are config fields or stated here)
+    * The server holds the top-left tile (``server_tile=0``).
+    * Stage 1 trains all 13 convs with ``padding`` (cut "13C+5M"), so the transferred layers
+      were trained with the padding they run with, and one pre-training serves every cut.
+    * W_s is freshly initialised (W_clst "will be dropped"); it pads with zeros as VGG does:
+      its input is the whole stitched map, whose border is the image's border.
+    * Extractors are frozen in stage 3 and run in eval mode (Algorithm 1 updates only W_s).
+    * Tiles are normalised with the dataset's public per-channel mean/std.
+    * SGD momentum 0.9, lr 0.05, weight decay 5e-4, batch 128, cosine annealing per stage
+      ("simulated annealing"); autoencoder: Adam, 10 epochs, cosine; No model transfer trains
+      the random extractor at 1e-3 (1e-5 cannot train one from scratch).
+    * ``finetune="bn_stats"`` runs the client's tiles through its extractor in train mode
+      without gradients for the autoencoder's epochs: only BatchNorm running statistics move.
+    * Test accuracy runs the protocol on the test tiles at every stage-3 epoch; clients
+      re-send their test maps each time (ledger phase ``eval``, reported apart from training
+      traffic) rather than the server caching them, so a resumed run needs no cache.
+    * ``extraction="once"``: the server stores the received maps on its disk beside the
+      checkpoint, so resuming does not ask the clients again.
+
 Resume: :func:`train` writes a checkpoint after every epoch of every stage (models,
 optimizers, schedulers, histories, ledger, stage and epoch) and continues from it. Every epoch
 reseeds torch's generator from (seed, stage, epoch), so the stage and epoch fix all randomness
@@ -411,6 +430,11 @@ def _load_if_ours(path: Path, config_dict: dict[str, Any], fields: Sequence[str]
         return None
 
 
+def _mean(losses: list[torch.Tensor]) -> float:
+    """Mean of a stage's batch losses; kept on the device until the epoch ends (one sync)."""
+    return float(torch.stack(losses).mean()) if losses else float("nan")
+
+
 class _Stop(Exception):
     """Raised after a checkpoint when ``stop_after`` or ``max_seconds`` says to stop."""
 
@@ -577,7 +601,12 @@ class _Run:
 
     def _tiles(self, party: Party, split: str, ids: torch.Tensor,
                aug: tuple[torch.Tensor, ...] | None) -> torch.Tensor:
-        """A party's normalised tiles for ``ids``, augmented with ``aug`` = (flip, dy, dx) rows."""
+        """A party's normalised tiles for ``ids``, augmented with ``aug`` = (flip, dy, dx) rows.
+
+        Stage 1 and the autoencoder draw ``aug`` from the party's own key (local, no message);
+        stage 3 from the public key. The same family everywhere (shift with replicate fill at
+        the tile's edges + flip), so each extractor trains on the kind of tile it later sees.
+        """
         x = party.features(split, ids=ids)
         if aug is not None:
             x = augment_tiles(x, *(a[ids] for a in aug), fill="replicate")
@@ -605,9 +634,9 @@ class _Run:
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
-                losses.append(loss.item())
+                losses.append(loss.detach())
             sched.step()
-            self.history["pretrain"]["train_loss"].append(float(sum(losses) / max(1, len(losses))))
+            self.history["pretrain"]["train_loss"].append(_mean(losses))
             self.history["pretrain"]["test_accuracy"].append(self._eval_pretrain())
             self.checkpoint("pretrain", epoch, start, stop)
 
@@ -671,11 +700,11 @@ class _Run:
                     opt.zero_grad(set_to_none=True)
                     loss.backward()
                     opt.step()
-                    losses.append(loss.item())
+                    losses.append(loss.detach())
                 if cfg.finetune == "autoencoder":
                     sched.step()
                     self.history["finetune"][c.name]["recon_loss"].append(
-                        float(sum(losses) / max(1, len(losses))))
+                        _mean(losses))
                 ext.eval()
             self.checkpoint("finetune", epoch, start, stop)
 
@@ -738,9 +767,9 @@ class _Run:
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
-                losses.append(loss.item())
+                losses.append(loss.detach())
             sched.step()
-            self.history["classifier"]["train_loss"].append(float(sum(losses) / max(1, len(losses))))
+            self.history["classifier"]["train_loss"].append(_mean(losses))
             self.history["classifier"]["test_accuracy"].append(self._eval_classifier(epoch))
             self.checkpoint("classifier", epoch, start, stop)
 
@@ -954,13 +983,13 @@ def train_centralized(config: AdptVFedConvConfig, *, device: str | torch.device 
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-            losses.append(loss.item())
+            losses.append(loss.detach())
         sched.step()
         net.eval()
         with torch.no_grad():
             correct = sum(int((net(d.normalize(x_te[i])).argmax(1) == y_te[i]).sum())
                           for i in torch.arange(len(y_te), device=dev).split(cfg.eval_batch_size))
-        hist["train_loss"].append(float(sum(losses) / max(1, len(losses))))
+        hist["train_loss"].append(_mean(losses))
         hist["test_accuracy"].append(correct / len(y_te))
         elapsed += time.perf_counter() - start
         if ckpt is not None:
