@@ -65,6 +65,26 @@ def test_flipped_image_stitched_maps_equal_maps_of_flipped_image_tiles(cut, padd
     torch.testing.assert_close(protocol[~flip], unswapped[~flip], rtol=0, atol=0)
 
 
+def test_the_protocol_round_applies_the_flip_identity(cifar):
+    """Inside a run: with the transferred extractor unchanged (finetune="none") every party
+    holds W_e^1, so one stage-3 round of flipped tiles gives the maps of the flipped images."""
+    cfg = tiny(finetune="none")
+    run = A._Run(cfg, device=torch.device("cpu"), data=cifar, channel=Channel(),
+                 checkpoint_dir=None, pretrain_dir=None)
+    run.transfer(lambda *_: False)
+    n = 64
+    flip = torch.arange(n) % 3 == 0
+    zero = torch.zeros(n, dtype=torch.long)
+    ids = torch.arange(0, 24)
+    got = run._feature_maps("train", ids, (flip, zero, zero))
+    ext = run.server.models["extractor"].eval()
+    with torch.no_grad():
+        images = A.flip_images(cifar.x_train[ids], flip[ids])
+        want = run.part.assemble([ext(cifar.normalize(t)) for t in run.part.split(images)])
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert run.channel.pending() == 0
+
+
 def test_augment_tiles_with_a_flip_and_no_shift_is_the_flip():
     x = torch.randint(0, 256, (4, 3, 16, 16), dtype=torch.uint8)
     flip = torch.tensor([True, False, True, False])
