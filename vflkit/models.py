@@ -560,16 +560,51 @@ _PADDING_MODES = ("zeros", "replicate")
 _CUT_RE = re.compile(r"^\s*(\d+)\s*C\s*(?:\+\s*(\d+)\s*M)?\s*$", re.IGNORECASE)
 
 
-def _vgg16_bn(num_classes: int, in_channels: int) -> torchvision.models.VGG:
-    """torchvision's VGG-16-BN with a 512-input head (1x1 maps) and ceil-mode max-pools."""
+# VGG-16's configuration "D" (torchvision's cfgs["D"]): conv widths and "M" for max-pools.
+_VGG16_CFG: tuple[int | str, ...] = (64, 64, "M", 128, 128, "M", 256, 256, 256, "M",
+                                     512, 512, 512, "M", 512, 512, 512, "M")
+
+
+def _vgg_width(width: Any) -> float:
+    if isinstance(width, bool) or not isinstance(width, (int, float)) or not width > 0:
+        raise ConfigError(f"width must be a positive channel multiplier such as 1 (the paper's "
+                          f"VGG-16) or 0.125; got {width!r}")
+    return float(width)
+
+
+def _scaled(channels: int, width: float) -> int:
+    """``channels * width`` rounded, at least 1 (width 1 gives VGG-16's own widths)."""
+    return max(1, round(channels * width))
+
+
+def _vgg16_features_meta(width: float) -> nn.Sequential:
+    """VGG-16-BN's feature layers with every conv width scaled by ``width``, on the meta device."""
+    cfg = [v if v == "M" else _scaled(int(v), width) for v in _VGG16_CFG]
+    with torch.device("meta"):
+        return torchvision.models.vgg.make_layers(cfg, batch_norm=True)
+
+
+def _vgg16_bn(num_classes: int, in_channels: int, width: float = 1.0) -> torchvision.models.VGG:
+    """torchvision's VGG-16-BN with a 512-input head (1x1 maps) and ceil-mode max-pools.
+
+    ``width`` scales every conv's channels and the two hidden FC layers (4096); 1 is the
+    paper's VGG-16, anything else is a smaller (or wider) network for quick CPU runs, not the
+    paper's model. At width 1 the modules and their initialisation are those of
+    ``torchvision.models.vgg16_bn``.
+    """
     # Built on the meta device: torchvision's head expects 224x224 inputs (a 25088x4096 layer,
     # ~2 s to initialise) and is replaced here; real tensors are created and initialised below.
+    features = _vgg16_features_meta(width)
+    c_last = _scaled(512, width)
+    fc = _scaled(4096, width)
     with torch.device("meta"):
-        net = torchvision.models.vgg16_bn(weights=None, num_classes=num_classes)
-        net.features[0] = nn.Conv2d(in_channels, 64, kernel_size=3, padding=1)
+        net = torchvision.models.VGG(features, num_classes=num_classes, init_weights=False)
+        net.features[0] = nn.Conv2d(in_channels, _scaled(64, width), kernel_size=3, padding=1)
         net.avgpool = nn.AdaptiveAvgPool2d(1)  # 16x16 tiles or 32x32 images end at 512x1x1
         # Paper: 512 -> 4096 -> 4096 -> classes with dropout 0.5 (torchvision's head, resized).
-        net.classifier[0] = nn.Linear(512, 4096)
+        net.classifier[0] = nn.Linear(c_last, fc)
+        net.classifier[3] = nn.Linear(fc, fc)
+        net.classifier[6] = nn.Linear(fc, num_classes)
         for i, m in enumerate(net.features):
             if isinstance(m, nn.MaxPool2d):
                 # Same as VGG on even sizes; lets a 1x1 map pass (deep cuts, a single tile's map).
@@ -607,7 +642,7 @@ def _feature_cut(features: nn.Sequential, cut: int | str) -> int:
 
 
 def vgg16_bn_split(*, num_classes: int, cut: int | str = 1, padding_mode: str = "zeros",
-                   in_channels: int = 3) -> tuple[nn.Sequential, nn.Sequential]:
+                   in_channels: int = 3, width: float = 1.0) -> tuple[nn.Sequential, nn.Sequential]:
     """AdptVFedConv's VGG-16-BN split into client feature extractor and server classifier.
 
     AdptVFedConv Sec. 4: a 3x16x16 tile -> extractor (2 conv blocks + the first max-pool)
@@ -627,6 +662,9 @@ def vgg16_bn_split(*, num_classes: int, cut: int | str = 1, padding_mode: str = 
         tiles, the server's assembled map is whole.
     in_channels
         Image channels (default 3).
+    width
+        Channel multiplier of every conv and hidden FC layer (default 1, the paper's
+        VGG-16-BN); e.g. 0.125 for quick CPU runs, which are then not the paper's model.
 
     Returns
     -------
@@ -638,7 +676,7 @@ def vgg16_bn_split(*, num_classes: int, cut: int | str = 1, padding_mode: str = 
         raise ConfigError(f"Invalid padding_mode {padding_mode!r}; "
                           f"choose one of {', '.join(_PADDING_MODES)}")
     net = _vgg16_bn(_positive_int("num_classes", num_classes),
-                    _positive_int("in_channels", in_channels))
+                    _positive_int("in_channels", in_channels), _vgg_width(width))
     end = _feature_cut(net.features, cut)
     extractor = net.features[:end]
     for m in extractor.modules():
@@ -648,16 +686,17 @@ def vgg16_bn_split(*, num_classes: int, cut: int | str = 1, padding_mode: str = 
     return extractor, classifier
 
 
-def vgg16_bn_generator(*, cut: int | str = 1, out_channels: int = 3) -> nn.Sequential:
+def vgg16_bn_generator(*, cut: int | str = 1, out_channels: int = 3,
+                       width: float = 1.0) -> nn.Sequential:
     """The inverse of :func:`vgg16_bn_split`'s extractor: the client autoencoder's decoder.
 
     AdptVFedConv Sec. 4: each (Conv, BN, ReLU) block becomes a (ConvTranspose, BN, ReLU)
     block and each max-pool an upsampling layer, in reverse order; 64x8x8 -> 3x16x16 for the
     default cut. The last block is a bare ConvTranspose2d (no BN/ReLU) so it can output
-    normalised pixels, which are negative as often as positive.
+    normalised pixels, which are negative as often as positive. ``width`` is the extractor's
+    channel multiplier (see :func:`vgg16_bn_split`).
     """
-    with torch.device("meta"):  # only the layer structure is needed
-        features = torchvision.models.vgg16_bn(weights=None).features
+    features = _vgg16_features_meta(_vgg_width(width))  # only the layer structure is needed
     end = _feature_cut(features, cut)
     layers: list[nn.Module] = []
     blocks = list(features[:end])
@@ -674,19 +713,20 @@ def vgg16_bn_generator(*, cut: int | str = 1, out_channels: int = 3) -> nn.Seque
 
 
 def vgg16_bn_centralized(*, num_classes: int, padding_mode: str = "zeros",
-                         in_channels: int = 3) -> nn.Module:
+                         in_channels: int = 3, width: float = 1.0) -> nn.Module:
     """The centralized VGG-16-BN upper bound for 32x32 images (AdptVFedConv Table 2).
 
     torchvision's ``vgg16_bn``; on 32x32 the features end at 512x1x1, so the head is the
     paper's 512 -> 4096 -> 4096 -> ``num_classes`` (dropout 0.5), the same network as the
     split extractor + classifier, rather than the common CIFAR 512 -> classes head.
-    ``padding_mode`` ("zeros" default, or "replicate") applies to every convolution.
+    ``padding_mode`` ("zeros" default, or "replicate") applies to every convolution; ``width``
+    is the channel multiplier of :func:`vgg16_bn_split` (1 = the paper's model).
     """
     if padding_mode not in _PADDING_MODES:
         raise ConfigError(f"Invalid padding_mode {padding_mode!r}; "
                           f"choose one of {', '.join(_PADDING_MODES)}")
     net = _vgg16_bn(_positive_int("num_classes", num_classes),
-                    _positive_int("in_channels", in_channels))
+                    _positive_int("in_channels", in_channels), _vgg_width(width))
     for m in net.features.modules():
         if isinstance(m, nn.Conv2d):
             m.padding_mode = padding_mode

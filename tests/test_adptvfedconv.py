@@ -1,0 +1,318 @@
+"""Tests for vflkit.methods.adptvfedconv: coordinated augmentation, the messages of the three
+stages, resume mid-stage, cost accounting and every variant.
+
+Runs use a width-1/16 VGG-16 (not the paper's model), 64 CIFAR-10 training images and 32 test
+images on the CPU, one thread (the test machine shares its cores).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from vflkit.comm import Channel
+from vflkit.data import ImageData, load_dataset
+from vflkit.errors import ConfigError
+from vflkit.methods import adptvfedconv as A
+from vflkit.models import vgg16_bn_centralized, vgg16_bn_split
+from vflkit.partition import grid
+
+W = 1 / 16  # conv widths 4, 8, 16, 32, 32; FC 256
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def cifar() -> ImageData:
+    """64 training and 32 test images of CIFAR-10."""
+    return load_dataset("cifar10", download=False, progress=False).subset(n_train=64, n_test=32, seed=0)
+
+
+def tiny(**kw) -> A.AdptVFedConvConfig:
+    base = dict(width=W, pretrain_epochs=2, finetune_epochs=2, classifier_epochs=2,
+                centralized_epochs=2, batch_size=16, ae_batch_size=16, eval_batch_size=16)
+    return A.AdptVFedConvConfig(**{**base, **kw})
+
+
+# --------------------------------------------------------------------------- augmentation
+
+
+@pytest.mark.parametrize("cut", ["1C", "2C+1M", "4C+2M"])
+@pytest.mark.parametrize("padding", ["replicate", "zeros"])
+def test_flipped_image_stitched_maps_equal_maps_of_flipped_image_tiles(cut, padding):
+    """Each participant flips its tile, the server swaps left and right positions: the stitched
+    maps are those of the flipped whole image's tiles (same extractor everywhere)."""
+    torch.manual_seed(0)
+    part = grid(2, 2, image_shape=(3, 32, 32))
+    ext = vgg16_bn_split(num_classes=10, cut=cut, padding_mode=padding, width=W)[0].eval()
+    x = torch.randn(6, 3, 32, 32)
+    flip = torch.tensor([True, False, True, True, False, True])
+    with torch.no_grad():
+        protocol = A.stitch(part, [ext(A.flip_images(t, flip)) for t in part.split(x)], flip)
+        reference = part.assemble([ext(t) for t in part.split(A.flip_images(x, flip))])
+        unswapped = part.assemble([ext(A.flip_images(t, flip)) for t in part.split(x)])
+    torch.testing.assert_close(protocol, reference, rtol=0, atol=0)
+    assert not torch.allclose(unswapped[flip], reference[flip])  # the swap is what makes it exact
+    torch.testing.assert_close(protocol[~flip], unswapped[~flip], rtol=0, atol=0)
+
+
+def test_the_protocol_round_applies_the_flip_identity(cifar):
+    """Inside a run: with the transferred extractor unchanged (finetune="none") every party
+    holds W_e^1, so one stage-3 round of flipped tiles gives the maps of the flipped images."""
+    cfg = tiny(finetune="none")
+    run = A._Run(cfg, device=torch.device("cpu"), data=cifar, channel=Channel(),
+                 checkpoint_dir=None, pretrain_dir=None)
+    run.transfer(lambda *_: False)
+    n = 64
+    flip = torch.arange(n) % 3 == 0
+    zero = torch.zeros(n, dtype=torch.long)
+    ids = torch.arange(0, 24)
+    got = run._feature_maps("train", ids, (flip, zero, zero))
+    ext = run.server.models["extractor"].eval()
+    with torch.no_grad():
+        images = A.flip_images(cifar.x_train[ids], flip[ids])
+        want = run.part.assemble([ext(cifar.normalize(t)) for t in run.part.split(images)])
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert run.channel.pending() == 0
+
+
+def test_augment_tiles_with_a_flip_and_no_shift_is_the_flip():
+    x = torch.randint(0, 256, (4, 3, 16, 16), dtype=torch.uint8)
+    flip = torch.tensor([True, False, True, False])
+    zero = torch.zeros(4, dtype=torch.long)
+    assert torch.equal(A.augment_tiles(x, flip, zero, zero), A.flip_images(x, flip))
+
+
+@pytest.mark.parametrize("fill,mode", [("zeros", "constant"), ("replicate", "replicate")])
+def test_shift_is_a_random_crop_of_the_padded_image(fill, mode):
+    """shift by (dy, dx) = pad by p and crop at (p - dy, p - dx), as torchvision's RandomCrop."""
+    p = 2
+    x = torch.randn(5, 3, 16, 16)
+    dy, dx = torch.tensor([-2, -1, 0, 1, 2]), torch.tensor([2, 0, -1, -2, 1])
+    padded = F.pad(x, (p, p, p, p), mode=mode)
+    expected = torch.stack([padded[b, :, p - dy[b]:p - dy[b] + 16, p - dx[b]:p - dx[b] + 16]
+                            for b in range(5)])
+    torch.testing.assert_close(A.shift_images(x, dy, dx, fill=fill), expected, rtol=0, atol=0)
+
+
+def test_augmentation_params_are_a_public_function_of_the_key():
+    a = A.augmentation_params(100, 2, 0, "classifier-aug", 3)
+    b = A.augmentation_params(100, 2, 0, "classifier-aug", 3)
+    c = A.augmentation_params(100, 2, 0, "classifier-aug", 4)
+    assert all(torch.equal(u, v) for u, v in zip(a, b))
+    assert not torch.equal(a[0], c[0])
+    assert 30 < int(a[0].sum()) < 70 and a[1].abs().max() == 2
+
+
+# --------------------------------------------------------------------------- messages
+
+
+def test_only_feature_maps_and_the_transferred_extractor_cross_the_channel(cifar, monkeypatch):
+    received: list[tuple[str, str, str, object]] = []
+    recv = Channel.recv
+
+    def spy(self, receiver, sender, kind):
+        payload = recv(self, receiver, sender, kind)
+        received.append((receiver, sender, kind, payload))
+        return payload
+
+    monkeypatch.setattr(Channel, "recv", spy)
+    channel = Channel()
+    cfg = tiny(classifier_epochs=1)
+    out = A.train(cfg, device="cpu", data=cifar, channel=channel)
+    df = channel.ledger.frame(phase=None)
+    assert set(df["kind"]) == {"model_weights", "feature_map"}
+    clients = {"client_2", "client_3", "client_4"}
+    mw = df[df["kind"] == "model_weights"]
+    assert len(mw) == 3 and set(mw["sender"]) == {"server"} and set(mw["receiver"]) == clients
+    assert set(mw["phase"]) == {"setup"}
+    fm = df[df["kind"] == "feature_map"]
+    assert set(fm["sender"]) == clients and set(fm["receiver"]) == {"server"}
+    assert set(fm["phase"]) == {"train", "eval"}
+    # What the server receives are 4x8x8 maps (width 1/16, "2C+1M") of batches, nothing else.
+    ext_keys = set(vgg16_bn_split(num_classes=10, width=W)[0].state_dict())
+    for receiver, sender, kind, payload in received:
+        if kind == "feature_map":
+            assert receiver == "server" and payload.dtype == torch.float32
+            assert payload.shape[1:] == (4, 8, 8) and 1 <= payload.shape[0] <= 16
+        else:
+            assert receiver in clients and sender == "server" and set(payload) == ext_keys
+    n_maps = sum(k == "feature_map" for _, _, k, _ in received)
+    assert n_maps == 3 * (64 // 16 + 32 // 16)  # 4 training batches + 2 test batches, per client
+    assert out["costs"]["per_client"]["client_2"]["samples_uploaded_train"] == 64
+    assert channel.pending() == 0
+
+
+def test_no_model_transfer_sends_no_weights(cifar):
+    channel = Channel()
+    A.train(tiny(model_transfer=False, classifier_epochs=1), device="cpu", data=cifar, channel=channel)
+    assert set(channel.ledger.frame(phase=None)["kind"]) == {"feature_map"}
+
+
+# --------------------------------------------------------------------------- resume
+
+
+def _state(ckpt_dir):
+    (path,) = [p for p in ckpt_dir.glob("adptvfedconv-*.pt")
+               if "pretrain" not in p.name and not p.name.endswith(".maps.pt")]
+    return torch.load(path, weights_only=False)
+
+
+@pytest.mark.parametrize("stop", [("pretrain", 1), ("finetune", 1), ("classifier", 1)])
+def test_resume_mid_stage_gives_the_uninterrupted_result(cifar, tmp_path, stop):
+    cfg = tiny()
+    whole_channel = Channel()
+    whole = A.train(cfg, device="cpu", data=cifar, channel=whole_channel,
+                    checkpoint_dir=tmp_path / "whole")
+    first = A.train(cfg, device="cpu", data=cifar, checkpoint_dir=tmp_path / "cut", stop_after=stop)
+    assert not first["complete"] and first["progress"][stop[0]] == stop[1]
+    channel = Channel()
+    resumed = A.train(cfg, device="cpu", data=cifar, channel=channel, checkpoint_dir=tmp_path / "cut")
+    assert whole["complete"] and resumed["complete"]
+    assert resumed["history"] == whole["history"]
+    assert resumed["costs"] == whole["costs"]
+    assert channel.ledger._rows == whole_channel.ledger._rows
+    a, b = _state(tmp_path / "whole"), _state(tmp_path / "cut")
+    for party, models in a["models"].items():
+        for name, sd in models.items():
+            for k, v in sd.items():
+                assert torch.equal(v, b["models"][party][name][k]), (party, name, k)
+    # A finished run's checkpoint returns its result without training again.
+    again = A.train(cfg, device="cpu", data=cifar, checkpoint_dir=tmp_path / "cut")
+    assert again["history"] == whole["history"] and again["complete"]
+
+
+def test_a_shared_pretraining_serves_another_cut_unchanged(cifar, tmp_path):
+    """Non-cooperation's stage 1 is reused by a full run with the same stage-1 fields; the run
+    equals one that pre-trains itself (every epoch reseeds from (seed, stage, epoch))."""
+    cfg = tiny(cut="1C", classifier_epochs=1)
+    nonco = A.train_noncooperation(cfg, device="cpu", data=cifar, checkpoint_dir=tmp_path)
+    assert nonco["complete"] and len(nonco["curve"]) == 2
+    assert nonco["final_accuracy"] == nonco["curve"][-1]
+    shared = A.train(cfg, device="cpu", data=cifar, pretrain_dir=tmp_path)
+    own = A.train(cfg, device="cpu", data=cifar)
+    assert shared["history"]["pretrain"]["test_accuracy"] == nonco["curve"]
+    assert shared["history"] == own["history"]
+
+
+# --------------------------------------------------------------------------- costs
+
+
+def test_cost_accounting_of_a_tiny_model_by_hand(cifar):
+    out = A.train(tiny(classifier_epochs=1), device="cpu", data=cifar)
+    c = out["costs"]
+    # width 1/16: conv1 3->4, conv2 4->4 on a 3x16x16 tile, then a 2x2 max-pool -> 4x8x8.
+    assert c["feature_map_shape"] == [4, 8, 8] and c["stitched_map_shape"] == [4, 16, 16]
+    assert c["extractor_macs_per_tile"] == 16 * 16 * 4 * 3 * 9 + 16 * 16 * 4 * 4 * 9  # 64512
+    assert c["extractor_params"] == (3 * 4 * 9 + 4) + 2 * 4 + (4 * 4 * 9 + 4) + 2 * 4  # 276
+    # transfer: 276 params + 2 BN x (running mean + var) of 4 floats, float32, + 2 int64 counters
+    assert c["model_transfer_bytes"] == (276 + 2 * 2 * 4) * 4 + 2 * 8 == 1184
+    assert c["model_transfer_bytes_per_client"] == 1184
+    assert c["feature_map_bytes_per_sample"] == 4 * 8 * 8 * 4 == 1024
+    assert c["upload_bytes_per_sample_per_client"] == 1024  # from the ledger
+    assert c["raw_tile_bytes_per_sample"] == 3 * 16 * 16 == 768
+    assert c["raw_tiles_bytes_per_client"] == 64 * 768
+    for v in c["per_client"].values():
+        assert v["upload_bytes_train"] == 64 * 1024 and v["upload_bytes_eval"] == 32 * 1024
+    assert c["client_train_bytes_total"] == 1184 + 64 * 1024
+    central = vgg16_bn_centralized(num_classes=10, width=W)
+    assert c["fl_bytes_per_round_per_client"]["upload"] == sum(
+        t.numel() * t.element_size() for t in central.state_dict().values())
+    assert c["centralized_params"] == sum(p.numel() for p in central.parameters())
+
+
+def test_paper_scale_costs_from_the_architecture():
+    """Width 1 (the paper's VGG-16-BN), numbers computed by hand (spec Sec. 3.2)."""
+    c = A.cost_model(A.AdptVFedConvConfig())
+    assert c["paper_model"] and c["feature_map_shape"] == [64, 8, 8]
+    assert c["extractor_macs_per_tile"] == 16 * 16 * 64 * 27 + 16 * 16 * 64 * 576 == 9_879_552
+    assert c["extractor_params"] == 1792 + 128 + 36928 + 128 == 38_976
+    assert c["model_transfer_bytes"] == (38_976 + 256) * 4 + 16 == 156_944
+    assert c["feature_map_bytes_per_sample"] == 16_384 and c["raw_tile_bytes_per_sample"] == 768
+    convs = 313_196_544  # the 13 convs on 32x32
+    fcs = 512 * 4096 + 4096 * 4096 + 4096 * 10
+    assert c["centralized_macs_per_image"] == convs + fcs
+    assert c["centralized_params"] == 14_714_688 + 8_448 + 18_923_530 == 33_646_666
+    macs = {"1C": 442_368, "3C+1M": 14_598_144, "4C+1M": 24_035_328, "7C+3M": 47_628_288}
+    for cut, expected in macs.items():
+        assert A.cost_model(A.AdptVFedConvConfig(cut=cut))["extractor_macs_per_tile"] == expected
+
+
+def test_count_macs_of_a_transposed_convolution():
+    m = torch.nn.ConvTranspose2d(4, 3, 3, padding=1)
+    assert A.count_macs(m, (4, 8, 8)) == 4 * 8 * 8 * 3 * 9
+
+
+# --------------------------------------------------------------------------- variants
+
+
+@pytest.mark.parametrize("options", [
+    {"padding": "zeros"},
+    {"model_transfer": False},
+    {"finetune": "none"},
+    {"finetune": "bn_stats"},
+    {"extraction": "once"},
+    {"cut": "4C+2M"},
+    {"server_tile": 3},
+    {"augment": False},
+])
+def test_each_variant_runs(cifar, tmp_path, options):
+    channel = Channel()
+    out = A.train(tiny(**options), device="cpu", data=cifar, channel=channel, checkpoint_dir=tmp_path)
+    assert out["complete"] and len(out["history"]["classifier"]["test_accuracy"]) == 2
+    assert 0 <= out["final_accuracy"] <= 1 and out["paper_model"] is False
+    state = _state(tmp_path)["models"]
+    server = state["server"]["extractor"]
+    client = state["client_2"]["extractor"] if options.get("server_tile") != 3 else state["client_4"]["extractor"]
+    if options.get("finetune") == "none":
+        assert all(torch.equal(server[k], client[k]) for k in server)
+    if options.get("finetune") == "bn_stats":
+        assert torch.equal(server["0.weight"], client["0.weight"])  # weights frozen
+        assert not torch.equal(server["1.running_mean"], client["1.running_mean"])  # stats moved
+    if options.get("finetune") is None and options.get("model_transfer", True):
+        assert not torch.equal(server["0.weight"], client["0.weight"])  # the AE fine-tuned it
+    if options.get("extraction") == "once":
+        fm = channel.ledger.frame(phase="train")
+        assert set(fm["epoch"]) == {0}  # sent once, before stage 3's epochs
+        assert out["costs"]["per_client"]["client_2"]["samples_uploaded_train"] == 64
+    if options.get("cut") == "4C+2M":
+        assert out["costs"]["feature_map_shape"] == [8, 4, 4]
+
+
+def test_centralized_baseline_runs_and_resumes(cifar, tmp_path):
+    cfg = tiny()
+    whole = A.train_centralized(cfg, device="cpu", data=cifar)
+    part = A.train_centralized(cfg, device="cpu", data=cifar, checkpoint_dir=tmp_path, stop_after=1)
+    assert not part["complete"] and len(part["curve"]) == 1
+    rest = A.train_centralized(cfg, device="cpu", data=cifar, checkpoint_dir=tmp_path)
+    assert rest["complete"] and rest["curve"] == whole["curve"]
+    assert rest["train_loss"] == whole["train_loss"]
+    assert whole["params"] == sum(p.numel() for p in vgg16_bn_centralized(num_classes=10, width=W).parameters())
+
+
+# --------------------------------------------------------------------------- config and width
+
+
+@pytest.mark.parametrize("bad", [{"padding": "reflect"}, {"finetune": "ae"}, {"extraction": "twice"},
+                                 {"width": 0}, {"batch_size": 1}, {"server_tile": 4},
+                                 {"pretrain_epochs": -1}])
+def test_bad_config_is_a_config_error(bad):
+    with pytest.raises(ConfigError):
+        A.AdptVFedConvConfig(**bad)
+
+
+def test_width_scales_every_layer_and_width_one_is_the_paper_model():
+    ext, cls = vgg16_bn_split(num_classes=10, cut="2C+1M", width=0.125)
+    assert ext(torch.zeros(2, 3, 16, 16)).shape == (2, 8, 8, 8)
+    assert cls(torch.zeros(2, 8, 16, 16)).shape == (2, 10)
+    assert A.AdptVFedConvConfig().paper_model and not tiny().paper_model
+    assert dataclasses.asdict(tiny())["width"] == W
