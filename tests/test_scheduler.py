@@ -1,0 +1,139 @@
+"""Tests for vflkit.scheduler: parallel runs, budget, locks, and a dask LocalCluster."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from vflkit import scheduler
+from vflkit.errors import ConfigError
+from vflkit.scheduler import BudgetExhausted, Task, acquire, lock_path, release, schedule
+
+HERE = Path(__file__).resolve().parent
+
+
+def toy_run(payload, *, device, deadline):
+    """A run of ``payload['epochs']`` epochs of ``payload['epoch_s']`` seconds with a checkpoint
+    per epoch; logs each computed epoch so tests can see what was computed twice."""
+    path, ckpt = Path(payload["path"]), Path(payload["path"] + ".ckpt")
+    first = int(ckpt.read_text()) + 1 if ckpt.exists() else 1
+    for epoch in range(first, payload["epochs"] + 1):
+        time.sleep(payload["epoch_s"])
+        with open(payload["log"], "a") as f:
+            f.write(f"{payload['key']} {epoch} {os.getpid()}\n")
+        if epoch < payload["epochs"]:
+            ckpt.write_text(str(epoch))
+            if deadline is not None and time.time() + payload["epoch_s"] > deadline:
+                raise BudgetExhausted
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"key": payload["key"], "value": payload["key"] * 2}))
+    os.replace(tmp, path)
+    ckpt.unlink(missing_ok=True)
+
+
+def _tasks(tmp_path, n=4, epochs=2, epoch_s=0.05, cost_s=None):
+    log = tmp_path / "log.txt"
+    out = []
+    for i in range(n):
+        key = f"run{i}"
+        path = tmp_path / "results" / f"{key}.json"
+        out.append(Task(key=key, path=path, fn=toy_run, priority=i, cost_s=cost_s,
+                        payload={"key": key, "path": str(path), "epochs": epochs, "epoch_s": epoch_s, "log": str(log)}))
+    return out, log
+
+
+def _computed(log):
+    return [tuple(line.split()[:2]) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+@pytest.mark.parametrize("executor", ["serial", "local"])
+def test_schedule_computes_each_run_once_and_resumes(tmp_path, executor):
+    tasks, log = _tasks(tmp_path)
+    s = schedule(tasks, workers=2, executor=executor, progress=False)
+    assert sorted(s.computed) == [t.key for t in tasks] and not s.failed
+    assert all(t.path.exists() for t in tasks)
+    assert sorted(_computed(log)) == sorted((t.key, str(e)) for t in tasks for e in (1, 2))
+    again = schedule(tasks, workers=2, executor=executor, progress=False)
+    assert again.computed == [] and len(again.recorded) == len(tasks)
+    assert not list((tmp_path / "results").glob("*.lock"))
+
+
+def test_budget_pauses_runs_in_flight_and_leaves_the_rest_pending(tmp_path):
+    """With a budget, runs in flight checkpoint and stop; runs whose estimate does not fit are
+    not started; a later call finishes the paused ones from their checkpoints."""
+    tasks, log = _tasks(tmp_path, n=2, epochs=4, epoch_s=1.0)
+    s = schedule(tasks, workers=2, executor="local", budget_minutes=2.5 / 60, progress=False)
+    assert sorted(s.paused) == ["run0", "run1"] and not s.recorded
+    assert all(Path(t.payload["path"] + ".ckpt").exists() for t in tasks)
+    s2 = schedule(tasks, workers=2, executor="local", progress=False)
+    assert sorted(s2.computed) == ["run0", "run1"]
+    epochs = _computed(log)
+    assert len(epochs) == len(set(epochs)) == 8, "an epoch was computed twice across the resume"
+    big, _ = _tasks(tmp_path / "b", n=1, cost_s=3600)
+    s3 = schedule(big, executor="serial", budget_minutes=1, progress=False)
+    assert s3.pending == ["run0"] and not big[0].path.exists()
+    assert "pending" in str(s3)
+
+
+def test_lock_excludes_a_second_holder_and_stale_locks_are_taken_over(tmp_path):
+    record = tmp_path / "r.json"
+    assert acquire(record)
+    assert json.loads(lock_path(record).read_text())["pid"] == os.getpid()
+    # a live holder (this process, seen from a child that asks) keeps the lock
+    code = f"from vflkit.scheduler import acquire; from pathlib import Path; print(acquire(Path({str(record)!r})))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+    release(record)
+    assert not lock_path(record).exists()
+    # a lock left by a killed process is stale
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    lock_path(record).write_text(json.dumps({"pid": dead.pid, "host": os.uname().nodename, "time": time.time()}))
+    assert scheduler.lock_is_stale(lock_path(record))
+    assert acquire(record)
+    release(record)
+
+
+def test_two_concurrent_schedulers_lose_nothing_and_compute_nothing_twice(tmp_path):
+    tasks, log = _tasks(tmp_path, n=6, epochs=2, epoch_s=0.3)
+    script = tmp_path / "go.py"
+    script.write_text(
+        "import sys; sys.path.insert(0, %r)\n"
+        "from pathlib import Path\n"
+        "import test_scheduler as ts\n"
+        "from vflkit.scheduler import schedule\n"
+        "if __name__ == '__main__':  # spawned workers import this file again\n"
+        "    tasks, _ = ts._tasks(Path(%r), n=6, epochs=2, epoch_s=0.3)\n"
+        "    print(schedule(tasks, workers=2, executor='local', progress=False, poll_s=0.2))\n"
+        % (str(HERE), str(tmp_path)))
+    procs = [subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    assert all(t.path.exists() for t in tasks)
+    epochs = _computed(log)
+    assert sorted(epochs) == sorted(set(epochs)) and len(epochs) == 12, epochs
+
+
+def test_dask_local_cluster_gives_the_same_records_as_the_local_pool(tmp_path, monkeypatch):
+    pytest.importorskip("dask.distributed", reason="dask.distributed is a dependency: pip install -e .")
+    # dask's worker processes import the task function by module name
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
+    a, _ = _tasks(tmp_path / "a")
+    b, _ = _tasks(tmp_path / "b")
+    schedule(a, workers=2, executor="local", progress=False)
+    s = schedule(b, workers=2, executor="dask", progress=False)
+    assert sorted(s.computed) == [t.key for t in b] and not s.failed
+    assert [t.path.read_text() for t in a] == [t.path.read_text() for t in b]
+
+
+def test_bad_arguments_are_clear_errors(tmp_path):
+    tasks, _ = _tasks(tmp_path, n=1)
+    with pytest.raises(ConfigError, match="budget_minutes"):
+        schedule(tasks, budget_minutes=0)
+    with pytest.raises(ConfigError, match="Invalid executor"):
+        schedule(tasks, executor="slurm")
