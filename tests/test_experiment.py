@@ -180,3 +180,54 @@ def test_foreign_checkpoint_is_moved_aside(tmp_path):
     with pytest.warns(UserWarning, match="ignoring checkpoint"):
         rec = run(cfg, profile="smoke", results=tmp_path, device="cpu", progress=False)
     assert rec["history"][0]["epoch"] == 1 and ckpt.with_name(ckpt.name + ".bad").exists()
+
+
+def test_kill_9_mid_run_resumes_from_checkpoint_with_identical_record(tmp_path):
+    """A run killed with SIGKILL (no chance to clean up) resumes from its last checkpoint."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    cfg = _config(method="vfedmh", models=("mlp", "cnn", "mlp", "lenet"), epochs=4, paper="vfedmh",
+                  n_train=1024)
+    # one thread everywhere: results are bit-identical only at one thread count (README)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    whole = run(cfg, profile="smoke", results=tmp_path / "a", device="cpu", progress=False)
+    path = record_path(cfg, "smoke", tmp_path / "b")
+    ckpt = experiment.checkpoint_path(path)
+    code = ("import json, sys; from vflkit.experiment import RunConfig, run; "
+            f"run(RunConfig.from_dict(json.loads({json.dumps(json.dumps(cfg.to_dict()))})), profile='smoke', "
+            f"results=__import__('pathlib').Path({str(tmp_path / 'b')!r}), device='cpu', progress=False)")
+    proc = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "OMP_NUM_THREADS": "1"})
+    deadline = time.time() + 300
+    while not ckpt.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    assert ckpt.exists(), "the run wrote no checkpoint before it ended"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not path.exists()
+    try:
+        resumed = run(cfg, profile="smoke", results=tmp_path / "b", device="cpu", progress=False)
+    finally:
+        torch.set_num_threads(threads)
+    strip = lambda h: [{k: v for k, v in r.items() if k != "elapsed_s"} for r in h]  # noqa: E731
+    assert strip(resumed["history"]) == strip(whole["history"])
+    assert resumed["comm"]["per_epoch"] == whole["comm"]["per_epoch"]
+
+
+def test_deadline_checkpoints_and_stops(tmp_path):
+    """A run whose next epoch would end after its deadline checkpoints and raises BudgetExhausted."""
+    import time
+
+    from vflkit.errors import BudgetExhausted
+
+    cfg = _config(epochs=3)
+    with pytest.raises(BudgetExhausted, match="rerun to resume"):
+        run(cfg, profile="smoke", results=tmp_path, device="cpu", progress=False, deadline=time.time())
+    path = record_path(cfg, "smoke", tmp_path)
+    assert not path.exists() and experiment.checkpoint_path(path).exists()
+    rec = run(cfg, profile="smoke", results=tmp_path, device="cpu", progress=False)
+    assert [r["epoch"] for r in rec["history"]] == [1, 2, 3]

@@ -29,3 +29,7 @@ class SecurityError(VFLKitError, RuntimeError):
 
 class DivergenceError(VFLKitError, FloatingPointError):
     """A loss became NaN or infinite, or grew without bound, during training."""
+
+
+class BudgetExhausted(VFLKitError):
+    """A run stopped at its deadline after checkpointing its last epoch; rerunning resumes it."""

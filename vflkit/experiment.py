@@ -33,7 +33,7 @@ from tqdm.auto import tqdm
 from . import __version__
 from .comm import Channel, Party
 from .config import project_root, resolve_device, results_dir
-from .errors import ConfigError, DivergenceError
+from .errors import BudgetExhausted, ConfigError, DivergenceError
 
 PROFILES: tuple[str, ...] = ("smoke", "quick", "paper")
 PAPERS: tuple[str, ...] = ("vfedmh", "easter", "multi_vfl", "apc_vfl", "adptvfedconv", "demo")
@@ -341,8 +341,13 @@ def run(
     progress: bool = True,
     max_loss: float = 1e4,
     on_divergence: str = "raise",
+    deadline: float | None = None,
 ) -> dict[str, Any]:
     """Run ``config`` (or load its finished record) and return the record.
+
+    ``deadline`` (a ``time.time()`` value, given by the scheduler's budget): when the next epoch
+    would end after it, the run checkpoints and raises :class:`BudgetExhausted`; rerunning
+    resumes from that checkpoint.
 
     The record holds the config, per-epoch training loss, test metrics and elapsed seconds of
     every model the method trains, wall time, peak memory, bytes/messages/rounds per epoch and per party, the
@@ -426,6 +431,11 @@ def run(
         if epoch < config.epochs:
             _save_checkpoint(ckpt, config=config, epoch=epoch, elapsed_s=time.perf_counter() - start,
                              history=history, method=method, channel=channel, gen=gen, device=dev)
+            epoch_s = (time.perf_counter() - start - offset) / (epoch - first_epoch + 1)
+            if deadline is not None and time.time() + epoch_s > deadline:
+                bar.close()
+                raise BudgetExhausted(f"{config.method} {config.dataset} ({config.key}) stopped after epoch "
+                                      f"{epoch} of {config.epochs} at the budget; rerun to resume it")
     if not metrics:  # resumed from the last epoch's checkpoint: nothing left to train
         metrics = {r["model"]: {k: v for k, v in r.items() if k.startswith("test_")}
                    for r in history if r["epoch"] == history[-1]["epoch"]}

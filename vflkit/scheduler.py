@@ -32,11 +32,10 @@ from typing import Any, Callable, Iterable, Sequence
 
 from tqdm.auto import tqdm
 
-from .errors import ConfigError
+from .errors import BudgetExhausted, ConfigError
 
-
-class BudgetExhausted(Exception):
-    """A run stopped at its deadline after checkpointing; a later call resumes it."""
+__all__ = ["BudgetExhausted", "Task", "Summary", "schedule", "execute", "acquire", "release", "lock_path",
+           "lock_is_stale", "status_table", "worker_env", "default_workers"]
 
 
 @dataclass(frozen=True)
