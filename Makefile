@@ -7,7 +7,7 @@ DEVICE ?= auto
 STAMP := $(VENV)/.installed-stamp
 NOTEBOOKS := $(sort $(wildcard notebooks/*.ipynb))
 
-.PHONY: study test bench setup
+.PHONY: study test bench setup lab
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,3 +28,7 @@ test: $(STAMP)
 ## Throughput of a VFL step vs the same models without VFL machinery, and masking's share.
 bench: $(STAMP)
 	$(BIN)/python -m vflkit.bench
+
+## Open the notebooks in JupyterLab, in the project's environment (its kernel is "Python 3 (ipykernel)").
+lab: $(STAMP)
+	cd notebooks && ../$(BIN)/jupyter lab
