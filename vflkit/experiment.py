@@ -246,11 +246,9 @@ def load_recorded(configs: Iterable[Any], *, profile: str,
 
 
 def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-    os.replace(tmp, path)
+    from .files import write_json
+
+    write_json(path, data)  # flushed to disk before the rename that publishes it
 
 
 def _check_finite(losses: dict[str, float], *, epoch: int, step: int, limit: float) -> None:

@@ -17,6 +17,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
+from .files import atomic_path
 from .config import figures_dir
 from .errors import ConfigError
 from .experiment import PAPERS, check_profile
@@ -85,7 +86,8 @@ def write_table(table: pd.DataFrame, paper: str, profile: str, number: str, *, r
     if missing:
         raise ConfigError(f"table lacks columns {missing}; build it with join_reference()")
     path = output_dir(paper, profile, root) / f"table{number}.csv"
-    table[list(TABLE_COLUMNS)].to_csv(path, index=False)
+    with atomic_path(path) as tmp:  # two studies writing one table never mix their rows
+        table[list(TABLE_COLUMNS)].to_csv(tmp, index=False)
     return path
 
 
@@ -93,9 +95,11 @@ def save_figure(fig: plt.Figure, data: pd.DataFrame, paper: str, profile: str, n
                 *, root: Path | str | None = None) -> Path:
     """Save ``fig<number>.png`` and the data it plots as ``fig<number>.csv``; returns the PNG path."""
     out = output_dir(paper, profile, root)
-    data.to_csv(out / f"fig{number}.csv", index=False)
+    with atomic_path(out / f"fig{number}.csv") as tmp:
+        data.to_csv(tmp, index=False)
     path = out / f"fig{number}.png"
-    fig.savefig(path)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png")
     return path
 
 
