@@ -504,10 +504,10 @@ def _save_checkpoint(path: Path, *, config: RunConfig, epoch: int, elapsed_s: fl
         "torch_rng": torch.get_rng_state(),
         "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    from .files import atomic_path
+
+    with atomic_path(path) as tmp:
+        torch.save(state, tmp)
 
 
 def _load_checkpoint(path: Path, config: RunConfig) -> dict[str, Any] | None:
