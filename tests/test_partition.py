@@ -382,7 +382,7 @@ def test_first_parts_of_ten_image_strips():
     assert widths[10] == [4, 4, 3, 3, 3, 3, 3, 3, 3, 3]
     assert all(widths[c] == widths[10][:c] for c in widths)
     parts = first_parts(4, image_shape=(3, 32, 32))
-    assert parts.kept == 14 and parts.partition.input_shape == (3, 32, 14)
+    assert parts.kept == 14 and parts.partition.input_shape == (3, 32, 14) and parts.active == 0
     pieces = parts.split(x)
     assert [tuple(p.shape) for p in pieces] == [(2, 3, 32, 4), (2, 3, 32, 4), (2, 3, 32, 3), (2, 3, 32, 3)]
     assert torch.equal(torch.cat(pieces, dim=-1), x[..., :14])  # the features right of 14 px are held by no one

@@ -465,6 +465,11 @@ class PartsPartition:
         return self.partition.n_parties
 
     @property
+    def active(self) -> int:
+        """Index of the active party (as :attr:`Partition.active`)."""
+        return self.partition.active
+
+    @property
     def kept(self) -> int:
         """Pixels along the cut axis (strips) or columns (tables) that the C parties hold."""
         p = self.partition
