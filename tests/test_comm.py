@@ -173,3 +173,125 @@ def test_negative_or_mask_lookups_are_errors_not_the_last_row():
     with pytest.raises(PartitionError, match=r"does not hold sample ids \[-7\]"):
         q.features("train", ids=torch.tensor([-7]))
     assert q.features("train", ids=torch.tensor([3])).tolist() == [[20.0]]
+
+
+# --------------------------------------------------------------------------- EASTER network pricing
+
+
+def _star_ledger(epochs=2, steps=2):
+    """Per step: 3 passive parties send 1000 B up, then the active party sends 500 B to each."""
+    ch = Channel()
+    for epoch in range(1, epochs + 1):
+        for step in range(steps):
+            ch.at(epoch=epoch, step=step, phase="train")
+            for k in (1, 2, 3):
+                ch.send(f"passive_{k}", "active", "embedding", torch.zeros(250))  # 1000 B
+            for k in (1, 2, 3):
+                ch.send("active", f"passive_{k}", "gradient", torch.zeros(125))  # 500 B
+                ch.recv(f"passive_{k}", "active", "gradient")
+            for k in (1, 2, 3):
+                ch.recv("active", f"passive_{k}", "embedding")
+    return ch.ledger
+
+
+# 8 Mbps = 1e6 B/s at 10 ms; passive_3 is slow: 0.8 Mbps = 1e5 B/s at 50 ms.
+_NET = NetworkModel(default=Link(8.0, 10.0), parties={"passive_3": Link(0.8, 50.0)})
+
+
+def test_price_parallel_and_shared_uplink_by_hand():
+    """Hand-computed times for one step (then x 2 steps x 2 epochs).
+
+    parallel: up = max(0.010 + 0.001, 0.011, 0.050 + 0.010) = 0.060 s,
+              down = max(0.010 + 0.0005, 0.0105, 0.050 + 0.005) = 0.055 s -> 0.115 s a step.
+    shared uplink: up = 0.011 + 0.011 + 0.060 = 0.082 s, down = 0.0105 * 2 + 0.055 = 0.076 s
+              -> 0.158 s a step.
+    """
+    from vflkit.comm import price_links
+
+    ledger = _star_ledger()
+    assert ledger.price(_NET) == pytest.approx(4 * 0.115)
+    assert ledger.price(_NET, topology="parallel") == pytest.approx(4 * 0.115)
+    assert ledger.price(_NET, topology="shared_uplink") == pytest.approx(4 * 0.158)
+    rows = ledger.per_link()
+    assert list(rows.columns) == ["epoch", "kind", "sender", "receiver", "messages", "bytes", "steps"]
+    assert len(rows) == 2 * 6 and set(rows["steps"]) == {2} and set(rows["messages"]) == {2}
+    # From the per-link rows alone (what a record keeps), the same times; and to epoch 1 only.
+    for topology, per_step in (("parallel", 0.115), ("shared_uplink", 0.158)):
+        assert price_links(rows, _NET, topology=topology) == pytest.approx(4 * per_step)
+        assert price_links(rows.to_dict(orient="records"), _NET, topology=topology,
+                           until_epoch=1) == pytest.approx(2 * per_step)
+    # Two kinds sent as one round pay one round's time under "parallel"; the two directions of
+    # a pair are separate (full-duplex) links, so the round lasts max(0.060, 0.055) s.
+    merged = price_links(rows, _NET, rounds={"gradient": "embedding"})
+    assert merged == pytest.approx(4 * 0.060)
+    with pytest.raises(ConfigError, match="topology"):
+        price_links(rows, _NET, topology="mesh")
+
+
+def test_slow_devices_raise_time_only_on_a_shared_uplink():
+    """Table VII: 0..3 low-performance passive parties. Parallel links cost the same for 1, 2, 3
+    slow devices; a shared uplink rises with each, by hand: a step of the run above with
+    high = (8 Mbps, 10 ms), low = (0.8 Mbps, 50 ms, compute x 2), 0.4 s of compute per step."""
+    from vflkit.comm import Device, compute_seconds, device_mix, training_time
+
+    ledger = _star_ledger(epochs=1, steps=1)
+    high, low = Device(Link(8.0, 10.0)), Device(Link(0.8, 50.0), compute_factor=2.0)
+    passive = ["passive_1", "passive_2", "passive_3"]
+    mixes = [device_mix(passive, n, high=high, low=low) for n in range(4)]
+    assert [sum(d is low for d in m.values()) for m in mixes] == [0, 1, 2, 3]
+    assert mixes[1]["passive_3"] is low and mixes[1]["active"] is high
+    up = {"high": 0.011, "low": 0.060}
+    down = {"high": 0.0105, "low": 0.055}
+    for topology in ("parallel", "shared_uplink"):
+        times = [training_time(ledger.per_link(), m, step_seconds=0.4, steps_per_epoch=1,
+                               topology=topology) for m in mixes]
+        for n, t in enumerate(times):
+            kinds = ["high"] * (3 - n) + ["low"] * n
+            if topology == "parallel":
+                comm = max(up[k] for k in kinds) + max(down[k] for k in kinds)
+            else:
+                comm = sum(up[k] for k in kinds) + sum(down[k] for k in kinds)
+            # compute: 4 parties share 0.4 s -> 0.1 s each; one slow device doubles the step.
+            assert t["communication_s"] == pytest.approx(comm)
+            assert t["compute_s"] == pytest.approx(0.1 if n == 0 else 0.2)
+            assert t["total_s"] == pytest.approx(t["communication_s"] + t["compute_s"])
+        totals = [t["communication_s"] for t in times]
+        if topology == "parallel":
+            assert totals[1] == pytest.approx(totals[2]) == pytest.approx(totals[3])
+        else:
+            assert totals[0] < totals[1] < totals[2] < totals[3]
+    assert compute_seconds({"active": 0.3, "passive_1": 0.1}, 10,
+                           {"active": high, "passive_1": low}) == pytest.approx(3.0)
+
+
+def test_latency_classes_and_seeded_draws():
+    """Fig. 5: low 1-30, medium 30-50, high 50-100 ms at 50 Mbps; drawn latencies are seeded,
+    lie in their class and average near the midpoint link's price."""
+    from vflkit.comm import LATENCY_CLASSES, class_link, price_links
+
+    assert LATENCY_CLASSES == {"low": (1.0, 30.0), "medium": (30.0, 50.0), "high": (50.0, 100.0)}
+    assert class_link("medium") == Link(50.0, 40.0)
+    rows = _star_ledger(epochs=3, steps=50).per_link()
+    transfer_parallel = 150 * (1000 + 500) * 8 / 50e6  # 150 steps, busiest link per round
+    for topology, n_latencies in (("parallel", 150 * 2), ("shared_uplink", 150 * 6)):
+        mid = price_links(rows, NetworkModel(default=class_link("high")), topology=topology)
+        a = price_links(rows, NetworkModel(default=Link(50.0, 0.0)), topology=topology, latency_ms="high", seed=1)
+        b = price_links(rows, NetworkModel(default=Link(50.0, 0.0)), topology=topology, latency_ms="high", seed=1)
+        assert a == b
+        base = price_links(rows, NetworkModel(default=Link(50.0, 0.0)), topology=topology)
+        assert base + n_latencies * 0.050 <= a <= base + n_latencies * 0.100
+        assert a == pytest.approx(mid, rel=0.03)
+        if topology == "parallel":
+            assert base == pytest.approx(transfer_parallel)
+    with pytest.raises(ConfigError, match="latency class"):
+        class_link("extreme")
+
+
+def test_price_record_needs_per_link_rows():
+    """A record is priced from comm.per_link; a record without it says what is missing."""
+    from vflkit.comm import price_record
+
+    rows = _star_ledger().per_link().to_dict(orient="records")
+    assert price_record({"comm": {"per_link": rows}}, _NET) == pytest.approx(4 * 0.115)
+    with pytest.raises(ConfigError, match="per_link"):
+        price_record({"comm": {"per_epoch": []}}, _NET)

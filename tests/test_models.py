@@ -9,6 +9,7 @@ from vflkit.models import (
     APC_VFL_ENCODERS,
     MODELS,
     MultiVFLDataOwner,
+    TABULAR_MODELS,
     MultiVFLLabelOwner,
     PartyModel,
     SeluAutoencoder,
@@ -39,13 +40,13 @@ def _criteo_batch(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _build(name: str, shape=(1, 28, 7), **kw) -> PartyModel:
     torch.manual_seed(0)
-    if name in ("deepfm", "wide_deep"):
+    if name in TABULAR_MODELS:
         return get_model(name, input_shape=(7,), num_classes=2, **CRITEO, **kw)
     return get_model(name, input_shape=shape, num_classes=10, **kw)
 
 
 def _input(name: str, shape=(1, 28, 7)):
-    if name in ("deepfm", "wide_deep"):
+    if name in TABULAR_MODELS:
         return _criteo_batch()
     return torch.randn(2, *shape, generator=torch.Generator().manual_seed(1))
 
@@ -121,7 +122,7 @@ def test_forward_equals_predict_of_embed(name):
         assert torch.allclose(model(x), model.predict(model.embed(x)))
 
 
-@pytest.mark.parametrize("name", ["mlp", "cnn", "lenet", "resnet18", "deepfm", "wide_deep"])
+@pytest.mark.parametrize("name", ["mlp", "cnn", "lenet", "resnet18", "deepfm", "wide_deep", "cnn_tabular"])
 @pytest.mark.parametrize("dim", [16, 64, 256])
 def test_embedding_dim_respected(name, dim):
     """h outputs exactly embedding_dim features and p takes them."""
@@ -134,18 +135,18 @@ def test_embedding_dim_respected(name, dim):
 # --------------------------------------------------------------------------- EL:PL
 
 
-@pytest.mark.parametrize("name", ["mlp", "cnn", "lenet", "deepfm", "wide_deep"])
+@pytest.mark.parametrize("name", ["mlp", "cnn", "lenet", "deepfm", "wide_deep", "cnn_tabular"])
 @pytest.mark.parametrize("el_pl", RATIOS)
 def test_el_pl_weight_layer_counts(name, el_pl):
     """Weight layers in h and p follow EL:PL exactly; the split layer is embedding_dim wide."""
     model = _build(name, el_pl=el_pl)
     n_el, n_pl = model.layers
     assert n_el * el_pl[1] == n_pl * el_pl[0]
-    deep = model.embedding.deep if name in ("deepfm", "wide_deep") else model.embedding
-    assert _weight_layers(deep) == len(deep) == n_el
+    deep = model.embedding.deep if name in TABULAR_MODELS else model.embedding
+    assert sum(isinstance(m, nn.Conv1d) for m in deep.modules()) + _weight_layers(deep) == len(deep) == n_el
     assert _weight_layers(model.prediction) == len(model.prediction) == n_pl
-    if name in ("mlp", "cnn", "lenet"):
-        split = [m for m in model.embedding[-1].modules() if isinstance(m, nn.Linear)][-1]
+    if name in ("mlp", "cnn", "lenet", "cnn_tabular"):
+        split = [m for m in deep[-1].modules() if isinstance(m, nn.Linear)][-1]
         assert split.out_features == 128
 
 
@@ -206,9 +207,10 @@ def test_initialisation_is_deterministic(name):
 
 
 def test_models_tuple_lists_the_registry():
-    """MODELS names the nine architectures of the papers."""
+    """MODELS names the ten architectures of the papers (EASTER's Criteo CNN included)."""
     assert set(MODELS) == {"mlp", "cnn", "lenet", "resnet18", "resnet34", "resnet50", "resnet101",
-                           "deepfm", "wide_deep"}
+                           "deepfm", "wide_deep", "cnn_tabular"}
+    assert set(TABULAR_MODELS) == {"deepfm", "wide_deep", "cnn_tabular"}
 
 
 def test_unknown_model_lists_valid_names():
@@ -241,9 +243,9 @@ def test_bad_options_are_config_errors(kwargs, match):
 # --------------------------------------------------------------------------- Criteo
 
 
-@pytest.mark.parametrize("name", ["deepfm", "wide_deep"])
+@pytest.mark.parametrize("name", TABULAR_MODELS)
 def test_criteo_models_on_dense_sparse_input(name):
-    """DeepFM / Wide&Deep take (dense, sparse) or one joined tensor, giving the same 2 logits."""
+    """DeepFM / Wide&Deep / the Criteo CNN take (dense, sparse) or one joined tensor, giving the same 2 logits."""
     model = _build(name).eval()
     dense, sparse = _criteo_batch()
     with torch.no_grad():
@@ -283,6 +285,26 @@ def test_criteo_models_need_vocab_and_dense_counts():
         get_model("deepfm", input_shape=(7,), num_classes=2)
     with pytest.raises(ConfigError, match=r"\(7,\)"):
         get_model("deepfm", input_shape=(9,), num_classes=2, **CRITEO)
+
+
+def test_cnn_tabular_convolves_over_field_embeddings():
+    """The Criteo CNN reads the [B, k, F] field matrix (dense fields = value x vector, sparse
+    fields looked up) and, at 1:1, is conv + pool then the embedding layer, then 2 FC."""
+    model = _build("cnn_tabular").eval()
+    h = model.embedding
+    dense, sparse = _criteo_batch()
+    with torch.no_grad():
+        fields = h.fields((dense, sparse))
+        emb = h.field_embedding(sparse + h.offsets)
+    assert fields.shape == (2, 8, CRITEO["n_dense"] + len(CRITEO["vocab_sizes"]))
+    assert torch.allclose(fields[:, :, :4], (dense.unsqueeze(-1) * h.dense_vectors).transpose(1, 2))
+    assert torch.allclose(fields[:, :, 4:], emb.transpose(1, 2))
+    assert model.layers == (2, 2)
+    assert isinstance(h.deep[0][0], nn.Conv1d) and h.deep[0][0].in_channels == 8
+    assert isinstance(h.deep[0][-1], nn.MaxPool1d)
+    # One column only (a party of Table VI may hold a single field): padding and ceil pooling.
+    one = get_model("cnn_tabular", input_shape=(1,), num_classes=2, vocab_sizes=[], n_dense=1)
+    assert one(torch.randn(3, 1)).shape == (3, 2)
 
 
 # --------------------------------------------------------------------------- AdptVFedConv VGG-16-BN

@@ -365,3 +365,49 @@ def test_label_owner_split_errors():
         label_owner_split(y[y != 7], scenario="4niid")
     with pytest.raises(PartitionError, match="only 0 are left after the other owners took theirs"):
         label_owner_split(y, scenario="iid", n_owners=13, samples_per_owner=5000)
+
+
+# --------------------------------------------------------------------------------------------
+# EASTER Table VI: the first C of 10 fixed parts
+# --------------------------------------------------------------------------------------------
+
+
+def test_first_parts_of_ten_image_strips():
+    """32 px cut into 10 strips (4, 4, 3, ..., 3); C parties hold the first C, whatever C is."""
+    from vflkit.partition import first_parts
+
+    x = torch.arange(2 * 3 * 32 * 32).reshape(2, 3, 32, 32)
+    widths = {c: [b - a for a, b in first_parts(c, image_shape=(3, 32, 32)).partition.slices]
+              for c in (2, 4, 6, 8, 10)}
+    assert widths[10] == [4, 4, 3, 3, 3, 3, 3, 3, 3, 3]
+    assert all(widths[c] == widths[10][:c] for c in widths)
+    parts = first_parts(4, image_shape=(3, 32, 32))
+    assert parts.kept == 14 and parts.partition.input_shape == (3, 32, 14) and parts.active == 0
+    pieces = parts.split(x)
+    assert [tuple(p.shape) for p in pieces] == [(2, 3, 32, 4), (2, 3, 32, 4), (2, 3, 32, 3), (2, 3, 32, 3)]
+    assert torch.equal(torch.cat(pieces, dim=-1), x[..., :14])  # the features right of 14 px are held by no one
+    # C = 10 holds every pixel, exactly as strips(10) does.
+    full = first_parts(10, image_shape=(3, 32, 32))
+    assert full.partition == strips(10, image_shape=(3, 32, 32))
+    assert first_parts(3, image_shape=(1, 28, 28)).describe()["kept"] == 9  # 28 -> eight 3s, two 2s
+    with pytest.raises(PartitionError, match="C <= n_parts"):
+        first_parts(11, image_shape=(3, 32, 32))
+    with pytest.raises(PartitionError, match="expected samples"):
+        parts.select(x[..., :30])
+
+
+def test_first_parts_of_ten_columns():
+    """39 columns cut into 10 groups (nine of 4, then 3); C parties hold the first C groups."""
+    from vflkit.partition import first_parts
+
+    names = [f"I{i}" for i in range(1, 14)] + [f"C{i}" for i in range(1, 27)]
+    parts = first_parts(3, feature_names=names)
+    assert parts.partition.slices == (("I1", "I2", "I3", "I4"), ("I5", "I6", "I7", "I8"),
+                                      ("I9", "I10", "I11", "I12"))
+    x = torch.arange(5 * 39, dtype=torch.float32).reshape(5, 39)
+    assert torch.equal(torch.cat(parts.split(x), dim=1), x[:, :12])
+    ten = first_parts(10, feature_names=names)
+    assert [len(g) for g in ten.partition.slices] == [4] * 9 + [3]
+    assert ten.partition == columns(names, 10)
+    with pytest.raises(PartitionError, match="exactly one"):
+        first_parts(2)

@@ -79,6 +79,7 @@ __all__ = [
     "resnet101",
     "deepfm",
     "wide_deep",
+    "cnn_tabular",
     "vgg16_bn_split",
     "vgg16_bn_generator",
     "vgg16_bn_centralized",
@@ -90,7 +91,10 @@ __all__ = [
 
 MODELS: tuple[str, ...] = (
     "mlp", "cnn", "lenet", "resnet18", "resnet34", "resnet50", "resnet101", "deepfm", "wide_deep",
+    "cnn_tabular",
 )
+#: The Criteo party models: they take ``vocab_sizes`` and ``n_dense`` (one party's columns).
+TABULAR_MODELS: tuple[str, ...] = ("deepfm", "wide_deep", "cnn_tabular")
 
 # Width of hidden FC layers inside h (papers silent): wider than the default embedding (128).
 _H_HIDDEN = 256
@@ -503,15 +507,108 @@ def wide_deep(*, vocab_sizes: Sequence[int], n_dense: int, input_shape: Sequence
                    n_dense, field_embedding_dim)
 
 
+class _CriteoFieldCNN(nn.Module):
+    """h of the Criteo CNN: field embeddings, then 1-D convolutions across the fields.
+
+    Every column is a field with a ``k``-vector: a sparse column looks its code up, a dense
+    column scales a learned vector by its value (as DeepFM's dense fields). The ``[B, F, k]``
+    field matrix is read as ``k`` channels over ``F`` positions (the party's columns in
+    order), and ``units`` (the counted layers, as the image CNN's) run on it.
+    """
+
+    def __init__(self, *, n_dense: int, vocab_sizes: Sequence[int], field_dim: int,
+                 units: nn.Sequential) -> None:
+        super().__init__()
+        self.n_dense = n_dense
+        self.n_sparse = len(vocab_sizes)
+        vocab = torch.tensor(list(vocab_sizes), dtype=torch.long)
+        self.register_buffer("vocab", vocab, persistent=False)
+        self.register_buffer("offsets", vocab.cumsum(0) - vocab, persistent=False)
+        self.field_embedding = nn.Embedding(max(1, sum(vocab_sizes)), field_dim)
+        self.dense_vectors = nn.Parameter(torch.randn(n_dense, field_dim) * 0.01)
+        self.deep = units
+
+    _inputs = _CriteoEmbedding._inputs  # same input format and checks as DeepFM / Wide&Deep
+
+    def fields(self, x: Any) -> torch.Tensor:
+        """``[B, k, F]``: one channel per embedding factor, one position per column."""
+        dense, sparse = self._inputs(x)
+        parts = [dense.unsqueeze(-1) * self.dense_vectors]
+        if self.n_sparse:
+            parts.append(self.field_embedding(sparse + self.offsets))
+        return torch.cat(parts, dim=1).transpose(1, 2)
+
+    def forward(self, x: Any) -> torch.Tensor:
+        return self.deep(self.fields(x))
+
+
+def cnn_tabular(*, vocab_sizes: Sequence[int], n_dense: int, input_shape: Sequence[int] | None = None,
+                num_classes: int = 2, embedding_dim: int = 128, el_pl: tuple[int, int] = (1, 1),
+                field_embedding_dim: int = 8) -> PartyModel:
+    """The "CNN" of EASTER's Criteo experiments (Sec. V-A2; the paper gives no architecture).
+
+    Our choice: a CNN over field embeddings, counted like the image :func:`cnn` (2 conv +
+    2 FC, so EL:PL 1:1 is 2 | 2). h = field embeddings (k = 8; dense columns as value x
+    learned vector) read as ``[B, k, F]``, Conv1d(k -> 32, 3, padding 1) + ReLU +
+    MaxPool1d(2, ceil), then the map-sized layer to the embedding (Flatten + Linear + ReLU, the
+    same map as a convolution spanning the whole field axis, as in :func:`cnn`); p = two FC
+    layers (128 -> 128 -> classes). A second Conv1d(32 -> 64) comes in only where EL:PL gives
+    h three layers or more. Padding and ceil-mode pooling let a party with a single column
+    pass. Input and defaults as :func:`deepfm`.
+    """
+    if vocab_sizes is None or n_dense is None:
+        raise ConfigError("cnn_tabular needs vocab_sizes= (one category count per sparse column of "
+                          "this party) and n_dense= (its number of dense columns)")
+    vocab_sizes = [_positive_int("vocab_sizes entries", v) for v in vocab_sizes]
+    if isinstance(n_dense, bool) or not isinstance(n_dense, int) or n_dense < 0:
+        raise ConfigError(f"n_dense must be an integer >= 0, got {n_dense!r}")
+    n_fields = n_dense + len(vocab_sizes)
+    if n_fields == 0:
+        raise ConfigError("cnn_tabular needs at least one column: n_dense=0 and vocab_sizes is empty")
+    if input_shape is not None and tuple(input_shape) != (n_fields,):
+        raise ConfigError(
+            f"cnn_tabular expects input_shape (n_dense + n_sparse,) = ({n_fields},) for "
+            f"n_dense={n_dense} and {len(vocab_sizes)} sparse columns; got {tuple(input_shape)!r}"
+        )
+    k = _positive_int("field_embedding_dim", field_embedding_dim)
+    n_el, n_pl = _split_depth(4, _el_pl(el_pl))
+    convs = ((32, 3, True), (64, 3, False))
+    shape: tuple[int, ...] = (k, n_fields)
+    units: list[nn.Module] = []
+    for i in range(n_el):
+        at_split = i == n_el - 1
+        if i < len(convs) and not at_split:
+            out, size, pool = convs[i]
+            layers: list[nn.Module] = [nn.Conv1d(shape[0], out, size, padding=size // 2), nn.ReLU()]
+            if pool:
+                layers.append(nn.MaxPool1d(2, ceil_mode=True))
+        else:
+            width = embedding_dim if at_split else _H_HIDDEN
+            layers = [nn.Linear(math.prod(shape), width), nn.ReLU()]
+            if len(shape) > 1:
+                layers.insert(0, nn.Flatten())
+        unit = nn.Sequential(*layers)
+        for m in unit.modules():  # He init, as _he does for Linear/Conv2d
+            if isinstance(m, (nn.Linear, nn.Conv1d)):
+                nn.init.kaiming_normal_(m.weight, nonlinearity="relu")
+                nn.init.zeros_(m.bias)
+        shape = _probe(unit, shape)
+        units.append(unit)
+    h = _CriteoFieldCNN(n_dense=n_dense, vocab_sizes=vocab_sizes, field_dim=k,
+                        units=nn.Sequential(*units))
+    return PartyModel(h, _prediction_network(n_pl, embedding_dim, num_classes),
+                      embedding_dim=embedding_dim, layers=(n_el, n_pl), architecture="cnn_tabular")
+
+
 # --------------------------------------------------------------------------- registry
 
 _BUILDERS: dict[str, Callable[..., PartyModel]] = {
     "mlp": mlp, "cnn": cnn, "lenet": lenet, "resnet18": resnet18, "resnet34": resnet34,
     "resnet50": resnet50, "resnet101": resnet101, "deepfm": deepfm, "wide_deep": wide_deep,
+    "cnn_tabular": cnn_tabular,
 }
-_OPTIONS = {"deepfm": ("vocab_sizes", "n_dense", "field_embedding_dim"),
-            "wide_deep": ("vocab_sizes", "n_dense", "field_embedding_dim")}
-_REQUIRED = {"deepfm": ("vocab_sizes", "n_dense"), "wide_deep": ("vocab_sizes", "n_dense")}
+_OPTIONS = {name: ("vocab_sizes", "n_dense", "field_embedding_dim") for name in TABULAR_MODELS}
+_REQUIRED = {name: ("vocab_sizes", "n_dense") for name in TABULAR_MODELS}
 
 
 def get_model(name: str, *, input_shape: tuple[int, ...], num_classes: int,
@@ -532,7 +629,8 @@ def get_model(name: str, *, input_shape: tuple[int, ...], num_classes: int,
     el_pl
         Ratio of layers in h to layers in p (default (1, 1), EASTER Fig. 6b).
     **kwargs
-        ``deepfm`` / ``wide_deep`` only: ``vocab_sizes``, ``n_dense``, ``field_embedding_dim``.
+        ``deepfm`` / ``wide_deep`` / ``cnn_tabular`` only: ``vocab_sizes``, ``n_dense``,
+        ``field_embedding_dim``.
     """
     if name not in _BUILDERS:
         raise ConfigError(f"Invalid model {name!r}; choose one of {', '.join(MODELS)}")
@@ -540,7 +638,7 @@ def get_model(name: str, *, input_shape: tuple[int, ...], num_classes: int,
     unknown = sorted(set(kwargs) - set(allowed))
     if unknown:
         takes = (f"it takes {', '.join(allowed)}" if allowed
-                 else "it takes none (vocab_sizes, n_dense are for deepfm, wide_deep)")
+                 else "it takes none (vocab_sizes, n_dense are for deepfm, wide_deep, cnn_tabular)")
         raise ConfigError(f"Unknown option(s) {', '.join(unknown)} for model {name!r}; {takes}")
     missing = [k for k in _REQUIRED.get(name, ()) if k not in kwargs]
     if missing:

@@ -427,6 +427,123 @@ def columns(
 
 
 # --------------------------------------------------------------------------------------------
+# EASTER Table VI: the first C of 10 fixed feature parts
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PartsPartition:
+    """C parties holding the first C of ``n_parts`` fixed feature parts (EASTER Table VI).
+
+    EASTER Sec. V-D: the features are "split ... into 10 equal parts, with each client having
+    one part". Read with Table VI (accuracy rises with C; C = 4 sits far below Table II's C = 4,
+    which uses every feature), the parts are fixed and C parties hold the first C of them; the
+    features of parts C+1..10 take part in no run. :attr:`partition` is an ordinary
+    :class:`Partition` over the kept features only; :meth:`select` cuts a full sample down to
+    them and :meth:`split` does both.
+
+    Attributes
+    ----------
+    partition : Partition
+        Strips over the cropped image ``(C, H, kept)`` or column groups over the kept names.
+    n_parts : int
+        Parts the full feature set is cut into (10 in the paper).
+    full_shape : tuple of int
+        One full sample: ``(C, H, W)`` or ``(F,)``.
+    full_names : tuple of str
+        Columns only: every column of a full sample, in order.
+    """
+
+    partition: Partition
+    n_parts: int
+    full_shape: tuple[int, ...]
+    full_names: tuple[str, ...] = ()
+
+    @property
+    def n_parties(self) -> int:
+        """C, the number of parts held (one per party)."""
+        return self.partition.n_parties
+
+    @property
+    def active(self) -> int:
+        """Index of the active party (as :attr:`Partition.active`)."""
+        return self.partition.active
+
+    @property
+    def kept(self) -> int:
+        """Pixels along the cut axis (strips) or columns (tables) that the C parties hold."""
+        p = self.partition
+        if p.kind == "columns":
+            return len(p.feature_names)
+        return p.input_shape[2] if p.axis == "width" else p.input_shape[1]
+
+    def select(self, x: torch.Tensor) -> torch.Tensor:
+        """The kept features of ``x`` (``[..., C, H, W]`` or ``[..., F]``): a view, no copy."""
+        n = len(self.full_shape)
+        if not isinstance(x, torch.Tensor) or x.dim() < n or tuple(x.shape[-n:]) != self.full_shape:
+            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise PartitionError(f"expected samples of shape {self.full_shape}, got {shape}")
+        if self.partition.kind == "columns":
+            return x.narrow(-1, 0, self.kept)
+        return x.narrow(-1 if self.partition.axis == "width" else -2, 0, self.kept)
+
+    def split(self, x: torch.Tensor) -> list[torch.Tensor]:
+        """One tensor per party: the first C parts of ``x``."""
+        return self.partition.split(self.select(x))
+
+    def describe(self) -> dict[str, Any]:
+        """The kept partition's description plus the parts it was taken from."""
+        return {**self.partition.describe(), "n_parts": self.n_parts, "full_shape": list(self.full_shape),
+                "kept": self.kept}
+
+
+def first_parts(
+    n_parties: int,
+    n_parts: int = 10,
+    *,
+    image_shape: Sequence[int] | None = None,
+    feature_names: Sequence[str] | None = None,
+    axis: str = "width",
+    active: int = 0,
+) -> PartsPartition:
+    """Cut the features into ``n_parts`` fixed parts and give party k part k, for k < C.
+
+    Give either ``image_shape`` (strips along ``axis``: 32 px into 10 -> 4, 4, 3, ..., 3; 28
+    into 10 -> eight of 3, then two of 2) or ``feature_names`` (consecutive column groups,
+    sizes as :func:`columns` with an int: Criteo's 39 into 10 -> nine of 4, then 3). Parts
+    keep their size whatever C is, so adding a party adds features and never reshuffles them
+    (EASTER Table VI). With C = ``n_parts`` every feature is held, as :func:`strips` /
+    :func:`columns` would give.
+    """
+    if (image_shape is None) == (feature_names is None):
+        raise PartitionError("give exactly one of image_shape= (images) or feature_names= (tables)")
+    if not isinstance(n_parties, int) or isinstance(n_parties, bool) or not 1 <= n_parties:
+        raise PartitionError(f"the number of parties must be a positive integer, got {n_parties!r}")
+    if isinstance(n_parts, bool) or not isinstance(n_parts, int) or n_parties > n_parts:
+        raise PartitionError(
+            f"{n_parties} parties but only {n_parts} parts: C parties hold the first C parts, so "
+            f"C <= n_parts"
+        )
+    if image_shape is not None:
+        shape = _image_shape(image_shape)
+        if axis not in AXES:
+            raise PartitionError(f"Invalid strip axis {axis!r}; choose one of {', '.join(AXES)}")
+        length = shape[2] if axis == "width" else shape[1]
+        bounds = _even_bounds(length, n_parts, f"pixels of {axis}")[:n_parties]
+        stop = bounds[-1][1]
+        kept_shape = (shape[0], shape[1], stop) if axis == "width" else (shape[0], stop, shape[2])
+        inner = Partition("strips", tuple(bounds), kept_shape, active=active, axis=axis)
+        return PartsPartition(inner, n_parts, shape)
+    if isinstance(feature_names, str):
+        raise PartitionError("feature_names must be a sequence of column names, not one string")
+    names = tuple(str(n) for n in feature_names)
+    bounds = _even_bounds(len(names), n_parts, "columns")[:n_parties]
+    kept = names[:bounds[-1][1]]
+    inner = columns(kept, [b - a for a, b in bounds], active=active)
+    return PartsPartition(inner, n_parts, (len(names),), names)
+
+
+# --------------------------------------------------------------------------------------------
 # APC-VFL feature partitions (Appendix A)
 # --------------------------------------------------------------------------------------------
 

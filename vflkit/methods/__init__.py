@@ -6,6 +6,7 @@ from ..errors import ConfigError
 from .base import OPTIMIZERS, VFLMethod, make_optimizer
 from .aggvfl import AggVFL, HeterAggVFL, HomoAggVFL
 from .cvfl import CVFL
+from .easter import EASTER
 from .local import Local
 from .splitnn import SplitNN
 from .vfedmh import HomoVFedMH, VFedMH
@@ -21,6 +22,7 @@ METHODS: dict[str, type[VFLMethod]] = {
     "heter_aggvfl": HeterAggVFL,
     "vfedmh": VFedMH,
     "homo_vfedmh": HomoVFedMH,
+    "easter": EASTER,
 }
 
 

@@ -63,6 +63,11 @@ class VFedMH(VFLMethod):
 
     # -- key agreement --------------------------------------------------------------------
 
+    def allow_insecure(self) -> bool:
+        """Whether blinding may run with a single passive party (r_1 = 0: its embedding is
+        seen in the clear). Never for VFedMH; EASTER's Table VI (C = 2) opts in explicitly."""
+        return False
+
     def setup(self) -> None:
         """Key generation and blinding-factor set-up (Sec. IV-C): every passive party sends
         its public key to the active party, which forwards each one the others' keys."""
@@ -77,7 +82,7 @@ class VFedMH(VFLMethod):
         for number, p in enumerate(self.passive, start=1):
             self.active.send(p, "public_key", {j: pk for j, pk in public.items() if j != number})
         for p in self.passive:
-            p.state["keys"].agree(p.recv(self.active, "public_key"))
+            p.state["keys"].agree(p.recv(self.active, "public_key"), allow_insecure=self.allow_insecure())
 
     # -- one protocol pass --------------------------------------------------------------------
 
@@ -103,7 +108,8 @@ class VFedMH(VFLMethod):
         own[a.name] = e_a
         received = [a.recv(p, "embedding") for p in self.passive]
         if self.options["blinding"]:
-            e = aggregate(e_a.detach(), received, ring=self.ring, n_parties=len(self.parties))
+            e = aggregate(e_a.detach(), received, ring=self.ring, n_parties=len(self.parties),
+                          allow_insecure=self.allow_insecure())
         else:
             e = (e_a.detach() + torch.stack(received).sum(0)) / len(self.parties)
         a.state["E"] = e

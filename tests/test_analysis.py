@@ -1,0 +1,86 @@
+"""Tests for vflkit.analysis: the convergence rule and bytes to convergence, on hand-made records."""
+
+import pytest
+
+from vflkit.analysis import bytes_to_convergence, convergence_epoch, convergence_epochs, convergence_table
+from vflkit.errors import ConfigError
+
+
+def _history(curves, metric="test_accuracy"):
+    return [{"epoch": e, "model": m, metric: v, "loss": 0.0, "elapsed_s": float(e)}
+            for m, values in curves.items() for e, v in enumerate(values, start=1)]
+
+
+# active: best 0.900 at epoch 5; 0.896 (epoch 3) is within 0.5 points, 0.890 (epoch 2) is not.
+# passive_1: best 0.950 at epoch 4; first within 0.5 points is epoch 4 (0.944 at 3 is 0.6 short).
+CURVES = {"active": [0.80, 0.890, 0.896, 0.899, 0.900],
+          "passive_1": [0.70, 0.900, 0.944, 0.950, 0.948]}
+
+
+def test_convergence_epoch_first_within_half_a_point_of_best():
+    """e* per model is the first epoch within 0.5 points of its best; the run's e* is the latest."""
+    h = _history(CURVES)
+    assert convergence_epochs(h) == {"active": 3, "passive_1": 4}
+    assert convergence_epoch(h) == 4
+    assert convergence_epoch(h, models=["active"]) == 3
+    # 1.0 point (the sensitivity check): 0.890 and 0.944 now count.
+    assert convergence_epochs(h, tolerance=1.0) == {"active": 2, "passive_1": 3}
+    # Exactly best - 0.5 points counts; a curve at its best from the start converges at epoch 1.
+    assert convergence_epochs(_history({"a": [0.795, 0.8]})) == {"a": 1}
+    assert convergence_epochs(_history({"a": [0.5, 0.5, 0.5]}), tolerance=0) == {"a": 1}
+
+
+def test_convergence_epoch_errors_and_missing_values():
+    """NaN epochs are skipped; unknown metrics or models are errors."""
+    h = _history({"a": [float("nan"), 0.7, 0.8]})
+    assert convergence_epoch(h) == 3
+    with pytest.raises(ConfigError, match="test_auc"):
+        convergence_epoch(h, metric="test_auc")
+    with pytest.raises(ConfigError, match="no history"):
+        convergence_epoch(h, models=["b"])
+    with pytest.raises(ConfigError, match="tolerance"):
+        convergence_epoch(h, tolerance=-1)
+
+
+def _record(method="easter", curves=CURVES, per_epoch_bytes=(1000, 1000, 1000, 1000, 1000), **extra):
+    per_kind = [{"kind": "embedding", "bytes": 2000}, {"kind": "global_embedding", "bytes": 1000},
+                {"kind": "prediction", "bytes": 1000}, {"kind": "loss", "bytes": 1000}]
+    return {"config": {"method": method, "dataset": "fashion_mnist", "seed": 0, "options": extra},
+            "history": _history(curves),
+            "comm": {"per_epoch": [{"epoch": e, "bytes": b, "messages": 1, "rounds": 1}
+                                   for e, b in enumerate(per_epoch_bytes, start=1)],
+                     "per_kind": per_kind}}
+
+
+def test_bytes_to_convergence_as_sent_and_float32():
+    """Bytes of epochs 1..e*; blinded int64 embeddings (40 % of EASTER's bytes here) count half
+    in float32-equivalent: 1000 B an epoch -> 800 B."""
+    out = bytes_to_convergence(_record())
+    assert out["epoch"] == 4 and out["bytes"] == 4000
+    assert out["bytes_float32"] == pytest.approx(4 * 800)
+    assert out["mb"] == pytest.approx(4000 / 2**20)
+    assert out["value"] == pytest.approx((0.899 + 0.950) / 2) and out["metric"] == "test_accuracy"
+    # Plain embeddings (blinding off) and other methods count as sent.
+    assert bytes_to_convergence(_record(blinding=False))["bytes_float32"] == 4000
+    assert bytes_to_convergence(_record("splitnn"))["bytes_float32"] == 4000
+    # A given e*, and the per-link rows when the record has them (exact per epoch and kind).
+    assert bytes_to_convergence(_record(), epoch=2)["bytes"] == 2000
+    rec = _record(per_epoch_bytes=(10, 10, 10, 10, 10))
+    rec["comm"]["per_link"] = [
+        {"epoch": e, "kind": k, "sender": "passive_1", "receiver": "active", "messages": 1, "bytes": b, "steps": 1}
+        for e in range(1, 6) for k, b in (("embedding", 8), ("prediction", 2))]
+    out = bytes_to_convergence(rec)
+    assert (out["bytes"], out["bytes_float32"]) == (40, pytest.approx(4 * (4 + 2)))
+    with pytest.raises(ConfigError, match="past the record"):
+        bytes_to_convergence(_record(), epoch=9)
+
+
+def test_auc_is_the_default_metric_when_recorded():
+    """Criteo records carry test_auc: convergence is then judged on AUC."""
+    rec = _record("splitnn", curves={"active": [0.6, 0.7, 0.72]})
+    for row, auc in zip(rec["history"], [0.70, 0.75, 0.752]):
+        row["test_auc"] = auc
+    out = bytes_to_convergence(rec, models=["active"])
+    assert out["metric"] == "test_auc" and out["epoch"] == 2 and out["value"] == pytest.approx(0.75)
+    table = convergence_table([rec, _record()])
+    assert list(table["method"]) == ["splitnn", "easter"] and list(table["epoch"]) == [2, 4]

@@ -1,0 +1,137 @@
+"""EASTER building blocks: the method name, tabular (Criteo) parties and the Criteo models on them."""
+
+import pytest
+import torch
+
+from vflkit.comm import Channel
+from vflkit.data import CRITEO_DENSE, CRITEO_SPARSE, load_dataset
+from vflkit.errors import SecurityError
+from vflkit.experiment import RunConfig
+from vflkit.methods import METHODS, get_method
+from vflkit.methods.easter import EASTER
+from vflkit.methods.vfedmh import VFedMH
+from vflkit.models import TABULAR_MODELS
+from vflkit.tabular import TabularModels, build_tabular_parties, encode_table, tabular_method
+
+from test_methods import _method, _parties
+
+
+@pytest.fixture(scope="module")
+def criteo():
+    return load_dataset("criteo")
+
+
+def _config(method, models, n_parties=4, **kw):
+    kw = {"n_train": 96, "n_test": 64, **kw}
+    return RunConfig(paper="easter", dataset="criteo", method=method, models=models, n_parties=n_parties,
+                     embedding_dim=16, lr=0.05, **kw)
+
+
+def _snapshot(party):
+    return {f"{m}.{n}": p.detach().clone() for m, mod in party.models.items() for n, p in mod.named_parameters()}
+
+
+def _moved(before, party):
+    now = _snapshot(party)
+    return any(not torch.equal(before[k], now[k]) for k in before)
+
+
+class _MutedGradients(Channel):
+    """A channel that delivers every gradient-carrying payload as zeros (the ledger still counts it)."""
+
+    def send(self, sender, receiver, kind, payload, *, nbytes=None):
+        if kind == "gradient":
+            payload = torch.zeros_like(payload)
+        elif kind == "loss":
+            payload = {**payload, "grad_prediction": torch.zeros_like(payload["grad_prediction"])}
+        super().send(sender, receiver, kind, payload, nbytes=nbytes)
+
+
+# --------------------------------------------------------------------------- the method name
+
+
+def test_easter_is_vfedmh_under_its_own_name():
+    """'easter' is registered, is VFedMH's protocol, and names itself EASTER in records."""
+    assert METHODS["easter"] is EASTER and issubclass(EASTER, VFedMH) and EASTER.name == "easter"
+    ch, parties = _parties()
+    method = _method("easter", parties, models=("mlp", "lenet", "mlp", "lenet"))
+    losses = method.train_step(torch.arange(32))
+    assert set(losses) == set(method.trained_models()) == {p.name for p in parties}
+    kinds = set(ch.ledger.frame()["kind"]) - {"public_key"}  # setup's key agreement aside
+    assert kinds == {"embedding", "global_embedding", "prediction", "loss"}  # VFedMH's four rounds
+    assert ch.pending() == 0
+
+
+def test_easter_single_passive_needs_the_explicit_flag():
+    """C = 2 (Table VI): one passive party has r_1 = 0, so blinding is refused unless the
+    recorded option allow_single_passive is set; then the run trains."""
+    _, parties = _parties(n_parties=2)
+    with pytest.raises(SecurityError, match="at least 2 passive"):
+        _method("easter", parties, models="mlp")
+    _, parties = _parties(n_parties=2)
+    method = _method("easter", parties, models="mlp", options={"allow_single_passive": True})
+    assert method.config.options == {"allow_single_passive": True}
+    assert set(method.train_step(torch.arange(16))) == {"active", "passive_1"}
+
+
+# --------------------------------------------------------------------------- tabular parties
+
+
+def test_tabular_parties_hold_their_columns_dense_first(criteo):
+    """Consecutive Criteo column groups (10/10/10/9 at C = 4), each party's dense columns first,
+    labels only at the active party, model options matching its columns, a seeded 80/20 split."""
+    table = encode_table(criteo)
+    assert (len(table.y_train), len(table.y_test)) == (1599, 400)
+    assert table.feature_names == (*CRITEO_DENSE, *CRITEO_SPARSE)
+    parties, n_classes = build_tabular_parties(_config("easter", "deepfm", n_train=None, n_test=None),
+                                               device="cpu", channel=Channel(), data=criteo)
+    assert n_classes == 2 and [p.name for p in parties] == ["active", "passive_1", "passive_2", "passive_3"]
+    held = [c for p in parties for c in p.columns]
+    assert sorted(held) == sorted(table.feature_names) and len(held) == 39
+    assert [len(p.columns) for p in parties] == [10, 10, 10, 9]
+    assert [p.holds_labels for p in parties] == [True, False, False, False]
+    p1 = parties[1]
+    assert p1.columns[:3] == ("I11", "I12", "I13") and p1.model_kwargs["n_dense"] == 3
+    assert p1.model_kwargs["vocab_sizes"] == [table.vocab_sizes[c] for c in p1.columns[3:]]
+    # The party's tensor is the table's columns, codes exact in float32.
+    cols = [table.feature_names.index(c) for c in p1.columns]
+    assert torch.equal(p1.features("train"), table.x_train[:, cols])
+    assert parties[2].features("test").shape == (400, 10)
+    # Same split whatever the run seed (a fixed split_seed): methods are scored on the same rows.
+    again = encode_table(criteo)
+    assert torch.equal(again.y_test, table.y_test)
+
+
+def test_tabular_first_parts_of_ten(criteo):
+    """Table VI on Criteo: 39 columns cut into 10 fixed groups (4 x 9 + 3); C parties hold the first C."""
+    parties, _ = build_tabular_parties(_config("easter", "deepfm", n_parties=2), device="cpu",
+                                       channel=Channel(), data=criteo, n_parts=10)
+    assert [p.columns for p in parties] == [("I1", "I2", "I3", "I4"), ("I5", "I6", "I7", "I8")]
+    parties, _ = build_tabular_parties(_config("easter", "deepfm", n_parties=10), device="cpu",
+                                       channel=Channel(), data=criteo, n_parts=10)
+    assert [len(p.columns) for p in parties] == [4] * 9 + [3]
+
+
+@pytest.mark.parametrize("arch", TABULAR_MODELS)
+@pytest.mark.parametrize("name", ["easter", "splitnn"])
+def test_a_step_on_criteo_parties_with_each_criteo_model(criteo, name, arch):
+    """An EASTER step and a SplitNN step run on tabular parties with every Criteo model; the
+    passive parties learn, and only from the channel: with gradient payloads zeroed in transit
+    their parameters do not move."""
+    models = (arch, *[m for m in TABULAR_MODELS if m != arch])[:3] + (arch,)
+    cls = tabular_method(get_method(name))
+    assert issubclass(cls, TabularModels) and cls.name == name
+    for channel_cls, learns in ((Channel, True), (_MutedGradients, False)):
+        ch = channel_cls()
+        config = _config(name, models, optimizers="sgd")
+        parties, n_classes = build_tabular_parties(config, device="cpu", channel=ch, data=criteo)
+        method = cls(config, parties, num_classes=n_classes)
+        method.setup()
+        before = {p.name: _snapshot(p) for p in method.passive}
+        method.train_step(torch.arange(32))
+        assert ch.pending() == 0
+        assert all(_moved(before[p.name], p) == learns for p in method.passive), (channel_cls, arch)
+        received = set(ch.ledger.frame().query("receiver != 'active'")["kind"]) - {"public_key"}
+        assert received == ({"global_embedding", "loss"} if name == "easter" else {"gradient"})
+    metrics = method.evaluate(batch_size=32)
+    assert 0.0 <= metrics["active"]["test_auc"] <= 1.0

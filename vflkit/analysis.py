@@ -1,0 +1,168 @@
+"""Pure functions over run records: convergence epoch and communication to convergence.
+
+EASTER reports accuracy and communication "at convergence" (Table V, Figs 4-5) without saying
+how convergence was detected. Our rule (:func:`convergence_epoch`):
+
+* a model has converged at the **first epoch whose test metric is within ``tolerance``
+  percentage points (default 0.5) of the best that model reaches in the run**;
+* a run that trains several models (EASTER/VFedMH: one per party) has converged when **all**
+  of them have: the latest of their epochs. A method is not "converged" while one of the
+  models it promises is still improving;
+* 1.0 point is the suggested sensitivity check. (Multi-VFL's 90 %-of-best rule is far too
+  loose for a 98 %-accurate MNIST model.)
+
+The rule looks at the whole run, so e* is defined only after the run's last epoch: it says
+when the run got where it ended up, not when to stop.
+
+A record is the dict :func:`vflkit.experiment.run` writes: ``history`` rows with ``epoch``,
+``model`` and metrics (``test_accuracy`` / ``test_auc`` as fractions 0..1), and
+``comm["per_epoch"]`` rows with ``epoch`` and ``bytes``. Nothing here imports the runner.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Mapping, Sequence
+
+import pandas as pd
+
+from .errors import ConfigError
+
+#: Methods whose "embedding" messages are blinded int64 ring elements when blinding is on.
+BLINDED_METHODS: tuple[str, ...] = ("vfedmh", "homo_vfedmh", "easter")
+
+
+def _history(history: Any) -> pd.DataFrame:
+    df = history if isinstance(history, pd.DataFrame) else pd.DataFrame(list(history))
+    if df.empty or not {"epoch", "model"} <= set(df.columns):
+        raise ConfigError("history needs rows with 'epoch', 'model' and a metric column")
+    return df
+
+
+def convergence_epochs(history: Any, *, metric: str = "test_accuracy", tolerance: float = 0.5,
+                       models: Sequence[str] | None = None) -> dict[str, int]:
+    """e* of every model: the first epoch whose ``metric`` is >= best - ``tolerance`` points.
+
+    ``history`` is a record's ``history`` (rows of dicts or a DataFrame); metric values are
+    fractions (0.9123 = 91.23 %) and ``tolerance`` is in percentage points. ``models``
+    restricts the models considered (default: all). Epochs where the metric is missing or NaN
+    are skipped.
+    """
+    if not tolerance >= 0:
+        raise ConfigError(f"tolerance must be >= 0 percentage points, got {tolerance!r}")
+    df = _history(history)
+    if metric not in df.columns:
+        raise ConfigError(f"history has no {metric!r} column; it has {sorted(df.columns)}")
+    if models is not None:
+        unknown = sorted(set(models) - set(df["model"]))
+        if unknown:
+            raise ConfigError(f"no history for models {unknown}; it has {sorted(set(df['model']))}")
+        df = df[df["model"].isin(list(models))]
+    out: dict[str, int] = {}
+    for model, rows in df.groupby("model", sort=True):
+        rows = rows[rows[metric].notna()].sort_values("epoch")
+        if rows.empty:
+            raise ConfigError(f"model {model!r} has no {metric} value in any epoch")
+        best = float(rows[metric].max())
+        # The fraction -> points conversion; the 1e-12 keeps an epoch at exactly best - tol.
+        reached = rows[rows[metric] * 100 >= best * 100 - tolerance - 1e-12]
+        out[str(model)] = int(reached["epoch"].iloc[0])
+    return out
+
+
+def convergence_epoch(history: Any, *, metric: str = "test_accuracy", tolerance: float = 0.5,
+                      models: Sequence[str] | None = None) -> int:
+    """The run's e*: the latest of its models' convergence epochs (all models converged)."""
+    return max(convergence_epochs(history, metric=metric, tolerance=tolerance, models=models).values())
+
+
+def _float32_factors(record: Mapping[str, Any]) -> dict[str, float]:
+    """Per message kind, float32-equivalent bytes per byte sent: blinded embeddings travel as
+    int64 ring elements (8 B per entry) where a float32 would take 4. Everything else is sent
+    as float32 already, or compressed (C-VFL), and counts as sent."""
+    cfg = record.get("config", {})
+    blinded = cfg.get("method") in BLINDED_METHODS and cfg.get("options", {}).get("blinding", True)
+    return {"embedding": 0.5} if blinded else {}
+
+
+def _per_epoch_bytes(record: Mapping[str, Any], factors: Mapping[str, float]) -> pd.DataFrame:
+    """Bytes per epoch, as sent and float32-equivalent.
+
+    Exact per kind from ``comm["per_link"]`` when the record has it; otherwise the epoch's
+    bytes are split by the run's overall kind shares (``comm["per_kind"]``), which is exact
+    when every epoch runs the same steps (all batch-by-batch protocols here).
+    """
+    comm = record.get("comm", {})
+    if comm.get("per_link"):
+        links = pd.DataFrame(comm["per_link"])
+        links["f32"] = links["bytes"] * links["kind"].map(lambda k: factors.get(k, 1.0))
+        g = links.groupby("epoch")
+        return pd.DataFrame({"bytes": g["bytes"].sum(), "bytes_float32": g["f32"].sum()}).reset_index()
+    per_epoch = pd.DataFrame(comm.get("per_epoch") or [])
+    if per_epoch.empty:
+        raise ConfigError("the record has no comm.per_epoch rows")
+    kinds = pd.DataFrame(comm.get("per_kind") or [])
+    if factors and kinds.empty:
+        raise ConfigError("float32-equivalent bytes need comm.per_kind (or comm.per_link) in the record")
+    total = float(kinds["bytes"].sum()) if not kinds.empty else 0.0
+    ratio = 1.0
+    if total > 0:
+        ratio = float(sum(b * factors.get(k, 1.0) for k, b in zip(kinds["kind"], kinds["bytes"]))) / total
+    out = per_epoch[["epoch", "bytes"]].copy()
+    out["bytes_float32"] = out["bytes"] * ratio
+    return out
+
+
+def bytes_to_convergence(record: Mapping[str, Any], *, metric: str | None = None, tolerance: float = 0.5,
+                         models: Sequence[str] | None = None, epoch: int | None = None,
+                         float32_factors: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """Table V's communication volume: training bytes of epochs 1..e*, all parties and
+    directions.
+
+    Parameters
+    ----------
+    record
+        A run record (``history``, ``comm``, ``config``).
+    metric
+        Default ``test_auc`` if the history has it (Criteo), else ``test_accuracy``.
+    tolerance, models
+        The convergence rule (:func:`convergence_epoch`).
+    epoch
+        Use this e* instead of detecting it.
+    float32_factors
+        Per kind, float32-equivalent bytes per byte sent; default: blinded embeddings of
+        VFedMH/EASTER count half (int64 -> float32), everything else as sent.
+
+    Returns
+    -------
+    dict with ``epoch`` (e*), ``metric``, ``value`` (the metric at e*, the mean over the
+    considered models, a fraction), ``bytes`` (as sent), ``bytes_float32``, ``mb`` and
+    ``mb_float32`` (MB = 2**20 bytes, as the ledger's other reports).
+    """
+    history = _history(record["history"])
+    if metric is None:
+        metric = "test_auc" if "test_auc" in history.columns and history["test_auc"].notna().any() else "test_accuracy"
+    e_star = epoch if epoch is not None else convergence_epoch(history, metric=metric, tolerance=tolerance,
+                                                              models=models)
+    factors = _float32_factors(record) if float32_factors is None else dict(float32_factors)
+    per_epoch = _per_epoch_bytes(record, factors)
+    if e_star > int(per_epoch["epoch"].max()):
+        raise ConfigError(f"e*={e_star} is past the record's last epoch of traffic ({int(per_epoch['epoch'].max())})")
+    upto = per_epoch[per_epoch["epoch"] <= e_star]
+    at = history[(history["epoch"] == e_star)]
+    if models is not None:
+        at = at[at["model"].isin(list(models))]
+    value = float(at[metric].mean()) if not at.empty else math.nan
+    sent, f32 = int(upto["bytes"].sum()), float(upto["bytes_float32"].sum())
+    return {"epoch": int(e_star), "metric": metric, "value": value, "bytes": sent, "bytes_float32": f32,
+            "mb": sent / 2**20, "mb_float32": f32 / 2**20}
+
+
+def convergence_table(records: Iterable[Mapping[str, Any]], **rule: Any) -> pd.DataFrame:
+    """One row per record: method, dataset, seed, e* and bytes to convergence (both units)."""
+    rows = []
+    for r in records:
+        cfg = r.get("config", {})
+        rows.append({"method": cfg.get("method"), "dataset": cfg.get("dataset"), "seed": cfg.get("seed"),
+                     **bytes_to_convergence(r, **rule)})
+    return pd.DataFrame(rows)

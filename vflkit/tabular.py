@@ -1,0 +1,242 @@
+"""Tabular parties for the batch-by-batch trainer (EASTER on Criteo).
+
+:func:`build_tabular_parties` is the tabular twin of :func:`vflkit.experiment.build_parties`:
+load the table, split it 80/20, encode it, give each party a group of columns, and return
+``(parties, n_classes)`` with the same party names (``active``, ``passive_1`` ...).
+
+What a tabular party holds
+--------------------------
+:class:`~vflkit.comm.Party` keeps one tensor per split, so a party's columns travel as one
+float32 tensor ``[N, n_dense_k + n_sparse_k]``: its dense columns first (``log1p`` values from
+:func:`vflkit.data.encode_criteo`), then its category codes. That is the single-tensor input
+the Criteo party models take (``_CriteoEmbedding._inputs`` splits it back into a float and an
+int64 part). Codes are exact in float32 below 2**24; :func:`encode_table` checks that.
+
+Each party also carries ``model_kwargs`` (``n_dense`` and ``vocab_sizes`` of its own columns):
+the Criteo models need them and ``VFLMethod.party_model`` does not pass them yet.
+:class:`TabularModels` is the mixin that does (EASTER uses it; :func:`tabular_method` adds it to
+any other method class). Once the engine's ``party_model`` forwards
+``getattr(party, "model_kwargs", {})`` itself, the mixin has nothing left to do.
+
+Choices where the paper is silent (EASTER Sec. V-A1 gives only "80% / 20%")
+-----------------------------------------------------------------------
+* The 80/20 split is drawn once with ``split_seed`` (default 0), independent of the run seed,
+  so every method and seed is scored on the same test rows (paired comparisons; the tiny
+  sample's 400 test rows make unpaired AUC gaps of a few points unresolvable).
+* Categories seen fewer than ``min_count=2`` times share code 0 with missing values; the
+  vocabulary is counted over all rows (DeepCTR's practice: counts, never labels).
+* Columns keep Criteo's order I1..I13, C1..C26 and are cut into consecutive groups
+  (:func:`vflkit.partition.columns`), so at C = 4 (10/10/10/9 columns) the active party holds
+  dense columns only.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Sequence
+
+import torch
+
+from .comm import Channel, Party
+from .errors import ConfigError, PartitionError
+from .partition import Partition, PartsPartition, columns, first_parts
+
+if TYPE_CHECKING:
+    from .data import TabularData
+    from .models import PartyModel
+
+#: float32 represents every integer below 2**24 exactly: the largest category code allowed.
+_FLOAT32_EXACT = 2**24
+
+
+@dataclass(frozen=True)
+class EncodedTable:
+    """A tabular dataset as model inputs: one float32 column per feature, seeded 80/20 split.
+
+    Attributes
+    ----------
+    x_train, x_test : float32 ``[N, F]`` in ``feature_names`` order (dense values, or codes).
+    y_train, y_test : int64 ``[N]``.
+    feature_names : every column, dense ones first (I1..I13, C1..C26 for Criteo).
+    dense : the names of the dense columns.
+    vocab_sizes : per categorical column, its vocabulary size (codes 0..V-1).
+    num_classes : 2 for a binary task.
+    """
+
+    x_train: torch.Tensor
+    x_test: torch.Tensor
+    y_train: torch.Tensor
+    y_test: torch.Tensor
+    feature_names: tuple[str, ...]
+    dense: tuple[str, ...]
+    vocab_sizes: dict[str, int]
+    num_classes: int
+
+    def model_kwargs(self, names: Sequence[str]) -> dict[str, Any]:
+        """What a Criteo model of a party holding ``names`` needs: its dense count and the
+        vocabulary of each of its categorical columns, in the order the party holds them."""
+        return {"n_dense": sum(n in self.dense for n in names),
+                "vocab_sizes": [self.vocab_sizes[n] for n in names if n not in self.dense]}
+
+    def party_columns(self, names: Sequence[str]) -> list[str]:
+        """``names`` reordered as a party holds them: its dense columns first, then its
+        categorical ones (each kind in the given order)."""
+        return [n for n in names if n in self.dense] + [n for n in names if n not in self.dense]
+
+
+def encode_table(data: "TabularData", *, split_seed: int = 0, test_fraction: float = 0.2,
+                 min_count: int = 2) -> EncodedTable:
+    """Encode Criteo (``load_dataset("criteo")``) and split it ``1 - test_fraction`` /
+    ``test_fraction`` with a seeded permutation (see the module docstring for the choices)."""
+    from .data import CRITEO_DENSE, CRITEO_SPARSE, encode_criteo
+
+    if not 0.0 < test_fraction < 1.0:
+        raise ConfigError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
+    dense, sparse, vocab = encode_criteo(data, min_count=min_count)
+    if max(vocab, default=0) > _FLOAT32_EXACT:
+        raise ConfigError(f"a vocabulary of {max(vocab)} categories has codes that float32 cannot "
+                          "hold exactly; raise min_count")
+    x = torch.cat([dense, sparse.float()], dim=1)
+    y = torch.tensor(data.target.to_numpy(copy=True), dtype=torch.long)
+    n = len(y)
+    n_test = int(round(n * test_fraction))
+    if not 0 < n_test < n:
+        raise ConfigError(f"{n} rows cannot be split with test_fraction={test_fraction}")
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(split_seed))
+    # Sorted within each split so that rows keep the file's order (easier to inspect).
+    test, train = order[:n_test].sort().values, order[n_test:].sort().values
+    return EncodedTable(x_train=x[train].contiguous(), x_test=x[test].contiguous(),
+                        y_train=y[train], y_test=y[test],
+                        feature_names=(*CRITEO_DENSE, *CRITEO_SPARSE), dense=tuple(CRITEO_DENSE),
+                        vocab_sizes=dict(zip(CRITEO_SPARSE, vocab)), num_classes=data.num_classes)
+
+
+def tabular_partition(names: Sequence[str], n_parties: int, *, active: int = 0,
+                      n_parts: int | None = None) -> Partition | PartsPartition:
+    """Consecutive column groups for C parties (all columns), or with ``n_parts`` the first C
+    of ``n_parts`` fixed groups (EASTER Table VI)."""
+    if n_parts is None:
+        return columns(names, n_parties, active=active)
+    return first_parts(n_parties, n_parts, feature_names=names, active=active)
+
+
+def _subsample(n: int, k: int | None, seed: int) -> torch.Tensor | None:
+    if k is None or k >= n:
+        return None
+    if k < 1:
+        raise ConfigError(f"a subset needs at least one row, got {k}")
+    return torch.randperm(n, generator=torch.Generator().manual_seed(seed))[:k].sort().values
+
+
+def build_tabular_parties(
+    config: Any,
+    *,
+    device: torch.device | str,
+    channel: Channel,
+    data: "TabularData | None" = None,
+    n_parts: int | None = None,
+    split_seed: int = 0,
+    test_fraction: float = 0.2,
+    min_count: int = 2,
+) -> tuple[list[Party], int]:
+    """Give each party its Criteo columns; returns ``(parties, n_classes)`` like
+    :func:`vflkit.experiment.build_parties`.
+
+    Parameters
+    ----------
+    config
+        A :class:`~vflkit.experiment.RunConfig` or anything with ``dataset``, ``n_parties``,
+        ``active``, ``seed``, ``n_train``, ``n_test`` (and optionally ``feature_parts``, read
+        when ``n_parts`` is not given).
+    device, channel
+        Where the parties' tensors and models live; the run's channel.
+    data
+        The loaded table (default: ``load_dataset(config.dataset)``).
+    n_parts
+        Table VI: cut the columns into ``n_parts`` fixed groups and give the C parties the
+        first C (:func:`vflkit.partition.first_parts`). None: all columns over C parties.
+    split_seed, test_fraction, min_count
+        See :func:`encode_table`. ``n_train``/``n_test`` then keep a seeded subset (the run
+        seed) of each split.
+    """
+    if data is None:
+        from .data import load_dataset
+
+        data = load_dataset(config.dataset)
+    if not hasattr(data, "target"):
+        raise ConfigError(f"build_tabular_parties needs a tabular dataset; {config.dataset!r} is not one")
+    table = encode_table(data, split_seed=split_seed, test_fraction=test_fraction, min_count=min_count)
+    if n_parts is None:
+        n_parts = getattr(config, "feature_parts", None)
+    part = tabular_partition(table.feature_names, config.n_parties, active=config.active, n_parts=n_parts)
+    groups = (part.partition if isinstance(part, PartsPartition) else part).slices
+    device = torch.device(device)
+    splits = {"train": (table.x_train, table.y_train), "test": (table.x_test, table.y_test)}
+    for split, key in (("train", "n_train"), ("test", "n_test")):
+        x, y = splits[split]
+        keep = _subsample(len(y), getattr(config, key, None), config.seed)
+        if keep is not None:
+            splits[split] = (x[keep], y[keep])
+    position = {name: i for i, name in enumerate(table.feature_names)}
+    parties: list[Party] = []
+    passive_no = 0
+    for k, group in enumerate(groups):
+        held = table.party_columns(group)
+        cols = torch.tensor([position[n] for n in held])
+        if k == config.active:
+            name = "active"
+        else:
+            passive_no += 1
+            name = f"passive_{passive_no}"
+        party = Party(
+            name,
+            channel=channel,
+            features={s: x.index_select(1, cols).contiguous().to(device) for s, (x, _) in splits.items()},
+            labels={s: y.to(device) for s, (_, y) in splits.items()} if k == config.active else None,
+            device=device,
+        )
+        party.columns = tuple(held)  # type: ignore[attr-defined]
+        party.model_kwargs = table.model_kwargs(held)  # type: ignore[attr-defined]
+        parties.append(party)
+    return parties, table.num_classes
+
+
+def model_kwargs(party: Party, architecture: str) -> dict[str, Any]:
+    """The extra options ``architecture`` needs on ``party``'s columns (none for image models)."""
+    from .models import TABULAR_MODELS
+
+    if architecture not in TABULAR_MODELS:
+        return {}
+    kwargs = getattr(party, "model_kwargs", None)
+    if kwargs is None:
+        raise PartitionError(f"{party.name} holds no tabular columns, so it cannot run {architecture!r}; "
+                             "build its party with build_tabular_parties")
+    return dict(kwargs)
+
+
+class TabularModels:
+    """Mixin for a :class:`~vflkit.methods.base.VFLMethod`: ``party_model`` also passes the
+    party's ``model_kwargs`` (its columns' ``n_dense`` and ``vocab_sizes``) to the Criteo models.
+
+    Put it before the method class: ``class X(TabularModels, SplitNN)``.
+    """
+
+    def party_model(self, party: Party) -> "PartyModel":
+        from .models import get_model
+
+        cfg = self.config  # type: ignore[attr-defined]
+        arch = cfg.party_value("models", self.party_index(party))  # type: ignore[attr-defined]
+        return get_model(arch, input_shape=party.input_shape, num_classes=self.num_classes,  # type: ignore[attr-defined]
+                         embedding_dim=cfg.embedding_dim, el_pl=cfg.el_pl,
+                         **model_kwargs(party, arch)).to(party.device)
+
+
+@functools.cache
+def tabular_method(cls: type) -> type:
+    """``cls`` with :class:`TabularModels` mixed in (same name and registry key), for the
+    baselines (SplitNN, C-VFL, Agg_VFL, Local) on tabular parties."""
+    if issubclass(cls, TabularModels):
+        return cls
+    return type(cls.__name__, (TabularModels, cls), {"__module__": cls.__module__,
+                                                     "__doc__": cls.__doc__})
