@@ -106,7 +106,7 @@ def run(profile: str, *, device: str | torch.device = "auto", seeds: Sequence[in
     """Train (or load) every run of :func:`configs` and return their records. The models are
     tiny and run on one CPU thread whatever ``device`` says (see :func:`one_shot.train`)."""
     return one_shot.run_many(configs(profile, seeds=seeds, overrides=overrides), profile=profile,
-                             device="cpu", results=results, progress=progress)
+                             device=device, results=results, progress=progress)
 
 
 def recorded(profile: str = "quick", datasets: Sequence[str] | None = None) -> list[dict[str, Any]]:

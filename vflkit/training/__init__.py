@@ -24,12 +24,9 @@ def dataset(name: str) -> Any:
     trainer (MNIST's gz files take about half a second to decode, and a study makes dozens of
     runs on one dataset). A dataset given by :func:`vflkit.data.register_dataset` is already in
     memory and is looked up afresh, so re-registering a name is seen at once."""
-    from ..data import _REGISTERED, ALIASES
+    from ..data import is_registered, load_dataset
 
-    key = ALIASES.get(name.strip().lower(), name.strip().lower())
-    if key in _REGISTERED:
-        return _REGISTERED[key]
-    return _load(key)
+    return load_dataset(name) if is_registered(name) else _load(name)
 
 
 @functools.lru_cache(maxsize=3)

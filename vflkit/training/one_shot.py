@@ -327,13 +327,15 @@ def _train(cfg: OneShotRun) -> dict[str, Any]:
 
 
 def run(cfg: OneShotRun, **kwargs: Any) -> dict[str, Any]:
-    """The record of ``cfg``: :func:`vflkit.records.run_one` with this family's :func:`train`."""
-    return records.run_one(cfg, train=train, **kwargs)
+    """The record of ``cfg``: :func:`vflkit.records.run_one` with this family's :func:`train`,
+    on the CPU whatever ``device`` says (see :func:`train`; the record names the CPU)."""
+    return records.run_one(cfg, train=train, **{**kwargs, "device": "cpu"})
 
 
 def run_many(cfgs: Sequence[OneShotRun], **kwargs: Any) -> list[dict[str, Any]]:
-    """The records of ``cfgs``: :func:`vflkit.records.run_many` with this family's :func:`train`."""
-    return records.run_many(cfgs, train=train, desc="APC-VFL runs", **kwargs)
+    """The records of ``cfgs``: :func:`vflkit.records.run_many` with this family's :func:`train`,
+    on the CPU whatever ``device`` says."""
+    return records.run_many(cfgs, train=train, desc="APC-VFL runs", **{**kwargs, "device": "cpu"})
 
 
 __all__ = ["DATASETS", "FIG5_METHODS", "LOCAL_METHODS", "TABLE2_METHODS", "DatasetSpec", "OneShotRun",
