@@ -126,7 +126,8 @@ def pending_configs(which: str, methods: list[str] | None = None):
 def _worker(config_dict: dict, log: str) -> None:
     import torch
 
-    from vflkit.experiment import RunConfig, run
+    from vflkit.methods import RunConfig
+    from vflkit.training.split import run
 
     torch.set_num_threads(1)
     _register()
@@ -159,7 +160,7 @@ def calibrate(steps: int) -> None:
     import torch
 
     from vflkit.data import ImageData, register_dataset
-    from vflkit.experiment import run
+    from vflkit.training.split import run
 
     g = torch.Generator().manual_seed(0)
     fake = ImageData("cifar10", torch.randint(0, 256, (128 * steps, 3, 32, 32), dtype=torch.uint8, generator=g),

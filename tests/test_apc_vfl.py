@@ -6,13 +6,15 @@ import torch
 
 from vflkit.comm import Channel, Ledger, Party
 from vflkit.errors import ConfigError
-from vflkit.methods.apc_splitnn import AlignedSplitNN
+from vflkit.methods.aligned_splitnn import AlignedSplitNN
 from vflkit.methods.apc_vfl import APCVFL, APCVFLJoint, Ablation
-from vflkit.methods.oneshot import Local, OneShotMethod, train_autoencoder
+from vflkit.methods.oneshot import LocalFeatures, OneShotMethod, train_autoencoder
 from vflkit.methods.vfedtrans import VFedTrans
 from vflkit.models import apc_vfl_autoencoder
 from vflkit.partition import apc_vfl_active_features, apc_vfl_partition, partial_alignment
+from vflkit.records import record_path
 from vflkit.studies import apc_vfl as study
+from vflkit.training import one_shot
 
 FAST = {"epochs": 2, "patience": 10, "batch_size": 16, "seed": 0}
 
@@ -92,7 +94,7 @@ def test_ablation_and_local_send_nothing():
     active, passive, ch = _parties()
     m = Ablation(**FAST)
     m.fit(active, passive)
-    loc = Local(**FAST)
+    loc = LocalFeatures(**FAST)
     loc.fit(active, passive)
     assert len(ch.ledger) == 0
     x = active.features("train")
@@ -208,18 +210,21 @@ def test_footprint_formulas():
 
 def test_config_validation():
     """Unknown methods, and aligned counts on local methods, are errors."""
+    common = dict(kind="fig5", dataset="breast_cancer", n_active_features=5, seed=0)
     with pytest.raises(ConfigError, match="Invalid fig5 method"):
-        study.StudyConfig("fig5", "breast_cancer", "fedavg", 100, 5, 0)
+        study.OneShotRun(method="fedavg", n_aligned=100, **common)
     with pytest.raises(ConfigError, match="n_aligned must be None"):
-        study.StudyConfig("fig5", "breast_cancer", "local", 100, 5, 0)
-    with pytest.raises(ConfigError, match="unknown StudyConfig keys"):
-        study.StudyConfig.from_dict({"kind": "fig5", "typo": 1})
+        study.OneShotRun(method="local", n_aligned=100, **common)
+    with pytest.raises(ConfigError, match="unknown OneShotRun keys"):
+        study.OneShotRun.from_dict({"kind": "fig5", "typo": 1})
+    with pytest.raises(ConfigError, match=r"unknown overrides \['epoch'\]"):
+        study.configs("smoke", overrides={"epoch": 1})
 
 
 def test_profiles_build_their_grids():
     """The paper profile runs every partition, both distillation losses and the few-aligned
     counts; quick covers every Fig. 5 aligned count of both datasets."""
-    paper = study.configs("paper", datasets=["credit_card"])
+    paper = study.configs("paper", overrides={"datasets": ["credit_card"]})
     assert {c.n_active_features for c in paper} == {2, 3, 4, 5}
     assert {c.method for c in paper if c.kind == "fig5"} == set(study.FIG5_METHODS)
     assert {750, 500, 250, 100} <= {c.n_aligned for c in paper}
@@ -232,13 +237,13 @@ def test_profiles_build_their_grids():
 def test_paper_profile_runs_end_to_end_on_a_tiny_slice(tmp_path):
     """A paper-profile config of each kind, with epochs and folds shrunk, runs and writes its
     record; a rerun loads it instead of training again."""
-    cfgs = study.configs("paper", datasets=["breast_cancer"], seeds=[0], overrides={"epochs": 1, "folds": 2})
+    cfgs = study.configs("paper", seeds=[0], overrides={"datasets": ["breast_cancer"], "epochs": 1, "folds": 2})
     pick = [c for c in cfgs if c.n_aligned in (None, 100) and c.n_active_features == 5][:3]
     pick += [c for c in cfgs if c.kind == "table2" and c.n_aligned == 100]
-    recs = study.run_all(pick, profile="paper", root=tmp_path, progress=False)
-    assert all(study.record_path(c, "paper", tmp_path).exists() for c in pick)
+    recs = one_shot.run_many(pick, profile="paper", results=tmp_path, progress=False)
+    assert all(record_path(c, "paper", tmp_path).exists() for c in pick)
     assert all(0 <= next(iter(r["final"].values())) <= 1 for r in recs)
-    again = study.run_all(pick, profile="paper", root=tmp_path, progress=False)
+    again = one_shot.run_many(pick, profile="paper", results=tmp_path, progress=False)
     assert [r["wall_time_s"] for r in again] == [r["wall_time_s"] for r in recs]
     t2 = study.table2(recs, profile="paper")
     view = study.table2_view(t2)

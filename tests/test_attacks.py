@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 
 from vflkit.attacks import infer_labels, label_leakage
-from vflkit.experiment import RunConfig
+from vflkit.methods import RunConfig
 
 
 def test_argmin_of_cross_entropy_gradient_is_the_label():

@@ -6,7 +6,7 @@ import torch
 from vflkit.comm import Channel
 from vflkit.data import CRITEO_DENSE, CRITEO_SPARSE, load_dataset
 from vflkit.errors import SecurityError
-from vflkit.experiment import RunConfig
+from vflkit.methods import RunConfig
 from vflkit.methods import METHODS, get_method
 from vflkit.methods.easter import EASTER
 from vflkit.methods.vfedmh import VFedMH

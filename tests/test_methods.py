@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from vflkit.comm import Channel, Party
-from vflkit.experiment import RunConfig
+from vflkit.methods import RunConfig
 from vflkit.methods import METHODS, get_method
 from vflkit.partition import strips
 

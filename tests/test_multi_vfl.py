@@ -13,7 +13,9 @@ from vflkit.errors import ConfigError
 from vflkit.methods.multi_vfl import MultiVFL, MultiVFLConfig
 from vflkit.methods.server_opt import ServerOptimizer, demon_beta1, init_state, server_step
 from vflkit.partition import label_owner_split
+from vflkit.records import record_path
 from vflkit.studies import multi_vfl as study
+from vflkit.training import multi_owner
 
 # ----------------------------------------------------------------------- server optimizers
 
@@ -278,18 +280,30 @@ def test_profiles_make_the_runs_of_figs_2_and_3():
     assert (paper.beta1, paper.beta2, paper.server_lr, paper.tau) == (0.9, 0.99, 1e-3, 1e-3)
 
 
+#: A tiny slice of the paper profile (settings and MultiVFLConfig fields alike).
+SLICE = {"rounds": 2, "samples_per_owner": 16, "batch_size": 8, "n_test": 20}
+
+
+def test_overrides_are_settings_or_run_fields_and_unknown_ones_are_listed():
+    """overrides change profile settings or set config fields on every run; others are errors."""
+    cfgs = study.configs("quick", overrides={"datasets": ["mnist"], "variant": "reddi", "rounds": 3})
+    assert {(c.dataset, c.variant, c.rounds) for c in cfgs} == {("mnist", "reddi", 3)}
+    with pytest.raises(ConfigError, match=r"unknown overrides \['round', 'scenario'\]"):
+        study.configs("quick", overrides={"round": 3, "scenario": "iid"})
+
+
 def test_paper_profile_runs_end_to_end_and_resumes(tmp_path, monkeypatch):
     """A paper-profile config, shrunk, runs, writes its record and is loaded (not rerun) the second time."""
-    monkeypatch.setattr(study, "_dataset", lambda name: _data(n_train=600))
-    cfg = study.configs("paper", seeds=[0], rounds=2, samples_per_owner=16, batch_size=8, n_test=20)[-1]
+    monkeypatch.setattr(multi_owner, "dataset", lambda name: _data(n_train=600))
+    cfg = study.configs("paper", seeds=[0], overrides=SLICE)[-1]
     assert cfg.server_optimizer == "feddemonadam"
-    rec = study.run(cfg, profile="paper", device="cpu", results=tmp_path, progress=False)
-    path = study.record_path(cfg, "paper", tmp_path)
+    rec = multi_owner.run(cfg, profile="paper", device="cpu", results=tmp_path, progress=False)
+    path = record_path(cfg, "paper", tmp_path)
     assert json.loads(path.read_text())["key"] == cfg.key
     assert [h["round"] for h in rec["history"]] == [1, 2]
     assert rec["comm"]["total"]["bytes"] > 0 and rec["environment"]["device"] == "cpu"
     path.write_text(json.dumps({**rec, "marker": True}))
-    assert study.run(cfg, profile="paper", device="cpu", results=tmp_path, progress=False)["marker"]
+    assert multi_owner.run(cfg, profile="paper", device="cpu", results=tmp_path, progress=False)["marker"]
     summ = study.summary([rec])
     assert summ.loc[0, "best_accuracy_pct"] >= summ.loc[0, "final_accuracy_pct"]
 
@@ -297,8 +311,8 @@ def test_paper_profile_runs_end_to_end_and_resumes(tmp_path, monkeypatch):
 def test_update_scale_measures_round_one_against_tau(monkeypatch):
     """update_scale's t is the change of the global label-owner model in round 1 with FedAvg,
     and sqrt(v) follows from it by the paper's moments."""
-    monkeypatch.setattr(study, "_dataset", lambda name: _data(n_train=600))
-    cfg = study.configs("paper", seeds=[0], rounds=2, samples_per_owner=16, batch_size=8, n_test=20)[-1]
+    monkeypatch.setattr(multi_owner, "dataset", lambda name: _data(n_train=600))
+    cfg = study.configs("paper", seeds=[0], overrides=SLICE)[-1]
     s = study.update_scale(cfg, device="cpu")
     assert s["local steps per owner"] == 2 and s["tau"] == cfg.tau
     assert 0 < s["median |t|"] <= s["99th percentile |t|"]

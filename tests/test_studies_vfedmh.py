@@ -4,7 +4,7 @@ end to end on a tiny slice, and the blinding demonstration."""
 import pytest
 
 from vflkit.errors import ConfigError
-from vflkit.experiment import run
+from vflkit.training.split import run
 from vflkit.methods import get_method
 from vflkit.studies import vfedmh
 
@@ -34,8 +34,8 @@ def test_smoke_configs_cover_every_table_and_share_runs():
             assert (len(set(c.models)) == 1) == (mix == "homogeneous"), c
     assert sorted({c.optimizers for c in groups["table4"]}) == sorted(["sgd", "sgd_momentum", "adagrad", "adam"])
     assert all(c.options == {"blinding": False} for c in groups["blinding"])
-    with pytest.raises(ConfigError, match="unknown settings"):
-        vfedmh.configs("smoke", epoch=3)
+    with pytest.raises(ConfigError, match=r"unknown overrides \['epoch'\]"):
+        vfedmh.configs("smoke", overrides={"epoch": 3})
 
 
 def test_paper_profile_has_three_seeds_and_every_table_on_every_dataset():
@@ -50,15 +50,17 @@ def test_paper_profile_has_three_seeds_and_every_table_on_every_dataset():
 
 def test_overrides_given_as_json_lists_act_like_the_profile_tuples():
     """papermill passes lists: a model set given as a list still gets Tables III-IV."""
-    groups = vfedmh.configs("paper", seeds=[0], datasets=["cifar10"], model_sets=[["cnn", "lenet", "mlp"]],
-                            all_artefacts_on=["cifar10"])
+    groups = vfedmh.configs("paper", seeds=[0], overrides={"datasets": ["cifar10"],
+                                                           "model_sets": [["cnn", "lenet", "mlp"]],
+                                                           "all_artefacts_on": ["cifar10"]})
     assert len(groups["table3"]) == 4 * 3 + 1 and len(groups["table4"]) == 4 and groups["blinding"]
 
 
 def test_paper_profile_runs_end_to_end_on_a_tiny_slice(tmp_path):
     """The paper profile's heterogeneous ResNet run on CIFAR-10 (the PNG tree) trains and
     evaluates every party's model, here on 64 images for one epoch."""
-    groups = vfedmh.configs("paper", seeds=[0], datasets=("cifar10",), n_train=64, n_test=32, epochs=1, cvfl_epochs=1)
+    groups = vfedmh.configs("paper", seeds=[0], overrides={"datasets": ("cifar10",), "n_train": 64, "n_test": 32,
+                                                           "epochs": 1, "cvfl_epochs": 1})
     het = [c for c in groups["table2"] if c.method == "vfedmh" and set(c.models) == set(vfedmh.RESNETS)]
     assert len(het) == 1
     record = run(het[0], profile="paper", results=tmp_path, progress=False)

@@ -4,8 +4,10 @@ Modules: :mod:`vflkit.data` (datasets), :mod:`vflkit.partition` (vertical partit
 sample alignment), :mod:`vflkit.models` (the papers' party models, split into embedding and
 prediction networks), :mod:`vflkit.secure` (VFedMH's blinded embedding aggregation),
 :mod:`vflkit.comm` (parties, the channel and its ledger), :mod:`vflkit.methods` (one module per
-VFL method), :mod:`vflkit.experiment` (configs, runs and their records) and
-:mod:`vflkit.report` (tables and figures beside the papers' numbers).
+VFL method, with the run configs they consume), :mod:`vflkit.training` (one trainer per protocol
+family), :mod:`vflkit.records` (the one run loop and record store of every paper),
+:mod:`vflkit.report` (tables and figures beside the papers' numbers) and :mod:`vflkit.studies`
+(per paper: the runs of each profile, and the tables and figures drawn from their records).
 """
 
 __version__ = "0.1.0"

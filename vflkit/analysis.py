@@ -14,7 +14,7 @@ how convergence was detected. Our rule (:func:`convergence_epoch`):
 The rule looks at the whole run, so e* is defined only after the run's last epoch: it says
 when the run got where it ended up, not when to stop.
 
-A record is the dict :func:`vflkit.experiment.run` writes: ``history`` rows with ``epoch``,
+A record is the dict :func:`vflkit.records.run_one` writes: ``history`` rows with ``epoch``,
 ``model`` and metrics (``test_accuracy`` / ``test_auc`` as fractions 0..1), and
 ``comm["per_epoch"]`` rows with ``epoch`` and ``bytes``. Nothing here imports the runner.
 """

@@ -51,7 +51,7 @@ def label_leakage(config: Any, *, device: str = "cpu", passive: str = "passive_1
     the true labels are used only to score the inference.
     """
     from .config import resolve_device
-    from .experiment import build_parties
+    from .training.split import build_parties
     from .methods import get_method
 
     dev = resolve_device(device)

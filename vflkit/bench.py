@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from .comm import Channel, Party
-from .experiment import RunConfig
+from .methods import RunConfig
 from .methods import get_method
 from .partition import strips
 from .secure import benchmark_masking

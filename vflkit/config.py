@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any, Iterable
 
 import torch
 
@@ -20,6 +21,54 @@ DATA_ENV = "VFLKIT_DATA"
 CACHE_ENV = "VFLKIT_CACHE"
 RESULTS_ENV = "VFLKIT_RESULTS"
 FIGURES_ENV = "VFLKIT_FIGURES"
+
+PROFILES: tuple[str, ...] = ("smoke", "quick", "paper")
+PAPERS: tuple[str, ...] = ("vfedmh", "easter", "multi_vfl", "apc_vfl", "adptvfedconv", "demo")
+
+
+def check_profile(profile: str) -> str:
+    """Return ``profile`` if it is one of :data:`PROFILES`, else raise a ConfigError."""
+    if profile not in PROFILES:
+        raise ConfigError(f"Invalid profile {profile!r}; choose one of {', '.join(PROFILES)}")
+    return profile
+
+
+def check_paper(paper: str) -> str:
+    """Return ``paper`` if it is one of :data:`PAPERS`, else raise a ConfigError."""
+    if paper not in PAPERS:
+        raise ConfigError(f"Invalid paper {paper!r}; choose one of {', '.join(PAPERS)}")
+    return paper
+
+
+def apply_overrides(settings: dict[str, Any], overrides: dict[str, Any] | None, *,
+                    run_fields: Iterable[str] = ()) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split a study's ``overrides`` into changed profile settings and run-config fields.
+
+    Every study reads ``overrides`` the same way: a key that names one of the profile's
+    ``settings`` replaces that setting; a key that names a field of the study's run config
+    (``run_fields``) is set on every run; any other key is an error that lists the valid ones.
+    Lists (papermill passes JSON) become tuples, so that overridden settings compare equal to
+    the profile's own and configs stay hashable. Returns ``(settings, run_fields)``.
+    """
+    overrides = dict(overrides or {})
+    fields = set(run_fields)
+    unknown = sorted(set(overrides) - set(settings) - fields)
+    if unknown:
+        raise ConfigError(f"unknown overrides {unknown}; valid: profile settings "
+                          f"{', '.join(sorted(settings))}" + (f"; run fields {', '.join(sorted(fields - set(settings)))}"
+                                                              if fields - set(settings) else ""))
+    merged = dict(settings)
+    run: dict[str, Any] = {}
+    for k, v in overrides.items():
+        if k in settings:
+            merged[k] = _tuples(v)
+        else:
+            run[k] = _tuples(v)
+    return merged, run
+
+
+def _tuples(value: Any) -> Any:
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
 
 
 def project_root() -> Path:

@@ -54,6 +54,7 @@ from .errors import ConfigError, DatasetCorruptError, DatasetNotFoundError
 __all__ = [
     "register_dataset",
     "unregister_dataset",
+    "is_registered",
     "DATASETS",
     "ALIASES",
     "ImageData",
@@ -362,6 +363,11 @@ def register_dataset(data: ImageData | TabularData, *, name: str | None = None, 
         raise ConfigError(f"dataset name {key!r} is taken; choose another name or pass replace=True")
     _REGISTERED[key] = data
     return key
+
+
+def is_registered(name: str) -> bool:
+    """Whether ``name`` (or its alias) was given to :func:`register_dataset` (it is in memory)."""
+    return ALIASES.get(name.strip().lower(), name.strip().lower()) in _REGISTERED
 
 
 def unregister_dataset(name: str) -> None:

@@ -2,7 +2,8 @@
 
 The papers' printed numbers ship with the package (``vflkit/reference/*.csv``, one long format:
 ``paper, table, dataset, method, setting, model, metric, value, std, note``). A reproduced table
-is written as ``figures/<paper>/<profile>/table<N>.csv`` in the same long format with our
+is written as ``figures/<paper>/<profile>/table<N>.csv`` (or a name of its own where the paper
+has no such table) in the same long format with our
 ``value, std, n_runs, profile`` and the paper's ``paper_value, paper_std`` beside them; every
 figure as ``fig<N>.png`` with the data it plots as ``fig<N>.csv``.
 """
@@ -17,10 +18,9 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
-from .files import atomic_path
-from .config import figures_dir
+from .config import PAPERS, check_profile, figures_dir
 from .errors import ConfigError
-from .experiment import PAPERS, check_profile
+from .files import atomic_path
 
 KEY_COLUMNS: tuple[str, ...] = ("paper", "table", "dataset", "method", "setting", "model", "metric")
 TABLE_COLUMNS: tuple[str, ...] = KEY_COLUMNS + ("value", "std", "n_runs", "profile", "paper_value", "paper_std")
@@ -80,12 +80,16 @@ def output_dir(paper: str, profile: str, root: Path | str | None = None) -> Path
     return path
 
 
-def write_table(table: pd.DataFrame, paper: str, profile: str, number: str, *, root: Path | str | None = None) -> Path:
-    """Write a joined table as ``table<number>.csv``; returns its path."""
+def write_table(table: pd.DataFrame, paper: str, profile: str, number: str | None = None, *,
+                name: str | None = None, root: Path | str | None = None) -> Path:
+    """Write a joined table as ``table<number>.csv`` (the paper's table ``number``), or as
+    ``<name>.csv`` for a table the paper does not print; returns its path."""
     missing = [c for c in TABLE_COLUMNS if c not in table]
     if missing:
         raise ConfigError(f"table lacks columns {missing}; build it with join_reference()")
-    path = output_dir(paper, profile, root) / f"table{number}.csv"
+    if (number is None) == (name is None):
+        raise ConfigError("write_table needs either the paper's table number or a name, not both")
+    path = output_dir(paper, profile, root) / (f"table{number}.csv" if name is None else f"{name}.csv")
     with atomic_path(path) as tmp:  # two studies writing one table never mix their rows
         table[list(TABLE_COLUMNS)].to_csv(tmp, index=False)
     return path
@@ -112,7 +116,9 @@ def provenance(records: Sequence[dict]) -> pd.DataFrame:
         rows.append({"git_commit": env.get("git_commit", "?"),
                      "vflkit_modified": env.get("vflkit_modified", "not recorded"),
                      "device": env.get("device", "?"), "cpu": env.get("cpu", "not recorded"),
-                     "torch": env.get("torch", "?"), "finished": r.get("finished", "")})
+                     "torch": env.get("torch", "?"),
+                     # records migrated from a format that kept no time hold null
+                     "finished": r.get("finished") or ""})
     df = pd.DataFrame(rows)
     keys = ["git_commit", "vflkit_modified", "device", "cpu", "torch"]
     return (df.astype({"vflkit_modified": str}).groupby(keys, sort=False)

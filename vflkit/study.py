@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from .config import project_root
-from .experiment import PROFILES
+from .config import PROFILES
 
 
 def execute(notebook: Path, *, profile: str, device: str) -> Path:

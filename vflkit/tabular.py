@@ -1,6 +1,6 @@
 """Tabular parties for the batch-by-batch trainer (EASTER on Criteo).
 
-:func:`build_tabular_parties` is the tabular twin of :func:`vflkit.experiment.build_parties`:
+:func:`build_tabular_parties` is the tabular twin of :func:`vflkit.training.split.build_parties`:
 load the table, split it 80/20, encode it, give each party a group of columns, and return
 ``(parties, n_classes)`` with the same party names (``active``, ``passive_1`` ...).
 
@@ -141,12 +141,12 @@ def build_tabular_parties(
     min_count: int = 2,
 ) -> tuple[list[Party], int]:
     """Give each party its Criteo columns; returns ``(parties, n_classes)`` like
-    :func:`vflkit.experiment.build_parties`.
+    :func:`vflkit.training.split.build_parties`.
 
     Parameters
     ----------
     config
-        A :class:`~vflkit.experiment.RunConfig` or anything with ``dataset``, ``n_parties``,
+        A :class:`~vflkit.methods.base.RunConfig` or anything with ``dataset``, ``n_parties``,
         ``active``, ``seed``, ``n_train``, ``n_test`` (and optionally ``feature_parts``, read
         when ``n_parts`` is not given).
     device, channel

@@ -1,15 +1,34 @@
-"""VFL methods: one module and one class each, all with the :class:`VFLMethod` interface."""
+"""VFL methods: one module and one class each, under the papers' names, in three families.
+
+The protocols differ, so the contracts do (:mod:`vflkit.training` has one trainer per family):
+
+- batch-by-batch split learning and aggregation, :class:`VFLMethod` configured by
+  :class:`RunConfig`, registered in :data:`METHODS`: Local, SplitNN/PyVertical, C-VFL,
+  Agg_VFL, VFedMH;
+- several label owners with a server: :class:`~.multi_vfl.MultiVFL` configured by
+  :class:`~.multi_vfl.MultiVFLConfig`, with the server optimizers of :mod:`.server_opt`;
+- one-shot representation transfer, :class:`~.oneshot.OneShotMethod`, registered in
+  :data:`ONE_SHOT_METHODS`: APC-VFL's Local (:class:`~.oneshot.LocalFeatures`), Ablation,
+  VFedTrans, APC-VFL with MSE or MAE distillation; beside them APC-VFL's Table 2 pair,
+  :class:`~.apc_vfl.APCVFLJoint` and :class:`~.aligned_splitnn.AlignedSplitNN`.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..errors import ConfigError
-from .base import OPTIMIZERS, VFLMethod, make_optimizer
 from .aggvfl import AggVFL, HeterAggVFL, HomoAggVFL
+from .aligned_splitnn import AlignedSplitNN
+from .apc_vfl import APCVFL, APCVFLJoint, Ablation
+from .base import OPTIMIZERS, PARTITIONS, RunConfig, VFLMethod, make_optimizer
 from .cvfl import CVFL
 from .easter import EASTER
 from .local import Local
+from .oneshot import LocalFeatures, OneShotMethod
 from .splitnn import SplitNN
 from .vfedmh import HomoVFedMH, VFedMH
+from .vfedtrans import VFedTrans
 
 #: Registry name -> method class. Aliases map the papers' names to the same class.
 METHODS: dict[str, type[VFLMethod]] = {
@@ -25,13 +44,36 @@ METHODS: dict[str, type[VFLMethod]] = {
     "easter": EASTER,
 }
 
+#: APC-VFL Fig. 5's one-shot methods by the names their runs use: the class and the settings
+#: that make the variant (MSE or MAE distillation).
+ONE_SHOT_METHODS: dict[str, tuple[type[OneShotMethod], dict[str, Any]]] = {
+    "local": (LocalFeatures, {}),
+    "ablation": (Ablation, {}),
+    "vfedtrans": (VFedTrans, {}),
+    "apc_vfl_mse": (APCVFL, {"distill_loss": "mse"}),
+    "apc_vfl_mae": (APCVFL, {"distill_loss": "mae"}),
+}
+
 
 def get_method(name: str) -> type[VFLMethod]:
-    """The method class registered as ``name``."""
+    """The batch-by-batch method class registered as ``name``."""
     try:
         return METHODS[name]
     except KeyError:
         raise ConfigError(f"Invalid method {name!r}; choose one of {', '.join(sorted(METHODS))}") from None
 
 
-__all__ = ["METHODS", "OPTIMIZERS", "VFLMethod", "get_method", "make_optimizer"]
+def get_one_shot_method(name: str, **settings: Any) -> OneShotMethod:
+    """The one-shot method registered as ``name``, built with ``settings`` (keyword-only
+    hyperparameters of :class:`~.oneshot.OneShotMethod`, plus ``lam`` for the distilling ones)."""
+    try:
+        cls, fixed = ONE_SHOT_METHODS[name]
+    except KeyError:
+        raise ConfigError(f"Invalid one-shot method {name!r}; choose one of {', '.join(ONE_SHOT_METHODS)}") from None
+    if not issubclass(cls, APCVFL):
+        settings.pop("lam", None)  # no encoder, nothing to distil
+    return cls(**fixed, **settings)
+
+
+__all__ = ["METHODS", "ONE_SHOT_METHODS", "OPTIMIZERS", "PARTITIONS", "AlignedSplitNN", "APCVFLJoint", "RunConfig",
+           "VFLMethod", "get_method", "get_one_shot_method", "make_optimizer"]

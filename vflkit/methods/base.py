@@ -1,7 +1,9 @@
 """The contract every VFL method implements, and the pieces they share.
 
-A method is one class in one module. The experiment runner builds the parties (each with its
-own feature slice; the active party also with the labels), then calls, in this order:
+A method is one class in one module, configured by a :class:`RunConfig` (defined here, beside
+the methods that consume it). The split trainer (:mod:`vflkit.training.split`) builds the
+parties (each with its own feature slice; the active party also with the labels), then calls,
+in this order:
 
 ``build()`` (models and optimizers, once) -> ``setup()`` (one-off protocol messages such as
 public keys) -> per epoch: ``train()``, ``train_step(ids)`` per batch, ``evaluate()``.
@@ -12,20 +14,112 @@ another arrives through ``Party.send``/``Party.recv``, i.e. through the counted 
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Sequence
 
 import torch
 from torch import nn
 
 from ..comm import Party
+from ..config import PAPERS
 from ..errors import ConfigError
 
 if TYPE_CHECKING:
-    from ..experiment import RunConfig
     from ..models import PartyModel
 
 OPTIMIZERS: tuple[str, ...] = ("sgd", "sgd_momentum", "adagrad", "adam")
+#: How image datasets are cut into party slices (:func:`vflkit.training.split.build_parties`).
+PARTITIONS: tuple[str, ...] = ("strips_width", "strips_height", "grid")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything that decides one run's result.
+
+    Per-party fields (``models``, ``optimizers``, ``lr``) hold one entry per party in party
+    order (party ``active`` holds the labels); a single string/number applies to every party.
+    ``options`` carries method-specific settings (e.g. C-VFL's compression); unknown options
+    are rejected by the method.
+    """
+
+    paper: str
+    dataset: str
+    method: str
+    models: tuple[str, ...]
+    optimizers: tuple[str, ...] | str = "sgd"
+    lr: tuple[float, ...] | float = 0.05
+    partition: str = "strips_width"
+    n_parties: int = 4
+    active: int = 0
+    batch_size: int = 128
+    epochs: int = 10
+    seed: int = 0
+    n_train: int | None = None
+    n_test: int | None = None
+    embedding_dim: int = 128
+    el_pl: tuple[int, int] = (1, 1)
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.paper not in PAPERS:
+            raise ConfigError(f"Invalid paper {self.paper!r}; choose one of {', '.join(PAPERS)}")
+        if self.partition not in PARTITIONS:
+            raise ConfigError(
+                f"Invalid partition {self.partition!r}; choose one of {', '.join(PARTITIONS)}"
+            )
+        for name in ("models", "optimizers", "lr"):
+            value = getattr(self, name)
+            if isinstance(value, list):
+                object.__setattr__(self, name, tuple(value))
+                value = getattr(self, name)
+            if isinstance(value, tuple) and len(value) != self.n_parties:
+                raise ConfigError(
+                    f"{name} has {len(value)} entries but there are {self.n_parties} parties; "
+                    "give one per party or a single value for all"
+                )
+        if isinstance(self.models, str):
+            object.__setattr__(self, "models", (self.models,) * self.n_parties)
+        object.__setattr__(self, "el_pl", tuple(self.el_pl))
+        if not 0 <= self.active < self.n_parties:
+            raise ConfigError(f"active={self.active} is not a party index 0..{self.n_parties - 1}")
+        for name in ("batch_size", "epochs", "n_parties", "embedding_dim"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+    def party_value(self, name: str, k: int) -> Any:
+        """Party ``k``'s entry of a per-party field."""
+        value = getattr(self, name)
+        return value[k] if isinstance(value, tuple) else value
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able dict."""
+        d = dataclasses.asdict(self)
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunConfig:
+        """Build from a dict; an unknown key is an error, never ignored."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ConfigError(f"unknown RunConfig keys {unknown}; valid keys: {', '.join(sorted(known))}")
+        d = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
+        return cls(**d)
+
+    def replace(self, **changes: Any) -> RunConfig:
+        """A copy with some fields changed."""
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def key(self) -> str:
+        """Stable hash of the config (first 16 hex digits of SHA-256 of its canonical JSON)."""
+        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
 
 
 def make_optimizer(name: str, params: Iterable[nn.Parameter], lr: float) -> torch.optim.Optimizer:
@@ -57,7 +151,7 @@ class VFLMethod(ABC):
     Parameters
     ----------
     config
-        The run's :class:`~vflkit.experiment.RunConfig`.
+        The run's :class:`RunConfig`.
     parties
         The parties in partition order; exactly one of them holds the labels.
     num_classes
@@ -72,7 +166,7 @@ class VFLMethod(ABC):
     #: Homo_ and Heter_ variants of VFedMH Table III); None accepts any.
     model_mix: ClassVar[str | None] = None
 
-    def __init__(self, config: "RunConfig", parties: Sequence[Party], *, num_classes: int) -> None:
+    def __init__(self, config: RunConfig, parties: Sequence[Party], *, num_classes: int) -> None:
         holders = [p for p in parties if p.holds_labels]
         if len(holders) != 1:
             raise ConfigError(f"{self.name} needs exactly one party with labels, got {len(holders)}")

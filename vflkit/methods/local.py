@@ -1,6 +1,7 @@
 """Local: the active party trains its model on its own features only (no federation).
 
-The lower bound every VFL paper reports ("Local" in VFedMH Tables II-III, APC-VFL Fig. 5).
+The lower bound VFedMH reports ("Local" in Tables II-III); APC-VFL's one-shot "Local" is
+:class:`~vflkit.methods.oneshot.LocalFeatures`.
 No message crosses the channel.
 """
 

@@ -1,4 +1,4 @@
-"""The one-shot VFL contract (APC-VFL, its Ablation, VFedTrans, Local) and what they share.
+"""The one-shot VFL contract (APC-VFL, its Ablation, VFedTrans, LocalFeatures) and what they share.
 
 APC-VFL (Irureta et al. 2025) and VFedTrans (Huang et al. 2023) do not train batch by batch
 across parties, so they do not fit :class:`~vflkit.methods.base.VFLMethod`. Each runs a short
@@ -96,13 +96,14 @@ class OneShotMethod(ABC):
         return intersect_ids(active.ids["train"], passive.ids["train"])
 
 
-class Local(OneShotMethod):
-    """Local: the classifier on the active participant's raw (standardised) features.
+class LocalFeatures(OneShotMethod):
+    """APC-VFL's "Local": the classifier on the active participant's raw (standardised) features.
 
-    The lower bound of APC-VFL Fig. 5; no message crosses the channel.
+    The lower bound of APC-VFL Fig. 5; no message crosses the channel. (Not VFedMH's
+    :class:`~vflkit.methods.local.Local`, the active party's own network trained batch by batch.)
     """
 
-    name = "local"
+    name = "local_features"
 
     def fit(self, active: Party, passive: Party) -> None:
         self._fitted = True
@@ -216,5 +217,5 @@ def standardize(x: torch.Tensor) -> torch.Tensor:
     return (x - mean) / torch.where(std > 0, std, torch.ones_like(std))
 
 
-__all__ = ["DISTILL_LOSSES", "Local", "OneShotMethod", "standardize", "train_autoencoder"]
+__all__ = ["DISTILL_LOSSES", "LocalFeatures", "OneShotMethod", "standardize", "train_autoencoder"]
 

@@ -6,19 +6,15 @@ aligned data only) and Table 4 (MIMIC-III macro/weighted F1, when the data is pr
 every method's communication from the channel's ledger beside the paper's footprint formulas
 (Eqs. 6-10).
 
-Runs write one JSON record each to ``results/<profile>/apc_vfl/<key>.json`` (config, metrics
-per fold, autoencoder histories, ledger totals per kind, wall time, environment, seed) and are
-skipped when their record exists; tables and figures are built from the records only.
+This module declares the runs per profile (:func:`configs`) and draws the tables and figures
+from their records. The runs (parties, the one-shot methods, the classifier of step ④ and the
+scoring) are :mod:`vflkit.training.one_shot`'s; :mod:`vflkit.records` writes one record each
+to ``results/<profile>/apc_vfl/<key>.json`` and skips runs whose record exists.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
-import time
-import warnings
-from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -27,65 +23,22 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 import torch
-from sklearn.exceptions import ConvergenceWarning
-from sklearn.linear_model import LogisticRegression
-from sklearn.metrics import accuracy_score, f1_score
-from sklearn.model_selection import StratifiedKFold
-from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import StandardScaler
-from threadpoolctl import threadpool_limits
-from tqdm.auto import tqdm
 
-from ..comm import Channel, Ledger, Party
-from ..config import results_dir
-from ..data import load_dataset
-from ..errors import ConfigError, DatasetNotFoundError
-from ..experiment import _write_json_atomic, check_profile, environment_info, load_recorded
-from ..methods.apc_splitnn import AlignedSplitNN
-from ..methods.apc_vfl import APCVFL, APCVFLJoint, Ablation
-from ..methods.oneshot import Local, OneShotMethod, standardize
-from ..methods.vfedtrans import VFedTrans
-from ..partition import APC_VFL_N_ACTIVE, apc_vfl_partition, partial_alignment
+from .. import records as store
+from ..config import apply_overrides, check_profile
+from ..partition import APC_VFL_N_ACTIVE
 from ..report import join_reference, side_by_side
+from ..training import one_shot
+from ..training.one_shot import (DATASETS, FIG5_METHODS, LOCAL_METHODS, TABLE2_METHODS, OneShotRun,
+                                 available_datasets)
 
 PAPER = "apc_vfl"
 
-
-@dataclass(frozen=True)
-class DatasetSpec:
-    """How APC-VFL uses one dataset (Sec. 5, Appendices A-B)."""
-
-    label: str  # the reference CSV's dataset name
-    title: str  # for figures
-    n_pool: int | None  # rows kept after the reduction (None: all)
-    n_active: int  # samples the active participant holds
-    aligned: tuple[int, ...]  # Fig. 5's |D_A|
-    few_aligned: tuple[int, ...]  # Fig. 8 / Appendix D.3
-    batch_size: int
-    n_test_table2: int  # aligned samples held out as Table 2's test set
-    metric: str  # Fig. 5's metric
-
-
-DATASETS: dict[str, DatasetSpec] = {
-    # 500 of the 569 samples go to the active participant (Appendix A).
-    "breast_cancer": DatasetSpec("BreastCancerWisconsin", "Breast Cancer Wisconsin", None, 500,
-                                 (250, 200, 150, 100), (), 8, 50, "accuracy"),
-    # "Reduced to 20000 samples": we draw 20000 rows and give the active participant all of
-    # them; the passive participant holds the aligned ones (the paper does not give its size).
-    "credit_card": DatasetSpec("UCICreditCard", "UCI Credit Card", 20000, 20000,
-                               (10000, 7500, 5000, 2500), (750, 500, 250, 100), 128, 500, "f1"),
-    "mimic3": DatasetSpec("MIMIC-III", "MIMIC-III", 20000, 20000,
-                          (10000, 7500, 5000, 2500), (750, 500, 250, 100), 128, 500, "micro_f1"),
-}
 
 METHOD_LABELS: dict[str, str] = {
     "local": "Local", "ablation": "Ablation", "apc_vfl_mse": "APC-VFL (MSE)",
     "apc_vfl_mae": "APC-VFL (MAE)", "vfedtrans": "VFedTrans", "splitnn": "SplitNN", "apc_vfl_joint": "APC-VFL",
 }
-#: Methods whose result does not depend on the aligned count (trained on local data only).
-LOCAL_METHODS = ("local", "ablation")
-FIG5_METHODS = ("local", "ablation", "vfedtrans", "apc_vfl_mse", "apc_vfl_mae")
-
 #: Per profile. ``epochs`` caps every autoencoder / SplitNN per dataset (the paper: 200 with
 #: early stopping, patience 10); ``n_active_features`` are the Appendix A partitions run;
 #: ``methods`` the Fig. 5 methods; ``few_aligned`` adds Fig. 8 / D.3's small counts.
@@ -107,305 +60,53 @@ PROFILE_SETTINGS: dict[str, dict[str, Any]] = {
 }
 
 
-@dataclass(frozen=True)
-class StudyConfig:
-    """One run: a (dataset, method, aligned count, feature partition, repetition).
-
-    ``kind`` is "fig5" (one-shot method, 10-fold CV on the active participant's data) or
-    "table2" (aligned data only, fixed test set). Unknown keys are an error.
-    """
-
-    kind: str
-    dataset: str
-    method: str
-    n_aligned: int | None
-    n_active_features: int
-    seed: int
-    epochs: int = 200
-    patience: int = 10
-    lr: float = 0.01
-    lam: float = 0.01
-    folds: int = 10
-    val_fraction: float = 0.1
-
-    def __post_init__(self) -> None:
-        if self.kind not in ("fig5", "table2"):
-            raise ConfigError(f"Invalid kind {self.kind!r}; choose one of fig5, table2")
-        if self.dataset not in DATASETS:
-            raise ConfigError(f"Invalid dataset {self.dataset!r}; choose one of {', '.join(DATASETS)}")
-        valid = FIG5_METHODS if self.kind == "fig5" else ("splitnn", "apc_vfl_joint")
-        if self.method not in valid:
-            raise ConfigError(f"Invalid {self.kind} method {self.method!r}; choose one of {', '.join(valid)}")
-        if self.n_active_features not in APC_VFL_N_ACTIVE:
-            raise ConfigError(f"n_active_features must be one of {APC_VFL_N_ACTIVE}, got {self.n_active_features}")
-        if (self.n_aligned is None) != (self.kind == "fig5" and self.method in LOCAL_METHODS):
-            raise ConfigError(f"{self.method}: n_aligned must be None exactly for the local methods "
-                              f"{LOCAL_METHODS} (they never use aligned samples)")
-
-    @property
-    def key(self) -> str:
-        """File name of the record: readable prefix + hash of the whole config."""
-        blob = json.dumps(asdict(self), sort_keys=True).encode()
-        h = hashlib.sha1(blob).hexdigest()[:10]
-        aligned = "all" if self.n_aligned is None else self.n_aligned
-        return f"{self.kind}_{self.dataset}_{self.method}_al{aligned}_a{self.n_active_features}_s{self.seed}_{h}"
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "StudyConfig":
-        """Inverse of :func:`dataclasses.asdict`; unknown keys are an error."""
-        names = {f.name for f in fields(cls)}
-        unknown = set(d) - names
-        if unknown:
-            raise ConfigError(f"unknown StudyConfig keys {sorted(unknown)}; valid: {sorted(names)}")
-        return cls(**d)
-
-
-def available_datasets(datasets: Sequence[str]) -> tuple[list[str], dict[str, str]]:
-    """The datasets that load, and a message for each one that does not (MIMIC-III needs a
-    credentialed download; see :func:`vflkit.data.load_dataset`)."""
-    ok, missing = [], {}
-    for name in datasets:
-        try:
-            _load(name)
-            ok.append(name)
-        except DatasetNotFoundError as e:
-            missing[name] = str(e)
-    return ok, missing
-
-
-def configs(profile: str, *, seeds: Sequence[int] | None = None, datasets: Sequence[str] | None = None,
-            overrides: dict[str, Any] | None = None) -> list[StudyConfig]:
+def configs(profile: str, *, seeds: Sequence[int] | None = None,
+            overrides: dict[str, Any] | None = None) -> list[OneShotRun]:
     """Every run of ``profile``: Fig. 5 (+ Fig. 8 / D.3 in ``paper``) and Table 2 grids.
 
-    ``seeds``: repetitions (default: the profile's); ``datasets``: default the profile's;
-    ``overrides``: StudyConfig fields forced on every run (tests shrink the paper profile).
+    ``seeds``: repetitions (default: the profile's). ``overrides`` replace profile settings
+    (e.g. ``datasets``; ``epochs``, ``aligned`` and ``table2_aligned`` are per dataset in the
+    profiles, and an override may give one value for every dataset) or set a
+    :class:`OneShotRun` field on every run (``patience``, ``lr``, ``lam``, ``val_fraction``);
+    an unknown key is an error that lists the valid ones.
     """
-    s = PROFILE_SETTINGS[check_profile(profile)]
+    run_fields = ("patience", "lr", "lam", "val_fraction")
+    s, forced = apply_overrides(PROFILE_SETTINGS[check_profile(profile)], overrides, run_fields=run_fields)
     seeds = tuple(s["seeds"] if seeds is None else seeds)
-    out: list[StudyConfig] = []
-    for ds in datasets or s["datasets"]:
+    out: list[OneShotRun] = []
+    for ds in s["datasets"]:
         spec = DATASETS[ds]
-        common = {"epochs": s["epochs"].get(ds, 200), "folds": s["folds"], **(overrides or {})}
-        aligned = tuple(s["aligned"].get(ds, spec.aligned)) + (spec.few_aligned if s["few_aligned"] else ())
+        per = {k: (s[k].get(ds, default) if isinstance(s[k], dict) else s[k])
+               for k, default in (("aligned", spec.aligned), ("epochs", 200), ("table2_aligned", spec.aligned))}
+        common = {"epochs": per["epochs"], "folds": s["folds"], **forced}
+        aligned = tuple(per["aligned"]) + (spec.few_aligned if s["few_aligned"] else ())
         for seed in seeds:
             for a in s["n_active_features"]:
                 for m in LOCAL_METHODS:
                     if m in s["methods"]:
-                        out.append(StudyConfig("fig5", ds, m, None, a, seed, **common))
+                        out.append(OneShotRun(kind="fig5", dataset=ds, method=m, n_aligned=None,
+                                              n_active_features=a, seed=seed, **common))
                 for n in aligned:
                     for m in ("vfedtrans", "apc_vfl_mse", "apc_vfl_mae"):
                         if m in s["methods"]:
-                            out.append(StudyConfig("fig5", ds, m, n, a, seed, **common))
+                            out.append(OneShotRun(kind="fig5", dataset=ds, method=m, n_aligned=n,
+                                                  n_active_features=a, seed=seed, **common))
             # Table 2: the initial (5-feature) partition; the paper notes the split of features
             # does not matter when training and inference are both collaborative.
-            for n in tuple(s["table2_aligned"].get(ds, spec.aligned)):
-                for m in ("splitnn", "apc_vfl_joint"):
-                    out.append(StudyConfig("table2", ds, m, n, 5, seed, **common))
+            for n in tuple(per["table2_aligned"]):
+                for m in TABLE2_METHODS:
+                    out.append(OneShotRun(kind="table2", dataset=ds, method=m, n_aligned=n,
+                                          n_active_features=5, seed=seed, **common))
     return out
 
 
-# ------------------------------------------------------------------------------------ data
-
-
-_CACHE: dict[str, Any] = {}
-
-
-def _load(name: str):
-    if name not in _CACHE:
-        _CACHE[name] = load_dataset(name)
-    return _CACHE[name]
-
-
-def _pool(cfg: StudyConfig) -> tuple[pd.DataFrame, np.ndarray]:
-    """The dataset after the paper's reduction (a random ``n_pool`` rows, seeded by the run)."""
-    data = _load(cfg.dataset)
-    x, y = data.features.reset_index(drop=True), data.target.to_numpy()
-    n_pool = DATASETS[cfg.dataset].n_pool
-    if n_pool is not None and n_pool < len(x):
-        rows = np.sort(np.random.default_rng(cfg.seed).permutation(len(x))[:n_pool])
-        x, y = x.iloc[rows].reset_index(drop=True), y[rows]
-    return x, y
-
-
-def _tensor(df: pd.DataFrame) -> torch.Tensor:
-    return torch.tensor(df.to_numpy(dtype=np.float32))
-
-
-def build_parties(cfg: StudyConfig) -> tuple[Party, Party, Channel]:
-    """The active and passive participant of a Fig. 5 run (each standardises its own columns)."""
-    x, y = _pool(cfg)
-    spec = DATASETS[cfg.dataset]
-    part = apc_vfl_partition(cfg.dataset, cfg.n_active_features, list(x.columns))
-    n_aligned = cfg.n_aligned or 1  # local methods ignore the passive participant
-    al = partial_alignment(len(x), n_active=spec.n_active, n_aligned=min(n_aligned, spec.n_active), seed=cfg.seed)
-    channel = Channel(Ledger())
-    act_cols, pas_cols = part.slices
-    active = Party("active", channel=channel, ids={"train": al.active_ids},
-                   features={"train": standardize(_tensor(x.loc[al.active_ids.numpy(), list(act_cols)]))},
-                   labels={"train": torch.as_tensor(y[al.active_ids.numpy()])})
-    passive = Party("passive", channel=channel, ids={"train": al.passive_ids},
-                    features={"train": standardize(_tensor(x.loc[al.passive_ids.numpy(), list(pas_cols)]))})
-    return active, passive, channel
-
-
-def build_aligned_parties(cfg: StudyConfig) -> tuple[Party, Party, Channel]:
-    """Table 2's participants: the aligned samples only, split into train and test
-    (``n_test_table2`` of them, stratified); features scaled with training statistics."""
-    x, y = _pool(cfg)
-    spec = DATASETS[cfg.dataset]
-    part = apc_vfl_partition(cfg.dataset, cfg.n_active_features, list(x.columns))
-    al = partial_alignment(len(x), n_active=spec.n_active, n_aligned=cfg.n_aligned, seed=cfg.seed)
-    ids = al.aligned_ids.numpy()
-    from sklearn.model_selection import train_test_split
-
-    train, test = train_test_split(ids, test_size=spec.n_test_table2, random_state=cfg.seed, stratify=y[ids])
-    train, test = np.sort(train), np.sort(test)
-    channel = Channel(Ledger())
-    parties = []
-    for name, cols in zip(("active", "passive"), part.slices):
-        tr, te = _tensor(x.loc[train, list(cols)]), _tensor(x.loc[test, list(cols)])
-        mean, std = tr.mean(0), tr.std(0)
-        std = torch.where(std > 0, std, torch.ones_like(std))
-        labels = {"train": torch.as_tensor(y[train]), "test": torch.as_tensor(y[test])} if name == "active" else None
-        parties.append(Party(name, channel=channel, features={"train": (tr - mean) / std, "test": (te - mean) / std},
-                             labels=labels, ids={"train": torch.as_tensor(train), "test": torch.as_tensor(test)}))
-    return parties[0], parties[1], channel
-
-
-# ------------------------------------------------------------------------------------ runs
-
-
-def make_method(cfg: StudyConfig) -> OneShotMethod:
-    """The one-shot method of a Fig. 5 run."""
-    common = {"epochs": cfg.epochs, "patience": cfg.patience, "lr": cfg.lr, "seed": cfg.seed,
-              "batch_size": DATASETS[cfg.dataset].batch_size, "val_fraction": cfg.val_fraction}
-    if cfg.method == "local":
-        return Local(**common)
-    if cfg.method == "ablation":
-        return Ablation(**common)
-    if cfg.method == "vfedtrans":
-        return VFedTrans(lam=cfg.lam, **common)
-    return APCVFL(lam=cfg.lam, distill_loss=cfg.method.rsplit("_", 1)[1], **common)
-
-
-def scores(y_true: np.ndarray, y_pred: np.ndarray, dataset: str) -> dict[str, float]:
-    """The paper's metric(s): accuracy (Breast Cancer), F1 of the positive class (Credit
-    Card), micro / macro / weighted F1 (MIMIC-III's 4 classes)."""
-    if dataset == "breast_cancer":
-        return {"accuracy": float(accuracy_score(y_true, y_pred))}
-    if dataset == "credit_card":
-        return {"f1": float(f1_score(y_true, y_pred))}
-    return {f"{avg}_f1": float(f1_score(y_true, y_pred, average=avg)) for avg in ("micro", "macro", "weighted")}
-
-
-def _classifier() -> Any:
-    # Step ④: scikit-learn's logistic regression with its defaults (Sec. 5 names no
-    # settings). Standardising inside the pipeline (fitted on the training folds) only helps
-    # lbfgs; on 256 nearly collinear SELU features it may still stop at the default 100
-    # iterations (a ConvergenceWarning, silenced in cross_validate): raising the limit to 2000
-    # changed Credit Card's F1 by 0.003 and tripled the time (measured on one run).
-    return make_pipeline(StandardScaler(), LogisticRegression())
-
-
-def cross_validate(z: np.ndarray, y: np.ndarray, dataset: str, *, folds: int, seed: int) -> dict[str, list[float]]:
-    """Stratified ``folds``-fold CV of the classifier on the active participant's (enhanced)
-    data; per-fold scores."""
-    out: dict[str, list[float]] = {}
-    with warnings.catch_warnings(), threadpool_limits(1):
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        for tr, te in StratifiedKFold(folds, shuffle=True, random_state=seed).split(z, y):
-            clf = _classifier().fit(z[tr], y[tr])
-            for k, v in scores(y[te], clf.predict(z[te]), dataset).items():
-                out.setdefault(k, []).append(v)
-    return out
-
-
-def _ledger_summary(ledger: Ledger) -> dict[str, Any]:
-    kinds = ledger.per_kind()
-    return {"total": ledger.totals(), "eval": ledger.totals(phase="eval"),
-            "per_kind": {k: int(v) for k, v in kinds["bytes"].items()} if len(kinds) else {}}
-
-
-def run_one(cfg: StudyConfig) -> dict[str, Any]:
-    """Run one config and return its record (not written)."""
-    # The models are tiny (a few hundred thousand weights, batches of 8-128): one thread is
-    # faster than two, and on a shared CPU two threads can be 20x slower (measured); the same
-    # holds for the BLAS under scikit-learn (cross_validate limits it).
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        return _run_one(cfg)
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _run_one(cfg: StudyConfig) -> dict[str, Any]:
-    start = time.perf_counter()
-    torch.manual_seed(cfg.seed)
-    extra: dict[str, Any] = {}
-    if cfg.kind == "fig5":
-        active, passive, channel = build_parties(cfg)
-        method = make_method(cfg)
-        method.fit(active, passive)
-        z = method.transform(active.features("train")).numpy()
-        y = active.labels("train").numpy()
-        per_fold = cross_validate(z, y, cfg.dataset, folds=cfg.folds, seed=cfg.seed)
-        history = method.history
-        extra = {"n_active_samples": int(len(y)), "n_passive_samples": int(passive.n_samples()),
-                 "enhanced_dim": int(z.shape[1]), "x_t": int(active.input_shape[0]),
-                 "x_d": int(passive.input_shape[0])}
-    else:
-        active, passive, channel = build_aligned_parties(cfg)
-        y_test = active.labels("test").numpy()
-        common = {"epochs": cfg.epochs, "patience": cfg.patience, "lr": cfg.lr, "seed": cfg.seed,
-                  "batch_size": DATASETS[cfg.dataset].batch_size, "val_fraction": cfg.val_fraction}
-        if cfg.method == "splitnn":
-            method = AlignedSplitNN(num_classes=int(active.labels("train").max()) + 1, **common)
-            method.fit(active, passive)
-            pred = method.predict(active, passive, "test").numpy()
-            history = {"splitnn": method.history}
-        else:
-            method = APCVFLJoint(lam=cfg.lam, **common)
-            method.fit(active, passive)
-            with warnings.catch_warnings(), threadpool_limits(1):
-                warnings.simplefilter("ignore", ConvergenceWarning)
-                clf = _classifier().fit(method.joint_features(active, passive, "train").numpy(),
-                                        active.labels("train").numpy())
-            pred = clf.predict(method.joint_features(active, passive, "test").numpy())
-            history = method.history
-        per_fold = {k: [v] for k, v in scores(y_test, pred, cfg.dataset).items()}
-        extra = {"n_train": int(active.n_samples("train")), "n_test": int(len(y_test)),
-                 "x_t": int(active.input_shape[0]), "x_d": int(passive.input_shape[0])}
-    if channel.pending():
-        raise RuntimeError(f"{cfg.method} left {channel.pending()} messages unread: protocol out of order")
-    return {
-        "config": asdict(cfg), "seed": cfg.seed, "history": history,
-        "per_fold": per_fold, "final": {k: float(np.mean(v)) for k, v in per_fold.items()},
-        "comm": _ledger_summary(channel.ledger), **extra,
-        "wall_time_s": round(time.perf_counter() - start, 3),
-        "environment": environment_info(torch.device("cpu")),
-    }
-
-
-def record_path(cfg: StudyConfig, profile: str, root: Path | None = None) -> Path:
-    """``results/<profile>/apc_vfl/<key>.json``."""
-    return (root or results_dir()) / check_profile(profile) / PAPER / f"{cfg.key}.json"
-
-
-def run_all(cfgs: Sequence[StudyConfig], *, profile: str, root: Path | None = None,
-            progress: bool = True) -> list[dict[str, Any]]:
-    """Run every config whose record is missing (written as soon as it finishes); load the rest."""
-    records = []
-    for cfg in tqdm(cfgs, desc="APC-VFL runs", disable=not progress):
-        path = record_path(cfg, profile, root)
-        if path.exists():
-            with open(path) as f:
-                records.append(json.load(f))
-            continue
-        rec = run_one(cfg)
-        _write_json_atomic(path, json.loads(json.dumps(rec, default=float)))
-        records.append(rec)
-    return records
+def run(profile: str, *, device: str | torch.device = "auto", seeds: Sequence[int] | None = None,
+        overrides: dict[str, Any] | None = None, results: Path | None = None,
+        progress: bool = True) -> list[dict[str, Any]]:
+    """Train (or load) every run of :func:`configs` and return their records. The models are
+    tiny and run on one CPU thread whatever ``device`` says (see :func:`one_shot.train`)."""
+    return one_shot.run_many(configs(profile, seeds=seeds, overrides=overrides), profile=profile,
+                             device=device, results=results, progress=progress)
 
 
 def recorded(profile: str = "quick", datasets: Sequence[str] | None = None) -> list[dict[str, Any]]:
@@ -414,7 +115,7 @@ def recorded(profile: str = "quick", datasets: Sequence[str] | None = None) -> l
     shows beside its own run."""
     if datasets is None:
         datasets, _ = available_datasets(PROFILE_SETTINGS[check_profile(profile)]["datasets"])
-    return load_recorded(configs(profile, datasets=datasets), profile=profile, path=record_path)
+    return store.load_recorded(configs(profile, overrides={"datasets": datasets}), profile=profile)
 
 
 # ------------------------------------------------------------------------------ footprints
@@ -696,10 +397,9 @@ def ledger_check(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
 
 
 __all__ = [
-    "DATASETS", "FIG5_METHODS", "LOCAL_METHODS", "METHOD_LABELS", "PROFILE_SETTINGS", "StudyConfig",
-    "available_datasets", "beats_local", "build_aligned_parties", "build_parties", "configs", "cross_validate",
-    "detail_frame", "fig5_frame", "fig5_long", "fig6_frame", "footprint_apc_vfl", "footprint_formula",
-    "footprint_splitnn", "footprint_vfedtrans", "ledger_check", "make_method", "paired_difference", "plot_detail",
-    "plot_fig5", "plot_fig6", "record_path", "recorded", "run_all", "run_one", "runs_frame", "table2",
+    "DATASETS", "FIG5_METHODS", "LOCAL_METHODS", "METHOD_LABELS", "PROFILE_SETTINGS", "OneShotRun",
+    "available_datasets", "beats_local", "configs", "detail_frame", "fig5_frame", "fig5_long", "fig6_frame",
+    "footprint_apc_vfl", "footprint_formula", "footprint_splitnn", "footprint_vfedtrans", "ledger_check",
+    "paired_difference", "plot_detail", "plot_fig5", "plot_fig6", "recorded", "run", "runs_frame", "table2",
     "table2_view", "wins",
 ]

@@ -6,21 +6,26 @@ runner, records, figure) on the smallest real task, until the paper notebooks ta
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Sequence
 
 import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
+import torch
 
-from ..experiment import RunConfig, check_profile, history_frame
+from ..config import apply_overrides, check_profile
+from ..methods import RunConfig
 from ..report import load_reference
+from ..training import split
+from ..training.split import history_frame
 
 #: Per profile: training/test subset sizes and epochs. MLP party models, plain SGD at
 #: VFedMH's learning rate 0.05 and batch 128 (VFedMH Sec. VI-C).
 PROFILE_SETTINGS: dict[str, dict[str, Any]] = {
-    "smoke": {"n_train": 2000, "n_test": 1000, "epochs": 2},
-    "quick": {"n_train": None, "n_test": None, "epochs": 5},
-    "paper": {"n_train": None, "n_test": None, "epochs": 20},
+    "smoke": {"n_train": 2000, "n_test": 1000, "epochs": 2, "seeds": (0,), "model": "mlp"},
+    "quick": {"n_train": None, "n_test": None, "epochs": 5, "seeds": (0,), "model": "mlp"},
+    "paper": {"n_train": None, "n_test": None, "epochs": 20, "seeds": (0,), "model": "mlp"},
 }
 
 
@@ -30,15 +35,26 @@ METHOD_LABELS = {
 }
 
 
-def configs(profile: str, *, seeds: Sequence[int] = (0,), model: str = "mlp") -> list[RunConfig]:
-    """Local and SplitNN on MNIST split into 4 width strips (28x7), one run per seed."""
-    s = PROFILE_SETTINGS[check_profile(profile)]
+def configs(profile: str, *, seeds: Sequence[int] | None = None,
+            overrides: dict[str, Any] | None = None) -> list[RunConfig]:
+    """Local and SplitNN on MNIST split into 4 width strips (28x7), one run per seed.
+    ``overrides`` replace the profile's settings (e.g. ``{"model": "cnn"}``)."""
+    s, _ = apply_overrides(PROFILE_SETTINGS[check_profile(profile)], overrides)
+    seeds = tuple(s["seeds"] if seeds is None else seeds)
     return [
-        RunConfig(paper="demo", dataset="mnist", method=method, models=(model,) * 4,
+        RunConfig(paper="demo", dataset="mnist", method=method, models=(s["model"],) * 4,
                   optimizers="sgd", lr=0.05, partition="strips_width", n_parties=4,
-                  batch_size=128, seed=seed, **s)
+                  batch_size=128, seed=seed, n_train=s["n_train"], n_test=s["n_test"], epochs=s["epochs"])
         for method in ("local", "splitnn") for seed in seeds
     ]
+
+
+def run(profile: str, *, device: str | torch.device = "auto", seeds: Sequence[int] | None = None,
+        overrides: dict[str, Any] | None = None, results: Path | None = None,
+        progress: bool = True) -> list[dict[str, Any]]:
+    """Train (or load) every run of :func:`configs` and return their records."""
+    return split.run_many(configs(profile, seeds=seeds, overrides=overrides), profile=profile, device=device,
+                          results=results, progress=progress)
 
 
 #: Where VFedMH's Table II prints the nearest setting (MNIST, MLP, 4 width strips) of each method.

@@ -3,16 +3,14 @@
 Fig. 2: test accuracy per round with FedAvg as 1, 2, 3 and 4 of the 5 label owners become
 non-IID (Table 3). Fig. 3: the 4niid scenario under the four server optimizers. The paper
 prints no numbers; its claims (the reference README) are about the order and convergence of
-the curves. One record per run is written to ``results/<profile>/multi_vfl/<key>.json``.
+the curves. The runs are trained by :mod:`vflkit.training.multi_owner` and recorded by
+:mod:`vflkit.records` (``results/<profile>/multi_vfl/<key>.json``); this module declares the
+runs per profile and draws the figures and tables from the records.
 """
 
 from __future__ import annotations
 
-import functools
-import json
-import math
-import resource
-import time
+import dataclasses
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -21,14 +19,14 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.ticker import MaxNLocator
 import torch
-from tqdm.auto import tqdm
 
-from ..comm import Channel
-from ..config import resolve_device, results_dir
-from ..experiment import _write_json_atomic, check_profile, environment_info, load_recorded
-from ..methods.multi_vfl import MultiVFL, MultiVFLConfig
+from .. import records as store
+from ..config import apply_overrides, check_profile
+from ..methods.multi_vfl import MultiVFLConfig
 from ..methods.server_opt import SERVER_OPTIMIZERS
 from ..partition import NIID_SCENARIOS
+from ..training import multi_owner
+from ..training.multi_owner import update_scale  # noqa: F401  (the notebook measures it through the study)
 
 PAPER = "multi_vfl"
 
@@ -61,145 +59,51 @@ CLAIMS = {
 }
 
 
-def configs(profile: str, *, seeds: Sequence[int] | None = None, variant: str = "paper",
-            **overrides: Any) -> list[MultiVFLConfig]:
+def configs(profile: str, *, seeds: Sequence[int] | None = None,
+            overrides: dict[str, Any] | None = None) -> list[MultiVFLConfig]:
     """The runs behind Figs 2-3: per dataset and seed, 1niid..4niid with FedAvg (Fig. 2) and
     4niid with FedAdam, FedYogi, FedDemonAdam (Fig. 3; its FedAvg run is Fig. 2's).
 
-    ``seeds=None`` takes the profile's; ``overrides`` change any :class:`MultiVFLConfig` field
-    (tests shrink the paper profile with them).
+    ``seeds=None`` takes the profile's; ``overrides`` replace profile settings or set any
+    :class:`MultiVFLConfig` field on every run (e.g. a tiny slice of ``paper``); an unknown
+    key is an error that lists the valid ones.
     """
-    s = dict(PROFILE_SETTINGS[check_profile(profile)])
+    # the study sets dataset, scenario, optimizer and seed per run; the other fields may be overridden
+    fields = [f.name for f in dataclasses.fields(MultiVFLConfig)
+              if f.name not in ("dataset", "scenario", "server_optimizer", "seed")]
+    s, run_fields = apply_overrides(PROFILE_SETTINGS[check_profile(profile)], overrides, run_fields=fields)
     datasets = s.pop("datasets")
     profile_seeds = s.pop("seeds")
     seeds = tuple(profile_seeds if seeds is None else seeds)
-    s.update(overrides)
+    s.update(run_fields)
+    s.setdefault("variant", "paper")
     out = []
     for dataset in datasets:
         for seed in seeds:
             for scenario in SCENARIOS:
-                out.append(MultiVFLConfig(dataset=dataset, scenario=scenario, server_optimizer="fedavg",
-                                          variant=variant, seed=seed, **s))
+                out.append(MultiVFLConfig(**{**s, "dataset": dataset, "scenario": scenario,
+                                             "server_optimizer": "fedavg", "seed": seed}))
             for opt in SERVER_OPTIMIZERS[1:]:
-                out.append(MultiVFLConfig(dataset=dataset, scenario="4niid", server_optimizer=opt,
-                                          variant=variant, seed=seed, **s))
+                out.append(MultiVFLConfig(**{**s, "dataset": dataset, "scenario": "4niid",
+                                             "server_optimizer": opt, "seed": seed}))
     return out
 
 
-def record_path(config: MultiVFLConfig, profile: str, root: Path | None = None) -> Path:
-    """``<results>/<profile>/multi_vfl/<key>.json``."""
-    return (root or results_dir()) / check_profile(profile) / PAPER / f"{config.key}.json"
+def run(profile: str, *, device: str | torch.device = "auto", seeds: Sequence[int] | None = None,
+        overrides: dict[str, Any] | None = None, results: Path | None = None,
+        progress: bool = True) -> list[dict[str, Any]]:
+    """Train (or load) every run of :func:`configs` and return their records."""
+    return multi_owner.run_many(configs(profile, seeds=seeds, overrides=overrides), profile=profile,
+                                device=device, results=results, progress=progress)
 
 
 def recorded(profile: str = "quick") -> list[dict[str, Any]]:
     """The records an earlier run of ``profile`` committed for :func:`configs` (nothing is
     trained): what the notebook shows as that profile's results beside its own run."""
-    return load_recorded(configs(profile), profile=profile, path=record_path)
-
-
-@functools.lru_cache(maxsize=2)
-def _dataset(name: str) -> Any:
-    from ..data import load_dataset
-
-    return load_dataset(name)
-
-
-def run(config: MultiVFLConfig, *, profile: str, device: str | torch.device = "auto",
-        results: Path | None = None, force: bool = False, progress: bool = True) -> dict[str, Any]:
-    """Run ``config`` (or load its finished record) and return the record.
-
-    The record holds the config, per-round training loss and test accuracy, the final and best
-    accuracy, bytes per round and per message kind, wall time, device and library versions.
-    """
-    path = record_path(config, profile, results)
-    if path.exists() and not force:
-        with open(path) as f:
-            return json.load(f)
-    dev = resolve_device(device)
-    data = _dataset(config.dataset).subset(n_test=config.n_test, seed=config.seed)
-    channel = Channel()
-    method = MultiVFL(config, data, device=dev, channel=channel)
-    start = time.perf_counter()
-    method.setup()
-    history: list[dict[str, Any]] = []
-    bar = tqdm(range(1, config.rounds + 1), desc=f"{config.dataset} {config.scenario} {config.server_optimizer}",
-               disable=not progress, leave=False)
-    for r in bar:
-        losses = method.round(r)
-        row: dict[str, Any] = {"round": r, "train_loss": sum(losses.values()) / len(losses)}
-        if r % config.eval_every == 0 or r == config.rounds:
-            row.update(method.evaluate())
-            bar.set_postfix(acc=round(row["test_accuracy"], 3))
-        row["elapsed_s"] = time.perf_counter() - start
-        history.append(row)
-    wall = time.perf_counter() - start
-    ledger = channel.ledger
-    train = ledger.frame()
-    per_round_kind = (train.groupby(["epoch", "kind"])["nbytes"].sum().rename("bytes").reset_index()
-                      .rename(columns={"epoch": "round"}))
-    evaluated = [h for h in history if "test_accuracy" in h]
-    best = max(evaluated, key=lambda h: h["test_accuracy"])
-    record = {
-        "key": config.key,
-        "profile": profile,
-        "config": config.to_dict(),
-        "seed": config.seed,
-        "history": history,
-        "final": {k: evaluated[-1][k] for k in ("test_accuracy", "test_loss")},
-        "best": {"test_accuracy": best["test_accuracy"], "round": best["round"]},
-        "wall_time_s": wall,
-        "peak_memory_mb": (torch.cuda.max_memory_allocated(dev) / 2**20 if dev.type == "cuda"
-                           else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
-        "comm": {"total": ledger.totals(),
-                 "per_round": ledger.per_epoch().reset_index().rename(columns={"epoch": "round"})
-                 .to_dict(orient="records"),
-                 "per_round_kind": per_round_kind.to_dict(orient="records"),
-                 "per_kind": ledger.per_kind().reset_index().to_dict(orient="records"),
-                 "per_party": ledger.per_party().reset_index().to_dict(orient="records"),
-                 "eval_total": ledger.totals(phase="eval"), "setup_total": ledger.totals(phase="setup")},
-        "environment": environment_info(dev),
-        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
-    record = json.loads(json.dumps(record, default=lambda o: o.item()))
-    _write_json_atomic(path, record)
-    return record
-
-
-def run_many(configs: Sequence[MultiVFLConfig], *, profile: str, device: str | torch.device = "auto",
-             results: Path | None = None, progress: bool = True) -> list[dict[str, Any]]:
-    """Run every config in order, skipping those with a record; returns all records."""
-    done = sum(record_path(c, profile, results).exists() for c in configs)
-    return [run(c, profile=profile, device=device, results=results, progress=progress)
-            for c in tqdm(configs, desc=f"Multi-VFL runs ({done} of {len(configs)} already recorded)",
-                          disable=not progress)]
+    return store.load_recorded(configs(profile), profile=profile)
 
 
 # ------------------------------------------------------------------------------- reading
-
-
-def update_scale(config: MultiVFLConfig, *, device: str | torch.device = "auto") -> dict[str, Any]:
-    """The size of round 1's aggregated update t under ``config``'s local training, beside the
-    server optimizers' stability constant tau.
-
-    Runs round 1 with FedAvg (``W <- W + t``), so t is the change of the global label-owner
-    model. Returns the median and 99th percentile of |t| over its parameters and the median of
-    sqrt(v) after that round in the paper's ServerAggregation (``m = (1 - beta1) t``,
-    ``v = (1 - beta2) m^2``). Where sqrt(v) is far below tau, FedAdam and FedYogi divide by
-    tau, not by sqrt(v): they act as FedAvg with server momentum and a step of ``lr / tau``.
-    """
-    cfg = config.replace(server_optimizer="fedavg", rounds=1)
-    method = MultiVFL(cfg, _dataset(cfg.dataset).subset(n_test=cfg.n_test, seed=cfg.seed),
-                      device=resolve_device(device))
-    method.setup()
-    model = method.server.models["global"]
-    before = torch.cat([w.detach().flatten() for w in model.state_dict().values()]).clone()
-    method.round(1)
-    t = (torch.cat([w.detach().flatten() for w in model.state_dict().values()]) - before).abs()
-    sqrt_v = math.sqrt(1 - cfg.beta2) * (1 - cfg.beta1) * t
-    steps = cfg.local_steps or math.ceil(cfg.samples_per_owner / cfg.batch_size) * cfg.local_epochs
-    return {"local steps per owner": steps, "local lr": cfg.local_lr,
-            "median |t|": float(t.median()), "99th percentile |t|": float(t.quantile(0.99)),
-            "median sqrt(v)": float(sqrt_v.median()), "tau": cfg.tau}
 
 
 def history_frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:

@@ -24,6 +24,7 @@ Choices where the paper is silent, in :data:`PROFILE_SETTINGS`:
 from __future__ import annotations
 
 import random
+from pathlib import Path
 from typing import Any, Sequence
 
 import matplotlib.pyplot as plt
@@ -32,10 +33,13 @@ import pandas as pd
 import seaborn as sns
 import torch
 
+from .. import records as store
+from ..config import apply_overrides, check_profile
 from ..errors import ConfigError
-from ..experiment import RunConfig, check_profile, history_frame, load_recorded
-from ..methods import OPTIMIZERS
+from ..methods import OPTIMIZERS, RunConfig
 from ..report import join_reference
+from ..training import split
+from ..training.split import history_frame
 
 #: Model sets of Table II: the three small networks and the three ResNets.
 SMALL_MODELS: tuple[str, ...] = ("cnn", "lenet", "mlp")
@@ -72,20 +76,11 @@ TABLE3_METHODS = {"local": "Local", "heter_aggvfl": "Heter_aggVFL", "agg_vfl": "
                   "homo_vfedmh": "Homo_VFedMH", "vfedmh": "VFedMH"}
 
 
-def settings(profile: str, **overrides: Any) -> dict[str, Any]:
-    """The profile's settings, with any of them overridden (e.g. a tiny slice of ``paper``)."""
-    s = dict(PROFILE_SETTINGS[check_profile(profile)])
-    unknown = sorted(set(overrides) - set(s))
-    if unknown:
-        raise ConfigError(f"unknown settings {unknown}; valid: {', '.join(sorted(s))}")
-    # Lists (from papermill's JSON parameters) become tuples, so that a model set compares
-    # equal to SMALL_MODELS and configs stay hashable.
-    s.update({k: _tuples(v) for k, v in overrides.items()})
+def settings(profile: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The profile's settings, with any of them overridden (e.g. a tiny slice of ``paper``);
+    an unknown key is an error that lists the valid ones (:func:`vflkit.config.apply_overrides`)."""
+    s, _ = apply_overrides(PROFILE_SETTINGS[check_profile(profile)], overrides)
     return s
-
-
-def _tuples(value: Any) -> Any:
-    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
 
 
 def assign_models(models: Sequence[str], n_parties: int = 4, *, seed: int) -> tuple[str, ...]:
@@ -114,11 +109,12 @@ def _config(dataset: str, method: str, models: Sequence[str], seed: int, s: dict
                      n_train=s["n_train"], n_test=s["n_test"], **kw)
 
 
-def configs(profile: str, *, seeds: Sequence[int] | None = None, **overrides: Any) -> dict[str, list[RunConfig]]:
+def configs(profile: str, *, seeds: Sequence[int] | None = None,
+            overrides: dict[str, Any] | None = None) -> dict[str, list[RunConfig]]:
     """Every run of the study, grouped by the artefact that needs it (a run shared by two
     artefacts appears in both and is trained once). ``seeds=None`` takes the profile's;
     ``overrides`` replace any of the profile's settings (e.g. a tiny slice of ``paper``)."""
-    s = settings(profile, **overrides)
+    s = settings(profile, overrides)
     seeds = tuple(s["seeds"] if seeds is None else seeds)
     out: dict[str, list[RunConfig]] = {"table2": [], "table3": [], "table4": [], "fig5": [], "blinding": [],
                                        "cvfl_q1": []}
@@ -155,11 +151,21 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None, **overrides: An
     return out
 
 
+def run(profile: str, *, device: str | torch.device = "auto", seeds: Sequence[int] | None = None,
+        overrides: dict[str, Any] | None = None, results: Path | None = None,
+        progress: bool = True) -> list[dict[str, Any]]:
+    """Train (or load) every run of :func:`configs` once and return their records. A run that
+    diverges at the paper's settings is recorded as such (``record["diverged"]``), not raised:
+    the tables report it (:func:`diverged_runs`)."""
+    return split.run_many(unique(configs(profile, seeds=seeds, overrides=overrides)), profile=profile,
+                          device=device, results=results, progress=progress, on_divergence="record")
+
+
 def recorded(profile: str = "quick") -> tuple[dict[str, list[RunConfig]], list[dict[str, Any]]]:
     """The study's runs under ``profile`` with the records an earlier run committed (nothing is
     trained): what the notebook shows as that profile's results beside its own run."""
     groups = configs(profile)
-    return groups, load_recorded(unique(groups), profile=profile)
+    return groups, store.load_recorded(unique(groups), profile=profile)
 
 
 def unique(groups: dict[str, list[RunConfig]]) -> list[RunConfig]:

@@ -1,14 +1,17 @@
-"""Tests for vflkit.experiment: configs, records, resume, divergence, and that VFL learns."""
+"""Tests for vflkit.training.split (with the record store): configs, records, resume,
+divergence, and that VFL learns."""
 
 import json
 
 import pytest
 import torch
 
-from vflkit import experiment
+from vflkit import config, records
 from vflkit.errors import ConfigError, DivergenceError
-from vflkit.experiment import RunConfig, record_path, run
-from vflkit.methods import get_method, make_optimizer
+from vflkit.methods import RunConfig, get_method, make_optimizer
+from vflkit.records import record_path
+from vflkit.training import split
+from vflkit.training.split import run
 
 
 def _config(**changes):
@@ -38,7 +41,7 @@ def test_config_rejects_bad_values():
     with pytest.raises(ConfigError, match="Invalid partition"):
         _config(partition="diagonal")
     with pytest.raises(ConfigError, match="Invalid profile 'fast'"):
-        experiment.check_profile("fast")
+        config.check_profile("fast")
     with pytest.raises(ConfigError, match="Invalid method 'splitn'"):
         get_method("splitn")
     with pytest.raises(ConfigError, match="Invalid optimizer 'sdg'; choose one of sgd, sgd_momentum"):
@@ -104,9 +107,9 @@ def test_load_recorded_reads_records_and_names_what_is_missing(tmp_path, monkeyp
     monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path))
     cfg = _config()
     with pytest.raises(ConfigError, match=r"1 of 1 runs of the 'quick' profile have no record.*profile='quick'"):
-        experiment.load_recorded([cfg], profile="quick")
+        records.load_recorded([cfg], profile="quick")
     rec = run(cfg, profile="quick", device="cpu", progress=False)
-    assert experiment.load_recorded([cfg], profile="quick") == [rec]
+    assert records.load_recorded([cfg], profile="quick") == [rec]
 
 
 def test_load_recorded_falls_back_to_the_projects_results(tmp_path, monkeypatch):
@@ -118,7 +121,7 @@ def test_load_recorded_falls_back_to_the_projects_results(tmp_path, monkeypatch)
     monkeypatch.chdir(project)
     cfg = _config()
     rec = run(cfg, profile="quick", device="cpu", results=project / "results", progress=False)
-    assert experiment.load_recorded([cfg], profile="quick") == [rec]
+    assert records.load_recorded([cfg], profile="quick") == [rec]
 
 
 class _Interrupt(Exception):
@@ -137,7 +140,7 @@ def test_interrupted_run_resumes_from_checkpoint_with_identical_record(tmp_path,
     whole = run(cfg, profile="smoke", results=tmp_path / "a", device="cpu", progress=False)
 
     calls = {"n": 0}
-    real = experiment._evaluate
+    real = split._evaluate
 
     def evaluate_then_die(method_obj, config):
         calls["n"] += 1
@@ -145,11 +148,11 @@ def test_interrupted_run_resumes_from_checkpoint_with_identical_record(tmp_path,
             raise _Interrupt
         return real(method_obj, config)
 
-    monkeypatch.setattr(experiment, "_evaluate", evaluate_then_die)
+    monkeypatch.setattr(split, "_evaluate", evaluate_then_die)
     with pytest.raises(_Interrupt):
         run(cfg, profile="smoke", results=tmp_path / "b", device="cpu", progress=False)
     path = record_path(cfg, "smoke", tmp_path / "b")
-    assert not path.exists() and experiment.checkpoint_path(path).exists()
+    assert not path.exists() and split.checkpoint_path(path).exists()
 
     trained: list[int] = []
     real_step = get_method(method).train_step
@@ -158,11 +161,11 @@ def test_interrupted_run_resumes_from_checkpoint_with_identical_record(tmp_path,
         trained.append(self.parties[0].channel.epoch)
         return real_step(self, ids)
 
-    monkeypatch.setattr(experiment, "_evaluate", real)
+    monkeypatch.setattr(split, "_evaluate", real)
     monkeypatch.setattr(get_method(method), "train_step", counting_step)
     resumed = run(cfg, profile="smoke", results=tmp_path / "b", device="cpu", progress=False)
     assert set(trained) == {3}, "the resumed run retrained epochs it had checkpointed"
-    assert not experiment.checkpoint_path(path).exists()
+    assert not split.checkpoint_path(path).exists()
     strip = lambda h: [{k: v for k, v in r.items() if k != "elapsed_s"} for r in h]  # noqa: E731
     assert strip(resumed["history"]) == strip(whole["history"])
     assert resumed["final"] == whole["final"]
@@ -174,7 +177,7 @@ def test_foreign_checkpoint_is_moved_aside(tmp_path):
     """A checkpoint that does not belong to the run is never resumed from."""
     cfg = _config(epochs=1)
     path = record_path(cfg, "smoke", tmp_path)
-    ckpt = experiment.checkpoint_path(path)
+    ckpt = split.checkpoint_path(path)
     ckpt.parent.mkdir(parents=True)
     ckpt.write_bytes(b"not a checkpoint")
     with pytest.warns(UserWarning, match="ignoring checkpoint"):
@@ -197,8 +200,8 @@ def test_kill_9_mid_run_resumes_from_checkpoint_with_identical_record(tmp_path):
     torch.set_num_threads(1)
     whole = run(cfg, profile="smoke", results=tmp_path / "a", device="cpu", progress=False)
     path = record_path(cfg, "smoke", tmp_path / "b")
-    ckpt = experiment.checkpoint_path(path)
-    code = ("import json, sys; from vflkit.experiment import RunConfig, run; "
+    ckpt = split.checkpoint_path(path)
+    code = ("import json, sys; from vflkit.methods import RunConfig; from vflkit.training.split import run; "
             f"run(RunConfig.from_dict(json.loads({json.dumps(json.dumps(cfg.to_dict()))})), profile='smoke', "
             f"results=__import__('pathlib').Path({str(tmp_path / 'b')!r}), device='cpu', progress=False)")
     proc = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "OMP_NUM_THREADS": "1"})
@@ -228,6 +231,6 @@ def test_deadline_checkpoints_and_stops(tmp_path):
     with pytest.raises(BudgetExhausted, match="rerun to resume"):
         run(cfg, profile="smoke", results=tmp_path, device="cpu", progress=False, deadline=time.time())
     path = record_path(cfg, "smoke", tmp_path)
-    assert not path.exists() and experiment.checkpoint_path(path).exists()
+    assert not path.exists() and split.checkpoint_path(path).exists()
     rec = run(cfg, profile="smoke", results=tmp_path, device="cpu", progress=False)
     assert [r["epoch"] for r in rec["history"]] == [1, 2, 3]

@@ -9,8 +9,9 @@ and receives the gradient with respect to it (kind ``"gradient"``): two communic
 per batch. Adam (lr 0.01), at most 200 epochs, early stopping (patience 10) on the
 cross-entropy of a held-out 10 % of the training samples, best weights restored.
 
-The image-strip SplitNN in :mod:`vflkit.methods.splitnn` runs under the generic runner; this
-one is the tabular, aligned-only variant with early stopping that Table 2 needs.
+The image-strip SplitNN in :mod:`vflkit.methods.splitnn` is trained batch by batch by
+:mod:`vflkit.training.split`; this one is the tabular, aligned-only variant with early stopping
+that Table 2 needs, trained by :mod:`vflkit.training.one_shot`.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ class AlignedSplitNN:
     seed : int, default 0
     """
 
-    name: ClassVar[str] = "splitnn"
+    name: ClassVar[str] = "aligned_splitnn"
 
     def __init__(self, *, num_classes: int, epochs: int = 200, patience: int = 10, lr: float = 0.01,
                  batch_size: int = 128, val_fraction: float = 0.1, seed: int = 0) -> None:

@@ -1,0 +1,100 @@
+"""Redraw every committed table and figure data file from the committed records, and compare.
+
+``python scripts/regenerate_tables.py [OUT]`` rebuilds, from ``results/<profile>/<paper>/``
+only (nothing is trained), the CSVs the notebooks write to ``figures/<paper>/<profile>/`` for
+the records that are committed (the quick profile of every study, APC-VFL's paper profile on
+Breast Cancer) into ``OUT`` (default: a temporary folder), and lists every committed CSV that
+differs. It is how a change to the record format or the analysis code is checked against the
+committed numbers (exit status 1 when one differs). The blinding figure's data comes from a
+seeded demonstration, not from records, and is compared as well.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+
+def regenerate(out: Path) -> None:
+    """Write the tables and figure data of the committed records under ``out/<paper>/<profile>/``."""
+    import matplotlib.pyplot as plt
+
+    from vflkit import report
+    from vflkit.studies import apc_vfl, demo, multi_vfl, vfedmh
+    from vflkit.records import load_recorded
+
+    def fig(result, paper, profile, number):
+        figure, data = result
+        report.save_figure(figure, data, paper, profile, number, root=out)
+        plt.close(figure)
+
+    # VFedMH, quick
+    groups, recs = vfedmh.recorded("quick")
+    for n, fn in (("2", vfedmh.table2), ("3", vfedmh.table3), ("4", vfedmh.table4)):
+        report.write_table(fn(groups, recs, "quick"), "vfedmh", "quick", n, root=out)
+    for n, fn in (("3", vfedmh.fig3), ("4", vfedmh.fig4), ("5", vfedmh.fig5)):
+        fig(fn(groups, recs), "vfedmh", "quick", n)
+    fig(vfedmh.blinding_figure(vfedmh.blinding_demo()), "vfedmh", "quick", "blinding")
+
+    # Multi-VFL, quick
+    recs = multi_vfl.recorded("quick")
+    summary = multi_vfl.summary(recs)
+    report.write_table(multi_vfl.long_table(summary, "quick"), "multi_vfl", "quick", name="final_accuracy", root=out)
+    report.write_table(multi_vfl.long_traffic(multi_vfl.bytes_per_round(recs), "quick"), "multi_vfl", "quick",
+                       name="traffic", root=out)
+    fig(multi_vfl.figure2(recs), "multi_vfl", "quick", "2")
+    fig(multi_vfl.figure3(recs), "multi_vfl", "quick", "3")
+
+    # Demo, quick
+    recs = load_recorded(demo.configs("quick"), profile="quick")
+    fig(demo.figure(recs), "demo", "quick", "1")
+
+    # APC-VFL, quick and paper (Breast Cancer)
+    for profile, datasets in (("quick", None), ("paper", ["breast_cancer"])):
+        recs = apc_vfl.recorded(profile, datasets=datasets)
+        f5 = apc_vfl.fig5_frame(recs)
+        report.save_figure(apc_vfl.plot_fig5(f5), apc_vfl.fig5_long(f5, profile=profile), "apc_vfl", profile, "5",
+                           root=out)
+        f6 = apc_vfl.fig6_frame(recs)
+        report.save_figure(apc_vfl.plot_fig6(f6), f6, "apc_vfl", profile, "6", root=out)
+        detail = apc_vfl.detail_frame(recs)
+        for ds in dict.fromkeys(detail["dataset"]):
+            report.save_figure(apc_vfl.plot_detail(detail, ds), detail[detail["dataset"] == ds], "apc_vfl",
+                               profile, f"7_{ds}", root=out)
+        report.write_table(apc_vfl.table2(recs, profile=profile), "apc_vfl", profile, "2", root=out)
+        plt.close("all")
+
+
+def compare(out: Path, committed: Path) -> list[str]:
+    """The committed CSVs whose regenerated copy differs or is missing."""
+    bad = []
+    for ours in sorted(committed.glob("*/*/*.csv")):
+        theirs = out / ours.relative_to(committed)
+        if not theirs.exists():
+            bad.append(f"{ours}: not regenerated")
+        elif theirs.read_bytes() != ours.read_bytes():
+            bad.append(f"{ours}: differs from {theirs}")
+    return bad
+
+
+def main(argv: list[str]) -> int:
+    from vflkit.config import project_root
+
+    out = Path(argv[0]) if argv else Path(tempfile.mkdtemp(prefix="vflkit-tables-"))
+    os.environ.setdefault("VFLKIT_OFFLINE", "1")
+    regenerate(out)
+    bad = compare(out, project_root() / "figures")
+    for line in bad:
+        print(line)
+    print(f"{len(bad)} committed CSVs differ (regenerated under {out})")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

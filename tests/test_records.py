@@ -1,0 +1,113 @@
+"""Tests for vflkit.records: one envelope, one record path and one run loop for every family."""
+
+import json
+
+import pytest
+import torch
+
+from vflkit import records
+from vflkit.config import project_root
+from vflkit.data import ImageData, register_dataset, unregister_dataset
+from vflkit.errors import ConfigError
+from vflkit.methods import RunConfig
+from vflkit.methods.multi_vfl import MultiVFLConfig
+from vflkit.studies import apc_vfl, demo, multi_vfl, vfedmh
+from vflkit.training import multi_owner, one_shot, split
+
+
+def _images(name="own_digits", n_train=256, n_test=64, seed=0):
+    """A researcher's own 28x28 image data, built from uint8 tensors (labels learnable from pixels)."""
+    g = torch.Generator().manual_seed(seed)
+    y_train, y_test = torch.arange(n_train) % 10, torch.arange(n_test) % 10
+
+    def images(y):
+        x = torch.randint(0, 60, (len(y), 1, 28, 28), dtype=torch.uint8, generator=g)
+        for k in range(10):  # a bright column per class, spread over every strip
+            x[y == k, :, :, 2 + 2 * k] = 255
+        return x
+
+    return ImageData(name, images(y_train), y_train, images(y_test), y_test, tuple(map(str, range(10))),
+                     (0.2,), (0.3,))
+
+
+def _split_run(dataset="mnist", **changes):
+    base = dict(paper="demo", dataset=dataset, method="splitnn", models=("mlp",) * 4, lr=0.05, n_train=256,
+                n_test=64, epochs=1, batch_size=64, embedding_dim=16)
+    return RunConfig(**{**base, **changes})
+
+
+@pytest.fixture
+def own_dataset():
+    name = register_dataset(_images())
+    yield name
+    unregister_dataset(name)
+
+
+def test_every_family_writes_the_same_envelope(tmp_path, monkeypatch, own_dataset):
+    """A split, a Multi-VFL and an APC-VFL run end in records with the same envelope fields,
+    each at <results>/<profile>/<paper>/<key>.json."""
+    monkeypatch.setattr(multi_owner, "dataset", lambda name: _images("tiny", n_train=600, n_test=40))
+    runs = [
+        (_split_run(own_dataset), split.train),
+        (MultiVFLConfig(rounds=1, samples_per_owner=16, batch_size=8, n_test=20), multi_owner.train),
+        (apc_vfl.configs("smoke", overrides={"epochs": 1})[0], one_shot.train),
+    ]
+    for run, train in runs:
+        rec = records.run_one(run, train=train, profile="smoke", device="cpu", results=tmp_path, progress=False)
+        path = tmp_path / "smoke" / run.paper / f"{run.key}.json"
+        assert records.record_path(run, "smoke", tmp_path) == path and json.loads(path.read_text()) == rec
+        assert set(records.ENVELOPE) <= set(rec), type(run).__name__
+        assert rec["key"] == run.key and rec["profile"] == "smoke" and rec["config"] == run.to_dict()
+        assert rec["diverged"] is None and rec["peak_memory_mb"] > 0 and rec["wall_time_s"] > 0
+        assert rec["environment"]["device"] == "cpu" and rec["finished"]
+
+
+def test_a_researchers_own_dataset_trains_through_the_public_function(tmp_path, own_dataset):
+    """register_dataset makes an in-memory dataset a run config can name; SplitNN learns it."""
+    rec = split.run(_split_run(own_dataset, epochs=3, lr=0.1), profile="smoke", device="cpu", results=tmp_path,
+                    progress=False)
+    assert rec["final"]["active"]["test_accuracy"] > 0.5  # chance is 0.1
+
+
+def test_a_trainer_may_not_overwrite_the_envelope(tmp_path):
+    """A result that reuses an envelope name (e.g. its own config) is refused, not merged."""
+    with pytest.raises(RuntimeError, match=r"envelope's names \['config'\]"):
+        records.run_one(_split_run(), train=lambda run, **kw: {"config": {}}, profile="smoke", results=tmp_path)
+    with pytest.raises(ConfigError, match="on_divergence"):
+        records.run_one(_split_run(), train=split.train, profile="smoke", on_divergence="ignore")
+
+
+@pytest.mark.parametrize("study", [vfedmh, multi_vfl, apc_vfl, demo])
+def test_every_study_reads_overrides_the_same_way(study):
+    """Every study takes run(profile, device=, seeds=, overrides=); an unknown override key is
+    an error that lists it (and the valid ones)."""
+    import inspect
+
+    params = inspect.signature(study.run).parameters
+    assert {"profile", "device", "seeds", "overrides"} <= set(params)
+    with pytest.raises(ConfigError, match=r"unknown overrides \['not_a_setting'\]; valid: profile settings"):
+        study.configs("smoke", overrides={"not_a_setting": 1})
+
+
+def test_committed_records_have_the_envelope_and_match_their_file_names():
+    """Every committed record (migrated from the older formats) has the common envelope and the
+    key of its file name."""
+    paths = sorted((project_root() / "results").glob("*/*/*.json"))
+    assert paths
+    for path in paths:
+        rec = json.loads(path.read_text())
+        assert set(records.ENVELOPE) <= set(rec), path
+        assert rec["key"] == path.stem and rec["profile"] == path.parent.parent.name, path
+
+
+def test_committed_tables_are_what_the_committed_records_give(tmp_path):
+    """Every committed table and figure data file is redrawn, byte for byte, from the committed
+    records alone (scripts/regenerate_tables.py)."""
+    import importlib.util
+
+    path = project_root() / "scripts" / "regenerate_tables.py"
+    spec = importlib.util.spec_from_file_location("regenerate_tables", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.regenerate(tmp_path)
+    assert module.compare(tmp_path, project_root() / "figures") == []

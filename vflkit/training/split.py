@@ -1,0 +1,324 @@
+"""The trainer of the batch-by-batch family: split learning and aggregation (VFedMH's family).
+
+Local, SplitNN/PyVertical, C-VFL, Agg_VFL and VFedMH (:mod:`vflkit.methods`) all train the
+same way: the parties hold vertical slices of an image dataset (:func:`build_parties`), a
+seeded shuffle (a public protocol parameter) orders the samples, and per batch the method's
+``train_step`` exchanges its messages through the counted channel. :func:`train` runs one
+:class:`~vflkit.methods.base.RunConfig` that way and returns its results; the record store
+(:func:`vflkit.records.run_one`) wraps them in the common envelope and writes them.
+
+Every epoch is checkpointed beside the record (:func:`_save_checkpoint`): an interrupted run
+resumes after its last finished epoch and ends with the record of an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+import torch
+from tqdm.auto import tqdm
+
+from .. import records
+from ..comm import Channel, Party
+from ..errors import BudgetExhausted, ConfigError, DivergenceError
+from ..files import atomic_path
+from ..methods.base import RunConfig
+from ..records import checkpoint_path
+from . import dataset
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def _check_finite(losses: dict[str, float], *, epoch: int, step: int, limit: float) -> None:
+    for party, value in losses.items():
+        if not math.isfinite(value) or value > limit:
+            raise DivergenceError(
+                f"the loss of {party} is {value} at epoch {epoch}, batch {step}: training diverged. "
+                "Lower the learning rate of that party or check its inputs."
+            )
+
+
+def build_parties(config: RunConfig, *, device: torch.device, channel: Channel) -> tuple[list[Party], int]:
+    """Load the dataset, partition it and give each party its slice; returns (parties, n_classes).
+
+    Party names: ``active`` for the party that holds the labels, ``passive_1`` ...
+    ``passive_K`` for the others in partition order.
+    """
+    from ..partition import grid, strips
+
+    data = dataset(config.dataset)
+    if hasattr(data, "x_train"):
+        data = data.subset(n_train=config.n_train, n_test=config.n_test, seed=config.seed)
+        shape = data.image_shape
+        if config.partition == "grid":
+            side = int(round(math.sqrt(config.n_parties)))
+            if side * side != config.n_parties:
+                raise ConfigError(f"a grid partition needs a square number of parties, got {config.n_parties}")
+            part = grid(side, side, image_shape=shape, active=config.active)
+        elif config.partition in ("strips_width", "strips_height"):
+            part = strips(config.n_parties, image_shape=shape, axis=config.partition.split("_")[1],
+                          active=config.active)
+        else:
+            raise ConfigError(f"partition {config.partition!r} does not apply to image data")
+        train_parts = part.split(data.x_train)
+        test_parts = part.split(data.x_test)
+        labels = {"train": data.y_train, "test": data.y_test}
+        n_classes = data.num_classes
+
+        def transform(x: torch.Tensor) -> torch.Tensor:
+            return data.normalize(x, device)
+    else:
+        raise ConfigError(
+            f"build_parties handles image datasets; {config.dataset!r} is tabular and its study "
+            "builds its own parties"
+        )
+
+    parties: list[Party] = []
+    passive_no = 0
+    for k in range(part.n_parties):
+        if k == part.active:
+            name = "active"
+        else:
+            passive_no += 1
+            name = f"passive_{passive_no}"
+        parties.append(
+            Party(
+                name,
+                channel=channel,
+                # Contiguous copies on the party's device, made once: a strip of a whole dataset
+                # is a strided view, slow to index, and per-batch host-to-device copies would
+                # sit on the hot path. uint8 is kept; normalising happens per batch.
+                features={"train": train_parts[k].contiguous().to(device),
+                          "test": test_parts[k].contiguous().to(device)},
+                labels={s: y.to(device) for s, y in labels.items()} if k == part.active else None,
+                transform=transform,
+                device=device,
+            )
+        )
+    return parties, n_classes
+
+
+def train(
+    config: RunConfig,
+    *,
+    device: torch.device,
+    checkpoint: Path | None = None,
+    progress: bool = True,
+    on_divergence: str = "raise",
+    max_loss: float = 1e4,
+    deadline: float | None = None,
+) -> dict[str, Any]:
+    """Train ``config`` and return its results: the models each party trained, per-epoch
+    training loss, test metrics and elapsed seconds of every model, bytes/messages/rounds per
+    epoch, party and kind, and the wall time of training (setup included, data loading not).
+
+    A loss that is not finite or exceeds ``max_loss`` raises :class:`DivergenceError`; with
+    ``on_divergence="record"`` the run stops there instead, its models are evaluated as they
+    are, and the results say where it diverged (``diverged``): a study then reports a method
+    that diverges at the paper's settings rather than stopping. With ``checkpoint`` set, the
+    state after every epoch but the last is saved there, and a run finding its own
+    checkpoint continues after that epoch. With ``deadline`` (a ``time.time()`` value) too, a
+    run whose next epoch would end after it checkpoints and raises :class:`BudgetExhausted`.
+    """
+    from ..methods import get_method
+
+    torch.manual_seed(config.seed)
+    channel = Channel()
+    parties, n_classes = build_parties(config, device=device, channel=channel)
+    method = get_method(config.method)(config, parties, num_classes=n_classes)
+    active = method.active
+    if device.type == "cuda":  # the peak of training, not of loading the data onto the device
+        torch.cuda.reset_peak_memory_stats(device)
+
+    channel.at(epoch=0, step=0, phase="setup")
+    method.setup()
+    history: list[dict[str, Any]] = []
+    gen = torch.Generator().manual_seed(config.seed)
+    train_ids = active.ids["train"]
+    n_steps = math.ceil(len(train_ids) / config.batch_size)
+    diverged: dict[str, Any] | None = None
+    first_epoch, offset = 1, 0.0
+    if checkpoint is not None and checkpoint.exists():
+        state = _load_checkpoint(checkpoint, config)
+        if state is not None:
+            _restore(state, method=method, channel=channel, gen=gen, device=device)
+            history, first_epoch, offset = state["history"], state["epoch"] + 1, state["elapsed_s"]
+    start = time.perf_counter() - offset
+    bar = tqdm(total=config.epochs * n_steps, initial=(first_epoch - 1) * n_steps,
+               desc=f"{config.method} {config.dataset}", disable=not progress, leave=False)
+    metrics: dict[str, dict[str, float]] = {}
+    for epoch in range(first_epoch, config.epochs + 1):
+        # The shuffle is a public protocol parameter (seeded), so parties need no message to
+        # agree on the batch order.
+        order = train_ids[torch.randperm(len(train_ids), generator=gen)]
+        sums: dict[str, float] = {}
+        seen = 0
+        method.train()
+        for step in range(n_steps):
+            channel.at(epoch=epoch, step=step, phase="train")
+            ids = order[step * config.batch_size:(step + 1) * config.batch_size]
+            losses = method.train_step(ids)
+            try:
+                _check_finite(losses, epoch=epoch, step=step, limit=max_loss)
+            except DivergenceError as err:
+                if on_divergence == "raise":
+                    raise
+                diverged = {"epoch": epoch, "step": step, "message": str(err)}
+                break
+            for k, v in losses.items():
+                sums[k] = sums.get(k, 0.0) + v * len(ids)
+            seen += len(ids)
+            bar.update(1)
+        channel.at(epoch=epoch, step=0, phase="eval")
+        metrics = _evaluate(method, config)
+        for model_key, m in metrics.items():
+            # the mean over the batches actually trained (a diverged epoch stops early)
+            row = {"epoch": epoch, "model": model_key, "elapsed_s": time.perf_counter() - start,
+                   "loss": sums[model_key] / seen if seen and model_key in sums else float("nan")}
+            row.update(m)
+            history.append(row)
+        bar.set_postfix({k: round(v.get("test_accuracy", float("nan")), 3) for k, v in metrics.items()})
+        if diverged:
+            break
+        if checkpoint is not None and epoch < config.epochs:
+            _save_checkpoint(checkpoint, config=config, epoch=epoch, elapsed_s=time.perf_counter() - start,
+                             history=history, method=method, channel=channel, gen=gen, device=device)
+            epoch_s = (time.perf_counter() - start - offset) / (epoch - first_epoch + 1)
+            if deadline is not None and time.time() + epoch_s > deadline:
+                bar.close()
+                raise BudgetExhausted(f"{config.method} {config.dataset} ({config.key}) stopped after epoch "
+                                      f"{epoch} of {config.epochs} at the budget; rerun to resume it")
+    if not metrics:  # resumed from the last epoch's checkpoint: nothing left to train
+        metrics = {r["model"]: {k: v for k, v in r.items() if k.startswith("test_")}
+                   for r in history if r["epoch"] == history[-1]["epoch"]}
+    bar.close()
+    wall = time.perf_counter() - start
+
+    ledger = channel.ledger
+    return {
+        "models": method.trained_models(),
+        "history": history,
+        "final": {k: v for k, v in metrics.items()},
+        "wall_time_s": wall,
+        "comm": {"total": ledger.totals(),
+                 "per_epoch": ledger.per_epoch().reset_index().to_dict(orient="records"),
+                 "per_party": ledger.per_party().reset_index().to_dict(orient="records"),
+                 "per_kind": ledger.per_kind().reset_index().to_dict(orient="records"),
+                 "eval_total": ledger.totals(phase="eval"), "setup_total": ledger.totals(phase="setup")},
+        "diverged": diverged,
+    }
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+def _method_generators(method: Any) -> dict[str, torch.Generator]:
+    """The method's own random generators (e.g. C-VFL's compression dither), by attribute."""
+    return {k: v for k, v in vars(method).items() if isinstance(v, torch.Generator)}
+
+
+#: Party state that is not carried across a resume: blinding keys are agreed afresh by
+#: ``setup()`` (fresh masks still cancel exactly, so training is unchanged) and ``E`` is the
+#: last batch's global embedding, recomputed at the next step.
+_VOLATILE_STATE = ("keys", "E")
+
+
+def _save_checkpoint(path: Path, *, config: RunConfig, epoch: int, elapsed_s: float,
+                     history: list[dict[str, Any]], method: Any, channel: Channel,
+                     gen: torch.Generator, device: torch.device) -> None:
+    """Everything a run needs to continue after ``epoch`` as if never stopped, written atomically."""
+    state = {
+        "key": config.key, "config": config.to_dict(), "epoch": epoch, "elapsed_s": elapsed_s,
+        "history": history,
+        "models": [{k: m.state_dict() for k, m in p.models.items()} for p in method.parties],
+        "optimizers": [{k: o.state_dict() for k, o in p.optimizers.items()} for p in method.parties],
+        "party_state": [{k: v for k, v in p.state.items() if k not in _VOLATILE_STATE} for p in method.parties],
+        "generators": {k: g.get_state() for k, g in _method_generators(method).items()},
+        "ledger": list(channel.ledger._rows),
+        "gen": gen.get_state(),
+        "torch_rng": torch.get_rng_state(),
+        "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+    }
+    with atomic_path(path) as tmp:
+        torch.save(state, tmp)
+
+
+def _load_checkpoint(path: Path, config: RunConfig) -> dict[str, Any] | None:
+    """The checkpoint at ``path`` if it belongs to ``config``; an unreadable or foreign one is
+    moved aside with a warning (the run then starts from scratch)."""
+    import warnings
+
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+        if state.get("key") != config.key or state.get("config") != config.to_dict():
+            raise ValueError("its config is not this run's")
+        return state
+    except Exception as exc:  # a bad checkpoint costs time, never a wrong record
+        bad = path.with_name(path.name + ".bad")
+        os.replace(path, bad)
+        warnings.warn(f"ignoring checkpoint {path} ({exc}); moved to {bad.name}, starting from epoch 1",
+                      stacklevel=3)
+        return None
+
+
+def _restore(state: dict[str, Any], *, method: Any, channel: Channel, gen: torch.Generator,
+             device: torch.device) -> None:
+    for party, models, optims, extra in zip(method.parties, state["models"], state["optimizers"],
+                                            state["party_state"]):
+        for k, sd in models.items():
+            party.models[k].load_state_dict(sd)
+        for k, sd in optims.items():
+            party.optimizers[k].load_state_dict(sd)
+        party.state.update(extra)
+    for k, g in _method_generators(method).items():
+        g.set_state(state["generators"][k])
+    # the ledger as it stood after the checkpointed epoch (setup's messages included once)
+    channel.ledger._rows[:] = [tuple(r) for r in state["ledger"]]
+    gen.set_state(state["gen"])
+    torch.set_rng_state(state["torch_rng"])
+    if state["cuda_rng"] is not None and device.type == "cuda":
+        torch.cuda.set_rng_state(state["cuda_rng"], device)
+
+
+def _evaluate(method: Any, config: RunConfig) -> dict[str, dict[str, float]]:
+    """Test metrics; NaN where a diverged model's outputs cannot be scored (e.g. AUC of NaNs)."""
+    try:
+        return method.evaluate(batch_size=max(config.batch_size, 512))
+    except ValueError:
+        return {k: {"test_accuracy": float("nan")} for k in method.trained_models()}
+
+
+def run(config: RunConfig, **kwargs: Any) -> dict[str, Any]:
+    """The record of ``config`` (trained now or loaded): :func:`vflkit.records.run_one` with
+    this family's :func:`train`; ``kwargs`` as there (``profile``, ``device``, ``results``,
+    ``force``, ``progress``, ``on_divergence``)."""
+    return records.run_one(config, train=train, **kwargs)
+
+
+def run_many(configs: Sequence[RunConfig], **kwargs: Any) -> list[dict[str, Any]]:
+    """The records of ``configs``: :func:`vflkit.records.run_many` with this family's :func:`train`."""
+    return records.run_many(configs, train=train, **kwargs)
+
+
+def history_frame(recs: Sequence[dict[str, Any]]) -> "pd.DataFrame":
+    """Per-epoch metrics of many records as one long DataFrame with the config fields that vary."""
+    import pandas as pd
+
+    frames = []
+    for r in recs:
+        df = pd.DataFrame(r["history"])
+        cfg = r["config"]
+        for k in ("dataset", "method", "seed"):
+            df[k] = cfg[k]
+        df["architecture"] = df["model"].map(r.get("models", {}))
+        df["key"] = r["key"]
+        frames.append(df)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+__all__ = ["build_parties", "checkpoint_path", "history_frame", "run", "run_many", "train"]
