@@ -17,9 +17,16 @@ $(STAMP): pyproject.toml constraints.txt
 
 setup: $(STAMP)
 
-## Run every notebook headlessly with papermill in $(PROFILE) (quick|smoke|paper) on $(DEVICE).
+## Compute the pending runs of $(PROFILE) (quick|smoke|paper) on $(DEVICE) in parallel, within
+## BUDGET minutes if set (run again to continue), then execute every notebook with papermill.
+## The quick profile's executed notebooks replace the committed ones.
+BUDGET ?=
+WORKERS ?=
+EXECUTOR ?= local
 study: $(STAMP)
-	$(BIN)/python -m vflkit.study --profile $(PROFILE) --device $(DEVICE) $(NOTEBOOKS)
+	$(BIN)/python -m vflkit.study --profile $(PROFILE) --device $(DEVICE) --executor $(EXECUTOR) \
+		$(if $(BUDGET),--budget $(BUDGET)) $(if $(WORKERS),--workers $(WORKERS)) \
+		$(if $(filter quick,$(PROFILE)),--commit-notebooks) $(NOTEBOOKS)
 
 ## Unit tests and every notebook in the smoke profile, re-executed and checked by nbval.
 test: $(STAMP)

@@ -137,3 +137,22 @@ def test_bad_arguments_are_clear_errors(tmp_path):
         schedule(tasks, budget_minutes=0)
     with pytest.raises(ConfigError, match="Invalid executor"):
         schedule(tasks, executor="slurm")
+
+
+def test_study_runs_on_the_local_pool_and_on_dask_give_the_same_records(tmp_path, monkeypatch):
+    """The demo's smoke runs (real MNIST, the split trainer) through the scheduler: a dask
+    LocalCluster writes the records the local process pool writes."""
+    from vflkit import study
+
+    records = {}
+    for executor in ("local", "dask"):
+        root = tmp_path / executor
+        tasks = study.study_tasks("demo", "smoke", results=root)
+        s = schedule(tasks, workers=2, executor=executor, progress=False)
+        assert sorted(s.computed) == sorted(t.key for t in tasks) and not s.failed, s.failed
+        records[executor] = {t.key: json.loads(t.path.read_text()) for t in tasks}
+    strip = lambda r: [{k: v for k, v in row.items() if k != "elapsed_s"} for row in r["history"]]  # noqa: E731
+    for key, rec in records["local"].items():
+        other = records["dask"][key]
+        assert strip(rec) == strip(other) and rec["final"] == other["final"] and rec["comm"]["total"] == other["comm"]["total"]
+        assert rec["environment"]["torch_threads"] == other["environment"]["torch_threads"] == 1

@@ -1,21 +1,80 @@
-"""Execute the study notebooks headlessly with papermill: ``python -m vflkit.study``.
+"""Compute a profile's pending runs on the scheduler, then execute the study notebooks:
+``python -m vflkit.study`` (``make study``).
 
-``make study`` calls this with every notebook in ``notebooks/``. Each notebook runs from the
-project root with ``profile`` and ``device`` injected into its ``parameters`` cell; the executed
-copy is written to ``notebooks/_executed/<profile>/`` (not committed), while the notebook itself
-writes its tables and figures to ``figures/<paper>/<profile>/`` and its run records to
-``results/<profile>/``, so an interrupted study resumes where it stopped.
+1. Every notebook's study (``notebooks/<paper>.ipynb`` -> :mod:`vflkit.studies.<paper>`) lists
+   its runs; those without a record are computed in parallel by :func:`vflkit.scheduler.schedule`
+   (``--workers``, ``--budget``, ``--executor``), the runs behind each paper's headline table
+   first. An interrupted or budgeted call resumes where it stopped.
+2. Each notebook is executed with papermill from the project root with ``profile`` and
+   ``device`` injected into its ``parameters`` cell. Its runs are all recorded by then, so it
+   only draws tables and figures (``figures/<paper>/<profile>/``). The executed copy goes to
+   ``notebooks/_executed/<profile>/``; with ``--commit-notebooks`` (what ``make study`` does for
+   the quick profile) it replaces ``notebooks/<paper>.ipynb``, in the form JupyterLab saves.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import shutil
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
-from .config import project_root
-from .config import PROFILES
+from .config import PROFILES, project_root, results_dir
+from .scheduler import Summary, Task, schedule
+
+#: Each study's protocol family: the trainer module, its run class, and what a diverging run
+#: does (VFedMH's tables report the runs that diverge at the paper's settings).
+FAMILIES: dict[str, tuple[str, str, str]] = {
+    "split": ("vflkit.training.split", "vflkit.methods.base:RunConfig", "record"),
+    "multi_owner": ("vflkit.training.multi_owner", "vflkit.methods.multi_vfl:MultiVFLConfig", "raise"),
+    "one_shot": ("vflkit.training.one_shot", "vflkit.training.one_shot:OneShotRun", "raise"),
+}
+STUDY_FAMILY: dict[str, str] = {"vfedmh": "split", "demo": "split", "multi_vfl": "multi_owner",
+                                "apc_vfl": "one_shot"}
+
+
+def _load(spec: str) -> Any:
+    module, _, name = spec.partition(":")
+    obj = importlib.import_module(module)
+    return getattr(obj, name) if name else obj
+
+
+def compute(payload: dict[str, Any], *, device: str, deadline: float | None) -> None:
+    """One run of a study, in a worker process (the scheduler's task function)."""
+    from . import records
+
+    trainer, run_class, on_div = FAMILIES[payload["family"]]
+    run = _load(run_class).from_dict(payload["config"])
+    records.run_one(run, train=_load(trainer).train, profile=payload["profile"], device=device,
+                    results=Path(payload["results"]), progress=False, on_divergence=on_div, deadline=deadline)
+
+
+def study_tasks(paper: str, profile: str, *, seeds: Any = None, overrides: dict[str, Any] | None = None,
+                results: Path | None = None) -> list[Task]:
+    """The runs of study ``paper`` under ``profile`` as scheduler tasks, once each; the runs of
+    the study's first artefact (its headline table) get priority 0."""
+    from . import records
+
+    family = STUDY_FAMILY[paper]
+    groups = importlib.import_module(f"vflkit.studies.{paper}").configs(profile, seeds=seeds, overrides=overrides)
+    if not isinstance(groups, dict):
+        groups = {"runs": groups}
+    root = results or results_dir()
+    tasks: dict[str, Task] = {}
+    for rank, runs in enumerate(groups.values()):
+        for run in runs:
+            if run.key in tasks:
+                continue
+            label = " ".join(str(v) for v in (getattr(run, "method", ""), getattr(run, "dataset", ""),
+                                              getattr(run, "seed", "")) if v != "")
+            tasks[run.key] = Task(key=run.key, path=records.record_path(run, profile, root), fn=compute,
+                                  label=f"{paper}: {label}", priority=0 if rank == 0 else 1,
+                                  payload={"family": family, "config": run.to_dict(), "profile": profile,
+                                           "results": str(root)})
+    return list(tasks.values())
 
 
 def execute(notebook: Path, *, profile: str, device: str) -> Path:
@@ -66,17 +125,56 @@ def normalize_notebook(path: Path) -> None:
     nbformat.write(nb, path)
 
 
+def compute_pending(papers: list[str], *, profile: str, device: str = "auto", workers: int | None = None,
+                    budget_minutes: float | None = None, executor: str = "local",
+                    progress: bool = True) -> Summary:
+    """Compute the runs of ``papers`` under ``profile`` that have no record yet."""
+    from .config import resolve_device
+
+    dev = str(resolve_device(device))
+    tasks = [t for p in papers for t in study_tasks(p, profile)]
+    return schedule(tasks, device=dev, workers=workers, budget_minutes=budget_minutes, executor=executor,
+                    progress=progress)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("notebooks", nargs="+", type=Path, help="notebooks to execute, in order")
     parser.add_argument("--profile", default="quick", choices=PROFILES)
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda[:N]")
+    parser.add_argument("--workers", type=int, default=None, help="parallel runs (default: one per core; 8 per GPU)")
+    parser.add_argument("--budget", type=float, default=None, metavar="MINUTES",
+                        help="start no run after this many minutes; runs in flight checkpoint and stop")
+    parser.add_argument("--executor", default="local", help="local, serial, dask, or a dask scheduler address")
+    parser.add_argument("--no-notebooks", action="store_true", help="compute the runs only")
+    parser.add_argument("--commit-notebooks", action="store_true",
+                        help="write the executed notebooks over notebooks/*.ipynb (the committed ones)")
     args = parser.parse_args(argv)
+    papers = [nb.stem for nb in args.notebooks if nb.stem in STUDY_FAMILY]
+    unknown = [str(nb) for nb in args.notebooks if nb.stem not in STUDY_FAMILY]
+    if unknown:
+        print(f"[study] no study module for {', '.join(unknown)}: executed without precomputed runs", flush=True)
+    start = time.perf_counter()
+    summary = compute_pending(papers, profile=args.profile, device=args.device, workers=args.workers,
+                              budget_minutes=args.budget, executor=args.executor)
+    print(f"[study] runs: {summary}", flush=True)
+    for key, err in summary.failed.items():
+        print(f"[study] run {key} failed: {err}", flush=True)
+    if summary.failed:
+        return 1
+    if args.no_notebooks or summary.paused or summary.pending:
+        if summary.paused or summary.pending:
+            print("[study] notebooks not executed: runs are pending; run again to continue", flush=True)
+        return 0
     for nb in args.notebooks:
-        start = time.perf_counter()
-        print(f"[study] {nb} (profile={args.profile}, device={args.device}) ...", flush=True)
+        t0 = time.perf_counter()
         out = execute(nb, profile=args.profile, device=args.device)
-        print(f"[study] done in {time.perf_counter() - start:.0f} s -> {out}", flush=True)
+        if args.commit_notebooks:
+            normalize_notebook(out)
+            shutil.copyfile(out, nb)
+        print(f"[study] {nb} executed in {time.perf_counter() - t0:.0f} s -> {nb if args.commit_notebooks else out}",
+              flush=True)
+    print(f"[study] done in {time.perf_counter() - start:.0f} s", flush=True)
     return 0
 
 
