@@ -253,8 +253,8 @@ def schedule(
         elif status == "locked":
             waiting.append(by_key[key])
 
-    def postfix(running: int) -> None:
-        bar.set_postfix(running=running, pending=len(todo), waiting=len(waiting), refresh=True)
+    def postfix(running: int, pending: int = 0) -> None:
+        bar.set_postfix(running=running, pending=pending, waiting=len(waiting), refresh=True)
 
     client = cluster = pool = None
     try:
@@ -283,7 +283,7 @@ def schedule(
                         summary.pending.append(t.key)
                         continue
                     running[submit(t)] = t.key
-                postfix(len(running))
+                postfix(len(running), len(queue))
                 if not running:
                     break
                 done, _ = cf.wait(list(running), return_when=cf.FIRST_COMPLETED) if pool else _dask_wait(running)
