@@ -4,7 +4,8 @@ The paper profile proper needs a GPU and hours; a slice (few samples, one epoch 
 seed) runs the same cells over the paper's datasets, models and artefacts, so a cell that only
 the paper profile reaches (CIFAR-10 with ResNets, Fig. 8's few aligned samples, three seeds'
 statistics) is exercised in CI. Records, tables and figures go to a temporary folder.
-nbval checks the committed smoke outputs separately (``make test``).
+nbval checks the committed (quick-profile) outputs separately (``make test``); the smoke profile
+runs every notebook end to end and checks its metrics cell.
 """
 
 import json
@@ -24,7 +25,7 @@ SLICES = {
                                            "epochs": 1, "cvfl_epochs": 1}},
     "multi_vfl": {"seeds": [0], "overrides": {"rounds": 2, "samples_per_owner": 16, "batch_size": 8,
                                               "n_test": 40}},
-    "apc_vfl": {"seeds": [0], "datasets": ["breast_cancer"], "overrides": {"epochs": 1, "folds": 2}},
+    "apc_vfl": {"seeds": [0], "overrides": {"epochs": 1, "folds": 2, "datasets": ["breast_cancer"]}},
 }
 
 
@@ -50,3 +51,37 @@ def test_notebook_runs_the_paper_profile_on_a_tiny_slice(paper, tmp_path, monkey
     tables = [n for n in written if n.endswith(".csv") and not n.startswith("fig")]
     assert any(n.endswith(".png") for n in written) and tables
     assert snapshot() == before, "a slice must not touch the paper profile's committed figures"
+
+
+#: Bounds on each notebook's metrics cell in the smoke profile: the pipeline ran every run and
+#: produced numbers that are accuracies (smoke trains too little for them to mean more).
+SMOKE_BOUNDS = {
+    "demo": {"runs": (2, 2), "splitnn_accuracy_pct": (10, 100), "local_accuracy_pct": (0, 100)},
+    "vfedmh": {"runs": (27, 27), "diverged": (0, 27), "vfedmh_min_accuracy_pct": (0, 100),
+               "local_max_accuracy_pct": (0, 100), "labels_recovered": (1.0, 1.0)},
+    "multi_vfl": {"runs": (7, 7), "final_accuracy_pct_min": (0, 100), "final_accuracy_pct_max": (0, 100)},
+    "apc_vfl": {"runs": (14, 14), "fig5_score_min": (0, 1), "fig5_score_max": (0, 1)},
+}
+
+
+@pytest.mark.parametrize("paper", sorted(SMOKE_BOUNDS))
+def test_notebook_smoke_run_reports_its_metrics(paper, tmp_path, monkeypatch):
+    """Each notebook runs under papermill in the smoke profile into a scratch folder; its last
+    cell (tagged ``metrics``) prints a few numbers, which must lie within bounds."""
+    import nbformat
+
+    monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path / "results"))
+    monkeypatch.setenv("VFLKIT_FIGURES", str(tmp_path / "figures"))
+    root = project_root()
+    out = tmp_path / f"{paper}.ipynb"
+    papermill.execute_notebook(str(root / "notebooks" / f"{paper}.ipynb"), str(out), cwd=str(root),
+                               parameters={"profile": "smoke", "device": "cpu"}, kernel_name="python3",
+                               progress_bar=False)
+    nb = nbformat.read(out, as_version=4)
+    cells = [c for c in nb.cells if "metrics" in c.metadata.get("tags", [])]
+    assert cells and cells[-1] is nb.cells[-1], "the last cell must be the metrics cell"
+    text = "".join(o.get("text", "") for o in cells[-1].outputs if o.get("output_type") == "stream")
+    metrics = json.loads(text.strip().splitlines()[-1])
+    assert set(metrics) == set(SMOKE_BOUNDS[paper])
+    for name, (lo, hi) in SMOKE_BOUNDS[paper].items():
+        assert lo <= metrics[name] <= hi, f"{name} = {metrics[name]} outside [{lo}, {hi}]"

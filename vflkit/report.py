@@ -139,3 +139,19 @@ def side_by_side(table: pd.DataFrame, *, index: Sequence[str], columns: str, dig
 
     t = table.assign(cell=table.apply(cell, axis=1))
     return t.pivot_table(index=list(index), columns=columns, values="cell", aggfunc="first", sort=False)
+
+
+def shown_path(path: Path | str) -> str:
+    """``path`` as a reader should see it: relative to the figures folder, prefixed with
+    ``figures/`` (or ``$VFLKIT_FIGURES/`` when that moves them), never this machine's layout."""
+    import os
+
+    from .config import FIGURES_ENV
+
+    path = Path(path)
+    root = figures_dir()
+    try:
+        rel = path.resolve().relative_to(root.resolve())
+    except ValueError:
+        return path.name
+    return f"${FIGURES_ENV}/{rel}" if os.environ.get(FIGURES_ENV) else f"figures/{rel}"

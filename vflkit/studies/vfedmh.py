@@ -481,3 +481,58 @@ def blinding_accuracy(groups: dict[str, list[RunConfig]], records: Sequence[dict
                          values="test_accuracy_pct", sort=False).reset_index()
     out["difference"] = (out["on"] - out["off"]).round(2)
     return out
+
+
+# --------------------------------------------------------------------------- paper profile so far
+
+#: Minutes of one 20-epoch CIFAR-10 run on one H100 with nothing else on it, measured by
+#: ``scripts/gpu_runs.py calibrate`` (results/device/): the cost of what is still pending.
+H100_MINUTES: dict[tuple[str, str], float] = {
+    ("vfedmh", "resnet"): 15.7, ("agg_vfl", "resnet101"): 20.8, ("agg_vfl", "resnet50"): 13.8,
+    ("agg_vfl", "resnet18"): 6.3, ("splitnn", "resnet101"): 6.4, ("splitnn", "resnet50"): 5.8,
+    ("splitnn", "resnet18"): 3.1, ("local", "resnet101"): 6.2, ("local", "resnet50"): 3.8,
+    ("local", "resnet18"): 1.5, ("c_vfl", "resnet101"): 53.1, ("c_vfl", "resnet50"): 49.8,
+    ("c_vfl", "resnet18"): 28.6,
+}
+
+
+def paper_so_far(artefact: str = "table2") -> tuple[pd.DataFrame, pd.DataFrame, list[dict[str, Any]]]:
+    """The paper profile's ``artefact`` as far as it is recorded (nothing is trained).
+
+    Returns the table of the recorded cells beside the paper's (``n_runs`` says over how many
+    seeds each is), the pending runs with their estimated cost (H100 minutes for the CIFAR-10
+    ResNets, from the calibration; CPU runs as "CPU"), and the records found.
+    """
+    groups = configs("paper")
+    runs = groups[artefact]
+    found = _load_available(runs, profile="paper")
+    have = {r["key"] for r in found}
+    done = {artefact: [c for c in runs if c.key in have]}
+    table = table2(done, found, "paper") if done[artefact] and artefact == "table2" else pd.DataFrame()
+    pending = []
+    for c in runs:
+        if c.key in have:
+            continue
+        gpu = any(m.startswith("resnet") for m in c.models)
+        arch = "resnet" if c.method == "vfedmh" and gpu else c.models[0]
+        pending.append({"dataset": DATASET_NAMES[c.dataset], "method": c.method, "models": "/".join(c.models),
+                        "seed": c.seed, "needs": "GPU" if gpu else "CPU",
+                        "estimated_h100_min": H100_MINUTES.get((c.method, arch)) if gpu else None})
+    return table, pd.DataFrame(pending), found
+
+
+def _load_available(runs: Sequence[RunConfig], *, profile: str) -> list[dict[str, Any]]:
+    """The records that exist for ``runs`` (under ``VFLKIT_RESULTS``, else the project's own
+    ``results/``), the others skipped: a profile that accumulates over many sessions."""
+    import json
+
+    from ..config import project_root, results_dir
+
+    out = []
+    for run in runs:
+        for root in dict.fromkeys([results_dir(), project_root() / "results"]):
+            path = store.record_path(run, profile, root)
+            if path.exists():
+                out.append(json.loads(path.read_text()))
+                break
+    return out
