@@ -31,7 +31,7 @@ PROFILE_SETTINGS: dict[str, dict[str, Any]] = {
 
 METHOD_LABELS = {
     "local": "Local: active party's strip only",
-    "splitnn": "SplitNN: all four strips",
+    "splitnn": "SplitNN: every party's strip",
 }
 
 
@@ -71,7 +71,11 @@ def summary(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     for r in records:
         method = r["config"]["method"]
         name, setting = PAPER_ROWS[method]
-        paper = ref[(ref["method"] == name) & (ref["setting"] == setting)]["value"]
+        cfg = r["config"]
+        comparable = (cfg["dataset"] == "mnist" and cfg["n_parties"] == 4 and cfg["partition"] == "strips_width"
+                      and set(cfg["models"]) == {"mlp"})
+        # the paper's number only beside the setting it was printed for (MNIST, 4 strips, MLP)
+        paper = ref[(ref["method"] == name) & (ref["setting"] == setting)]["value"] if comparable else pd.Series([])
         rows.append({
             "method": method,
             "seed": r["config"]["seed"],
@@ -88,10 +92,14 @@ def figure(records: Sequence[dict[str, Any]]) -> tuple[plt.Figure, pd.DataFrame]
     df = history_frame(records)
     df["test_accuracy_pct"] = 100 * df["test_accuracy"]
     df["label"] = df["method"].map(METHOD_LABELS)
+    cfg = records[0]["config"]
+    n, shape = cfg["n_parties"], "width strips" if cfg["partition"] == "strips_width" else cfg["partition"]
+    seeds = sorted({r["config"]["seed"] for r in records})
     fig, ax = plt.subplots(figsize=(6, 3.8))
     sns.lineplot(data=df, x="epoch", y="test_accuracy_pct", hue="label", marker="o", ax=ax)
     ax.set(xlabel="epoch", ylabel="test accuracy (%)", ylim=(0, 100),
            xticks=sorted(df["epoch"].unique()),
-           title="MNIST in four 28x7 strips: collaboration vs the active party alone")
+           title=f"{cfg['dataset']} in {n} {shape}, {cfg['models'][0]}: collaboration vs the active party alone\n"
+                 f"({records[0]['profile']} profile, {len(seeds)} seed{'s' if len(seeds) > 1 else ''}; mean and 95 % interval over seeds)")
     ax.legend(title=None, loc="center right")
     return fig, df[["method", "seed", "epoch", "loss", "test_accuracy_pct"]]
