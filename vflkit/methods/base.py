@@ -83,6 +83,9 @@ class RunConfig:
             check_int(name, getattr(self, name), minimum=1, optional=True)
         if not isinstance(self.options, dict):
             raise ConfigError(f"options must be a dict of option -> value, got {self.options!r}")
+        from . import METHODS  # the registry imports this module; a registered method's
+        if self.method in METHODS:  # options are checked here, before any data is loaded
+            check_options(self.method, METHODS[self.method].defaults, self.options)
         if isinstance(self.el_pl, (list, tuple)) and len(self.el_pl) == 2:
             for part in self.el_pl:
                 check_int("each of el_pl", part, minimum=0)
@@ -169,6 +172,22 @@ def make_optimizer(name: str, params: Iterable[nn.Parameter], lr: float) -> torc
     raise ConfigError(f"Invalid optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
 
 
+def check_options(method: str, defaults: dict[str, Any], options: dict[str, Any]) -> None:
+    """A ConfigError for an option ``method`` does not declare, or one whose value's type is
+    not its default's (``blinding="no"`` must not mean on)."""
+    unknown = sorted(set(options) - set(defaults))
+    if unknown:
+        valid = ", ".join(sorted(defaults)) or "none"
+        raise ConfigError(f"unknown options {unknown} for method {method!r}; valid: {valid}")
+    for name, value in options.items():
+        default = defaults[name]
+        if not _same_kind(value, default):
+            raise ConfigError(
+                f"option {name}={value!r} of method {method!r} must be "
+                f"{_kind_name(default)} like its default {default!r}, got {type(value).__name__}"
+            )
+
+
 def _same_kind(value: Any, default: Any) -> bool:
     """Whether an option's ``value`` has the type of its ``default`` (an int for a float is
     fine; a bool is only a bool; a string is never a bool); a None default accepts anything."""
@@ -229,23 +248,13 @@ class VFLMethod(ABC):
         holders = [p for p in parties if p.holds_labels]
         if len(holders) != 1:
             raise ConfigError(f"{self.name} needs exactly one party with labels, got {len(holders)}")
-        unknown = sorted(set(config.options) - set(self.defaults))
-        if unknown:
-            valid = ", ".join(sorted(self.defaults)) or "none"
-            raise ConfigError(f"unknown options {unknown} for method {self.name!r}; valid: {valid}")
+        check_options(self.name, self.defaults, config.options)
         if self.model_mix is not None:
             n_arch = len(set(config.party_value("models", k) for k in range(len(parties))))
             if (self.model_mix == "homogeneous") != (n_arch == 1):
                 raise ConfigError(
                     f"{self.name} needs {self.model_mix} party models, got {list(config.models)}; "
                     f"give {'one architecture for every party' if self.model_mix == 'homogeneous' else 'at least two architectures'}"
-                )
-        for name, value in config.options.items():
-            default = self.defaults[name]
-            if not _same_kind(value, default):
-                raise ConfigError(
-                    f"option {name}={value!r} of method {self.name!r} must be "
-                    f"{_kind_name(default)} like its default {default!r}, got {type(value).__name__}"
                 )
         self.config = config
         self.parties = list(parties)
