@@ -120,7 +120,10 @@ def test_a_record_from_other_code_is_named_once_per_call(tmp_path, monkeypatch):
     with pytest.warns(UserWarning, match="2 of 3 reused records were made by other code") as caught:
         records.run_many(runs, train=FakeTrainer(), profile="smoke", device="cpu", results=tmp_path,
                          progress=False)
-    assert len([w for w in caught if "other code" in str(w.message)]) == 1
+    named = [str(w.message) for w in caught if "other code" in str(w.message)]
+    assert len(named) == 1
+    assert "commit fedcba9" in named[0] and "1 with uncommitted changes to vflkit/" in named[0]
+    assert "\n" not in named[0]
 
 
 def test_recompute_before_a_commit_remakes_older_records(tmp_path):

@@ -37,7 +37,7 @@ from tqdm.auto import tqdm
 from . import __version__
 from .config import RESULTS_ENV, check_paper, check_profile, project_root, resolve_device, results_dir
 from .errors import ConfigError, DivergenceError
-from .files import clean_stale_tmp
+from .files import TMP_MARK, clean_stale_tmp
 
 #: Envelope fields the run loop writes; a trainer's result may not use these names (except
 #: ``wall_time_s`` and ``diverged``, which a trainer that resumes or stops early reports itself).
@@ -307,7 +307,9 @@ def _check_writable(folder: Path) -> None:
     """A ConfigError naming ``folder`` unless records can be written there."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / f".write-probe{os.getpid()}"
+        # named like a temporary of this process, so that a kill right here leaves nothing
+        # clean_stale_tmp would not remove
+        probe = folder / f".write-probe{TMP_MARK}{os.getpid()}-0"
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as exc:
@@ -347,16 +349,27 @@ def _lookup(run: Run, *, profile: str, results: str | Path | None, force: bool, 
 
 
 def _warn_other_code(reused: list[dict[str, Any]]) -> None:
+    """One warning for the reused records that other code made (another commit, or a
+    modified ``vflkit/``), saying how many and how to remake them."""
     if not reused:
         return
     current = _git_state()
     other = [r for r in reused if _other_code(r, current)]
-    if other:
-        commits = sorted({str((r.get("environment") or {}).get("git_commit", "?")) for r in other})
-        warnings.warn(
-            f"{len(other)} of {len(reused)} reused records were made by other code than this checkout's "
-            f"(commits {', '.join(commits[:5])}{', ...' if len(commits) > 5 else ''}, or a modified vflkit/); "
-            "pass recompute_before=<commit> (or force=True) to remake them", stacklevel=3)
+    if not other:
+        return
+    envs = [r.get("environment") or {} for r in other]
+    modified = sum(bool(e.get("vflkit_modified")) for e in envs)
+    commits = sorted({str(e.get("git_commit")) for e in envs if _other_code({"environment": {
+        "git_commit": e.get("git_commit")}}, current)})
+    what = []
+    if commits:
+        what.append(f"commit {', '.join(commits[:5])}{', ...' if len(commits) > 5 else ''}")
+    if modified:
+        what.append(f"{modified} with uncommitted changes to vflkit/")
+    warnings.warn(
+        f"{len(other)} of {len(reused)} reused records were made by other code than this checkout's "
+        f"{current.get('git_commit', '?')} ({'; '.join(what)}); pass recompute_before=<commit> (or force=True) "
+        "to remake them", stacklevel=3)
 
 
 def run_one(run: Run, *, train: Trainer, profile: str, device: str | torch.device = "auto",
