@@ -283,6 +283,8 @@ def _one_shot(**kw):
     ({"n_aligned": 100.0}, "n_aligned must be an integer"),
     ({"lam": -1}, "lam must be a finite number >= 0"),
     ({"val_fraction": 1.0}, "val_fraction must be below 1"),
+    ({"n_active_features": 5.0}, "n_active_features must be an integer"),
+    ({"method": " APC_VFL_MSE", "lr": "0.01"}, "lr must be a positive number"),
 ])
 def test_one_shot_run_rejects_bad_fields(kw, match):
     with pytest.raises(ConfigError, match=match):
@@ -351,3 +353,22 @@ def test_shared_override_validation():
         config.check_profile("qiuck")
     with pytest.raises(ConfigError, match="Invalid profile"):
         config.check_profile(["quick"])
+
+
+@pytest.mark.parametrize("study_name", ["vfedmh", "multi_vfl", "apc_vfl", "demo"])
+def test_every_study_rejects_bad_parameters_before_any_work(study_name):
+    """Through the shared validators (check_profile, apply_overrides): one-line errors."""
+    import importlib
+
+    study = importlib.import_module(f"vflkit.studies.{study_name}")
+    for kwargs, match in [
+        (dict(profile="qiuck"), "Invalid profile 'qiuck'; choose one of smoke, quick, paper"),
+        (dict(profile="smoke", overrides={"epoch": 1}), r"unknown overrides \['epoch'\]; valid: profile settings"),
+        (dict(profile="smoke", overrides={"seeds": []}), "seeds is empty"),
+        (dict(profile="smoke", overrides={"seeds": 3}), "seeds must be a non-empty list"),
+        (dict(profile="smoke", overrides={"seeds": [0.5]}), "seeds must be integers"),
+    ]:
+        profile = kwargs.pop("profile")
+        with pytest.raises(ConfigError, match=match) as err:
+            study.configs(profile, **kwargs)
+        assert "\n" not in str(err.value)

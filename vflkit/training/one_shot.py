@@ -113,6 +113,7 @@ class OneShotRun:
             object.__setattr__(self, name, check_name(name, getattr(self, name)))
         check_int("seed", self.seed)
         check_int("n_aligned", self.n_aligned, minimum=1, optional=True)
+        check_int("n_active_features", self.n_active_features)  # True == 1 must not pass as a count
         for name in ("epochs", "patience"):
             check_int(name, getattr(self, name), minimum=1)
         check_int("folds", self.folds, minimum=2)
