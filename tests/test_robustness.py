@@ -240,6 +240,7 @@ def test_vfedmh_divergence_inside_train_step_is_recorded(tmp_path, monkeypatch):
     ({"active": 1.0}, "active must be an integer"),
     ({"active": 4}, "active=4 is not a party index 0..3"),
     ({"models": ("mlp", "mlp", 3, "mlp")}, "models must be names"),
+    ({"optimizers": "sdg"}, "Invalid optimizer 'sdg'; choose one of sgd"),
     ({"options": {"blinding": "no"}, "method": "vfedmh"}, "option blinding='no' of method 'vfedmh' must be True or False"),
     ({"options": {"bits": 3.5}, "method": "c_vfl"}, "option bits=3.5 of method 'c_vfl' must be an integer"),
     ({"options": ["blinding"]}, "options must be a dict"),

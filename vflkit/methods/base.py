@@ -108,6 +108,8 @@ class RunConfig:
             for v in value if isinstance(value, tuple) else (value,):
                 if not isinstance(v, str):
                     raise ConfigError(f"{name} must be names (one per party or one for all), got {v!r}")
+                if name == "optimizers" and v not in OPTIMIZERS:
+                    raise ConfigError(f"Invalid optimizer {v!r}; choose one of {', '.join(OPTIMIZERS)}")
         for k, v in enumerate(self.lr if isinstance(self.lr, tuple) else (self.lr,)):
             check_rate(f"lr[{k}]" if isinstance(self.lr, tuple) else "lr", v)
         object.__setattr__(self, "el_pl", tuple(self.el_pl))
