@@ -373,3 +373,26 @@ def test_every_study_rejects_bad_parameters_before_any_work(study_name):
         with pytest.raises(ConfigError, match=match) as err:
             study.configs(profile, **kwargs)
         assert "\n" not in str(err.value)
+
+
+def test_multi_vfl_divergence_is_recorded(tmp_path, monkeypatch):
+    """on_divergence='record' holds for Multi-VFL too: an absurd local learning rate stops the
+    run at the round it diverged, recorded, instead of stopping the study."""
+    import torch
+
+    from vflkit.data import ImageData
+    from vflkit.training import multi_owner
+
+    g = torch.Generator().manual_seed(0)
+    y_train, y_test = torch.arange(600) % 10, torch.arange(40) % 10
+    images = lambda y: torch.randint(0, 255, (len(y), 1, 28, 28), dtype=torch.uint8, generator=g)  # noqa: E731
+    data = ImageData("tiny", images(y_train), y_train, images(y_test), y_test, tuple(map(str, range(10))),
+                     (0.2,), (0.3,))
+    monkeypatch.setattr(multi_owner, "dataset", lambda name: data)
+    cfg = MultiVFLConfig(rounds=3, samples_per_owner=16, batch_size=8, n_test=20, local_lr=1e30)
+    with pytest.raises(DivergenceError, match="training diverged"):
+        multi_owner.run(cfg, profile="smoke", device="cpu", results=tmp_path, progress=False)
+    rec = multi_owner.run(cfg, profile="smoke", device="cpu", results=tmp_path, progress=False,
+                          on_divergence="record")
+    assert rec["diverged"]["round"] >= 1 and "diverged" in rec["diverged"]["message"]
+    assert rec["history"][-1]["round"] == rec["diverged"]["round"] and len(rec["history"]) <= 3
