@@ -396,3 +396,15 @@ def test_multi_vfl_divergence_is_recorded(tmp_path, monkeypatch):
                           on_divergence="record")
     assert rec["diverged"]["round"] >= 1 and "diverged" in rec["diverged"]["message"]
     assert rec["history"][-1]["round"] == rec["diverged"]["round"] and len(rec["history"]) <= 3
+
+
+def test_one_shot_divergence_is_recorded(tmp_path):
+    """on_divergence='record' holds for the one-shot family: a diverging autoencoder gives a
+    record with NaN metrics that says why, instead of stopping the study."""
+    from vflkit.training import one_shot
+
+    cfg = _one_shot(lr=1e30, epochs=3, folds=2)
+    with pytest.raises(DivergenceError, match="lower lr"):
+        one_shot.run(cfg, profile="smoke", results=tmp_path, progress=False)
+    rec = one_shot.run(cfg, profile="smoke", results=tmp_path, progress=False, on_divergence="record")
+    assert "lower lr" in rec["diverged"]["message"] and math.isnan(rec["final"]["accuracy"])

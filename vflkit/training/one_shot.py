@@ -35,7 +35,7 @@ from threadpoolctl import threadpool_limits
 from .. import records
 from ..comm import Channel, Ledger, Party
 from ..config import check_int, check_name, check_rate, key_dict
-from ..errors import ConfigError, DatasetNotFoundError
+from ..errors import ConfigError, DatasetNotFoundError, DivergenceError
 from ..methods import get_one_shot_method
 from ..methods.aligned_splitnn import AlignedSplitNN
 from ..methods.apc_vfl import APCVFLJoint
@@ -290,7 +290,8 @@ def train(cfg: OneShotRun, *, device: torch.device | None = None, checkpoint: Pa
 
     Runs on the CPU whatever ``device`` says (the models are a few hundred thousand weights,
     batches of 8-128: a GPU would only add transfers). ``checkpoint`` is not used (a run takes
-    seconds); the autoencoders raise :class:`~vflkit.errors.DivergenceError` themselves.
+    seconds); the autoencoders raise :class:`~vflkit.errors.DivergenceError` themselves, which
+    ``on_divergence="record"`` records (NaN metrics, ``diverged`` saying why).
     """
     # The models are tiny: one thread is faster than two, and on a shared CPU two threads can
     # be 20x slower (measured); the same holds for the BLAS under scikit-learn
@@ -299,6 +300,13 @@ def train(cfg: OneShotRun, *, device: torch.device | None = None, checkpoint: Pa
     torch.set_num_threads(1)
     try:
         return _train(cfg)
+    except DivergenceError as err:
+        if on_divergence == "raise":
+            raise
+        # nothing trained is left to score: the run's metrics are NaN, and it says why
+        nan = {k: float("nan") for k in scores(np.array([0, 1]), np.array([0, 1]), cfg.dataset)}
+        return {"history": {}, "per_fold": {k: [v] for k, v in nan.items()}, "final": nan, "comm": {},
+                "diverged": {"message": str(err)}}
     finally:
         torch.set_num_threads(threads)
 
