@@ -253,6 +253,13 @@ def test_run_config_rejects_bad_fields_when_built(changes, match):
     assert "\n" not in str(err.value)
 
 
+def test_numpy_numbers_are_plain_numbers_in_the_key():
+    import numpy as np
+
+    cfg = _cfg(seed=np.int64(2), epochs=np.int32(1), lr=np.float64(0.05))
+    assert cfg.key == _cfg(seed=2).key and type(cfg.seed) is int and type(cfg.lr) is float
+
+
 def test_names_are_normalised_before_hashing():
     assert _cfg(dataset=" MNIST ", method="SplitNN ").key == _cfg().key
     assert _cfg(dataset=" MNIST ").dataset == "mnist"

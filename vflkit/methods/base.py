@@ -81,6 +81,9 @@ class RunConfig:
         check_int("seed", self.seed)
         for name in ("n_train", "n_test"):
             check_int(name, getattr(self, name), minimum=1, optional=True)
+        for name in ("n_parties", "batch_size", "epochs", "embedding_dim", "active", "seed", "n_train", "n_test"):
+            if getattr(self, name) is not None:  # numpy integers as plain ints (JSON, the key)
+                object.__setattr__(self, name, int(getattr(self, name)))
         if not isinstance(self.options, dict):
             raise ConfigError(f"options must be a dict of option -> value, got {self.options!r}")
         from . import METHODS  # the registry imports this module; a registered method's
@@ -112,6 +115,8 @@ class RunConfig:
                     raise ConfigError(f"Invalid optimizer {v!r}; choose one of {', '.join(OPTIMIZERS)}")
         for k, v in enumerate(self.lr if isinstance(self.lr, tuple) else (self.lr,)):
             check_rate(f"lr[{k}]" if isinstance(self.lr, tuple) else "lr", v)
+        if type(self.lr) not in (int, float, tuple):  # a numpy float as a plain float
+            object.__setattr__(self, "lr", float(self.lr))
         object.__setattr__(self, "el_pl", tuple(self.el_pl))
         if not 0 <= self.active < self.n_parties:
             raise ConfigError(f"active={self.active} is not a party index 0..{self.n_parties - 1}")
