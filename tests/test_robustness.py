@@ -415,3 +415,22 @@ def test_one_shot_divergence_is_recorded(tmp_path):
         one_shot.run(cfg, profile="smoke", results=tmp_path, progress=False)
     rec = one_shot.run(cfg, profile="smoke", results=tmp_path, progress=False, on_divergence="record")
     assert "lower lr" in rec["diverged"]["message"] and math.isnan(rec["final"]["accuracy"])
+
+
+def test_a_diverged_epochs_loss_is_the_mean_over_the_batches_seen(tmp_path, monkeypatch):
+    """Two batches of loss 1.0, then a divergence: the epoch's loss is 1.0, not 2 x 64 / 256."""
+    from vflkit.methods.splitnn import SplitNN
+    from vflkit.training import split
+
+    calls = {"n": 0}
+
+    def step(self, ids):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise DivergenceError("the loss of active is nan: training diverged")
+        return {"active": 1.0}
+
+    monkeypatch.setattr(SplitNN, "train_step", step)
+    rec = split.run(_cfg(), profile="smoke", device="cpu", results=tmp_path, progress=False,
+                    on_divergence="record")
+    assert rec["diverged"]["step"] == 2 and rec["history"][-1]["loss"] == 1.0
