@@ -143,6 +143,8 @@ def test_recompute_before_a_commit_remakes_older_records(tmp_path):
     assert train.calls == 1
     with pytest.raises(ConfigError, match="not a commit of this checkout"):
         _one(run, tmp_path, train, recompute_before="no-such-commit-xyz")
+    with pytest.raises(ConfigError, match="must be a commit hash or tag"):
+        _one(run, tmp_path, train, recompute_before="--all")
 
 
 def test_stale_temporaries_of_a_killed_writer_are_cleaned(tmp_path):

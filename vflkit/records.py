@@ -273,8 +273,10 @@ def _peak_memory(device: torch.device) -> tuple[float, str]:
 def _commit_date(commit: str) -> datetime:
     """The committer date of ``commit`` in this checkout (for ``recompute_before``)."""
     here = Path(__file__).resolve().parent
+    if not isinstance(commit, str) or not commit.strip() or commit.startswith("-"):
+        raise ConfigError(f"recompute_before must be a commit hash or tag, got {commit!r}")
     try:
-        out = subprocess.run(["git", "log", "-1", "--format=%cI", str(commit), "--"], cwd=here,
+        out = subprocess.run(["git", "log", "-1", "--format=%cI", commit, "--"], cwd=here,
                              capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError) as exc:
         raise ConfigError(f"recompute_before={commit!r} needs git to date the commit ({exc})") from None
