@@ -9,6 +9,8 @@ be read-only (CI points it at a shared, read-only copy), so the cache never live
 
 from __future__ import annotations
 
+import json
+import math
 import os
 from pathlib import Path
 from typing import Any, Iterable
@@ -28,16 +30,92 @@ PAPERS: tuple[str, ...] = ("vfedmh", "easter", "multi_vfl", "apc_vfl", "adptvfed
 
 def check_profile(profile: str) -> str:
     """Return ``profile`` if it is one of :data:`PROFILES`, else raise a ConfigError."""
-    if profile not in PROFILES:
+    if not isinstance(profile, str) or profile not in PROFILES:
         raise ConfigError(f"Invalid profile {profile!r}; choose one of {', '.join(PROFILES)}")
     return profile
 
 
 def check_paper(paper: str) -> str:
     """Return ``paper`` if it is one of :data:`PAPERS`, else raise a ConfigError."""
-    if paper not in PAPERS:
+    if not isinstance(paper, str) or paper not in PAPERS:
         raise ConfigError(f"Invalid paper {paper!r}; choose one of {', '.join(PAPERS)}")
     return paper
+
+
+def check_seeds(seeds: Any, *, name: str = "seeds") -> tuple[int, ...]:
+    """``seeds`` as a tuple of integers; a scalar, an empty sequence, a string, a float or a
+    bool is a one-line ConfigError (before any work starts)."""
+    if isinstance(seeds, (str, bytes, dict)) or not isinstance(seeds, Iterable):
+        raise ConfigError(f"{name} must be a non-empty list of integers, e.g. [0, 1, 2], got {seeds!r}")
+    seeds = tuple(seeds)
+    if not seeds:
+        raise ConfigError(f"{name} is empty; give at least one integer seed, e.g. [0]")
+    bad = [s for s in seeds if not is_int(s)]
+    if bad:
+        raise ConfigError(f"{name} must be integers, got {bad!r} in {list(seeds)!r}")
+    return tuple(int(s) for s in seeds)
+
+
+def is_int(value: Any) -> bool:
+    """An integer, not a bool (numpy integers count)."""
+    import numbers
+
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def check_int(name: str, value: Any, *, minimum: int | None = None, optional: bool = False) -> None:
+    """A ConfigError unless ``value`` is an integer (not a float, not a bool) >= ``minimum``
+    (None too where ``optional``)."""
+    if optional and value is None:
+        return
+    what = "an integer" + (f" >= {minimum}" if minimum is not None else "") + (" or None" if optional else "")
+    if not is_int(value):
+        raise ConfigError(f"{name} must be {what}, got {value!r} ({type(value).__name__})")
+    if minimum is not None and value < minimum:
+        raise ConfigError(f"{name} must be {what}, got {value!r}")
+
+
+def check_rate(name: str, value: Any) -> None:
+    """A ConfigError unless ``value`` is a finite, positive number (not a string, not a bool)."""
+    import numbers
+
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ConfigError(f"{name} must be a positive number such as 0.01, got {value!r} ({type(value).__name__})")
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{name} must be a finite number > 0, got {value!r}")
+
+
+def check_name(name: str, value: Any) -> str:
+    """``value`` stripped and lower-cased (dataset and method names), so that ``" MNIST "``
+    and ``"mnist"`` are one run; a non-string is a ConfigError."""
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{name} must be a non-empty name such as 'mnist', got {value!r}")
+    return value.strip().lower()
+
+
+def key_dict(config: Any, data: dict[str, Any], keyed: Iterable[str]) -> dict[str, Any]:
+    """The part of a config's ``data`` (its ``to_dict()``) that its key hashes.
+
+    ``keyed`` is the frozen list of fields the class had when keys were first committed:
+    those are hashed always, default or not, as they always were. A field added later is
+    hashed only when it differs from its default, so adding a field with a default keeps the
+    key (and the record) of every existing run.
+    """
+    import dataclasses
+
+    keyed = set(keyed)
+    defaults: dict[str, Any] = {}
+    for f in dataclasses.fields(config):
+        if f.default is not dataclasses.MISSING:
+            defaults[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+            defaults[f.name] = f.default_factory()  # type: ignore[misc]
+
+    def same(a: Any, b: Any) -> bool:
+        return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
+
+    return {k: v for k, v in data.items()
+            if k in keyed or k not in defaults or not same(v, defaults[k])}
 
 
 def apply_overrides(settings: dict[str, Any], overrides: dict[str, Any] | None, *,
@@ -50,6 +128,8 @@ def apply_overrides(settings: dict[str, Any], overrides: dict[str, Any] | None, 
     Lists (papermill passes JSON) become tuples, so that overridden settings compare equal to
     the profile's own and configs stay hashable. Returns ``(settings, run_fields)``.
     """
+    if overrides is not None and not isinstance(overrides, dict):
+        raise ConfigError(f"overrides must be a dict of setting -> value, got {overrides!r}")
     overrides = dict(overrides or {})
     fields = set(run_fields)
     unknown = sorted(set(overrides) - set(settings) - fields)
@@ -57,6 +137,8 @@ def apply_overrides(settings: dict[str, Any], overrides: dict[str, Any] | None, 
         raise ConfigError(f"unknown overrides {unknown}; valid: profile settings "
                           f"{', '.join(sorted(settings))}" + (f"; run fields {', '.join(sorted(fields - set(settings)))}"
                                                               if fields - set(settings) else ""))
+    if "seeds" in overrides:
+        overrides["seeds"] = check_seeds(overrides["seeds"])
     merged = dict(settings)
     run: dict[str, Any] = {}
     for k, v in overrides.items():

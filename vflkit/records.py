@@ -26,6 +26,8 @@ import platform
 import resource
 import subprocess
 import time
+import warnings
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable, Protocol
 
@@ -33,8 +35,9 @@ import torch
 from tqdm.auto import tqdm
 
 from . import __version__
-from .config import check_paper, check_profile, project_root, resolve_device, results_dir
-from .errors import ConfigError
+from .config import RESULTS_ENV, check_paper, check_profile, project_root, resolve_device, results_dir
+from .errors import ConfigError, DivergenceError
+from .files import TMP_MARK, clean_stale_tmp
 
 #: Envelope fields the run loop writes; a trainer's result may not use these names (except
 #: ``wall_time_s`` and ``diverged``, which a trainer that resumes or stops early reports itself).
@@ -134,9 +137,10 @@ def environment_info(device: torch.device) -> dict[str, Any]:
 # --------------------------------------------------------------------------- the store
 
 
-def record_path(run: Run, profile: str, root: Path | None = None) -> Path:
+def record_path(run: Run, profile: str, root: str | Path | None = None) -> Path:
     """Where the record of ``run`` under ``profile`` lives: ``<root>/<profile>/<paper>/<key>.json``."""
-    return (root or results_dir()) / check_profile(profile) / check_paper(run.paper) / f"{run.key}.json"
+    root = Path(root).expanduser() if root is not None else results_dir()
+    return root / check_profile(profile) / check_paper(run.paper) / f"{run.key}.json"
 
 
 def checkpoint_path(record: Path) -> Path:
@@ -145,13 +149,67 @@ def checkpoint_path(record: Path) -> Path:
     return record.with_name(record.stem + ".ckpt.pt")
 
 
-def load_record(run: Run, profile: str, root: Path | None = None) -> dict[str, Any] | None:
-    """The finished record of ``run``, or None."""
+class BadRecord(ConfigError):
+    """A record file that is not the record of the run asked for (unreadable, not JSON, its
+    envelope incomplete, or another run's key, config or profile)."""
+
+
+def _canonical(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=json_default, sort_keys=True))
+
+
+def _same_config(run: Run, config: Any) -> bool:
+    """Whether a record's ``config`` is ``run``'s: rebuilt through the run's class where it has
+    ``from_dict`` (so fields added since, at their defaults, still match), else compared as is."""
+    from_dict = getattr(type(run), "from_dict", None)
+    try:
+        if from_dict is not None:
+            return _canonical(from_dict(config).to_dict()) == _canonical(run.to_dict())
+        return _canonical(config) == _canonical(run.to_dict())
+    except Exception:  # a config the class refuses is not this run's
+        return False
+
+
+def check_record(path: Path, run: Run, profile: str) -> dict[str, Any]:
+    """The record at ``path`` if it is ``run``'s record under ``profile``, else :class:`BadRecord`
+    saying what is wrong with it (never a bare JSONDecodeError)."""
+    try:
+        rec = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as exc:
+        raise BadRecord(f"{path} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadRecord(f"{path} cannot be read ({exc})") from None
+    if not isinstance(rec, dict):
+        raise BadRecord(f"{path} holds a JSON {type(rec).__name__}, not a record")
+    missing = [f for f in ENVELOPE if f not in rec]
+    if missing:
+        raise BadRecord(f"{path} lacks the record fields {missing}")
+    if rec["key"] != run.key:
+        raise BadRecord(f"{path} holds the record of key {rec['key']!r}, not of this run ({run.key!r})")
+    if rec["profile"] != profile:
+        raise BadRecord(f"{path} is a record of profile {rec['profile']!r}, not {profile!r}")
+    if not _same_config(run, rec["config"]):
+        raise BadRecord(f"{path} holds another run's config under this run's key")
+    return rec
+
+
+def _move_aside(path: Path, reason: str) -> Path:
+    bad = path.with_name(path.name + ".bad")
+    os.replace(path, bad)
+    warnings.warn(f"{reason}; moved it to {bad.name} and recomputing the run", stacklevel=4)
+    return bad
+
+
+def load_record(run: Run, profile: str, root: str | Path | None = None) -> dict[str, Any] | None:
+    """The finished record of ``run``, or None; a file there that is not its record is a
+    :class:`BadRecord` error naming the file."""
     path = record_path(run, profile, root)
     if not path.exists():
         return None
-    with open(path) as f:
-        return json.load(f)
+    try:
+        return check_record(path, run, profile)
+    except BadRecord as exc:
+        raise BadRecord(f"{exc}; delete it (or move it aside) and rerun to remake it") from None
 
 
 def load_recorded(runs: Iterable[Run], *, profile: str) -> list[dict[str, Any]]:
@@ -161,7 +219,7 @@ def load_recorded(runs: Iterable[Run], *, profile: str) -> list[dict[str, Any]]:
     profile's results beside a smoke run) with this. They are looked for under
     ``VFLKIT_RESULTS`` and then under the project's own ``results/``, where the committed ones
     stay when ``VFLKIT_RESULTS`` points a trial run elsewhere. A missing record is an error
-    that says how to make it.
+    that says how to make it; so is a file that is not the run's record (it names the file).
     """
     check_profile(profile)
     runs = list(runs)
@@ -179,9 +237,12 @@ def load_recorded(runs: Iterable[Run], *, profile: str) -> list[dict[str, Any]]:
             f"(or `make study PROFILE={profile}`) to make them"
         )
     records = []
-    for p in paths:
-        with open(p) as f:
-            records.append(json.load(f))
+    for run, p in zip(runs, paths):
+        try:
+            records.append(check_record(p, run, profile))
+        except BadRecord as exc:
+            raise BadRecord(f"{exc}; delete it and run the notebook with profile={profile!r} "
+                            f"(or `make study PROFILE={profile}`) to remake it") from None
     return records
 
 
@@ -209,9 +270,114 @@ def _peak_memory(device: torch.device) -> tuple[float, str]:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "process_max_rss"
 
 
+def _commit_date(commit: str) -> datetime:
+    """The committer date of ``commit`` in this checkout (for ``recompute_before``)."""
+    here = Path(__file__).resolve().parent
+    if not isinstance(commit, str) or not commit.strip() or commit.startswith("-"):
+        raise ConfigError(f"recompute_before must be a commit hash or tag, got {commit!r}")
+    try:
+        out = subprocess.run(["git", "log", "-1", "--format=%cI", commit, "--"], cwd=here,
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise ConfigError(f"recompute_before={commit!r} needs git to date the commit ({exc})") from None
+    if out.returncode != 0 or not out.stdout.strip():
+        raise ConfigError(f"recompute_before={commit!r} is not a commit of this checkout; "
+                          "give a commit hash or tag that `git log` knows")
+    return datetime.fromisoformat(out.stdout.strip())
+
+
+def _older_than(rec: dict[str, Any], when: datetime) -> bool:
+    """Whether ``rec`` was finished before ``when`` (an undatable record counts as older)."""
+    try:
+        return datetime.strptime(rec["finished"], "%Y-%m-%dT%H:%M:%S%z") < when
+    except (TypeError, ValueError):
+        return True
+
+
+def _other_code(rec: dict[str, Any], current: dict[str, Any]) -> bool:
+    """Whether ``rec`` was made by other code than ``current`` (a :func:`_git_state`)."""
+    env = rec.get("environment") or {}
+    if env.get("vflkit_modified"):
+        return True
+    made, now = env.get("git_commit"), current.get("git_commit")
+    if not made or not now:
+        return False
+    return not (made.startswith(now) or now.startswith(made))
+
+
+def _check_writable(folder: Path) -> None:
+    """A ConfigError naming ``folder`` unless records can be written there."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        # named like a temporary of this process, so that a kill right here leaves nothing
+        # clean_stale_tmp would not remove
+        probe = folder / f".write-probe{TMP_MARK}{os.getpid()}-0"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(
+            f"the results folder {folder} is not writable ({exc.strerror or exc}); set {RESULTS_ENV} "
+            "to a writable folder (or pass results=) before training"
+        ) from None
+
+
+def _lookup(run: Run, *, profile: str, results: str | Path | None, force: bool, on_divergence: str,
+            recompute_after: datetime | None) -> tuple[Path, dict[str, Any] | None]:
+    """The record path of ``run`` and its reusable record, or None if it must be trained.
+
+    A file there that is not the run's record is moved aside (``<key>.json.bad``) with a
+    warning; a record older than ``recompute_after`` is not reused; a diverged record made
+    under ``on_divergence="record"`` is a DivergenceError for a run asked for with "raise".
+    """
+    path = record_path(run, profile, results)
+    if path.parent.is_dir():
+        clean_stale_tmp(path.parent)
+    if force or not path.exists():
+        return path, None
+    try:
+        rec = check_record(path, run, profile)
+    except BadRecord as exc:
+        _move_aside(path, str(exc))
+        return path, None
+    if recompute_after is not None and _older_than(rec, recompute_after):
+        return path, None
+    if rec.get("diverged") and on_divergence == "raise":
+        where = rec["diverged"].get("message", rec["diverged"]) if isinstance(rec["diverged"], dict) else rec["diverged"]
+        raise DivergenceError(
+            f"the record {path} is of a run that diverged ({where}), made with on_divergence='record'; "
+            "pass on_divergence='record' to use it, or force=True to recompute it"
+        )
+    return path, rec
+
+
+def _warn_other_code(reused: list[dict[str, Any]]) -> None:
+    """One warning for the reused records that other code made (another commit, or a
+    modified ``vflkit/``), saying how many and how to remake them."""
+    if not reused:
+        return
+    current = _git_state()
+    other = [r for r in reused if _other_code(r, current)]
+    if not other:
+        return
+    envs = [r.get("environment") or {} for r in other]
+    modified = sum(bool(e.get("vflkit_modified")) for e in envs)
+    commits = sorted({str(e.get("git_commit")) for e in envs if _other_code({"environment": {
+        "git_commit": e.get("git_commit")}}, current)})
+    what = []
+    if commits:
+        what.append(f"commit {', '.join(commits[:5])}{', ...' if len(commits) > 5 else ''}")
+    if modified:
+        what.append(f"{modified} with uncommitted changes to vflkit/")
+    warnings.warn(
+        f"{len(other)} of {len(reused)} reused records were made by other code than this checkout's "
+        f"{current.get('git_commit', '?')} ({'; '.join(what)}); pass recompute_before=<commit> (or force=True) "
+        "to remake them", stacklevel=3)
+
+
 def run_one(run: Run, *, train: Trainer, profile: str, device: str | torch.device = "auto",
-            results: Path | None = None, force: bool = False, progress: bool = True,
-            on_divergence: str = "raise", deadline: float | None = None) -> dict[str, Any]:
+            results: str | Path | None = None, force: bool = False, progress: bool = True,
+            on_divergence: str = "raise", deadline: float | None = None,
+            recompute_before: str | None = None) -> dict[str, Any]:
     """Train ``run`` with ``train`` (or load its finished record) and return the record.
 
     ``on_divergence``: ``"raise"`` lets a trainer's :class:`~vflkit.errors.DivergenceError`
@@ -221,13 +387,39 @@ def run_one(run: Run, *, train: Trainer, profile: str, device: str | torch.devic
     record is written. ``deadline`` (a ``time.time()`` value, from the scheduler's budget): a
     trainer that checkpoints stops at the end of the last epoch that ends before it and raises
     :class:`~vflkit.errors.BudgetExhausted`; rerunning resumes.
+
+    A record is reused only if it is the run's (valid JSON, the whole envelope, the run's key,
+    config and profile); anything else at its path is moved aside with a warning and the run
+    recomputed. A reused record made by other code (another commit, or a modified
+    ``vflkit/``) is named in a warning; ``recompute_before`` (a commit) recomputes the records
+    finished before that commit's date. A run asked for with ``on_divergence="raise"`` never
+    receives a diverged record silently (DivergenceError). The results folder is checked for
+    writability before training starts.
     """
+    _check_on_divergence(on_divergence)
+    after = _commit_date(recompute_before) if recompute_before is not None else None
+    reused: list[dict[str, Any]] = []
+    rec = _run_one(run, train=train, profile=profile, device=device, results=results, force=force,
+                   progress=progress, on_divergence=on_divergence, deadline=deadline, recompute_after=after,
+                   reused=reused)
+    _warn_other_code(reused)
+    return rec
+
+
+def _check_on_divergence(on_divergence: str) -> None:
     if on_divergence not in ("raise", "record"):
         raise ConfigError(f"Invalid on_divergence {on_divergence!r}; choose raise or record")
-    path = record_path(run, profile, results)
-    if path.exists() and not force:
-        with open(path) as f:
-            return json.load(f)
+
+
+def _run_one(run: Run, *, train: Trainer, profile: str, device: str | torch.device, results: str | Path | None,
+             force: bool, progress: bool, on_divergence: str, deadline: float | None,
+             recompute_after: datetime | None, reused: list[dict[str, Any]]) -> dict[str, Any]:
+    path, found = _lookup(run, profile=profile, results=results, force=force, on_divergence=on_divergence,
+                          recompute_after=recompute_after)
+    if found is not None:
+        reused.append(found)
+        return found
+    _check_writable(path.parent)
     dev = resolve_device(device)
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
@@ -262,15 +454,35 @@ def run_one(run: Run, *, train: Trainer, profile: str, device: str | torch.devic
 
 
 def run_many(runs: Iterable[Run], *, train: Trainer, profile: str, device: str | torch.device = "auto",
-             results: Path | None = None, progress: bool = True, on_divergence: str = "raise",
-             desc: str = "runs") -> list[dict[str, Any]]:
-    """Run every run in order, skipping those with a record; returns all records."""
+             results: str | Path | None = None, progress: bool = True, on_divergence: str = "raise",
+             desc: str = "runs", recompute_before: str | None = None) -> list[dict[str, Any]]:
+    """Run every run in order, skipping those with a record; returns all records.
+
+    Before any training: every record is looked up (bad files moved aside, diverged records
+    refused under ``on_divergence="raise"``) and the folders of the runs to train are checked
+    for writability. One warning names how many reused records other code made.
+    """
+    _check_on_divergence(on_divergence)
+    check_profile(profile)
     runs = list(runs)
-    done = sum(record_path(r, profile, results).exists() for r in runs)
-    return [run_one(r, train=train, profile=profile, device=device, results=results, progress=progress,
-                    on_divergence=on_divergence)
-            for r in tqdm(runs, desc=f"{desc} ({done} of {len(runs)} already recorded)", disable=not progress)]
+    after = _commit_date(recompute_before) if recompute_before is not None else None
+    todo = []
+    for r in runs:
+        path, found = _lookup(r, profile=profile, results=results, force=False, on_divergence=on_divergence,
+                              recompute_after=after)
+        if found is None:
+            todo.append(path)
+    for folder in dict.fromkeys(p.parent for p in todo):
+        _check_writable(folder)
+    reused: list[dict[str, Any]] = []
+    out = [_run_one(r, train=train, profile=profile, device=device, results=results, force=False,
+                    progress=progress, on_divergence=on_divergence, deadline=None, recompute_after=after,
+                    reused=reused)
+           for r in tqdm(runs, desc=f"{desc} ({len(runs) - len(todo)} of {len(runs)} already recorded)",
+                         disable=not progress)]
+    _warn_other_code(reused)
+    return out
 
 
-__all__ = ["ENVELOPE", "Run", "Trainer", "checkpoint_path", "environment_info", "json_default", "load_record",
+__all__ = ["ENVELOPE", "BadRecord", "Run", "check_record", "Trainer", "checkpoint_path", "environment_info", "json_default", "load_record",
            "load_recorded", "record_path", "run_many", "run_one", "write_json_atomic"]

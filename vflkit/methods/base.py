@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from ..comm import Party
-from ..config import PAPERS
+from ..config import PAPERS, check_int, check_name, check_rate, key_dict
 from ..errors import ConfigError
 
 if TYPE_CHECKING:
@@ -65,12 +65,35 @@ class RunConfig:
     options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.paper not in PAPERS:
+        # every field is checked here, before any data is loaded, in an order where each
+        # message is about the field that is wrong (n_parties before active and per-party fields)
+        if not isinstance(self.paper, str) or self.paper not in PAPERS:
             raise ConfigError(f"Invalid paper {self.paper!r}; choose one of {', '.join(PAPERS)}")
         if self.partition not in PARTITIONS:
             raise ConfigError(
                 f"Invalid partition {self.partition!r}; choose one of {', '.join(PARTITIONS)}"
             )
+        object.__setattr__(self, "dataset", check_name("dataset", self.dataset))
+        object.__setattr__(self, "method", check_name("method", self.method))
+        for name in ("n_parties", "batch_size", "epochs", "embedding_dim"):
+            check_int(name, getattr(self, name), minimum=1)
+        check_int("active", self.active, minimum=0)
+        check_int("seed", self.seed)
+        for name in ("n_train", "n_test"):
+            check_int(name, getattr(self, name), minimum=1, optional=True)
+        for name in ("n_parties", "batch_size", "epochs", "embedding_dim", "active", "seed", "n_train", "n_test"):
+            if getattr(self, name) is not None:  # numpy integers as plain ints (JSON, the key)
+                object.__setattr__(self, name, int(getattr(self, name)))
+        if not isinstance(self.options, dict):
+            raise ConfigError(f"options must be a dict of option -> value, got {self.options!r}")
+        from . import METHODS  # the registry imports this module; a registered method's
+        if self.method in METHODS:  # options are checked here, before any data is loaded
+            check_options(self.method, METHODS[self.method].defaults, self.options)
+        if isinstance(self.el_pl, (list, tuple)) and len(self.el_pl) == 2:
+            for part in self.el_pl:
+                check_int("each of el_pl", part, minimum=0)
+        else:
+            raise ConfigError(f"el_pl must be two integers (embedding layers, prediction layers), got {self.el_pl!r}")
         for name in ("models", "optimizers", "lr"):
             value = getattr(self, name)
             if isinstance(value, list):
@@ -83,12 +106,20 @@ class RunConfig:
                 )
         if isinstance(self.models, str):
             object.__setattr__(self, "models", (self.models,) * self.n_parties)
+        for name in ("models", "optimizers"):
+            value = getattr(self, name)
+            for v in value if isinstance(value, tuple) else (value,):
+                if not isinstance(v, str):
+                    raise ConfigError(f"{name} must be names (one per party or one for all), got {v!r}")
+                if name == "optimizers" and v not in OPTIMIZERS:
+                    raise ConfigError(f"Invalid optimizer {v!r}; choose one of {', '.join(OPTIMIZERS)}")
+        for k, v in enumerate(self.lr if isinstance(self.lr, tuple) else (self.lr,)):
+            check_rate(f"lr[{k}]" if isinstance(self.lr, tuple) else "lr", v)
+        if type(self.lr) not in (int, float, tuple):  # a numpy float as a plain float
+            object.__setattr__(self, "lr", float(self.lr))
         object.__setattr__(self, "el_pl", tuple(self.el_pl))
         if not 0 <= self.active < self.n_parties:
             raise ConfigError(f"active={self.active} is not a party index 0..{self.n_parties - 1}")
-        for name in ("batch_size", "epochs", "n_parties", "embedding_dim"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
 
     def party_value(self, name: str, k: int) -> Any:
         """Party ``k``'s entry of a per-party field."""
@@ -114,10 +145,18 @@ class RunConfig:
         """A copy with some fields changed."""
         return dataclasses.replace(self, **changes)
 
+    #: The fields every key hashes, default or not (frozen: the fields of the first committed
+    #: records). A field added later is hashed only when it differs from its default, so that
+    #: adding it keeps every existing key (:func:`vflkit.config.key_dict`). Never edit this.
+    KEYED_FIELDS: ClassVar[tuple[str, ...]] = (
+        "paper", "dataset", "method", "models", "optimizers", "lr", "partition", "n_parties", "active",
+        "batch_size", "epochs", "seed", "n_train", "n_test", "embedding_dim", "el_pl", "options")
+
     @property
     def key(self) -> str:
         """Stable hash of the config (first 16 hex digits of SHA-256 of its canonical JSON)."""
-        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        blob = json.dumps(key_dict(self, self.to_dict(), self.KEYED_FIELDS), sort_keys=True,
+                          separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -138,6 +177,52 @@ def make_optimizer(name: str, params: Iterable[nn.Parameter], lr: float) -> torc
     if name == "adam":
         return torch.optim.Adam(params, lr=lr)
     raise ConfigError(f"Invalid optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
+
+
+def check_options(method: str, defaults: dict[str, Any], options: dict[str, Any]) -> None:
+    """A ConfigError for an option ``method`` does not declare, or one whose value's type is
+    not its default's (``blinding="no"`` must not mean on)."""
+    unknown = sorted(set(options) - set(defaults))
+    if unknown:
+        valid = ", ".join(sorted(defaults)) or "none"
+        raise ConfigError(f"unknown options {unknown} for method {method!r}; valid: {valid}")
+    for name, value in options.items():
+        default = defaults[name]
+        if not _same_kind(value, default):
+            raise ConfigError(
+                f"option {name}={value!r} of method {method!r} must be "
+                f"{_kind_name(default)} like its default {default!r}, got {type(value).__name__}"
+            )
+
+
+def _same_kind(value: Any, default: Any) -> bool:
+    """Whether an option's ``value`` has the type of its ``default`` (an int for a float is
+    fine; a bool is only a bool; a string is never a bool); a None default accepts anything."""
+    import numbers
+
+    if default is None:
+        return True
+    if isinstance(default, bool) or isinstance(value, bool):
+        return isinstance(value, bool) and isinstance(default, bool)
+    if isinstance(default, numbers.Integral):
+        return isinstance(value, numbers.Integral)
+    if isinstance(default, numbers.Real):
+        return isinstance(value, numbers.Real)
+    if isinstance(default, (list, tuple)):
+        return isinstance(value, (list, tuple))
+    return isinstance(value, type(default))
+
+
+def _kind_name(default: Any) -> str:
+    if isinstance(default, bool):
+        return "True or False"
+    if isinstance(default, int):
+        return "an integer"
+    if isinstance(default, float):
+        return "a number"
+    if isinstance(default, str):
+        return "a string"
+    return f"a {type(default).__name__}"
 
 
 def accuracy(logits: torch.Tensor, labels: torch.Tensor) -> float:
@@ -170,10 +255,7 @@ class VFLMethod(ABC):
         holders = [p for p in parties if p.holds_labels]
         if len(holders) != 1:
             raise ConfigError(f"{self.name} needs exactly one party with labels, got {len(holders)}")
-        unknown = sorted(set(config.options) - set(self.defaults))
-        if unknown:
-            valid = ", ".join(sorted(self.defaults)) or "none"
-            raise ConfigError(f"unknown options {unknown} for method {self.name!r}; valid: {valid}")
+        check_options(self.name, self.defaults, config.options)
         if self.model_mix is not None:
             n_arch = len(set(config.party_value("models", k) for k in range(len(parties))))
             if (self.model_mix == "homogeneous") != (n_arch == 1):

@@ -28,13 +28,14 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ..comm import Channel, Party
+from ..config import check_int, check_name, check_rate, key_dict
 from ..errors import ConfigError, DivergenceError
 from ..models import MultiVFLDataOwner, MultiVFLLabelOwner
 from ..partition import NIID_SCENARIOS, LABEL_SCENARIOS, label_owner_split, strips
@@ -110,7 +111,22 @@ class MultiVFLConfig:
     #: Which paper the record belongs to (results/<profile>/<paper>/).
     paper = "multi_vfl"
 
+    #: The fields every key hashes, default or not (those of the first committed records);
+    #: a field added later is hashed only when it differs from its default. Never edit this.
+    KEYED_FIELDS: ClassVar[tuple[str, ...]] = (
+        "paper", "dataset", "scenario", "server_optimizer", "variant", "n_data_owners", "n_label_owners",
+        "samples_per_owner", "disjoint", "rounds", "local_epochs", "local_steps", "batch_size", "local_lr",
+        "local_optimizer", "beta1", "beta2", "server_lr", "tau", "n_test", "eval_every", "seed")
+
     def __post_init__(self) -> None:
+        for name in ("dataset", "scenario", "server_optimizer", "variant", "local_optimizer"):
+            object.__setattr__(self, name, check_name(name, getattr(self, name)))
+        check_int("seed", self.seed)
+        if not isinstance(self.disjoint, bool):
+            raise ConfigError(f"disjoint must be True or False, got {self.disjoint!r}")
+        check_rate("local_lr", self.local_lr)
+        for name in ("beta1", "beta2", "server_lr", "tau"):
+            check_rate(name, getattr(self, name))
         choices = {"dataset": DATASETS, "scenario": LABEL_SCENARIOS, "server_optimizer": SERVER_OPTIMIZERS,
                    "variant": VARIANTS, "local_optimizer": LOCAL_OPTIMIZERS}
         for name, valid in choices.items():
@@ -123,7 +139,7 @@ class MultiVFLConfig:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
         for name in ("local_steps", "n_test"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value < 1):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise ConfigError(f"{name} must be a positive integer or None, got {value!r}")
         if self.scenario in NIID_SCENARIOS and self.n_label_owners != 5:
             raise ConfigError(f"scenario {self.scenario!r} is Table 3 with 5 label owners; "
@@ -159,7 +175,8 @@ class MultiVFLConfig:
     @property
     def key(self) -> str:
         """Stable hash of the config (first 16 hex digits of SHA-256 of its canonical JSON)."""
-        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        blob = json.dumps(key_dict(self, self.to_dict(), self.KEYED_FIELDS), sort_keys=True,
+                          separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

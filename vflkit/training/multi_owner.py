@@ -20,6 +20,7 @@ from tqdm.auto import tqdm
 from .. import records
 from ..comm import Channel
 from ..config import resolve_device
+from ..errors import DivergenceError
 from ..methods.multi_vfl import MultiVFL, MultiVFLConfig
 from . import dataset
 
@@ -37,7 +38,9 @@ def train(config: MultiVFLConfig, *, device: torch.device, checkpoint: Path | No
 
     ``checkpoint`` is not used (a round of the quick profile takes seconds; the paper profile's
     runs are resumed at run granularity). ``on_divergence``: Multi-VFL's label owners raise
-    :class:`~vflkit.errors.DivergenceError` themselves; it is never caught here.
+    :class:`~vflkit.errors.DivergenceError` themselves; with ``"record"`` the run stops at that
+    round, the models are evaluated as they are (NaN where they cannot be) and the results say
+    where it diverged (``diverged``).
     """
     data = _data(config)
     channel = Channel()
@@ -47,14 +50,27 @@ def train(config: MultiVFLConfig, *, device: torch.device, checkpoint: Path | No
     history: list[dict[str, Any]] = []
     bar = tqdm(range(1, config.rounds + 1), desc=f"{config.dataset} {config.scenario} {config.server_optimizer}",
                disable=not progress, leave=False)
+    diverged: dict[str, Any] | None = None
     for r in bar:
-        losses = method.round(r)
-        row: dict[str, Any] = {"round": r, "train_loss": sum(losses.values()) / len(losses)}
-        if r % config.eval_every == 0 or r == config.rounds:
-            row.update(method.evaluate())
+        try:
+            losses = method.round(r)
+        except DivergenceError as err:
+            if on_divergence == "raise":
+                raise
+            diverged = {"round": r, "message": str(err)}
+            losses = {}
+        row: dict[str, Any] = {"round": r,
+                               "train_loss": sum(losses.values()) / len(losses) if losses else float("nan")}
+        if diverged or r % config.eval_every == 0 or r == config.rounds:
+            try:
+                row.update(method.evaluate())
+            except (ValueError, DivergenceError):
+                row.update({"test_accuracy": float("nan"), "test_loss": float("nan")})
             bar.set_postfix(acc=round(row["test_accuracy"], 3))
         row["elapsed_s"] = time.perf_counter() - start
         history.append(row)
+        if diverged:
+            break
     wall = time.perf_counter() - start
     ledger = channel.ledger
     per_round_kind = (ledger.frame().groupby(["epoch", "kind"])["nbytes"].sum().rename("bytes").reset_index()
@@ -73,6 +89,7 @@ def train(config: MultiVFLConfig, *, device: torch.device, checkpoint: Path | No
                  "per_kind": ledger.per_kind().reset_index().to_dict(orient="records"),
                  "per_party": ledger.per_party().reset_index().to_dict(orient="records"),
                  "eval_total": ledger.totals(phase="eval"), "setup_total": ledger.totals(phase="setup")},
+        "diverged": diverged,
     }
 
 

@@ -34,7 +34,8 @@ from threadpoolctl import threadpool_limits
 
 from .. import records
 from ..comm import Channel, Ledger, Party
-from ..errors import ConfigError, DatasetNotFoundError
+from ..config import check_int, check_name, check_rate, key_dict
+from ..errors import ConfigError, DatasetNotFoundError, DivergenceError
 from ..methods import get_one_shot_method
 from ..methods.aligned_splitnn import AlignedSplitNN
 from ..methods.apc_vfl import APCVFLJoint
@@ -101,7 +102,27 @@ class OneShotRun:
     folds: int = 10
     val_fraction: float = 0.1
 
+    #: The fields every key hashes, default or not (those of the first committed records);
+    #: a field added later is hashed only when it differs from its default. Never edit this.
+    KEYED_FIELDS: ClassVar[tuple[str, ...]] = (
+        "kind", "dataset", "method", "n_aligned", "n_active_features", "seed", "epochs", "patience", "lr",
+        "lam", "folds", "val_fraction")
+
     def __post_init__(self) -> None:
+        for name in ("kind", "dataset", "method"):
+            object.__setattr__(self, name, check_name(name, getattr(self, name)))
+        check_int("seed", self.seed)
+        check_int("n_aligned", self.n_aligned, minimum=1, optional=True)
+        check_int("n_active_features", self.n_active_features)  # True == 1 must not pass as a count
+        for name in ("epochs", "patience"):
+            check_int(name, getattr(self, name), minimum=1)
+        check_int("folds", self.folds, minimum=2)
+        check_rate("lr", self.lr)
+        if isinstance(self.lam, bool) or not isinstance(self.lam, (int, float)) or not 0 <= self.lam < float("inf"):
+            raise ConfigError(f"lam must be a finite number >= 0, got {self.lam!r}")
+        check_rate("val_fraction", self.val_fraction)
+        if self.val_fraction >= 1:
+            raise ConfigError(f"val_fraction must be below 1, got {self.val_fraction!r}")
         if self.kind not in ("fig5", "table2"):
             raise ConfigError(f"Invalid kind {self.kind!r}; choose one of fig5, table2")
         if self.dataset not in DATASETS:
@@ -118,7 +139,7 @@ class OneShotRun:
     @property
     def key(self) -> str:
         """File name of the record: readable prefix + hash of the whole config."""
-        blob = json.dumps(asdict(self), sort_keys=True).encode()
+        blob = json.dumps(key_dict(self, asdict(self), self.KEYED_FIELDS), sort_keys=True).encode()
         h = hashlib.sha1(blob).hexdigest()[:10]
         aligned = "all" if self.n_aligned is None else self.n_aligned
         return f"{self.kind}_{self.dataset}_{self.method}_al{aligned}_a{self.n_active_features}_s{self.seed}_{h}"
@@ -269,7 +290,8 @@ def train(cfg: OneShotRun, *, device: torch.device | None = None, checkpoint: Pa
 
     Runs on the CPU whatever ``device`` says (the models are a few hundred thousand weights,
     batches of 8-128: a GPU would only add transfers). ``checkpoint`` is not used (a run takes
-    seconds); the autoencoders raise :class:`~vflkit.errors.DivergenceError` themselves.
+    seconds); the autoencoders raise :class:`~vflkit.errors.DivergenceError` themselves, which
+    ``on_divergence="record"`` records (NaN metrics, ``diverged`` saying why).
     """
     # The models are tiny: one thread is faster than two, and on a shared CPU two threads can
     # be 20x slower (measured); the same holds for the BLAS under scikit-learn
@@ -278,6 +300,13 @@ def train(cfg: OneShotRun, *, device: torch.device | None = None, checkpoint: Pa
     torch.set_num_threads(1)
     try:
         return _train(cfg)
+    except DivergenceError as err:
+        if on_divergence == "raise":
+            raise
+        # nothing trained is left to score: the run's metrics are NaN, and it says why
+        nan = {k: float("nan") for k in scores(np.array([0, 1]), np.array([0, 1]), cfg.dataset)}
+        return {"history": {}, "per_fold": {k: [v] for k, v in nan.items()}, "final": nan, "comm": {},
+                "diverged": {"message": str(err)}}
     finally:
         torch.set_num_threads(threads)
 

@@ -162,8 +162,10 @@ def train(
         for step in range(n_steps):
             channel.at(epoch=epoch, step=step, phase="train")
             ids = order[step * config.batch_size:(step + 1) * config.batch_size]
-            losses = method.train_step(ids)
             try:
+                # inside: a method may detect the divergence itself (e.g. VFedMH's encoder
+                # refusing a NaN embedding, NonFiniteEmbeddingError), and "record" holds for it too
+                losses = method.train_step(ids)
                 _check_finite(losses, epoch=epoch, step=step, limit=max_loss)
             except DivergenceError as err:
                 if on_divergence == "raise":
@@ -289,7 +291,7 @@ def _evaluate(method: Any, config: RunConfig) -> dict[str, dict[str, float]]:
     """Test metrics; NaN where a diverged model's outputs cannot be scored (e.g. AUC of NaNs)."""
     try:
         return method.evaluate(batch_size=max(config.batch_size, 512))
-    except ValueError:
+    except (ValueError, DivergenceError):  # e.g. VFedMH's encoder refusing NaN embeddings
         return {k: {"test_accuracy": float("nan")} for k in method.trained_models()}
 
 

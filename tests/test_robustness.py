@@ -1,0 +1,438 @@
+"""Issue 12: nothing lost, nothing silently wrong. Bad records, bad inputs and divergence under
+abuse: each is either handled (moved aside and recomputed, recorded) or a clear one-line error
+that says what is wrong and what to do."""
+
+import dataclasses
+import json
+import math
+import os
+import warnings
+from pathlib import Path
+
+import pytest
+
+from vflkit import config, records
+from vflkit.config import project_root
+from vflkit.errors import ConfigError, DivergenceError
+from vflkit.methods import RunConfig
+from vflkit.methods.multi_vfl import MultiVFLConfig
+from vflkit.training.one_shot import OneShotRun
+
+GIT = {"git_commit": "abc1234", "vflkit_modified": False}
+
+
+def _cfg(**changes):
+    base = dict(paper="demo", dataset="mnist", method="splitnn", models=("mlp",) * 4, lr=0.05, n_train=256,
+                n_test=64, epochs=1, batch_size=64, embedding_dim=16)
+    return RunConfig(**{**base, **changes})
+
+
+class FakeTrainer:
+    """Counts its calls; returns a tiny result (optionally a diverged one)."""
+
+    def __init__(self, diverged=None):
+        self.calls = 0
+        self.diverged = diverged
+
+    def __call__(self, run, **kw):
+        self.calls += 1
+        return {"final": {"active": {"test_accuracy": 0.5}}, "diverged": self.diverged}
+
+
+@pytest.fixture(autouse=True)
+def fixed_git(monkeypatch):
+    """Records made here name a fixed, clean commit (the worktree may be dirty)."""
+    monkeypatch.setattr(records, "_git_state", lambda: dict(GIT))
+
+
+def _one(run, tmp_path, train=None, **kw):
+    return records.run_one(run, train=train or FakeTrainer(), profile="smoke", device="cpu", results=tmp_path,
+                           progress=False, **kw)
+
+
+# --------------------------------------------------------------------------- records
+
+
+@pytest.mark.parametrize("content, reason", [
+    ("{\"key\": ", "not valid JSON"),
+    ("[1, 2]", "holds a JSON list"),
+    ("{\"key\": \"x\"}", "lacks the record fields"),
+])
+def test_a_broken_record_is_moved_aside_and_recomputed(tmp_path, content, reason):
+    run = _cfg()
+    path = records.record_path(run, "smoke", tmp_path)
+    path.parent.mkdir(parents=True)
+    path.write_text(content)
+    train = FakeTrainer()
+    with pytest.warns(UserWarning, match=reason + ".*moved it to " + path.name + ".bad"):
+        rec = _one(run, tmp_path, train)
+    assert train.calls == 1 and rec["key"] == run.key
+    assert path.with_name(path.name + ".bad").read_text() == content
+    assert records.check_record(path, run, "smoke") == rec
+
+
+def test_another_runs_record_is_never_returned(tmp_path):
+    """A record copied under another run's name, or with its config edited, is not that run's."""
+    a, b = _cfg(seed=0), _cfg(seed=1)
+    rec_a = _one(a, tmp_path)
+    path_b = records.record_path(b, "smoke", tmp_path)
+    path_b.write_text(json.dumps(rec_a))
+    train = FakeTrainer()
+    with pytest.warns(UserWarning, match="holds the record of key"):
+        rec_b = _one(b, tmp_path, train)
+    assert train.calls == 1 and rec_b["config"]["seed"] == 1
+    # same key, someone else's config
+    forged = {**rec_b, "config": {**rec_b["config"], "epochs": 7}}
+    path_b.write_text(json.dumps(forged))
+    with pytest.warns(UserWarning, match="another run's config"):
+        assert _one(b, tmp_path)["config"]["epochs"] == 1
+
+
+def test_load_recorded_names_a_broken_file_and_what_to_do(tmp_path, monkeypatch):
+    monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path))
+    runs = [_cfg(seed=0), _cfg(seed=1)]
+    for r in runs:
+        _one(r, tmp_path)
+    bad = records.record_path(runs[1], "smoke", tmp_path)
+    bad.write_text("{truncated")
+    with pytest.raises(ConfigError) as err:
+        records.load_recorded(runs, profile="smoke")
+    msg = str(err.value)
+    assert not isinstance(err.value, json.JSONDecodeError)
+    assert str(bad) in msg and "not valid JSON" in msg and "remake" in msg and "\n" not in msg
+    with pytest.raises(ConfigError, match="not valid JSON.*delete it"):
+        records.load_record(runs[1], "smoke", tmp_path)
+    assert bad.exists()  # load_recorded never moves or trains
+
+
+def test_a_record_from_other_code_is_named_once_per_call(tmp_path, monkeypatch):
+    runs = [_cfg(seed=s) for s in range(3)]
+    records.run_many(runs, train=FakeTrainer(), profile="smoke", device="cpu", results=tmp_path, progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # records of this very commit reuse quietly
+        records.run_many(runs, train=FakeTrainer(), profile="smoke", device="cpu", results=tmp_path,
+                         progress=False)
+    for r, env in zip(runs[:2], [{"git_commit": "fedcba9"}, {"git_commit": "abc1234", "vflkit_modified": True}]):
+        path = records.record_path(r, "smoke", tmp_path)
+        rec = json.loads(path.read_text())
+        rec["environment"].update(env)
+        path.write_text(json.dumps(rec))
+    with pytest.warns(UserWarning, match="2 of 3 reused records were made by other code") as caught:
+        records.run_many(runs, train=FakeTrainer(), profile="smoke", device="cpu", results=tmp_path,
+                         progress=False)
+    named = [str(w.message) for w in caught if "other code" in str(w.message)]
+    assert len(named) == 1
+    assert "commit fedcba9" in named[0] and "1 with uncommitted changes to vflkit/" in named[0]
+    assert "\n" not in named[0]
+
+
+def test_recompute_before_a_commit_remakes_older_records(tmp_path):
+    run = _cfg()
+    _one(run, tmp_path)
+    path = records.record_path(run, "smoke", tmp_path)
+    train = FakeTrainer()
+    _one(run, tmp_path, train, recompute_before="HEAD")  # finished just now: newer than HEAD
+    assert train.calls == 0
+    rec = json.loads(path.read_text())
+    rec["finished"] = "2000-01-01T00:00:00+0000"
+    path.write_text(json.dumps(rec))
+    _one(run, tmp_path, train, recompute_before="HEAD")
+    assert train.calls == 1 and json.loads(path.read_text())["finished"] > "2001"
+    records.run_many([run], train=train, profile="smoke", device="cpu", results=tmp_path, progress=False,
+                     recompute_before="HEAD")
+    assert train.calls == 1
+    with pytest.raises(ConfigError, match="not a commit of this checkout"):
+        _one(run, tmp_path, train, recompute_before="no-such-commit-xyz")
+    with pytest.raises(ConfigError, match="must be a commit hash or tag"):
+        _one(run, tmp_path, train, recompute_before="--all")
+
+
+def test_stale_temporaries_of_a_killed_writer_are_cleaned(tmp_path):
+    run = _cfg()
+    folder = records.record_path(run, "smoke", tmp_path).parent
+    folder.mkdir(parents=True)
+    dead = 2**22 - 3  # above any pid this machine hands out
+    stale = folder / f".{run.key}.json.tmp{dead}-1"
+    stale.write_text("{half a rec")
+    _one(run, tmp_path)
+    assert not stale.exists() and records.check_record(folder / f"{run.key}.json", run, "smoke")
+
+
+def test_an_unwritable_results_folder_fails_before_training(tmp_path):
+    blocker = tmp_path / "results"
+    blocker.write_text("a file, not a folder")
+    train = FakeTrainer()
+    with pytest.raises(ConfigError, match=r"results folder .* is not writable.*VFLKIT_RESULTS") as err:
+        records.run_many([_cfg(seed=0), _cfg(seed=1)], train=train, profile="smoke", device="cpu",
+                         results=blocker, progress=False)
+    assert "\n" not in str(err.value)
+    with pytest.raises(ConfigError, match="VFLKIT_RESULTS"):
+        _one(_cfg(), blocker, train)
+    assert train.calls == 0
+
+
+def test_results_may_be_a_str(tmp_path):
+    rec = _one(_cfg(), str(tmp_path))
+    assert records.record_path(_cfg(), "smoke", str(tmp_path)) == tmp_path / "smoke" / "demo" / f"{rec['key']}.json"
+
+
+def test_a_diverged_record_is_not_handed_to_a_raise_run(tmp_path):
+    runs = [_cfg(seed=0), _cfg(seed=1)]
+    made = records.run_many(runs[:1], train=FakeTrainer(diverged={"epoch": 1, "step": 3, "message": "loss nan"}),
+                            profile="smoke", device="cpu", results=tmp_path, progress=False, on_divergence="record")
+    assert made[0]["diverged"]["epoch"] == 1
+    train = FakeTrainer()
+    with pytest.raises(DivergenceError, match="diverged \\(loss nan\\).*on_divergence='record'"):
+        records.run_many(runs, train=train, profile="smoke", device="cpu", results=tmp_path, progress=False)
+    assert train.calls == 0  # refused before the other run trained
+    with pytest.raises(DivergenceError, match="force=True"):
+        _one(runs[0], tmp_path)
+    assert _one(runs[0], tmp_path, on_divergence="record")["diverged"]["step"] == 3
+
+
+# --------------------------------------------------------------------------- divergence
+
+
+def test_vfedmh_divergence_inside_train_step_is_recorded(tmp_path, monkeypatch):
+    """A VFedMH passive party whose embedding turns NaN makes the blinded encoder raise
+    NonFiniteEmbeddingError inside train_step; on_divergence='record' records it."""
+    from vflkit import secure
+    from vflkit.methods.vfedmh import VFedMH
+    from vflkit.training import split
+
+    real = VFedMH.train_step
+    calls = {"n": 0}
+
+    def poisoned(self, ids):
+        calls["n"] += 1
+        if calls["n"] == 2:  # a passive party's weights blow up to NaN
+            for p in self.passive[0].models["model"].parameters():
+                p.data.fill_(float("nan"))
+        return real(self, ids)
+
+    monkeypatch.setattr(VFedMH, "train_step", poisoned)
+    cfg = _cfg(method="vfedmh", options={"blinding": True}, epochs=2)
+    with pytest.raises(secure.NonFiniteEmbeddingError):
+        split.run(cfg, profile="smoke", device="cpu", results=tmp_path, progress=False)
+    calls["n"] = 0
+    rec = split.run(cfg, profile="smoke", device="cpu", results=tmp_path, progress=False, on_divergence="record",
+                    force=True)
+    assert rec["diverged"]["epoch"] == 1 and rec["diverged"]["step"] == 1
+    assert "NaN" in rec["diverged"]["message"] or "finite" in rec["diverged"]["message"]
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+@pytest.mark.parametrize("changes, match", [
+    ({"lr": "0.05"}, "lr must be a positive number"),
+    ({"lr": float("nan")}, "lr must be a finite number > 0"),
+    ({"lr": float("inf")}, "lr must be a finite number > 0"),
+    ({"lr": -0.1}, "lr must be a finite number > 0"),
+    ({"lr": 0}, "lr must be a finite number > 0"),
+    ({"lr": True}, "lr must be a positive number"),
+    ({"lr": (0.1, 0.1, float("nan"), 0.1)}, r"lr\[2\] must be a finite number"),
+    ({"epochs": 2.0}, "epochs must be an integer"),
+    ({"epochs": True}, "epochs must be an integer"),
+    ({"batch_size": "128"}, "batch_size must be an integer"),
+    ({"n_train": 10.5}, "n_train must be an integer >= 1 or None"),
+    ({"seed": 1.0}, "seed must be an integer"),
+    ({"n_parties": 0, "models": "mlp"}, "n_parties must be an integer >= 1"),
+    ({"n_parties": "4", "models": "mlp"}, "n_parties must be an integer"),
+    ({"active": 1.0}, "active must be an integer"),
+    ({"active": 4}, "active=4 is not a party index 0..3"),
+    ({"models": ("mlp", "mlp", 3, "mlp")}, "models must be names"),
+    ({"optimizers": "sdg"}, "Invalid optimizer 'sdg'; choose one of sgd"),
+    ({"options": {"blinding": "no"}, "method": "vfedmh"}, "option blinding='no' of method 'vfedmh' must be True or False"),
+    ({"options": {"bits": 3.5}, "method": "c_vfl"}, "option bits=3.5 of method 'c_vfl' must be an integer"),
+    ({"options": ["blinding"]}, "options must be a dict"),
+    ({"dataset": 3}, "dataset must be a non-empty name"),
+    ({"el_pl": (1,)}, "el_pl must be two integers"),
+])
+def test_run_config_rejects_bad_fields_when_built(changes, match):
+    with pytest.raises(ConfigError, match=match) as err:
+        _cfg(**changes)
+    assert "\n" not in str(err.value)
+
+
+def test_numpy_numbers_are_plain_numbers_in_the_key():
+    import numpy as np
+
+    cfg = _cfg(seed=np.int64(2), epochs=np.int32(1), lr=np.float64(0.05))
+    assert cfg.key == _cfg(seed=2).key and type(cfg.seed) is int and type(cfg.lr) is float
+
+
+def test_names_are_normalised_before_hashing():
+    assert _cfg(dataset=" MNIST ", method="SplitNN ").key == _cfg().key
+    assert _cfg(dataset=" MNIST ").dataset == "mnist"
+    assert MultiVFLConfig(dataset="MNIST").key == MultiVFLConfig().key
+
+
+@pytest.mark.parametrize("cls, kw, match", [
+    (MultiVFLConfig, {"local_lr": "1e-3"}, "local_lr must be a positive number"),
+    (MultiVFLConfig, {"server_lr": float("nan")}, "server_lr must be a finite number"),
+    (MultiVFLConfig, {"rounds": 2.0}, "rounds must be a positive integer"),
+    (MultiVFLConfig, {"n_test": True}, "n_test must be a positive integer or None"),
+    (MultiVFLConfig, {"disjoint": "no"}, "disjoint must be True or False"),
+    (MultiVFLConfig, {"seed": "0"}, "seed must be an integer"),
+])
+def test_multi_vfl_config_rejects_bad_fields(cls, kw, match):
+    with pytest.raises(ConfigError, match=match):
+        cls(**kw)
+
+
+def _one_shot(**kw):
+    base = dict(kind="fig5", dataset="breast_cancer", method="apc_vfl_mse", n_aligned=100, n_active_features=5,
+                seed=0)
+    return OneShotRun(**{**base, **kw})
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"lr": float("inf")}, "lr must be a finite number"),
+    ({"epochs": 1.5}, "epochs must be an integer"),
+    ({"n_aligned": 100.0}, "n_aligned must be an integer"),
+    ({"lam": -1}, "lam must be a finite number >= 0"),
+    ({"val_fraction": 1.0}, "val_fraction must be below 1"),
+    ({"n_active_features": 5.0}, "n_active_features must be an integer"),
+    ({"method": " APC_VFL_MSE", "lr": "0.01"}, "lr must be a positive number"),
+])
+def test_one_shot_run_rejects_bad_fields(kw, match):
+    with pytest.raises(ConfigError, match=match):
+        _one_shot(**kw)
+
+
+def _with_new_field(cls, name="new_knob", default=3):
+    """``cls`` as it would be after someone adds a field with a default."""
+    return dataclasses.make_dataclass(cls.__name__ + "Plus", [(name, int, dataclasses.field(default=default))],
+                                      bases=(cls,), frozen=True, **({"kw_only": True} if cls is OneShotRun else {}))
+
+
+@pytest.mark.parametrize("cls, make", [
+    (RunConfig, lambda c, **kw: c(**{**dict(paper="demo", dataset="mnist", method="splitnn",
+                                             models=("mlp",) * 4), **kw})),
+    (MultiVFLConfig, lambda c, **kw: c(**kw)),
+    (OneShotRun, lambda c, **kw: c(**{**dict(kind="fig5", dataset="breast_cancer", method="apc_vfl_mse",
+                                             n_aligned=100, n_active_features=5, seed=0), **kw})),
+])
+def test_a_new_field_at_its_default_keeps_every_key(cls, make):
+    plus = _with_new_field(cls)
+    assert make(plus).key == make(cls).key
+    assert make(plus, new_knob=4).key != make(cls).key
+    assert make(plus, seed=1).key == make(cls, seed=1).key != make(cls).key
+    # and a record made before the field existed is still that run's record
+    assert records._same_config(make(plus), make(cls).to_dict())
+
+
+def test_every_committed_record_has_the_key_its_config_gives():
+    classes = {"vfedmh": RunConfig, "demo": RunConfig, "easter": RunConfig, "adptvfedconv": RunConfig,
+               "multi_vfl": MultiVFLConfig, "apc_vfl": OneShotRun}
+    paths = sorted((project_root() / "results").glob("*/*/*.json"))
+    assert paths
+    for path in paths:
+        rec = json.loads(path.read_text())
+        run = classes[path.parent.name].from_dict(rec["config"])
+        assert run.key == rec["key"] == path.stem, path
+        assert records.check_record(path, run, path.parent.parent.name) == rec
+
+
+@pytest.mark.parametrize("seeds, match", [
+    ([], "seeds is empty"),
+    (3, "seeds must be a non-empty list"),
+    ("012", "seeds must be a non-empty list"),
+    ([0, 1.5], "seeds must be integers"),
+    ([True], "seeds must be integers"),
+])
+def test_check_seeds(seeds, match):
+    with pytest.raises(ConfigError, match=match):
+        config.check_seeds(seeds)
+    assert config.check_seeds([0, 1]) == (0, 1)
+
+
+def test_shared_override_validation():
+    settings = {"epochs": 1, "seeds": (0,)}
+    with pytest.raises(ConfigError, match=r"unknown overrides \['epoch'\]; valid: profile settings epochs, seeds"):
+        config.apply_overrides(settings, {"epoch": 2})
+    with pytest.raises(ConfigError, match="seeds is empty"):
+        config.apply_overrides(settings, {"seeds": []})
+    with pytest.raises(ConfigError, match="seeds must be a non-empty list"):
+        config.apply_overrides(settings, {"seeds": 0})
+    with pytest.raises(ConfigError, match="overrides must be a dict"):
+        config.apply_overrides(settings, [("epochs", 2)])
+    assert config.apply_overrides(settings, {"seeds": [1, 2]})[0]["seeds"] == (1, 2)
+    with pytest.raises(ConfigError, match="Invalid profile 'qiuck'; choose one of smoke, quick, paper"):
+        config.check_profile("qiuck")
+    with pytest.raises(ConfigError, match="Invalid profile"):
+        config.check_profile(["quick"])
+
+
+@pytest.mark.parametrize("study_name", ["vfedmh", "multi_vfl", "apc_vfl", "demo"])
+def test_every_study_rejects_bad_parameters_before_any_work(study_name):
+    """Through the shared validators (check_profile, apply_overrides): one-line errors."""
+    import importlib
+
+    study = importlib.import_module(f"vflkit.studies.{study_name}")
+    for kwargs, match in [
+        (dict(profile="qiuck"), "Invalid profile 'qiuck'; choose one of smoke, quick, paper"),
+        (dict(profile="smoke", overrides={"epoch": 1}), r"unknown overrides \['epoch'\]; valid: profile settings"),
+        (dict(profile="smoke", overrides={"seeds": []}), "seeds is empty"),
+        (dict(profile="smoke", overrides={"seeds": 3}), "seeds must be a non-empty list"),
+        (dict(profile="smoke", overrides={"seeds": [0.5]}), "seeds must be integers"),
+    ]:
+        profile = kwargs.pop("profile")
+        with pytest.raises(ConfigError, match=match) as err:
+            study.configs(profile, **kwargs)
+        assert "\n" not in str(err.value)
+
+
+def test_multi_vfl_divergence_is_recorded(tmp_path, monkeypatch):
+    """on_divergence='record' holds for Multi-VFL too: an absurd local learning rate stops the
+    run at the round it diverged, recorded, instead of stopping the study."""
+    import torch
+
+    from vflkit.data import ImageData
+    from vflkit.training import multi_owner
+
+    g = torch.Generator().manual_seed(0)
+    y_train, y_test = torch.arange(600) % 10, torch.arange(40) % 10
+    images = lambda y: torch.randint(0, 255, (len(y), 1, 28, 28), dtype=torch.uint8, generator=g)  # noqa: E731
+    data = ImageData("tiny", images(y_train), y_train, images(y_test), y_test, tuple(map(str, range(10))),
+                     (0.2,), (0.3,))
+    monkeypatch.setattr(multi_owner, "dataset", lambda name: data)
+    cfg = MultiVFLConfig(rounds=3, samples_per_owner=16, batch_size=8, n_test=20, local_lr=1e30)
+    with pytest.raises(DivergenceError, match="training diverged"):
+        multi_owner.run(cfg, profile="smoke", device="cpu", results=tmp_path, progress=False)
+    rec = multi_owner.run(cfg, profile="smoke", device="cpu", results=tmp_path, progress=False,
+                          on_divergence="record")
+    assert rec["diverged"]["round"] >= 1 and "diverged" in rec["diverged"]["message"]
+    assert rec["history"][-1]["round"] == rec["diverged"]["round"] and len(rec["history"]) <= 3
+
+
+def test_one_shot_divergence_is_recorded(tmp_path):
+    """on_divergence='record' holds for the one-shot family: a diverging autoencoder gives a
+    record with NaN metrics that says why, instead of stopping the study."""
+    from vflkit.training import one_shot
+
+    cfg = _one_shot(lr=1e30, epochs=3, folds=2)
+    with pytest.raises(DivergenceError, match="lower lr"):
+        one_shot.run(cfg, profile="smoke", results=tmp_path, progress=False)
+    rec = one_shot.run(cfg, profile="smoke", results=tmp_path, progress=False, on_divergence="record")
+    assert "lower lr" in rec["diverged"]["message"] and math.isnan(rec["final"]["accuracy"])
+
+
+def test_a_diverged_epochs_loss_is_the_mean_over_the_batches_seen(tmp_path, monkeypatch):
+    """Two batches of loss 1.0, then a divergence: the epoch's loss is 1.0, not 2 x 64 / 256."""
+    from vflkit.methods.splitnn import SplitNN
+    from vflkit.training import split
+
+    calls = {"n": 0}
+
+    def step(self, ids):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise DivergenceError("the loss of active is nan: training diverged")
+        return {"active": 1.0}
+
+    monkeypatch.setattr(SplitNN, "train_step", step)
+    rec = split.run(_cfg(), profile="smoke", device="cpu", results=tmp_path, progress=False,
+                    on_divergence="record")
+    assert rec["diverged"]["step"] == 2 and rec["history"][-1]["loss"] == 1.0
