@@ -436,3 +436,23 @@ def test_a_diverged_epochs_loss_is_the_mean_over_the_batches_seen(tmp_path, monk
     rec = split.run(_cfg(), profile="smoke", device="cpu", results=tmp_path, progress=False,
                     on_divergence="record")
     assert rec["diverged"]["step"] == 2 and rec["history"][-1]["loss"] == 1.0
+
+
+def test_unknown_model_name_is_an_error_when_the_config_is_built():
+    from vflkit.errors import ConfigError
+    from vflkit.methods import RunConfig
+
+    with pytest.raises(ConfigError, match="Invalid model 'mlpp'"):
+        RunConfig(paper="demo", dataset="mnist", method="splitnn", models=("mlpp",) * 4)
+
+
+@pytest.mark.parametrize("study", ["vfedmh", "multi_vfl", "apc_vfl", "demo"])
+def test_study_seeds_argument_is_validated(study):
+    import importlib
+
+    from vflkit.errors import ConfigError
+
+    mod = importlib.import_module(f"vflkit.studies.{study}")
+    for bad in ([], 3, [0.5], "0"):
+        with pytest.raises(ConfigError):
+            mod.configs("quick", seeds=bad)

@@ -113,6 +113,11 @@ class RunConfig:
                     raise ConfigError(f"{name} must be names (one per party or one for all), got {v!r}")
                 if name == "optimizers" and v not in OPTIMIZERS:
                     raise ConfigError(f"Invalid optimizer {v!r}; choose one of {', '.join(OPTIMIZERS)}")
+                if name == "models":
+                    from ..models import MODELS  # models imports nothing of methods
+
+                    if v not in MODELS:
+                        raise ConfigError(f"Invalid model {v!r}; choose one of {', '.join(MODELS)}")
         for k, v in enumerate(self.lr if isinstance(self.lr, tuple) else (self.lr,)):
             check_rate(f"lr[{k}]" if isinstance(self.lr, tuple) else "lr", v)
         if type(self.lr) not in (int, float, tuple):  # a numpy float as a plain float

@@ -25,7 +25,7 @@ import seaborn as sns
 import torch
 
 from .. import records as store
-from ..config import apply_overrides, check_profile
+from ..config import apply_overrides, check_profile, check_seeds
 from ..partition import APC_VFL_N_ACTIVE
 from ..report import join_reference, side_by_side
 from ..training import one_shot
@@ -72,7 +72,7 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
     """
     run_fields = ("patience", "lr", "lam", "val_fraction")
     s, forced = apply_overrides(PROFILE_SETTINGS[check_profile(profile)], overrides, run_fields=run_fields)
-    seeds = tuple(s["seeds"] if seeds is None else seeds)
+    seeds = check_seeds(s["seeds"] if seeds is None else seeds)
     out: list[OneShotRun] = []
     for ds in s["datasets"]:
         spec = DATASETS[ds]

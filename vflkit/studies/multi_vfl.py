@@ -21,7 +21,7 @@ from matplotlib.ticker import MaxNLocator
 import torch
 
 from .. import records as store
-from ..config import apply_overrides, check_profile
+from ..config import apply_overrides, check_profile, check_seeds
 from ..methods.multi_vfl import MultiVFLConfig
 from ..methods.server_opt import SERVER_OPTIMIZERS
 from ..partition import NIID_SCENARIOS
@@ -74,7 +74,7 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
     s, run_fields = apply_overrides(PROFILE_SETTINGS[check_profile(profile)], overrides, run_fields=fields)
     datasets = s.pop("datasets")
     profile_seeds = s.pop("seeds")
-    seeds = tuple(profile_seeds if seeds is None else seeds)
+    seeds = check_seeds(profile_seeds if seeds is None else seeds)
     s.update(run_fields)
     s.setdefault("variant", "paper")
     out = []

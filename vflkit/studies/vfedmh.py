@@ -34,7 +34,7 @@ import seaborn as sns
 import torch
 
 from .. import records as store
-from ..config import apply_overrides, check_profile
+from ..config import apply_overrides, check_profile, check_seeds
 from ..errors import ConfigError
 from ..methods import OPTIMIZERS, RunConfig
 from ..report import join_reference
@@ -115,7 +115,7 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
     artefacts appears in both and is trained once). ``seeds=None`` takes the profile's;
     ``overrides`` replace any of the profile's settings (e.g. a tiny slice of ``paper``)."""
     s = settings(profile, overrides)
-    seeds = tuple(s["seeds"] if seeds is None else seeds)
+    seeds = check_seeds(s["seeds"] if seeds is None else seeds)
     out: dict[str, list[RunConfig]] = {"table2": [], "table3": [], "table4": [], "fig5": [], "blinding": [],
                                        "cvfl_q1": []}
     for dataset in s["datasets"]:
