@@ -156,3 +156,20 @@ def test_study_runs_on_the_local_pool_and_on_dask_give_the_same_records(tmp_path
         other = records["dask"][key]
         assert strip(rec) == strip(other) and rec["final"] == other["final"] and rec["comm"]["total"] == other["comm"]["total"]
         assert rec["environment"]["torch_threads"] == other["environment"]["torch_threads"] == 1
+
+
+def test_study_recomputes_records_older_than_a_commit(tmp_path):
+    """``recompute_before`` moves records finished before the commit aside; newer ones stay."""
+    from vflkit import study
+
+    root = tmp_path / "r"
+    tasks = study.study_tasks("demo", "smoke", results=root)
+    old, new = tasks[0].path, tasks[1].path
+    for path, finished in ((old, "2000-01-01T00:00:00+0000"), (new, "2999-01-01T00:00:00+0000")):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"finished": finished}))
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=HERE, capture_output=True, text=True).stdout.strip()
+    study.study_tasks("demo", "smoke", results=root, recompute_before=head)
+    assert not old.exists() and old.with_name(old.name + ".old").exists() and new.exists()
+    with pytest.raises(ConfigError, match="not a commit"):
+        study.study_tasks("demo", "smoke", results=root, recompute_before="nosuchcommit")

@@ -53,10 +53,15 @@ def compute(payload: dict[str, Any], *, device: str, deadline: float | None) -> 
 
 
 def study_tasks(paper: str, profile: str, *, seeds: Any = None, overrides: dict[str, Any] | None = None,
-                results: Path | None = None) -> list[Task]:
+                results: Path | None = None, recompute_before: str | None = None) -> list[Task]:
     """The runs of study ``paper`` under ``profile`` as scheduler tasks, once each; the runs of
-    the study's first artefact (its headline table) get priority 0."""
+    the study's first artefact (its headline table) get priority 0. With ``recompute_before`` (a
+    commit), records finished before that commit are moved aside (``.json.old``) to be recomputed."""
+    import json
+
     from . import records
+
+    stale_after = records._commit_date(recompute_before) if recompute_before is not None else None
 
     family = STUDY_FAMILY[paper]
     groups = importlib.import_module(f"vflkit.studies.{paper}").configs(profile, seeds=seeds, overrides=overrides)
@@ -68,6 +73,9 @@ def study_tasks(paper: str, profile: str, *, seeds: Any = None, overrides: dict[
         for run in runs:
             if run.key in tasks:
                 continue
+            path = records.record_path(run, profile, results or results_dir())
+            if stale_after is not None and path.exists() and records._older_than(json.loads(path.read_text()), stale_after):
+                path.replace(path.with_name(path.name + ".old"))
             label = " ".join(str(v) for v in (getattr(run, "method", ""), getattr(run, "dataset", ""),
                                               getattr(run, "seed", "")) if v != "")
             tasks[run.key] = Task(key=run.key, path=records.record_path(run, profile, root), fn=compute,
@@ -127,12 +135,12 @@ def normalize_notebook(path: Path) -> None:
 
 def compute_pending(papers: list[str], *, profile: str, device: str = "auto", workers: int | None = None,
                     budget_minutes: float | None = None, executor: str = "local",
-                    progress: bool = True) -> Summary:
+                    progress: bool = True, recompute_before: str | None = None) -> Summary:
     """Compute the runs of ``papers`` under ``profile`` that have no record yet."""
     from .config import resolve_device
 
     dev = str(resolve_device(device))
-    tasks = [t for p in papers for t in study_tasks(p, profile)]
+    tasks = [t for p in papers for t in study_tasks(p, profile, recompute_before=recompute_before)]
     return schedule(tasks, device=dev, workers=workers, budget_minutes=budget_minutes, executor=executor,
                     progress=progress)
 
@@ -147,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="start no run after this many minutes; runs in flight checkpoint and stop")
     parser.add_argument("--executor", default="local", help="local, serial, dask, or a dask scheduler address")
     parser.add_argument("--no-notebooks", action="store_true", help="compute the runs only")
+    parser.add_argument("--recompute-before", metavar="COMMIT", default=None,
+                        help="recompute records finished before this commit (they are kept as .json.old)")
     parser.add_argument("--commit-notebooks", action="store_true",
                         help="write the executed notebooks over notebooks/*.ipynb (the committed ones)")
     args = parser.parse_args(argv)
@@ -156,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[study] no study module for {', '.join(unknown)}: executed without precomputed runs", flush=True)
     start = time.perf_counter()
     summary = compute_pending(papers, profile=args.profile, device=args.device, workers=args.workers,
-                              budget_minutes=args.budget, executor=args.executor)
+                              budget_minutes=args.budget, executor=args.executor,
+                              recompute_before=args.recompute_before)
     print(f"[study] runs: {summary}", flush=True)
     for key, err in summary.failed.items():
         print(f"[study] run {key} failed: {err}", flush=True)

@@ -91,10 +91,10 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
 
 def run(profile: str, *, device: str | torch.device = "auto", seeds: Sequence[int] | None = None,
         overrides: dict[str, Any] | None = None, results: Path | None = None,
-        progress: bool = True) -> list[dict[str, Any]]:
+        progress: bool = True, recompute_before: str | None = None) -> list[dict[str, Any]]:
     """Train (or load) every run of :func:`configs` and return their records."""
     return multi_owner.run_many(configs(profile, seeds=seeds, overrides=overrides), profile=profile,
-                                device=device, results=results, progress=progress)
+                                device=device, results=results, progress=progress, recompute_before=recompute_before)
 
 
 def recorded(profile: str = "quick") -> list[dict[str, Any]]:

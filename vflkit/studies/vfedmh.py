@@ -153,12 +153,12 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
 
 def run(profile: str, *, device: str | torch.device = "auto", seeds: Sequence[int] | None = None,
         overrides: dict[str, Any] | None = None, results: Path | None = None,
-        progress: bool = True) -> list[dict[str, Any]]:
+        progress: bool = True, recompute_before: str | None = None) -> list[dict[str, Any]]:
     """Train (or load) every run of :func:`configs` once and return their records. A run that
     diverges at the paper's settings is recorded as such (``record["diverged"]``), not raised:
     the tables report it (:func:`diverged_runs`)."""
     return split.run_many(unique(configs(profile, seeds=seeds, overrides=overrides)), profile=profile,
-                          device=device, results=results, progress=progress, on_divergence="record")
+                          device=device, results=results, progress=progress, on_divergence="record", recompute_before=recompute_before)
 
 
 def recorded(profile: str = "quick") -> tuple[dict[str, list[RunConfig]], list[dict[str, Any]]]:
