@@ -50,14 +50,15 @@ def clean_stale_tmp(folder: str | Path) -> list[Path]:
     removed = []
     for tmp in Path(folder).glob(f".*{TMP_MARK}*"):
         pid = tmp.name.rsplit(TMP_MARK, 1)[-1].split("-")[0]
-        if not pid.isdigit() or _alive(int(pid)):
+        if not pid.isdigit() or pid_alive(int(pid)):
             continue
         tmp.unlink(missing_ok=True)
         removed.append(tmp)
     return removed
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid runs on this machine."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterable, Sequence
 from tqdm.auto import tqdm
 
 from .errors import BudgetExhausted, ConfigError
+from .files import pid_alive
 
 __all__ = ["BudgetExhausted", "Task", "Summary", "schedule", "execute", "acquire", "release", "lock_path",
            "lock_is_stale", "status_table", "worker_env", "default_workers"]
@@ -79,16 +80,6 @@ def lock_path(record: Path) -> Path:
     return record.with_name(record.name + ".lock")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def lock_is_stale(path: Path, *, max_age_s: float = 7 * 24 * 3600) -> bool:
     """True when the lock's process is gone (same host), or it is unreadable or very old."""
     try:
@@ -100,7 +91,7 @@ def lock_is_stale(path: Path, *, max_age_s: float = 7 * 24 * 3600) -> bool:
         except OSError:
             return True
     if info.get("host") == socket.gethostname():
-        return not _alive(int(info.get("pid", -1)))
+        return not pid_alive(int(info.get("pid", -1)))
     return time.time() - float(info.get("time", 0)) > max_age_s
 
 
