@@ -111,3 +111,25 @@ def test_committed_tables_are_what_the_committed_records_give(tmp_path):
     spec.loader.exec_module(module)
     module.regenerate(tmp_path)
     assert module.compare(tmp_path, project_root() / "figures") == []
+
+
+def test_ad_hoc_profile_of_ones_own_is_recorded_apart_and_ignored_by_git(tmp_path):
+    """A variant run under a profile name of one's own is recorded under that name, which git
+    ignores; a name that is not a plain word is an error."""
+    import subprocess
+
+    from vflkit.config import check_record_profile, project_root
+    from vflkit.errors import ConfigError
+    from vflkit.methods import RunConfig
+    from vflkit.records import record_path
+
+    cfg = RunConfig(paper="demo", dataset="mnist", method="splitnn", models=("mlp",) * 4)
+    path = record_path(cfg, "mine", tmp_path)
+    assert path.parent.parent.name == "mine"
+    root = project_root()
+    ignored = subprocess.run(["git", "check-ignore", "-q", "results/mine/demo/x.json"], cwd=root).returncode
+    kept = subprocess.run(["git", "check-ignore", "-q", "results/quick/demo/x.json"], cwd=root).returncode
+    assert ignored == 0 and kept == 1
+    for bad in ("../quick", "", "a b", 3):
+        with pytest.raises(ConfigError, match="Invalid profile"):
+            check_record_profile(bad)

@@ -35,6 +35,18 @@ def check_profile(profile: str) -> str:
     return profile
 
 
+def check_record_profile(profile: str) -> str:
+    """A profile name for records, tables and figures: one of :data:`PROFILES`, or a name of
+    your own for ad-hoc runs (letters, digits, ``_`` and ``-``, e.g. ``"mine"``), whose records
+    go to ``results/<name>/`` (not committed: ``.gitignore`` keeps only quick and paper)."""
+    import re
+
+    if isinstance(profile, str) and (profile in PROFILES or re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}", profile)):
+        return profile
+    raise ConfigError(f"Invalid profile {profile!r}; choose one of {', '.join(PROFILES)}, or a name of your own "
+                      "made of letters, digits, '_' and '-' for ad-hoc runs")
+
+
 def check_paper(paper: str) -> str:
     """Return ``paper`` if it is one of :data:`PAPERS`, else raise a ConfigError."""
     if not isinstance(paper, str) or paper not in PAPERS:

@@ -35,7 +35,7 @@ import torch
 from tqdm.auto import tqdm
 
 from . import __version__
-from .config import RESULTS_ENV, check_paper, check_profile, project_root, resolve_device, results_dir
+from .config import RESULTS_ENV, check_paper, check_record_profile, project_root, resolve_device, results_dir
 from .errors import ConfigError, DivergenceError
 from .files import TMP_MARK, clean_stale_tmp
 
@@ -140,7 +140,7 @@ def environment_info(device: torch.device) -> dict[str, Any]:
 def record_path(run: Run, profile: str, root: str | Path | None = None) -> Path:
     """Where the record of ``run`` under ``profile`` lives: ``<root>/<profile>/<paper>/<key>.json``."""
     root = Path(root).expanduser() if root is not None else results_dir()
-    return root / check_profile(profile) / check_paper(run.paper) / f"{run.key}.json"
+    return root / check_record_profile(profile) / check_paper(run.paper) / f"{run.key}.json"
 
 
 def checkpoint_path(record: Path) -> Path:
@@ -221,7 +221,7 @@ def load_recorded(runs: Iterable[Run], *, profile: str) -> list[dict[str, Any]]:
     stay when ``VFLKIT_RESULTS`` points a trial run elsewhere. A missing record is an error
     that says how to make it; so is a file that is not the run's record (it names the file).
     """
-    check_profile(profile)
+    check_record_profile(profile)
     runs = list(runs)
     first_missing: list[Path] | None = None
     for root in dict.fromkeys([results_dir(), project_root() / "results"]):
@@ -463,7 +463,7 @@ def run_many(runs: Iterable[Run], *, train: Trainer, profile: str, device: str |
     for writability. One warning names how many reused records other code made.
     """
     _check_on_divergence(on_divergence)
-    check_profile(profile)
+    check_record_profile(profile)
     runs = list(runs)
     after = _commit_date(recompute_before) if recompute_before is not None else None
     todo = []

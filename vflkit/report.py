@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
-from .config import PAPERS, check_profile, figures_dir
+from .config import PAPERS, check_record_profile, figures_dir
 from .errors import ConfigError
 from .files import atomic_path
 
@@ -67,7 +67,7 @@ def join_reference(ours: pd.DataFrame, paper: str, *, profile: str) -> pd.DataFr
     ref = ref.rename(columns={"value": "paper_value", "std": "paper_std"})
     ref = ref.assign(**{c: ref[c].fillna("").astype(str) for c in KEY_COLUMNS})
     out = ours.merge(ref[list(KEY_COLUMNS) + ["paper_value", "paper_std"]], on=list(KEY_COLUMNS), how="left")
-    out["profile"] = check_profile(profile)
+    out["profile"] = check_record_profile(profile)
     return out[list(TABLE_COLUMNS)]
 
 
@@ -75,7 +75,7 @@ def output_dir(paper: str, profile: str, root: Path | str | None = None) -> Path
     """``figures/<paper>/<profile>/``, created."""
     if paper not in PAPERS:
         raise ConfigError(f"Invalid paper {paper!r}; choose one of {', '.join(PAPERS)}")
-    path = Path(root or figures_dir()) / paper / check_profile(profile)
+    path = Path(root or figures_dir()) / paper / check_record_profile(profile)
     path.mkdir(parents=True, exist_ok=True)
     return path
 
