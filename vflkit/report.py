@@ -97,8 +97,15 @@ def write_table(table: pd.DataFrame, paper: str, profile: str, number: str | Non
 
 def save_figure(fig: plt.Figure, data: pd.DataFrame, paper: str, profile: str, number: str,
                 *, root: Path | str | None = None) -> Path:
-    """Save ``fig<number>.png`` and the data it plots as ``fig<number>.csv``; returns the PNG path."""
+    """Save ``fig<number>.png`` and the data it plots as ``fig<number>.csv``; returns the PNG path.
+
+    The figure is stamped with what it shows (paper, profile and, where the data has a ``seed``
+    column, the number of seeds), so a PNG read on its own says which run it comes from.
+    """
     out = output_dir(paper, profile, root)
+    seeds = data["seed"].nunique() if "seed" in data else None
+    stamp = f"{paper} · {profile} profile" + (f" · {seeds} seed{'s' if seeds != 1 else ''}" if seeds else "")
+    fig.text(0.995, 0.005, stamp, ha="right", va="bottom", fontsize=7, color="0.45")
     with atomic_path(out / f"fig{number}.csv") as tmp:
         data.to_csv(tmp, index=False)
     path = out / f"fig{number}.png"
@@ -138,7 +145,14 @@ def side_by_side(table: pd.DataFrame, *, index: Sequence[str], columns: str, dig
         return f"{ours} (paper {paper})"
 
     t = table.assign(cell=table.apply(cell, axis=1))
-    return t.pivot_table(index=list(index), columns=columns, values="cell", aggfunc="first", sort=False)
+    out = t.pivot_table(index=list(index), columns=columns, values="cell", aggfunc="first", sort=False)
+    if "profile" in table and "n_runs" in table and len(table):
+        # the table says what it shows: profile and seeds per cell (ours: mean ± std over them)
+        profiles = ", ".join(dict.fromkeys(table["profile"].astype(str)))
+        n = sorted(set(table["n_runs"].dropna().astype(int)))
+        runs = f"{n[0]}" if len(n) == 1 else f"{n[0]}-{n[-1]}"
+        out.columns.name = f"{columns} ({profiles} profile; {runs} seed{'s' if n != [1] else ''} per cell)"
+    return out
 
 
 def shown_path(path: Path | str) -> str:
