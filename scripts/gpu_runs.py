@@ -109,16 +109,12 @@ def pending_configs(which: str, methods: list[str] | None = None):
     # VFedMH (the headline row) first, then shortest first, so that runs keep finishing while
     # the window lasts. Minutes per 20-epoch run on one H100, one process at a time, from
     # `calibrate` (2026-11-22): C-VFL's Q = 10 local iterations make it 28-53 min, last.
-    minutes = {("vfedmh", None): 15.7, ("agg_vfl", "resnet101"): 20.8, ("agg_vfl", "resnet50"): 13.8,
-               ("agg_vfl", "resnet18"): 6.3, ("splitnn", "resnet101"): 6.4, ("splitnn", "resnet50"): 5.8,
-               ("splitnn", "resnet18"): 3.1, ("local", "resnet101"): 6.2, ("local", "resnet50"): 3.8,
-               ("local", "resnet18"): 1.5, ("c_vfl", "resnet101"): 53.1, ("c_vfl", "resnet50"): 49.8,
-               ("c_vfl", "resnet18"): 28.6}
+    # (the calibration's minutes live with the study that reports them: vfedmh.H100_MINUTES)
     runs = [c for c in runs if methods is None or c.method in methods]
 
     def cost(c) -> tuple[bool, float]:
-        key = (c.method, None if c.method == "vfedmh" else c.models[0])
-        return c.method != "vfedmh", minutes.get(key, 99.0)
+        key = (c.method, "resnet" if c.method == "vfedmh" else c.models[0])
+        return c.method != "vfedmh", vfedmh.H100_MINUTES.get(key, 99.0)
 
     return sorted(runs, key=cost)
 

@@ -133,3 +133,23 @@ def test_ad_hoc_profile_of_ones_own_is_recorded_apart_and_ignored_by_git(tmp_pat
     for bad in ("../quick", "", "a b", 3):
         with pytest.raises(ConfigError, match="Invalid profile"):
             check_record_profile(bad)
+
+
+def test_load_available_skips_missing_records_and_checks_the_present_ones(tmp_path, monkeypatch):
+    """A profile that accumulates: the records present are returned (checked), the rest skipped."""
+    from vflkit import records
+    from vflkit.errors import ConfigError
+    from vflkit.methods import RunConfig
+
+    monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path))
+    runs = [RunConfig(paper="demo", dataset="mnist", method="splitnn", models=("mlp",) * 4, seed=s,
+                      n_train=256, n_test=128, epochs=1) for s in (0, 1)]
+    assert records.load_available(runs, profile="mine") == []
+    from vflkit.training import split
+
+    done = split.run(runs[0], profile="mine", device="cpu", progress=False)
+    got = records.load_available(runs, profile="mine")
+    assert [r["key"] for r in got] == [done["key"]]
+    records.record_path(runs[1], "mine", tmp_path).write_text("{ half a record")
+    with pytest.raises(ConfigError):
+        records.load_available(runs, profile="mine")

@@ -212,6 +212,26 @@ def load_record(run: Run, profile: str, root: str | Path | None = None) -> dict[
         raise BadRecord(f"{exc}; delete it (or move it aside) and rerun to remake it") from None
 
 
+def _record_roots() -> list[Path]:
+    """Where recorded runs are looked for: ``VFLKIT_RESULTS``, then the project's ``results/``
+    (where the committed ones stay when ``VFLKIT_RESULTS`` points a trial run elsewhere)."""
+    return list(dict.fromkeys([results_dir(), project_root() / "results"]))
+
+
+def load_available(runs: Iterable[Run], *, profile: str) -> list[dict[str, Any]]:
+    """The records that exist for ``runs``, checked like :func:`load_recorded`, the missing
+    ones skipped: for a profile whose records accumulate over many sessions (``paper``)."""
+    check_record_profile(profile)
+    out = []
+    for run in runs:
+        for root in _record_roots():
+            path = record_path(run, profile, root)
+            if path.exists():
+                out.append(check_record(path, run, profile))
+                break
+    return out
+
+
 def load_recorded(runs: Iterable[Run], *, profile: str) -> list[dict[str, Any]]:
     """The records an earlier run of ``profile`` wrote for ``runs``; nothing is trained.
 
@@ -224,7 +244,7 @@ def load_recorded(runs: Iterable[Run], *, profile: str) -> list[dict[str, Any]]:
     check_record_profile(profile)
     runs = list(runs)
     first_missing: list[Path] | None = None
-    for root in dict.fromkeys([results_dir(), project_root() / "results"]):
+    for root in _record_roots():
         paths = [record_path(r, profile, root) for r in runs]
         missing = [p for p in paths if not p.exists()]
         if not missing:
@@ -485,4 +505,4 @@ def run_many(runs: Iterable[Run], *, train: Trainer, profile: str, device: str |
 
 
 __all__ = ["ENVELOPE", "BadRecord", "Run", "check_record", "Trainer", "checkpoint_path", "environment_info", "json_default", "load_record",
-           "load_recorded", "record_path", "run_many", "run_one", "write_json_atomic"]
+           "load_available", "load_recorded", "record_path", "run_many", "run_one", "write_json_atomic"]

@@ -430,6 +430,14 @@ def _load_if_ours(path: Path, config_dict: dict[str, Any], fields: Sequence[str]
         return None
 
 
+def _step(opt: torch.optim.Optimizer, loss: torch.Tensor) -> torch.Tensor:
+    """One optimiser step on ``loss``; returns it detached, left on the device (no sync)."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    return loss.detach()
+
+
 def _mean(losses: list[torch.Tensor]) -> float:
     """Mean of a stage's batch losses; kept on the device until the epoch ends (one sync)."""
     return float(torch.stack(losses).mean()) if losses else float("nan")
@@ -637,10 +645,7 @@ class _Run:
             for ids in _batches(n, self.cfg.batch_size, self.cfg.seed, "pretrain", epoch):
                 x = self._tiles(self.server, "train", ids, aug)
                 loss = F.cross_entropy(net(x), self.server.labels("train", ids=ids))
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                losses.append(loss.detach())
+                losses.append(_step(opt, loss))
             sched.step()
             self.history["pretrain"]["train_loss"].append(_mean(losses))
             self.history["pretrain"]["test_accuracy"].append(self._eval_pretrain())
@@ -703,10 +708,7 @@ class _Run:
                             ext(x)
                         continue
                     loss = F.mse_loss(gen(ext(x)), x)
-                    opt.zero_grad(set_to_none=True)
-                    loss.backward()
-                    opt.step()
-                    losses.append(loss.detach())
+                    losses.append(_step(opt, loss))
                 if cfg.finetune == "autoencoder":
                     sched.step()
                     self.history["finetune"][c.name]["recon_loss"].append(
@@ -770,10 +772,7 @@ class _Run:
                     h = self._feature_maps("train", ids, aug)
                 net.train()
                 loss = F.cross_entropy(net(h), self.server.labels("train", ids=ids))
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                losses.append(loss.detach())
+                losses.append(_step(opt, loss))
             sched.step()
             self.history["classifier"]["train_loss"].append(_mean(losses))
             self.history["classifier"]["test_accuracy"].append(self._eval_classifier(epoch))
@@ -986,10 +985,7 @@ def train_centralized(config: AdptVFedConvConfig, *, device: str | torch.device 
             if cfg.augment:
                 x = flip_images(shift_images(x, dy[ids], dx[ids], fill="zeros"), flip[ids])
             loss = F.cross_entropy(net(d.normalize(x)), y_tr[ids.to(dev)])
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            losses.append(loss.detach())
+            losses.append(_step(opt, loss))
         sched.step()
         net.eval()
         with torch.no_grad():

@@ -512,7 +512,7 @@ def paper_so_far(artefact: str = "table2") -> tuple[pd.DataFrame, pd.DataFrame, 
     """
     groups = configs("paper")
     runs = groups[artefact]
-    found = _load_available(runs, profile="paper")
+    found = store.load_available(runs, profile="paper")
     have = {r["key"] for r in found}
     done = {artefact: [c for c in runs if c.key in have]}
     table = table2(done, found, "paper") if done[artefact] and artefact == "table2" else pd.DataFrame()
@@ -527,19 +527,3 @@ def paper_so_far(artefact: str = "table2") -> tuple[pd.DataFrame, pd.DataFrame, 
                         "estimated_h100_min": H100_MINUTES.get((c.method, arch)) if gpu else None})
     return table, pd.DataFrame(pending), found
 
-
-def _load_available(runs: Sequence[RunConfig], *, profile: str) -> list[dict[str, Any]]:
-    """The records that exist for ``runs`` (under ``VFLKIT_RESULTS``, else the project's own
-    ``results/``), the others skipped: a profile that accumulates over many sessions."""
-    import json
-
-    from ..config import project_root, results_dir
-
-    out = []
-    for run in runs:
-        for root in dict.fromkeys([results_dir(), project_root() / "results"]):
-            path = store.record_path(run, profile, root)
-            if path.exists():
-                out.append(json.loads(path.read_text()))
-                break
-    return out
