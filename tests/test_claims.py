@@ -1,0 +1,57 @@
+"""The claim predicates: the ordering rule and the table every study's claims become."""
+
+import pandas as pd
+import pytest
+
+from vflkit import claims
+
+
+def _diffs(values: dict[str, list[float]]) -> pd.DataFrame:
+    return pd.DataFrame([{"cell": c, "seed": s, "diff": d} for c, ds in values.items() for s, d in enumerate(ds)])
+
+
+def test_ordering_agrees_disagrees_or_not_testable_by_the_error_bar() -> None:
+    assert claims.ordering(_diffs({"x": [2.0, 2.2, 1.9], "y": [1.5, 1.7, 1.6]}), a="A", b="B").status == claims.AGREE
+    assert claims.ordering(_diffs({"x": [-2.0, -2.2, -1.9]}), a="A", b="B").status == claims.DISAGREE
+    noisy = claims.ordering(_diffs({"x": [3.0, -2.5, 0.1]}), a="A", b="B")
+    assert noisy.status == claims.NOT_TESTABLE and "noise" in noisy.evidence
+
+
+def test_ordering_with_one_seed_needs_every_cell() -> None:
+    assert claims.ordering(_diffs({"x": [1.0], "y": [0.5]}), a="A", b="B").status == claims.AGREE
+    assert claims.ordering(_diffs({"x": [-1.0], "y": [-0.5]}), a="A", b="B").status == claims.DISAGREE
+    mixed = claims.ordering(_diffs({"x": [1.0], "y": [-0.5]}), a="A", b="B")
+    assert mixed.status == claims.NOT_TESTABLE and "1 of 2" in mixed.evidence
+
+
+def test_ordering_without_pairs_is_not_testable() -> None:
+    v = claims.ordering(pd.DataFrame(columns=["cell", "seed", "diff"]), a="A", b="B")
+    assert v.status == claims.NOT_TESTABLE and "no recorded pair" in v.evidence
+
+
+def test_paired_matches_cells_and_seeds() -> None:
+    frame = pd.DataFrame({"method": ["A", "B", "A", "B", "A"], "dataset": ["m"] * 5,
+                          "seed": [0, 0, 1, 1, 2], "acc": [90.0, 80.0, 91.0, 85.0, 99.0]})
+    d = claims.paired(frame, by="method", a="A", b="B", value="acc", cell=["dataset"])
+    assert d["diff"].tolist() == [10.0, 6.0]  # seed 2 has no B: not paired
+
+
+def test_evaluate_keeps_every_clause_and_reports_broken_checks() -> None:
+    def broken(profile: str) -> claims.Verdict:
+        raise KeyError("table2")
+
+    cs = [claims.Claim("p", "Table 1", "A beats B", lambda profile: claims.Verdict(claims.AGREE, "ok")),
+          claims.Claim("p", "Table 1", "and converges faster", broken)]
+    t = claims.evaluate(cs, "quick")
+    assert t["status"].tolist() == [claims.AGREE, claims.NOT_TESTABLE]
+    assert "KeyError" in t["evidence"].iloc[1]
+    assert claims.summary(t) == "1 agree, 0 disagree, 1 not testable at this profile"
+    with pytest.raises(ValueError, match="Invalid verdict status"):
+        claims.Verdict("maybe", "")
+
+
+def test_all_of_is_as_strong_as_its_weakest_part() -> None:
+    a, d, n = claims.Verdict(claims.AGREE, "a"), claims.Verdict(claims.DISAGREE, "d"), claims.not_testable("n")
+    assert claims.all_of([a, a]).status == claims.AGREE
+    assert claims.all_of([a, n]).status == claims.NOT_TESTABLE
+    assert claims.all_of([a, n, d]).status == claims.DISAGREE

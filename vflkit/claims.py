@@ -1,0 +1,145 @@
+"""The papers' claims as predicates on our records: agree / disagree / not testable.
+
+Each study declares its paper's claims next to its runs (``CLAIMS`` in
+:mod:`vflkit.studies.<paper>`), one :class:`Claim` per clause: a claim that says "A beats B
+and C, and converges faster" is three clauses, each judged on its own, so no table reports
+only the clause that holds. A claim's ``check`` reads the records of one profile and returns
+a :class:`Verdict`; :func:`evaluate` turns a study's claims into the table its notebook shows
+(and the reproduction report collects), so notebook and report never disagree.
+
+The rule for an ordering ("A > B"), :func:`ordering`: the paired difference A - B over the
+cells the claim covers (same dataset, column and seed) is averaged; with at least two seeds
+per cell its standard error is estimated from the seeds. The clause
+
+* **agrees** when the mean difference has the claimed sign and exceeds twice its standard
+  error (with a single seed: when every cell has the claimed sign),
+* **disagrees** when the mean difference has the opposite sign and exceeds twice its standard
+  error (with a single seed: when no cell has the claimed sign),
+* is **not testable at this profile** otherwise (the difference is within the seeds' noise, or
+  the cells it needs are not recorded) -- the evidence says which.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+AGREE, DISAGREE, NOT_TESTABLE = "agree", "disagree", "not testable at this profile"
+STATUSES = (AGREE, DISAGREE, NOT_TESTABLE)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the records say about one clause, with its evidence in one line."""
+
+    status: str
+    evidence: str
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"Invalid verdict status {self.status!r}; choose one of {', '.join(STATUSES)}")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One clause of a paper's claim and how to judge it from the records of a profile.
+
+    ``check(profile)`` loads what it needs (nothing is trained) and returns a :class:`Verdict`.
+    """
+
+    paper: str
+    artefact: str  # "Table II", "Fig. 5", "Sec. V-C": where the paper makes the claim
+    clause: str  # the paper's words (or a faithful paraphrase), one clause
+    check: Callable[[str], Verdict]
+
+
+def not_testable(reason: str) -> Verdict:
+    """The clause cannot be judged at this profile; ``reason`` says why (e.g. no records)."""
+    return Verdict(NOT_TESTABLE, reason)
+
+
+def ordering(diffs: pd.DataFrame, *, a: str, b: str, what: str = "points") -> Verdict:
+    """Judge the clause "``a`` > ``b``" from paired differences.
+
+    ``diffs`` has one row per (cell, seed): a ``cell`` column naming the compared cell (e.g.
+    "MNIST/CNN") and ``diff`` = value(a) - value(b) for that cell and seed. See the module
+    docstring for the rule.
+    """
+    diffs = diffs.dropna(subset=["diff"])
+    if diffs.empty:
+        return not_testable(f"no recorded pair of {a} and {b}")
+    per_cell = diffs.groupby("cell")["diff"]
+    n_cells = per_cell.ngroups
+    seeds = int(per_cell.size().min())
+    mean = float(diffs["diff"].mean())
+    wins = int((per_cell.mean() > 0).sum())
+    if seeds >= 2:
+        # seed-to-seed spread within cells, pooled; the mean over cells averages n rows
+        se = float(np.sqrt(per_cell.var(ddof=1).mean() / len(diffs)))
+        ev = (f"{a} > {b} in {wins} of {n_cells} cells, {seeds}+ seeds; "
+              f"paired difference {mean:+.2f} ± {se:.2f} {what} (mean ± s.e.)")
+        if mean > 2 * se:
+            return Verdict(AGREE, ev)
+        if mean < -2 * se:
+            return Verdict(DISAGREE, ev)
+        return Verdict(NOT_TESTABLE, ev + ": within the seeds' noise")
+    ev = f"{a} > {b} in {wins} of {n_cells} cells, 1 seed; mean difference {mean:+.2f} {what}"
+    if wins == n_cells:
+        return Verdict(AGREE, ev)
+    if wins == 0:
+        return Verdict(DISAGREE, ev)
+    return Verdict(NOT_TESTABLE, ev + ": mixed, and one seed gives no error bar")
+
+
+def paired(frame: pd.DataFrame, *, by: str, a: str, b: str, value: str,
+           cell: Sequence[str], seed: str = "seed") -> pd.DataFrame:
+    """Paired differences ``value(a) - value(b)`` from a long frame of results: rows with
+    ``frame[by] == a`` and ``== b`` are matched on ``cell`` columns and ``seed``."""
+    keys = list(cell) + [seed]
+    left = frame[frame[by] == a].groupby(keys)[value].mean()
+    right = frame[frame[by] == b].groupby(keys)[value].mean()
+    both = pd.concat({"a": left, "b": right}, axis=1).dropna()
+    out = both.reset_index()
+    out["cell"] = out[list(cell)].astype(str).agg("/".join, axis=1) if len(cell) else "all"
+    out["diff"] = out["a"] - out["b"]
+    return out[["cell", seed, "diff"]]
+
+
+def all_of(verdicts: Iterable[Verdict]) -> Verdict:
+    """Several sub-checks of one clause: agree only if all agree; disagree if any disagrees."""
+    vs = list(verdicts)
+    if not vs:
+        return not_testable("nothing to compare")
+    status = (DISAGREE if any(v.status == DISAGREE for v in vs)
+              else AGREE if all(v.status == AGREE for v in vs) else NOT_TESTABLE)
+    return Verdict(status, "; ".join(v.evidence for v in vs))
+
+
+def evaluate(claims: Sequence[Claim], profile: str) -> pd.DataFrame:
+    """One row per clause: paper, artefact, clause, status, evidence, profile. A check that
+    fails with an error is reported as not testable with the error (never dropped)."""
+    rows = []
+    for c in claims:
+        try:
+            v = c.check(profile)
+        except Exception as exc:  # a broken check must show, not hide the other clauses
+            v = not_testable(f"check failed: {type(exc).__name__}: {exc}")
+        if not isinstance(v, Verdict):
+            raise TypeError(f"the check of {c.artefact} ({c.clause!r}) returned {type(v).__name__}, not a Verdict")
+        rows.append({"paper": c.paper, "artefact": c.artefact, "clause": c.clause,
+                     "status": v.status, "evidence": v.evidence, "profile": profile})
+    return pd.DataFrame(rows, columns=["paper", "artefact", "clause", "status", "evidence", "profile"])
+
+
+def summary(table: pd.DataFrame) -> str:
+    """"n agree, m disagree, k not testable" for a table from :func:`evaluate`."""
+    counts = table["status"].value_counts()
+    return ", ".join(f"{int(counts.get(s, 0))} {s}" for s in STATUSES)
+
+
+__all__ = ["AGREE", "DISAGREE", "NOT_TESTABLE", "Claim", "Verdict", "all_of", "evaluate", "not_testable",
+           "ordering", "paired", "summary"]
+
