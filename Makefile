@@ -32,9 +32,10 @@ study: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest --nbval --nbval-current-env tests $(NOTEBOOKS)
 
-## Throughput of a VFL step vs the same models without VFL machinery, and masking's share.
+## Throughput of a VFL step vs the same models without VFL machinery, masking's share, and
+## samples/s of every method per model (with GPU utilisation on CUDA): make bench DEVICE=cuda
 bench: $(STAMP)
-	$(BIN)/python -m vflkit.bench
+	$(BIN)/python -m vflkit.bench --device $(DEVICE)
 
 ## Open the notebooks in JupyterLab, in the project's environment (its kernel is "Python 3 (ipykernel)").
 lab: $(STAMP)

@@ -457,3 +457,19 @@ def test_non_finite_embeddings_raise_a_catchable_divergence_error() -> None:
     # A runner that records divergence catches DivergenceError (and FloatingPointError).
     assert issubclass(NonFiniteEmbeddingError, DivergenceError) and issubclass(NonFiniteEmbeddingError, FloatingPointError)
     assert not issubclass(NonFiniteEmbeddingError, ConfigError)
+
+
+def test_prefetched_blinding_factor_is_the_one_computed_on_demand() -> None:
+    """BlindingKeys.prefetch computes the same factor off the critical path; a request for
+    another shape or counter discards it and computes its own."""
+    keys = _parties(3)
+    kp = keys[1]
+    expected = kp.blinding_factor((32, 8), round=0, step=5)
+    kp.prefetch((32, 8), round=0, step=5)
+    assert kp._ahead is not None
+    assert torch.equal(kp.blinding_factor((32, 8), round=0, step=5), expected)
+    assert kp._ahead is None  # used once
+    kp.prefetch((32, 8), round=0, step=6)
+    other = kp.blinding_factor((16, 8), round=0, step=6)  # last batch: smaller
+    assert kp._ahead is None and other.shape == (16, 8)
+    assert torch.equal(other, kp.blinding_factor((16, 8), round=0, step=6))

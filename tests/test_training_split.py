@@ -234,3 +234,37 @@ def test_deadline_checkpoints_and_stops(tmp_path):
     assert not path.exists() and split.checkpoint_path(path).exists()
     rec = run(cfg, profile="smoke", results=tmp_path, device="cpu", progress=False)
     assert [r["epoch"] for r in rec["history"]] == [1, 2, 3]
+
+
+def test_losses_read_back_in_batches_catch_divergence_at_its_own_step():
+    """On a GPU the trainer reads losses every SYNC_EVERY_CUDA steps; a bad loss is still
+    reported at its own batch, and only the steps before it are counted."""
+    window = split._LossWindow(epoch=2, limit=1e4, every=5)
+    for step, v in enumerate([1.0, 2.0, 3.0]):
+        window.add(step, 10, {"active": torch.tensor(v)})
+    assert window.seen == 0  # nothing read back yet
+    with pytest.raises(DivergenceError, match="epoch 2, batch 4") as err:
+        window.add(3, 10, {"active": torch.tensor(4.0)})
+        window.add(4, 10, {"active": torch.tensor(float("nan"))})
+    assert err.value.step == 4 and window.seen == 40 and window.sums == {"active": 100.0}
+
+
+def test_tensor_and_float_losses_give_the_same_record(tmp_path, monkeypatch):
+    """Methods return 0-d tensors (no per-step .item()); the record is the one a float return gave."""
+    cfg = _config(epochs=1)
+    a = run(cfg, profile="smoke", device="cpu", results=tmp_path / "a", progress=False)
+    cls = get_method("splitnn")
+    real = cls.train_step
+    monkeypatch.setattr(cls, "train_step", lambda self, ids: {k: v.item() for k, v in real(self, ids).items()})
+    b = run(cfg, profile="smoke", device="cpu", results=tmp_path / "b", progress=False)
+    assert a["history"] == [{**h, "elapsed_s": a["history"][i]["elapsed_s"]} for i, h in enumerate(b["history"])]
+
+
+def test_vfedmh_mask_prefetch_changes_nothing(tmp_path):
+    """VFedMH generates the next blinding factors ahead on a thread: same masks, same record."""
+    cfg = _config(method="vfedmh", models=("mlp", "lenet", "mlp", "lenet"), paper="vfedmh", n_train=384)
+    off = cfg.replace(options={"mask_prefetch": False})
+    a = run(cfg, profile="smoke", device="cpu", results=tmp_path / "a", progress=False)
+    b = run(off, profile="smoke", device="cpu", results=tmp_path / "b", progress=False)
+    strip = lambda r: [{k: v for k, v in h.items() if k != "elapsed_s"} for h in r["history"]]  # noqa: E731
+    assert strip(a) == strip(b) and a["comm"] == b["comm"]

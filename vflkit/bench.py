@@ -18,6 +18,8 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
@@ -28,12 +30,14 @@ from .partition import strips
 from .secure import benchmark_masking
 
 
-def _setup(model: str, n_parties: int, batch: int, n: int, embedding_dim: int, seed: int = 0):
+def _setup(model: str, n_parties: int, batch: int, n: int, embedding_dim: int, seed: int = 0, *,
+           method: str = "splitnn", device: str = "cpu", options: dict | None = None):
     torch.manual_seed(seed)
+    dev = torch.device(device)
     x = torch.randint(0, 256, (n, 1, 28, 28), dtype=torch.uint8)
-    y = torch.randint(0, 10, (n,))
+    y = torch.randint(0, 10, (n,), device=dev)
     part = strips(n_parties, image_shape=(1, 28, 28), axis="width")
-    pieces = [p.contiguous() for p in part.split(x)]
+    pieces = [p.contiguous().to(dev) for p in part.split(x)]
     channel = Channel()
 
     def transform(t: torch.Tensor) -> torch.Tensor:
@@ -41,28 +45,35 @@ def _setup(model: str, n_parties: int, batch: int, n: int, embedding_dim: int, s
 
     parties = [
         Party("active" if k == 0 else f"passive_{k}", channel=channel, features={"train": pieces[k]},
-              labels={"train": y} if k == 0 else None, transform=transform)
+              labels={"train": y} if k == 0 else None, transform=transform, device=dev)
         for k in range(n_parties)
     ]
-    cfg = RunConfig(paper="demo", dataset="mnist", method="splitnn", models=(model,) * n_parties,
-                    n_parties=n_parties, batch_size=batch, embedding_dim=embedding_dim)
-    method = get_method("splitnn")(cfg, parties, num_classes=10)
-    return method, pieces, y, transform
+    cfg = RunConfig(paper="demo", dataset="mnist", method=method, models=(model,) * n_parties,
+                    n_parties=n_parties, batch_size=batch, embedding_dim=embedding_dim, options=options or {})
+    vfl = get_method(method)(cfg, parties, num_classes=10)
+    vfl.setup()
+    return vfl, pieces, y, transform
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
 
 
 def bench_overhead(model: str = "cnn", *, n_parties: int = 4, batch: int = 128, repeats: int = 100,
-                   embedding_dim: int = 128) -> dict[str, float]:
+                   embedding_dim: int = 128, device: str = "cpu") -> dict[str, float]:
     """Samples/s of a SplitNN step through vflkit vs the same models as one plain model."""
     n = batch * 8
-    method, pieces, y, transform = _setup(model, n_parties, batch, n, embedding_dim)
+    method, pieces, y, transform = _setup(model, n_parties, batch, n, embedding_dim, device=device)
     state = {"i": 0}
 
     def next_ids() -> torch.Tensor:
         state["i"] = (state["i"] + 1) % (n // batch)
-        return torch.arange(state["i"] * batch, (state["i"] + 1) * batch)
+        return torch.arange(state["i"] * batch, (state["i"] + 1) * batch, device=device)
 
     def vfl_step() -> None:
         method.train_step(next_ids())
+        _sync(device)
 
     # The plain baseline: the very same modules and optimizers, no parties, no channel.
     bottoms = [p.models["bottom"] for p in method.parties]
@@ -77,6 +88,7 @@ def bench_overhead(model: str = "cnn", *, n_parties: int = 4, batch: int = 128, 
         F.cross_entropy(top(e), y[ids]).backward()
         for o in optims:
             o.step()
+        _sync(device)
 
     def split_by_hand_step() -> None:
         # Split learning's own cost without vflkit: each passive graph cut at the embedding and
@@ -88,11 +100,11 @@ def bench_overhead(model: str = "cnn", *, n_parties: int = 4, batch: int = 128, 
         cut = [es[0]] + [e.detach().clone().requires_grad_() for e in es[1:]]
         loss = F.cross_entropy(top(torch.cat(cut, dim=1)), y[ids])
         loss.backward()
-        for e, c in zip(es[1:], cut[1:]):
-            e.backward(c.grad.clone())
+        # the passive graphs are disjoint: one autograd call for all (as vflkit's methods do)
+        torch.autograd.backward(es[1:], [c.grad.clone() for c in cut[1:]])
         for o in optims:
             o.step()
-        loss.item()
+        _sync(device)
 
     steps = {"vfl": vfl_step, "plain": plain_step, "split": split_by_hand_step}
     # Alternate the steps one by one so that drifts in machine load hit all alike.
@@ -118,6 +130,76 @@ def bench_overhead(model: str = "cnn", *, n_parties: int = 4, batch: int = 128, 
     }
 
 
+#: The methods of the batch-by-batch trainer, and VFedMH without its mask prefetch.
+METHODS: dict[str, tuple[str, dict]] = {
+    "local": ("local", {}), "splitnn": ("splitnn", {}), "agg_vfl": ("agg_vfl", {}), "c_vfl": ("c_vfl", {}),
+    "vfedmh": ("vfedmh", {}), "vfedmh, masks on demand": ("vfedmh", {"mask_prefetch": False}),
+}
+
+
+class _GPUUtilisation:
+    """Mean GPU utilisation while the block runs, sampled from ``nvidia-smi`` every 0.2 s
+    (None where there is no nvidia-smi)."""
+
+    def __init__(self, device: str) -> None:
+        import shutil
+
+        self.enabled = device.startswith("cuda") and shutil.which("nvidia-smi") is not None
+        self.samples: list[float] = []
+
+    def __enter__(self) -> "_GPUUtilisation":
+        import threading
+
+        self._stop = threading.Event()
+        if self.enabled:
+            self._thread = threading.Thread(target=self._sample, daemon=True)
+            self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        import subprocess
+
+        while not self._stop.wait(0.2):
+            out = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
+                                 capture_output=True, text=True)
+            if out.returncode == 0 and out.stdout.strip():
+                self.samples.append(float(out.stdout.split()[0]))
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self.enabled:
+            self._thread.join()
+
+    @property
+    def mean(self) -> float | None:
+        return statistics.mean(self.samples) if self.samples else None
+
+
+def bench_methods(models: list[str], *, methods: dict[str, tuple[str, dict]] | None = None, batch: int = 128,
+                  steps: int = 30, blocks: int = 3, device: str = "cpu") -> list[dict[str, float | str | None]]:
+    """Samples/s of each method's training step (as the trainer runs it: losses read back once
+    per block, not per step) for each model, and the GPU's utilisation meanwhile on CUDA.
+    Median over ``blocks`` blocks of ``steps`` steps."""
+    rows = []
+    for label, (name, options) in (methods or METHODS).items():
+        for model in models:
+            vfl, *_ = _setup(model, 4, batch, batch * 8, 128, method=name, device=device, options=options)
+            order = torch.arange(batch * 8, device=device)
+            vfl.train_step(order[:batch])  # warm-up (allocations, kernels' first launch)
+            _sync(device)
+            times = []
+            with _GPUUtilisation(device) as util:
+                for _ in range(blocks):
+                    t0 = time.perf_counter()
+                    losses = [vfl.train_step(order[(i % 8) * batch:(i % 8 + 1) * batch]) for i in range(steps)]
+                    torch.stack([v for lo in losses for v in lo.values()]).sum().item()  # one read, as the trainer
+                    _sync(device)
+                    times.append((time.perf_counter() - t0) / steps)
+            rows.append({"method": label, "model": model, "samples_per_s": batch / statistics.median(times),
+                         "gpu_util_pct": util.mean})
+    return rows
+
+
 def bench_masking(*, n_passive: int = 3, batch: int = 128, embedding_dim: int = 128,
                   repeats: int = 30) -> dict[str, float]:
     """Milliseconds of one step's secure aggregation: every passive party blinds its
@@ -138,41 +220,63 @@ SETTINGS: dict[str, dict[str, str]] = {
 TARGET_PCT = 10.0
 
 
-def _one_setting(models: list[str], batch: int, repeats: int) -> list[dict[str, float]]:
+def _one_setting(models: list[str], batch: int, repeats: int, device: str = "cpu") -> list[dict[str, float]]:
     mask = bench_masking(batch=batch, repeats=max(10, repeats // 3))
     rows = []
     for model in models:
-        r = bench_overhead(model, batch=batch, repeats=repeats)
+        r = bench_overhead(model, batch=batch, repeats=repeats, device=device)
         r["masking_share_pct"] = 100 * mask["masking_ms"] / (r["step_ms"] + mask["masking_ms"])
         r["masking_ms"] = mask["masking_ms"]
         rows.append(r)
     return rows
 
 
-def main(argv: list[str] | None = None) -> None:
+def _in_process(env: dict[str, str], args: list[str]) -> Any:
+    """Run one part of the benchmark in a fresh process with ``env`` (OpenMP reads its
+    environment once, when torch is imported) and return what it printed as JSON."""
     import json
     import os
     import subprocess
     import sys
 
+    out = subprocess.run([sys.executable, "-m", "vflkit.bench", *args], env={**os.environ, **env},
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> None:
+    import json
+    import os
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["mlp", "cnn", "lenet"])
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=100)
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda[:N]")
+    parser.add_argument("--worker", choices=["overhead", "methods"], help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.worker:  # one setting, in a process of its own: print JSON for the parent
-        print(json.dumps(_one_setting(args.models, args.batch, args.repeats)))
+    if args.device == "auto":
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit(f"--device {args.device}: no CUDA device is visible to torch {torch.__version__}; "
+                         "run the benchmark on the CPU (--device cpu) or on a machine with a GPU")
+    if args.worker == "overhead":  # one setting, in a process of its own: print JSON for the parent
+        print(json.dumps(_one_setting(args.models, args.batch, args.repeats, args.device)))
         return
-    print(f"torch {torch.__version__}, CPU ({os.cpu_count()} cores); batch {args.batch}, 4 parties on 28x7 "
+    if args.worker == "methods":
+        print(json.dumps(bench_methods(args.models, methods={m: METHODS[m] for m in args.methods},
+                                       batch=args.batch, device=args.device)))
+        return
+    cuda = args.device.startswith("cuda")
+    where = torch.cuda.get_device_name(args.device) if cuda else f"CPU ({os.cpu_count()} cores)"
+    print(f"torch {torch.__version__}, {where}; batch {args.batch}, 4 parties on 28x7 "
           "MNIST strips, embedding 128; medians of steps alternated plain / by hand / vflkit")
     print("samples/s of one training step; overhead = share of a vflkit step not spent by the plain model")
-    results = {}
-    for name, env in SETTINGS.items():
-        out = subprocess.run([sys.executable, "-m", "vflkit.bench", "--worker", "--batch", str(args.batch),
-                              "--repeats", str(args.repeats), "--models", *args.models],
-                             env={**os.environ, **env}, capture_output=True, text=True, check=True)
-        results[name] = json.loads(out.stdout.strip().splitlines()[-1])
+    common = ["--batch", str(args.batch), "--device", args.device, "--models", *args.models]
+    settings = {"CUDA": {}} if cuda else SETTINGS
+    results = {name: _in_process(env, ["--worker", "overhead", "--repeats", str(args.repeats), *common])
+               for name, env in settings.items()}
     header = (f"{'setting':<36} {'model':<6} {'plain':>8} {'by hand':>8} {'vflkit':>8} "
               f"{'overhead':>9} {'of which vflkit':>16} {'masking share':>14}")
     print(header)
@@ -188,6 +292,24 @@ def main(argv: list[str] | None = None) -> None:
     print(f"secure aggregation of one step (3 passive parties, {args.batch}x128 embeddings): {mask_ms:.2f} ms")
     for name, w in worst.items():
         print(f"worst overhead, {name}: {w:.1f}% (target <= {TARGET_PCT:.0f}%: {'met' if w <= TARGET_PCT else 'NOT met'})")
+
+    # Every method as the trainer runs it, in the setting a scheduler worker uses.
+    worker_env = {} if cuda else SETTINGS["1 thread, OMP_WAIT_POLICY=PASSIVE"]
+    rows = _in_process(worker_env, ["--worker", "methods", "--methods", *args.methods, *common])
+    print()
+    print(f"samples/s per method and model ({'CUDA' if cuda else '1 thread, OMP_WAIT_POLICY=PASSIVE: a scheduler worker'}"
+          f"; blocks of 30 steps, losses read once per block)")
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    head = f"{'method':<26}" + "".join(f"{m:>10}" for m in models) + (f"{'GPU util':>10}" if cuda else "")
+    print(head)
+    print("-" * len(head))
+    for method in dict.fromkeys(r["method"] for r in rows):
+        mine = [r for r in rows if r["method"] == method]
+        line = f"{method:<26}" + "".join(f"{r['samples_per_s']:>10.0f}" for r in mine)
+        if cuda:
+            utils = [r["gpu_util_pct"] for r in mine if r["gpu_util_pct"] is not None]
+            line += f"{statistics.mean(utils):>9.0f}%" if utils else f"{'n/a':>10}"
+        print(line)
 
 
 if __name__ == "__main__":

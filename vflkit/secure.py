@@ -50,8 +50,10 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -378,6 +380,20 @@ class FixedPointRing:
         return rounded.astype(np.int64).view(np.uint64)
 
 
+_PREFETCHER: ThreadPoolExecutor | None = None
+_PREFETCHER_LOCK = threading.Lock()
+
+
+def _prefetcher() -> ThreadPoolExecutor:
+    """One background thread per process computes the blinding factors asked ahead
+    (:meth:`BlindingKeys.prefetch`): the passive parties of a simulation share it."""
+    global _PREFETCHER
+    with _PREFETCHER_LOCK:
+        if _PREFETCHER is None:
+            _PREFETCHER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vflkit-masks")
+        return _PREFETCHER
+
+
 class BlindingKeys:
     """One passive party's key pair, pairwise shared keys and blinding factors (Eqs. 4-5).
 
@@ -427,6 +443,7 @@ class BlindingKeys:
         self._pair_keys: dict[int, bytes] = {}
         self._literal: dict[int, int] = {}
         self._used: set[tuple[int, int]] = set()
+        self._ahead: tuple[tuple[tuple[int, ...], int, int], Future] | None = None
 
     def __repr__(self) -> str:
         return f"BlindingKeys(party={self.party}, scheme={self.scheme!r}, peers={sorted(self._pair_keys)})"
@@ -520,6 +537,24 @@ class BlindingKeys:
         """
         shape = _shape(shape)
         self._require_agreed()
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead[0] == (shape, round, step):
+            return ahead[1].result()
+        return self._blinding_factor(shape, round, step)
+
+    def prefetch(self, shape: Sequence[int] | int, *, round: int, step: int) -> None:
+        """Start computing :meth:`blinding_factor` for ``(round, step)`` on a background thread.
+
+        The blinding factors do not depend on the data, only on the keys and the counter, so
+        the next step's can be generated while this step trains, off its critical path. The
+        factor is the same as computed on demand (the cryptography is unchanged); a later
+        :meth:`blinding_factor` for another shape or counter discards it and computes its own.
+        """
+        shape = _shape(shape)
+        self._require_agreed()
+        self._ahead = ((shape, round, step), _prefetcher().submit(self._blinding_factor, shape, round, step))
+
+    def _blinding_factor(self, shape: tuple[int, ...], round: int, step: int) -> torch.Tensor:
         r = np.zeros(shape, dtype=np.uint64)
         for j in self._ciphers:
             stream = self._stream(j, shape, round, step)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .base import VFLMethod
+from .base import VFLMethod, backward_each
 
 
 class AggVFL(VFLMethod):
@@ -42,7 +42,7 @@ class AggVFL(VFLMethod):
         total = a.models["model"](a.features(split, ids=ids)) + torch.stack(received).sum(0)
         return total, received
 
-    def train_step(self, ids: torch.Tensor) -> dict[str, float]:
+    def train_step(self, ids: torch.Tensor) -> dict[str, torch.Tensor]:
         a = self.active
         for party in self.parties:
             party.optimizers["local"].zero_grad(set_to_none=True)
@@ -52,10 +52,11 @@ class AggVFL(VFLMethod):
         for p, r in zip(self.passive, received):
             a.send(p, "gradient", r.grad)
         a.optimizers["local"].step()
+        # disjoint graphs: one autograd call back-propagates every passive party's gradient
+        backward_each([(p.state.pop("R"), p.recv(a, "gradient")) for p in self.passive])
         for p in self.passive:
-            p.state.pop("R").backward(p.recv(a, "gradient"))
             p.optimizers["local"].step()
-        return {"active": loss.item()}
+        return {"active": loss.detach()}
 
     @torch.no_grad()
     def predict(self, ids: torch.Tensor, split: str = "test") -> dict[str, torch.Tensor]:

@@ -230,6 +230,18 @@ def _kind_name(default: Any) -> str:
     return f"a {type(default).__name__}"
 
 
+def backward_each(pairs: Sequence[tuple[torch.Tensor, torch.Tensor | None]]) -> None:
+    """Back-propagate several parties' outputs with their gradients (None for a scalar loss)
+    in one autograd call.
+
+    Each party's graph is its own (what it received came through the channel, detached), so
+    one call computes exactly what a ``backward`` per party would, without paying autograd's
+    fixed cost per call: a Python loop over parties where one batched call does.
+    """
+    if pairs:
+        torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
+
+
 def accuracy(logits: torch.Tensor, labels: torch.Tensor) -> float:
     """Fraction of correct arg-max predictions."""
     return (logits.argmax(dim=1) == labels).float().mean().item()
@@ -286,8 +298,10 @@ class VFLMethod(ABC):
         """One-off protocol messages before training (default: none)."""
 
     @abstractmethod
-    def train_step(self, ids: torch.Tensor) -> dict[str, float]:
-        """One protocol step on the samples ``ids``; returns the loss of each trained model."""
+    def train_step(self, ids: torch.Tensor) -> dict[str, torch.Tensor | float]:
+        """One protocol step on the samples ``ids``; returns the loss of each trained model as a
+        detached 0-d tensor (the trainer reads losses back in batches: a ``.item()`` per step
+        would make a GPU wait) or a float."""
 
     @abstractmethod
     def predict(self, ids: torch.Tensor, split: str = "test") -> dict[str, torch.Tensor]:
@@ -347,12 +361,13 @@ class VFLMethod(ABC):
         for start in range(0, len(ids), batch_size):
             batch = ids[start:start + batch_size]
             for key, out in self.predict(batch, split).items():
-                logits.setdefault(key, []).append(out.float().cpu())
-            labels.append(self.active.labels(split, ids=batch).cpu())
-        y = torch.cat(labels)
+                logits.setdefault(key, []).append(out.float())
+            labels.append(self.active.labels(split, ids=batch))
+        # one transfer per model after the loop, not one per batch (each would wait for a GPU)
+        y = torch.cat(labels).cpu()
         result = {}
         for key, parts in logits.items():
-            z = torch.cat(parts)
+            z = torch.cat(parts).cpu()
             metrics = {"test_accuracy": accuracy(z, y)}
             if self.num_classes == 2:
                 from sklearn.metrics import f1_score, roc_auc_score

@@ -145,7 +145,7 @@ class CVFL(VFLMethod):
             size += n
         return state, size
 
-    def train_step(self, ids: torch.Tensor) -> dict[str, float]:
+    def train_step(self, ids: torch.Tensor) -> dict[str, torch.Tensor]:
         a = self.active
         q = int(self.options["local_iterations"])
         # 1. Compressed embeddings to the server. The active party's own is compressed too, as
@@ -166,7 +166,7 @@ class CVFL(VFLMethod):
             a.send(p, "model_weights", top_state, nbytes=top_bytes)
             a.send(p, "labels", y)
         # 3. Q local iterations at every party on its own bottom model.
-        losses: dict[str, float] = {}
+        losses: dict[str, torch.Tensor] = {}
         for p in self.parties:
             if p is a:
                 top = copy.deepcopy(a.models["top"])
@@ -191,7 +191,7 @@ class CVFL(VFLMethod):
             loss = F.cross_entropy(a.models["top"](z), y)
             loss.backward()
             a.optimizers["top"].step()
-        losses["active"] = loss.item()
+        losses["active"] = loss.detach()
         return losses
 
     @torch.no_grad()

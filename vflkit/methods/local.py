@@ -23,14 +23,14 @@ class Local(VFLMethod):
         a.models["model"] = self.party_model(a)
         a.optimizers["local"] = self.make_optimizer(a, a.models["model"].parameters())
 
-    def train_step(self, ids: torch.Tensor) -> dict[str, float]:
+    def train_step(self, ids: torch.Tensor) -> dict[str, torch.Tensor]:
         a = self.active
         opt = a.optimizers["local"]
         opt.zero_grad(set_to_none=True)
         loss = F.cross_entropy(a.models["model"](a.features("train", ids=ids)), a.labels("train", ids=ids))
         loss.backward()
         opt.step()
-        return {"active": loss.item()}
+        return {"active": loss.detach()}
 
     @torch.no_grad()
     def predict(self, ids: torch.Tensor, split: str = "test") -> dict[str, torch.Tensor]:

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .base import VFLMethod
+from .base import VFLMethod, backward_each
 
 
 def top_model(n_parties: int, embedding_dim: int, num_classes: int) -> nn.Sequential:
@@ -60,7 +60,7 @@ class SplitNN(VFLMethod):
                 out.append(self.active.recv(p, "embedding").requires_grad_(torch.is_grad_enabled()))
         return out
 
-    def train_step(self, ids: torch.Tensor) -> dict[str, float]:
+    def train_step(self, ids: torch.Tensor) -> dict[str, torch.Tensor]:
         for party in self.parties:
             party.optimizers["local"].zero_grad(set_to_none=True)
         a = self.active
@@ -72,11 +72,12 @@ class SplitNN(VFLMethod):
             if p is not a:
                 a.send(p, "gradient", e.grad)
         a.optimizers["local"].step()
+        # Each passive party back-propagates the gradient it received through its own bottom
+        # model; the graphs are disjoint, so one autograd call does all of them at once.
+        backward_each([(p.state.pop("embedding"), p.recv(a, "gradient")) for p in self.passive])
         for p in self.passive:
-            grad = p.recv(a, "gradient")
-            p.state.pop("embedding").backward(grad)
             p.optimizers["local"].step()
-        return {"active": loss.item()}
+        return {"active": loss.detach()}
 
     @torch.no_grad()
     def predict(self, ids: torch.Tensor, split: str = "test") -> dict[str, torch.Tensor]:

@@ -37,10 +37,50 @@ if TYPE_CHECKING:
 def _check_finite(losses: dict[str, float], *, epoch: int, step: int, limit: float) -> None:
     for party, value in losses.items():
         if not math.isfinite(value) or value > limit:
-            raise DivergenceError(
+            err = DivergenceError(
                 f"the loss of {party} is {value} at epoch {epoch}, batch {step}: training diverged. "
                 "Lower the learning rate of that party or check its inputs."
             )
+            err.step = step  # read back in batches on a GPU: the batch it happened at
+            raise err
+
+
+#: Steps between reading the losses back from a GPU. Reading a loss (``.item()``) waits for
+#: the device to finish; one read per 50 steps keeps the GPU's queue full. On a CPU a read
+#: costs nothing, so every step is read: a divergence is caught at its own batch.
+SYNC_EVERY_CUDA = 50
+
+
+class _LossWindow:
+    """The losses of the steps not yet read back, and the epoch's running sums.
+
+    ``add`` keeps a step's losses (0-d tensors, possibly on a GPU, or floats); ``drain`` reads
+    them all with one transfer, checks them in step order (raising :class:`DivergenceError`
+    at the first bad step, the steps before it counted) and adds them to ``sums`` as
+    ``loss * batch size`` in double precision, as a per-step ``.item()`` would.
+    """
+
+    def __init__(self, *, epoch: int, limit: float, every: int) -> None:
+        self.epoch, self.limit, self.every = epoch, limit, every
+        self.sums: dict[str, float] = {}
+        self.seen = 0
+        self._pending: list[tuple[int, int, dict[str, Any]]] = []
+
+    def add(self, step: int, n: int, losses: dict[str, Any]) -> None:
+        self._pending.append((step, n, losses))
+        if len(self._pending) >= self.every:
+            self.drain()
+
+    def drain(self) -> None:
+        pending, self._pending = self._pending, []
+        tensors = [v for _, _, losses in pending for v in losses.values() if isinstance(v, torch.Tensor)]
+        read = iter(torch.stack([t.detach().reshape(()).double() for t in tensors]).tolist() if tensors else [])
+        for step, n, losses in pending:
+            values = {k: next(read) if isinstance(v, torch.Tensor) else float(v) for k, v in losses.items()}
+            _check_finite(values, epoch=self.epoch, step=step, limit=self.limit)
+            for k, v in values.items():
+                self.sums[k] = self.sums.get(k, 0.0) + v * n
+            self.seen += n
 
 
 def build_parties(config: RunConfig, *, device: torch.device, channel: Channel) -> tuple[list[Party], int]:
@@ -156,8 +196,8 @@ def train(
         # The shuffle is a public protocol parameter (seeded), so parties need no message to
         # agree on the batch order.
         order = train_ids[torch.randperm(len(train_ids), generator=gen)]
-        sums: dict[str, float] = {}
-        seen = 0
+        window = _LossWindow(epoch=epoch, limit=max_loss,
+                             every=SYNC_EVERY_CUDA if device.type == "cuda" else 1)
         method.train()
         for step in range(n_steps):
             channel.at(epoch=epoch, step=step, phase="train")
@@ -165,17 +205,20 @@ def train(
             try:
                 # inside: a method may detect the divergence itself (e.g. VFedMH's encoder
                 # refusing a NaN embedding, NonFiniteEmbeddingError), and "record" holds for it too
-                losses = method.train_step(ids)
-                _check_finite(losses, epoch=epoch, step=step, limit=max_loss)
+                window.add(step, len(ids), method.train_step(ids))
+                if step == n_steps - 1:
+                    window.drain()
             except DivergenceError as err:
+                try:  # a step before this one may have diverged unread (on a GPU): it comes first
+                    window.drain()
+                except DivergenceError as earlier:
+                    err = earlier
                 if on_divergence == "raise":
-                    raise
-                diverged = {"epoch": epoch, "step": step, "message": str(err)}
+                    raise err from None
+                diverged = {"epoch": epoch, "step": getattr(err, "step", step), "message": str(err)}
                 break
-            for k, v in losses.items():
-                sums[k] = sums.get(k, 0.0) + v * len(ids)
-            seen += len(ids)
             bar.update(1)
+        sums, seen = window.sums, window.seen
         channel.at(epoch=epoch, step=0, phase="eval")
         metrics = _evaluate(method, config)
         for model_key, m in metrics.items():

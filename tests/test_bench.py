@@ -1,0 +1,22 @@
+"""The benchmark's parts run and report what they promise (values unchecked: no timed tests)."""
+
+import pytest
+
+from vflkit import bench
+
+
+def test_bench_methods_reports_samples_per_second_for_every_method_and_model():
+    rows = bench.bench_methods(["mlp"], batch=16, steps=2, blocks=1, device="cpu")
+    assert [r["method"] for r in rows] == list(bench.METHODS)
+    assert all(r["samples_per_s"] > 0 and r["gpu_util_pct"] is None for r in rows)
+
+
+def test_bench_overhead_reports_the_three_columns():
+    r = bench.bench_overhead("mlp", batch=16, repeats=2)
+    assert r["plain_samples_per_s"] > 0 and r["vfl_samples_per_s"] > 0 and r["split_samples_per_s"] > 0
+
+
+def test_bench_on_cuda_without_a_gpu_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(bench.torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit, match="no CUDA device"):
+        bench.main(["--device", "cuda"])
