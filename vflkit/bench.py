@@ -69,7 +69,7 @@ def bench_overhead(model: str = "cnn", *, n_parties: int = 4, batch: int = 128, 
 
     def next_ids() -> torch.Tensor:
         state["i"] = (state["i"] + 1) % (n // batch)
-        return torch.arange(state["i"] * batch, (state["i"] + 1) * batch, device=device)
+        return torch.arange(state["i"] * batch, (state["i"] + 1) * batch)  # ids live on the CPU, as in training
 
     def vfl_step() -> None:
         method.train_step(next_ids())
@@ -184,7 +184,7 @@ def bench_methods(models: list[str], *, methods: dict[str, tuple[str, dict]] | N
     for label, (name, options) in (methods or METHODS).items():
         for model in models:
             vfl, *_ = _setup(model, 4, batch, batch * 8, 128, method=name, device=device, options=options)
-            order = torch.arange(batch * 8, device=device)
+            order = torch.arange(batch * 8)  # sample ids stay on the CPU (as in the trainer): no sync to check them
             vfl.train_step(order[:batch])  # warm-up (allocations, kernels' first launch)
             _sync(device)
             times = []

@@ -130,6 +130,11 @@ def environment_info(device: torch.device) -> dict[str, Any]:
         "numpy": numpy.__version__,
         "vflkit": __version__,
     }
+    if device.type == "cuda":
+        # TF32 rounds matmul/convolution inputs to 10 mantissa bits on Ampere and later; PyTorch
+        # allows it for convolutions by default, not for matmuls. Recorded, not changed: whether
+        # it moves results beyond seed noise has not been measured here.
+        info["tf32"] = {"matmul": torch.backends.cuda.matmul.allow_tf32, "cudnn": torch.backends.cudnn.allow_tf32}
     info.update(_git_state())
     return info
 
