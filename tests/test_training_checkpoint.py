@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from vflkit.comm import Channel
 from vflkit.methods.multi_vfl import MultiVFLConfig
 from vflkit.training import checkpoint
 
@@ -42,3 +43,24 @@ def test_another_runs_checkpoint_is_moved_aside(tmp_path):
         assert checkpoint.load(path, MultiVFLConfig(seed=0), fresh="round 1") is None
     assert not path.exists() and (tmp_path / "k.ckpt.pt.bad").exists()
     assert checkpoint.load(path, MultiVFLConfig(seed=0)) is None  # none there: nothing to warn about
+
+
+def test_ledger_log_packs_each_row_once_and_restores_the_rows_exactly():
+    """The ledger is packed chunk by chunk as it grows; restoring gives back its rows, drops rows
+    logged since (a resumed run's repeated setup), and reads an older checkpoint's plain list."""
+    channel = Channel()
+    log = checkpoint.LedgerLog(channel)
+    channel.at(epoch=0, phase="setup").send("a", "b", "model_weights", torch.zeros(3))
+    first = log.pack()
+    channel.at(epoch=1, phase="train").send("b", "a", "gradient", torch.zeros(2))
+    saved = log.pack()
+    assert saved["rows"] == 2 and len(saved["chunks"]) == 2 and saved["chunks"][0] == first["chunks"][0]
+    rows = list(channel.ledger._rows)
+
+    fresh = Channel()
+    fresh.at(epoch=0, phase="setup").send("a", "b", "model_weights", torch.zeros(3))
+    again = checkpoint.LedgerLog(fresh)
+    again.restore(saved)
+    assert fresh.ledger._rows == rows
+    again.restore([list(r) for r in rows])  # the format before chunks
+    assert fresh.ledger._rows == rows and again.pack()["rows"] == 2
