@@ -16,7 +16,7 @@ Checkpoints (:mod:`.checkpoint`, shared): :mod:`.split` saves every epoch and :m
 every round (at most one per :data:`~.multi_owner.CHECKPOINT_EVERY_S` seconds); a run of
 either family stopped at any point resumes from its last checkpoint and ends with the record of
 an uninterrupted run, and a deadline stops it after checkpointing. :mod:`.one_shot` runs take
-seconds to a minute (quick profile) and restart instead; they check the deadline before they
+seconds to two minutes and restart instead; they check the deadline before they
 start.
 """
 
