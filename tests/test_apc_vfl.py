@@ -264,3 +264,18 @@ def test_wins_counts_aligned_counts_where_apc_vfl_is_ahead():
                          "VFedTrans - Local": [2.0, -1.0, 1.0]}, index=idx)
     w = study.wins(gain).set_index("dataset")
     assert w.loc["bc"].tolist() == [2, 1, 1, 1] and w.loc["cc"].tolist() == [1, 1, 0, 1]
+
+
+def test_a_run_handed_a_spent_deadline_is_not_started(tmp_path, monkeypatch):
+    """One-shot runs do not checkpoint; a run whose deadline has passed raises BudgetExhausted
+    before any training (the scheduler lists it as paused; its next call computes it) and writes
+    nothing."""
+    import time
+
+    from vflkit.errors import BudgetExhausted
+
+    monkeypatch.setattr(one_shot, "_train", lambda cfg: pytest.fail("trained past its deadline"))
+    cfg = study.configs("smoke", seeds=[0])[0]
+    with pytest.raises(BudgetExhausted, match="not started"):
+        one_shot.run(cfg, profile="smoke", results=tmp_path, progress=False, deadline=time.time() - 1)
+    assert not record_path(cfg, "smoke", tmp_path).exists()

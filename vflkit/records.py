@@ -408,10 +408,12 @@ def run_one(run: Run, *, train: Trainer, profile: str, device: str | torch.devic
     ``on_divergence``: ``"raise"`` lets a trainer's :class:`~vflkit.errors.DivergenceError`
     stop the study; ``"record"`` asks the trainer to stop the run there, evaluate what it has
     and say where it diverged (``record["diverged"]``). A trainer that keeps a checkpoint
-    (``checkpoint``, beside the record) resumes from it; the checkpoint is deleted once the
-    record is written. ``deadline`` (a ``time.time()`` value, from the scheduler's budget): a
-    trainer that checkpoints stops at the end of the last epoch that ends before it and raises
-    :class:`~vflkit.errors.BudgetExhausted`; rerunning resumes.
+    (``checkpoint``, beside the record: the split trainer per epoch, Multi-VFL's per round)
+    resumes from it; the checkpoint is deleted once the record is written. ``deadline`` (a
+    ``time.time()`` value, from the scheduler's budget): a trainer that checkpoints stops at the
+    end of the last epoch or round that ends before it and raises
+    :class:`~vflkit.errors.BudgetExhausted`; rerunning resumes. The one-shot trainer, whose runs
+    are short, only refuses to start after the deadline.
 
     A record is reused only if it is the run's (valid JSON, the whole envelope, the run's key,
     config and profile); anything else at its path is moved aside with a warning and the run

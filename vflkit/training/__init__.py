@@ -11,6 +11,13 @@
 
 The method contracts differ because the protocols do; how runs are configured, scheduled,
 recorded and resumed does not: :func:`vflkit.records.run_one` runs every family.
+
+Checkpoints (:mod:`.checkpoint`, shared): :mod:`.split` saves every epoch and :mod:`.multi_owner`
+every round (at most one per :data:`~.multi_owner.CHECKPOINT_EVERY_S` seconds); a run of
+either family stopped at any point resumes from its last checkpoint and ends with the record of
+an uninterrupted run, and a deadline stops it after checkpointing. :mod:`.one_shot` runs take
+seconds to two minutes and restart instead; they check the deadline before they
+start.
 """
 
 from __future__ import annotations

@@ -7,14 +7,14 @@ seeded shuffle (a public protocol parameter) orders the samples, and per batch t
 :class:`~vflkit.methods.base.RunConfig` that way and returns its results; the record store
 (:func:`vflkit.records.run_one`) wraps them in the common envelope and writes them.
 
-Every epoch is checkpointed beside the record (:func:`_save_checkpoint`): an interrupted run
-resumes after its last finished epoch and ends with the record of an uninterrupted run.
+Every epoch is checkpointed beside the record (:func:`_save_checkpoint`, through the shared
+:mod:`.checkpoint`): an interrupted run resumes after its last finished epoch and ends with the
+record of an uninterrupted run.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
@@ -25,9 +25,9 @@ from tqdm.auto import tqdm
 from .. import records
 from ..comm import Channel, Party
 from ..errors import BudgetExhausted, ConfigError, DivergenceError
-from ..files import atomic_path
 from ..methods.base import RunConfig
 from ..records import checkpoint_path
+from . import checkpoint as checkpoint_io
 from . import dataset
 
 if TYPE_CHECKING:
@@ -183,10 +183,11 @@ def train(
     n_steps = math.ceil(len(train_ids) / config.batch_size)
     diverged: dict[str, Any] | None = None
     first_epoch, offset = 1, 0.0
-    if checkpoint is not None and checkpoint.exists():
-        state = _load_checkpoint(checkpoint, config)
+    ledger_log = checkpoint_io.LedgerLog(channel)
+    if checkpoint is not None:
+        state = checkpoint_io.load(checkpoint, config, fresh="epoch 1")
         if state is not None:
-            _restore(state, method=method, channel=channel, gen=gen, device=device)
+            _restore(state, method=method, ledger_log=ledger_log, gen=gen, device=device)
             history, first_epoch, offset = state["history"], state["epoch"] + 1, state["elapsed_s"]
     start = time.perf_counter() - offset
     bar = tqdm(total=config.epochs * n_steps, initial=(first_epoch - 1) * n_steps,
@@ -232,7 +233,7 @@ def train(
             break
         if checkpoint is not None and epoch < config.epochs:
             _save_checkpoint(checkpoint, config=config, epoch=epoch, elapsed_s=time.perf_counter() - start,
-                             history=history, method=method, channel=channel, gen=gen, device=device)
+                             history=history, method=method, ledger_log=ledger_log, gen=gen, device=device)
             epoch_s = (time.perf_counter() - start - offset) / (epoch - first_epoch + 1)
             if deadline is not None and time.time() + epoch_s > deadline:
                 bar.close()
@@ -262,11 +263,6 @@ def train(
 # --------------------------------------------------------------------------- checkpoints
 
 
-def _method_generators(method: Any) -> dict[str, torch.Generator]:
-    """The method's own random generators (e.g. C-VFL's compression dither), by attribute."""
-    return {k: v for k, v in vars(method).items() if isinstance(v, torch.Generator)}
-
-
 #: Party state that is not carried across a resume: blinding keys are agreed afresh by
 #: ``setup()`` (fresh masks still cancel exactly, so training is unchanged) and ``E`` is the
 #: last batch's global embedding, recomputed at the next step.
@@ -274,60 +270,27 @@ _VOLATILE_STATE = ("keys", "E")
 
 
 def _save_checkpoint(path: Path, *, config: RunConfig, epoch: int, elapsed_s: float,
-                     history: list[dict[str, Any]], method: Any, channel: Channel,
+                     history: list[dict[str, Any]], method: Any, ledger_log: checkpoint_io.LedgerLog,
                      gen: torch.Generator, device: torch.device) -> None:
     """Everything a run needs to continue after ``epoch`` as if never stopped, written atomically."""
-    state = {
-        "key": config.key, "config": config.to_dict(), "epoch": epoch, "elapsed_s": elapsed_s,
-        "history": history,
-        "models": [{k: m.state_dict() for k, m in p.models.items()} for p in method.parties],
-        "optimizers": [{k: o.state_dict() for k, o in p.optimizers.items()} for p in method.parties],
-        "party_state": [{k: v for k, v in p.state.items() if k not in _VOLATILE_STATE} for p in method.parties],
-        "generators": {k: g.get_state() for k, g in _method_generators(method).items()},
-        "ledger": list(channel.ledger._rows),
+    checkpoint_io.save(path, config, {
+        "epoch": epoch, "elapsed_s": elapsed_s, "history": history,
+        **checkpoint_io.parties_state(method.parties, volatile=_VOLATILE_STATE),
+        "generators": {k: g.get_state() for k, g in checkpoint_io.generators(method).items()},
+        "ledger": ledger_log.pack(),
         "gen": gen.get_state(),
-        "torch_rng": torch.get_rng_state(),
-        "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
-    }
-    with atomic_path(path) as tmp:
-        torch.save(state, tmp)
+    }, device=device)
 
 
-def _load_checkpoint(path: Path, config: RunConfig) -> dict[str, Any] | None:
-    """The checkpoint at ``path`` if it belongs to ``config``; an unreadable or foreign one is
-    moved aside with a warning (the run then starts from scratch)."""
-    import warnings
-
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
-        if state.get("key") != config.key or state.get("config") != config.to_dict():
-            raise ValueError("its config is not this run's")
-        return state
-    except Exception as exc:  # a bad checkpoint costs time, never a wrong record
-        bad = path.with_name(path.name + ".bad")
-        os.replace(path, bad)
-        warnings.warn(f"ignoring checkpoint {path} ({exc}); moved to {bad.name}, starting from epoch 1",
-                      stacklevel=3)
-        return None
-
-
-def _restore(state: dict[str, Any], *, method: Any, channel: Channel, gen: torch.Generator,
+def _restore(state: dict[str, Any], *, method: Any, ledger_log: checkpoint_io.LedgerLog, gen: torch.Generator,
              device: torch.device) -> None:
-    for party, models, optims, extra in zip(method.parties, state["models"], state["optimizers"],
-                                            state["party_state"]):
-        for k, sd in models.items():
-            party.models[k].load_state_dict(sd)
-        for k, sd in optims.items():
-            party.optimizers[k].load_state_dict(sd)
-        party.state.update(extra)
-    for k, g in _method_generators(method).items():
+    checkpoint_io.restore_parties(method.parties, state)
+    for k, g in checkpoint_io.generators(method).items():
         g.set_state(state["generators"][k])
     # the ledger as it stood after the checkpointed epoch (setup's messages included once)
-    channel.ledger._rows[:] = [tuple(r) for r in state["ledger"]]
+    ledger_log.restore(state["ledger"])
     gen.set_state(state["gen"])
-    torch.set_rng_state(state["torch_rng"])
-    if state["cuda_rng"] is not None and device.type == "cuda":
-        torch.cuda.set_rng_state(state["cuda_rng"], device)
+    checkpoint_io.restore_rng(state, device)
 
 
 def _evaluate(method: Any, config: RunConfig) -> dict[str, dict[str, float]]:

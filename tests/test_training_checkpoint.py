@@ -1,0 +1,66 @@
+"""Tests for vflkit.training.checkpoint: what every resuming trainer saves and how a checkpoint
+that is not the run's is refused."""
+
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from vflkit.comm import Channel
+from vflkit.methods.multi_vfl import MultiVFLConfig
+from vflkit.training import checkpoint
+
+CPU = torch.device("cpu")
+
+
+def _draws():
+    return torch.rand(3).tolist(), np.random.rand(3).tolist(), [random.random() for _ in range(3)]
+
+
+def test_save_then_load_gives_back_the_state_and_every_global_random_state(tmp_path):
+    """A checkpoint carries the run's key and config, its state, and torch's, numpy's and
+    Python's random states: restoring them repeats the draws made after saving."""
+    run, path = MultiVFLConfig(rounds=3), tmp_path / "k.ckpt.pt"
+    torch.manual_seed(1)
+    np.random.seed(2)
+    random.seed(3)
+    _draws()
+    checkpoint.save(path, run, {"round": 2, "history": [{"round": 1}]}, device=CPU)
+    after = _draws()
+    state = checkpoint.load(path, run)
+    assert (state["key"], state["round"], state["history"]) == (run.key, 2, [{"round": 1}])
+    checkpoint.restore_rng(state, CPU)
+    assert _draws() == after
+    assert [p.name for p in tmp_path.iterdir()] == ["k.ckpt.pt"]  # no temporary left behind
+
+
+def test_another_runs_checkpoint_is_moved_aside(tmp_path):
+    """A checkpoint of another config is not returned: it goes to ``.bad`` with a warning."""
+    path = tmp_path / "k.ckpt.pt"
+    checkpoint.save(path, MultiVFLConfig(seed=1), {"round": 1}, device=CPU)
+    with pytest.warns(UserWarning, match="ignoring checkpoint .*not this run's.*starting from round 1"):
+        assert checkpoint.load(path, MultiVFLConfig(seed=0), fresh="round 1") is None
+    assert not path.exists() and (tmp_path / "k.ckpt.pt.bad").exists()
+    assert checkpoint.load(path, MultiVFLConfig(seed=0)) is None  # none there: nothing to warn about
+
+
+def test_ledger_log_packs_each_row_once_and_restores_the_rows_exactly():
+    """The ledger is packed chunk by chunk as it grows; restoring gives back its rows, drops rows
+    logged since (a resumed run's repeated setup), and reads an older checkpoint's plain list."""
+    channel = Channel()
+    log = checkpoint.LedgerLog(channel)
+    channel.at(epoch=0, phase="setup").send("a", "b", "model_weights", torch.zeros(3))
+    first = log.pack()
+    channel.at(epoch=1, phase="train").send("b", "a", "gradient", torch.zeros(2))
+    saved = log.pack()
+    assert saved["rows"] == 2 and len(saved["chunks"]) == 2 and saved["chunks"][0] == first["chunks"][0]
+    rows = list(channel.ledger._rows)
+
+    fresh = Channel()
+    fresh.at(epoch=0, phase="setup").send("a", "b", "model_weights", torch.zeros(3))
+    again = checkpoint.LedgerLog(fresh)
+    again.restore(saved)
+    assert fresh.ledger._rows == rows
+    again.restore([list(r) for r in rows])  # the format before chunks
+    assert fresh.ledger._rows == rows and again.pack()["rows"] == 2

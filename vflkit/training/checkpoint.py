@@ -1,0 +1,168 @@
+"""Checkpoints of a run in progress, shared by the trainers that resume.
+
+A trainer that checkpoints (:mod:`.split` per epoch, :mod:`.multi_owner` per round) saves
+everything its run needs to go on as if never stopped: its parties' models, optimizers and
+state (:func:`parties_state`), the ledger's rows (:class:`LedgerLog`), its history and elapsed
+time, its own position (epoch or round) and any generator it draws from; :func:`save` adds the
+run's key and config and every global random state (torch, CUDA, numpy, Python), and writes the
+file atomically (:func:`vflkit.files.atomic_path`), so a kill mid-write leaves the previous
+checkpoint whole. :func:`load` gives the checkpoint back only if it is the run's own; an
+unreadable or foreign one is moved aside (``.bad``) with a warning and the run starts afresh:
+a bad checkpoint may cost time, never a wrong record.
+
+The file lives beside the run's record (:func:`vflkit.records.checkpoint_path`), is never
+committed, and :func:`vflkit.records.run_one` deletes it once the record is written.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import random
+import warnings
+import zlib
+from pathlib import Path
+from typing import Any, Iterable, Protocol
+
+import numpy as np
+import torch
+
+from ..comm import Channel, Party
+from ..files import atomic_path
+
+
+class Run(Protocol):
+    """What a checkpoint needs of a run config (:class:`vflkit.records.Run`)."""
+
+    @property
+    def key(self) -> str: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+# --------------------------------------------------------------------------- state
+
+
+def parties_state(parties: Iterable[Party], *, volatile: tuple[str, ...] = ()) -> dict[str, list[dict[str, Any]]]:
+    """Every party's models, optimizers and ``state`` (less the ``volatile`` entries, which the
+    method remakes itself), in party order."""
+    parties = list(parties)
+    return {
+        "models": [{k: m.state_dict() for k, m in p.models.items()} for p in parties],
+        "optimizers": [{k: o.state_dict() for k, o in p.optimizers.items()} for p in parties],
+        "party_state": [{k: v for k, v in p.state.items() if k not in volatile} for p in parties],
+    }
+
+
+def restore_parties(parties: Iterable[Party], state: dict[str, Any]) -> None:
+    """Load what :func:`parties_state` saved into the same parties, built and set up afresh."""
+    for party, models, optims, extra in zip(parties, state["models"], state["optimizers"], state["party_state"]):
+        for k, sd in models.items():
+            party.models[k].load_state_dict(sd)
+        for k, sd in optims.items():
+            party.optimizers[k].load_state_dict(sd)
+        party.state.update(extra)
+
+
+def generators(obj: Any) -> dict[str, torch.Generator]:
+    """An object's own random generators (e.g. C-VFL's compression dither), by attribute."""
+    return {k: v for k, v in vars(obj).items() if isinstance(v, torch.Generator)}
+
+
+class LedgerLog:
+    """A channel's ledger as a checkpoint holds it: its rows in compressed chunks, each packed
+    once, at the checkpoint after its rows were sent (a ledger only grows: rows are appended,
+    never changed).
+
+    A checkpoint then costs the rows since the previous one, not all of them: Multi-VFL's paper
+    profile logs about 3200 messages a round, 1.6 million by round 500, which took 10.7 s of
+    CPU to pickle whole at every checkpoint, against at most 1.5 ms per round's chunk (pickle +
+    zlib; 4.5 MB for all 500 rounds, restored in 0.9 s; measured).
+    """
+
+    def __init__(self, channel: Channel) -> None:
+        self.channel = channel
+        self._chunks: list[bytes] = []
+        self._packed = 0  # rows already in self._chunks
+
+    def pack(self) -> dict[str, Any]:
+        """The ledger's rows so far, for a checkpoint."""
+        rows = self.channel.ledger._rows
+        if len(rows) < self._packed:  # the ledger was replaced, not appended to: pack it afresh
+            self._chunks, self._packed = [], 0
+        if len(rows) > self._packed:
+            self._chunks.append(zlib.compress(pickle.dumps(rows[self._packed:], protocol=5), 1))
+            self._packed = len(rows)
+        return {"rows": self._packed, "chunks": list(self._chunks)}
+
+    def restore(self, saved: dict[str, Any] | list[Iterable[Any]]) -> None:
+        """Make the ledger what it was when ``saved`` was packed. A run set up afresh before
+        restoring has logged its setup messages a second time: they go. (A list of rows is a
+        checkpoint written before rows were packed in chunks.)"""
+        if isinstance(saved, dict):
+            rows = [r for chunk in saved["chunks"] for r in pickle.loads(zlib.decompress(chunk))]
+            if len(rows) != saved["rows"]:
+                raise ValueError(f"the checkpoint's ledger holds {len(rows)} rows, not {saved['rows']}")
+            self._chunks, self._packed = list(saved["chunks"]), len(rows)
+        else:
+            rows = [tuple(r) for r in saved]
+            self._chunks, self._packed = [], 0
+        self.channel.ledger._rows[:] = rows
+
+
+def rng_state(device: torch.device) -> dict[str, Any]:
+    """Every global random state: torch's, the device's CUDA generator, numpy's and Python's."""
+    return {
+        "torch_rng": torch.get_rng_state(),
+        "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+        "numpy_rng": np.random.get_state(),
+        "python_rng": random.getstate(),
+    }
+
+
+def restore_rng(state: dict[str, Any], device: torch.device) -> None:
+    """Set the global random states :func:`rng_state` saved (those a checkpoint holds: one
+    written before numpy's and Python's were saved restores torch's only)."""
+    torch.set_rng_state(state["torch_rng"])
+    if state.get("cuda_rng") is not None and device.type == "cuda":
+        torch.cuda.set_rng_state(state["cuda_rng"], device)
+    if state.get("numpy_rng") is not None:
+        np.random.set_state(state["numpy_rng"])
+    if state.get("python_rng") is not None:
+        random.setstate(state["python_rng"])
+
+
+# --------------------------------------------------------------------------- files
+
+
+def save(path: Path, run: Run, state: dict[str, Any], *, device: torch.device) -> None:
+    """Write ``state`` with the run's key and config and the global random states to ``path``,
+    atomically (the previous checkpoint stays whole until the new one is on disk)."""
+    full = {"key": run.key, "config": run.to_dict(), **rng_state(device), **state}
+    with atomic_path(path) as tmp:
+        torch.save(full, tmp)
+
+
+def load(path: Path, run: Run, *, fresh: str = "epoch 1") -> dict[str, Any] | None:
+    """The checkpoint at ``path`` if there is one and it belongs to ``run``, else None.
+
+    An unreadable or foreign checkpoint (another key, or a config that is not the run's) is
+    moved to ``<name>.bad`` with a warning that the run starts from ``fresh`` instead.
+    """
+    if not path.exists():
+        return None
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+        if state.get("key") != run.key or state.get("config") != run.to_dict():
+            raise ValueError("its config is not this run's")
+        return state
+    except Exception as exc:  # a bad checkpoint costs time, never a wrong record
+        bad = path.with_name(path.name + ".bad")
+        os.replace(path, bad)
+        warnings.warn(f"ignoring checkpoint {path} ({exc}); moved to {bad.name}, starting from {fresh}",
+                      stacklevel=3)
+        return None
+
+
+__all__ = ["LedgerLog", "generators", "load", "parties_state", "restore_parties", "restore_rng", "rng_state",
+           "save"]
