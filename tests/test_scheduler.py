@@ -173,3 +173,41 @@ def test_study_recomputes_records_older_than_a_commit(tmp_path):
     assert not old.exists() and old.with_name(old.name + ".old").exists() and new.exists()
     with pytest.raises(ConfigError, match="not a commit"):
         study.study_tasks("demo", "smoke", results=root, recompute_before="nosuchcommit")
+
+
+def test_workers_end_when_their_scheduler_is_killed_and_the_run_resumes(tmp_path):
+    """kill -9 of the scheduler leaves no worker training unattended (it would record the
+    code of a checkout that may have changed); the next scheduler resumes the run."""
+    script = tmp_path / "go.py"
+    script.write_text(
+        "import sys; sys.path.insert(0, %r)\n"
+        "from pathlib import Path\n"
+        "import test_scheduler as ts\n"
+        "from vflkit.scheduler import schedule\n"
+        "if __name__ == '__main__':\n"
+        "    tasks, _ = ts._tasks(Path(%r), n=1, epochs=400, epoch_s=0.25)\n"
+        "    schedule(tasks, workers=1, executor='local', progress=False, poll_s=0.2)\n"
+        % (str(HERE), str(tmp_path)))
+    proc = subprocess.Popen([sys.executable, str(script)])
+    log = tmp_path / "log.txt"
+    deadline = time.time() + 120
+    while not (log.exists() and len(_computed(log)) >= 2) and time.time() < deadline:
+        time.sleep(0.1)
+    worker = int(log.read_text().splitlines()[-1].split()[2])
+    proc.kill()
+    proc.wait()
+    deadline = time.time() + 15  # the run has 100 s to go: only the watch ends it in time
+    while time.time() < deadline:
+        try:
+            os.kill(worker, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.2)
+    else:
+        os.kill(worker, 9)
+        pytest.fail(f"worker {worker} still trains 15 s after its scheduler was killed")
+    done_before = len(_computed(log))
+    tasks, _ = _tasks(tmp_path, n=1, epochs=400, epoch_s=0.001)
+    schedule(tasks, workers=1, executor="serial", progress=False)
+    assert tasks[0].path.exists()
+    assert len(_computed(log)) - done_before < 400  # resumed from the checkpoint, not from epoch 1

@@ -453,6 +453,9 @@ def _run_one(run: Run, *, train: Trainer, profile: str, device: str | torch.devi
     ckpt = checkpoint_path(path)
     if force:
         ckpt.unlink(missing_ok=True)
+    # the code and machine as they are when training starts: the checkout may change (a pull, a
+    # branch switch) while a long run trains on the modules it has already imported
+    environment = environment_info(dev)
     start = time.perf_counter()
     result = dict(train(run, device=dev, checkpoint=ckpt, progress=progress, on_divergence=on_divergence,
                         deadline=deadline))
@@ -465,7 +468,7 @@ def _run_one(run: Run, *, train: Trainer, profile: str, device: str | torch.devi
         "key": run.key,
         "profile": profile,
         "config": run.to_dict(),
-        "environment": environment_info(dev),
+        "environment": environment,
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         # a resumed run counts the time before the interruption too (the trainer knows it)
         "wall_time_s": result.pop("wall_time_s", wall),

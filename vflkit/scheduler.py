@@ -143,11 +143,29 @@ def worker_env(threads: int) -> dict[str, str]:
     return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "OMP_WAIT_POLICY": "PASSIVE"}
 
 
-def _init_worker(threads: int) -> None:
+def _init_worker(threads: int, parent: int | None = None) -> None:
     os.environ.update(worker_env(threads))
     import torch
 
     torch.set_num_threads(threads)
+    if parent is not None:
+        _exit_with_parent(parent)
+
+
+def _exit_with_parent(parent: int, poll_s: float = 1.0) -> None:
+    """End this worker when the scheduler that started it is gone (killed, or its terminal
+    closed): a pool worker would otherwise train on, unattended, with the code it imported,
+    while the checkout may change under it. Its run's checkpoint and stale lock let the next
+    scheduler resume the run."""
+    import threading
+
+    def watch() -> None:
+        while True:
+            time.sleep(poll_s)
+            if os.getppid() != parent:
+                os._exit(75)  # EX_TEMPFAIL: nothing was written since the last checkpoint
+
+    threading.Thread(target=watch, name="vflkit-parent-watch", daemon=True).start()
 
 
 def execute(task: Task, device: str, deadline: float | None, threads: int | None = None) -> tuple[str, str]:
@@ -259,7 +277,7 @@ def schedule(
         else:
             if executor == "local":
                 pool = cf.ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"),
-                                              initializer=_init_worker, initargs=(threads,),
+                                              initializer=_init_worker, initargs=(threads, os.getpid()),
                                               max_tasks_per_child=1)
                 submit = lambda t: pool.submit(execute, t, device, deadline)  # noqa: E731
             else:
