@@ -46,6 +46,22 @@ def _tasks(tmp_path, n=4, epochs=2, epoch_s=0.05, cost_s=None):
     return out, log
 
 
+def _scheduler_script(tmp_path, *, n, epochs, epoch_s, workers):
+    """A script that schedules :func:`_tasks` on a local pool, for tests that run (and kill)
+    a scheduler in a process of its own."""
+    script = tmp_path / "go.py"
+    script.write_text(
+        "import sys; sys.path.insert(0, %r)\n"
+        "from pathlib import Path\n"
+        "import test_scheduler as ts\n"
+        "from vflkit.scheduler import schedule\n"
+        "if __name__ == '__main__':  # spawned workers import this file again\n"
+        "    tasks, _ = ts._tasks(Path(%r), n=%d, epochs=%d, epoch_s=%r)\n"
+        "    print(schedule(tasks, workers=%d, executor='local', progress=False, poll_s=0.2))\n"
+        % (str(HERE), str(tmp_path), n, epochs, epoch_s, workers))
+    return script
+
+
 def _computed(log):
     return [tuple(line.split()[:2]) for line in log.read_text().splitlines()] if log.exists() else []
 
@@ -100,16 +116,7 @@ def test_lock_excludes_a_second_holder_and_stale_locks_are_taken_over(tmp_path):
 
 def test_two_concurrent_schedulers_lose_nothing_and_compute_nothing_twice(tmp_path):
     tasks, log = _tasks(tmp_path, n=6, epochs=2, epoch_s=0.3)
-    script = tmp_path / "go.py"
-    script.write_text(
-        "import sys; sys.path.insert(0, %r)\n"
-        "from pathlib import Path\n"
-        "import test_scheduler as ts\n"
-        "from vflkit.scheduler import schedule\n"
-        "if __name__ == '__main__':  # spawned workers import this file again\n"
-        "    tasks, _ = ts._tasks(Path(%r), n=6, epochs=2, epoch_s=0.3)\n"
-        "    print(schedule(tasks, workers=2, executor='local', progress=False, poll_s=0.2))\n"
-        % (str(HERE), str(tmp_path)))
+    script = _scheduler_script(tmp_path, n=6, epochs=2, epoch_s=0.3, workers=2)
     procs = [subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(2)]
     outs = [p.communicate(timeout=300) for p in procs]
@@ -178,16 +185,7 @@ def test_study_recomputes_records_older_than_a_commit(tmp_path):
 def test_workers_end_when_their_scheduler_is_killed_and_the_run_resumes(tmp_path):
     """kill -9 of the scheduler leaves no worker training unattended (it would record the
     code of a checkout that may have changed); the next scheduler resumes the run."""
-    script = tmp_path / "go.py"
-    script.write_text(
-        "import sys; sys.path.insert(0, %r)\n"
-        "from pathlib import Path\n"
-        "import test_scheduler as ts\n"
-        "from vflkit.scheduler import schedule\n"
-        "if __name__ == '__main__':\n"
-        "    tasks, _ = ts._tasks(Path(%r), n=1, epochs=400, epoch_s=0.25)\n"
-        "    schedule(tasks, workers=1, executor='local', progress=False, poll_s=0.2)\n"
-        % (str(HERE), str(tmp_path)))
+    script = _scheduler_script(tmp_path, n=1, epochs=400, epoch_s=0.25, workers=1)
     proc = subprocess.Popen([sys.executable, str(script)])
     log = tmp_path / "log.txt"
     deadline = time.time() + 120
