@@ -3,13 +3,10 @@ them (interrupted, killed with SIGKILL, stopped at a deadline) with the record o
 uninterrupted run; a checkpoint that is not the run's is moved aside."""
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
 
 import pytest
+from helpers import kill_at_first_checkpoint
 import torch
 
 from vflkit.data import ImageData
@@ -170,14 +167,7 @@ def test_kill_9_mid_run_resumes_from_checkpoint_with_identical_record(tmp_path, 
             "from vflkit.training import multi_owner; multi_owner.CHECKPOINT_EVERY_S = 0.0; "
             f"multi_owner.run(MultiVFLConfig.from_dict(json.loads({json.dumps(json.dumps(cfg.to_dict()))})), "
             f"profile='smoke', results=pathlib.Path({str(tmp_path / 'b')!r}), device='cpu', progress=False)")
-    proc = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "OMP_NUM_THREADS": "1"})
-    deadline = time.time() + 300
-    while not ckpt.exists() and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.02)
-    assert ckpt.exists(), "the run wrote no checkpoint before it ended"
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert not path.exists(), "the run finished before it was killed"
+    kill_at_first_checkpoint(code, ckpt, path)
     saved = torch.load(ckpt, weights_only=False)["round"]
     assert 1 <= saved < cfg.rounds
     trained = _count_rounds(monkeypatch)

@@ -4,6 +4,7 @@ divergence, and that VFL learns."""
 import json
 
 import pytest
+from helpers import kill_at_first_checkpoint
 import torch
 
 from vflkit import config, records
@@ -204,14 +205,7 @@ def test_kill_9_mid_run_resumes_from_checkpoint_with_identical_record(tmp_path):
     code = ("import json, sys; from vflkit.methods import RunConfig; from vflkit.training.split import run; "
             f"run(RunConfig.from_dict(json.loads({json.dumps(json.dumps(cfg.to_dict()))})), profile='smoke', "
             f"results=__import__('pathlib').Path({str(tmp_path / 'b')!r}), device='cpu', progress=False)")
-    proc = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "OMP_NUM_THREADS": "1"})
-    deadline = time.time() + 300
-    while not ckpt.exists() and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.05)
-    assert ckpt.exists(), "the run wrote no checkpoint before it ended"
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert not path.exists()
+    kill_at_first_checkpoint(code, ckpt, path)
     try:
         resumed = run(cfg, profile="smoke", results=tmp_path / "b", device="cpu", progress=False)
     finally:
