@@ -23,7 +23,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .. import records
-from ..comm import Channel, Party
+from ..comm import ROUNDS_COUNTED_AS, Channel, Party
 from ..errors import BudgetExhausted, ConfigError, DivergenceError
 from ..files import atomic_path
 from ..methods.base import RunConfig
@@ -207,7 +207,7 @@ def train(
         "history": history,
         "final": {k: v for k, v in metrics.items()},
         "wall_time_s": wall,
-        "comm": {"total": ledger.totals(),
+        "comm": {"rounds_counted_as": ROUNDS_COUNTED_AS, "total": ledger.totals(),
                  "per_epoch": ledger.per_epoch().reset_index().to_dict(orient="records"),
                  "per_party": ledger.per_party().reset_index().to_dict(orient="records"),
                  "per_kind": ledger.per_kind().reset_index().to_dict(orient="records"),
@@ -280,7 +280,7 @@ def _restore(state: dict[str, Any], *, method: Any, channel: Channel, gen: torch
     for k, g in _method_generators(method).items():
         g.set_state(state["generators"][k])
     # the ledger as it stood after the checkpointed epoch (setup's messages included once)
-    channel.ledger._rows[:] = [tuple(r) for r in state["ledger"]]
+    channel.ledger.restore(state["ledger"])
     gen.set_state(state["gen"])
     torch.set_rng_state(state["torch_rng"])
     if state["cuda_rng"] is not None and device.type == "cuda":
