@@ -62,7 +62,7 @@ PROFILE_SETTINGS: dict[str, dict[str, Any]] = {
     # training and test images, fewer epochs, three seeds for error bars. Tables IV, Figs. 4-5
     # and the blinding comparison run on MNIST only; no CIFAR-10, no ResNets.
     "quick": {"datasets": ("mnist", "fashion_mnist"), "model_sets": (SMALL_MODELS,),
-              "n_train": 12000, "n_test": 5000, "epochs": 6, "cvfl_epochs": None,
+              "n_train": 6000, "n_test": 2000, "epochs": 6, "cvfl_epochs": None,
               "all_artefacts_on": ("mnist",), "seeds": (0, 1, 2)},
     # GPU: the paper's datasets at full size with all six networks, every artefact everywhere,
     # three seeds (the paper's tables print mean ± std; it does not say over how many runs).
@@ -542,8 +542,10 @@ OPTIMIZER_TOLERANCE_POINTS = 5.0
 #: Blinding changes no number beyond the ring's rounding, which training may amplify a little.
 BLINDING_TOLERANCE_POINTS = 1.0
 #: A model "converges" when it ends above Local with its architecture (it learned from the
-#: collaboration, as every curve of Figs. 4-5 does) and its last epoch moved it by less than this.
-PLATEAU_POINTS = 1.0
+#: collaboration, as every curve of Figs. 4-5 does) and its last epoch moved it by less than this
+#: (test accuracy under plain SGD at 0.05 moves by a point or two between epochs even on a
+#: plateau: the quick records of FashionMNIST swing by up to 4 points).
+PLATEAU_POINTS = 2.0
 #: A run's convergence epoch: the first whose test accuracy is within this of its final one.
 CONVERGED_WITHIN_POINTS = 1.0
 
@@ -624,7 +626,8 @@ def _optimizer_spread(standard: bool) -> Any:
 
 def _converged(groups: dict[str, list[RunConfig]], rec: dict[str, dict[str, Any]],
                runs: Sequence[RunConfig], label: Any) -> list[claims.Verdict]:
-    """Each party model of ``runs`` ends above Local with its architecture, and on a plateau;
+    """Each party model of ``runs`` ends above Local with its architecture (in that seed's run:
+    architectures are drawn by seed), and on a plateau; cells are (dataset, party), and
     ``label(config, party)`` names the group a verdict is given for."""
     local = {(c.dataset, c.models[0], c.seed): 100 * rec[c.key]["final"]["active"]["test_accuracy"]
              for c in groups["table2"] if c.method == "local" and c.key in rec}
@@ -638,10 +641,10 @@ def _converged(groups: dict[str, list[RunConfig]], rec: dict[str, dict[str, Any]
             acc = 100 * hist[hist["model"] == party].sort_values("epoch")["test_accuracy"].to_numpy()
             group = label(c, party)
             if (c.dataset, arch, c.seed) in local:
-                above.append({"group": group, "cell": f"{party}/{MODEL_NAMES[arch]}", "seed": c.seed,
+                above.append({"group": group, "cell": f"{DATASET_NAMES[c.dataset]}/{party}", "seed": c.seed,
                               "diff": acc[-1] - local[(c.dataset, arch, c.seed)]})
             if len(acc) >= 2:
-                flat.append({"group": group, "cell": f"{party}/{MODEL_NAMES[arch]}", "seed": c.seed,
+                flat.append({"group": group, "cell": f"{DATASET_NAMES[c.dataset]}/{party}", "seed": c.seed,
                              "diff": PLATEAU_POINTS - abs(acc[-1] - acc[-2])})
     verdicts = []
     for group in sorted({d["group"] for d in above + flat}):
@@ -664,11 +667,7 @@ def _fig4_check(standard: bool) -> Any:
 
 def _fig5_check(profile: str) -> claims.Verdict:
     groups, rec = _available(profile)
-
-    def label(c: RunConfig, party: str) -> str:
-        k = 0 if party == "active" else int(party.split("_")[1])
-        return f"{MODEL_NAMES[c.party_value('models', k)]} + {OPTIMIZER_NAMES[c.party_value('optimizers', k)]}"
-    return claims.all_of(_converged(groups, rec, groups["fig5"], label))
+    return claims.all_of(_converged(groups, rec, groups["fig5"], lambda c, party: "mixed models and optimizers"))
 
 
 def _rounds_per_step(profile: str) -> claims.Verdict:
