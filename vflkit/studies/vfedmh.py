@@ -62,7 +62,7 @@ PROFILE_SETTINGS: dict[str, dict[str, Any]] = {
     # training and test images, fewer epochs, three seeds for error bars. Tables IV, Figs. 4-5
     # and the blinding comparison run on MNIST only; no CIFAR-10, no ResNets.
     "quick": {"datasets": ("mnist", "fashion_mnist"), "model_sets": (SMALL_MODELS,),
-              "n_train": 4000, "n_test": 1500, "epochs": 6, "cvfl_epochs": None,
+              "n_train": 3000, "n_test": 1000, "epochs": 6, "cvfl_epochs": None,
               "all_artefacts_on": ("mnist",), "seeds": (0, 1, 2)},
     # GPU: the paper's datasets at full size with all six networks, every artefact everywhere,
     # three seeds (the paper's tables print mean ± std; it does not say over how many runs).
