@@ -58,11 +58,13 @@ PROFILE_SETTINGS: dict[str, dict[str, Any]] = {
     "smoke": {"datasets": ("mnist",), "model_sets": (SMALL_MODELS,), "n_train": 256, "n_test": 256,
               "epochs": 1, "cvfl_epochs": None, "all_artefacts_on": ("mnist",), "seeds": (0,)},
     # The paper's protocol and hyperparameters (4 parties, batch 128, lr 0.05, the small
-    # networks), reduced to fit about 12 minutes on 2 CPU workers: seeded subsets of the
-    # training and test images, fewer epochs, three seeds for error bars. Tables IV, Figs. 4-5
+    # networks), reduced: seeded subsets of the training and test images, fewer epochs, three
+    # seeds for error bars. Sized for about 12 minutes on 2 scheduler workers of an otherwise
+    # idle 2-core CPU, by an estimate from the earlier quick records' run times (C-VFL at 6
+    # epochs is about half of it); not yet measured on an idle machine. Tables IV, Figs. 4-5
     # and the blinding comparison run on MNIST only; no CIFAR-10, no ResNets.
     "quick": {"datasets": ("mnist", "fashion_mnist"), "model_sets": (SMALL_MODELS,),
-              "n_train": 3000, "n_test": 1000, "epochs": 6, "cvfl_epochs": None,
+              "n_train": 4000, "n_test": 1500, "epochs": 6, "cvfl_epochs": None,
               "all_artefacts_on": ("mnist",), "seeds": (0, 1, 2)},
     # GPU: the paper's datasets at full size with all six networks, every artefact everywhere,
     # three seeds (the paper's tables print mean ± std; it does not say over how many runs).
