@@ -146,3 +146,10 @@ def test_claims_judge_the_records_clause_by_clause(monkeypatch):
     rounds = table[table["clause"].str.contains("rounds per step")]
     assert rounds["status"].item() == claims.AGREE
     assert table[table["artefact"] == "Sec. IV-C"]["status"].item() == claims.AGREE
+    # a clause whose runs are partly unrecorded is not testable, never judged on what is left
+    adam = next(c for c in groups["table4_standard"] if c.optimizers == "adam")
+    del records[adam.key]
+    table = claims.evaluate(vfedmh.CLAIMS, "smoke")
+    fig4 = table[table["artefact"] == "Fig. 4"]
+    assert fig4["status"].tolist() == [claims.DISAGREE, claims.NOT_TESTABLE]
+    assert "no records of Adam (lr 0.001)" in fig4["evidence"].iloc[1]

@@ -662,14 +662,21 @@ def _fig4_check(standard: bool) -> Any:
     def check(profile: str) -> claims.Verdict:
         groups, rec = _available(profile)
         runs = groups["table4_standard" if standard else "table4"]
-        return claims.all_of(_converged(groups, rec, runs,
-                                        lambda c, party: f"{_optimizer(c)} (lr {_lr(c):g})"))
+        verdicts = _converged(groups, rec, runs, lambda c, party: f"{_optimizer(c)} (lr {_lr(c):g})")
+        # every optimizer must be judged: one without records makes the clause not testable
+        missing = sorted({f"{_optimizer(c)} (lr {_lr(c):g})" for c in runs if c.key not in rec})
+        if missing:
+            verdicts.append(claims.not_testable(f"no records of {', '.join(missing)}"))
+        return claims.all_of(verdicts)
     return check
 
 
 def _fig5_check(profile: str) -> claims.Verdict:
     groups, rec = _available(profile)
-    return claims.all_of(_converged(groups, rec, groups["fig5"], lambda c, party: "mixed models and optimizers"))
+    verdicts = _converged(groups, rec, groups["fig5"], lambda c, party: "mixed models and optimizers")
+    if any(c.key not in rec for c in groups["fig5"]):
+        verdicts.append(claims.not_testable("runs of Fig. 5 without records"))
+    return claims.all_of(verdicts)
 
 
 def _rounds_per_step(profile: str) -> claims.Verdict:
