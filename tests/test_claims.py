@@ -34,6 +34,8 @@ def test_paired_matches_cells_and_seeds() -> None:
                           "seed": [0, 0, 1, 1, 2], "acc": [90.0, 80.0, 91.0, 85.0, 99.0]})
     d = claims.paired(frame, by="method", a="A", b="B", value="acc", cell=["dataset"])
     assert d["diff"].tolist() == [10.0, 6.0]  # seed 2 has no B: not paired
+    none = claims.paired(frame, by="method", a="A", b="C", value="acc", cell=["dataset"])
+    assert none.empty and claims.ordering(none, a="A", b="C").status == claims.NOT_TESTABLE
 
 
 def test_evaluate_keeps_every_clause_and_reports_broken_checks() -> None:

@@ -42,7 +42,7 @@ def test_gradient_reaches_sender_only_through_a_message():
 
 
 def test_ledger_counts_bytes_messages_and_rounds():
-    """Bytes are as sent; a round is one (epoch, step, kind) phase; parties' sums add up."""
+    """Bytes are as sent; a round is one protocol phase (up, then down: two a step); parties' sums add up."""
     ch, a, p = _two_parties()
     for step in range(3):
         ch.at(epoch=1, step=step)
@@ -213,13 +213,15 @@ def test_price_parallel_and_shared_uplink_by_hand():
     assert ledger.price(_NET, topology="parallel") == pytest.approx(4 * 0.115)
     assert ledger.price(_NET, topology="shared_uplink") == pytest.approx(4 * 0.158)
     rows = ledger.per_link()
-    assert list(rows.columns) == ["epoch", "kind", "sender", "receiver", "messages", "bytes", "steps"]
+    assert list(rows.columns) == ["epoch", "round", "kind", "sender", "receiver", "messages", "bytes", "steps"]
     assert len(rows) == 2 * 6 and set(rows["steps"]) == {2} and set(rows["messages"]) == {2}
     # From the per-link rows alone (what a record keeps), the same times; and to epoch 1 only.
     for topology, per_step in (("parallel", 0.115), ("shared_uplink", 0.158)):
         assert price_links(rows, _NET, topology=topology) == pytest.approx(4 * per_step)
         assert price_links(rows.to_dict(orient="records"), _NET, topology=topology,
                            until_epoch=1) == pytest.approx(2 * per_step)
+    # Rows written before the ledger counted phases have no round column: one round per kind.
+    assert price_links(rows.drop(columns="round"), _NET) == pytest.approx(4 * 0.115)
     # Two kinds sent as one round pay one round's time under "parallel"; the two directions of
     # a pair are separate (full-duplex) links, so the round lasts max(0.060, 0.055) s.
     merged = price_links(rows, _NET, rounds={"gradient": "embedding"})
@@ -295,3 +297,57 @@ def test_price_record_needs_per_link_rows():
     assert price_record({"comm": {"per_link": rows}}, _NET) == pytest.approx(4 * 0.115)
     with pytest.raises(ConfigError, match="per_link"):
         price_record({"comm": {"per_epoch": []}}, _NET)
+
+
+def _cvfl_like_ledger(steps=3):
+    """Per step, C-VFL's pattern: 3 passive embeddings up, then the active party sends each
+    passive party three kinds at once (the others' embeddings, the server model, the labels)."""
+    ch = Channel()
+    for step in range(steps):
+        ch.at(epoch=1, step=step, phase="train")
+        for k in (1, 2, 3):
+            ch.send(f"passive_{k}", "active", "embedding", torch.zeros(250))  # 1000 B
+        for k in (1, 2, 3):
+            ch.send("active", f"passive_{k}", "embedding", torch.zeros(250))
+            ch.send("active", f"passive_{k}", "model_weights", torch.zeros(250))
+            ch.send("active", f"passive_{k}", "labels", torch.zeros(250))
+    return ch.ledger
+
+
+def test_rounds_are_protocol_phases_not_message_kinds():
+    """One phase carrying three kinds is one round; the same kind up and down is two: C-VFL's
+    step is 2 rounds (the old (epoch, step, kind) count said 3), in every view of the ledger."""
+    ledger = _cvfl_like_ledger(steps=3)
+    assert ledger.rounds() == [0, 0, 0] + [1] * 9 + [0, 0, 0] + [1] * 9 + [0, 0, 0] + [1] * 9
+    assert ledger.totals()["rounds"] == 3 * 2
+    assert ledger.per_epoch().loc[1, "rounds"] == 3 * 2
+    assert set(ledger.per_party()["rounds"]) == {3 * 2}
+    assert ledger.per_party(by_epoch=True).loc[(1, "passive_2"), "rounds"] == 3 * 2
+    # Priced by phase: the down round lasts as long as its busiest link, which carries three
+    # messages back to back: 3 x (10 ms + 1 ms) at 8 Mbps; the up round 11 ms.
+    net = NetworkModel(default=Link(8.0, 10.0))
+    assert ledger.price(net) == pytest.approx(3 * (0.011 + 3 * 0.011))
+    from vflkit.comm import price_links
+    assert price_links(ledger.per_link(), net) == pytest.approx(ledger.price(net))
+
+
+def test_a_party_answering_opens_a_new_round():
+    """VFedMH's four phases: up, down, up, down (the sender had received in the current round);
+    rounds restart at every step, are kept apart per phase of the run, and survive a restore."""
+    ch = Channel()
+    for step in range(2):
+        ch.at(epoch=1, step=step, phase="train")
+        for kind, up in (("embedding", True), ("global_embedding", False), ("prediction", True), ("loss", False)):
+            for k in (1, 2, 3):
+                ch.send(*((f"passive_{k}", "active") if up else ("active", f"passive_{k}")), kind, torch.zeros(2))
+    ch.at(epoch=1, step=0, phase="eval")
+    ch.send("passive_1", "active", "embedding", torch.zeros(2))
+    ledger = ch.ledger
+    assert ledger.totals() == {"bytes": 2 * 12 * 8, "messages": 24, "rounds": 8}
+    assert ledger.totals(phase="eval")["rounds"] == 1
+    assert set(ledger.per_party()["rounds"]) == {8}
+    restored = Ledger()
+    restored.add("x", "y", "loss", 1, 9, 9, "train")
+    restored.rounds()
+    restored.restore(ledger._rows)
+    assert restored.totals() == ledger.totals() and restored.rounds() == ledger.rounds()

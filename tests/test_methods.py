@@ -206,6 +206,36 @@ def test_homo_and_heter_variants_check_the_model_mix():
         _method("heter_aggvfl", parties, models=("mlp",) * 4)
 
 
+#: Protocol phases per training step of each method (VFedMH Fig. 3: 4 against the baselines' 2).
+PHASES_PER_STEP = {"local": 0, "splitnn": 2, "pyvertical": 2, "c_vfl": 2, "agg_vfl": 2, "homo_aggvfl": 2,
+                   "heter_aggvfl": 2, "vfedmh": 4, "homo_vfedmh": 4, "easter": 4}
+
+
+@pytest.mark.parametrize("name", sorted(METHODS))
+def test_ledger_counts_each_methods_protocol_phases(name):
+    """Two steps of every method: rounds = phases per step x 2, the same in the totals, per
+    epoch, for every party that communicates, and in the per-link rows that price the run."""
+    from vflkit.comm import Link, NetworkModel, price_links
+
+    assert set(PHASES_PER_STEP) == set(METHODS)
+    ch, parties = _parties()
+    method = _method(name, parties, **({"options": {"local_iterations": 2}} if name == "c_vfl" else {}))
+    from vflkit.comm import Ledger
+
+    ch.ledger = Ledger()  # leave out the set-up (VFedMH's keys)
+    for step in range(2):
+        ch.at(epoch=1, step=step, phase="train")
+        method.train_step(torch.arange(16 * step, 16 * step + 16))
+    expected = 2 * PHASES_PER_STEP[name]
+    ledger = ch.ledger
+    assert ledger.totals()["rounds"] == expected
+    if expected:
+        assert ledger.per_epoch().loc[1, "rounds"] == expected
+        assert set(ledger.per_party()["rounds"]) == {expected}
+        net = NetworkModel(default=Link(8.0, 10.0))
+        assert price_links(ledger.per_link(), net) == pytest.approx(ledger.price(net))
+
+
 # --------------------------------------------------------------------------- Agg_VFL, C-VFL
 
 

@@ -103,6 +103,8 @@ def paired(frame: pd.DataFrame, *, by: str, a: str, b: str, value: str,
     right = frame[frame[by] == b].groupby(keys)[value].mean()
     both = pd.concat({"a": left, "b": right}, axis=1).dropna()
     out = both.reset_index()
+    if out.empty:  # nothing paired (agg over no rows would return a frame, not a column)
+        return pd.DataFrame(columns=["cell", seed, "diff"])
     out["cell"] = out[list(cell)].astype(str).agg("/".join, axis=1) if len(cell) else "all"
     out["diff"] = out["a"] - out["b"]
     return out[["cell", seed, "diff"]]

@@ -11,10 +11,15 @@ over parallel per-party links or a shared uplink; :meth:`Ledger.per_link` keeps 
 link so that :func:`price_links` can price a finished run under any network, latency class or
 device mix (:func:`training_time`) without retraining.
 
-A *communication round* is one exchange phase of the protocol: all messages of one kind sent
-at one training step. VFedMH (Fig. 3) counts four per step (blinded embeddings up, global
-embedding down, predictions up, losses down); split learning counts two (embeddings up,
-gradients down).
+A *communication round* is one phase of the protocol: messages that can travel at once
+because none of them depends on another. The ledger reads the phases off the order in which
+messages were sent (:meth:`Ledger.rounds`): within one step, a message opens a new round when its
+sender has received a message in the current round (what it sends may depend on what it got);
+otherwise it travels in the current round. VFedMH (Fig. 3) counts four per step (blinded
+embeddings up, global embedding down, predictions up, losses down); split learning, Agg_VFL and
+C-VFL count two (up, then down; C-VFL's down phase carries embeddings, the server model and
+the labels at once). No method has to announce its phases, and a protocol that sends two kinds
+in one phase is not counted twice.
 """
 
 from __future__ import annotations
@@ -47,6 +52,11 @@ KINDS: tuple[str, ...] = (
 )
 
 PHASES: tuple[str, ...] = ("train", "eval", "setup")
+
+#: What a record's ``rounds`` figures count; trainers store it as ``comm["rounds_counted_as"]``.
+#: Records without it counted one round per (epoch, step, kind) and are brought to this count
+#: by ``scripts/migrate_records.py`` where their figures allow it.
+ROUNDS_COUNTED_AS = "protocol_phases"
 
 
 def payload_nbytes(payload: Any) -> int:
@@ -94,6 +104,9 @@ class Ledger:
 
     def __init__(self) -> None:
         self._rows: list[tuple[str, str, str, int, int, int, str]] = []
+        self._round_cache: list[int] = []
+        # per (epoch, step, phase): (current round, parties that received in it)
+        self._round_state: dict[tuple[int, int, str], tuple[int, set[str]]] = {}
 
     def add(self, sender: str, receiver: str, kind: str, nbytes: int, epoch: int, step: int, phase: str) -> None:
         """Record one message."""
@@ -102,18 +115,45 @@ class Ledger:
     def __len__(self) -> int:
         return len(self._rows)
 
+    def restore(self, rows: Sequence[Sequence[Any]]) -> None:
+        """Replace every row by ``rows`` (a checkpoint's ledger), in the order they were sent."""
+        self._rows[:] = [tuple(r) for r in rows]
+        self._round_cache, self._round_state = [], {}
+
+    def rounds(self) -> list[int]:
+        """The round of every message, counted from 0 within its (epoch, step, phase).
+
+        Messages are taken in the order they were sent. A message opens a new round when its
+        sender has received a message in the current round of its step (it may depend on it);
+        otherwise it joins the current round. So "passive parties send up, the active party
+        answers each" is two rounds however many parties and message kinds take part.
+        """
+        if len(self._round_cache) > len(self._rows):  # rows replaced behind our back
+            self._round_cache, self._round_state = [], {}
+        for sender, receiver, _, _, epoch, step, phase in self._rows[len(self._round_cache):]:
+            key = (epoch, step, phase)
+            current, receivers = self._round_state.get(key, (0, set()))
+            if sender in receivers:
+                current, receivers = current + 1, set()
+            receivers.add(receiver)
+            self._round_state[key] = (current, receivers)
+            self._round_cache.append(current)
+        return self._round_cache
+
     def frame(self, *, phase: str | None = "train") -> pd.DataFrame:
-        """All messages as a DataFrame (one row each); ``phase=None`` keeps every phase."""
+        """All messages as a DataFrame (one row each, with its ``round``: :meth:`rounds`);
+        ``phase=None`` keeps every phase."""
         df = pd.DataFrame(self._rows, columns=list(self.columns))
+        df["round"] = pd.Series(self.rounds(), dtype="int64")
         return df if phase is None else df[df["phase"] == phase].reset_index(drop=True)
 
     def totals(self, *, phase: str | None = "train") -> dict[str, int]:
-        """Total bytes, messages and communication rounds."""
+        """Total bytes, messages and communication rounds (protocol phases, :meth:`rounds`)."""
         df = self.frame(phase=phase)
         return {
             "bytes": int(df["nbytes"].sum()),
             "messages": int(len(df)),
-            "rounds": int(len(df.drop_duplicates(["epoch", "step", "kind"]))),
+            "rounds": int(len(df.drop_duplicates(["epoch", "step", "round"]))),
         }
 
     def per_epoch(self, *, phase: str | None = "train") -> pd.DataFrame:
@@ -126,15 +166,13 @@ class Ledger:
             {
                 "bytes": grouped["nbytes"].sum(),
                 "messages": grouped.size(),
-                "rounds": grouped.apply(
-                    lambda g: len(g.drop_duplicates(["step", "kind"])), include_groups=False
-                ),
+                "rounds": df.drop_duplicates(["epoch", "step", "round"]).groupby("epoch").size(),
             }
         )
 
     def per_party(self, *, phase: str | None = "train", by_epoch: bool = False) -> pd.DataFrame:
         """Bytes and messages each party sent and received (optionally per epoch), and the
-        rounds it took part in."""
+        rounds it took part in (over the whole run, or per epoch with ``by_epoch``)."""
         df = self.frame(phase=phase)
         keys = ["epoch"] if by_epoch else []
         sent = df.rename(columns={"sender": "party"})
@@ -147,7 +185,7 @@ class Ledger:
                 "messages_received": recv.groupby(keys + ["party"]).size(),
             }
         ).fillna(0).astype("int64")
-        both = pd.concat([sent[keys + ["party", "step", "kind"]], recv[keys + ["party", "step", "kind"]]])
+        both = pd.concat([sent[["epoch", "party", "step", "round"]], recv[["epoch", "party", "step", "round"]]])
         rounds = both.drop_duplicates().groupby(keys + ["party"]).size() if not both.empty else 0
         out["rounds"] = rounds if isinstance(rounds, int) else rounds.reindex(out.index).fillna(0).astype("int64")
         return out
@@ -159,14 +197,15 @@ class Ledger:
         return pd.DataFrame({"bytes": g["nbytes"].sum(), "messages": g.size()})
 
     def per_link(self, *, phase: str | None = "train") -> pd.DataFrame:
-        """Traffic per (epoch, kind, sender, receiver): messages, bytes and the number of
-        steps it occurred in. Small enough to keep in a run record, and enough to price the
-        run under any network afterwards (:func:`price_links`)."""
+        """Traffic per (epoch, round, kind, sender, receiver), where ``round`` is the phase's
+        position in its step (:meth:`rounds`): messages, bytes and the number of steps it
+        occurred in. Small enough to keep in a run record, and enough to price the run under
+        any network afterwards (:func:`price_links`)."""
         df = self.frame(phase=phase)
-        cols = ["epoch", "kind", "sender", "receiver", "messages", "bytes", "steps"]
+        cols = ["epoch", "round", "kind", "sender", "receiver", "messages", "bytes", "steps"]
         if df.empty:
             return pd.DataFrame(columns=cols)
-        g = df.groupby(["epoch", "kind", "sender", "receiver"])
+        g = df.groupby(["epoch", "round", "kind", "sender", "receiver"])
         out = pd.DataFrame({"messages": g.size(), "bytes": g["nbytes"].sum(), "steps": g["step"].nunique()})
         return out.reset_index()[cols]
 
@@ -174,8 +213,9 @@ class Ledger:
               topology: str = "parallel") -> float:
         """Seconds the run's communication takes under ``network`` (exact, message by message).
 
-        Rounds happen one after another; every message pays its link's latency plus its bytes
-        over the link's bandwidth. ``topology="parallel"``: within a round, different links
+        Rounds (protocol phases, :meth:`rounds`) happen one after another; every message pays
+        its link's latency plus its bytes over the link's bandwidth. ``topology="parallel"``:
+        within a round, different links
         carry their messages at once and one link back to back, so a round lasts as long as its
         busiest link. ``topology="shared_uplink"``: all of a round's transfers queue on one
         shared link (the active party's NIC), so a round lasts the sum over its messages.
@@ -191,8 +231,8 @@ class Ledger:
         df = df.assign(seconds=seconds)
         if topology == "shared_uplink":
             return float(df["seconds"].sum())
-        per_link = df.groupby(["epoch", "step", "kind", "sender", "receiver"])["seconds"].sum()
-        return float(per_link.groupby(level=["epoch", "step", "kind"]).max().sum())
+        per_link = df.groupby(["epoch", "step", "round", "sender", "receiver"])["seconds"].sum()
+        return float(per_link.groupby(level=["epoch", "step", "round"]).max().sum())
 
 
 @dataclass(frozen=True)
@@ -372,9 +412,11 @@ def price_links(
         one draw per round under "parallel" (the round waits for one network delay), one per
         transfer under "shared_uplink" (each queued transfer waits for its own).
     rounds
-        Kinds that travel in one round, mapped to the round's name (C-VFL sends embeddings,
-        ``model_weights`` and ``labels`` down together: ``{"model_weights": "embedding",
-        "labels": "embedding"}``). Default: one round per kind per step.
+        Kinds that travel in one round, mapped to the round's name, for rows without a
+        ``round`` column (written before the ledger counted protocol phases: C-VFL sends
+        embeddings, ``model_weights`` and ``labels`` down together: ``{"model_weights":
+        "embedding", "labels": "embedding"}``). Default: the rows' ``round`` column (the
+        phases of :meth:`Ledger.rounds`) when they have one, else one round per kind per step.
 
     A step's round on one link is priced as that link's epoch total divided by the steps it
     occurred in; this equals :meth:`Ledger.price` exactly when each step of an epoch sends the
@@ -387,7 +429,8 @@ def price_links(
         df = df[df["epoch"] <= until_epoch]
     if df.empty:
         return 0.0
-    df = df.assign(round=df["kind"].map(lambda k: (rounds or {}).get(k, k)))
+    if rounds is not None or "round" not in df:
+        df = df.assign(round=df["kind"].map(lambda k: (rounds or {}).get(k, k)))
     g = df.groupby(["epoch", "round", "sender", "receiver"])
     per = pd.DataFrame({"messages": g["messages"].sum(), "bytes": g["bytes"].sum(),
                         "steps": g["steps"].max()}).reset_index()

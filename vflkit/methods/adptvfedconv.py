@@ -579,7 +579,7 @@ class _Run:
         self.history = state["history"]
         self.uploaded = state["uploaded"]
         self.elapsed = state["elapsed_s"]
-        self.channel.ledger._rows[:] = [tuple(r) for r in state["ledger"]]
+        self.channel.ledger.restore(state["ledger"])
 
     def resume(self) -> None:
         """Continue from this run's checkpoint, else from a shared pre-training, else start."""

@@ -9,6 +9,11 @@ Every party runs its full model (h then p) on its own features and sends its pre
 computes the cross-entropy with its labels and returns to each passive party ``∂L/∂R_k``.
 Two communication rounds per step, one global model (the sum of the parties' outputs).
 
+This is the summed-logit aggregation VFedMH describes, **not** the algorithm of its cited
+paper [21]: Zhang et al.'s method is defined by an adaptive number of local updates per party
+(derived from each party's feature count and compute), which VFedMH never mentions; here every
+party makes one update per step, like every other baseline of Table II.
+
 ``homo_aggvfl`` and ``heter_aggvfl`` (VFedMH Table III) are the same protocol with the party
 models required to be identical, or mixed.
 """

@@ -107,7 +107,7 @@ class LedgerLog:
         else:
             rows = [tuple(r) for r in saved]
             self._chunks, self._packed = [], 0
-        self.channel.ledger._rows[:] = rows
+        self.channel.ledger.restore(rows)  # also forgets the rounds it had read off the old rows
 
 
 def rng_state(device: torch.device) -> dict[str, Any]:

@@ -22,7 +22,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .. import records
-from ..comm import Channel
+from ..comm import ROUNDS_COUNTED_AS, Channel
 from ..config import resolve_device
 from ..errors import BudgetExhausted, DivergenceError
 from ..methods.multi_vfl import MultiVFL, MultiVFLConfig
@@ -127,7 +127,7 @@ def train(config: MultiVFLConfig, *, device: torch.device, checkpoint: Path | No
         "final": {k: evaluated[-1][k] for k in ("test_accuracy", "test_loss")},
         "best": {"test_accuracy": best["test_accuracy"], "round": best["round"]},
         "wall_time_s": wall,
-        "comm": {"total": ledger.totals(),
+        "comm": {"rounds_counted_as": ROUNDS_COUNTED_AS, "total": ledger.totals(),
                  "per_round": ledger.per_epoch().reset_index().rename(columns={"epoch": "round"})
                  .to_dict(orient="records"),
                  "per_round_kind": per_round_kind.to_dict(orient="records"),

@@ -34,7 +34,7 @@ from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 
 from .. import records
-from ..comm import Channel, Ledger, Party
+from ..comm import ROUNDS_COUNTED_AS, Channel, Ledger, Party
 from ..config import check_int, check_name, check_rate, key_dict
 from ..errors import BudgetExhausted, ConfigError, DatasetNotFoundError, DivergenceError
 from ..methods import get_one_shot_method
@@ -278,7 +278,7 @@ def cross_validate(z: np.ndarray, y: np.ndarray, dataset: str, *, folds: int, se
 
 def _ledger_summary(ledger: Ledger) -> dict[str, Any]:
     kinds = ledger.per_kind()
-    return {"total": ledger.totals(), "eval": ledger.totals(phase="eval"),
+    return {"rounds_counted_as": ROUNDS_COUNTED_AS, "total": ledger.totals(), "eval": ledger.totals(phase="eval"),
             "per_kind": {k: int(v) for k, v in kinds["bytes"].items()} if len(kinds) else {}}
 
 

@@ -23,7 +23,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .. import records
-from ..comm import Channel, Party
+from ..comm import ROUNDS_COUNTED_AS, Channel, Party
 from ..errors import BudgetExhausted, ConfigError, DivergenceError
 from ..methods.base import RunConfig
 from ..records import checkpoint_path
@@ -251,7 +251,7 @@ def train(
         "history": history,
         "final": {k: v for k, v in metrics.items()},
         "wall_time_s": wall,
-        "comm": {"total": ledger.totals(),
+        "comm": {"rounds_counted_as": ROUNDS_COUNTED_AS, "total": ledger.totals(),
                  "per_epoch": ledger.per_epoch().reset_index().to_dict(orient="records"),
                  "per_party": ledger.per_party().reset_index().to_dict(orient="records"),
                  "per_kind": ledger.per_kind().reset_index().to_dict(orient="records"),
