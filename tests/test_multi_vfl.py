@@ -459,6 +459,8 @@ def test_displacement_sets_each_optimizer_beside_fedavg():
     assert table.loc[("MNIST", "FedAdam"), "accuracy_minus_fedavg"] == pytest.approx(5.0)
     assert table.loc[("MNIST", "FedAvg"), "predicted_path_ratio"] == pytest.approx(1.0)
     assert study.same_order(table.reset_index(), "distance_vs_fedavg", "accuracy_minus_fedavg").all()
+    sentences = study.explain(table.reset_index())
+    assert len(sentences) == 6 and "MNIST, FedAdam" in sentences[0] and "+5.0" in sentences[0]
 
 
 def test_pending_lists_unrecorded_paper_runs_with_their_cost(monkeypatch):
