@@ -256,6 +256,8 @@ class MultiVFL:
         self.evaluator = self.label_owners[0]
         self.server_optimizer = config.server()
         self.rounds_done = 0
+        #: Per round, what the server's aggregation did (:meth:`server_stats`).
+        self.server_log: dict[int, dict[str, float]] = {}
 
     @property
     def parties(self) -> list[Party]:
@@ -280,6 +282,8 @@ class MultiVFL:
         global_model = xavier_init(MultiVFLLabelOwner(self.num_classes, input_hw=hw)).to(self.device)
         self.server.models["global"] = global_model
         self.server.state["opt"] = init_state(_weights(global_model), self.server_optimizer)
+        # W^{S,0}, kept by the server to report how far its optimizer has moved the model
+        self.server.state["initial"] = _weights(global_model)
         for lo in self.label_owners:
             self.server.send(lo, "model_weights", _weights(global_model))
             lo.models["top"] = MultiVFLLabelOwner(self.num_classes, input_hw=hw).to(self.device)
@@ -367,18 +371,56 @@ class MultiVFL:
         return losses
 
     def _aggregate(self, r: int, step: int) -> None:
-        """Line 10: the server aggregates the label owners' updates and returns the new weights."""
+        """Line 10: the server aggregates the label owners' updates and returns the new weights.
+
+        Algorithm 1 calls ServerAggregation(t_k) inside the loop over label owners; we read it as
+        FedOpt does (Reddi et al., Algorithm 2), which the paper cites for it: the server
+        averages the K updates of the round and takes one optimizer step with their mean.
+        """
         self.channel.at(epoch=r, step=step + 1, phase="train")
         server = self.server
         updates = [server.recv(lo, "model_weights") for lo in self.label_owners]
         weights = _weights(server.models["global"])
         mean = {n: torch.stack([u[n] for u in updates]).mean(0) for n in weights}
         new, server.state["opt"] = server_step(weights, mean, server.state["opt"], self.server_optimizer, r)
+        self.server_log[r] = self._step_stats(weights, mean, new, server.state["opt"], server.state["initial"])
         server.models["global"].load_state_dict(new)
         self.channel.at(epoch=r, step=step + 2, phase="train")
         for lo in self.label_owners:
             server.send(lo, "model_weights", new)
             lo.models["top"].load_state_dict(lo.recv(server, "model_weights"))
+
+    def _step_stats(self, weights: dict[str, torch.Tensor], update: dict[str, torch.Tensor],
+                    new: dict[str, torch.Tensor], state: dict[str, dict[str, torch.Tensor]],
+                    initial: dict[str, torch.Tensor]) -> dict[str, float]:
+        """The sizes that decide how far a server optimizer moves the model in one round.
+
+        ``update_norm`` is ||t|| (the mean label-owner update), ``server_step_norm`` is
+        ||W^{r+1} - W^r|| (FedAvg: equal to ``update_norm``), ``distance_from_init`` is
+        ||W^{r+1} - W^0||; ``median_sqrt_v`` and ``p99_sqrt_v`` are the median and 99th percentile
+        of the adaptive rules' sqrt(v) over all parameters, beside their stability constant tau
+        (NaN for FedAvg, which keeps no v). Norms are Euclidean over every parameter, in float64.
+        """
+        def norm(parts: list[torch.Tensor]) -> float:
+            return math.sqrt(sum(float(p.double().pow(2).sum()) for p in parts))
+
+        names = list(weights)
+        out = {"update_norm": norm([update[n] for n in names]),
+               "server_step_norm": norm([new[n] - weights[n] for n in names]),
+               "distance_from_init": norm([new[n] - initial[n] for n in names]),
+               "median_sqrt_v": float("nan"), "p99_sqrt_v": float("nan")}
+        if self.server_optimizer.name != "fedavg":
+            sqrt_v = torch.cat([state["v"][n].flatten() for n in names]).clamp_min(0).sqrt()
+            # a fixed stride keeps torch.quantile under its input-size limit for any model
+            sqrt_v = sqrt_v[:: max(1, sqrt_v.numel() // 4_000_000)]
+            out["median_sqrt_v"] = float(sqrt_v.median())
+            out["p99_sqrt_v"] = float(torch.quantile(sqrt_v.double(), 0.99))
+        return out
+
+    def server_stats(self, r: int) -> dict[str, float]:
+        """What the server's aggregation of round ``r`` did (see :meth:`_step_stats`); empty
+        before that round has run."""
+        return dict(self.server_log.get(r, {}))
 
     @staticmethod
     @torch.no_grad()

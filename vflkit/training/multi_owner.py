@@ -48,7 +48,8 @@ CHECKPOINT_EVERY_S: float = 10.0
 def train(config: MultiVFLConfig, *, device: torch.device, checkpoint: Path | None = None,
           progress: bool = True, on_divergence: str = "raise",
           deadline: float | None = None) -> dict[str, Any]:
-    """Train ``config`` for its rounds and return its results: per-round training loss and test
+    """Train ``config`` for its rounds and return its results: per-round training loss, the
+    server's step sizes (:meth:`~vflkit.methods.multi_vfl.MultiVFL.server_stats`) and test
     accuracy (every ``eval_every`` rounds and after the last), the final and best accuracy, and
     bytes per round and per message kind.
 
@@ -90,7 +91,8 @@ def train(config: MultiVFLConfig, *, device: torch.device, checkpoint: Path | No
             diverged = {"round": r, "message": str(err)}
             losses = {}
         row: dict[str, Any] = {"round": r,
-                               "train_loss": sum(losses.values()) / len(losses) if losses else float("nan")}
+                               "train_loss": sum(losses.values()) / len(losses) if losses else float("nan"),
+                               **method.server_stats(r)}  # the server's step sizes of this round
         if diverged or r % config.eval_every == 0 or r == config.rounds:
             try:
                 row.update(method.evaluate())
