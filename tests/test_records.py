@@ -153,3 +153,20 @@ def test_load_available_skips_missing_records_and_checks_the_present_ones(tmp_pa
     records.record_path(runs[1], "mine", tmp_path).write_text("{ half a record")
     with pytest.raises(ConfigError):
         records.load_available(runs, profile="mine")
+
+
+def test_peak_memory_is_the_runs_own_in_a_process_that_ran_before():
+    """A scheduler worker computes run after run: the peak it records for a run must not be an
+    earlier run's. Allocate ~400 MiB and free it (an earlier run), then read the peak as a run
+    that starts now would."""
+    import numpy as np
+
+    big = np.ones(400 * 2**20 // 8)
+    big[::4096] = 2.0  # touch every page
+    del big
+    lifetime, lifetime_kind = records._peak_memory(torch.device("cpu"))
+    assert lifetime_kind == "process_max_rss" and lifetime > 400
+    assert records._reset_peak_rss(), "this Linux kernel does not let a process reset its peak RSS"
+    peak, kind = records._peak_memory(torch.device("cpu"), True)
+    assert kind == "process_peak_rss_during_run"
+    assert 0 < peak < lifetime - 300

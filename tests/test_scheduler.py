@@ -138,8 +138,21 @@ def test_dask_local_cluster_gives_the_same_records_as_the_local_pool(tmp_path, m
     assert [t.path.read_text() for t in a] == [t.path.read_text() for t in b]
 
 
+@pytest.mark.parametrize("runs_per_worker, processes", [(None, 1), (1, 3)])
+def test_a_worker_computes_run_after_run_unless_told_otherwise(tmp_path, runs_per_worker, processes):
+    """One worker, three runs: by default one process computes all three (no torch import per
+    run); ``runs_per_worker=1`` gives each run a fresh process."""
+    tasks, log = _tasks(tmp_path, n=3, epochs=1, epoch_s=0.01)
+    s = schedule(tasks, workers=1, executor="local", progress=False, runs_per_worker=runs_per_worker)
+    assert sorted(s.computed) == [t.key for t in tasks]
+    pids = {line.split()[2] for line in log.read_text().splitlines()}
+    assert len(pids) == processes
+
+
 def test_bad_arguments_are_clear_errors(tmp_path):
     tasks, _ = _tasks(tmp_path, n=1)
+    with pytest.raises(ConfigError, match="runs_per_worker"):
+        schedule(tasks, runs_per_worker=0)
     with pytest.raises(ConfigError, match="budget_minutes"):
         schedule(tasks, budget_minutes=0)
     with pytest.raises(ConfigError, match="Invalid executor"):

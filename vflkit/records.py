@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import resource
 import subprocess
 import time
@@ -289,9 +290,37 @@ def json_default(obj: Any) -> Any:
 # --------------------------------------------------------------------------- the run loop
 
 
-def _peak_memory(device: torch.device) -> tuple[float, str]:
+def _reset_peak_rss() -> bool:
+    """Reset this process's peak resident set size (Linux's VmHWM, via ``clear_refs``), so that
+    the next reading is the peak of this run alone, not of every run the same worker process
+    computed before it. False where the kernel does not offer it."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+def _peak_rss_mb() -> float | None:
+    """VmHWM of this process in MiB (None where /proc does not give it)."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return None
+    found = re.search(r"^VmHWM:\s+(\d+)\s+kB", status, re.MULTILINE)
+    return int(found.group(1)) / 1024 if found else None
+
+
+def _peak_memory(device: torch.device, rss_reset: bool = False) -> tuple[float, str]:
+    """This run's peak memory and what it measures: CUDA's allocated peak; on a CPU the process's
+    peak resident set since the run started (``rss_reset``: the counter was reset at its start,
+    and it includes what the process already held, e.g. the decoded dataset), else the
+    process's lifetime peak."""
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20, "cuda_max_allocated"
+    peak = _peak_rss_mb() if rss_reset else None
+    if peak is not None:
+        return peak, "process_peak_rss_during_run"
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "process_max_rss"
 
 
@@ -450,6 +479,7 @@ def _run_one(run: Run, *, train: Trainer, profile: str, device: str | torch.devi
     dev = resolve_device(device)
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
+    rss_reset = dev.type != "cuda" and _reset_peak_rss()
     ckpt = checkpoint_path(path)
     if force:
         ckpt.unlink(missing_ok=True)
@@ -463,7 +493,7 @@ def _run_one(run: Run, *, train: Trainer, profile: str, device: str | torch.devi
     clash = sorted(set(result) & (set(ENVELOPE) - {"wall_time_s", "diverged"}))
     if clash:
         raise RuntimeError(f"the trainer's result uses the envelope's names {clash}")
-    peak, kind = _peak_memory(dev)
+    peak, kind = _peak_memory(dev, rss_reset)
     record = {
         "key": run.key,
         "profile": profile,

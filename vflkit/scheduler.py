@@ -4,9 +4,12 @@ A :class:`Task` is one run: the record it will write (its ``path``) and a pickla
 ``fn(payload, device=..., deadline=...)`` that computes and writes that record. The runs of every
 study are tasks of this one kind, so one scheduler serves every paper.
 
-- **Parallel.** ``workers`` processes (default: one per core on a CPU, several per GPU), each
-  run in a fresh process (so its peak memory is its own) with its torch threads and OpenMP
-  wait policy set deliberately (see :func:`worker_env`).
+- **Parallel.** ``workers`` processes (default: one per core on a CPU, several per GPU) with
+  their torch threads and OpenMP wait policy set deliberately (see :func:`worker_env`). A
+  worker computes run after run (``runs_per_worker``: ``None``, as many as it is given): a
+  fresh process per run spent 3-6 s importing torch and decoding its dataset, more than many
+  quick runs take. Each record's peak memory is still its own run's (the process's peak
+  resident set is reset when a run starts, see :func:`vflkit.records._reset_peak_rss`).
 - **Budget.** With ``budget_minutes`` no run is started that its estimated cost says would not
   finish, and runs in flight get a ``deadline``: they checkpoint at the end of the last epoch
   that fits and stop (:class:`BudgetExhausted`). A later call resumes them from their checkpoints.
@@ -226,14 +229,20 @@ def schedule(
     executor: str = "local",
     progress: bool = True,
     poll_s: float = 2.0,
+    runs_per_worker: int | None = None,
 ) -> Summary:
     """Compute every task without a record, in priority order, ``workers`` at a time.
+
+    ``runs_per_worker``: how many runs a local worker process computes before it is replaced
+    (``None``: no limit; ``1``: a fresh process per run).
 
     ``executor``: ``"local"`` (a process pool here), ``"serial"`` (this process, one at a time:
     debugging), ``"dask"`` (a dask LocalCluster) or a dask scheduler address.
     """
     if budget_minutes is not None and not budget_minutes > 0:
         raise ConfigError(f"budget_minutes must be a positive number of minutes, got {budget_minutes!r}")
+    if runs_per_worker is not None and not (isinstance(runs_per_worker, int) and runs_per_worker >= 1):
+        raise ConfigError(f"runs_per_worker must be a whole number >= 1 or None, got {runs_per_worker!r}")
     if executor not in ("local", "serial", "dask") and not str(executor).startswith(("tcp://", "tls://", "inproc://")):
         raise ConfigError(f"Invalid executor {executor!r}; choose local, serial, dask or a dask scheduler address")
     start = time.time()
@@ -278,7 +287,7 @@ def schedule(
             if executor == "local":
                 pool = cf.ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"),
                                               initializer=_init_worker, initargs=(threads, os.getpid()),
-                                              max_tasks_per_child=1)
+                                              max_tasks_per_child=runs_per_worker)
                 submit = lambda t: pool.submit(execute, t, device, deadline)  # noqa: E731
             else:
                 client, cluster = _dask_client(executor, workers, threads)
