@@ -58,20 +58,21 @@ SENSITIVITY_LR = 0.01
 #: Appendix A partitions run; ``methods`` the Fig. 5 methods; ``few_aligned`` adds Fig. 8 /
 #: D.3's small counts; ``lr_sensitivity`` the datasets whose Fig. 5 (Ablation, APC-VFL MSE) and
 #: Table 2 runs are repeated at lr 0.01, the labelled sensitivity rows.
-#: quick is a reduction that fits about 8 minutes of 2 workers: Breast Cancer at the paper's
-#: settings in full (every |D_A|), Credit Card at the extreme counts (10000 and 2500 aligned)
-#: capped at 10 epochs of 157 batches (so its early stopping, patience 10, never acts), the two
-#: extreme partitions (2 and 5 active features), APC-VFL with MSE only, 3 repetitions. paper is
-#: the paper's full grid.
+#: quick is a reduction for a shared 2-core CPU: each dataset at its extreme aligned counts
+#: (Breast Cancer 250 and 100, Credit Card 10000 and 2500) and its extreme partitions (2 and 5
+#: active features), APC-VFL with MSE only, 3 repetitions; Breast Cancer at the paper's epochs
+#: (up to 200, early stopping), Credit Card capped at 10 epochs of 157 batches (so its early
+#: stopping, patience 10, never acts). paper is the paper's full grid.
 PROFILE_SETTINGS: dict[str, dict[str, Any]] = {
     "smoke": {"datasets": ("breast_cancer",), "aligned": {"breast_cancer": (250, 100)},
               "n_active_features": (2, 5), "methods": ("local", "ablation", "vfedtrans", "apc_vfl_mse"),
               "few_aligned": False, "epochs": {"breast_cancer": 3}, "folds": 2, "seeds": (0,),
               "table2_aligned": {"breast_cancer": (250,)}, "lr_sensitivity": ()},
-    "quick": {"datasets": ("breast_cancer", "credit_card"), "aligned": {"credit_card": (10000, 2500)},
+    "quick": {"datasets": ("breast_cancer", "credit_card"),
+              "aligned": {"breast_cancer": (250, 100), "credit_card": (10000, 2500)},
               "n_active_features": (2, 5), "methods": ("local", "ablation", "vfedtrans", "apc_vfl_mse"),
               "few_aligned": False, "epochs": {"breast_cancer": 200, "credit_card": 10}, "folds": 10,
-              "seeds": (0, 1, 2), "table2_aligned": {"credit_card": (10000, 2500)},
+              "seeds": (0, 1, 2), "table2_aligned": {"breast_cancer": (250, 100), "credit_card": (10000, 2500)},
               "lr_sensitivity": ("breast_cancer",)},
     "paper": {"datasets": ("breast_cancer", "credit_card", "mimic3"), "aligned": {},
               "n_active_features": APC_VFL_N_ACTIVE, "methods": FIG5_METHODS, "few_aligned": True,
