@@ -584,9 +584,10 @@ def _beats(baseline: str, datasets: Sequence[str], counts: str = "fig5") -> Call
                 verdicts.append(_tag(DATASETS[ds].title, claims.ordering(d, a=METHOD_LABELS[m],
                                                                            b=METHOD_LABELS[baseline])))
         if not verdicts:
-            return claims.not_testable(f"no records of {', '.join(absent)} at this profile")
+            return claims.not_testable(f"no recorded pair of APC-VFL and {METHOD_LABELS[baseline]} on "
+                                       f"{', '.join(absent)} at this profile")
         v = claims.all_of(verdicts)
-        return claims.Verdict(v.status, v.evidence + (f"; not recorded here: {', '.join(absent)}" if absent else ""))
+        return claims.Verdict(v.status, v.evidence + (f"; no recorded pair on {', '.join(absent)}" if absent else ""))
     return check
 
 
