@@ -135,3 +135,66 @@ def test_a_step_on_criteo_parties_with_each_criteo_model(criteo, name, arch):
         assert received == ({"global_embedding", "loss"} if name == "easter" else {"gradient"})
     metrics = method.evaluate(batch_size=32)
     assert 0.0 <= metrics["active"]["test_auc"] <= 1.0
+
+
+# --------------------------------------------------------------------------- engine hooks
+
+
+def test_new_config_fields_at_their_defaults_keep_every_committed_key():
+    """feature_parts, lr_schedule and lr_gamma at their defaults change no key (committed records
+    stay theirs); set, they make a different run."""
+    import json
+    from pathlib import Path
+
+    rec = json.loads(next(iter(sorted(Path("results/quick/vfedmh").glob("*.json")))).read_text())
+    config = RunConfig.from_dict(rec["config"])
+    assert config.key == rec["key"]
+    assert config.replace(feature_parts=None, lr_schedule="none", lr_gamma=0.95).key == rec["key"]
+    changed = {config.replace(feature_parts=10).key, config.replace(lr_schedule="exponential").key,
+               config.replace(lr_schedule="exponential", lr_gamma=0.9).key}
+    assert rec["key"] not in changed and len(changed) == 3
+    with pytest.raises(Exception, match="lr_schedule"):
+        config.replace(lr_schedule="cosine")
+    with pytest.raises(Exception, match="C <= feature_parts"):
+        config.replace(feature_parts=3)
+
+
+def test_split_trainer_builds_criteo_parties_and_records_per_link_traffic(criteo):
+    """The batch-by-batch trainer runs a plain baseline (no mixin) on Criteo: base.party_model
+    passes the parties' model options; the result keeps per-link rows whose bytes add up to the
+    run's total and that price the run under a network."""
+    from vflkit.comm import Link, NetworkModel, price_record
+    from vflkit.training import split
+
+    config = _config("splitnn", ("deepfm", "wide_deep", "cnn_tabular", "deepfm"), epochs=2, optimizers="adam")
+    out = split.train(config, device=torch.device("cpu"), progress=False)
+    links = out["comm"]["per_link"]
+    assert {r["epoch"] for r in links} == {1, 2}
+    assert sum(r["bytes"] for r in links) == out["comm"]["total"]["bytes"]
+    slow, fast = (price_record(out, NetworkModel(Link(bandwidth_mbps=bw, latency_ms=10))) for bw in (1, 100))
+    assert slow > fast > 0
+    assert 0.0 <= out["final"]["active"]["test_auc"] <= 1.0
+
+
+def test_image_feature_parts_give_the_first_strips_of_ten():
+    """feature_parts=10 with C = 2 on MNIST: the parties hold the first two of ten width strips (3 px each)."""
+    from vflkit.training import split
+
+    config = RunConfig(paper="easter", dataset="mnist", method="easter", models="mlp", n_parties=2,
+                       feature_parts=10, n_train=64, n_test=64, options={"allow_single_passive": True})
+    parties, _ = split.build_parties(config, device=torch.device("cpu"), channel=Channel())
+    assert [p.input_shape for p in parties] == [(1, 28, 3), (1, 28, 3)]
+
+
+def test_exponential_lr_schedule_decays_after_each_epoch_and_is_checkpointed(tmp_path):
+    """lr_schedule="exponential": after epoch 1 every optimizer's lr is lr * gamma, and the
+    checkpoint holds it (a resumed run continues the schedule)."""
+    from vflkit.training import split
+
+    config = RunConfig(paper="easter", dataset="mnist", method="easter", models=("mlp", "lenet", "cnn", "mlp"),
+                       lr=0.1, lr_schedule="exponential", lr_gamma=0.5, epochs=2, n_train=64, n_test=64)
+    ckpt = tmp_path / "run.ckpt.pt"
+    split.train(config, device=torch.device("cpu"), checkpoint=ckpt, progress=False)
+    state = torch.load(ckpt, weights_only=False)
+    lrs = {g["lr"] for party in state["optimizers"] for o in party.values() for g in o["param_groups"]}
+    assert lrs == {0.05}
