@@ -198,3 +198,68 @@ def test_exponential_lr_schedule_decays_after_each_epoch_and_is_checkpointed(tmp
     state = torch.load(ckpt, weights_only=False)
     lrs = {g["lr"] for party in state["optimizers"] for o in party.values() for g in o["param_groups"]}
     assert lrs == {0.05}
+
+
+# --------------------------------------------------------------------------- the study
+
+
+def test_study_configs_per_profile():
+    """Every profile declares Tables II/IV/VI and Fig. 6's runs: quick has >= 3 image seeds and 5
+    Criteo seeds; only EASTER at C = 2 carries the insecure single-passive flag; Table VI holds
+    the first C of 10 parts; the paper profile's CIFAR-10 runs are ResNets (GPU-pending)."""
+    from vflkit.studies import easter
+
+    for profile in ("smoke", "quick", "paper"):
+        groups = easter.configs(profile)
+        assert all(groups[k] for k in ("table2", "table4", "table6", "fig6")), profile
+        for c in groups["table6"]:
+            assert c.feature_parts == 10
+            flagged = c.options.get("allow_single_passive", False)
+            assert flagged == (c.method == "easter" and c.n_parties == 2), c
+        assert not any(c.options for c in groups["table2"] + groups["table4"])
+    quick = easter.configs("quick")
+    seeds = {d: {c.seed for c in quick["table2"] if c.dataset == d and c.method == "easter"}
+             for d in ("fashion_mnist", "criteo")}
+    assert len(seeds["fashion_mnist"]) >= 3 and len(seeds["criteo"]) == 5
+    # a baseline's θ_m run has the active party holding m; EASTER's run holds every architecture
+    for c in quick["table2"]:
+        if c.method == "easter":
+            assert set(c.models) == set(easter.MODEL_SETS[c.dataset])
+    paper = easter.configs("paper")
+    cifar = [c for c in easter.unique(paper) if c.dataset == "cifar10"]
+    assert cifar and all(easter.needs_gpu(c) and c.lr_schedule == "exponential" for c in cifar)
+    assert {c.dataset for c in paper["table6"]} == {"criteo", "cifar10"}
+    with pytest.raises(Exception, match="unknown overrides"):
+        easter.configs("quick", overrides={"epoch": 3})
+
+
+def test_study_tables_from_the_committed_quick_records():
+    """Tables II, IV-VII and Figs. 4-6 are drawn from the quick records without training: θ
+    columns and their average beside the paper's, bytes to convergence (float32 half of the
+    blinded embeddings), times that fall with bandwidth, and the recorded C = 2 flag."""
+    import matplotlib.pyplot as plt
+    from vflkit.studies import easter
+
+    groups, recs = easter.recorded("quick")
+    if len(recs) < len(easter.unique(groups)):
+        pytest.skip("the quick records are not all committed")
+    t2 = easter.table2(groups, recs, "quick")
+    fm = t2[(t2["dataset"] == "FMNIST") & (t2["method"] == "EASTER")]
+    assert set(fm["model"]) == {"party1", "party2", "party3", "avg"} and fm["paper_value"].notna().all()
+    assert (t2["n_runs"] >= 1).all()
+    t5 = easter.table5(groups, recs, "quick")
+    mb = t5[t5["metric"].str.startswith("communication_MB")].pivot_table(
+        index=["dataset", "method"], columns="metric", values="value")
+    ratio = mb["communication_MB"] / mb["communication_MB_as_sent"]
+    assert (ratio.xs("EASTER", level="method") < 1).all() and (ratio.xs("PyVertical", level="method") == 1).all()
+    times = easter.comm_times(groups, recs, ["criteo"], bandwidths=(10, 100))
+    f4 = times[times["figure"] == "4"].pivot_table(index=["method", "seed"], columns="bandwidth_mbps", values="seconds")
+    assert (f4[10] > f4[100]).all()
+    sec = easter.table6_security(groups, recs)
+    assert (sec["allow_single_passive (recorded)"] == (sec["C"] == 2)).all() and (sec["C"] == 2).any()
+    t7 = easter.table7(groups, recs, "quick")
+    times7 = easter.table7_times(t7)
+    assert {"parallel", "shared_uplink", "paper"} <= set(times7.columns)
+    _, data = easter.fig6(groups, recs)
+    plt.close("all")
+    assert set(data["embedding_dim"]) == set(easter.settings("quick")["embedding_dims"])
