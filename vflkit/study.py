@@ -32,7 +32,7 @@ FAMILIES: dict[str, tuple[str, str, str]] = {
     "multi_owner": ("vflkit.training.multi_owner", "vflkit.methods.multi_vfl:MultiVFLConfig", "raise"),
     "one_shot": ("vflkit.training.one_shot", "vflkit.training.one_shot:OneShotRun", "raise"),
 }
-STUDY_FAMILY: dict[str, str] = {"vfedmh": "split", "demo": "split", "multi_vfl": "multi_owner",
+STUDY_FAMILY: dict[str, str] = {"vfedmh": "split", "easter": "split", "demo": "split", "multi_vfl": "multi_owner",
                                 "apc_vfl": "one_shot"}
 
 

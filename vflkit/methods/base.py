@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 OPTIMIZERS: tuple[str, ...] = ("sgd", "sgd_momentum", "adagrad", "adam")
 #: How image datasets are cut into party slices (:func:`vflkit.training.split.build_parties`).
 PARTITIONS: tuple[str, ...] = ("strips_width", "strips_height", "grid")
+#: Learning-rate schedules of :attr:`RunConfig.lr_schedule`.
+LR_SCHEDULES: tuple[str, ...] = ("none", "exponential")
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,14 @@ class RunConfig:
     embedding_dim: int = 128
     el_pl: tuple[int, int] = (1, 1)
     options: dict[str, Any] = field(default_factory=dict)
+    #: EASTER Table VI: cut the features into this many fixed parts and give the C parties the
+    #: first C (:func:`vflkit.partition.first_parts`); None: all features over C parties.
+    feature_parts: int | None = None
+    #: Learning-rate schedule applied after every epoch: "none", or "exponential" (lr times
+    #: ``lr_gamma`` per epoch; EASTER's CIFAR runs, "0.1 with exponential decay").
+    lr_schedule: str = "none"
+    #: The decay factor per epoch of the exponential schedule (the paper gives none; 0.95).
+    lr_gamma: float = 0.95
 
     def __post_init__(self) -> None:
         # every field is checked here, before any data is loaded, in an order where each
@@ -123,6 +133,17 @@ class RunConfig:
         if type(self.lr) not in (int, float, tuple):  # a numpy float as a plain float
             object.__setattr__(self, "lr", float(self.lr))
         object.__setattr__(self, "el_pl", tuple(self.el_pl))
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ConfigError(f"Invalid lr_schedule {self.lr_schedule!r}; choose one of {', '.join(LR_SCHEDULES)}")
+        if isinstance(self.lr_gamma, bool) or not isinstance(self.lr_gamma, (int, float)) or not 0 < self.lr_gamma <= 1:
+            raise ConfigError(f"lr_gamma must be a number in (0, 1], got {self.lr_gamma!r}")
+        object.__setattr__(self, "lr_gamma", float(self.lr_gamma))
+        check_int("feature_parts", self.feature_parts, minimum=1, optional=True)
+        if self.feature_parts is not None:
+            object.__setattr__(self, "feature_parts", int(self.feature_parts))
+            if self.n_parties > self.feature_parts:
+                raise ConfigError(f"{self.n_parties} parties cannot hold the first C of {self.feature_parts} "
+                                  "feature parts; C <= feature_parts")
         if not 0 <= self.active < self.n_parties:
             raise ConfigError(f"active={self.active} is not a party index 0..{self.n_parties - 1}")
 
@@ -319,13 +340,16 @@ class VFLMethod(ABC):
 
     def party_model(self, party: Party) -> "PartyModel":
         """A fresh model for ``party`` on its device: its architecture from the config, the
-        run's embedding size and EL:PL split."""
+        run's embedding size and EL:PL split, and a tabular party's ``model_kwargs``."""
         from ..models import get_model
+        from ..tabular import model_kwargs
 
         cfg = self.config
-        return get_model(cfg.party_value("models", self.party_index(party)), input_shape=party.input_shape,
-                         num_classes=self.num_classes, embedding_dim=cfg.embedding_dim,
-                         el_pl=cfg.el_pl).to(party.device)
+        arch = cfg.party_value("models", self.party_index(party))
+        # a tabular party carries what its Criteo model needs (vocab_sizes, n_dense); none for images
+        return get_model(arch, input_shape=party.input_shape, num_classes=self.num_classes,
+                         embedding_dim=cfg.embedding_dim, el_pl=cfg.el_pl,
+                         **model_kwargs(party, arch)).to(party.device)
 
     def modules(self) -> list[nn.Module]:
         """Every module of every party."""

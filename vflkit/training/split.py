@@ -86,16 +86,29 @@ class _LossWindow:
 def build_parties(config: RunConfig, *, device: torch.device, channel: Channel) -> tuple[list[Party], int]:
     """Load the dataset, partition it and give each party its slice; returns (parties, n_classes).
 
+    Images are cut into strips or a grid (with ``config.feature_parts``: the first C of that
+    many fixed strips, EASTER Table VI); tables (Criteo) into column groups by
+    :func:`vflkit.tabular.build_tabular_parties`, which also gives each party its model options.
+
     Party names: ``active`` for the party that holds the labels, ``passive_1`` ...
     ``passive_K`` for the others in partition order.
     """
-    from ..partition import grid, strips
+    from ..partition import first_parts, grid, strips
 
     data = dataset(config.dataset)
+    if hasattr(data, "target"):  # a table (Criteo): column groups, each party's model options
+        from ..tabular import build_tabular_parties
+
+        return build_tabular_parties(config, device=device, channel=channel, data=data)
     if hasattr(data, "x_train"):
         data = data.subset(n_train=config.n_train, n_test=config.n_test, seed=config.seed)
         shape = data.image_shape
-        if config.partition == "grid":
+        if config.feature_parts is not None:  # EASTER Table VI: the first C of n fixed strips
+            if config.partition not in ("strips_width", "strips_height"):
+                raise ConfigError(f"feature_parts cuts strips; partition {config.partition!r} has none")
+            part = first_parts(config.n_parties, config.feature_parts, image_shape=shape,
+                               axis=config.partition.split("_")[1], active=config.active)
+        elif config.partition == "grid":
             side = int(round(math.sqrt(config.n_parties)))
             if side * side != config.n_parties:
                 raise ConfigError(f"a grid partition needs a square number of parties, got {config.n_parties}")
@@ -220,6 +233,13 @@ def train(
                 break
             bar.update(1)
         sums, seen = window.sums, window.seen
+        if config.lr_schedule == "exponential":
+            # after the epoch, as torch's ExponentialLR; the lr lives in the optimizer's state,
+            # so a checkpoint carries it and a resumed run continues the schedule
+            for party in method.parties:
+                for opt in party.optimizers.values():
+                    for group in opt.param_groups:
+                        group["lr"] *= config.lr_gamma
         channel.at(epoch=epoch, step=0, phase="eval")
         metrics = _evaluate(method, config)
         for model_key, m in metrics.items():
@@ -255,6 +275,9 @@ def train(
                  "per_epoch": ledger.per_epoch().reset_index().to_dict(orient="records"),
                  "per_party": ledger.per_party().reset_index().to_dict(orient="records"),
                  "per_kind": ledger.per_kind().reset_index().to_dict(orient="records"),
+                 # traffic per (epoch, kind, sender, receiver): prices the run under any network
+                 # afterwards (comm.price_record; EASTER Figs 4-5, Table VII) without retraining
+                 "per_link": ledger.per_link().to_dict(orient="records"),
                  "eval_total": ledger.totals(phase="eval"), "setup_total": ledger.totals(phase="setup")},
         "diverged": diverged,
     }

@@ -1,0 +1,784 @@
+"""EASTER (the journal version of VFedMH): Tables II, IV-VII and Figs. 4-6.
+
+The algorithm is VFedMH's (method ``easter``, :mod:`vflkit.methods.easter`); the study differs
+in its experiments. Four parties hold the four vertical strips of an image (Criteo: four
+consecutive column groups), the active party the first and the labels. Runs are declared per
+profile by :func:`configs`; every table and figure is drawn from the run records, and the
+communication artefacts (Table V, Figs. 4-5, Table VII) are priced from the recorded
+per-link traffic (``comm.per_link``) without retraining.
+
+Choices where the paper is silent (``shared/specs/easter.md`` argues each):
+
+- θ1..θ3: CNN, LeNet, MLP on MNIST/FMNIST (the order under which EASTER's Local row equals
+  VFedMH's); ResNet18/34/50 on CIFAR-10; DeepFM, Wide&Deep, CNN on Criteo.
+- Heterogeneous runs: architectures drawn by seed (:func:`vflkit.studies.vfedmh.assign_models`).
+  A baseline yields one global model, so its θ_m column is the run whose assignment is rotated
+  so that the active party holds m (3 runs); EASTER's θ_m is the mean over the parties holding
+  m in its one run. Table IV: every party holds m.
+- Optimisers: plain SGD at 0.01 on MNIST/FMNIST (stated lr); SGD with momentum 0.9 at 0.1,
+  decayed by 0.95 per epoch, on CIFAR-10 (the decay factor is not given; weight decay is not
+  modelled); Adam at 0.001 on Criteo (0.001 is Adam's default and plain SGD at 0.001 barely
+  moves DeepFM).
+- Epochs: 20 for images and 10 for Criteo in ``paper`` (never stated); convergence e* is the
+  first epoch within 0.5 points of the run's best (:mod:`vflkit.analysis`).
+- Table VI: the features are cut into 10 fixed parts and C parties hold the first C
+  (``RunConfig.feature_parts``); C = 2 has one passive party, whose blinding factor is zero,
+  so EASTER runs it only with the recorded option ``allow_single_passive``.
+- Table VII: devices differ in network (and compute, ``comm.LOW_DEVICE``), so accuracy is that
+  of the Table II EASTER run; time = measured compute time per step (scaled by the slowest
+  device) + communication priced under two network models (parallel links, shared uplink).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+import torch
+
+from .. import analysis, claims
+from .. import comm as netmodel
+from .. import records as store
+from ..config import apply_overrides, check_profile, check_seeds, resolve_device
+from ..methods import RunConfig
+from ..report import join_reference
+from ..training import split
+from .vfedmh import H100_MINUTES, assign_models, unique
+
+PAPER = "easter"
+#: θ1..θ3 per dataset (see the module docstring for the order).
+SMALL_MODELS: tuple[str, ...] = ("cnn", "lenet", "mlp")
+RESNETS: tuple[str, ...] = ("resnet18", "resnet34", "resnet50")
+CRITEO_MODELS: tuple[str, ...] = ("deepfm", "wide_deep", "cnn_tabular")
+MODEL_SETS: dict[str, tuple[str, ...]] = {"mnist": SMALL_MODELS, "fashion_mnist": SMALL_MODELS,
+                                          "cifar10": RESNETS, "criteo": CRITEO_MODELS}
+#: Our registry names -> the names the paper's tables print.
+DATASET_NAMES = {"mnist": "MNIST", "fashion_mnist": "FMNIST", "cifar10": "CIFAR-10", "criteo": "CRITEO"}
+METHOD_NAMES = {"local": "Local", "splitnn": "PyVertical", "c_vfl": "C_VFL", "agg_vfl": "Agg_VFL",
+                "easter": "EASTER"}
+BASELINES: tuple[str, ...] = ("splitnn", "c_vfl", "agg_vfl")
+#: Per dataset: optimizer, learning rate, schedule (Sec. V-A4's rates; the rest our choice).
+TRAINING: dict[str, dict[str, Any]] = {
+    "mnist": {"optimizers": "sgd", "lr": 0.01},
+    "fashion_mnist": {"optimizers": "sgd", "lr": 0.01},
+    "cifar10": {"optimizers": "sgd_momentum", "lr": 0.1, "lr_schedule": "exponential", "lr_gamma": 0.95},
+    "criteo": {"optimizers": "adam", "lr": 0.001},
+}
+#: The paper's datasets we do not have, and how to supply them (the study skips them visibly).
+MISSING_DATASETS: dict[str, str] = {
+    "CIFAR-100": "put cifar-100-python/ (the python pickle version) under $VFLKIT_DATA; the paper's "
+                 "ImageNet-pre-trained ResNets also need their torchvision weights (no 3x3-stem "
+                 "equivalent exists, so a run here would train from scratch, labelled as such)",
+    "CINIC-10": "put CINIC-10/{train,valid,test}/<class>/*.png under $VFLKIT_DATA "
+                "(https://datashare.ed.ac.uk/handle/10283/3192); CIFAR-10 stands in for it in Table VI",
+    "Criteo (full)": "put the 45M-row train.txt of the Criteo display-ads challenge under "
+                     "$VFLKIT_DATA/criteo/ and pass criteo(file='train.txt'); here the 1,999-row "
+                     "train.tiny.csv sample is used",
+}
+
+#: Per profile. ``seeds`` for the image datasets, ``criteo_seeds`` for Criteo (its 400 test
+#: rows give AUC a standard error of about 3 points: 5 seeds).
+PROFILE_SETTINGS: dict[str, dict[str, Any]] = {
+    # CI, seconds: 256 MNIST images, 256 Criteo rows, one epoch; every artefact at its smallest.
+    "smoke": {"datasets": ("mnist", "criteo"), "n_train": 256, "n_test": 256, "criteo_n_train": 256,
+              "epochs": 1, "cvfl_epochs": 1, "criteo_epochs": 1, "seeds": (0,), "criteo_seeds": (0,),
+              "cvfl_seeds": None, "table4_datasets": ("mnist", "criteo"), "table4_seeds": None,
+              "table6_seeds": None, "fig6_seeds": None,
+              "table5_datasets": ("mnist", "criteo"), "table6_datasets": ("criteo",), "table6_parties": (2, 4),
+              "fig6_dataset": "mnist", "embedding_dims": (16, 128), "el_pls": ((1, 1), (1, 2))},
+    # 2-core CPU, shared: measured under a load of about 15 (other sessions' runs), 2 processes,
+    # about 30 minutes. FMNIST (Table V's image dataset) and Criteo; MNIST runs in smoke and
+    # paper only. 1,200 training and 1,000 test images, 3 epochs at the paper's plain-SGD lr of
+    # 0.01 (30 steps: far from converged, so image accuracies show the pipeline and the
+    # orderings, not the paper's magnitudes); the whole Criteo sample, 3 epochs of Adam. C-VFL
+    # (Q = 10 local iterations, 10x the compute per epoch) trains 1 epoch on seed 0 only.
+    # Table IV on Criteo only (3 seeds); Table VI with C = 2, 6, 10 and Fig. 6 on 2 seeds.
+    "quick": {"datasets": ("fashion_mnist", "criteo"), "n_train": 1200, "n_test": 1000,
+              "criteo_n_train": None, "epochs": 3, "cvfl_epochs": 1, "criteo_epochs": 3,
+              "seeds": (0, 1, 2), "criteo_seeds": (0, 1, 2, 3, 4), "cvfl_seeds": (0,),
+              "table4_datasets": ("criteo",), "table4_seeds": (0, 1, 2), "table6_seeds": (0, 1), "fig6_seeds": (0, 1),
+              "table5_datasets": ("fashion_mnist", "criteo"), "table6_datasets": ("criteo",),
+              "table6_parties": (2, 6, 10), "fig6_dataset": "fashion_mnist",
+              "embedding_dims": (16, 128, 256), "el_pls": ((2, 1), (1, 1), (1, 2))},
+    # The paper's settings: full data, 20 epochs (images) / 10 (Criteo). The ResNet runs
+    # (CIFAR-10) need a GPU and are listed as pending with their cost on a CPU.
+    "paper": {"datasets": ("mnist", "fashion_mnist", "cifar10", "criteo"), "n_train": None, "n_test": None,
+              "criteo_n_train": None, "epochs": 20, "cvfl_epochs": 20, "criteo_epochs": 10,
+              "seeds": (0, 1, 2), "criteo_seeds": (0, 1, 2, 3, 4), "cvfl_seeds": None,
+              "table4_datasets": ("mnist", "fashion_mnist", "cifar10", "criteo"), "table4_seeds": None,
+              "table6_seeds": None, "fig6_seeds": None,
+              "table5_datasets": ("fashion_mnist", "criteo", "cifar10"), "table6_datasets": ("criteo", "cifar10"),
+              "table6_parties": (2, 4, 6, 8, 10), "fig6_dataset": "fashion_mnist",
+              "embedding_dims": (16, 32, 64, 128, 256), "el_pls": ((2, 1), (1, 1), (1, 2))},
+}
+#: The columns of Tables II/IV/VII: θ1..θ3 as the reference names them.
+THETA = ("party1", "party2", "party3")
+#: Fig. 4's bandwidth sweep (Mbps; the paper's values are not given) at 10 ms latency.
+FIG4_BANDWIDTHS: tuple[float, ...] = (5, 10, 50, 100, 500, 1000)
+FIG4_LATENCY_MS = 10.0
+#: Fig. 5: latency draws per class (the mean over them is reported; each draw is a full
+#: pricing of the run, and 5 keep the notebook's pricing under a minute on the 2-core CPU).
+FIG5_DRAWS = 5
+
+
+def settings(profile: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The profile's settings, with any of them overridden (an unknown key is an error)."""
+    s, _ = apply_overrides(PROFILE_SETTINGS[check_profile(profile)], overrides)
+    return s
+
+
+def _seeds(dataset: str, s: dict[str, Any], seeds: Sequence[int] | None) -> tuple[int, ...]:
+    if seeds is not None:
+        return check_seeds(seeds)
+    return check_seeds(s["criteo_seeds"] if dataset == "criteo" else s["seeds"])
+
+
+def _config(dataset: str, method: str, models: Sequence[str], seed: int, s: dict[str, Any],
+            **kw: Any) -> RunConfig:
+    criteo = dataset == "criteo"
+    epochs = s["criteo_epochs"] if criteo else s["epochs"]
+    if method == "c_vfl":
+        epochs = s["cvfl_epochs"]
+    return RunConfig(paper=PAPER, dataset=dataset, method=method, models=tuple(models),
+                     partition="strips_width", n_parties=kw.pop("n_parties", 4), active=0, batch_size=128,
+                     epochs=epochs, seed=seed, n_train=s["criteo_n_train"] if criteo else s["n_train"],
+                     n_test=None if criteo else s["n_test"], **TRAINING[dataset], **kw)
+
+
+def _baselines(s: dict[str, Any], seed: int) -> tuple[str, ...]:
+    """The baselines run on ``seed``: C-VFL only on the profile's ``cvfl_seeds`` (None: all)."""
+    return tuple(m for m in BASELINES if m != "c_vfl" or s["cvfl_seeds"] is None or seed in s["cvfl_seeds"])
+
+
+def rotate(models: Sequence[str], m: str) -> tuple[str, ...]:
+    """The heterogeneous assignment rotated so that the active party (index 0) holds ``m``."""
+    i = list(models).index(m)
+    return tuple(models[i:]) + tuple(models[:i])
+
+
+def configs(profile: str, *, seeds: Sequence[int] | None = None,
+            overrides: dict[str, Any] | None = None) -> dict[str, list[RunConfig]]:
+    """Every run of the study, grouped by artefact (a shared run appears in each group that
+    uses it and is trained once). ``seeds=None``: the profile's (Criteo has its own)."""
+    s = settings(profile, overrides)
+    out: dict[str, list[RunConfig]] = {"table2": [], "table4": [], "table6": [], "fig6": []}
+    for dataset in s["datasets"]:
+        models = MODEL_SETS[dataset]
+        for seed in _seeds(dataset, s, seeds):
+            het = assign_models(models, seed=seed)
+            for m in models:
+                out["table2"].append(_config(dataset, "local", (m,) * 4, seed, s))
+                for method in _baselines(s, seed):
+                    out["table2"].append(_config(dataset, method, rotate(het, m), seed, s))
+            out["table2"].append(_config(dataset, "easter", het, seed, s))
+            if dataset not in s["table4_datasets"] or (seeds is None and s["table4_seeds"] is not None
+                                                       and seed not in s["table4_seeds"]):
+                continue
+            for m in models:
+                out["table4"].append(_config(dataset, "local", (m,) * 4, seed, s))
+                for method in (*_baselines(s, seed), "easter"):
+                    out["table4"].append(_config(dataset, method, (m,) * 4, seed, s))
+    for dataset in s["table6_datasets"]:
+        models = MODEL_SETS[dataset]
+        six = _seeds(dataset, s, seeds)
+        if seeds is None and s["table6_seeds"] is not None:
+            six = check_seeds(s["table6_seeds"])
+        for seed in six:
+            for c in s["table6_parties"]:
+                het = assign_models(models, c, seed=seed) if c >= len(models) else tuple(models[:c])
+                for method in (*_baselines(s, seed), "easter"):
+                    # C = 2: one passive party, r_1 = 0, the active party sees E_1; recorded
+                    options = {"allow_single_passive": True} if method == "easter" and c == 2 else {}
+                    out["table6"].append(_config(dataset, method, het, seed, s, n_parties=c, feature_parts=10,
+                                                 options=options))
+    dataset = s["fig6_dataset"]
+    for seed in _seeds(dataset, s, seeds if seeds is not None else s["fig6_seeds"]):
+        het = assign_models(MODEL_SETS[dataset], seed=seed)
+        for dim in s["embedding_dims"]:
+            out["fig6"].append(_config(dataset, "easter", het, seed, s, embedding_dim=dim))
+        for el_pl in s["el_pls"]:
+            out["fig6"].append(_config(dataset, "easter", het, seed, s, el_pl=tuple(el_pl)))
+    return out
+
+
+def needs_gpu(config: RunConfig) -> bool:
+    """ResNet runs: about 60 ms per 32x8 sample on this 2-core CPU, so a GPU's work."""
+    return any(m.startswith("resnet") for m in config.models)
+
+
+def run(profile: str, *, device: str | torch.device = "auto", seeds: Sequence[int] | None = None,
+        overrides: dict[str, Any] | None = None, results: Path | None = None,
+        progress: bool = True, recompute_before: str | None = None) -> list[dict[str, Any]]:
+    """Train (or load) every run of :func:`configs` once and return the records there are.
+
+    On a CPU the ResNet runs are not trained: their records are used where they exist (e.g.
+    made on a lent GPU) and the rest are listed by :func:`pending`."""
+    runs = unique(configs(profile, seeds=seeds, overrides=overrides))
+    cpu = resolve_device(device).type == "cpu"
+    todo = [c for c in runs if not (cpu and needs_gpu(c))]
+    recs = split.run_many(todo, profile=profile, device=device, results=results, progress=progress,
+                          on_divergence="record", recompute_before=recompute_before)
+    gpu = [c for c in runs if cpu and needs_gpu(c)]
+    return recs + (store.load_available(gpu, profile=profile) if gpu else [])
+
+
+def recorded(profile: str = "quick") -> tuple[dict[str, list[RunConfig]], list[dict[str, Any]]]:
+    """The study's runs under ``profile`` and the records that exist for them (nothing is trained)."""
+    groups = configs(profile)
+    return groups, store.load_available(unique(groups), profile=profile)
+
+
+def pending(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """Runs without a record, with what they need and (ResNets) their estimated H100 minutes
+    (VFedMH's calibration, 20 epochs; ResNet34 taken halfway between ResNet18 and ResNet50)."""
+    have = {r["key"] for r in records}
+    rows = []
+    for c in unique(groups):
+        if c.key in have:
+            continue
+        est = None
+        if needs_gpu(c):
+            arch = "resnet" if c.method == "easter" else c.models[0]
+            method = "vfedmh" if c.method == "easter" else c.method
+            if arch == "resnet34":
+                est = (H100_MINUTES.get((method, "resnet18"), 0) + H100_MINUTES.get((method, "resnet50"), 0)) / 2
+            else:
+                est = H100_MINUTES.get((method, arch))
+            est = None if est is None else round(est * c.epochs / 20 * c.n_parties / 4, 1)
+        rows.append({"dataset": DATASET_NAMES[c.dataset], "method": METHOD_NAMES[c.method],
+                     "models": "/".join(c.models), "n_parties": c.n_parties, "seed": c.seed,
+                     "needs": "GPU" if needs_gpu(c) else "CPU", "estimated_h100_min": est})
+    return pd.DataFrame(rows, columns=["dataset", "method", "models", "n_parties", "seed", "needs",
+                                       "estimated_h100_min"])
+
+
+def missing_datasets() -> pd.DataFrame:
+    """The paper's datasets this study skips, and how to supply them."""
+    return pd.DataFrame([{"dataset": k, "how to supply it": v} for k, v in MISSING_DATASETS.items()])
+
+
+# --------------------------------------------------------------------------- results
+
+
+def _by_key(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {r["key"]: r for r in records}
+
+
+def metric_of(dataset: str) -> str:
+    """The test metric the paper reports: AUC on Criteo, accuracy elsewhere."""
+    return "test_auc" if dataset == "criteo" else "test_accuracy"
+
+
+def _arch_metric(record: dict[str, Any], metric: str) -> dict[str, float]:
+    """Final test metric (%) per architecture: the mean over the party models holding it."""
+    out: dict[str, list[float]] = {}
+    for model_key, arch in record["models"].items():
+        out.setdefault(arch, []).append(100 * record["final"][model_key].get(metric, float("nan")))
+    return {a: float(np.mean(v)) for a, v in out.items()}
+
+
+def _theta(dataset: str, arch: str) -> str:
+    return THETA[MODEL_SETS[dataset].index(arch)]
+
+
+def _summarise(rows: list[dict[str, Any]], profile: str) -> pd.DataFrame:
+    cols = ["table", "dataset", "method", "setting", "model", "metric", "value", "seed"]
+    df = pd.DataFrame(rows, columns=cols)
+    keys = ["table", "dataset", "method", "setting", "model", "metric"]
+    g = df.groupby(keys, sort=False)["value"]
+    ours = pd.DataFrame({"value": g.mean(), "std": g.std(ddof=1), "n_runs": g.size()}).reset_index()
+    return join_reference(ours, PAPER, profile=profile)
+
+
+def accuracy_rows(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]],
+                  table: str) -> pd.DataFrame:
+    """Per seed: the θ columns (and their average) of Table II (``table="II"``, heterogeneous)
+    or IV (homogeneous), one row per (dataset, method, θ, seed), metric in %."""
+    rec = _by_key(records)
+    group, setting = ("table2", "heterogeneous") if table == "II" else ("table4", "homogeneous")
+    rows = []
+    for c in groups[group]:
+        r = rec.get(c.key)
+        if r is None:
+            continue
+        metric = metric_of(c.dataset)
+        base = {"table": table, "dataset": DATASET_NAMES[c.dataset], "method": METHOD_NAMES[c.method],
+                "setting": setting, "metric": f"{metric}_pct", "seed": c.seed}
+        if c.method == "easter":
+            vals = _arch_metric(r, metric)
+            if table == "IV":  # every party holds θ_m: the column is the mean over the four
+                vals = {c.models[0]: float(np.mean(list(vals.values())))}
+            for arch, v in vals.items():
+                rows.append({**base, "model": _theta(c.dataset, arch), "value": v})
+        else:
+            rows.append({**base, "model": _theta(c.dataset, c.models[0]),
+                         "value": 100 * r["final"]["active"].get(metric, float("nan"))})
+    df = pd.DataFrame(rows)
+    if df.empty:
+        return df
+    df = df.drop_duplicates(["dataset", "method", "model", "seed"])
+    keys = ["table", "dataset", "method", "setting", "metric", "seed"]
+    avg = df.groupby(keys, sort=False)["value"].mean().reset_index().assign(model="avg")
+    return pd.concat([df, avg], ignore_index=True)
+
+
+def table2(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]], profile: str) -> pd.DataFrame:
+    """Table II (heterogeneous party models) in the reference long format, beside the paper's."""
+    return _summarise(accuracy_rows(groups, records, "II").to_dict("records"), profile)
+
+
+def table4(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]], profile: str) -> pd.DataFrame:
+    """Table IV (homogeneous party models) in the reference long format, beside the paper's."""
+    return _summarise(accuracy_rows(groups, records, "IV").to_dict("records"), profile)
+
+
+def _table5_runs(groups: dict[str, list[RunConfig]], datasets: Sequence[str]) -> list[RunConfig]:
+    """Table V's runs: the baselines' Table II θ2 run (active party holds θ2), EASTER's one run."""
+    out = []
+    for c in groups["table2"]:
+        if c.dataset not in datasets or c.method == "local":
+            continue
+        if c.method == "easter" or c.models[0] == MODEL_SETS[c.dataset][1]:
+            out.append(c)
+    return out
+
+
+def convergence(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]],
+                datasets: Sequence[str]) -> pd.DataFrame:
+    """Per Table V run: e* (every model within 0.5 points of its best), the θ2 metric at e* (%),
+    bytes to e* as sent and float32-equivalent (MB = 2**20 B), and per sample-epoch."""
+    rec = _by_key(records)
+    rows = []
+    for c in _table5_runs(groups, datasets):
+        r = rec.get(c.key)
+        if r is None:
+            continue
+        metric = metric_of(c.dataset)
+        e_star = analysis.convergence_epoch(r["history"], metric=metric)
+        theta2 = [k for k, a in r["models"].items() if a == MODEL_SETS[c.dataset][1]] if c.method == "easter" else None
+        b = analysis.bytes_to_convergence(r, metric=metric, epoch=e_star, models=theta2)
+        n = _n_train(r)
+        rows.append({"dataset": DATASET_NAMES[c.dataset], "method": METHOD_NAMES[c.method], "seed": c.seed,
+                     "e_star": e_star, "epochs": c.epochs, "metric": f"{metric}_pct", "value": 100 * b["value"],
+                     "MB_as_sent": b["mb"], "MB_float32": b["mb_float32"],
+                     "kB_per_sample_epoch": b["bytes_float32"] / 1024 / (n * e_star), "key": c.key})
+    return pd.DataFrame(rows)
+
+
+def _n_train(record: dict[str, Any]) -> int:
+    """Training samples of a run: its steps per epoch times the batch size, bounded by n_train."""
+    cfg = record["config"]
+    if cfg.get("n_train"):
+        return int(cfg["n_train"])
+    sizes = {"mnist": 60000, "fashion_mnist": 60000, "cifar10": 50000, "criteo": 1599}
+    return sizes[cfg["dataset"]]
+
+
+def table5(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]], profile: str,
+           datasets: Sequence[str] | None = None) -> pd.DataFrame:
+    """Table V: the θ2 metric at convergence and the communication to convergence
+    (``communication_MB``: float32-equivalent, as the paper presumably counted; ``_as_sent``:
+    with blinded int64 embeddings), beside the paper's. Datasets the paper does not print for
+    Table V (e.g. MNIST) have no paper value."""
+    datasets = datasets or settings(profile)["table5_datasets"]
+    conv = convergence(groups, records, datasets)
+    rows = []
+    for _, x in conv.iterrows():
+        base = {"table": "V", "dataset": x["dataset"], "method": x["method"], "setting": "", "model": "",
+                "seed": x["seed"]}
+        rows += [{**base, "metric": x["metric"], "value": x["value"]},
+                 {**base, "metric": "communication_MB", "value": x["MB_float32"]},
+                 {**base, "metric": "communication_MB_as_sent", "value": x["MB_as_sent"]},
+                 {**base, "metric": "epochs_to_convergence", "value": x["e_star"]}]
+    return _summarise(rows, profile)
+
+
+def table5_ratios(t5: pd.DataFrame) -> pd.DataFrame:
+    """Each method's communication to convergence over EASTER's, ours (float32-equivalent)
+    beside the paper's (e.g. PyVertical/EASTER = 1.67 on FMNIST)."""
+    t = t5[t5["metric"] == "communication_MB"].set_index(["dataset", "method"])
+    rows = []
+    for (dataset, method), x in t.iterrows():
+        if method == "EASTER" or (dataset, "EASTER") not in t.index:
+            continue
+        e = t.loc[(dataset, "EASTER")]
+        rows.append({"dataset": dataset, "method": method, "ours_over_EASTER": x["value"] / e["value"],
+                     "paper_over_EASTER": x["paper_value"] / e["paper_value"]})
+    return pd.DataFrame(rows).round(2)
+
+
+def _links(record: dict[str, Any]) -> pd.DataFrame:
+    """A record's per-link rows, with C-VFL's downlink bundle (embeddings of the others, the top
+    model and the labels, sent together) as one round."""
+    df = pd.DataFrame(record["comm"]["per_link"])
+    if record["config"]["method"] == "c_vfl":
+        df = df.assign(kind=np.where(df["sender"] == "active", "downlink", df["kind"]))
+    return df
+
+
+def comm_times(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]],
+               datasets: Sequence[str], *, bandwidths: Sequence[float] = FIG4_BANDWIDTHS) -> pd.DataFrame:
+    """Figs. 4-5: communication seconds to convergence of each Table V run, against bandwidth
+    (latency 10 ms, parallel links) and against latency class at 50 Mbps (latency drawn per
+    round, mean over :data:`FIG5_DRAWS` draws). Computed once per set of records (the notebook
+    and the claims ask for the same)."""
+    memo = (tuple(sorted((r["key"], r.get("finished") or "") for r in records)), tuple(datasets), tuple(bandwidths))
+    if memo not in _TIMES:
+        _TIMES[memo] = _comm_times(groups, records, datasets, bandwidths)
+    return _TIMES[memo].copy()
+
+
+_TIMES: dict[tuple[Any, ...], pd.DataFrame] = {}
+
+
+def _comm_times(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]],
+                datasets: Sequence[str], bandwidths: Sequence[float]) -> pd.DataFrame:
+    rec = _by_key(records)
+    conv = convergence(groups, records, datasets)
+    rows = []
+    for _, x in conv.iterrows():
+        links = _links(rec[x["key"]])
+        for bw in bandwidths:
+            t = netmodel.price_links(links, netmodel.NetworkModel(netmodel.Link(bw, FIG4_LATENCY_MS)),
+                                     until_epoch=int(x["e_star"]))
+            rows.append({"figure": "4", "dataset": x["dataset"], "method": x["method"], "seed": x["seed"],
+                         "bandwidth_mbps": bw, "latency": f"{FIG4_LATENCY_MS:g} ms", "seconds": t})
+        for cls in netmodel.LATENCY_CLASSES:
+            net = netmodel.NetworkModel(netmodel.Link(netmodel.FIG5_BANDWIDTH_MBPS, 0.0))
+            t = np.mean([netmodel.price_links(links, net, until_epoch=int(x["e_star"]), latency_ms=cls, seed=d)
+                         for d in range(FIG5_DRAWS)])
+            rows.append({"figure": "5", "dataset": x["dataset"], "method": x["method"], "seed": x["seed"],
+                         "bandwidth_mbps": netmodel.FIG5_BANDWIDTH_MBPS, "latency": cls, "seconds": float(t)})
+    return pd.DataFrame(rows)
+
+
+def fig4(times: pd.DataFrame) -> tuple[plt.Figure, pd.DataFrame]:
+    """Communication time to convergence against bandwidth, per dataset and method."""
+    data = times[times["figure"] == "4"].drop(columns="figure")
+    g = sns.relplot(data=data, x="bandwidth_mbps", y="seconds", hue="method", col="dataset", kind="line",
+                    marker="o", height=3, aspect=1.2, errorbar=None, facet_kws={"sharey": False})
+    g.set(xscale="log", yscale="log", xlabel="bandwidth (Mbps)", ylabel="communication time to e* (s)")
+    g.figure.suptitle("Fig. 4: communication time to convergence vs bandwidth (10 ms, parallel links)", y=1.04)
+    return g.figure, data
+
+
+def fig5(times: pd.DataFrame) -> tuple[plt.Figure, pd.DataFrame]:
+    """Communication time to convergence per latency class at 50 Mbps."""
+    data = times[times["figure"] == "5"].drop(columns="figure")
+    g = sns.catplot(data=data, x="latency", y="seconds", hue="method", col="dataset", kind="bar",
+                    height=3, aspect=1.2, errorbar=None, sharey=False, order=list(netmodel.LATENCY_CLASSES))
+    g.set(xlabel="latency class (low 1-30, medium 30-50, high 50-100 ms)", ylabel="communication time to e* (s)")
+    g.figure.suptitle("Fig. 5: communication time to convergence per latency class (50 Mbps)", y=1.04)
+    return g.figure, data
+
+
+def table6(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]], profile: str) -> pd.DataFrame:
+    """Table VI: C = 2..10 parties holding the first C of 10 feature parts. ACC/AUC (EASTER: the
+    mean over its C models), training time (measured wall time, min) and the run's peak memory
+    (MB; on a CPU the worker process's max RSS, which includes the data and only grows across
+    the runs a worker makes: a coarse upper bound, not the paper's per-run measure)."""
+    rec = _by_key(records)
+    rows = []
+    for c in groups["table6"]:
+        r = rec.get(c.key)
+        if r is None:
+            continue
+        metric = metric_of(c.dataset)
+        base = {"table": "VI", "dataset": DATASET_NAMES[c.dataset], "method": METHOD_NAMES[c.method],
+                "setting": f"C={c.n_parties}", "model": "", "seed": c.seed}
+        models = list(r["models"]) if c.method == "easter" else ["active"]
+        value = float(np.mean([100 * r["final"][k].get(metric, float("nan")) for k in models]))
+        rows += [{**base, "metric": f"{metric}_pct", "value": value},
+                 {**base, "metric": "train_time_min", "value": r["wall_time_s"] / 60},
+                 {**base, "metric": "memory_MB", "value": r["peak_memory_mb"]}]
+    return _summarise(rows, profile)
+
+
+def table6_security(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """Per EASTER run of Table VI: passive parties and whether its record holds the insecure
+    single-passive flag (C = 2 only: the active party then sees the one passive embedding)."""
+    rec = _by_key(records)
+    rows = []
+    for c in groups["table6"]:
+        r = rec.get(c.key)
+        if c.method != "easter" or r is None:
+            continue
+        rows.append({"dataset": DATASET_NAMES[c.dataset], "C": c.n_parties, "seed": c.seed,
+                     "passive_parties": c.n_parties - 1,
+                     "allow_single_passive (recorded)": bool(r["config"]["options"].get("allow_single_passive", False))})
+    return pd.DataFrame(rows).drop_duplicates(["dataset", "C", "allow_single_passive (recorded)"])
+
+
+#: Table VII's device mixes: the number of low-performance passive devices -> the paper's label.
+DEVICE_MIXES = {0: "devices(A,B,C)=high,high,high", 1: "devices(A,B,C)=high,high,low",
+                2: "devices(A,B,C)=high,low,low", 3: "devices(A,B,C)=low,low,low"}
+
+
+def table7(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]], profile: str) -> pd.DataFrame:
+    """Table VII from the Table II EASTER runs: per device mix and network topology, the θ
+    accuracies (those of the run: devices change no number in a synchronous protocol) and the
+    training time to e* (min) = compute (measured seconds per step, scaled by the slowest
+    device's ``compute_factor``) + communication (priced per link under the mix).
+
+    Returns the reference-joined rows with a ``topology`` column (parallel, shared_uplink)."""
+    rec = _by_key(records)
+    acc = accuracy_rows(groups, records, "II")
+    frames = []
+    for topology in netmodel.TOPOLOGIES:
+        rows = []
+        for c in groups["table2"]:
+            r = rec.get(c.key)
+            if c.method != "easter" or r is None:
+                continue
+            metric = metric_of(c.dataset)
+            e_star = analysis.convergence_epoch(r["history"], metric=metric)
+            links = pd.DataFrame(r["comm"]["per_link"])
+            steps = int(links[links["epoch"] == 1]["steps"].max())
+            elapsed = max(h["elapsed_s"] for h in r["history"] if h["epoch"] == e_star)
+            step_s = elapsed / (steps * e_star)
+            passive = sorted(p for p in r["models"] if p != "active")
+            theta = acc[(acc["dataset"] == DATASET_NAMES[c.dataset]) & (acc["method"] == "EASTER")
+                        & (acc["seed"] == c.seed) & (acc["model"] != "avg")]
+            for n_low, label in DEVICE_MIXES.items():
+                t = netmodel.training_time(links, netmodel.device_mix(passive, n_low), step_seconds=step_s,
+                                           steps_per_epoch=steps, topology=topology, until_epoch=e_star)
+                base = {"table": "VII", "dataset": DATASET_NAMES[c.dataset], "method": "EASTER",
+                        "setting": label, "seed": c.seed}
+                rows.append({**base, "model": "", "metric": "train_time_min", "value": t["total_s"] / 60})
+                rows += [{**base, "model": x["model"], "metric": x["metric"], "value": x["value"]}
+                         for _, x in theta.iterrows()]
+        frames.append(_summarise(rows, profile).assign(topology=topology))
+    return pd.concat(frames, ignore_index=True)
+
+
+def table7_times(t7: pd.DataFrame) -> pd.DataFrame:
+    """Table VII's times side by side: ours under each topology and the paper's, per mix."""
+    t = t7[t7["metric"] == "train_time_min"]
+    out = t.pivot_table(index=["dataset", "setting"], columns="topology", values="value", sort=False)
+    paper = t.drop_duplicates(["dataset", "setting"]).set_index(["dataset", "setting"])["paper_value"]
+    return out.assign(paper=paper).round(3).reset_index()
+
+
+def fig6(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> tuple[plt.Figure, pd.DataFrame]:
+    """(a) test accuracy against embedding size, (b) against the EL:PL layer ratio: EASTER's
+    heterogeneous run, per architecture and the mean over the parties."""
+    rec = _by_key(records)
+    rows = []
+    for c in groups["fig6"]:
+        r = rec.get(c.key)
+        if r is None:
+            continue
+        metric = metric_of(c.dataset)
+        vals = _arch_metric(r, metric)
+        vals["mean"] = float(np.mean([100 * r["final"][k].get(metric, float("nan")) for k in r["models"]]))
+        for arch, v in vals.items():
+            rows.append({"dataset": DATASET_NAMES[c.dataset], "seed": c.seed, "embedding_dim": c.embedding_dim,
+                         "el_pl": f"{c.el_pl[0]}:{c.el_pl[1]}", "model": arch, f"{metric}_pct": v})
+    data = pd.DataFrame(rows, columns=["dataset", "seed", "embedding_dim", "el_pl", "model", "test_accuracy_pct"]
+                        if not rows else None).drop_duplicates(["seed", "embedding_dim", "el_pl", "model"])
+    y = [c for c in data.columns if c.endswith("_pct")][0]
+    if data.empty:
+        fig, ax = plt.subplots(figsize=(6, 2))
+        ax.text(0.5, 0.5, "Fig. 6: no recorded runs yet", ha="center", va="center")
+        ax.set_axis_off()
+        return fig, data
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+    sns.lineplot(data=data[data["el_pl"] == "1:1"], x="embedding_dim", y=y, hue="model", marker="o",
+                 errorbar=None, ax=axes[0])
+    axes[0].set(xscale="log", xlabel="embedding size", title="(a) embedding size (EL:PL 1:1)")
+    axes[0].set_xticks(sorted(data["embedding_dim"].unique()), [str(d) for d in sorted(data["embedding_dim"].unique())])
+    sns.barplot(data=data[data["embedding_dim"] == 128], x="el_pl", y=y, hue="model", errorbar=None, ax=axes[1],
+                order=[f"{a}:{b}" for a, b in ((2, 1), (1, 1), (1, 2)) if f"{a}:{b}" in set(data["el_pl"])])
+    axes[1].set(xlabel="EL:PL (layer ratio; it changes total depth too)", title="(b) EL:PL (embedding 128)")
+    lo = float(data[y].min())
+    axes[1].set_ylim(max(0.0, lo - 5), None)
+    fig.suptitle("Fig. 6: EASTER's heterogeneous run on " + ", ".join(data["dataset"].unique()), y=1.02)
+    return fig, data
+
+
+# --------------------------------------------------------------------------- claims
+
+
+#: What the claims' checks derived from the records, keyed by the record files they read
+#: (path and modification time): a clause reads and prices the records once, and a record
+#: added or rewritten since is read afresh.
+_DERIVED: dict[tuple[Any, ...], Any] = {}
+
+
+def _signature(profile: str) -> tuple[Any, ...]:
+    groups = configs(profile)
+    paths = [store.record_path(c, profile, root) for c in unique(groups) for root in store._record_roots()]
+    return (profile, tuple((str(p), p.stat().st_mtime_ns) for p in paths if p.exists()))
+
+
+def _derived(profile: str, name: str, fn: Any) -> Any:
+    key = (_signature(profile), name)
+    if key not in _DERIVED:
+        _DERIVED[key] = fn()
+    return _DERIVED[key]
+
+
+def _load(profile: str) -> tuple[dict[str, list[RunConfig]], list[dict[str, Any]]]:
+    def load() -> tuple[dict[str, list[RunConfig]], list[dict[str, Any]]]:
+        groups = configs(profile)
+        return groups, store.load_available(unique(groups), profile=profile)
+    return _derived(profile, "records", load)
+
+
+def _beats(table: str, other: str) -> claims.Claim:
+    def check(profile: str) -> claims.Verdict:
+        groups, recs = _load(profile)
+        acc = accuracy_rows(groups, recs, table)
+        if acc.empty:
+            return claims.not_testable("no records")
+        acc = acc[acc["model"] != "avg"]
+        return claims.ordering(claims.paired(acc, by="method", a="EASTER", b=other, value="value",
+                                             cell=["dataset", "model"]), a="EASTER", b=other)
+    setting = "heterogeneous" if table == "II" else "homogeneous"
+    return claims.Claim(PAPER, f"Table {table}", f"EASTER's models beat {other} ({setting} models)", check)
+
+
+def _less_comm(other: str) -> claims.Claim:
+    def check(profile: str) -> claims.Verdict:
+        groups, recs = _load(profile)
+        conv = convergence(groups, recs, settings(profile)["table5_datasets"])
+        if conv.empty:
+            return claims.not_testable("no records")
+        return claims.ordering(claims.paired(conv, by="method", a=other, b="EASTER", value="MB_float32",
+                                             cell=["dataset"]), a=other, b="EASTER", what="MB")
+    return claims.Claim(PAPER, "Table V", f"EASTER communicates less than {other} to convergence", check)
+
+
+def _times(profile: str) -> pd.DataFrame:
+    groups, recs = _load(profile)
+    return _derived(profile, "times", lambda: comm_times(groups, recs, settings(profile)["table5_datasets"]))
+
+
+def _fig4_check(profile: str) -> claims.Verdict:
+    t = _times(profile)
+    if t.empty:
+        return claims.not_testable("no records")
+    t = t[t["figure"] == "4"]
+    lo, hi = min(FIG4_BANDWIDTHS), max(FIG4_BANDWIDTHS)
+    t = t[t["bandwidth_mbps"].isin([lo, hi])].assign(bw=lambda d: np.where(d["bandwidth_mbps"] == lo, "low", "high"))
+    return claims.ordering(claims.paired(t, by="bw", a="low", b="high", value="seconds", cell=["dataset", "method"]),
+                           a=f"time at {lo:g} Mbps", b=f"time at {hi:g} Mbps", what="s")
+
+
+def _fig5_check(profile: str) -> claims.Verdict:
+    t = _times(profile)
+    if t.empty:
+        return claims.not_testable("no records")
+    t = t[t["figure"] == "5"]
+    return claims.ordering(claims.paired(t, by="latency", a="high", b="low", value="seconds",
+                                         cell=["dataset", "method"]),
+                           a="time at high latency", b="time at low latency", what="s")
+
+
+def _fig5_agg_check(profile: str) -> claims.Verdict:
+    t = _times(profile)
+    if t.empty:
+        return claims.not_testable("no records")
+    t = t[t["figure"] == "5"].pivot_table(index=["dataset", "method", "seed"], columns="latency", values="seconds")
+    growth = (t["high"] - t["low"]).rename("growth").reset_index()
+    return claims.all_of(
+        claims.ordering(claims.paired(growth, by="method", a=m, b="Agg_VFL", value="growth", cell=["dataset"]),
+                        a=f"{m}'s latency penalty", b="Agg_VFL's", what="s")
+        for m in ("EASTER", "PyVertical", "C_VFL"))
+
+
+def _table6_rise(profile: str) -> claims.Verdict:
+    groups, recs = _load(profile)
+    t = table6_rows(groups, recs)
+    if t.empty:
+        return claims.not_testable("no records")
+    cs = sorted(t["C"].unique())
+    t = t[(t["method"] == "EASTER") & t["C"].isin([cs[0], cs[-1]])]
+    t = t.assign(end=np.where(t["C"] == cs[-1], "many", "few"))
+    return claims.ordering(claims.paired(t, by="end", a="many", b="few", value="value", cell=["dataset"]),
+                           a=f"EASTER at C={cs[-1]}", b=f"at C={cs[0]}")
+
+
+def _table6_beats(profile: str) -> claims.Verdict:
+    groups, recs = _load(profile)
+    t = table6_rows(groups, recs)
+    if t.empty:
+        return claims.not_testable("no records")
+    return claims.all_of(claims.ordering(claims.paired(t, by="method", a="EASTER", b=m, value="value",
+                                                       cell=["dataset", "C"]), a="EASTER", b=m)
+                         for m in ("PyVertical", "C_VFL", "Agg_VFL"))
+
+
+def table6_rows(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """Per Table VI run and seed: dataset, method, C and the test metric (%)."""
+    rec = _by_key(records)
+    rows = []
+    for c in groups["table6"]:
+        r = rec.get(c.key)
+        if r is None:
+            continue
+        metric = metric_of(c.dataset)
+        models = list(r["models"]) if c.method == "easter" else ["active"]
+        rows.append({"dataset": DATASET_NAMES[c.dataset], "method": METHOD_NAMES[c.method], "C": c.n_parties,
+                     "seed": c.seed, "value": float(np.mean([100 * r["final"][k].get(metric, np.nan) for k in models]))})
+    return pd.DataFrame(rows)
+
+
+def _table7_check(topology: str) -> Any:
+    def check(profile: str) -> claims.Verdict:
+        groups, recs = _load(profile)
+        if not any(c.method == "easter" and c.key in {r["key"] for r in recs} for c in groups["table2"]):
+            return claims.not_testable("no records")
+        t7 = _derived(profile, "table7", lambda: table7(groups, recs, profile))
+        t = t7[(t7["metric"] == "train_time_min") & (t7["topology"] == topology)]
+        steps = []
+        for n in range(1, 4):
+            a, b = t[t["setting"] == DEVICE_MIXES[n]], t[t["setting"] == DEVICE_MIXES[n - 1]]
+            d = a.set_index("dataset")["value"] - b.set_index("dataset")["value"]
+            # one row per dataset: the mean over seeds (the times of one seed are priced, not noisy)
+            steps.append(claims.ordering(pd.DataFrame({"cell": d.index, "seed": 0, "diff": d.to_numpy()}),
+                                         a=f"{n} slow", b=f"{n - 1} slow", what="min"))
+        return claims.all_of(steps)
+    return check
+
+
+def _fig6_best(what: str) -> Any:
+    def check(profile: str) -> claims.Verdict:
+        groups, recs = _load(profile)
+        if not any(c.key in {r["key"] for r in recs} for c in groups["fig6"]):
+            return claims.not_testable("no records")
+        _, data = fig6(groups, recs)
+        plt.close("all")
+        y = [c for c in data.columns if c.endswith("_pct")][0]
+        data = data[data["model"] == "mean"]
+        if what == "embedding":
+            d = data[data["el_pl"] == "1:1"].assign(level=lambda x: x["embedding_dim"].astype(str))
+            best, others = "128", [str(v) for v in sorted(d["embedding_dim"].unique()) if v != 128]
+        else:
+            d = data[data["embedding_dim"] == 128].assign(level=lambda x: x["el_pl"])
+            best, others = "1:1", [v for v in d["el_pl"].unique() if v != "1:1"]
+        return claims.all_of(claims.ordering(claims.paired(d, by="level", a=best, b=o, value=y, cell=["dataset"]),
+                                             a=best, b=o) for o in others)
+    return check
+
+
+CLAIMS: list[claims.Claim] = [
+    *[_beats("II", m) for m in ("Local", "PyVertical", "C_VFL", "Agg_VFL")],
+    *[_beats("IV", m) for m in ("Local", "PyVertical", "C_VFL", "Agg_VFL")],
+    _less_comm("PyVertical"), _less_comm("C_VFL"),
+    claims.Claim(PAPER, "Fig. 4", "communication time to convergence falls as bandwidth grows", _fig4_check),
+    claims.Claim(PAPER, "Fig. 5", "communication time to convergence grows with latency", _fig5_check),
+    claims.Claim(PAPER, "Fig. 5", "Agg_VFL is the least affected by latency", _fig5_agg_check),
+    claims.Claim(PAPER, "Table VI", "EASTER's accuracy rises with the number of parties C", _table6_rise),
+    claims.Claim(PAPER, "Table VI", "EASTER beats every baseline at every C", _table6_beats),
+    claims.Claim(PAPER, "Table VII", "training time rises with each low-performance device (parallel links)",
+                 _table7_check("parallel")),
+    claims.Claim(PAPER, "Table VII", "training time rises with each low-performance device (shared uplink)",
+                 _table7_check("shared_uplink")),
+    claims.Claim(PAPER, "Fig. 6", "embedding size 128 gives the highest accuracy", _fig6_best("embedding")),
+    claims.Claim(PAPER, "Fig. 6", "EL:PL = 1:1 beats 2:1 and 1:2", _fig6_best("el_pl")),
+]
