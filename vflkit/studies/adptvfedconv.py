@@ -153,6 +153,11 @@ def recorded(profile: str = "quick") -> list[dict[str, Any]]:
 # ------------------------------------------------------------------------------ frames
 
 
+_RUN_COLUMNS = ["variant", "label", "cut", "padding", "seed", "width", "paper_model", "final_pct", "best_pct",
+                "best_epoch", "epochs", "upload_bytes_per_sample", "extractor_macs", "extractor_params",
+                "feature_map_bytes", "model_transfer_bytes", "wall_time_s"]
+
+
 def runs_frame(recs: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """One row per record: variant, label, cut, seed, final / best accuracy (%), and costs."""
     rows = []
@@ -169,7 +174,7 @@ def runs_frame(recs: Sequence[dict[str, Any]]) -> pd.DataFrame:
                      "feature_map_bytes": costs.get("feature_map_bytes_per_sample"),
                      "model_transfer_bytes": costs.get("model_transfer_bytes_per_client"),
                      "wall_time_s": r["wall_time_s"]})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=_RUN_COLUMNS)
 
 
 def _model_label(df: pd.DataFrame) -> str:
@@ -245,7 +250,7 @@ def curves(recs: Sequence[dict[str, Any]], variants: Sequence[str] = ("adptvfedc
         if c["variant"] in variants and (c["variant"] == "centralized" or c["cut"] == "2C+1M"):
             rows += [{"variant": c["variant"], "label": LABELS[c["variant"]], "seed": c["seed"],
                       "epoch": i + 1, "accuracy_pct": 100 * a} for i, a in enumerate(r["curve"])]
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=["variant", "label", "seed", "epoch", "accuracy_pct"])
 
 
 def plot_fig3(curve: pd.DataFrame, table: pd.DataFrame) -> plt.Figure:
@@ -353,7 +358,7 @@ def compute(recs: Sequence[dict[str, Any]]) -> pd.DataFrame:
         rows.append({"scale": "paper's VGG-16", "cut": cut, "extractor_macs_per_tile": c["extractor_macs_per_tile"],
                      "centralized_macs_per_image": c["centralized_macs_per_image"],
                      "ratio": c["extractor_macs_per_tile"] / c["centralized_macs_per_image"]})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=["scale", "cut", "extractor_macs_per_tile", "centralized_macs_per_image", "ratio"])
 
 
 # ------------------------------------------------------------------------------ claims
