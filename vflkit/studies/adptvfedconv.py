@@ -223,7 +223,8 @@ def table3(recs: Sequence[dict[str, Any]], *, profile: str) -> pd.DataFrame:
             rows.append({"table": "3", "dataset": "CIFAR-10", "method": "AdptVFedConv",
                          "setting": f"extractor={c['cut']}", "model": "VGG-16", "metric": metric,
                          "value": v, "std": 0.0, "n_runs": c["n_runs"]})
-    costs = join_reference(pd.DataFrame(rows), PAPER, profile=profile).assign(model=_model_label(df))
+    cols = ["table", "dataset", "method", "setting", "model", "metric", "value", "std", "n_runs"]
+    costs = join_reference(pd.DataFrame(rows, columns=cols), PAPER, profile=profile).assign(model=_model_label(df))
     order = {c: i for i, c in enumerate(CUTS)}
     out = pd.concat([out, costs], ignore_index=True)
     return out.sort_values("setting", key=lambda s: s.str.removeprefix("extractor=").map(order),
@@ -266,7 +267,8 @@ def plot_fig3(curve: pd.DataFrame, table: pd.DataFrame) -> plt.Figure:
             ax.axhline(paper[lab], ls="--", color=line.get_color(), lw=1, label=f"{lab} (paper, final)")
     ax.set(xlabel="epoch (stage 3 for AdptVFedConv, stage 1 for Non-cooperation)", ylabel="test accuracy (%)",
            title="CIFAR-10", ylim=(0, 100))
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1, 1))
+    if len(curve):
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1, 1))
     fig.tight_layout()
     return fig
 
