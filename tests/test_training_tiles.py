@@ -118,3 +118,16 @@ def test_the_quick_profile_has_every_table2_row_three_cuts_and_three_seeds():
     assert all(r.key in keys2 for r in g["table3"] if r.adpt.cut == "2C+1M")
     with pytest.raises(ConfigError, match="unknown overrides"):
         study.configs("quick", overrides={"epochs": 3})
+
+
+def test_paper_scale_communication_sits_between_one_shot_and_per_epoch_maps():
+    """Per client at the paper's scale: feature maps are 64x8x8 floats (21x a raw tile); sent
+    once they cost less than 60 FedAvg rounds of VGG-16, re-sent every epoch more."""
+    com = study.communication([]).set_index("what")["MiB"]
+    once = com["AdptVFedConv, maps sent once (Algorithm 1)"]
+    every = com["AdptVFedConv, maps re-extracted every epoch (ours, default)"]
+    fl = com["parameter-sharing FL of the same VGG-16, one round per epoch"]
+    raw = com["raw tiles, sent once"]
+    assert raw == pytest.approx(50_000 * 3 * 16 * 16 / 2**20)
+    assert once - 50_000 * 64 * 8 * 8 * 4 / 2**20 == pytest.approx(39_234 * 4 / 2**20, rel=0.05)  # + the extractor
+    assert raw < once < fl < every
