@@ -52,8 +52,10 @@ from vflkit.methods import RunConfig
 from vflkit.methods.multi_vfl import MultiVFLConfig
 from vflkit.records import ENVELOPE, write_json_atomic
 from vflkit.training.one_shot import OneShotRun
+from vflkit.training.tiles import TilesRun
 
-RUN_CLASSES = {"vfedmh": RunConfig, "demo": RunConfig, "multi_vfl": MultiVFLConfig, "apc_vfl": OneShotRun}
+RUN_CLASSES = {"vfedmh": RunConfig, "demo": RunConfig, "easter": RunConfig, "multi_vfl": MultiVFLConfig,
+               "apc_vfl": OneShotRun, "adptvfedconv": TilesRun}
 
 
 def migrate(record: dict[str, Any], *, profile: str, paper: str, key: str) -> dict[str, Any]:
@@ -145,12 +147,12 @@ def count_rounds_as_phases(record: dict[str, Any], *, paper: str) -> dict[str, A
     """``record`` with its rounds counted as protocol phases (a new dict; ``record`` is not
     changed). A record already so counted is returned as it is; one the rules do not fit
     raises ValueError."""
-    comm = record.get("comm")
+    comm = record.get("comm")  # AdptVFedConv's records count bytes and messages, no rounds
     if comm is None or comm.get("rounds_counted_as") == ROUNDS_COUNTED_AS:
         return record
     out = copy.deepcopy(record)
     comm = out["comm"]
-    if paper in ("vfedmh", "demo"):
+    if paper in ("vfedmh", "demo", "easter"):
         _split_rounds(comm, out["config"])
     elif paper == "multi_vfl":
         _multi_vfl_rounds(comm, out)

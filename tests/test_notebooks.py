@@ -68,6 +68,8 @@ SMOKE_BOUNDS = {
                "claims": (19, 19)},
     "multi_vfl": {"runs": (7, 7), "final_accuracy_pct_min": (0, 100), "final_accuracy_pct_max": (0, 100)},
     "apc_vfl": {"runs": (14, 14), "fig5_score_min": (0, 1), "fig5_score_max": (0, 1)},
+    "adptvfedconv": {"runs": (10, 10), "pending": (0, 0), "adptvfedconv_final_pct": (0, 100),
+                     "centralized_final_pct": (0, 100)},
 }
 
 

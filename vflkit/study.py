@@ -31,9 +31,10 @@ FAMILIES: dict[str, tuple[str, str, str]] = {
     "split": ("vflkit.training.split", "vflkit.methods.base:RunConfig", "record"),
     "multi_owner": ("vflkit.training.multi_owner", "vflkit.methods.multi_vfl:MultiVFLConfig", "raise"),
     "one_shot": ("vflkit.training.one_shot", "vflkit.training.one_shot:OneShotRun", "raise"),
+    "tiles": ("vflkit.training.tiles", "vflkit.training.tiles:TilesRun", "raise"),
 }
 STUDY_FAMILY: dict[str, str] = {"vfedmh": "split", "easter": "split", "demo": "split", "multi_vfl": "multi_owner",
-                                "apc_vfl": "one_shot"}
+                                "apc_vfl": "one_shot", "adptvfedconv": "tiles"}
 
 
 def _load(spec: str) -> Any:

@@ -855,13 +855,22 @@ class _Run:
         }
 
 
-def _stopper(stop_after: tuple[str, int] | None, max_seconds: float | None) -> Callable[[str, int], bool]:
+def _stopper(stop_after: tuple[str, int] | None, max_seconds: float | None,
+             deadline: float | None = None) -> Callable[[str, int], bool]:
+    """When to stop after a checkpoint: at ``stop_after``, past ``max_seconds``, or when the next
+    epoch, taken to last as long as the one just checkpointed, would end after ``deadline``
+    (a ``time.time()`` value: the scheduler's budget)."""
     begun = time.perf_counter()
+    last = [begun]
 
     def stop(stage: str, epoch: int) -> bool:
+        now = time.perf_counter()
+        epoch_s, last[0] = now - last[0], now
         if stop_after is not None and (stage, epoch) == tuple(stop_after):
             return True
-        return max_seconds is not None and time.perf_counter() - begun >= max_seconds
+        if deadline is not None and time.time() + epoch_s > deadline:
+            return True
+        return max_seconds is not None and now - begun >= max_seconds
 
     return stop
 
@@ -870,7 +879,7 @@ def train(config: AdptVFedConvConfig, *, device: str | torch.device = "auto",
           checkpoint_dir: str | Path | None = None, data: ImageData | None = None,
           channel: Channel | None = None, pretrain_dir: str | Path | None = None,
           stages: Sequence[str] = STAGES, stop_after: tuple[str, int] | None = None,
-          max_seconds: float | None = None) -> dict[str, Any]:
+          max_seconds: float | None = None, deadline: float | None = None) -> dict[str, Any]:
     """Run AdptVFedConv's three stages; resume from ``checkpoint_dir`` if it holds this run.
 
     Parameters
@@ -896,6 +905,9 @@ def train(config: AdptVFedConvConfig, *, device: str | torch.device = "auto",
         ``(stage, epoch)``: return after that epoch's checkpoint (``complete=False``).
     max_seconds
         Return after the first checkpoint past this many seconds (short GPU windows).
+    deadline
+        A ``time.time()`` value: return after the last checkpoint whose next epoch (as long as
+        the last one) would not end before it.
 
     Returns
     -------
@@ -914,7 +926,7 @@ def train(config: AdptVFedConvConfig, *, device: str | torch.device = "auto",
                checkpoint_dir=Path(checkpoint_dir) if checkpoint_dir else None,
                pretrain_dir=Path(pretrain_dir) if pretrain_dir else None)
     run.resume()
-    stop = _stopper(stop_after, max_seconds)
+    stop = _stopper(stop_after, max_seconds, deadline)
     try:
         for stage in STAGES:
             if stage in stages:
@@ -945,11 +957,12 @@ def train_noncooperation(config: AdptVFedConvConfig, **kwargs: Any) -> dict[str,
 
 def train_centralized(config: AdptVFedConvConfig, *, device: str | torch.device = "auto",
                       checkpoint_dir: str | Path | None = None, data: ImageData | None = None,
-                      stop_after: int | None = None, max_seconds: float | None = None) -> dict[str, Any]:
+                      stop_after: int | None = None, max_seconds: float | None = None,
+                      deadline: float | None = None) -> dict[str, Any]:
     """Centralized VGG-16 (Table 2's upper bound): one party, whole 32x32 images, zero padding,
     standard augmentation (RandomCrop(32, pad ``centralized_crop_pad``) + flip), SGD as stage 1
     for ``centralized_epochs``. Checkpointed per epoch like :func:`train`; ``stop_after`` is an
-    epoch.
+    epoch; ``deadline`` as in :func:`train`.
     """
     cfg = config
     dev = resolve_device(device)
@@ -998,8 +1011,10 @@ def train_centralized(config: AdptVFedConvConfig, *, device: str | torch.device 
             _save_atomic({"config": cfg.to_dict(), "model": net.state_dict(), "optim": opt.state_dict(),
                           "sched": sched.state_dict(), "history": hist, "epoch": epoch,
                           "elapsed_s": elapsed}, ckpt)
+        epoch_s = time.perf_counter() - start
         if (stop_after is not None and epoch == stop_after) or (
-                max_seconds is not None and time.perf_counter() - begun >= max_seconds):
+                max_seconds is not None and time.perf_counter() - begun >= max_seconds) or (
+                deadline is not None and epoch < cfg.centralized_epochs and time.time() + epoch_s > deadline):
             complete = epoch == cfg.centralized_epochs
             break
     curve = hist["test_accuracy"]
@@ -1011,6 +1026,7 @@ def train_centralized(config: AdptVFedConvConfig, *, device: str | torch.device 
         "final_accuracy": curve[-1] if curve else None,
         "best_accuracy": curve[best] if curve else None,
         "best_epoch": best + 1 if curve else None,
+        "n_train": n, "n_test": len(y_te),
         "params": count_params(net), "macs_per_image": count_macs(net, d.image_shape),
         "elapsed_s": elapsed,
     }

@@ -1,0 +1,229 @@
+"""The trainer of the tiles family: AdptVFedConv's VGG-16 across the 2x2 tiles of an image.
+
+One run (:class:`TilesRun`) is one row of the paper's Table 2 or 3, or one of our extensions:
+a *variant* and the :class:`~vflkit.methods.adptvfedconv.AdptVFedConvConfig` it runs with.
+:func:`train` runs it with :mod:`vflkit.methods.adptvfedconv` and returns one result shape for
+every variant (per-epoch test accuracy ``curve``, final / best accuracy, histories, the ledger's
+bytes per message kind and the cost accounting), which :func:`vflkit.records.run_one` wraps in
+the common envelope.
+
+Checkpoints. A run's per-epoch checkpoint (every stage) lives in ``<key>.ckpt.d/`` beside its
+record and is deleted once the run is complete. Stage 1 (the server's pre-training) depends only
+on the stage-1 fields, so every run agreeing on them (Non-cooperation, AdptVFedConv at every
+cut, No model transfer, the extensions) shares one pre-training, kept in ``_pretrain/`` beside
+the records (never committed). Runs in parallel workers take a file lock while they pre-train,
+so a second worker waits for the first's pre-training instead of repeating it. A pre-training is
+seeded by its stage and epoch alone, so a shared one equals the one a run would have trained.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import shutil
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, ClassVar, Iterator
+
+import torch
+
+from .. import records
+from ..errors import BudgetExhausted, ConfigError
+from ..methods import adptvfedconv as A
+from . import dataset as cached_dataset
+
+#: Each variant and the fields of :class:`AdptVFedConvConfig` it fixes. A variant's fields take
+#: their defaults unless the variant names them, so the variants are exclusive.
+VARIANTS: dict[str, dict[str, Any]] = {
+    "adptvfedconv": {},                          # the paper's method (Table 2; Table 3 by cut)
+    "centralized": {},                           # Centralized VGG-16 on whole images
+    "noncooperation": {},                        # the server's stage 1 alone
+    "no_transfer": {"model_transfer": False},    # No model transfer
+    "zero_padding": {"padding": "zeros"},        # Zero-padding mode (its pre-training too)
+    "oneshot": {"extraction": "once"},           # ours: Algorithm 1 literally (maps sent once)
+    "no_finetune": {"finetune": "none"},         # ours: transfer without the autoencoder
+    "bn_stats": {"finetune": "bn_stats"},        # ours: only BatchNorm statistics adapt
+}
+_VARIANT_FIELDS = ("model_transfer", "padding", "extraction", "finetune")
+#: Table 2's rows and our extensions, as the notebook labels them.
+LABELS: dict[str, str] = {
+    "adptvfedconv": "AdptVFedConv", "centralized": "Centralized VGG-16",
+    "noncooperation": "Non-cooperation", "no_transfer": "No model transfer",
+    "zero_padding": "Zero-padding mode", "oneshot": "One-shot extraction (ours)",
+    "no_finetune": "Transfer, no fine-tuning (ours)", "bn_stats": "BN statistics only (ours)",
+}
+
+
+@dataclass(frozen=True)
+class TilesRun:
+    """One AdptVFedConv run: ``variant`` (a key of :data:`VARIANTS`) and its ``adpt`` config.
+
+    Build one with :meth:`make`, which applies the variant's fields; a run whose config
+    contradicts its variant is a ConfigError.
+    """
+
+    #: Which paper the record belongs to (results/<profile>/<paper>/).
+    paper: ClassVar[str] = "adptvfedconv"
+
+    variant: str
+    adpt: A.AdptVFedConvConfig
+
+    def __post_init__(self) -> None:
+        if self.variant not in VARIANTS:
+            raise ConfigError(f"Invalid variant {self.variant!r}; choose one of {', '.join(VARIANTS)}")
+        default = A.AdptVFedConvConfig()
+        for name in _VARIANT_FIELDS:
+            want = VARIANTS[self.variant].get(name, getattr(default, name))
+            if getattr(self.adpt, name) != want:
+                raise ConfigError(f"variant {self.variant!r} runs with {name}={want!r}, got "
+                                  f"{getattr(self.adpt, name)!r}; build it with TilesRun.make")
+
+    @classmethod
+    def make(cls, variant: str, **config: Any) -> "TilesRun":
+        """The run of ``variant`` with ``config`` (fields of :class:`AdptVFedConvConfig`)."""
+        if variant not in VARIANTS:
+            raise ConfigError(f"Invalid variant {variant!r}; choose one of {', '.join(VARIANTS)}")
+        return cls(variant, A.AdptVFedConvConfig(**{**config, **VARIANTS[variant]}))
+
+    @property
+    def seed(self) -> int:
+        return self.adpt.seed
+
+    @property
+    def method(self) -> str:
+        """The variant (the scheduler labels tasks with it)."""
+        return self.variant
+
+    @property
+    def dataset(self) -> str:
+        return self.adpt.dataset
+
+    @property
+    def key(self) -> str:
+        """File name of the record: readable prefix + hash of the whole config."""
+        blob = json.dumps(self.to_dict(), sort_keys=True).encode()
+        h = hashlib.sha1(blob).hexdigest()[:10]
+        cut = self.adpt.cut.replace("+", "")
+        return f"{self.variant}_{self.adpt.dataset}_{cut}_s{self.adpt.seed}_{h}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Flat JSON-able dict (the record's ``config``)."""
+        return {"variant": self.variant, **self.adpt.to_dict()}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "TilesRun":
+        """Inverse of :meth:`to_dict`; unknown keys are an error."""
+        d = dict(d)
+        names = {f.name for f in fields(A.AdptVFedConvConfig)}
+        unknown = set(d) - names - {"variant"}
+        if unknown:
+            raise ConfigError(f"unknown TilesRun keys {sorted(unknown)}; valid: variant, {', '.join(sorted(names))}")
+        variant = d.pop("variant", None)
+        return cls(variant, A.AdptVFedConvConfig(**d))
+
+    def replace(self, **changes: Any) -> "TilesRun":
+        """A copy with some config fields (or ``variant``) changed; the variant's fields re-applied."""
+        variant = changes.pop("variant", self.variant)
+        base = {k: v for k, v in self.adpt.to_dict().items() if k not in _VARIANT_FIELDS}
+        return TilesRun.make(variant, **{**base, **changes})
+
+
+@contextlib.contextmanager
+def _lock(path: Path) -> Iterator[None]:
+    """An exclusive lock on ``path`` (released when the process dies, so never stale)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _summary(curve: list[float]) -> dict[str, Any]:
+    if not curve:
+        return {"final_accuracy": None, "best_accuracy": None, "best_epoch": None}
+    best = max(range(len(curve)), key=lambda i: curve[i])
+    return {"final_accuracy": curve[-1], "best_accuracy": curve[best], "best_epoch": best + 1}
+
+
+def train(run: TilesRun, *, device: torch.device | str = "cpu", checkpoint: Path | None = None,
+          progress: bool = True, on_divergence: str = "raise",
+          deadline: float | None = None) -> dict[str, Any]:
+    """Run ``run`` and return its results (the envelope is :func:`records.run_one`'s).
+
+    Returns ``variant``, ``label``, ``curve`` (test accuracy per epoch of the stage that makes
+    the row: stage 3 for the AdptVFedConv variants, stage 1 for Non-cooperation, the whole model
+    for Centralized), ``train_loss``, ``final_accuracy`` / ``best_accuracy`` / ``best_epoch``,
+    ``history`` (every stage), ``ledger_per_kind`` (bytes and messages per message kind, all
+    phases), ``costs`` (:func:`~vflkit.methods.adptvfedconv.cost_model` plus the ledger's
+    per-client bytes), ``paper_model``, ``n_train``, ``n_test`` and ``wall_time_s`` (compute time
+    summed over resumes). With ``deadline`` a run checkpoints at the end of the last epoch that
+    fits and raises :class:`BudgetExhausted`; calling again resumes it.
+    """
+    cfg = run.adpt
+    data = cached_dataset(cfg.dataset)
+    own = shared = None
+    if checkpoint is not None:
+        own = checkpoint.with_name(checkpoint.name.removesuffix(".pt") + ".d")
+        shared = checkpoint.parent / "_pretrain"
+    kw: dict[str, Any] = dict(device=device, checkpoint_dir=own, data=data, deadline=deadline)
+
+    def stopped(what: str) -> BudgetExhausted:
+        return BudgetExhausted(f"adptvfedconv {run.variant} ({run.key}) stopped at the deadline in "
+                               f"{what}; run again to resume from its checkpoint")
+
+    if run.variant == "centralized":
+        out = A.train_centralized(cfg, **kw)
+        if not out["complete"]:
+            raise stopped("centralized training")
+        result = {"curve": out["curve"], "train_loss": out["train_loss"],
+                  "history": {"centralized": {"train_loss": out["train_loss"], "test_accuracy": out["curve"]}},
+                  "ledger_per_kind": {},  # one party: nothing crosses
+                  "costs": {"centralized_params": out["params"], "centralized_macs_per_image": out["macs_per_image"]},
+                  "n_train": out["n_train"], "n_test": out["n_test"]}
+    else:
+        # Stage 1 first, under a lock on its shared file: a parallel run that needs the same
+        # pre-training waits for it instead of training it again.
+        pre = None
+        if shared is not None:
+            with _lock(shared / f"pretrain-{cfg.key(A._PRETRAIN_FIELDS)}.lock"):
+                pre = A.train(cfg, stages=("pretrain",), pretrain_dir=shared, **kw)
+            if not pre["complete"]:
+                raise stopped("stage 1 (pre-training)")
+        if run.variant == "noncooperation":
+            out = pre or A.train(cfg, stages=("pretrain",), **kw)
+            hist = out["history"]["pretrain"]
+            curve, loss = hist["test_accuracy"], hist["train_loss"]
+            ledger: dict[str, Any] = {}  # the server alone: nothing crosses
+        else:
+            out = A.train(cfg, pretrain_dir=shared, **kw)
+            hist = out["history"]["classifier"]
+            curve, loss = hist["test_accuracy"], hist["train_loss"]
+            ledger = out["costs"]["ledger_per_kind"]
+        if not out["complete"]:
+            raise stopped(f"stage {next((s for s, e in out['progress'].items() if not e), '?')}")
+        result = {"curve": curve, "train_loss": loss, "history": out["history"],
+                  "ledger_per_kind": ledger, "costs": out["costs"] if run.variant != "noncooperation" else
+                  A.cost_model(cfg, num_classes=data.num_classes, image_shape=data.image_shape,
+                               n_train=out["n_train"]),
+                  "noncooperation": out["noncooperation"], "n_train": out["n_train"], "n_test": out["n_test"]}
+    if own is not None:
+        shutil.rmtree(own, ignore_errors=True)  # complete: the record replaces the checkpoint
+    return {"variant": run.variant, "label": LABELS[run.variant], "paper_model": cfg.paper_model,
+            **_summary(result["curve"]), **result, "wall_time_s": out["elapsed_s"]}
+
+
+def run(cfg: TilesRun, **kwargs: Any) -> dict[str, Any]:
+    """The record of ``cfg``: :func:`vflkit.records.run_one` with this family's :func:`train`."""
+    return records.run_one(cfg, train=train, **kwargs)
+
+
+def run_many(cfgs: list[TilesRun], **kwargs: Any) -> list[dict[str, Any]]:
+    """The records of ``cfgs``: :func:`vflkit.records.run_many` with this family's :func:`train`."""
+    return records.run_many(cfgs, train=train, desc="AdptVFedConv runs", **kwargs)
+
+
+__all__ = ["LABELS", "VARIANTS", "TilesRun", "run", "run_many", "train"]
