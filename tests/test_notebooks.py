@@ -94,3 +94,27 @@ def test_notebook_smoke_run_reports_its_metrics(paper, tmp_path, monkeypatch):
     assert set(metrics) == set(SMOKE_BOUNDS[paper])
     for name, (lo, hi) in SMOKE_BOUNDS[paper].items():
         assert lo <= metrics[name] <= hi, f"{name} = {metrics[name]} outside [{lo}, {hi}]"
+
+
+def test_adptvfedconv_notebook_in_the_paper_profile_lists_what_is_pending(tmp_path, monkeypatch):
+    """AdptVFedConv's paper profile is GPU only: on a CPU with no paper records its notebook
+    trains nothing, runs to the end and lists every paper run as pending with its estimated
+    H100 minutes (its metrics cell says how many)."""
+    import nbformat
+
+    from vflkit.studies import adptvfedconv
+
+    monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path / "results"))
+    monkeypatch.setenv("VFLKIT_FIGURES", str(tmp_path / "figures"))
+    root = project_root()
+    out = tmp_path / "adptvfedconv.ipynb"
+    papermill.execute_notebook(str(root / "notebooks" / "adptvfedconv.ipynb"), str(out), cwd=str(root),
+                               parameters={"profile": "paper", "device": "cpu"}, kernel_name="python3",
+                               progress_bar=False)
+    assert not (tmp_path / "results" / "paper" / "adptvfedconv").exists() or not list(
+        (tmp_path / "results" / "paper" / "adptvfedconv").glob("*.json")), "the paper profile trained on a CPU"
+    nb = nbformat.read(out, as_version=4)
+    text = "".join(o.get("text", "") for o in nb.cells[-1].outputs if o.get("output_type") == "stream")
+    metrics = json.loads(text.strip().splitlines()[-1])
+    assert metrics["runs"] == 0
+    assert metrics["pending"] == len(adptvfedconv.all_runs(adptvfedconv.configs("paper")))
