@@ -493,7 +493,7 @@ def plot_comparison(paper: str, cells: pd.DataFrame, path: Path) -> Path | None:
     # one colour per table in both panels
     tables = list(dict.fromkeys(cmp_["table"]))
     palette = dict(zip(tables, sns.color_palette("colorblind", len(tables))))
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.6), squeeze=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.6 * len(panels) + 0.8, 4.6), squeeze=False)
     for ax, data in zip(axes[0], panels):
         is_score = data is score
         x, y = ("paper (points)", "ours (points)") if is_score else ("paper_value", "value")
@@ -507,7 +507,7 @@ def plot_comparison(paper: str, cells: pd.DataFrame, path: Path) -> Path | None:
             ax.set(xscale="log", yscale="log", xlabel="paper", ylabel="ours",
                    title="other quantities (" + ", ".join(sorted(data["metric"].unique())) + ")")
         ax.legend(fontsize=7)
-    fig.suptitle(f"{TITLES[paper]}: our value against the paper's, every printed cell we compare", fontsize=11)
+    fig.suptitle(f"{TITLES[paper]}: ours against the paper's, every compared cell", fontsize=11)
     fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png")
