@@ -357,3 +357,15 @@ def test_fig5_claim_is_judged_on_paired_repetitions(monkeypatch, gap, status):
     assert len(table) == len(study.CLAIMS) and not table["evidence"].str.startswith("check failed").any()
     assert table.loc[0, "status"] == status and "Breast Cancer" in table.loc[0, "evidence"]
     assert table.loc[1, "status"] == claims.NOT_TESTABLE  # no Ablation recorded
+
+
+def test_table2_claims_with_one_method_recorded_are_not_testable(monkeypatch):
+    """Table 2 records of SplitNN alone (APC-VFL's pending): the rounds and MB clauses say
+    which method is missing instead of failing on an empty column."""
+    cfg = study.OneShotRun(kind="table2", dataset="breast_cancer", method="splitnn", n_aligned=250,
+                           n_active_features=5, seed=0).to_dict()
+    rec = {"config": cfg, "final": {"accuracy": 0.9}, "comm": {"total": {"bytes": 10**6, "rounds": 400}}}
+    monkeypatch.setattr(study, "_records_for_claims", lambda profile: [rec])
+    rounds, mb = study._table2_rounds("quick"), study._table2_mb("quick")
+    assert rounds.status == claims.NOT_TESTABLE and "APC-VFL" in rounds.evidence
+    assert mb.status == claims.NOT_TESTABLE and "nan" not in mb.evidence

@@ -735,6 +735,9 @@ def _table2_rounds(profile: str) -> claims.Verdict:
     if df.empty:
         return claims.not_testable("no Table 2 records at this profile")
     apc, split = df[df["method"] == "apc_vfl_joint"]["rounds"], df[df["method"] == "splitnn"]["rounds"]
+    missing = [name for name, col in (("APC-VFL", apc), ("SplitNN", split)) if col.empty]
+    if missing:
+        return claims.not_testable(f"no Table 2 record of {' or '.join(missing)} at this profile")
     # "hundreds to thousands" (the paper's own range is 84-4290): judged as at least 50 rounds
     ok = bool((apc == 1).all() and (split >= 50).all())
     return claims.Verdict(claims.AGREE if ok else claims.DISAGREE,
@@ -748,8 +751,10 @@ def _table2_mb(profile: str) -> claims.Verdict:
         return claims.not_testable("no Table 2 records at this profile")
     d = _pair(df, by="method", a="splitnn", b="apc_vfl_joint", value="MB", cell=["dataset", "n_aligned"])
     v = claims.ordering(d, a="SplitNN's MB", b="APC-VFL's", what="MB")
-    ratio = df[df["method"] == "splitnn"].groupby(["dataset", "n_aligned"])["MB"].mean() / \
-        df[df["method"] == "apc_vfl_joint"].groupby(["dataset", "n_aligned"])["MB"].mean()
+    ratio = (df[df["method"] == "splitnn"].groupby(["dataset", "n_aligned"])["MB"].mean() /
+             df[df["method"] == "apc_vfl_joint"].groupby(["dataset", "n_aligned"])["MB"].mean()).dropna()
+    if ratio.empty:  # no (dataset, aligned count) with both methods recorded
+        return v
     return claims.Verdict(v.status, f"{v.evidence}; SplitNN sends {ratio.min():.0f}-{ratio.max():.0f}x more")
 
 
