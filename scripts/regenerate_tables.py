@@ -26,7 +26,7 @@ def regenerate(out: Path) -> None:
     import matplotlib.pyplot as plt
 
     from vflkit import report
-    from vflkit.studies import apc_vfl, demo, multi_vfl, vfedmh
+    from vflkit.studies import adptvfedconv, apc_vfl, demo, easter, multi_vfl, vfedmh
     from vflkit.records import load_recorded
 
     def fig(result, paper, profile, number):
@@ -50,6 +50,34 @@ def regenerate(out: Path) -> None:
                        name="traffic", root=out)
     fig(multi_vfl.figure2(recs), "multi_vfl", "quick", "2")
     fig(multi_vfl.figure3(recs), "multi_vfl", "quick", "3")
+
+    # EASTER, quick (as notebooks/easter.ipynb draws them)
+    groups, recs = easter.recorded("quick")
+    s = easter.settings("quick")
+    report.write_table(easter.table2(groups, recs, "quick"), "easter", "quick", "2", root=out)
+    report.write_table(easter.table4(groups, recs, "quick"), "easter", "quick", "4", root=out)
+    report.write_table(easter.table5(groups, recs, "quick", s["table5_datasets"]), "easter", "quick", "5", root=out)
+    times = easter.comm_times(groups, recs, s["table5_datasets"])
+    fig(easter.fig4(times), "easter", "quick", "4")
+    fig(easter.fig5(times), "easter", "quick", "5")
+    report.write_table(easter.table6(groups, recs, "quick"), "easter", "quick", "6", root=out)
+    t7 = easter.table7(groups, recs, "quick")
+    for topology in ("parallel", "shared_uplink"):
+        report.write_table(t7[t7["topology"] == topology], "easter", "quick", name=f"table7_{topology}", root=out)
+    fig(easter.fig6(groups, recs), "easter", "quick", "6")
+
+    # AdptVFedConv, quick (as notebooks/adptvfedconv.ipynb draws them)
+    recs = adptvfedconv.recorded("quick")
+    t2 = adptvfedconv.table2(recs, profile="quick")
+    report.write_table(t2, "adptvfedconv", "quick", "2", root=out)
+    curve = adptvfedconv.curves(recs)
+    report.save_figure(adptvfedconv.plot_fig3(curve, t2), curve, "adptvfedconv", "quick", "3", root=out)
+    t3 = adptvfedconv.table3(recs, profile="quick")
+    report.write_table(t3, "adptvfedconv", "quick", "3", root=out)
+    report.save_figure(adptvfedconv.plot_fig4(t3), t3, "adptvfedconv", "quick", "4", root=out)
+    report.write_table(adptvfedconv.extensions(recs, profile="quick"), "adptvfedconv", "quick", name="extensions",
+                       root=out)
+    plt.close("all")
 
     # Demo, quick
     recs = load_recorded(demo.configs("quick"), profile="quick")
