@@ -17,6 +17,7 @@ from vflkit.errors import ConfigError, DivergenceError
 from vflkit.methods import RunConfig
 from vflkit.methods.multi_vfl import MultiVFLConfig
 from vflkit.training.one_shot import OneShotRun
+from vflkit.training.tiles import TilesRun
 
 GIT = {"git_commit": "abc1234", "vflkit_modified": False}
 
@@ -324,7 +325,7 @@ def test_a_new_field_at_its_default_keeps_every_key(cls, make):
 
 
 def test_every_committed_record_has_the_key_its_config_gives():
-    classes = {"vfedmh": RunConfig, "demo": RunConfig, "easter": RunConfig, "adptvfedconv": RunConfig,
+    classes = {"vfedmh": RunConfig, "demo": RunConfig, "easter": RunConfig, "adptvfedconv": TilesRun,
                "multi_vfl": MultiVFLConfig, "apc_vfl": OneShotRun}
     paths = sorted((project_root() / "results").glob("*/*/*.json"))
     assert paths
