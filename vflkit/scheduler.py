@@ -7,8 +7,8 @@ study are tasks of this one kind, so one scheduler serves every paper.
 - **Parallel.** ``workers`` processes (default: one per core on a CPU, several per GPU) with
   their torch threads and OpenMP wait policy set deliberately (see :func:`worker_env`). A
   worker computes run after run (``runs_per_worker``: ``None``, as many as it is given): a
-  fresh process per run spent 3-6 s importing torch and decoding its dataset, more than many
-  quick runs take. Each record's peak memory is still its own run's (the process's peak
+  fresh process per run spends seconds importing torch and decoding its dataset, as long as many
+  quick runs take (README: 403 s against 1174 s on 70 short runs). Each record's peak memory is still its own run's (the process's peak
   resident set is reset when a run starts, see :func:`vflkit.records._reset_peak_rss`).
 - **Budget.** With ``budget_minutes`` no run is started that its estimated cost says would not
   finish, and runs in flight get a ``deadline``: they checkpoint at the end of the last epoch
