@@ -32,7 +32,7 @@ Choices where the paper is silent (``shared/specs/easter.md`` argues each):
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -268,6 +268,14 @@ def _by_key(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {r["key"]: r for r in records}
 
 
+def _recorded(runs: Iterable[RunConfig], by_key: dict[str, dict[str, Any]]) -> Iterator[tuple[RunConfig, dict[str, Any]]]:
+    """(config, record) for each of ``runs`` that has a record (tables draw what is recorded)."""
+    for c in runs:
+        r = by_key.get(c.key)
+        if r is not None:
+            yield c, r
+
+
 def metric_of(dataset: str) -> str:
     """The test metric the paper reports: AUC on Criteo, accuracy elsewhere."""
     return "test_auc" if dataset == "criteo" else "test_accuracy"
@@ -301,10 +309,7 @@ def accuracy_rows(groups: dict[str, list[RunConfig]], records: Sequence[dict[str
     rec = _by_key(records)
     group, setting = ("table2", "heterogeneous") if table == "II" else ("table4", "homogeneous")
     rows = []
-    for c in groups[group]:
-        r = rec.get(c.key)
-        if r is None:
-            continue
+    for c, r in _recorded(groups[group], rec):
         metric = metric_of(c.dataset)
         base = {"table": table, "dataset": DATASET_NAMES[c.dataset], "method": METHOD_NAMES[c.method],
                 "setting": setting, "metric": f"{metric}_pct", "seed": c.seed}
@@ -353,10 +358,7 @@ def convergence(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, 
     bytes to e* as sent and float32-equivalent (MB = 2**20 B), and per sample-epoch."""
     rec = _by_key(records)
     rows = []
-    for c in _table5_runs(groups, datasets):
-        r = rec.get(c.key)
-        if r is None:
-            continue
+    for c, r in _recorded(_table5_runs(groups, datasets), rec):
         metric = metric_of(c.dataset)
         e_star = analysis.convergence_epoch(r["history"], metric=metric)
         theta2 = [k for k, a in r["models"].items() if a == MODEL_SETS[c.dataset][1]] if c.method == "easter" else None
@@ -479,14 +481,11 @@ def fig5(times: pd.DataFrame) -> tuple[plt.Figure, pd.DataFrame]:
 def table6(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]], profile: str) -> pd.DataFrame:
     """Table VI: C = 2..10 parties holding the first C of 10 feature parts. ACC/AUC (EASTER: the
     mean over its C models), training time (measured wall time, min) and the run's peak memory
-    (MB; on a CPU the worker process's max RSS, which includes the data and only grows across
-    the runs a worker makes: a coarse upper bound, not the paper's per-run measure)."""
+    (MB, as the record's ``peak_memory_kind`` says: on a CPU the process's peak resident set
+    during the run, which includes the data the worker holds: an upper bound of the run's own)."""
     rec = _by_key(records)
     rows = []
-    for c in groups["table6"]:
-        r = rec.get(c.key)
-        if r is None:
-            continue
+    for c, r in _recorded(groups["table6"], rec):
         metric = metric_of(c.dataset)
         base = {"table": "VI", "dataset": DATASET_NAMES[c.dataset], "method": METHOD_NAMES[c.method],
                 "setting": f"C={c.n_parties}", "model": "", "seed": c.seed}
@@ -503,9 +502,8 @@ def table6_security(groups: dict[str, list[RunConfig]], records: Sequence[dict[s
     single-passive flag (C = 2 only: the active party then sees the one passive embedding)."""
     rec = _by_key(records)
     rows = []
-    for c in groups["table6"]:
-        r = rec.get(c.key)
-        if c.method != "easter" or r is None:
+    for c, r in _recorded(groups["table6"], rec):
+        if c.method != "easter":
             continue
         rows.append({"dataset": DATASET_NAMES[c.dataset], "C": c.n_parties, "seed": c.seed,
                      "passive_parties": c.n_parties - 1,
@@ -530,9 +528,8 @@ def table7(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]
     frames = []
     for topology in netmodel.TOPOLOGIES:
         rows = []
-        for c in groups["table2"]:
-            r = rec.get(c.key)
-            if c.method != "easter" or r is None:
+        for c, r in _recorded(groups["table2"], rec):
+            if c.method != "easter":
                 continue
             metric = metric_of(c.dataset)
             e_star = analysis.convergence_epoch(r["history"], metric=metric)
@@ -568,10 +565,7 @@ def fig6(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) 
     heterogeneous run, per architecture and the mean over the parties."""
     rec = _by_key(records)
     rows = []
-    for c in groups["fig6"]:
-        r = rec.get(c.key)
-        if r is None:
-            continue
+    for c, r in _recorded(groups["fig6"], rec):
         metric = metric_of(c.dataset)
         vals = _arch_metric(r, metric)
         vals["mean"] = float(np.mean([100 * r["final"][k].get(metric, float("nan")) for k in r["models"]]))
@@ -717,10 +711,7 @@ def table6_rows(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, 
     """Per Table VI run and seed: dataset, method, C and the test metric (%)."""
     rec = _by_key(records)
     rows = []
-    for c in groups["table6"]:
-        r = rec.get(c.key)
-        if r is None:
-            continue
+    for c, r in _recorded(groups["table6"], rec):
         metric = metric_of(c.dataset)
         models = list(r["models"]) if c.method == "easter" else ["active"]
         rows.append({"dataset": DATASET_NAMES[c.dataset], "method": METHOD_NAMES[c.method], "C": c.n_parties,
