@@ -6,7 +6,7 @@ by reusing its encoders: the extractors are the encoders of g1A ([a, 64, 128]) a
 ([p, 128, 256]), the head is g2A's encoder ([384, 256, 256]) plus a linear layer to the
 classes. Per mini-batch the passive participant sends its embedding (kind ``"embedding"``)
 and receives the gradient with respect to it (kind ``"gradient"``): two communication rounds
-per batch. Adam (lr 0.01), at most 200 epochs, early stopping (patience 10) on the
+per batch. Adam with Kingma & Ba's defaults (lr 1e-3, Appendix B), at most 200 epochs, early stopping (patience 10) on the
 cross-entropy of a held-out 10 % of the training samples, best weights restored.
 
 The image-strip SplitNN in :mod:`vflkit.methods.splitnn` is trained batch by batch by
@@ -28,6 +28,7 @@ from ..comm import Party
 from ..errors import ConfigError, DivergenceError
 from ..models import apc_vfl_autoencoder
 from ..partition import check_aligned
+from .oneshot import ADAM_LR
 
 
 class AlignedSplitNN:
@@ -38,7 +39,7 @@ class AlignedSplitNN:
     num_classes : int
     epochs : int, default 200
     patience : int, default 10
-    lr : float, default 0.01
+    lr : float, default 1e-3 (Appendix B: Adam's original parameters)
     batch_size : int, default 128 (8 for Breast Cancer)
     val_fraction : float, default 0.1
     seed : int, default 0
@@ -46,7 +47,7 @@ class AlignedSplitNN:
 
     name: ClassVar[str] = "aligned_splitnn"
 
-    def __init__(self, *, num_classes: int, epochs: int = 200, patience: int = 10, lr: float = 0.01,
+    def __init__(self, *, num_classes: int, epochs: int = 200, patience: int = 10, lr: float = ADAM_LR,
                  batch_size: int = 128, val_fraction: float = 0.1, seed: int = 0) -> None:
         if num_classes < 2:
             raise ConfigError(f"num_classes must be at least 2, got {num_classes}")

@@ -28,6 +28,12 @@ from ..partition import intersect_ids
 
 DISTILL_LOSSES: tuple[str, ...] = ("mse", "mae")
 
+#: Adam's learning rate in every APC-VFL experiment. Appendix B: Adam "with the parameters
+#: proposed in the original paper", i.e. Kingma & Ba's defaults (lr 1e-3, betas 0.9/0.999,
+#: eps 1e-8), which are also torch's. An earlier version used 0.01 on no written ground; the
+#: notebook keeps it as a labelled sensitivity row (it trains the teacher autoencoders badly).
+ADAM_LR: float = 1e-3
+
 
 class OneShotMethod(ABC):
     """Base class of the one-shot methods: ``fit`` once, then ``transform`` the active data.
@@ -38,9 +44,8 @@ class OneShotMethod(ABC):
         Most epochs of any autoencoder (APC-VFL Appendix B).
     patience : int, default 10
         Early stopping on the validation loss (Appendix B).
-    lr : float, default 0.01
-        Adam's learning rate. Appendix B says "the parameters proposed in the original paper"
-        (Kingma & Ba: 0.001); the issue and the authors' setup use 0.01, which we follow.
+    lr : float, default 1e-3 (:data:`ADAM_LR`)
+        Adam's learning rate: Kingma & Ba's default, as Appendix B prescribes.
     batch_size : int, default 128
         128 for MIMIC-III and Credit Card, 8 for Breast Cancer (Appendix B).
     val_fraction : float, default 0.1
@@ -51,7 +56,7 @@ class OneShotMethod(ABC):
 
     name: ClassVar[str] = "one_shot"
 
-    def __init__(self, *, epochs: int = 200, patience: int = 10, lr: float = 0.01,
+    def __init__(self, *, epochs: int = 200, patience: int = 10, lr: float = ADAM_LR,
                  batch_size: int = 128, val_fraction: float = 0.1, seed: int = 0) -> None:
         for key, value in (("epochs", epochs), ("patience", patience), ("batch_size", batch_size)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -83,6 +88,18 @@ class OneShotMethod(ABC):
         if not self._fitted:
             raise ConfigError(f"{type(self).__name__}.transform called before fit(active, passive)")
         return self._transform(torch.as_tensor(x_active, dtype=torch.float32))
+
+    @torch.no_grad()
+    def variants(self, x_active: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Other enhanced features of the *same* fitted method, by name, that the trainer scores
+        beside :meth:`transform`'s in the same run (a paired comparison at no training cost).
+        None by default; VFedTrans offers its representation without the raw features."""
+        if not self._fitted:
+            raise ConfigError(f"{type(self).__name__}.variants called before fit(active, passive)")
+        return self._variants(torch.as_tensor(x_active, dtype=torch.float32))
+
+    def _variants(self, x_active: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {}
 
     def generator(self, offset: int) -> torch.Generator:
         """A generator for one step of the protocol, so steps do not share random streams."""
@@ -128,7 +145,7 @@ def train_autoencoder(
     distill_loss: str = "mse",
     epochs: int = 200,
     patience: int = 10,
-    lr: float = 0.01,
+    lr: float = ADAM_LR,
     batch_size: int = 128,
     val_fraction: float = 0.1,
     generator: torch.Generator | None = None,
@@ -217,5 +234,5 @@ def standardize(x: torch.Tensor) -> torch.Tensor:
     return (x - mean) / torch.where(std > 0, std, torch.ones_like(std))
 
 
-__all__ = ["DISTILL_LOSSES", "LocalFeatures", "OneShotMethod", "standardize", "train_autoencoder"]
+__all__ = ["ADAM_LR", "DISTILL_LOSSES", "LocalFeatures", "OneShotMethod", "standardize", "train_autoencoder"]
 

@@ -12,8 +12,21 @@ with a trusted key generator and a third-party server in five information exchan
 
 U is then distilled into the active participant's final encoder exactly as APC-VFL's joint
 representation is (Eq. 5; MAE, as Huang et al. propose), so VFedTrans is :class:`APCVFL` with
-one hook overridden. The encoder's latent width is FedSVD's rank, x_total: the "embedding
-dimension constraint" APC-VFL Sec. 6.1 points out.
+its teacher hook overridden. The encoder's latent width is FedSVD's rank, x_total: the
+"embedding dimension constraint" APC-VFL Sec. 6.1 points out.
+
+The enhanced features are the raw task features *and* the distilled representation,
+``[X_task | g3A(X_task)]``, as VFedTrans's own pipeline builds them before its downstream model
+(Chung-ju/VFedTrans, ``train_lrd.py``: ``LocalRepresentationDistillation.representation_distillation_step``
+concatenates ``X_task`` with the representation; ``main.py`` step 3 scores that). APC-VFL Sec. 6
+speaks of scoring "the representations obtained from the final encoder"; that reading, the
+representation alone, is scored in the same run as the variant ``"representation_only"``
+(:meth:`~vflkit.methods.oneshot.OneShotMethod.variants`), so the two are compared on one encoder.
+
+Deviations from the reference, kept: U is scaled by sqrt(|D_A|) (see
+:meth:`VFedTrans.teacher_representations`), and the autoencoder, its loss (Eq. 5 with sums) and
+Adam's learning rate are APC-VFL's (Appendix B), not VFedTrans's own (its ``configs/ae.yaml``
+uses lr 0.01 and its own network): the paper compares the methods on one training setting.
 """
 
 from __future__ import annotations
@@ -98,6 +111,14 @@ class VFedTrans(APCVFL):
         # term would vanish as |D_A| grows. Neither paper states a scale; this one is local.
         z = u.float() * math.sqrt(n)
         return self._own_rows(active, aligned), z
+
+    def _transform(self, x_active: torch.Tensor) -> torch.Tensor:
+        # The reference pipeline's enhanced features: raw task features beside the representation.
+        return torch.cat([x_active, self.g3.encode(x_active)], dim=1)
+
+    def _variants(self, x_active: torch.Tensor) -> dict[str, torch.Tensor]:
+        # APC-VFL Sec. 6's reading: the final encoder's representation alone.
+        return {"representation_only": self.g3.encode(x_active)}
 
 
 __all__ = ["MASK_BLOCK_SIZE", "VFedTrans"]
