@@ -7,7 +7,7 @@ DEVICE ?= auto
 STAMP := $(VENV)/.installed-stamp
 NOTEBOOKS := $(sort $(wildcard notebooks/*.ipynb))
 
-.PHONY: study test bench setup lab
+.PHONY: study test bench setup lab report
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,8 +18,8 @@ $(STAMP): pyproject.toml constraints.txt
 setup: $(STAMP)
 
 ## Compute the pending runs of $(PROFILE) (quick|smoke|paper) on $(DEVICE) in parallel, within
-## BUDGET minutes if set (run again to continue), then execute every notebook with papermill.
-## The quick profile's executed notebooks replace the committed ones.
+## BUDGET minutes if set (run again to continue), then execute every notebook with papermill
+## and regenerate figures/REPORT.md. The quick profile's executed notebooks replace the committed ones.
 BUDGET ?=
 WORKERS ?=
 EXECUTOR ?= local
@@ -27,6 +27,11 @@ study: $(STAMP)
 	$(BIN)/python -m vflkit.study --profile $(PROFILE) --device $(DEVICE) --executor $(EXECUTOR) \
 		$(if $(BUDGET),--budget $(BUDGET)) $(if $(WORKERS),--workers $(WORKERS)) \
 		$(if $(filter quick,$(PROFILE)),--commit-notebooks) $(NOTEBOOKS)
+
+## Regenerate figures/REPORT.md (every artefact, printed number and claim of the five papers beside
+## ours) from the committed records and tables; trains nothing. `make study` ends with it.
+report: $(STAMP)
+	$(BIN)/python -m vflkit.reproduction
 
 ## Unit tests and every notebook in the smoke profile, re-executed and checked by nbval.
 test: $(STAMP)

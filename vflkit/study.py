@@ -10,6 +10,8 @@
    only draws tables and figures (``figures/<paper>/<profile>/``). The executed copy goes to
    ``notebooks/_executed/<profile>/``; with ``--commit-notebooks`` (what ``make study`` does for
    the quick profile) it replaces ``notebooks/<paper>.ipynb``, in the form JupyterLab saves.
+3. The reproduction report, ``figures/REPORT.md``, is regenerated from the records and the tables
+   the notebooks wrote (:mod:`vflkit.reproduction`; ``--no-report`` skips it).
 """
 
 from __future__ import annotations
@@ -166,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="recompute records finished before this commit (they are kept as .json.old)")
     parser.add_argument("--commit-notebooks", action="store_true",
                         help="write the executed notebooks over notebooks/*.ipynb (the committed ones)")
+    parser.add_argument("--no-report", action="store_true",
+                        help="do not regenerate figures/REPORT.md after the notebooks")
     args = parser.parse_args(argv)
     papers = [nb.stem for nb in args.notebooks if nb.stem in STUDY_FAMILY]
     unknown = [str(nb) for nb in args.notebooks if nb.stem not in STUDY_FAMILY]
@@ -192,6 +196,14 @@ def main(argv: list[str] | None = None) -> int:
             shutil.copyfile(out, nb)
         print(f"[study] {nb} executed in {time.perf_counter() - t0:.0f} s -> {nb if args.commit_notebooks else out}",
               flush=True)
+    if not args.no_report:
+        # after the notebooks: the report reads the tables they have just written
+        from .report import shown_path
+        from .reproduction import write_report
+
+        t0 = time.perf_counter()
+        path = write_report()
+        print(f"[study] report written in {time.perf_counter() - t0:.0f} s -> {shown_path(path)}", flush=True)
     print(f"[study] done in {time.perf_counter() - start:.0f} s", flush=True)
     return 0
 

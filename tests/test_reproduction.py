@@ -1,0 +1,242 @@
+"""Tests for vflkit.reproduction: the report names every printed number and every claim of the
+five papers with a status, compares what is recorded, and survives a profile with no records."""
+
+import importlib
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from vflkit import claims, reproduction, study
+from vflkit.config import figures_dir
+from vflkit.report import KEY_COLUMNS, TABLE_COLUMNS, load_reference
+from vflkit.scheduler import Summary
+
+PROFILES = ("paper", "quick")
+#: Clauses judged without any record: AdptVFedConv prices its communication at the paper's scale
+#: from the architecture alone.
+RECORD_FREE = {("AdptVFedConv", "Sec. 5")}
+CELL_COLUMNS = 12  # table, dataset, method, setting, model, metric, paper, ours, gap, within, status, ours from
+
+
+def _cells(line: str) -> list[str]:
+    """A markdown table row's cells, escaped pipes restored."""
+    parts = re.split(r"(?<!\\)\|", line.strip())[1:-1]
+    return [p.strip().replace("\\|", "|") for p in parts]
+
+
+def _rows(text: str, n: int) -> list[list[str]]:
+    """The body rows of the markdown tables in ``text`` with ``n`` columns (no header, no rule)."""
+    lines = text.splitlines()
+    out = []
+    for i, line in enumerate(lines):
+        cells = _cells(line) if line.startswith("|") else []
+        is_rule = bool(cells) and all(set(c) <= set("-") for c in cells)
+        is_header = i + 1 < len(lines) and lines[i + 1].startswith("|---")
+        if len(cells) == n and not is_rule and not is_header:
+            out.append(cells)
+    return out
+
+
+def _section(text: str, heading: str, level: int = 2) -> str:
+    """The text under ``heading`` (at ``level``) up to the next heading of that level or above."""
+    marks = "#" * level
+    match = re.search(rf"^{marks} {re.escape(heading)}.*?$(.*?)(?=^#{{1,{level}}} |\Z)", text, re.M | re.S)
+    assert match, f"no section {marks} {heading}"
+    return match.group(1)
+
+
+def _number_rows(section: str) -> dict[tuple[str, ...], list[list[str]]]:
+    """The rows of the printed-cell tables of a paper's section, by key columns."""
+    rows: dict[tuple[str, ...], list[list[str]]] = {}
+    for cells in _rows(section, CELL_COLUMNS):
+        rows.setdefault(tuple(cells[:6]), []).append(cells)
+    return rows
+
+
+def _reference(paper: str) -> pd.DataFrame:
+    ref = load_reference(paper)
+    return ref.assign(**{c: ref[c].fillna("").astype(str) for c in KEY_COLUMNS})
+
+
+@pytest.fixture(scope="module")
+def committed(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The report of the committed records and tables (written to a temporary folder)."""
+    out = tmp_path_factory.mktemp("report") / "REPORT.md"
+    path = reproduction.write_report(PROFILES, out)
+    assert path == out
+    return out.read_text()
+
+
+@pytest.fixture
+def empty(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A working directory outside the checkout, with empty results and figures folders: no
+    record and no table of any profile is found."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path / "results"))
+    monkeypatch.setenv("VFLKIT_FIGURES", str(tmp_path / "figures"))
+    monkeypatch.setenv("VFLKIT_OFFLINE", "1")
+    return tmp_path
+
+
+def test_every_printed_number_has_a_row_and_a_status(committed: str) -> None:
+    """Each row of each reference CSV appears in its paper's section, with the paper's value and
+    a status; a cell the committed tables record is compared, with the gap ours - paper."""
+    for paper, title in reproduction.TITLES.items():
+        rows = _number_rows(_section(committed, title))
+        ref = _reference(paper)
+        for _, r in ref.iterrows():
+            key = tuple(r[c] for c in KEY_COLUMNS if c != "paper")
+            assert key in rows, f"{title}: reference row {key} missing from the report"
+            for cells in rows[key]:
+                assert cells[10] in reproduction.CELL_STATUSES, cells
+                assert cells[6].startswith(reproduction._num(r["value"])), (cells, r["value"])
+        # the report's own tables name nothing the paper does not print
+        assert set(rows) <= {tuple(r[c] for c in KEY_COLUMNS if c != "paper") for _, r in ref.iterrows()}
+        # a row of a committed table with a printed key must be compared, its gap ours - paper
+        for csv in sorted((figures_dir() / paper / "quick").glob("*.csv")):
+            ours = pd.read_csv(csv, dtype={c: str for c in KEY_COLUMNS})
+            if not set(TABLE_COLUMNS) <= set(ours.columns):
+                continue
+            ours = ours.assign(**{c: ours[c].fillna("").astype(str) for c in KEY_COLUMNS})
+            for _, o in ours.merge(ref[list(KEY_COLUMNS) + ["value"]], on=list(KEY_COLUMNS),
+                                   suffixes=("", "_paper")).iterrows():
+                key = tuple(o[c] for c in KEY_COLUMNS if c != "paper")
+                statuses = {cells[10] for cells in rows[key]}
+                assert statuses <= {reproduction.COMPARED, reproduction.NO_PAPER_VALUE}, (key, statuses)
+                if o["profile"] == "quick" and not pd.isna(o["value_paper"]):
+                    gaps = [cells[8] for cells in rows[key] if cells[7].startswith(reproduction._num(o["value"]))]
+                    # a quick value shows unless the paper profile records the cell
+                    if gaps:
+                        assert gaps[0] == reproduction._num(o["value"] - o["value_paper"], sign=True)
+
+
+def test_every_claim_appears_per_profile_with_a_status(committed: str) -> None:
+    """Each clause of each study's CLAIMS is judged in the report at the paper and the quick
+    profile; each figure-only claim of the reference README is listed with a status."""
+    readme = reproduction.readme_claims()
+    assert len(readme) == 11  # the README's table, parsed whole
+    for paper, title in reproduction.TITLES.items():
+        section = _section(committed, title)
+        claims_part = _section(section, "Claims", level=3)
+        for profile in PROFILES:
+            part = _section(claims_part, f"{profile} profile", level=4)
+            judged = {(c[0], c[1]): c[2] for c in _rows(part, 4)}
+            for clause in importlib.import_module(f"vflkit.studies.{paper}").CLAIMS:
+                assert judged.get((clause.artefact, clause.clause)) in claims.STATUSES, (title, profile, clause.clause)
+        part = _section(section, "The reference README's figure-only claims", level=3)
+        listed = {(c[0], c[1], c[2]): c[3] for c in _rows(part, 5)}
+        for _, r in readme[readme["paper"] == title].iterrows():
+            for profile in PROFILES:
+                assert listed.get((r["figure"], r["claim"], profile)) in claims.STATUSES, (title, r["figure"])
+
+
+def test_every_artefact_has_a_row_with_a_status_and_its_notebook(committed: str) -> None:
+    """One row per table and figure the paper prints, with a status and a link to its notebook."""
+    for paper, title in reproduction.TITLES.items():
+        part = _section(_section(committed, title), "Artefacts", level=3)
+        rows = {c[0]: c for c in _rows(part, 4)}
+        assert list(rows) == [a.label for a in reproduction.ARTEFACTS[paper]]
+        for cells in rows.values():
+            assert cells[2], cells
+            assert f"](../notebooks/{paper}.ipynb)" in cells[3]
+    # APC-VFL's MIMIC-III-only artefacts cannot be made here, whatever is recorded
+    apc = _section(_section(committed, "APC-VFL"), "Artefacts", level=3)
+    table4 = next(c for c in _rows(apc, 4) if c[0] == "Table 4")
+    assert table4[2].startswith(reproduction.IMPOSSIBLE) and "MIMIC-III" in table4[2]
+
+
+def test_no_records_reads_not_recorded_and_not_testable(empty: Path) -> None:
+    """Without any record or table, every printed number is "not recorded" and every claim "not
+    testable at this profile"; the report is still written, whole."""
+    out = reproduction.write_report(PROFILES, empty / "REPORT.md")
+    text = out.read_text()
+    for paper, title in reproduction.TITLES.items():
+        section = _section(text, title)
+        rows = _number_rows(section)
+        assert len(rows) == len(_reference(paper).drop_duplicates(list(KEY_COLUMNS)))
+        assert {cells[10] for rs in rows.values() for cells in rs} <= {reproduction.NOT_RECORDED}
+        claims_part = _section(section, "Claims", level=3)
+        judged = _rows(claims_part, 4)
+        assert len(judged) == len(PROFILES) * len(importlib.import_module(f"vflkit.studies.{paper}").CLAIMS)
+        assert {c[2] for c in judged if (title, c[0]) not in RECORD_FREE} == {claims.NOT_TESTABLE}
+        arts = _section(section, "Artefacts", level=3)
+        for cells in _rows(arts, 4):
+            assert cells[1] == "none"
+            assert "no records yet" in cells[2] or "not run" in cells[2] or cells[2].startswith(reproduction.IMPOSSIBLE)
+    assert not list(empty.glob("report_*.png"))  # nothing compared, nothing to plot
+
+
+def test_numbers_prefer_the_paper_profile_and_judge_the_gap(empty: Path) -> None:
+    """Ours is the paper profile's value where its table has the cell, else the quick profile's;
+    the gap is judged against the paper's std, ours and 2 points; a study's relabelled model
+    column (AdptVFedConv's width-reduced VGG-16) still finds the printed cell."""
+    def write(paper: str, profile: str, rows: list[dict]) -> None:
+        folder = empty / "figures" / paper / profile
+        folder.mkdir(parents=True, exist_ok=True)
+        pd.DataFrame(rows).reindex(columns=list(TABLE_COLUMNS)).to_csv(folder / "table2.csv", index=False)
+
+    cell = {"paper": "VFedMH", "table": "II", "dataset": "MNIST", "method": "Local", "setting": "local",
+            "metric": "test_accuracy_pct"}  # the paper prints 23.47 ± 2.36 (CNN), 35.57 ± 3.14 (LeNet)
+    write("vfedmh", "quick", [{**cell, "model": "CNN", "value": 30.0, "std": 1.0, "n_runs": 3, "profile": "quick"},
+                              {**cell, "model": "LeNet", "value": 36.0, "std": 0.1, "n_runs": 3, "profile": "quick"}])
+    write("vfedmh", "paper", [{**cell, "model": "CNN", "value": 24.0, "std": 1.0, "n_runs": 3, "profile": "paper"}])
+    write("adptvfedconv", "quick", [{"paper": "AdptVFedConv", "table": "2", "dataset": "CIFAR-10",
+                                     "method": "AdptVFedConv", "setting": "", "model": "VGG-16 at width 1/8",
+                                     "metric": "top1_accuracy_pct", "value": 25.0, "n_runs": 1, "profile": "quick"}])
+    cells = reproduction.compare("vfedmh", PROFILES)
+
+    def row(model: str) -> pd.Series:
+        hit = cells[(cells["table"] == "II") & (cells["dataset"] == "MNIST") & (cells["method"] == "Local")
+                    & (cells["model"] == model)]
+        assert len(hit) == 1
+        return hit.iloc[0]
+
+    cnn, lenet = row("CNN"), row("LeNet")
+    assert (cnn["profile"], cnn["value"], cnn["gap"]) == ("paper", 24.0, pytest.approx(0.53))
+    assert cnn["within"] == "paper std, our std, ±2 points"
+    assert (lenet["profile"], lenet["gap"]) == ("quick", pytest.approx(0.43))
+    assert lenet["within"] == "paper std, ±2 points"  # our std of 0.1 does not cover 0.43
+    assert row("MLP")["status"] == reproduction.NOT_RECORDED
+    summary = reproduction.table_summary(reproduction.compare("vfedmh", PROFILES)).set_index("table")
+    assert summary.loc["II", "compared"] == 2 and summary.loc["II", "within ±2 points"] == "2 of 2"
+    adpt = reproduction.compare("adptvfedconv", PROFILES)
+    hit = adpt[(adpt["table"] == "2") & (adpt["dataset"] == "CIFAR-10") & (adpt["method"] == "AdptVFedConv")]
+    assert len(hit) == 1 and hit["status"].item() == reproduction.COMPARED
+    assert hit["gap"].item() == pytest.approx(25.0 - 91.30) and hit["our_model"].item() == "VGG-16 at width 1/8"
+    # the report's figure plots ours against the paper's
+    png = reproduction.plot_comparison("vfedmh", reproduction.compare("vfedmh", PROFILES), empty / "v.png")
+    assert png is not None and png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_readme_claims_map_onto_the_clauses_of_their_figures() -> None:
+    """A README claim is judged through the clauses whose artefact names its figure (a range
+    "Figs. 4–5" names both, "Fig. 3" is not "Fig. 34"); with none it is not testable, "no
+    predicate yet"."""
+    evaluated = pd.DataFrame([
+        {"artefact": "Fig. 3", "clause": "a", "status": claims.AGREE, "profile": "quick"},
+        {"artefact": "Table 2 / Fig. 4", "clause": "b", "status": claims.DISAGREE, "profile": "quick"},
+        {"artefact": "Fig. 5", "clause": "c", "status": claims.NOT_TESTABLE, "profile": "quick"},
+        {"artefact": "Fig. 34", "clause": "d", "status": claims.DISAGREE, "profile": "quick"},
+    ]).assign(paper="X", evidence="")
+    readme = pd.DataFrame([{"paper": "X", "figure": f, "claim": f"claim of {f}"}
+                           for f in ("Fig. 3", "Figs. 4–5", "Fig. 5", "Fig. 9")])
+    got = reproduction.map_readme(readme, evaluated).set_index("figure")
+    assert got.loc["Fig. 3", "status"] == claims.AGREE
+    assert got.loc["Figs. 4–5", "status"] == claims.DISAGREE and "2 clauses" in got.loc["Figs. 4–5", "evidence"]
+    assert got.loc["Fig. 5", "status"] == claims.NOT_TESTABLE
+    assert (got.loc["Fig. 9", "status"], got.loc["Fig. 9", "evidence"]) == (claims.NOT_TESTABLE, "no predicate yet")
+
+
+def test_make_study_ends_by_writing_the_report(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``python -m vflkit.study`` writes the report after the notebooks (and not with --no-report)."""
+    calls: list[str] = []
+    monkeypatch.setattr(study, "compute_pending", lambda *a, **k: Summary())
+    monkeypatch.setattr(study, "execute", lambda nb, **k: calls.append(f"notebook {nb.name}") or nb)
+    monkeypatch.setattr(reproduction, "write_report", lambda *a, **k: calls.append("report") or Path("REPORT.md"))
+    assert study.main(["notebooks/demo.ipynb", "--profile", "smoke"]) == 0
+    assert calls == ["notebook demo.ipynb", "report"]
+    calls.clear()
+    assert study.main(["notebooks/demo.ipynb", "--profile", "smoke", "--no-report"]) == 0
+    assert calls == ["notebook demo.ipynb"]
