@@ -369,3 +369,11 @@ def test_table2_claims_with_one_method_recorded_are_not_testable(monkeypatch):
     rounds, mb = study._table2_rounds("quick"), study._table2_mb("quick")
     assert rounds.status == claims.NOT_TESTABLE and "APC-VFL" in rounds.evidence
     assert mb.status == claims.NOT_TESTABLE and "nan" not in mb.evidence
+
+
+def test_pending_keeps_the_learning_rate(monkeypatch):
+    """The pending table rounds the CPU hours, not the lr: the paper's 1e-3 must not print as 0.0."""
+    monkeypatch.setattr(study.store, "load_available", lambda runs, profile: [])
+    table = study.pending("paper", datasets=("breast_cancer",))
+    assert len(table) and (table["lr"] > 0).all()
+    assert set(table["lr"]) >= {1e-3}

@@ -463,6 +463,16 @@ def test_displacement_sets_each_optimizer_beside_fedavg():
     assert len(sentences) == 6 and "MNIST, FedAdam" in sentences[0] and "+5.0" in sentences[0]
 
 
+def test_explain_with_one_seed_prints_no_nan():
+    """With one seed there is no sd: the sentence gives the mean alone, never "nan ± nan"."""
+    table = study.displacement(_fake_study(8)).reset_index()
+    table["distance_vs_fedavg_sd"] = float("nan")
+    table["accuracy_minus_fedavg_sd"] = float("nan")
+    sentences = study.explain(table)
+    assert sentences and not any("nan" in s for s in sentences)
+    assert "+5.0 points" in sentences[0]
+
+
 def test_pending_lists_unrecorded_paper_runs_with_their_cost(monkeypatch):
     """Every paper run without a record is pending, at rounds x the measured seconds per round."""
     monkeypatch.setattr(study.store, "load_available", lambda runs, profile: [])

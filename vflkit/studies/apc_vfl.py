@@ -515,7 +515,7 @@ def pending(profile: str = "paper", datasets: Sequence[str] = ("credit_card",),
     df = pd.DataFrame(rows)
     return (df.groupby(["dataset", "kind", "method", "lr"], as_index=False)
             .agg(runs=("cpu_s_upper", "size"), cpu_hours_upper=("cpu_s_upper", lambda v: v.sum() / 3600))
-            .round(2))
+            .round({"cpu_hours_upper": 2}))  # not the lr: 1e-3 would print as 0.0
 
 
 # ------------------------------------------------------------------------------- claims

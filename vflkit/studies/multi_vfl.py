@@ -342,13 +342,19 @@ def explain(table: pd.DataFrame) -> list[str]:
     """One sentence per dataset and adaptive optimizer of :func:`displacement`: how far it moved
     the model against FedAvg (measured and predicted by the sqrt(v) << tau rule) and where its
     accuracy ended against FedAvg's (mean ± sd over seeds)."""
+    def pm(mean: float, sd: float, fmt: str) -> str:
+        # one seed has no sd; "nan" would read like a failed run
+        if np.isnan(mean):
+            return "not recorded"
+        return f"{mean:{fmt}}" + ("" if np.isnan(sd) else f" ± {sd:{fmt.lstrip('+')}}")
+
     out = []
     for _, r in table[table["optimizer"] != "FedAvg"].iterrows():
         predicted = r.get("predicted_path_ratio", float("nan"))
         out.append(f"{r['dataset']}, {r['optimizer']}: its server steps summed to {r['path_ratio']:.2f}x the updates "
                    f"(FedAvg 1; predicted {predicted:.2f}x when sqrt(v) << tau); it ended "
-                   f"{r['distance_vs_fedavg']:.2f} ± {r['distance_vs_fedavg_sd']:.2f}x as far from the initial model "
-                   f"as FedAvg, and {r['accuracy_minus_fedavg']:+.1f} ± {r['accuracy_minus_fedavg_sd']:.1f} points "
+                   f"{pm(r['distance_vs_fedavg'], r['distance_vs_fedavg_sd'], '.2f')}x as far from the initial model "
+                   f"as FedAvg, and {pm(r['accuracy_minus_fedavg'], r['accuracy_minus_fedavg_sd'], '+.1f')} points "
                    f"of final accuracy from it.")
     return out
 
