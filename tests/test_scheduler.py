@@ -222,3 +222,15 @@ def test_workers_end_when_their_scheduler_is_killed_and_the_run_resumes(tmp_path
     schedule(tasks, workers=1, executor="serial", progress=False)
     assert tasks[0].path.exists()
     assert len(_computed(log)) - done_before < 400  # resumed from the checkpoint, not from epoch 1
+
+
+def test_only_datasets_keeps_the_runs_on_those_datasets(tmp_path):
+    """--datasets selects a profile's runs by dataset; an unknown name is an error that lists the known ones."""
+    from vflkit import study
+
+    tasks = study.study_tasks("easter", "quick", results=tmp_path)
+    kept = study.only_datasets(tasks, ["criteo"])
+    assert kept and len(kept) < len(tasks)
+    assert {t.payload["config"]["dataset"] for t in kept} == {"criteo"}
+    with pytest.raises(ConfigError, match="unknown dataset.*criteo_full.*known: .*fashion_mnist"):
+        study.only_datasets(tasks, ["criteo_full"])

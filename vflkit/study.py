@@ -22,9 +22,10 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from .config import PROFILES, project_root, results_dir
+from .errors import ConfigError
 from .scheduler import Summary, Task, schedule
 
 #: Each study's protocol family: the trainer module, its run class, and what a diverging run
@@ -144,14 +145,30 @@ def normalize_notebook(path: Path) -> None:
 
 def compute_pending(papers: list[str], *, profile: str, device: str = "auto", workers: int | None = None,
                     budget_minutes: float | None = None, executor: str = "local",
-                    progress: bool = True, recompute_before: str | None = None) -> Summary:
-    """Compute the runs of ``papers`` under ``profile`` that have no record yet."""
+                    progress: bool = True, recompute_before: str | None = None,
+                    datasets: Sequence[str] | None = None) -> Summary:
+    """Compute the runs of ``papers`` under ``profile`` that have no record yet (with
+    ``datasets``, only the runs on those datasets: e.g. a paper profile's CPU-sized part)."""
     from .config import resolve_device
 
     dev = str(resolve_device(device))
     tasks = [t for p in papers for t in study_tasks(p, profile, recompute_before=recompute_before)]
+    if datasets is not None:
+        tasks = only_datasets(tasks, datasets)
     return schedule(tasks, device=dev, workers=workers, budget_minutes=budget_minutes, executor=executor,
                     progress=progress)
+
+
+def only_datasets(tasks: Sequence[Task], datasets: Sequence[str]) -> list[Task]:
+    """The tasks whose run is on one of ``datasets``; an unknown dataset name is an error, not
+    an empty selection."""
+    from .data import DATASETS
+
+    unknown = sorted(set(datasets) - set(DATASETS))
+    if unknown:
+        raise ConfigError(f"--datasets: unknown dataset(s) {', '.join(unknown)}; "
+                          f"known: {', '.join(sorted(DATASETS))}")
+    return [t for t in tasks if t.payload["config"].get("dataset") in set(datasets)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -164,6 +181,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="start no run after this many minutes; runs in flight checkpoint and stop")
     parser.add_argument("--executor", default="local", help="local, serial, dask, or a dask scheduler address")
     parser.add_argument("--no-notebooks", action="store_true", help="compute the runs only")
+    parser.add_argument("--datasets", default=None, metavar="NAME[,NAME]",
+                        help="compute only the runs on these datasets (e.g. a paper profile's CPU-sized "
+                             "part: --datasets mnist,fashion_mnist,criteo); implies --no-notebooks")
     parser.add_argument("--recompute-before", metavar="COMMIT", default=None,
                         help="recompute records finished before this commit (they are kept as .json.old)")
     parser.add_argument("--commit-notebooks", action="store_true",
@@ -178,13 +198,14 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     summary = compute_pending(papers, profile=args.profile, device=args.device, workers=args.workers,
                               budget_minutes=args.budget, executor=args.executor,
-                              recompute_before=args.recompute_before)
+                              recompute_before=args.recompute_before,
+                              datasets=None if args.datasets is None else args.datasets.split(","))
     print(f"[study] runs: {summary}", flush=True)
     for key, err in summary.failed.items():
         print(f"[study] run {key} failed: {err}", flush=True)
     if summary.failed:
         return 1
-    if args.no_notebooks or summary.paused or summary.pending:
+    if args.no_notebooks or args.datasets is not None or summary.paused or summary.pending:
         if summary.paused or summary.pending:
             print("[study] notebooks not executed: runs are pending; run again to continue", flush=True)
         return 0
