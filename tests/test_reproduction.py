@@ -80,6 +80,14 @@ def empty(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+def test_the_committed_report_is_the_one_the_records_give(committed: str) -> None:
+    """figures/REPORT.md is regenerated whenever records or tables change: a stale committed
+    report would tell readers numbers the records no longer give."""
+    path = figures_dir() / "REPORT.md"
+    assert path.exists(), "figures/REPORT.md is missing: run `make report` and commit it"
+    assert path.read_text() == committed, "figures/REPORT.md is stale: run `make report` and commit it"
+
+
 def test_every_printed_number_has_a_row_and_a_status(committed: str) -> None:
     """Each row of each reference CSV appears in its paper's section, with the paper's value and
     a status; a cell the committed tables record is compared, with the gap ours - paper."""
