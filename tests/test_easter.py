@@ -266,3 +266,17 @@ def test_study_tables_from_the_committed_quick_records():
     _, data = easter.fig6(groups, recs)
     plt.close("all")
     assert set(data["embedding_dim"]) == set(easter.settings("quick")["embedding_dims"])
+
+
+def test_paper_so_far_without_records_lists_every_run_pending(tmp_path, monkeypatch):
+    """With no paper-profile record the tables are empty and every run is pending; only the
+    CIFAR-10 (ResNet) runs need a GPU, each with its estimated H100 minutes."""
+    from vflkit.studies import easter
+
+    monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path))
+    tables, todo, recs = easter.paper_so_far()
+    assert recs == [] and all(t.empty for t in tables.values()) and easter.paper_tables() == []
+    assert len(todo) == len(easter.unique(easter.configs("paper")))
+    gpu = todo[todo["needs"] == "GPU"]
+    assert set(gpu["dataset"]) == {"CIFAR-10"} and gpu["estimated_h100_min"].notna().all()
+    assert set(todo[todo["needs"] == "CPU"]["dataset"]) == {"MNIST", "FMNIST", "CRITEO"}

@@ -131,6 +131,10 @@ def _apc(kind: str, *, methods: Sequence[str] | None = None, datasets: Sequence[
     return runs
 
 
+#: The notebook section that shows a study's paper profile as far as it is recorded.
+PAPER_SO_FAR: dict[str, str] = {"vfedmh": "Table II at the paper's scale",
+                                "easter": "At the paper's scale, as far as it is recorded"}
+
 #: Per paper, the tables and figures it prints, in its order.
 ARTEFACTS: dict[str, tuple[Artefact, ...]] = {
     "vfedmh": (
@@ -378,9 +382,9 @@ def _dataset_title(paper: str, dataset: str) -> str:
 def measured(paper: str, profiles: Sequence[str]) -> pd.DataFrame:
     """Our rows in the reference long format: every table the study wrote under
     ``figures/<paper>/<profile>/`` (a CSV with the columns of :data:`vflkit.report.TABLE_COLUMNS`),
-    plus VFedMH's paper-profile Table II as far as it is recorded (its notebook draws it, from
-    :func:`vflkit.studies.vfedmh.paper_so_far`, without writing a CSV). ``source`` says where
-    each row comes from."""
+    plus, where no paper-profile CSV exists, the paper profile's tables as far as they are
+    recorded (a study's ``paper_tables()``: VFedMH's Table II, EASTER's Tables II, IV and VI; their
+    notebooks draw them without writing a CSV). ``source`` says where each row comes from."""
     frames = []
     for profile in profiles:
         folder = figures_dir() / paper / profile
@@ -388,10 +392,10 @@ def measured(paper: str, profiles: Sequence[str]) -> pd.DataFrame:
             df = pd.read_csv(csv, dtype={c: str for c in KEY_COLUMNS})
             if set(TABLE_COLUMNS) <= set(df.columns):
                 frames.append(df.assign(profile=profile, source=f"[{profile}/{csv.name}]({paper}/{profile}/{csv.name})"))
-        if paper == "vfedmh" and profile == "paper" and not (folder / "table2.csv").exists():
-            table = _study("vfedmh").paper_so_far("table2")[0]
-            if len(table):
-                frames.append(table.assign(profile=profile, source="paper records (notebook: Table II at the paper's scale)"))
+        study = _study(paper)
+        if profile == "paper" and not any(folder.glob("*.csv")) and hasattr(study, "paper_tables"):
+            for table in study.paper_tables():
+                frames.append(table.assign(profile=profile, source=f"paper records (notebook: {PAPER_SO_FAR[paper]})"))
     cols = list(TABLE_COLUMNS) + ["source"]
     if not frames:
         return pd.DataFrame(columns=cols)

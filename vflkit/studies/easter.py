@@ -232,6 +232,24 @@ def recorded(profile: str = "quick") -> tuple[dict[str, list[RunConfig]], list[d
     return groups, store.load_available(unique(groups), profile=profile)
 
 
+def paper_so_far() -> tuple[dict[str, pd.DataFrame], pd.DataFrame, list[dict[str, Any]]]:
+    """The paper profile as far as it is recorded (nothing is trained): Tables II, IV and VI of
+    its recorded runs beside the paper's (``n_runs`` = seeds so far), its pending runs (with the
+    ResNets' estimated H100 minutes) and the records found. Its CPU-sized part (MNIST,
+    FashionMNIST, Criteo) accumulates over sessions: ``python -m vflkit.study --profile paper
+    --device cpu --datasets criteo notebooks/easter.ipynb``."""
+    groups, records = recorded("paper")
+    tables = {"II": table2(groups, records, "paper"), "IV": table4(groups, records, "paper"),
+              "VI": table6(groups, records, "paper")}
+    return tables, pending(groups, records), records
+
+
+def paper_tables() -> list[pd.DataFrame]:
+    """The paper profile's tables as far as recorded: what the reproduction report compares
+    where the notebook wrote no paper-profile CSV."""
+    return [t for t in paper_so_far()[0].values() if len(t)]
+
+
 def pending(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """Runs without a record, with what they need and (ResNets) their estimated H100 minutes
     (VFedMH's calibration, 20 epochs; ResNet34 taken halfway between ResNet18 and ResNet50)."""

@@ -817,6 +817,13 @@ H100_MINUTES: dict[tuple[str, str], float] = {
 }
 
 
+def paper_tables() -> list[pd.DataFrame]:
+    """The paper profile's tables as far as recorded (Table II): what the reproduction report
+    compares where the notebook wrote no paper-profile CSV."""
+    table = paper_so_far("table2")[0]
+    return [table] if len(table) else []
+
+
 def paper_so_far(artefact: str = "table2") -> tuple[pd.DataFrame, pd.DataFrame, list[dict[str, Any]]]:
     """The paper profile's ``artefact`` as far as it is recorded (nothing is trained).
 
