@@ -273,6 +273,7 @@ def test_paper_so_far_without_records_lists_every_run_pending(tmp_path, monkeypa
     CIFAR-10 (ResNet) runs need a GPU, each with its estimated H100 minutes."""
     from vflkit.studies import easter
 
+    monkeypatch.chdir(tmp_path)  # outside the checkout: its committed results/ is not searched
     monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path))
     tables, todo, recs = easter.paper_so_far()
     assert recs == [] and all(t.empty for t in tables.values()) and easter.paper_tables() == []
