@@ -1,6 +1,9 @@
 """Tests for vflkit.records: one envelope, one record path and one run loop for every family."""
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -157,16 +160,22 @@ def test_load_available_skips_missing_records_and_checks_the_present_ones(tmp_pa
 
 def test_peak_memory_is_the_runs_own_in_a_process_that_ran_before():
     """A scheduler worker computes run after run: the peak it records for a run must not be an
-    earlier run's. Allocate ~400 MiB and free it (an earlier run), then read the peak as a run
-    that starts now would."""
-    import numpy as np
-
-    big = np.ones(400 * 2**20 // 8)
-    big[::4096] = 2.0  # touch every page
-    del big
-    lifetime, lifetime_kind = records._peak_memory(torch.device("cpu"))
-    assert lifetime_kind == "process_max_rss" and lifetime > 400
-    assert records._reset_peak_rss(), "this Linux kernel does not let a process reset its peak RSS"
-    peak, kind = records._peak_memory(torch.device("cpu"), True)
-    assert kind == "process_peak_rss_during_run"
-    assert 0 < peak < lifetime - 300
+    earlier run's. In a fresh process (this test process may already hold gigabytes that an
+    allocation reuses), allocate ~400 MiB and free it (an earlier run), then read the peak as a
+    run that starts now would."""
+    code = """
+import numpy as np, torch
+from vflkit import records
+big = np.ones(400 * 2**20 // 8)
+big[::4096] = 2.0  # touch every page
+del big
+lifetime, lifetime_kind = records._peak_memory(torch.device("cpu"))
+assert lifetime_kind == "process_max_rss" and lifetime > 400, (lifetime_kind, lifetime)
+assert records._reset_peak_rss(), "this Linux kernel does not let a process reset its peak RSS"
+peak, kind = records._peak_memory(torch.device("cpu"), True)
+assert kind == "process_peak_rss_during_run", kind
+assert 0 < peak < lifetime - 300, (peak, lifetime)
+print("ok", lifetime, peak)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(Path(__file__).parents[1]))
+    assert out.returncode == 0 and out.stdout.startswith("ok"), out.stderr[-2000:]
