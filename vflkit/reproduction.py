@@ -383,8 +383,9 @@ def measured(paper: str, profiles: Sequence[str]) -> pd.DataFrame:
     """Our rows in the reference long format: every table the study wrote under
     ``figures/<paper>/<profile>/`` (a CSV with the columns of :data:`vflkit.report.TABLE_COLUMNS`),
     plus, where no paper-profile CSV exists, the paper profile's tables as far as they are
-    recorded (a study's ``paper_tables()``: VFedMH's Table II, EASTER's Tables II, IV and VI; their
-    notebooks draw them without writing a CSV). ``source`` says where each row comes from."""
+    recorded (a study's ``paper_tables()``: VFedMH's Table II, EASTER's Tables II, IV and VI; the
+    quick notebooks write them to ``figures/<paper>/paper/`` too, so this matters only before a
+    notebook has run on new paper records). ``source`` says where each row comes from."""
     frames = []
     for profile in profiles:
         folder = figures_dir() / paper / profile
