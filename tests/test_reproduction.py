@@ -270,3 +270,34 @@ def test_a_studys_recorded_paper_tables_enter_the_report(empty: Path, monkeypatc
     fake.to_csv(folder / "table2.csv", index=False)
     monkeypatch.setattr(easter, "paper_tables", lambda: pytest.fail("a paper CSV exists: paper_tables must not be read"))
     assert reproduction.measured("easter", ("paper",))["source"].iloc[0].startswith("[paper/table2.csv]")
+
+
+def _paper_tables_from_records() -> dict[tuple[str, str], pd.DataFrame]:
+    """What the quick notebooks write under figures/<paper>/paper/, from the committed records."""
+    from vflkit.studies import apc_vfl, easter, vfedmh
+
+    out = {("vfedmh", "table2.csv"): vfedmh.paper_so_far("table2")[0]}
+    for name, table in easter.paper_so_far()[0].items():
+        out[("easter", f"table{ {'II': 2, 'IV': 4, 'VI': 6}[name]}.csv")] = table
+    recs, lr_recs = apc_vfl.split_lr(apc_vfl.recorded("paper"))
+    out[("apc_vfl", "table2.csv")] = apc_vfl.table2([r for r in recs if r["config"]["kind"] == "table2"], profile="paper")
+    out[("apc_vfl", "table2_lr0.01.csv")] = apc_vfl.table2(
+        [r for r in lr_recs if r["config"]["kind"] == "table2"], profile="paper")
+    out[("apc_vfl", "fig5.csv")] = apc_vfl.fig5_long(
+        apc_vfl.fig5_frame([r for r in recs if r["config"]["kind"] == "fig5"]), profile="paper")
+    return {k: v for k, v in out.items() if len(v)}
+
+
+def test_the_committed_paper_tables_are_the_ones_the_paper_records_give() -> None:
+    """The paper profile's tables as far as recorded (figures/<paper>/paper/, which the report
+    compares) are rewritten whenever paper records are added: a stale CSV fails here."""
+    expected = _paper_tables_from_records()
+    assert expected, "no paper-profile records are committed"
+    for (paper, name), table in expected.items():
+        path = figures_dir() / paper / "paper" / name
+        assert path.exists(), f"{path.name} of {paper} is missing: re-execute notebooks/{paper}.ipynb and commit"
+        columns = list(TABLE_COLUMNS) if name.startswith("table") else list(table.columns)
+        want = table[columns].to_csv(index=False)
+        assert path.read_text() == want, f"{paper}/paper/{name} is stale: re-execute notebooks/{paper}.ipynb"
+    written = {(p.parent.parent.name, p.name) for p in figures_dir().glob("*/paper/*.csv")}
+    assert written == set(expected), "a paper-profile CSV no record gives (or one not checked here)"
