@@ -276,7 +276,7 @@ def _paper_tables_from_records() -> dict[tuple[str, str], pd.DataFrame]:
     """What the quick notebooks write under figures/<paper>/paper/, from the committed records."""
     from vflkit.studies import apc_vfl, easter, vfedmh
 
-    out = {("vfedmh", "table2.csv"): vfedmh.paper_so_far("table2")[0]}
+    out = {("vfedmh", f"{a}.csv"): vfedmh.paper_so_far(a)[0] for a in vfedmh.PAPER_TABLES}
     for name, table in easter.paper_so_far()[0].items():
         out[("easter", f"table{ {'II': 2, 'IV': 4, 'VI': 6}[name]}.csv")] = table
     recs, lr_recs = apc_vfl.split_lr(apc_vfl.recorded("paper"))

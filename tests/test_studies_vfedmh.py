@@ -153,3 +153,18 @@ def test_claims_judge_the_records_clause_by_clause(monkeypatch):
     fig4 = table[table["artefact"] == "Fig. 4"]
     assert fig4["status"].tolist() == [claims.DISAGREE, claims.NOT_TESTABLE]
     assert "no records of Adam (lr 0.001)" in fig4["evidence"].iloc[1]
+
+
+def test_paper_so_far_draws_each_table_from_its_own_runs(tmp_path, monkeypatch):
+    """Without records every run of a table is pending (Table IV's standard-rate rows included)
+    and its table is empty; an unknown table is a clear error."""
+    monkeypatch.chdir(tmp_path)  # outside the checkout: its committed results/ is not searched
+    monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path))
+    groups = vfedmh.configs("paper")
+    for artefact, names in vfedmh.PAPER_TABLES.items():
+        table, todo, found = vfedmh.paper_so_far(artefact)
+        assert found == [] and table.empty
+        assert len(todo) == len(vfedmh.unique({g: groups[g] for g in names}))
+    assert vfedmh.paper_tables() == []
+    with pytest.raises(ConfigError, match="unknown artefact 'table9'"):
+        vfedmh.paper_so_far("table9")

@@ -817,26 +817,34 @@ H100_MINUTES: dict[tuple[str, str], float] = {
 }
 
 
+#: The paper profile's tables that accumulate from records, and the configs groups each draws on.
+PAPER_TABLES: dict[str, tuple[str, ...]] = {"table2": ("table2",), "table3": ("table3",),
+                                            "table4": ("table4", "table4_standard")}
+
+
 def paper_tables() -> list[pd.DataFrame]:
-    """The paper profile's tables as far as recorded (Table II): what the reproduction report
+    """The paper profile's Tables II-IV as far as recorded: what the reproduction report
     compares where the notebook wrote no paper-profile CSV."""
-    table = paper_so_far("table2")[0]
-    return [table] if len(table) else []
+    return [t for t in (paper_so_far(a)[0] for a in PAPER_TABLES) if len(t)]
 
 
 def paper_so_far(artefact: str = "table2") -> tuple[pd.DataFrame, pd.DataFrame, list[dict[str, Any]]]:
-    """The paper profile's ``artefact`` as far as it is recorded (nothing is trained).
+    """The paper profile's ``artefact`` (``table2``, ``table3`` or ``table4``) as far as it is
+    recorded (nothing is trained).
 
     Returns the table of the recorded cells beside the paper's (``n_runs`` says over how many
     seeds each is), the pending runs with their estimated cost (H100 minutes for the CIFAR-10
     ResNets, from the calibration; CPU runs as "CPU"), and the records found.
     """
+    if artefact not in PAPER_TABLES:
+        raise ConfigError(f"paper_so_far: unknown artefact {artefact!r}; choose one of {', '.join(PAPER_TABLES)}")
     groups = configs("paper")
-    runs = groups[artefact]
+    runs = unique({g: groups[g] for g in PAPER_TABLES[artefact]})
     found = store.load_available(runs, profile="paper")
     have = {r["key"] for r in found}
-    done = {artefact: [c for c in runs if c.key in have]}
-    table = table2(done, found, "paper") if done[artefact] and artefact == "table2" else pd.DataFrame()
+    done = {g: [c for c in groups[g] if c.key in have] for g in PAPER_TABLES[artefact]}
+    build = {"table2": table2, "table3": table3, "table4": table4}[artefact]
+    table = build(done, found, "paper") if any(done.values()) else pd.DataFrame()
     pending = []
     for c in runs:
         if c.key in have:
