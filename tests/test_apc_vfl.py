@@ -148,6 +148,43 @@ def test_distillation_pulls_encoder_towards_teacher():
     assert dist[1] < 0.5 * dist[0]
 
 
+def _fit_and_encode(method: APCVFL, **parties) -> tuple[torch.Tensor, dict, dict]:
+    active, passive, ch = _parties(**parties)
+    method.fit(active, passive)
+    with torch.no_grad():
+        z = method.transform(active.features("train"))
+    return z, {k: dict(v) for k, v in method.history.items()}, ch.ledger.totals()
+
+
+def test_teachers_trained_once_are_reused_exactly(monkeypatch):
+    """The MSE and MAE runs of one cell train the same g1P, g1A and g2A; g1A is the same at
+    every aligned count. A process trains each once, and what the MAE run gets is bit for bit
+    what training again would give; the record says which were reused; messages are unchanged."""
+    from vflkit.methods import apc_vfl as module
+
+    kw = {"epochs": 5, "patience": 10, "batch_size": 16, "seed": 0}
+    monkeypatch.setattr(module, "_TRAINED", module.OrderedDict())
+    fresh = {}
+    for loss in ("mse", "mae"):  # each trained from scratch
+        module._TRAINED.clear()
+        fresh[loss] = _fit_and_encode(APCVFL(distill_loss=loss, **kw))
+    module._TRAINED.clear()
+    z_mse, h_mse, comm_mse = _fit_and_encode(APCVFL(distill_loss="mse", **kw))
+    z_mae, h_mae, comm_mae = _fit_and_encode(APCVFL(distill_loss="mae", **kw))
+    assert torch.equal(z_mse, fresh["mse"][0]) and torch.equal(z_mae, fresh["mae"][0])
+    assert not any("reused" in h for h in h_mse.values())
+    assert {k for k, h in h_mae.items() if h.get("reused")} == {"g1P", "g1A", "g2A"}
+    assert {k: {m: v for m, v in h.items() if m != "reused"} for k, h in h_mae.items()} == fresh["mae"][1]
+    assert comm_mae == comm_mse == fresh["mae"][2]  # the message is still sent and counted
+    # another aligned count: other passive rows, so g1P and g2A are new; g1A is the same
+    _, h_other, _ = _fit_and_encode(APCVFL(distill_loss="mse", **kw), n_aligned=20)
+    assert {k for k, h in h_other.items() if h.get("reused")} == {"g1A"}
+    # another seed or learning rate is another model
+    _, h_seed, _ = _fit_and_encode(APCVFL(distill_loss="mse", **{**kw, "seed": 1}))
+    _, h_lr, _ = _fit_and_encode(APCVFL(distill_loss="mse", lr=0.01, **kw))
+    assert not any(h.get("reused") for h in (*h_seed.values(), *h_lr.values()))
+
+
 def test_vfedtrans_ledger_and_representation():
     """Five messages in three rounds (masks, masked blocks, U~); the A and U~ terms are
     Eq. 10's; the enhanced features are the raw ones beside a latent of width x_total."""
