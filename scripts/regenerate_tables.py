@@ -106,6 +106,8 @@ def compare(out: Path, committed: Path) -> list[str]:
     """The committed CSVs whose regenerated copy differs or is missing."""
     bad = []
     for ours in sorted(committed.glob("*/*/*.csv")):
+        if ours.parent.name == "paper" and not (out / ours.relative_to(committed)).exists():
+            continue  # the paper profile as far as recorded: tests/test_reproduction.py redraws it
         theirs = out / ours.relative_to(committed)
         if not theirs.exists():
             bad.append(f"{ours}: not regenerated")
