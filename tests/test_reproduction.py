@@ -250,35 +250,13 @@ def test_make_study_ends_by_writing_the_report(monkeypatch: pytest.MonkeyPatch) 
     assert calls == ["notebook demo.ipynb"]
 
 
-def test_a_studys_recorded_paper_tables_enter_the_report(empty: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Where a study's notebook writes no paper-profile CSV, the report compares the tables its
-    paper_tables() draws from the paper records (EASTER's Tables II, IV, VI), and says so; a
-    paper-profile CSV, where one exists, is read instead."""
-    easter = importlib.import_module("vflkit.studies.easter")
-    ref = _reference("easter")
-    row = ref[(ref["table"] == "II") & (ref["dataset"] == "CRITEO")].iloc[[0]]
-    fake = row.assign(value=float(row["value"].iloc[0]) + 1.0, std=0.5, n_runs=5, paper_value=row["value"],
-                      paper_std=row["std"], profile="paper")
-    monkeypatch.setattr(easter, "paper_tables", lambda: [fake])
-    got = reproduction.measured("easter", ("paper",))
-    assert len(got) == 1 and got["source"].iloc[0].startswith("paper records (notebook: At the paper's scale")
-    cells = reproduction.compare("easter", ("paper",))
-    hit = cells[cells["status"] == reproduction.COMPARED]
-    assert len(hit) == 1 and hit["gap"].iloc[0] == pytest.approx(1.0)
-    folder = empty / "figures" / "easter" / "paper"
-    folder.mkdir(parents=True)
-    fake.to_csv(folder / "table2.csv", index=False)
-    monkeypatch.setattr(easter, "paper_tables", lambda: pytest.fail("a paper CSV exists: paper_tables must not be read"))
-    assert reproduction.measured("easter", ("paper",))["source"].iloc[0].startswith("[paper/table2.csv]")
-
-
 def _paper_tables_from_records() -> dict[tuple[str, str], pd.DataFrame]:
     """What the quick notebooks write under figures/<paper>/paper/, from the committed records."""
     from vflkit.studies import apc_vfl, easter, vfedmh
 
     out = {("vfedmh", f"{a}.csv"): vfedmh.paper_so_far(a)[0] for a in vfedmh.PAPER_TABLES}
     for name, table in easter.paper_so_far()[0].items():
-        out[("easter", f"table{ {'II': 2, 'IV': 4, 'VI': 6}[name]}.csv")] = table
+        out[("easter", f"table{easter.PAPER_TABLE_NUMBERS[name]}.csv")] = table
     recs, lr_recs = apc_vfl.split_lr(apc_vfl.recorded("paper"))
     out[("apc_vfl", "table2.csv")] = apc_vfl.table2([r for r in recs if r["config"]["kind"] == "table2"], profile="paper")
     out[("apc_vfl", "table2_lr0.01.csv")] = apc_vfl.table2(

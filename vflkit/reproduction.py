@@ -131,10 +131,6 @@ def _apc(kind: str, *, methods: Sequence[str] | None = None, datasets: Sequence[
     return runs
 
 
-#: The notebook section that shows a study's paper profile as far as it is recorded.
-PAPER_SO_FAR: dict[str, str] = {"vfedmh": "Table II at the paper's scale",
-                                "easter": "At the paper's scale, as far as it is recorded"}
-
 #: Per paper, the tables and figures it prints, in its order.
 ARTEFACTS: dict[str, tuple[Artefact, ...]] = {
     "vfedmh": (
@@ -381,11 +377,10 @@ def _dataset_title(paper: str, dataset: str) -> str:
 
 def measured(paper: str, profiles: Sequence[str]) -> pd.DataFrame:
     """Our rows in the reference long format: every table the study wrote under
-    ``figures/<paper>/<profile>/`` (a CSV with the columns of :data:`vflkit.report.TABLE_COLUMNS`),
-    plus, where no paper-profile CSV exists, the paper profile's tables as far as they are
-    recorded (a study's ``paper_tables()``: VFedMH's Table II, EASTER's Tables II, IV and VI; the
-    quick notebooks write them to ``figures/<paper>/paper/`` too, so this matters only before a
-    notebook has run on new paper records). ``source`` says where each row comes from."""
+    ``figures/<paper>/<profile>/`` (a CSV with the columns of :data:`vflkit.report.TABLE_COLUMNS`).
+    The paper profile's are written by the quick notebooks as far as recorded, and
+    ``tests/test_reproduction.py`` fails when one is stale against the committed records.
+    ``source`` says where each row comes from."""
     frames = []
     for profile in profiles:
         folder = figures_dir() / paper / profile
@@ -393,10 +388,6 @@ def measured(paper: str, profiles: Sequence[str]) -> pd.DataFrame:
             df = pd.read_csv(csv, dtype={c: str for c in KEY_COLUMNS})
             if set(TABLE_COLUMNS) <= set(df.columns):
                 frames.append(df.assign(profile=profile, source=f"[{profile}/{csv.name}]({paper}/{profile}/{csv.name})"))
-        study = _study(paper)
-        if profile == "paper" and not any(folder.glob("*.csv")) and hasattr(study, "paper_tables"):
-            for table in study.paper_tables():
-                frames.append(table.assign(profile=profile, source=f"paper records (notebook: {PAPER_SO_FAR[paper]})"))
     cols = list(TABLE_COLUMNS) + ["source"]
     if not frames:
         return pd.DataFrame(columns=cols)

@@ -232,6 +232,11 @@ def recorded(profile: str = "quick") -> tuple[dict[str, list[RunConfig]], list[d
     return groups, store.load_available(unique(groups), profile=profile)
 
 
+#: The paper's tables the quick notebook writes as far as recorded, and the number in each
+#: one's file name (``figures/easter/paper/table<number>.csv``).
+PAPER_TABLE_NUMBERS: dict[str, str] = {"II": "2", "IV": "4", "VI": "6"}
+
+
 def paper_so_far() -> tuple[dict[str, pd.DataFrame], pd.DataFrame, list[dict[str, Any]]]:
     """The paper profile as far as it is recorded (nothing is trained): Tables II, IV and VI of
     its recorded runs beside the paper's (``n_runs`` = seeds so far), its pending runs (with the
@@ -242,12 +247,6 @@ def paper_so_far() -> tuple[dict[str, pd.DataFrame], pd.DataFrame, list[dict[str
     tables = {"II": table2(groups, records, "paper"), "IV": table4(groups, records, "paper"),
               "VI": table6(groups, records, "paper")}
     return tables, pending(groups, records), records
-
-
-def paper_tables() -> list[pd.DataFrame]:
-    """The paper profile's tables as far as recorded: what the reproduction report compares
-    where the notebook wrote no paper-profile CSV."""
-    return [t for t in paper_so_far()[0].values() if len(t)]
 
 
 def pending(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> pd.DataFrame:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -818,14 +818,11 @@ H100_MINUTES: dict[tuple[str, str], float] = {
 
 
 #: The paper profile's tables that accumulate from records, and the configs groups each draws on.
-PAPER_TABLES: dict[str, tuple[str, ...]] = {"table2": ("table2",), "table3": ("table3",),
-                                            "table4": ("table4", "table4_standard")}
-
-
-def paper_tables() -> list[pd.DataFrame]:
-    """The paper profile's Tables II-IV as far as recorded: what the reproduction report
-    compares where the notebook wrote no paper-profile CSV."""
-    return [t for t in (paper_so_far(a)[0] for a in PAPER_TABLES) if len(t)]
+#: The paper profile's tables the quick notebook writes as far as recorded: the run groups
+#: each is drawn from, and the function that draws it.
+PAPER_TABLES: dict[str, tuple[tuple[str, ...], Callable[..., pd.DataFrame]]] = {
+    "table2": (("table2",), table2), "table3": (("table3",), table3),
+    "table4": (("table4", "table4_standard"), table4)}
 
 
 def paper_so_far(artefact: str = "table2") -> tuple[pd.DataFrame, pd.DataFrame, list[dict[str, Any]]]:
@@ -839,11 +836,11 @@ def paper_so_far(artefact: str = "table2") -> tuple[pd.DataFrame, pd.DataFrame, 
     if artefact not in PAPER_TABLES:
         raise ConfigError(f"paper_so_far: unknown artefact {artefact!r}; choose one of {', '.join(PAPER_TABLES)}")
     groups = configs("paper")
-    runs = unique({g: groups[g] for g in PAPER_TABLES[artefact]})
+    names, build = PAPER_TABLES[artefact]
+    runs = unique({g: groups[g] for g in names})
     found = store.load_available(runs, profile="paper")
     have = {r["key"] for r in found}
-    done = {g: [c for c in groups[g] if c.key in have] for g in PAPER_TABLES[artefact]}
-    build = {"table2": table2, "table3": table3, "table4": table4}[artefact]
+    done = {g: [c for c in groups[g] if c.key in have] for g in names}
     table = build(done, found, "paper") if any(done.values()) else pd.DataFrame()
     pending = []
     for c in runs:
