@@ -5,8 +5,8 @@ only (nothing is trained), the CSVs the notebooks write to ``figures/<paper>/<pr
 the committed quick records of every study into ``OUT`` (default: a temporary folder), and
 lists every committed CSV that differs. The paper profile's CSVs, written as far as recorded,
 are redrawn and compared by ``tests/test_reproduction.py`` (one place, since they grow with
-every session's records). It is how a change to the record format or the analysis code is checked against the
-committed numbers (exit status 1 when one differs). The blinding figure's data comes from a
+every session's records). It is how a change to the record format or the analysis code is
+checked against the committed numbers (exit status 1 when one differs). The blinding figure's data comes from a
 seeded demonstration, not from records, and is compared as well.
 """
 
@@ -101,8 +101,6 @@ def regenerate(out: Path) -> None:
                            profile, f"7_{ds}", root=out)
     report.write_table(apc_vfl.table2(recs, profile=profile), "apc_vfl", profile, "2", root=out)
     plt.close("all")
-
-
 
 
 def compare(out: Path, committed: Path) -> list[str]:

@@ -817,7 +817,6 @@ H100_MINUTES: dict[tuple[str, str], float] = {
 }
 
 
-#: The paper profile's tables that accumulate from records, and the configs groups each draws on.
 #: The paper profile's tables the quick notebook writes as far as recorded: the run groups
 #: each is drawn from, and the function that draws it.
 PAPER_TABLES: dict[str, tuple[tuple[str, ...], Callable[..., pd.DataFrame]]] = {
