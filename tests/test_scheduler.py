@@ -95,6 +95,17 @@ def test_budget_pauses_runs_in_flight_and_leaves_the_rest_pending(tmp_path):
     assert "pending" in str(s3)
 
 
+@pytest.mark.parametrize("executor", ["serial", "local"])
+def test_nothing_starts_after_the_budget_even_without_an_estimate(tmp_path, executor):
+    """Runs without a cost estimate must not start once the budget is spent: each would train
+    an epoch past it before pausing."""
+    tasks, log = _tasks(tmp_path, n=3, epochs=3, epoch_s=1.0)
+    s = schedule(tasks, workers=1, executor=executor, budget_minutes=0.5 / 60, progress=False)
+    assert s.paused == ["run0"] and sorted(s.pending) == ["run1", "run2"]
+    assert _computed(log) == [("run0", "1")]
+    assert not any(Path(t.payload["path"] + ".ckpt").exists() for t in tasks[1:])
+
+
 def test_lock_excludes_a_second_holder_and_stale_locks_are_taken_over(tmp_path):
     record = tmp_path / "r.json"
     assert acquire(record)

@@ -258,7 +258,13 @@ def schedule(
     waiting: list[Task] = []  # locked by another process: wait for its record
 
     def fits(t: Task) -> bool:
-        return deadline is None or t.cost_s is None or time.time() + t.cost_s <= deadline
+        # Past the deadline nothing starts, estimated or not: a run without an estimate would
+        # still train one epoch before its deadline check pauses it, and every such run would
+        # overrun the budget by an epoch (measured: an hour of C-VFL epochs after a budget).
+        if deadline is None:
+            return True
+        now = time.time()
+        return now < deadline and (t.cost_s is None or now + t.cost_s <= deadline)
 
     def finish(key: str, status: str) -> None:
         if status in ("done", "recorded"):
