@@ -235,6 +235,43 @@ def test_workers_end_when_their_scheduler_is_killed_and_the_run_resumes(tmp_path
     assert len(_computed(log)) - done_before < 400  # resumed from the checkpoint, not from epoch 1
 
 
+def test_a_cpu_leaves_the_runs_a_study_says_need_a_gpu_pending(tmp_path, monkeypatch):
+    """On a CPU, compute_pending hands the scheduler no ResNet run (the study's needs_gpu) and
+    lists them in the summary; --include-gpu-runs (or a GPU) hands it every run."""
+    from vflkit import study
+    from vflkit.scheduler import Summary
+
+    monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path))
+    handed = {}
+    monkeypatch.setattr(study, "schedule", lambda tasks, **kw: handed.update(tasks=tasks) or Summary())
+    s = study.compute_pending(["vfedmh"], profile="paper", device="cpu", datasets=["mnist"])
+    models = [t.payload["config"]["models"] for t in handed["tasks"]]
+    assert models and not any(m.startswith("resnet") for ms in models for m in ms)
+    every = study.only_datasets(study.study_tasks("vfedmh", "paper"), ["mnist"])
+    resnet = {t.key for t in every if any(m.startswith("resnet") for m in t.payload["config"]["models"])}
+    assert resnet and set(s.needs_gpu) == resnet and "left for a GPU" in str(s)
+    s = study.compute_pending(["vfedmh"], profile="paper", device="cpu", datasets=["mnist"], include_gpu_runs=True)
+    assert {t.key for t in handed["tasks"]} == {t.key for t in every} and not s.needs_gpu
+
+
+def test_vfedmh_runs_are_scheduled_in_the_order_the_issue_asks():
+    """Table II for every seed first, then the other artefacts seed by seed, C-VFL at Q = 10 last."""
+    from vflkit import study
+    from vflkit.studies import vfedmh
+
+    tasks = sorted(study.study_tasks("vfedmh", "paper"), key=lambda t: t.priority)
+    costly = [t.payload["config"]["method"] == "c_vfl" and t.payload["config"]["options"].get("local_iterations", 10) > 1
+              for t in tasks]
+    first_costly = costly.index(True)
+    assert all(costly[first_costly:]) and not any(costly[:first_costly])
+    head = tasks[:first_costly]
+    table2 = {c.key for c in vfedmh.configs("paper")["table2"]}
+    in_t2 = [t.key in table2 for t in head]
+    assert in_t2.index(False) == sum(in_t2), "a run of another artefact came before a Table II run"
+    rest_seeds = [t.payload["config"]["seed"] for t in head if t.key not in table2]
+    assert rest_seeds == sorted(rest_seeds) and head[0].payload["config"]["method"] == "vfedmh"
+
+
 def test_only_datasets_keeps_the_runs_on_those_datasets(tmp_path):
     """--datasets selects a profile's runs by dataset; an unknown name is an error that lists the known ones."""
     from vflkit import study

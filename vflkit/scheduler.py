@@ -51,7 +51,7 @@ class Task:
     fn: Callable[..., Any]
     payload: Any
     label: str = ""
-    priority: int = 0  # lower runs first (the runs behind a paper's headline tables: 0)
+    priority: Any = 0  # lower runs first (a number or a tuple; a study's headline table first)
     cost_s: float | None = None  # estimated seconds, for the budget (None: unknown)
 
 
@@ -63,6 +63,7 @@ class Summary:
     computed: list[str] = field(default_factory=list)  # of those, computed by this call
     paused: list[str] = field(default_factory=list)  # stopped at the deadline, checkpointed
     pending: list[str] = field(default_factory=list)  # not started: the budget did not allow
+    needs_gpu: list[str] = field(default_factory=list)  # not started: a GPU's work, on a CPU (the study's call)
     failed: dict[str, str] = field(default_factory=dict)
     elapsed_s: float = 0.0
 
@@ -70,6 +71,8 @@ class Summary:
         text = (f"{len(self.recorded)} recorded ({len(self.computed)} computed now), {len(self.paused)} paused "
                 f"at the budget (checkpointed), {len(self.pending)} pending, {len(self.failed)} failed "
                 f"in {self.elapsed_s:.0f} s")
+        if self.needs_gpu:
+            text += f", {len(self.needs_gpu)} left for a GPU"
         if self.paused or self.pending:
             text += "; run again to continue"
         return text

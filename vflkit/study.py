@@ -58,9 +58,11 @@ def compute(payload: dict[str, Any], *, device: str, deadline: float | None) -> 
 
 def study_tasks(paper: str, profile: str, *, seeds: Any = None, overrides: dict[str, Any] | None = None,
                 results: Path | None = None, recompute_before: str | None = None) -> list[Task]:
-    """The runs of study ``paper`` under ``profile`` as scheduler tasks, once each; the runs of
-    the study's first artefact (its headline table) get priority 0. With ``recompute_before`` (a
-    commit), records finished before that commit are moved aside (``.json.old``) to be recomputed."""
+    """The runs of study ``paper`` under ``profile`` as scheduler tasks, once each, in the order
+    the study's ``run_priority(run, artefact_rank)`` gives (default: its first artefact, the
+    headline table, first); ``payload["needs_gpu"]`` is the study's ``needs_gpu(run)`` (default
+    False). With ``recompute_before`` (a commit), records finished before that commit are moved
+    aside (``.json.old``) to be recomputed."""
     import json
 
     from . import records
@@ -68,7 +70,11 @@ def study_tasks(paper: str, profile: str, *, seeds: Any = None, overrides: dict[
     stale_after = records._commit_date(recompute_before) if recompute_before is not None else None
 
     family = STUDY_FAMILY[paper]
-    groups = importlib.import_module(f"vflkit.studies.{paper}").configs(profile, seeds=seeds, overrides=overrides)
+    module = importlib.import_module(f"vflkit.studies.{paper}")
+    groups = module.configs(profile, seeds=seeds, overrides=overrides)
+    # A study may order its runs (``run_priority``) and name those that need a GPU (``needs_gpu``).
+    priority = getattr(module, "run_priority", lambda run, rank: (0 if rank == 0 else 1,))
+    needs_gpu = getattr(module, "needs_gpu", lambda run: False)
     if not isinstance(groups, dict):
         groups = {"runs": groups}
     root = results or results_dir()
@@ -83,9 +89,9 @@ def study_tasks(paper: str, profile: str, *, seeds: Any = None, overrides: dict[
             label = " ".join(str(v) for v in (getattr(run, "method", ""), getattr(run, "dataset", ""),
                                               getattr(run, "seed", "")) if v != "")
             tasks[run.key] = Task(key=run.key, path=records.record_path(run, profile, root), fn=compute,
-                                  label=f"{paper}: {label}", priority=0 if rank == 0 else 1,
+                                  label=f"{paper}: {label}", priority=priority(run, rank),
                                   payload={"family": family, "config": run.to_dict(), "profile": profile,
-                                           "results": str(root)})
+                                           "results": str(root), "needs_gpu": bool(needs_gpu(run))})
     return list(tasks.values())
 
 
@@ -146,17 +152,26 @@ def normalize_notebook(path: Path) -> None:
 def compute_pending(papers: list[str], *, profile: str, device: str = "auto", workers: int | None = None,
                     budget_minutes: float | None = None, executor: str = "local",
                     progress: bool = True, recompute_before: str | None = None,
-                    datasets: Sequence[str] | None = None) -> Summary:
+                    datasets: Sequence[str] | None = None, include_gpu_runs: bool = False) -> Summary:
     """Compute the runs of ``papers`` under ``profile`` that have no record yet (with
-    ``datasets``, only the runs on those datasets: e.g. a paper profile's CPU-sized part)."""
+    ``datasets``, only the runs on those datasets). On a CPU the runs a study says need a GPU
+    (ResNets, CIFAR-10 at full width, 500 rounds) are not started but listed in the summary's
+    ``needs_gpu``, unless ``include_gpu_runs``: a paper profile's CPU-sized part is then simply
+    what a CPU computes."""
     from .config import resolve_device
 
     dev = str(resolve_device(device))
     tasks = [t for p in papers for t in study_tasks(p, profile, recompute_before=recompute_before)]
     if datasets is not None:
         tasks = only_datasets(tasks, datasets)
-    return schedule(tasks, device=dev, workers=workers, budget_minutes=budget_minutes, executor=executor,
-                    progress=progress)
+    gpu: list[Task] = []
+    if not dev.startswith("cuda") and not include_gpu_runs:
+        gpu = [t for t in tasks if t.payload["needs_gpu"]]
+        tasks = [t for t in tasks if not t.payload["needs_gpu"]]
+    summary = schedule(tasks, device=dev, workers=workers, budget_minutes=budget_minutes, executor=executor,
+                       progress=progress)
+    summary.needs_gpu = [t.key for t in gpu if not t.path.exists()]
+    return summary
 
 
 def only_datasets(tasks: Sequence[Task], datasets: Sequence[str]) -> list[Task]:
@@ -184,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--datasets", default=None, metavar="NAME[,NAME]",
                         help="compute only the runs on these datasets (e.g. a paper profile's CPU-sized "
                              "part: --datasets mnist,fashion_mnist,criteo); implies --no-notebooks")
+    parser.add_argument("--include-gpu-runs", action="store_true",
+                        help="on a CPU, compute the runs the studies say need a GPU too (default: leave them pending)")
     parser.add_argument("--recompute-before", metavar="COMMIT", default=None,
                         help="recompute records finished before this commit (they are kept as .json.old)")
     parser.add_argument("--commit-notebooks", action="store_true",
@@ -199,14 +216,18 @@ def main(argv: list[str] | None = None) -> int:
     summary = compute_pending(papers, profile=args.profile, device=args.device, workers=args.workers,
                               budget_minutes=args.budget, executor=args.executor,
                               recompute_before=args.recompute_before,
-                              datasets=None if args.datasets is None else args.datasets.split(","))
+                              datasets=None if args.datasets is None else args.datasets.split(","),
+                              include_gpu_runs=args.include_gpu_runs)
     print(f"[study] runs: {summary}", flush=True)
     for key, err in summary.failed.items():
         print(f"[study] run {key} failed: {err}", flush=True)
     if summary.failed:
         return 1
-    if args.no_notebooks or args.datasets is not None or summary.paused or summary.pending:
-        if summary.paused or summary.pending:
+    if summary.needs_gpu:
+        print(f"[study] {len(summary.needs_gpu)} runs need a GPU and were not started on {args.device}: "
+              f"run on a GPU (--device cuda), or pass --include-gpu-runs to compute them here", flush=True)
+    if args.no_notebooks or args.datasets is not None or summary.paused or summary.pending or summary.needs_gpu:
+        if summary.paused or summary.pending or summary.needs_gpu:
             print("[study] notebooks not executed: runs are pending; run again to continue", flush=True)
         return 0
     for nb in args.notebooks:

@@ -96,6 +96,12 @@ def all_runs(groups: dict[str, list[TilesRun]]) -> list[TilesRun]:
     return list({r.key: r for g in groups.values() for r in g}.values())
 
 
+def needs_gpu(run: TilesRun) -> bool:
+    """The paper's full-width VGG-16-BN (width 1) is a GPU's work; the reduced widths of the
+    smaller profiles train on a CPU."""
+    return run.adpt.width >= 1
+
+
 #: Estimated seconds per epoch of each stage on one H100 at width 1 on all of CIFAR-10 (the
 #: spec's estimates from FLOPs and launch overhead, +-2x; not measured here): what a pending
 #: paper-profile run will cost.

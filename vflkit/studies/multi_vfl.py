@@ -111,6 +111,12 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
     return out
 
 
+def needs_gpu(config: MultiVFLConfig) -> bool:
+    """The paper's 500 rounds: at :data:`ROUND_CPU_SECONDS` ``["paper"]`` a run is about 18 hours
+    of one core, so a GPU's work; fewer rounds run on a CPU."""
+    return config.rounds >= PAPER_ROUNDS
+
+
 def run(profile: str, *, device: str | torch.device = "auto", seeds: Sequence[int] | None = None,
         overrides: dict[str, Any] | None = None, results: Path | None = None,
         progress: bool = True, recompute_before: str | None = None) -> list[dict[str, Any]]:

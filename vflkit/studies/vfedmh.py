@@ -172,6 +172,26 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
     return out
 
 
+def needs_gpu(config: RunConfig) -> bool:
+    """The ResNet runs (Table II's second model set): a GPU's work (:data:`H100_MINUTES`)."""
+    return any(m in RESNETS for m in config.models)
+
+
+_DATASET_ORDER = {"mnist": 0, "fashion_mnist": 1, "cifar10": 2}
+_METHOD_ORDER = {"vfedmh": 0, "agg_vfl": 1, "splitnn": 2, "local": 3}
+
+
+def run_priority(config: RunConfig, rank: int) -> tuple:
+    """The order the scheduler computes the runs in (issue "Faithful reproductions"): Table II
+    (rank 0) for every seed, then the other artefacts seed by seed, and C-VFL with its Q = 10
+    local iterations last: it costs about ten times a SplitNN run (an epoch of the CNN on MNIST
+    took 460-520 s on one core, SplitNN's 60-80 s). Within a seed MNIST before FashionMNIST, VFedMH
+    first."""
+    costly = config.method == "c_vfl" and int(config.options.get("local_iterations", 10)) > 1
+    return (costly, rank > 0, config.seed, rank, _DATASET_ORDER.get(config.dataset, 9),
+            _METHOD_ORDER.get(config.method, 5), config.models)
+
+
 def run(profile: str, *, device: str | torch.device = "auto", seeds: Sequence[int] | None = None,
         overrides: dict[str, Any] | None = None, results: Path | None = None,
         progress: bool = True, recompute_before: str | None = None) -> list[dict[str, Any]]:
