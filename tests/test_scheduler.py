@@ -254,6 +254,18 @@ def test_a_cpu_leaves_the_runs_a_study_says_need_a_gpu_pending(tmp_path, monkeyp
     assert {t.key for t in handed["tasks"]} == {t.key for t in every} and not s.needs_gpu
 
 
+def test_study_command_says_which_runs_are_left_for_a_gpu(monkeypatch, capsys):
+    """The CLI names the runs left for a GPU and executes no notebook while they are missing."""
+    from vflkit import study
+    from vflkit.scheduler import Summary
+
+    monkeypatch.setattr(study, "compute_pending", lambda *a, **k: Summary(needs_gpu=["k1", "k2"]))
+    monkeypatch.setattr(study, "execute", lambda *a, **k: pytest.fail("a notebook was executed"))
+    assert study.main(["--profile", "paper", "--device", "cpu", "notebooks/vfedmh.ipynb"]) == 0
+    out = capsys.readouterr().out
+    assert "2 runs need a GPU" in out and "--include-gpu-runs" in out and "left for a GPU" in out
+
+
 def test_vfedmh_runs_are_scheduled_in_the_order_the_issue_asks():
     """Table II for every seed first, then the other artefacts seed by seed, C-VFL at Q = 10 last."""
     from vflkit import study

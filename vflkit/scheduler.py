@@ -11,8 +11,9 @@ study are tasks of this one kind, so one scheduler serves every paper.
   quick runs take (README: 403 s against 1174 s on 70 short runs). Each record's peak memory is still its own run's (the process's peak
   resident set is reset when a run starts, see :func:`vflkit.records._reset_peak_rss`).
 - **Budget.** With ``budget_minutes`` no run is started after the deadline, nor one that its
-  estimated cost says would not finish, and runs in flight get a ``deadline``: they checkpoint at the end of the last epoch
-  that fits and stop (:class:`BudgetExhausted`). A later call resumes them from their checkpoints.
+  estimated cost says would not finish, and runs in flight get a ``deadline``: they checkpoint
+  at the end of the last epoch that fits and stop (:class:`BudgetExhausted`). A later call
+  resumes them from their checkpoints.
 - **Nothing computed twice.** A run holds a lock file beside its record while it computes; a
   second scheduler (another ``make study``) finding it locked waits for the record instead of
   computing it. A lock whose process is gone (killed, lost machine) is stale and taken over.

@@ -227,8 +227,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[study] {len(summary.needs_gpu)} runs need a GPU and were not started on {args.device}: "
               f"run on a GPU (--device cuda), or pass --include-gpu-runs to compute them here", flush=True)
     if args.no_notebooks or args.datasets is not None or summary.paused or summary.pending or summary.needs_gpu:
-        if summary.paused or summary.pending or summary.needs_gpu:
+        if summary.paused or summary.pending:
             print("[study] notebooks not executed: runs are pending; run again to continue", flush=True)
+        elif summary.needs_gpu:
+            print("[study] notebooks not executed: some of their runs are left for a GPU", flush=True)
         return 0
     for nb in args.notebooks:
         t0 = time.perf_counter()
