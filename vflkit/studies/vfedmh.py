@@ -865,7 +865,7 @@ def paper_so_far(artefact: str = "table2") -> tuple[pd.DataFrame, pd.DataFrame, 
     for c in runs:
         if c.key in have:
             continue
-        gpu = any(m.startswith("resnet") for m in c.models)
+        gpu = needs_gpu(c)
         arch = "resnet" if c.method == "vfedmh" and gpu else c.models[0]
         pending.append({"dataset": DATASET_NAMES[c.dataset], "method": c.method, "models": "/".join(c.models),
                         "seed": c.seed, "needs": "GPU" if gpu else "CPU",
