@@ -14,7 +14,7 @@ from vflkit.data import ImageData, register_dataset, unregister_dataset
 from vflkit.errors import ConfigError
 from vflkit.methods import RunConfig
 from vflkit.methods.multi_vfl import MultiVFLConfig
-from vflkit.studies import apc_vfl, demo, multi_vfl, vfedmh
+from vflkit.studies import apc_vfl, demo, easter, multi_vfl, vfedmh
 from vflkit.training import multi_owner, one_shot, split
 
 
@@ -156,6 +156,45 @@ def test_load_available_skips_missing_records_and_checks_the_present_ones(tmp_pa
     records.record_path(runs[1], "mine", tmp_path).write_text("{ half a record")
     with pytest.raises(ConfigError):
         records.load_available(runs, profile="mine")
+
+
+def test_a_study_run_on_a_cpu_trains_no_run_its_study_says_needs_a_gpu(tmp_path, monkeypatch):
+    """The in-notebook path follows the engine's rule: on a CPU, the runs ``needs_gpu`` names are
+    not trained (a warning counts them); their records are used where they exist, also in the
+    other record root (the committed ones while ``results`` points elsewhere); with
+    ``needs_gpu=None`` everything trains. Nothing to train or show is a clear error."""
+    trained = []
+
+    def train(run, **kw):
+        trained.append(run.key)
+        return {"final": {"m": {"test_accuracy": 0.5}}}
+
+    runs = [_split_run(seed=s) for s in range(4)]
+    big = lambda run: run.seed >= 2  # noqa: E731  (seeds 2 and 3 "need a GPU")
+    here, committed = tmp_path / "here", tmp_path / "committed"
+    monkeypatch.setattr(records, "_record_roots", lambda: [here, committed])
+    records.run_one(runs[3], train=train, profile="mine", device="cpu", results=committed)  # made on a GPU
+    trained.clear()
+    with pytest.warns(UserWarning, match="1 of 4 runs need a GPU"):
+        got = records.run_many(runs, train=train, profile="mine", device="cpu", results=here, progress=False,
+                               needs_gpu=big)
+    assert trained == [runs[0].key, runs[1].key]
+    assert [r["key"] for r in got] == [runs[0].key, runs[1].key, runs[3].key]
+    assert not records.record_path(runs[2], "mine", here).exists()
+    with pytest.raises(ConfigError, match=r"every run \(1\) needs a GPU and none has a record"):
+        records.run_many(runs[2:3], train=train, profile="mine", device="cpu", results=here, progress=False,
+                         needs_gpu=big)
+    records.run_many(runs, train=train, profile="mine", device="cpu", results=here, progress=False, needs_gpu=None)
+    assert trained[2:] == [runs[2].key, runs[3].key]  # run 3 too: into this results folder
+
+
+@pytest.mark.parametrize("study", [vfedmh, easter, multi_vfl])
+def test_each_studys_run_hands_the_run_loop_its_needs_gpu(study, monkeypatch):
+    """vfedmh, easter and multi_vfl name GPU runs; their in-notebook ``run`` passes that rule on."""
+    seen = {}
+    monkeypatch.setattr(records, "run_many", lambda runs, **kw: seen.update(kw) or [])
+    study.run("smoke", device="cpu", progress=False)
+    assert seen["needs_gpu"] is study.needs_gpu
 
 
 def test_peak_memory_is_the_runs_own_in_a_process_that_ran_before():

@@ -30,7 +30,7 @@ import time
 import warnings
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterable, Protocol
+from typing import Any, Callable, Iterable, Protocol
 
 import torch
 from tqdm.auto import tqdm
@@ -515,8 +515,14 @@ def _run_one(run: Run, *, train: Trainer, profile: str, device: str | torch.devi
 
 def run_many(runs: Iterable[Run], *, train: Trainer, profile: str, device: str | torch.device = "auto",
              results: str | Path | None = None, progress: bool = True, on_divergence: str = "raise",
-             desc: str = "runs", recompute_before: str | None = None) -> list[dict[str, Any]]:
-    """Run every run in order, skipping those with a record; returns all records.
+             desc: str = "runs", recompute_before: str | None = None,
+             needs_gpu: Callable[[Any], bool] | None = None) -> list[dict[str, Any]]:
+    """Run every run in order, skipping those with a record; returns their records.
+
+    ``needs_gpu`` (a study's ``needs_gpu(run)``): on a device other than CUDA the runs it names
+    are not trained, the same rule as ``python -m vflkit.study`` (a ResNet or 500-round run
+    would take the CPU days); their records are returned where they exist (made on a GPU) and a
+    warning counts the others. Pass ``needs_gpu=None`` to train everything here.
 
     Before any training: every record is looked up (bad files moved aside, diverged records
     refused under ``on_divergence="raise"``) and the folders of the runs to train are checked
@@ -526,18 +532,38 @@ def run_many(runs: Iterable[Run], *, train: Trainer, profile: str, device: str |
     check_record_profile(profile)
     runs = list(runs)
     after = _commit_date(recompute_before) if recompute_before is not None else None
-    todo = []
+    gpu_here = needs_gpu is None or resolve_device(device).type == "cuda"
+    todo, left, elsewhere = [], set(), {}
     for r in runs:
         path, found = _lookup(r, profile=profile, results=results, force=False, on_divergence=on_divergence,
                               recompute_after=after)
-        if found is None:
+        if found is None and not gpu_here and needs_gpu(r):
+            # e.g. the committed GPU records while ``results`` points a CPU trial elsewhere
+            other = load_available([r], profile=profile)
+            if other:
+                elsewhere[r.key] = other[0]
+            else:
+                left.add(r.key)
+        elif found is None:
             todo.append(path)
+    if left:
+        warnings.warn(
+            f"{len(left)} of {len(runs)} runs need a GPU and have no record: not trained on "
+            f"{resolve_device(device)}; the results show the other runs. Train them on a GPU (device='cuda', or "
+            "`python -m vflkit.study --device cuda`), or here anyway with `python -m vflkit.study --include-gpu-runs`",
+            stacklevel=3)
+    runs = [r for r in runs if r.key not in left]
+    if left and not runs:
+        raise ConfigError(
+            f"every run ({len(left)}) needs a GPU and none has a record: nothing to train or show on "
+            f"{resolve_device(device)}. Run them on a GPU (device='cuda', or `python -m vflkit.study --device "
+            "cuda`), or here anyway with `python -m vflkit.study --include-gpu-runs`")
     for folder in dict.fromkeys(p.parent for p in todo):
         _check_writable(folder)
     reused: list[dict[str, Any]] = []
-    out = [_run_one(r, train=train, profile=profile, device=device, results=results, force=False,
-                    progress=progress, on_divergence=on_divergence, deadline=None, recompute_after=after,
-                    reused=reused)
+    out = [elsewhere.get(r.key) or _run_one(r, train=train, profile=profile, device=device, results=results,
+                                            force=False, progress=progress, on_divergence=on_divergence,
+                                            deadline=None, recompute_after=after, reused=reused)
            for r in tqdm(runs, desc=f"{desc} ({len(runs) - len(todo)} of {len(runs)} already recorded)",
                          disable=not progress)]
     _warn_other_code(reused)

@@ -43,7 +43,7 @@ import torch
 from .. import analysis, claims
 from .. import comm as netmodel
 from .. import records as store
-from ..config import apply_overrides, check_profile, check_seeds, resolve_device
+from ..config import apply_overrides, check_profile, check_seeds
 from ..methods import RunConfig
 from ..report import join_reference
 from ..training import split
@@ -215,15 +215,11 @@ def run(profile: str, *, device: str | torch.device = "auto", seeds: Sequence[in
         progress: bool = True, recompute_before: str | None = None) -> list[dict[str, Any]]:
     """Train (or load) every run of :func:`configs` once and return the records there are.
 
-    On a CPU the ResNet runs are not trained: their records are used where they exist (e.g.
-    made on a lent GPU) and the rest are listed by :func:`pending`."""
-    runs = unique(configs(profile, seeds=seeds, overrides=overrides))
-    cpu = resolve_device(device).type == "cpu"
-    todo = [c for c in runs if not (cpu and needs_gpu(c))]
-    recs = split.run_many(todo, profile=profile, device=device, results=results, progress=progress,
-                          on_divergence="record", recompute_before=recompute_before)
-    gpu = [c for c in runs if cpu and needs_gpu(c)]
-    return recs + (store.load_available(gpu, profile=profile) if gpu else [])
+    On a CPU the ResNet runs (:func:`needs_gpu`) are not trained: their records are used where
+    they exist (e.g. made on a lent GPU) and the rest are listed by :func:`pending`."""
+    return split.run_many(unique(configs(profile, seeds=seeds, overrides=overrides)), profile=profile,
+                          device=device, results=results, progress=progress, on_divergence="record",
+                          recompute_before=recompute_before, needs_gpu=needs_gpu)
 
 
 def recorded(profile: str = "quick") -> tuple[dict[str, list[RunConfig]], list[dict[str, Any]]]:

@@ -120,9 +120,11 @@ def needs_gpu(config: MultiVFLConfig) -> bool:
 def run(profile: str, *, device: str | torch.device = "auto", seeds: Sequence[int] | None = None,
         overrides: dict[str, Any] | None = None, results: Path | None = None,
         progress: bool = True, recompute_before: str | None = None) -> list[dict[str, Any]]:
-    """Train (or load) every run of :func:`configs` and return their records."""
+    """Train (or load) every run of :func:`configs` and return their records. On a CPU the
+    500-round runs (:func:`needs_gpu`) are not trained: their records are used where they exist."""
     return multi_owner.run_many(configs(profile, seeds=seeds, overrides=overrides), profile=profile,
-                                device=device, results=results, progress=progress, recompute_before=recompute_before)
+                                device=device, results=results, progress=progress, recompute_before=recompute_before,
+                                needs_gpu=needs_gpu)
 
 
 def recorded(profile: str = "quick") -> list[dict[str, Any]]:
