@@ -238,7 +238,7 @@ def paper_so_far() -> tuple[dict[str, pd.DataFrame], pd.DataFrame, list[dict[str
     its recorded runs beside the paper's (``n_runs`` = seeds so far), its pending runs (with the
     ResNets' estimated H100 minutes) and the records found. Its CPU-sized part (MNIST,
     FashionMNIST, Criteo) accumulates over sessions: ``python -m vflkit.study --profile paper
-    --device cpu --datasets criteo notebooks/easter.ipynb``."""
+    --device cpu notebooks/easter.ipynb`` (the ResNets are left for a GPU)."""
     groups, records = recorded("paper")
     tables = {"II": table2(groups, records, "paper"), "IV": table4(groups, records, "paper"),
               "VI": table6(groups, records, "paper")}
