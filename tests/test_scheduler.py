@@ -266,6 +266,45 @@ def test_study_command_says_which_runs_are_left_for_a_gpu(monkeypatch, capsys):
     assert "2 runs need a GPU" in out and "--include-gpu-runs" in out and "left for a GPU" in out
 
 
+def test_a_runs_cost_is_estimated_from_its_other_seeds_on_the_same_kind_of_device(tmp_path, monkeypatch):
+    """compute_pending hands the scheduler each pending APC-VFL run with the median wall time of
+    its recorded other seeds (CPU records only, on a CPU): the budget then starts no one-shot
+    run that cannot finish. A run with no recorded sibling, or with a checkpoint, has no
+    estimate; the summary adds up what is left."""
+    from vflkit import records, study
+    from vflkit.scheduler import Summary
+
+    monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path))
+    monkeypatch.setattr(records, "_record_roots", lambda: [tmp_path])
+    every = study.study_tasks("apc_vfl", "quick")
+    by_seed = {}
+    for t in every:
+        by_seed.setdefault(json.dumps({k: v for k, v in t.payload["config"].items() if k != "seed"}, sort_keys=True),
+                           []).append(t)
+    group = next(g for g in by_seed.values() if len(g) >= 3)
+    (a, b, c), other = group[:3], next(t for t in every if t not in group)
+
+    def record(t, wall, device="cpu"):
+        t.path.parent.mkdir(parents=True, exist_ok=True)
+        t.path.write_text(json.dumps({"key": t.key, "config": t.payload["config"], "wall_time_s": wall,
+                                      "environment": {"device": device}}))
+
+    record(a, 100.0)
+    record(b, 300.0)
+    record(other, 50.0, device="cuda:0")
+    handed = {}
+    monkeypatch.setattr(study, "schedule", lambda tasks, **kw: handed.update(tasks=tasks) or Summary())
+    s = study.compute_pending(["apc_vfl"], profile="quick", device="cpu")
+    cost = {t.key: t.cost_s for t in handed["tasks"]}
+    assert cost[c.key] == 200.0  # the median of its two recorded seeds
+    assert all(cost[t.key] is None for t in by_seed[json.dumps({k: v for k, v in other.payload["config"].items()
+                                                                 if k != "seed"}, sort_keys=True)])  # a GPU's time
+    assert s.left_estimated_s >= 200.0 and s.left_unestimated > 0
+    records.checkpoint_path(c.path).write_text("part-done")
+    study.compute_pending(["apc_vfl"], profile="quick", device="cpu")
+    assert {t.key: t.cost_s for t in handed["tasks"]}[c.key] is None
+
+
 def test_vfedmh_runs_are_scheduled_in_the_order_the_issue_asks():
     """Table II for every seed first, then the other artefacts seed by seed, C-VFL at Q = 10 last."""
     from vflkit import study

@@ -67,6 +67,8 @@ class Summary:
     needs_gpu: list[str] = field(default_factory=list)  # not started: a GPU's work, on a CPU (the study's call)
     failed: dict[str, str] = field(default_factory=dict)
     elapsed_s: float = 0.0
+    left_estimated_s: float = 0.0  # the estimated cost of the runs left to compute (those with an estimate)
+    left_unestimated: int = 0  # runs left to compute without an estimate
 
     def __str__(self) -> str:
         text = (f"{len(self.recorded)} recorded ({len(self.computed)} computed now), {len(self.paused)} paused "

@@ -17,8 +17,10 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import shutil
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -168,10 +170,56 @@ def compute_pending(papers: list[str], *, profile: str, device: str = "auto", wo
     if not dev.startswith("cuda") and not include_gpu_runs:
         gpu = [t for t in tasks if t.payload["needs_gpu"]]
         tasks = [t for t in tasks if not t.payload["needs_gpu"]]
+    tasks = estimate_costs(tasks, dev)
     summary = schedule(tasks, device=dev, workers=workers, budget_minutes=budget_minutes, executor=executor,
                        progress=progress)
     summary.needs_gpu = [t.key for t in gpu if not t.path.exists()]
+    left = [t for t in tasks if not t.path.exists()]
+    summary.left_estimated_s = sum(t.cost_s for t in left if t.cost_s is not None)
+    summary.left_unestimated = sum(t.cost_s is None for t in left)
     return summary
+
+
+def _without_seed(config: dict[str, Any]) -> str:
+    import json
+
+    return json.dumps({k: v for k, v in config.items() if k != "seed"}, sort_keys=True, default=str)
+
+
+def estimate_costs(tasks: Sequence[Task], device: str) -> list[Task]:
+    """``tasks`` with ``cost_s`` set for each one without a record: the median wall time of the
+    recorded runs that differ from it only in the seed, made on the same kind of device (``cpu``
+    or ``cuda``).
+
+    The budget then starts no run that its other seeds say will not fit: a one-shot run (APC-VFL)
+    cannot pause and would overrun the budget by its length. A run with a checkpoint keeps no
+    estimate (it resumes part-done and pauses at the deadline after an epoch), nor does one
+    whose kind has no record yet (it starts while the budget lasts)."""
+    import json
+
+    from .records import _record_roots, checkpoint_path
+
+    kind = device.split(":")[0]
+    folders = {t.path.parent for t in tasks if not t.path.exists()}
+    # and the same study's records in the other record root (the committed ones)
+    folders |= {root / f.parent.name / f.name for f in folders for root in _record_roots()}
+    times: dict[str, dict[str, float]] = {}
+    for folder in folders:
+        for f in folder.glob("*.json"):
+            try:
+                rec = json.loads(f.read_text())
+                if str(rec["environment"]["device"]).split(":")[0] != kind or rec.get("diverged"):
+                    continue
+                times.setdefault(_without_seed(rec["config"]), {})[rec["key"]] = float(rec["wall_time_s"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue  # not a finished record (the record store judges it when the run is looked up)
+    out = []
+    for t in tasks:
+        siblings = times.get(_without_seed(t.payload["config"]))
+        if not t.path.exists() and not checkpoint_path(t.path).exists() and siblings:
+            t = dataclasses.replace(t, cost_s=statistics.median(siblings.values()))
+        out.append(t)
+    return out
 
 
 def only_datasets(tasks: Sequence[Task], datasets: Sequence[str]) -> list[Task]:
@@ -219,6 +267,9 @@ def main(argv: list[str] | None = None) -> int:
                               datasets=None if args.datasets is None else args.datasets.split(","),
                               include_gpu_runs=args.include_gpu_runs)
     print(f"[study] runs: {summary}", flush=True)
+    if summary.left_estimated_s or summary.left_unestimated:
+        print(f"[study] still to compute here: about {summary.left_estimated_s / 3600:.1f} hours of runs whose other "
+              f"seeds are recorded, and {summary.left_unestimated} runs without such an estimate", flush=True)
     for key, err in summary.failed.items():
         print(f"[study] run {key} failed: {err}", flush=True)
     if summary.failed:
