@@ -546,18 +546,18 @@ def run_many(runs: Iterable[Run], *, train: Trainer, profile: str, device: str |
                 left.add(r.key)
         elif found is None:
             todo.append(path)
-    if left:
-        warnings.warn(
-            f"{len(left)} of {len(runs)} runs need a GPU and have no record: not trained on "
-            f"{resolve_device(device)}; the results show the other runs. Train them on a GPU (device='cuda', or "
-            "`python -m vflkit.study --device cuda`), or here anyway with `python -m vflkit.study --include-gpu-runs`",
-            stacklevel=3)
     runs = [r for r in runs if r.key not in left]
     if left and not runs:
         raise ConfigError(
             f"every run ({len(left)}) needs a GPU and none has a record: nothing to train or show on "
             f"{resolve_device(device)}. Run them on a GPU (device='cuda', or `python -m vflkit.study --device "
             "cuda`), or here anyway with `python -m vflkit.study --include-gpu-runs`")
+    if left:
+        warnings.warn(
+            f"{len(left)} of {len(runs) + len(left)} runs need a GPU and have no record: not trained on "
+            f"{resolve_device(device)}; the results show the other runs. Train them on a GPU (device='cuda', or "
+            "`python -m vflkit.study --device cuda`), or here anyway with `python -m vflkit.study --include-gpu-runs`",
+            stacklevel=3)
     for folder in dict.fromkeys(p.parent for p in todo):
         _check_writable(folder)
     reused: list[dict[str, Any]] = []
