@@ -180,10 +180,14 @@ def compute_pending(papers: list[str], *, profile: str, device: str = "auto", wo
     return summary
 
 
-def _without_seed(config: dict[str, Any]) -> str:
-    import json
-
-    return json.dumps({k: v for k, v in config.items() if k != "seed"}, sort_keys=True, default=str)
+def _seedless_key(family: str, config: dict[str, Any]) -> str | None:
+    """The key ``config``'s run would have at seed 0: the same for every seed of one run. Built
+    through the family's run class, as the record store compares configs (a record made before a
+    field was added still matches); None for a config the class refuses."""
+    try:
+        return _load(FAMILIES[family][1]).from_dict({**config, "seed": 0}).key
+    except Exception:  # a record of another version of the run class: no sibling
+        return None
 
 
 def estimate_costs(tasks: Sequence[Task], device: str) -> list[Task]:
@@ -200,26 +204,25 @@ def estimate_costs(tasks: Sequence[Task], device: str) -> list[Task]:
     from .records import _record_roots, checkpoint_path
 
     kind = device.split(":")[0]
-    folders = {t.path.parent for t in tasks if not t.path.exists()}
+    pending = [t for t in tasks if not t.path.exists() and not checkpoint_path(t.path).exists()]
+    families = {t.path.parent: t.payload["family"] for t in pending}
     # and the same study's records in the other record root (the committed ones)
-    folders |= {root / f.parent.name / f.name for f in folders for root in _record_roots()}
+    families.update({root / f.parent.name / f.name: fam for f, fam in list(families.items()) for root in _record_roots()})
     times: dict[str, dict[str, float]] = {}
-    for folder in folders:
+    for folder, family in families.items():
         for f in folder.glob("*.json"):
             try:
                 rec = json.loads(f.read_text())
                 if str(rec["environment"]["device"]).split(":")[0] != kind or rec.get("diverged"):
                     continue
-                times.setdefault(_without_seed(rec["config"]), {})[rec["key"]] = float(rec["wall_time_s"])
+                sibling = _seedless_key(family, rec["config"])
+                if sibling is not None:
+                    times.setdefault(sibling, {})[rec["key"]] = float(rec["wall_time_s"])
             except (OSError, ValueError, KeyError, TypeError):
                 continue  # not a finished record (the record store judges it when the run is looked up)
-    out = []
-    for t in tasks:
-        siblings = times.get(_without_seed(t.payload["config"]))
-        if not t.path.exists() and not checkpoint_path(t.path).exists() and siblings:
-            t = dataclasses.replace(t, cost_s=statistics.median(siblings.values()))
-        out.append(t)
-    return out
+    estimates = {t.key: statistics.median(siblings.values()) for t in pending
+                 if (siblings := times.get(_seedless_key(t.payload["family"], t.payload["config"])))}
+    return [dataclasses.replace(t, cost_s=estimates[t.key]) if t.key in estimates else t for t in tasks]
 
 
 def only_datasets(tasks: Sequence[Task], datasets: Sequence[str]) -> list[Task]:
