@@ -305,22 +305,26 @@ def test_a_runs_cost_is_estimated_from_its_other_seeds_on_the_same_kind_of_devic
     assert {t.key: t.cost_s for t in handed["tasks"]}[c.key] is None
 
 
-def test_vfedmh_runs_are_scheduled_in_the_order_the_issue_asks():
-    """Table II for every seed first, then the other artefacts seed by seed, C-VFL at Q = 10 last."""
-    from vflkit import study
-    from vflkit.studies import vfedmh
+@pytest.mark.parametrize("paper", ["vfedmh", "easter"])
+def test_runs_are_scheduled_in_the_order_the_issue_asks(paper):
+    """Table II for every seed first, then the other artefacts seed by seed, C-VFL at Q = 10 last
+    (EASTER's study shares VFedMH's order)."""
+    import importlib
 
-    tasks = sorted(study.study_tasks("vfedmh", "paper"), key=lambda t: t.priority)
+    from vflkit import study
+
+    module = importlib.import_module(f"vflkit.studies.{paper}")
+    tasks = sorted(study.study_tasks(paper, "paper"), key=lambda t: t.priority)
     costly = [t.payload["config"]["method"] == "c_vfl" and t.payload["config"]["options"].get("local_iterations", 10) > 1
               for t in tasks]
     first_costly = costly.index(True)
     assert all(costly[first_costly:]) and not any(costly[:first_costly])
     head = tasks[:first_costly]
-    table2 = {c.key for c in vfedmh.configs("paper")["table2"]}
+    table2 = {c.key for c in module.configs("paper")["table2"]}
     in_t2 = [t.key in table2 for t in head]
     assert in_t2.index(False) == sum(in_t2), "a run of another artefact came before a Table II run"
     rest_seeds = [t.payload["config"]["seed"] for t in head if t.key not in table2]
-    assert rest_seeds == sorted(rest_seeds) and head[0].payload["config"]["method"] == "vfedmh"
+    assert rest_seeds == sorted(rest_seeds) and head[0].payload["config"]["method"] == paper
 
 
 def test_only_datasets_keeps_the_runs_on_those_datasets(tmp_path):

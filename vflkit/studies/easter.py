@@ -47,7 +47,8 @@ from ..config import apply_overrides, check_profile, check_seeds
 from ..methods import RunConfig
 from ..report import join_reference
 from ..training import split
-from .vfedmh import H100_MINUTES, assign_models, unique
+# run_priority: the order the scheduler computes this study's runs in, VFedMH's (C-VFL last)
+from .vfedmh import H100_MINUTES, assign_models, run_priority, unique
 
 PAPER = "easter"
 #: θ1..θ3 per dataset (see the module docstring for the order).

@@ -178,7 +178,7 @@ def needs_gpu(config: RunConfig) -> bool:
 
 
 _DATASET_ORDER = {"mnist": 0, "fashion_mnist": 1, "cifar10": 2}
-_METHOD_ORDER = {"vfedmh": 0, "agg_vfl": 1, "splitnn": 2, "local": 3}
+_METHOD_ORDER = {"vfedmh": 0, "easter": 0, "agg_vfl": 1, "splitnn": 2, "local": 3}
 
 
 def run_priority(config: RunConfig, rank: int) -> tuple:
@@ -186,7 +186,7 @@ def run_priority(config: RunConfig, rank: int) -> tuple:
     (rank 0) for every seed, then the other artefacts seed by seed, and C-VFL with its Q = 10
     local iterations last: it costs about ten times a SplitNN run (an epoch of the CNN on MNIST
     took 460-520 s on one core, SplitNN's 60-80 s). Within a seed MNIST before FashionMNIST, VFedMH
-    first."""
+    first. EASTER's study uses the same order (its method first), for the same costs."""
     costly = config.method == "c_vfl" and int(config.options.get("local_iterations", 10)) > 1
     return (costly, rank > 0, config.seed, rank, _DATASET_ORDER.get(config.dataset, 9),
             _METHOD_ORDER.get(config.method, 5), config.models)
