@@ -167,3 +167,24 @@ def test_paper_so_far_draws_each_table_from_its_own_runs(tmp_path, monkeypatch):
         assert len(todo) == len(vfedmh.unique({g: groups[g] for g in names}))
     with pytest.raises(ConfigError, match="unknown artefact 'table9'"):
         vfedmh.paper_so_far("table9")
+
+
+def test_pair_tables_leave_out_pairs_not_recorded_yet():
+    """Blinding on/off and C-VFL's Q = 10 / Q = 1 are pairs of runs: a paper profile part-computed
+    has some pairs half-recorded; those are left out, not a KeyError."""
+    groups = vfedmh.configs("paper")
+    blind = groups["blinding"][0]
+    q1 = groups["cvfl_q1"][0]
+
+    def record(cfg, acc):
+        return {"key": cfg.key, "models": {"active": cfg.models[0]},
+                "final": {"active": {"test_accuracy": acc}}}
+
+    half = [record(blind, 0.9), record(q1, 0.8)]  # only one run of each pair
+    assert vfedmh.blinding_accuracy(groups, half).empty
+    assert vfedmh.cvfl_local_iterations(groups, half).empty
+    whole = half + [record(blind.replace(options={}), 0.91), record(q1.replace(options={}), 0.1)]
+    b = vfedmh.blinding_accuracy(groups, whole)
+    assert len(b) == 1 and b["difference"].iloc[0] == pytest.approx(1.0)
+    q = vfedmh.cvfl_local_iterations(groups, whole)
+    assert len(q) == 1 and q["Q=10"].iloc[0] == pytest.approx(10.0) and q["Q=1"].iloc[0] == pytest.approx(80.0)
