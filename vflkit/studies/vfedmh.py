@@ -178,7 +178,7 @@ def needs_gpu(config: RunConfig) -> bool:
 
 
 _DATASET_ORDER = {"mnist": 0, "fashion_mnist": 1, "cifar10": 2}
-_METHOD_ORDER = {"vfedmh": 0, "easter": 0, "agg_vfl": 1, "splitnn": 2, "local": 3}
+_METHOD_ORDER = {"agg_vfl": 1, "splitnn": 2, "local": 3}  # after the study's own method (0)
 
 
 def run_priority(config: RunConfig, rank: int) -> tuple:
@@ -186,10 +186,10 @@ def run_priority(config: RunConfig, rank: int) -> tuple:
     (rank 0) for every seed, then the other artefacts seed by seed, and C-VFL with its Q = 10
     local iterations last: it costs about ten times a SplitNN run (an epoch of the CNN on MNIST
     took 460-520 s on one core, SplitNN's 60-80 s). Within a seed MNIST before FashionMNIST, VFedMH
-    first. EASTER's study uses the same order (its method first), for the same costs."""
+    first (the study's own method: EASTER's study uses this order too, for the same costs)."""
     costly = config.method == "c_vfl" and int(config.options.get("local_iterations", 10)) > 1
     return (costly, rank > 0, config.seed, rank, _DATASET_ORDER.get(config.dataset, 9),
-            _METHOD_ORDER.get(config.method, 5), config.models)
+            0 if config.method == config.paper else _METHOD_ORDER.get(config.method, 5), config.models)
 
 
 def run(profile: str, *, device: str | torch.device = "auto", seeds: Sequence[int] | None = None,
@@ -248,6 +248,13 @@ def assignment_table(groups: dict[str, list[RunConfig]]) -> pd.DataFrame:
 
 def _by_key(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {r["key"]: r for r in records}
+
+
+def _recorded_pairs(variants: Sequence[RunConfig], rec: dict[str, dict[str, Any]]) -> list[tuple[RunConfig, RunConfig]]:
+    """Each variant run (an option set: no blinding, Q = 1) with its standard run (no options),
+    where both are recorded: a paper profile part-computed has half-recorded pairs."""
+    pairs = [(c, c.replace(options={})) for c in variants]
+    return [(c, s) for c, s in pairs if c.key in rec and s.key in rec]
 
 
 def _arch_accuracy(record: dict[str, Any]) -> dict[str, float]:
@@ -344,10 +351,7 @@ def cvfl_local_iterations(groups: dict[str, list[RunConfig]], records: Sequence[
     (a paper profile part-computed) is left out."""
     rec = _by_key(records)
     rows = []
-    for c in groups["cvfl_q1"]:
-        standard = c.replace(options={})
-        if standard.key not in rec or c.key not in rec:
-            continue
+    for c, standard in _recorded_pairs(groups["cvfl_q1"], rec):
         for q, cfg in ((10, standard), (1, c)):
             rows.append({"dataset": DATASET_NAMES[c.dataset], "seed": c.seed, "model": MODEL_NAMES[c.models[0]],
                          "Q": q, "test_accuracy_pct": round(100 * rec[cfg.key]["final"]["active"]["test_accuracy"], 2)})
@@ -552,10 +556,8 @@ def blinding_accuracy(groups: dict[str, list[RunConfig]], records: Sequence[dict
     with a run not recorded yet is left out)."""
     rec = _by_key(records)
     rows = []
-    for c in groups["blinding"]:
-        if c.key not in rec or c.replace(options={}).key not in rec:
-            continue
-        for blinding, cfg in (("on", c.replace(options={})), ("off", c)):
+    for c, standard in _recorded_pairs(groups["blinding"], rec):
+        for blinding, cfg in (("on", standard), ("off", c)):
             r = rec[cfg.key]
             for model_key, arch in r["models"].items():
                 rows.append({"dataset": DATASET_NAMES[c.dataset], "seed": c.seed, "party": model_key,
