@@ -282,3 +282,37 @@ def test_paper_so_far_without_records_lists_every_run_pending(tmp_path, monkeypa
     gpu = todo[todo["needs"] == "GPU"]
     assert set(gpu["dataset"]) == {"CIFAR-10"} and gpu["estimated_h100_min"].notna().all()
     assert set(todo[todo["needs"] == "CPU"]["dataset"]) == {"MNIST", "FMNIST", "CRITEO"}
+
+
+def test_beats_clause_is_judged_dataset_by_dataset(monkeypatch):
+    """"EASTER beats Agg_VFL" is the paper's "consistently, across datasets": each dataset of the
+    profile is judged on its own seeds, a loss on one dataset is a disagreement however large
+    the wins elsewhere, and a dataset with no records keeps the clause from agreeing."""
+    import pandas as pd
+    from vflkit import claims
+    from vflkit.studies import easter
+
+    def frame(gaps: dict[str, float], seeds: dict[str, int]) -> pd.DataFrame:
+        rows = []
+        for dataset, gap in gaps.items():
+            for seed in range(seeds[dataset]):
+                for i, model in enumerate(easter.THETA):
+                    base = 80.0 + i + 0.1 * seed
+                    rows += [{"dataset": dataset, "method": "EASTER", "model": model, "seed": seed, "value": base + gap},
+                             {"dataset": dataset, "method": "Agg_VFL", "model": model, "seed": seed, "value": base}]
+        return pd.DataFrame(rows)
+
+    clause = next(c for c in easter.CLAIMS if c.artefact == "Table II" and "Agg_VFL" in c.clause)
+    assert "every dataset" in clause.clause
+    monkeypatch.setattr(easter, "_load", lambda profile: ({}, []))
+    assert set(easter.settings("smoke")["datasets"]) == {"mnist", "criteo"}  # the two the cases name
+    cases = [({"MNIST": +20.0, "CRITEO": +1.0}, claims.AGREE),
+             ({"MNIST": +20.0, "CRITEO": -1.0}, claims.DISAGREE),  # the pooled mean would be +9.5
+             ({"MNIST": +20.0}, claims.NOT_TESTABLE)]
+    for gaps, expected in cases:
+        acc = frame(gaps, {"MNIST": 1, "CRITEO": 5})
+        monkeypatch.setattr(easter, "accuracy_rows", lambda groups, recs, table, acc=acc: acc)
+        v = clause.check("smoke")
+        assert v.status == expected, (gaps, v)
+        assert "MNIST:" in v.evidence and "CRITEO:" in v.evidence
+    assert "5+ seeds" in v.evidence or "no recorded pair" in v.evidence

@@ -644,10 +644,24 @@ def _beats(table: str, other: str) -> claims.Claim:
         if acc.empty:
             return claims.not_testable("no records")
         acc = acc[acc["model"] != "avg"]
-        return claims.ordering(claims.paired(acc, by="method", a="EASTER", b=other, value="value",
-                                             cell=["dataset", "model"]), a="EASTER", b=other)
+        # Judged dataset by dataset, then combined (all_of: agree only if every dataset agrees,
+        # disagree if any disagrees): the paper says EASTER is "consistently" superior "across a
+        # variety of datasets" (Sec. VI-B), and the datasets carry different numbers of seeds
+        # (Criteo 5, the image datasets as many as have run), which one pooled test would
+        # reduce to the fewest.
+        # A dataset of the profile with no records yet (CIFAR-10 before a GPU) keeps the clause
+        # from agreeing: "every dataset" is not shown by the ones that have run.
+        s = settings(profile)
+        verdicts = []
+        for dataset in s["datasets"] if table == "II" else s["table4_datasets"]:
+            d = acc[acc["dataset"] == DATASET_NAMES[dataset]]
+            v = claims.ordering(claims.paired(d, by="method", a="EASTER", b=other, value="value",
+                                              cell=["model"]), a="EASTER", b=other)
+            verdicts.append(claims.Verdict(v.status, f"{DATASET_NAMES[dataset]}: {v.evidence}"))
+        return claims.all_of(verdicts)
     setting = "heterogeneous" if table == "II" else "homogeneous"
-    return claims.Claim(PAPER, f"Table {table}", f"EASTER's models beat {other} ({setting} models)", check)
+    return claims.Claim(PAPER, f"Table {table}",
+                        f"EASTER's models beat {other} on every dataset ({setting} models)", check)
 
 
 def _less_comm(other: str) -> claims.Claim:
