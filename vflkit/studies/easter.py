@@ -644,13 +644,11 @@ def _beats(table: str, other: str) -> claims.Claim:
         if acc.empty:
             return claims.not_testable("no records")
         acc = acc[acc["model"] != "avg"]
-        # Judged dataset by dataset, then combined (all_of: agree only if every dataset agrees,
-        # disagree if any disagrees): the paper says EASTER is "consistently" superior "across a
-        # variety of datasets" (Sec. VI-B), and the datasets carry different numbers of seeds
-        # (Criteo 5, the image datasets as many as have run), which one pooled test would
-        # reduce to the fewest.
-        # A dataset of the profile with no records yet (CIFAR-10 before a GPU) keeps the clause
-        # from agreeing: "every dataset" is not shown by the ones that have run.
+        # Judged dataset by dataset, then combined (all_of: agree only if every dataset of the
+        # profile agrees, disagree if any disagrees): the paper says EASTER is "consistently"
+        # superior "across a variety of datasets" (Sec. VI-B); the datasets carry different
+        # numbers of seeds (Criteo 5), which one pooled test would reduce to the fewest; and a
+        # dataset not yet recorded (CIFAR-10 before a GPU) cannot be shown by the others.
         s = settings(profile)
         verdicts = []
         for dataset in s["datasets"] if table == "II" else s["table4_datasets"]:
