@@ -57,3 +57,12 @@ def test_all_of_is_as_strong_as_its_weakest_part() -> None:
     assert claims.all_of([a, a]).status == claims.AGREE
     assert claims.all_of([a, n]).status == claims.NOT_TESTABLE
     assert claims.all_of([a, n, d]).status == claims.DISAGREE
+
+
+def test_labelled_parts_keep_their_status_and_name_their_part_in_all_of() -> None:
+    mnist = claims.Verdict(claims.AGREE, "A > B in 3 of 3 cells").labelled("MNIST")
+    criteo = claims.Verdict(claims.DISAGREE, "A > B in 0 of 3 cells").labelled("CRITEO")
+    assert mnist.status == claims.AGREE and mnist.evidence == "MNIST: A > B in 3 of 3 cells"
+    joined = claims.all_of([mnist, criteo])
+    assert joined.status == claims.DISAGREE
+    assert joined.evidence == "MNIST: A > B in 3 of 3 cells; CRITEO: A > B in 0 of 3 cells"

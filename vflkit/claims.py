@@ -42,6 +42,11 @@ class Verdict:
         if self.status not in STATUSES:
             raise ValueError(f"Invalid verdict status {self.status!r}; choose one of {', '.join(STATUSES)}")
 
+    def labelled(self, label: str) -> "Verdict":
+        """The same verdict with its evidence behind ``label`` (a dataset, a scenario): how the
+        sub-verdicts of one clause say which part each judges before :func:`all_of` joins them."""
+        return Verdict(self.status, f"{label}: {self.evidence}")
+
 
 @dataclass(frozen=True)
 class Claim:

@@ -555,10 +555,6 @@ def _pair(frame: pd.DataFrame, *, by: str, a: str, b: str, value: str, cell: Seq
     return claims.paired(frame, by=by, a=a, b=b, value=value, cell=cell)
 
 
-def _tag(prefix: str, v: claims.Verdict) -> claims.Verdict:
-    return claims.Verdict(v.status, f"{prefix}: {v.evidence}")
-
-
 def _apc_variants(df: pd.DataFrame) -> list[str]:
     return [m for m in ("apc_vfl_mse", "apc_vfl_mae") if m in set(df["method"])]
 
@@ -581,8 +577,8 @@ def _beats(baseline: str, datasets: Sequence[str], counts: str = "fig5") -> Call
             for m in _apc_variants(sub):
                 d = _pair(sub, by="method", a=m, b=baseline, value="points",
                                   cell=["n_aligned", "n_active_features"])
-                verdicts.append(_tag(DATASETS[ds].title, claims.ordering(d, a=METHOD_LABELS[m],
-                                                                           b=METHOD_LABELS[baseline])))
+                v = claims.ordering(d, a=METHOD_LABELS[m], b=METHOD_LABELS[baseline])
+                verdicts.append(v.labelled(DATASETS[ds].title))
         if not verdicts:
             return claims.not_testable(f"no recorded pair of APC-VFL and {METHOD_LABELS[baseline]} on "
                                        f"{', '.join(absent)} at this profile")
@@ -663,8 +659,9 @@ def _fig7_fewer_features(profile: str) -> claims.Verdict:
             d = ((w[m, few] - w["local", few]) - (w[m, many] - w["local", many])).dropna()
             d = d.rename("diff").reset_index()
             d["cell"] = d["n_aligned"].astype(str)
-            verdicts.append(_tag(DATASETS[ds].title, claims.ordering(
-                d, a=f"{METHOD_LABELS[m]}'s gain over Local with {few} active features", b=f"with {many}")))
+            v = claims.ordering(d, a=f"{METHOD_LABELS[m]}'s gain over Local with {few} active features",
+                                b=f"with {many}")
+            verdicts.append(v.labelled(DATASETS[ds].title))
     return claims.all_of(verdicts) if verdicts else claims.not_testable("fewer than two feature partitions recorded")
 
 
@@ -724,9 +721,9 @@ def _table2_on_par(profile: str) -> claims.Verdict:
     df = _table2_frame(profile)
     if df.empty:
         return claims.not_testable("no Table 2 records at this profile")
-    vs = [_tag(DATASETS[ds].title, claims.ordering(
+    vs = [claims.ordering(
         _pair(g, by="method", a="apc_vfl_joint", b="splitnn", value="points", cell=["n_aligned"]),
-        a="APC-VFL", b="SplitNN")) for ds, g in df.groupby("dataset")]
+        a="APC-VFL", b="SplitNN").labelled(DATASETS[ds].title) for ds, g in df.groupby("dataset")]
     return claims.all_of(vs)
 
 
@@ -770,8 +767,8 @@ def _table2_small_data(profile: str) -> claims.Verdict:
         w = g.pivot_table(index="seed", columns=["method", "n_aligned"], values="points")
         d = ((w["apc_vfl_joint", lo] - w["splitnn", lo]) - (w["apc_vfl_joint", hi] - w["splitnn", hi])).dropna()
         d = d.rename("diff").reset_index().assign(cell=f"{lo} vs {hi}")
-        vs.append(_tag(DATASETS[ds].title, claims.ordering(d, a=f"APC-VFL - SplitNN at |D_A| = {lo}",
-                                                            b=f"at {hi}")))
+        v = claims.ordering(d, a=f"APC-VFL - SplitNN at |D_A| = {lo}", b=f"at {hi}")
+        vs.append(v.labelled(DATASETS[ds].title))
     return claims.all_of(vs) if vs else claims.not_testable("fewer than two aligned counts recorded for Table 2")
 
 

@@ -655,7 +655,7 @@ def _beats(table: str, other: str) -> claims.Claim:
             d = acc[acc["dataset"] == DATASET_NAMES[dataset]]
             v = claims.ordering(claims.paired(d, by="method", a="EASTER", b=other, value="value",
                                               cell=["model"]), a="EASTER", b=other)
-            verdicts.append(claims.Verdict(v.status, f"{DATASET_NAMES[dataset]}: {v.evidence}"))
+            verdicts.append(v.labelled(DATASET_NAMES[dataset]))
         return claims.all_of(verdicts)
     setting = "heterogeneous" if table == "II" else "homogeneous"
     return claims.Claim(PAPER, f"Table {table}",

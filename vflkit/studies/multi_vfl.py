@@ -387,10 +387,6 @@ def _short(profile: str, rounds: int) -> claims.Verdict | None:
     return None
 
 
-def _prefixed(label: str, v: claims.Verdict) -> claims.Verdict:
-    return claims.Verdict(v.status, f"{label}: {v.evidence}")
-
-
 def _ordering_check(by: str, a: str, b: str, value: str, *, scenario: str | None = None,
                     optimizer: str | None = None) -> Callable[[str], claims.Verdict]:
     """``a`` > ``b`` in ``value`` on every dataset (paired over seeds; :func:`vflkit.claims.all_of`
@@ -407,8 +403,8 @@ def _ordering_check(by: str, a: str, b: str, value: str, *, scenario: str | None
             runs = runs[runs["optimizer"] == optimizer]
         if runs.empty:
             return _no_records(profile)
-        verdicts = [_prefixed(f"{d} after {rounds} rounds", claims.ordering(
-                        claims.paired(g, by=by, a=a, b=b, value=value, cell=["dataset"]), a=a, b=b, what=what))
+        verdicts = [claims.ordering(claims.paired(g, by=by, a=a, b=b, value=value, cell=["dataset"]),
+                                    a=a, b=b, what=what).labelled(f"{d} after {rounds} rounds")
                     for d, g in runs.groupby("dataset", sort=False)]
         return claims.all_of(verdicts)
 
@@ -460,8 +456,8 @@ def _fmnist_greater_check(profile: str) -> claims.Verdict:
         return claims.not_testable("needs both datasets")
     diffs = pd.DataFrame({"cell": "FashionMNIST gain - MNIST gain", "seed": g.index,
                           "diff": (g["FashionMNIST"] - g["MNIST"]).to_numpy()})
-    return _prefixed(f"after {rounds} rounds", claims.ordering(
-        diffs, a="the gain on FashionMNIST", b="the gain on MNIST", what="points"))
+    return claims.ordering(diffs, a="the gain on FashionMNIST", b="the gain on MNIST",
+                           what="points").labelled(f"after {rounds} rounds")
 
 
 #: Sec. 4.2: "they improve the accuracy by 2-3%" on FashionMNIST (points of accuracy).
