@@ -316,3 +316,32 @@ def test_beats_clause_is_judged_dataset_by_dataset(monkeypatch):
         assert v.status == expected, (gaps, v)
         assert "MNIST:" in v.evidence and "CRITEO:" in v.evidence
     assert "CRITEO: no recorded pair" in v.evidence  # the last case: Criteo not recorded
+
+
+def test_fig6_best_is_judged_against_every_level_the_profile_runs(monkeypatch):
+    """"Embedding size 128 gives the highest accuracy" (of 16…256): while a size of the profile
+    is unrecorded the clause cannot agree, however 128 compares with the recorded ones; a
+    recorded size above 128 makes it disagree."""
+    import pandas as pd
+    from vflkit import claims
+    from vflkit.studies import easter
+
+    groups = easter.configs("paper")
+    dims = easter.settings("paper")["embedding_dims"]
+    assert 128 in dims and max(dims) > 128
+    monkeypatch.setattr(easter, "_load", lambda profile: (groups, [{"key": groups["fig6"][0].key}]))
+    clause = next(c for c in easter.CLAIMS if c.artefact == "Fig. 6" and "128" in c.clause)
+
+    def data(acc: dict[int, float]) -> pd.DataFrame:
+        return pd.DataFrame([{"dataset": "FMNIST", "seed": 0, "embedding_dim": dim, "el_pl": "1:1", "model": "mean",
+                              "test_accuracy_pct": a} for dim, a in acc.items()])
+
+    best_of_recorded = {d: 80.0 + (5.0 if d == 128 else 0.1 * i) for i, d in enumerate(dims) if d != max(dims)}
+    cases = [({d: 80.0 + (5.0 if d == 128 else 0.1 * i) for i, d in enumerate(dims)}, claims.AGREE),
+             (best_of_recorded, claims.NOT_TESTABLE),  # the largest size is not recorded yet
+             ({**best_of_recorded, max(dims): 90.0}, claims.DISAGREE)]
+    for acc, expected in cases:
+        monkeypatch.setattr(easter, "fig6", lambda groups, recs, d=data(acc): (None, d))
+        v = clause.check("paper")
+        assert v.status == expected, (acc, v)
+    assert f"128 > {max(dims)}" in v.evidence
