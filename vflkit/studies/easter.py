@@ -574,6 +574,15 @@ def table7_times(t7: pd.DataFrame) -> pd.DataFrame:
     return out.assign(paper=paper).round(3).reset_index()
 
 
+#: The paper's embedding size (Sec. VI-A); Fig. 6 varies it, and its EL:PL panel keeps it.
+EMBEDDING_DIM = 128
+
+
+def _el_pl_label(el_pl: Sequence[int]) -> str:
+    """An EL:PL layer ratio as the paper writes it, e.g. "1:2" (the figure's and the claim's level)."""
+    return f"{el_pl[0]}:{el_pl[1]}"
+
+
 def fig6(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> tuple[plt.Figure, pd.DataFrame]:
     """(a) test accuracy against embedding size, (b) against the EL:PL layer ratio: EASTER's
     heterogeneous run, per architecture and the mean over the parties."""
@@ -585,7 +594,7 @@ def fig6(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) 
         vals["mean"] = float(np.mean([100 * r["final"][k].get(metric, float("nan")) for k in r["models"]]))
         for arch, v in vals.items():
             rows.append({"dataset": DATASET_NAMES[c.dataset], "seed": c.seed, "embedding_dim": c.embedding_dim,
-                         "el_pl": f"{c.el_pl[0]}:{c.el_pl[1]}", "model": arch, f"{metric}_pct": v})
+                         "el_pl": _el_pl_label(c.el_pl), "model": arch, f"{metric}_pct": v})
     data = pd.DataFrame(rows, columns=["dataset", "seed", "embedding_dim", "el_pl", "model", "test_accuracy_pct"]
                         if not rows else None).drop_duplicates(["seed", "embedding_dim", "el_pl", "model"])
     y = [c for c in data.columns if c.endswith("_pct")][0]
@@ -599,9 +608,9 @@ def fig6(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) 
                  errorbar=None, ax=axes[0])
     axes[0].set(xscale="log", xlabel="embedding size", title="(a) embedding size (EL:PL 1:1)")
     axes[0].set_xticks(sorted(data["embedding_dim"].unique()), [str(d) for d in sorted(data["embedding_dim"].unique())])
-    sns.barplot(data=data[data["embedding_dim"] == 128], x="el_pl", y=y, hue="model", errorbar=None, ax=axes[1],
-                order=[f"{a}:{b}" for a, b in ((2, 1), (1, 1), (1, 2)) if f"{a}:{b}" in set(data["el_pl"])])
-    axes[1].set(xlabel="EL:PL (layer ratio; it changes total depth too)", title="(b) EL:PL (embedding 128)")
+    sns.barplot(data=data[data["embedding_dim"] == EMBEDDING_DIM], x="el_pl", y=y, hue="model", errorbar=None, ax=axes[1],
+                order=[r for r in map(_el_pl_label, ((2, 1), (1, 1), (1, 2))) if r in set(data["el_pl"])])
+    axes[1].set(xlabel="EL:PL (layer ratio; it changes total depth too)", title=f"(b) EL:PL (embedding {EMBEDDING_DIM})")
     lo = float(data[y].min())
     axes[1].set_ylim(max(0.0, lo - 5), None)
     fig.suptitle("Fig. 6: EASTER's heterogeneous run on " + ", ".join(data["dataset"].unique()), y=1.02)
@@ -776,11 +785,11 @@ def _fig6_best(what: str) -> Any:
         # every size the profile runs, so an unrecorded size leaves the clause not testable.
         if what == "embedding":
             d = data[data["el_pl"] == "1:1"].assign(level=lambda x: x["embedding_dim"].astype(str))
-            levels = sorted({c.embedding_dim for c in groups["fig6"] if tuple(c.el_pl) == (1, 1)})
-            best, others = "128", [str(v) for v in levels if v != 128]
+            levels = sorted({c.embedding_dim for c in groups["fig6"] if _el_pl_label(c.el_pl) == "1:1"})
+            best, others = str(EMBEDDING_DIM), [str(v) for v in levels if v != EMBEDDING_DIM]
         else:
-            d = data[data["embedding_dim"] == 128].assign(level=lambda x: x["el_pl"])
-            levels = {f"{c.el_pl[0]}:{c.el_pl[1]}" for c in groups["fig6"] if c.embedding_dim == 128}
+            d = data[data["embedding_dim"] == EMBEDDING_DIM].assign(level=lambda x: x["el_pl"])
+            levels = {_el_pl_label(c.el_pl) for c in groups["fig6"] if c.embedding_dim == EMBEDDING_DIM}
             best, others = "1:1", sorted(levels - {"1:1"})
         return claims.all_of(claims.ordering(claims.paired(d, by="level", a=best, b=o, value=y, cell=["dataset"]),
                                              a=best, b=o) for o in others)
