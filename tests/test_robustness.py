@@ -219,6 +219,9 @@ def test_vfedmh_divergence_inside_train_step_is_recorded(tmp_path, monkeypatch):
     rec = split.run(cfg, profile="smoke", device="cpu", results=tmp_path, progress=False, on_divergence="record",
                     force=True)
     assert rec["diverged"]["epoch"] == 1 and rec["diverged"]["step"] == 1
+    # steps_run counts the steps that sent all their messages: the first (VFedMH's 4 rounds);
+    # the second was refused inside train_step
+    assert rec["diverged"]["steps_run"] == 1 and rec["comm"]["per_epoch"][-1]["rounds"] == 4
     assert "NaN" in rec["diverged"]["message"] or "finite" in rec["diverged"]["message"]
 
 
@@ -437,6 +440,7 @@ def test_a_diverged_epochs_loss_is_the_mean_over_the_batches_seen(tmp_path, monk
     rec = split.run(_cfg(), profile="smoke", device="cpu", results=tmp_path, progress=False,
                     on_divergence="record")
     assert rec["diverged"]["step"] == 2 and rec["history"][-1]["loss"] == 1.0
+    assert rec["diverged"]["steps_run"] == 2  # raised inside the step: it did not return
 
 
 def test_unknown_model_name_is_an_error_when_the_config_is_built():

@@ -155,6 +155,31 @@ def test_claims_judge_the_records_clause_by_clause(monkeypatch):
     assert "no records of Adam (lr 0.001)" in fig4["evidence"].iloc[1]
 
 
+def test_a_diverged_run_counts_its_protocol_rounds_not_its_early_stop(monkeypatch):
+    """A C_VFL run that stopped at a NaN loss in epoch 2 (after 5 of its steps) sent fewer
+    rounds: per step it still ran 2, and its schedule's total is that of a full run. Before,
+    the rounds-per-step clause read 'disagree' on such records (C_VFL: 0.875 per step)."""
+    from vflkit import claims
+
+    groups = vfedmh.configs("smoke", seeds=(0, 1, 2))
+    records = _fake_records(groups, lambda c, party, arch: 90.0 if c.method == "vfedmh" else 80.0)
+    cvfl = [c for c in groups["table2"] if c.method == "c_vfl"]
+    for c, kept in zip(cvfl[:2], ({}, {"steps_run": 5})):  # an old record (no steps_run) and a new one
+        rec, steps = records[c.key], vfedmh._steps(c)
+        rec["comm"]["per_epoch"] = [{"epoch": 1, "rounds": 2 * steps, "messages": 8 * steps, "bytes": 80 * steps},
+                                    {"epoch": 2, "rounds": 2 * 5, "messages": 8 * 5, "bytes": 80 * 5}]
+        rec["comm"]["total"]["rounds"] = 2 * steps + 10
+        rec["diverged"] = {"epoch": 2, "step": 4, **kept}
+        full = vfedmh._full_epoch_traffic(rec, steps)
+        assert full["rounds"].tolist() == [2 * steps, 2 * steps]
+        assert full["messages"].tolist() == [8 * steps, 8 * steps]
+    monkeypatch.setattr(vfedmh, "configs", lambda profile, **kw: groups)
+    monkeypatch.setattr(vfedmh, "_available", lambda profile: (groups, records))
+    per_step = vfedmh._rounds_per_step("smoke")
+    assert per_step.status == claims.AGREE and "C_VFL: 2 per step" in per_step.evidence
+    assert vfedmh._total_rounds("smoke").status == claims.AGREE
+
+
 def test_paper_so_far_draws_each_table_from_its_own_runs(tmp_path, monkeypatch):
     """Without records every run of a table is pending (Table IV's standard-rate rows included)
     and its table is empty; an unknown table is a clear error."""

@@ -105,7 +105,11 @@ def save_figure(fig: plt.Figure, data: pd.DataFrame, paper: str, profile: str, n
     out = output_dir(paper, profile, root)
     seeds = data["seed"].nunique() if "seed" in data else None
     stamp = f"{paper} · {profile} profile" + (f" · {seeds} seed{'s' if seeds != 1 else ''}" if seeds else "")
-    fig.text(0.995, 0.005, stamp, ha="right", va="bottom", fontsize=7, color="0.45")
+    # Under everything the figure draws (its tight box, outside legends included), so the stamp
+    # never covers an axis label or a legend entry; savefig's tight box then takes it in.
+    box = fig.get_tightbbox(fig.canvas.get_renderer())
+    width, height = fig.get_size_inches()
+    fig.text(box.x1 / width, box.y0 / height - 0.01, stamp, ha="right", va="top", fontsize=7, color="0.45")
     with atomic_path(out / f"fig{number}.csv") as tmp:
         data.to_csv(tmp, index=False)
     path = out / f"fig{number}.png"

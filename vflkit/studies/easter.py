@@ -604,15 +604,29 @@ def fig6(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) 
         ax.set_axis_off()
         return fig, data
     fig, axes = plt.subplots(1, 2, figsize=(12, 4))
-    sns.lineplot(data=data[data["el_pl"] == "1:1"], x="embedding_dim", y=y, hue="model", marker="o",
-                 errorbar=None, ax=axes[0])
-    axes[0].set(xscale="log", xlabel="embedding size", title="(a) embedding size (EL:PL 1:1)")
-    axes[0].set_xticks(sorted(data["embedding_dim"].unique()), [str(d) for d in sorted(data["embedding_dim"].unique())])
-    sns.barplot(data=data[data["embedding_dim"] == EMBEDDING_DIM], x="el_pl", y=y, hue="model", errorbar=None, ax=axes[1],
-                order=[r for r in map(_el_pl_label, ((2, 1), (1, 1), (1, 2))) if r in set(data["el_pl"])])
+    models = list(dict.fromkeys(data["model"]))  # one colour per model in both panels (one legend)
+    sns.lineplot(data=data[data["el_pl"] == "1:1"], x="embedding_dim", y=y, hue="model", hue_order=models,
+                 marker="o", errorbar=None, ax=axes[0])
+    # Base-2 axis with one label per size run: base-10 minor labels (2x10^1, ...) collide.
+    axes[0].set(xlabel="embedding size", title="(a) embedding size (EL:PL 1:1)")
+    axes[0].set_xscale("log", base=2)
+    axes[0].minorticks_off()
+    sizes = sorted(data["embedding_dim"].unique())
+    axes[0].set_xticks(sizes, [str(d) for d in sizes])
+    sns.barplot(data=data[data["embedding_dim"] == EMBEDDING_DIM], x="el_pl", y=y, hue="model", hue_order=models,
+                errorbar=None, ax=axes[1], order=[r for r in map(_el_pl_label, ((2, 1), (1, 1), (1, 2))) if r in set(data["el_pl"])])
     axes[1].set(xlabel="EL:PL (layer ratio; it changes total depth too)", title=f"(b) EL:PL (embedding {EMBEDDING_DIM})")
     lo = float(data[y].min())
     axes[1].set_ylim(max(0.0, lo - 5), None)
+    ylabel = f"test {y.removesuffix('_pct').removeprefix('test_').replace('_', ' ')} (%)"
+    for ax in axes:
+        ax.set_ylabel(ylabel)
+    # One legend, beside panel (b): the panels share their colours (``models``).
+    legends = [ax for ax in axes if ax.get_legend() is not None]
+    for ax in legends[:-1]:
+        ax.get_legend().remove()
+    if legends:
+        sns.move_legend(legends[-1], "upper left", bbox_to_anchor=(1, 1), title="party model")
     fig.suptitle("Fig. 6: EASTER's heterogeneous run on " + ", ".join(data["dataset"].unique()), y=1.02)
     return fig, data
 

@@ -213,13 +213,16 @@ def train(
         window = _LossWindow(epoch=epoch, limit=max_loss,
                              every=SYNC_EVERY_CUDA if device.type == "cuda" else 1)
         method.train()
+        returned = 0
         for step in range(n_steps):
             channel.at(epoch=epoch, step=step, phase="train")
             ids = order[step * config.batch_size:(step + 1) * config.batch_size]
             try:
                 # inside: a method may detect the divergence itself (e.g. VFedMH's encoder
                 # refusing a NaN embedding, NonFiniteEmbeddingError), and "record" holds for it too
-                window.add(step, len(ids), method.train_step(ids))
+                losses = method.train_step(ids)
+                returned = step + 1  # this epoch's steps that sent all their messages
+                window.add(step, len(ids), losses)
                 if step == n_steps - 1:
                     window.drain()
             except DivergenceError as err:
@@ -229,7 +232,11 @@ def train(
                     err = earlier
                 if on_divergence == "raise":
                     raise err from None
-                diverged = {"epoch": epoch, "step": getattr(err, "step", step), "message": str(err)}
+                # steps_run: the steps whose train_step returned, so sent all their messages (on a
+                # GPU the bad step may be an earlier one, read back late); a per-step traffic figure
+                # divides the epoch's ledger by it
+                diverged = {"epoch": epoch, "step": getattr(err, "step", step), "steps_run": returned,
+                            "message": str(err)}
                 break
             bar.update(1)
         sums, seen = window.sums, window.seen
