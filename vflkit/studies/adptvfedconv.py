@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import matplotlib.pyplot as plt
+from matplotlib.ticker import MaxNLocator
 import numpy as np
 import pandas as pd
 import torch
@@ -273,6 +274,7 @@ def plot_fig3(curve: pd.DataFrame, table: pd.DataFrame) -> plt.Figure:
             ax.axhline(paper[lab], ls="--", color=line.get_color(), lw=1, label=f"{lab} (paper, final)")
     ax.set(xlabel="epoch (stage 3 for AdptVFedConv, stage 1 for Non-cooperation)", ylabel="test accuracy (%)",
            title="CIFAR-10", ylim=(0, 100))
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs are whole: no 1.5, 2.5 ticks
     if len(curve):
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1, 1))
     fig.tight_layout()

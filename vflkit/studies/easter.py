@@ -477,7 +477,8 @@ def fig4(times: pd.DataFrame) -> tuple[plt.Figure, pd.DataFrame]:
     data = times[times["figure"] == "4"].drop(columns="figure")
     g = sns.relplot(data=data, x="bandwidth_mbps", y="seconds", hue="method", col="dataset", kind="line",
                     marker="o", height=3, aspect=1.2, errorbar=None, facet_kws={"sharey": False})
-    g.set(xscale="log", yscale="log", xlabel="bandwidth (Mbps)", ylabel="communication time to e* (s)")
+    g.set(xscale="log", yscale="log")
+    g.set_axis_labels("bandwidth (Mbps)", "communication time to e* (s)")  # y label on the left panel only
     g.figure.suptitle("Fig. 4: communication time to convergence vs bandwidth (10 ms, parallel links)", y=1.04)
     return g.figure, data
 
@@ -487,7 +488,11 @@ def fig5(times: pd.DataFrame) -> tuple[plt.Figure, pd.DataFrame]:
     data = times[times["figure"] == "5"].drop(columns="figure")
     g = sns.catplot(data=data, x="latency", y="seconds", hue="method", col="dataset", kind="bar",
                     height=3, aspect=1.2, errorbar=None, sharey=False, order=list(netmodel.LATENCY_CLASSES))
-    g.set(xlabel="latency class (low 1-30, medium 30-50, high 50-100 ms)", ylabel="communication time to e* (s)")
+    # the class's range under its name, the y label on the left panel only: no label overlaps a panel
+    g.set_axis_labels("latency class", "communication time to e* (s)")
+    for ax in g.axes.flat:
+        ax.set_xticks(range(len(netmodel.LATENCY_CLASSES)),
+                      [f"{cls}\n{lo:g}-{hi:g} ms" for cls, (lo, hi) in netmodel.LATENCY_CLASSES.items()])
     g.figure.suptitle("Fig. 5: communication time to convergence per latency class (50 Mbps)", y=1.04)
     return g.figure, data
 
