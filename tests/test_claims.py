@@ -29,6 +29,18 @@ def test_ordering_without_pairs_is_not_testable() -> None:
     assert v.status == claims.NOT_TESTABLE and "no recorded pair" in v.evidence
 
 
+def test_ordering_agrees_only_when_every_expected_cell_is_recorded() -> None:
+    """A clause covers every cell the profile runs: the recorded ones agreeing does not show it
+    for the others (not testable, naming them); a recorded contradiction stands."""
+    wins = _diffs({"MNIST/CNN": [2.0, 2.2, 1.9], "MNIST/MLP": [1.5, 1.7, 1.6]})
+    assert claims.ordering(wins, a="A", b="B", expected={"MNIST/CNN", "MNIST/MLP"}).status == claims.AGREE
+    partial = claims.ordering(wins, a="A", b="B", expected={"MNIST/CNN", "MNIST/MLP", "CIFAR-10/CNN"})
+    assert partial.status == claims.NOT_TESTABLE
+    assert "+1.82" in partial.evidence and "1 of the 3 cells" in partial.evidence and "(CIFAR-10/CNN)" in partial.evidence
+    losses = _diffs({"MNIST/CNN": [-2.0, -2.2, -1.9]})
+    assert claims.ordering(losses, a="A", b="B", expected={"MNIST/CNN", "CIFAR-10/CNN"}).status == claims.DISAGREE
+
+
 def test_paired_matches_cells_and_seeds() -> None:
     frame = pd.DataFrame({"method": ["A", "B", "A", "B", "A"], "dataset": ["m"] * 5,
                           "seed": [0, 0, 1, 1, 2], "acc": [90.0, 80.0, 91.0, 85.0, 99.0]})

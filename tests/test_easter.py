@@ -287,16 +287,17 @@ def test_paper_so_far_without_records_lists_every_run_pending(tmp_path, monkeypa
 def test_beats_clause_is_judged_dataset_by_dataset(monkeypatch):
     """"EASTER beats Agg_VFL" is the paper's "consistently, across datasets": each dataset of the
     profile is judged on its own seeds, a loss on one dataset is a disagreement however large
-    the wins elsewhere, and a dataset with no records keeps the clause from agreeing."""
+    the wins elsewhere, and a dataset with no records, or a θ column of one, keeps the clause
+    from agreeing."""
     import pandas as pd
     from vflkit import claims
     from vflkit.studies import easter
 
-    def frame(gaps: dict[str, float], seeds: dict[str, int]) -> pd.DataFrame:
+    def frame(gaps: dict[str, float], seeds: dict[str, int], thetas: int = 3) -> pd.DataFrame:
         rows = []
         for dataset, gap in gaps.items():
             for seed in range(seeds[dataset]):
-                for i, model in enumerate(easter.THETA):
+                for i, model in enumerate(easter.THETA[:thetas if dataset == "CRITEO" else 3]):
                     base = 80.0 + i + 0.1 * seed
                     rows += [{"dataset": dataset, "method": "EASTER", "model": model, "seed": seed, "value": base + gap},
                              {"dataset": dataset, "method": "Agg_VFL", "model": model, "seed": seed, "value": base}]
@@ -304,17 +305,20 @@ def test_beats_clause_is_judged_dataset_by_dataset(monkeypatch):
 
     clause = next(c for c in easter.CLAIMS if c.artefact == "Table II" and "Agg_VFL" in c.clause)
     assert "every dataset" in clause.clause
-    monkeypatch.setattr(easter, "_load", lambda profile: ({}, []))
+    monkeypatch.setattr(easter, "_load", lambda profile: (easter.configs("smoke"), []))
     assert set(easter.settings("smoke")["datasets"]) == {"mnist", "criteo"}  # the two the cases name
-    cases = [({"MNIST": +20.0, "CRITEO": +1.0}, claims.AGREE),
-             ({"MNIST": +20.0, "CRITEO": -1.0}, claims.DISAGREE),  # the pooled mean would be +9.5
-             ({"MNIST": +20.0}, claims.NOT_TESTABLE)]
-    for gaps, expected in cases:
-        acc = frame(gaps, {"MNIST": 1, "CRITEO": 5})
+    cases = [({"MNIST": +20.0, "CRITEO": +1.0}, 3, claims.AGREE),
+             ({"MNIST": +20.0, "CRITEO": +1.0}, 2, claims.NOT_TESTABLE),  # Criteo's θ3 not recorded
+             ({"MNIST": +20.0, "CRITEO": -1.0}, 3, claims.DISAGREE),  # the pooled mean would be +9.5
+             ({"MNIST": +20.0}, 3, claims.NOT_TESTABLE)]
+    for gaps, thetas, expected in cases:
+        acc = frame(gaps, {"MNIST": 1, "CRITEO": 5}, thetas)
         monkeypatch.setattr(easter, "accuracy_rows", lambda groups, recs, table, acc=acc: acc)
         v = clause.check("smoke")
-        assert v.status == expected, (gaps, v)
+        assert v.status == expected, (gaps, thetas, v)
         assert "MNIST:" in v.evidence and "CRITEO:" in v.evidence
+        if thetas < 3:
+            assert "1 of the 3 cells the profile runs have no recorded pair yet (party3)" in v.evidence
     assert "CRITEO: no recorded pair" in v.evidence  # the last case: Criteo not recorded
 
 

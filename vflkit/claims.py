@@ -17,6 +17,10 @@ per cell its standard error is estimated from the seeds. The clause
   error (with a single seed: when no cell has the claimed sign),
 * is **not testable at this profile** otherwise (the difference is within the seeds' noise, or
   the cells it needs are not recorded) -- the evidence says which.
+
+A clause covers every cell the profile runs (``expected``): agreement on the recorded cells
+does not show it for the others, so while some have no recorded pair an agreement is reported
+as not testable. A disagreement stands: the recorded cells already contradict the clause.
 """
 
 from __future__ import annotations
@@ -66,14 +70,28 @@ def not_testable(reason: str) -> Verdict:
     return Verdict(NOT_TESTABLE, reason)
 
 
-def ordering(diffs: pd.DataFrame, *, a: str, b: str, what: str = "points") -> Verdict:
+def ordering(diffs: pd.DataFrame, *, a: str, b: str, what: str = "points",
+             expected: Iterable[str] | None = None) -> Verdict:
     """Judge the clause "``a`` > ``b``" from paired differences.
 
     ``diffs`` has one row per (cell, seed): a ``cell`` column naming the compared cell (e.g.
-    "MNIST/CNN") and ``diff`` = value(a) - value(b) for that cell and seed. See the module
-    docstring for the rule.
+    "MNIST/CNN") and ``diff`` = value(a) - value(b) for that cell and seed. ``expected``: the
+    cells the profile runs, named alike; an agreement while some of them have no recorded pair
+    is not testable. See the module docstring for the rule.
     """
     diffs = diffs.dropna(subset=["diff"])
+    verdict = _ordering(diffs, a=a, b=b, what=what)
+    if expected is None or verdict.status != AGREE:
+        return verdict
+    missing = sorted(set(expected) - set(diffs["cell"]))
+    if not missing:
+        return verdict
+    shown = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
+    return Verdict(NOT_TESTABLE, f"{verdict.evidence}; but {len(missing)} of the {len(set(expected))} cells "
+                                 f"the profile runs have no recorded pair yet ({shown})")
+
+
+def _ordering(diffs: pd.DataFrame, *, a: str, b: str, what: str) -> Verdict:
     if diffs.empty:
         return not_testable(f"no recorded pair of {a} and {b}")
     per_cell = diffs.groupby("cell")["diff"]

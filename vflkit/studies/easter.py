@@ -665,6 +665,17 @@ def _load(profile: str) -> tuple[dict[str, list[RunConfig]], list[dict[str, Any]
     return _derived(profile, "records", load)
 
 
+def _cells(runs: Iterable[RunConfig], a: str, b: str, cell: Any) -> set[str]:
+    """The cells ``cell(config)`` (a set of names, as the check pairs them) in which the profile
+    runs both methods ``a`` and ``b`` (display names): what a clause "a > b" covers, recorded or
+    not (:func:`vflkit.claims.ordering`'s ``expected``)."""
+    found: dict[str, set[str]] = {a: set(), b: set()}
+    for c in runs:
+        if METHOD_NAMES[c.method] in found:
+            found[METHOD_NAMES[c.method]] |= set(cell(c))
+    return found[a] & found[b]
+
+
 def _beats(table: str, other: str) -> claims.Claim:
     def check(profile: str) -> claims.Verdict:
         groups, recs = _load(profile)
@@ -678,11 +689,18 @@ def _beats(table: str, other: str) -> claims.Claim:
         # numbers of seeds (Criteo 5), which one pooled test would reduce to the fewest; and a
         # dataset not yet recorded (CIFAR-10 before a GPU) cannot be shown by the others.
         s = settings(profile)
+        group = "table2" if table == "II" else "table4"
+
+        def thetas(c: RunConfig) -> set[str]:  # EASTER's one heterogeneous run holds every θ
+            return {_theta(c.dataset, m) for m in (set(c.models) if c.method == "easter" and table == "II"
+                                                  else {c.models[0]})}
         verdicts = []
         for dataset in s["datasets"] if table == "II" else s["table4_datasets"]:
             d = acc[acc["dataset"] == DATASET_NAMES[dataset]]
+            runs = [c for c in groups[group] if c.dataset == dataset]
             v = claims.ordering(claims.paired(d, by="method", a="EASTER", b=other, value="value",
-                                              cell=["model"]), a="EASTER", b=other)
+                                              cell=["model"]), a="EASTER", b=other,
+                                expected=_cells(runs, "EASTER", other, thetas))
             verdicts.append(v.labelled(DATASET_NAMES[dataset]))
         return claims.all_of(verdicts)
     setting = "heterogeneous" if table == "II" else "homogeneous"
@@ -693,17 +711,27 @@ def _beats(table: str, other: str) -> claims.Claim:
 def _less_comm(other: str) -> claims.Claim:
     def check(profile: str) -> claims.Verdict:
         groups, recs = _load(profile)
-        conv = convergence(groups, recs, settings(profile)["table5_datasets"])
+        datasets = settings(profile)["table5_datasets"]
+        conv = convergence(groups, recs, datasets)
         if conv.empty:
             return claims.not_testable("no records")
         return claims.ordering(claims.paired(conv, by="method", a=other, b="EASTER", value="MB_float32",
-                                             cell=["dataset"]), a=other, b="EASTER", what="MB")
+                                             cell=["dataset"]), a=other, b="EASTER", what="MB",
+                               expected=_cells(_table5_runs(groups, datasets), other, "EASTER",
+                                               lambda c: {DATASET_NAMES[c.dataset]}))
     return claims.Claim(PAPER, "Table V", f"EASTER communicates less than {other} to convergence", check)
 
 
 def _times(profile: str) -> pd.DataFrame:
     groups, recs = _load(profile)
     return _derived(profile, "times", lambda: comm_times(groups, recs, settings(profile)["table5_datasets"]))
+
+
+def _times_cells(profile: str) -> set[str]:
+    """Figs. 4-5's cells ("dataset/method"): every Table V run the profile has, recorded or not."""
+    groups, _ = _load(profile)
+    return {f"{DATASET_NAMES[c.dataset]}/{METHOD_NAMES[c.method]}"
+            for c in _table5_runs(groups, settings(profile)["table5_datasets"])}
 
 
 def _fig4_check(profile: str) -> claims.Verdict:
@@ -714,7 +742,8 @@ def _fig4_check(profile: str) -> claims.Verdict:
     lo, hi = min(FIG4_BANDWIDTHS), max(FIG4_BANDWIDTHS)
     t = t[t["bandwidth_mbps"].isin([lo, hi])].assign(bw=lambda d: np.where(d["bandwidth_mbps"] == lo, "low", "high"))
     return claims.ordering(claims.paired(t, by="bw", a="low", b="high", value="seconds", cell=["dataset", "method"]),
-                           a=f"time at {lo:g} Mbps", b=f"time at {hi:g} Mbps", what="s")
+                           a=f"time at {lo:g} Mbps", b=f"time at {hi:g} Mbps", what="s",
+                           expected=_times_cells(profile))
 
 
 def _fig5_check(profile: str) -> claims.Verdict:
@@ -724,7 +753,8 @@ def _fig5_check(profile: str) -> claims.Verdict:
     t = t[t["figure"] == "5"]
     return claims.ordering(claims.paired(t, by="latency", a="high", b="low", value="seconds",
                                          cell=["dataset", "method"]),
-                           a="time at high latency", b="time at low latency", what="s")
+                           a="time at high latency", b="time at low latency", what="s",
+                           expected=_times_cells(profile))
 
 
 def _fig5_agg_check(profile: str) -> claims.Verdict:
@@ -733,9 +763,14 @@ def _fig5_agg_check(profile: str) -> claims.Verdict:
         return claims.not_testable("no records")
     t = t[t["figure"] == "5"].pivot_table(index=["dataset", "method", "seed"], columns="latency", values="seconds")
     growth = (t["high"] - t["low"]).rename("growth").reset_index()
+    cells = _times_cells(profile)
+
+    def datasets(m: str) -> set[str]:  # where the profile runs m and Agg_VFL
+        return {c.split("/")[0] for c in cells if c.endswith(f"/{m}")} & {c.split("/")[0] for c in cells
+                                                                          if c.endswith("/Agg_VFL")}
     return claims.all_of(
         claims.ordering(claims.paired(growth, by="method", a=m, b="Agg_VFL", value="growth", cell=["dataset"]),
-                        a=f"{m}'s latency penalty", b="Agg_VFL's", what="s")
+                        a=f"{m}'s latency penalty", b="Agg_VFL's", what="s", expected=datasets(m))
         for m in ("EASTER", "PyVertical", "C_VFL"))
 
 
@@ -744,11 +779,14 @@ def _table6_rise(profile: str) -> claims.Verdict:
     t = table6_rows(groups, recs)
     if t.empty:
         return claims.not_testable("no records")
-    cs = sorted(t["C"].unique())
-    t = t[(t["method"] == "EASTER") & t["C"].isin([cs[0], cs[-1]])]
-    t = t.assign(end=np.where(t["C"] == cs[-1], "many", "few"))
+    # the profile's fewest and most parties, not the recorded ones: a C not recorded yet leaves
+    # the clause not testable rather than judged between two inner C
+    few, many = min(settings(profile)["table6_parties"]), max(settings(profile)["table6_parties"])
+    t = t[(t["method"] == "EASTER") & t["C"].isin([few, many])]
+    t = t.assign(end=np.where(t["C"] == many, "many", "few"))
     return claims.ordering(claims.paired(t, by="end", a="many", b="few", value="value", cell=["dataset"]),
-                           a=f"EASTER at C={cs[-1]}", b=f"at C={cs[0]}")
+                           a=f"EASTER at C={many}", b=f"at C={few}",
+                           expected={DATASET_NAMES[c.dataset] for c in groups["table6"] if c.method == "easter"})
 
 
 def _table6_beats(profile: str) -> claims.Verdict:
@@ -757,7 +795,9 @@ def _table6_beats(profile: str) -> claims.Verdict:
     if t.empty:
         return claims.not_testable("no records")
     return claims.all_of(claims.ordering(claims.paired(t, by="method", a="EASTER", b=m, value="value",
-                                                       cell=["dataset", "C"]), a="EASTER", b=m)
+                                                       cell=["dataset", "C"]), a="EASTER", b=m,
+                                         expected=_cells(groups["table6"], "EASTER", m,
+                                                         lambda c: {f"{DATASET_NAMES[c.dataset]}/{c.n_parties}"}))
                          for m in ("PyVertical", "C_VFL", "Agg_VFL"))
 
 
@@ -780,13 +820,15 @@ def _table7_check(topology: str) -> Any:
             return claims.not_testable("no records")
         t7 = _derived(profile, "table7", lambda: table7(groups, recs, profile))
         t = t7[(t7["metric"] == "train_time_min") & (t7["topology"] == topology)]
+        # priced from every Table II EASTER run the profile has: one not recorded leaves it open
+        datasets = {DATASET_NAMES[c.dataset] for c in groups["table2"] if c.method == "easter"}
         steps = []
         for n in range(1, 4):
             a, b = t[t["setting"] == DEVICE_MIXES[n]], t[t["setting"] == DEVICE_MIXES[n - 1]]
             d = a.set_index("dataset")["value"] - b.set_index("dataset")["value"]
             # one row per dataset: the mean over seeds (the times of one seed are priced, not noisy)
             steps.append(claims.ordering(pd.DataFrame({"cell": d.index, "seed": 0, "diff": d.to_numpy()}),
-                                         a=f"{n} slow", b=f"{n - 1} slow", what="min"))
+                                         a=f"{n} slow", b=f"{n - 1} slow", what="min", expected=datasets))
         return claims.all_of(steps)
     return check
 

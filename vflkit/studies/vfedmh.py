@@ -630,17 +630,38 @@ def _model_set(arch: str) -> str:
     return "resnets" if arch.startswith("resnet") else "small"
 
 
+#: The methods whose one run trains a model per party (its cells: every architecture it holds).
+_AGGREGATING = ("vfedmh", "homo_vfedmh")
+
+
+def _method_names(table: str) -> dict[str, str]:
+    return ({k: v[0] for k, v in TABLE2_METHODS.items()} | {"vfedmh": "VFedMH"}) if table == "table2" else TABLE3_METHODS
+
+
+def expected_cells(groups: dict[str, list[RunConfig]], table: str, a: str, b: str,
+                   model_set: str | None = None) -> set[str]:
+    """The cells ("dataset/architecture", as :func:`accuracy_frame` pairs them) in which the
+    profile runs both ``a`` and ``b``: what a clause "``a`` > ``b``" covers, recorded or not."""
+    names, cells = _method_names(table), {a: set(), b: set()}
+    for c in groups[table]:
+        if names[c.method] in cells:
+            archs = set(c.models) if c.method in _AGGREGATING else {c.models[c.active]}
+            cells[names[c.method]] |= {(DATASET_NAMES[c.dataset], arch) for arch in archs
+                                       if model_set is None or _model_set(arch) == model_set}
+    return {f"{d}/{MODEL_NAMES[arch]}" for d, arch in cells[a] & cells[b]}
+
+
 def accuracy_frame(groups: dict[str, list[RunConfig]], records: dict[str, dict[str, Any]],
                    table: str) -> pd.DataFrame:
     """One row per (dataset, method, architecture, seed) of Table II or III with its final test
     accuracy (%): the long frame the claims pair on (missing records are left out)."""
-    names = ({k: v[0] for k, v in TABLE2_METHODS.items()} | {"vfedmh": "VFedMH"}) if table == "table2" else TABLE3_METHODS
+    names = _method_names(table)
     rows = []
     for c in groups[table]:
         r = records.get(c.key)
         if r is None:
             continue
-        accs = (_arch_accuracy(r) if c.method in ("vfedmh", "homo_vfedmh")
+        accs = (_arch_accuracy(r) if c.method in _AGGREGATING
                 else {c.models[c.active]: 100 * r["final"]["active"]["test_accuracy"]})
         for arch, v in accs.items():
             rows.append({"dataset": DATASET_NAMES[c.dataset], "method": names[c.method], "model": MODEL_NAMES[arch],
@@ -656,14 +677,16 @@ def _ordering_check(table: str, a: str, b: str, model_set: str | None = None) ->
         if model_set is not None:
             df = df[df["model_set"] == model_set]
         return claims.ordering(claims.paired(df, by="method", a=a, b=b, value="value",
-                                             cell=["dataset", "model"]), a=a, b=b)
+                                             cell=["dataset", "model"]), a=a, b=b,
+                               expected=expected_cells(groups, table, a, b, model_set))
     return check
 
 
-def _within(diffs: pd.DataFrame, tolerance: float, what: str, unit: str = "points") -> claims.Verdict:
+def _within(diffs: pd.DataFrame, tolerance: float, what: str, unit: str = "points",
+            expected: set[str] | None = None) -> claims.Verdict:
     """"|difference| <= tolerance", judged by claims.ordering on tolerance - |difference|."""
     d = diffs.assign(diff=tolerance - diffs["diff"].abs())
-    return claims.ordering(d, a=f"tolerance of {tolerance:g} {unit}", b=what, what=unit)
+    return claims.ordering(d, a=f"tolerance of {tolerance:g} {unit}", b=what, what=unit, expected=expected)
 
 
 def _optimizer_spread(standard: bool) -> Any:
@@ -679,7 +702,9 @@ def _optimizer_spread(standard: bool) -> Any:
         full = df.groupby(["cell", "seed"]).filter(lambda g: g["optimizer"].nunique() == len(OPTIMIZERS))
         spread = full.groupby(["cell", "seed"])["value"].agg(lambda v: v.max() - v.min()).rename("diff").reset_index()
         worst = (full.groupby("optimizer")["value"].mean().idxmin() if len(full) else None)
-        v = _within(spread, OPTIMIZER_TOLERANCE_POINTS, "spread between the 4 optimizers")
+        runs = groups["table4_standard" if standard else "table4"]
+        cells = {f"{DATASET_NAMES[c.dataset]}/{MODEL_NAMES[arch]}" for c in runs for arch in set(c.models)}
+        v = _within(spread, OPTIMIZER_TOLERANCE_POINTS, "spread between the 4 optimizers", expected=cells)
         return claims.Verdict(v.status, v.evidence + (f" (lowest: {worst})" if worst else ""))
     return check
 
@@ -771,7 +796,8 @@ def _total_rounds(profile: str) -> claims.Verdict:
     df = df[(df["method"] == "VFedMH") | (df["runs"] == len(SMALL_MODELS))]  # a baseline needs its three runs
     return claims.all_of(
         claims.ordering(claims.paired(df, by="method", a=b, b="VFedMH", value="rounds", cell=["dataset"]),
-                        a=f"{b}'s rounds", b="VFedMH's", what="rounds")
+                        a=f"{b}'s rounds", b="VFedMH's", what="rounds",
+                        expected={cell.split("/")[0] for cell in expected_cells(groups, "table2", b, "VFedMH", "small")})
         for b in ("PyVertical", "C_VFL", "Agg_VFL"))
 
 
@@ -808,7 +834,8 @@ def _same_epoch(profile: str) -> claims.Verdict:
     tol = max(1.0, float(df["epochs"].max()) // 10)
     return claims.all_of(
         _within(claims.paired(df, by="method", a="VFedMH", b=b, value="epoch", cell=["dataset", "model"]),
-                tol, f"|VFedMH's convergence epoch - {b}'s|", unit="epochs")
+                tol, f"|VFedMH's convergence epoch - {b}'s|", unit="epochs",
+                expected=expected_cells(groups, "table2", "VFedMH", b))
         for b in ("PyVertical", "C_VFL", "Agg_VFL"))
 
 
