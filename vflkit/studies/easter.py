@@ -763,14 +763,11 @@ def _fig5_agg_check(profile: str) -> claims.Verdict:
         return claims.not_testable("no records")
     t = t[t["figure"] == "5"].pivot_table(index=["dataset", "method", "seed"], columns="latency", values="seconds")
     growth = (t["high"] - t["low"]).rename("growth").reset_index()
-    cells = _times_cells(profile)
-
-    def datasets(m: str) -> set[str]:  # where the profile runs m and Agg_VFL
-        return {c.split("/")[0] for c in cells if c.endswith(f"/{m}")} & {c.split("/")[0] for c in cells
-                                                                          if c.endswith("/Agg_VFL")}
+    runs = _table5_runs(_load(profile)[0], settings(profile)["table5_datasets"])
     return claims.all_of(
         claims.ordering(claims.paired(growth, by="method", a=m, b="Agg_VFL", value="growth", cell=["dataset"]),
-                        a=f"{m}'s latency penalty", b="Agg_VFL's", what="s", expected=datasets(m))
+                        a=f"{m}'s latency penalty", b="Agg_VFL's", what="s",
+                        expected=_cells(runs, m, "Agg_VFL", lambda c: {DATASET_NAMES[c.dataset]}))
         for m in ("EASTER", "PyVertical", "C_VFL"))
 
 
