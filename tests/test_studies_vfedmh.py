@@ -166,7 +166,7 @@ def test_a_diverged_run_counts_its_protocol_rounds_not_its_early_stop(monkeypatc
     """A C_VFL run that stopped at a NaN loss in epoch 2 (after 5 of its steps) sent fewer
     rounds: per step it still ran 2, and its schedule's total is that of a full run. Before,
     the rounds-per-step clause read 'disagree' on such records (C_VFL: 0.875 per step)."""
-    from vflkit import claims
+    from vflkit import analysis, claims
 
     groups = vfedmh.configs("smoke", seeds=(0, 1, 2))
     records = _fake_records(groups, lambda c, party, arch: 90.0 if c.method == "vfedmh" else 80.0)
@@ -177,7 +177,7 @@ def test_a_diverged_run_counts_its_protocol_rounds_not_its_early_stop(monkeypatc
                                     {"epoch": 2, "rounds": 2 * 5, "messages": 8 * 5, "bytes": 80 * 5}]
         rec["comm"]["total"]["rounds"] = 2 * steps + 10
         rec["diverged"] = {"epoch": 2, "step": 4, **kept}
-        full = vfedmh._full_epoch_traffic(rec, steps)
+        full = analysis.full_epoch_traffic(rec, steps)
         assert full["rounds"].tolist() == [2 * steps, 2 * steps]
         assert full["messages"].tolist() == [8 * steps, 8 * steps]
     monkeypatch.setattr(vfedmh, "configs", lambda profile, **kw: groups)

@@ -113,6 +113,22 @@ def _per_epoch_bytes(record: Mapping[str, Any], factors: Mapping[str, float]) ->
     return out
 
 
+def full_epoch_traffic(record: Mapping[str, Any], steps: int) -> pd.DataFrame:
+    """The record's training traffic per epoch (``comm["per_epoch"]``: messages, bytes, rounds),
+    its diverged last epoch (if any) scaled from the steps it ran to a full epoch of ``steps``:
+    a run that stopped at a NaN loss sent less, but the protocol's cost per epoch is the same."""
+    per_epoch = pd.DataFrame(record["comm"]["per_epoch"])
+    div = record.get("diverged")
+    if div:
+        # records written before steps_run was kept: CPU runs whose NaN loss was read after its
+        # step returned (C_VFL's, the only diverged ones), so the bad step ran in full
+        ran = div.get("steps_run", div["step"] + 1)
+        last = per_epoch["epoch"] == div["epoch"]
+        cols = [c for c in ("messages", "bytes", "rounds") if c in per_epoch]
+        per_epoch.loc[last, cols] = per_epoch.loc[last, cols].astype(float) * steps / ran
+    return per_epoch
+
+
 def bytes_to_convergence(record: Mapping[str, Any], *, metric: str | None = None, tolerance: float = 0.5,
                          models: Sequence[str] | None = None, epoch: int | None = None,
                          float32_factors: Mapping[str, float] | None = None) -> dict[str, Any]:

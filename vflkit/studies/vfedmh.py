@@ -33,7 +33,7 @@ import pandas as pd
 import seaborn as sns
 import torch
 
-from .. import claims
+from .. import analysis, claims
 from .. import records as store
 from ..config import apply_overrides, check_profile, check_seeds
 from ..errors import ConfigError
@@ -374,22 +374,6 @@ def diverged_runs(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
 # --------------------------------------------------------------------------- figures
 
 
-def _full_epoch_traffic(record: dict[str, Any], steps: int) -> pd.DataFrame:
-    """The record's training traffic per epoch (messages, bytes, rounds), its diverged last
-    epoch (if any) scaled from the steps it ran to a full epoch of ``steps``: a run that stopped
-    at a NaN loss sent less, but the protocol's cost per epoch is the same."""
-    per_epoch = pd.DataFrame(record["comm"]["per_epoch"])
-    div = record.get("diverged")
-    if div:
-        # records written before steps_run was kept: CPU runs whose NaN loss was read after its
-        # step returned (C_VFL's, the only diverged ones), so the bad step ran in full
-        ran = div.get("steps_run", div["step"] + 1)
-        last = per_epoch["epoch"] == div["epoch"]
-        per_epoch.loc[last, ["messages", "bytes", "rounds"]] = (
-            per_epoch.loc[last, ["messages", "bytes", "rounds"]].astype(float) * steps / ran)
-    return per_epoch
-
-
 def fig3(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> tuple[plt.Figure, pd.DataFrame]:
     """Communication per epoch and in total to obtain three trained models (CNN, LeNet, MLP).
 
@@ -405,7 +389,7 @@ def fig3(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) 
     for c in groups["table2"]:
         if c.method == "local" or c.models[0] not in SMALL_MODELS:
             continue
-        per_epoch = _full_epoch_traffic(rec[c.key], _steps(c))
+        per_epoch = analysis.full_epoch_traffic(rec[c.key], _steps(c))
         rows.append({"dataset": DATASET_NAMES[c.dataset], "seed": c.seed,
                      "method": "VFedMH" if c.method == "vfedmh" else TABLE2_METHODS[c.method][0],
                      "messages_per_epoch": per_epoch["messages"].mean(),
@@ -769,7 +753,7 @@ def _rounds_per_step(profile: str) -> claims.Verdict:
     for c in groups["table2"]:
         if c.method == "local" or c.key not in rec:
             continue
-        per_epoch = _full_epoch_traffic(rec[c.key], _steps(c))  # a diverged run's last epoch ran fewer steps
+        per_epoch = analysis.full_epoch_traffic(rec[c.key], _steps(c))  # a diverged run's last epoch ran fewer steps
         name = "VFedMH" if c.method == "vfedmh" else TABLE2_METHODS[c.method][0]
         seen.setdefault(name, set()).add(round(float(per_epoch["rounds"].sum()) / (_steps(c) * len(per_epoch)), 3))
     if "VFedMH" not in seen or len(seen) < 2:
@@ -790,7 +774,7 @@ def _total_rounds(profile: str) -> claims.Verdict:
             continue
         rows.append({"method": "VFedMH" if c.method == "vfedmh" else TABLE2_METHODS[c.method][0],
                      "dataset": DATASET_NAMES[c.dataset], "seed": c.seed,
-                     "runs": 1, "rounds": float(_full_epoch_traffic(rec[c.key], _steps(c))["rounds"].mean()) * c.epochs})
+                     "runs": 1, "rounds": float(analysis.full_epoch_traffic(rec[c.key], _steps(c))["rounds"].mean()) * c.epochs})
     df = pd.DataFrame(rows, columns=["method", "dataset", "seed", "runs", "rounds"])
     df = df.groupby(["method", "dataset", "seed"], as_index=False).agg(runs=("runs", "sum"), rounds=("rounds", "sum"))
     df = df[(df["method"] == "VFedMH") | (df["runs"] == len(SMALL_MODELS))]  # a baseline needs its three runs
