@@ -676,8 +676,9 @@ def _within(diffs: pd.DataFrame, tolerance: float, what: str, unit: str = "point
 def _optimizer_spread(standard: bool) -> Any:
     def check(profile: str) -> claims.Verdict:
         groups, rec = _available(profile)
+        runs = groups["table4_standard" if standard else "table4"]
         rows = []
-        for c in groups["table4_standard" if standard else "table4"]:
+        for c in runs:
             if c.key in rec:
                 for arch, v in _arch_accuracy(rec[c.key]).items():
                     rows.append({"cell": f"{DATASET_NAMES[c.dataset]}/{MODEL_NAMES[arch]}", "seed": c.seed,
@@ -686,7 +687,6 @@ def _optimizer_spread(standard: bool) -> Any:
         full = df.groupby(["cell", "seed"]).filter(lambda g: g["optimizer"].nunique() == len(OPTIMIZERS))
         spread = full.groupby(["cell", "seed"])["value"].agg(lambda v: v.max() - v.min()).rename("diff").reset_index()
         worst = (full.groupby("optimizer")["value"].mean().idxmin() if len(full) else None)
-        runs = groups["table4_standard" if standard else "table4"]
         cells = {f"{DATASET_NAMES[c.dataset]}/{MODEL_NAMES[arch]}" for c in runs for arch in set(c.models)}
         v = _within(spread, OPTIMIZER_TOLERANCE_POINTS, "spread between the 4 optimizers", expected=cells)
         return claims.Verdict(v.status, v.evidence + (f" (lowest: {worst})" if worst else ""))
