@@ -91,8 +91,9 @@ PROFILE_SETTINGS: dict[str, dict[str, Any]] = {
               "table6_seeds": None, "fig6_seeds": None,
               "table5_datasets": ("mnist", "criteo"), "table6_datasets": ("criteo",), "table6_parties": (2, 4),
               "fig6_dataset": "mnist", "embedding_dims": (16, 128), "el_pls": ((1, 1), (1, 2))},
-    # 2-core CPU, shared: measured under a load of about 15 (other sessions' runs), 2 processes,
-    # about 30 minutes. FMNIST (Table V's image dataset) and Criteo; MNIST runs in smoke and
+    # 2-core CPU: sized under a load of about 15 (other sessions' runs) to about 30 minutes on 2
+    # processes; on an idle 2-core CPU (2026-11-24, all 188 runs from an empty results root)
+    # 119 s on 2 workers, 3.5 CPU-minutes. FMNIST (Table V's image dataset) and Criteo; MNIST runs in smoke and
     # paper only. 1,200 training and 1,000 test images, 3 epochs at the paper's plain-SGD lr of
     # 0.01 (30 steps: far from converged, so image accuracies show the pipeline and the
     # orderings, not the paper's magnitudes); the whole Criteo sample, 3 epochs of Adam. C-VFL

@@ -59,9 +59,9 @@ PROFILE_SETTINGS: dict[str, dict[str, Any]] = {
               "epochs": 1, "cvfl_epochs": None, "all_artefacts_on": ("mnist",), "seeds": (0,)},
     # The paper's protocol and hyperparameters (4 parties, batch 128, lr 0.05, the small
     # networks), reduced: seeded subsets of the training and test images, fewer epochs, three
-    # seeds for error bars. Sized for about 12 minutes on 2 scheduler workers of an otherwise
-    # idle 2-core CPU, by an estimate from the earlier quick records' run times (C-VFL at 6
-    # epochs is about half of it); not yet measured on an idle machine. Tables IV, Figs. 4-5
+    # seeds for error bars. Sized for about 12 minutes on 2 scheduler workers of an idle 2-core
+    # CPU by an estimate; measured there (2026-11-24, all 144 runs from an empty results root):
+    # 1,004 s, 32 CPU-minutes, 19 of them C-VFL's 27 runs at 6 epochs. Tables IV, Figs. 4-5
     # and the blinding comparison run on MNIST only; no CIFAR-10, no ResNets.
     "quick": {"datasets": ("mnist", "fashion_mnist"), "model_sets": (SMALL_MODELS,),
               "n_train": 4000, "n_test": 1500, "epochs": 6, "cvfl_epochs": None,
