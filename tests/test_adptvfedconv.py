@@ -316,3 +316,20 @@ def test_width_scales_every_layer_and_width_one_is_the_paper_model():
     assert cls(torch.zeros(2, 8, 16, 16)).shape == (2, 10)
     assert A.AdptVFedConvConfig().paper_model and not tiny().paper_model
     assert dataclasses.asdict(tiny())["width"] == W
+
+
+@pytest.mark.parametrize("diffs, status", [
+    ([4.0, -0.5, 4.5], "not testable at this profile"),  # +2.67 ± 1.59: band ± 6.83 allows a loss > 1
+    ([2.7, 2.6, 2.8, 2.7, 2.6], "agree"),  # 5 seeds, tight: the band rules out a 1-point loss
+    ([-3.0, -3.2, -2.9], "disagree"),  # below b beyond the band
+])
+def test_no_loss_clause_reads_the_noise_band(monkeypatch, diffs: list[float], status: str) -> None:
+    """"No negative impact": agree only when mean - t*s.e. > -1 point, disagree when mean + t*s.e. < 0."""
+    import pandas as pd
+
+    from vflkit.studies import adptvfedconv as study
+    frame = pd.DataFrame({"cell": "CIFAR-10", "seed": range(len(diffs)), "diff": diffs})
+    monkeypatch.setattr(study, "_pairs", lambda *a, **k: frame)
+    v = study._no_loss("quick", ("a", "x"), ("b", "y"), "2C+1M - 2C")
+    assert v.status == status, v.evidence
+    assert "noise band" in v.evidence

@@ -17,6 +17,33 @@ def test_ordering_agrees_disagrees_or_not_testable_by_the_error_bar() -> None:
     assert noisy.status == claims.NOT_TESTABLE and "noise" in noisy.evidence
 
 
+def test_noise_band_is_students_t_on_the_seeds_degrees_of_freedom() -> None:
+    """t(0.975, df) standard errors: wide with few seeds, the normal's 1.96 with many."""
+    assert claims.noise_band(1.0, 2) == pytest.approx(4.3027, abs=1e-4)
+    assert claims.noise_band(0.5, 4) == pytest.approx(0.5 * 2.7764, abs=1e-4)
+    assert claims.noise_band(1.0, 10_000) == pytest.approx(1.96, abs=1e-3)
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="dof must be a positive integer"):
+            claims.noise_band(1.0, bad)
+
+
+def test_ordering_with_three_seeds_needs_more_than_two_standard_errors() -> None:
+    """Three seeds in one cell (2 d.f.): a mean of 3 standard errors is within the noise band
+    (4.30 s.e.), the same mean over 3 cells (6 d.f., 2.45 s.e.) is not."""
+    one = claims.ordering(_diffs({"x": [1.0, 2.0, 3.0]}), a="A", b="B")  # mean 2, s.e. 0.577: 3.5 s.e.
+    assert one.status == claims.NOT_TESTABLE and "2 d.f." in one.evidence and "noise band ± 2.48" in one.evidence
+    three = claims.ordering(_diffs({c: [1.0, 2.0, 3.0] for c in "xyz"}), a="A", b="B")  # s.e. 1/3: 6 s.e.
+    assert three.status == claims.AGREE and "6 d.f." in three.evidence and "± 0.33" in three.evidence
+
+
+def test_ordering_pools_unequal_seeds_by_degrees_of_freedom() -> None:
+    """Within-cell variances pooled on sum(n - 1): cell x (4 seeds, var 1) outweighs y (2, var 4)."""
+    v = claims.ordering(_diffs({"x": [4.0, 6.0, 5.0, 5.0 + 1e-12], "y": [3.0, 3.0 + 2 ** 1.5]}), a="A", b="B")
+    x_var, y_var = pd.Series([4.0, 6.0, 5.0, 5.0]).var(), 4.0
+    se = ((3 * x_var + 1 * y_var) / 4 / 6) ** 0.5
+    assert f"± {se:.2f} points" in v.evidence and "4 d.f." in v.evidence
+
+
 def test_ordering_with_one_seed_needs_every_cell() -> None:
     assert claims.ordering(_diffs({"x": [1.0], "y": [0.5]}), a="A", b="B").status == claims.AGREE
     assert claims.ordering(_diffs({"x": [-1.0], "y": [-0.5]}), a="A", b="B").status == claims.DISAGREE

@@ -391,16 +391,20 @@ def _order(a: tuple[str, str], b: tuple[str, str], names: tuple[str, str]):
 
 
 def _within(profile: str, a: tuple[str, str], b: tuple[str, str], lo: float, hi: float, what: str) -> claims.Verdict:
-    """The clause "a - b lies in [lo, hi] points": agree when mean ± 2 s.e. lies inside,
-    disagree when it lies wholly outside, else not testable."""
+    """The clause "a - b lies in [lo, hi] points": agree when the mean's noise band
+    (:func:`claims.noise_band`, the 95 % t interval over seeds) lies inside, disagree when it
+    lies wholly outside, else not testable."""
     d = _pairs(profile, a, b)["diff"].dropna()
     if d.empty:
         return claims.not_testable(f"no recorded pair for {what}")
     mean = float(d.mean())
     se = float(d.std(ddof=1) / math.sqrt(len(d))) if len(d) > 1 else float("nan")
-    ev = f"{what}: {mean:+.2f} ± {se:.2f} points (mean ± s.e., {len(d)} seeds); paper {lo:g} to {hi:g}"
     if np.isnan(se):
-        return claims.not_testable(ev + ": one seed gives no error bar")
+        return claims.not_testable(f"{what}: {mean:+.2f} points, 1 seed; paper {lo:g} to {hi:g}: "
+                                   "one seed gives no error bar")
+    band = claims.noise_band(se, len(d) - 1)
+    ev = (f"{what}: {mean:+.2f} ± {se:.2f} points (mean ± s.e., {len(d)} seeds; noise band ± {band:.2f}); "
+          f"paper {lo:g} to {hi:g}")
     # A gap's size belongs to the model and the training length: on a width-reduced VGG-16
     # trained a few epochs (smoke, quick) it says nothing about the paper's, whichever side of
     # the paper's range it falls. Only the paper's model can agree or disagree with it.
@@ -408,25 +412,27 @@ def _within(profile: str, a: tuple[str, str], b: tuple[str, str], lo: float, hi:
     if widths != {1.0}:
         return claims.not_testable(ev + ": measured on a width-reduced VGG-16 (not the paper's model), "
                                    "whose gaps are not the paper's")
-    if lo <= mean - 2 * se and mean + 2 * se <= hi:
+    if lo <= mean - band and mean + band <= hi:
         return claims.Verdict(claims.AGREE, ev)
-    if mean + 2 * se < lo or mean - 2 * se > hi:
+    if mean + band < lo or mean - band > hi:
         return claims.Verdict(claims.DISAGREE, ev)
     return claims.not_testable(ev + ": the interval straddles the paper's range")
 
 
 def _no_loss(profile: str, a: tuple[str, str], b: tuple[str, str], what: str, margin: float = 1.0) -> claims.Verdict:
     """The clause "a is no worse than b": agree when the data rule out a loss of more than
-    ``margin`` points (mean - 2 s.e. > -margin), disagree when a is below b beyond the noise
-    (mean + 2 s.e. < 0), else not testable."""
+    ``margin`` points (mean - band > -margin, with :func:`claims.noise_band` over seeds), disagree
+    when a is below b beyond the noise (mean + band < 0), else not testable."""
     d = _pairs(profile, a, b)["diff"].dropna()
     if len(d) < 2:
         return claims.not_testable(f"{what}: {len(d)} recorded pair(s), need 2 seeds for an error bar")
     mean, se = float(d.mean()), float(d.std(ddof=1) / math.sqrt(len(d)))
-    ev = f"{what}: {mean:+.2f} ± {se:.2f} points (mean ± s.e., {len(d)} seeds); 'no loss' read as > -{margin:g}"
-    if mean + 2 * se < 0:
+    band = claims.noise_band(se, len(d) - 1)
+    ev = (f"{what}: {mean:+.2f} ± {se:.2f} points (mean ± s.e., {len(d)} seeds; noise band ± {band:.2f}); "
+          f"'no loss' read as > -{margin:g}")
+    if mean + band < 0:
         return claims.Verdict(claims.DISAGREE, ev)
-    if mean - 2 * se > -margin:
+    if mean - band > -margin:
         return claims.Verdict(claims.AGREE, ev)
     return claims.not_testable(ev + ": the noise allows a larger loss")
 
