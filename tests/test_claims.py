@@ -105,3 +105,10 @@ def test_labelled_parts_keep_their_status_and_name_their_part_in_all_of() -> Non
     joined = claims.all_of([mnist, criteo])
     assert joined.status == claims.DISAGREE
     assert joined.evidence == "MNIST: A > B in 3 of 3 cells; CRITEO: A > B in 0 of 3 cells"
+
+
+def test_interval_of_one_cell() -> None:
+    mean, se, band = claims.interval(pd.Series([1.0, 2.0, 3.0]))
+    assert (mean, round(se, 4), round(band, 3)) == (2.0, 0.5774, round(4.3027 * 0.5774, 3))
+    with pytest.raises(ValueError, match="at least 2 seeds"):
+        claims.interval(pd.Series([1.0, float("nan")]))

@@ -91,6 +91,16 @@ def noise_band(se: float, dof: int) -> float:
     return float(stats.t.ppf(0.5 + CONFIDENCE / 2, int(dof)) * se)
 
 
+def interval(diffs: pd.Series) -> tuple[float, float, float]:
+    """Mean, standard error and :func:`noise_band` of one cell's paired differences over seeds
+    (at least two: one seed gives no standard error)."""
+    d = pd.Series(diffs, dtype=float).dropna()
+    if len(d) < 2:
+        raise ValueError(f"an interval needs the differences of at least 2 seeds, got {len(d)}")
+    se = float(d.std(ddof=1) / math.sqrt(len(d)))
+    return float(d.mean()), se, noise_band(se, len(d) - 1)
+
+
 def ordering(diffs: pd.DataFrame, *, a: str, b: str, what: str = "points",
              expected: Iterable[str] | None = None) -> Verdict:
     """Judge the clause "``a`` > ``b``" from paired differences.

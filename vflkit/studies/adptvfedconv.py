@@ -16,7 +16,6 @@ their records, and states the paper's claims clause by clause (:data:`CLAIMS`). 
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -397,12 +396,10 @@ def _within(profile: str, a: tuple[str, str], b: tuple[str, str], lo: float, hi:
     d = _pairs(profile, a, b)["diff"].dropna()
     if d.empty:
         return claims.not_testable(f"no recorded pair for {what}")
-    mean = float(d.mean())
-    se = float(d.std(ddof=1) / math.sqrt(len(d))) if len(d) > 1 else float("nan")
-    if np.isnan(se):
-        return claims.not_testable(f"{what}: {mean:+.2f} points, 1 seed; paper {lo:g} to {hi:g}: "
+    if len(d) < 2:
+        return claims.not_testable(f"{what}: {float(d.mean()):+.2f} points, 1 seed; paper {lo:g} to {hi:g}: "
                                    "one seed gives no error bar")
-    band = claims.noise_band(se, len(d) - 1)
+    mean, se, band = claims.interval(d)
     ev = (f"{what}: {mean:+.2f} ± {se:.2f} points (mean ± s.e., {len(d)} seeds; noise band ± {band:.2f}); "
           f"paper {lo:g} to {hi:g}")
     # A gap's size belongs to the model and the training length: on a width-reduced VGG-16
@@ -426,8 +423,7 @@ def _no_loss(profile: str, a: tuple[str, str], b: tuple[str, str], what: str, ma
     d = _pairs(profile, a, b)["diff"].dropna()
     if len(d) < 2:
         return claims.not_testable(f"{what}: {len(d)} recorded pair(s), need 2 seeds for an error bar")
-    mean, se = float(d.mean()), float(d.std(ddof=1) / math.sqrt(len(d)))
-    band = claims.noise_band(se, len(d) - 1)
+    mean, se, band = claims.interval(d)
     ev = (f"{what}: {mean:+.2f} ± {se:.2f} points (mean ± s.e., {len(d)} seeds; noise band ± {band:.2f}); "
           f"'no loss' read as > -{margin:g}")
     if mean + band < 0:

@@ -485,8 +485,7 @@ def _fmnist_gain_check(profile: str) -> claims.Verdict:
         if len(d) < 2:
             verdicts.append(claims.not_testable(f"{opt}: fewer than 2 seeds give no error bar"))
             continue
-        mean, se = float(d.mean()), float(d.std(ddof=1) / math.sqrt(len(d)))
-        band = claims.noise_band(se, len(d) - 1)
+        mean, se, band = claims.interval(d)
         ev = f"{opt} - FedAvg {mean:+.2f} ± {se:.2f} points (mean ± s.e., {len(d)} seeds; noise band ± {band:.2f})"
         if mean + band < lo or mean - band > hi:
             verdicts.append(claims.Verdict(claims.DISAGREE, ev))
