@@ -479,3 +479,25 @@ def test_pending_lists_unrecorded_paper_runs_with_their_cost(monkeypatch):
     table = study.pending("paper")
     assert len(table) == 42
     assert table["estimated_cpu_hours"].iloc[0] == pytest.approx(500 * study.ROUND_CPU_SECONDS["paper"] / 3600)
+
+
+@pytest.mark.parametrize("gains, status", [
+    ({"FedAdam": [2.4, 2.6, 2.5], "FedYogi": [2.2, 2.9, 2.6], "FedDemonAdam": [2.0, 3.1, 2.5]}, "agree"),
+    ({"FedAdam": [2.4, 2.6, 2.5], "FedYogi": [2.2, 2.9, 2.6], "FedDemonAdam": [6.0, 6.2, 6.1]}, "disagree"),
+    ({"FedAdam": [2.4, 2.6, 2.5], "FedYogi": [2.2, 2.9, 2.6], "FedDemonAdam": [-1.0, 4.0, 2.5]},
+     "not testable at this profile"),  # consistent with 2-3 points, but the band also allows no gain
+])
+def test_fashion_mnist_gain_clause_reads_the_noise_band(monkeypatch, gains, status) -> None:
+    """2-3 points: agree when each optimizer's band overlaps [2, 3] and excludes no gain, disagree
+    when one band lies wholly outside, else not testable (the paper's 500 rounds assumed)."""
+    import pandas as pd
+
+    from vflkit.studies import multi_vfl as study
+    rows = [{"dataset": "FashionMNIST", "scenario": "4niid", "optimizer": "FedAvg", "seed": s,
+             "final_accuracy_pct": 80.0} for s in range(3)]
+    rows += [{"dataset": "FashionMNIST", "scenario": "4niid", "optimizer": opt, "seed": s,
+              "final_accuracy_pct": 80.0 + g} for opt, gs in gains.items() for s, g in enumerate(gs)]
+    monkeypatch.setattr(study, "_available", lambda profile: ([{}], study.PAPER_ROUNDS))
+    monkeypatch.setattr(study, "per_run", lambda records: pd.DataFrame(rows))
+    v = study._fmnist_gain_check("paper")
+    assert v.status == status, v.evidence
