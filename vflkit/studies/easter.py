@@ -101,7 +101,9 @@ PROFILE_SETTINGS: dict[str, dict[str, Any]] = {
     # seeds 1-2 and Criteo's 1-4 added about 15 CPU-minutes).
     # Table IV on Criteo only and Table VI with C = 2, 6, 10 (Criteo), on Criteo's 5 seeds: with
     # 3, a paired difference needs 4.3 standard errors to leave the claims' noise band, and
-    # Criteo's 400 test rows make its AUC noisy. Fig. 6 (FMNIST) on 3 seeds.
+    # Criteo's 400 test rows make its AUC noisy. Fig. 6 (FMNIST) on 3 seeds. Those 48 Criteo
+    # runs (seeds 3-4) added 168 s on 2 workers (2026-11-24, background jobs at nice 19), so the
+    # profile's 236 runs take about 5 minutes from an empty results root.
     "quick": {"datasets": ("fashion_mnist", "criteo"), "n_train": 1200, "n_test": 1000,
               "criteo_n_train": None, "epochs": 3, "cvfl_epochs": 1, "criteo_epochs": 3,
               "seeds": (0, 1, 2), "criteo_seeds": (0, 1, 2, 3, 4), "cvfl_seeds": None,
