@@ -44,11 +44,41 @@ def test_ordering_pools_unequal_seeds_by_degrees_of_freedom() -> None:
     assert f"± {se:.2f} points" in v.evidence and "4 d.f." in v.evidence
 
 
-def test_ordering_with_one_seed_needs_every_cell() -> None:
-    assert claims.ordering(_diffs({"x": [1.0], "y": [0.5]}), a="A", b="B").status == claims.AGREE
-    assert claims.ordering(_diffs({"x": [-1.0], "y": [-0.5]}), a="A", b="B").status == claims.DISAGREE
-    mixed = claims.ordering(_diffs({"x": [1.0], "y": [-0.5]}), a="A", b="B")
+def test_ordering_of_exact_values_with_one_seed_needs_every_cell() -> None:
+    """Counted or priced values carry no training noise: each cell's sign is the verdict."""
+    assert claims.ordering(_diffs({"x": [1.0], "y": [0.5]}), a="A", b="B", exact=True).status == claims.AGREE
+    assert claims.ordering(_diffs({"x": [-1.0], "y": [0.0]}), a="A", b="B", exact=True).status == claims.DISAGREE
+    mixed = claims.ordering(_diffs({"x": [1.0], "y": [-0.5]}), a="A", b="B", exact=True)
     assert mixed.status == claims.NOT_TESTABLE and "1 of 2" in mixed.evidence
+
+
+def test_ordering_with_one_run_per_method_is_not_testable() -> None:
+    """One noisy pair gives no error bar, however large the difference."""
+    v = claims.ordering(_diffs({"x": [40.0]}), a="A", b="B")
+    assert v.status == claims.NOT_TESTABLE and "no error bar" in v.evidence
+
+
+def test_ordering_with_one_seed_per_cell_uses_the_spread_between_cells() -> None:
+    """No cell has two seeds: a paired t-test across cells (n_cells - 1 d.f.). Two cells (1 d.f.,
+    12.7 s.e.) with the claimed sign are not enough; five consistent cells are."""
+    two = claims.ordering(_diffs({"x": [1.0], "y": [0.5]}), a="A", b="B")
+    assert two.status == claims.NOT_TESTABLE and "between cells" in two.evidence and "1 d.f." in two.evidence
+    five = claims.ordering(_diffs({c: [v] for c, v in zip("vwxyz", [2.0, 2.2, 1.8, 2.1, 1.9])}), a="A", b="B")
+    assert five.status == claims.AGREE and "4 d.f." in five.evidence
+    se = pd.Series([2.0, 2.2, 1.8, 2.1, 1.9]).std() / 5 ** 0.5
+    assert f"+2.00 ± {se:.2f} points" in five.evidence
+    worse = claims.ordering(_diffs({c: [-v] for c, v in zip("vwxyz", [2.0, 2.2, 1.8, 2.1, 1.9])}), a="A", b="B")
+    assert worse.status == claims.DISAGREE
+
+
+def test_ordering_takes_the_noise_of_single_seed_cells_from_the_others() -> None:
+    """A cell with one seed adds its difference to the mean and nothing to the degrees of freedom."""
+    v = claims.ordering(_diffs({"x": [3.0], "y": [1.0, 1.2, 0.8]}), a="A", b="B")
+    se = (pd.Series([1.0, 1.2, 0.8]).var() / 4) ** 0.5
+    assert v.status == claims.AGREE and "2 d.f." in v.evidence and "1-3 seeds" in v.evidence
+    assert f"+1.50 ± {se:.2f} points" in v.evidence
+    noisy = claims.ordering(_diffs({"x": [3.0], "y": [1.0, -2.0, 2.0]}), a="A", b="B")
+    assert noisy.status == claims.NOT_TESTABLE and "noise" in noisy.evidence
 
 
 def test_ordering_without_pairs_is_not_testable() -> None:

@@ -187,6 +187,31 @@ def test_a_diverged_run_counts_its_protocol_rounds_not_its_early_stop(monkeypatc
     assert vfedmh._total_rounds("smoke").status == claims.AGREE
 
 
+def test_a_diverged_run_has_no_convergence_epoch(monkeypatch):
+    """A run stuck at chance "converges" at epoch 1 by the first-epoch-near-the-end rule; a run
+    that diverged never converged, so it leaves its cell unpaired and the clause cannot agree."""
+    from vflkit import claims
+
+    groups = vfedmh.configs("smoke", seeds=(0, 1, 2))
+    records = _fake_records(groups, lambda c, party, arch: 90.0)
+    assert vfedmh._same_epoch("smoke").status == claims.NOT_TESTABLE  # no patch yet: no records
+    monkeypatch.setattr(vfedmh, "configs", lambda profile, **kw: groups)
+    monkeypatch.setattr(vfedmh, "_available", lambda profile: (groups, records))
+    assert vfedmh._same_epoch("smoke").status == claims.AGREE  # every run converges at epoch 2
+    stuck = next(c for c in groups["table2"] if c.method == "c_vfl")
+    rec = records[stuck.key]
+    for h in rec["history"]:
+        h["test_accuracy"] = 0.10
+    rec["final"] = {p: {"test_accuracy": 0.10} for p in rec["final"]}
+    rec["diverged"] = {"epoch": 3, "step": 1}
+    rec["config"] = {"dataset": stuck.dataset, "method": stuck.method, "models": list(stuck.models)}
+    epochs = vfedmh.convergence_epochs(groups, records)
+    assert len(epochs) == len(vfedmh.convergence_epochs(groups, {k: r for k, r in records.items()
+                                                                  if k != stuck.key}))
+    v = vfedmh._same_epoch("smoke")
+    assert v.status == claims.NOT_TESTABLE and "left out: C_VFL (1)" in v.evidence
+
+
 def test_paper_so_far_draws_each_table_from_its_own_runs(tmp_path, monkeypatch):
     """Without records every run of a table is pending (Table IV's standard-rate rows included)
     and its table is empty; an unknown table is a clear error."""

@@ -16,12 +16,22 @@ on sum(n_cell - 1) degrees of freedom). The clause
   the two-sided 95 % interval ``± t * s.e.`` with Student's t on those degrees of freedom
   (:func:`noise_band`: 4.30 standard errors with 3 seeds in one cell, 2.78 with 5, tending
   to 1.96 -- the familiar "two standard errors" -- with many; a standard error from a few
-  seeds is itself uncertain, and the t quantile pays for it); with a single seed: when every
-  cell has the claimed sign,
-* **disagrees** when the mean difference has the opposite sign and lies outside the noise band
-  (with a single seed: when no cell has the claimed sign),
+  seeds is itself uncertain, and the t quantile pays for it),
+* **disagrees** when the mean difference has the opposite sign and lies outside the noise band,
 * is **not testable at this profile** otherwise (the difference is within the seeds' noise, or
   the cells it needs are not recorded) -- the evidence says which.
+
+Cells with a single seed add their difference to the mean but nothing to the noise estimate,
+which then comes from the cells with several (the same training noise is assumed across the
+cells of one clause). When no cell has two seeds there is no seed-to-seed spread at all:
+
+* over several cells, the spread of the differences *between* cells stands in for it (a paired
+  t-test across the cells, on n_cells - 1 degrees of freedom). It holds real differences
+  between the cells as well as noise, so it errs towards not testable, never towards a verdict;
+* one cell with one seed is not testable: a single pair of runs gives no error bar;
+* quantities without training noise (``exact=True``: rounds counted by the protocol, times
+  priced from recorded traffic) are judged cell by cell instead: agree when every cell has the
+  claimed sign, disagree when none has.
 
 A clause covers every cell the profile runs (``expected``): agreement on the recorded cells
 does not show it for the others, so while some have no recorded pair an agreement is reported
@@ -102,16 +112,17 @@ def interval(diffs: pd.Series) -> tuple[float, float, float]:
 
 
 def ordering(diffs: pd.DataFrame, *, a: str, b: str, what: str = "points",
-             expected: Iterable[str] | None = None) -> Verdict:
+             expected: Iterable[str] | None = None, exact: bool = False) -> Verdict:
     """Judge the clause "``a`` > ``b``" from paired differences.
 
     ``diffs`` has one row per (cell, seed): a ``cell`` column naming the compared cell (e.g.
     "MNIST/CNN") and ``diff`` = value(a) - value(b) for that cell and seed. ``expected``: the
     cells the profile runs, named alike; an agreement while some of them have no recorded pair
-    is not testable. See the module docstring for the rule.
+    is not testable. ``exact``: the values carry no training noise (counted or priced), so
+    with one seed each cell's sign is the verdict. See the module docstring for the rule.
     """
     diffs = diffs.dropna(subset=["diff"])
-    verdict = _ordering(diffs, a=a, b=b, what=what)
+    verdict = _ordering(diffs, a=a, b=b, what=what, exact=exact)
     if expected is None or verdict.status != AGREE:
         return verdict
     missing = sorted(set(expected) - set(diffs["cell"]))
@@ -122,34 +133,51 @@ def ordering(diffs: pd.DataFrame, *, a: str, b: str, what: str = "points",
                                  f"the profile runs have no recorded pair yet ({shown})")
 
 
-def _ordering(diffs: pd.DataFrame, *, a: str, b: str, what: str) -> Verdict:
+def _ordering(diffs: pd.DataFrame, *, a: str, b: str, what: str, exact: bool) -> Verdict:
     if diffs.empty:
         return not_testable(f"no recorded pair of {a} and {b}")
     per_cell = diffs.groupby("cell")["diff"]
+    sizes = per_cell.size()
     n_cells = per_cell.ngroups
-    seeds = int(per_cell.size().min())
     mean = float(diffs["diff"].mean())
     wins = int((per_cell.mean() > 0).sum())
-    if seeds >= 2:
-        # seed-to-seed spread within cells, pooled on sum(n - 1) degrees of freedom; the mean
-        # over all rows averages len(diffs) of them
-        dof = int((per_cell.size() - 1).sum())
-        pooled = float((per_cell.var(ddof=1) * (per_cell.size() - 1)).sum() / dof)
+    dof = int((sizes - 1).sum())
+    if dof >= 1:
+        # seed-to-seed spread within cells, pooled on sum(n - 1) degrees of freedom (a cell with
+        # one seed adds none); the mean over all rows averages len(diffs) of them
+        pooled = float((per_cell.var(ddof=1).fillna(0.0) * (sizes - 1)).sum() / dof)
         se = math.sqrt(pooled / len(diffs))
+        lo, hi = int(sizes.min()), int(sizes.max())
+        seeds = f"{lo}+ seeds" if lo >= 2 else f"1-{hi} seeds (noise from the cells with several)"
         band = noise_band(se, dof)
-        ev = (f"{a} > {b} in {wins} of {n_cells} cells, {seeds}+ seeds; "
-              f"paired difference {mean:+.2f} ± {se:.2f} {what} (mean ± s.e.; noise band ± {band:.2f}, {dof} d.f.)")
-        if mean > band:
-            return Verdict(AGREE, ev)
-        if mean < -band:
-            return Verdict(DISAGREE, ev)
-        return Verdict(NOT_TESTABLE, ev + ": within the seeds' noise")
+        return _judge(mean, band, f"{a} > {b} in {wins} of {n_cells} cells, {seeds}; paired difference {mean:+.2f} "
+                                  f"± {se:.2f} {what} (mean ± s.e.; noise band ± {band:.2f}, {dof} d.f.)",
+                      "within the seeds' noise")
     ev = f"{a} > {b} in {wins} of {n_cells} cells, 1 seed; mean difference {mean:+.2f} {what}"
-    if wins == n_cells:
-        return Verdict(AGREE, ev)
-    if wins == 0:
-        return Verdict(DISAGREE, ev)
-    return Verdict(NOT_TESTABLE, ev + ": mixed, and one seed gives no error bar")
+    if exact:
+        if wins == n_cells:
+            return Verdict(AGREE, ev)
+        if wins == 0:
+            return Verdict(DISAGREE, ev)
+        return Verdict(NOT_TESTABLE, ev + ": mixed")
+    if n_cells == 1:
+        return Verdict(NOT_TESTABLE, ev + ": one pair of runs gives no error bar")
+    # no seed has a twin: the differences between cells stand in for the noise (conservative:
+    # their spread holds real cell-to-cell differences too)
+    se = float(per_cell.mean().std(ddof=1) / math.sqrt(n_cells))
+    band = noise_band(se, n_cells - 1)
+    return _judge(mean, band, f"{a} > {b} in {wins} of {n_cells} cells, 1 seed; mean difference {mean:+.2f} ± "
+                              f"{se:.2f} {what} (mean ± s.e. between cells; noise band ± {band:.2f}, {n_cells - 1} d.f.)",
+                  "within the spread between cells")
+
+
+def _judge(mean: float, band: float, evidence: str, inside: str) -> Verdict:
+    """Agree or disagree once ``mean`` leaves its noise band; otherwise not testable, ``inside``."""
+    if mean > band:
+        return Verdict(AGREE, evidence)
+    if mean < -band:
+        return Verdict(DISAGREE, evidence)
+    return Verdict(NOT_TESTABLE, f"{evidence}: {inside}")
 
 
 def paired(frame: pd.DataFrame, *, by: str, a: str, b: str, value: str,

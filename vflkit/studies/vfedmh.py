@@ -780,7 +780,7 @@ def _total_rounds(profile: str) -> claims.Verdict:
     df = df[(df["method"] == "VFedMH") | (df["runs"] == len(SMALL_MODELS))]  # a baseline needs its three runs
     return claims.all_of(
         claims.ordering(claims.paired(df, by="method", a=b, b="VFedMH", value="rounds", cell=["dataset"]),
-                        a=f"{b}'s rounds", b="VFedMH's", what="rounds",
+                        a=f"{b}'s rounds", b="VFedMH's", what="rounds", exact=True,  # counted, no noise
                         expected={cell.split("/")[0] for cell in expected_cells(groups, "table2", b, "VFedMH", "small")})
         for b in ("PyVertical", "C_VFL", "Agg_VFL"))
 
@@ -788,11 +788,12 @@ def _total_rounds(profile: str) -> claims.Verdict:
 def convergence_epochs(groups: dict[str, list[RunConfig]], records: dict[str, dict[str, Any]]) -> pd.DataFrame:
     """Per Table II run and architecture: the first epoch whose test accuracy is within
     :data:`CONVERGED_WITHIN_POINTS` of the run's final one (VFedMH: the mean over the parties
-    that hold the architecture)."""
+    that hold the architecture). A run that diverged and stopped early (``record["diverged"]``)
+    never converged: it has no row, where the rule would give its first, chance-level epoch."""
     rows = []
     for c in groups["table2"]:
         r = records.get(c.key)
-        if r is None or c.method == "local":
+        if r is None or c.method == "local" or r.get("diverged"):
             continue
         hist = pd.DataFrame(r["history"])
         by_arch: dict[str, list[int]] = {}
@@ -816,11 +817,20 @@ def _same_epoch(profile: str) -> claims.Verdict:
     if df.empty:
         return claims.not_testable("no recorded pair of VFedMH and a baseline")
     tol = max(1.0, float(df["epochs"].max()) // 10)
-    return claims.all_of(
+    verdict = claims.all_of(
         _within(claims.paired(df, by="method", a="VFedMH", b=b, value="epoch", cell=["dataset", "model"]),
                 tol, f"|VFedMH's convergence epoch - {b}'s|", unit="epochs",
                 expected=expected_cells(groups, "table2", "VFedMH", b))
         for b in ("PyVertical", "C_VFL", "Agg_VFL"))
+    # a diverged run leaves its cell without a pair (so the clause cannot agree); say which
+    gone = diverged_runs([rec[c.key] for c in groups["table2"] if c.key in rec and c.method != "local"])
+    if gone.empty:
+        return verdict
+    names = gone["method"].map(lambda m: "VFedMH" if m == "vfedmh" else TABLE2_METHODS[m][0])
+    which = ", ".join(f"{m} ({n})" for m, n in names.value_counts().sort_index().items())
+    # a run that never converged cannot support "converge at about the same epoch"
+    status = claims.NOT_TESTABLE if verdict.status == claims.AGREE else verdict.status
+    return claims.Verdict(status, f"{verdict.evidence}; runs that diverged and never converged, left out: {which}")
 
 
 def _blinding(profile: str) -> claims.Verdict:
