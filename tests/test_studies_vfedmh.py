@@ -212,6 +212,28 @@ def test_a_diverged_run_has_no_convergence_epoch(monkeypatch):
     assert v.status == claims.NOT_TESTABLE and "left out: C_VFL (1)" in v.evidence
 
 
+def test_fig3_of_the_paper_profile_shows_a_baseline_only_with_its_three_runs():
+    """Drawn from the committed paper records as far as recorded: a baseline's total is the sum
+    of its three runs, so a seed missing one of them is left out rather than shown cheaper."""
+    import matplotlib.pyplot as plt
+
+    groups, recs = vfedmh.recorded("paper", ["table2"])
+    assert set(groups) == {"table2"} and {r["key"] for r in recs} == {c.key for c in groups["table2"]}
+    fig, data = vfedmh.fig3(groups, recs)
+    plt.close(fig)
+    full = data.set_index(["dataset", "method"])
+    assert (full.loc[full.index.get_level_values("method") != "VFedMH", "runs_for_3_models"] == 3).all()
+    cvfl = [c for c in groups["table2"] if c.method == "c_vfl" and c.dataset == "mnist"]
+    assert cvfl, "the committed paper records hold C_VFL's MNIST runs"
+    drop = {c.key for c in cvfl if c.models[0] == "cnn"}
+    cut = {"table2": [c for c in groups["table2"] if c.key not in drop]}
+    fig, data = vfedmh.fig3(cut, [r for r in recs if r["key"] not in drop])
+    plt.close(fig)
+    assert not ((data["dataset"] == "MNIST") & (data["method"] == "C_VFL")).any()
+    with pytest.raises(ConfigError, match="unknown run groups"):
+        vfedmh.recorded("paper", ["table9"])
+
+
 def test_paper_so_far_draws_each_table_from_its_own_runs(tmp_path, monkeypatch):
     """Without records every run of a table is pending (Table IV's standard-rate rows included)
     and its table is empty; an unknown table is a clear error."""
