@@ -254,7 +254,14 @@ def _paper_tables_from_records() -> dict[tuple[str, str], pd.DataFrame]:
     """What the quick notebooks write under figures/<paper>/paper/, from the committed records."""
     from vflkit.studies import apc_vfl, easter, vfedmh
 
+    import matplotlib.pyplot as plt
+
     out = {("vfedmh", f"{a}.csv"): vfedmh.paper_so_far(a)[0] for a in vfedmh.PAPER_TABLES}
+    for number in vfedmh.PAPER_FIGURES:  # the data each paper-profile figure plots
+        drawn = vfedmh.paper_figure(number)
+        if drawn is not None:
+            plt.close(drawn[0])
+            out[("vfedmh", f"fig{number}.csv")] = drawn[1]
     for name, table in easter.paper_so_far()[0].items():
         out[("easter", f"table{easter.PAPER_TABLE_NUMBERS[name]}.csv")] = table
     recs, lr_recs = apc_vfl.split_lr(apc_vfl.recorded("paper"))

@@ -232,6 +232,8 @@ def test_fig3_of_the_paper_profile_shows_a_baseline_only_with_its_three_runs():
     assert not ((data["dataset"] == "MNIST") & (data["method"] == "C_VFL")).any()
     with pytest.raises(ConfigError, match="unknown run groups"):
         vfedmh.recorded("paper", ["table9"])
+    with pytest.raises(ConfigError, match="unknown figure '7'"):
+        vfedmh.paper_figure("7")
 
 
 def test_paper_so_far_draws_each_table_from_its_own_runs(tmp_path, monkeypatch):

@@ -919,6 +919,22 @@ PAPER_TABLES: dict[str, tuple[tuple[str, ...], Callable[..., pd.DataFrame]]] = {
     "table4": (("table4", "table4_standard"), table4)}
 
 
+#: The paper profile's figures the quick notebook draws as far as recorded: the run groups each
+#: is drawn from, and the function that draws it.
+PAPER_FIGURES: dict[str, tuple[tuple[str, ...], Callable[..., tuple[plt.Figure, pd.DataFrame]]]] = {
+    "3": (("table2",), fig3), "4": (("table4", "table4_standard"), fig4), "5": (("fig5",), fig5)}
+
+
+def paper_figure(number: str) -> tuple[plt.Figure, pd.DataFrame] | None:
+    """Fig. ``number`` (3, 4 or 5) of the paper profile as far as it is recorded (nothing is
+    trained), with the data it plots; None while none of its runs is recorded."""
+    if number not in PAPER_FIGURES:
+        raise ConfigError(f"paper_figure: unknown figure {number!r}; choose one of {', '.join(PAPER_FIGURES)}")
+    names, draw = PAPER_FIGURES[number]
+    groups, recs = recorded("paper", names)
+    return draw(groups, recs) if recs else None
+
+
 def paper_so_far(artefact: str = "table2") -> tuple[pd.DataFrame, pd.DataFrame, list[dict[str, Any]]]:
     """The paper profile's ``artefact`` (``table2``, ``table3`` or ``table4``) as far as it is
     recorded (nothing is trained).
