@@ -264,6 +264,9 @@ def _paper_tables_from_records() -> dict[tuple[str, str], pd.DataFrame]:
             out[("vfedmh", f"fig{number}.csv")] = drawn[1]
     for name, table in easter.paper_so_far()[0].items():
         out[("easter", f"table{easter.PAPER_TABLE_NUMBERS[name]}.csv")] = table
+    for number, (fig, data) in easter.paper_figures().items():
+        plt.close(fig)
+        out[("easter", f"fig{number}.csv")] = data
     recs, lr_recs = apc_vfl.split_lr(apc_vfl.recorded("paper"))
     out[("apc_vfl", "table2.csv")] = apc_vfl.table2([r for r in recs if r["config"]["kind"] == "table2"], profile="paper")
     out[("apc_vfl", "table2_lr0.01.csv")] = apc_vfl.table2(

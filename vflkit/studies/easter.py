@@ -237,19 +237,54 @@ def recorded(profile: str = "quick") -> tuple[dict[str, list[RunConfig]], list[d
 
 #: The paper's tables the quick notebook writes as far as recorded, and the number in each
 #: one's file name (``figures/easter/paper/table<number>.csv``).
-PAPER_TABLE_NUMBERS: dict[str, str] = {"II": "2", "IV": "4", "VI": "6"}
+PAPER_TABLE_NUMBERS: dict[str, str] = {"II": "2", "IV": "4", "V": "5", "VI": "6",
+                                       "VII (parallel links)": "7_parallel",
+                                       "VII (shared uplink)": "7_shared_uplink"}
 
 
 def paper_so_far() -> tuple[dict[str, pd.DataFrame], pd.DataFrame, list[dict[str, Any]]]:
-    """The paper profile as far as it is recorded (nothing is trained): Tables II, IV and VI of
-    its recorded runs beside the paper's (``n_runs`` = seeds so far), its pending runs (with the
-    ResNets' estimated H100 minutes) and the records found. Its CPU-sized part (MNIST,
-    FashionMNIST, Criteo) accumulates over sessions: ``python -m vflkit.study --profile paper
-    --device cpu notebooks/easter.ipynb`` (the ResNets are left for a GPU)."""
+    """The paper profile as far as it is recorded (nothing is trained): Tables II and IV-VII of
+    its recorded runs beside the paper's (``n_runs`` = seeds so far; Table V and VII are drawn
+    from the recorded Table II runs, so a method without them is missing there), its pending
+    runs (with the ResNets' estimated H100 minutes) and the records found. Its CPU-sized part
+    (MNIST, FashionMNIST, Criteo) accumulates over sessions: ``python -m vflkit.study --profile
+    paper --device cpu notebooks/easter.ipynb`` (the ResNets are left for a GPU)."""
     groups, records = recorded("paper")
+    if not records:
+        return {name: pd.DataFrame() for name in PAPER_TABLE_NUMBERS}, pending(groups, records), records
+    t7 = table7(groups, records, "paper")
     tables = {"II": table2(groups, records, "paper"), "IV": table4(groups, records, "paper"),
-              "VI": table6(groups, records, "paper")}
+              "V": table5(groups, records, "paper"), "VI": table6(groups, records, "paper"),
+              "VII (parallel links)": t7[t7["topology"] == "parallel"],
+              "VII (shared uplink)": t7[t7["topology"] == "shared_uplink"]}
     return tables, pending(groups, records), records
+
+
+def paper_table_view(name: str, table: pd.DataFrame) -> pd.DataFrame:
+    """Table ``name`` of :func:`paper_so_far` laid out as its quick section shows it, ours beside
+    the paper's (Table VII: one column per party's accuracy and one for the time to e*)."""
+    from ..report import side_by_side
+
+    if name.startswith("VII"):
+        table = table.assign(model=table["model"].replace("", "time to e* (min)"))
+        return side_by_side(table, index=["dataset", "setting"], columns="model")
+    by, cols = {"V": (["dataset", "method"], "metric"),
+                "VI": (["dataset", "method", "metric"], "setting")}.get(name, (["dataset", "method"], "model"))
+    return side_by_side(table, index=by, columns=cols)
+
+
+def paper_figures() -> dict[str, tuple[plt.Figure, pd.DataFrame]]:
+    """Figs. 4, 5 and 6 of the paper profile as far as recorded (nothing is trained), each with
+    the data it plots; a figure none of whose runs is recorded is absent."""
+    groups, records = recorded("paper")
+    have = {r["key"] for r in records}
+    out: dict[str, tuple[plt.Figure, pd.DataFrame]] = {}
+    times = comm_times(groups, records, settings("paper")["table5_datasets"]) if records else pd.DataFrame()
+    if len(times):
+        out["4"], out["5"] = fig4(times), fig5(times)
+    if any(c.key in have for c in groups["fig6"]):
+        out["6"] = fig6(groups, records)
+    return out
 
 
 def pending(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> pd.DataFrame:
