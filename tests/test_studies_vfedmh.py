@@ -217,7 +217,7 @@ def test_fig3_of_the_paper_profile_shows_a_baseline_only_with_its_three_runs():
     of its three runs, so a seed missing one of them is left out rather than shown cheaper."""
     import matplotlib.pyplot as plt
 
-    groups, recs = vfedmh.recorded("paper", ["table2"])
+    groups, recs = vfedmh.recorded_groups("paper", ["table2"])
     assert set(groups) == {"table2"} and {r["key"] for r in recs} == {c.key for c in groups["table2"]}
     fig, data = vfedmh.fig3(groups, recs)
     plt.close(fig)
@@ -231,7 +231,7 @@ def test_fig3_of_the_paper_profile_shows_a_baseline_only_with_its_three_runs():
     plt.close(fig)
     assert not ((data["dataset"] == "MNIST") & (data["method"] == "C_VFL")).any()
     with pytest.raises(ConfigError, match="unknown run groups"):
-        vfedmh.recorded("paper", ["table9"])
+        vfedmh.recorded_groups("paper", ["table9"])
     with pytest.raises(ConfigError, match="unknown figure '7'"):
         vfedmh.paper_figure("7")
 

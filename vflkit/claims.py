@@ -8,9 +8,9 @@ a :class:`Verdict`; :func:`evaluate` turns a study's claims into the table its n
 (and the reproduction report collects), so notebook and report never disagree.
 
 The rule for an ordering ("A > B"), :func:`ordering`: the paired difference A - B over the
-cells the claim covers (same dataset, column and seed) is averaged; with at least two seeds
-per cell its standard error is estimated from the seeds (the within-cell variances pooled,
-on sum(n_cell - 1) degrees of freedom). The clause
+cells the claim covers (same dataset, column and seed) is averaged; where cells have two seeds
+or more its standard error is estimated from the seeds (the within-cell variances pooled, on
+sum(n_cell - 1) degrees of freedom). The clause
 
 * **agrees** when the mean difference has the claimed sign and lies outside the noise band,
   the two-sided 95 % interval ``± t * s.e.`` with Student's t on those degrees of freedom
@@ -27,7 +27,8 @@ cells of one clause). When no cell has two seeds there is no seed-to-seed spread
 
 * over several cells, the spread of the differences *between* cells stands in for it (a paired
   t-test across the cells, on n_cells - 1 degrees of freedom). It holds real differences
-  between the cells as well as noise, so it errs towards not testable, never towards a verdict;
+  between the cells as well as noise, so it usually overstates the noise: it errs towards not
+  testable;
 * one cell with one seed is not testable: a single pair of runs gives no error bar;
 * quantities without training noise (``exact=True``: rounds counted by the protocol, times
   priced from recorded traffic) are judged cell by cell instead: agree when every cell has the

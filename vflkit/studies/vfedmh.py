@@ -218,13 +218,13 @@ def with_records(groups: dict[str, list[RunConfig]], records: Sequence[dict[str,
     return {name: [c for c in group if c.key in have] for name, group in groups.items()}
 
 
-def recorded(profile: str, names: Sequence[str]) -> tuple[dict[str, list[RunConfig]], list[dict[str, Any]]]:
+def recorded_groups(profile: str, names: Sequence[str]) -> tuple[dict[str, list[RunConfig]], list[dict[str, Any]]]:
     """The profile's run groups ``names`` cut to their recorded runs, and those records (nothing
     is trained): how the quick notebook draws the paper profile's figures as far as recorded."""
     groups, rec = _available(profile)
     unknown = sorted(set(names) - set(groups))
     if unknown:
-        raise ConfigError(f"recorded: unknown run groups {unknown}; choose from {', '.join(groups)}")
+        raise ConfigError(f"recorded_groups: unknown run groups {unknown}; choose from {', '.join(groups)}")
     cut = {g: [c for c in groups[g] if c.key in rec] for g in names}
     return cut, [rec[c.key] for c in unique(cut)]
 
@@ -931,7 +931,7 @@ def paper_figure(number: str) -> tuple[plt.Figure, pd.DataFrame] | None:
     if number not in PAPER_FIGURES:
         raise ConfigError(f"paper_figure: unknown figure {number!r}; choose one of {', '.join(PAPER_FIGURES)}")
     names, draw = PAPER_FIGURES[number]
-    groups, recs = recorded("paper", names)
+    groups, recs = recorded_groups("paper", names)
     return draw(groups, recs) if recs else None
 
 
