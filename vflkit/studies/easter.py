@@ -252,10 +252,10 @@ def paper_so_far() -> tuple[dict[str, pd.DataFrame], pd.DataFrame, list[dict[str
     runs (with the ResNets' estimated H100 minutes) and the records found. Its CPU-sized part
     (MNIST, FashionMNIST, Criteo) accumulates over sessions: ``python -m vflkit.study --profile
     paper --device cpu notebooks/easter.ipynb`` (the ResNets are left for a GPU)."""
-    groups, records = recorded("paper")
+    groups, records = _load("paper")  # cached: the paper claims read the same records
     if not records:
         return {name: pd.DataFrame() for name in PAPER_TABLE_NUMBERS}, pending(groups, records), records
-    t7 = table7(groups, records, "paper")
+    t7 = _derived("paper", "table7", lambda: table7(groups, records, "paper"))
     tables = {"II": table2(groups, records, "paper"), "IV": table4(groups, records, "paper"),
               "V": table5(groups, records, "paper"), "VI": table6(groups, records, "paper"),
               "VII (parallel links)": t7[t7["topology"] == "parallel"],
@@ -279,10 +279,10 @@ def paper_table_view(name: str, table: pd.DataFrame) -> pd.DataFrame:
 def paper_figures() -> dict[str, tuple[plt.Figure, pd.DataFrame]]:
     """Figs. 4, 5 and 6 of the paper profile as far as recorded (nothing is trained), each with
     the data it plots; a figure none of whose runs is recorded is absent."""
-    groups, records = recorded("paper")
+    groups, records = _load("paper")
     have = {r["key"] for r in records}
     out: dict[str, tuple[plt.Figure, pd.DataFrame]] = {}
-    times = comm_times(groups, records, settings("paper")["table5_datasets"]) if records else pd.DataFrame()
+    times = _times("paper") if records else pd.DataFrame()
     if len(times):
         out["4"], out["5"] = fig4(times), fig5(times)
     if any(c.key in have for c in groups["fig6"]):

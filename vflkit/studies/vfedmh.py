@@ -225,7 +225,7 @@ def recorded_groups(profile: str, names: Sequence[str]) -> tuple[dict[str, list[
     unknown = sorted(set(names) - set(groups))
     if unknown:
         raise ConfigError(f"recorded_groups: unknown run groups {unknown}; choose from {', '.join(groups)}")
-    cut = {g: [c for c in groups[g] if c.key in rec] for g in names}
+    cut = with_records({g: groups[g] for g in names}, list(rec.values()))
     return cut, [rec[c.key] for c in unique(cut)]
 
 
