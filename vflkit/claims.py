@@ -165,8 +165,7 @@ def _ordering(diffs: pd.DataFrame, *, a: str, b: str, what: str, exact: bool) ->
         return Verdict(NOT_TESTABLE, ev + ": one pair of runs gives no error bar")
     # no seed has a twin: the differences between cells stand in for the noise (conservative:
     # their spread holds real cell-to-cell differences too)
-    se = float(per_cell.mean().std(ddof=1) / math.sqrt(n_cells))
-    band = noise_band(se, n_cells - 1)
+    _, se, band = interval(per_cell.mean())  # the cells as the replicates: one difference each
     return _judge(mean, band, f"{a} > {b} in {wins} of {n_cells} cells, 1 seed; mean difference {mean:+.2f} ± "
                               f"{se:.2f} {what} (mean ± s.e. between cells; noise band ± {band:.2f}, {n_cells - 1} d.f.)",
                   "within the spread between cells")

@@ -45,7 +45,7 @@ from .. import comm as netmodel
 from .. import records as store
 from ..config import apply_overrides, check_profile, check_seeds
 from ..methods import RunConfig
-from ..report import join_reference
+from ..report import join_reference, side_by_side
 from ..training import split
 # run_priority: the order the scheduler computes this study's runs in, VFedMH's (C-VFL last)
 from .vfedmh import H100_MINUTES, assign_models, run_priority, unique
@@ -266,8 +266,6 @@ def paper_so_far() -> tuple[dict[str, pd.DataFrame], pd.DataFrame, list[dict[str
 def paper_table_view(name: str, table: pd.DataFrame) -> pd.DataFrame:
     """Table ``name`` of :func:`paper_so_far` laid out as its quick section shows it, ours beside
     the paper's (Table VII: one column per party's accuracy and one for the time to e*)."""
-    from ..report import side_by_side
-
     if name.startswith("VII"):
         table = table.assign(model=table["model"].replace("", "time to e* (min)"))
         return side_by_side(table, index=["dataset", "setting"], columns="model")
