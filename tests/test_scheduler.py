@@ -337,3 +337,39 @@ def test_only_datasets_keeps_the_runs_on_those_datasets(tmp_path):
     assert {t.payload["config"]["dataset"] for t in kept} == {"criteo"}
     with pytest.raises(ConfigError, match="unknown dataset.*criteo_full.*known: .*fashion_mnist"):
         study.only_datasets(tasks, ["criteo_full"])
+
+
+def test_status_lists_what_is_left_and_computes_nothing(tmp_path, monkeypatch, capsys):
+    """``--status`` prints one row per run without a record, each in its state (a live lock:
+    running; a dead process's lock: not running; a checkpoint: checkpointed), the runs a CPU
+    leaves for a GPU, and a total; it schedules nothing and writes no record."""
+    import socket
+
+    from vflkit import records, study
+
+    monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path))
+    monkeypatch.setattr(records, "_record_roots", lambda: [tmp_path])
+    monkeypatch.setattr(study, "schedule", lambda *a, **k: pytest.fail("--status scheduled runs"))
+    every = study.only_datasets(study.study_tasks("vfedmh", "paper"), ["mnist"])
+    here = [t for t in every if not t.payload["needs_gpu"]]
+    done, live, dead, part = here[:4]
+    done.path.parent.mkdir(parents=True, exist_ok=True)
+    done.path.write_text(json.dumps({"key": done.key, "config": done.payload["config"], "wall_time_s": 60.0,
+                                     "environment": {"device": "cpu"}}))
+    lock_path(live.path).write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "time": 0}))
+    lock_path(dead.path).write_text(json.dumps({"pid": 2**22 + 7, "host": socket.gethostname(), "time": 0}))
+    records.checkpoint_path(part.path).write_text("part-done")
+
+    table = study.status(["vfedmh"], profile="paper", device="cpu", datasets=["mnist"])
+    state = dict(zip(table.key, table.status))
+    assert done.key not in state and state[live.key] == "running" and state[part.key] == "checkpointed"
+    assert state[dead.key] == "pending"  # its process is gone: nobody computes it
+    assert set(table.key[table.needs_gpu]) == {t.key for t in every if t.payload["needs_gpu"]}
+    assert table.setting.str.len().gt(0).all()
+
+    assert study.main(["--status", "--profile", "paper", "--device", "cpu", "--datasets", "mnist",
+                       "notebooks/vfedmh.ipynb"]) == 0
+    out = capsys.readouterr().out
+    assert f"{len(every) - 1} runs without a record: {len(here) - 1} to compute here" in out
+    assert "1 running" in out and "1 checkpointed" in out and live.key in out
+    assert sorted(p.name for p in done.path.parent.glob("*.json")) == [done.path.name]

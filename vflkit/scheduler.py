@@ -361,14 +361,16 @@ def _dask_wait(running: dict[Any, str]):
 
 
 def status_table(tasks: Sequence[Task]):
-    """One row per task: label, recorded / running (locked) / checkpointed / pending."""
+    """One row per task: label, recorded / running (a live process holds its lock) /
+    checkpointed / pending, and its estimated minutes."""
     import pandas as pd
 
     rows = []
     for t in tasks:
         ckpt = t.path.with_name(t.path.stem + ".ckpt.pt")
-        state = ("recorded" if t.path.exists() else "running" if lock_path(t.path).exists()
+        lock = lock_path(t.path)
+        state = ("recorded" if t.path.exists() else "running" if lock.exists() and not lock_is_stale(lock)
                  else "checkpointed" if ckpt.exists() else "pending")
         rows.append({"run": t.label or t.key, "key": t.key, "status": state,
                      "estimated_min": None if t.cost_s is None else round(t.cost_s / 60, 1)})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=["run", "key", "status", "estimated_min"])

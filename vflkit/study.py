@@ -28,7 +28,7 @@ from typing import Any, Sequence
 
 from .config import PROFILES, project_root, results_dir
 from .errors import ConfigError
-from .scheduler import Summary, Task, schedule
+from .scheduler import Summary, Task, schedule, status_table
 
 #: Each study's protocol family: the trainer module, its run class, and what a diverging run
 #: does (VFedMH's tables report the runs that diverge at the paper's settings).
@@ -151,6 +151,49 @@ def normalize_notebook(path: Path) -> None:
     nbformat.write(nb, path)
 
 
+def select_tasks(papers: Sequence[str], profile: str, device: str, *, datasets: Sequence[str] | None = None,
+                 include_gpu_runs: bool = False, recompute_before: str | None = None) -> tuple[list[Task], list[Task]]:
+    """The runs of ``papers`` under ``profile`` that ``device`` computes (with their estimated
+    cost), and those it leaves for a GPU: on a CPU, the runs a study marks ``needs_gpu`` unless
+    ``include_gpu_runs``. With ``datasets``, only the runs on those datasets."""
+    tasks = [t for p in papers for t in study_tasks(p, profile, recompute_before=recompute_before)]
+    if datasets is not None:
+        tasks = only_datasets(tasks, datasets)
+    gpu: list[Task] = []
+    if not device.startswith("cuda") and not include_gpu_runs:
+        gpu = [t for t in tasks if t.payload["needs_gpu"]]
+        tasks = [t for t in tasks if not t.payload["needs_gpu"]]
+    return estimate_costs(tasks, device), gpu
+
+
+def _setting(config: dict[str, Any]) -> str:
+    """A run's party models and method options, short: ``cnn x4, local_iterations=10``."""
+    models = config.get("models")
+    if isinstance(models, (list, tuple)):
+        models = (f"{models[0]} x{len(models)}" if len(set(models)) == 1 and len(models) > 1
+                  else "/".join(map(str, models)))
+    parts = [str(models)] if models else []
+    parts += [f"{k}={v}" for k, v in sorted((config.get("options") or {}).items())]
+    return ", ".join(parts)
+
+
+def status(papers: Sequence[str], *, profile: str, device: str = "auto", datasets: Sequence[str] | None = None,
+           include_gpu_runs: bool = False) -> "pandas.DataFrame":
+    """What is left of ``papers`` under ``profile``, computing nothing: one row per run without a
+    record (running: another scheduler holds its lock; checkpointed: part-done, it resumes;
+    pending), its estimated minutes on ``device`` (from its other seeds' records; empty where
+    none is recorded or it resumes from a checkpoint), and whether it is left for a GPU."""
+    from .config import resolve_device
+
+    dev = str(resolve_device(device))
+    here, gpu = select_tasks(papers, profile, dev, datasets=datasets, include_gpu_runs=include_gpu_runs)
+    table = status_table(here + gpu)
+    table["needs_gpu"] = [False] * len(here) + [True] * len(gpu)
+    # the label names method, dataset and seed; the party models and options tell runs apart
+    table.insert(1, "setting", [_setting(t.payload["config"]) for t in here + gpu])
+    return table[table.status != "recorded"].reset_index(drop=True)
+
+
 def compute_pending(papers: list[str], *, profile: str, device: str = "auto", workers: int | None = None,
                     budget_minutes: float | None = None, executor: str = "local",
                     progress: bool = True, recompute_before: str | None = None,
@@ -163,14 +206,8 @@ def compute_pending(papers: list[str], *, profile: str, device: str = "auto", wo
     from .config import resolve_device
 
     dev = str(resolve_device(device))
-    tasks = [t for p in papers for t in study_tasks(p, profile, recompute_before=recompute_before)]
-    if datasets is not None:
-        tasks = only_datasets(tasks, datasets)
-    gpu: list[Task] = []
-    if not dev.startswith("cuda") and not include_gpu_runs:
-        gpu = [t for t in tasks if t.payload["needs_gpu"]]
-        tasks = [t for t in tasks if not t.payload["needs_gpu"]]
-    tasks = estimate_costs(tasks, dev)
+    tasks, gpu = select_tasks(papers, profile, dev, datasets=datasets, include_gpu_runs=include_gpu_runs,
+                              recompute_before=recompute_before)
     summary = schedule(tasks, device=dev, workers=workers, budget_minutes=budget_minutes, executor=executor,
                        progress=progress)
     summary.needs_gpu = [t.key for t in gpu if not t.path.exists()]
@@ -237,6 +274,24 @@ def only_datasets(tasks: Sequence[Task], datasets: Sequence[str]) -> list[Task]:
     return [t for t in tasks if t.payload["config"].get("dataset") in set(datasets)]
 
 
+def _print_status(papers: Sequence[str], **kwargs: Any) -> int:
+    """``--status``: the table of runs left, then what they add up to."""
+    import pandas as pd
+
+    table = status(papers, **kwargs)
+    if table.empty:
+        print(f"[study] every run of {', '.join(papers) or 'these notebooks'} ({kwargs['profile']}) is recorded")
+        return 0
+    with pd.option_context("display.max_rows", None, "display.width", 200, "display.max_colwidth", 60):
+        print(table.to_string(index=False))
+    here = table[~table.needs_gpu]
+    counts = ", ".join(f"{n} {state}" for state, n in here.status.value_counts().items())
+    print(f"[study] {len(table)} runs without a record: {len(here)} to compute here ({counts or 'none'}; "
+          f"about {here.estimated_min.sum() / 60:.1f} hours where estimated, {int(here.estimated_min.isna().sum())} "
+          f"without an estimate), {int(table.needs_gpu.sum())} left for a GPU")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("notebooks", nargs="+", type=Path, help="notebooks to execute, in order")
@@ -258,17 +313,23 @@ def main(argv: list[str] | None = None) -> int:
                         help="write the executed notebooks over notebooks/*.ipynb (the committed ones)")
     parser.add_argument("--no-report", action="store_true",
                         help="do not regenerate figures/REPORT.md after the notebooks")
+    parser.add_argument("--status", action="store_true",
+                        help="list the runs without a record (running, checkpointed, pending, left for a GPU) "
+                             "with their estimated minutes, and compute nothing")
     args = parser.parse_args(argv)
     papers = [nb.stem for nb in args.notebooks if nb.stem in STUDY_FAMILY]
     unknown = [str(nb) for nb in args.notebooks if nb.stem not in STUDY_FAMILY]
+    datasets = None if args.datasets is None else args.datasets.split(",")
+    if args.status:
+        return _print_status(papers, profile=args.profile, device=args.device, datasets=datasets,
+                             include_gpu_runs=args.include_gpu_runs)
     if unknown:
         print(f"[study] no study module for {', '.join(unknown)}: executed without precomputed runs", flush=True)
     start = time.perf_counter()
     summary = compute_pending(papers, profile=args.profile, device=args.device, workers=args.workers,
                               budget_minutes=args.budget, executor=args.executor,
                               recompute_before=args.recompute_before,
-                              datasets=None if args.datasets is None else args.datasets.split(","),
-                              include_gpu_runs=args.include_gpu_runs)
+                              datasets=datasets, include_gpu_runs=args.include_gpu_runs)
     print(f"[study] runs: {summary}", flush=True)
     if summary.left_estimated_s or summary.left_unestimated:
         print(f"[study] still to compute here: about {summary.left_estimated_s / 3600:.1f} hours of runs whose other "
