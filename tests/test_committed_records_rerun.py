@@ -5,10 +5,15 @@ nbval only re-reads committed records, so without this test a change that alters
 computes (a protocol step, an optimiser, a partition) would leave every committed table standing.
 The ledger is deterministic and must match exactly; scores must match to float precision on the
 CPU the record names, and within a small tolerance elsewhere (other CPUs take other SIMD kernels,
-whose rounding training amplifies).
+whose rounding training amplifies). A CPU's name is not enough: a virtual machine calls hosts
+with and without AVX-512 "AMD EPYC". So the rerun uses the instruction set the record was made
+with, pinned in a fresh process where this CPU has more.
 """
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -24,6 +29,12 @@ METHOD = {"vfedmh": "vfedmh", "easter": "easter", "multi_vfl": None, "apc_vfl": 
           "adptvfedconv": None}
 #: Scores within this of the record on another CPU (fractions: 0.03 = 3 accuracy points).
 OTHER_CPU_TOLERANCE = 0.03
+#: The instruction set of records made before ``cpu_capability`` was recorded. Measured on
+#: 2026-11-25 on an AVX-512 "AMD EPYC": the committed quick records rerun exactly with PyTorch and
+#: oneDNN pinned to AVX2, and not without (VFedMH's scores moved by up to 0.3 points).
+RECORDS_BEFORE_THE_FIELD = "AVX2"
+#: x86 levels PyTorch dispatches to, lowest first, and oneDNN's limit for each.
+LEVELS = {"DEFAULT": "SSE41", "AVX2": "AVX2", "AVX512": "AVX512_CORE"}
 
 
 def _cheapest(paper: str) -> dict:
@@ -51,16 +62,36 @@ def _scores(record: dict) -> dict[str, float]:
     return out
 
 
+def _compute_as_recorded(record: dict, payload: dict) -> bool:
+    """Compute ``payload`` with the record's torch threads and instruction set: in this process
+    where this CPU dispatches to the record's, else in a fresh one with PyTorch and oneDNN
+    pinned to it. False where this CPU lacks that instruction set (the numbers cannot match)."""
+    env = record["environment"]
+    want = env.get("cpu_capability", RECORDS_BEFORE_THE_FIELD)
+    here = torch.backends.cpu.get_cpu_capability()
+    if want == here and "onednn_max_cpu_isa" not in env:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(env["torch_threads"])  # a reduction's order depends on it
+        try:
+            compute(payload, device="cpu", deadline=None)
+        finally:
+            torch.set_num_threads(threads)
+        return True
+    levels = list(LEVELS)
+    pinnable = want in LEVELS and here in LEVELS and levels.index(want) <= levels.index(here)
+    pins = {"ATEN_CPU_CAPABILITY": want.lower(), "ONEDNN_MAX_CPU_ISA": env.get("onednn_max_cpu_isa", LEVELS[want])}
+    code = ("import json, sys, torch; from vflkit.study import compute; torch.set_num_threads(int(sys.argv[2])); "
+            "compute(json.loads(sys.argv[1]), device='cpu', deadline=None)")
+    subprocess.run([sys.executable, "-c", code, json.dumps(payload), str(env["torch_threads"])], check=True,
+                   env={**os.environ, **(pins if pinnable else {})})
+    return pinnable
+
+
 @pytest.mark.parametrize("paper", sorted(METHOD))
 def test_a_committed_record_is_computed_again(paper: str, tmp_path: Path) -> None:
     committed = _cheapest(paper)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(committed["environment"]["torch_threads"])  # a reduction's order depends on it
-    try:
-        compute({"family": STUDY_FAMILY[paper], "config": committed["config"], "profile": committed["profile"],
-                 "results": str(tmp_path)}, device="cpu", deadline=None)
-    finally:
-        torch.set_num_threads(threads)
+    same_isa = _compute_as_recorded(committed, {"family": STUDY_FAMILY[paper], "config": committed["config"],
+                                                "profile": committed["profile"], "results": str(tmp_path)})
     (path,) = (tmp_path / committed["profile"] / paper).glob(f"*{committed['key']}*.json")
     again = json.loads(path.read_text())
     assert again["key"] == committed["key"]
@@ -69,7 +100,7 @@ def test_a_committed_record_is_computed_again(paper: str, tmp_path: Path) -> Non
             assert again[ledger] == committed[ledger], f"{paper}: the ledger ({ledger}) differs from the record's"
     want, got = _scores(committed), _scores(again)
     assert want and set(got) == set(want), (paper, sorted(want), sorted(got))
-    same_cpu = _cpu_name() == committed["environment"]["cpu"]
+    same_cpu = _cpu_name() == committed["environment"]["cpu"] and same_isa
     tolerance = 1e-6 if same_cpu else OTHER_CPU_TOLERANCE
     off = {k: (want[k], got[k]) for k in want if abs(want[k] - got[k]) > tolerance}
     assert not off, (f"{paper} ({committed['key']}, recorded at {committed['environment']['git_commit']} on "

@@ -1,6 +1,7 @@
 """Tests for vflkit.records: one envelope, one record path and one run loop for every family."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -218,3 +219,18 @@ print("ok", lifetime, peak)
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(Path(__file__).parents[1]))
     assert out.returncode == 0 and out.stdout.startswith("ok"), out.stderr[-2000:]
+
+
+def test_the_environment_names_the_instruction_set_the_kernels_use(monkeypatch):
+    """A record names the instruction set PyTorch dispatches to, and oneDNN's limit where one is
+    set: a CPU's name alone ("AMD EPYC") does not tell AVX2 hosts from AVX-512 ones."""
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    env = records.environment_info(torch.device("cpu"))
+    assert env["cpu_capability"] == torch.backends.cpu.get_cpu_capability() and "onednn_max_cpu_isa" not in env
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    assert records.environment_info(torch.device("cpu"))["onednn_max_cpu_isa"] == "AVX2"
+    pinned = subprocess.run([sys.executable, "-c", "import torch; from vflkit import records; "
+                             "print(records.environment_info(torch.device('cpu'))['cpu_capability'])"],
+                            env={**os.environ, "ATEN_CPU_CAPABILITY": "default"},
+                            capture_output=True, text=True, check=True)
+    assert pinned.stdout.strip() == "DEFAULT"

@@ -116,6 +116,10 @@ def environment_info(device: torch.device) -> dict[str, Any]:
     The CPU is part of it because the same seeded run gives different numbers on different
     CPUs: PyTorch's and MKL's kernels are chosen per instruction set (AVX2, AVX-512) and round
     differently, and training amplifies the difference (measured on the APC-VFL autoencoders).
+    The instruction set PyTorch dispatches to (``cpu_capability``) is recorded beside the CPU's
+    name, which a virtual machine may give as little as "AMD EPYC" on hosts with and without
+    AVX-512; pinning it (``ATEN_CPU_CAPABILITY`` and oneDNN's ``ONEDNN_MAX_CPU_ISA``, recorded
+    when set) reproduces a record on a CPU that has more.
     """
     import numpy
     import torchvision
@@ -124,6 +128,7 @@ def environment_info(device: torch.device) -> dict[str, Any]:
         "device": str(device),
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine(),
         "cpu": _cpu_name(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "torch_threads": torch.get_num_threads(),
         "python": platform.python_version(),
         "torch": torch.__version__,
@@ -131,6 +136,8 @@ def environment_info(device: torch.device) -> dict[str, Any]:
         "numpy": numpy.__version__,
         "vflkit": __version__,
     }
+    if os.environ.get("ONEDNN_MAX_CPU_ISA"):
+        info["onednn_max_cpu_isa"] = os.environ["ONEDNN_MAX_CPU_ISA"]
     if device.type == "cuda":
         # TF32 rounds matmul/convolution inputs to 10 mantissa bits on Ampere and later; PyTorch
         # allows it for convolutions by default, not for matmuls. Recorded, not changed: whether
