@@ -212,6 +212,36 @@ def test_a_diverged_run_has_no_convergence_epoch(monkeypatch):
     assert v.status == claims.NOT_TESTABLE and "left out: C_VFL (1)" in v.evidence
 
 
+def test_a_run_that_collapses_to_chance_has_no_convergence_epoch(monkeypatch):
+    """A run that learns, then falls to chance and trains on there to the end (no NaN, so not
+    stopped) "converges" at its first epoch at chance by the first-epoch-near-the-end rule; it
+    never converged: no row, named among the runs left out, and listed with the epoch it fell."""
+    from vflkit import claims
+
+    groups = vfedmh.configs("smoke", seeds=(0, 1, 2))
+    records = _fake_records(groups, lambda c, party, arch: 90.0)
+    monkeypatch.setattr(vfedmh, "configs", lambda profile, **kw: groups)
+    monkeypatch.setattr(vfedmh, "_available", lambda profile: (groups, records))
+    fell = next(c for c in groups["table2"] if c.method == "c_vfl")
+    rec = records[fell.key]
+    rec["config"] = {"dataset": fell.dataset, "method": fell.method, "models": list(fell.models)}
+    assert vfedmh.collapsed_epoch(rec) is None and vfedmh.diverged_runs([rec]).empty
+    for h in rec["history"]:
+        h["test_accuracy"] = {1: 0.80, 2: 0.196, 3: 0.10}[h["epoch"]]  # 19.6 %: at chance already
+    rec["final"] = {p: {"test_accuracy": 0.10} for p in rec["final"]}
+    assert vfedmh.collapsed_epoch(rec) == 2
+    listed = vfedmh.diverged_runs([rec])
+    assert listed.to_dict("records") == [{"dataset": fell.dataset, "method": "c_vfl", "models": "/".join(fell.models),
+                                          "how": "collapsed", "epoch": 2, "batch": None}]
+    epochs = vfedmh.convergence_epochs(groups, records)
+    assert len(epochs) == len(vfedmh.convergence_epochs(groups, {k: r for k, r in records.items() if k != fell.key}))
+    v = vfedmh._same_epoch("smoke")
+    assert v.status == claims.NOT_TESTABLE and "left out: C_VFL (1)" in v.evidence
+    for h in rec["history"]:
+        h["test_accuracy"] = {1: 0.10, 2: 0.15, 3: 0.10}[h["epoch"]]  # never above chance
+    assert vfedmh.collapsed_epoch(rec) == 1
+
+
 def test_fig3_of_the_paper_profile_shows_a_baseline_only_with_its_three_runs():
     """Drawn from the committed paper records as far as recorded: a baseline's total is the sum
     of its three runs, so a seed missing one of them is left out rather than shown cheaper."""

@@ -603,7 +603,9 @@ def _beyond_vfedmh(profiles: Sequence[str], recs: _Records) -> list[tuple[str, s
         div = vfedmh.diverged_runs([have[_key(c)] for c in runs if _key(c) in have])
         out.append(("VFedMH: divergence at the paper's learning rate 0.05",
                     f"{len(div)} of {sum(_key(c) in have for c in runs)} recorded {profile}-profile runs diverged"
-                    + (": " + "; ".join(f"{r.method} {r.models} on {r.dataset} (epoch {r.epoch})"
+                    + (": " + "; ".join(f"{r.method} {r.models} on {r.dataset} (epoch {r.epoch}"
+                                        + (", collapsed to chance and trained on there)" if r.how == "collapsed"
+                                           else ")")
                                         for r in div.itertuples()) if len(div) else "")
                     + " (`vfedmh.diverged_runs`)."))
         q1 = groups["cvfl_q1"]

@@ -373,13 +373,40 @@ def cvfl_local_iterations(groups: dict[str, list[RunConfig]], records: Sequence[
                           sort=False).add_prefix("Q=").reset_index()
 
 
+def collapsed_epoch(record: dict[str, Any]) -> int | None:
+    """The epoch from which a run that trained to the end stayed at chance (every epoch after it
+    below :data:`AT_CHANCE_PCT` for some party model), None where every model ends above it or
+    the run diverged and stopped (``record["diverged"]``)."""
+    if record.get("diverged"):
+        return None
+    hist = pd.DataFrame(record["history"])
+    first = []
+    for party in record["models"]:
+        h = hist[hist["model"] == party].sort_values("epoch")
+        acc, epochs = 100 * h["test_accuracy"].to_numpy(), h["epoch"].to_numpy()
+        if len(acc) and acc[-1] < AT_CHANCE_PCT:
+            above = np.flatnonzero(acc >= AT_CHANCE_PCT)
+            first.append(int(epochs[above[-1] + 1] if len(above) else epochs[0]))
+    return min(first) if first else None
+
+
 def diverged_runs(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    """Runs whose loss became NaN or exploded (stopped there; their models evaluated as they were)."""
-    rows = [{"dataset": r["config"]["dataset"], "method": r["config"]["method"],
-             "models": "/".join(r["config"]["models"]), "epoch": r["diverged"]["epoch"],
-             "batch": r["diverged"]["step"]}
-            for r in records if r.get("diverged")]
-    return pd.DataFrame(rows, columns=["dataset", "method", "models", "epoch", "batch"])
+    """Runs that diverged: their loss became NaN or exploded (``how``: "stopped"; they stop there
+    and their models are evaluated as they were, ``batch`` says where), or they trained to the end
+    but collapsed to chance (``how``: "collapsed"; ``epoch``: the first of the epochs at chance
+    that last to the end, :func:`collapsed_epoch`)."""
+    rows = []
+    for r in records:
+        collapsed = collapsed_epoch(r)
+        if not r.get("diverged") and collapsed is None:
+            continue
+        rows.append({"dataset": r["config"]["dataset"], "method": r["config"]["method"],
+                     "models": "/".join(r["config"]["models"]),
+                     "how": "stopped" if r.get("diverged") else "collapsed",
+                     "epoch": r["diverged"]["epoch"] if r.get("diverged") else collapsed,
+                     "batch": r["diverged"]["step"] if r.get("diverged") else None})
+    out = pd.DataFrame(rows, columns=["dataset", "method", "models", "how", "epoch", "batch"])
+    return out.astype({"batch": "Int64"})  # empty for a collapsed run, which ran every batch
 
 
 # --------------------------------------------------------------------------- figures
@@ -607,6 +634,10 @@ BLINDING_TOLERANCE_POINTS = 1.0
 PLATEAU_POINTS = 2.0
 #: A run's convergence epoch: the first whose test accuracy is within this of its final one.
 CONVERGED_WITHIN_POINTS = 1.0
+#: A model that ends below this test accuracy (twice chance on the study's ten-class datasets,
+#: MNIST, FashionMNIST and CIFAR-10) learned nothing that lasted. No trained cell comes near it:
+#: Local, the weakest, ends above 35 % on every dataset; runs that collapse end at 10.0 %.
+AT_CHANCE_PCT = 20.0
 
 _available_cache: dict[str, tuple[tuple[Any, ...], Any]] = {}
 
@@ -803,12 +834,13 @@ def _total_rounds(profile: str) -> claims.Verdict:
 def convergence_epochs(groups: dict[str, list[RunConfig]], records: dict[str, dict[str, Any]]) -> pd.DataFrame:
     """Per Table II run and architecture: the first epoch whose test accuracy is within
     :data:`CONVERGED_WITHIN_POINTS` of the run's final one (VFedMH: the mean over the parties
-    that hold the architecture). A run that diverged and stopped early (``record["diverged"]``)
-    never converged: it has no row, where the rule would give its first, chance-level epoch."""
+    that hold the architecture). A run that diverged and stopped early (``record["diverged"]``),
+    or trained to the end but collapsed to chance (:func:`collapsed_epoch`), never converged: it
+    has no row, where the rule would give its first epoch at chance."""
     rows = []
     for c in groups["table2"]:
         r = records.get(c.key)
-        if r is None or c.method == "local" or r.get("diverged"):
+        if r is None or c.method == "local" or r.get("diverged") or collapsed_epoch(r) is not None:
             continue
         hist = pd.DataFrame(r["history"])
         by_arch: dict[str, list[int]] = {}
@@ -845,7 +877,8 @@ def _same_epoch(profile: str) -> claims.Verdict:
     which = ", ".join(f"{m} ({n})" for m, n in names.value_counts().sort_index().items())
     # a run that never converged cannot support "converge at about the same epoch"
     status = claims.NOT_TESTABLE if verdict.status == claims.AGREE else verdict.status
-    return claims.Verdict(status, f"{verdict.evidence}; runs that diverged and never converged, left out: {which}")
+    return claims.Verdict(status, f"{verdict.evidence}; runs that diverged (or collapsed to chance) and never "
+                                  f"converged, left out: {which}")
 
 
 def _blinding(profile: str) -> claims.Verdict:
