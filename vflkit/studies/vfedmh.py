@@ -634,10 +634,11 @@ BLINDING_TOLERANCE_POINTS = 1.0
 PLATEAU_POINTS = 2.0
 #: A run's convergence epoch: the first whose test accuracy is within this of its final one.
 CONVERGED_WITHIN_POINTS = 1.0
-#: A model that ends below this test accuracy (twice chance on the study's ten-class datasets,
-#: MNIST, FashionMNIST and CIFAR-10) learned nothing that lasted. No trained cell comes near it:
-#: Local, the weakest, ends above 35 % on every dataset; runs that collapse end at 10.0 %.
-AT_CHANCE_PCT = 20.0
+#: A model that ends below this test accuracy (one and a half times chance on the study's
+#: ten-class datasets, MNIST, FashionMNIST and CIFAR-10) learned nothing that lasted. Runs that
+#: collapse end at 9.8-10.0 %; the weakest model that learned, Local on a quarter of each image,
+#: ends at 23.8 % or more (quick) and 37 % or more (paper), so the line sits nearer chance.
+AT_CHANCE_PCT = 15.0
 
 _available_cache: dict[str, tuple[tuple[Any, ...], Any]] = {}
 
