@@ -69,22 +69,22 @@ def _compute_as_recorded(record: dict, payload: dict) -> bool:
     env = record["environment"]
     want = env.get("cpu_capability", RECORDS_BEFORE_THE_FIELD)
     here = torch.backends.cpu.get_cpu_capability()
-    if want == here and "onednn_max_cpu_isa" not in env:
-        threads = torch.get_num_threads()
-        torch.set_num_threads(env["torch_threads"])  # a reduction's order depends on it
-        try:
-            compute(payload, device="cpu", deadline=None)
-        finally:
-            torch.set_num_threads(threads)
-        return True
     levels = list(LEVELS)
-    pinnable = want in LEVELS and here in LEVELS and levels.index(want) <= levels.index(here)
-    pins = {"ATEN_CPU_CAPABILITY": want.lower(), "ONEDNN_MAX_CPU_ISA": env.get("onednn_max_cpu_isa", LEVELS[want])}
-    code = ("import json, sys, torch; from vflkit.study import compute; torch.set_num_threads(int(sys.argv[2])); "
-            "compute(json.loads(sys.argv[1]), device='cpu', deadline=None)")
-    subprocess.run([sys.executable, "-c", code, json.dumps(payload), str(env["torch_threads"])], check=True,
-                   env={**os.environ, **(pins if pinnable else {})})
-    return pinnable
+    pin = want != here or "onednn_max_cpu_isa" in env
+    if pin and want in LEVELS and here in LEVELS and levels.index(want) <= levels.index(here):
+        pins = {"ATEN_CPU_CAPABILITY": want.lower(), "ONEDNN_MAX_CPU_ISA": env.get("onednn_max_cpu_isa", LEVELS[want])}
+        code = ("import json, sys, torch; from vflkit.study import compute; torch.set_num_threads(int(sys.argv[2])); "
+                "compute(json.loads(sys.argv[1]), device='cpu', deadline=None)")
+        subprocess.run([sys.executable, "-c", code, json.dumps(payload), str(env["torch_threads"])], check=True,
+                       env={**os.environ, **pins})
+        return True
+    threads = torch.get_num_threads()
+    torch.set_num_threads(env["torch_threads"])  # a reduction's order depends on it
+    try:
+        compute(payload, device="cpu", deadline=None)
+    finally:
+        torch.set_num_threads(threads)
+    return not pin
 
 
 @pytest.mark.parametrize("paper", sorted(METHOD))
