@@ -191,6 +191,23 @@ def test_resume_mid_stage_gives_the_uninterrupted_result(cifar, tmp_path, stop):
     assert again["history"] == whole["history"] and again["complete"]
 
 
+def test_a_checkpoint_from_other_code_or_another_machine_restarts_the_run(cifar, tmp_path, monkeypatch):
+    """Stopped after stage 1's first epoch, then resumed by 'other code': the run's checkpoint
+    and the shared pre-training are moved aside and the run starts again from stage 1, epoch 1
+    (a record names one environment)."""
+    cfg = tiny()
+    first = A.train(cfg, device="cpu", data=cifar, checkpoint_dir=tmp_path, stop_after=("pretrain", 1))
+    assert not first["complete"]
+    here = A.computed_by(torch.device("cpu"))
+    monkeypatch.setattr(A, "computed_by", lambda device: {**here, "vflkit_source": "other"})
+    with pytest.warns(UserWarning, match="computed with another vflkit_source"):
+        A.train(cfg, device="cpu", data=cifar, checkpoint_dir=tmp_path,
+                stop_after=("pretrain", 1))
+    assert sorted(p.name.split("-")[0] for p in tmp_path.glob("*.bad")) == ["adptvfedconv"] * 2
+    state = _state(tmp_path)
+    assert state["computed_by"]["vflkit_source"] == "other" and state["progress"]["pretrain"] == 1
+
+
 def test_a_shared_pretraining_serves_another_cut_unchanged(cifar, tmp_path):
     """Non-cooperation's stage 1 is reused by a full run with the same stage-1 fields; the run
     equals one that pre-trains itself (every epoch reseeds from (seed, stage, epoch))."""

@@ -28,7 +28,7 @@ def test_save_then_load_gives_back_the_state_and_every_global_random_state(tmp_p
     _draws()
     checkpoint.save(path, run, {"round": 2, "history": [{"round": 1}]}, device=CPU)
     after = _draws()
-    state = checkpoint.load(path, run)
+    state = checkpoint.load(path, run, device=CPU)
     assert (state["key"], state["round"], state["history"]) == (run.key, 2, [{"round": 1}])
     checkpoint.restore_rng(state, CPU)
     assert _draws() == after
@@ -40,9 +40,53 @@ def test_another_runs_checkpoint_is_moved_aside(tmp_path):
     path = tmp_path / "k.ckpt.pt"
     checkpoint.save(path, MultiVFLConfig(seed=1), {"round": 1}, device=CPU)
     with pytest.warns(UserWarning, match="ignoring checkpoint .*not this run's.*starting from round 1"):
-        assert checkpoint.load(path, MultiVFLConfig(seed=0), fresh="round 1") is None
+        assert checkpoint.load(path, MultiVFLConfig(seed=0), device=CPU, fresh="round 1") is None
     assert not path.exists() and (tmp_path / "k.ckpt.pt.bad").exists()
-    assert checkpoint.load(path, MultiVFLConfig(seed=0)) is None  # none there: nothing to warn about
+    assert checkpoint.load(path, MultiVFLConfig(seed=0), device=CPU) is None  # none there: nothing to warn about
+
+
+@pytest.mark.parametrize("changed", ["vflkit_source", "torch", "device"])
+def test_a_checkpoint_computed_by_other_code_or_elsewhere_is_moved_aside(tmp_path, monkeypatch, changed):
+    """A record names one environment, so a checkpoint written by other vflkit code, another
+    PyTorch or on another instruction set or GPU is not resumed: the warning names what differs."""
+    run, path = MultiVFLConfig(rounds=3), tmp_path / "k.ckpt.pt"
+    here = checkpoint.computed_by(CPU)
+    assert set(here) == {"vflkit_source", "torch", "device"}
+    assert here["device"] == f"cpu {torch.backends.cpu.get_cpu_capability()}" and len(here["vflkit_source"]) == 64
+    checkpoint.save(path, run, {"round": 2}, device=CPU)
+    assert checkpoint.load(path, run, device=CPU)["computed_by"] == here  # same code, same machine
+    monkeypatch.setattr(checkpoint, "computed_by", lambda device: {**here, changed: "elsewhere"})
+    with pytest.warns(UserWarning, match=f"computed with another {changed} .*starting from round 1"):
+        assert checkpoint.load(path, run, device=CPU, fresh="round 1") is None
+    assert (tmp_path / "k.ckpt.pt.bad").exists()
+
+
+def test_a_checkpoint_written_before_it_named_its_environment_is_moved_aside(tmp_path):
+    """A checkpoint without ``computed_by`` cannot show that this code on this machine wrote it."""
+    run, path = MultiVFLConfig(rounds=3), tmp_path / "k.ckpt.pt"
+    torch.save({"key": run.key, "config": run.to_dict(), "round": 2}, path)
+    with pytest.warns(UserWarning, match="computed with another vflkit_source, torch, device"):
+        assert checkpoint.load(path, run, device=CPU) is None
+
+
+def test_the_source_digest_follows_every_file_of_the_package_and_nothing_else(tmp_path):
+    """A copy of vflkit has vflkit's digest; a changed data file (not only a module) changes it,
+    a bytecode cache does not."""
+    import shutil
+    from pathlib import Path
+
+    import vflkit
+
+    package = Path(vflkit.__file__).resolve().parent
+    copy = tmp_path / "vflkit"
+    shutil.copytree(package, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    assert checkpoint.source_digest(copy) == checkpoint.source_digest()
+    (copy / "__pycache__").mkdir()
+    (copy / "__pycache__" / "x.pyc").write_bytes(b"cache")
+    assert checkpoint.source_digest.__wrapped__(copy) == checkpoint.source_digest()
+    csv = next(copy.rglob("*.csv"))
+    csv.write_text(csv.read_text() + "\n")
+    assert checkpoint.source_digest.__wrapped__(copy) != checkpoint.source_digest()
 
 
 def test_ledger_log_packs_each_row_once_and_restores_the_rows_exactly():

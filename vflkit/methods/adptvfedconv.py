@@ -89,8 +89,10 @@ from ..comm import Channel, Party
 from ..config import resolve_device
 from ..data import ImageData, load_dataset
 from ..errors import ConfigError
+from ..files import atomic_path
 from ..models import vgg16_bn_centralized, vgg16_bn_generator, vgg16_bn_split
 from ..partition import Partition, grid
+from ..training.checkpoint import computed_by
 from .base import accuracy, make_optimizer
 
 __all__ = [
@@ -405,16 +407,20 @@ def cost_model(config: AdptVFedConvConfig, *, num_classes: int = 10,
 # --------------------------------------------------------------------------- checkpoint files
 
 
-def _save_atomic(obj: Any, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+def _save_atomic(obj: Any, path: Path, device: torch.device) -> None:
+    """Write ``obj`` to ``path`` whole or not at all; a dict also names what computed it
+    (:func:`~vflkit.training.checkpoint.computed_by`), which :func:`_load_if_ours` checks."""
+    if isinstance(obj, dict):
+        obj = {"computed_by": computed_by(device), **obj}
+    with atomic_path(path) as tmp:
+        torch.save(obj, tmp)
 
 
-def _load_if_ours(path: Path, config_dict: dict[str, Any], fields: Sequence[str]) -> dict | None:
-    """The checkpoint at ``path`` if its config agrees on ``fields``; a foreign or unreadable
-    one is moved aside with a warning (a bad checkpoint costs time, never a wrong result)."""
+def _load_if_ours(path: Path, config_dict: dict[str, Any], fields: Sequence[str],
+                  device: torch.device) -> dict | None:
+    """The checkpoint at ``path`` if its config agrees on ``fields`` and the same code on the same
+    kind of machine wrote it (a record names one environment); a foreign or unreadable one is
+    moved aside with a warning (a bad checkpoint costs time, never a wrong result)."""
     if not path.exists():
         return None
     try:
@@ -422,6 +428,10 @@ def _load_if_ours(path: Path, config_dict: dict[str, Any], fields: Sequence[str]
         theirs = state.get("config", {})
         if any(theirs.get(k) != config_dict[k] for k in fields):
             raise ValueError("its config is not this run's")
+        here, there = computed_by(device), state.get("computed_by") or {}
+        if there != here:
+            changed = ", ".join(k for k in here if there.get(k) != here[k])
+            raise ValueError(f"it was computed with another {changed} (a record names one environment)")
         return state
     except Exception as exc:
         bad = path.with_name(path.name + ".bad")
@@ -584,14 +594,14 @@ class _Run:
     def resume(self) -> None:
         """Continue from this run's checkpoint, else from a shared pre-training, else start."""
         if self.ckpt is not None:
-            state = _load_if_ours(self.ckpt, self.cfg.to_dict(), sorted(self.cfg.to_dict()))
+            state = _load_if_ours(self.ckpt, self.cfg.to_dict(), sorted(self.cfg.to_dict()), self.device)
             if state is not None:
                 self._restore(state)
                 if self.progress["classifier"] and self.cfg.extraction == "once":
                     self.once_maps = torch.load(self.once_file, map_location=self.device)
                 return
         if self.pretrain_file is not None:
-            state = _load_if_ours(self.pretrain_file, self.cfg.to_dict(), _PRETRAIN_FIELDS)
+            state = _load_if_ours(self.pretrain_file, self.cfg.to_dict(), _PRETRAIN_FIELDS, self.device)
             if state is not None and state["complete"]:
                 self.server.models["pretrain"].load_state_dict(state["model"])
                 self.history["pretrain"] = state["history"]
@@ -603,11 +613,11 @@ class _Run:
         now = time.perf_counter()
         self.elapsed += now - start
         if self.ckpt is not None:
-            _save_atomic(self._state(), self.ckpt)
+            _save_atomic(self._state(), self.ckpt, self.device)
         if stage == "pretrain" and self.pretrain_file is not None:
             _save_atomic({"config": self.cfg.to_dict(), "history": self.history["pretrain"],
                           "model": self.server.models["pretrain"].state_dict(),
-                          "complete": epoch == self.cfg.pretrain_epochs}, self.pretrain_file)
+                          "complete": epoch == self.cfg.pretrain_epochs}, self.pretrain_file, self.device)
         if stop(stage, epoch):
             raise _Stop
 
@@ -747,7 +757,7 @@ class _Run:
         if self.once_file is not None:
             # The server keeps what it received on its own disk, so a resumed run does not
             # ask the clients again.
-            _save_atomic(self.once_maps, self.once_file)
+            _save_atomic(self.once_maps, self.once_file, self.device)
 
     def classifier(self, stop: Callable[[str, int], bool]) -> None:
         """Eq. 5: the server trains W_s on the stitched maps."""
@@ -978,7 +988,7 @@ def train_centralized(config: AdptVFedConvConfig, *, device: str | torch.device 
     hist: dict[str, list[float]] = {"train_loss": [], "test_accuracy": []}
     first, elapsed = 1, 0.0
     if ckpt is not None:
-        state = _load_if_ours(ckpt, cfg.to_dict(), _CENTRALIZED_FIELDS)
+        state = _load_if_ours(ckpt, cfg.to_dict(), _CENTRALIZED_FIELDS, dev)
         if state is not None:
             net.load_state_dict(state["model"])
             opt.load_state_dict(state["optim"])
@@ -1010,7 +1020,7 @@ def train_centralized(config: AdptVFedConvConfig, *, device: str | torch.device 
         if ckpt is not None:
             _save_atomic({"config": cfg.to_dict(), "model": net.state_dict(), "optim": opt.state_dict(),
                           "sched": sched.state_dict(), "history": hist, "epoch": epoch,
-                          "elapsed_s": elapsed}, ckpt)
+                          "elapsed_s": elapsed}, ckpt, dev)
         epoch_s = time.perf_counter() - start
         if (stop_after is not None and epoch == stop_after) or (
                 max_seconds is not None and time.perf_counter() - begun >= max_seconds) or (

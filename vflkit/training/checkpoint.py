@@ -8,7 +8,11 @@ run's key and config and every global random state (torch, CUDA, numpy, Python),
 file atomically (:func:`vflkit.files.atomic_path`), so a kill mid-write leaves the previous
 checkpoint whole. :func:`load` gives the checkpoint back only if it is the run's own; an
 unreadable or foreign one is moved aside (``.bad``) with a warning and the run starts afresh:
-a bad checkpoint may cost time, never a wrong record.
+a bad checkpoint may cost time, never a wrong record. A checkpoint is also foreign when it was
+written by other code or on another kind of machine (:func:`computed_by`: vflkit's source, the
+PyTorch version and the instruction set or GPU): a record names one environment, so every epoch
+of it must have been computed there (a checkpoint may be carried to, or left on, a machine that
+differs from the one that goes on with it).
 
 The file lives beside the run's record (:func:`vflkit.records.checkpoint_path`), is never
 committed, and :func:`vflkit.records.run_one` deletes it once the record is written.
@@ -16,6 +20,8 @@ committed, and :func:`vflkit.records.run_one` deletes it once the record is writ
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 import pickle
 import random
@@ -135,19 +141,46 @@ def restore_rng(state: dict[str, Any], device: torch.device) -> None:
 # --------------------------------------------------------------------------- files
 
 
+@functools.lru_cache(maxsize=4)
+def source_digest(package: Path | None = None) -> str:
+    """SHA-256 of the files of ``package`` (default vflkit itself; paths and contents, less
+    ``__pycache__``), taken once per process.
+
+    Not the commit: a commit that changes only the README or a notebook leaves the computation
+    as it was, and a checkout with uncommitted changes computes something no commit names.
+    """
+    package = package or Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    for file in sorted(f for f in package.rglob("*") if f.is_file() and "__pycache__" not in f.parts):
+        digest.update(file.relative_to(package).as_posix().encode() + b"\0" + file.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def computed_by(device: torch.device) -> dict[str, str]:
+    """What must not change between the epochs of one record: vflkit's source, PyTorch's version
+    and where the numbers are computed (the GPU's name, or the CPU instruction set PyTorch
+    dispatches to, whose kernels round differently)."""
+    where = (torch.cuda.get_device_name(device) if device.type == "cuda"
+             else f"cpu {torch.backends.cpu.get_cpu_capability()}")
+    return {"vflkit_source": source_digest(), "torch": torch.__version__, "device": where}
+
+
 def save(path: Path, run: Run, state: dict[str, Any], *, device: torch.device) -> None:
-    """Write ``state`` with the run's key and config and the global random states to ``path``,
-    atomically (the previous checkpoint stays whole until the new one is on disk)."""
-    full = {"key": run.key, "config": run.to_dict(), **rng_state(device), **state}
+    """Write ``state`` with the run's key and config, what computed it (:func:`computed_by`) and
+    the global random states to ``path``, atomically (the previous checkpoint stays whole until
+    the new one is on disk)."""
+    full = {"key": run.key, "config": run.to_dict(), "computed_by": computed_by(device), **rng_state(device),
+            **state}
     with atomic_path(path) as tmp:
         torch.save(full, tmp)
 
 
-def load(path: Path, run: Run, *, fresh: str = "epoch 1") -> dict[str, Any] | None:
+def load(path: Path, run: Run, *, device: torch.device, fresh: str = "epoch 1") -> dict[str, Any] | None:
     """The checkpoint at ``path`` if there is one and it belongs to ``run``, else None.
 
-    An unreadable or foreign checkpoint (another key, or a config that is not the run's) is
-    moved to ``<name>.bad`` with a warning that the run starts from ``fresh`` instead.
+    An unreadable or foreign checkpoint (another key, a config that is not the run's, or one
+    computed by other code or on another kind of machine than ``device``: :func:`computed_by`)
+    is moved to ``<name>.bad`` with a warning that the run starts from ``fresh`` instead.
     """
     if not path.exists():
         return None
@@ -155,6 +188,10 @@ def load(path: Path, run: Run, *, fresh: str = "epoch 1") -> dict[str, Any] | No
         state = torch.load(path, map_location="cpu", weights_only=False)
         if state.get("key") != run.key or state.get("config") != run.to_dict():
             raise ValueError("its config is not this run's")
+        here, there = computed_by(device), state.get("computed_by")
+        if there != here:
+            changed = ", ".join(k for k in here if (there or {}).get(k) != here[k])
+            raise ValueError(f"it was computed with another {changed} (a record names one environment)")
         return state
     except Exception as exc:  # a bad checkpoint costs time, never a wrong record
         bad = path.with_name(path.name + ".bad")
@@ -164,5 +201,5 @@ def load(path: Path, run: Run, *, fresh: str = "epoch 1") -> dict[str, Any] | No
         return None
 
 
-__all__ = ["LedgerLog", "generators", "load", "parties_state", "restore_parties", "restore_rng", "rng_state",
+__all__ = ["LedgerLog", "computed_by", "generators", "load", "parties_state", "restore_parties", "restore_rng", "rng_state",
            "save"]

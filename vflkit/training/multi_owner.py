@@ -72,7 +72,7 @@ def train(config: MultiVFLConfig, *, device: torch.device, checkpoint: Path | No
     first = 1
     ledger_log = checkpoint_io.LedgerLog(channel)
     if checkpoint is not None:
-        state = checkpoint_io.load(checkpoint, config, fresh="round 1")
+        state = checkpoint_io.load(checkpoint, config, device=device, fresh="round 1")
         if state is not None:
             _restore(state, method=method, ledger_log=ledger_log, device=device)
             history, first = state["history"], state["round"] + 1

@@ -198,7 +198,7 @@ def train(
     first_epoch, offset = 1, 0.0
     ledger_log = checkpoint_io.LedgerLog(channel)
     if checkpoint is not None:
-        state = checkpoint_io.load(checkpoint, config, fresh="epoch 1")
+        state = checkpoint_io.load(checkpoint, config, device=device, fresh="epoch 1")
         if state is not None:
             _restore(state, method=method, ledger_log=ledger_log, gen=gen, device=device)
             history, first_epoch, offset = state["history"], state["epoch"] + 1, state["elapsed_s"]
