@@ -19,6 +19,7 @@ from vflkit.errors import ConfigError
 from vflkit.methods import adptvfedconv as A
 from vflkit.models import vgg16_bn_centralized, vgg16_bn_split
 from vflkit.partition import grid
+from vflkit.training import checkpoint
 
 W = 1 / 16  # conv widths 4, 8, 16, 32, 32; FC 256
 
@@ -198,8 +199,8 @@ def test_a_checkpoint_from_other_code_or_another_machine_restarts_the_run(cifar,
     cfg = tiny()
     first = A.train(cfg, device="cpu", data=cifar, checkpoint_dir=tmp_path, stop_after=("pretrain", 1))
     assert not first["complete"]
-    here = A.computed_by(torch.device("cpu"))
-    monkeypatch.setattr(A, "computed_by", lambda device: {**here, "vflkit_source": "other"})
+    here = checkpoint.computed_by(torch.device("cpu"))
+    monkeypatch.setattr(checkpoint, "computed_by", lambda device: {**here, "vflkit_source": "other"})
     with pytest.warns(UserWarning, match="computed with another vflkit_source"):
         A.train(cfg, device="cpu", data=cifar, checkpoint_dir=tmp_path,
                 stop_after=("pretrain", 1))

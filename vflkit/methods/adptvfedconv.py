@@ -92,7 +92,7 @@ from ..errors import ConfigError
 from ..files import atomic_path
 from ..models import vgg16_bn_centralized, vgg16_bn_generator, vgg16_bn_split
 from ..partition import Partition, grid
-from ..training.checkpoint import computed_by
+from ..training import checkpoint as checkpoint_io
 from .base import accuracy, make_optimizer
 
 __all__ = [
@@ -411,7 +411,7 @@ def _save_atomic(obj: Any, path: Path, device: torch.device) -> None:
     """Write ``obj`` to ``path`` whole or not at all; a dict also names what computed it
     (:func:`~vflkit.training.checkpoint.computed_by`), which :func:`_load_if_ours` checks."""
     if isinstance(obj, dict):
-        obj = {"computed_by": computed_by(device), **obj}
+        obj = {"computed_by": checkpoint_io.computed_by(device), **obj}
     with atomic_path(path) as tmp:
         torch.save(obj, tmp)
 
@@ -428,10 +428,7 @@ def _load_if_ours(path: Path, config_dict: dict[str, Any], fields: Sequence[str]
         theirs = state.get("config", {})
         if any(theirs.get(k) != config_dict[k] for k in fields):
             raise ValueError("its config is not this run's")
-        here, there = computed_by(device), state.get("computed_by") or {}
-        if there != here:
-            changed = ", ".join(k for k in here if there.get(k) != here[k])
-            raise ValueError(f"it was computed with another {changed} (a record names one environment)")
+        checkpoint_io.check_computed_by(state, device)
         return state
     except Exception as exc:
         bad = path.with_name(path.name + ".bad")

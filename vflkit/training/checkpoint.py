@@ -165,6 +165,15 @@ def computed_by(device: torch.device) -> dict[str, str]:
     return {"vflkit_source": source_digest(), "torch": torch.__version__, "device": where}
 
 
+def check_computed_by(state: dict[str, Any], device: torch.device) -> None:
+    """Raise ValueError naming what differs if ``state`` (a checkpoint) was not computed by this
+    code on this kind of machine (:func:`computed_by`; one that does not say counts as other)."""
+    here, there = computed_by(device), state.get("computed_by") or {}
+    if there != here:
+        changed = ", ".join(k for k in here if there.get(k) != here[k])
+        raise ValueError(f"it was computed with another {changed} (a record names one environment)")
+
+
 def save(path: Path, run: Run, state: dict[str, Any], *, device: torch.device) -> None:
     """Write ``state`` with the run's key and config, what computed it (:func:`computed_by`) and
     the global random states to ``path``, atomically (the previous checkpoint stays whole until
@@ -188,10 +197,7 @@ def load(path: Path, run: Run, *, device: torch.device, fresh: str = "epoch 1") 
         state = torch.load(path, map_location="cpu", weights_only=False)
         if state.get("key") != run.key or state.get("config") != run.to_dict():
             raise ValueError("its config is not this run's")
-        here, there = computed_by(device), state.get("computed_by")
-        if there != here:
-            changed = ", ".join(k for k in here if (there or {}).get(k) != here[k])
-            raise ValueError(f"it was computed with another {changed} (a record names one environment)")
+        check_computed_by(state, device)
         return state
     except Exception as exc:  # a bad checkpoint costs time, never a wrong record
         bad = path.with_name(path.name + ".bad")
@@ -201,5 +207,5 @@ def load(path: Path, run: Run, *, device: torch.device, fresh: str = "epoch 1") 
         return None
 
 
-__all__ = ["LedgerLog", "computed_by", "generators", "load", "parties_state", "restore_parties", "restore_rng", "rng_state",
-           "save"]
+__all__ = ["LedgerLog", "check_computed_by", "computed_by", "generators", "load", "parties_state", "restore_parties",
+           "restore_rng", "rng_state", "save", "source_digest"]
