@@ -89,6 +89,18 @@ def test_the_source_digest_follows_every_file_of_the_package_and_nothing_else(tm
     assert checkpoint.source_digest.__wrapped__(copy) != checkpoint.source_digest()
 
 
+def test_the_digest_is_taken_when_the_module_is_imported_not_at_the_first_checkpoint():
+    """vflkit's digest is in the cache before any checkpoint is written (a run that edits
+    nothing has it from its imports), so files changed during a first epoch are not named."""
+    import subprocess
+    import sys
+
+    code = ("from vflkit.training import checkpoint as c; i = c.source_digest.cache_info(); "
+            "print(i.currsize, i.misses)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["1", "1"]
+
+
 def test_ledger_log_packs_each_row_once_and_restores_the_rows_exactly():
     """The ledger is packed chunk by chunk as it grows; restoring gives back its rows, drops rows
     logged since (a resumed run's repeated setup), and reads an older checkpoint's plain list."""

@@ -144,7 +144,7 @@ def restore_rng(state: dict[str, Any], device: torch.device) -> None:
 @functools.lru_cache(maxsize=4)
 def source_digest(package: Path | None = None) -> str:
     """SHA-256 of the files of ``package`` (default vflkit itself; paths and contents, less
-    ``__pycache__``), taken once per process.
+    ``__pycache__``), taken once per process: for vflkit, when this module is imported (below).
 
     Not the commit: a commit that changes only the README or a notebook leaves the computation
     as it was, and a checkout with uncommitted changes computes something no commit names.
@@ -154,6 +154,11 @@ def source_digest(package: Path | None = None) -> str:
     for file in sorted(f for f in package.rglob("*") if f.is_file() and "__pycache__" not in f.parts):
         digest.update(file.relative_to(package).as_posix().encode() + b"\0" + file.read_bytes() + b"\0")
     return digest.hexdigest()
+
+
+# Taken now, with the modules a run imports, not at its first checkpoint: files edited while a
+# run trains its first epoch would otherwise be named as the code it ran. (About 10 ms.)
+source_digest()
 
 
 def computed_by(device: torch.device) -> dict[str, str]:
