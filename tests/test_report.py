@@ -72,3 +72,16 @@ def test_provenance_groups_records_by_commit_and_cpu():
     df = report.provenance(records)
     assert df["runs"].tolist() == [2, 1]
     assert df.loc[0, "last_finished"] == "2026-01-02" and df.loc[1, "cpu"] == "not recorded"
+
+
+def test_seeds_stamp_says_when_points_have_fewer_seeds():
+    """A figure whose curves stand on different numbers of seeds says so: one count where every
+    point has the same seeds, the fewest and most otherwise, and the data's seeds without a point."""
+    data = pd.DataFrame({"method": ["A"] * 3 + ["B"], "x": [1.0] * 4, "seed": [0, 1, 2, 0], "y": [1.0, 2, 3, 4]})
+    assert report.seeds_stamp(data, point=["method", "x"]) == "1–3 seeds a point"
+    assert report.seeds_stamp(data[data["method"] == "A"], point=["method", "x"]) == "3 seeds"
+    assert report.seeds_stamp(data) == "3 seeds"
+    assert report.seeds_stamp(data[data["seed"] == 0]) == "1 seed"
+    assert report.seeds_stamp(data.drop(columns="seed"), point=["method"]) == ""
+    with pytest.raises(ConfigError, match=r"point names columns \['dataset'\]"):
+        report.seeds_stamp(data, point=["dataset"])

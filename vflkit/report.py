@@ -95,16 +95,42 @@ def write_table(table: pd.DataFrame, paper: str, profile: str, number: str | Non
     return path
 
 
+def seeds_stamp(data: pd.DataFrame, point: Sequence[str] | None = None) -> str:
+    """How many seeds stand behind a figure drawn from ``data``: "3 seeds", or, with ``point``
+    (the columns that name one plotted point or curve, e.g. dataset and method), "1–5 seeds a
+    point" where points differ (a curve whose other seeds are not recorded yet); "" where
+    ``data`` has no ``seed`` column.
+
+    Which columns make a point only the plot knows (a curve may average parties whose network
+    changes with the seed), so without ``point`` the stamp counts the seeds in ``data``."""
+    if "seed" not in data or data.empty:
+        return ""
+    if point:
+        missing = [c for c in point if c not in data]
+        if missing:
+            raise ConfigError(f"point names columns {missing} that the figure's data lacks "
+                              f"(it has {list(data.columns)})")
+        counts = data.groupby(list(point), dropna=False)["seed"].nunique()
+        lo, hi = int(counts.min()), int(counts.max())
+    else:
+        lo = hi = int(data["seed"].nunique())
+    if lo == hi:
+        return f"{lo} seed{'s' if lo != 1 else ''}"
+    return f"{lo}–{hi} seeds a point"
+
+
 def save_figure(fig: plt.Figure, data: pd.DataFrame, paper: str, profile: str, number: str,
-                *, root: Path | str | None = None) -> Path:
+                *, point: Sequence[str] | None = None, root: Path | str | None = None) -> Path:
     """Save ``fig<number>.png`` and the data it plots as ``fig<number>.csv``; returns the PNG path.
 
     The figure is stamped with what it shows (paper, profile and, where the data has a ``seed``
-    column, the number of seeds), so a PNG read on its own says which run it comes from.
+    column, how many seeds: :func:`seeds_stamp`, a range where the columns ``point`` names
+    have points with fewer seeds than others), so a PNG read on its own says which runs it
+    comes from.
     """
     out = output_dir(paper, profile, root)
-    seeds = data["seed"].nunique() if "seed" in data else None
-    stamp = f"{paper} · {profile} profile" + (f" · {seeds} seed{'s' if seeds != 1 else ''}" if seeds else "")
+    seeds = seeds_stamp(data, point)
+    stamp = f"{paper} · {profile} profile" + (f" · {seeds}" if seeds else "")
     # Under everything the figure draws (its tight box, outside legends included), so the stamp
     # never covers an axis label or a legend entry; savefig's tight box then takes it in.
     box = fig.get_tightbbox(fig.canvas.get_renderer())

@@ -274,6 +274,15 @@ def paper_table_view(name: str, table: pd.DataFrame) -> pd.DataFrame:
     return side_by_side(table, index=by, columns=cols)
 
 
+# The columns that name one plotted point of each figure (report.save_figure's ``point``): its
+# stamp then says so where a point has fewer seeds than the others (a curve still being recorded).
+FIGURE_POINTS: dict[str, tuple[str, ...]] = {
+    "4": ("dataset", "method", "bandwidth_mbps"),
+    "5": ("dataset", "method", "latency"),
+    "6": ("embedding_dim", "el_pl", "model"),
+}
+
+
 def paper_figures() -> dict[str, tuple[plt.Figure, pd.DataFrame]]:
     """Figs. 4, 5 and 6 of the paper profile as far as recorded (nothing is trained), each with
     the data it plots; a figure none of whose runs is recorded is absent."""
