@@ -38,12 +38,13 @@ def test_committed_notebook_is_in_jupyterlab_saved_form(path, tmp_path):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_committed_notebook_shows_its_figures(path):
     """A notebook executed under a forced non-interactive backend (MPLBACKEND=Agg) saves its PNGs
-    under figures/ but shows a reader none of them; `vflkit.study` and the test configuration
-    drop that setting for the kernel, and this catches a notebook committed without its figures."""
+    under figures/ but shows a reader none of them; `report.set_style()`, which every study notebook
+    calls first, draws inline in a kernel, and this catches a notebook committed without its figures."""
     nb = nbformat.read(path, as_version=4)
     code = [cell for cell in nb.cells if cell.cell_type == "code"]
     if not any("save_figure(" in cell.source for cell in code):
         pytest.fail(f"{path.name} saves no figure: every study draws at least one")
     shown = sum("image/png" in out.get("data", {}) for cell in code for out in cell.get("outputs", []))
-    assert shown > 0, (f"{path.name} was committed without its figures: re-execute it with MPLBACKEND unset "
-                       f"(`python -m vflkit.study --commit-notebooks notebooks/{path.name}` does so)")
+    assert shown > 0, (f"{path.name} was committed without its figures: does its first code "
+                       f"cell call report.set_style()? Then re-execute it (`python -m vflkit.study "
+                       f"--commit-notebooks notebooks/{path.name}`)")

@@ -33,7 +33,19 @@ REFERENCE_FILES: dict[str, str] = {
 
 
 def set_style() -> None:
-    """The one plot style of every figure: seaborn whitegrid, colour-blind palette, readable sizes."""
+    """The one plot style of every figure: seaborn whitegrid, colour-blind palette, readable sizes;
+    in a notebook, figures drawn inline."""
+    try:
+        from IPython import get_ipython
+    except ImportError:  # no IPython, so no notebook kernel either
+        get_ipython = lambda: None  # noqa: E731
+
+    # A backend forced through MPLBACKEND (Agg is common on headless machines) would keep every
+    # figure out of an executed notebook, the one a reader opens and nbval compares; in a Jupyter
+    # kernel, however it was started (JupyterLab, papermill, nbval), figures are drawn inline.
+    shell = get_ipython()
+    if getattr(shell, "kernel", None) is not None:
+        shell.run_line_magic("matplotlib", "inline")
     sns.set_theme(style="whitegrid", context="notebook", palette="colorblind")
     plt.rcParams.update({"figure.dpi": 110, "savefig.dpi": 150, "savefig.bbox": "tight"})
 

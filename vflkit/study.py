@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
-import os
 import shutil
 import statistics
 import sys
@@ -105,18 +104,10 @@ def execute(notebook: Path, *, profile: str, device: str) -> Path:
     root = project_root()
     out = root / "notebooks" / "_executed" / profile / notebook.name
     out.parent.mkdir(parents=True, exist_ok=True)
-    # The kernel inherits this process's environment. A backend forced through MPLBACKEND (Agg is
-    # common on headless machines) would keep every figure out of the executed notebook, which is
-    # the one a reader opens; the kernel's own inline backend draws them.
-    backend = os.environ.pop("MPLBACKEND", None)
-    try:
-        papermill.execute_notebook(
-            str(notebook), str(out), parameters={"profile": profile, "device": device},
-            cwd=str(root), progress_bar=False, log_output=False,
-        )
-    finally:
-        if backend is not None:
-            os.environ["MPLBACKEND"] = backend
+    papermill.execute_notebook(
+        str(notebook), str(out), parameters={"profile": profile, "device": device},
+        cwd=str(root), progress_bar=False, log_output=False,
+    )
     return out
 
 
