@@ -10,6 +10,7 @@ figure as ``fig<N>.png`` with the data it plots as ``fig<N>.csv``.
 
 from __future__ import annotations
 
+import sys
 from importlib import resources
 from pathlib import Path
 from typing import Sequence
@@ -35,15 +36,12 @@ REFERENCE_FILES: dict[str, str] = {
 def set_style() -> None:
     """The one plot style of every figure: seaborn whitegrid, colour-blind palette, readable sizes;
     in a notebook, figures drawn inline."""
-    try:
-        from IPython import get_ipython
-    except ImportError:  # no IPython, so no notebook kernel either
-        get_ipython = lambda: None  # noqa: E731
-
     # A backend forced through MPLBACKEND (Agg is common on headless machines) would keep every
     # figure out of an executed notebook, the one a reader opens and nbval compares; in a Jupyter
-    # kernel, however it was started (JupyterLab, papermill, nbval), figures are drawn inline.
-    shell = get_ipython()
+    # kernel, however it was started (JupyterLab, papermill, nbval), figures are drawn inline. A
+    # kernel has IPython imported already; a plain script need not import it at all.
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
     if getattr(shell, "kernel", None) is not None:
         shell.run_line_magic("matplotlib", "inline")
     sns.set_theme(style="whitegrid", context="notebook", palette="colorblind")
