@@ -1,6 +1,7 @@
 """Tests for vflkit.studies.vfedmh: model assignment, the study's configs, the paper profile
 end to end on a tiny slice, and the blinding demonstration."""
 
+import numpy as np
 import pytest
 
 from vflkit.errors import ConfigError
@@ -56,11 +57,15 @@ def test_paper_profile_has_three_seeds_and_every_table_on_every_dataset():
 @pytest.mark.parametrize("profile", ["smoke", "quick", "paper"])
 def test_every_method_makes_the_same_passes_over_the_data(profile):
     """C-VFL trains as many epochs as every other method (its Q = 10 local iterations are its
-    protocol, not a reason for fewer passes), with the paper's batch size and learning rate."""
-    runs = vfedmh.unique(vfedmh.configs(profile))
+    protocol, not a reason for fewer passes), with the paper's batch size and learning rate
+    (C-VFL's Table II cells at 0.05 / Q, its analysis's step: see the test below)."""
+    groups = vfedmh.configs(profile)
+    runs = vfedmh.unique(groups)
     assert len({c.epochs for c in runs}) == 1
     assert {c.batch_size for c in runs} == {128}
-    assert {c.lr for c in runs if c not in vfedmh.configs(profile)["table4_standard"]} == {0.05}
+    defended = {c.key for c in groups["table2"] if c.method == "c_vfl"}
+    assert {c.lr for c in runs if c not in groups["table4_standard"] and c.key not in defended} == {0.05}
+    assert {c.lr for c in runs if c.key in defended} == {vfedmh.CVFL_LR}
 
 
 def test_overrides_given_as_json_lists_act_like_the_profile_tuples():
@@ -250,8 +255,11 @@ def test_fig3_of_the_paper_profile_shows_a_baseline_only_with_its_three_runs():
     of its three runs, so a seed missing one of them is left out rather than shown cheaper."""
     import matplotlib.pyplot as plt
 
-    groups, recs = vfedmh.recorded_groups("paper", ["table2"])
-    assert set(groups) == {"table2"} and {r["key"] for r in recs} == {c.key for c in groups["table2"]}
+    groups, recs = vfedmh.recorded_groups("paper", ["table2", "cvfl_host_lr"])
+    assert {r["key"] for r in recs} == {c.key for c in groups["table2"] + groups["cvfl_host_lr"]}
+    # C_VFL's MNIST runs at the paper's rate (the sensitivity group) stand in for Table II's,
+    # which are recorded over several sessions
+    groups = {"table2": groups["table2"] + groups["cvfl_host_lr"]}
     fig, data = vfedmh.fig3(groups, recs)
     plt.close(fig)
     full = data.set_index(["dataset", "method"])
@@ -301,4 +309,24 @@ def test_pair_tables_leave_out_pairs_not_recorded_yet():
     b = vfedmh.blinding_accuracy(groups, whole)
     assert len(b) == 1 and b["difference"].iloc[0] == pytest.approx(1.0)
     q = vfedmh.cvfl_local_iterations(groups, whole)
-    assert len(q) == 1 and q["Q=10"].iloc[0] == pytest.approx(10.0) and q["Q=1"].iloc[0] == pytest.approx(80.0)
+    # the defended rate's run (Table II's cell) is not recorded yet: shown missing, not dropped
+    assert len(q) == 1 and q["Q=10, lr=0.05"].iloc[0] == pytest.approx(10.0)
+    assert q["Q=1, lr=0.05"].iloc[0] == pytest.approx(80.0) and np.isnan(q["Q=10, lr=0.005"].iloc[0])
+    defended = q1.replace(options={}, lr=vfedmh.CVFL_LR)
+    assert defended in groups["table2"]
+    q = vfedmh.cvfl_local_iterations(groups, whole + [record(defended, 0.9)])
+    assert q["Q=10, lr=0.005"].iloc[0] == pytest.approx(90.0)
+
+
+def test_cvfl_runs_at_the_rate_its_analysis_allows_and_keeps_the_papers_rate_as_a_labelled_row():
+    """Table II's C-VFL cells use lr 0.05 / Q (C-VFL's step bound shrinks as 1/Q); the paper's
+    0.05 at Q = 10 is a separate sensitivity group, and the Q = 1 control keeps 0.05."""
+    from vflkit.methods.cvfl import step_size
+    groups = vfedmh.configs("quick")
+    cvfl = [c for c in groups["table2"] if c.method == "c_vfl"]
+    assert cvfl and {c.lr for c in cvfl} == {0.005} == {step_size(0.05, 10)}
+    assert {c.lr for c in groups["cvfl_host_lr"]} == {0.05} and len(groups["cvfl_host_lr"]) == len(cvfl)
+    assert {c.lr for c in groups["cvfl_q1"]} == {0.05}
+    assert step_size(0.05, 1) == 0.05
+    with pytest.raises(ConfigError, match="local_iterations"):
+        step_size(0.05, 0)

@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from ..comm import Party
+from ..errors import ConfigError
 from ..secure import BlindingKeys, FixedPointRing, aggregate, blind
 from .base import VFLMethod, backward_each
 
@@ -54,12 +55,24 @@ class VFedMH(VFLMethod):
         Generate each passive party's next blinding factor on a background thread while the
         current step trains (:meth:`vflkit.secure.BlindingKeys.prefetch`): the same masks,
         off the critical path. False computes each on demand (the benchmark compares both).
+    embedding_gradient : {"share", "full"}, default "share"
+        What party k's embedding network h(θ_k) receives of ∂L_k/∂E. "share": ∂L_k/∂E / C, the
+        exact gradient of its own loss through Eq. 7's mean (the letter of the paper). "full":
+        ∂L_k/∂E itself, as an implementation that hands each party "the gradient of the global
+        embedding" does; with plain SGD it trains h at C times the share's rate. The paper does
+        not say which its code does; the studies run both (the 1/C comparison).
     """
 
     name = "vfedmh"
-    defaults = {"blinding": True, "scheme": "x25519", "scale_bits": 16, "mask_prefetch": True}
+    defaults = {"blinding": True, "scheme": "x25519", "scale_bits": 16, "mask_prefetch": True,
+                "embedding_gradient": "share"}
+    #: The values of the ``embedding_gradient`` option.
+    EMBEDDING_GRADIENTS: tuple[str, ...] = ("share", "full")
 
     def build(self) -> None:
+        if self.options["embedding_gradient"] not in self.EMBEDDING_GRADIENTS:
+            raise ConfigError(f"Invalid embedding_gradient {self.options['embedding_gradient']!r}; choose one of "
+                              f"{', '.join(self.EMBEDDING_GRADIENTS)}")
         for party in self.parties:
             party.models["model"] = self.party_model(party)
             party.optimizers["local"] = self.make_optimizer(party, party.models["model"].parameters())
@@ -153,7 +166,7 @@ class VFedMH(VFLMethod):
         # Line 13: each party updates with its own loss only: ∂L_k/∂R_k back through p(θ_k, ·)
         # to its copy of E, then its share ∂L_k/∂E / C back through h(θ_k, ·). Every party's
         # graph is its own (E arrived detached), so one autograd call per stage does all parties.
-        c = len(self.parties)
+        c = len(self.parties) if self.options["embedding_gradient"] == "share" else 1
         backward_each([(loss_a, None)] + [(p.state["R"], p.recv(a, "loss")["grad_prediction"]) for p in self.passive])
         backward_each([(own[party.name], party.state["E_in"].grad / c) for party in self.parties])
         for party in self.parties:

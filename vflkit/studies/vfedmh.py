@@ -38,6 +38,7 @@ from .. import records as store
 from ..config import apply_overrides, check_profile, check_seeds
 from ..errors import ConfigError
 from ..methods import OPTIMIZERS, RunConfig
+from ..methods.cvfl import step_size as cvfl_step_size
 from ..report import join_reference
 from ..training import split
 from ..training.split import history_frame
@@ -82,6 +83,10 @@ PAPER_LR = 0.05
 #: rates tuned on the test images would favour whichever optimizer was tuned hardest; the
 #: claim under test ("similar accuracy whichever optimizer") is fairest at published defaults.
 STANDARD_LR: dict[str, float] = {"sgd": PAPER_LR, "sgd_momentum": PAPER_LR, "adagrad": 1e-2, "adam": 1e-3}
+#: C-VFL's rate (the paper gives none for its baselines): the paper's rate divided by C-VFL's
+#: Q = 10, as C-VFL's analysis bounds the step (:func:`vflkit.methods.cvfl.step_size` argues it).
+#: C-VFL at the paper's 0.05 with Q = 10 is kept as a labelled sensitivity row (``cvfl_host_lr``).
+CVFL_LR = cvfl_step_size(PAPER_LR)
 
 #: Our registry names -> the names the paper's tables print.
 DATASET_NAMES = {"mnist": "MNIST", "fashion_mnist": "FMNIST", "cifar10": "CIFAR10"}
@@ -135,7 +140,8 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
     s = settings(profile, overrides)
     seeds = check_seeds(s["seeds"] if seeds is None else seeds)
     out: dict[str, list[RunConfig]] = {"table2": [], "table3": [], "table4": [], "table4_standard": [],
-                                       "fig5": [], "blinding": [], "cvfl_q1": []}
+                                       "fig5": [], "blinding": [], "cvfl_q1": [], "cvfl_host_lr": [],
+                                       "embedding_gradient": []}
     for dataset in s["datasets"]:
         for models in s["model_sets"]:
             for seed in seeds:
@@ -143,9 +149,18 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
                 vfedmh = _config(dataset, "vfedmh", het, seed, s)
                 for m in models:
                     for method in TABLE2_METHODS:
-                        epochs = (s["cvfl_epochs"] or s["epochs"]) if method == "c_vfl" else s["epochs"]
-                        out["table2"].append(_config(dataset, method, (m,) * 4, seed, s, epochs=epochs))
+                        if method != "c_vfl":
+                            out["table2"].append(_config(dataset, method, (m,) * 4, seed, s))
+                            continue
+                        epochs = s["cvfl_epochs"] or s["epochs"]
+                        out["table2"].append(_config(dataset, method, (m,) * 4, seed, s, epochs=epochs, lr=CVFL_LR))
+                        if models == SMALL_MODELS:  # the sensitivity row: the paper's rate at Q = 10
+                            out["cvfl_host_lr"].append(_config(dataset, method, (m,) * 4, seed, s, epochs=epochs))
                 out["table2"].append(vfedmh)
+                if models != SMALL_MODELS:
+                    continue
+                # the 1/C question: the same run with each h getting ∂L_k/∂E, not ∂L_k/∂E / C
+                out["embedding_gradient"].append(vfedmh.replace(options={"embedding_gradient": "full"}))
                 if models != SMALL_MODELS:
                     continue  # Tables III-IV and Figs. 4-5 use the small networks only
                 for m in models:
@@ -167,8 +182,10 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
                 if dataset == s["all_artefacts_on"][0]:
                     out["blinding"].append(vfedmh.replace(options={"blinding": False}))
                     # C-VFL with one local iteration: separates the effect of Q from compression.
-                    out["cvfl_q1"] += [c.replace(options={"local_iterations": 1}) for c in out["table2"]
-                                       if c.method == "c_vfl" and c.dataset == dataset and c.seed == seed]
+                    # Its rate is the paper's (step_size(0.05, Q=1) = 0.05): the sensitivity row's
+                    # runs with Q = 1.
+                    out["cvfl_q1"] += [c.replace(options={"local_iterations": 1}) for c in out["cvfl_host_lr"]
+                                       if c.dataset == dataset and c.seed == seed]
     return out
 
 
@@ -288,7 +305,8 @@ def table2(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]
     """Table II in the reference long format: test accuracy (%) per dataset, method and model."""
     rec = _by_key(records)
     rows = []
-    for c in groups["table2"]:
+    sensitivity = [c for c in groups.get("cvfl_host_lr", []) if c.key in rec]
+    for c in groups["table2"] + sensitivity:
         r = rec[c.key]
         base = {"table": "II", "dataset": DATASET_NAMES[c.dataset], "metric": "test_accuracy_pct"}
         if c.method == "vfedmh":
@@ -296,6 +314,8 @@ def table2(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]
                 rows.append({**base, "method": "VFedMH", "setting": "heterogeneous", "model": MODEL_NAMES[arch], "value": v})
         else:
             name, setting = TABLE2_METHODS[c.method]
+            if c.method == "c_vfl" and _lr(c) != CVFL_LR:  # labelled: not the paper's cell
+                setting = f"{setting}, lr={_lr(c):g} (sensitivity)"
             rows.append({**base, "method": name, "setting": setting, "model": MODEL_NAMES[c.models[0]],
                          "value": 100 * r["final"]["active"]["test_accuracy"]})
     return _summarise(rows, profile)
@@ -356,21 +376,27 @@ def table4(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]
     return out
 
 
+#: The columns of :func:`cvfl_local_iterations`: (Q, learning rate) of each C-VFL variant.
+CVFL_VARIANTS: tuple[tuple[int, float], ...] = ((10, CVFL_LR), (10, PAPER_LR), (1, PAPER_LR))
+
+
 def cvfl_local_iterations(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    """C-VFL's final test accuracy (%) with the standard Q = 10 local iterations and with Q = 1,
-    both with 3-bit vector quantisation, per architecture. A pair with a run not recorded yet
-    (a paper profile part-computed) is left out."""
+    """C-VFL's final test accuracy (%) per architecture, all with 3-bit vector quantisation:
+    Q = 10 local iterations at the rate its analysis allows (0.05 / Q, Table II's cell), Q = 10
+    at the paper's 0.05 (the sensitivity row) and Q = 1 at 0.05 (as many gradient steps as the
+    other methods: the equal-compute control). A run not recorded yet (a paper profile
+    part-computed) shows as missing (NaN); a row with fewer than two recorded is left out."""
     rec = _by_key(records)
+    columns = [f"Q={q}, lr={lr:g}" for q, lr in CVFL_VARIANTS]
     rows = []
-    for c, standard in _recorded_pairs(groups["cvfl_q1"], rec):
-        for q, cfg in ((10, standard), (1, c)):
-            rows.append({"dataset": DATASET_NAMES[c.dataset], "seed": c.seed, "model": MODEL_NAMES[c.models[0]],
-                         "Q": q, "test_accuracy_pct": round(100 * rec[cfg.key]["final"]["active"]["test_accuracy"], 2)})
-    if not rows:
-        return pd.DataFrame(columns=["dataset", "seed", "model", "Q=10", "Q=1"])
-    df = pd.DataFrame(rows)
-    return df.pivot_table(index=["dataset", "seed", "model"], columns="Q", values="test_accuracy_pct",
-                          sort=False).add_prefix("Q=").reset_index()
+    for c in groups["cvfl_q1"]:
+        row = {"dataset": DATASET_NAMES[c.dataset], "seed": c.seed, "model": MODEL_NAMES[c.models[0]]}
+        for (q, lr), name in zip(CVFL_VARIANTS, columns):
+            r = rec.get(c.replace(options={} if q == 10 else {"local_iterations": q}, lr=lr).key)
+            row[name] = round(100 * r["final"]["active"]["test_accuracy"], 2) if r else np.nan
+        if sum(not np.isnan(row[n]) for n in columns) >= 2:  # something to compare
+            rows.append(row)
+    return pd.DataFrame(rows, columns=["dataset", "seed", "model", *columns])
 
 
 def collapsed_epoch(record: dict[str, Any]) -> int | None:
@@ -949,7 +975,7 @@ H100_MINUTES: dict[tuple[str, str], float] = {
 #: The paper profile's tables the quick notebook writes as far as recorded: the run groups
 #: each is drawn from, and the function that draws it.
 PAPER_TABLES: dict[str, tuple[tuple[str, ...], Callable[..., pd.DataFrame]]] = {
-    "table2": (("table2",), table2), "table3": (("table3",), table3),
+    "table2": (("table2", "cvfl_host_lr"), table2), "table3": (("table3",), table3),
     "table4": (("table4", "table4_standard"), table4)}
 
 
