@@ -142,3 +142,42 @@ def test_interval_of_one_cell() -> None:
     assert (mean, round(se, 4), round(band, 3)) == (2.0, 0.5774, round(4.3027 * 0.5774, 3))
     with pytest.raises(ValueError, match="at least 2 seeds"):
         claims.interval(pd.Series([1.0, float("nan")]))
+
+
+def _long(values: dict[str, list[float]], cell: str = "MNIST/CNN") -> pd.DataFrame:
+    return pd.DataFrame([{"dataset": cell.split("/")[0], "model": cell.split("/")[1], "seed": s, "method": m,
+                          "value": v} for m, vs in values.items() for s, v in enumerate(vs)])
+
+
+def test_a_run_near_chance_decides_no_clause_and_is_named() -> None:
+    """Two models at chance differ by noise only: the clause reads not testable (did not learn)
+    and says which run, whatever the sign of the difference (Multi-VFL's quick models at 9-15 %)."""
+    df = _long({"FedAdam": [9.4, 9.8, 10.1], "FedAvg": [12.3, 12.0, 12.6], "Trained": [90.0, 91.0, 90.5]})
+    plain = claims.ordering(claims.paired(df, by="method", a="FedAdam", b="FedAvg", value="value",
+                                          cell=["dataset", "model"]), a="FedAdam", b="FedAvg")
+    assert plain.status == claims.DISAGREE  # what the clause read before the gate
+    gated = claims.ordering(claims.paired(df, by="method", a="FedAdam", b="FedAvg", value="value",
+                                          cell=["dataset", "model"], chance=10), a="FedAdam", b="FedAvg")
+    assert gated.status == claims.NOT_TESTABLE and gated.evidence.startswith(claims.DID_NOT_LEARN)
+    assert "FedAdam MNIST/CNN seed 0 (9.4, chance 10)" in gated.evidence and "FedAvg" in gated.evidence
+    one = claims.ordering(claims.paired(df, by="method", a="Trained", b="FedAvg", value="value",
+                                        cell=["dataset", "model"], chance=10), a="Trained", b="FedAvg")
+    assert one.status == claims.NOT_TESTABLE and "Trained" not in one.evidence.split("(a clause")[0].split(":")[1]
+
+
+def test_a_vfl_run_below_local_decides_no_clause_but_a_clause_about_local_is_judged() -> None:
+    """A VFL method below Local (each party alone) has not learned what VFL is for: comparing it
+    with another method decides nothing. "A beats Local" is judged as usual: there, being below
+    Local is the answer. Local's level is the cell's mean over seeds, so one noisy seed does not
+    count as below."""
+    df = _long({"EASTER": [60.0, 62.0, 61.0], "PyVertical": [80.0, 81.0, 79.0], "Local": [70.0, 69.0, 71.0]})
+    v = claims.ordering(claims.paired(df, by="method", a="EASTER", b="PyVertical", value="value",
+                                      cell=["dataset", "model"], chance=10, local="Local"), a="EASTER", b="PyVertical")
+    assert v.status == claims.NOT_TESTABLE and "EASTER MNIST/CNN (61.0 over its seeds, below Local's 70.0)" in v.evidence
+    about = claims.ordering(claims.paired(df, by="method", a="EASTER", b="Local", value="value",
+                                          cell=["dataset", "model"], chance=10, local="Local"), a="EASTER", b="Local")
+    assert about.status == claims.DISAGREE
+    noisy = _long({"A": [71.5, 72.0, 68.0], "B": [80.0, 81.0, 79.0], "Local": [70.0, 69.0, 71.0]})
+    v = claims.ordering(claims.paired(noisy, by="method", a="A", b="B", value="value", cell=["dataset", "model"],
+                                      local="Local"), a="A", b="B")
+    assert v.status == claims.DISAGREE  # A's mean 70.5 is above Local's 70.0 though seed 2 is below

@@ -34,6 +34,12 @@ cells of one clause). When no cell has two seeds there is no seed-to-seed spread
   priced from recorded traffic) are judged cell by cell instead: agree when every cell has the
   claimed sign, disagree when none has.
 
+A run that did not learn decides nothing (:func:`paired` with ``chance`` and ``local``): when
+a compared run ends within :data:`CHANCE_MARGIN` points of chance, or below the Local baseline
+(each party on its own features) that a VFL method exists to beat, the clause is **not
+testable (did not learn)**, and the evidence names the run. A clause *about* Local ("A beats
+Local") is judged as usual: there, ending below Local is the answer, not a broken run.
+
 A clause covers every cell the profile runs (``expected``): agreement on the recorded cells
 does not show it for the others, so while some have no recorded pair an agreement is reported
 as not testable. A disagreement stands: the recorded cells already contradict the clause.
@@ -90,6 +96,12 @@ def not_testable(reason: str) -> Verdict:
 
 #: Two-sided confidence of the noise band that a difference must leave to count.
 CONFIDENCE = 0.95
+#: A run whose metric ends within this many points of chance did not learn (the fidelity
+#: audit's rule: Multi-VFL's quick models at 9-15 % on 10 classes; a model that learned
+#: anything of MNIST or FashionMNIST is far above 15 %).
+CHANCE_MARGIN = 5.0
+#: The evidence of a clause judged on a run that did not learn begins with this.
+DID_NOT_LEARN = "did not learn"
 
 
 def noise_band(se: float, dof: int) -> float:
@@ -123,6 +135,11 @@ def ordering(diffs: pd.DataFrame, *, a: str, b: str, what: str = "points",
     with one seed each cell's sign is the verdict. See the module docstring for the rule.
     """
     diffs = diffs.dropna(subset=["diff"])
+    untrained = untrained_runs(diffs)
+    if untrained:
+        shown = "; ".join(untrained[:4]) + (f"; and {len(untrained) - 4} more" if len(untrained) > 4 else "")
+        return Verdict(NOT_TESTABLE, f"{DID_NOT_LEARN}: {shown} (a clause is not judged on a run that did not "
+                                     "learn)")
     verdict = _ordering(diffs, a=a, b=b, what=what, exact=exact)
     if expected is None or verdict.status != AGREE:
         return verdict
@@ -181,19 +198,55 @@ def _judge(mean: float, band: float, evidence: str, inside: str) -> Verdict:
 
 
 def paired(frame: pd.DataFrame, *, by: str, a: str, b: str, value: str,
-           cell: Sequence[str], seed: str = "seed") -> pd.DataFrame:
+           cell: Sequence[str], seed: str = "seed", chance: float | None = None,
+           local: str | None = None) -> pd.DataFrame:
     """Paired differences ``value(a) - value(b)`` from a long frame of results: rows with
-    ``frame[by] == a`` and ``== b`` are matched on ``cell`` columns and ``seed``."""
+    ``frame[by] == a`` and ``== b`` are matched on ``cell`` columns and ``seed``.
+
+    With ``chance`` (the metric's value at chance: 10 for accuracy in % on 10 classes, 50 for
+    AUC in %) a run of ``a`` or ``b`` ending within :data:`CHANCE_MARGIN` of it did not learn;
+    with ``local`` (the label of the Local baseline in ``frame[by]``) neither did one ending
+    below Local in its cell and seed, unless the clause compares with Local itself. Such runs
+    are named in the ``untrained`` column, and :func:`ordering` then judges nothing.
+    """
     keys = list(cell) + [seed]
     left = frame[frame[by] == a].groupby(keys)[value].mean()
     right = frame[frame[by] == b].groupby(keys)[value].mean()
     both = pd.concat({"a": left, "b": right}, axis=1).dropna()
     out = both.reset_index()
     if out.empty:  # nothing paired (agg over no rows would return a frame, not a column)
-        return pd.DataFrame(columns=["cell", seed, "diff"])
+        return pd.DataFrame(columns=["cell", seed, "diff", "untrained"])
     out["cell"] = out[list(cell)].astype(str).agg("/".join, axis=1) if len(cell) else "all"
     out["diff"] = out["a"] - out["b"]
-    return out[["cell", seed, "diff"]]
+    below: dict[str, str] = {}  # per cell: which side's mean over seeds ends below Local's
+    if local is not None and local not in (a, b) and (frame[by] == local).any():
+        loc = frame[frame[by] == local].groupby(keys)[value].mean()
+        loc = loc.reindex(pd.MultiIndex.from_frame(out[keys]) if len(keys) > 1 else out[keys[0]]).to_numpy()
+        means = out.assign(local=loc).groupby("cell")[["a", "b", "local"]].mean()
+        for c, m in means.iterrows():
+            notes = [f"{name} {c} ({m[side]:.1f} over its seeds, below {local}'s {m['local']:.1f})"
+                     for side, name in (("a", a), ("b", b)) if not np.isnan(m["local"]) and m[side] < m["local"]]
+            if notes:
+                below[str(c)] = "; ".join(notes)
+
+    def why(i: int) -> str:
+        notes = [f"{name} {out['cell'].iloc[i]} seed {out[seed].iloc[i]} ({float(out[side].iloc[i]):.1f}, "
+                 f"chance {chance:g})" for side, name in (("a", a), ("b", b))
+                 if chance is not None and float(out[side].iloc[i]) <= chance + CHANCE_MARGIN]
+        if str(out["cell"].iloc[i]) in below:
+            notes.append(below[str(out["cell"].iloc[i])])
+        return "; ".join(notes)
+
+    out["untrained"] = [why(i) for i in range(len(out))]
+    return out[["cell", seed, "diff", "untrained"]]
+
+
+def untrained_runs(diffs: pd.DataFrame) -> list[str]:
+    """The runs :func:`paired` found did not learn, once each (empty when it was not asked)."""
+    if "untrained" not in diffs:
+        return []
+    found = [part for note in diffs["untrained"].dropna() for part in str(note).split("; ") if part]
+    return list(dict.fromkeys(found))
 
 
 def all_of(verdicts: Iterable[Verdict]) -> Verdict:
@@ -229,5 +282,5 @@ def summary(table: pd.DataFrame) -> str:
 
 
 __all__ = ["AGREE", "DISAGREE", "NOT_TESTABLE", "Claim", "Verdict", "all_of", "evaluate", "not_testable",
-           "ordering", "paired", "summary"]
+           "ordering", "paired", "summary", "untrained_runs"]
 

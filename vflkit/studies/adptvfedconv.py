@@ -380,7 +380,20 @@ def _pairs(profile: str, a: tuple[str, str], b: tuple[str, str], *, value: str =
         return pd.DataFrame(columns=["cell", "seed", "diff"])
     df["row"] = df["variant"] + "@" + np.where(df["variant"] == "centralized", "", df["cut"])
     df["dataset"] = "CIFAR-10"
-    return claims.paired(df, by="row", a=f"{a[0]}@{a[1]}", b=f"{b[0]}@{b[1]}", value=value, cell=["dataset"])
+    # a run near chance, or below Non-cooperation (each client alone: the Local of this paper),
+    # decides nothing (claims.paired's gate)
+    return claims.paired(df, by="row", a=f"{a[0]}@{a[1]}", b=f"{b[0]}@{b[1]}", value=value, cell=["dataset"],
+                         chance=CHANCE_PCT, local="noncooperation@2C+1M")
+
+
+#: Test accuracy (%) at chance on CIFAR-10's 10 classes.
+CHANCE_PCT = 10.0
+
+
+def _untrained(pairs: pd.DataFrame) -> claims.Verdict | None:
+    """Not testable (did not learn) when :func:`_pairs` found a run that did not learn."""
+    runs = claims.untrained_runs(pairs)
+    return claims.not_testable(f"{claims.DID_NOT_LEARN}: {'; '.join(runs)}") if runs else None
 
 
 def _order(a: tuple[str, str], b: tuple[str, str], names: tuple[str, str]):
@@ -393,7 +406,10 @@ def _within(profile: str, a: tuple[str, str], b: tuple[str, str], lo: float, hi:
     """The clause "a - b lies in [lo, hi] points": agree when the mean's noise band
     (:func:`claims.noise_band`, the 95 % t interval over seeds) lies inside, disagree when it
     lies wholly outside, else not testable."""
-    d = _pairs(profile, a, b)["diff"].dropna()
+    pairs = _pairs(profile, a, b)
+    if (gate := _untrained(pairs)) is not None:
+        return gate
+    d = pairs["diff"].dropna()
     if d.empty:
         return claims.not_testable(f"no recorded pair for {what}")
     if len(d) < 2:
@@ -420,7 +436,10 @@ def _no_loss(profile: str, a: tuple[str, str], b: tuple[str, str], what: str, ma
     """The clause "a is no worse than b": agree when the data rule out a loss of more than
     ``margin`` points (mean - band > -margin, with :func:`claims.noise_band` over seeds), disagree
     when a is below b beyond the noise (mean + band < 0), else not testable."""
-    d = _pairs(profile, a, b)["diff"].dropna()
+    pairs = _pairs(profile, a, b)
+    if (gate := _untrained(pairs)) is not None:
+        return gate
+    d = pairs["diff"].dropna()
     if len(d) < 2:
         return claims.not_testable(f"{what}: {len(d)} recorded pair(s), need 2 seeds for an error bar")
     mean, se, band = claims.interval(d)
