@@ -311,6 +311,8 @@ def test_beats_clause_is_judged_dataset_by_dataset(monkeypatch):
              ({"MNIST": +20.0, "CRITEO": +1.0}, 2, claims.NOT_TESTABLE),  # Criteo's θ3 not recorded
              ({"MNIST": +20.0, "CRITEO": -1.0}, 3, claims.DISAGREE),  # the pooled mean would be +9.5
              ({"MNIST": +20.0}, 3, claims.NOT_TESTABLE)]
+    stand_ins = dict(easter.STAND_INS)
+    monkeypatch.setattr(easter, "STAND_INS", {})  # as if Criteo were the paper's 45 M rows
     for gaps, thetas, expected in cases:
         acc = frame(gaps, {"MNIST": 1, "CRITEO": 5}, thetas)
         monkeypatch.setattr(easter, "accuracy_rows", lambda groups, recs, table, acc=acc: acc)
@@ -320,6 +322,35 @@ def test_beats_clause_is_judged_dataset_by_dataset(monkeypatch):
         if thetas < 3:
             assert "1 of the 3 cells the profile runs have no recorded pair yet (party3)" in v.evidence
     assert "CRITEO: no recorded pair" in v.evidence  # the last case: Criteo not recorded
+    # The Criteo sample here is a stand-in (1,599 training rows for 45 M): what it shows is kept in
+    # the evidence, but it decides nothing, neither a disagreement nor an agreement.
+    monkeypatch.setattr(easter, "STAND_INS", stand_ins)
+    for gap, expected in ((-1.0, claims.DISAGREE), (+1.0, claims.AGREE)):
+        acc = frame({"MNIST": +20.0, "CRITEO": gap}, {"MNIST": 1, "CRITEO": 5})
+        monkeypatch.setattr(easter, "accuracy_rows", lambda groups, recs, table, acc=acc: acc)
+        v = clause.check("smoke")
+        assert v.status == claims.NOT_TESTABLE
+        assert f"CRITEO: {easter.NOT_AT_THIS_SCALE}" in v.evidence and f"reads {expected}" in v.evidence
+
+
+def test_a_full_gradient_variant_swaps_easters_runs_for_their_twins():
+    """The 1/C variant judges the same clauses with EASTER's Table II runs replaced by their
+    twins given ∂L/∂E (same data, seed, models); C-VFL's sensitivity variant swaps C-VFL's runs
+    for those at the dataset's own rate. Nothing else changes."""
+    from vflkit.studies import easter
+
+    groups = easter.configs("smoke")
+    swapped = easter.with_variant(groups, "full_gradient")
+    mine = [c for c in swapped["table2"] if c.method == "easter"]
+    assert mine and all(c.options.get("embedding_gradient") == "full" for c in mine)
+    assert [c for c in swapped["table2"] if c.method != "easter"] == [c for c in groups["table2"] if c.method != "easter"]
+    host = easter.with_variant(groups, "cvfl_host_lr")
+    cvfl = [c for c in host["table2"] + host["table4"] if c.method == "c_vfl"]
+    assert cvfl and all(c.lr == easter.TRAINING[c.dataset]["lr"] for c in cvfl)
+    assert all(c.lr == easter.TRAINING[c.dataset]["lr"] / 10 for c in groups["table2"] if c.method == "c_vfl")
+    assert {c.artefact for c in easter.VARIANT_CLAIMS} >= {"Table II (h gets ∂L/∂E, no 1/C)",
+                                                          "Table VII (parallel links, our pricing)"}
+    assert not any("parallel" in c.clause for c in easter.CLAIMS)  # our pricing is not the paper's claim
 
 
 def test_fig6_best_is_judged_against_every_level_the_profile_runs(monkeypatch):

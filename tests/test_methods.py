@@ -291,3 +291,31 @@ def test_cvfl_exchanges_compressed_embeddings_model_and_labels_once_per_step():
     assert up == 32 * 16 * 3 // 8 + 8  # 3 bits per value instead of 32
     for p, b in zip(parties, before):
         assert _changed(b, p)
+
+
+def test_vfedmh_full_embedding_gradient_gives_each_h_c_times_its_share():
+    """The 1/C option: with ``embedding_gradient="full"`` every embedding network's SGD step is
+    exactly C times the default's (∂L_k/∂E against ∂L_k/∂E / C), and each prediction network's
+    step is unchanged: the one difference between the two readings of Eq. 7."""
+    steps = {}
+    for reading in ("share", "full"):
+        _, parties = _parties()
+        torch.manual_seed(1)
+        method = _vfedmh(parties, blinding=False, embedding_gradient=reading)
+        before = {p.name: _snapshot(p) for p in parties}
+        method.train_step(torch.arange(32))
+        steps[reading] = {p.name: {k: before[p.name][k] - v for k, v in _snapshot(p).items()} for p in parties}
+    c = len(parties)
+    for name, delta in steps["share"].items():
+        for k, d in delta.items():
+            expect = c * d if k.startswith("model.embedding.") else d
+            torch.testing.assert_close(steps["full"][name][k], expect, atol=1e-6, rtol=1e-4)
+    assert any(k.startswith("model.embedding.") for k in steps["share"]["active"])
+
+
+def test_vfedmh_refuses_an_unknown_embedding_gradient():
+    from vflkit.errors import ConfigError
+
+    _, parties = _parties()
+    with pytest.raises(ConfigError, match="embedding_gradient 'half'.*share, full"):
+        _vfedmh(parties, embedding_gradient="half")

@@ -140,6 +140,24 @@ def test_every_claim_appears_per_profile_with_a_status(committed: str) -> None:
                 assert listed.get((r["figure"], r["claim"], profile)) in claims.STATUSES, (title, r["figure"])
 
 
+def test_variant_clauses_are_shown_apart_and_not_counted_as_the_papers(committed: str) -> None:
+    """A study's VARIANT_CLAIMS (sensitivity rows, our design choices) are judged in their own
+    sub-section, never in the paper's Claims table nor in the overview's counts."""
+    papers = [p for p in reproduction.TITLES if getattr(importlib.import_module(f"vflkit.studies.{p}"),
+                                                          "VARIANT_CLAIMS", [])]
+    assert {"vfedmh", "easter", "adptvfedconv"} <= set(papers)
+    for paper in papers:
+        section = _section(committed, reproduction.TITLES[paper])
+        ours = _section(section, "The same clauses on our variants (not the paper's claims, not counted above)", level=3)
+        paper_claims = _section(section, "Claims", level=3)
+        for profile in PROFILES:
+            judged = {(c[0], c[1]): c[2] for c in _rows(_section(ours, f"{profile} profile", level=4), 4)}
+            mine = {(c[0], c[1]): c[2] for c in _rows(_section(paper_claims, f"{profile} profile", level=4), 4)}
+            for clause in importlib.import_module(f"vflkit.studies.{paper}").VARIANT_CLAIMS:
+                assert judged.get((clause.artefact, clause.clause)) in claims.STATUSES, (paper, clause.clause)
+                assert (clause.artefact, clause.clause) not in mine
+
+
 def test_every_artefact_has_a_row_with_a_status_and_its_notebook(committed: str) -> None:
     """One row per table and figure the paper prints, with a status and a link to its notebook."""
     for paper, title in reproduction.TITLES.items():

@@ -7,6 +7,7 @@ import pytest
 from vflkit.errors import ConfigError
 from vflkit.training.split import run
 from vflkit.methods import get_method
+from vflkit import claims
 from vflkit.studies import vfedmh
 
 
@@ -330,3 +331,45 @@ def test_cvfl_runs_at_the_rate_its_analysis_allows_and_keeps_the_papers_rate_as_
     assert step_size(0.05, 1) == 0.05
     with pytest.raises(ConfigError, match="local_iterations"):
         step_size(0.05, 0)
+
+
+def test_a_clause_judged_on_cvfl_at_the_papers_rate_names_the_runs_that_did_not_learn():
+    """The committed paper records of C-VFL at lr 0.05 with Q = 10 (the sensitivity group) hold
+    collapsed runs: "VFedMH > C_VFL" on them reads not testable (did not learn), naming them,
+    where the ungated rule read agree (+42 points) on those same records."""
+    groups, rec = vfedmh._available("paper")
+    swapped = vfedmh.with_variant(groups, "cvfl_host_lr")
+    assert {c.lr for c in swapped["table2"] if c.method == "c_vfl"} == {0.05}
+    assert not any(c.method == "c_vfl" and c.lr != 0.05 for c in swapped["table2"])
+    claim = next(c for c in vfedmh.VARIANT_CLAIMS if "lr 0.05" in c.artefact)
+    v = claim.check("paper")
+    assert v.status == claims.NOT_TESTABLE and v.evidence.startswith(claims.DID_NOT_LEARN)
+    assert "C_VFL FMNIST/LeNet" in v.evidence or "C_VFL MNIST/LeNet" in v.evidence or "more" in v.evidence
+    df = vfedmh.accuracy_frame(swapped, rec, "table2")
+    df = df[df["model_set"] == "small"]
+    ungated = claims.ordering(claims.paired(df, by="method", a="VFedMH", b="C_VFL", value="value",
+                                            cell=["dataset", "model"]), a="VFedMH", b="C_VFL")
+    assert ungated.status == claims.AGREE
+
+
+def test_embedding_gradient_table_pairs_each_run_with_its_default_twin():
+    """The 1/C comparison pairs a run given ∂L/∂E with the same run given ∂L/∂E / C (same key but
+    for the option); a pair with a side not recorded is left out."""
+    groups = vfedmh.configs("smoke")
+    full = groups["embedding_gradient"][0]
+    base = full.replace(options={})
+    assert base in groups["table2"] and full.options == {"embedding_gradient": "full"}
+
+    def record(cfg, accs):
+        return {"key": cfg.key, "config": cfg.to_dict(), "models": {"active": "cnn", "passive_1": "mlp"},
+                "final": {"active": {"test_accuracy": accs[-1]}, "passive_1": {"test_accuracy": accs[-1] - 0.02}},
+                "history": [{"epoch": e + 1, "model": m, "test_accuracy": a - (0.02 if m == "passive_1" else 0)}
+                            for e, a in enumerate(accs) for m in ("active", "passive_1")]}
+
+    assert vfedmh.embedding_gradient(groups, [record(full, [0.5, 0.9])]).empty
+    t = vfedmh.embedding_gradient(groups, [record(base, [0.5, 0.7, 0.8]), record(full, [0.7, 0.858, 0.86])])
+    assert len(t) == 1 and t["dataset"].iloc[0] == "MNIST"
+    share, whole = vfedmh.GRADIENT_READINGS
+    assert t[f"{share}: final %"].iloc[0] == pytest.approx(79.0)
+    assert t["difference (points)"].iloc[0] == pytest.approx(6.0)
+    assert t[f"{share}: e*"].iloc[0] == 3 and t[f"{whole}: e*"].iloc[0] == 2

@@ -22,8 +22,9 @@ A record is the dict :func:`vflkit.records.run_one` writes: ``history`` rows wit
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
+import numpy as np
 import pandas as pd
 
 from .errors import ConfigError
@@ -182,3 +183,29 @@ def convergence_table(records: Iterable[Mapping[str, Any]], **rule: Any) -> pd.D
         rows.append({"method": cfg.get("method"), "dataset": cfg.get("dataset"), "seed": cfg.get("seed"),
                      **bytes_to_convergence(r, **rule)})
     return pd.DataFrame(rows)
+
+
+def variant_pairs(pairs: Iterable[tuple[Mapping[str, Any], Mapping[str, Any]]], *, labels: tuple[str, str],
+                  metric: str | Callable[[Mapping[str, Any]], str] = "test_accuracy",
+                  tolerance: float = 0.5) -> pd.DataFrame:
+    """One row per (run, variant) pair of records that differ in one labelled setting: the final
+    metric (%, the mean over the run's models) and the run's e* (:func:`convergence_epoch`) of
+    each side, and the paired difference of the final metric (variant - run).
+
+    ``pairs`` are ``(record, variant_record)``; ``labels`` name the two sides (e.g. "∂L/∂E / C"
+    and "∂L/∂E"); ``metric`` is a metric name or a function of the record's config giving it
+    (AUC on Criteo). A run that diverged keeps its row, with its final metric as recorded.
+    """
+    rows = []
+    for base, variant in pairs:
+        cfg = base["config"]
+        m = metric(cfg) if callable(metric) else metric
+        row: dict[str, Any] = {"dataset": cfg["dataset"], "seed": cfg["seed"], "models": "/".join(cfg["models"])}
+        for label, r in zip(labels, (base, variant)):
+            row[f"{label}: final %"] = 100 * float(np.mean([v.get(m, np.nan) for v in r["final"].values()]))
+            row[f"{label}: e*"] = convergence_epoch(r["history"], metric=m, tolerance=tolerance)
+        row["difference (points)"] = row[f"{labels[1]}: final %"] - row[f"{labels[0]}: final %"]
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["dataset", "seed", "models", *(f"{lab}: {what}" for lab in labels
+                                                                     for what in ("final %", "e*")),
+                                       "difference (points)"])

@@ -556,9 +556,13 @@ def map_readme(readme: pd.DataFrame, evaluated: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["figure", "claim", "profile", "status", "evidence"])
 
 
-def evaluate_claims(paper: str, profiles: Sequence[str]) -> pd.DataFrame:
-    """The study's CLAIMS judged at each profile (:func:`vflkit.claims.evaluate`)."""
-    tables = [claimlib.evaluate(_study(paper).CLAIMS, p) for p in profiles]
+def evaluate_claims(paper: str, profiles: Sequence[str], *, variants: bool = False) -> pd.DataFrame:
+    """The study's CLAIMS judged at each profile (:func:`vflkit.claims.evaluate`); with
+    ``variants``, its VARIANT_CLAIMS instead: the same clauses on vflkit's labelled variants
+    (sensitivity rows, our design choices), which are never counted as the paper's."""
+    study = _study(paper)
+    tables = [claimlib.evaluate(getattr(study, "VARIANT_CLAIMS", []) if variants else study.CLAIMS, p)
+              for p in profiles]
     return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(
         columns=["paper", "artefact", "clause", "status", "evidence", "profile"])
 
@@ -812,6 +816,13 @@ def _paper_section(paper: str, profiles: Sequence[str], recs: _Records, out_dir:
         t = evaluated[evaluated["profile"] == profile]
         md += [f"#### {profile} profile: {claimlib.summary(t)}\n",
                _markdown(t[["artefact", "clause", "status", "evidence"]])]
+    ours = evaluate_claims(paper, profiles, variants=True)
+    if len(ours):
+        md.append("### The same clauses on our variants (not the paper's claims, not counted above)\n")
+        for profile in profiles:
+            t = ours[ours["profile"] == profile]
+            md += [f"#### {profile} profile: {claimlib.summary(t)}\n",
+                   _markdown(t[["artefact", "clause", "status", "evidence"]])]
     readme = readme_claims()
     mapped = map_readme(readme[readme["paper"] == title], evaluated)
     md += ["### The reference README's figure-only claims\n",
