@@ -319,3 +319,24 @@ def test_vfedmh_refuses_an_unknown_embedding_gradient():
     _, parties = _parties()
     with pytest.raises(ConfigError, match="embedding_gradient 'half'.*share, full"):
         _vfedmh(parties, embedding_gradient="half")
+
+
+def test_heter_aggvfl_scores_each_partys_own_prediction_beside_the_ensemble():
+    """Heter_aggVFL's record holds both readings of Table III: the summed ensemble (its one
+    trained model) and each party's own R_k alone, which sum to the ensemble's logits."""
+    ch, parties = _parties()
+    method = _method("heter_aggvfl", parties)
+    method.train_step(torch.arange(32))
+    metrics = method.evaluate(batch_size=16)
+    assert set(metrics) == {"active"} and ch.pending() == 0
+    own = {k.split(":", 1)[1]: v for k, v in metrics["active"].items() if k.startswith("own_test_accuracy:")}
+    assert set(own) == {p.name for p in parties} and all(0.0 <= v <= 1.0 for v in own.values())
+    ids = torch.arange(64)
+    with torch.no_grad():
+        method.eval()
+        total, mine, received = method._predictions(ids, "test")
+        for p in method.passive:
+            p.state.pop("R", None)
+    torch.testing.assert_close(total, mine + sum(received))
+    from vflkit.methods.base import accuracy
+    assert own["active"] == accuracy(mine, parties[0].labels("test", ids=ids))

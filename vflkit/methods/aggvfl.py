@@ -38,14 +38,19 @@ class AggVFL(VFLMethod):
 
     def _aggregate(self, ids: torch.Tensor, split: str) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Round 1: predictions up; returns the active party's sum and the received copies."""
+        total, _, received = self._predictions(ids, split)
+        return total, received
+
+    def _predictions(self, ids: torch.Tensor, split: str) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+        """Round 1 as the active party ends up holding it: the sum, its own R_a and each R_k received."""
         a = self.active
         for p in self.passive:
             r = p.models["model"](p.features(split, ids=ids))
             p.state["R"] = r
             p.send(a, "prediction", r)
         received = [a.recv(p, "prediction").requires_grad_(torch.is_grad_enabled()) for p in self.passive]
-        total = a.models["model"](a.features(split, ids=ids)) + torch.stack(received).sum(0)
-        return total, received
+        own = a.models["model"](a.features(split, ids=ids))
+        return own + torch.stack(received).sum(0), own, received
 
     def train_step(self, ids: torch.Tensor) -> dict[str, torch.Tensor]:
         a = self.active
@@ -82,7 +87,39 @@ class HomoAggVFL(AggVFL):
 
 
 class HeterAggVFL(AggVFL):
-    """Heter_aggVFL (VFedMH Table III): Agg_VFL with at least two architectures."""
+    """Heter_aggVFL (VFedMH Table III): Agg_VFL with at least two architectures.
+
+    Its one trained model is the summed ensemble (as Agg_VFL's). :meth:`evaluate` also scores
+    each party's own prediction R_k alone, which the active party holds after round 1: the
+    paper's Table III columns differ by tens of points between architectures, which the
+    ensemble (the same kind of model in every column) cannot show, and each party's own model
+    can. The record carries both readings (``own_test_accuracy:<party>`` beside the ensemble's
+    ``test_accuracy``); the study shows both, labelled.
+    """
 
     name = "heter_aggvfl"
     model_mix = "heterogeneous"
+
+    def evaluate(self, *, split: str = "test", batch_size: int = 512) -> dict[str, dict[str, float]]:
+        from .base import accuracy
+
+        result = super().evaluate(split=split, batch_size=batch_size)
+        ids = self.active.ids[split]
+        own: dict[str, list[torch.Tensor]] = {p.name: [] for p in self.parties}
+        labels = []
+        self.eval()  # super() put the models back in training mode
+        with torch.no_grad():
+            for start in range(0, len(ids), batch_size):
+                batch = ids[start:start + batch_size]
+                _, mine, received = self._predictions(batch, split)
+                for p in self.passive:
+                    p.state.pop("R", None)
+                own[self.active.name].append(mine.float())
+                for p, r in zip(self.passive, received):
+                    own[p.name].append(r.float())
+                labels.append(self.active.labels(split, ids=batch))
+        self.train()
+        y = torch.cat(labels).cpu()
+        for name, parts in own.items():
+            result["active"][f"own_test_accuracy:{name}"] = accuracy(torch.cat(parts).cpu(), y)
+        return result
