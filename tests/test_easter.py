@@ -383,3 +383,26 @@ def test_fig6_best_is_judged_against_every_level_the_profile_runs(monkeypatch):
         v = clause.check("paper")
         assert v.status == expected, (acc, v)
     assert f"128 > {max(dims)}" in v.evidence
+
+
+def test_implied_convergence_reads_the_papers_epochs_from_its_traffic_to_convergence():
+    """Paper: EASTER sends 840 MB to convergence, PyVertical 1,400; ours: EASTER 200 MB an epoch,
+    PyVertical 100. Then the paper's EASTER converged in 840/1400 / 2 = 0.3 of PyVertical's epochs,
+    whatever its byte accounting, set beside our own ratio of e*."""
+    import pandas as pd
+    from vflkit.studies import easter
+
+    rows = []
+    for method, mb, paper_mb, e_star in (("EASTER", 2000.0, 840.0, 10.0), ("PyVertical", 2000.0, 1400.0, 20.0)):
+        rows += [{"dataset": "FMNIST", "method": method, "metric": "communication_MB", "value": mb,
+                  "paper_value": paper_mb},
+                 {"dataset": "FMNIST", "method": method, "metric": "epochs_to_convergence", "value": e_star,
+                  "paper_value": float("nan")}]
+    rows.append({"dataset": "MNIST", "method": "EASTER", "metric": "communication_MB", "value": 1.0,
+                 "paper_value": float("nan")})  # no paper value: no row
+    t = easter.implied_convergence(pd.DataFrame(rows))
+    assert t["dataset"].tolist() == ["FMNIST"]
+    assert t["paper: MB to e*, EASTER / PyVertical"].item() == pytest.approx(0.6)
+    assert t["ours: MB per epoch, EASTER / PyVertical"].item() == pytest.approx(2.0)
+    assert t["paper's implied e*, EASTER / PyVertical"].item() == pytest.approx(0.3)
+    assert t["our e*, EASTER / PyVertical"].item() == pytest.approx(0.5)

@@ -509,6 +509,33 @@ def table5_ratios(t5: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows).round(2)
 
 
+def implied_convergence(t5: pd.DataFrame, other: str = "PyVertical") -> pd.DataFrame:
+    """What the paper's Table V implies about how fast its EASTER converged, against ours.
+
+    The paper prints each method's traffic *to convergence*; our records give each method's
+    traffic per epoch. Whatever the paper's byte accounting, if it is the same for both methods
+    the ratio of its totals over the ratio of the per-epoch traffic is the ratio of the epochs
+    each needed: ``(paper MB_EASTER / MB_other) / (our MB per epoch_EASTER / _other)``, beside
+    our own ratio of convergence epochs e*. Per dataset where the paper prints both."""
+    t = t5.set_index(["dataset", "method", "metric"])
+    rows = []
+    for dataset in dict.fromkeys(t5["dataset"]):
+        try:
+            mb = {m: t.loc[(dataset, m, "communication_MB")] for m in ("EASTER", other)}
+            ep = {m: t.loc[(dataset, m, "epochs_to_convergence")]["value"] for m in ("EASTER", other)}
+        except KeyError:
+            continue
+        if any(pd.isna(mb[m]["paper_value"]) for m in mb):
+            continue
+        per_epoch = {m: mb[m]["value"] / ep[m] for m in mb}
+        paper_ratio = mb["EASTER"]["paper_value"] / mb[other]["paper_value"]
+        rows.append({"dataset": dataset, f"paper: MB to e*, EASTER / {other}": paper_ratio,
+                     f"ours: MB per epoch, EASTER / {other}": per_epoch["EASTER"] / per_epoch[other],
+                     f"paper's implied e*, EASTER / {other}": paper_ratio / (per_epoch["EASTER"] / per_epoch[other]),
+                     f"our e*, EASTER / {other}": ep["EASTER"] / ep[other]})
+    return pd.DataFrame(rows).round(2)
+
+
 def _links(record: dict[str, Any]) -> pd.DataFrame:
     """A record's per-link rows, with C-VFL's downlink bundle (embeddings of the others, the top
     model and the labels, sent together) as one round."""
