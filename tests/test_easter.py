@@ -406,3 +406,21 @@ def test_implied_convergence_reads_the_papers_epochs_from_its_traffic_to_converg
     assert t["ours: MB per epoch, EASTER / PyVertical"].item() == pytest.approx(2.0)
     assert t["paper's implied e*, EASTER / PyVertical"].item() == pytest.approx(0.3)
     assert t["our e*, EASTER / PyVertical"].item() == pytest.approx(0.5)
+
+
+def test_every_method_builds_its_resnets_with_the_configs_cut():
+    """One place builds every party's model, EASTER's (a tabular mixin) included, so the ResNet
+    cut of the config reaches each party; the studies cut ResNet50/101 by weighted layers."""
+    from vflkit.studies import easter, vfedmh
+
+    for name in ("easter", "splitnn"):
+        _, parties = _parties()
+        method = _method(name, parties, models=("resnet50",) * 4, resnet_cut="layers")
+        built = [m for p in parties for m in p.models.values() if hasattr(m, "layers")] or \
+                [method.party_model(p) for p in parties]
+        assert {m.layers for m in built} == {(25, 25)}
+    for study in (easter, vfedmh):
+        runs = study.unique(study.configs("paper"))
+        deep = [c for c in runs if any(m in ("resnet34", "resnet50", "resnet101") for m in c.models)]
+        assert deep and all(c.resnet_cut == "layers" for c in deep)
+        assert all(c.resnet_cut == "stages" for c in runs if not any(m.startswith("resnet") for m in c.models))

@@ -445,3 +445,53 @@ def test_multi_vfl_strips_rejoin_into_label_owner_input():
     assert (convs[0].in_channels, convs[0].out_channels, convs[0].kernel_size) == (1, 32, (3, 3))
     weights = [type(m) for m in label_owner if isinstance(m, (nn.Conv2d, nn.Linear))]
     assert weights == [nn.Conv2d, nn.Linear, nn.Linear]
+
+
+def test_resnet_cut_by_weighted_layers_gives_resnet50_and_resnet101_different_embedding_networks():
+    """EASTER's "the number of layers in both ... was the same": under the "layers" reading h holds
+    half a ResNet's weighted layers (at a block boundary), so ResNet50 and ResNet101, which the
+    six-unit "stages" reading cut to the same h, train different bottom networks; ResNet18 is cut
+    alike by both readings, module for module."""
+    import torch
+    from vflkit.models import get_model, resnet_cut_blocks
+
+    shape = (3, 32, 8)
+    expected = {"resnet18": (9, 9), "resnet34": (17, 17), "resnet50": (25, 25), "resnet101": (49, 52)}
+    sizes = {}
+    for arch, layers in expected.items():
+        m = get_model(arch, input_shape=shape, num_classes=10, cut="layers")
+        assert m.layers == layers and sum(layers) == int(arch[6:])
+        out = m(torch.randn(2, *shape))
+        assert out.shape == (2, 10)
+        out.sum().backward()
+        assert all(p.grad is not None for p in m.parameters())
+        sizes[arch] = sum(p.numel() for p in m.embedding.parameters())
+        stages = get_model(arch, input_shape=shape, num_classes=10)
+        sizes[arch, "stages"] = sum(p.numel() for p in stages.embedding.parameters())
+    assert sizes["resnet50", "stages"] == sizes["resnet101", "stages"]  # the defect of the old reading
+    assert sizes["resnet101"] > sizes["resnet50"]
+    torch.manual_seed(0)
+    a = get_model("resnet18", input_shape=shape, num_classes=10, cut="layers").state_dict()
+    torch.manual_seed(0)
+    b = get_model("resnet18", input_shape=shape, num_classes=10, cut="stages").state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert resnet_cut_blocks("resnet101", (1, 1), "layers") == 16  # 49 | 52: a tie goes to the smaller h
+    with pytest.raises(ConfigError, match="resnet cut 'half'"):
+        resnet_cut_blocks("resnet50", (1, 1), "half")
+
+
+def test_a_run_config_keeps_its_key_where_the_resnet_readings_agree():
+    """resnet_cut="layers" changes the key only of configs whose ResNets it cuts differently:
+    a ResNet18 run (cut alike) and a run without ResNets keep the key of their records."""
+    from vflkit.methods import RunConfig
+
+    def cfg(models, cut):
+        return RunConfig(paper="vfedmh", dataset="cifar10", method="splitnn", models=models, resnet_cut=cut)
+
+    assert cfg(("resnet18",) * 4, "layers").key == cfg(("resnet18",) * 4, "stages").key
+    assert cfg(("resnet18",) * 4, "layers").resnet_cut == "stages"
+    assert cfg(("lenet",) * 4, "layers").key == cfg(("lenet",) * 4, "stages").key
+    assert cfg(("resnet50",) * 4, "layers").key != cfg(("resnet50",) * 4, "stages").key
+    assert cfg(("resnet18", "resnet50", "resnet101", "resnet18"), "layers").resnet_cut == "layers"
+    with pytest.raises(ConfigError, match="Invalid resnet_cut 'half'"):
+        cfg(("resnet50",) * 4, "half")

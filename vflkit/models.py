@@ -34,9 +34,19 @@ Criteo models the counted layers of *h* are ``model.embedding.deep``).
   kernel is several times slower on CPU. (Average-pooling the map down to ``embedding_dim``
   numbers instead, globally or to 2x2, cost CNN 15-54 test-accuracy points against this
   after 2 epochs on 12k MNIST images, full or 28x7 strips, in a trial.)
-* ResNets: six layers, the 3x3 stem, the four residual stages and the classifier, so the
-  paper's full depth is kept and 1:1 -> 3 | 3, 2:1 -> 4 | 2, 1:2 -> 2 | 4 are exact; other
-  ratios that do not split 6 are a ConfigError. The last unit of *h* ends in an embedding
+* ResNets, two readings of "layers" (``cut``). ``"layers"`` (the studies' choice): EASTER
+  Sec. V-A says "the number of layers in both the local embedding and predicting models was
+  the same", and a ResNet-N has N weighted layers (stem, 2 or 3 per residual block, the
+  classifier), so *h* takes the stem and the first k blocks whose layer count is nearest to
+  EL / (EL + PL) of N (a tie to the smaller k): 9 | 9 for ResNet18, 17 | 17 for ResNet34,
+  25 | 25 for ResNet50 and 49 | 52 for ResNet101 at 1:1, the cut inside a stage where it falls
+  there. ``"stages"`` (the default, the reading of the records made before it): six units, the
+  3x3 stem, the four residual stages and the classifier, 1:1 -> 3 | 3, 2:1 -> 4 | 2, 1:2 ->
+  2 | 4 exact, other ratios a ConfigError; it gives ResNet50 and ResNet101 the same *h* (they
+  differ only in their third stage, all in *p*), so SplitNN's and C-VFL's two columns would
+  train the same bottom network. Both readings agree for ResNet18 at 1:1, and a config whose
+  models the readings cut alike keeps the default (:func:`resnet_cut_blocks`), so its key and
+  record stay. The last unit of *h* ends in an embedding
   head (average-pool to at most 4x4, flatten, Linear to ``embedding_dim``, ReLU). Stages
   that fall into *p* run on the embedding as a ``embedding_dim x 1 x 1`` map (their first
   block rebuilt for ``embedding_dim`` input channels); there they act as residual MLP blocks.
@@ -316,17 +326,44 @@ def lenet(*, input_shape: Sequence[int], num_classes: int, embedding_dim: int = 
 # --------------------------------------------------------------------------- ResNets
 
 
-def _resnet(arch: str, input_shape: Sequence[int], num_classes: int, embedding_dim: int,
-            el_pl: tuple[int, int]) -> PartyModel:
-    c, h, w = _shape(arch, input_shape, image=True)
+#: Residual blocks per stage, and weighted layers per block, of each ResNet.
+RESNET_BLOCKS: dict[str, tuple[tuple[int, ...], int]] = {
+    "resnet18": ((2, 2, 2, 2), 2), "resnet34": ((3, 4, 6, 3), 2),
+    "resnet50": ((3, 4, 6, 3), 3), "resnet101": ((3, 4, 23, 3), 3)}
+#: The readings of a ResNet's "layers" for the EL:PL cut (see the module docstring).
+RESNET_CUTS: tuple[str, ...] = ("stages", "layers")
+
+
+def resnet_cut_blocks(arch: str, el_pl: tuple[int, int] = (1, 1), cut: str = "stages") -> int:
+    """How many residual blocks *h* holds (after the stem) under reading ``cut``."""
+    if cut not in RESNET_CUTS:
+        raise ConfigError(f"Invalid resnet cut {cut!r}; choose one of {', '.join(RESNET_CUTS)}")
+    blocks, per = RESNET_BLOCKS[arch]
     a, b = _el_pl(el_pl)
-    if (_RESNET_UNITS * a) % (a + b):
-        valid = ", ".join(str(r) for r in ((1, 1), (2, 1), (1, 2), (5, 1), (1, 5)))
-        raise ConfigError(
-            f"{arch} has {_RESNET_UNITS} layers (stem, 4 residual stages, classifier); "
-            f"el_pl={el_pl!r} does not split them; choose one of {valid}"
-        )
-    n_el = _RESNET_UNITS * a // (a + b)
+    if cut == "stages":
+        if (_RESNET_UNITS * a) % (a + b):
+            valid = ", ".join(str(r) for r in ((1, 1), (2, 1), (1, 2), (5, 1), (1, 5)))
+            raise ConfigError(
+                f"{arch} has {_RESNET_UNITS} layers (stem, 4 residual stages, classifier); "
+                f"el_pl={el_pl!r} does not split them; choose one of {valid}"
+            )
+        return sum(blocks[:_RESNET_UNITS * a // (a + b) - 1])
+    total = 1 + per * sum(blocks) + 1
+    target = total * a / (a + b)
+    return min(range(sum(blocks) + 1), key=lambda k: (abs(1 + per * k - target), k))
+
+
+def _resnet(arch: str, input_shape: Sequence[int], num_classes: int, embedding_dim: int,
+            el_pl: tuple[int, int], cut: str = "stages") -> PartyModel:
+    c, h, w = _shape(arch, input_shape, image=True)
+    k = resnet_cut_blocks(arch, el_pl, cut)
+    blocks, per = RESNET_BLOCKS[arch]
+    ends = [sum(blocks[:i + 1]) for i in range(len(blocks))]
+    if k and k not in ends:
+        return _resnet_inside_stage(arch, c, h, w, num_classes, embedding_dim, k)
+    # a stage boundary: the six-unit construction, unit for unit (the same modules, created in
+    # the same order, so a run it made before the "layers" reading existed is made again)
+    n_el = 1 + (ends.index(k) + 1 if k else 0)
     n_pl = _RESNET_UNITS - n_el
     net = getattr(torchvision.models, arch)(weights=None, num_classes=num_classes)
     # Small, narrow inputs: 3x3 stride-1 stem and no max-pool (the usual CIFAR adaptation).
@@ -355,32 +392,60 @@ def _resnet(arch: str, input_shape: Sequence[int], num_classes: int, embedding_d
         p_units.append(nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), net.fc))
     else:
         p_units.append(nn.Linear(embedding_dim, num_classes))
+    layers = (n_el, n_pl) if cut == "stages" else (1 + per * k, 1 + per * sum(blocks) + 1 - (1 + per * k))
     return PartyModel(nn.Sequential(*h_units), nn.Sequential(*p_units),
-                      embedding_dim=embedding_dim, layers=(n_el, n_pl), architecture=arch)
+                      embedding_dim=embedding_dim, layers=layers, architecture=arch)
+
+
+def _resnet_inside_stage(arch: str, c: int, h: int, w: int, num_classes: int, embedding_dim: int,
+                         k: int) -> PartyModel:
+    """*h* = the stem and the first ``k`` blocks, the cut inside a stage; *p* = that stage's
+    remaining blocks (the first rebuilt for ``embedding_dim`` input channels: it runs on the
+    embedding as a 1x1 map), the later stages and the classifier."""
+    blocks, per = RESNET_BLOCKS[arch]
+    net = getattr(torchvision.models, arch)(weights=None, num_classes=num_classes)
+    net.conv1 = nn.Conv2d(c, 64, kernel_size=3, stride=1, padding=1, bias=False)
+    _init_like_torchvision(net.conv1)
+    stages = [net.layer1, net.layer2, net.layer3, net.layer4]
+    s = max(i for i in range(len(blocks)) if sum(blocks[:i]) < k)  # the stage the cut falls in
+    j = k - sum(blocks[:s])  # its blocks that stay in h
+    h_units: list[nn.Module] = [nn.Sequential(net.conv1, net.bn1, net.relu), *stages[:s], stages[s][:j]]
+    ch, mh, mw = _probe(nn.Sequential(*h_units), (c, h, w))
+    grid = (min(mh, _RESNET_GRID), min(mw, _RESNET_GRID))
+    head = _he(nn.Sequential(nn.Linear(ch * grid[0] * grid[1], embedding_dim), nn.ReLU()))
+    h_units[-1] = nn.Sequential(h_units[-1], nn.AdaptiveAvgPool2d(grid), nn.Flatten(), *head)
+    net.inplanes = embedding_dim  # torchvision's stage builder takes its input channels from here
+    rest = net._make_layer(type(stages[0][0]), 64 * 2**s, blocks[s] - j, stride=1)
+    _init_like_torchvision(rest)
+    p_units = [nn.Sequential(nn.Unflatten(1, (embedding_dim, 1, 1)), rest), *stages[s + 1:],
+               nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), net.fc)]
+    n_el = 1 + per * k
+    return PartyModel(nn.Sequential(*h_units), nn.Sequential(*p_units), embedding_dim=embedding_dim,
+                      layers=(n_el, 1 + per * sum(blocks) + 1 - n_el), architecture=arch)
 
 
 def resnet18(*, input_shape: Sequence[int], num_classes: int, embedding_dim: int = 128,
-             el_pl: tuple[int, int] = (1, 1)) -> PartyModel:
+             el_pl: tuple[int, int] = (1, 1), cut: str = "stages") -> PartyModel:
     """ResNet-18 (VFedMH Sec. V-A, Table II; EASTER Sec. V-A), torchvision's, small-input stem."""
-    return _resnet("resnet18", input_shape, num_classes, embedding_dim, el_pl)
+    return _resnet("resnet18", input_shape, num_classes, embedding_dim, el_pl, cut)
 
 
 def resnet34(*, input_shape: Sequence[int], num_classes: int, embedding_dim: int = 128,
-             el_pl: tuple[int, int] = (1, 1)) -> PartyModel:
+             el_pl: tuple[int, int] = (1, 1), cut: str = "stages") -> PartyModel:
     """ResNet-34 (EASTER Sec. V-A, CIFAR-10/100 and CINIC-10), torchvision's, small-input stem."""
-    return _resnet("resnet34", input_shape, num_classes, embedding_dim, el_pl)
+    return _resnet("resnet34", input_shape, num_classes, embedding_dim, el_pl, cut)
 
 
 def resnet50(*, input_shape: Sequence[int], num_classes: int, embedding_dim: int = 128,
-             el_pl: tuple[int, int] = (1, 1)) -> PartyModel:
+             el_pl: tuple[int, int] = (1, 1), cut: str = "stages") -> PartyModel:
     """ResNet-50 (VFedMH Sec. V-A; EASTER Sec. V-A), torchvision's, small-input stem."""
-    return _resnet("resnet50", input_shape, num_classes, embedding_dim, el_pl)
+    return _resnet("resnet50", input_shape, num_classes, embedding_dim, el_pl, cut)
 
 
 def resnet101(*, input_shape: Sequence[int], num_classes: int, embedding_dim: int = 128,
-              el_pl: tuple[int, int] = (1, 1)) -> PartyModel:
+              el_pl: tuple[int, int] = (1, 1), cut: str = "stages") -> PartyModel:
     """ResNet-101 (VFedMH Sec. V-A, Table II), torchvision's, small-input stem."""
-    return _resnet("resnet101", input_shape, num_classes, embedding_dim, el_pl)
+    return _resnet("resnet101", input_shape, num_classes, embedding_dim, el_pl, cut)
 
 
 # --------------------------------------------------------------------------- Criteo
@@ -598,7 +663,8 @@ _BUILDERS: dict[str, Callable[..., PartyModel]] = {
     "resnet50": resnet50, "resnet101": resnet101, "deepfm": deepfm, "wide_deep": wide_deep,
     "cnn_tabular": cnn_tabular,
 }
-_OPTIONS = {name: ("vocab_sizes", "n_dense", "field_embedding_dim") for name in TABULAR_MODELS}
+_OPTIONS = {name: ("vocab_sizes", "n_dense", "field_embedding_dim") for name in TABULAR_MODELS} | {
+    name: ("cut",) for name in RESNET_BLOCKS}
 _REQUIRED = {name: ("vocab_sizes", "n_dense") for name in TABULAR_MODELS}
 
 

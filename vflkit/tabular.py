@@ -219,17 +219,10 @@ class TabularModels:
     """Mixin for a :class:`~vflkit.methods.base.VFLMethod`: ``party_model`` also passes the
     party's ``model_kwargs`` (its columns' ``n_dense`` and ``vocab_sizes``) to the Criteo models.
 
-    Put it before the method class: ``class X(TabularModels, SplitNN)``.
+    Put it before the method class: ``class X(TabularModels, SplitNN)``. (The base class's
+    ``party_model`` passes ``model_kwargs`` itself, and the ResNet cut, so nothing is
+    overridden here: one place builds every party's model.)
     """
-
-    def party_model(self, party: Party) -> "PartyModel":
-        from .models import get_model
-
-        cfg = self.config  # type: ignore[attr-defined]
-        arch = cfg.party_value("models", self.party_index(party))  # type: ignore[attr-defined]
-        return get_model(arch, input_shape=party.input_shape, num_classes=self.num_classes,  # type: ignore[attr-defined]
-                         embedding_dim=cfg.embedding_dim, el_pl=cfg.el_pl,
-                         **model_kwargs(party, arch)).to(party.device)
 
 
 @functools.cache

@@ -73,6 +73,11 @@ class RunConfig:
     lr_schedule: str = "none"
     #: The decay factor per epoch of the exponential schedule (the paper gives none; 0.95).
     lr_gamma: float = 0.95
+    #: How a ResNet is cut into h and p (:mod:`vflkit.models`): "stages" (the stem and whole
+    #: residual stages, the records made before the other reading) or "layers" (half the
+    #: weighted layers at a block boundary, EASTER's "the number of layers ... was the same").
+    #: A config whose ResNets both readings cut alike holds "stages", so its key stays.
+    resnet_cut: str = "stages"
 
     def __post_init__(self) -> None:
         # every field is checked here, before any data is loaded, in an order where each
@@ -128,6 +133,7 @@ class RunConfig:
 
                     if v not in MODELS:
                         raise ConfigError(f"Invalid model {v!r}; choose one of {', '.join(MODELS)}")
+        self._normalise_resnet_cut()
         for k, v in enumerate(self.lr if isinstance(self.lr, tuple) else (self.lr,)):
             check_rate(f"lr[{k}]" if isinstance(self.lr, tuple) else "lr", v)
         if type(self.lr) not in (int, float, tuple):  # a numpy float as a plain float
@@ -177,6 +183,25 @@ class RunConfig:
     KEYED_FIELDS: ClassVar[tuple[str, ...]] = (
         "paper", "dataset", "method", "models", "optimizers", "lr", "partition", "n_parties", "active",
         "batch_size", "epochs", "seed", "n_train", "n_test", "embedding_dim", "el_pl", "options")
+
+    def _normalise_resnet_cut(self) -> None:
+        """Check ``resnet_cut``; hold the default where it changes no model of this config (no
+        ResNet, or ResNets that both readings cut alike), so an unchanged run keeps its key."""
+        from ..models import RESNET_BLOCKS, RESNET_CUTS, resnet_cut_blocks
+
+        if self.resnet_cut not in RESNET_CUTS:
+            raise ConfigError(f"Invalid resnet_cut {self.resnet_cut!r}; choose one of {', '.join(RESNET_CUTS)}")
+        if self.resnet_cut == "stages":
+            return
+        models = self.models if isinstance(self.models, tuple) else (self.models,)
+        for m in set(models) & set(RESNET_BLOCKS):
+            try:
+                if resnet_cut_blocks(m, self.el_pl, "stages") == resnet_cut_blocks(m, self.el_pl, self.resnet_cut):
+                    continue
+            except ConfigError:  # an EL:PL the six units cannot split: the readings differ
+                pass
+            return
+        object.__setattr__(self, "resnet_cut", "stages")
 
     @property
     def key(self) -> str:
@@ -347,9 +372,10 @@ class VFLMethod(ABC):
         cfg = self.config
         arch = cfg.party_value("models", self.party_index(party))
         # a tabular party carries what its Criteo model needs (vocab_sizes, n_dense); none for images
+        cut = {"cut": cfg.resnet_cut} if arch.startswith("resnet") else {}
         return get_model(arch, input_shape=party.input_shape, num_classes=self.num_classes,
                          embedding_dim=cfg.embedding_dim, el_pl=cfg.el_pl,
-                         **model_kwargs(party, arch)).to(party.device)
+                         **model_kwargs(party, arch), **cut).to(party.device)
 
     def modules(self) -> list[nn.Module]:
         """Every module of every party."""

@@ -56,7 +56,7 @@ from ..methods.cvfl import step_size as cvfl_step_size
 from ..report import join_reference, side_by_side
 from ..training import split
 # run_priority: the order the scheduler computes this study's runs in, VFedMH's (C-VFL last)
-from .vfedmh import GRADIENT_READINGS, H100_MINUTES, assign_models, run_priority, unique
+from .vfedmh import GRADIENT_READINGS, H100_MINUTES, RESNET_CUT, assign_models, run_priority, unique
 
 PAPER = "easter"
 #: θ1..θ3 per dataset (see the module docstring for the order).
@@ -169,7 +169,7 @@ def _config(dataset: str, method: str, models: Sequence[str], seed: int, s: dict
     return RunConfig(paper=PAPER, dataset=dataset, method=method, models=tuple(models),
                      partition="strips_width", n_parties=kw.pop("n_parties", 4), active=0, batch_size=128,
                      epochs=epochs, seed=seed, n_train=s["criteo_n_train"] if criteo else s["n_train"],
-                     n_test=None if criteo else s["n_test"], **training, **kw)
+                     n_test=None if criteo else s["n_test"], resnet_cut=RESNET_CUT, **training, **kw)
 
 
 def _baselines(s: dict[str, Any], seed: int) -> tuple[str, ...]:

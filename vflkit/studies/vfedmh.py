@@ -74,6 +74,12 @@ PROFILE_SETTINGS: dict[str, dict[str, Any]] = {
               "all_artefacts_on": ("mnist", "fashion_mnist", "cifar10"), "seeds": (0, 1, 2)},
 }
 
+#: How the ResNets are cut into h and p: half their weighted layers each (EASTER Sec. V-A, the
+#: same authors: "the number of layers in both the local embedding and predicting models was
+#: the same"; :mod:`vflkit.models`). The earlier six-unit reading gave ResNet50 and ResNet101
+#: the same h, so SplitNN's and C-VFL's two columns trained one network; ResNet18 is cut alike
+#: by both, and its records stand.
+RESNET_CUT = "layers"
 #: The paper's one learning rate (Sec. VI-C: "the learning rate for all networks 0.05").
 PAPER_LR = 0.05
 #: Each optimizer at its standard rate, for Table IV's second set of rows: Adam at 1e-3 (Kingma
@@ -129,7 +135,7 @@ def _config(dataset: str, method: str, models: Sequence[str], seed: int, s: dict
     return RunConfig(paper="vfedmh", dataset=dataset, method=method, models=tuple(models),
                      optimizers=kw.pop("optimizers", "sgd"), lr=kw.pop("lr", PAPER_LR), partition="strips_width",
                      n_parties=4, active=0, batch_size=128, epochs=kw.pop("epochs", s["epochs"]), seed=seed,
-                     n_train=s["n_train"], n_test=s["n_test"], **kw)
+                     n_train=s["n_train"], n_test=s["n_test"], resnet_cut=RESNET_CUT, **kw)
 
 
 def configs(profile: str, *, seeds: Sequence[int] | None = None,
