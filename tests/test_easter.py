@@ -424,3 +424,23 @@ def test_every_method_builds_its_resnets_with_the_configs_cut():
         deep = [c for c in runs if any(m in ("resnet34", "resnet50", "resnet101") for m in c.models)]
         assert deep and all(c.resnet_cut == "layers" for c in deep)
         assert all(c.resnet_cut == "stages" for c in runs if not any(m.startswith("resnet") for m in c.models))
+
+
+def test_cvfl_rates_pair_each_sensitivity_run_with_its_tables_cell():
+    """Each C-VFL run at the dataset's rate (the sensitivity group) sits beside Table II's or
+    IV's cell at that rate / Q, the same run otherwise; a side not recorded is NaN."""
+    import math
+    from vflkit.studies import easter
+
+    groups = easter.configs("smoke")
+    host = groups["cvfl_host_lr"][0]
+    cell = host.replace(lr=host.lr / 10)
+    assert cell in groups["table2"] + groups["table4"]
+
+    def record(cfg, acc):
+        return {"key": cfg.key, "final": {"active": {"test_accuracy": acc, "test_auc": acc}}}
+
+    t = easter.cvfl_rates(groups, [record(host, 0.9)])
+    assert len(t) == 1 and t["at the dataset's lr (%)"].item() == 90.0 and math.isnan(t["at lr / Q (%)"].item())
+    t = easter.cvfl_rates(groups, [record(host, 0.9), record(cell, 0.8)])
+    assert t["at lr / Q (%)"].item() == 80.0 and t["lr / Q"].item() == pytest.approx(host.lr / 10)

@@ -509,6 +509,27 @@ def table5_ratios(t5: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows).round(2)
 
 
+def cvfl_rates(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """C-VFL at the rate its analysis allows (the dataset's divided by Q: the tables' cells)
+    beside the same run at the dataset's own rate (the sensitivity group ``cvfl_host_lr``), per
+    Table II/IV run: the final metric (%, AUC on Criteo) of each, NaN where not recorded yet. A
+    pair with neither recorded is left out."""
+    rec = _by_key(records)
+    rows = []
+    for c in groups["cvfl_host_lr"]:
+        defended = c.replace(lr=cvfl_step_size(c.lr))
+        table = "II" if defended in groups["table2"] else "IV"
+        metric = metric_of(c.dataset)
+        vals = [100 * rec[x.key]["final"]["active"].get(metric, np.nan) if x.key in rec else np.nan
+                for x in (defended, c)]
+        if all(np.isnan(v) for v in vals):
+            continue
+        rows.append({"table": table, "dataset": DATASET_NAMES[c.dataset], "models": "/".join(dict.fromkeys(c.models)),
+                     "seed": c.seed, "metric": metric, "lr / Q": defended.lr, "at lr / Q (%)": vals[0],
+                     "dataset's lr": c.lr, "at the dataset's lr (%)": vals[1]})
+    return pd.DataFrame(rows).round({"at lr / Q (%)": 2, "at the dataset's lr (%)": 2})
+
+
 def implied_convergence(t5: pd.DataFrame, other: str = "PyVertical") -> pd.DataFrame:
     """What the paper's Table V implies about how fast its EASTER converged, against ours.
 
