@@ -46,6 +46,15 @@ PAPER_ROUNDS = 500
 #: budget on rounds rather than on local batches because the server optimizers' behaviour (bias
 #: correction, Demon's schedule) unfolds over rounds, and at the paper's lr of 1e-3 a few more
 #: local steps add little client drift.
+#:
+#: **The quick profile does not learn**, and no faithful reduction inside the 2-core budget makes
+#: it: at the paper's plain SGD with lr 1e-3, FedAvg needs about 400-500 local steps per label
+#: owner before 1niid MNIST passes 60 % (measured 2026-11-25, seed 0, 500 test images: 20.0 %
+#: after 128 steps, 36.6 after 256, 56.8 after 384, 69.0 after 512; 4niid MNIST 51.0 after 128),
+#: while this profile gives 16 (2 batches x 8 rounds). A profile that learns would cost about
+#: 400 CPU-s a run, 4.7 CPU-hours for its 42 runs, against the 11 minutes here. So it stays a
+#: check that the pipeline runs: its models end near chance, and `vflkit.claims` reads every
+#: ordering *not testable (did not learn)*; the paper profile (500 rounds, a GPU) decides.
 QUICK_SAMPLES = 128
 QUICK_ROUNDS = 8
 QUICK_TEST = 500
@@ -455,6 +464,13 @@ def _fmnist_greater_check(profile: str) -> claims.Verdict:
     runs = per_run(recs)
     if runs.empty:
         return _no_records(profile)
+    # a gain between models at chance is noise: the gate names the 4niid runs near chance
+    niid = runs[runs["scenario"] == "4niid"].assign(cell=lambda d: d["dataset"])
+    untrained = [u for opt in ADAPTIVE if opt in set(niid["optimizer"]) for u in claims.untrained_runs(
+        claims.paired(niid, by="optimizer", a=opt, b="FedAvg", value="final_accuracy_pct", cell=["dataset"],
+                      chance=CHANCE_PCT))]
+    if untrained:
+        return claims.not_testable(f"{claims.DID_NOT_LEARN}: " + "; ".join(dict.fromkeys(untrained)))
     g = _gains(runs).pivot(index="seed", columns="dataset", values="gain")
     if not {"MNIST", "FashionMNIST"} <= set(g):
         return claims.not_testable("needs both datasets")
