@@ -351,3 +351,33 @@ def test_no_loss_clause_reads_the_noise_band(monkeypatch, diffs: list[float], st
     v = study._no_loss("quick", ("a", "x"), ("b", "y"), "2C+1M - 2C")
     assert v.status == status, v.evidence
     assert "noise band" in v.evidence
+
+
+#: CIFAR-10's training and test set sizes (the paper profile's n_train / n_test = None: all).
+CIFAR10_SIZES = {"n_train": 50_000, "n_test": 10_000}
+
+
+def test_quick_profile_is_the_paper_profile_reduced_by_one_factor():
+    """quick divides the paper profile's images and epochs by one whole factor k (the
+    autoencoder's epochs round up to one), gives Centralized the epochs of AdptVFedConv's two
+    supervised stages together on the same images, and keeps every optimiser choice."""
+    from vflkit.studies import adptvfedconv as study
+
+    quick = study.PROFILE_SETTINGS["quick"]["run"]
+    paper = A.AdptVFedConvConfig(**study.PROFILE_SETTINGS["paper"]["run"])
+    k, rest = divmod(paper.pretrain_epochs, quick["pretrain_epochs"])
+    assert rest == 0 and k > 1, "a whole reduction factor of the epochs"
+    assert quick["classifier_epochs"] * k == paper.classifier_epochs
+    for field, n in CIFAR10_SIZES.items():
+        assert getattr(paper, field) is None and quick[field] == round(n / k), field
+    assert quick["finetune_epochs"] == max(1, round(paper.finetune_epochs / k))
+    assert quick["centralized_epochs"] == quick["pretrain_epochs"] + quick["classifier_epochs"]
+    # the optimisers, learning rates, schedule and augmentation are the paper profile's
+    kept = {f.name for f in dataclasses.fields(A.AdptVFedConvConfig)} - {
+        "width", "n_train", "n_test", "pretrain_epochs", "finetune_epochs", "classifier_epochs",
+        "centralized_epochs", "batch_size", "ae_batch_size", "eval_batch_size"}
+    assert not kept & set(quick), f"quick changes {sorted(kept & set(quick))}"
+    runs = study.all_runs(study.configs("quick"))
+    central = [r.adpt for r in runs if r.variant == "centralized"]
+    assert central and all(c.centralized_epochs == c.pretrain_epochs + c.classifier_epochs and
+                           c.n_train == quick["n_train"] for c in central)
