@@ -112,9 +112,10 @@ PROFILE_SETTINGS: dict[str, dict[str, Any]] = {
     # advances per batch about as PyVertical does per step (paper scale, seed 0: 54 % after 47
     # batches, 64 % after 94), so it learns but ends near Local (seed 0: 55-56 % against
     # 57-59 %); a second epoch would add about 6 CPU-minutes. Measured (2026-11-25, 2-core CPU,
-    # one process at nice 5 beside other jobs): seed 0's 21 FMNIST runs 278 CPU-s (C-VFL's 6 of
-    # them 118 s), so the FMNIST part (63 runs, 3 seeds) about 14 CPU-minutes; the former 1,200
-    # images x 3 epochs (30 steps, about 2.6 CPU-minutes) left EASTER at 24-31 %, below Local.
+    # at nice 5 beside other jobs): the FMNIST part's 63 runs (3 seeds) 1,008 CPU-s, i.e. 16.8
+    # CPU-minutes (one worker, 24.7 minutes' wall time at a load of about 6); seed 0's 21 runs
+    # alone 278 CPU-s, C-VFL's 6 of them 118 s. The former 1,200 images x 3 epochs (30 steps,
+    # about 2.6 CPU-minutes) left EASTER at 24-31 %, below Local.
     # Criteo: the whole sample, 3 epochs of Adam.
     # Table IV on Criteo only and Table VI with C = 2, 6, 10 (Criteo), on Criteo's 5 seeds: with
     # 3, a paired difference needs 4.3 standard errors to leave the claims' noise band, and
