@@ -237,6 +237,33 @@ def test_study_configs_per_profile():
         easter.configs("quick", overrides={"epoch": 3})
 
 
+def test_quick_image_runs_are_faithful_reductions_of_the_paper_profile():
+    """Every quick FMNIST run is a paper-profile run with fewer training images, test images and
+    epochs and nothing else changed (method, models, seed, plain SGD at the paper's 0.01, batch
+    128; C-VFL at its rate rule): more images and more steps than the former 1,200 images x 3
+    epochs (30 steps, too few for EASTER to learn), fewer steps than one paper epoch."""
+    import math
+
+    from vflkit.studies import easter
+
+    paper = {c.key for c in easter.unique(easter.configs("paper"))}
+    s, ps = easter.settings("quick"), easter.settings("paper")
+    quick = [c for c in easter.unique(easter.configs("quick")) if c.dataset == "fashion_mnist"]
+    assert quick and {c.method for c in quick} == {"local", "splitnn", "c_vfl", "agg_vfl", "easter"}
+    paper_epoch = math.ceil(60_000 / 128)
+    for c in quick:
+        full = c.replace(n_train=None, n_test=None,
+                         epochs=ps["cvfl_epochs"] if c.method == "c_vfl" else ps["epochs"])
+        assert full.key in paper, c  # same method, models, seed, optimizer, lr, batch, options
+        assert (c.optimizers, c.batch_size) == ("sgd", 128) and c.lr in (0.01, 0.001), c
+        assert 1200 < c.n_train < 60_000 and c.n_test is not None and c.epochs < 20, c
+        steps = math.ceil(c.n_train / 128) * c.epochs
+        assert steps < paper_epoch, c
+        if c.method != "c_vfl":
+            assert c.epochs > 3 and steps > 30, c
+    assert s["cvfl_epochs"] <= s["epochs"]
+
+
 def test_study_tables_from_the_committed_quick_records():
     """Tables II, IV-VII and Figs. 4-6 are drawn from the quick records without training: θ
     columns and their average beside the paper's, bytes to convergence (float32 half of the

@@ -99,21 +99,30 @@ PROFILE_SETTINGS: dict[str, dict[str, Any]] = {
               "table6_seeds": None, "fig6_seeds": None,
               "table5_datasets": ("mnist", "criteo"), "table6_datasets": ("criteo",), "table6_parties": (2, 4),
               "fig6_dataset": "mnist", "embedding_dims": (16, 128), "el_pls": ((1, 1), (1, 2))},
-    # 2-core CPU: sized under a load of about 15 (other sessions' runs) to about 30 minutes on 2
-    # processes; on an idle 2-core CPU (2026-11-24, all 188 runs from an empty results root)
-    # 119 s on 2 workers, 3.5 CPU-minutes. FMNIST (Table V's image dataset) and Criteo; MNIST runs in smoke and
-    # paper only. 1,200 training and 1,000 test images, 3 epochs at the paper's plain-SGD lr of
-    # 0.01 (30 steps: far from converged, so image accuracies show the pipeline and the
-    # orderings, not the paper's magnitudes); the whole Criteo sample, 3 epochs of Adam. C-VFL
-    # (Q = 10 local iterations, 10x the compute per epoch) trains 1 epoch, on every seed (its
-    # seeds 1-2 and Criteo's 1-4 added about 15 CPU-minutes).
+    # 2-core CPU. FMNIST (Table V's image dataset) and Criteo; MNIST runs in smoke and paper only.
+    # Images: half of one paper epoch in SGD steps, at the paper's plain SGD, lr 0.01, batch 128:
+    # a tenth of its training images over a quarter of its epochs (6,000 of 60,000 x 5 of 20 =
+    # 235 steps, the paper's epoch being 469), 1,000 test images. Rule: enough steps that the
+    # paper-scale EASTER curve is well above chance and above Local; fewer than one paper epoch,
+    # for the budget. That curve (full data, seeds 0-2, evaluated every 47 steps; its recorded
+    # epoch 1 is 72.8-73.3 %) stands at 66-69 % after 235 steps (chance 10 %; Local, seed 0,
+    # 57-62 %), where after 94 it was level with Local (51-56 % against 53-56 %). C-VFL trains 1
+    # epoch (47 batches x Q = 10 local iterations, about twice the others' compute;
+    # ``cvfl_epochs`` also sets Criteo's C-VFL runs, so it stays 1): at its 0.001 = 0.01/Q it
+    # advances per batch about as PyVertical does per step (paper scale, seed 0: 54 % after 47
+    # batches, 64 % after 94), so it learns but ends near Local (seed 0: 55-56 % against
+    # 57-59 %); a second epoch would add about 6 CPU-minutes. Measured (2026-11-25, 2-core CPU,
+    # at nice 5 beside other jobs): the FMNIST part's 63 runs (3 seeds) 1,008 CPU-s, i.e. 16.8
+    # CPU-minutes (one worker, 24.7 minutes' wall time at a load of about 6); seed 0's 21 runs
+    # alone 278 CPU-s, C-VFL's 6 of them 118 s. The former 1,200 images x 3 epochs (30 steps,
+    # about 2.6 CPU-minutes) left EASTER at 24-31 %, below Local.
+    # Criteo: the whole sample, 3 epochs of Adam.
     # Table IV on Criteo only and Table VI with C = 2, 6, 10 (Criteo), on Criteo's 5 seeds: with
     # 3, a paired difference needs 4.3 standard errors to leave the claims' noise band, and
     # Criteo's 400 test rows make its AUC noisy. Fig. 6 (FMNIST) on 3 seeds. Those 48 Criteo
-    # runs (seeds 3-4) added 168 s on 2 workers (2026-11-24, background jobs at nice 19), so the
-    # profile's 236 runs take about 5 minutes from an empty results root.
-    "quick": {"datasets": ("fashion_mnist", "criteo"), "n_train": 1200, "n_test": 1000,
-              "criteo_n_train": None, "epochs": 3, "cvfl_epochs": 1, "criteo_epochs": 3,
+    # runs (seeds 3-4) added 168 s on 2 workers (2026-11-24, background jobs at nice 19).
+    "quick": {"datasets": ("fashion_mnist", "criteo"), "n_train": 6000, "n_test": 1000,
+              "criteo_n_train": None, "epochs": 5, "cvfl_epochs": 1, "criteo_epochs": 3,
               "seeds": (0, 1, 2), "criteo_seeds": (0, 1, 2, 3, 4), "cvfl_seeds": None,
               "table4_datasets": ("criteo",), "table4_seeds": None, "table6_seeds": None, "fig6_seeds": (0, 1, 2),
               "table5_datasets": ("fashion_mnist", "criteo"), "table6_datasets": ("criteo",),
