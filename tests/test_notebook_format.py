@@ -48,3 +48,45 @@ def test_committed_notebook_shows_its_figures(path):
     assert shown > 0, (f"{path.name} was committed without its figures: does its first code "
                        f"cell call report.set_style()? Then re-execute it (`python -m vflkit.study "
                        f"--commit-notebooks notebooks/{path.name}`)")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_parameters_cell_takes_effect(path):
+    """An edit of the parameters cell in JupyterLab takes effect: no later cell assigns profile or
+    device (papermill's injected-parameters cell did, resetting them to what the notebook was
+    committed with)."""
+    nb = nbformat.read(path, as_version=4)
+    tagged = [i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1, f"{path.name}: one cell tagged 'parameters', got {len(tagged)}"
+    assert not [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])], \
+        f"{path.name} was committed with papermill's injected-parameters cell"
+    import re
+    later = [c.source for c in nb.cells[tagged[0] + 1:] if c.cell_type == "code"]
+    assert not [s for s in later if re.search(r"^(profile|device)\s*=", s, re.M)], \
+        f"{path.name}: a cell after the parameters cell reassigns profile or device"
+
+
+def test_normalize_drops_injected_cell_and_renumbers(tmp_path):
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell('profile = "quick"', metadata={"tags": ["parameters"]}, execution_count=1),
+        nbformat.v4.new_code_cell('profile = "smoke"', metadata={"tags": ["injected-parameters"]}, execution_count=2),
+        nbformat.v4.new_code_cell("1 + 1", execution_count=3, outputs=[nbformat.v4.new_output(
+            "execute_result", data={"text/plain": "2"}, execution_count=3)]),
+    ])
+    path = tmp_path / "x.ipynb"
+    nbformat.write(nb, path)
+    normalize_notebook(path)
+    out = nbformat.read(path, as_version=4)
+    assert [c.source for c in out.cells] == ['profile = "quick"', "1 + 1"]
+    assert [c.execution_count for c in out.cells] == [1, 2]
+    assert out.cells[1].outputs[0]["execution_count"] == 2
+
+
+def test_commit_notebooks_refuses_another_profile(capsys):
+    from vflkit.study import main, notebook_defaults
+
+    demo = ROOT / "notebooks" / "demo.ipynb"
+    assert notebook_defaults(demo)["profile"] == "quick"
+    with pytest.raises(SystemExit):
+        main(["--profile", "smoke", "--commit-notebooks", str(demo)])
+    assert "parameters cell says profile = 'quick'" in capsys.readouterr().err

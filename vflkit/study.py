@@ -111,9 +111,31 @@ def execute(notebook: Path, *, profile: str, device: str) -> Path:
     return out
 
 
+def notebook_defaults(path: Path) -> dict[str, Any]:
+    """The values the notebook's ``parameters`` cell assigns (``profile``, ``device``, ...), read
+    as papermill reads them, without executing anything."""
+    import ast
+
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    cells = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    if not cells:
+        raise ConfigError(f"{path} has no cell tagged 'parameters'; papermill cannot set its profile")
+    values: dict[str, Any] = {}
+    for node in ast.parse(cells[0].source).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            try:
+                values[node.targets[0].id] = ast.literal_eval(node.value)
+            except ValueError:
+                continue  # an expression, not a literal default
+    return values
+
+
 def normalize_notebook(path: Path) -> None:
     """Rewrite ``path`` in the form JupyterLab saves it, so that opening a committed notebook
-    does not mark it modified and saving it unchanged gives no diff.
+    does not mark it modified and saving it unchanged gives no diff, without papermill's
+    injected-parameters cell (an edit of the parameters cell then takes effect).
 
     On opening, JupyterLab sets the kernelspec and ``language_info`` to what the running kernel
     reports; on saving it writes through :func:`nbformat.write`. Papermill's run metadata
@@ -133,11 +155,20 @@ def normalize_notebook(path: Path) -> None:
         "mimetype": "text/x-python", "name": "python", "nbconvert_exporter": "python",
         "pygments_lexer": "ipython3", "version": platform.python_version(),
     }
+    # Papermill's "injected-parameters" cell runs after the parameters cell and would reset
+    # whatever a reader types there (profile, device) in JupyterLab: the committed notebook keeps
+    # only the parameters cell, whose defaults are what the committed outputs were made with.
+    nb.cells = [c for c in nb.cells if "injected-parameters" not in c.metadata.get("tags", [])]
+    count = 0
     for cell in nb.cells:
         cell.metadata.pop("papermill", None)
         cell.metadata.pop("execution", None)
-        if "injected-parameters" in cell.metadata.get("tags", []):
-            cell.id = "injected-parameters"  # papermill draws a new id each run: a diff every time
+        if cell.cell_type == "code" and cell.get("execution_count") is not None:
+            count += 1  # as a kernel run top to bottom numbers them
+            cell.execution_count = count
+            for out in cell.get("outputs", []):
+                if "execution_count" in out:
+                    out["execution_count"] = count
         if cell.get("outputs"):
             # warnings of the executing machine (file paths, its commit) are not the notebook's
             # content, and nbval ignores the cells that print them (the run cells)
@@ -317,6 +348,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="list the runs without a record (running, checkpointed, pending, left for a GPU) "
                              "with their estimated minutes, and compute nothing")
     args = parser.parse_args(argv)
+    if args.commit_notebooks:
+        # the committed notebook keeps its parameters cell and not papermill's injected one, so its
+        # outputs must be those of the parameters it shows
+        for nb in args.notebooks:
+            shown = notebook_defaults(nb).get("profile")
+            if shown != args.profile:
+                parser.error(f"--commit-notebooks with --profile {args.profile}: {nb}'s parameters cell says "
+                             f"profile = {shown!r}, so its committed outputs would not be the ones it shows; "
+                             f"commit with --profile {shown}, or drop --commit-notebooks (the executed copy goes "
+                             f"to notebooks/_executed/{args.profile}/)")
     papers = [nb.stem for nb in args.notebooks if nb.stem in STUDY_FAMILY]
     unknown = [str(nb) for nb in args.notebooks if nb.stem not in STUDY_FAMILY]
     datasets = None if args.datasets is None else args.datasets.split(",")
