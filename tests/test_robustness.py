@@ -6,6 +6,7 @@ import dataclasses
 import json
 import math
 import os
+import subprocess
 import warnings
 from pathlib import Path
 
@@ -118,13 +119,44 @@ def test_a_record_from_other_code_is_named_once_per_call(tmp_path, monkeypatch):
         rec = json.loads(path.read_text())
         rec["environment"].update(env)
         path.write_text(json.dumps(rec))
-    with pytest.warns(UserWarning, match="2 of 3 reused records were made by other code") as caught:
+    with pytest.warns(UserWarning, match="2 of 3 reused records may not be what this checkout") as caught:
         records.run_many(runs, train=FakeTrainer(), profile="smoke", device="cpu", results=tmp_path,
                          progress=False)
-    named = [str(w.message) for w in caught if "other code" in str(w.message)]
+    named = [str(w.message) for w in caught if "may not be what" in str(w.message)]
     assert len(named) == 1
-    assert "commit fedcba9" in named[0] and "1 with uncommitted changes to vflkit/" in named[0]
+    assert "commits git cannot compare here: fedcba9" in named[0] and "1 with uncommitted changes to vflkit/" in named[0]
     assert "\n" not in named[0]
+
+
+def test_records_of_another_commit_with_the_same_training_code_reuse_quietly(tmp_path, monkeypatch):
+    """On a fresh clone every committed record is of an older commit: the reuse warning names only
+    those whose training code (methods, trainers, models, data, protocol) changed since."""
+    runs = [_cfg(seed=s) for s in range(3)]
+    records.run_many(runs, train=FakeTrainer(), profile="smoke", device="cpu", results=tmp_path, progress=False)
+    for r, commit in zip(runs, ["aaaaaaa", "bbbbbbb", "ccccccc"]):
+        path = records.record_path(r, "smoke", tmp_path)
+        rec = json.loads(path.read_text())
+        rec["environment"].update({"git_commit": commit, "vflkit_modified": False})
+        path.write_text(json.dumps(rec))
+    changes = {"aaaaaaa": (), "bbbbbbb": (), "ccccccc": ("vflkit/methods/vfedmh.py",)}
+    monkeypatch.setattr(records, "training_code_changes", lambda made, now: changes[made])
+    with pytest.warns(UserWarning, match="1 of 3 reused records") as caught:
+        records.run_many(runs, train=FakeTrainer(), profile="smoke", device="cpu", results=tmp_path, progress=False)
+    assert "training code changed since: vflkit/methods/vfedmh.py" in str(caught[0].message)
+    changes["ccccccc"] = ()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        records.run_many(runs, train=FakeTrainer(), profile="smoke", device="cpu", results=tmp_path, progress=False)
+
+
+def test_training_code_changes_reads_git():
+    git = lambda *a: subprocess.run(["git", *a], capture_output=True, text=True,  # noqa: E731
+                                    cwd=Path(records.__file__).parent).stdout.split()
+    head, root = git("rev-parse", "HEAD")[0], git("rev-list", "--max-parents=0", "HEAD")[0]
+    assert records.training_code_changes(head, head) == ()
+    changed = records.training_code_changes(root, head)
+    assert changed and all(f.startswith(records.TRAINING_CODE) for f in changed)
+    assert records.training_code_changes("0" * 40, head) is None
 
 
 def test_recompute_before_a_commit_remakes_older_records(tmp_path):

@@ -41,3 +41,17 @@ def test_no_paths_of_a_particular_machine():
         if re.search(r"/work/|/home/\w+|/root/|/Users/\w+|\.\./shared", text) and name != "tests/test_setup.py":
             offenders.append(name)
     assert not offenders, f"machine-specific paths in {offenders}"
+
+
+def test_study_cli_help_imports_no_torch():
+    """`python -m vflkit.study --help` answers at once: parsing the command line imports neither
+    torch nor the trainers (they load when a run or a device is resolved)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, contextlib, io\nfrom vflkit import study\n"
+            "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
+            "    study.main(['--help'])\n"
+            "print(sorted(m for m in ('torch', 'pandas', 'vflkit.training', 'vflkit.methods') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

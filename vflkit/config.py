@@ -13,9 +13,10 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
-import torch
+if TYPE_CHECKING:  # torch is imported where a device is resolved: `--help` needs no torch
+    import torch
 
 from .errors import ConfigError
 
@@ -213,8 +214,10 @@ def figures_dir() -> Path:
     return Path(value).expanduser() if value else project_root() / "figures"
 
 
-def resolve_device(device: str | torch.device = "auto") -> torch.device:
+def resolve_device(device: "str | torch.device" = "auto") -> "torch.device":
     """Turn ``"auto"`` into CUDA when available, else CPU; check any explicit choice."""
+    import torch
+
     if isinstance(device, torch.device):
         return device
     if device == "auto":

@@ -20,6 +20,7 @@ the plotting layer (:mod:`vflkit.report`) can read records without pulling in th
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -411,28 +412,69 @@ def _lookup(run: Run, *, profile: str, results: str | Path | None, force: bool, 
     return path, rec
 
 
+# The parts of vflkit that decide what a run computes. A record made at another commit is as good
+# as one made here when none of these changed in between: the studies, tables, claims, report and
+# scheduler only choose, order and read runs (a changed setting is a changed key, hence a new run).
+TRAINING_CODE = ("vflkit/methods", "vflkit/training", "vflkit/models.py", "vflkit/data.py",
+                 "vflkit/partition.py", "vflkit/secure.py", "vflkit/comm.py", "vflkit/tabular.py",
+                 "vflkit/config.py", "vflkit/records.py")
+
+
+@functools.lru_cache(maxsize=64)
+def training_code_changes(made: str, now: str) -> tuple[str, ...] | None:
+    """The files of :data:`TRAINING_CODE` that differ between commits ``made`` and ``now``
+    (empty: the record's run would compute the same here), or None where git cannot tell (a copy
+    without history, or a commit this clone does not have)."""
+    here = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(["git", "diff", "--name-only", made, now, "--", *TRAINING_CODE],
+                             cwd=here.parent, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    return tuple(sorted(line for line in out.stdout.splitlines() if line))
+
+
 def _warn_other_code(reused: list[dict[str, Any]]) -> None:
-    """One warning for the reused records that other code made (another commit, or a
-    modified ``vflkit/``), saying how many and how to remake them."""
+    """One warning for the reused records whose training code differs from this checkout's:
+    made with uncommitted changes to ``vflkit/``, or at a commit whose :data:`TRAINING_CODE`
+    differs from this one's (or cannot be compared). Records of other commits with the same
+    training code (every committed record on a fresh clone, as a rule) are reused silently."""
     if not reused:
         return
     current = _git_state()
-    other = [r for r in reused if _other_code(r, current)]
+    now = current.get("git_commit")
+    other, changed, unknown = [], set(), set()
+    for r in reused:
+        if not _other_code(r, current):
+            continue
+        env = r.get("environment") or {}
+        if env.get("vflkit_modified"):
+            other.append(r)
+            continue
+        files = training_code_changes(str(env.get("git_commit")), str(now))
+        if files is None:
+            unknown.add(str(env.get("git_commit")))
+            other.append(r)
+        elif files:
+            changed.update(files)
+            other.append(r)
     if not other:
         return
-    envs = [r.get("environment") or {} for r in other]
-    modified = sum(bool(e.get("vflkit_modified")) for e in envs)
-    commits = sorted({str(e.get("git_commit")) for e in envs if _other_code({"environment": {
-        "git_commit": e.get("git_commit")}}, current)})
+    modified = sum(bool((r.get("environment") or {}).get("vflkit_modified")) for r in other)
     what = []
-    if commits:
-        what.append(f"commit {', '.join(commits[:5])}{', ...' if len(commits) > 5 else ''}")
+    if changed:
+        names = sorted(changed)
+        what.append(f"training code changed since: {', '.join(names[:5])}{', ...' if len(names) > 5 else ''}")
+    if unknown:
+        what.append(f"commits git cannot compare here: {', '.join(sorted(unknown)[:3])}")
     if modified:
         what.append(f"{modified} with uncommitted changes to vflkit/")
     warnings.warn(
-        f"{len(other)} of {len(reused)} reused records were made by other code than this checkout's "
-        f"{current.get('git_commit', '?')} ({'; '.join(what)}); pass recompute_before=<commit> (or force=True) "
-        "to remake them", stacklevel=3)
+        f"{len(other)} of {len(reused)} reused records may not be what this checkout's code "
+        f"({now or '?'}) computes ({'; '.join(what)}); they are still used. Pass recompute_before=<commit> "
+        "(or force=True) to remake them", stacklevel=3)
 
 
 def run_one(run: Run, *, train: Trainer, profile: str, device: str | torch.device = "auto",
