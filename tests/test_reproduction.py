@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from vflkit import claims, reproduction, study
-from vflkit.config import figures_dir
+from vflkit.config import figures_dir, project_root
 from vflkit.report import KEY_COLUMNS, TABLE_COLUMNS, load_reference
 from vflkit.scheduler import Summary
 
@@ -307,3 +307,21 @@ def test_the_committed_paper_tables_are_the_ones_the_paper_records_give() -> Non
         assert path.read_text() == want, f"{paper}/paper/{name} is stale: re-execute notebooks/{paper}.ipynb"
     written = {(p.parent.parent.name, p.name) for p in figures_dir().glob("*/paper/*.csv")}
     assert written == set(expected), "a paper-profile CSV no record gives (or one not checked here)"
+
+
+def test_report_and_readme_open_with_the_findings(committed: str) -> None:
+    """The report's first section after the overview is its findings (each clause a profile
+    decides, with its evidence), then what the papers do not report, then the papers; the README
+    opens with the same findings, generated (`make report` rewrites its block)."""
+    order = [committed.index(h) for h in ("## Overview", reproduction.FINDINGS_HEADING, "## Beyond the papers", "## VFedMH")]
+    assert order == sorted(order)
+    findings = committed.split(reproduction.FINDINGS_HEADING, 1)[1].split("\n## ", 1)[0]
+    for title in reproduction.TITLES.values():
+        assert f"- **[{title}](#{title.lower()})**" in findings
+    decided = [line for line in findings.splitlines() if line.startswith("  - *")]
+    assert decided and all(reproduction.EVIDENCE in line for line in decided)
+    readme = (project_root() / "README.md").read_text()
+    start = readme.index(reproduction.README_START)
+    assert start < readme.index("```"), "the README opens with the findings, before the commands"
+    block = readme[start:readme.index(reproduction.README_END) + len(reproduction.README_END)]
+    assert block == reproduction.readme_findings(committed), "the README's findings are stale: run `make report`"
