@@ -3,7 +3,8 @@
 Every passive party ``l_k`` (k = 1..K; the active party is ``l_0``) holds a Diffie-Hellman key
 pair (:class:`BlindingKeys`). It sends its public key to the active party, which relays all of
 them to every passive party; each pair of passive parties then shares a key
-``CK_{k,j} = CK_{j,k}`` (Eq. 4) that nobody else, the active party included, can compute.
+``CK_{k,j} = CK_{j,k}`` (Eq. 4) that nobody else, the active party included, can compute,
+provided the keys it relays are the parties' own (see "Threat model" below).
 Party ``k`` blinds its embedding with ``r_k = sum_{j != k} s(k, j) * PRG(CK_{k,j})``,
 ``s(k, j) = -1 if k > j else +1`` (Eq. 5), sends ``[E_k] = E_k + r_k`` (Eq. 6), and the active
 party averages ``E = (E_a + sum_k [E_k]) / C`` (Eq. 7): every pair's stream is added once and
@@ -39,9 +40,49 @@ tensors without a tag, a sum outside the range K encodings can reach (a leftover
 uniform in the ring). NaN/inf embeddings raise :class:`NonFiniteEmbeddingError`, a
 :class:`~vflkit.errors.DivergenceError`.
 
-Threat model (the paper's): honest-but-curious parties, all K passive parties contribute every
-step (no dropout recovery), and a secure channel. A passive party colluding with the active
-party can unmask a K = 2 partner; no scheme of this kind prevents that.
+Threat model
+------------
+The paper's model: honest-but-curious parties (each follows the protocol and learns what it
+can from what it receives), all K passive parties contribute every step (no dropout recovery),
+and a private channel between each passive party and the active party. What each party learns,
+message by message:
+
+* The active party relays the public keys (they reveal no ``CK``); receives each blinded
+  ``[E_k]``, uniform in the ring to anyone without party k's pair keys, so it reveals nothing
+  alone; and sums them to ``sum_k E_k``, which Eq. (7) needs and which is all it learns of the
+  embeddings (with K = 1 that sum is ``E_1``: :func:`check_passive_count`). The predictions
+  ``R_k`` (round 3) reach it in the clear.
+* A passive party k receives the others' public keys (nothing secret), the global embedding
+  ``E`` (round 2; hence the sum of the other C - 1 embeddings, with C = 2 the active party's
+  own) and its loss message (round 4: ``L_k`` and ``dL_k/dR_k``, from which it can infer the
+  batch's labels: :func:`vflkit.attacks.label_leakage` recovers them all).
+
+A malicious active party (outside the paper's model) relays the keys, so it can:
+
+* without signed key bundles (the default): relay key pairs of its own as party j's. Party k
+  then shares ``CK_{k,j}`` with the active party, which computes ``r_k`` and reads ``E_k`` from a
+  single blinded message (reliability review case X42; ``tests/test_key_authentication.py``
+  reproduces it). It can also drop peers from the set it relays, shrinking ``r_k``.
+* with signed key bundles (:class:`IdentityKey`, :class:`KeyDirectory`,
+  :meth:`BlindingKeys.signed_public_key`; VFedMH's option ``authenticate_keys``): not any more.
+  Each passive party signs its key-agreement public key with its Ed25519 identity key, over the
+  scheme, its index, the run's identifier and the key agreement's index; its peers verify the
+  signature against identity keys they hold from before training, from a directory (a PKI, or
+  keys exchanged out of band) that does not pass through the active party. A substituted,
+  altered or replayed key (another run, agreement or party) and a dropped or added peer raise
+  :class:`~vflkit.errors.SecurityError`. The masks, hence training, are identical; the setup
+  messages carry a 64-byte signature per key. Off by default so that existing records keep their
+  ledgers.
+* either way: send a wrong global embedding or crafted gradients (corrupting the passive models
+  or probing them, e.g. for model inversion), or stop aggregating. Masking protects the
+  confidentiality of the embeddings, not the integrity of training.
+
+Out of scope: label leakage through the loss gradients (above), what ``E`` reveals (the sum of
+the other embeddings), collusion (a passive party colluding with the active party can unmask a
+K = 2 partner; no scheme of this kind prevents that), the authenticity of the directory itself
+(the PKI's job), dropout, and timing side channels (the FFDH scheme's ``pow`` is not
+constant-time). Seeded keys (``seed=``) are for tests and protect nothing against whoever
+knows the seed.
 
 This module depends on nothing in vflkit but :mod:`vflkit.errors`.
 """
