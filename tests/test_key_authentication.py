@@ -221,6 +221,25 @@ def test_vfedmh_refuses_a_relay_that_substitutes_keys_only_with_authenticate_key
     assert float((recovered - truth).abs().max()) <= ring.rounding_bound
 
 
+def test_easter_authenticates_keys_too_and_at_c2_signs_for_no_peer() -> None:
+    """EASTER takes the option from VFedMH. At C = 2 (allow_single_passive) the lone passive
+    party has no peer, so the directory's peer set is empty; a key slipped in is refused."""
+    from vflkit.methods import get_method
+
+    for n_parties in (4, 2):
+        ch, parties = _parties(n_parties)
+        config = RunConfig(paper="demo", dataset="mnist", method="easter", models=("mlp",) * n_parties,
+                           n_parties=n_parties, embedding_dim=16, lr=0.1,
+                           options={"authenticate_keys": True, "allow_single_passive": n_parties == 2})
+        method = get_method("easter")(config, parties, num_classes=10)
+        method.setup()
+        method.train_step(torch.arange(16))
+        assert ch.pending() == 0
+    with pytest.raises(SecurityError, match="dropped or added"):
+        parties[1].state["keys"].agree({2: BlindingKeys(2, seed=3).public_key()}, allow_insecure=True,
+                                       directory=method._directory, agreement=1)
+
+
 def test_vfedmh_authenticate_keys_trains_bit_identically_and_counts_the_signatures(tmp_path, monkeypatch) -> None:
     """A tiny VFedMH run with and without signed bundles: the same losses and accuracies to the
     bit, the same training traffic; the setup phase carries one 64-byte signature more per key
