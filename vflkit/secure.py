@@ -3,7 +3,8 @@
 Every passive party ``l_k`` (k = 1..K; the active party is ``l_0``) holds a Diffie-Hellman key
 pair (:class:`BlindingKeys`). It sends its public key to the active party, which relays all of
 them to every passive party; each pair of passive parties then shares a key
-``CK_{k,j} = CK_{j,k}`` (Eq. 4) that nobody else, the active party included, can compute.
+``CK_{k,j} = CK_{j,k}`` (Eq. 4) that nobody else, the active party included, can compute,
+provided the keys it relays are the parties' own (see "Threat model" below).
 Party ``k`` blinds its embedding with ``r_k = sum_{j != k} s(k, j) * PRG(CK_{k,j})``,
 ``s(k, j) = -1 if k > j else +1`` (Eq. 5), sends ``[E_k] = E_k + r_k`` (Eq. 6), and the active
 party averages ``E = (E_a + sum_k [E_k]) / C`` (Eq. 7): every pair's stream is added once and
@@ -39,9 +40,49 @@ tensors without a tag, a sum outside the range K encodings can reach (a leftover
 uniform in the ring). NaN/inf embeddings raise :class:`NonFiniteEmbeddingError`, a
 :class:`~vflkit.errors.DivergenceError`.
 
-Threat model (the paper's): honest-but-curious parties, all K passive parties contribute every
-step (no dropout recovery), and a secure channel. A passive party colluding with the active
-party can unmask a K = 2 partner; no scheme of this kind prevents that.
+Threat model
+------------
+The paper's model: honest-but-curious parties (each follows the protocol and learns what it
+can from what it receives), all K passive parties contribute every step (no dropout recovery),
+and a private channel between each passive party and the active party. What each party learns,
+message by message:
+
+* The active party relays the public keys (they reveal no ``CK``); receives each blinded
+  ``[E_k]``, uniform in the ring to anyone without party k's pair keys, so it reveals nothing
+  alone; and sums them to ``sum_k E_k``, which Eq. (7) needs and which is all it learns of the
+  embeddings (with K = 1 that sum is ``E_1``: :func:`check_passive_count`). The predictions
+  ``R_k`` (round 3) reach it in the clear.
+* A passive party k receives the others' public keys (nothing secret), the global embedding
+  ``E`` (round 2; hence the sum of the other C - 1 embeddings, with C = 2 the active party's
+  own) and its loss message (round 4: ``L_k`` and ``dL_k/dR_k``, from which it can infer the
+  batch's labels: :func:`vflkit.attacks.label_leakage` recovers them all).
+
+A malicious active party (outside the paper's model) relays the keys, so it can:
+
+* without signed key bundles (the default): relay key pairs of its own as party j's. Party k
+  then shares ``CK_{k,j}`` with the active party, which computes ``r_k`` and reads ``E_k`` from a
+  single blinded message (reliability review case X42; ``tests/test_key_authentication.py``
+  reproduces it). It can also drop peers from the set it relays, shrinking ``r_k``.
+* with signed key bundles (:class:`IdentityKey`, :class:`KeyDirectory`,
+  :meth:`BlindingKeys.signed_public_key`; VFedMH's option ``authenticate_keys``): not any more.
+  Each passive party signs its key-agreement public key with its Ed25519 identity key, over the
+  scheme, its index, the run's identifier and the key agreement's index; its peers verify the
+  signature against identity keys they hold from before training, from a directory (a PKI, or
+  keys exchanged out of band) that does not pass through the active party. A substituted,
+  altered or replayed key (another run, agreement or party) and a dropped or added peer raise
+  :class:`~vflkit.errors.SecurityError`. The masks, hence training, are identical; the setup
+  messages carry a 64-byte signature per key. Off by default so that existing records keep their
+  ledgers.
+* either way: send a wrong global embedding or crafted gradients (corrupting the passive models
+  or probing them, e.g. for model inversion), or stop aggregating. Masking protects the
+  confidentiality of the embeddings, not the integrity of training.
+
+Out of scope: label leakage through the loss gradients (above), what ``E`` reveals (the sum of
+the other embeddings), collusion (a passive party colluding with the active party can unmask a
+K = 2 partner; no scheme of this kind prevents that), the authenticity of the directory itself
+(the PKI's job), dropout, and timing side channels (the FFDH scheme's ``pow`` is not
+constant-time). Seeded keys (``seed=``) are for tests and protect nothing against whoever
+knows the seed.
 
 This module depends on nothing in vflkit but :mod:`vflkit.errors`.
 """
@@ -59,9 +100,9 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
-from cryptography.exceptions import UnsupportedAlgorithm
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.asymmetric import x25519
+from cryptography.hazmat.primitives.asymmetric import ed25519, x25519
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
@@ -176,6 +217,11 @@ _X25519_PUBLIC_BYTES = 32
 # ascending order, so that k and j derive the same CK_{k,j} and no other pair or use can.
 _KDF_LABEL = b"vflkit/VFedMH/blinding-factor/v1"
 _MAX_COUNTER = 2**32  # round and step each take 4 bytes of the 16-byte AES-CTR counter block
+# What an identity key signs starts with its own label, so that a signature over a key bundle
+# can never be read as a signature over anything else.
+_BUNDLE_LABEL = b"vflkit/VFedMH/key-bundle/v1"
+_SIGNATURE_BYTES = 64  # Ed25519 (RFC 8032)
+_IDENTITY_BYTES = 32
 
 
 def check_passive_count(n_passive: int, *, allow_insecure: bool = False) -> None:
@@ -394,12 +440,155 @@ def _prefetcher() -> ThreadPoolExecutor:
         return _PREFETCHER
 
 
+def _bundle_message(scheme: str, party: int, run: str, agreement: int, public_key: bytes) -> bytes:
+    """What party ``party``'s identity key signs for one key agreement.
+
+    Every field but the last is length-prefixed or fixed-size, so no two contexts encode to the
+    same bytes: a bundle signed for one (scheme, party, run, agreement) verifies for no other.
+    """
+    run_bytes = run.encode()
+    return b"".join((
+        _BUNDLE_LABEL, len(scheme).to_bytes(1, "big"), scheme.encode(), party.to_bytes(4, "big"),
+        len(run_bytes).to_bytes(2, "big"), run_bytes, agreement.to_bytes(4, "big"), public_key,
+    ))
+
+
+def _check_run(run: Any) -> str:
+    if not isinstance(run, str) or not run or len(run.encode()) >= 2**16:
+        raise ConfigError(f"run must be a non-empty string (the run's identifier) under 64 KiB, got {run!r}.")
+    return run
+
+
+class IdentityKey:
+    """A passive party's long-term Ed25519 identity key: it signs the party's key-agreement
+    public key for each key agreement (:meth:`BlindingKeys.signed_public_key`).
+
+    Its public half reaches the other passive parties through a :class:`KeyDirectory` set up
+    before training (a PKI or a pre-shared directory), never through the active party: a key
+    the active party relays is only as trustworthy as the signature it carries.
+
+    Parameters
+    ----------
+    party : int
+        The passive party's index k in 1..K.
+    seed : int or None, default None
+        None draws the key from the OS's randomness. An integer derives it from
+        ``SHA-256(seed, party)`` for reproducible tests: anyone who knows the seed can sign as
+        this party, so a seeded identity authenticates nothing against that person.
+    """
+
+    def __init__(self, party: int, *, seed: int | None = None) -> None:
+        if isinstance(party, bool) or not isinstance(party, int) or party < 1:
+            raise ConfigError(f"party must be a passive party's index 1..K (>= 1), got {party!r}.")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise ConfigError(f"seed must be an integer or None, got {seed!r}.")
+        self.party = party
+        if seed is None:
+            self._private = ed25519.Ed25519PrivateKey.generate()
+        else:
+            material = hashlib.sha256(f"vflkit-identity-key|{seed}|{party}".encode()).digest()
+            self._private = ed25519.Ed25519PrivateKey.from_private_bytes(material)
+
+    def __repr__(self) -> str:
+        return f"IdentityKey(party={self.party})"
+
+    def public_key(self) -> bytes:
+        """The 32-byte Ed25519 public key to register in the :class:`KeyDirectory`."""
+        return self._private.public_key().public_bytes_raw()
+
+    def sign(self, message: bytes) -> bytes:
+        """The 64-byte Ed25519 signature of ``message``."""
+        return self._private.sign(message)
+
+
+class KeyDirectory:
+    """What every passive party knows before training, independently of the active party.
+
+    It holds each passive party's identity public key (:class:`IdentityKey`) and the run's
+    identifier. In a deployment it is a PKI or a directory the parties exchanged out of band;
+    here the simulation builds it directly, outside the channel. A key bundle relayed by the
+    active party is accepted only if it carries the signature of the identity registered here
+    for its party, over this run and the expected key agreement (:meth:`open`).
+
+    Parameters
+    ----------
+    identities : dict[int, bytes]
+        ``{k: IdentityKey(k).public_key()}`` for every passive party k.
+    run : str
+        The run's identifier, fresh for every run (e.g. the run's config key plus a random
+        nonce): bundles of another run do not verify here.
+    """
+
+    def __init__(self, identities: dict[int, bytes], *, run: str) -> None:
+        if not isinstance(identities, dict) or not identities:
+            raise ConfigError("identities must be a non-empty dict {passive party index: Ed25519 public key bytes}.")
+        verifiers = {}
+        for k, pk in identities.items():
+            if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+                raise ConfigError(f"identity party index must be a passive party's index >= 1, got {k!r}.")
+            if not isinstance(pk, (bytes, bytearray)) or len(pk) != _IDENTITY_BYTES:
+                raise ConfigError(f"identity of party {k} must be {_IDENTITY_BYTES} bytes of an Ed25519 "
+                                  f"public key (IdentityKey.public_key()), got {pk!r:.60}.")
+            verifiers[k] = ed25519.Ed25519PublicKey.from_public_bytes(bytes(pk))
+        self._verifiers = verifiers
+        self.run = _check_run(run)
+
+    def __repr__(self) -> str:
+        return f"KeyDirectory(parties={list(self.parties)}, run={self.run!r})"
+
+    @property
+    def parties(self) -> tuple[int, ...]:
+        """The passive parties with a registered identity, ascending."""
+        return tuple(sorted(self._verifiers))
+
+    def open(self, party: int, bundle: bytes, *, scheme: str, agreement: int) -> bytes:
+        """The key-agreement public key inside ``bundle``, once its signature is verified.
+
+        ``bundle`` is ``public key || signature`` (:meth:`BlindingKeys.signed_public_key`); the
+        signature must be party ``party``'s registered identity's, over ``scheme``, ``party``,
+        this directory's run and ``agreement``.
+
+        Raises
+        ------
+        SecurityError
+            If ``party`` has no registered identity, the bundle carries no signature, or the
+            signature does not verify: the key was substituted or altered by whoever relayed
+            it, or replayed from another run, key agreement or party.
+        """
+        agreement = _check_counter("agreement", agreement)
+        if party not in self._verifiers:
+            raise SecurityError(
+                f"a key bundle was relayed for party {party!r}, which has no identity in the key "
+                f"directory (registered: {list(self.parties)}): refusing a key nobody can vouch for."
+            )
+        if not isinstance(bundle, (bytes, bytearray)) or len(bundle) <= _SIGNATURE_BYTES:
+            got = f"{len(bundle)} bytes" if isinstance(bundle, (bytes, bytearray)) else type(bundle).__name__
+            raise SecurityError(
+                f"the key relayed as party {party}'s carries no signature ({got}): with a key directory "
+                "every key must arrive as BlindingKeys.signed_public_key(...), public key || signature."
+            )
+        public_key, signature = bytes(bundle[:-_SIGNATURE_BYTES]), bytes(bundle[-_SIGNATURE_BYTES:])
+        try:
+            self._verifiers[party].verify(signature, _bundle_message(scheme, party, self.run, agreement, public_key))
+        except InvalidSignature:
+            raise SecurityError(
+                f"the key relayed as party {party}'s is not signed by party {party}'s registered identity "
+                f"for this run ({self.run!r}) and key agreement {agreement} ({scheme}): whoever relayed it "
+                "substituted or altered it, or replayed a bundle of another run, key agreement or party. "
+                "Refusing it: agreeing to it could let the relaying party compute this party's masks."
+            ) from None
+        return public_key
+
+
 class BlindingKeys:
     """One passive party's key pair, pairwise shared keys and blinding factors (Eqs. 4-5).
 
     Protocol: ``public_key()`` is sent to the active party, which relays every passive party's
     public key to the others; each party calls ``agree({j: public_key_j for every other j})``,
     then ``blind(...)`` (or :meth:`blinding_factor`) for each step. Nothing else is ever sent.
+    Authenticated variant: each party sends ``signed_public_key(identity, ...)`` instead and
+    calls ``agree(bundles, directory=..., agreement=...)``, which refuses a key that its
+    party's registered identity did not sign for this run and agreement (the masks are the same).
 
     Parameters
     ----------
@@ -452,20 +641,53 @@ class BlindingKeys:
         """The bytes to send to the active party (32 for x25519, 256 for ffdh)."""
         return self._public
 
+    def signed_public_key(self, identity: IdentityKey, *, run: str, agreement: int = 0) -> bytes:
+        """The key bundle to send instead of :meth:`public_key`: ``public_key() || signature``.
+
+        The signature is ``identity``'s (this party's, registered in the peers'
+        :class:`KeyDirectory`) over the scheme, this party's index, ``run`` and ``agreement``
+        (the key agreement's index in the run), so a bundle verifies for exactly one party, run
+        and key agreement. 64 bytes longer than the public key.
+        """
+        if not isinstance(identity, IdentityKey):
+            raise ConfigError(f"identity must be an IdentityKey, got {type(identity).__name__}.")
+        if identity.party != self.party:
+            raise ConfigError(f"party {self.party} cannot sign its key with party {identity.party}'s identity key.")
+        message = _bundle_message(self.scheme, self.party, _check_run(run), _check_counter("agreement", agreement),
+                                  self._public)
+        return self._public + identity.sign(message)
+
     @property
     def peers(self) -> tuple[int, ...]:
         """The other passive parties this party shares a key with, ascending."""
         return tuple(sorted(self._pair_keys))
 
-    def agree(self, peers: dict[int, bytes], *, allow_insecure: bool = False) -> None:
+    def agree(self, peers: dict[int, bytes], *, allow_insecure: bool = False,
+              directory: KeyDirectory | None = None, agreement: int = 0) -> None:
         """Derive ``CK_{k,j}`` with every other passive party j (Eq. 4).
 
         Parameters
         ----------
         peers : dict[int, bytes]
-            ``{j: public_key of party j}`` for every OTHER passive party (K - 1 entries).
+            ``{j: public_key of party j}`` for every OTHER passive party (K - 1 entries); with
+            ``directory``, ``{j: signed_public_key of party j}``.
         allow_insecure : bool, default False
             Permit an empty ``peers`` (K = 1, r_1 = 0); see :func:`check_passive_count`.
+        directory : KeyDirectory or None, default None
+            Authenticate the keys: each must be a bundle signed by its party's identity in
+            ``directory`` for its run and ``agreement``, and ``peers`` must hold every other
+            party of the directory. None accepts the keys as relayed (the paper's
+            honest-but-curious model: a dishonest relay can substitute its own keys and unmask
+            this party's embeddings; see the module docstring).
+        agreement : int, default 0
+            The index of this key agreement in the run (a fresh one for every agreement, e.g.
+            after a resume); only read with ``directory``.
+
+        Raises
+        ------
+        SecurityError
+            With ``directory``: a key that is unsigned, signed by another identity or for
+            another run, agreement or party, or a peer of the directory missing or added.
         """
         if not isinstance(peers, dict):
             raise ConfigError(f"peers must be a dict {{party index: public key bytes}}, got {type(peers).__name__}.")
@@ -476,6 +698,8 @@ class BlindingKeys:
                 raise ConfigError(f"peers must not include this party itself ({j}); pass the other passive parties.")
             if not isinstance(pk, (bytes, bytearray)):
                 raise ConfigError(f"public key of party {j} must be bytes, got {type(pk).__name__}.")
+        if directory is not None:
+            peers = self._verified(peers, directory, agreement)
         check_passive_count(len(peers) + 1, allow_insecure=allow_insecure)
         ciphers, pair_keys, literal = {}, {}, {}
         for j, pk in peers.items():
@@ -490,6 +714,23 @@ class BlindingKeys:
             literal[j] = int.from_bytes(okm[32:], "little")
         self._ciphers, self._pair_keys, self._literal = ciphers, pair_keys, literal
         self._agreed = True
+
+    def _verified(self, peers: dict[int, bytes], directory: KeyDirectory, agreement: int) -> dict[int, bytes]:
+        """The public keys inside ``peers``' bundles, each checked against ``directory``."""
+        if not isinstance(directory, KeyDirectory):
+            raise ConfigError(f"directory must be a KeyDirectory, got {type(directory).__name__}.")
+        if self.party not in directory.parties:
+            raise ConfigError(f"party {self.party} has no identity in {directory!r}; register every passive party.")
+        expected = set(directory.parties) - {self.party}
+        if set(peers) != expected:
+            # A relay that drops peers shrinks this party's mask (with none left, r_k = 0) and
+            # one that adds a party slips in a key no identity vouches for: both are refused.
+            raise SecurityError(
+                f"party {self.party} was relayed keys of parties {sorted(peers)}, but the key directory "
+                f"registers {sorted(expected)} as its peers: the relaying party dropped or added a key. "
+                "Refusing to agree on a set of peers other than the directory's."
+            )
+        return {j: directory.open(j, bundle, scheme=self.scheme, agreement=agreement) for j, bundle in peers.items()}
 
     def _exchange(self, j: int, pk: bytes) -> bytes:
         try:

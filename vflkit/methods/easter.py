@@ -30,7 +30,7 @@ class EASTER(TabularModels, VFedMH):
 
     Options
     -------
-    blinding, scheme, scale_bits
+    blinding, scheme, scale_bits, authenticate_keys
         As :class:`~vflkit.methods.vfedmh.VFedMH`.
     allow_single_passive : bool, default False
         Permit blinding with a single passive party (C = 2), whose mask is then zero: the

@@ -26,12 +26,14 @@ test global embedding, built by the same protocol, through p(θ_k, ·).
 
 from __future__ import annotations
 
+import secrets
+
 import torch
 import torch.nn.functional as F
 
 from ..comm import Party
 from ..errors import ConfigError
-from ..secure import BlindingKeys, FixedPointRing, aggregate, blind
+from ..secure import BlindingKeys, FixedPointRing, IdentityKey, KeyDirectory, aggregate, blind
 from .base import VFLMethod, backward_each
 
 #: Masks are indexed by (round, step); a per-party counter of blinded tensors gives each
@@ -49,6 +51,14 @@ class VFedMH(VFLMethod):
         plain float embeddings (for the with/without comparison only).
     scheme : {"x25519", "ffdh"}, default "x25519"
         Key agreement of :class:`vflkit.secure.BlindingKeys`.
+    authenticate_keys : bool, default False
+        Sign each passive party's key-agreement public key with its Ed25519 identity key and
+        have its peers verify the signature against a directory set up before training
+        (:class:`vflkit.secure.KeyDirectory`), so an active party that relays keys of its own
+        (or replays old ones) is refused with SecurityError instead of unmasking embeddings.
+        The masks, hence training, are the same either way; each relayed key grows by a 64-byte
+        signature, which the setup phase of the ledger counts. Off by default so that records
+        made without it keep their ledgers (see the module docstring of :mod:`vflkit.secure`).
     scale_bits : int, default 16
         Fixed-point fraction bits of the ring the masks live in.
     mask_prefetch : bool, default True
@@ -65,7 +75,7 @@ class VFedMH(VFLMethod):
 
     name = "vfedmh"
     defaults = {"blinding": True, "scheme": "x25519", "scale_bits": 16, "mask_prefetch": True,
-                "embedding_gradient": "share"}
+                "embedding_gradient": "share", "authenticate_keys": False}
     #: The values of the ``embedding_gradient`` option.
     EMBEDDING_GRADIENTS: tuple[str, ...] = ("share", "full")
 
@@ -77,6 +87,12 @@ class VFedMH(VFLMethod):
             party.models["model"] = self.party_model(party)
             party.optimizers["local"] = self.make_optimizer(party, party.models["model"].parameters())
         self.ring = FixedPointRing(scale_bits=int(self.options["scale_bits"]))
+        # authenticate_keys: the passive parties' identity keys and the directory of their public
+        # halves, made at the first setup() (before any key is relayed), and the count of key
+        # agreements, which makes each agreement's bundles valid for that agreement only
+        self._identities: dict[int, IdentityKey] = {}
+        self._directory: KeyDirectory | None = None
+        self._agreements = 0
 
     # -- key agreement --------------------------------------------------------------------
 
@@ -87,19 +103,44 @@ class VFedMH(VFLMethod):
 
     def setup(self) -> None:
         """Key generation and blinding-factor set-up (Sec. IV-C): every passive party sends
-        its public key to the active party, which forwards each one the others' keys."""
+        its public key to the active party, which forwards each one the others' keys. With
+        ``authenticate_keys`` the keys travel signed and each party verifies its peers' keys
+        against the key directory before agreeing."""
         if not self.options["blinding"]:
             return
+        directory = self._key_directory() if self.options["authenticate_keys"] else None
+        agreement = self._agreements
+        self._agreements += 1
         for number, p in enumerate(self.passive, start=1):
             keys = BlindingKeys(number, scheme=self.options["scheme"])
             p.state["keys"] = keys
             p.state["mask_counter"] = 0
-            p.send(self.active, "public_key", keys.public_key())
+            if directory is None:
+                p.send(self.active, "public_key", keys.public_key())
+            else:
+                p.send(self.active, "public_key",
+                       keys.signed_public_key(self._identities[number], run=directory.run, agreement=agreement))
         public = {number: self.active.recv(p, "public_key") for number, p in enumerate(self.passive, start=1)}
         for number, p in enumerate(self.passive, start=1):
             self.active.send(p, "public_key", {j: pk for j, pk in public.items() if j != number})
         for p in self.passive:
-            p.state["keys"].agree(p.recv(self.active, "public_key"), allow_insecure=self.allow_insecure())
+            p.state["keys"].agree(p.recv(self.active, "public_key"), allow_insecure=self.allow_insecure(),
+                                  directory=directory, agreement=agreement)
+
+    def _key_directory(self) -> KeyDirectory:
+        """The passive parties' identity keys and their directory, made once per method.
+
+        This stands for what happens before training and outside the channel (a PKI or a
+        pre-shared directory), so none of it is sent or counted: the active party relays keys
+        but has no say in which identities vouch for them. The run identifier is the config's
+        key plus a random nonce, so a resumed run (a new method) refuses the bundles of the run
+        it resumes.
+        """
+        if self._directory is None:
+            self._identities = {n: IdentityKey(n) for n in range(1, len(self.passive) + 1)}
+            self._directory = KeyDirectory({n: ik.public_key() for n, ik in self._identities.items()},
+                                           run=f"{self.config.key}/{secrets.token_hex(8)}")
+        return self._directory
 
     # -- one protocol pass --------------------------------------------------------------------
 
