@@ -1,5 +1,6 @@
 """Tests for vflkit.analysis: the convergence rule and bytes to convergence, on hand-made records."""
 
+import pandas as pd
 import pytest
 
 from vflkit.analysis import bytes_to_convergence, convergence_epoch, convergence_epochs, convergence_table
@@ -84,3 +85,16 @@ def test_auc_is_the_default_metric_when_recorded():
     assert out["metric"] == "test_auc" and out["epoch"] == 2 and out["value"] == pytest.approx(0.75)
     table = convergence_table([rec, _record()])
     assert list(table["method"]) == ["splitnn", "easter"] and list(table["epoch"]) == [2, 4]
+
+
+def test_variant_summary_reads_the_table():
+    from vflkit.analysis import variant_summary
+
+    labels = ("a", "b")
+    t = pd.DataFrame({"dataset": ["MNIST", "MNIST", "FMNIST"], "seed": [0, 1, 0], "models": ["m"] * 3,
+                      "a: final %": [90.0, 91.0, 80.0], "a: e*": [10, 12, 8], "b: final %": [91.0, 93.0, 79.0],
+                      "b: e*": [8, 10, 8], "difference (points)": [1.0, 2.0, -1.0]})
+    text = variant_summary(t, labels=labels)
+    assert text.startswith("On MNIST, b ends +1.50 ± 0.50 points against a over 2 pairs")
+    assert "mean e* 11.0 against 9.0 epochs" in text and "on FMNIST, b ends -1.00 points" in text
+    assert variant_summary(t.iloc[:0], labels=labels).startswith("No pair")

@@ -209,3 +209,21 @@ def variant_pairs(pairs: Iterable[tuple[Mapping[str, Any], Mapping[str, Any]]], 
     return pd.DataFrame(rows, columns=["dataset", "seed", "models", *(f"{lab}: {what}" for lab in labels
                                                                      for what in ("final %", "e*")),
                                        "difference (points)"])
+
+
+def variant_summary(table: pd.DataFrame, *, labels: tuple[str, str]) -> str:
+    """One sentence per dataset from a :func:`variant_pairs` table: the variant's mean paired
+    difference over the pairs (± its standard error where there are two or more) and the mean e*
+    of each side; a notebook prints it, so the prose is the table's."""
+    if table.empty:
+        return "No pair of runs is recorded yet at this profile."
+    parts = []
+    for dataset, g in table.groupby("dataset", sort=False):
+        d = g["difference (points)"]
+        se = f" ± {d.std(ddof=1) / np.sqrt(len(d)):.2f}" if len(d) > 1 else ""
+        e0, e1 = (g[f"{lab}: e*"].mean() for lab in labels)
+        parts.append(f"on {dataset}, {labels[1]} ends {d.mean():+.2f}{se} points against {labels[0]} over "
+                     f"{len(d)} pair{'s' if len(d) != 1 else ''} (range {d.min():+.2f} to {d.max():+.2f}; "
+                     f"mean e* {e0:.1f} against {e1:.1f} epochs)")
+    text = "; ".join(parts)
+    return text[0].upper() + text[1:] + "."
