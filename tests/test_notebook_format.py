@@ -90,3 +90,12 @@ def test_commit_notebooks_refuses_another_profile(capsys):
     with pytest.raises(SystemExit):
         main(["--profile", "smoke", "--commit-notebooks", str(demo)])
     assert "parameters cell says profile = 'quick'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_no_committed_progress_bar_at_zero(path):
+    """A bar drawn over runs that were all recorded stays at "0%" in the saved notebook: none is drawn."""
+    nb = nbformat.read(path, as_version=4)
+    texts = [str(out.get("data", {}).get("text/plain", "")) + str(out.get("text", ""))
+             for c in nb.cells if c.cell_type == "code" for out in c.get("outputs", [])]
+    assert not [t for t in texts if "0%|" in t], f"{path.name} keeps a 0% progress bar"

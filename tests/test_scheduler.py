@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -137,8 +138,9 @@ def test_two_concurrent_schedulers_lose_nothing_and_compute_nothing_twice(tmp_pa
     assert sorted(epochs) == sorted(set(epochs)) and len(epochs) == 12, epochs
 
 
-def test_dask_local_cluster_gives_the_same_records_as_the_local_pool(tmp_path, monkeypatch):
-    pytest.importorskip("dask.distributed", reason="dask.distributed is a dependency: pip install -e .")
+def test_dask_local_cluster_gives_the_same_records_as_the_local_pool(tmp_path, monkeypatch, capsys):
+    import bokeh  # noqa: F401  (pinned: dask's dashboard needs it; a dependency, never skipped)
+    import dask.distributed  # noqa: F401
     # dask's worker processes import the task function by module name
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
     a, _ = _tasks(tmp_path / "a")
@@ -147,6 +149,7 @@ def test_dask_local_cluster_gives_the_same_records_as_the_local_pool(tmp_path, m
     s = schedule(b, workers=2, executor="dask", progress=False)
     assert sorted(s.computed) == [t.key for t in b] and not s.failed
     assert [t.path.read_text() for t in a] == [t.path.read_text() for t in b]
+    assert re.search(r"dask dashboard: http://\S+:\d+/status", capsys.readouterr().out)
 
 
 @pytest.mark.parametrize("runs_per_worker, processes", [(None, 1), (1, 3)])

@@ -610,11 +610,13 @@ def run_many(runs: Iterable[Run], *, train: Trainer, profile: str, device: str |
     for folder in dict.fromkeys(p.parent for p in todo):
         _check_writable(folder)
     reused: list[dict[str, Any]] = []
+    # a bar only where something trains: a notebook would otherwise keep a "0%" bar of loads
+    bar = progress and bool(todo)
     out = [elsewhere.get(r.key) or _run_one(r, train=train, profile=profile, device=device, results=results,
                                             force=False, progress=progress, on_divergence=on_divergence,
                                             deadline=None, recompute_after=after, reused=reused)
            for r in tqdm(runs, desc=f"{desc} ({len(runs) - len(todo)} of {len(runs)} already recorded)",
-                         disable=not progress)]
+                         disable=not bar)]
     _warn_other_code(reused)
     return out
 

@@ -216,9 +216,12 @@ def _dask_client(executor: str, workers: int, threads: int):
     except ImportError as exc:  # pragma: no cover - dask is a dependency
         raise ConfigError("executor='dask' needs dask.distributed: pip install 'dask[distributed]'") from exc
     if executor == "dask":
+        # the dashboard (bokeh, pinned) on a free port, so that two studies never clash over one
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                               dashboard_address=None, env=worker_env(threads))
-        return Client(cluster), cluster
+                               dashboard_address=":0", env=worker_env(threads))
+        client = Client(cluster)
+        print(f"[scheduler] dask dashboard: {client.dashboard_link}", flush=True)
+        return client, cluster
     return Client(executor), None
 
 
