@@ -376,3 +376,15 @@ def test_status_lists_what_is_left_and_computes_nothing(tmp_path, monkeypatch, c
     assert f"{len(every) - 1} runs without a record: {len(here) - 1} to compute here" in out
     assert "1 running" in out and "1 checkpointed" in out and live.key in out
     assert sorted(p.name for p in done.path.parent.glob("*.json")) == [done.path.name]
+
+
+def test_status_without_notebooks_covers_every_study(tmp_path, monkeypatch, capsys):
+    from vflkit import records, study
+
+    monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path))
+    monkeypatch.setattr(records, "_record_roots", lambda: [tmp_path])
+    monkeypatch.setattr(study, "schedule", lambda *a, **k: pytest.fail("--status scheduled runs"))
+    assert study.main(["--status", "--profile", "smoke", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    for paper in study.STUDY_FAMILY:
+        assert f"{paper}: " in out, f"--status without notebooks left out {paper}"

@@ -325,7 +325,8 @@ def _print_status(papers: Sequence[str], **kwargs: Any) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("notebooks", nargs="+", type=Path, help="notebooks to execute, in order")
+    parser.add_argument("notebooks", nargs="*", type=Path,
+                        help="notebooks to execute, in order (default: every notebooks/*.ipynb)")
     parser.add_argument("--profile", default="quick", choices=PROFILES)
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda[:N]")
     parser.add_argument("--workers", type=int, default=None, help="parallel runs (default: one per core; 8 per GPU)")
@@ -348,6 +349,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="list the runs without a record (running, checkpointed, pending, left for a GPU) "
                              "with their estimated minutes, and compute nothing")
     args = parser.parse_args(argv)
+    if not args.notebooks:
+        args.notebooks = sorted((project_root() / "notebooks").glob("*.ipynb"))
     if args.commit_notebooks:
         # the committed notebook keeps its parameters cell and not papermill's injected one, so its
         # outputs must be those of the parameters it shows
