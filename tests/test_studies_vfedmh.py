@@ -377,3 +377,22 @@ def test_embedding_gradient_table_pairs_each_run_with_its_default_twin():
     assert t[f"{share}: final %"].iloc[0] == pytest.approx(79.0)
     assert t["difference (points)"].iloc[0] == pytest.approx(6.0)
     assert t[f"{share}: e*"].iloc[0] == 3 and t[f"{whole}: e*"].iloc[0] == 2
+
+
+@pytest.mark.parametrize("paper", ["vfedmh", "easter", "demo"])
+def test_overrides_set_a_run_field_on_every_run(paper):
+    """`overrides` means the same in every study: a profile setting, or a run field set on every
+    run (the baselines' included); the fields that make a run (dataset, method, models, seed,
+    options) are the profile's to choose, and naming one is an error that lists the valid keys."""
+    import importlib
+
+    from vflkit.config import override_runs
+
+    study = importlib.import_module(f"vflkit.studies.{paper}")
+    runs = study.configs("smoke", overrides={"lr": 0.01, "embedding_dim": 32})
+    flat = [c for g in (runs.values() if isinstance(runs, dict) else [runs]) for c in g]
+    assert flat and all(c.lr == 0.01 and c.embedding_dim == 32 for c in flat)
+    plain = study.configs("smoke")
+    assert override_runs(plain, {}) is plain
+    with pytest.raises(ConfigError, match="unknown overrides \\['method'\\]"):
+        study.configs("smoke", overrides={"method": "splitnn"})

@@ -162,6 +162,32 @@ def apply_overrides(settings: dict[str, Any], overrides: dict[str, Any] | None, 
     return merged, run
 
 
+#: Fields a study sets per run (which data, method, models and seed make the run, and the
+#: method's options): an override cannot set them on every run; the profile settings choose them.
+RUN_IDENTITY: tuple[str, ...] = ("paper", "dataset", "method", "models", "seed", "options")
+
+
+def split_run_overrides(settings: dict[str, Any], overrides: dict[str, Any] | None,
+                        run_class: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """:func:`apply_overrides` for a study of ``run_class`` runs: any field of the run class but
+    :data:`RUN_IDENTITY` may be overridden, and is then set on every run of the study, its
+    baselines' included (``{"lr": 0.01}``: every run at 0.01, C-VFL's too). The same call shape
+    in every study, so ``overrides`` means the same everywhere."""
+    import dataclasses
+
+    fields = [f.name for f in dataclasses.fields(run_class) if f.name not in RUN_IDENTITY]
+    return apply_overrides(settings, overrides, run_fields=fields)
+
+
+def override_runs(runs: Any, fields: dict[str, Any]) -> Any:
+    """``runs`` (a list of run configs, or a dict of such lists) with ``fields`` set on each."""
+    if not fields:
+        return runs
+    if isinstance(runs, dict):
+        return {k: override_runs(v, fields) for k, v in runs.items()}
+    return [r.replace(**fields) for r in runs]
+
+
 def _tuples(value: Any) -> Any:
     return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
 

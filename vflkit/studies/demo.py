@@ -14,7 +14,7 @@ import pandas as pd
 import seaborn as sns
 import torch
 
-from ..config import apply_overrides, check_profile, check_seeds
+from ..config import check_profile, check_seeds, override_runs, split_run_overrides
 from ..methods import RunConfig
 from ..report import load_reference
 from ..training import split
@@ -38,15 +38,16 @@ METHOD_LABELS = {
 def configs(profile: str, *, seeds: Sequence[int] | None = None,
             overrides: dict[str, Any] | None = None) -> list[RunConfig]:
     """Local and SplitNN on MNIST split into 4 width strips (28x7), one run per seed.
-    ``overrides`` replace the profile's settings (e.g. ``{"model": "cnn"}``)."""
-    s, _ = apply_overrides(PROFILE_SETTINGS[check_profile(profile)], overrides)
+    ``overrides`` replace the profile's settings (e.g. ``{"model": "cnn"}``) or set a run field on
+    every run (``{"lr": 0.01}``, :func:`vflkit.config.split_run_overrides`)."""
+    s, run_fields = split_run_overrides(PROFILE_SETTINGS[check_profile(profile)], overrides, RunConfig)
     seeds = check_seeds(s["seeds"] if seeds is None else seeds)
-    return [
+    return override_runs([
         RunConfig(paper="demo", dataset="mnist", method=method, models=(s["model"],) * 4,
                   optimizers="sgd", lr=0.05, partition="strips_width", n_parties=4,
                   batch_size=128, seed=seed, n_train=s["n_train"], n_test=s["n_test"], epochs=s["epochs"])
         for method in ("local", "splitnn") for seed in seeds
-    ]
+    ], run_fields)
 
 
 def run(profile: str, *, device: str | torch.device = "auto", seeds: Sequence[int] | None = None,

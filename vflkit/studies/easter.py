@@ -50,7 +50,7 @@ import torch
 from .. import analysis, claims
 from .. import comm as netmodel
 from .. import records as store
-from ..config import apply_overrides, check_profile, check_seeds
+from ..config import check_profile, check_seeds, override_runs, split_run_overrides
 from ..methods import RunConfig
 from ..methods.cvfl import step_size as cvfl_step_size
 from ..report import join_reference, side_by_side
@@ -154,7 +154,7 @@ FIG5_DRAWS = 5
 
 def settings(profile: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """The profile's settings, with any of them overridden (an unknown key is an error)."""
-    s, _ = apply_overrides(PROFILE_SETTINGS[check_profile(profile)], overrides)
+    s, _ = split_run_overrides(PROFILE_SETTINGS[check_profile(profile)], overrides, RunConfig)
     return s
 
 
@@ -197,6 +197,7 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
     """Every run of the study, grouped by artefact (a shared run appears in each group that
     uses it and is trained once). ``seeds=None``: the profile's (Criteo has its own)."""
     s = settings(profile, overrides)
+    _, run_fields = split_run_overrides(PROFILE_SETTINGS[check_profile(profile)], overrides, RunConfig)
     out: dict[str, list[RunConfig]] = {"table2": [], "table4": [], "table6": [], "fig6": [],
                                        "cvfl_host_lr": [], "embedding_gradient": []}
     for dataset in s["datasets"]:
@@ -241,7 +242,7 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
             out["fig6"].append(_config(dataset, "easter", het, seed, s, embedding_dim=dim))
         for el_pl in s["el_pls"]:
             out["fig6"].append(_config(dataset, "easter", het, seed, s, el_pl=tuple(el_pl)))
-    return out
+    return override_runs(out, run_fields)
 
 
 def needs_gpu(config: RunConfig) -> bool:

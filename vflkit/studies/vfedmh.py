@@ -35,7 +35,7 @@ import torch
 
 from .. import analysis, claims
 from .. import records as store
-from ..config import apply_overrides, check_profile, check_seeds
+from ..config import check_profile, check_seeds, override_runs, split_run_overrides
 from ..errors import ConfigError
 from ..methods import OPTIMIZERS, RunConfig
 from ..methods.cvfl import step_size as cvfl_step_size
@@ -108,7 +108,7 @@ TABLE3_METHODS = {"local": "Local", "heter_aggvfl": "Heter_aggVFL", "agg_vfl": "
 def settings(profile: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """The profile's settings, with any of them overridden (e.g. a tiny slice of ``paper``);
     an unknown key is an error that lists the valid ones (:func:`vflkit.config.apply_overrides`)."""
-    s, _ = apply_overrides(PROFILE_SETTINGS[check_profile(profile)], overrides)
+    s, _ = split_run_overrides(PROFILE_SETTINGS[check_profile(profile)], overrides, RunConfig)
     return s
 
 
@@ -142,8 +142,10 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
             overrides: dict[str, Any] | None = None) -> dict[str, list[RunConfig]]:
     """Every run of the study, grouped by the artefact that needs it (a run shared by two
     artefacts appears in both and is trained once). ``seeds=None`` takes the profile's;
-    ``overrides`` replace any of the profile's settings (e.g. a tiny slice of ``paper``)."""
+    ``overrides`` replace any of the profile's settings (e.g. a tiny slice of ``paper``) or set a
+    run field on every run (:func:`vflkit.config.split_run_overrides`)."""
     s = settings(profile, overrides)
+    _, run_fields = split_run_overrides(PROFILE_SETTINGS[check_profile(profile)], overrides, RunConfig)
     seeds = check_seeds(s["seeds"] if seeds is None else seeds)
     out: dict[str, list[RunConfig]] = {"table2": [], "table3": [], "table4": [], "table4_standard": [],
                                        "fig5": [], "blinding": [], "cvfl_q1": [], "cvfl_host_lr": [],
@@ -192,7 +194,7 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
                     # runs with Q = 1.
                     out["cvfl_q1"] += [c.replace(options={"local_iterations": 1}) for c in out["cvfl_host_lr"]
                                        if c.dataset == dataset and c.seed == seed]
-    return out
+    return override_runs(out, run_fields)
 
 
 def needs_gpu(config: RunConfig) -> bool:
