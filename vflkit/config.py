@@ -9,6 +9,7 @@ be read-only (CI points it at a shared, read-only copy), so the cache never live
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -114,21 +115,28 @@ def key_dict(config: Any, data: dict[str, Any], keyed: Iterable[str]) -> dict[st
     hashed only when it differs from its default, so adding a field with a default keeps the
     key (and the record) of every existing run.
     """
+    keyed = set(keyed)
+    defaults = _default_texts(type(config))
+    return {k: v for k, v in data.items()
+            if k in keyed or k not in defaults or _text(v) != defaults[k]}
+
+
+def _text(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+@functools.lru_cache(maxsize=None)
+def _default_texts(cls: type) -> dict[str, str]:
+    """Each defaulted field of the dataclass ``cls`` as canonical JSON (computed once per class)."""
     import dataclasses
 
-    keyed = set(keyed)
-    defaults: dict[str, Any] = {}
-    for f in dataclasses.fields(config):
+    out: dict[str, str] = {}
+    for f in dataclasses.fields(cls):
         if f.default is not dataclasses.MISSING:
-            defaults[f.name] = f.default
+            out[f.name] = _text(f.default)
         elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-            defaults[f.name] = f.default_factory()  # type: ignore[misc]
-
-    def same(a: Any, b: Any) -> bool:
-        return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
-
-    return {k: v for k, v in data.items()
-            if k in keyed or k not in defaults or not same(v, defaults[k])}
+            out[f.name] = _text(f.default_factory())  # type: ignore[misc]
+    return out
 
 
 def apply_overrides(settings: dict[str, Any], overrides: dict[str, Any] | None, *,
@@ -199,7 +207,14 @@ def project_root() -> Path:
     project root under ``make study``; both must write to the same ``figures/`` and
     ``results/``.
     """
-    here = Path.cwd()
+    return _root_of(os.getcwd())
+
+
+@functools.lru_cache(maxsize=32)
+def _root_of(cwd: str) -> Path:
+    # looked up once per working directory: every record path asks (tens of thousands of times
+    # in a report), and a checkout does not move while a process runs
+    here = Path(cwd)
     for folder in (here, *here.parents):
         if (folder / "pyproject.toml").is_file() and (folder / "vflkit").is_dir():
             return folder

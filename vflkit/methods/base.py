@@ -14,6 +14,7 @@ another arrives through ``Party.send``/``Party.recv``, i.e. through the counted 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import json
@@ -159,8 +160,10 @@ class RunConfig:
         return value[k] if isinstance(value, tuple) else value
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able dict."""
-        d = dataclasses.asdict(self)
+        """Plain JSON-able dict (what ``dataclasses.asdict`` gives, without its deep walk of every
+        field: the key of every run is computed from it, tens of thousands of times per report)."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d["options"] = copy.deepcopy(d["options"])  # the only mutable field: no aliasing
         return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
 
     @classmethod
