@@ -487,18 +487,22 @@ def test_of_two_takers_of_one_stale_lock_only_one_wins(tmp_path, monkeypatch):
     release(record)
 
 
-def test_waiting_for_a_locked_run_can_be_bounded(tmp_path):
-    """A run another live process holds is waited for; with lock_wait_minutes at most that long,
-    then it is left pending and the summary names who holds it."""
+def test_waiting_for_a_locked_run_can_be_bounded(tmp_path, monkeypatch, capsys):
+    """A run another live process holds is waited for, saying who holds it; with
+    lock_wait_minutes at most that long, then it is left pending and the summary names the holder."""
     tasks, _ = _tasks(tmp_path, n=1, epochs=1, epoch_s=0.01)
     tasks[0].path.parent.mkdir(parents=True)
+    monkeypatch.setattr(scheduler, "LOCK_REPORT_S", 0.0)
     assert acquire(tasks[0].path)  # held by a live process (this one, for the scheduler's purposes)
     try:
-        s = schedule(tasks, executor="serial", progress=False, poll_s=0.05, lock_wait_minutes=0.5 / 60)
+        s = schedule(tasks, executor="serial", progress=True, poll_s=0.05, lock_wait_minutes=0.5 / 60)
     finally:
         release(tasks[0].path)
     assert s.pending == ["run0"] and f"pid {os.getpid()}" in s.still_locked["run0"] and not s.computed
     assert "still locked" in str(s)
+    assert f"waiting for 1 runs another process computes: run0 (pid {os.getpid()}" in capsys.readouterr().out
+    with pytest.raises(ConfigError, match="lock_wait_minutes"):
+        schedule(tasks, executor="serial", progress=False, lock_wait_minutes=-1)
 
 
 def test_a_dead_worker_does_not_stop_the_scheduler(tmp_path):
