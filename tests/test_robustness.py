@@ -73,6 +73,37 @@ def test_a_broken_record_is_moved_aside_and_recomputed(tmp_path, content, reason
     assert records.check_record(path, run, "smoke") == rec
 
 
+def test_a_record_without_final_scores_is_broken_not_reused(tmp_path):
+    """A file with the whole envelope but no final scores (a hand edit, another tool's file) is
+    not a finished run: it is moved aside and the run recomputed, not reused to fail later
+    with KeyError: 'final' (R07)."""
+    run = _cfg()
+    rec = _one(run, tmp_path)
+    path = records.record_path(run, "smoke", tmp_path)
+    del rec["final"]
+    path.write_text(json.dumps(rec))
+    assert records.record_problem(path, key=run.key) is not None and not records.is_valid_record(path)
+    train = FakeTrainer()
+    with pytest.warns(UserWarning, match="lacks the run's final scores.*moved it to"):
+        again = _one(run, tmp_path, train)
+    assert train.calls == 1 and again["final"] == {"active": {"test_accuracy": 0.5}}
+    assert records.is_valid_record(path, key=run.key, profile="smoke")
+
+
+def test_each_broken_record_is_kept_as_evidence(tmp_path):
+    """A second broken file at one key goes to ``.bad.2``: the first ``.bad`` is not overwritten (R10)."""
+    run = _cfg()
+    path = records.record_path(run, "smoke", tmp_path)
+    path.parent.mkdir(parents=True)
+    for content in ("first broken", "second broken"):
+        path.write_text(content)
+        with pytest.warns(UserWarning, match="moved it to"):
+            _one(run, tmp_path, force=False)
+        path.unlink()
+    assert path.with_name(path.name + ".bad").read_text() == "first broken"
+    assert path.with_name(path.name + ".bad.2").read_text() == "second broken"
+
+
 def test_another_runs_record_is_never_returned(tmp_path):
     """A record copied under another run's name, or with its config edited, is not that run's."""
     a, b = _cfg(seed=0), _cfg(seed=1)
@@ -202,6 +233,74 @@ def test_an_unwritable_results_folder_fails_before_training(tmp_path):
     with pytest.raises(ConfigError, match="VFLKIT_RESULTS"):
         _one(_cfg(), blocker, train)
     assert train.calls == 0
+
+
+def test_a_full_disk_is_a_clear_error_before_training(tmp_path, monkeypatch):
+    """An empty probe file fits on a full disk; the free space is checked too, before training,
+    with an error that says how much is needed and where (F14)."""
+    from collections import namedtuple
+
+    from vflkit import files
+    from vflkit.errors import DiskSpaceError
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(files.shutil, "disk_usage", lambda p: usage(2**30, 2**30 - 4096, 4096))
+    train = FakeTrainer()
+    with pytest.raises(DiskSpaceError, match=r"needs about 64.0 MiB free in .*only 0.0 MiB is free") as err:
+        _one(_cfg(), tmp_path, train)
+    assert train.calls == 0 and isinstance(err.value, OSError) and "\n" not in str(err.value)
+
+
+def test_a_record_that_cannot_be_written_after_training_is_kept(tmp_path, monkeypatch):
+    """The disk fills while a run trains: the record write fails, but the trained result is not
+    lost: it is written under the temporary folder and the error carries it and says where (F14)."""
+    import errno
+
+    from vflkit.errors import RecordWriteError
+
+    monkeypatch.setattr(records.tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
+    real = records.write_json_atomic
+
+    def full(path, data):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(records, "write_json_atomic", full)
+    run = _cfg()
+    train = FakeTrainer()
+    with pytest.raises(RecordWriteError, match="could not be written to .*No space left.*saved to .*move that file") as err:
+        _one(run, tmp_path / "results", train)
+    assert train.calls == 1 and err.value.record["final"] == {"active": {"test_accuracy": 0.5}}
+    saved = Path(err.value.saved_to)
+    assert saved.is_relative_to(tmp_path / "tmp") and json.loads(saved.read_text()) == err.value.record
+    # moved into place, the saved record is the run's: nothing is retrained
+    monkeypatch.setattr(records, "write_json_atomic", real)
+    path = records.record_path(run, "smoke", tmp_path / "results")
+    saved.replace(path)
+    assert _one(run, tmp_path / "results", train) == err.value.record and train.calls == 1
+    import pickle
+
+    again = pickle.loads(pickle.dumps(err.value))  # a worker's error reaches the scheduler whole
+    assert again.record == err.value.record and again.saved_to == err.value.saved_to
+
+
+def test_a_read_only_folder_with_a_dead_writers_temporary_still_reads_its_records(tmp_path, monkeypatch):
+    """clean_stale_tmp is housekeeping: a temporary it cannot remove (a read-only results folder)
+    is left, and the finished record is still reused (F16)."""
+    run = _cfg()
+    first = _one(run, tmp_path)
+    folder = records.record_path(run, "smoke", tmp_path).parent
+    stale = folder / f".{run.key}.json.tmp{2**22 - 3}-1"
+    stale.write_text("{half")
+    real_unlink = Path.unlink
+
+    def read_only(self, missing_ok=False):
+        if self.parent == folder:
+            raise OSError(30, "Read-only file system", str(self))
+        return real_unlink(self, missing_ok=missing_ok)
+
+    monkeypatch.setattr(Path, "unlink", read_only)
+    train = FakeTrainer()
+    assert _one(run, tmp_path, train) == first and train.calls == 0 and stale.exists()
 
 
 def test_results_may_be_a_str(tmp_path):

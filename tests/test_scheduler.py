@@ -31,9 +31,26 @@ def toy_run(payload, *, device, deadline):
             if deadline is not None and time.time() + payload["epoch_s"] > deadline:
                 raise BudgetExhausted
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"key": payload["key"], "value": payload["key"] * 2}))
+    tmp.write_text(json.dumps(_record(payload["key"], value=payload["key"] * 2)))
     os.replace(tmp, path)
     ckpt.unlink(missing_ok=True)
+
+
+def _record(key, profile="smoke", **result):
+    """A whole record (the envelope and final scores) of ``key``, as the scheduler requires."""
+    from vflkit.records import ENVELOPE
+
+    return {**dict.fromkeys(ENVELOPE), "key": key, "profile": profile, "final": {}, **result}
+
+
+def dying_run(payload, *, device, deadline):
+    """A run whose worker process is killed (kill -9, an OOM kill): every time, or only the
+    first time (``payload['once']``, a marker file)."""
+    marker = Path(payload["path"] + ".died")
+    if not payload.get("once") or not marker.exists():
+        marker.write_text("died")
+        os.kill(os.getpid(), 9)
+    toy_run(payload, device=device, deadline=deadline)
 
 
 def _tasks(tmp_path, n=4, epochs=2, epoch_s=0.05, cost_s=None):
@@ -199,12 +216,17 @@ def test_study_recomputes_records_older_than_a_commit(tmp_path):
     root = tmp_path / "r"
     tasks = study.study_tasks("demo", "smoke", results=root)
     old, new = tasks[0].path, tasks[1].path
-    for path, finished in ((old, "2000-01-01T00:00:00+0000"), (new, "2999-01-01T00:00:00+0000")):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"finished": finished}))
+    for t, finished in ((tasks[0], "2000-01-01T00:00:00+0000"), (tasks[1], "2999-01-01T00:00:00+0000")):
+        t.path.parent.mkdir(parents=True, exist_ok=True)
+        t.path.write_text(json.dumps(_record(t.key, finished=finished)))
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=HERE, capture_output=True, text=True).stdout.strip()
     study.study_tasks("demo", "smoke", results=root, recompute_before=head)
     assert not old.exists() and old.with_name(old.name + ".old").exists() and new.exists()
+    # a file that is not a record (truncated) is moved aside as broken, not a bare JSONDecodeError
+    new.write_text("{")
+    with pytest.warns(UserWarning, match="not valid JSON.*moved it to .*json.bad"):
+        study.study_tasks("demo", "smoke", results=root, recompute_before=head)
+    assert not new.exists() and new.with_name(new.name + ".bad").read_text() == "{"
     with pytest.raises(ConfigError, match="not a commit"):
         study.study_tasks("demo", "smoke", results=root, recompute_before="nosuchcommit")
 
@@ -357,9 +379,9 @@ def test_status_lists_what_is_left_and_computes_nothing(tmp_path, monkeypatch, c
     here = [t for t in every if not t.payload["needs_gpu"]]
     done, live, dead, part = here[:4]
     done.path.parent.mkdir(parents=True, exist_ok=True)
-    done.path.write_text(json.dumps({"key": done.key, "config": done.payload["config"], "wall_time_s": 60.0,
-                                     "environment": {"device": "cpu"}}))
-    lock_path(live.path).write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "time": 0}))
+    done.path.write_text(json.dumps(_record(done.key, "paper", config=done.payload["config"], wall_time_s=60.0,
+                                            environment={"device": "cpu"})))
+    assert acquire(live.path)
     lock_path(dead.path).write_text(json.dumps({"pid": 2**22 + 7, "host": socket.gethostname(), "time": 0}))
     records.checkpoint_path(part.path).write_text("part-done")
 
@@ -388,3 +410,155 @@ def test_status_without_notebooks_covers_every_study(tmp_path, monkeypatch, caps
     out = capsys.readouterr().out
     for paper in study.STUDY_FAMILY:
         assert f"{paper}: " in out, f"--status without notebooks left out {paper}"
+
+
+@pytest.mark.parametrize("content", ["", "{\"key\": ", "no final scores"])
+def test_a_broken_record_is_recomputed_not_counted_as_recorded(tmp_path, content):
+    """A truncated, empty or incomplete record is not a finished run: the status says broken,
+    and the scheduler moves it aside (numbered: the first .bad stays) and computes the run (R13, L18)."""
+    from vflkit import records
+
+    tasks, log = _tasks(tmp_path, n=2, epochs=1, epoch_s=0.01)
+    schedule(tasks, executor="serial", progress=False)
+    if content == "no final scores":
+        content = json.dumps({k: v for k, v in json.loads(tasks[0].path.read_text()).items() if k != "final"})
+    bad = tasks[0].path.with_name(tasks[0].path.name + ".bad")
+    bad.write_text("an earlier broken record")
+    tasks[0].path.write_text(content)
+    assert scheduler.status_table(tasks).status.tolist() == ["broken", "recorded"]
+    assert not scheduler.recorded(tasks[0].__class__(**{**tasks[0].__dict__, "path": tmp_path / "none.json"}))
+    with pytest.warns(UserWarning, match="moved it to run0.json.bad.2"):
+        s = schedule(tasks, executor="serial", progress=False)
+    assert s.computed == ["run0"] and sorted(s.recorded) == ["run0", "run1"]
+    assert records.is_valid_record(tasks[0].path, key="run0")
+    assert bad.read_text() == "an earlier broken record" and bad.with_name(bad.name + ".2").read_text() == content
+
+
+def test_compute_pending_and_status_see_a_broken_record(tmp_path, monkeypatch):
+    """``python -m vflkit.study`` (compute_pending) and ``--status`` judge a record as the
+    scheduler does: a truncated demo record is left to compute, not "recorded" (R13, L18)."""
+    from vflkit import study
+
+    monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path))
+    tasks = study.study_tasks("demo", "smoke")
+    for t in tasks:
+        t.path.parent.mkdir(parents=True, exist_ok=True)
+        t.path.write_text(json.dumps(_record(t.key, config=t.payload["config"], environment={"device": "cpu"})))
+    tasks[0].path.write_text("{")
+    table = study.status(["demo"], profile="smoke", device="cpu")
+    assert table.key.tolist() == [tasks[0].key] and table.status.tolist() == ["broken"]
+    handed = {}
+    monkeypatch.setattr(study, "schedule", lambda ts, **kw: handed.update(kw) or scheduler.Summary())
+    s = study.compute_pending(["demo"], profile="smoke", device="cpu")
+    assert s.left_unestimated == 1 and handed["lock_wait_minutes"] is None
+
+
+def test_a_lock_of_a_reused_pid_or_a_lost_host_goes_stale(tmp_path):
+    """A lock whose pid is alive but is another process (started after the lock was taken: pid
+    reuse after a crash or reboot) is stale; so is any lock, of this host or another, whose
+    holder has not refreshed it for LOCK_STALE_S; a fresh lock of another host is held (F11, F12)."""
+    import socket
+
+    lock = lock_path(tmp_path / "r.json")
+    here = socket.gethostname()
+    lock.write_text(json.dumps({"pid": 1, "host": here, "time": 0}))  # F11: pid 1, a month-old lock
+    assert "another process" in scheduler.lock_stale_reason(lock)
+    lock.write_text(json.dumps({"pid": os.getpid(), "host": here, "time": time.time(), "started": 12345.0}))
+    assert "another process" in scheduler.lock_stale_reason(lock)
+    lock.write_text(json.dumps({"pid": 4242, "host": "lost-node", "time": time.time()}))
+    assert scheduler.lock_stale_reason(lock) is None  # another host's fresh lock: held
+    old = time.time() - scheduler.LOCK_STALE_S - 5
+    os.utime(lock, (old, old))
+    assert "not refreshed" in scheduler.lock_stale_reason(lock)  # F12: its node is lost
+    # a holder's heartbeat keeps its own lock fresh, and only its own
+    record = tmp_path / "mine.json"
+    assert acquire(record)
+    os.utime(lock_path(record), (old, old))
+    assert scheduler.lock_is_stale(lock_path(record))
+    scheduler._refresh_held()
+    assert not scheduler.lock_is_stale(lock_path(record))
+    release(record)
+    assert not lock_path(record).exists()
+
+
+def test_of_two_takers_of_one_stale_lock_only_one_wins(tmp_path, monkeypatch):
+    """A taker delayed between judging a lock stale and replacing it must not remove the lock
+    the first taker made meanwhile: both would compute the run (F26)."""
+    record = tmp_path / "r.json"
+    lock_path(record).write_text(json.dumps({"pid": 2**22 + 7, "host": os.uname().nodename, "time": time.time()}))
+    assert acquire(record)  # the first taker replaces the stale lock
+    mine = json.loads(lock_path(record).read_text())
+    real = scheduler.lock_stale_reason
+    calls = []
+
+    def judged_earlier(path, **kw):  # the delayed taker's first judgement saw the old, stale lock
+        calls.append(path)
+        return "its process is gone" if len(calls) == 1 else real(path, **kw)
+
+    monkeypatch.setattr(scheduler, "lock_stale_reason", judged_earlier)
+    assert not acquire(record)
+    assert json.loads(lock_path(record).read_text()) == mine and len(calls) == 2
+    monkeypatch.setattr(scheduler, "lock_stale_reason", real)
+    release(record)
+
+
+def test_waiting_for_a_locked_run_can_be_bounded(tmp_path, monkeypatch, capsys):
+    """A run another live process holds is waited for, saying who holds it; with
+    lock_wait_minutes at most that long, then it is left pending and the summary names the holder."""
+    tasks, _ = _tasks(tmp_path, n=1, epochs=1, epoch_s=0.01)
+    tasks[0].path.parent.mkdir(parents=True)
+    monkeypatch.setattr(scheduler, "LOCK_REPORT_S", 0.0)
+    assert acquire(tasks[0].path)  # held by a live process (this one, for the scheduler's purposes)
+    try:
+        s = schedule(tasks, executor="serial", progress=True, poll_s=0.05, lock_wait_minutes=0.5 / 60)
+    finally:
+        release(tasks[0].path)
+    assert s.pending == ["run0"] and f"pid {os.getpid()}" in s.still_locked["run0"] and not s.computed
+    assert "still locked" in str(s)
+    assert f"waiting for 1 runs another process computes: run0 (pid {os.getpid()}" in capsys.readouterr().out
+    with pytest.raises(ConfigError, match="lock_wait_minutes"):
+        schedule(tasks, executor="serial", progress=False, lock_wait_minutes=-1)
+
+
+def test_a_dead_worker_does_not_stop_the_scheduler(tmp_path):
+    """kill -9 of a worker (an OOM kill) breaks the process pool: the scheduler replaces it,
+    retries the dead worker's run once, reports a run whose retry dies too as failed with the
+    reason, and computes the others (F25)."""
+    tasks, _ = _tasks(tmp_path, n=4, epochs=1, epoch_s=0.01)
+    tasks[1] = Task(**{**tasks[1].__dict__, "fn": dying_run, "payload": {**tasks[1].payload, "once": True}})
+    tasks[2] = Task(**{**tasks[2].__dict__, "fn": dying_run})
+    s = schedule(tasks, workers=1, executor="local", progress=False)
+    assert sorted(s.computed) == ["run0", "run1", "run3"], s
+    assert list(s.failed) == ["run2"] and "died twice" in s.failed["run2"] and "BrokenProcessPool" in s.failed["run2"]
+    assert not tasks[2].path.exists()
+
+
+@pytest.mark.parametrize("executor", ["serial", "local", "dask"])
+def test_worker_counts_below_one_are_clear_errors(tmp_path, executor):
+    """--workers -1 (or 0) is a ConfigError for every executor, not a raw ValueError from
+    concurrent.futures (L07) or a dask run that computes nothing and exits 0 (L11, L06)."""
+    tasks, _ = _tasks(tmp_path, n=1)
+    for bad in (-1, 0, 1.5, True):
+        with pytest.raises(ConfigError, match="workers must be a whole number >= 1"):
+            schedule(tasks, workers=bad, executor=executor, progress=False)
+    assert not tasks[0].path.exists()
+
+
+def test_an_absurd_worker_count_is_capped_with_a_warning():
+    with pytest.warns(UserWarning, match="oversubscribe"):
+        assert scheduler.check_workers(10**6, "cpu") == 4 * scheduler.default_workers("cpu")
+    assert scheduler.check_workers(10**6, "cpu", "tcp://cluster:8786") == 10**6  # a remote cluster's size
+    assert scheduler.check_workers(None, "cpu") == scheduler.default_workers("cpu")
+
+
+def test_a_results_folder_that_cannot_be_written_is_the_config_error_run_gives(tmp_path):
+    """The scheduler's lock in a folder that cannot be made or written is the ConfigError the
+    record store gives, not a raw OSError from mkdir (F17)."""
+    blocker = tmp_path / "results"
+    blocker.write_text("a file, not a folder")
+    with pytest.raises(ConfigError, match=r"results folder .* is not writable.*VFLKIT_RESULTS"):
+        acquire(blocker / "smoke" / "r.json")
+    tasks, _ = _tasks(tmp_path, n=1)
+    tasks = [Task(**{**tasks[0].__dict__, "path": blocker / "smoke" / "run0.json"})]
+    s = schedule(tasks, workers=1, executor="local", progress=False)
+    assert s.failed["run0"].startswith("ConfigError: the results folder")

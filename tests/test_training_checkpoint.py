@@ -45,13 +45,13 @@ def test_another_runs_checkpoint_is_moved_aside(tmp_path):
     assert checkpoint.load(path, MultiVFLConfig(seed=0), device=CPU) is None  # none there: nothing to warn about
 
 
-@pytest.mark.parametrize("changed", ["vflkit_source", "torch", "device"])
+@pytest.mark.parametrize("changed", ["vflkit_source", "torch", "device", "torch_threads"])
 def test_a_checkpoint_computed_by_other_code_or_elsewhere_is_moved_aside(tmp_path, monkeypatch, changed):
     """A record names one environment, so a checkpoint written by other vflkit code, another
     PyTorch or on another instruction set or GPU is not resumed: the warning names what differs."""
     run, path = MultiVFLConfig(rounds=3), tmp_path / "k.ckpt.pt"
     here = checkpoint.computed_by(CPU)
-    assert set(here) == {"vflkit_source", "torch", "device"}
+    assert set(here) == {"vflkit_source", "torch", "device", "torch_threads"}
     assert here["device"] == f"cpu {torch.backends.cpu.get_cpu_capability()}" and len(here["vflkit_source"]) == 64
     checkpoint.save(path, run, {"round": 2}, device=CPU)
     assert checkpoint.load(path, run, device=CPU)["computed_by"] == here  # same code, same machine
@@ -120,3 +120,72 @@ def test_ledger_log_packs_each_row_once_and_restores_the_rows_exactly():
     assert fresh.ledger._rows == rows
     again.restore([list(r) for r in rows])  # the format before chunks
     assert fresh.ledger._rows == rows and again.pack()["rows"] == 2
+
+
+class _Planted:
+    """What a planted checkpoint holds: an object whose unpickling runs code (here: creates a file)."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_a_checkpoint_that_would_run_code_is_refused_unread_and_moved_aside(tmp_path):
+    """Checkpoints are read with torch.load(weights_only=True): a planted pickle that would run
+    code when loaded is refused, its code never runs, and it goes to ``.bad`` (F09)."""
+    run, path = MultiVFLConfig(rounds=3), tmp_path / "k.ckpt.pt"
+    marker = tmp_path / "ran"
+    torch.save({"key": run.key, "config": run.to_dict(), "round": 2, "payload": _Planted(marker)}, path)
+    with pytest.warns(UserWarning, match="holds objects a checkpoint never holds, refused unread.*moved to k.ckpt.pt.bad"):
+        assert checkpoint.load(path, run, device=CPU) is None
+    assert not marker.exists() and (tmp_path / "k.ckpt.pt.bad").exists()
+    # a ledger packed as pickled chunks (also code, once unpickled) is refused too
+    with pytest.raises(ValueError, match="pickled form"):
+        checkpoint.LedgerLog(Channel()).restore({"rows": 1, "chunks": [b"..."]})
+    # what vflkit writes loads under weights_only (every trainer's state: see the resume tests)
+    checkpoint.save(path, run, {"round": 2, "ledger": checkpoint.LedgerLog(Channel()).pack()}, device=CPU)
+    assert torch.load(path, weights_only=True)["round"] == 2
+
+
+def test_a_checkpoint_made_at_another_thread_count_is_not_resumed(tmp_path):
+    """The README's bit-identical promise holds at one thread count, whole or resumed: a run
+    paused at 1 thread (the scheduler) and resumed at 2 (a notebook) would match neither, so
+    the checkpoint is moved aside and the run starts afresh (F27)."""
+    run, path = MultiVFLConfig(rounds=3), tmp_path / "k.ckpt.pt"
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        checkpoint.save(path, run, {"round": 2}, device=CPU)
+        assert checkpoint.load(path, run, device=CPU)["computed_by"]["torch_threads"] == "1"
+        torch.set_num_threads(2)
+        with pytest.warns(UserWarning, match="computed with another torch_threads.*starting from round 1"):
+            assert checkpoint.load(path, run, device=CPU, fresh="round 1") is None
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_a_checkpoint_on_a_full_disk_is_a_clear_error(tmp_path, monkeypatch):
+    """Free space is checked before each checkpoint (how much, where), and a write that runs
+    out of space anyway is the same error, not torch's "unexpected pos" (F15)."""
+    from collections import namedtuple
+
+    from vflkit import files
+    from vflkit.errors import DiskSpaceError
+
+    run, path = MultiVFLConfig(rounds=3), tmp_path / "k.ckpt.pt"
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(files.shutil, "disk_usage", lambda p: usage(2**30, 2**30 - 100, 100))
+    big = {"round": 2, "weights": torch.zeros(2**20)}
+    with pytest.raises(DiskSpaceError, match=f"checkpoint of run {run.key} needs about 5.4 MiB free in {tmp_path}"):
+        checkpoint.save(path, run, big, device=CPU)
+    monkeypatch.undo()
+
+    def short_write(obj, f):
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 128 vs 0")
+
+    monkeypatch.setattr(checkpoint.torch, "save", short_write)
+    with pytest.raises(DiskSpaceError, match="ran out of space"):
+        checkpoint.save(path, run, big, device=CPU)
+    assert not path.exists() and not list(tmp_path.iterdir())

@@ -33,3 +33,25 @@ class DivergenceError(VFLKitError, FloatingPointError):
 
 class BudgetExhausted(VFLKitError):
     """A run stopped at its deadline after checkpointing its last epoch; rerunning resumes it."""
+
+
+class DiskSpaceError(VFLKitError, OSError):
+    """A results folder lacks the free space a record or checkpoint needs (or its write ran out of it)."""
+
+
+class RecordWriteError(VFLKitError, OSError):
+    """A finished run's record could not be written to its path. ``record`` holds the record
+    (nothing trained is lost) and ``saved_to`` where a copy was written instead (None if none
+    could be)."""
+
+    def __init__(self, message: str, *, record: dict | None = None, saved_to: str | None = None) -> None:
+        super().__init__(message)
+        self.record = record
+        self.saved_to = saved_to
+
+    def __reduce__(self):  # keep the record across a process pool's pickling
+        return (_record_write_error, (str(self), self.record, self.saved_to))
+
+
+def _record_write_error(message: str, record: dict | None, saved_to: str | None) -> RecordWriteError:
+    return RecordWriteError(message, record=record, saved_to=saved_to)

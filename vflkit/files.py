@@ -8,8 +8,10 @@ beside it, flushed to disk, then renamed over the target (atomic on POSIX and Wi
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 import threading
 from contextlib import contextmanager
 from pathlib import Path
@@ -46,15 +48,86 @@ def write_json(path: str | Path, data: Any) -> None:
 
 
 def clean_stale_tmp(folder: str | Path) -> list[Path]:
-    """Remove temporary files in ``folder`` left by writers that no longer run; returns them."""
+    """Remove temporary files in ``folder`` left by writers that no longer run; returns them.
+
+    Housekeeping only: a temporary that cannot be removed (a read-only results folder, where a
+    finished record must still be readable) is left where it is."""
     removed = []
     for tmp in Path(folder).glob(f".*{TMP_MARK}*"):
         pid = tmp.name.rsplit(TMP_MARK, 1)[-1].split("-")[0]
         if not pid.isdigit() or pid_alive(int(pid)):
             continue
-        tmp.unlink(missing_ok=True)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            continue
         removed.append(tmp)
     return removed
+
+
+def move_aside(path: str | Path, suffix: str = ".bad") -> Path:
+    """Move ``path`` to ``<name><suffix>``, or ``<name><suffix>.2``, ``.3``, ... when that is
+    taken: a second broken file must not overwrite the evidence of the first. Returns where
+    it went. The new name is claimed with a hard link, which never replaces a file, so two
+    processes moving files aside at once cannot pick one name."""
+    path = Path(path)
+    for n in range(1, 10_000):
+        target = path.with_name(f"{path.name}{suffix}" + (f".{n}" if n > 1 else ""))
+        if target.exists():
+            continue
+        try:
+            os.link(path, target)
+        except FileExistsError:
+            continue
+        except OSError:  # a file system without hard links: a plain rename (the name was free)
+            os.replace(path, target)
+            return target
+        path.unlink(missing_ok=True)
+        return target
+    raise OSError(f"cannot move {path} aside: {suffix} names up to 9999 are taken")
+
+
+def check_free_space(folder: str | Path, need_bytes: int, what: str) -> None:
+    """A :class:`~vflkit.errors.DiskSpaceError` unless ``folder``'s file system has
+    ``need_bytes`` free for ``what`` (e.g. "the record of run <key>"). An empty file fits on a
+    full disk, so a writability probe alone lets a run train for hours and then fail to write."""
+    from .errors import DiskSpaceError
+
+    folder = Path(folder)
+    probe = folder
+    while not probe.exists() and probe != probe.parent:  # a folder not made yet: its nearest parent
+        probe = probe.parent
+    try:
+        free = shutil.disk_usage(probe).free
+    except OSError:
+        return  # cannot tell (e.g. a file system that does not say): the write itself will
+    if free < need_bytes:
+        raise DiskSpaceError(
+            f"{what} needs about {_mb(need_bytes)} free in {folder}, but only {_mb(free)} is free there; "
+            "free some space or point VFLKIT_RESULTS (or results=) to a folder on a disk with room")
+
+
+def not_writable(folder: str | Path, exc: OSError) -> Exception:
+    """The ConfigError for a results folder that cannot be written (the same for the record
+    store and the scheduler's locks)."""
+    from .config import RESULTS_ENV
+    from .errors import ConfigError
+
+    return ConfigError(
+        f"the results folder {folder} is not writable ({exc.strerror or exc}); set {RESULTS_ENV} "
+        "to a writable folder (or pass results=) before training")
+
+
+def _mb(n: float) -> str:
+    return f"{n / 2**20:.1f} MiB"
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` (an OSError, or torch's RuntimeError from a short write) says the disk is full."""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    text = str(exc)
+    return "No space left on device" in text or "unexpected pos" in text
 
 
 def pid_alive(pid: int) -> bool:

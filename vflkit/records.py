@@ -27,6 +27,7 @@ import platform
 import re
 import resource
 import subprocess
+import tempfile
 import time
 import warnings
 from datetime import datetime
@@ -38,7 +39,8 @@ from tqdm.auto import tqdm
 
 from . import __version__
 from .config import RESULTS_ENV, check_paper, check_record_profile, project_root, resolve_device, results_dir
-from .errors import ConfigError, DivergenceError
+from .errors import ConfigError, DiskSpaceError, DivergenceError, RecordWriteError
+from . import files as _files
 from .files import TMP_MARK, clean_stale_tmp
 
 #: Envelope fields the run loop writes; a trainer's result may not use these names (except
@@ -184,9 +186,15 @@ def _same_config(run: Run, config: Any) -> bool:
         return False
 
 
-def check_record(path: Path, run: Run, profile: str) -> dict[str, Any]:
-    """The record at ``path`` if it is ``run``'s record under ``profile``, else :class:`BadRecord`
-    saying what is wrong with it (never a bare JSONDecodeError)."""
+#: A record's final scores, one of which every trainer's result holds (the split, multi-owner and
+#: one-shot trainers' ``final``, the tiles trainer's ``final_accuracy``): a file with the
+#: envelope but neither is not a finished run's record (a hand edit, another tool's file).
+FINAL_FIELDS: tuple[str, ...] = ("final", "final_accuracy")
+
+
+def _read_record(path: Path) -> dict[str, Any]:
+    """The record at ``path`` if it is a whole record (valid JSON, the whole envelope and a final
+    score), else :class:`BadRecord` saying what is wrong with it."""
     try:
         rec = json.loads(Path(path).read_text())
     except json.JSONDecodeError as exc:
@@ -198,6 +206,43 @@ def check_record(path: Path, run: Run, profile: str) -> dict[str, Any]:
     missing = [f for f in ENVELOPE if f not in rec]
     if missing:
         raise BadRecord(f"{path} lacks the record fields {missing}")
+    if not any(f in rec for f in FINAL_FIELDS):
+        raise BadRecord(f"{path} lacks the run's final scores ({' or '.join(FINAL_FIELDS)}): "
+                        "not a finished run's record")
+    return rec
+
+
+def record_problem(path: str | Path, *, key: str | None = None, profile: str | None = None) -> str | None:
+    """What is wrong with the record at ``path`` (``"no record"`` when there is no file), or None
+    when it is a whole record (of ``key`` and ``profile`` where given).
+
+    The one test of "this run is recorded" for everything that does not hold the run config
+    (the scheduler, ``python -m vflkit.study``, ``--status``): a truncated, empty or incomplete
+    file is not a record. :func:`check_record`, given the run, adds its config.
+    """
+    path = Path(path)
+    if not path.exists():
+        return "no record"
+    try:
+        rec = _read_record(path)
+    except BadRecord as exc:
+        return str(exc)
+    if key is not None and rec["key"] != key:
+        return f"{path} holds the record of key {rec['key']!r}, not {key!r}"
+    if profile is not None and rec["profile"] != profile:
+        return f"{path} is a record of profile {rec['profile']!r}, not {profile!r}"
+    return None
+
+
+def is_valid_record(path: str | Path, *, key: str | None = None, profile: str | None = None) -> bool:
+    """Whether ``path`` holds a whole record (:func:`record_problem` finds nothing wrong)."""
+    return record_problem(path, key=key, profile=profile) is None
+
+
+def check_record(path: Path, run: Run, profile: str) -> dict[str, Any]:
+    """The record at ``path`` if it is ``run``'s record under ``profile``, else :class:`BadRecord`
+    saying what is wrong with it (never a bare JSONDecodeError)."""
+    rec = _read_record(path)
     if rec["key"] != run.key:
         raise BadRecord(f"{path} holds the record of key {rec['key']!r}, not of this run ({run.key!r})")
     if rec["profile"] != profile:
@@ -207,11 +252,17 @@ def check_record(path: Path, run: Run, profile: str) -> dict[str, Any]:
     return rec
 
 
-def _move_aside(path: Path, reason: str) -> Path:
-    bad = path.with_name(path.name + ".bad")
-    os.replace(path, bad)
-    warnings.warn(f"{reason}; moved it to {bad.name} and recomputing the run", stacklevel=4)
+def move_aside(path: Path, reason: str, *, stacklevel: int = 2) -> Path:
+    """Move a file that is not a record to ``<name>.bad`` (``.bad.2``, ... if that is taken: each
+    broken file is kept as evidence) with a warning that the run is recomputed."""
+    bad = _files.move_aside(path, ".bad")
+    warnings.warn(f"{reason}; moved it to {bad.name} and recomputing the run", stacklevel=stacklevel + 1)
     return bad
+
+
+def _move_aside(path: Path, reason: str) -> Path:
+    # the warning points at the caller of run_one / run_many
+    return move_aside(path, reason, stacklevel=4)
 
 
 def load_record(run: Run, profile: str, root: str | Path | None = None) -> dict[str, Any] | None:
@@ -367,8 +418,16 @@ def _other_code(rec: dict[str, Any], current: dict[str, Any]) -> bool:
     return not (made.startswith(now) or now.startswith(made))
 
 
-def _check_writable(folder: Path) -> None:
-    """A ConfigError naming ``folder`` unless records can be written there."""
+#: Free space a run needs in its results folder before it starts: its record (at most a few
+#: MiB) and its checkpoints (about 1 MiB for VFedMH's LeNets; larger models' checkpoints check
+#: their own size again before each write, :func:`vflkit.training.checkpoint.save`).
+MIN_FREE_BYTES = 64 * 2**20
+
+
+def _check_writable(folder: Path, what: str = "a run") -> None:
+    """A ConfigError naming ``folder`` unless records can be written there, and a
+    :class:`~vflkit.errors.DiskSpaceError` unless it has :data:`MIN_FREE_BYTES` free (an empty
+    probe file fits on a full disk, so writability alone lets a run train and then fail)."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
         # named like a temporary of this process, so that a kill right here leaves nothing
@@ -377,10 +436,36 @@ def _check_writable(folder: Path) -> None:
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as exc:
-        raise ConfigError(
-            f"the results folder {folder} is not writable ({exc.strerror or exc}); set {RESULTS_ENV} "
-            "to a writable folder (or pass results=) before training"
-        ) from None
+        raise _files.not_writable(folder, exc) from None
+    _files.check_free_space(folder, MIN_FREE_BYTES, what)
+
+
+def _write_record(path: Path, record: dict[str, Any], run: Run, profile: str) -> None:
+    """Write a finished run's record; if that fails (a full disk, a folder gone read-only while
+    it trained), keep the trained result: write it under the temporary folder instead and
+    raise a :class:`~vflkit.errors.RecordWriteError` that carries it and says where it is."""
+    text = json.dumps(record, indent=1, sort_keys=True)
+    try:
+        # the space the record takes, and a margin for the file system's own blocks
+        _files.check_free_space(path.parent, len(text.encode()) + 2**20, f"the record of run {run.key}")
+        write_json_atomic(path, record)
+        return
+    except OSError as exc:
+        reason = str(exc) if isinstance(exc, DiskSpaceError) else f"{type(exc).__name__}: {exc}"
+        failed = exc
+    fallback = Path(tempfile.gettempdir()) / "vflkit-unsaved" / profile / run.paper / path.name
+    try:
+        fallback.parent.mkdir(parents=True, exist_ok=True)
+        _files.write_json(fallback, record)
+    except OSError as exc:
+        raise RecordWriteError(
+            f"the run {run.key} finished but its record could not be written to {path} ({reason}), nor to "
+            f"{fallback} ({exc.strerror or exc}); the record is in this error's .record: save it with "
+            "vflkit.files.write_json(path, err.record)", record=record) from failed
+    raise RecordWriteError(
+        f"the run {run.key} finished but its record could not be written to {path} ({reason}); it was saved "
+        f"to {fallback} instead: move that file to {path} once there is room (nothing needs retraining)",
+        record=record, saved_to=str(fallback)) from failed
 
 
 def _lookup(run: Run, *, profile: str, results: str | Path | None, force: bool, on_divergence: str,
@@ -524,7 +609,7 @@ def _run_one(run: Run, *, train: Trainer, profile: str, device: str | torch.devi
     if found is not None:
         reused.append(found)
         return found
-    _check_writable(path.parent)
+    _check_writable(path.parent, f"run {run.key}")
     dev = resolve_device(device)
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
@@ -557,7 +642,7 @@ def _run_one(run: Run, *, train: Trainer, profile: str, device: str | torch.devi
         **result,
     }
     record = json.loads(json.dumps(record, default=json_default))
-    write_json_atomic(path, record)
+    _write_record(path, record, run, profile)
     ckpt.unlink(missing_ok=True)
     return record
 
@@ -621,5 +706,6 @@ def run_many(runs: Iterable[Run], *, train: Trainer, profile: str, device: str |
     return out
 
 
-__all__ = ["ENVELOPE", "BadRecord", "Run", "check_record", "Trainer", "checkpoint_path", "environment_info", "json_default", "load_record",
+__all__ = ["ENVELOPE", "FINAL_FIELDS", "MIN_FREE_BYTES", "BadRecord", "Run", "check_record", "is_valid_record",
+           "move_aside", "record_problem", "Trainer", "checkpoint_path", "environment_info", "json_default", "load_record",
            "load_available", "load_recorded", "record_path", "run_many", "run_one", "write_json_atomic"]

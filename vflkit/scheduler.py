@@ -16,7 +16,14 @@ study are tasks of this one kind, so one scheduler serves every paper.
   resumes them from their checkpoints.
 - **Nothing computed twice.** A run holds a lock file beside its record while it computes; a
   second scheduler (another ``make study``) finding it locked waits for the record instead of
-  computing it. A lock whose process is gone (killed, lost machine) is stale and taken over.
+  computing it. The holder refreshes its lock every :data:`HEARTBEAT_S`; a lock whose process
+  is gone, whose pid now names another process, or that nobody refreshed for
+  :data:`LOCK_STALE_S` (a lost node) is stale and taken over by one process
+  (:func:`lock_stale_reason`, :func:`acquire`).
+- **Recorded** means a whole record (:func:`recorded`): a truncated or incomplete file at a
+  record's path is moved aside and its run computed again.
+- **A dead worker** (kill -9, out of memory) costs its runs one retry in a fresh pool, not the
+  scheduler.
 - **Scale-out** on dask.distributed: ``executor="dask"`` starts a ``LocalCluster``; any other
   ``"tcp://host:port"`` address connects to a running scheduler (e.g. one dask-jobqueue started
   on SLURM or PBS). Records go to one shared results folder that every worker can write.
@@ -25,11 +32,16 @@ study are tasks of this one kind, so one scheduler serves every paper.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import functools
 import json
 import multiprocessing as mp
 import os
 import socket
+import threading
 import time
+import uuid
+import warnings
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -37,10 +49,11 @@ from typing import Any, Callable, Iterable, Sequence
 from tqdm.auto import tqdm
 
 from .errors import BudgetExhausted, ConfigError
-from .files import pid_alive
+from .files import not_writable, pid_alive
 
 __all__ = ["BudgetExhausted", "Task", "Summary", "schedule", "execute", "acquire", "release", "lock_path",
-           "lock_is_stale", "status_table", "worker_env", "default_workers"]
+           "lock_is_stale", "lock_stale_reason", "recorded", "status_table", "worker_env", "default_workers",
+           "check_workers"]
 
 
 @dataclass(frozen=True)
@@ -66,6 +79,7 @@ class Summary:
     pending: list[str] = field(default_factory=list)  # not started: the budget did not allow
     needs_gpu: list[str] = field(default_factory=list)  # not started: a GPU's work, on a CPU (the study's call)
     failed: dict[str, str] = field(default_factory=dict)
+    still_locked: dict[str, str] = field(default_factory=dict)  # of pending: still locked by another process (who)
     elapsed_s: float = 0.0
     left_estimated_s: float = 0.0  # the estimated cost of the runs left to compute (those with an estimate)
     left_unestimated: int = 0  # runs left to compute without an estimate
@@ -76,12 +90,45 @@ class Summary:
                 f"in {self.elapsed_s:.0f} s")
         if self.needs_gpu:
             text += f", {len(self.needs_gpu)} left for a GPU"
+        if self.still_locked:
+            text += f" ({len(self.still_locked)} of the pending still locked by another process)"
         if self.paused or self.pending:
             text += "; run again to continue"
         return text
 
 
+# --------------------------------------------------------------------------- records
+
+
+def recorded(task: Task) -> bool:
+    """Whether ``task``'s run is recorded: a whole record at its path
+    (:func:`vflkit.records.record_problem`). A file there that is not one (truncated, empty,
+    its envelope or final scores missing) is moved aside (``.bad``, numbered) with a warning,
+    and the run counts as not recorded: it is computed again."""
+    from .records import move_aside, record_problem
+
+    problem = record_problem(task.path, key=task.key)
+    if problem is None:
+        return True
+    if task.path.exists():
+        try:
+            move_aside(task.path, problem)
+        except FileNotFoundError:  # another scheduler moved it first
+            pass
+    return False
+
+
 # --------------------------------------------------------------------------- locks
+
+#: A lock's holder refreshes it (its modification time) this often while it computes ...
+HEARTBEAT_S = 30.0
+#: ... and a lock without a refresh for this long is abandoned, whoever names it: a lost node of
+#: a cluster, a stopped process, a pid that now belongs to another process.
+LOCK_STALE_S = 10 * 60.0
+
+_held: dict[str, str] = {}  # lock path -> the token this process wrote into it
+_held_lock = threading.Lock()
+_heartbeat: threading.Thread | None = None
 
 
 def lock_path(record: Path) -> Path:
@@ -89,53 +136,186 @@ def lock_path(record: Path) -> Path:
     return record.with_name(record.name + ".lock")
 
 
-def lock_is_stale(path: Path, *, max_age_s: float = 7 * 24 * 3600) -> bool:
-    """True when the lock's process is gone (same host), or it is unreadable or very old."""
+@functools.lru_cache(maxsize=1)
+def _boot_time() -> float | None:
+    try:
+        for line in Path("/proc/stat").read_text().splitlines():
+            if line.startswith("btime "):
+                return float(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def process_start(pid: int) -> float | None:
+    """When process ``pid`` started, in seconds since the epoch (Linux; None where unknown).
+    A pid names one process only from that time on: after a crash, a reboot or a container
+    restart the same number may belong to any other process."""
+    boot = _boot_time()
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        ticks = int(stat.rsplit(")", 1)[1].split()[19])  # field 22, starttime, in clock ticks since boot
+        return None if boot is None else boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def lock_stale_reason(path: Path, *, max_age_s: float = LOCK_STALE_S) -> str | None:
+    """Why the lock at ``path`` is stale, or None while it is held. The one judgement of a lock:
+
+    - no refresh (heartbeat) for ``max_age_s``: abandoned, on any host (a lost node, a stopped
+      process; a holder refreshes it every :data:`HEARTBEAT_S`);
+    - on this host: its process is gone, or its pid now belongs to a process that started
+      after the lock was taken (pid reuse after a crash or reboot);
+    - unreadable for more than a minute (a lock is written whole in microseconds).
+    """
+    try:
+        age = time.time() - path.stat().st_mtime
+    except FileNotFoundError:
+        return "it is gone"
+    except OSError as exc:
+        return f"it cannot be read ({exc})"
     try:
         info = json.loads(path.read_text())
+        if not isinstance(info, dict):
+            raise ValueError("not a JSON object")
+    except FileNotFoundError:
+        return "it is gone"
     except (OSError, ValueError):
         # being written right now (an empty file for a moment) counts as held, unless old
-        try:
-            return time.time() - path.stat().st_mtime > 60
-        except OSError:
-            return True
+        return f"it is unreadable and {age:.0f} s old" if age > 60 else None
+    if age > max_age_s:
+        return f"its holder has not refreshed it for {age:.0f} s"
     if info.get("host") == socket.gethostname():
-        return not pid_alive(int(info.get("pid", -1)))
-    return time.time() - float(info.get("time", 0)) > max_age_s
+        pid = info.get("pid")
+        if not isinstance(pid, int) or isinstance(pid, bool) or not pid_alive(pid):
+            return f"its process {pid} is gone"
+        started = process_start(pid)
+        if started is not None:
+            taken = info.get("started", info.get("time"))
+            # the holder started before it took the lock; 2 s for the boot time's rounding
+            if not isinstance(taken, (int, float)) or (abs(started - taken) > 2 if "started" in info
+                                                        else started > taken + 2):
+                return f"its pid {pid} belongs to another process now"
+    return None
+
+
+def lock_is_stale(path: Path, *, max_age_s: float = LOCK_STALE_S) -> bool:
+    """True when the lock is stale (:func:`lock_stale_reason`)."""
+    return lock_stale_reason(path, max_age_s=max_age_s) is not None
+
+
+def lock_holder(path: Path) -> str:
+    """Who holds a lock, for a message: ``pid 123 on host h, refreshed 12 s ago``."""
+    try:
+        info = json.loads(path.read_text())
+        age = time.time() - path.stat().st_mtime
+        return f"pid {info.get('pid')} on host {info.get('host')}, refreshed {age:.0f} s ago"
+    except (OSError, ValueError, AttributeError):
+        return "an unreadable lock"
+
+
+def _refresh_held() -> None:
+    """Refresh every lock this process holds (its mtime), each only while it is still ours."""
+    with _held_lock:
+        held = dict(_held)
+    for name, token in held.items():
+        try:
+            if json.loads(Path(name).read_text()).get("token") == token:
+                os.utime(name)
+        except (OSError, ValueError, AttributeError):
+            pass
+
+
+def _beat() -> None:
+    while True:
+        time.sleep(HEARTBEAT_S)
+        _refresh_held()
+
+
+def _start_heartbeat() -> None:
+    global _heartbeat
+    with _held_lock:
+        if _heartbeat is None or not _heartbeat.is_alive():
+            _heartbeat = threading.Thread(target=_beat, name="vflkit-lock-heartbeat", daemon=True)
+            _heartbeat.start()
+
+
+def _create(path: Path) -> bool:
+    """Create the lock at ``path`` if there is none (O_EXCL: of several creators one wins)."""
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return False
+    except OSError as exc:
+        raise not_writable(path.parent, exc) from None
+    token = uuid.uuid4().hex
+    with os.fdopen(fd, "w") as f:
+        json.dump({"pid": os.getpid(), "host": socket.gethostname(), "time": time.time(),
+                   "started": process_start(os.getpid()), "token": token}, f)
+    with _held_lock:
+        _held[str(path)] = token
+    _start_heartbeat()
+    return True
+
+
+def _take_over(path: Path) -> bool:
+    """Replace a stale lock with ours; False if another process holds the lock meanwhile.
+
+    Two takers of one stale lock must not both win. A taker first creates a marker
+    (``<lock>.takeover``, O_EXCL: one at a time), then judges the lock again and replaces it
+    under the marker: a taker delayed since its first judgement finds the previous taker's
+    fresh lock and leaves it. A marker left by a taker that died is removed after a minute.
+    """
+    marker = path.with_name(path.name + ".takeover")
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+    except FileExistsError:
+        try:
+            if time.time() - marker.stat().st_mtime > 60:
+                marker.unlink(missing_ok=True)
+        except OSError:
+            pass
+        return False
+    except OSError as exc:
+        raise not_writable(path.parent, exc) from None
+    try:
+        if lock_stale_reason(path) is None:
+            return False
+        path.unlink(missing_ok=True)
+        return _create(path)
+    finally:
+        marker.unlink(missing_ok=True)
 
 
 def acquire(record: Path) -> bool:
-    """Take the run's lock; False if another live process holds it. A stale lock is taken over."""
+    """Take the run's lock; False if another live process holds it. A stale lock
+    (:func:`lock_stale_reason`) is taken over, by one process only. While held, the lock is
+    refreshed every :data:`HEARTBEAT_S` by a thread of this process. A results folder that
+    cannot be written is the ConfigError :func:`vflkit.records.run_one` gives."""
     path = lock_path(record)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    for _ in range(2):
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            if not lock_is_stale(path):
-                return False
-            # rename first so that of two processes taking over, only one removes the lock
-            stale = path.with_name(f"{path.name}.stale{os.getpid()}")
-            try:
-                os.replace(path, stale)
-                stale.unlink()
-            except OSError:
-                return False
-            continue
-        with os.fdopen(fd, "w") as f:
-            json.dump({"pid": os.getpid(), "host": socket.gethostname(), "time": time.time()}, f)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise not_writable(path.parent, exc) from None
+    if _create(path):
         return True
-    return False
+    if lock_stale_reason(path) is None:
+        return False
+    return _take_over(path)
 
 
 def release(record: Path) -> None:
     """Drop the run's lock (only ours: a lock is released by the process that took it)."""
     path = lock_path(record)
+    with _held_lock:
+        token = _held.pop(str(path), None)
     try:
         info = json.loads(path.read_text())
-        if info.get("pid") == os.getpid() and info.get("host") == socket.gethostname():
+        if (info.get("token") == token if token is not None else
+                info.get("pid") == os.getpid() and info.get("host") == socket.gethostname()):
             path.unlink()
-    except (OSError, ValueError):
+    except (OSError, ValueError, AttributeError):
         pass
 
 
@@ -183,12 +363,12 @@ def execute(task: Task, device: str, deadline: float | None, threads: int | None
     ``paused`` (deadline reached, checkpointed)."""
     if threads is not None:  # on dask workers: set here, the worker process is long-lived
         _init_worker(threads)
-    if task.path.exists():
+    if recorded(task):
         return task.key, "recorded"
     if not acquire(task.path):
         return task.key, "locked"
     try:
-        if task.path.exists():  # finished between our check and our lock
+        if recorded(task):  # finished between our check and our lock
             return task.key, "recorded"
         try:
             task.fn(task.payload, device=device, deadline=deadline)
@@ -208,6 +388,23 @@ def default_workers(device: str) -> int:
 
         return 8 * max(1, torch.cuda.device_count())
     return max(1, os.cpu_count() or 1)
+
+
+def check_workers(workers: Any, device: str, executor: str = "local") -> int:
+    """The number of parallel runs: ``workers``, or :func:`default_workers` for None. Anything
+    but a whole number >= 1 is a ConfigError (0 included: say None for the default). More
+    than four times the default on this machine (its own pool or dask LocalCluster) only
+    oversubscribes it: capped there, with a warning. A remote dask cluster is not capped."""
+    if workers is None:
+        return default_workers(device)
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ConfigError(f"workers must be a whole number >= 1 (or None for one per core, 8 per GPU), got {workers!r}")
+    cap = 4 * default_workers(device)
+    if executor in ("local", "serial", "dask") and workers > cap:
+        warnings.warn(f"workers={workers} would oversubscribe this machine; using {cap} "
+                      f"(4 x the default of {default_workers(device)} for {device})", stacklevel=3)
+        return cap
+    return workers
 
 
 def _dask_client(executor: str, workers: int, threads: int):
@@ -239,6 +436,7 @@ def schedule(
     progress: bool = True,
     poll_s: float = 2.0,
     runs_per_worker: int | None = None,
+    lock_wait_minutes: float | None = None,
 ) -> Summary:
     """Compute every task without a record, in priority order, ``workers`` at a time.
 
@@ -247,21 +445,34 @@ def schedule(
 
     ``executor``: ``"local"`` (a process pool here), ``"serial"`` (this process, one at a time:
     debugging), ``"dask"`` (a dask LocalCluster) or a dask scheduler address.
+
+    A run another process holds the lock of is waited for while that process keeps its lock
+    fresh (:func:`lock_stale_reason`); with ``lock_wait_minutes`` at most that long, then it is
+    left pending. Who holds it is reported every few minutes (with ``progress``).
+
+    A local worker that dies (killed, out of memory) breaks the process pool: the runs it was
+    computing are retried once in a fresh pool, and a run whose retry dies too is reported
+    failed with the reason; the other runs go on.
     """
     if budget_minutes is not None and not budget_minutes > 0:
         raise ConfigError(f"budget_minutes must be a positive number of minutes, got {budget_minutes!r}")
+    if lock_wait_minutes is not None and not lock_wait_minutes >= 0:
+        raise ConfigError(f"lock_wait_minutes must be a number of minutes >= 0, got {lock_wait_minutes!r}")
     if runs_per_worker is not None and not (isinstance(runs_per_worker, int) and runs_per_worker >= 1):
         raise ConfigError(f"runs_per_worker must be a whole number >= 1 or None, got {runs_per_worker!r}")
     if executor not in ("local", "serial", "dask") and not str(executor).startswith(("tcp://", "tls://", "inproc://")):
         raise ConfigError(f"Invalid executor {executor!r}; choose local, serial, dask or a dask scheduler address")
+    workers = check_workers(workers, device, executor)
     start = time.time()
     deadline = start + budget_minutes * 60 if budget_minutes is not None else None
     tasks = sorted({t.key: t for t in tasks}.values(), key=lambda t: t.priority)
-    workers = workers or default_workers(device)
     summary = Summary()
     todo = []
     for t in tasks:
-        (summary.recorded if t.path.exists() else todo).append(t.key if t.path.exists() else t)
+        if recorded(t):
+            summary.recorded.append(t.key)
+        else:
+            todo.append(t)
     by_key = {t.key: t for t in tasks}
     bar = tqdm(total=len(tasks), initial=len(summary.recorded), desc="runs", disable=not progress)
     waiting: list[Task] = []  # locked by another process: wait for its record
@@ -289,6 +500,11 @@ def schedule(
     def postfix(running: int, pending: int = 0) -> None:
         bar.set_postfix(running=running, pending=pending, waiting=len(waiting), refresh=True)
 
+    def new_pool() -> cf.ProcessPoolExecutor:
+        return cf.ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"),
+                                      initializer=_init_worker, initargs=(threads, os.getpid()),
+                                      max_tasks_per_child=runs_per_worker)
+
     client = cluster = pool = None
     try:
         if executor == "serial":
@@ -299,51 +515,80 @@ def schedule(
                 finish(*execute(t, device, deadline))
             todo = []
         else:
+            generation = 0  # of the local pool: a broken pool is replaced once, by the first run it failed
+            retried: set[str] = set()
             if executor == "local":
-                pool = cf.ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"),
-                                              initializer=_init_worker, initargs=(threads, os.getpid()),
-                                              max_tasks_per_child=runs_per_worker)
+                pool = new_pool()
                 submit = lambda t: pool.submit(execute, t, device, deadline)  # noqa: E731
             else:
                 client, cluster = _dask_client(executor, workers, threads)
                 submit = lambda t: client.submit(execute, t, device, deadline, threads, pure=False, key=f"run-{t.key}")  # noqa: E731
-            running: dict[Any, str] = {}
+            running: dict[Any, tuple[str, int]] = {}
             queue = list(todo)
+
+            def worker_died(key: str, gen: int, exc: BaseException) -> None:
+                nonlocal pool, generation
+                if gen == generation:  # its pool is the current one: replace it
+                    pool.shutdown(wait=False, cancel_futures=True)
+                    pool, generation = new_pool(), generation + 1
+                if key in retried:
+                    summary.failed[key] = (f"the worker process computing it died twice (killed, or out of memory?): "
+                                           f"{type(exc).__name__}: {exc}")
+                else:  # a run in flight when a worker died: maybe the culprit, maybe not; once more
+                    retried.add(key)
+                    queue.insert(0, by_key[key])
+
             while queue or running:
                 while queue and len(running) < workers:
                     t = queue.pop(0)
                     if not fits(t):
                         summary.pending.append(t.key)
                         continue
-                    running[submit(t)] = t.key
+                    try:
+                        running[submit(t)] = (t.key, generation)
+                    except BrokenProcessPool as exc:  # broke since the last results were read
+                        retried.discard(t.key)  # not started: no attempt spent
+                        worker_died(t.key, generation, exc)
                 postfix(len(running), len(queue))
                 if not running:
                     break
                 done, _ = cf.wait(list(running), return_when=cf.FIRST_COMPLETED) if pool else _dask_wait(running)
                 for fut in done:
-                    key = running.pop(fut)
+                    key, gen = running.pop(fut)
                     try:
                         finish(*fut.result())
+                    except BrokenProcessPool as exc:
+                        worker_died(key, gen, exc)
                     except Exception as exc:  # one broken run must not stop the others
                         summary.failed[key] = f"{type(exc).__name__}: {exc}"
             todo = []
         # runs another process was computing: wait for their records, or take over stale locks
+        wait_start = last_report = time.time()
         while waiting:
             postfix(0)
             time.sleep(poll_s)
+            now = time.time()
+            if progress and now - last_report > LOCK_REPORT_S:
+                last_report = now
+                tqdm.write(f"[scheduler] waiting for {len(waiting)} runs another process computes: " + "; ".join(
+                    f"{t.key} ({lock_holder(lock_path(t.path))})" for t in waiting[:5]) + ("; ..." if len(waiting) > 5 else ""))
             for t in list(waiting):
-                if t.path.exists():
+                if recorded(t):
                     waiting.remove(t)
                     finish(t.key, "recorded")
-                elif not lock_path(t.path).exists() or lock_is_stale(lock_path(t.path)):
+                elif lock_is_stale(lock_path(t.path)):
                     waiting.remove(t)
                     if fits(t):
                         finish(*execute(t, device, deadline))
                     else:
                         summary.pending.append(t.key)
-                elif deadline is not None and time.time() > deadline:
+                elif deadline is not None and now > deadline:
                     waiting.remove(t)
                     summary.pending.append(t.key)
+                elif lock_wait_minutes is not None and now - wait_start > lock_wait_minutes * 60:
+                    waiting.remove(t)
+                    summary.pending.append(t.key)
+                    summary.still_locked[t.key] = lock_holder(lock_path(t.path))
     finally:
         bar.close()
         if pool is not None:
@@ -356,7 +601,11 @@ def schedule(
     return summary
 
 
-def _dask_wait(running: dict[Any, str]):
+#: How often the scheduler says which runs it waits for, and who holds them.
+LOCK_REPORT_S = 120.0
+
+
+def _dask_wait(running: dict[Any, Any]):
     from dask.distributed import wait
 
     result = wait(list(running), return_when="FIRST_COMPLETED")
@@ -364,16 +613,20 @@ def _dask_wait(running: dict[Any, str]):
 
 
 def status_table(tasks: Sequence[Task]):
-    """One row per task: label, recorded / running (a live process holds its lock) /
-    checkpointed / pending, and its estimated minutes."""
+    """One row per task: label, recorded / running (a live process holds its lock) / broken (a
+    file that is not a whole record: it is moved aside and recomputed) / checkpointed /
+    pending, and its estimated minutes. Nothing is moved or written."""
     import pandas as pd
+
+    from .records import record_problem
 
     rows = []
     for t in tasks:
         ckpt = t.path.with_name(t.path.stem + ".ckpt.pt")
         lock = lock_path(t.path)
-        state = ("recorded" if t.path.exists() else "running" if lock.exists() and not lock_is_stale(lock)
-                 else "checkpointed" if ckpt.exists() else "pending")
+        valid = record_problem(t.path, key=t.key) is None
+        state = ("recorded" if valid else "running" if lock.exists() and not lock_is_stale(lock)
+                 else "broken" if t.path.exists() else "checkpointed" if ckpt.exists() else "pending")
         rows.append({"run": t.label or t.key, "key": t.key, "status": state,
                      "estimated_min": None if t.cost_s is None else round(t.cost_s / 60, 1)})
     return pd.DataFrame(rows, columns=["run", "key", "status", "estimated_min"])

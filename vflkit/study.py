@@ -28,6 +28,7 @@ from typing import Any, Sequence
 
 from .config import PROFILES, project_root, results_dir
 from .errors import ConfigError
+from .files import move_aside
 from .scheduler import Summary, Task, schedule, status_table
 
 #: Each study's protocol family: the trainer module, its run class, and what a diverging run
@@ -64,7 +65,8 @@ def study_tasks(paper: str, profile: str, *, seeds: Any = None, overrides: dict[
     the study's ``run_priority(run, artefact_rank)`` gives (default: its first artefact, the
     headline table, first); ``payload["needs_gpu"]`` is the study's ``needs_gpu(run)`` (default
     False). With ``recompute_before`` (a commit), records finished before that commit are moved
-    aside (``.json.old``) to be recomputed."""
+    aside (``.json.old``, numbered if taken) to be recomputed, and a file that is not a whole
+    record (``.json.bad``) with a warning."""
     import json
 
     from . import records
@@ -86,8 +88,12 @@ def study_tasks(paper: str, profile: str, *, seeds: Any = None, overrides: dict[
             if run.key in tasks:
                 continue
             path = records.record_path(run, profile, results or results_dir())
-            if stale_after is not None and path.exists() and records._older_than(json.loads(path.read_text()), stale_after):
-                path.replace(path.with_name(path.name + ".old"))
+            if stale_after is not None and path.exists():
+                problem = records.record_problem(path, key=run.key, profile=profile)
+                if problem is not None:  # not a record at all: it is recomputed in any case
+                    records.move_aside(path, problem)
+                elif records._older_than(json.loads(path.read_text()), stale_after):
+                    move_aside(path, ".old")
             label = " ".join(str(v) for v in (getattr(run, "method", ""), getattr(run, "dataset", ""),
                                               getattr(run, "seed", "")) if v != "")
             tasks[run.key] = Task(key=run.key, path=records.record_path(run, profile, root), fn=compute,
@@ -228,7 +234,8 @@ def status(papers: Sequence[str], *, profile: str, device: str = "auto", dataset
 def compute_pending(papers: list[str], *, profile: str, device: str = "auto", workers: int | None = None,
                     budget_minutes: float | None = None, executor: str = "local",
                     progress: bool = True, recompute_before: str | None = None,
-                    datasets: Sequence[str] | None = None, include_gpu_runs: bool = False) -> Summary:
+                    datasets: Sequence[str] | None = None, include_gpu_runs: bool = False,
+                    lock_wait_minutes: float | None = None) -> Summary:
     """Compute the runs of ``papers`` under ``profile`` that have no record yet (with
     ``datasets``, only the runs on those datasets). On a CPU the runs a study says need a GPU
     (ResNets, CIFAR-10 at full width, 500 rounds) are not started but listed in the summary's
@@ -236,13 +243,15 @@ def compute_pending(papers: list[str], *, profile: str, device: str = "auto", wo
     what a CPU computes."""
     from .config import resolve_device
 
+    from .records import is_valid_record
+
     dev = str(resolve_device(device))
     tasks, gpu = select_tasks(papers, profile, dev, datasets=datasets, include_gpu_runs=include_gpu_runs,
                               recompute_before=recompute_before)
     summary = schedule(tasks, device=dev, workers=workers, budget_minutes=budget_minutes, executor=executor,
-                       progress=progress)
-    summary.needs_gpu = [t.key for t in gpu if not t.path.exists()]
-    left = [t for t in tasks if not t.path.exists()]
+                       progress=progress, lock_wait_minutes=lock_wait_minutes)
+    summary.needs_gpu = [t.key for t in gpu if not is_valid_record(t.path, key=t.key)]
+    left = [t for t in tasks if not is_valid_record(t.path, key=t.key)]
     summary.left_estimated_s = sum(t.cost_s for t in left if t.cost_s is not None)
     summary.left_unestimated = sum(t.cost_s is None for t in left)
     return summary
@@ -269,10 +278,10 @@ def estimate_costs(tasks: Sequence[Task], device: str) -> list[Task]:
     whose kind has no record yet (it starts while the budget lasts)."""
     import json
 
-    from .records import _record_roots, checkpoint_path
+    from .records import _record_roots, checkpoint_path, is_valid_record
 
     kind = device.split(":")[0]
-    pending = [t for t in tasks if not t.path.exists() and not checkpoint_path(t.path).exists()]
+    pending = [t for t in tasks if not is_valid_record(t.path, key=t.key) and not checkpoint_path(t.path).exists()]
     families = {t.path.parent: t.payload["family"] for t in pending}
     # and the same study's records in the other record root (the committed ones)
     families.update({root / f.parent.name / f.name: fam for f, fam in list(families.items()) for root in _record_roots()})
@@ -333,6 +342,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=float, default=None, metavar="MINUTES",
                         help="start no run after this many minutes; runs in flight checkpoint and stop")
     parser.add_argument("--executor", default="local", help="local, serial, dask, or a dask scheduler address")
+    parser.add_argument("--lock-wait", type=float, default=None, metavar="MINUTES",
+                        help="wait at most this long for runs another process holds the lock of (default: while "
+                             "its holder keeps the lock fresh), then leave them pending")
     parser.add_argument("--no-notebooks", action="store_true", help="compute the runs only")
     parser.add_argument("--datasets", default=None, metavar="NAME[,NAME]",
                         help="compute only the runs on these datasets (e.g. a paper profile's CPU-sized "
@@ -373,8 +385,11 @@ def main(argv: list[str] | None = None) -> int:
     summary = compute_pending(papers, profile=args.profile, device=args.device, workers=args.workers,
                               budget_minutes=args.budget, executor=args.executor,
                               recompute_before=args.recompute_before,
-                              datasets=datasets, include_gpu_runs=args.include_gpu_runs)
+                              datasets=datasets, include_gpu_runs=args.include_gpu_runs,
+                              lock_wait_minutes=args.lock_wait)
     print(f"[study] runs: {summary}", flush=True)
+    for key, holder in summary.still_locked.items():
+        print(f"[study] run {key} is still locked by {holder}: left pending", flush=True)
     if summary.left_estimated_s or summary.left_unestimated:
         print(f"[study] still to compute here: about {summary.left_estimated_s / 3600:.1f} hours of runs whose other "
               f"seeds are recorded, and {summary.left_unestimated} runs without such an estimate", flush=True)

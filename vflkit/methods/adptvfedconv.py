@@ -73,7 +73,6 @@ import dataclasses
 import hashlib
 import json
 import math
-import os
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -89,7 +88,7 @@ from ..comm import Channel, Party
 from ..config import resolve_device
 from ..data import ImageData, load_dataset
 from ..errors import ConfigError
-from ..files import atomic_path
+from ..files import move_aside
 from ..models import vgg16_bn_centralized, vgg16_bn_generator, vgg16_bn_split
 from ..partition import Partition, grid
 from ..training import checkpoint as checkpoint_io
@@ -412,8 +411,7 @@ def _save_atomic(obj: Any, path: Path, device: torch.device) -> None:
     (:func:`~vflkit.training.checkpoint.computed_by`), which :func:`_load_if_ours` checks."""
     if isinstance(obj, dict):
         obj = {"computed_by": checkpoint_io.computed_by(device), **obj}
-    with atomic_path(path) as tmp:
-        torch.save(obj, tmp)
+    checkpoint_io.write(path, obj, what=f"the checkpoint {path.name}")
 
 
 def _load_if_ours(path: Path, config_dict: dict[str, Any], fields: Sequence[str],
@@ -424,15 +422,14 @@ def _load_if_ours(path: Path, config_dict: dict[str, Any], fields: Sequence[str]
     if not path.exists():
         return None
     try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        state = checkpoint_io.read(path)  # weights_only: a planted pickle is refused, never run
         theirs = state.get("config", {})
         if any(theirs.get(k) != config_dict[k] for k in fields):
             raise ValueError("its config is not this run's")
         checkpoint_io.check_computed_by(state, device)
         return state
     except Exception as exc:
-        bad = path.with_name(path.name + ".bad")
-        os.replace(path, bad)
+        bad = move_aside(path, ".bad")
         warnings.warn(f"ignoring checkpoint {path} ({exc}); moved to {bad.name}", stacklevel=3)
         return None
 
@@ -595,7 +592,7 @@ class _Run:
             if state is not None:
                 self._restore(state)
                 if self.progress["classifier"] and self.cfg.extraction == "once":
-                    self.once_maps = torch.load(self.once_file, map_location=self.device)
+                    self.once_maps = torch.load(self.once_file, map_location=self.device, weights_only=True)
                 return
         if self.pretrain_file is not None:
             state = _load_if_ours(self.pretrain_file, self.cfg.to_dict(), _PRETRAIN_FIELDS, self.device)

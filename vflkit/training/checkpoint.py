@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import os
+import json
 import pickle
 import random
 import warnings
@@ -34,7 +34,8 @@ import numpy as np
 import torch
 
 from ..comm import Channel, Party
-from ..files import atomic_path
+from ..errors import DiskSpaceError
+from ..files import atomic_path, check_free_space, is_disk_full, move_aside
 
 
 class Run(Protocol):
@@ -97,16 +98,22 @@ class LedgerLog:
         if len(rows) < self._packed:  # the ledger was replaced, not appended to: pack it afresh
             self._chunks, self._packed = [], 0
         if len(rows) > self._packed:
-            self._chunks.append(zlib.compress(pickle.dumps(rows[self._packed:], protocol=5), 1))
+            # JSON, not pickle: a checkpoint is read back with torch.load(weights_only=True), and
+            # a pickled chunk inside it would be code run at restore after all
+            text = json.dumps(rows[self._packed:], separators=(",", ":"), default=int)
+            self._chunks.append(zlib.compress(text.encode(), 1))
             self._packed = len(rows)
-        return {"rows": self._packed, "chunks": list(self._chunks)}
+        return {"rows": self._packed, "chunks": list(self._chunks), "format": "json"}
 
     def restore(self, saved: dict[str, Any] | list[Iterable[Any]]) -> None:
         """Make the ledger what it was when ``saved`` was packed. A run set up afresh before
         restoring has logged its setup messages a second time: they go. (A list of rows is a
-        checkpoint written before rows were packed in chunks.)"""
+        checkpoint written before rows were packed in chunks.) Chunks are JSON: a checkpoint
+        holds nothing that runs code when read."""
         if isinstance(saved, dict):
-            rows = [r for chunk in saved["chunks"] for r in pickle.loads(zlib.decompress(chunk))]
+            if saved.get("format") != "json":  # pickled chunks (an older vflkit's): never unpickled
+                raise ValueError("its ledger is packed in the pickled form of an older vflkit")
+            rows = [tuple(r) for chunk in saved["chunks"] for r in json.loads(zlib.decompress(chunk))]
             if len(rows) != saved["rows"]:
                 raise ValueError(f"the checkpoint's ledger holds {len(rows)} rows, not {saved['rows']}")
             self._chunks, self._packed = list(saved["chunks"]), len(rows)
@@ -117,11 +124,14 @@ class LedgerLog:
 
 
 def rng_state(device: torch.device) -> dict[str, Any]:
-    """Every global random state: torch's, the device's CUDA generator, numpy's and Python's."""
+    """Every global random state: torch's, the device's CUDA generator, numpy's and Python's, in
+    the types ``torch.load(weights_only=True)`` reads (tensors, lists, numbers, strings)."""
+    kind, key, pos, has_gauss, gauss = np.random.get_state(legacy=True)
     return {
         "torch_rng": torch.get_rng_state(),
         "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
-        "numpy_rng": np.random.get_state(),
+        "numpy_rng": {"kind": kind, "key": torch.from_numpy(key.astype(np.int64)), "pos": int(pos),
+                      "has_gauss": int(has_gauss), "gauss": float(gauss)},
         "python_rng": random.getstate(),
     }
 
@@ -132,10 +142,15 @@ def restore_rng(state: dict[str, Any], device: torch.device) -> None:
     torch.set_rng_state(state["torch_rng"])
     if state.get("cuda_rng") is not None and device.type == "cuda":
         torch.cuda.set_rng_state(state["cuda_rng"], device)
-    if state.get("numpy_rng") is not None:
-        np.random.set_state(state["numpy_rng"])
+    saved = state.get("numpy_rng")
+    if isinstance(saved, dict):
+        np.random.set_state((saved["kind"], saved["key"].numpy().astype(np.uint32), saved["pos"],
+                             saved["has_gauss"], saved["gauss"]))
+    elif saved is not None:
+        np.random.set_state(saved)
     if state.get("python_rng") is not None:
-        random.setstate(state["python_rng"])
+        version, internal, gauss = state["python_rng"]
+        random.setstate((version, tuple(internal), gauss))
 
 
 # --------------------------------------------------------------------------- files
@@ -162,12 +177,23 @@ source_digest()
 
 
 def computed_by(device: torch.device) -> dict[str, str]:
-    """What must not change between the epochs of one record: vflkit's source, PyTorch's version
-    and where the numbers are computed (the GPU's name, or the CPU instruction set PyTorch
-    dispatches to, whose kernels round differently)."""
+    """What must not change between the epochs of one record: vflkit's source, PyTorch's version,
+    where the numbers are computed (the GPU's name, or the CPU instruction set PyTorch
+    dispatches to, whose kernels round differently) and torch's thread count.
+
+    The thread count is here because a CPU kernel splits its sums by thread, so 1 and 2 threads
+    round differently: a run paused by the scheduler (1 thread) and resumed by a notebook
+    (torch's default) would give a record that neither an uninterrupted 1-thread nor 2-thread
+    run reproduces, while the README promises bit-identical results at one thread count,
+    whole or resumed. Such a checkpoint is therefore foreign: it is moved aside and the run
+    recomputed from the start at this thread count (its record then names that count). Setting
+    the checkpoint's thread count instead would change the process's threads for everything
+    else it runs and make ``environment.torch_threads``, taken before training, untrue.
+    """
     where = (torch.cuda.get_device_name(device) if device.type == "cuda"
              else f"cpu {torch.backends.cpu.get_cpu_capability()}")
-    return {"vflkit_source": source_digest(), "torch": torch.__version__, "device": where}
+    return {"vflkit_source": source_digest(), "torch": str(torch.__version__), "device": where,
+            "torch_threads": str(torch.get_num_threads())}
 
 
 def check_computed_by(state: dict[str, Any], device: torch.device) -> None:
@@ -185,32 +211,78 @@ def save(path: Path, run: Run, state: dict[str, Any], *, device: torch.device) -
     the new one is on disk)."""
     full = {"key": run.key, "config": run.to_dict(), "computed_by": computed_by(device), **rng_state(device),
             **state}
-    with atomic_path(path) as tmp:
-        torch.save(full, tmp)
+    write(path, full, what=f"the checkpoint of run {run.key}")
+
+
+def _nbytes(obj: Any) -> int:
+    """About what ``torch.save`` writes for ``obj``: its tensors' and byte strings' sizes."""
+    if isinstance(obj, torch.Tensor):
+        return obj.nelement() * obj.element_size()
+    if isinstance(obj, (bytes, str)):
+        return len(obj)
+    if isinstance(obj, dict):
+        return sum(_nbytes(k) + _nbytes(v) for k, v in obj.items())
+    if isinstance(obj, (list, tuple)):
+        return sum(_nbytes(v) for v in obj)
+    return 16
+
+
+def write(path: Path, obj: Any, *, what: str) -> None:
+    """``torch.save`` of ``obj`` to ``path``, atomically, after checking that its file system has
+    room for it (a :class:`~vflkit.errors.DiskSpaceError` saying how much and where); a write
+    that still runs out of space is the same error, not torch's obscure "unexpected pos"."""
+    need = int(_nbytes(obj) * 1.1) + 2**20  # pickle's framing and the file system's blocks
+    check_free_space(path.parent, need, what)
+    try:
+        with atomic_path(path) as tmp:
+            torch.save(obj, tmp)
+    except (OSError, RuntimeError) as exc:
+        if not is_disk_full(exc):
+            raise
+        raise DiskSpaceError(f"{what} ran out of space in {path.parent} (about {need / 2**20:.1f} MiB needed): "
+                             f"{exc}; free some space, or point VFLKIT_RESULTS (or results=) to a disk with room"
+                             ) from exc
+
+
+def read(path: Path) -> Any:
+    """A checkpoint file's content, read with ``torch.load(weights_only=True)``: tensors, dicts,
+    lists, numbers and strings only. Any other object is refused (a ``ValueError`` saying so),
+    never unpickled: a checkpoint lives in a results folder others may write (a shared file
+    system, a cluster's workers), and unpickling runs whatever code a planted file names."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+        why = next((ln for ln in lines if "Unpickler error" in ln), lines[0] if lines else type(exc).__name__)
+        raise ValueError(f"it holds objects a checkpoint never holds, refused unread (loading it could run code): "
+                         f"{why.split('. Please use')[0][:200]}") from None
 
 
 def load(path: Path, run: Run, *, device: torch.device, fresh: str = "epoch 1") -> dict[str, Any] | None:
     """The checkpoint at ``path`` if there is one and it belongs to ``run``, else None.
 
-    An unreadable or foreign checkpoint (another key, a config that is not the run's, or one
-    computed by other code or on another kind of machine than ``device``: :func:`computed_by`)
-    is moved to ``<name>.bad`` with a warning that the run starts from ``fresh`` instead.
+    An unreadable or foreign checkpoint (another key, a config that is not the run's, one
+    computed by other code, on another kind of machine than ``device`` or at another torch
+    thread count: :func:`computed_by`), or one holding anything but tensors, containers and
+    plain values (:func:`read`: never unpickled), is moved to ``<name>.bad`` (numbered if
+    taken) with a warning that the run starts from ``fresh`` instead.
     """
     if not path.exists():
         return None
     try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        state = read(path)
+        if not isinstance(state, dict):
+            raise ValueError(f"it holds a {type(state).__name__}, not a checkpoint")
         if state.get("key") != run.key or state.get("config") != run.to_dict():
             raise ValueError("its config is not this run's")
         check_computed_by(state, device)
         return state
     except Exception as exc:  # a bad checkpoint costs time, never a wrong record
-        bad = path.with_name(path.name + ".bad")
-        os.replace(path, bad)
+        bad = move_aside(path, ".bad")
         warnings.warn(f"ignoring checkpoint {path} ({exc}); moved to {bad.name}, starting from {fresh}",
                       stacklevel=3)
         return None
 
 
-__all__ = ["LedgerLog", "check_computed_by", "computed_by", "generators", "load", "parties_state", "restore_parties",
-           "restore_rng", "rng_state", "save", "source_digest"]
+__all__ = ["LedgerLog", "check_computed_by", "computed_by", "generators", "load", "parties_state", "read",
+           "restore_parties", "restore_rng", "rng_state", "save", "source_digest", "write"]
