@@ -225,6 +225,26 @@ def test_vfedmh_divergence_inside_train_step_is_recorded(tmp_path, monkeypatch):
     assert "NaN" in rec["diverged"]["message"] or "finite" in rec["diverged"]["message"]
 
 
+def test_vfedmh_finite_blow_up_beyond_the_ring_is_recorded(tmp_path):
+    """A passive party at lr 1e8 sends finite embeddings far beyond the ring's limit (~1e14 >
+    1.4e11) before its loss turns NaN: a divergence, recorded in record mode, not a ConfigError
+    telling the user to change scale_bits. A narrow ring (scale_bits=52, limit 2) with normal
+    embeddings stays a configuration error, in record mode too."""
+    from vflkit import secure
+    from vflkit.training import split
+
+    cfg = _cfg(method="vfedmh", lr=(0.05, 1e8, 0.05, 0.05), batch_size=32)
+    with pytest.raises(secure.EmbeddingOverflowError, match="the model diverged"):
+        split.run(cfg, profile="smoke", device="cpu", results=tmp_path, progress=False)
+    rec = split.run(cfg, profile="smoke", device="cpu", results=tmp_path, progress=False, on_divergence="record")
+    assert rec["diverged"] and "the model diverged" in rec["diverged"]["message"]
+    assert "scale_bits" not in rec["diverged"]["message"].split(":")[-1]  # not advice to change the ring
+    narrow = _cfg(method="vfedmh", options={"scale_bits": 52}, batch_size=32)
+    with pytest.raises(ConfigError, match="use fewer scale_bits") as err:
+        split.run(narrow, profile="smoke", device="cpu", results=tmp_path, progress=False, on_divergence="record")
+    assert not isinstance(err.value, DivergenceError)
+
+
 # --------------------------------------------------------------------------- configuration
 
 
