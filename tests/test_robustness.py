@@ -365,6 +365,8 @@ def test_every_committed_record_has_the_key_its_config_gives():
     ("012", "seeds must be a non-empty list"),
     ([0, 1.5], "seeds must be integers"),
     ([True], "seeds must be integers"),
+    ([0, 0], r"lists seed\(s\) \[0\] more than once"),
+    ((1, 2, 1, 2), r"seed\(s\) \[1, 2\] more than once"),
 ])
 def test_check_seeds(seeds, match):
     with pytest.raises(ConfigError, match=match):
@@ -406,6 +408,69 @@ def test_every_study_rejects_bad_parameters_before_any_work(study_name):
         with pytest.raises(ConfigError, match=match) as err:
             study.configs(profile, **kwargs)
         assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("study_name", ["vfedmh", "easter", "multi_vfl", "apc_vfl", "adptvfedconv", "demo"])
+def test_a_seed_given_twice_is_an_error(study_name):
+    """[0, 0] would be one run counted as two seeds that agree exactly (Table II's n_runs 2,
+    std 0); as the seeds argument (papermill's -y 'seeds: [0, 0]') and in overrides."""
+    import importlib
+
+    study = importlib.import_module(f"vflkit.studies.{study_name}")
+    with pytest.raises(ConfigError, match="more than once"):
+        study.configs("smoke", seeds=[0, 0])
+    with pytest.raises(ConfigError, match="more than once"):
+        study.configs("smoke", overrides={"seeds": [0, 0]})
+    # seeds in both places: neither silently wins
+    with pytest.raises(ConfigError, match="seeds are given twice"):
+        study.configs("smoke", seeds=[1], overrides={"seeds": [2]})
+
+
+def test_overrides_of_the_wrong_shape_are_errors():
+    """A string where a list is expected was iterated letter by letter (datasets 'm', 'n', ...);
+    a list of names where a list of model sets is expected likewise ("Invalid model 'p'")."""
+    from vflkit.studies import easter, vfedmh
+
+    with pytest.raises(ConfigError, match=r"overrides\['datasets'\] must be a list like \['mnist'\], got 'mnist'"):
+        vfedmh.configs("smoke", overrides={"datasets": "mnist"})
+    with pytest.raises(ConfigError, match=r"overrides\['model_sets'\]\[0\] must be a list like .*got 'mlp'"):
+        vfedmh.configs("smoke", overrides={"model_sets": ["mlp"]})
+    with pytest.raises(ConfigError, match=r"overrides\['criteo_seeds'\] lists seed"):
+        easter.configs("smoke", overrides={"criteo_seeds": [3, 3]})
+    with pytest.raises(ConfigError, match="seeds are given twice"):
+        easter.configs("smoke", seeds=[0], overrides={"criteo_seeds": [1]})
+    # the right shapes still work (papermill passes lists)
+    assert vfedmh.configs("smoke", overrides={"datasets": ["mnist"], "model_sets": [["mlp", "cnn"]]})["table2"]
+
+
+def test_apc_vfl_notebook_checks_the_profile_before_reading_its_settings():
+    """papermill -p profile fast: a ConfigError naming the valid profiles, not KeyError: 'fast'."""
+    import nbformat
+
+    from vflkit.studies import apc_vfl
+
+    with pytest.raises(ConfigError, match="Invalid profile 'fast'"):
+        apc_vfl.settings("fast")
+    nb = nbformat.read(project_root() / "notebooks" / "apc_vfl.ipynb", as_version=4)
+    code = [c.source for c in nb.cells if c.cell_type == "code"]
+    first = next(src for src in code if "study.configs(profile" in src)
+    with pytest.raises(ConfigError, match="Invalid profile 'fast'"):
+        exec(first, {"profile": "fast", "seeds": None, "overrides": {}, "device": "cpu", "display": print})
+
+
+def test_paper_so_far_with_no_paper_record(tmp_path, monkeypatch):
+    """Outside the checkout (project_root() falls back to the cwd) no paper record is found: the
+    paper section shows empty tables, not a pandas KeyError from report.provenance([])."""
+    from vflkit import report
+    from vflkit.studies import vfedmh
+
+    assert list(report.provenance([]).columns) == ["git_commit", "vflkit_modified", "device", "cpu", "torch",
+                                                   "runs", "last_finished"]
+    monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path / "results"))
+    monkeypatch.chdir(tmp_path)  # as papermill --cwd outside the checkout
+    table, pending, found = vfedmh.paper_so_far("table2")
+    assert found == [] and table.empty and len(pending)
+    assert report.provenance(found).empty
 
 
 def test_multi_vfl_divergence_is_recorded(tmp_path, monkeypatch):

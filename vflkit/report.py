@@ -166,8 +166,10 @@ def provenance(records: Sequence[dict]) -> pd.DataFrame:
                      "torch": env.get("torch", "?"),
                      # records migrated from a format that kept no time hold null
                      "finished": r.get("finished") or ""})
-    df = pd.DataFrame(rows)
     keys = ["git_commit", "vflkit_modified", "device", "cpu", "torch"]
+    if not rows:  # nothing recorded yet (or no results folder found): an empty table, same columns
+        return pd.DataFrame(columns=[*keys, "runs", "last_finished"])
+    df = pd.DataFrame(rows)
     return (df.astype({"vflkit_modified": str}).groupby(keys, sort=False)
             .agg(runs=("device", "size"), last_finished=("finished", "max")).reset_index())
 

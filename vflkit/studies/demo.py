@@ -14,7 +14,7 @@ import pandas as pd
 import seaborn as sns
 import torch
 
-from ..config import apply_overrides, check_profile, check_seeds
+from ..config import apply_overrides, check_profile, check_seeds, check_seeds_once
 from ..methods import RunConfig
 from ..report import load_reference
 from ..training import split
@@ -40,6 +40,7 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
     """Local and SplitNN on MNIST split into 4 width strips (28x7), one run per seed.
     ``overrides`` replace the profile's settings (e.g. ``{"model": "cnn"}``)."""
     s, _ = apply_overrides(PROFILE_SETTINGS[check_profile(profile)], overrides)
+    check_seeds_once(seeds, overrides)
     seeds = check_seeds(s["seeds"] if seeds is None else seeds)
     return [
         RunConfig(paper="demo", dataset="mnist", method=method, models=(s["model"],) * 4,

@@ -50,7 +50,7 @@ import torch
 from .. import analysis, claims
 from .. import comm as netmodel
 from .. import records as store
-from ..config import apply_overrides, check_profile, check_seeds
+from ..config import apply_overrides, check_profile, check_seeds, check_seeds_once
 from ..methods import RunConfig
 from ..methods.cvfl import step_size as cvfl_step_size
 from ..report import join_reference, side_by_side
@@ -197,6 +197,8 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
     """Every run of the study, grouped by artefact (a shared run appears in each group that
     uses it and is trained once). ``seeds=None``: the profile's (Criteo has its own)."""
     s = settings(profile, overrides)
+    # the seeds argument replaces every seed setting (Criteo's, Fig. 6's, ...)
+    check_seeds_once(seeds, overrides, keys=[k for k in s if k.endswith("seeds")])
     out: dict[str, list[RunConfig]] = {"table2": [], "table4": [], "table6": [], "fig6": [],
                                        "cvfl_host_lr": [], "embedding_gradient": []}
     for dataset in s["datasets"]:

@@ -25,7 +25,7 @@ import torch
 
 from .. import claims
 from .. import records as store
-from ..config import apply_overrides, check_profile, check_seeds
+from ..config import apply_overrides, check_profile, check_seeds, check_seeds_once
 from ..methods.multi_vfl import MultiVFL, MultiVFLConfig
 from ..methods.server_opt import SERVER_OPTIMIZERS, init_state, server_step
 from ..partition import NIID_SCENARIOS
@@ -107,6 +107,7 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
     s, run_fields = apply_overrides(PROFILE_SETTINGS[check_profile(profile)], overrides, run_fields=fields)
     datasets = s.pop("datasets")
     profile_seeds = s.pop("seeds")
+    check_seeds_once(seeds, overrides)
     seeds = check_seeds(profile_seeds if seeds is None else seeds)
     s.update(run_fields)
     s.setdefault("variant", "paper")

@@ -35,7 +35,7 @@ import torch
 
 from .. import analysis, claims
 from .. import records as store
-from ..config import apply_overrides, check_profile, check_seeds
+from ..config import apply_overrides, check_profile, check_seeds, check_seeds_once
 from ..errors import ConfigError
 from ..methods import OPTIMIZERS, RunConfig
 from ..methods.cvfl import step_size as cvfl_step_size
@@ -144,6 +144,7 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
     artefacts appears in both and is trained once). ``seeds=None`` takes the profile's;
     ``overrides`` replace any of the profile's settings (e.g. a tiny slice of ``paper``)."""
     s = settings(profile, overrides)
+    check_seeds_once(seeds, overrides)
     seeds = check_seeds(s["seeds"] if seeds is None else seeds)
     out: dict[str, list[RunConfig]] = {"table2": [], "table3": [], "table4": [], "table4_standard": [],
                                        "fig5": [], "blinding": [], "cvfl_q1": [], "cvfl_host_lr": [],
