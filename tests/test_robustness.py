@@ -319,10 +319,24 @@ def _one_shot(**kw):
     ({"val_fraction": 1.0}, "val_fraction must be below 1"),
     ({"n_active_features": 5.0}, "n_active_features must be an integer"),
     ({"method": " APC_VFL_MSE", "lr": "0.01"}, "lr must be a positive number"),
+    # more aligned samples than the active participant holds: once clamped silently, recorded as asked
+    ({"n_aligned": 5000}, r"n_aligned=5000 exceeds the 500 samples the active participant holds in breast_cancer"),
+    ({"n_aligned": 501}, "choose 1..500"),
+    ({"kind": "table2", "method": "splitnn", "n_aligned": 50}, "leaves no training samples"),
 ])
 def test_one_shot_run_rejects_bad_fields(kw, match):
     with pytest.raises(ConfigError, match=match):
         _one_shot(**kw)
+
+
+def test_apc_vfl_overrides_with_too_many_aligned_samples_are_an_error():
+    """overrides={'aligned': {'breast_cancer': (5000, 100)}} trained on min(5000, 500) and
+    recorded 5000 (S17): now refused before any run trains."""
+    from vflkit.studies import apc_vfl
+
+    with pytest.raises(ConfigError, match="n_aligned=5000 exceeds"):
+        apc_vfl.configs("smoke", overrides={"aligned": {"breast_cancer": (5000, 100)}})
+    assert _one_shot(n_aligned=500).n_aligned == 500
 
 
 def _with_new_field(cls, name="new_knob", default=3):
