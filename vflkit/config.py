@@ -148,6 +148,20 @@ def key_dict(config: Any, data: dict[str, Any], keyed: Iterable[str]) -> dict[st
             if k in keyed or k not in defaults or not same(v, defaults[k])}
 
 
+def registered_data_digest(dataset: str) -> str | None:
+    """The content digest of a dataset of your own registered under ``dataset``
+    (:func:`vflkit.data.registered_digest`), None for a built-in or unregistered name.
+
+    Run keys add it, so a record is never reused for other data under the same name. Nothing
+    can be registered before :mod:`vflkit.data` is imported, so a key computed without it
+    (a notebook listing its runs) does not import it (and torchvision).
+    """
+    import sys
+
+    data = sys.modules.get("vflkit.data")
+    return data.registered_digest(dataset) if data is not None else None
+
+
 def apply_overrides(settings: dict[str, Any], overrides: dict[str, Any] | None, *,
                     run_fields: Iterable[str] = ()) -> tuple[dict[str, Any], dict[str, Any]]:
     """Split a study's ``overrides`` into changed profile settings and run-config fields.
