@@ -697,3 +697,24 @@ def test_register_dataset_same_data_again_is_harmless_other_data_replaces_with_a
         assert vdata.registered_digest("mnist") is None
     finally:
         vdata.unregister_dataset(name)
+
+
+def test_an_altered_png_cache_is_rebuilt_when_verifying(tmp_path, own_cache, monkeypatch):
+    """The decoded-tensor cache carries a digest of its tensors: with verify on, a cache whose
+    pixels were changed (half zeroed, labels and shape intact, D30) is decoded again from the
+    files instead of returned; with verify off it is trusted (the cheap path)."""
+    _png_tree(tmp_path / "tree", ["train"])
+    args = dict(tag="cifar10-png", classes=CIFAR_CLASSES, per_class=2, manifest=None, rgb=True, progress=False)
+    x, y = vdata._decode_png_split(tmp_path, tmp_path / "tree" / "train", verify=True, **args)
+    (cache,) = own_cache.glob("cifar10-png-*-train-*.pt")
+    blob = torch.load(cache, weights_only=True)
+    assert blob["sha256"] == vdata._tensor_digest(x, y)
+    blob["x"][: len(x) // 2] = 0
+    torch.save(blob, cache)
+    with pytest.warns(UserWarning, match="do not match their digest"):
+        again, _ = vdata._decode_png_split(tmp_path, tmp_path / "tree" / "train", verify=True, **args)
+    assert torch.equal(again, x)
+    # rebuilt: the next load is the cache again, intact, and decodes nothing
+    monkeypatch.setattr(torchvision.io, "decode_png", lambda *a, **k: pytest.fail("decoded despite the cache"))
+    cached, _ = vdata._decode_png_split(tmp_path, tmp_path / "tree" / "train", verify=True, **args)
+    assert torch.equal(cached, x)

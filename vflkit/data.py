@@ -13,7 +13,8 @@ One entry point, :func:`load_dataset`, reads from one data root (``root=``, else
 Breast Cancer Wisconsin ships with scikit-learn. Images are kept as ``uint8`` tensors
 ``[N, C, H, W]`` and normalised on the way to the device (:meth:`ImageData.normalize`); PNG
 trees are decoded once and cached under :func:`vflkit.config.cache_dir` (the data root may be
-read-only). Every file is checked against what the original is known to be (md5 of the
+read-only), with a digest of the tensors that ``verify=True`` checks (an altered cache is
+decoded again). Every file is checked against what the original is known to be (md5 of the
 torchvision originals, the sha256 manifest of the PNG tree, shapes, counts, label ranges): a
 missing dataset raises :class:`DatasetNotFoundError`, a wrong one :class:`DatasetCorruptError`.
 ``verify=True`` (the default) covers every file a loader reads: MNIST/FashionMNIST in either
@@ -825,7 +826,13 @@ def _decode_png_split(
         try:
             blob = torch.load(cache, weights_only=True)
             if blob["x"].shape == (len(files), 3, 32, 32) and torch.equal(blob["y"], torch.from_numpy(labels)):
-                return blob["x"], blob["y"]
+                # with verify, the pixels too: the cache carries a digest of its tensors, and a
+                # cache whose tensors no longer match it (altered, or older than the digest) is
+                # rebuilt from the verified files rather than trusted
+                if not verify or blob.get("sha256") == _tensor_digest(blob["x"], blob["y"]):
+                    return blob["x"], blob["y"]
+                warnings.warn(f"ignoring cache file {cache}: its tensors do not match their digest (altered, or "
+                              "written without one); decoding the PNG files again", stacklevel=2)
         except Exception as exc:  # an unreadable cache is rebuilt, never trusted
             warnings.warn(f"ignoring unreadable cache file {cache}: {exc}", stacklevel=2)
 
@@ -880,8 +887,18 @@ def _decode_png_split(
                 x[i] = img
             bar.update(len(part))
     y = torch.from_numpy(labels)
-    _write_cache(cache, {"x": x, "y": y}, stale=f"{stem}-*.pt")
+    _write_cache(cache, {"x": x, "y": y, "sha256": _tensor_digest(x, y)}, stale=f"{stem}-*.pt")
     return x, y
+
+
+def _tensor_digest(*tensors: torch.Tensor) -> str:
+    """sha256 of tensors' dtypes, shapes and bytes (about 0.2 s for CIFAR-10's training images)."""
+    h = hashlib.sha256()
+    for t in tensors:
+        arr = np.ascontiguousarray(t.detach().cpu().numpy())
+        h.update(f"{arr.dtype}{arr.shape}|".encode())
+        h.update(memoryview(arr).cast("B"))
+    return h.hexdigest()
 
 
 def _png_decoder(rgb: bool) -> Callable[[bytes], torch.Tensor]:
@@ -909,7 +926,7 @@ def _png_decoder(rgb: bool) -> Callable[[bytes], torch.Tensor]:
     return decode_pil
 
 
-def _write_cache(path: Path, obj: dict[str, torch.Tensor], *, stale: str) -> None:
+def _write_cache(path: Path, obj: dict[str, Any], *, stale: str) -> None:
     """Write atomically (tmp file + os.replace), then drop older caches of the same source."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
