@@ -307,3 +307,22 @@ def test_the_committed_paper_tables_are_the_ones_the_paper_records_give() -> Non
         assert path.read_text() == want, f"{paper}/paper/{name} is stale: re-execute notebooks/{paper}.ipynb"
     written = {(p.parent.parent.name, p.name) for p in figures_dir().glob("*/paper/*.csv")}
     assert written == set(expected), "a paper-profile CSV no record gives (or one not checked here)"
+
+
+def test_a_cell_whose_every_run_diverged_is_not_compared(empty: Path) -> None:
+    """A table's cell with no value and diverged runs (analysis.summarise_runs) reads "diverged"
+    in the report, with its own status; a cell with some diverged runs says how many."""
+    folder = empty / "figures" / "vfedmh" / "quick"
+    folder.mkdir(parents=True)
+    cell = {"paper": "VFedMH", "table": "II", "dataset": "MNIST", "method": "Local", "setting": "local",
+            "metric": "test_accuracy_pct", "profile": "quick"}
+    pd.DataFrame([{**cell, "model": "CNN", "value": float("nan"), "n_runs": 0, "diverged": 3},
+                  {**cell, "model": "LeNet", "value": 36.0, "std": 0.1, "n_runs": 2, "diverged": 1}]).reindex(
+        columns=[*TABLE_COLUMNS, "diverged"]).to_csv(folder / "table2.csv", index=False)
+    cells = reproduction.compare("vfedmh", PROFILES)
+    mnist = cells[(cells["table"] == "II") & (cells["dataset"] == "MNIST") & (cells["method"] == "Local")]
+    cnn, lenet = (mnist[mnist["model"] == m].iloc[0] for m in ("CNN", "LeNet"))
+    assert cnn["status"] == reproduction.DIVERGED and pd.isna(cnn["gap"])
+    assert lenet["status"] == reproduction.COMPARED and lenet["diverged"] == 1
+    view = reproduction._cells_view(mnist).set_index("model")["ours"]
+    assert view["CNN"] == "diverged (3 runs)" and view["LeNet"].endswith("(2 runs; 1 more diverged)")
