@@ -5,8 +5,8 @@ The papers' printed numbers ship with the package (``vflkit/reference/*.csv``, o
 is written as ``figures/<paper>/<profile>/table<N>.csv`` (or a name of its own where the paper
 has no such table) in the same long format with our
 ``value, std, n_runs, profile`` and the paper's ``paper_value, paper_std`` beside them (and
-``diverged``, where a study counts the runs of a cell that diverged: they are kept out of its
-value, NaN where every run diverged); every
+``diverged`` where some run of a cell diverged: the count of such runs, kept out of the cell's
+value, which is NaN where every run diverged); every
 figure as ``fig<N>.png`` with the data it plots as ``fig<N>.csv``.
 """
 
@@ -103,8 +103,10 @@ def write_table(table: pd.DataFrame, paper: str, profile: str, number: str | Non
     if (number is None) == (name is None):
         raise ConfigError("write_table needs either the paper's table number or a name, not both")
     path = output_dir(paper, profile, root) / (f"table{number}.csv" if name is None else f"{name}.csv")
-    # ``diverged`` (runs of the cell that diverged, kept out of its value) where the table has it
-    columns = list(TABLE_COLUMNS) + (["diverged"] if "diverged" in table else [])
+    # ``diverged`` (runs of the cell that diverged, kept out of its value) where some cell has
+    # one: a table none of whose runs diverged keeps the columns it always had
+    has_diverged = "diverged" in table and bool((table["diverged"].fillna(0) > 0).any())
+    columns = list(TABLE_COLUMNS) + (["diverged"] if has_diverged else [])
     with atomic_path(path) as tmp:  # two studies writing one table never mix their rows
         table[columns].to_csv(tmp, index=False)
     return path
