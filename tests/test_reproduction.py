@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from vflkit import claims, reproduction, study
+from vflkit import claims, report, reproduction, study
 from vflkit.config import figures_dir
 from vflkit.report import KEY_COLUMNS, TABLE_COLUMNS, load_reference
 from vflkit.scheduler import Summary
@@ -302,7 +302,7 @@ def test_the_committed_paper_tables_are_the_ones_the_paper_records_give() -> Non
     for (paper, name), table in expected.items():
         path = figures_dir() / paper / "paper" / name
         assert path.exists(), f"{path.name} of {paper} is missing: re-execute notebooks/{paper}.ipynb and commit"
-        columns = list(TABLE_COLUMNS) if name.startswith("table") else list(table.columns)
+        columns = report.table_columns(table) if name.startswith("table") else list(table.columns)
         want = table[columns].to_csv(index=False)
         assert path.read_text() == want, f"{paper}/paper/{name} is stale: re-execute notebooks/{paper}.ipynb"
     written = {(p.parent.parent.name, p.name) for p in figures_dir().glob("*/paper/*.csv")}

@@ -103,13 +103,17 @@ def write_table(table: pd.DataFrame, paper: str, profile: str, number: str | Non
     if (number is None) == (name is None):
         raise ConfigError("write_table needs either the paper's table number or a name, not both")
     path = output_dir(paper, profile, root) / (f"table{number}.csv" if name is None else f"{name}.csv")
-    # ``diverged`` (runs of the cell that diverged, kept out of its value) where some cell has
-    # one: a table none of whose runs diverged keeps the columns it always had
-    has_diverged = "diverged" in table and bool((table["diverged"].fillna(0) > 0).any())
-    columns = list(TABLE_COLUMNS) + (["diverged"] if has_diverged else [])
     with atomic_path(path) as tmp:  # two studies writing one table never mix their rows
-        table[columns].to_csv(tmp, index=False)
+        table[table_columns(table)].to_csv(tmp, index=False)
     return path
+
+
+def table_columns(table: pd.DataFrame) -> list[str]:
+    """The columns :func:`write_table` writes: :data:`TABLE_COLUMNS`, and ``diverged`` (runs of
+    a cell that diverged, kept out of its value) where some cell has one; a table none of whose
+    runs diverged keeps the columns it always had."""
+    has_diverged = "diverged" in table and bool((table["diverged"].fillna(0) > 0).any())
+    return list(TABLE_COLUMNS) + (["diverged"] if has_diverged else [])
 
 
 def seeds_stamp(data: pd.DataFrame, point: Sequence[str] | None = None) -> str:
