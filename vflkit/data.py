@@ -402,7 +402,7 @@ def content_digest(data: ImageData | TabularData) -> str:
             part = part.detach().cpu().contiguous().numpy()
         if isinstance(part, np.ndarray):
             h.update(f"{part.dtype}{part.shape}".encode())
-            h.update(np.ascontiguousarray(part).tobytes())
+            h.update(np.ascontiguousarray(part).reshape(-1).view(np.uint8))  # no copy of the data
         else:
             h.update(repr(part).encode())
         h.update(b"\0")
@@ -897,7 +897,7 @@ def _tensor_digest(*tensors: torch.Tensor) -> str:
     for t in tensors:
         arr = np.ascontiguousarray(t.detach().cpu().numpy())
         h.update(f"{arr.dtype}{arr.shape}|".encode())
-        h.update(memoryview(arr).cast("B"))
+        h.update(arr.reshape(-1).view(np.uint8))
     return h.hexdigest()
 
 
