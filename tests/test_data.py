@@ -630,3 +630,91 @@ def test_containers_check_their_contents():
         ImageData("toy", x.float(), y, x, y, ("a",), (0.5,), (0.5,))
     with pytest.raises(ValueError, match="task"):
         TabularData("toy", pd.DataFrame({"a": [1, 2]}), pd.Series([0, 1]), "regression")
+
+
+def _toy_images(**changes):
+    """A valid 8-image, 2-class ImageData; ``changes`` replace its fields."""
+    x = torch.zeros(8, 1, 4, 4, dtype=torch.uint8)
+    y = torch.arange(8) % 2
+    fields = dict(name="toy", x_train=x, y_train=y, x_test=x[:4], y_test=y[:4], classes=("a", "b"),
+                  mean=(0.5,), std=(0.5,))
+    return ImageData(**{**fields, **changes})
+
+
+@pytest.mark.parametrize("changes, match", [
+    ({"y_train": torch.tensor([0, 1, 2, 1, 0, 1, 0, 1])}, r"y_train holds label 2, outside 0..1"),
+    ({"y_train": torch.tensor([0, -100, 0, 1, 0, 1, 0, 1])}, r"y_train holds label -100"),  # ignore_index
+    ({"y_test": torch.tensor([0, 1, -1, 1])}, r"y_test holds label -1"),
+    ({"std": (0.0,)}, r"std\[0\] must be a finite number > 0"),
+    ({"mean": (float("nan"),)}, r"mean\[0\] must be a finite number"),
+    ({"x_train": torch.zeros(0, 1, 4, 4, dtype=torch.uint8), "y_train": torch.zeros(0, dtype=torch.int64)},
+     "the train set is empty"),
+    ({"x_test": torch.zeros(0, 1, 4, 4, dtype=torch.uint8), "y_test": torch.zeros(0, dtype=torch.int64)},
+     "the test set is empty"),
+    ({"classes": ()}, "classes is empty"),
+])
+def test_image_data_refuses_labels_statistics_and_sets_that_train_wrong(changes, match):
+    """Each once trained wrong (a -100 label silently ignored, an empty set 'trained') or failed
+    late (inside torch, or as 'training diverged'): now a ConfigError when the data is built."""
+    _toy_images()  # valid
+    with pytest.raises(ConfigError, match=match):
+        _toy_images(**changes)
+
+
+@pytest.mark.parametrize("target, task, match", [
+    ([0, 1, 2, 1], "binary", r"a binary target holds only 0 and 1, got values \[2\]"),
+    ([0, 1, -1, 2], "multiclass", "target holds -1"),
+    ([0, 1, float("nan"), 1], "binary", "holds NaN or a fraction"),
+    (["a", "b", "a", "b"], "binary", "class indices"),
+])
+def test_tabular_data_refuses_targets_outside_its_classes(target, task, match):
+    features = pd.DataFrame({"a": [1.0, 2.0, 3.0, 4.0]})
+    with pytest.raises(ConfigError, match=match):
+        TabularData("toy", features, pd.Series(target), task)
+    with pytest.raises(ConfigError, match="the table is empty"):
+        TabularData("toy", features.iloc[:0], pd.Series([], dtype="int64"), "binary")
+    assert TabularData("toy", features, pd.Series([0, 1, 1, 0]), "binary").num_classes == 2
+
+
+def test_register_dataset_same_data_again_is_harmless_other_data_replaces_with_a_warning():
+    import warnings
+
+    name = vdata.register_dataset(_toy_images(name="reg_toy"))
+    try:
+        digest = vdata.registered_digest(name)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert vdata.register_dataset(_toy_images(name="reg_toy")) == name  # equal data: no-op
+        assert vdata.registered_digest(name) == digest
+        other = _toy_images(name="reg_toy", y_train=1 - torch.arange(8) % 2)  # labels swapped
+        with pytest.warns(UserWarning, match="registered with other data"):
+            vdata.register_dataset(other)
+        assert vdata.registered_digest(name) != digest and load_dataset(name) is other
+        with pytest.raises(ConfigError, match="is taken"):
+            vdata.register_dataset(_toy_images(name="mnist"))  # a built-in name still needs replace=True
+        with pytest.raises(ConfigError, match="non-empty name"):
+            vdata.register_dataset(_toy_images(), name=5)
+        assert vdata.registered_digest("mnist") is None
+    finally:
+        vdata.unregister_dataset(name)
+
+
+def test_an_altered_png_cache_is_rebuilt_when_verifying(tmp_path, own_cache, monkeypatch):
+    """The decoded-tensor cache carries a digest of its tensors: with verify on, a cache whose
+    pixels were changed (half zeroed, labels and shape intact, D30) is decoded again from the
+    files instead of returned; with verify off it is trusted (the cheap path)."""
+    _png_tree(tmp_path / "tree", ["train"])
+    args = dict(tag="cifar10-png", classes=CIFAR_CLASSES, per_class=2, manifest=None, rgb=True, progress=False)
+    x, y = vdata._decode_png_split(tmp_path, tmp_path / "tree" / "train", verify=True, **args)
+    (cache,) = own_cache.glob("cifar10-png-*-train-*.pt")
+    blob = torch.load(cache, weights_only=True)
+    assert blob["sha256"] == vdata._tensor_digest(x, y)
+    blob["x"][: len(x) // 2] = 0
+    torch.save(blob, cache)
+    with pytest.warns(UserWarning, match="do not match their digest"):
+        again, _ = vdata._decode_png_split(tmp_path, tmp_path / "tree" / "train", verify=True, **args)
+    assert torch.equal(again, x)
+    # rebuilt: the next load is the cache again, intact, and decodes nothing
+    monkeypatch.setattr(torchvision.io, "decode_png", lambda *a, **k: pytest.fail("decoded despite the cache"))
+    cached, _ = vdata._decode_png_split(tmp_path, tmp_path / "tree" / "train", verify=True, **args)
+    assert torch.equal(cached, x)

@@ -501,3 +501,32 @@ def test_fashion_mnist_gain_clause_reads_the_noise_band(monkeypatch, gains, stat
     monkeypatch.setattr(study, "per_run", lambda records: pd.DataFrame(rows))
     v = study._fmnist_gain_check("paper")
     assert v.status == status, v.evidence
+
+
+def test_a_diverged_run_is_counted_not_averaged_in_the_summary(tmp_path):
+    """A Multi-VFL run that diverged (its record's ``diverged``) is counted in the summary's and
+    the written table's ``diverged`` and kept out of the means; with none diverged the committed
+    table is unchanged (no such column)."""
+    import copy
+
+    import pandas as pd
+
+    from vflkit import report
+
+    recs = study.recorded("quick")
+    clean = study.summary(recs)
+    assert (clean["diverged"] == 0).all()
+    path = report.write_table(study.long_table(clean, "quick"), "multi_vfl", "quick", name="final_accuracy",
+                              root=tmp_path)
+    assert "diverged" not in pd.read_csv(path).columns
+    broken = copy.deepcopy(recs)
+    broken[0]["diverged"] = {"round": 2, "message": "the loss is nan: training diverged"}
+    cfg = broken[0]["config"]
+    summ = study.summary(broken)
+    cell = summ[(summ["dataset"] == study.DATASET_LABELS[cfg["dataset"]]) & (summ["scenario"] == cfg["scenario"])
+                & (summ["optimizer"] == study.OPTIMIZER_LABELS[cfg["server_optimizer"]])].iloc[0]
+    before = clean.loc[cell.name]
+    assert (cell["diverged"], cell["n_runs"]) == (1, before["n_runs"] - 1)
+    path = report.write_table(study.long_table(summ, "quick"), "multi_vfl", "quick", name="final_accuracy",
+                              root=tmp_path)
+    assert pd.read_csv(path)["diverged"].max() == 1

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from vflkit import claims, reproduction, study
+from vflkit import claims, report, reproduction, study
 from vflkit.config import figures_dir, project_root
 from vflkit.report import KEY_COLUMNS, TABLE_COLUMNS, load_reference
 from vflkit.scheduler import Summary
@@ -112,7 +112,8 @@ def test_every_printed_number_has_a_row_and_a_status(committed: str) -> None:
                                    suffixes=("", "_paper")).iterrows():
                 key = tuple(o[c] for c in KEY_COLUMNS if c != "paper")
                 statuses = {cells[10] for cells in rows[key]}
-                assert statuses <= {reproduction.COMPARED, reproduction.NO_PAPER_VALUE}, (key, statuses)
+                assert statuses <= {reproduction.COMPARED, reproduction.NO_PAPER_VALUE, reproduction.DIVERGED}, \
+                    (key, statuses)
                 if o["profile"] == "quick" and not pd.isna(o["value_paper"]):
                     gaps = [cells[8] for cells in rows[key] if cells[7].startswith(reproduction._num(o["value"]))]
                     # a quick value shows unless the paper profile records the cell
@@ -302,7 +303,7 @@ def test_the_committed_paper_tables_are_the_ones_the_paper_records_give() -> Non
     for (paper, name), table in expected.items():
         path = figures_dir() / paper / "paper" / name
         assert path.exists(), f"{path.name} of {paper} is missing: re-execute notebooks/{paper}.ipynb and commit"
-        columns = list(TABLE_COLUMNS) if name.startswith("table") else list(table.columns)
+        columns = report.table_columns(table) if name.startswith("table") else list(table.columns)
         want = table[columns].to_csv(index=False)
         assert path.read_text() == want, f"{paper}/paper/{name} is stale: re-execute notebooks/{paper}.ipynb"
     written = {(p.parent.parent.name, p.name) for p in figures_dir().glob("*/paper/*.csv")}
@@ -325,3 +326,22 @@ def test_report_and_readme_open_with_the_findings(committed: str) -> None:
     assert start < readme.index("```"), "the README opens with the findings, before the commands"
     block = readme[start:readme.index(reproduction.README_END) + len(reproduction.README_END)]
     assert block == reproduction.readme_findings(committed), "the README's findings are stale: run `make report`"
+
+
+def test_a_cell_whose_every_run_diverged_is_not_compared(empty: Path) -> None:
+    """A table's cell with no value and diverged runs (analysis.summarise_runs) reads "diverged"
+    in the report, with its own status; a cell with some diverged runs says how many."""
+    folder = empty / "figures" / "vfedmh" / "quick"
+    folder.mkdir(parents=True)
+    cell = {"paper": "VFedMH", "table": "II", "dataset": "MNIST", "method": "Local", "setting": "local",
+            "metric": "test_accuracy_pct", "profile": "quick"}
+    pd.DataFrame([{**cell, "model": "CNN", "value": float("nan"), "n_runs": 0, "diverged": 3},
+                  {**cell, "model": "LeNet", "value": 36.0, "std": 0.1, "n_runs": 2, "diverged": 1}]).reindex(
+        columns=[*TABLE_COLUMNS, "diverged"]).to_csv(folder / "table2.csv", index=False)
+    cells = reproduction.compare("vfedmh", PROFILES)
+    mnist = cells[(cells["table"] == "II") & (cells["dataset"] == "MNIST") & (cells["method"] == "Local")]
+    cnn, lenet = (mnist[mnist["model"] == m].iloc[0] for m in ("CNN", "LeNet"))
+    assert cnn["status"] == reproduction.DIVERGED and pd.isna(cnn["gap"])
+    assert lenet["status"] == reproduction.COMPARED and lenet["diverged"] == 1
+    view = reproduction._cells_view(mnist).set_index("model")["ours"]
+    assert view["CNN"] == "diverged (3 runs)" and view["LeNet"].endswith("(2 runs; 1 more diverged)")

@@ -356,6 +356,26 @@ def test_vfedmh_divergence_inside_train_step_is_recorded(tmp_path, monkeypatch):
     assert "NaN" in rec["diverged"]["message"] or "finite" in rec["diverged"]["message"]
 
 
+def test_vfedmh_finite_blow_up_beyond_the_ring_is_recorded(tmp_path):
+    """A passive party at lr 1e8 sends finite embeddings far beyond the ring's limit (~1e14 >
+    1.4e11) before its loss turns NaN: a divergence, recorded in record mode, not a ConfigError
+    telling the user to change scale_bits. A narrow ring (scale_bits=52, limit 2) with normal
+    embeddings stays a configuration error, in record mode too."""
+    from vflkit import secure
+    from vflkit.training import split
+
+    cfg = _cfg(method="vfedmh", lr=(0.05, 1e8, 0.05, 0.05), batch_size=32)
+    with pytest.raises(secure.EmbeddingOverflowError, match="the model diverged"):
+        split.run(cfg, profile="smoke", device="cpu", results=tmp_path, progress=False)
+    rec = split.run(cfg, profile="smoke", device="cpu", results=tmp_path, progress=False, on_divergence="record")
+    assert rec["diverged"] and "the model diverged" in rec["diverged"]["message"]
+    assert "scale_bits" not in rec["diverged"]["message"].split(":")[-1]  # not advice to change the ring
+    narrow = _cfg(method="vfedmh", options={"scale_bits": 52}, batch_size=32)
+    with pytest.raises(ConfigError, match="use fewer scale_bits") as err:
+        split.run(narrow, profile="smoke", device="cpu", results=tmp_path, progress=False, on_divergence="record")
+    assert not isinstance(err.value, DivergenceError)
+
+
 # --------------------------------------------------------------------------- configuration
 
 
@@ -430,10 +450,24 @@ def _one_shot(**kw):
     ({"val_fraction": 1.0}, "val_fraction must be below 1"),
     ({"n_active_features": 5.0}, "n_active_features must be an integer"),
     ({"method": " APC_VFL_MSE", "lr": "0.01"}, "lr must be a positive number"),
+    # more aligned samples than the active participant holds: once clamped silently, recorded as asked
+    ({"n_aligned": 5000}, r"n_aligned=5000 exceeds the 500 samples the active participant holds in breast_cancer"),
+    ({"n_aligned": 501}, "choose 1..500"),
+    ({"kind": "table2", "method": "splitnn", "n_aligned": 50}, "leaves no training samples"),
 ])
 def test_one_shot_run_rejects_bad_fields(kw, match):
     with pytest.raises(ConfigError, match=match):
         _one_shot(**kw)
+
+
+def test_apc_vfl_overrides_with_too_many_aligned_samples_are_an_error():
+    """overrides={'aligned': {'breast_cancer': (5000, 100)}} trained on min(5000, 500) and
+    recorded 5000 (S17): now refused before any run trains."""
+    from vflkit.studies import apc_vfl
+
+    with pytest.raises(ConfigError, match="n_aligned=5000 exceeds"):
+        apc_vfl.configs("smoke", overrides={"aligned": {"breast_cancer": (5000, 100)}})
+    assert _one_shot(n_aligned=500).n_aligned == 500
 
 
 def _with_new_field(cls, name="new_knob", default=3):
@@ -476,6 +510,8 @@ def test_every_committed_record_has_the_key_its_config_gives():
     ("012", "seeds must be a non-empty list"),
     ([0, 1.5], "seeds must be integers"),
     ([True], "seeds must be integers"),
+    ([0, 0], r"lists seed\(s\) \[0\] more than once"),
+    ((1, 2, 1, 2), r"seed\(s\) \[1, 2\] more than once"),
 ])
 def test_check_seeds(seeds, match):
     with pytest.raises(ConfigError, match=match):
@@ -517,6 +553,69 @@ def test_every_study_rejects_bad_parameters_before_any_work(study_name):
         with pytest.raises(ConfigError, match=match) as err:
             study.configs(profile, **kwargs)
         assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("study_name", ["vfedmh", "easter", "multi_vfl", "apc_vfl", "adptvfedconv", "demo"])
+def test_a_seed_given_twice_is_an_error(study_name):
+    """[0, 0] would be one run counted as two seeds that agree exactly (Table II's n_runs 2,
+    std 0); as the seeds argument (papermill's -y 'seeds: [0, 0]') and in overrides."""
+    import importlib
+
+    study = importlib.import_module(f"vflkit.studies.{study_name}")
+    with pytest.raises(ConfigError, match="more than once"):
+        study.configs("smoke", seeds=[0, 0])
+    with pytest.raises(ConfigError, match="more than once"):
+        study.configs("smoke", overrides={"seeds": [0, 0]})
+    # seeds in both places: neither silently wins
+    with pytest.raises(ConfigError, match="seeds are given twice"):
+        study.configs("smoke", seeds=[1], overrides={"seeds": [2]})
+
+
+def test_overrides_of_the_wrong_shape_are_errors():
+    """A string where a list is expected was iterated letter by letter (datasets 'm', 'n', ...);
+    a list of names where a list of model sets is expected likewise ("Invalid model 'p'")."""
+    from vflkit.studies import easter, vfedmh
+
+    with pytest.raises(ConfigError, match=r"overrides\['datasets'\] must be a list like \['mnist'\], got 'mnist'"):
+        vfedmh.configs("smoke", overrides={"datasets": "mnist"})
+    with pytest.raises(ConfigError, match=r"overrides\['model_sets'\]\[0\] must be a list like .*got 'mlp'"):
+        vfedmh.configs("smoke", overrides={"model_sets": ["mlp"]})
+    with pytest.raises(ConfigError, match=r"overrides\['criteo_seeds'\] lists seed"):
+        easter.configs("smoke", overrides={"criteo_seeds": [3, 3]})
+    with pytest.raises(ConfigError, match="seeds are given twice"):
+        easter.configs("smoke", seeds=[0], overrides={"criteo_seeds": [1]})
+    # the right shapes still work (papermill passes lists)
+    assert vfedmh.configs("smoke", overrides={"datasets": ["mnist"], "model_sets": [["mlp", "cnn"]]})["table2"]
+
+
+def test_apc_vfl_notebook_checks_the_profile_before_reading_its_settings():
+    """papermill -p profile fast: a ConfigError naming the valid profiles, not KeyError: 'fast'."""
+    import nbformat
+
+    from vflkit.studies import apc_vfl
+
+    with pytest.raises(ConfigError, match="Invalid profile 'fast'"):
+        apc_vfl.settings("fast")
+    nb = nbformat.read(project_root() / "notebooks" / "apc_vfl.ipynb", as_version=4)
+    code = [c.source for c in nb.cells if c.cell_type == "code"]
+    first = next(src for src in code if "study.configs(profile" in src)
+    with pytest.raises(ConfigError, match="Invalid profile 'fast'"):
+        exec(first, {"profile": "fast", "seeds": None, "overrides": {}, "device": "cpu", "display": print})
+
+
+def test_paper_so_far_with_no_paper_record(tmp_path, monkeypatch):
+    """Outside the checkout (project_root() falls back to the cwd) no paper record is found: the
+    paper section shows empty tables, not a pandas KeyError from report.provenance([])."""
+    from vflkit import report
+    from vflkit.studies import vfedmh
+
+    assert list(report.provenance([]).columns) == ["git_commit", "vflkit_modified", "device", "cpu", "torch",
+                                                   "runs", "last_finished"]
+    monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path / "results"))
+    monkeypatch.chdir(tmp_path)  # as papermill --cwd outside the checkout
+    table, pending, found = vfedmh.paper_so_far("table2")
+    assert found == [] and table.empty and len(pending)
+    assert report.provenance(found).empty
 
 
 def test_multi_vfl_divergence_is_recorded(tmp_path, monkeypatch):

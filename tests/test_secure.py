@@ -17,6 +17,7 @@ from vflkit.secure import (
     SCHEMES,
     AggregationError,
     BlindingKeys,
+    EmbeddingOverflowError,
     FixedPointRing,
     NonFiniteEmbeddingError,
     RingTensor,
@@ -173,10 +174,15 @@ def test_encode_refuses_overflow_and_non_finite_values() -> None:
     above = float(np.nextafter(ring.max_abs, np.inf))
 
     ring.encode(torch.tensor([ring.max_abs, -ring.max_abs], dtype=torch.float64))
-    with pytest.raises(ConfigError, match="exceeds the ring's limit"):
+    # beyond the default ring's limit (~1.4e11) no trained model's embedding lies: a divergence
+    with pytest.raises(EmbeddingOverflowError, match="exceeds the ring's limit .*the model diverged"):
         ring.encode(torch.tensor([0.0, -above], dtype=torch.float64))
-    with pytest.raises(ConfigError, match="exceeds the ring's limit"):
+    with pytest.raises(DivergenceError, match="exceeds the ring's limit .*the model diverged"):
         FixedPointRing().encode(torch.tensor([3e11]))
+    # a magnitude the default ring holds, refused by a narrow ring: the setting is the problem
+    with pytest.raises(ConfigError, match="use fewer scale_bits") as err:
+        FixedPointRing(scale_bits=52).encode(torch.tensor([5.7]))
+    assert not isinstance(err.value, DivergenceError)
     with pytest.raises(DivergenceError, match="NaN"):
         ring.encode(torch.tensor([1.0, float("nan")]))
     with pytest.raises(ConfigError, match="max_parties"):

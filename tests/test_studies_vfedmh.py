@@ -2,6 +2,7 @@
 end to end on a tiny slice, and the blinding demonstration."""
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from vflkit.errors import ConfigError
@@ -396,3 +397,35 @@ def test_overrides_set_a_run_field_on_every_run(paper):
     assert override_runs(plain, {}) is plain
     with pytest.raises(ConfigError, match="unknown overrides \\['method'\\]"):
         study.configs("smoke", overrides={"method": "splitnn"})
+
+
+def test_diverged_runs_are_never_a_plain_number_in_the_tables(tmp_path):
+    """The committed C_VFL runs that diverged (8 paper, 4 quick records) score their NaN model's
+    arg-max (chance); Table II counts them in ``diverged`` and keeps them out of the cell's value
+    (NaN where every run diverged), the written CSV carries the count, and the readable table
+    says "diverged" instead of 9.80 ± 0.00."""
+    import json
+    import math
+
+    from vflkit import report
+    from vflkit.config import project_root
+
+    root = project_root() / "results"
+    for profile, n_diverged in (("paper", 8), ("quick", 4)):
+        recs = [json.loads(p.read_text()) for p in sorted((root / profile / "vfedmh").glob("*.json"))]
+        assert sum(bool(r.get("diverged")) for r in recs) == n_diverged  # the committed records
+        if profile == "paper":
+            table, _, _ = vfedmh.paper_so_far("table2")
+        else:
+            groups, found = vfedmh.recorded("quick")
+            table = vfedmh.table2(groups, found, "quick")
+        assert table["diverged"].sum() == n_diverged
+        gone = table[(table["n_runs"] == 0)]
+        assert len(gone) and gone["value"].isna().all() and (gone["diverged"] > 0).all()
+        partly = table[(table["diverged"] > 0) & (table["n_runs"] > 0)]
+        assert partly["value"].notna().all()  # the mean of the runs that did not diverge
+        path = report.write_table(table, "vfedmh", profile, "2", root=tmp_path)
+        written = pd.read_csv(path)
+        assert written["diverged"].sum() == n_diverged and math.isnan(written.loc[gone.index[0], "value"])
+        shown = report.side_by_side(gone, index=["dataset", "method", "setting"], columns="model")
+        assert shown.map(lambda s: isinstance(s, str) and s.startswith("diverged (")).to_numpy().sum() == len(gone)

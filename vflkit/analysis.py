@@ -1,4 +1,5 @@
-"""Pure functions over run records: convergence epoch and communication to convergence.
+"""Pure functions over run records: convergence epoch, communication to convergence, and the
+cells of a table (:func:`summarise_runs`, which keeps diverged runs out of every number).
 
 EASTER reports accuracy and communication "at convergence" (Table V, Figs 4-5) without saying
 how convergence was detected. Our rule (:func:`convergence_epoch`):
@@ -183,6 +184,26 @@ def convergence_table(records: Iterable[Mapping[str, Any]], **rule: Any) -> pd.D
         rows.append({"method": cfg.get("method"), "dataset": cfg.get("dataset"), "seed": cfg.get("seed"),
                      **bytes_to_convergence(r, **rule)})
     return pd.DataFrame(rows)
+
+
+def summarise_runs(rows: Iterable[Mapping[str, Any]] | pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
+    """One row per cell (``keys``): ``value`` (mean), ``std`` and ``n_runs`` over the cell's runs
+    that did not diverge, and ``diverged``, how many of its runs did.
+
+    Each row is one run's number, ``diverged`` true where its record says the run diverged
+    (``record["diverged"]``; missing: false). A diverged run's final metric is its broken
+    model's score (a NaN model's arg-max, chance), not a measurement of the method, so it never
+    enters a cell's number: a cell whose every run diverged has value NaN, and the ``diverged``
+    count says why.
+    """
+    df = rows.copy() if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
+    div = df["diverged"] if "diverged" in df else pd.Series(False, index=df.index)
+    df["diverged"] = div.fillna(False).astype(bool)
+    df["value"] = df["value"].where(~df["diverged"])
+    g = df.groupby(list(keys), sort=False)
+    out = pd.DataFrame({"value": g["value"].mean(), "std": g["value"].std(ddof=1),
+                        "n_runs": g.size() - g["diverged"].sum(), "diverged": g["diverged"].sum()})
+    return out.astype({"n_runs": int, "diverged": int}).reset_index()
 
 
 def variant_pairs(pairs: Iterable[tuple[Mapping[str, Any], Mapping[str, Any]]], *, labels: tuple[str, str],

@@ -67,7 +67,25 @@ def check_seeds(seeds: Any, *, name: str = "seeds") -> tuple[int, ...]:
     bad = [s for s in seeds if not is_int(s)]
     if bad:
         raise ConfigError(f"{name} must be integers, got {bad!r} in {list(seeds)!r}")
-    return tuple(int(s) for s in seeds)
+    out = tuple(int(s) for s in seeds)
+    # a repeated seed is one run counted twice: tables would report it as two seeds that agree
+    # exactly (std 0) and the claims' noise band would shrink with it
+    repeated = sorted({s for s in out if out.count(s) > 1})
+    if repeated:
+        raise ConfigError(f"{name} lists seed(s) {repeated} more than once in {list(out)!r}; each seed is one "
+                          "run, give each once")
+    return out
+
+
+def check_seeds_once(seeds: Any, overrides: Any, keys: Iterable[str] = ("seeds",)) -> None:
+    """A ConfigError when seeds are given both as a study's ``seeds`` argument and in its
+    ``overrides`` (under one of ``keys``): neither may silently win."""
+    if seeds is None or not isinstance(overrides, dict):
+        return
+    both = [k for k in keys if k in overrides]
+    if both:
+        raise ConfigError(f"seeds are given twice: seeds={seeds!r} and overrides[{both[0]!r}]="
+                          f"{overrides[both[0]]!r}; give them in one place")
 
 
 def is_int(value: Any) -> bool:
@@ -139,6 +157,20 @@ def _default_texts(cls: type) -> dict[str, str]:
     return out
 
 
+def registered_data_digest(dataset: str) -> str | None:
+    """The content digest of a dataset of your own registered under ``dataset``
+    (:func:`vflkit.data.registered_digest`), None for a built-in or unregistered name.
+
+    Run keys add it, so a record is never reused for other data under the same name. Nothing
+    can be registered before :mod:`vflkit.data` is imported, so a key computed without it
+    (a notebook listing its runs) does not import it (and torchvision).
+    """
+    import sys
+
+    data = sys.modules.get("vflkit.data")
+    return data.registered_digest(dataset) if data is not None else None
+
+
 def apply_overrides(settings: dict[str, Any], overrides: dict[str, Any] | None, *,
                     run_fields: Iterable[str] = ()) -> tuple[dict[str, Any], dict[str, Any]]:
     """Split a study's ``overrides`` into changed profile settings and run-config fields.
@@ -158,8 +190,12 @@ def apply_overrides(settings: dict[str, Any], overrides: dict[str, Any] | None, 
         raise ConfigError(f"unknown overrides {unknown}; valid: profile settings "
                           f"{', '.join(sorted(settings))}" + (f"; run fields {', '.join(sorted(fields - set(settings)))}"
                                                               if fields - set(settings) else ""))
-    if "seeds" in overrides:
-        overrides["seeds"] = check_seeds(overrides["seeds"])
+    for k, v in overrides.items():
+        if k in settings:
+            if k.endswith("seeds") and v is not None:  # seeds, criteo_seeds, fig6_seeds, ...
+                overrides[k] = check_seeds(v, name=f"overrides[{k!r}]" if k != "seeds" else "seeds")
+            else:
+                _check_like(f"overrides[{k!r}]", v, settings[k])
     merged = dict(settings)
     run: dict[str, Any] = {}
     for k, v in overrides.items():
@@ -194,6 +230,31 @@ def override_runs(runs: Any, fields: dict[str, Any]) -> Any:
     if isinstance(runs, dict):
         return {k: override_runs(v, fields) for k, v in runs.items()}
     return [r.replace(**fields) for r in runs]
+def _is_sequence(value: Any) -> bool:
+    return isinstance(value, (list, tuple))
+
+
+def _check_like(name: str, value: Any, default: Any) -> None:
+    """A ConfigError when an override does not have its setting's shape: a string (or a
+    number) where the profile has a list would be iterated letter by letter (``'mnist'`` as
+    datasets 'm', 'n', ...), a list of names where it has a list of lists likewise. Settings
+    whose profile value is None or a scalar are left to the code that reads them."""
+    if _is_sequence(default):
+        if not _is_sequence(value):
+            raise ConfigError(f"{name} must be a list like {_plain(default)!r}, got {value!r}")
+        inner = [d for d in default if d is not None]
+        if inner and all(_is_sequence(d) for d in inner):
+            for i, v in enumerate(value):
+                _check_like(f"{name}[{i}]", v, inner[0])
+    elif isinstance(default, dict) and isinstance(value, dict):
+        for k, v in value.items():
+            if k in default:
+                _check_like(f"{name}[{k!r}]", v, default[k])
+
+
+def _plain(value: Any) -> Any:
+    """Tuples as lists, as a user (or papermill's YAML) writes them."""
+    return [_plain(v) for v in value] if _is_sequence(value) else value
 
 
 def _tuples(value: Any) -> Any:

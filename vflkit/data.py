@@ -13,7 +13,8 @@ One entry point, :func:`load_dataset`, reads from one data root (``root=``, else
 Breast Cancer Wisconsin ships with scikit-learn. Images are kept as ``uint8`` tensors
 ``[N, C, H, W]`` and normalised on the way to the device (:meth:`ImageData.normalize`); PNG
 trees are decoded once and cached under :func:`vflkit.config.cache_dir` (the data root may be
-read-only). Every file is checked against what the original is known to be (md5 of the
+read-only), with a digest of the tensors that ``verify=True`` checks (an altered cache is
+decoded again). Every file is checked against what the original is known to be (md5 of the
 torchvision originals, the sha256 manifest of the PNG tree, shapes, counts, label ranges): a
 missing dataset raises :class:`DatasetNotFoundError`, a wrong one :class:`DatasetCorruptError`.
 ``verify=True`` (the default) covers every file a loader reads: MNIST/FashionMNIST in either
@@ -33,6 +34,7 @@ import gzip
 import hashlib
 import inspect
 import io
+import numbers
 import os
 import pickle
 import warnings
@@ -55,6 +57,8 @@ __all__ = [
     "register_dataset",
     "unregister_dataset",
     "is_registered",
+    "content_digest",
+    "registered_digest",
     "DATASETS",
     "ALIASES",
     "ImageData",
@@ -168,17 +172,38 @@ class ImageData:
     std: tuple[float, ...]
 
     def __post_init__(self) -> None:
+        # Checked here, when the data is handed over, because each of these otherwise trains
+        # wrong or fails late: a label >= K fails inside torch, -100 is cross-entropy's
+        # ignore_index (silently dropped), std 0 or a NaN mean reads as "training diverged".
+        self.classes = tuple(self.classes)
+        k = len(self.classes)
+        if k < 1:
+            raise ConfigError(f"{self.name}: classes is empty; name one class per label 0..K-1")
         for split in ("train", "test"):
             x, y = getattr(self, f"x_{split}"), getattr(self, f"y_{split}")
-            if x.dtype != torch.uint8 or x.ndim != 4:
-                raise ValueError(f"{self.name}: x_{split} must be uint8 [N, C, H, W], got {x.dtype} {tuple(x.shape)}")
-            if y.dtype != torch.int64 or y.shape != (x.shape[0],):
-                raise ValueError(f"{self.name}: y_{split} must be int64 [{x.shape[0]}], got {y.dtype} {tuple(y.shape)}")
+            if not isinstance(x, torch.Tensor) or x.dtype != torch.uint8 or x.ndim != 4:
+                raise ConfigError(f"{self.name}: x_{split} must be uint8 [N, C, H, W], got "
+                                  f"{getattr(x, 'dtype', type(x).__name__)} {tuple(getattr(x, 'shape', ()))}")
+            if not isinstance(y, torch.Tensor) or y.dtype != torch.int64 or y.shape != (x.shape[0],):
+                raise ConfigError(f"{self.name}: y_{split} must be int64 [{x.shape[0]}], got "
+                                  f"{getattr(y, 'dtype', type(y).__name__)} {tuple(getattr(y, 'shape', ()))}")
+            if x.shape[0] == 0:
+                raise ConfigError(f"{self.name}: the {split} set is empty; give at least one {split} image")
+            lo, hi = int(y.min()), int(y.max())
+            if lo < 0 or hi >= k:
+                bad = lo if lo < 0 else hi
+                raise ConfigError(f"{self.name}: y_{split} holds label {bad}, outside 0..{k - 1} for the {k} "
+                                  "classes; labels must be class indices 0..K-1 (one name in classes per label)")
         if self.x_train.shape[1:] != self.x_test.shape[1:]:
-            raise ValueError(f"{self.name}: train and test images differ in shape")
+            raise ConfigError(f"{self.name}: train and test images differ in shape")
         if not len(self.mean) == len(self.std) == self.x_train.shape[1]:
-            raise ValueError(f"{self.name}: mean/std need one value per channel ({self.x_train.shape[1]})")
-        self.classes = tuple(self.classes)
+            raise ConfigError(f"{self.name}: mean/std need one value per channel ({self.x_train.shape[1]})")
+        for i, (m, sd) in enumerate(zip(self.mean, self.std)):
+            if not (isinstance(m, numbers.Real) and np.isfinite(m)):
+                raise ConfigError(f"{self.name}: mean[{i}] must be a finite number (of pixels in [0, 1]), got {m!r}")
+            if not (isinstance(sd, numbers.Real) and np.isfinite(sd) and sd > 0):
+                raise ConfigError(f"{self.name}: std[{i}] must be a finite number > 0 (normalising divides by "
+                                  f"it), got {sd!r}")
 
     def __repr__(self) -> str:
         return (f"ImageData(name={self.name!r}, n_train={len(self.y_train)}, n_test={len(self.y_test)}, "
@@ -249,13 +274,36 @@ class TabularData:
 
     def __post_init__(self) -> None:
         if self.task not in ("binary", "multiclass"):
-            raise ValueError(f"Invalid task {self.task!r}; choose one of binary, multiclass")
+            raise ConfigError(f"Invalid task {self.task!r}; choose one of binary, multiclass")
+        if not isinstance(self.features, pd.DataFrame) or not isinstance(self.target, pd.Series):
+            raise ConfigError(f"{self.name}: features must be a pandas DataFrame and target a Series, got "
+                              f"{type(self.features).__name__} and {type(self.target).__name__}")
         if len(self.features) != len(self.target):
-            raise ValueError(f"{self.name}: {len(self.features)} feature rows but {len(self.target)} targets")
+            raise ConfigError(f"{self.name}: {len(self.features)} feature rows but {len(self.target)} targets")
+        if len(self.target) == 0 or self.features.shape[1] == 0:
+            raise ConfigError(f"{self.name}: the table is empty ({len(self.target)} rows, {self.features.shape[1]} "
+                              "feature columns); give at least one row and one column")
         unknown = [c for c in self.categorical if c not in self.features.columns]
         if unknown:
-            raise ValueError(f"{self.name}: categorical columns {unknown} are not feature columns")
+            raise ConfigError(f"{self.name}: categorical columns {unknown} are not feature columns")
         self.categorical = tuple(self.categorical)
+        # the target is a class index 0..K-1 (binary: 0/1): a 2 in a binary task or a -1 would
+        # otherwise train on a class the model cannot output, or fail inside torch
+        y = self.target
+        if not (pd.api.types.is_numeric_dtype(y) or pd.api.types.is_bool_dtype(y)):
+            raise ConfigError(f"{self.name}: target must hold class indices 0..K-1, got dtype {y.dtype}; "
+                              "map the classes to integers first")
+        values = y.to_numpy(dtype=np.float64)
+        if not np.all(np.isfinite(values)) or not np.all(values == np.round(values)):
+            raise ConfigError(f"{self.name}: target must hold integer class indices 0..K-1, with no missing "
+                              "value; it holds NaN or a fraction")
+        lo, hi = int(values.min()), int(values.max())
+        if self.task == "binary" and (lo < 0 or hi > 1):
+            raise ConfigError(f"{self.name}: a binary target holds only 0 and 1, got values "
+                              f"{sorted(int(v) for v in set(np.unique(values)) - {0, 1})[:5]}; use task='multiclass' for "
+                              "more classes, or map the labels to 0/1")
+        if lo < 0:
+            raise ConfigError(f"{self.name}: target holds {lo}; class indices are 0..K-1")
 
     def __repr__(self) -> str:
         return (f"TabularData(name={self.name!r}, n={len(self.target)}, n_features={self.features.shape[1]}, "
@@ -340,6 +388,53 @@ def load_dataset(
 
 #: Datasets handed to vflkit in memory with :func:`register_dataset`, by name.
 _REGISTERED: dict[str, ImageData | TabularData] = {}
+#: The content digest of each registered dataset (:func:`content_digest`), computed once.
+_DIGESTS: dict[str, str] = {}
+
+
+def content_digest(data: ImageData | TabularData) -> str:
+    """A sha256 of a dataset's content (tensors' or table's values, labels, classes,
+    statistics; not its name), 16 hex digits: two registrations of equal data agree."""
+    h = hashlib.sha256()
+
+    def add(part: Any) -> None:
+        if isinstance(part, torch.Tensor):
+            part = part.detach().cpu().contiguous().numpy()
+        if isinstance(part, np.ndarray):
+            h.update(f"{part.dtype}{part.shape}".encode())
+            h.update(np.ascontiguousarray(part).reshape(-1).view(np.uint8))  # no copy of the data
+        else:
+            h.update(repr(part).encode())
+        h.update(b"\0")
+
+    if isinstance(data, ImageData):
+        for part in (data.x_train, data.y_train, data.x_test, data.y_test, data.classes,
+                     tuple(map(float, data.mean)), tuple(map(float, data.std))):
+            add(part)
+    else:
+        add(("tabular", data.task, tuple(map(str, data.features.columns)),
+             tuple(map(str, data.features.dtypes)), data.categorical))
+        add(pd.util.hash_pandas_object(data.features, index=True).to_numpy())
+        add(pd.util.hash_pandas_object(data.target, index=True).to_numpy())
+    return h.hexdigest()[:16]
+
+
+def registered_digest(name: str) -> str | None:
+    """The content digest of the dataset registered under ``name`` when that name is not a
+    built-in dataset's, else None.
+
+    A run config names its dataset; for a dataset of your own the name alone does not say
+    which data it was (fix a bug in it and register it again: same name), so run keys hash
+    this digest too and a record is never reused for other data. Built-in names keep their
+    keys (a registered copy of MNIST on a machine without the files is meant to be MNIST).
+    """
+    key = _dataset_key(name) if isinstance(name, str) else name
+    return _DIGESTS.get(key) if key not in _LOADERS else None
+
+
+def _dataset_key(name: str) -> str:
+    key = name.strip().lower()
+    return ALIASES.get(key, key)
 
 
 def register_dataset(data: ImageData | TabularData, *, name: str | None = None, replace: bool = False) -> str:
@@ -349,19 +444,30 @@ def register_dataset(data: ImageData | TabularData, *, name: str | None = None, 
     This is how a researcher brings a dataset of their own (build an :class:`ImageData` from
     uint8 image tensors, or a :class:`TabularData` from a DataFrame), and how a machine without
     the data files (a rented GPU) uses a copy shipped in another form. ``name`` defaults to
-    ``data.name``. Registering over a built-in dataset's name, or over an earlier registration,
-    needs ``replace=True``: a run config names its dataset, and silently swapping what a name
-    means would put another dataset's numbers into a record. Returns the name.
+    ``data.name``. Returns the name.
+
+    - A name of your own: run keys include the data's :func:`content_digest`, so records of
+      other data under the same name are never reused. Registering equal data again is a
+      no-op; other data under a name registered earlier replaces it, with a warning (e.g.
+      after fixing the data: its runs get new keys and are trained afresh).
+    - A built-in dataset's name needs ``replace=True``: run keys then stay the built-in's
+      (the copy is meant to be that dataset), so a copy that differs would put other data's
+      numbers into its records.
     """
     if not isinstance(data, (ImageData, TabularData)):
         raise ConfigError(f"register_dataset takes an ImageData or TabularData, got {type(data).__name__}")
-    key = (name or data.name).strip().lower()
-    if not key:
-        raise ConfigError("register_dataset needs a non-empty name")
-    key = ALIASES.get(key, key)
-    if (key in _LOADERS or key in _REGISTERED) and not replace:
+    given = data.name if name is None else name
+    if not isinstance(given, str) or not given.strip():
+        raise ConfigError(f"register_dataset needs a non-empty name (a string), got {given!r}")
+    key = _dataset_key(given)
+    if key in _LOADERS and not replace:
         raise ConfigError(f"dataset name {key!r} is taken; choose another name or pass replace=True")
+    digest = content_digest(data)
+    if key in _REGISTERED and not replace and _DIGESTS.get(key) != digest:
+        warnings.warn(f"dataset {key!r} was registered with other data ({_DIGESTS.get(key)}); it now means this "
+                      f"data ({digest}): runs on it get new keys and are trained afresh", stacklevel=2)
     _REGISTERED[key] = data
+    _DIGESTS[key] = digest
     return key
 
 
@@ -373,6 +479,7 @@ def is_registered(name: str) -> bool:
 def unregister_dataset(name: str) -> None:
     """Forget a dataset given to :func:`register_dataset` (a built-in name loads from files again)."""
     _REGISTERED.pop(ALIASES.get(name.strip().lower(), name.strip().lower()), None)
+    _DIGESTS.pop(ALIASES.get(name.strip().lower(), name.strip().lower()), None)
 
 
 # --------------------------------------------------------------------------- errors
@@ -719,7 +826,13 @@ def _decode_png_split(
         try:
             blob = torch.load(cache, weights_only=True)
             if blob["x"].shape == (len(files), 3, 32, 32) and torch.equal(blob["y"], torch.from_numpy(labels)):
-                return blob["x"], blob["y"]
+                # with verify, the pixels too: the cache carries a digest of its tensors, and a
+                # cache whose tensors no longer match it (altered, or older than the digest) is
+                # rebuilt from the verified files rather than trusted
+                if not verify or blob.get("sha256") == _tensor_digest(blob["x"], blob["y"]):
+                    return blob["x"], blob["y"]
+                warnings.warn(f"ignoring cache file {cache}: its tensors do not match their digest (altered, or "
+                              "written without one); decoding the PNG files again", stacklevel=2)
         except Exception as exc:  # an unreadable cache is rebuilt, never trusted
             warnings.warn(f"ignoring unreadable cache file {cache}: {exc}", stacklevel=2)
 
@@ -774,8 +887,18 @@ def _decode_png_split(
                 x[i] = img
             bar.update(len(part))
     y = torch.from_numpy(labels)
-    _write_cache(cache, {"x": x, "y": y}, stale=f"{stem}-*.pt")
+    _write_cache(cache, {"x": x, "y": y, "sha256": _tensor_digest(x, y)}, stale=f"{stem}-*.pt")
     return x, y
+
+
+def _tensor_digest(*tensors: torch.Tensor) -> str:
+    """sha256 of tensors' dtypes, shapes and bytes (about 0.2 s for CIFAR-10's training images)."""
+    h = hashlib.sha256()
+    for t in tensors:
+        arr = np.ascontiguousarray(t.detach().cpu().numpy())
+        h.update(f"{arr.dtype}{arr.shape}|".encode())
+        h.update(arr.reshape(-1).view(np.uint8))
+    return h.hexdigest()
 
 
 def _png_decoder(rgb: bool) -> Callable[[bytes], torch.Tensor]:
@@ -803,7 +926,7 @@ def _png_decoder(rgb: bool) -> Callable[[bytes], torch.Tensor]:
     return decode_pil
 
 
-def _write_cache(path: Path, obj: dict[str, torch.Tensor], *, stale: str) -> None:
+def _write_cache(path: Path, obj: dict[str, Any], *, stale: str) -> None:
     """Write atomically (tmp file + os.replace), then drop older caches of the same source."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:

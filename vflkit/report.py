@@ -4,7 +4,9 @@ The papers' printed numbers ship with the package (``vflkit/reference/*.csv``, o
 ``paper, table, dataset, method, setting, model, metric, value, std, note``). A reproduced table
 is written as ``figures/<paper>/<profile>/table<N>.csv`` (or a name of its own where the paper
 has no such table) in the same long format with our
-``value, std, n_runs, profile`` and the paper's ``paper_value, paper_std`` beside them; every
+``value, std, n_runs, profile`` and the paper's ``paper_value, paper_std`` beside them (and
+``diverged`` where some run of a cell diverged: the count of such runs, kept out of the cell's
+value, which is NaN where every run diverged); every
 figure as ``fig<N>.png`` with the data it plots as ``fig<N>.csv``.
 """
 
@@ -78,7 +80,8 @@ def join_reference(ours: pd.DataFrame, paper: str, *, profile: str) -> pd.DataFr
     ref = ref.assign(**{c: ref[c].fillna("").astype(str) for c in KEY_COLUMNS})
     out = ours.merge(ref[list(KEY_COLUMNS) + ["paper_value", "paper_std"]], on=list(KEY_COLUMNS), how="left")
     out["profile"] = check_record_profile(profile)
-    return out[list(TABLE_COLUMNS)]
+    # a table built with analysis.summarise_runs keeps its count of diverged runs per cell
+    return out[list(TABLE_COLUMNS) + (["diverged"] if "diverged" in out else [])]
 
 
 def output_dir(paper: str, profile: str, root: Path | str | None = None) -> Path:
@@ -101,8 +104,16 @@ def write_table(table: pd.DataFrame, paper: str, profile: str, number: str | Non
         raise ConfigError("write_table needs either the paper's table number or a name, not both")
     path = output_dir(paper, profile, root) / (f"table{number}.csv" if name is None else f"{name}.csv")
     with atomic_path(path) as tmp:  # two studies writing one table never mix their rows
-        table[list(TABLE_COLUMNS)].to_csv(tmp, index=False)
+        table[table_columns(table)].to_csv(tmp, index=False)
     return path
+
+
+def table_columns(table: pd.DataFrame) -> list[str]:
+    """The columns :func:`write_table` writes: :data:`TABLE_COLUMNS`, and ``diverged`` (runs of
+    a cell that diverged, kept out of its value) where some cell has one; a table none of whose
+    runs diverged keeps the columns it always had."""
+    has_diverged = "diverged" in table and bool((table["diverged"].fillna(0) > 0).any())
+    return list(TABLE_COLUMNS) + (["diverged"] if has_diverged else [])
 
 
 def seeds_stamp(data: pd.DataFrame, point: Sequence[str] | None = None) -> str:
@@ -166,8 +177,10 @@ def provenance(records: Sequence[dict]) -> pd.DataFrame:
                      "torch": env.get("torch", "?"),
                      # records migrated from a format that kept no time hold null
                      "finished": r.get("finished") or ""})
-    df = pd.DataFrame(rows)
     keys = ["git_commit", "vflkit_modified", "device", "cpu", "torch"]
+    if not rows:  # nothing recorded yet (or no results folder found): an empty table, same columns
+        return pd.DataFrame(columns=[*keys, "runs", "last_finished"])
+    df = pd.DataFrame(rows)
     return (df.astype({"vflkit_modified": str}).groupby(keys, sort=False)
             .agg(runs=("device", "size"), last_finished=("finished", "max")).reset_index())
 
@@ -179,6 +192,10 @@ def side_by_side(table: pd.DataFrame, *, index: Sequence[str], columns: str, dig
         ours = "—" if pd.isna(row["value"]) else f"{row['value']:.{digits}f}"
         if not pd.isna(row.get("std")) and row.get("n_runs", 1) > 1:
             ours += f" ± {row['std']:.{digits}f}"
+        n_div = row.get("diverged", 0)
+        if not pd.isna(n_div) and n_div > 0:  # never a diverged run's score as if it were a result
+            ours = (f"diverged ({int(n_div)} run{'s' if n_div > 1 else ''})" if pd.isna(row["value"])
+                    else f"{ours} ({int(n_div)} more diverged)")
         paper = "—" if pd.isna(row["paper_value"]) else f"{row['paper_value']:.{digits}f}"
         if not pd.isna(row.get("paper_std")):
             paper += f" ± {row['paper_std']:.{digits}f}"

@@ -54,7 +54,10 @@ POINTS = 2.0
 FRACTION_SCORES: tuple[str, ...] = ("accuracy", "f1", "micro_f1", "macro_f1", "weighted_f1", "auc")
 #: Statuses of a number the paper prints.
 COMPARED, NO_PAPER_VALUE, NOT_RECORDED = "compared", "recorded; the paper gives no number", "not recorded"
-CELL_STATUSES: tuple[str, ...] = (COMPARED, NO_PAPER_VALUE, NOT_RECORDED)
+#: A cell whose every recorded run diverged: it has no number of ours (a diverged run's score is
+#: its broken model's, not the method's), so nothing is compared.
+DIVERGED = "recorded; every run diverged"
+CELL_STATUSES: tuple[str, ...] = (COMPARED, NO_PAPER_VALUE, NOT_RECORDED, DIVERGED)
 #: Statuses of an artefact (the report's legend); a status may add the other profiles' state.
 PAPER_SCALE, QUICK_ONLY, IMPOSSIBLE = "reproduced at paper scale", "quick only", "impossible here"
 _KEYS = [c for c in KEY_COLUMNS if c != "paper"]
@@ -388,10 +391,12 @@ def measured(paper: str, profiles: Sequence[str]) -> pd.DataFrame:
             df = pd.read_csv(csv, dtype={c: str for c in KEY_COLUMNS})
             if set(TABLE_COLUMNS) <= set(df.columns):
                 frames.append(df.assign(profile=profile, source=f"[{profile}/{csv.name}]({paper}/{profile}/{csv.name})"))
-    cols = list(TABLE_COLUMNS) + ["source"]
+    cols = list(TABLE_COLUMNS) + ["diverged", "source"]
     if not frames:
         return pd.DataFrame(columns=cols)
-    out = pd.concat(frames, ignore_index=True)[cols]
+    # ``diverged``: runs of the cell that diverged (kept out of its value); 0 where a table has no such count
+    out = pd.concat(frames, ignore_index=True).reindex(columns=cols)
+    out["diverged"] = out["diverged"].fillna(0).astype(int)
     return out.assign(**{c: out[c].fillna("").astype(str) for c in KEY_COLUMNS})
 
 
@@ -434,8 +439,12 @@ def compare(paper: str, profiles: Sequence[str]) -> pd.DataFrame:
             continue
         for _, m in matched.sort_values("source").iterrows():
             value, std, n = float(m["value_ours"]), float(m["std_ours"]), m["n_runs"]
-            row = {**base, "value": value, "std": std, "n_runs": n, "profile": m["profile"],
-                   "source": m["source"], "our_model": m["our_model"] if m["our_model"] != r["model"] else ""}
+            row = {**base, "value": value, "std": std, "n_runs": n, "diverged": int(m["diverged"]),
+                   "profile": m["profile"], "source": m["source"],
+                   "our_model": m["our_model"] if m["our_model"] != r["model"] else ""}
+            if pd.isna(value) and row["diverged"] > 0:
+                rows.append({**row, "status": DIVERGED})
+                continue
             if pd.isna(r["value"]):
                 rows.append({**row, "status": NO_PAPER_VALUE})
                 continue
@@ -451,7 +460,7 @@ def compare(paper: str, profiles: Sequence[str]) -> pd.DataFrame:
             rows.append({**row, "gap": gap, "gap_points": gap * scale if scale is not None else np.nan,
                          "within": ", ".join(within) or "none", "status": COMPARED})
     cols = ["ref_row", "table", *[k for k in _KEYS if k != "table"], "paper_value", "paper_std", "value", "std",
-            "n_runs", "profile", "source", "our_model", "gap", "gap_points", "within", "status"]
+            "n_runs", "diverged", "profile", "source", "our_model", "gap", "gap_points", "within", "status"]
     return pd.DataFrame(rows).reindex(columns=cols)
 
 
@@ -750,12 +759,15 @@ def _markdown(df: pd.DataFrame) -> str:
 def _cells_view(cells: pd.DataFrame) -> pd.DataFrame:
     """:func:`compare`'s rows as the report prints them: ``ours ± std (n runs)`` beside the paper's."""
     def ours(r: pd.Series) -> str:
+        n_div = 0 if pd.isna(r.get("diverged")) else int(r["diverged"])
         if pd.isna(r["value"]):
-            return "—"
+            return f"diverged ({n_div} run{'s' if n_div != 1 else ''})" if n_div else "—"
         s = _num(r["value"])
         if not pd.isna(r["std"]) and float(r["n_runs"] or 1) > 1:
             s += f" ± {_num(r['std'])}"
         n = "" if pd.isna(r["n_runs"]) else f" ({int(float(r['n_runs']))} run{'s' if float(r['n_runs']) != 1 else ''})"
+        if n and n_div:  # the value is of the runs that did not diverge; say how many did
+            n = n[:-1] + f"; {n_div} more diverged)"
         return s + n
 
     def paper(r: pd.Series) -> str:

@@ -37,8 +37,9 @@ tensor is a :class:`RingTensor` carrying a :class:`RingTag` (its ring's paramete
 blinded, its party, key agreement and ``(round, step)``), so :func:`aggregate` detects a
 missing, repeated or surplus contribution, mixed ring settings or steps, and, for plain int64
 tensors without a tag, a sum outside the range K encodings can reach (a leftover mask makes it
-uniform in the ring). NaN/inf embeddings raise :class:`NonFiniteEmbeddingError`, a
-:class:`~vflkit.errors.DivergenceError`.
+uniform in the ring). NaN/inf embeddings raise :class:`NonFiniteEmbeddingError` and finite
+ones beyond the default ring's limit :class:`EmbeddingOverflowError`, both a
+:class:`~vflkit.errors.DivergenceError` (the model diverged).
 
 Threat model
 ------------
@@ -117,6 +118,15 @@ class NonFiniteEmbeddingError(DivergenceError):
 
     A :class:`~vflkit.errors.DivergenceError`, so a runner that records divergence can record
     this one (a passive party's diverged embedding) instead of crashing.
+    """
+
+
+class EmbeddingOverflowError(DivergenceError):
+    """An embedding to be encoded is finite but beyond the ring's limit, and beyond what the
+    default ring holds too: no trained model's embeddings are that large, so the model diverged.
+
+    A :class:`~vflkit.errors.DivergenceError`, so ``on_divergence="record"`` records the run
+    (a passive party's blow-up usually reaches the ring before its loss turns NaN).
     """
 
 
@@ -389,9 +399,13 @@ class FixedPointRing:
         ------
         NonFiniteEmbeddingError
             If ``x`` holds NaN or infinity (a :class:`~vflkit.errors.DivergenceError`).
+        EmbeddingOverflowError
+            If some ``|x|`` exceeds :attr:`max_abs` and the default ring's limit too (the model
+            diverged; a :class:`~vflkit.errors.DivergenceError`).
         ConfigError
-            If some ``|x|`` exceeds :attr:`max_abs` (summing ``max_parties`` of them would
-            overflow int64).
+            If some ``|x|`` exceeds :attr:`max_abs` but the default ring would hold it: this
+            ring's ``scale_bits``/``max_parties`` leave too little room (summing
+            ``max_parties`` such values would overflow int64).
         """
         return RingTensor.wrap(_to_torch(self._encode(x), x.device), self._tag())
 
@@ -417,13 +431,29 @@ class FixedPointRing:
         rounded = np.rint(scaled)
         if rounded.size and float(np.abs(rounded).max()) > self._q_max:
             worst = float(np.abs(scaled).max()) / self._scale
-            raise ConfigError(
-                f"embedding magnitude {worst:.4g} exceeds the ring's limit {self.max_abs:.4g} "
-                f"(scale_bits={self.scale_bits}, max_parties={self.max_parties}): "
-                f"{self.max_parties} such values would overflow int64 when summed. Use fewer "
-                "scale_bits or a smaller max_parties, or normalise the embeddings."
+            limit = (f"the ring's limit {self.max_abs:.4g} (scale_bits={self.scale_bits}, "
+                     f"max_parties={self.max_parties}: {self.max_parties} such values would overflow "
+                     "int64 when summed)")
+            default_max_abs = _DEFAULT_MAX_ABS
+            if worst <= default_max_abs:
+                # the default ring would hold it: the ring chosen is too narrow, not the model wrong
+                raise ConfigError(
+                    f"{who}: embedding magnitude {worst:.4g} exceeds {limit}. The default ring "
+                    f"(scale_bits=16, max_parties=1024) holds up to {default_max_abs:.4g}: use fewer "
+                    "scale_bits or a smaller max_parties."
+                )
+            # Beyond the default's ~1.4e11 no trained model's embedding lies: it blew up, finite
+            # still (its loss may not be NaN yet), which is a divergence, not a setting to change.
+            raise EmbeddingOverflowError(
+                f"{who}: embedding magnitude {worst:.4g} exceeds {limit}: the model diverged (its "
+                "embeddings grew without bound); lower the learning rate of that party or clip gradients."
             )
         return rounded.astype(np.int64).view(np.uint64)
+
+
+#: :attr:`FixedPointRing.max_abs` at the defaults (about 1.37e11): an embedding beyond it is a
+#: diverged model's, one below it but beyond a narrower ring's limit a ring setting's problem.
+_DEFAULT_MAX_ABS = FixedPointRing().max_abs
 
 
 _PREFETCHER: ThreadPoolExecutor | None = None

@@ -1,4 +1,4 @@
-"""Tabular parties for the batch-by-batch trainer (EASTER on Criteo).
+"""Tabular parties for the batch-by-batch trainer (EASTER on Criteo, or a table of your own).
 
 :func:`build_tabular_parties` is the tabular twin of :func:`vflkit.training.split.build_parties`:
 load the table, split it 80/20, encode it, give each party a group of columns, and return
@@ -28,6 +28,9 @@ Choices where the paper is silent (EASTER Sec. V-A1 gives only "80% / 20%")
 * Columns keep Criteo's order I1..I13, C1..C26 and are cut into consecutive groups
   (:func:`vflkit.partition.columns`), so at C = 4 (10/10/10/9 columns) the active party holds
   dense columns only.
+* Another table (:func:`vflkit.data.register_dataset` of a :class:`~vflkit.data.TabularData`)
+  is encoded by :func:`encode_generic`: its numeric columns first (standardised), then its
+  categorical ones (codes), each kind in the table's order.
 """
 
 from __future__ import annotations
@@ -87,29 +90,82 @@ class EncodedTable:
 
 def encode_table(data: "TabularData", *, split_seed: int = 0, test_fraction: float = 0.2,
                  min_count: int = 2) -> EncodedTable:
-    """Encode Criteo (``load_dataset("criteo")``) and split it ``1 - test_fraction`` /
-    ``test_fraction`` with a seeded permutation (see the module docstring for the choices)."""
+    """Encode a table and split it ``1 - test_fraction`` / ``test_fraction`` with a seeded
+    permutation (see the module docstring for the choices).
+
+    Criteo (``load_dataset("criteo")``, or any table with its columns I1..I13, C1..C26) is
+    encoded by :func:`vflkit.data.encode_criteo`. Any other table (a :class:`TabularData` of
+    your own) by :func:`encode_generic`: numeric columns standardised with the training rows'
+    statistics, categorical ones (``data.categorical`` and non-numeric columns) as codes.
+    """
     from .data import CRITEO_DENSE, CRITEO_SPARSE, encode_criteo
 
     if not 0.0 < test_fraction < 1.0:
         raise ConfigError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
-    dense, sparse, vocab = encode_criteo(data, min_count=min_count)
-    if max(vocab, default=0) > _FLOAT32_EXACT:
-        raise ConfigError(f"a vocabulary of {max(vocab)} categories has codes that float32 cannot "
-                          "hold exactly; raise min_count")
-    x = torch.cat([dense, sparse.float()], dim=1)
-    y = torch.tensor(data.target.to_numpy(copy=True), dtype=torch.long)
-    n = len(y)
+    n = len(data.target)
     n_test = int(round(n * test_fraction))
     if not 0 < n_test < n:
         raise ConfigError(f"{n} rows cannot be split with test_fraction={test_fraction}")
     order = torch.randperm(n, generator=torch.Generator().manual_seed(split_seed))
     # Sorted within each split so that rows keep the file's order (easier to inspect).
     test, train = order[:n_test].sort().values, order[n_test:].sort().values
+    if set(CRITEO_DENSE) | set(CRITEO_SPARSE) <= set(data.features.columns):
+        dense, sparse, vocab = encode_criteo(data, min_count=min_count)
+        dense_names, sparse_names = tuple(CRITEO_DENSE), tuple(CRITEO_SPARSE)
+    else:
+        dense, sparse, vocab, dense_names, sparse_names = encode_generic(data, train_rows=train.numpy(),
+                                                                         min_count=min_count)
+    if max(vocab, default=0) > _FLOAT32_EXACT:
+        raise ConfigError(f"a vocabulary of {max(vocab)} categories has codes that float32 cannot "
+                          "hold exactly; raise min_count")
+    x = torch.cat([dense, sparse.float()], dim=1)
+    y = torch.tensor(data.target.to_numpy(copy=True), dtype=torch.long)
     return EncodedTable(x_train=x[train].contiguous(), x_test=x[test].contiguous(),
                         y_train=y[train], y_test=y[test],
-                        feature_names=(*CRITEO_DENSE, *CRITEO_SPARSE), dense=tuple(CRITEO_DENSE),
-                        vocab_sizes=dict(zip(CRITEO_SPARSE, vocab)), num_classes=data.num_classes)
+                        feature_names=(*dense_names, *sparse_names), dense=dense_names,
+                        vocab_sizes=dict(zip(sparse_names, vocab)), num_classes=data.num_classes)
+
+
+def encode_generic(data: "TabularData", *, train_rows: Any, min_count: int = 2
+                   ) -> tuple[torch.Tensor, torch.Tensor, list[int], tuple[str, ...], tuple[str, ...]]:
+    """Any table as model inputs: ``(dense, sparse, vocab_sizes, dense_names, sparse_names)``.
+
+    Numeric columns (bools too) are standardised with the mean and standard deviation of the
+    ``train_rows`` (so the test rows leak nothing into the scaling; a constant column is only
+    centred) and a missing value becomes 0, the mean. Categorical columns, those named in
+    ``data.categorical`` and every non-numeric column, become codes as Criteo's do: 0 for a
+    missing or rare (fewer than ``min_count``) category, 1..V-1 for the others in sorted order,
+    counted over all rows (counts, never labels). Columns keep the table's order within each kind.
+    """
+    import numpy as np
+    import pandas as pd
+
+    if min_count < 1:
+        raise ConfigError(f"min_count must be >= 1, got {min_count}")
+    df = data.features
+    if df.shape[1] == 0:
+        raise ConfigError(f"{data.name}: the table has no feature columns")
+    categorical = [c for c in df.columns
+                   if c in data.categorical or not (pd.api.types.is_numeric_dtype(df[c])
+                                                    or pd.api.types.is_bool_dtype(df[c]))]
+    numeric = [c for c in df.columns if c not in categorical]
+    x = df[numeric].to_numpy(dtype=np.float64) if numeric else np.zeros((len(df), 0))
+    with np.errstate(all="ignore"):
+        fit = x[train_rows]
+        mean = np.nan_to_num(np.nanmean(fit, axis=0)) if len(fit) else np.zeros(x.shape[1])
+        std = np.nanstd(fit, axis=0) if len(fit) else np.ones(x.shape[1])
+    std = np.where(np.isfinite(std) & (std > 0), std, 1.0)
+    dense = np.nan_to_num((x - mean) / std, nan=0.0, posinf=0.0, neginf=0.0)
+    sparse = np.zeros((len(df), len(categorical)), dtype=np.int64)
+    vocab = []
+    for j, col in enumerate(categorical):
+        values = df[col].astype(str).where(df[col].notna(), "")
+        counts = values[values != ""].value_counts()
+        kept = sorted(counts.index[counts >= min_count])
+        sparse[:, j] = pd.Index(kept).get_indexer(values) + 1  # -1 (missing, rare) -> 0
+        vocab.append(len(kept) + 1)
+    return (torch.from_numpy(dense.astype(np.float32)), torch.from_numpy(sparse), vocab,
+            tuple(map(str, numeric)), tuple(map(str, categorical)))
 
 
 def tabular_partition(names: Sequence[str], n_parties: int, *, active: int = 0,
@@ -140,7 +196,7 @@ def build_tabular_parties(
     test_fraction: float = 0.2,
     min_count: int = 2,
 ) -> tuple[list[Party], int]:
-    """Give each party its Criteo columns; returns ``(parties, n_classes)`` like
+    """Give each party its columns of the table; returns ``(parties, n_classes)`` like
     :func:`vflkit.training.split.build_parties`.
 
     Parameters

@@ -85,7 +85,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..comm import Channel, Party
-from ..config import resolve_device
+from ..config import registered_data_digest, resolve_device
 from ..data import ImageData, load_dataset
 from ..errors import ConfigError
 from ..files import move_aside
@@ -205,9 +205,14 @@ class AdptVFedConvConfig:
         return dataclasses.asdict(self)
 
     def key(self, fields: Sequence[str] | None = None) -> str:
-        """A short hash of ``fields`` (default all): names checkpoint files."""
+        """A short hash of ``fields`` (default all): names checkpoint files. With ``dataset``
+        among them, a dataset of your own adds its content digest (built-in ones: the name)."""
         d = self.to_dict()
-        blob = json.dumps({k: d[k] for k in (fields or sorted(d))}, sort_keys=True)
+        keyed = {k: d[k] for k in (fields or sorted(d))}
+        digest = registered_data_digest(self.dataset) if "dataset" in keyed else None
+        if digest is not None:
+            keyed["data_digest"] = digest
+        blob = json.dumps(keyed, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from ..comm import Party
-from ..config import PAPERS, check_int, check_name, check_rate, key_dict
+from ..config import PAPERS, check_int, check_name, check_rate, key_dict, registered_data_digest
 from ..errors import ConfigError
 
 if TYPE_CHECKING:
@@ -208,9 +208,14 @@ class RunConfig:
 
     @property
     def key(self) -> str:
-        """Stable hash of the config (first 16 hex digits of SHA-256 of its canonical JSON)."""
-        blob = json.dumps(key_dict(self, self.to_dict(), self.KEYED_FIELDS), sort_keys=True,
-                          separators=(",", ":"))
+        """Stable hash of the config (first 16 hex digits of SHA-256 of its canonical JSON);
+        for a dataset of your own, of its content digest too (built-in datasets: the name only,
+        so committed keys stay)."""
+        keyed = key_dict(self, self.to_dict(), self.KEYED_FIELDS)
+        digest = registered_data_digest(self.dataset)
+        if digest is not None:
+            keyed["data_digest"] = digest
+        blob = json.dumps(keyed, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

@@ -27,7 +27,7 @@ import torch
 
 from .. import claims
 from .. import records as store
-from ..config import apply_overrides, check_profile, check_seeds
+from ..config import apply_overrides, check_profile, check_seeds, check_seeds_once
 from ..methods.adptvfedconv import _PRETRAIN_FIELDS, CUTS, AdptVFedConvConfig, cost_model
 from ..report import join_reference, side_by_side
 from ..training import tiles
@@ -92,6 +92,7 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
     settings = {k: v for k, v in PROFILE_SETTINGS[check_profile(profile)].items() if k != "run"}
     s, forced = apply_overrides(settings, overrides, run_fields=_RUN_FIELDS)
     base = {**PROFILE_SETTINGS[profile]["run"], **forced}
+    check_seeds_once(seeds, overrides)
     seeds = check_seeds(s["seeds"] if seeds is None else seeds)
     ext_seeds = tuple(x for x in s["extension_seeds"] if x in seeds) or seeds[:1]
     # Order matters for the scheduler's two workers: the runs that train a pre-training

@@ -27,7 +27,7 @@ import torch
 
 from .. import claims
 from .. import records as store
-from ..config import apply_overrides, check_profile, check_seeds, project_root, results_dir
+from ..config import apply_overrides, check_profile, check_seeds, check_seeds_once, project_root, results_dir
 from ..partition import APC_VFL_N_ACTIVE
 from ..report import join_reference, side_by_side
 from ..training import one_shot
@@ -84,6 +84,12 @@ PROFILE_SETTINGS: dict[str, dict[str, Any]] = {
 SENSITIVITY_METHODS: tuple[str, ...] = ("ablation", "apc_vfl_mse")
 
 
+def settings(profile: str) -> dict[str, Any]:
+    """The settings of ``profile``; an unknown profile is a ConfigError that lists the valid
+    ones (the notebook reads them through here, so ``-p profile fast`` fails clearly)."""
+    return PROFILE_SETTINGS[check_profile(profile)]
+
+
 def configs(profile: str, *, seeds: Sequence[int] | None = None,
             overrides: dict[str, Any] | None = None) -> list[OneShotRun]:
     """Every run of ``profile``: Fig. 5 (+ Fig. 8 / D.3 in ``paper``) and Table 2 grids, then
@@ -97,6 +103,7 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
     """
     run_fields = ("patience", "lr", "lam", "val_fraction")
     s, forced = apply_overrides(PROFILE_SETTINGS[check_profile(profile)], overrides, run_fields=run_fields)
+    check_seeds_once(seeds, overrides)
     seeds = check_seeds(s["seeds"] if seeds is None else seeds)
     out: list[OneShotRun] = []
     for ds in s["datasets"]:
@@ -814,7 +821,7 @@ CLAIMS: list[claims.Claim] = [
 __all__ = [
     "CLAIMS", "DATASETS", "DISPLAY_ORDER", "FIG5_METHODS", "LOCAL_METHODS", "METHOD_LABELS", "PROFILE_SETTINGS",
     "SENSITIVITY_LR", "SENSITIVITY_METHODS", "VARIANTS", "OneShotRun", "lr_sensitivity", "pending", "split_lr",
-    "available_datasets", "beats_local", "configs", "detail_frame", "fig5_frame", "fig5_long", "fig6_frame",
+    "available_datasets", "beats_local", "configs", "settings", "detail_frame", "fig5_frame", "fig5_long", "fig6_frame",
     "footprint_apc_vfl", "footprint_formula", "footprint_splitnn", "footprint_vfedtrans", "ledger_check",
     "paired_difference", "plot_detail", "plot_fig5", "plot_fig6", "recorded", "run", "runs_frame", "table2",
     "table2_view", "wins",

@@ -14,7 +14,7 @@ import pandas as pd
 import seaborn as sns
 import torch
 
-from ..config import check_profile, check_seeds, override_runs, split_run_overrides
+from ..config import check_profile, check_seeds, check_seeds_once, override_runs, split_run_overrides
 from ..methods import RunConfig
 from ..report import load_reference
 from ..training import split
@@ -41,6 +41,7 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
     ``overrides`` replace the profile's settings (e.g. ``{"model": "cnn"}``) or set a run field on
     every run (``{"lr": 0.01}``, :func:`vflkit.config.split_run_overrides`)."""
     s, run_fields = split_run_overrides(PROFILE_SETTINGS[check_profile(profile)], overrides, RunConfig)
+    check_seeds_once(seeds, overrides)
     seeds = check_seeds(s["seeds"] if seeds is None else seeds)
     return override_runs([
         RunConfig(paper="demo", dataset="mnist", method=method, models=(s["model"],) * 4,

@@ -50,7 +50,7 @@ import torch
 from .. import analysis, claims
 from .. import comm as netmodel
 from .. import records as store
-from ..config import check_profile, check_seeds, override_runs, split_run_overrides
+from ..config import check_profile, check_seeds, check_seeds_once, override_runs, split_run_overrides
 from ..methods import RunConfig
 from ..methods.cvfl import step_size as cvfl_step_size
 from ..report import join_reference, side_by_side
@@ -198,6 +198,8 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
     uses it and is trained once). ``seeds=None``: the profile's (Criteo has its own)."""
     s = settings(profile, overrides)
     _, run_fields = split_run_overrides(PROFILE_SETTINGS[check_profile(profile)], overrides, RunConfig)
+    # the seeds argument replaces every seed setting (Criteo's, Fig. 6's, ...)
+    check_seeds_once(seeds, overrides, keys=[k for k in s if k.endswith("seeds")])
     out: dict[str, list[RunConfig]] = {"table2": [], "table4": [], "table6": [], "fig6": [],
                                        "cvfl_host_lr": [], "embedding_gradient": []}
     for dataset in s["datasets"]:
@@ -400,12 +402,12 @@ def _theta(dataset: str, arch: str) -> str:
 
 
 def _summarise(rows: list[dict[str, Any]], profile: str) -> pd.DataFrame:
-    cols = ["table", "dataset", "method", "setting", "model", "metric", "value", "seed"]
+    """The cells beside the paper's; a diverged run (its row's ``diverged``) is counted in the
+    cell's ``diverged`` column and kept out of its number (:func:`vflkit.analysis.summarise_runs`)."""
+    cols = ["table", "dataset", "method", "setting", "model", "metric", "value", "seed", "diverged"]
     df = pd.DataFrame(rows, columns=cols)
     keys = ["table", "dataset", "method", "setting", "model", "metric"]
-    g = df.groupby(keys, sort=False)["value"]
-    ours = pd.DataFrame({"value": g.mean(), "std": g.std(ddof=1), "n_runs": g.size()}).reset_index()
-    return join_reference(ours, PAPER, profile=profile)
+    return join_reference(analysis.summarise_runs(df, keys), PAPER, profile=profile)
 
 
 def accuracy_rows(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]],
@@ -418,7 +420,7 @@ def accuracy_rows(groups: dict[str, list[RunConfig]], records: Sequence[dict[str
     for c, r in _recorded(groups[group], rec):
         metric = metric_of(c.dataset)
         base = {"table": table, "dataset": DATASET_NAMES[c.dataset], "method": METHOD_NAMES[c.method],
-                "setting": setting, "metric": f"{metric}_pct", "seed": c.seed}
+                "setting": setting, "metric": f"{metric}_pct", "seed": c.seed, "diverged": bool(r.get("diverged"))}
         if c.method == "easter":
             vals = _arch_metric(r, metric)
             if table == "IV":  # every party holds θ_m: the column is the mean over the four
@@ -433,7 +435,8 @@ def accuracy_rows(groups: dict[str, list[RunConfig]], records: Sequence[dict[str
         return df
     df = df.drop_duplicates(["dataset", "method", "model", "seed"])
     keys = ["table", "dataset", "method", "setting", "metric", "seed"]
-    avg = df.groupby(keys, sort=False)["value"].mean().reset_index().assign(model="avg")
+    avg = df.groupby(keys, sort=False).agg(value=("value", "mean"), diverged=("diverged", "max")).reset_index()
+    avg = avg.assign(model="avg")
     return pd.concat([df, avg], ignore_index=True)
 
 
@@ -473,7 +476,8 @@ def convergence(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, 
         rows.append({"dataset": DATASET_NAMES[c.dataset], "method": METHOD_NAMES[c.method], "seed": c.seed,
                      "e_star": e_star, "epochs": c.epochs, "metric": f"{metric}_pct", "value": 100 * b["value"],
                      "MB_as_sent": b["mb"], "MB_float32": b["mb_float32"],
-                     "kB_per_sample_epoch": b["bytes_float32"] / 1024 / (n * e_star), "key": c.key})
+                     "kB_per_sample_epoch": b["bytes_float32"] / 1024 / (n * e_star), "key": c.key,
+                     "diverged": bool(r.get("diverged"))})
     return pd.DataFrame(rows)
 
 
@@ -497,7 +501,7 @@ def table5(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]
     rows = []
     for _, x in conv.iterrows():
         base = {"table": "V", "dataset": x["dataset"], "method": x["method"], "setting": "", "model": "",
-                "seed": x["seed"]}
+                "seed": x["seed"], "diverged": x["diverged"]}
         rows += [{**base, "metric": x["metric"], "value": x["value"]},
                  {**base, "metric": "communication_MB", "value": x["MB_float32"]},
                  {**base, "metric": "communication_MB_as_sent", "value": x["MB_as_sent"]},
@@ -647,7 +651,7 @@ def table6(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]
     for c, r in _recorded(groups["table6"], rec):
         metric = metric_of(c.dataset)
         base = {"table": "VI", "dataset": DATASET_NAMES[c.dataset], "method": METHOD_NAMES[c.method],
-                "setting": f"C={c.n_parties}", "model": "", "seed": c.seed}
+                "setting": f"C={c.n_parties}", "model": "", "seed": c.seed, "diverged": bool(r.get("diverged"))}
         models = list(r["models"]) if c.method == "easter" else ["active"]
         value = float(np.mean([100 * r["final"][k].get(metric, float("nan")) for k in models]))
         rows += [{**base, "metric": f"{metric}_pct", "value": value},
@@ -703,7 +707,7 @@ def table7(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]
                 t = netmodel.training_time(links, netmodel.device_mix(passive, n_low), step_seconds=step_s,
                                            steps_per_epoch=steps, topology=topology, until_epoch=e_star)
                 base = {"table": "VII", "dataset": DATASET_NAMES[c.dataset], "method": "EASTER",
-                        "setting": label, "seed": c.seed}
+                        "setting": label, "seed": c.seed, "diverged": bool(r.get("diverged"))}
                 rows.append({**base, "model": "", "metric": "train_time_min", "value": t["total_s"] / 60})
                 rows += [{**base, "model": x["model"], "metric": x["metric"], "value": x["value"]}
                          for _, x in theta.iterrows()]

@@ -25,7 +25,7 @@ import torch
 
 from .. import claims
 from .. import records as store
-from ..config import apply_overrides, check_profile, check_seeds
+from ..config import apply_overrides, check_profile, check_seeds, check_seeds_once
 from ..methods.multi_vfl import MultiVFL, MultiVFLConfig
 from ..methods.server_opt import SERVER_OPTIMIZERS, init_state, server_step
 from ..partition import NIID_SCENARIOS
@@ -107,6 +107,7 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
     s, run_fields = apply_overrides(PROFILE_SETTINGS[check_profile(profile)], overrides, run_fields=fields)
     datasets = s.pop("datasets")
     profile_seeds = s.pop("seeds")
+    check_seeds_once(seeds, overrides)
     seeds = check_seeds(profile_seeds if seeds is None else seeds)
     s.update(run_fields)
     s.setdefault("variant", "paper")
@@ -197,26 +198,36 @@ def per_run(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     cols = ["dataset", "scenario", "optimizer", "seed", "rounds", "final_accuracy_pct", "best_accuracy_pct",
             "mean_accuracy_pct", "round_to_90pct_of_best"]
     if h.empty:
-        return pd.DataFrame(columns=cols)
+        return pd.DataFrame(columns=[*cols, "diverged"])
     out = h.groupby(["dataset", "scenario", "optimizer", "seed"], sort=False).apply(
         lambda g: pd.Series({"rounds": int(g["round"].max()),
                              "final_accuracy_pct": g.sort_values("round")["test_accuracy_pct"].iloc[-1],
                              "best_accuracy_pct": g["test_accuracy_pct"].max(),
                              "mean_accuracy_pct": g["test_accuracy_pct"].mean(),
                              "round_to_90pct_of_best": _rounds_to(g)}), include_groups=False)
-    return out.reset_index()[cols]
+    out = out.reset_index()[cols]
+    # whether the run diverged (its record stops at that round): summary keeps it out of the means
+    diverged = {(DATASET_LABELS[r["config"]["dataset"]], r["config"]["scenario"],
+                 OPTIMIZER_LABELS[r["config"]["server_optimizer"]], r["config"]["seed"]): bool(r.get("diverged"))
+                for r in records}
+    return out.assign(diverged=[diverged.get(k, False) for k in
+                                zip(out["dataset"], out["scenario"], out["optimizer"], out["seed"])])
 
 
 def summary(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """Per dataset, scenario and optimizer, mean and standard deviation over seeds of the final,
     best and mean test accuracy (%), and the mean first round at 90 % of a run's best."""
     runs = per_run(records)
+    # a diverged run's accuracy is its broken model's: counted in ``diverged``, never averaged in
+    metrics = ["final_accuracy_pct", "best_accuracy_pct", "mean_accuracy_pct", "round_to_90pct_of_best"]
+    runs[metrics] = runs[metrics].astype(float).where(~runs["diverged"].astype(bool))
+    runs["n_runs"] = (~runs["diverged"].astype(bool)).astype(int)
     out = runs.groupby(["dataset", "scenario", "optimizer"], sort=False).agg(
         final_accuracy_pct=("final_accuracy_pct", "mean"), final_accuracy_sd=("final_accuracy_pct", "std"),
         best_accuracy_pct=("best_accuracy_pct", "mean"),
         mean_accuracy_pct=("mean_accuracy_pct", "mean"), mean_accuracy_sd=("mean_accuracy_pct", "std"),
         round_to_90pct_of_best=("round_to_90pct_of_best", "mean"),
-        n_runs=("final_accuracy_pct", "size"))
+        n_runs=("n_runs", "sum"), diverged=("diverged", "sum"))
     return out.round(2).reset_index()
 
 
@@ -232,7 +243,8 @@ def long_table(summ: pd.DataFrame, profile: str) -> pd.DataFrame:
         for metric in ("final_accuracy_pct", "best_accuracy_pct", "mean_accuracy_pct", "round_to_90pct_of_best"):
             rows.append({"table": f"Fig. {fig}", "dataset": r["dataset"], "method": r["optimizer"],
                          "setting": r["scenario"], "model": "", "metric": metric, "value": r[metric],
-                         "std": r[sds[metric]] if metric in sds else float("nan"), "n_runs": r["n_runs"]})
+                         "std": r[sds[metric]] if metric in sds else float("nan"), "n_runs": r["n_runs"],
+                         "diverged": r.get("diverged", 0)})
     return join_reference(pd.DataFrame(rows), PAPER, profile=profile)
 
 

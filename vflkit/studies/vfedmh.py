@@ -35,7 +35,7 @@ import torch
 
 from .. import analysis, claims
 from .. import records as store
-from ..config import check_profile, check_seeds, override_runs, split_run_overrides
+from ..config import check_profile, check_seeds, check_seeds_once, override_runs, split_run_overrides
 from ..errors import ConfigError
 from ..methods import OPTIMIZERS, RunConfig
 from ..methods.cvfl import step_size as cvfl_step_size
@@ -146,6 +146,7 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
     run field on every run (:func:`vflkit.config.split_run_overrides`)."""
     s = settings(profile, overrides)
     _, run_fields = split_run_overrides(PROFILE_SETTINGS[check_profile(profile)], overrides, RunConfig)
+    check_seeds_once(seeds, overrides)
     seeds = check_seeds(s["seeds"] if seeds is None else seeds)
     out: dict[str, list[RunConfig]] = {"table2": [], "table3": [], "table4": [], "table4_standard": [],
                                        "fig5": [], "blinding": [], "cvfl_q1": [], "cvfl_host_lr": [],
@@ -302,11 +303,10 @@ def _arch_accuracy(record: dict[str, Any]) -> dict[str, float]:
 
 
 def _summarise(rows: list[dict[str, Any]], profile: str) -> pd.DataFrame:
-    df = pd.DataFrame(rows)
+    """The cells beside the paper's; a diverged run (its row's ``diverged``) is counted in the
+    cell's ``diverged`` column and kept out of its number (:func:`vflkit.analysis.summarise_runs`)."""
     keys = ["table", "dataset", "method", "setting", "model", "metric"]
-    g = df.groupby(keys, sort=False)["value"]
-    ours = pd.DataFrame({"value": g.mean(), "std": g.std(ddof=1), "n_runs": g.size()}).reset_index()
-    return join_reference(ours, "vfedmh", profile=profile)
+    return join_reference(analysis.summarise_runs(rows, keys), "vfedmh", profile=profile)
 
 
 def table2(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]], profile: str) -> pd.DataFrame:
@@ -316,7 +316,8 @@ def table2(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]
     sensitivity = [c for c in groups.get("cvfl_host_lr", []) if c.key in rec]
     for c in groups["table2"] + sensitivity:
         r = rec[c.key]
-        base = {"table": "II", "dataset": DATASET_NAMES[c.dataset], "metric": "test_accuracy_pct"}
+        base = {"table": "II", "dataset": DATASET_NAMES[c.dataset], "metric": "test_accuracy_pct",
+                "diverged": bool(r.get("diverged"))}
         if c.method == "vfedmh":
             for arch, v in _arch_accuracy(r).items():
                 rows.append({**base, "method": "VFedMH", "setting": "heterogeneous", "model": MODEL_NAMES[arch], "value": v})
@@ -336,7 +337,7 @@ def table3(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]
     for c in groups["table3"]:
         r = rec[c.key]
         base = {"table": "III", "dataset": DATASET_NAMES[c.dataset], "metric": "test_accuracy_pct",
-                "method": TABLE3_METHODS[c.method], "setting": ""}
+                "method": TABLE3_METHODS[c.method], "setting": "", "diverged": bool(r.get("diverged"))}
         if c.method == "vfedmh":
             for arch, v in _arch_accuracy(r).items():
                 rows.append({**base, "model": MODEL_NAMES[arch], "value": v})
@@ -393,7 +394,8 @@ def table4(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]
         setting = f"optimizer={_optimizer(c)}" + ("" if lr == PAPER_LR else f", lr={lr:g}")
         for arch, v in _arch_accuracy(rec[c.key]).items():
             rows.append({"table": "IV", "dataset": DATASET_NAMES[c.dataset], "method": "VFedMH",
-                         "setting": setting, "model": MODEL_NAMES[arch], "metric": "test_accuracy_pct", "value": v})
+                         "setting": setting, "model": MODEL_NAMES[arch], "metric": "test_accuracy_pct", "value": v,
+                         "diverged": bool(rec[c.key].get("diverged"))})
     out = _summarise(rows, profile)
     # the paper's number for the optimizer beside its standard-rate row too
     literal = out.set_index(["dataset", "setting", "model"])[["paper_value", "paper_std"]]

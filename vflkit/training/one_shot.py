@@ -136,6 +136,16 @@ class OneShotRun:
         if (self.n_aligned is None) != (self.kind == "fig5" and self.method in LOCAL_METHODS):
             raise ConfigError(f"{self.method}: n_aligned must be None exactly for the local methods "
                               f"{LOCAL_METHODS} (they never use aligned samples)")
+        spec = DATASETS[self.dataset]
+        if self.n_aligned is not None and self.n_aligned > spec.n_active:
+            # the aligned samples are drawn from the active participant's: more cannot exist, and
+            # a silent clamp would record (and plot) a count that was never used
+            raise ConfigError(f"n_aligned={self.n_aligned} exceeds the {spec.n_active} samples the active participant "
+                              f"holds in {self.dataset}; choose 1..{spec.n_active}")
+        if self.kind == "table2" and self.n_aligned is not None and self.n_aligned <= spec.n_test_table2:
+            raise ConfigError(f"n_aligned={self.n_aligned} leaves no training samples: Table 2 holds out "
+                              f"{spec.n_test_table2} aligned samples of {self.dataset} as its test set; choose "
+                              f"{spec.n_test_table2 + 1}..{spec.n_active}")
 
     @property
     def key(self) -> str:
@@ -200,7 +210,7 @@ def build_parties(cfg: OneShotRun) -> tuple[Party, Party, Channel]:
     spec = DATASETS[cfg.dataset]
     part = apc_vfl_partition(cfg.dataset, cfg.n_active_features, list(x.columns))
     n_aligned = cfg.n_aligned or 1  # local methods ignore the passive participant
-    al = partial_alignment(len(x), n_active=spec.n_active, n_aligned=min(n_aligned, spec.n_active), seed=cfg.seed)
+    al = partial_alignment(len(x), n_active=spec.n_active, n_aligned=n_aligned, seed=cfg.seed)
     channel = Channel(Ledger())
     act_cols, pas_cols = part.slices
     active = Party("active", channel=channel, ids={"train": al.active_ids},

@@ -30,6 +30,7 @@ from typing import Any, ClassVar, Iterator
 import torch
 
 from .. import records
+from ..config import registered_data_digest
 from ..errors import BudgetExhausted, ConfigError
 from ..methods import adptvfedconv as A
 from . import dataset as cached_dataset
@@ -103,7 +104,11 @@ class TilesRun:
     @property
     def key(self) -> str:
         """File name of the record: readable prefix + hash of the whole config."""
-        blob = json.dumps(self.to_dict(), sort_keys=True).encode()
+        keyed = self.to_dict()
+        digest = registered_data_digest(self.adpt.dataset)  # a dataset of your own: its content too
+        if digest is not None:
+            keyed["data_digest"] = digest
+        blob = json.dumps(keyed, sort_keys=True).encode()
         h = hashlib.sha1(blob).hexdigest()[:10]
         cut = self.adpt.cut.replace("+", "")
         return f"{self.variant}_{self.adpt.dataset}_{cut}_s{self.adpt.seed}_{h}"
