@@ -407,8 +407,10 @@ def estimate_s(run: Any, kind: str, family: str) -> float | None:
         flops = run_flops(run)
     except Exception:  # noqa: BLE001 (a config the counter cannot build is simply unestimated)
         return None
+    if flops is None:
+        return None
     r = rate(kind, family)
-    return None if flops is None or not r else flops / r
+    return flops / r if r else None
 
 
 __all__ = ["IMAGE_DATASETS", "UNCOUNTED", "estimate_s", "party_flops", "rate", "record_rates", "run_flops",
