@@ -43,6 +43,8 @@ IMAGE_DATASETS: dict[str, tuple[tuple[int, int, int], int, int]] = {
     "cinic10": ((3, 32, 32), 10, 90_000),
 }
 
+#: The protocol families (:data:`vflkit.study.FAMILIES`) whose runs :func:`run_flops` counts.
+COUNTED_FAMILIES: tuple[str, ...] = ("split",)
 #: Why a run class has no FLOP count (its family's estimate comes from its other seeds only).
 UNCOUNTED: dict[str, str] = {
     "MultiVFLConfig": "Multi-VFL (several label owners, server optimizers) has no FLOP count yet",
@@ -90,7 +92,7 @@ def _cache_stamp() -> str:
     from .config import project_root
 
     h = hashlib.sha256(f"{_CACHE_VERSION} {torch.__version__}".encode())
-    for name in ("models.py", "methods/splitnn.py"):
+    for name in ("costs.py", "models.py", "methods/splitnn.py", "methods/cvfl.py"):
         h.update((project_root() / "vflkit" / name).read_bytes())
     return h.hexdigest()[:16]
 
@@ -104,21 +106,34 @@ def _disk_cache() -> dict[str, dict[str, float]]:
         return {}
 
 
-def _cached(key: str, compute: Callable[[], dict[str, float]]) -> dict[str, float]:
+def _cached(key: str, compute: Callable[[], Any], *, save: bool = True) -> Any:
     """``compute()``, remembered on disk under ``key`` (best effort: an unwritable cache only
-    costs the count again)."""
+    costs the count again); with ``save=False`` written by the next :func:`_save_cache`."""
     cache = _disk_cache()
     if key not in cache:
         cache[key] = compute()
-        path = _cache_path()
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps({"stamp": _cache_stamp(), "counts": cache}, sort_keys=True))
-            tmp.replace(path)
-        except OSError:
-            pass
+        _UNSAVED.add(key)
+        if save:
+            _save_cache()
     return cache[key]
+
+
+#: Keys computed since the cache file was last written.
+_UNSAVED: set[str] = set()
+
+
+def _save_cache() -> None:
+    if not _UNSAVED:
+        return
+    _UNSAVED.clear()
+    path = _cache_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"stamp": _cache_stamp(), "counts": _disk_cache()}, sort_keys=True))
+        tmp.replace(path)
+    except OSError:
+        pass
 
 
 @functools.cache
@@ -279,9 +294,28 @@ def _parties(run: Any) -> tuple[list[_Party], int]:
     return [_Party(a, s) for a, s in zip(archs, shapes)], n_classes
 
 
+#: Fields of a :class:`~vflkit.methods.base.RunConfig` that change no step's FLOPs.
+_NOT_IN_STEP = ("paper", "seed", "epochs", "n_train", "n_test", "lr", "optimizers", "lr_schedule", "lr_gamma")
+
+
 def step_flops(run: Any) -> float:
     """FLOPs of one training step of a split-family run at its batch size, mirroring its
     method's ``train_step``."""
+    # the seeds and lengths of one setting share a step: --status rates a thousand records
+    key = json.dumps({k: v for k, v in run.to_dict().items() if k not in _NOT_IN_STEP}, sort_keys=True)
+    return _step_flops(key, run)
+
+
+_STEPS: dict[str, float] = {}
+
+
+def _step_flops(key: str, run: Any) -> float:
+    if key not in _STEPS:
+        _STEPS[key] = _count_step(run)
+    return _STEPS[key]
+
+
+def _count_step(run: Any) -> float:
     parties, n_classes = _parties(run)
     b = run.batch_size
 
@@ -373,20 +407,30 @@ def record_rates(root: Path | None = None) -> dict[tuple[str, str], list[float]]
     rates: dict[tuple[str, str], list[float]] = {}
     for path in sorted((root or committed_root()).glob("*/*/*.json")):
         family = _paper_family(path.parent.name)
-        if family is None:
-            continue
-        try:
-            rec = json.loads(path.read_text())
-            if rec.get("diverged") or float(rec.get("wall_time_s") or 0) < MIN_WALL_S:
-                continue
-            run = _run_class(family).from_dict(rec["config"])
-            flops = run_flops(run)
-            kind = str(rec["environment"]["device"]).split(":")[0]
-        except Exception:  # noqa: BLE001 (a record of another version of its run class)
-            continue
-        if flops:
-            rates.setdefault((kind, family), []).append(flops / float(rec["wall_time_s"]))
+        if family not in COUNTED_FAMILIES:
+            continue  # no FLOP count, no rate: not worth reading
+        stat = path.stat()
+        # a record's FLOP/s, remembered by its file's identity: reading a thousand records'
+        # histories and ledgers is most of what rating them costs
+        got = _cached(f"record {path.resolve()} {stat.st_mtime_ns} {stat.st_size}",
+                      lambda: _record_rate(path, family), save=False)
+        if got is not None:
+            rates.setdefault((got[0], family), []).append(got[1])
+    _save_cache()
     return rates
+
+
+def _record_rate(path: Path, family: str) -> tuple[str, float] | None:
+    """(device kind, FLOP/s) of one record; None for a diverged, short or uncounted one."""
+    try:
+        rec = json.loads(path.read_text())
+        if rec.get("diverged") or float(rec.get("wall_time_s") or 0) < MIN_WALL_S:
+            return None
+        flops = run_flops(_run_class(family).from_dict(rec["config"]))
+        kind = str(rec["environment"]["device"]).split(":")[0]
+    except Exception:  # noqa: BLE001 (a record of another version of its run class)
+        return None
+    return (kind, flops / float(rec["wall_time_s"])) if flops else None
 
 
 @functools.cache
@@ -413,6 +457,6 @@ def estimate_s(run: Any, kind: str, family: str) -> float | None:
     return flops / r if r else None
 
 
-__all__ = ["IMAGE_DATASETS", "UNCOUNTED", "estimate_s", "party_flops", "rate", "record_rates", "run_flops",
+__all__ = ["COUNTED_FAMILIES", "IMAGE_DATASETS", "UNCOUNTED", "estimate_s", "party_flops", "rate", "record_rates", "run_flops",
            "step_flops", "top_flops", "train_size", "uncounted"]
 
