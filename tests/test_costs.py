@@ -110,3 +110,26 @@ def test_every_pending_vfedmh_paper_run_has_an_estimate():
     assert len(here) and here.estimated_min.notna().all() and set(here.estimate) <= {"seeds", "flops"}
     assert gpu.h100_min.notna().all() and set(gpu.h100_estimate) <= {"seeds", "flops"}
     assert (here.estimated_min > 0).all() and not any(math.isnan(v) for v in gpu.h100_min)
+
+
+def _must_not_run(payload, *, device, deadline):
+    raise AssertionError("the budget started a run its FLOPs say will not finish")
+
+
+def test_the_budget_starts_no_run_its_flops_say_will_not_finish(tmp_path, monkeypatch):
+    """A pending run with no recorded seed gets its FLOP estimate, and the scheduler keeps it
+    pending under a budget shorter than that estimate."""
+    import dataclasses
+
+    from vflkit import records, study
+    from vflkit.scheduler import schedule
+
+    monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path))
+    monkeypatch.setattr(records, "_record_roots", lambda: [tmp_path])  # no other seed recorded
+    task = next(t for t in study.study_tasks("vfedmh", "paper")
+                if not t.payload["needs_gpu"] and t.payload["config"]["dataset"] == "mnist")
+    (est,) = study.estimate_costs([task], "cpu")
+    assert est.payload["cost_source"] == "flops" and est.cost_s > 60
+    est = dataclasses.replace(est, fn=_must_not_run)
+    summary = schedule([est], device="cpu", budget_minutes=est.cost_s / 60 / 2, executor="serial", progress=False)
+    assert summary.pending == [est.key] and not summary.computed
