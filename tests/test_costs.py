@@ -76,12 +76,29 @@ def test_criteo_parties_are_counted_from_the_column_partition():
     assert costs.run_flops(run.replace(n_train=800)) == pytest.approx(2 * costs.run_flops(run))
 
 
-def test_other_families_say_why_they_are_not_counted():
-    from vflkit.studies import multi_vfl
+def _first_run(paper: str):
+    import importlib
 
-    run = next(iter(multi_vfl.configs("quick").values()))[0] if isinstance(multi_vfl.configs("quick"), dict) \
-        else multi_vfl.configs("quick")[0]
-    assert costs.run_flops(run) is None and costs.uncounted(run)
+    groups = importlib.import_module(f"vflkit.studies.{paper}").configs("quick")
+    return next(iter(groups.values()))[0] if isinstance(groups, dict) else groups[0]
+
+
+def test_multi_vfl_rounds_are_counted():
+    """Multi-VFL: a training sample costs about three forwards (the conv layers' backward), and a
+    run grows linearly with its rounds and label owners' samples (evaluation beside them)."""
+    per = costs.multi_vfl_flops("mnist", 4, 64)
+    assert 2.5 < per["train"] / per["eval"] < 3.0
+    run = _first_run("multi_vfl")
+    train = run.rounds * run.n_label_owners * min(run.local_epochs * run.samples_per_owner,
+                                                  (run.local_steps or 10**9) * run.batch_size) * per["train"]
+    assert costs.run_flops(run) > train
+    assert costs.run_flops(run.replace(rounds=2 * run.rounds)) == pytest.approx(2 * costs.run_flops(run), rel=0.05)
+
+
+def test_other_families_say_why_they_are_not_counted():
+    for paper in ("apc_vfl", "adptvfedconv"):
+        run = _first_run(paper)
+        assert costs.run_flops(run) is None and costs.uncounted(run)
 
 
 def test_rates_come_from_the_committed_records():

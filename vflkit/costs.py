@@ -14,7 +14,8 @@ records of one device kind (``cpu``/``cuda``) and protocol family, diverged runs
 :func:`estimate_s` divides a run's FLOPs by it.
 
 Covered: the split family (:class:`~vflkit.methods.base.RunConfig`: VFedMH, EASTER, the demo,
-image and Criteo parties). The other families return None, with the reason in
+image and Criteo parties) and Multi-VFL (:class:`~vflkit.methods.multi_vfl.MultiVFLConfig`).
+APC-VFL's one-shot runs and AdptVFedConv's tiles return None, with the reason in
 :data:`UNCOUNTED`.
 """
 
@@ -44,10 +45,9 @@ IMAGE_DATASETS: dict[str, tuple[tuple[int, int, int], int, int]] = {
 }
 
 #: The protocol families (:data:`vflkit.study.FAMILIES`) whose runs :func:`run_flops` counts.
-COUNTED_FAMILIES: tuple[str, ...] = ("split",)
+COUNTED_FAMILIES: tuple[str, ...] = ("split", "multi_owner")
 #: Why a run class has no FLOP count (its family's estimate comes from its other seeds only).
 UNCOUNTED: dict[str, str] = {
-    "MultiVFLConfig": "Multi-VFL (several label owners, server optimizers) has no FLOP count yet",
     "OneShotRun": "APC-VFL's one-shot runs (autoencoders, then a downstream model) have no FLOP count yet",
     "TilesRun": "AdptVFedConv's tiled VGG runs have no FLOP count yet",
 }
@@ -348,11 +348,58 @@ def _count_step(run: Any) -> float:
     raise ValueError(f"no FLOP count for method {method!r}")
 
 
+# --------------------------------------------------------------------------- Multi-VFL
+
+
+@functools.cache
+def multi_vfl_flops(dataset: str, n_data_owners: int, batch: int) -> dict[str, float]:
+    """Per sample of a Multi-VFL run (:mod:`vflkit.methods.multi_vfl`): ``train``, one
+    split-learning step (every data owner's conv forward and backward into its weights, the
+    label owner's model forward and backward into its weights and the joined activations);
+    ``eval``, the forward of every data owner and the label owner."""
+    from .models import MultiVFLDataOwner, MultiVFLLabelOwner
+    from .partition import strips
+
+    shape, n_classes, _ = IMAGE_DATASETS[dataset]
+    part = strips(n_data_owners, image_shape=shape, axis="height")  # bands of rows, as the method cuts
+    bands = [tuple(x.shape[1:]) for x in part.split(torch.zeros(1, *shape, dtype=torch.uint8))]
+    with torch.device("meta"):
+        owners = [MultiVFLDataOwner() for _ in bands]
+        top = MultiVFLLabelOwner(n_classes, input_hw=shape[1:])
+        xs = [torch.zeros(batch, *b) for b in bands]
+
+    def step() -> None:
+        acts = [m(x) for m, x in zip(owners, xs)]
+        parts = [a.detach().requires_grad_(True) for a in acts]
+        _backward(top(torch.cat(parts, dim=2)))
+        torch.autograd.backward(acts, [p.grad for p in parts])
+
+    def forward() -> None:
+        with torch.no_grad():
+            top(torch.cat([m(x) for m, x in zip(owners, xs)], dim=2))
+
+    return {"train": _count(step) / batch, "eval": _count(forward) / batch}
+
+
+def _multi_vfl_run_flops(run: Any) -> float:
+    """Rounds x label owners x the samples each trains on per round, plus every evaluation's
+    forward over the test images (each round by default: at 500 rounds that is work too)."""
+    per = multi_vfl_flops(run.dataset, run.n_data_owners, run.batch_size)
+    samples = run.local_epochs * run.samples_per_owner
+    if run.local_steps is not None:
+        samples = min(samples, run.local_steps * run.batch_size)
+    evaluations = run.rounds // run.eval_every + (run.rounds % run.eval_every != 0)
+    n_test = run.n_test or 10_000  # MNIST's and FashionMNIST's test sets
+    return run.rounds * run.n_label_owners * samples * per["train"] + evaluations * n_test * per["eval"]
+
+
 def uncounted(run: Any) -> str | None:
     """Why ``run`` has no FLOP count, or None when it has one."""
     name = type(run).__name__
     if name in UNCOUNTED:
         return UNCOUNTED[name]
+    if name == "MultiVFLConfig":
+        return None if run.dataset in IMAGE_DATASETS else f"dataset {run.dataset!r} has no metadata in vflkit.costs"
     if name != "RunConfig":
         return f"{name} is no run class the cost model knows"
     if run.dataset not in IMAGE_DATASETS and run.dataset != "criteo":
@@ -364,9 +411,12 @@ def uncounted(run: Any) -> str | None:
 
 def run_flops(run: Any) -> float | None:
     """Training FLOPs of one run: one step's FLOPs (:func:`step_flops`) times steps per epoch
-    (training samples / batch size) times epochs. None where :func:`uncounted` gives a reason."""
+    (training samples / batch size) times epochs; a Multi-VFL run's rounds (:func:`_multi_vfl_run_flops`).
+    None where :func:`uncounted` gives a reason."""
     if uncounted(run) is not None:
         return None
+    if type(run).__name__ == "MultiVFLConfig":
+        return _multi_vfl_run_flops(run)
     n = train_size(run)
     assert n is not None
     return step_flops(run) * n / run.batch_size * run.epochs
@@ -457,6 +507,6 @@ def estimate_s(run: Any, kind: str, family: str) -> float | None:
     return flops / r if r else None
 
 
-__all__ = ["COUNTED_FAMILIES", "IMAGE_DATASETS", "UNCOUNTED", "estimate_s", "party_flops", "rate", "record_rates", "run_flops",
+__all__ = ["COUNTED_FAMILIES", "IMAGE_DATASETS", "UNCOUNTED", "estimate_s", "multi_vfl_flops", "party_flops", "rate", "record_rates", "run_flops",
            "step_flops", "top_flops", "train_size", "uncounted"]
 
