@@ -70,8 +70,8 @@ def test_method_factors():
 
 def test_criteo_parties_are_counted_from_the_column_partition():
     """Criteo's models check their codes (no meta tensors): counted on a CPU batch of 2, scaled."""
-    run = RunConfig(paper="easter", dataset="criteo", method="easter", models=("deepfm", "wide_deep", "cnn_tabular", "deepfm"),
-                    n_train=400)
+    run = RunConfig(paper="easter", dataset="criteo", method="easter",
+                    models=("deepfm", "wide_deep", "cnn_tabular", "deepfm"), n_train=400)
     assert costs.run_flops(run) > 0
     assert costs.run_flops(run.replace(n_train=800)) == pytest.approx(2 * costs.run_flops(run))
 

@@ -6,11 +6,12 @@ the counter reads shapes only), and multiplies it by the steps of the run. The s
 each method's ``train_step`` computes (:mod:`vflkit.methods`): which party networks run forward,
 which backward, and how often (C-VFL's Q local iterations). Only what the counter counts is
 counted (matrix products and convolutions, forward and backward); element-wise work, the
-optimizer, evaluation, blinding and messages are left to the measured rate, which divides the
-counted FLOPs by whole wall times.
+optimizer, evaluation (but Multi-VFL's, every round), blinding and messages are left to the
+measured rate, which divides the counted FLOPs by whole wall times.
 
 :func:`rate` is that rate: the median of ``run_flops(config) / wall_time_s`` over the committed
-records of one device kind (``cpu``/``cuda``) and protocol family, diverged runs left out.
+records of one device kind (``cpu``/``cuda``) and protocol family, diverged runs and runs shorter
+than :data:`MIN_WALL_S` left out.
 :func:`estimate_s` divides a run's FLOPs by it.
 
 How far to trust it: on the split family's committed CPU records (those of a minute or more) half
@@ -30,8 +31,8 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import math
+import os
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -514,6 +515,6 @@ def estimate_s(run: Any, kind: str, family: str) -> float | None:
     return flops / r if r else None
 
 
-__all__ = ["COUNTED_FAMILIES", "IMAGE_DATASETS", "UNCOUNTED", "estimate_s", "multi_vfl_flops", "party_flops", "rate", "record_rates", "run_flops",
-           "step_flops", "top_flops", "train_size", "uncounted"]
+__all__ = ["COUNTED_FAMILIES", "IMAGE_DATASETS", "UNCOUNTED", "estimate_s", "multi_vfl_flops", "party_flops", "rate",
+           "record_rates", "run_flops", "step_flops", "top_flops", "train_size", "uncounted"]
 
