@@ -218,14 +218,23 @@ def status(papers: Sequence[str], *, profile: str, device: str = "auto", dataset
            include_gpu_runs: bool = False) -> "pandas.DataFrame":
     """What is left of ``papers`` under ``profile``, computing nothing: one row per run without a
     record (running: another scheduler holds its lock; checkpointed: part-done, it resumes;
-    pending), its estimated minutes on ``device`` (from its other seeds' records; empty where
-    none is recorded or it resumes from a checkpoint), and whether it is left for a GPU."""
+    pending), its estimated minutes on ``device`` (:func:`estimate_costs`; empty where it resumes
+    from a checkpoint or nothing estimates it), where that estimate comes from (``estimate``:
+    "seeds" or "flops"), whether it is left for a GPU, and for those its estimated H100 minutes
+    (``h100_min``, from the ``cuda`` records) and their source (``h100_estimate``)."""
     from .config import resolve_device
 
     dev = str(resolve_device(device))
     here, gpu = select_tasks(papers, profile, dev, datasets=datasets, include_gpu_runs=include_gpu_runs)
+    # the runs left for a GPU: what they would cost here (why they are left), and on the GPU
+    on_gpu = estimate_costs(gpu, "cuda")
+    gpu = estimate_costs(gpu, dev)
     table = status_table(here + gpu)
+    table["estimate"] = [t.payload.get("cost_source") if t.cost_s is not None else None for t in here + gpu]
     table["needs_gpu"] = [False] * len(here) + [True] * len(gpu)
+    table["h100_min"] = [None] * len(here) + [None if t.cost_s is None else round(t.cost_s / 60, 1) for t in on_gpu]
+    table["h100_estimate"] = [None] * len(here) + [t.payload.get("cost_source") if t.cost_s is not None else None
+                                                   for t in on_gpu]
     # the label names method, dataset and seed; the party models and options tell runs apart
     table.insert(1, "setting", [_setting(t.payload["config"]) for t in here + gpu])
     return table[table.status != "recorded"].reset_index(drop=True)
@@ -270,12 +279,14 @@ def _seedless_key(family: str, config: dict[str, Any]) -> str | None:
 def estimate_costs(tasks: Sequence[Task], device: str) -> list[Task]:
     """``tasks`` with ``cost_s`` set for each one without a record: the median wall time of the
     recorded runs that differ from it only in the seed, made on the same kind of device (``cpu``
-    or ``cuda``).
+    or ``cuda``); where none is recorded, its training FLOPs over the FLOP/s the committed
+    records of its family measured on that kind (:mod:`vflkit.costs`). ``payload["cost_source"]``
+    says which: "seeds" or "flops".
 
-    The budget then starts no run that its other seeds say will not fit: a one-shot run (APC-VFL)
+    The budget then starts no run that its estimate says will not fit: a one-shot run (APC-VFL)
     cannot pause and would overrun the budget by its length. A run with a checkpoint keeps no
     estimate (it resumes part-done and pauses at the deadline after an epoch), nor does one
-    whose kind has no record yet (it starts while the budget lasts)."""
+    that neither its seeds nor the cost model can estimate (it starts while the budget lasts)."""
     import json
 
     from .records import _record_roots, checkpoint_path, is_valid_record
@@ -297,9 +308,25 @@ def estimate_costs(tasks: Sequence[Task], device: str) -> list[Task]:
                     times.setdefault(sibling, {})[rec["key"]] = float(rec["wall_time_s"])
             except (OSError, ValueError, KeyError, TypeError):
                 continue  # not a finished record (the record store judges it when the run is looked up)
-    estimates = {t.key: statistics.median(siblings.values()) for t in pending
+    estimates = {t.key: (statistics.median(siblings.values()), "seeds") for t in pending
                  if (siblings := times.get(_seedless_key(t.payload["family"], t.payload["config"])))}
-    return [dataclasses.replace(t, cost_s=estimates[t.key]) if t.key in estimates else t for t in tasks]
+    for t in pending:
+        if t.key not in estimates and (cost := _flops_estimate(t, kind)) is not None:
+            estimates[t.key] = (cost, "flops")
+    return [dataclasses.replace(t, cost_s=estimates[t.key][0], payload={**t.payload, "cost_source": estimates[t.key][1]})
+            if t.key in estimates else t for t in tasks]
+
+
+def _flops_estimate(task: Task, kind: str) -> float | None:
+    """Seconds from the cost model, None where it has no count or no rate for ``kind``."""
+    from . import costs
+
+    family = task.payload["family"]
+    try:
+        run = _load(FAMILIES[family][1]).from_dict(task.payload["config"])
+    except Exception:  # a config its class refuses has no estimate (running it will say why)
+        return None
+    return costs.estimate_s(run, kind, family)
 
 
 def only_datasets(tasks: Sequence[Task], datasets: Sequence[str]) -> list[Task]:
@@ -324,11 +351,13 @@ def _print_status(papers: Sequence[str], **kwargs: Any) -> int:
         return 0
     with pd.option_context("display.max_rows", None, "display.width", 200, "display.max_colwidth", 60):
         print(table.to_string(index=False))
-    here = table[~table.needs_gpu]
+    here, gpu = table[~table.needs_gpu], table[table.needs_gpu]
     counts = ", ".join(f"{n} {state}" for state, n in here.status.value_counts().items())
+    sources = ", ".join(f"{n} from {src}" for src, n in here.estimate.value_counts().items())
     print(f"[study] {len(table)} runs without a record: {len(here)} to compute here ({counts or 'none'}; "
-          f"about {here.estimated_min.sum() / 60:.1f} hours where estimated, {int(here.estimated_min.isna().sum())} "
-          f"without an estimate), {int(table.needs_gpu.sum())} left for a GPU")
+          f"about {here.estimated_min.sum() / 60:.1f} hours where estimated ({sources or 'none'}), "
+          f"{int(here.estimated_min.isna().sum())} without an estimate), {len(gpu)} left for a GPU (about "
+          f"{gpu.h100_min.sum() / 60:.1f} H100-hours where estimated, {int(gpu.h100_min.isna().sum())} without)")
     return 0
 
 
@@ -391,8 +420,8 @@ def main(argv: list[str] | None = None) -> int:
     for key, holder in summary.still_locked.items():
         print(f"[study] run {key} is still locked by {holder}: left pending", flush=True)
     if summary.left_estimated_s or summary.left_unestimated:
-        print(f"[study] still to compute here: about {summary.left_estimated_s / 3600:.1f} hours of runs whose other "
-              f"seeds are recorded, and {summary.left_unestimated} runs without such an estimate", flush=True)
+        print(f"[study] still to compute here: about {summary.left_estimated_s / 3600:.1f} hours of runs with an "
+              f"estimate (their other seeds, or their FLOPs), and {summary.left_unestimated} runs without one", flush=True)
     for key, err in summary.failed.items():
         print(f"[study] run {key} failed: {err}", flush=True)
     if summary.failed:

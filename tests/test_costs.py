@@ -1,0 +1,152 @@
+"""The cost model (:mod:`vflkit.costs`): FLOPs counted by torch against the analytic count,
+their scaling with a run's length, the method factors, the measured rates, and --status
+estimating every pending run. No test times anything."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from vflkit import costs
+from vflkit.methods.base import RunConfig
+
+
+def _run(**changes):
+    base = dict(paper="vfedmh", dataset="mnist", method="local", models=("mlp",) * 4, batch_size=64,
+                epochs=1, n_train=640)
+    return RunConfig(**{**base, **changes})
+
+
+def _mlp_linears(n_in: int, classes: int = 10) -> list[tuple[int, int]]:
+    """The MLP party model's Linear layers (vflkit.models.mlp at EL:PL 1:1, embedding 128)."""
+    return [(n_in, 256), (256, 128), (128, 128), (128, classes)]
+
+
+def test_mlp_step_matches_the_analytic_count():
+    """One forward+backward step of an MLP party model: 2*B*in*out per Linear forward, the same
+    again for each weight gradient and for each input gradient but the first layer's (the data
+    needs none), so about 3x the forward. Counted on meta tensors, it matches to 1 %."""
+    b, n_in = 64, 28 * 7  # an MNIST strip of 4 parties
+    forward = sum(2 * b * i * o for i, o in _mlp_linears(n_in))
+    first = 2 * b * n_in * 256
+    analytic = forward + forward + (forward - first)
+    pieces = costs._party_flops("mlp", (1, 28, 7), 10, 128, (1, 1), None, None, b, "meta")
+    assert sum(pieces.values()) == pytest.approx(analytic, rel=0.01)
+    assert pieces["h_fwd"] == pytest.approx(2 * b * (n_in * 256 + 256 * 128), rel=0.01)
+    # Local trains the active party's whole model: the same count as one step of the run
+    assert costs.step_flops(_run(batch_size=b)) == pytest.approx(analytic, rel=0.01)
+    assert 2.5 < analytic / forward < 3.0  # backward about twice the forward
+
+
+def test_meta_and_cpu_counts_agree():
+    """The meta device (no compute) counts what a real CPU batch counts, linear in the batch."""
+    meta = costs._party_flops("cnn", (1, 28, 7), 10, 128, (1, 1), None, None, 64, "meta")
+    cpu = costs._party_flops("cnn", (1, 28, 7), 10, 128, (1, 1), None, None, 2, "cpu")
+    assert meta == {k: v * 32 for k, v in cpu.items()}
+
+
+def test_flops_scale_linearly_with_epochs_and_training_size():
+    one = costs.run_flops(_run())
+    assert one > 0
+    assert costs.run_flops(_run(epochs=3)) == pytest.approx(3 * one)
+    assert costs.run_flops(_run(n_train=6400)) == pytest.approx(10 * one)
+    # n_train None is the dataset's whole training split (MNIST: 60,000), read from no data
+    assert costs.train_size(_run(n_train=None)) == 60_000
+    assert costs.run_flops(_run(n_train=None)) == pytest.approx(one * 60_000 / 640)
+
+
+def test_method_factors():
+    """C-VFL's Q local iterations cost about Q times a step; VFedMH trains every party's whole
+    model (as Agg_VFL), four times Local's one model; SplitNN trains the bottoms and a top."""
+    q1 = costs.run_flops(_run(method="c_vfl", options={"local_iterations": 1}))
+    q10 = costs.run_flops(_run(method="c_vfl", options={"local_iterations": 10}))
+    assert q10 > 5 * q1
+    local = costs.run_flops(_run())
+    assert costs.run_flops(_run(method="vfedmh")) == pytest.approx(4 * local)
+    assert costs.run_flops(_run(method="agg_vfl")) == pytest.approx(4 * local)
+    assert costs.run_flops(_run(method="splitnn")) < costs.run_flops(_run(method="agg_vfl"))
+
+
+def test_criteo_parties_are_counted_from_the_column_partition():
+    """Criteo's models check their codes (no meta tensors): counted on a CPU batch of 2, scaled."""
+    run = RunConfig(paper="easter", dataset="criteo", method="easter",
+                    models=("deepfm", "wide_deep", "cnn_tabular", "deepfm"), n_train=400)
+    assert costs.run_flops(run) > 0
+    assert costs.run_flops(run.replace(n_train=800)) == pytest.approx(2 * costs.run_flops(run))
+
+
+def _first_run(paper: str):
+    import importlib
+
+    groups = importlib.import_module(f"vflkit.studies.{paper}").configs("quick")
+    return next(iter(groups.values()))[0] if isinstance(groups, dict) else groups[0]
+
+
+def test_multi_vfl_rounds_are_counted():
+    """Multi-VFL: a training sample costs about three forwards (the conv layers' backward), and a
+    run grows linearly with its rounds and label owners' samples (evaluation beside them)."""
+    per = costs.multi_vfl_flops("mnist", 4, 64)
+    assert 2.5 < per["train"] / per["eval"] < 3.0
+    run = _first_run("multi_vfl")
+    train = run.rounds * run.n_label_owners * min(run.local_epochs * run.samples_per_owner,
+                                                  (run.local_steps or 10**9) * run.batch_size) * per["train"]
+    assert costs.run_flops(run) > train
+    assert costs.run_flops(run.replace(rounds=2 * run.rounds)) == pytest.approx(2 * costs.run_flops(run), rel=0.05)
+
+
+def test_other_families_say_why_they_are_not_counted():
+    for paper in ("apc_vfl", "adptvfedconv"):
+        run = _first_run(paper)
+        assert costs.run_flops(run) is None and costs.uncounted(run)
+
+
+def test_rates_come_from_the_committed_records():
+    """FLOP/s per (device kind, family): positive, the median over the committed records of that
+    kind (CPU records of many configs; a few H100 records of VFedMH's CIFAR-10 ResNets)."""
+    import statistics
+
+    measured = costs.record_rates()
+    assert len(measured[("cpu", "split")]) > 100 and len(measured[("cuda", "split")]) >= 1
+    for kind in ("cpu", "cuda"):
+        r = costs.rate(kind, "split")
+        assert r is not None and r > 0 and r == statistics.median(measured[(kind, "split")])
+    assert costs.rate("cuda:0", "split") == costs.rate("cuda", "split")
+    assert costs.rate("cuda", "split") > costs.rate("cpu", "split")
+    assert costs.rate("cpu", "one_shot") is None  # no FLOP count, no rate
+
+
+def test_every_pending_vfedmh_paper_run_has_an_estimate():
+    """--status: every pending CPU-sized VFedMH paper run has its minutes here (from its seeds or
+    its FLOPs), and every run left for a GPU its H100 minutes."""
+    from vflkit import study
+
+    table = study.status(["vfedmh"], profile="paper", device="cpu")
+    pending = table[table.status == "pending"]
+    here, gpu = pending[~pending.needs_gpu], pending[pending.needs_gpu]
+    assert len(here) and here.estimated_min.notna().all() and set(here.estimate) <= {"seeds", "flops"}
+    assert gpu.h100_min.notna().all() and set(gpu.h100_estimate) <= {"seeds", "flops"}
+    assert (here.estimated_min > 0).all() and not any(math.isnan(v) for v in gpu.h100_min)
+
+
+def _must_not_run(payload, *, device, deadline):
+    raise AssertionError("the budget started a run its FLOPs say will not finish")
+
+
+def test_the_budget_starts_no_run_its_flops_say_will_not_finish(tmp_path, monkeypatch):
+    """A pending run with no recorded seed gets its FLOP estimate, and the scheduler keeps it
+    pending under a budget shorter than that estimate."""
+    import dataclasses
+
+    from vflkit import records, study
+    from vflkit.scheduler import schedule
+
+    monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path))
+    monkeypatch.setattr(records, "_record_roots", lambda: [tmp_path])  # no other seed recorded
+    task = next(t for t in study.study_tasks("vfedmh", "paper")
+                if not t.payload["needs_gpu"] and t.payload["config"]["dataset"] == "mnist")
+    (est,) = study.estimate_costs([task], "cpu")
+    assert est.payload["cost_source"] == "flops" and est.cost_s > 60
+    est = dataclasses.replace(est, fn=_must_not_run)
+    summary = schedule([est], device="cpu", budget_minutes=est.cost_s / 60 / 2, executor="serial", progress=False)
+    assert summary.pending == [est.key] and not summary.computed

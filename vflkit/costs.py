@@ -1,0 +1,520 @@
+"""A cost model of runs: training FLOPs counted by torch, and measured FLOP/s per device kind.
+
+:func:`run_flops` counts one training step of a run's party models with
+:class:`torch.utils.flop_counter.FlopCounterMode` on the ``meta`` device (no memory, no compute:
+the counter reads shapes only), and multiplies it by the steps of the run. The step mirrors what
+each method's ``train_step`` computes (:mod:`vflkit.methods`): which party networks run forward,
+which backward, and how often (C-VFL's Q local iterations). Only what the counter counts is
+counted (matrix products and convolutions, forward and backward); element-wise work, the
+optimizer, evaluation (but Multi-VFL's, every round), blinding and messages are left to the
+measured rate, which divides the counted FLOPs by whole wall times.
+
+:func:`rate` is that rate: the median of ``run_flops(config) / wall_time_s`` over the committed
+records of one device kind (``cpu``/``cuda``) and protocol family, diverged runs and runs shorter
+than :data:`MIN_WALL_S` left out.
+:func:`estimate_s` divides a run's FLOPs by it.
+
+How far to trust it: on the split family's committed CPU records (those of a minute or more) half
+the estimates are within a factor 1.5 of the measured wall time and nine in ten within 3. The
+``cuda`` rate comes from VFedMH's CIFAR-10 ResNet records, made with nine processes sharing one
+H100: against ``results/device/h100-vfedmh-resnets-calibration.json`` (one process alone) its
+minutes are 2-3x for Local and Agg_VFL and 4-10x for SplitNN and C-VFL, whose bottom ResNets
+(large convolutions) run at more FLOP/s than the 1x1 top stages that the count weighs equally.
+
+Covered: the split family (:class:`~vflkit.methods.base.RunConfig`: VFedMH, EASTER, the demo,
+image and Criteo parties) and Multi-VFL (:class:`~vflkit.methods.multi_vfl.MultiVFLConfig`).
+APC-VFL's one-shot runs and AdptVFedConv's tiles return None, with the reason in
+:data:`UNCOUNTED`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+#: Per image dataset: one image's shape, the classes, and the training split's size (the
+#: official splits that :func:`vflkit.data.load_dataset` reads), so a run's step count needs no
+#: data loaded.
+IMAGE_DATASETS: dict[str, tuple[tuple[int, int, int], int, int]] = {
+    "mnist": ((1, 28, 28), 10, 60_000),
+    "fashion_mnist": ((1, 28, 28), 10, 60_000),
+    "cifar10": ((3, 32, 32), 10, 50_000),
+    "cifar100": ((3, 32, 32), 100, 50_000),
+    "cinic10": ((3, 32, 32), 10, 90_000),
+}
+
+#: The protocol families (:data:`vflkit.study.FAMILIES`) whose runs :func:`run_flops` counts.
+COUNTED_FAMILIES: tuple[str, ...] = ("split", "multi_owner")
+#: Why a run class has no FLOP count (its family's estimate comes from its other seeds only).
+UNCOUNTED: dict[str, str] = {
+    "OneShotRun": "APC-VFL's one-shot runs (autoencoders, then a downstream model) have no FLOP count yet",
+    "TilesRun": "AdptVFedConv's tiled VGG runs have no FLOP count yet",
+}
+
+#: Party networks counted per party model: h forward alone (C-VFL's compressed embeddings, no
+#: grad), h backward, and p forward+backward with the gradient into its input E (VFedMH line 13).
+#: h then p forward+backward (Local, Agg_VFL) is ``h_fwd + h_bwd + p_fb_in`` exactly: the
+#: gradient reaches h through p's input either way.
+PARTS = ("h_fwd", "h_bwd", "p_fb_in")
+#: The active party's top model (SplitNN, C-VFL): forward+backward into the parameters and the
+#: input (SplitNN), the parameters only (C-VFL's server), the input only (a C-VFL party's local
+#: iteration through the frozen snapshot).
+TOP_PARTS = ("fb_in", "fb", "fb_in_only")
+#: Bump when what a cached count means changes.
+_CACHE_VERSION = 1
+
+
+def _count(fn: Callable[[], Any]) -> int:
+    """The FLOPs torch's counter sees while ``fn`` runs."""
+    counter = FlopCounterMode(display=False)
+    with counter:
+        fn()
+    return int(counter.get_total_flops())
+
+
+def _backward(out: torch.Tensor) -> None:
+    out.backward(torch.ones_like(out))
+
+
+def _cache_path() -> Path:
+    """Where counts persist between processes: counting a ResNet101 takes seconds even on meta
+    tensors, and ``--status`` counts every architecture of every study."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "vflkit" / "flops.json"
+
+
+@functools.cache
+def _cache_stamp() -> str:
+    """What the counts depend on besides their arguments: the model code and torch's counter."""
+    import hashlib
+
+    from .config import project_root
+
+    h = hashlib.sha256(f"{_CACHE_VERSION} {torch.__version__}".encode())
+    for name in ("costs.py", "models.py", "methods/splitnn.py", "methods/cvfl.py"):
+        h.update((project_root() / "vflkit" / name).read_bytes())
+    return h.hexdigest()[:16]
+
+
+@functools.cache
+def _disk_cache() -> dict[str, dict[str, float]]:
+    try:
+        data = json.loads(_cache_path().read_text())
+        return data["counts"] if data.get("stamp") == _cache_stamp() else {}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
+def _cached(key: str, compute: Callable[[], Any], *, save: bool = True) -> Any:
+    """``compute()``, remembered on disk under ``key`` (best effort: an unwritable cache only
+    costs the count again); with ``save=False`` written by the next :func:`_save_cache`."""
+    cache = _disk_cache()
+    if key not in cache:
+        cache[key] = compute()
+        _UNSAVED.add(key)
+        if save:
+            _save_cache()
+    return cache[key]
+
+
+#: Keys computed since the cache file was last written.
+_UNSAVED: set[str] = set()
+
+
+def _save_cache() -> None:
+    if not _UNSAVED:
+        return
+    _UNSAVED.clear()
+    path = _cache_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"stamp": _cache_stamp(), "counts": _disk_cache()}, sort_keys=True))
+        tmp.replace(path)
+    except OSError:
+        pass
+
+
+@functools.cache
+def party_flops(arch: str, input_shape: tuple[int, ...], num_classes: int, embedding_dim: int,
+                el_pl: tuple[int, int], batch: int, cut: str | None = None,
+                tabular: tuple[int, int] | None = None) -> dict[str, float]:
+    """FLOPs of one party model's pieces (:data:`PARTS`) on a batch of ``batch`` samples.
+
+    Counted on the ``meta`` device; a model whose forward reads its data (the Criteo models check
+    their category codes) is counted on a CPU batch of 2 instead and scaled to ``batch``: every
+    counted operation is linear in the batch. ``tabular`` is ``(n_dense, n_sparse)`` of a Criteo
+    party (the vocabulary sizes change lookups only, which the counter does not count).
+    """
+    args = (arch, tuple(input_shape), num_classes, embedding_dim, tuple(el_pl), cut, tabular)
+
+    def per_sample() -> dict[str, float]:
+        # counted at the run's batch on meta (free), per sample: one entry serves every batch size
+        try:
+            return {k: v / batch for k, v in _party_flops(*args, batch, "meta").items()}
+        except Exception:  # noqa: BLE001 (a data-dependent check cannot run on meta tensors)
+            return {k: v / 2 for k, v in _party_flops(*args, 2, "cpu").items()}
+
+    return {k: v * batch for k, v in _cached(f"party {args!r}", per_sample).items()}
+
+
+def _party_flops(arch: str, input_shape: tuple[int, ...], num_classes: int, embedding_dim: int,
+                 el_pl: tuple[int, int], cut: str | None, tabular: tuple[int, int] | None,
+                 batch: int, device: str) -> dict[str, float]:
+    from .models import get_model
+
+    kwargs: dict[str, Any] = {"cut": cut} if cut is not None else {}
+    if tabular is not None:
+        kwargs.update(n_dense=tabular[0], vocab_sizes=[2] * tabular[1])
+    with torch.device(device):
+        model = get_model(arch, input_shape=input_shape, num_classes=num_classes,
+                          embedding_dim=embedding_dim, el_pl=el_pl, **kwargs)
+        x = torch.zeros(batch, *input_shape)  # zeros: valid category codes on a CPU batch
+    model.train()
+    # one forward and one backward pass, counted in three pieces (as VFedMH runs them)
+    held: dict[str, torch.Tensor] = {}
+
+    def embed() -> None:
+        held["e"] = model.embed(x)
+
+    def predict() -> None:
+        held["e_in"] = held["e"].detach().requires_grad_(True)
+        _backward(model.predict(held["e_in"]))
+
+    out = {"h_fwd": _count(embed), "p_fb_in": _count(predict),
+           "h_bwd": _count(lambda: held["e"].backward(held["e_in"].grad))}
+    return {k: float(v) for k, v in out.items()}
+
+
+@functools.cache
+def top_flops(n_parties: int, embedding_dim: int, num_classes: int, batch: int) -> dict[str, float]:
+    """FLOPs of the active party's top model (:func:`vflkit.methods.splitnn.top_model`) per
+    :data:`TOP_PARTS`, on a batch of ``batch`` concatenated embeddings."""
+    from .methods.splitnn import top_model
+
+    with torch.device("meta"):
+        top = top_model(n_parties, embedding_dim, num_classes)
+        z = torch.zeros(batch, n_parties * embedding_dim)
+        z_in = torch.zeros(batch, n_parties * embedding_dim, requires_grad=True)
+
+    def frozen() -> None:
+        top.requires_grad_(False)
+        try:
+            _backward(top(z_in))
+        finally:
+            top.requires_grad_(True)
+
+    return {"fb_in": float(_count(lambda: _backward(top(z_in)))), "fb": float(_count(lambda: _backward(top(z)))),
+            "fb_in_only": float(_count(frozen))}
+
+
+# --------------------------------------------------------------------------- split family
+
+
+@dataclass(frozen=True)
+class _Party:
+    arch: str
+    input_shape: tuple[int, ...]
+    tabular: tuple[int, int] | None = None
+
+
+def _image_parties(run: Any) -> tuple[list[tuple[int, ...]], int]:
+    """Each party's input shape and the classes, from the partition of one dummy image (as
+    :func:`vflkit.training.split.build_parties` cuts the dataset)."""
+    from .errors import ConfigError
+    from .partition import first_parts, grid, strips
+
+    shape, n_classes, _ = IMAGE_DATASETS[run.dataset]
+    if run.feature_parts is not None:
+        part = first_parts(run.n_parties, run.feature_parts, image_shape=shape,
+                           axis=run.partition.split("_")[1], active=run.active)
+    elif run.partition == "grid":
+        side = int(round(math.sqrt(run.n_parties)))
+        if side * side != run.n_parties:
+            raise ConfigError(f"a grid partition needs a square number of parties, got {run.n_parties}")
+        part = grid(side, side, image_shape=shape, active=run.active)
+    else:
+        part = strips(run.n_parties, image_shape=shape, axis=run.partition.split("_")[1], active=run.active)
+    return [tuple(x.shape[1:]) for x in part.split(torch.zeros(1, *shape, dtype=torch.uint8))], n_classes
+
+
+def _criteo_parties(run: Any) -> tuple[list[tuple[int, ...]], list[tuple[int, int]], int]:
+    """Each Criteo party's input shape and (n_dense, n_sparse), from the column partition alone
+    (:func:`vflkit.tabular.build_tabular_parties` without the table)."""
+    from .data import CRITEO_DENSE, CRITEO_SPARSE
+    from .partition import PartsPartition
+    from .tabular import tabular_partition
+
+    part = tabular_partition((*CRITEO_DENSE, *CRITEO_SPARSE), run.n_parties, active=run.active,
+                             n_parts=run.feature_parts)
+    groups = (part.partition if isinstance(part, PartsPartition) else part).slices
+    kinds = [(sum(n in CRITEO_DENSE for n in g), sum(n not in CRITEO_DENSE for n in g)) for g in groups]
+    return [(d + s,) for d, s in kinds], kinds, 2
+
+
+@functools.cache
+def _criteo_rows(path: str, mtime: float) -> int:
+    """Data rows of a Criteo file (a header line is not one); ``mtime`` keys the cache."""
+    with open(path, "rb") as f:
+        first = f.readline()
+        rows = 1 + sum(1 for _ in f) if first.strip() else 0
+    head = first.decode(errors="replace").split(",")[0].strip().strip('"').lower()
+    return rows - (head in ("id", "label"))
+
+
+def train_size(run: Any) -> int | None:
+    """The run's training samples: ``n_train``, capped at the dataset's training split; None
+    where the split's size is unknown without the data (a Criteo file that is absent)."""
+    if run.dataset in IMAGE_DATASETS:
+        full: int | None = IMAGE_DATASETS[run.dataset][2]
+    elif run.dataset == "criteo":
+        from .config import data_root
+        from .data import _CRITEO_FILES, _resolve_file
+
+        path = _resolve_file(data_root(), "criteo", None, _CRITEO_FILES)
+        if path is None:
+            full = None
+        else:
+            rows = _criteo_rows(str(path), path.stat().st_mtime)
+            full = rows - int(round(rows * 0.2))  # the 80/20 split of vflkit.tabular.encode_table
+    else:
+        full = None
+    if full is None:
+        return run.n_train
+    return full if run.n_train is None else min(run.n_train, full)
+
+
+def _parties(run: Any) -> tuple[list[_Party], int]:
+    archs = [run.party_value("models", k) for k in range(run.n_parties)]
+    if run.dataset == "criteo":
+        shapes, kinds, n_classes = _criteo_parties(run)
+        return [_Party(a, s, t) for a, s, t in zip(archs, shapes, kinds)], n_classes
+    shapes, n_classes = _image_parties(run)
+    return [_Party(a, s) for a, s in zip(archs, shapes)], n_classes
+
+
+#: Fields of a :class:`~vflkit.methods.base.RunConfig` that change no step's FLOPs.
+_NOT_IN_STEP = ("paper", "seed", "epochs", "n_train", "n_test", "lr", "optimizers", "lr_schedule", "lr_gamma")
+
+
+def step_flops(run: Any) -> float:
+    """FLOPs of one training step of a split-family run at its batch size, mirroring its
+    method's ``train_step``."""
+    # the seeds and lengths of one setting share a step: --status rates a thousand records
+    key = json.dumps({k: v for k, v in run.to_dict().items() if k not in _NOT_IN_STEP}, sort_keys=True)
+    return _step_flops(key, run)
+
+
+_STEPS: dict[str, float] = {}
+
+
+def _step_flops(key: str, run: Any) -> float:
+    if key not in _STEPS:
+        _STEPS[key] = _count_step(run)
+    return _STEPS[key]
+
+
+def _count_step(run: Any) -> float:
+    parties, n_classes = _parties(run)
+    b = run.batch_size
+
+    def pieces(p: _Party) -> dict[str, float]:
+        cut = run.resnet_cut if p.arch.startswith("resnet") else None
+        return party_flops(p.arch, p.input_shape, n_classes, run.embedding_dim, tuple(run.el_pl), b, cut, p.tabular)
+
+    each = [pieces(p) for p in parties]
+    method = run.method
+    whole = [e["h_fwd"] + e["h_bwd"] + e["p_fb_in"] for e in each]
+    if method == "local":  # the active party's model alone
+        return whole[run.active]
+    if method in ("agg_vfl", "homo_aggvfl", "heter_aggvfl"):  # every whole model, summed logits
+        return sum(whole)
+    if method in ("vfedmh", "homo_vfedmh", "easter"):
+        # every party trains its own h and p: p back into its copy of E, then h from E's
+        # gradient; the same products as its whole model's pass
+        return sum(whole)
+    top = top_flops(run.n_parties, run.embedding_dim, n_classes, b)
+    if method in ("splitnn", "pyvertical"):  # bottoms, and the top back into the embeddings
+        return sum(e["h_fwd"] + e["h_bwd"] for e in each) + top["fb_in"]
+    if method == "c_vfl":
+        from .methods.cvfl import CVFL
+
+        q = int({**CVFL.defaults, **run.options}["local_iterations"])
+        # embeddings once without grad; then Q local iterations at every party (its bottom,
+        # the frozen top snapshot back into the input) and Q server iterations on the top
+        return (sum(e["h_fwd"] for e in each) + q * sum(e["h_fwd"] + e["h_bwd"] + top["fb_in_only"] for e in each)
+                + q * top["fb"])
+    raise ValueError(f"no FLOP count for method {method!r}")
+
+
+# --------------------------------------------------------------------------- Multi-VFL
+
+
+@functools.cache
+def multi_vfl_flops(dataset: str, n_data_owners: int, batch: int) -> dict[str, float]:
+    """Per sample of a Multi-VFL run (:mod:`vflkit.methods.multi_vfl`): ``train``, one
+    split-learning step (every data owner's conv forward and backward into its weights, the
+    label owner's model forward and backward into its weights and the joined activations);
+    ``eval``, the forward of every data owner and the label owner."""
+    from .models import MultiVFLDataOwner, MultiVFLLabelOwner
+    from .partition import strips
+
+    shape, n_classes, _ = IMAGE_DATASETS[dataset]
+    part = strips(n_data_owners, image_shape=shape, axis="height")  # bands of rows, as the method cuts
+    bands = [tuple(x.shape[1:]) for x in part.split(torch.zeros(1, *shape, dtype=torch.uint8))]
+    with torch.device("meta"):
+        owners = [MultiVFLDataOwner() for _ in bands]
+        top = MultiVFLLabelOwner(n_classes, input_hw=shape[1:])
+        xs = [torch.zeros(batch, *b) for b in bands]
+
+    def step() -> None:
+        acts = [m(x) for m, x in zip(owners, xs)]
+        parts = [a.detach().requires_grad_(True) for a in acts]
+        _backward(top(torch.cat(parts, dim=2)))
+        torch.autograd.backward(acts, [p.grad for p in parts])
+
+    def forward() -> None:
+        with torch.no_grad():
+            top(torch.cat([m(x) for m, x in zip(owners, xs)], dim=2))
+
+    return {"train": _count(step) / batch, "eval": _count(forward) / batch}
+
+
+def _multi_vfl_run_flops(run: Any) -> float:
+    """Rounds x label owners x the samples each trains on per round, plus every evaluation's
+    forward over the test images (each round by default: at 500 rounds that is work too)."""
+    per = multi_vfl_flops(run.dataset, run.n_data_owners, run.batch_size)
+    samples = run.local_epochs * run.samples_per_owner
+    if run.local_steps is not None:
+        samples = min(samples, run.local_steps * run.batch_size)
+    evaluations = run.rounds // run.eval_every + (run.rounds % run.eval_every != 0)
+    n_test = run.n_test or 10_000  # MNIST's and FashionMNIST's test sets
+    return run.rounds * run.n_label_owners * samples * per["train"] + evaluations * n_test * per["eval"]
+
+
+def uncounted(run: Any) -> str | None:
+    """Why ``run`` has no FLOP count, or None when it has one."""
+    name = type(run).__name__
+    if name in UNCOUNTED:
+        return UNCOUNTED[name]
+    if name == "MultiVFLConfig":
+        return None if run.dataset in IMAGE_DATASETS else f"dataset {run.dataset!r} has no metadata in vflkit.costs"
+    if name != "RunConfig":
+        return f"{name} is no run class the cost model knows"
+    if run.dataset not in IMAGE_DATASETS and run.dataset != "criteo":
+        return f"dataset {run.dataset!r} has no metadata in vflkit.costs"
+    if train_size(run) is None:
+        return f"the training size of {run.dataset!r} is unknown without its data"
+    return None
+
+
+def run_flops(run: Any) -> float | None:
+    """Training FLOPs of one run: one step's FLOPs (:func:`step_flops`) times steps per epoch
+    (training samples / batch size) times epochs; a Multi-VFL run's rounds (:func:`_multi_vfl_run_flops`).
+    None where :func:`uncounted` gives a reason."""
+    if uncounted(run) is not None:
+        return None
+    if type(run).__name__ == "MultiVFLConfig":
+        return _multi_vfl_run_flops(run)
+    n = train_size(run)
+    assert n is not None
+    return step_flops(run) * n / run.batch_size * run.epochs
+
+
+# --------------------------------------------------------------------------- rates
+
+
+def _run_class(family: str) -> type:
+    from .study import FAMILIES, _load
+
+    return _load(FAMILIES[family][1])
+
+
+def _paper_family(paper: str) -> str | None:
+    from .study import STUDY_FAMILY
+
+    return STUDY_FAMILY.get(paper)
+
+
+def committed_root() -> Path:
+    """The committed records: the project's ``results/``."""
+    from .config import project_root
+
+    return project_root() / "results"
+
+
+#: Records shorter than this are left out of the rates: their time is mostly what the FLOP count
+#: does not see (loading, evaluation, key agreement), so they would make every long run look slow
+#: (the quick profile's Criteo runs, seconds long, measure a fifth of the paper runs' FLOP/s).
+MIN_WALL_S = 60.0
+
+
+def record_rates(root: Path | None = None) -> dict[tuple[str, str], list[float]]:
+    """FLOP/s of every finished, not diverged record under ``root`` (default the committed
+    ones) that ran at least :data:`MIN_WALL_S` and whose run has a FLOP count, by (device kind,
+    family)."""
+    rates: dict[tuple[str, str], list[float]] = {}
+    for path in sorted((root or committed_root()).glob("*/*/*.json")):
+        family = _paper_family(path.parent.name)
+        if family not in COUNTED_FAMILIES:
+            continue  # no FLOP count, no rate: not worth reading
+        stat = path.stat()
+        # a record's FLOP/s, remembered by its file's identity: reading a thousand records'
+        # histories and ledgers is most of what rating them costs
+        got = _cached(f"record {path.resolve()} {stat.st_mtime_ns} {stat.st_size}",
+                      lambda: _record_rate(path, family), save=False)
+        if got is not None:
+            rates.setdefault((got[0], family), []).append(got[1])
+    _save_cache()
+    return rates
+
+
+def _record_rate(path: Path, family: str) -> tuple[str, float] | None:
+    """(device kind, FLOP/s) of one record; None for a diverged, short or uncounted one."""
+    try:
+        rec = json.loads(path.read_text())
+        if rec.get("diverged") or float(rec.get("wall_time_s") or 0) < MIN_WALL_S:
+            return None
+        flops = run_flops(_run_class(family).from_dict(rec["config"]))
+        kind = str(rec["environment"]["device"]).split(":")[0]
+    except Exception:  # noqa: BLE001 (a record of another version of its run class)
+        return None
+    return (kind, flops / float(rec["wall_time_s"])) if flops else None
+
+
+@functools.cache
+def _rates(root: str) -> dict[tuple[str, str], float]:
+    return {k: statistics.median(v) for k, v in record_rates(Path(root)).items()}
+
+
+def rate(kind: str, family: str, root: Path | None = None) -> float | None:
+    """Measured FLOP/s of ``family``'s runs on device kind ``kind`` (``cpu``, ``cuda``; a
+    ``cuda:N`` counts as ``cuda``): the median over the committed records; None without one."""
+    return _rates(str(root or committed_root())).get((kind.split(":")[0], family))
+
+
+def estimate_s(run: Any, kind: str, family: str) -> float | None:
+    """Seconds ``run`` should take on device kind ``kind``: its FLOPs over the measured rate;
+    None where either is missing."""
+    try:
+        flops = run_flops(run)
+    except Exception:  # noqa: BLE001 (a config the counter cannot build is simply unestimated)
+        return None
+    if flops is None:
+        return None
+    r = rate(kind, family)
+    return flops / r if r else None
+
+
+__all__ = ["COUNTED_FAMILIES", "IMAGE_DATASETS", "UNCOUNTED", "estimate_s", "multi_vfl_flops", "party_flops", "rate",
+           "record_rates", "run_flops", "step_flops", "top_flops", "train_size", "uncounted"]
+
