@@ -691,3 +691,42 @@ def test_study_seeds_argument_is_validated(study):
     for bad in ([], 3, [0.5], "0"):
         with pytest.raises(ConfigError):
             mod.configs("quick", seeds=bad)
+
+
+def test_one_experiment_one_key_and_out_of_range_fields():
+    """lr=1 and lr=1.0, a numpy float32 rate and its decimal, one optimizer and the same one per
+    party are one run (C07, C10, C11, C41); a seed or embedding size torch cannot take is a
+    ConfigError, not an error inside torch (C24, C27)."""
+    import numpy as np
+
+    base = dict(paper="demo", dataset="mnist", method="splitnn", models="mlp")
+    key = lambda **kw: RunConfig(**{**base, **kw}).key  # noqa: E731
+    assert key(lr=1) == key(lr=1.0)
+    assert key(lr=np.float32(0.05)) == key(lr=0.05) and RunConfig(**base, lr=np.float32(0.05)).lr == 0.05
+    assert key(lr=tuple(np.float32(x) for x in (0.05, 0.01, 0.05, 0.05))) == key(lr=(0.05, 0.01, 0.05, 0.05))
+    assert key(optimizers=("sgd",) * 4) == key(optimizers="sgd") and key(lr=(0.05,) * 4) == key(lr=0.05)
+    with pytest.raises(ConfigError, match="seed must fit in 64 bits"):
+        RunConfig(**base, seed=2**64)
+    with pytest.raises(ConfigError, match="embedding_dim=1000000000000 is beyond"):
+        RunConfig(**base, embedding_dim=10**12)
+
+
+def test_cli_and_data_options_fail_clearly(tmp_path, monkeypatch, capsys):
+    """A vflkit error on the command line is its message without a traceback; a missing notebook,
+    a cache variable naming a file and verify='no' are clear errors (L01, L15, D32, D28)."""
+    from vflkit import data, study
+
+    with pytest.raises(SystemExit) as stop:  # argparse's usage error, before anything runs
+        study.cli(["--profile", "smoke", "--status", "notebooks/nope.ipynb"])
+    assert stop.value.code == 2 and "no such notebook: notebooks/nope.ipynb" in capsys.readouterr().err
+    monkeypatch.setattr(study, "_print_status", lambda *a, **k: (_ for _ in ()).throw(ConfigError("bad thing; do X")))
+    assert study.cli(["--status", "--profile", "smoke", "notebooks/demo.ipynb"]) == 2
+    err = capsys.readouterr().err
+    assert "ConfigError: bad thing; do X" in err and "Traceback" not in err
+    afile = tmp_path / "file"
+    afile.write_text("")
+    monkeypatch.setenv("VFLKIT_CACHE", str(afile))
+    with pytest.raises(ConfigError, match="cannot be used"):
+        config.cache_dir()
+    with pytest.raises(ConfigError, match="verify must be True or False, got 'no'"):
+        data.load_dataset("mnist", verify="no")

@@ -296,7 +296,11 @@ def cache_dir() -> Path:
     else:
         base = os.environ.get("XDG_CACHE_HOME")
         path = (Path(base) if base else Path.home() / ".cache") / "vflkit"
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # e.g. the variable names a file
+        raise ConfigError(f"the cache folder {path} cannot be used ({exc.strerror or exc}); point {CACHE_ENV} "
+                          "at a writable folder") from None
     return path
 
 

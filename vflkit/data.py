@@ -380,6 +380,9 @@ def load_dataset(
             f"Invalid option(s) {', '.join(unknown)} for dataset {key!r}; "
             f"choose from {', '.join(valid) if valid else '(none)'}"
         )
+    for flag in ("verify", "progress", "include_valid"):  # 'no' would read as true
+        if flag in options and not isinstance(options[flag], bool):
+            raise ConfigError(f"{flag} must be True or False, got {options[flag]!r}")
     base = Path(root).expanduser() if root is not None else data_root()
     if download is None:
         download = os.environ.get(OFFLINE_ENV, "").strip() != "1"

@@ -419,7 +419,11 @@ def _dask_client(executor: str, workers: int, threads: int):
         client = Client(cluster)
         print(f"[scheduler] dask dashboard: {client.dashboard_link}", flush=True)
         return client, cluster
-    return Client(executor), None
+    try:
+        return Client(executor, timeout=30), None
+    except (OSError, TimeoutError) as exc:  # a wrong address: say which and what to check
+        raise ConfigError(f"could not reach a dask scheduler at {executor!r} ({exc}); check the address "
+                          "(tcp://host:port of a running `dask scheduler`), or use --executor local") from None
 
 
 # --------------------------------------------------------------------------- the scheduler

@@ -392,6 +392,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.notebooks:
         args.notebooks = sorted((project_root() / "notebooks").glob("*.ipynb"))
+    missing = [str(nb) for nb in args.notebooks if not Path(nb).is_file()]
+    if missing:
+        parser.error(f"no such notebook: {', '.join(missing)} (the studies' notebooks are notebooks/*.ipynb)")
     if args.commit_notebooks:
         # the committed notebook keeps its parameters cell and not papermill's injected one, so its
         # outputs must be those of the parameters it shows
@@ -455,5 +458,17 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def cli(argv: list[str] | None = None) -> int:
+    """:func:`main` for the command line: a vflkit error (a bad setting, missing data, a run that
+    failed a check) is printed as its message, what is wrong and what to do, without a traceback."""
+    from .errors import VFLKitError
+
+    try:
+        return main(argv)
+    except VFLKitError as exc:
+        print(f"vflkit.study: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli())

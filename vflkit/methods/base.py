@@ -39,6 +39,21 @@ PARTITIONS: tuple[str, ...] = ("strips_width", "strips_height", "grid")
 LR_SCHEDULES: tuple[str, ...] = ("none", "exponential")
 
 
+#: The largest embedding a run may ask for (the papers use 32-512; beyond this the layers alone
+#: take gigabytes, and the allocation would fail inside torch).
+MAX_EMBEDDING_DIM = 1 << 16
+
+
+def _rate(value: Any) -> float:
+    """A learning rate as a Python float; a numpy float32 as the decimal it prints as (0.05, not
+    0.05000000074505806), which is the rate that was asked for."""
+    import numpy as np
+
+    if isinstance(value, np.floating) and value.dtype != np.float64:
+        return float(str(value))
+    return float(value)
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """Everything that decides one run's result.
@@ -95,6 +110,11 @@ class RunConfig:
             check_int(name, getattr(self, name), minimum=1)
         check_int("active", self.active, minimum=0)
         check_int("seed", self.seed)
+        if not -2**63 <= self.seed < 2**63:  # torch's generator takes a 64-bit seed
+            raise ConfigError(f"seed must fit in 64 bits (|seed| < 2**63), got {self.seed}")
+        if self.embedding_dim > MAX_EMBEDDING_DIM:
+            raise ConfigError(f"embedding_dim={self.embedding_dim} is beyond {MAX_EMBEDDING_DIM}: every party "
+                              "model's embedding layer would not fit in memory; the papers use 32-512")
         for name in ("n_train", "n_test"):
             check_int(name, getattr(self, name), minimum=1, optional=True)
         for name in ("n_parties", "batch_size", "epochs", "embedding_dim", "active", "seed", "n_train", "n_test"):
@@ -137,8 +157,14 @@ class RunConfig:
         self._normalise_resnet_cut()
         for k, v in enumerate(self.lr if isinstance(self.lr, tuple) else (self.lr,)):
             check_rate(f"lr[{k}]" if isinstance(self.lr, tuple) else "lr", v)
-        if type(self.lr) not in (int, float, tuple):  # a numpy float as a plain float
-            object.__setattr__(self, "lr", float(self.lr))
+        # one experiment, one key: lr=1 and lr=1.0 (and numpy floats, given as the decimal they
+        # print as) are one rate, and one value per party that is the same for all is that value
+        object.__setattr__(self, "lr", tuple(_rate(v) for v in self.lr) if isinstance(self.lr, tuple)
+                           else _rate(self.lr))
+        for name in ("optimizers", "lr"):
+            value = getattr(self, name)
+            if isinstance(value, tuple) and len(set(value)) == 1:
+                object.__setattr__(self, name, value[0])
         object.__setattr__(self, "el_pl", tuple(self.el_pl))
         if self.lr_schedule not in LR_SCHEDULES:
             raise ConfigError(f"Invalid lr_schedule {self.lr_schedule!r}; choose one of {', '.join(LR_SCHEDULES)}")
