@@ -248,3 +248,22 @@ def variant_summary(table: pd.DataFrame, *, labels: tuple[str, str]) -> str:
                      f"mean e* {e0:.1f} against {e1:.1f} epochs)")
     text = "; ".join(parts)
     return text[0].upper() + text[1:] + "."
+
+
+def swap_in_variant(groups: Mapping[str, list[Any]], method: str, group: str,
+                    tables: Sequence[str], *, keep_unmatched: bool) -> dict[str, list[Any]]:
+    """``groups`` with each run of ``method`` in ``tables`` replaced by its twin in the labelled
+    variant group ``group`` (same dataset, models, seed and parties): a study's claims judged on
+    its variant (the 1/C reading, C-VFL at the host's rate) read the same tables as on its runs.
+    A run the variant has no twin for stays (``keep_unmatched``) or leaves the table."""
+    def twin_key(c: Any) -> tuple:
+        return (c.dataset, c.models, c.seed, c.n_parties)
+
+    twins = {twin_key(c): c for c in groups[group] if c.method == method}
+    out = {}
+    for t in tables:
+        if t in groups:
+            out[t] = [twins.get(twin_key(c), c if keep_unmatched else None) if c.method == method else c
+                      for c in groups[t]]
+            out[t] = [c for c in out[t] if c is not None]
+    return {**groups, **out}

@@ -848,13 +848,11 @@ VARIANTS: dict[str, tuple[str, str]] = {
 
 def with_variant(groups: dict[str, list[RunConfig]], variant: str | None) -> dict[str, list[RunConfig]]:
     """``groups`` with :data:`VARIANTS` ``variant`` swapped in (None: unchanged): each of the
-    method's runs replaced by its twin in the variant's group (same dataset, models, seed)."""
+    method's runs replaced by its twin in the variant's group (:func:`vflkit.analysis.swap_in_variant`)."""
     if variant is None:
         return groups
     method, group = VARIANTS[variant]
-    twins = {(c.dataset, c.models, c.seed, c.n_parties): c for c in groups[group] if c.method == method}
-    return {**groups, **{t: [twins.get((c.dataset, c.models, c.seed, c.n_parties), c) if c.method == method else c
-                             for c in groups[t]] for t in ("table2", "table4")}}
+    return analysis.swap_in_variant(groups, method, group, ("table2", "table4"), keep_unmatched=True)
 
 
 def _beats(table: str, other: str, variant: str | None = None, label: str = "") -> claims.Claim:

@@ -815,13 +815,13 @@ VARIANTS: dict[str, tuple[str, str]] = {
 
 
 def with_variant(groups: dict[str, list[RunConfig]], variant: str | None) -> dict[str, list[RunConfig]]:
-    """``groups`` with :data:`VARIANTS` ``variant`` swapped in (None: unchanged)."""
+    """``groups`` with :data:`VARIANTS` ``variant`` swapped in (None: unchanged): each of the
+    method's runs replaced by its twin in the variant's group (:func:`vflkit.analysis.swap_in_variant`)."""
     if variant is None:
         return groups
     method, group = VARIANTS[variant]
-    swap = [c for c in groups[group] if c.method == method]
-    return {**groups, **{t: [c for c in groups[t] if c.method != method] + swap for t in ("table2", "table3")
-                          if any(c.method == method for c in groups[t])}}
+    # the variant is defined on the small networks only: the method's other cells leave the table
+    return analysis.swap_in_variant(groups, method, group, ("table2", "table3"), keep_unmatched=False)
 
 
 def _ordering_check(table: str, a: str, b: str, model_set: str | None = None, variant: str | None = None) -> Any:
