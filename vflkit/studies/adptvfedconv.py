@@ -164,6 +164,15 @@ def results(profile: str, *, device: str | torch.device = "auto", seeds: Sequenc
     return found, pd.DataFrame(pending, columns=["variant", "cut", "seed", "estimated_h100_min"])
 
 
+def run(profile: str, *, device: str | torch.device = "auto", seeds: Sequence[int] | None = None,
+        overrides: dict[str, Any] | None = None, progress: bool = True,
+        recompute_before: str | None = None) -> list[dict[str, Any]]:
+    """The records of ``profile`` (every study's call shape; :func:`results` also lists what
+    the paper profile leaves for a GPU)."""
+    return results(profile, device=device, seeds=seeds, overrides=overrides, progress=progress,
+                   recompute_before=recompute_before)[0]
+
+
 def recorded(profile: str = "quick") -> list[dict[str, Any]]:
     """The records an earlier run of ``profile`` committed (nothing is trained)."""
     return store.load_recorded(all_runs(configs(profile)), profile=profile)

@@ -30,7 +30,7 @@ from typing import Any, ClassVar, Iterator
 import torch
 
 from .. import records
-from ..config import registered_data_digest
+from ..config import key_dict, registered_data_digest
 from ..errors import BudgetExhausted, ConfigError
 from ..methods import adptvfedconv as A
 from . import dataset as cached_dataset
@@ -101,10 +101,20 @@ class TilesRun:
     def dataset(self) -> str:
         return self.adpt.dataset
 
+    #: The fields every key hashes, default or not (those of the first committed records): a
+    #: field added to :class:`AdptVFedConvConfig` later is hashed only when it differs from its
+    #: default, so adding one keeps every committed key (:func:`vflkit.config.key_dict`). Never edit.
+    KEYED_FIELDS: ClassVar[tuple[str, ...]] = (
+        "variant", "dataset", "n_train", "n_test", "subset_seed", "seed", "server_tile", "width", "cut", "padding",
+        "model_transfer", "finetune", "extraction", "pretrain_epochs", "finetune_epochs", "classifier_epochs",
+        "centralized_epochs", "batch_size", "lr", "weight_decay", "ae_batch_size", "ae_lr_extractor",
+        "ae_lr_generator", "ae_lr_extractor_scratch", "augment", "tile_shift", "centralized_crop_pad",
+        "eval_batch_size")
+
     @property
     def key(self) -> str:
-        """File name of the record: readable prefix + hash of the whole config."""
-        keyed = self.to_dict()
+        """File name of the record: readable prefix + hash of its keyed config."""
+        keyed = key_dict(self.adpt, self.to_dict(), self.KEYED_FIELDS)
         digest = registered_data_digest(self.adpt.dataset)  # a dataset of your own: its content too
         if digest is not None:
             keyed["data_digest"] = digest
