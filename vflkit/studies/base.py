@@ -149,10 +149,12 @@ class Study:
         if not self.notebook:
             object.__setattr__(self, "notebook", f"notebooks/{self.name}.ipynb")
 
-    def groups(self, profile: str, *, seeds: Any = None, overrides: dict[str, Any] | None = None) -> dict[str, list[Any]]:
+    def groups(self, profile: str, *, seeds: Any = None, overrides: dict[str, Any] | None = None,
+               cache: bool = True) -> dict[str, list[Any]]:
         """``configs(profile)`` as a dict of group -> runs; the profile's own runs are built once
-        (the artefacts and the report share them), those with ``seeds``/``overrides`` each time."""
-        if seeds is not None or overrides is not None:
+        (the artefacts and the report share them), those with ``seeds``/``overrides`` or without
+        ``cache`` (the scheduler's: a study's settings may have changed since) each time."""
+        if seeds is not None or overrides is not None or not cache:
             return self._as_groups(self.configs(profile, seeds=seeds, overrides=overrides))
         if profile not in self._groups:
             self._groups[profile] = self._as_groups(self.configs(profile))
