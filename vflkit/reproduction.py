@@ -16,6 +16,10 @@ section per paper with
 and ends with findings beyond the papers, computed from the records where the study provides the
 function. Nothing is trained: the records that exist are loaded and the missing ones skipped, so a
 profile without records reads "not recorded" / "not testable at this profile", not an error.
+
+The papers are the registered studies (:mod:`vflkit.studies`): titles, artefacts, pending
+prices, claims and findings all come from each study's declaration
+(:class:`vflkit.studies.base.Study`), so this module names no paper.
 """
 
 from __future__ import annotations
