@@ -101,8 +101,8 @@ class _Records:
                     try:
                         found += store.load_available([run], profile=profile)
                     except store.BadRecord:
-                        self.problems.append(f"{studies.get(paper).title}, {profile} profile: the file of run {run.key} "
-                                             "is not its record (skipped; the study's notebook names it)")
+                        self.problems.append(f"{studies.get(paper).title}, {profile} profile: the file of run "
+                                             f"{run.key} is not its record (skipped; the study's notebook names it)")
             self._cache[paper, profile] = {r["key"]: r for r in found}
         return self._cache[paper, profile]
 

@@ -888,7 +888,8 @@ def beyond(evidence: base.Evidence) -> list[tuple[str, str]]:
     found = evidence.first_with_records()
     if not found:
         link = evidence.notebook("Communication: ledger vs the paper's formulas")
-        return [("APC-VFL: the communication ledger against the paper's formulas", f"Not computed: no records yet; see the {link}.")]
+        return [("APC-VFL: the communication ledger against the paper's formulas",
+                 f"Not computed: no records yet; see the {link}.")]
     profile, have = found
     main, sens = split_lr(list(have.values()))
     led = ledger_check(main)

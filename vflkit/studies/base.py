@@ -97,14 +97,18 @@ def unique(runs: Any) -> list[Any]:
     return list({key_of(r): r for r in runs}.values())
 
 
-def groups(*names: str, keep: Callable[[Any], bool] = lambda run: True) -> Callable[[Mapping[str, list[Any]], str], list[Any]]:
+#: An artefact's run selector: (the study's runs by group, profile) -> the runs it is drawn from.
+RunSelector = Callable[[Mapping[str, list[Any]], str], list[Any]]
+
+
+def groups(*names: str, keep: Callable[[Any], bool] = lambda run: True) -> RunSelector:
     """An artefact's runs: those of the named groups of the study's ``configs`` that ``keep`` selects."""
     def runs(by_group: Mapping[str, list[Any]], profile: str) -> list[Any]:
         return unique(c for n in names for c in by_group.get(n, []) if keep(c))
     return runs
 
 
-def every_run(keep: Callable[[Any], bool] = lambda run: True) -> Callable[[Mapping[str, list[Any]], str], list[Any]]:
+def every_run(keep: Callable[[Any], bool] = lambda run: True) -> RunSelector:
     """An artefact's runs: every run of the study that ``keep`` selects."""
     def runs(by_group: Mapping[str, list[Any]], profile: str) -> list[Any]:
         return unique(c for g in by_group.values() for c in g if keep(c))
@@ -180,5 +184,5 @@ class Study:
         raise KeyError(f"{self.title} has no artefact {label!r}; it has {', '.join(a.label for a in self.artefacts)}")
 
 
-__all__ = ["FAMILIES", "RUNS", "Artefact", "Evidence", "Family", "Study", "every_run", "groups", "headline_first",
-           "key_of", "unique"]
+__all__ = ["FAMILIES", "RUNS", "Artefact", "Evidence", "Family", "RunSelector", "Study", "every_run", "groups",
+           "headline_first", "key_of", "unique"]
