@@ -224,8 +224,7 @@ def _status(counts: dict[str, tuple[int, int]], profiles: Sequence[str], pending
     if n_paper and k_paper == n_paper:
         return PAPER_SCALE, PAPER_SCALE
     missing = sorted({_dataset_title(paper, c.dataset) for c in impossible})
-    why = (f"{IMPOSSIBLE}: data not redistributable ({', '.join(missing)})"
-           if missing and all("MIMIC" in m for m in missing) else f"{IMPOSSIBLE}: data not here ({', '.join(missing)})")
+    why = f"{IMPOSSIBLE}: {studies.get(paper).unavailable_why(missing)} ({', '.join(missing)})"
     if n_paper and len(impossible) == n_paper and not any(k for _, k in counts.values()):
         return IMPOSSIBLE, why
     parts = []

@@ -870,6 +870,11 @@ def unavailable(runs: Sequence[OneShotRun]) -> list[OneShotRun]:
     return [c for c in runs if c.dataset not in here]
 
 
+def unavailable_why(titles: Sequence[str]) -> str:
+    """Why the runs on ``titles`` cannot be made here: MIMIC-III's licence forbids passing it on."""
+    return "data not redistributable" if titles and all("MIMIC" in t for t in titles) else "data not here"
+
+
 def artefacts_note(profiles: Sequence[str]) -> str:
     """The report's note under the artefacts: the study prices its pending paper-profile runs
     per dataset, kind and method (:func:`pending`), not per artefact."""
@@ -920,6 +925,7 @@ STUDY = register(Study(
         Artefact("Table 2", _artefact("table2"), ("table2.csv", "table2_lr0.01.csv")),
         Artefact("Table 4", _artefact("table2", datasets=("mimic3",)), ("table4.*",)),
     ),
-    claims=CLAIMS, unavailable=unavailable, dataset_title=lambda dataset: DATASETS[dataset].title,
+    claims=CLAIMS, unavailable=unavailable, unavailable_why=unavailable_why,
+    dataset_title=lambda dataset: DATASETS[dataset].title,
     artefacts_note=artefacts_note, beyond=beyond,
 ))

@@ -139,6 +139,8 @@ class Study:
     #: ``h100_min``, ``cpu_h``); None: each needs a CPU and has no estimate
     pending_cost: Callable[[Sequence[Any]], pd.DataFrame] | None = None
     unavailable: Callable[[Sequence[Any]], list[Any]] = lambda runs: []  # runs on data that is not here
+    #: why those runs cannot be made, given their datasets' titles
+    unavailable_why: Callable[[Sequence[str]], str] = lambda titles: "data not here"
     dataset_title: Callable[[str], str] = lambda dataset: dataset  # a dataset as the paper names it
     #: a paragraph after the artefact table, given the report's profiles ("" for none)
     artefacts_note: Callable[[Sequence[str]], str] = lambda profiles: ""
