@@ -1,14 +1,13 @@
 """Tests for vflkit.reproduction: the report names every printed number and every claim of the
 five papers with a status, compares what is recorded, and survives a profile with no records."""
 
-import importlib
 import re
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from vflkit import claims, report, reproduction, study
+from vflkit import claims, report, reproduction, studies, study
 from vflkit.config import figures_dir, project_root
 from vflkit.report import KEY_COLUMNS, TABLE_COLUMNS, load_reference
 from vflkit.scheduler import Summary
@@ -132,7 +131,7 @@ def test_every_claim_appears_per_profile_with_a_status(committed: str) -> None:
         for profile in PROFILES:
             part = _section(claims_part, f"{profile} profile", level=4)
             judged = {(c[0], c[1]): c[2] for c in _rows(part, 4)}
-            for clause in importlib.import_module(f"vflkit.studies.{paper}").CLAIMS:
+            for clause in studies.get(paper).claims:
                 assert judged.get((clause.artefact, clause.clause)) in claims.STATUSES, (title, profile, clause.clause)
         part = _section(section, "The reference README's figure-only claims", level=3)
         listed = {(c[0], c[1], c[2]): c[3] for c in _rows(part, 5)}
@@ -144,8 +143,7 @@ def test_every_claim_appears_per_profile_with_a_status(committed: str) -> None:
 def test_variant_clauses_are_shown_apart_and_not_counted_as_the_papers(committed: str) -> None:
     """A study's VARIANT_CLAIMS (sensitivity rows, our design choices) are judged in their own
     sub-section, never in the paper's Claims table nor in the overview's counts."""
-    papers = [p for p in reproduction.TITLES if getattr(importlib.import_module(f"vflkit.studies.{p}"),
-                                                          "VARIANT_CLAIMS", [])]
+    papers = [p for p in reproduction.TITLES if studies.get(p).variant_claims]
     assert {"vfedmh", "easter", "adptvfedconv"} <= set(papers)
     for paper in papers:
         section = _section(committed, reproduction.TITLES[paper])
@@ -154,7 +152,7 @@ def test_variant_clauses_are_shown_apart_and_not_counted_as_the_papers(committed
         for profile in PROFILES:
             judged = {(c[0], c[1]): c[2] for c in _rows(_section(ours, f"{profile} profile", level=4), 4)}
             mine = {(c[0], c[1]): c[2] for c in _rows(_section(paper_claims, f"{profile} profile", level=4), 4)}
-            for clause in importlib.import_module(f"vflkit.studies.{paper}").VARIANT_CLAIMS:
+            for clause in studies.get(paper).variant_claims:
                 assert judged.get((clause.artefact, clause.clause)) in claims.STATUSES, (paper, clause.clause)
                 assert (clause.artefact, clause.clause) not in mine
 
@@ -186,7 +184,7 @@ def test_no_records_reads_not_recorded_and_not_testable(empty: Path) -> None:
         assert {cells[10] for rs in rows.values() for cells in rs} <= {reproduction.NOT_RECORDED}
         claims_part = _section(section, "Claims", level=3)
         judged = _rows(claims_part, 4)
-        assert len(judged) == len(PROFILES) * len(importlib.import_module(f"vflkit.studies.{paper}").CLAIMS)
+        assert len(judged) == len(PROFILES) * len(studies.get(paper).claims)
         assert {c[2] for c in judged if (title, c[0]) not in RECORD_FREE} == {claims.NOT_TESTABLE}
         arts = _section(section, "Artefacts", level=3)
         for cells in _rows(arts, 4):

@@ -27,6 +27,8 @@ RESULTS_ENV = "VFLKIT_RESULTS"
 FIGURES_ENV = "VFLKIT_FIGURES"
 
 PROFILES: tuple[str, ...] = ("smoke", "quick", "paper")
+#: The built-in studies (:mod:`vflkit.studies`); a study registered from elsewhere is a paper too
+#: (:func:`check_paper`), so a new paper needs no entry here.
 PAPERS: tuple[str, ...] = ("vfedmh", "easter", "multi_vfl", "apc_vfl", "adptvfedconv", "demo")
 
 
@@ -50,8 +52,14 @@ def check_record_profile(profile: str) -> str:
 
 
 def check_paper(paper: str) -> str:
-    """Return ``paper`` if it is one of :data:`PAPERS`, else raise a ConfigError."""
-    if not isinstance(paper, str) or paper not in PAPERS:
+    """Return ``paper`` if it is one of :data:`PAPERS` or a registered study
+    (:func:`vflkit.studies.register`), else raise a ConfigError."""
+    if isinstance(paper, str) and paper in PAPERS:
+        return paper
+    # the registry is consulted, not loaded: a study registers itself before it builds runs
+    from .studies import is_registered
+
+    if not isinstance(paper, str) or not is_registered(paper):
         raise ConfigError(f"Invalid paper {paper!r}; choose one of {', '.join(PAPERS)}")
     return paper
 

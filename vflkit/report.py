@@ -21,7 +21,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
-from .config import PAPERS, check_record_profile, figures_dir
+from .config import check_paper, check_record_profile, figures_dir
 from .errors import ConfigError
 from .files import atomic_path
 
@@ -52,8 +52,7 @@ def set_style() -> None:
 
 def load_reference(paper: str) -> pd.DataFrame:
     """The numbers printed in ``paper``'s tables (empty for Multi-VFL, which prints none)."""
-    if paper not in PAPERS:
-        raise ConfigError(f"Invalid paper {paper!r}; choose one of {', '.join(PAPERS)}")
+    check_paper(paper)
     if paper not in REFERENCE_FILES:
         return pd.DataFrame(columns=list(KEY_COLUMNS) + ["value", "std", "note"])
     with resources.files("vflkit.reference").joinpath(REFERENCE_FILES[paper]).open() as f:
@@ -86,8 +85,7 @@ def join_reference(ours: pd.DataFrame, paper: str, *, profile: str) -> pd.DataFr
 
 def output_dir(paper: str, profile: str, root: Path | str | None = None) -> Path:
     """``figures/<paper>/<profile>/``, created."""
-    if paper not in PAPERS:
-        raise ConfigError(f"Invalid paper {paper!r}; choose one of {', '.join(PAPERS)}")
+    check_paper(paper)
     path = Path(root or figures_dir()) / paper / check_record_profile(profile)
     path.mkdir(parents=True, exist_ok=True)
     return path

@@ -16,21 +16,22 @@ section per paper with
 and ends with findings beyond the papers, computed from the records where the study provides the
 function. Nothing is trained: the records that exist are loaded and the missing ones skipped, so a
 profile without records reads "not recorded" / "not testable at this profile", not an error.
+
+The papers are the registered studies (:mod:`vflkit.studies`): titles, artefacts, pending
+prices, claims and findings all come from each study's declaration
+(:class:`vflkit.studies.base.Study`), so this module names no paper.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
-import importlib
 import re
 import sys
 import time
 import warnings
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -39,13 +40,12 @@ import seaborn as sns
 
 from . import claims as claimlib
 from . import records as store
+from . import studies
 from .config import check_record_profile, data_root, figures_dir
 from .files import atomic_path
 from .report import KEY_COLUMNS, TABLE_COLUMNS, load_reference, set_style, shown_path
+from .studies.base import Artefact, Study, key_of as _key  # noqa: F401  (Artefact: reproduction.Artefact, by name)
 
-#: The papers in the order the report shows them, by study module, with the names they print.
-TITLES: dict[str, str] = {"vfedmh": "VFedMH", "easter": "EASTER", "multi_vfl": "Multi-VFL",
-                          "apc_vfl": "APC-VFL", "adptvfedconv": "AdptVFedConv"}
 #: The tolerance of "within 2 points" (percentage points of a score).
 POINTS = 2.0
 #: Scores the papers print as fractions (the reference README: percent where the metric's name
@@ -66,125 +66,20 @@ _KEYS = [c for c in KEY_COLUMNS if c != "paper"]
 # --------------------------------------------------------------------------- artefacts
 
 
-@dataclass(frozen=True)
-class Artefact:
-    """One table or figure a paper prints: the runs behind it and the files its notebook writes."""
-
-    label: str  # as the paper names it: "Table II", "Fig. 3"
-    runs: Callable[[str], list[Any]]  # profile -> the study's runs it is drawn from
-    files: tuple[str, ...]  # glob patterns under figures/<paper>/<profile>/
+def _reported() -> list[Study]:
+    """The studies the report has a section for, in its order (:func:`vflkit.studies.studies`)."""
+    return [s for s in studies.studies() if s.in_report]
 
 
-@functools.lru_cache(maxsize=None)
-def _configs(paper: str, profile: str) -> Any:
-    """``<paper>.configs(profile)``, built once (the artefacts share it)."""
-    return _study(paper).configs(profile)
-
-
-_KEY_OF: dict[int, tuple[Any, str]] = {}
-
-
-def _key(run: Any) -> str:
-    """``run.key``, hashed once per run object (a config's key hashes its whole dict: thousands of
-    lookups would take seconds). The run is kept beside its key, so its id is never reused."""
-    hit = _KEY_OF.get(id(run))
-    if hit is None or hit[0] is not run:
-        hit = _KEY_OF[id(run)] = (run, run.key)
-    return hit[1]
-
-
-def _unique(runs: Iterable[Any]) -> list[Any]:
-    """``runs`` once each (by key), in first-seen order."""
-    return list({_key(r): r for r in runs}.values())
-
-
-def _groups(paper: str, *names: str, keep: Callable[[Any], bool] = lambda c: True) -> Callable[[str], list[Any]]:
-    """The runs of the named groups of ``<paper>.configs(profile)`` (a dict of artefact -> runs)."""
-    def runs(profile: str) -> list[Any]:
-        groups = _configs(paper, profile)
-        return _unique(c for n in names for c in groups.get(n, []) if keep(c))
-    return runs
-
-
-def _easter_table5(profile: str) -> list[Any]:
-    """Table V and Figs. 4-5 are drawn from the same runs (the baselines' θ2 run and EASTER's)."""
-    easter = _study("easter")
-    return easter._table5_runs(_configs("easter", profile), easter.settings(profile)["table5_datasets"])
-
-
-def _multi_vfl(keep: Callable[[Any], bool]) -> Callable[[str], list[Any]]:
-    """Multi-VFL's runs (a flat list) that ``keep`` selects."""
-    return lambda profile: [c for c in _configs("multi_vfl", profile) if keep(c)]
-
-
-def _apc(kind: str, *, methods: Sequence[str] | None = None, datasets: Sequence[str] | None = None,
-         few: bool = False) -> Callable[[str], list[Any]]:
-    """APC-VFL's runs of one kind at Appendix B's learning rate; ``few``: Fig. 8 / D.3's small
-    aligned counts (with the Local and Ablation runs they are drawn beside), else Fig. 5's."""
-    def runs(profile: str) -> list[Any]:
-        apc = _study("apc_vfl")
-        out = [c for c in _configs("apc_vfl", profile) if c.kind == kind and c.lr != apc.SENSITIVITY_LR
-               and (datasets is None or c.dataset in datasets) and (methods is None or c.method in methods)]
-        small = [c for c in out if c.n_aligned in apc.DATASETS[c.dataset].few_aligned]
-        if not few:
-            return [c for c in out if c.n_aligned not in apc.DATASETS[c.dataset].few_aligned]
-        # Local and Ablation (no aligned count) belong to the small counts only where those are run
-        ran = {c.dataset for c in small}
-        return small + [c for c in out if c.n_aligned is None and c.dataset in ran]
-    return runs
-
-
-#: Per paper, the tables and figures it prints, in its order.
-ARTEFACTS: dict[str, tuple[Artefact, ...]] = {
-    "vfedmh": (
-        Artefact("Table II", _groups("vfedmh", "table2"), ("table2.*",)),
-        Artefact("Table III", _groups("vfedmh", "table3"), ("table3.*",)),
-        Artefact("Table IV", _groups("vfedmh", "table4", "table4_standard"), ("table4.*",)),
-        Artefact("Fig. 3", _groups("vfedmh", "table2"), ("fig3.*",)),
-        Artefact("Fig. 4", _groups("vfedmh", "table4", "table4_standard"), ("fig4.*",)),
-        Artefact("Fig. 5", _groups("vfedmh", "fig5"), ("fig5.*",)),
-    ),
-    "easter": (
-        Artefact("Table II", _groups("easter", "table2"), ("table2.*",)),
-        Artefact("Table IV", _groups("easter", "table4"), ("table4.*",)),
-        Artefact("Table V", _easter_table5, ("table5.*",)),
-        Artefact("Fig. 4", _easter_table5, ("fig4.*",)),
-        Artefact("Fig. 5", _easter_table5, ("fig5.*",)),
-        Artefact("Table VI", _groups("easter", "table6"), ("table6.*",)),
-        Artefact("Table VII", _groups("easter", "table2", keep=lambda c: c.method == "easter"), ("table7_*",)),
-        Artefact("Fig. 6", _groups("easter", "fig6"), ("fig6.*",)),
-    ),
-    "multi_vfl": (
-        Artefact("Fig. 2", _multi_vfl(lambda c: c.server_optimizer == "fedavg"), ("fig2.*", "final_accuracy.csv")),
-        Artefact("Fig. 3", _multi_vfl(lambda c: c.scenario == "4niid"), ("fig3.*", "final_accuracy.csv")),
-    ),
-    "apc_vfl": (
-        Artefact("Fig. 5", _apc("fig5"), ("fig5.*",)),
-        Artefact("Fig. 6", _apc("fig5", methods=("apc_vfl_mse", "vfedtrans")), ("fig6.*",)),
-        Artefact("Fig. 7", _apc("fig5"), ("fig7_*",)),
-        Artefact("Fig. 8", _apc("fig5", datasets=("mimic3",), few=True), ("fig8.*",)),
-        Artefact("App. D.3", _apc("fig5", datasets=("credit_card",), few=True), ("fig8.*",)),
-        Artefact("Table 2", _apc("table2"), ("table2.csv", "table2_lr0.01.csv")),
-        Artefact("Table 4", _apc("table2", datasets=("mimic3",)), ("table4.*",)),
-    ),
-    "adptvfedconv": (
-        Artefact("Table 2", _groups("adptvfedconv", "table2"), ("table2.*",)),
-        Artefact("Fig. 3", _groups("adptvfedconv", "table2"), ("fig3.*",)),
-        Artefact("Table 3", _groups("adptvfedconv", "table3"), ("table3.*",)),
-        Artefact("Fig. 4", _groups("adptvfedconv", "table3"), ("fig4.*",)),
-    ),
-}
-
-
-def _study(paper: str) -> Any:
-    """The study module of ``paper`` (:mod:`vflkit.studies.<paper>`)."""
-    return importlib.import_module(f"vflkit.studies.{paper}")
-
-
-def _all_runs(paper: str, profile: str) -> list[Any]:
-    """Every run of the study under ``profile`` (the artefacts' and the study's own extras)."""
-    cfg = _configs(paper, profile)
-    return _unique(c for g in cfg.values() for c in g) if isinstance(cfg, dict) else _unique(cfg)
+def __getattr__(name: str) -> Any:
+    # views of the registry, built on access (a study registered later is in them)
+    if name == "TITLES":  # the papers in the report's order, by study module, with the names they print
+        return {s.name: s.title for s in _reported()}
+    if name == "ARTEFACTS":  # per paper, the tables and figures it prints, in its order
+        return {s.name: s.artefacts for s in _reported()}
+    if name == "BEYOND":  # per paper, its findings beyond the paper (a function of its Evidence)
+        return {s.name: s.beyond for s in _reported() if s.beyond is not None}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class _Records:
@@ -197,7 +92,7 @@ class _Records:
     def get(self, paper: str, profile: str) -> dict[str, dict[str, Any]]:
         """The records that exist for the study's runs under ``profile``, by key."""
         if (paper, profile) not in self._cache:
-            runs = _all_runs(paper, profile)
+            runs = studies.get(paper).runs(profile)
             try:
                 found = store.load_available(runs, profile=profile)
             except store.BadRecord:  # one bad file must not hide the others: skip it, say so
@@ -206,65 +101,56 @@ class _Records:
                     try:
                         found += store.load_available([run], profile=profile)
                     except store.BadRecord:
-                        self.problems.append(f"{TITLES[paper]}, {profile} profile: the file of run {run.key} "
-                                             "is not its record (skipped; the study's notebook names it)")
+                        self.problems.append(f"{studies.get(paper).title}, {profile} profile: the file of run "
+                                             f"{run.key} is not its record (skipped; the study's notebook names it)")
             self._cache[paper, profile] = {r["key"]: r for r in found}
         return self._cache[paper, profile]
 
 
-def _present(datasets: Iterable[str]) -> tuple[str, ...]:
-    """Those of APC-VFL's ``datasets`` that load here (looked up once per data folder)."""
-    return _present_in(str(data_root()), tuple(sorted(datasets)))
+class _Evidence:
+    """One study's records as the report loaded them (:class:`vflkit.studies.base.Evidence`):
+    what its findings beyond the paper are computed from."""
+
+    def __init__(self, study: Study, profiles: Sequence[str], recs: _Records) -> None:
+        self.study, self.profiles, self._recs = study, list(profiles), recs
+
+    def get(self, profile: str) -> dict[str, dict[str, Any]]:
+        return self._recs.get(self.study.name, profile)
+
+    def first_with_records(self) -> tuple[str, dict[str, dict[str, Any]]] | None:
+        """The profile whose runs are the most completely recorded (the first of the profiles on
+        a tie) and its records; None when no profile has any. A profile with a handful of
+        records (the paper profile's first runs) gives thinner evidence than a complete reduced one."""
+        share = {p: len(self.get(p)) / max(1, len(self.runs(p))) for p in self.profiles}
+        best = max(self.profiles, key=lambda p: share[p]) if self.profiles else None
+        return (best, self.get(best)) if best is not None and share[best] > 0 else None
+
+    def groups(self, profile: str) -> dict[str, list[Any]]:
+        return self.study.groups(profile)
+
+    def runs(self, profile: str) -> list[Any]:
+        return self.study.runs(profile)
+
+    def key(self, run: Any) -> str:
+        return _key(run)
+
+    def notebook(self, section: str) -> str:
+        """A link to the notebook, naming the section (GitHub gives notebook headings no anchors)."""
+        return f"[{self.study.name} notebook](../{self.study.notebook}), section “{section}”"
+
+    def markdown(self, df: pd.DataFrame) -> str:
+        return _markdown(df)
 
 
-@functools.lru_cache(maxsize=8)
-def _present_in(root: str, datasets: tuple[str, ...]) -> tuple[str, ...]:
-    from .training.one_shot import available_datasets
-
-    return tuple(available_datasets(datasets)[0])
-
-
-def _unavailable(paper: str, runs: Sequence[Any]) -> list[Any]:
-    """Runs on data that is not here (APC-VFL's MIMIC-III cannot be redistributed)."""
-    if paper != "apc_vfl" or not runs:
-        return []
-    present = _present({c.dataset for c in runs})
-    return [c for c in runs if c.dataset not in present]
-
-
-def _pending_cost(paper: str, runs: Sequence[Any]) -> pd.DataFrame:
+def _pending_cost(study: Study, runs: Sequence[Any]) -> pd.DataFrame:
     """The pending paper-profile ``runs`` of an artefact: what each needs (GPU or CPU) and its
-    estimated cost where the study gives one (columns ``needs, h100_min, cpu_h``)."""
+    estimated cost where the study gives one (columns ``needs, h100_min, cpu_h``); a study
+    without a price: each run a CPU's, unpriced."""
     cols = ["needs", "h100_min", "cpu_h"]
     if not runs:
         return pd.DataFrame(columns=cols)
-    study = _study(paper)
-    if paper == "vfedmh":
-        # paper_so_far's pricing, run by run (it reports a group's pending runs without their
-        # keys, and the runs of Table IV differ only in optimizer): ResNets on a GPU at the
-        # calibrated H100 minutes, the small networks on a CPU, unpriced
-        rows = []
-        for c in runs:
-            gpu = any(m.startswith("resnet") for m in c.models)
-            arch = "resnet" if c.method == "vfedmh" and gpu else c.models[0]
-            rows.append({"needs": "GPU" if gpu else "CPU", "cpu_h": np.nan,
-                         "h100_min": study.H100_MINUTES.get((c.method, arch), np.nan) if gpu else np.nan})
-        return pd.DataFrame(rows, columns=cols)
-    if paper == "easter":
-        df = study.pending({"runs": list(runs)}, [])
-        return pd.DataFrame({"needs": df["needs"], "h100_min": df["estimated_h100_min"], "cpu_h": np.nan})
-    if paper == "multi_vfl":
-        df = study.pending("paper").set_index(["dataset", "scenario", "optimizer", "seed"])
-        idx = [(study.DATASET_LABELS[c.dataset], c.scenario, study.OPTIMIZER_LABELS[c.server_optimizer], c.seed)
-               for c in runs]
-        return pd.DataFrame({"needs": "CPU", "h100_min": np.nan,
-                             "cpu_h": df["estimated_cpu_hours"].reindex(idx).to_numpy()})
-    if paper == "adptvfedconv":  # GPU only; the study shares a pre-training between runs
-        df = study.results("paper")[1].set_index(["variant", "cut", "seed"])
-        idx = [(c.variant, c.adpt.cut, c.seed) for c in runs]
-        return pd.DataFrame({"needs": "GPU", "h100_min": df["estimated_h100_min"].reindex(idx).to_numpy(),
-                             "cpu_h": np.nan})
-    # APC-VFL prices its pending runs per dataset, kind and method, not per artefact (see the section)
+    if study.pending_cost is not None:
+        return study.pending_cost(runs)
     return pd.DataFrame({"needs": ["CPU"] * len(runs), "h100_min": np.nan, "cpu_h": np.nan})
 
 
@@ -302,14 +188,15 @@ def _provenance(profile: str, runs: Sequence[Any], recs: Sequence[dict[str, Any]
 
 def artefact_table(paper: str, profiles: Sequence[str], recs: _Records) -> pd.DataFrame:
     """One row per artefact of ``paper``: profiles recorded (with provenance), status, links."""
+    study = studies.get(paper)
     rows = []
-    for art in ARTEFACTS[paper]:
+    for art in study.artefacts:
         counts: dict[str, tuple[int, int]] = {}
-        lines, links = [], [f"[notebook](../notebooks/{paper}.ipynb)"]
+        lines, links = [], [f"[notebook](../{study.notebook})"]
         pending = ""
         impossible: list[Any] = []
         for profile in profiles:
-            runs = art.runs(profile)
+            runs = study.artefact_runs(art, profile)
             have = recs.get(paper, profile)
             found = [have[_key(c)] for c in runs if _key(c) in have]
             counts[profile] = (len(runs), len(found))
@@ -319,10 +206,10 @@ def artefact_table(paper: str, profiles: Sequence[str], recs: _Records) -> pd.Da
             for pattern in art.files:
                 links += [f"[{profile}/{p.name}]({paper}/{profile}/{p.name})" for p in sorted(folder.glob(pattern))]
             if profile == "paper":
-                impossible = _unavailable(paper, runs)
+                impossible = study.unavailable(runs)
                 skip = {_key(c) for c in impossible} | set(have)
                 todo = [c for c in runs if _key(c) not in skip]
-                pending = _pending_text(_pending_cost(paper, todo))
+                pending = _pending_text(_pending_cost(study, todo))
         kind, status = _status(counts, profiles, pending, impossible, paper)
         rows.append({"artefact": art.label, "profiles recorded": "<br>".join(lines) or "none",
                      "status": status, "links": " · ".join(dict.fromkeys(links)), "kind": kind})
@@ -337,8 +224,7 @@ def _status(counts: dict[str, tuple[int, int]], profiles: Sequence[str], pending
     if n_paper and k_paper == n_paper:
         return PAPER_SCALE, PAPER_SCALE
     missing = sorted({_dataset_title(paper, c.dataset) for c in impossible})
-    why = (f"{IMPOSSIBLE}: data not redistributable ({', '.join(missing)})"
-           if missing and all("MIMIC" in m for m in missing) else f"{IMPOSSIBLE}: data not here ({', '.join(missing)})")
+    why = f"{IMPOSSIBLE}: {studies.get(paper).unavailable_why(missing)} ({', '.join(missing)})"
     if n_paper and len(impossible) == n_paper and not any(k for _, k in counts.values()):
         return IMPOSSIBLE, why
     parts = []
@@ -369,10 +255,8 @@ def _status(counts: dict[str, tuple[int, int]], profiles: Sequence[str], pending
 
 
 def _dataset_title(paper: str, dataset: str) -> str:
-    """A dataset as the paper names it (APC-VFL's registry names are not its titles)."""
-    if paper == "apc_vfl":
-        return _study("apc_vfl").DATASETS[dataset].title
-    return dataset
+    """A dataset as the paper names it (a study's registry names need not be its titles)."""
+    return studies.get(paper).dataset_title(dataset)
 
 
 # --------------------------------------------------------------------------- numbers
@@ -512,7 +396,7 @@ def plot_comparison(paper: str, cells: pd.DataFrame, path: Path) -> Path | None:
             ax.set(xscale="log", yscale="log", xlabel="paper", ylabel="ours",
                    title="other quantities (" + ", ".join(sorted(data["metric"].unique())) + ")")
         ax.legend(fontsize=7)
-    fig.suptitle(f"{TITLES[paper]}: ours against the paper's, every compared cell", fontsize=11)
+    fig.suptitle(f"{studies.get(paper).title}: ours against the paper's, every compared cell", fontsize=11)
     fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png")
@@ -569,156 +453,10 @@ def evaluate_claims(paper: str, profiles: Sequence[str], *, variants: bool = Fal
     """The study's CLAIMS judged at each profile (:func:`vflkit.claims.evaluate`); with
     ``variants``, its VARIANT_CLAIMS instead: the same clauses on vflkit's labelled variants
     (sensitivity rows, our design choices), which are never counted as the paper's."""
-    study = _study(paper)
-    tables = [claimlib.evaluate(getattr(study, "VARIANT_CLAIMS", []) if variants else study.CLAIMS, p)
-              for p in profiles]
+    study = studies.get(paper)
+    tables = [claimlib.evaluate(study.variant_claims if variants else study.claims, p) for p in profiles]
     return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(
         columns=["paper", "artefact", "clause", "status", "evidence", "profile"])
-
-
-# --------------------------------------------------------------------------- beyond the papers
-
-
-def _first_with_records(paper: str, profiles: Sequence[str], recs: _Records) -> tuple[str, dict[str, Any]] | None:
-    """The profile whose runs are the most completely recorded (the first of ``profiles`` on a
-    tie) and its records; None when no profile has any. A profile with a handful of records
-    (the paper profile's first runs) gives thinner evidence than a complete reduced one."""
-    share = {p: len(recs.get(paper, p)) / max(1, len(_all_runs(paper, p))) for p in profiles}
-    best = max(profiles, key=lambda p: share[p]) if profiles else None
-    return (best, recs.get(paper, best)) if best is not None and share[best] > 0 else None
-
-
-def _nb(paper: str, section: str) -> str:
-    """A link to a notebook, naming the section (GitHub gives notebook headings no anchors)."""
-    return f"[{paper} notebook](../notebooks/{paper}.ipynb), section “{section}”"
-
-
-def _beyond_vfedmh(profiles: Sequence[str], recs: _Records) -> list[tuple[str, str]]:
-    """VFedMH: label leakage (pointer), the literal blinding scalar, divergence, C-VFL's Q."""
-    vfedmh = _study("vfedmh")
-    out = [("VFedMH: a passive party recovers every training label from round 4",
-            "Round 4 sends each passive party ∂L_k/∂R_k, whose one negative entry per row is the true "
-            "class, so an arg-min recovers each label of each batch without a model or auxiliary data "
-            "(measured on a real run in the " + _nb("vfedmh", "What a passive party learns: labels from round 4")
-            + "; `vflkit.attacks.label_leakage` trains, so this report does not recompute it).")]
-    d = vfedmh.blinding_demo()  # a 128x128 masking demonstration, no training (milliseconds)
-    out.append(("VFedMH: Eq. (5) read literally (one blinding scalar per party) reveals the embedding",
-                f"From one blinded 128×128 embedding the active party computes differences between entries: "
-                f"their correlation with the true embedding is {d['corr_literal']:.3f} with one scalar per party and "
-                f"{d['corr_per_entry']:+.3f} with a mask per entry; the aggregate's largest error is "
-                f"{d['max_abs_error']:.2g} (ring bound {d['error_bound']:.2g}) either way "
-                f"(`vfedmh.blinding_demo()`; " + _nb("vfedmh", "Blinding factors") + ")."))
-    found = _first_with_records("vfedmh", profiles, recs)
-    if found:
-        profile, have = found
-        groups = _configs("vfedmh", profile)
-        runs = _all_runs("vfedmh", profile)
-        div = vfedmh.diverged_runs([have[_key(c)] for c in runs if _key(c) in have])
-        out.append(("VFedMH: divergence at the paper's learning rate 0.05",
-                    f"{len(div)} of {sum(_key(c) in have for c in runs)} recorded {profile}-profile runs diverged"
-                    + (": " + "; ".join(f"{r.method} {r.models} on {r.dataset} (epoch {r.epoch}"
-                                        + (", collapsed to chance and trained on there)" if r.how == "collapsed"
-                                           else ")")
-                                        for r in div.itertuples()) if len(div) else "")
-                    + " (`vfedmh.diverged_runs`)."))
-        t = vfedmh.cvfl_local_iterations(groups, list(have.values()))
-        if len(t):
-            cols = [c for c in t.columns if c.startswith("Q=")]
-            means, counts = t.groupby("dataset")[cols].mean(), t.groupby("dataset")[cols].count()
-            out.append(("VFedMH: C-VFL's local iterations Q and its learning rate (Q = 1 is the equal-compute control)",
-                        "; ".join(f"{ds}: " + ", ".join(f"{means.loc[ds, c]:.1f} % at {c} ({counts.loc[ds, c]} runs)"
-                                                       for c in cols if counts.loc[ds, c])
-                                  for ds in means.index)
-                        + f" (mean test accuracy over architectures and seeds, {profile} profile; Table II's cell is "
-                        f"Q = 10 at {vfedmh.CVFL_LR:g}, the rate C-VFL's analysis allows; "
-                        "`vfedmh.cvfl_local_iterations`)."))
-    return out
-
-
-def _beyond_easter(profiles: Sequence[str], recs: _Records) -> list[tuple[str, str]]:
-    """EASTER: the two-party setting of Table VI, as recorded."""
-    easter = _study("easter")
-    found = _first_with_records("easter", profiles, recs)
-    text = ("With C = 2 EASTER has one passive party, whose blinding factor must be zero, so the active "
-            "party sees its embedding in the clear; the study runs it only with the recorded option "
-            "`allow_single_passive`")
-    if found:
-        profile, have = found
-        groups = _configs("easter", profile)
-        # table6_security needs at least one recorded EASTER run of Table VI
-        ran = any(c.method == "easter" and _key(c) in have for c in groups["table6"])
-        sec = easter.table6_security(groups, list(have.values())) if ran else pd.DataFrame()
-        flagged = sec[sec["allow_single_passive (recorded)"]] if len(sec) else sec
-        text += (f": {len(flagged)} recorded {profile}-profile setting(s) carry the flag "
-                 f"({', '.join(f'{r.dataset} C = {r.C}' for r in flagged.itertuples()) or 'none'})")
-    link = _nb("easter", "Table VI: 2 to 10 parties")
-    return [("EASTER: Table VI's two-party setting is not private", f"{text} ({link}).")]
-
-
-def _beyond_multi_vfl(profiles: Sequence[str], recs: _Records) -> list[tuple[str, str]]:
-    """Multi-VFL: the server optimizers' step sizes against FedAvg's."""
-    multi = _study("multi_vfl")
-    found = _first_with_records("multi_vfl", profiles, recs)
-    title = "Multi-VFL: how far each server optimizer moves the model, and its accuracy"
-    link = _nb("multi_vfl", "What the server optimizers do here, measured")
-    if not found:
-        return [(title, f"Not computed: no records yet; see the {link}.")]
-    profile, have = found
-    table = multi.displacement(list(have.values()))
-    lines = multi.explain(table) if len(table) else []
-    return [(title, f"From the {profile} profile's records (`multi_vfl.displacement`, `explain`; {link}):\n\n"
-             + "\n".join(f"- {s}" for s in lines))]
-
-
-def _beyond_apc_vfl(profiles: Sequence[str], recs: _Records) -> list[tuple[str, str]]:
-    """APC-VFL: the ledger against the paper's formulas; Appendix B's learning rate."""
-    apc = _study("apc_vfl")
-    found = _first_with_records("apc_vfl", profiles, recs)
-    if not found:
-        link = _nb("apc_vfl", "Communication: ledger vs the paper's formulas")
-        return [("APC-VFL: the communication ledger against the paper's formulas", f"Not computed: no records yet; see the {link}.")]
-    profile, have = found
-    main, sens = apc.split_lr(list(have.values()))
-    led = apc.ledger_check(main)
-    out = [("APC-VFL: the communication ledger against the paper's formulas (Eqs. 6-10)",
-            f"Bytes counted by the channel over the paper's footprint, {profile} profile (`apc_vfl.ledger_check`; "
-            + _nb("apc_vfl", "Communication: ledger vs the paper's formulas") + "):\n\n"
-            + _markdown(led.rename(columns=str)))]
-    sensitivity = apc.lr_sensitivity(main, sens)
-    if len(sensitivity) and "diff_points" in sensitivity:
-        out.append(("APC-VFL: what Appendix B's learning rate changes (Adam at 1e-3 against 0.01)",
-                    f"Paired over the runs recorded at both rates, {profile} profile (`apc_vfl.lr_sensitivity`; "
-                    + _nb("apc_vfl", "Sensitivity: Adam at lr 0.01 instead of Appendix B's 1e-3") + "):\n\n"
-                    + _markdown(sensitivity[["kind", "dataset", "method", "pairs", "score_lr_1e-3", "score_lr_0.01",
-                                             "diff_points", "std_error"]])))
-    return out
-
-
-def _beyond_adptvfedconv(profiles: Sequence[str], recs: _Records) -> list[tuple[str, str]]:
-    """AdptVFedConv: communication and computation per client at the paper's scale."""
-    adpt = _study("adptvfedconv")
-    found = _first_with_records("adptvfedconv", profiles, recs)
-    records = list(found[1].values()) if found else []
-    com = adpt.communication(records)  # the paper-scale rows are priced from the architecture alone
-    paper = com[com["scale"] == "paper scale (priced)"].set_index("what")["MiB"]
-    link = _nb("adptvfedconv", "Edge devices: communication and computation")
-    out = [("AdptVFedConv: communication per client, which the paper claims but never measures",
-            "At the paper's scale (VGG-16, 50,000 images, 60 epochs; `adptvfedconv.communication`): "
-            + "; ".join(f"{what}: {mib:,.0f} MiB" for what, mib in paper.items()) + f" ({link}).")]
-    comp = adpt.compute(records)
-    comp = comp[comp["scale"] == "paper's VGG-16"]
-    if len(comp):
-        out.append(("AdptVFedConv: what a client computes",
-                    "Forward MACs of a client's extractor on its tile over the whole VGG-16 on the image "
-                    "(paper's width; `adptvfedconv.compute`): "
-                    + ", ".join(f"{r.cut} {r.ratio:.1%}" for r in comp.itertuples()) + f" ({link})."))
-    return out
-
-
-BEYOND: dict[str, Callable[[Sequence[str], _Records], list[tuple[str, str]]]] = {
-    "vfedmh": _beyond_vfedmh, "easter": _beyond_easter, "multi_vfl": _beyond_multi_vfl,
-    "apc_vfl": _beyond_apc_vfl, "adptvfedconv": _beyond_adptvfedconv,
-}
 
 
 # --------------------------------------------------------------------------- markdown
@@ -790,17 +528,14 @@ def _paper_section(paper: str, profiles: Sequence[str], recs: _Records, out_dir:
                    overview: list[dict[str, Any]], judged: dict[str, pd.DataFrame] | None = None) -> str:
     """A paper's section (artefacts, numbers, claims); appends its line of the overview, and its
     judged claims to ``judged``."""
-    title = TITLES[paper]
-    md = [f"## {title}\n", f"Notebook: [notebooks/{paper}.ipynb](../notebooks/{paper}.ipynb)\n"]
+    study = studies.get(paper)
+    title = study.title
+    md = [f"## {title}\n", f"Notebook: [{study.notebook}](../{study.notebook})\n"]
     arts = artefact_table(paper, profiles, recs)
     md += ["### Artefacts\n", _markdown(arts.drop(columns="kind"))]
-    if paper == "apc_vfl" and "paper" in profiles:
-        present = _present(_study("apc_vfl").PROFILE_SETTINGS["paper"]["datasets"])
-        cost = _study("apc_vfl").pending("paper", datasets=present)
-        if len(cost):
-            md.append(f"The study prices its pending paper-profile runs per dataset, kind and method, not per "
-                      f"artefact: {int(cost['runs'].sum())} runs, at most {cost['cpu_hours_upper'].sum():,.1f} CPU hours "
-                      "where the quick profile's run times give a price (`apc_vfl.pending`).\n")
+    note = study.artefacts_note(profiles)  # what the artefact rows cannot carry (e.g. a price per dataset)
+    if note:
+        md.append(note)
     cells = compare(paper, profiles)
     md.append("### Numbers beside the paper's\n")
     if cells.empty:
@@ -852,23 +587,28 @@ def _paper_section(paper: str, profiles: Sequence[str], recs: _Records, out_dir:
     return "\n".join(md)
 
 
-def build_report(profile_order: Sequence[str] = ("paper", "quick"), out_dir: Path | None = None) -> str:
-    """The report's markdown; writes each paper's comparison figure to ``out_dir``."""
+def build_report(profile_order: Sequence[str] = ("paper", "quick"), out_dir: Path | None = None,
+                 papers: Sequence[str] | None = None) -> str:
+    """The report's markdown; writes each paper's comparison figure to ``out_dir``. ``papers``:
+    the studies reported (default: every registered one with ``in_report``, in the report's order)."""
     profiles = [check_record_profile(p) for p in profile_order]
     out_dir = Path(out_dir) if out_dir is not None else figures_dir()
+    reported = _reported() if papers is None else [studies.get(p) for p in papers]
     recs = _Records()
     overview: list[dict[str, Any]] = []
     judged: dict[str, pd.DataFrame] = {}
-    sections = [_paper_section(paper, profiles, recs, out_dir, overview, judged) for paper in TITLES]
+    sections = [_paper_section(s.name, profiles, recs, out_dir, overview, judged) for s in reported]
     beyond = ["## Beyond the papers\n",
               "Findings the papers do not report, each with its evidence computed here from the records (or a "
               "computation of seconds), or, where it needs training, a pointer to the notebook section that measures it.\n"]
-    for paper, fn in BEYOND.items():
+    for study in reported:
+        if study.beyond is None:
+            continue
         try:
-            findings = fn(profiles, recs)
+            findings = study.beyond(_Evidence(study, profiles, recs))
         except Exception as exc:  # a finding that cannot be computed is said so, not hidden
-            findings = [(f"{TITLES[paper]}: not computed", f"{type(exc).__name__}: {exc}; see the "
-                         f"[{paper} notebook](../notebooks/{paper}.ipynb).")]
+            findings = [(f"{study.title}: not computed", f"{type(exc).__name__}: {exc}; see the "
+                         f"[{study.name} notebook](../{study.notebook}).")]
         for title, text in findings:
             beyond += [f"### {title}\n", text + "\n"]
     head = [
@@ -904,7 +644,7 @@ def findings_section(judged: dict[str, pd.DataFrame], profiles: Sequence[str]) -
           f"({' before '.join(profiles)}); the clauses no profile decides yet are *not testable* at the "
           "scale run, listed with their reasons in each paper's Claims table.\n"]
     for paper, table in judged.items():
-        title = TITLES[paper]
+        title = studies.get(paper).title
         counts = "; ".join(f"{p}: {claimlib.summary(table[table['profile'] == p])}" for p in profiles)
         md.append(f"- **[{title}](#{title.lower()})** ({counts})")
         seen: set[tuple[str, str]] = set()

@@ -30,17 +30,26 @@ from .config import PROFILES, project_root, results_dir
 from .errors import ConfigError
 from .files import move_aside
 from .scheduler import Summary, Task, schedule, status_table
+from . import studies
+from .studies.base import FAMILIES as _FAMILIES
 
-#: Each study's protocol family: the trainer module, its run class, and what a diverging run
-#: does (VFedMH's tables report the runs that diverge at the paper's settings).
-FAMILIES: dict[str, tuple[str, str, str]] = {
-    "split": ("vflkit.training.split", "vflkit.methods.base:RunConfig", "record"),
-    "multi_owner": ("vflkit.training.multi_owner", "vflkit.methods.multi_vfl:MultiVFLConfig", "raise"),
-    "one_shot": ("vflkit.training.one_shot", "vflkit.training.one_shot:OneShotRun", "raise"),
-    "tiles": ("vflkit.training.tiles", "vflkit.training.tiles:TilesRun", "raise"),
-}
-STUDY_FAMILY: dict[str, str] = {"vfedmh": "split", "easter": "split", "demo": "split", "multi_vfl": "multi_owner",
-                                "apc_vfl": "one_shot", "adptvfedconv": "tiles"}
+#: The protocol families by name: trainer module, run class and what a diverging run does
+#: (:data:`vflkit.studies.base.FAMILIES`; each study names its own, :attr:`Study.family`).
+FAMILIES = _FAMILIES
+
+
+def __getattr__(name: str) -> Any:
+    # STUDY_FAMILY, each registered study's family by name, is a view of the registry: built on
+    # access, since filling the registry imports the studies (and torch), which --help must not
+    if name == "STUDY_FAMILY":
+        return {s.name: s.family for s in studies.studies()}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _notebook_studies(notebooks: Sequence[Path]) -> dict[Path, str]:
+    """The study of each notebook that has one (its ``Study.notebook``), by notebook."""
+    by_name = {Path(s.notebook).name: s.name for s in studies.studies()}
+    return {nb: by_name[nb.name] for nb in notebooks if nb.name in by_name}
 
 
 def _load(spec: str) -> Any:
@@ -73,14 +82,12 @@ def study_tasks(paper: str, profile: str, *, seeds: Any = None, overrides: dict[
 
     stale_after = records._commit_date(recompute_before) if recompute_before is not None else None
 
-    family = STUDY_FAMILY[paper]
-    module = importlib.import_module(f"vflkit.studies.{paper}")
-    groups = module.configs(profile, seeds=seeds, overrides=overrides)
-    # A study may order its runs (``run_priority``) and name those that need a GPU (``needs_gpu``).
-    priority = getattr(module, "run_priority", lambda run, rank: (0 if rank == 0 else 1,))
-    needs_gpu = getattr(module, "needs_gpu", lambda run: False)
-    if not isinstance(groups, dict):
-        groups = {"runs": groups}
+    study = studies.get(paper)
+    family = study.family
+    groups = study.groups(profile, seeds=seeds, overrides=overrides, cache=False)
+    # the study orders its runs and names those that need a GPU (its declaration's defaults:
+    # the headline table first, none on a GPU)
+    priority, needs_gpu = study.run_priority, study.needs_gpu
     root = results or results_dir()
     tasks: dict[str, Task] = {}
     for rank, runs in enumerate(groups.values()):
@@ -405,8 +412,9 @@ def main(argv: list[str] | None = None) -> int:
                              f"profile = {shown!r}, so its committed outputs would not be the ones it shows; "
                              f"commit with --profile {shown}, or drop --commit-notebooks (the executed copy goes "
                              f"to notebooks/_executed/{args.profile}/)")
-    papers = [nb.stem for nb in args.notebooks if nb.stem in STUDY_FAMILY]
-    unknown = [str(nb) for nb in args.notebooks if nb.stem not in STUDY_FAMILY]
+    of_notebook = _notebook_studies(args.notebooks)
+    papers = [of_notebook[nb] for nb in args.notebooks if nb in of_notebook]
+    unknown = [str(nb) for nb in args.notebooks if nb not in of_notebook]
     datasets = None if args.datasets is None else args.datasets.split(",")
     if args.status:
         return _print_status(papers, profile=args.profile, device=args.device, datasets=datasets,

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from ..comm import Party
-from ..config import PAPERS, check_int, check_name, check_rate, key_dict, registered_data_digest
+from ..config import check_int, check_name, check_paper, check_rate, key_dict, registered_data_digest
 from ..errors import ConfigError
 
 if TYPE_CHECKING:
@@ -98,8 +98,7 @@ class RunConfig:
     def __post_init__(self) -> None:
         # every field is checked here, before any data is loaded, in an order where each
         # message is about the field that is wrong (n_parties before active and per-party fields)
-        if not isinstance(self.paper, str) or self.paper not in PAPERS:
-            raise ConfigError(f"Invalid paper {self.paper!r}; choose one of {', '.join(PAPERS)}")
+        check_paper(self.paper)
         if self.partition not in PARTITIONS:
             raise ConfigError(
                 f"Invalid partition {self.partition!r}; choose one of {', '.join(PARTITIONS)}"

@@ -2,4 +2,87 @@
 
 Notebooks hold only a parameters cell and calls into these modules, so the small-data profiles
 are settings the package understands rather than branches inside notebooks.
+
+Each study module declares itself once (a :class:`~vflkit.studies.base.Study`, registered with
+:func:`register`); :data:`REGISTRY` holds them all, filled by importing every module of this
+package on first use, so a new paper is one new module here. Importing this package alone loads
+no study (nor torch): ``python -m vflkit.study --help`` stays instant.
 """
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from .base import FAMILIES, Artefact, Study
+
+_REGISTRY: dict[str, Study] = {}
+_LOADED = False
+#: modules of this package that are not studies
+_NOT_STUDIES = frozenset({"base"})
+
+
+def register(study: Study) -> Study:
+    """Add ``study`` to the registry and return it; a second study of the same name is an error
+    (two modules claiming one paper), as is a family :data:`~vflkit.studies.base.FAMILIES` lacks."""
+    from ..errors import ConfigError
+
+    if study.family not in FAMILIES:
+        raise ConfigError(f"study {study.name!r}: unknown family {study.family!r}; known: {', '.join(FAMILIES)}")
+    old = _REGISTRY.get(study.name)
+    if old is not None and old is not study:
+        raise ConfigError(f"a study named {study.name!r} is registered already ({old.title})")
+    _REGISTRY[study.name] = study
+    return study
+
+
+def unregister(name: str) -> Study | None:
+    """Remove the study ``name`` (a test's toy study); returns it, or None if none was registered."""
+    return _REGISTRY.pop(name, None)
+
+
+def _load_all() -> None:
+    """Import every study module of this package once (each registers its study)."""
+    global _LOADED
+    if _LOADED:
+        return
+    for info in pkgutil.iter_modules(__path__):
+        if info.name not in _NOT_STUDIES and not info.name.startswith("_"):
+            importlib.import_module(f"{__name__}.{info.name}")
+    _LOADED = True
+
+
+def studies() -> list[Study]:
+    """Every registered study in the report's order (``order``, then name)."""
+    _load_all()
+    return sorted(_REGISTRY.values(), key=lambda s: (s.order, s.name))
+
+
+def get(name: str) -> Study:
+    """The study ``name``; an unknown name is an error listing the known ones."""
+    from ..errors import ConfigError
+
+    if name not in _REGISTRY:
+        _load_all()
+    if name not in _REGISTRY:
+        raise ConfigError(f"no study {name!r}; registered: {', '.join(s.name for s in studies())}")
+    return _REGISTRY[name]
+
+
+def is_registered(name: str) -> bool:
+    """Whether a study ``name`` is registered already (loads no module: for validating a run's
+    ``paper`` from below the study layer)."""
+    return name in _REGISTRY
+
+
+def __getattr__(attr: str) -> Any:
+    # REGISTRY is read-only and always whole: built on access, after every study module is imported
+    if attr == "REGISTRY":
+        registry: Mapping[str, Study] = MappingProxyType({s.name: s for s in studies()})
+        return registry
+    raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")
+
+
+__all__ = ["REGISTRY", "Artefact", "Study", "get", "is_registered", "register", "studies", "unregister"]

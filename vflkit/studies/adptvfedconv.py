@@ -32,6 +32,8 @@ from ..methods.adptvfedconv import _PRETRAIN_FIELDS, CUTS, AdptVFedConvConfig, c
 from ..report import join_reference, side_by_side
 from ..training import tiles
 from ..training.tiles import LABELS, TilesRun
+from . import base, register
+from .base import Artefact, Study
 
 PAPER = "adptvfedconv"
 DATASET_NAMES = {"cifar10": "CIFAR-10", "cifar100": "CIFAR-100", "cinic10": "CINIC-10"}
@@ -528,6 +530,50 @@ def side(table: pd.DataFrame, digits: int = 2) -> pd.DataFrame:
     return side_by_side(table, index=["method", "setting"], columns="metric", digits=digits)
 
 
-__all__ = ["CLAIMS", "VARIANT_CLAIMS", "DATASET_NAMES", "EXTENSIONS", "H100_S_PER_EPOCH", "PROFILE_SETTINGS", "TABLE2_VARIANTS",
+__all__ = ["CLAIMS", "STUDY", "VARIANT_CLAIMS", "DATASET_NAMES", "EXTENSIONS", "H100_S_PER_EPOCH", "PROFILE_SETTINGS", "TABLE2_VARIANTS",
            "all_runs", "communication", "compute", "configs", "curves", "estimated_h100_minutes", "extensions",
            "plot_fig3", "plot_fig4", "recorded", "results", "runs_frame", "side", "table2", "table3"]
+
+
+# --------------------------------------------------------------------------- the study's declaration
+
+
+def pending_cost(runs: Sequence[TilesRun]) -> pd.DataFrame:
+    """The report's price of pending paper-profile runs: GPU only, at :func:`results`' H100
+    minutes (which share a pre-training between runs)."""
+    df = results("paper")[1].set_index(["variant", "cut", "seed"])
+    idx = [(c.variant, c.adpt.cut, c.seed) for c in runs]
+    return pd.DataFrame({"needs": "GPU", "h100_min": df["estimated_h100_min"].reindex(idx).to_numpy(),
+                         "cpu_h": np.nan})
+
+
+def beyond(evidence: base.Evidence) -> list[tuple[str, str]]:
+    """Findings the paper does not report: communication and computation per client at its scale."""
+    found = evidence.first_with_records()
+    records = list(found[1].values()) if found else []
+    com = communication(records)  # the paper-scale rows are priced from the architecture alone
+    paper = com[com["scale"] == "paper scale (priced)"].set_index("what")["MiB"]
+    link = evidence.notebook("Edge devices: communication and computation")
+    out = [("AdptVFedConv: communication per client, which the paper claims but never measures",
+            "At the paper's scale (VGG-16, 50,000 images, 60 epochs; `adptvfedconv.communication`): "
+            + "; ".join(f"{what}: {mib:,.0f} MiB" for what, mib in paper.items()) + f" ({link}).")]
+    comp = compute(records)
+    comp = comp[comp["scale"] == "paper's VGG-16"]
+    if len(comp):
+        out.append(("AdptVFedConv: what a client computes",
+                    "Forward MACs of a client's extractor on its tile over the whole VGG-16 on the image "
+                    "(paper's width; `adptvfedconv.compute`): "
+                    + ", ".join(f"{r.cut} {r.ratio:.1%}" for r in comp.itertuples()) + f" ({link})."))
+    return out
+
+
+STUDY = register(Study(
+    name=PAPER, title="AdptVFedConv", family="tiles", configs=configs, order=5,
+    artefacts=(
+        Artefact("Table 2", base.groups("table2"), ("table2.*",)),
+        Artefact("Fig. 3", base.groups("table2"), ("fig3.*",)),
+        Artefact("Table 3", base.groups("table3"), ("table3.*",)),
+        Artefact("Fig. 4", base.groups("table3"), ("fig4.*",)),
+    ),
+    claims=CLAIMS, variant_claims=VARIANT_CLAIMS, needs_gpu=needs_gpu, pending_cost=pending_cost, beyond=beyond,
+))

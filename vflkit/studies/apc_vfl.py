@@ -27,12 +27,15 @@ import torch
 
 from .. import claims
 from .. import records as store
-from ..config import apply_overrides, check_profile, check_seeds, check_seeds_once, project_root, results_dir
+from ..config import (apply_overrides, check_profile, check_seeds, check_seeds_once, data_root, project_root,
+                      results_dir)
 from ..partition import APC_VFL_N_ACTIVE
 from ..report import join_reference, side_by_side
 from ..training import one_shot
 from ..training.one_shot import (DATASETS, FIG5_METHODS, LOCAL_METHODS, TABLE2_METHODS, OneShotRun,
                                  available_datasets)
+from . import base, register
+from .base import Artefact, Study
 
 PAPER = "apc_vfl"
 
@@ -819,10 +822,110 @@ CLAIMS: list[claims.Claim] = [
 
 
 __all__ = [
-    "CLAIMS", "DATASETS", "DISPLAY_ORDER", "FIG5_METHODS", "LOCAL_METHODS", "METHOD_LABELS", "PROFILE_SETTINGS",
+    "CLAIMS", "STUDY", "DATASETS", "DISPLAY_ORDER", "FIG5_METHODS", "LOCAL_METHODS", "METHOD_LABELS", "PROFILE_SETTINGS",
     "SENSITIVITY_LR", "SENSITIVITY_METHODS", "VARIANTS", "OneShotRun", "lr_sensitivity", "pending", "split_lr",
     "available_datasets", "beats_local", "configs", "settings", "detail_frame", "fig5_frame", "fig5_long", "fig6_frame",
     "footprint_apc_vfl", "footprint_formula", "footprint_splitnn", "footprint_vfedtrans", "ledger_check",
     "paired_difference", "plot_detail", "plot_fig5", "plot_fig6", "recorded", "run", "runs_frame", "table2",
     "table2_view", "wins",
 ]
+
+
+# --------------------------------------------------------------------------- the study's declaration
+
+
+def _artefact(kind: str, *, methods: Sequence[str] | None = None, datasets: Sequence[str] | None = None,
+              few: bool = False) -> Callable[[dict[str, list[OneShotRun]], str], list[OneShotRun]]:
+    """An artefact's runs: those of one kind at Appendix B's learning rate; ``few``: Fig. 8 /
+    D.3's small aligned counts (with the Local and Ablation runs they are drawn beside), else
+    Fig. 5's."""
+    def runs(by_group: dict[str, list[OneShotRun]], profile: str) -> list[OneShotRun]:
+        out = [c for g in by_group.values() for c in g
+               if c.kind == kind and c.lr != SENSITIVITY_LR and (datasets is None or c.dataset in datasets)
+               and (methods is None or c.method in methods)]
+        small = [c for c in out if c.n_aligned in DATASETS[c.dataset].few_aligned]
+        if not few:
+            return [c for c in out if c.n_aligned not in DATASETS[c.dataset].few_aligned]
+        # Local and Ablation (no aligned count) belong to the small counts only where those are run
+        ran = {c.dataset for c in small}
+        return small + [c for c in out if c.n_aligned is None and c.dataset in ran]
+    return runs
+
+
+def present(datasets: Sequence[str]) -> tuple[str, ...]:
+    """Those of ``datasets`` that load here (looked up once per data folder)."""
+    return _present_in(str(data_root()), tuple(sorted(datasets)))
+
+
+@functools.lru_cache(maxsize=8)
+def _present_in(root: str, datasets: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(available_datasets(datasets)[0])
+
+
+def unavailable(runs: Sequence[OneShotRun]) -> list[OneShotRun]:
+    """The runs on data that is not here (MIMIC-III cannot be redistributed)."""
+    if not runs:
+        return []
+    here = present({c.dataset for c in runs})
+    return [c for c in runs if c.dataset not in here]
+
+
+def unavailable_why(titles: Sequence[str]) -> str:
+    """Why the runs on ``titles`` cannot be made here: MIMIC-III's licence forbids passing it on."""
+    return "data not redistributable" if titles and all("MIMIC" in t for t in titles) else "data not here"
+
+
+def artefacts_note(profiles: Sequence[str]) -> str:
+    """The report's note under the artefacts: the study prices its pending paper-profile runs
+    per dataset, kind and method (:func:`pending`), not per artefact."""
+    if "paper" not in profiles:
+        return ""
+    cost = pending("paper", datasets=present(PROFILE_SETTINGS["paper"]["datasets"]))
+    if not len(cost):
+        return ""
+    return (f"The study prices its pending paper-profile runs per dataset, kind and method, not per "
+            f"artefact: {int(cost['runs'].sum())} runs, at most {cost['cpu_hours_upper'].sum():,.1f} CPU hours "
+            "where the quick profile's run times give a price (`apc_vfl.pending`).\n")
+
+
+def beyond(evidence: base.Evidence) -> list[tuple[str, str]]:
+    """Findings the paper does not report: the ledger against its formulas; Appendix B's learning rate."""
+    found = evidence.first_with_records()
+    if not found:
+        link = evidence.notebook("Communication: ledger vs the paper's formulas")
+        return [("APC-VFL: the communication ledger against the paper's formulas",
+                 f"Not computed: no records yet; see the {link}.")]
+    profile, have = found
+    main, sens = split_lr(list(have.values()))
+    led = ledger_check(main)
+    out = [("APC-VFL: the communication ledger against the paper's formulas (Eqs. 6-10)",
+            f"Bytes counted by the channel over the paper's footprint, {profile} profile (`apc_vfl.ledger_check`; "
+            + evidence.notebook("Communication: ledger vs the paper's formulas") + "):\n\n"
+            + evidence.markdown(led.rename(columns=str)))]
+    sensitivity = lr_sensitivity(main, sens)
+    if len(sensitivity) and "diff_points" in sensitivity:
+        out.append(("APC-VFL: what Appendix B's learning rate changes (Adam at 1e-3 against 0.01)",
+                    f"Paired over the runs recorded at both rates, {profile} profile (`apc_vfl.lr_sensitivity`; "
+                    + evidence.notebook("Sensitivity: Adam at lr 0.01 instead of Appendix B's 1e-3") + "):\n\n"
+                    + evidence.markdown(sensitivity[["kind", "dataset", "method", "pairs", "score_lr_1e-3",
+                                                     "score_lr_0.01", "diff_points", "std_error"]])))
+    return out
+
+
+# Pending runs keep the default price (a CPU each, unpriced per artefact): the study prices them
+# per dataset, kind and method instead (``artefacts_note``).
+STUDY = register(Study(
+    name=PAPER, title="APC-VFL", family="one_shot", configs=configs, order=4,
+    artefacts=(
+        Artefact("Fig. 5", _artefact("fig5"), ("fig5.*",)),
+        Artefact("Fig. 6", _artefact("fig5", methods=("apc_vfl_mse", "vfedtrans")), ("fig6.*",)),
+        Artefact("Fig. 7", _artefact("fig5"), ("fig7_*",)),
+        Artefact("Fig. 8", _artefact("fig5", datasets=("mimic3",), few=True), ("fig8.*",)),
+        Artefact("App. D.3", _artefact("fig5", datasets=("credit_card",), few=True), ("fig8.*",)),
+        Artefact("Table 2", _artefact("table2"), ("table2.csv", "table2_lr0.01.csv")),
+        Artefact("Table 4", _artefact("table2", datasets=("mimic3",)), ("table4.*",)),
+    ),
+    claims=CLAIMS, unavailable=unavailable, unavailable_why=unavailable_why,
+    dataset_title=lambda dataset: DATASETS[dataset].title,
+    artefacts_note=artefacts_note, beyond=beyond,
+))

@@ -19,6 +19,8 @@ from ..methods import RunConfig
 from ..report import load_reference
 from ..training import split
 from ..training.split import history_frame
+from . import register
+from .base import Study
 
 #: Per profile: training/test subset sizes and epochs. MLP party models, plain SGD at
 #: VFedMH's learning rate 0.05 and batch 128 (VFedMH Sec. VI-C).
@@ -105,3 +107,7 @@ def figure(records: Sequence[dict[str, Any]]) -> tuple[plt.Figure, pd.DataFrame]
                  f"({records[0]['profile']} profile, {len(seeds)} seed{'s' if len(seeds) > 1 else ''}; mean and 95 % interval over seeds)")
     ax.legend(title=None, loc="center right")
     return fig, df[["method", "seed", "epoch", "loss", "test_accuracy_pct"]]
+
+
+# The pipeline's demonstration, not a paper: scheduled like the studies, no section in the report.
+STUDY = register(Study(name="demo", title="Demo", family="split", configs=configs, in_report=False, order=0))

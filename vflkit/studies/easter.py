@@ -56,6 +56,8 @@ from ..methods.cvfl import step_size as cvfl_step_size
 from ..report import join_reference, side_by_side
 from ..training import split
 # run_priority: the order the scheduler computes this study's runs in, VFedMH's (C-VFL last)
+from . import base, register
+from .base import Artefact, Study
 from .vfedmh import GRADIENT_READINGS, H100_MINUTES, RESNET_CUT, assign_models, run_priority, unique
 
 PAPER = "easter"
@@ -1074,3 +1076,54 @@ VARIANT_CLAIMS: list[claims.Claim] = [
     claims.Claim(PAPER, "Table VII (parallel links, our pricing)",
                  "training time rises with each low-performance device (parallel links)", _table7_check("parallel")),
 ]
+
+
+# --------------------------------------------------------------------------- the study's declaration
+
+
+def table5_runs(by_group: dict[str, list[RunConfig]], profile: str) -> list[RunConfig]:
+    """Table V and Figs. 4-5 are drawn from the same runs (the baselines' θ2 run and EASTER's)."""
+    return _table5_runs(by_group, settings(profile)["table5_datasets"])
+
+
+def pending_cost(runs: Sequence[RunConfig]) -> pd.DataFrame:
+    """The report's price of pending paper-profile runs (:func:`pending`'s, run by run)."""
+    df = pending({"runs": list(runs)}, [])
+    return pd.DataFrame({"needs": df["needs"], "h100_min": df["estimated_h100_min"], "cpu_h": np.nan})
+
+
+def beyond(evidence: base.Evidence) -> list[tuple[str, str]]:
+    """Findings the paper does not report: the two-party setting of Table VI, as recorded."""
+    found = evidence.first_with_records()
+    text = ("With C = 2 EASTER has one passive party, whose blinding factor must be zero, so the active "
+            "party sees its embedding in the clear; the study runs it only with the recorded option "
+            "`allow_single_passive`")
+    if found:
+        profile, have = found
+        groups = evidence.groups(profile)
+        # table6_security needs at least one recorded EASTER run of Table VI
+        ran = any(c.method == "easter" and evidence.key(c) in have for c in groups["table6"])
+        sec = table6_security(groups, list(have.values())) if ran else pd.DataFrame()
+        flagged = sec[sec["allow_single_passive (recorded)"]] if len(sec) else sec
+        text += (f": {len(flagged)} recorded {profile}-profile setting(s) carry the flag "
+                 f"({', '.join(f'{r.dataset} C = {r.C}' for r in flagged.itertuples()) or 'none'})")
+    link = evidence.notebook("Table VI: 2 to 10 parties")
+    return [("EASTER: Table VI's two-party setting is not private", f"{text} ({link}).")]
+
+
+STUDY = register(Study(
+    name=PAPER, title="EASTER", family="split", configs=configs, order=2,
+    artefacts=(
+        Artefact("Table II", base.groups("table2"), ("table2.*",)),
+        Artefact("Table IV", base.groups("table4"), ("table4.*",)),
+        Artefact("Table V", table5_runs, ("table5.*",)),
+        Artefact("Fig. 4", table5_runs, ("fig4.*",)),
+        Artefact("Fig. 5", table5_runs, ("fig5.*",)),
+        Artefact("Table VI", base.groups("table6"), ("table6.*",)),
+        Artefact("Table VII", base.groups("table2", keep=lambda c: c.method == "easter"), ("table7_*",)),
+        Artefact("Fig. 6", base.groups("fig6"), ("fig6.*",)),
+    ),
+    # VFedMH's run order: the same costs (C-VFL's Q = 10 last)
+    claims=CLAIMS, variant_claims=VARIANT_CLAIMS, needs_gpu=needs_gpu, run_priority=run_priority,
+    pending_cost=pending_cost, beyond=beyond,
+))

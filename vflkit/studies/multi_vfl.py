@@ -31,6 +31,8 @@ from ..methods.server_opt import SERVER_OPTIMIZERS, init_state, server_step
 from ..partition import NIID_SCENARIOS
 from ..training import dataset as training_dataset, multi_owner
 from ..training.multi_owner import update_scale  # noqa: F401  (round 1's |t| and sqrt(v) beside tau, by name)
+from . import base, register
+from .base import Artefact, Study
 
 PAPER = "multi_vfl"
 
@@ -624,3 +626,38 @@ def figure3(records: Sequence[dict[str, Any]]) -> tuple[plt.Figure, pd.DataFrame
     fig = _panels(df, "optimizer", list(OPTIMIZER_LABELS.values()),
                   "Fig. 3: 4niid (4 of 5 label owners non-IID) by server optimizer", "server optimizer")
     return fig, df
+
+
+# --------------------------------------------------------------------------- the study's declaration
+
+
+def pending_cost(runs: Sequence[MultiVFLConfig]) -> pd.DataFrame:
+    """The report's price of pending paper-profile runs: :func:`pending`'s CPU hours, run by run."""
+    df = pending("paper").set_index(["dataset", "scenario", "optimizer", "seed"])
+    idx = [(DATASET_LABELS[c.dataset], c.scenario, OPTIMIZER_LABELS[c.server_optimizer], c.seed) for c in runs]
+    return pd.DataFrame({"needs": "CPU", "h100_min": np.nan,
+                         "cpu_h": df["estimated_cpu_hours"].reindex(idx).to_numpy()})
+
+
+def beyond(evidence: base.Evidence) -> list[tuple[str, str]]:
+    """Findings the paper does not report: the server optimizers' step sizes against FedAvg's."""
+    found = evidence.first_with_records()
+    title = "Multi-VFL: how far each server optimizer moves the model, and its accuracy"
+    link = evidence.notebook("What the server optimizers do here, measured")
+    if not found:
+        return [(title, f"Not computed: no records yet; see the {link}.")]
+    profile, have = found
+    table = displacement(list(have.values()))
+    lines = explain(table) if len(table) else []
+    return [(title, f"From the {profile} profile's records (`multi_vfl.displacement`, `explain`; {link}):\n\n"
+             + "\n".join(f"- {s}" for s in lines))]
+
+
+STUDY = register(Study(
+    name=PAPER, title="Multi-VFL", family="multi_owner", configs=configs, order=3,
+    artefacts=(
+        Artefact("Fig. 2", base.every_run(lambda c: c.server_optimizer == "fedavg"), ("fig2.*", "final_accuracy.csv")),
+        Artefact("Fig. 3", base.every_run(lambda c: c.scenario == "4niid"), ("fig3.*", "final_accuracy.csv")),
+    ),
+    claims=CLAIMS, needs_gpu=needs_gpu, pending_cost=pending_cost, beyond=beyond,
+))

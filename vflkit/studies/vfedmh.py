@@ -42,6 +42,8 @@ from ..methods.cvfl import step_size as cvfl_step_size
 from ..report import join_reference
 from ..training import split
 from ..training.split import history_frame
+from . import base, register
+from .base import Artefact, Study
 
 #: Model sets of Table II: the three small networks and the three ResNets.
 SMALL_MODELS: tuple[str, ...] = ("cnn", "lenet", "mlp")
@@ -1148,3 +1150,78 @@ def paper_so_far(artefact: str = "table2") -> tuple[pd.DataFrame, pd.DataFrame, 
                         "estimated_h100_min": H100_MINUTES.get((c.method, arch)) if gpu else None})
     return table, pd.DataFrame(pending), found
 
+
+
+# --------------------------------------------------------------------------- the study's declaration
+
+
+def pending_cost(runs: Sequence[RunConfig]) -> pd.DataFrame:
+    """The report's price of pending paper-profile runs, run by run (:func:`paper_so_far` reports
+    a group's pending runs without their keys, and the runs of Table IV differ only in
+    optimizer): the ResNets on a GPU at the calibrated :data:`H100_MINUTES`, the small networks
+    on a CPU, unpriced."""
+    rows = []
+    for c in runs:
+        gpu = needs_gpu(c)
+        arch = "resnet" if c.method == "vfedmh" and gpu else c.models[0]
+        rows.append({"needs": "GPU" if gpu else "CPU", "cpu_h": np.nan,
+                     "h100_min": H100_MINUTES.get((c.method, arch), np.nan) if gpu else np.nan})
+    return pd.DataFrame(rows, columns=["needs", "h100_min", "cpu_h"])
+
+
+def beyond(evidence: base.Evidence) -> list[tuple[str, str]]:
+    """Findings the paper does not report: label leakage (pointer), the literal blinding scalar,
+    divergence, C-VFL's Q."""
+    out = [("VFedMH: a passive party recovers every training label from round 4",
+            "Round 4 sends each passive party ∂L_k/∂R_k, whose one negative entry per row is the true "
+            "class, so an arg-min recovers each label of each batch without a model or auxiliary data "
+            "(measured on a real run in the " + evidence.notebook("What a passive party learns: labels from round 4")
+            + "; `vflkit.attacks.label_leakage` trains, so this report does not recompute it).")]
+    d = blinding_demo()  # a 128x128 masking demonstration, no training (milliseconds)
+    out.append(("VFedMH: Eq. (5) read literally (one blinding scalar per party) reveals the embedding",
+                f"From one blinded 128×128 embedding the active party computes differences between entries: "
+                f"their correlation with the true embedding is {d['corr_literal']:.3f} with one scalar per party and "
+                f"{d['corr_per_entry']:+.3f} with a mask per entry; the aggregate's largest error is "
+                f"{d['max_abs_error']:.2g} (ring bound {d['error_bound']:.2g}) either way "
+                f"(`vfedmh.blinding_demo()`; " + evidence.notebook("Blinding factors") + ")."))
+    found = evidence.first_with_records()
+    if found:
+        profile, have = found
+        groups = evidence.groups(profile)
+        runs = evidence.runs(profile)
+        key = evidence.key
+        div = diverged_runs([have[key(c)] for c in runs if key(c) in have])
+        out.append(("VFedMH: divergence at the paper's learning rate 0.05",
+                    f"{len(div)} of {sum(key(c) in have for c in runs)} recorded {profile}-profile runs diverged"
+                    + (": " + "; ".join(f"{r.method} {r.models} on {r.dataset} (epoch {r.epoch}"
+                                        + (", collapsed to chance and trained on there)" if r.how == "collapsed"
+                                           else ")")
+                                        for r in div.itertuples()) if len(div) else "")
+                    + " (`vfedmh.diverged_runs`)."))
+        t = cvfl_local_iterations(groups, list(have.values()))
+        if len(t):
+            cols = [c for c in t.columns if c.startswith("Q=")]
+            means, counts = t.groupby("dataset")[cols].mean(), t.groupby("dataset")[cols].count()
+            out.append(("VFedMH: C-VFL's local iterations Q and its learning rate (Q = 1 is the equal-compute control)",
+                        "; ".join(f"{ds}: " + ", ".join(f"{means.loc[ds, c]:.1f} % at {c} ({counts.loc[ds, c]} runs)"
+                                                       for c in cols if counts.loc[ds, c])
+                                  for ds in means.index)
+                        + f" (mean test accuracy over architectures and seeds, {profile} profile; Table II's cell is "
+                        f"Q = 10 at {CVFL_LR:g}, the rate C-VFL's analysis allows; "
+                        "`vfedmh.cvfl_local_iterations`)."))
+    return out
+
+
+STUDY = register(Study(
+    name="vfedmh", title="VFedMH", family="split", configs=configs, order=1,
+    artefacts=(
+        Artefact("Table II", base.groups("table2"), ("table2.*",)),
+        Artefact("Table III", base.groups("table3"), ("table3.*",)),
+        Artefact("Table IV", base.groups("table4", "table4_standard"), ("table4.*",)),
+        Artefact("Fig. 3", base.groups("table2"), ("fig3.*",)),
+        Artefact("Fig. 4", base.groups("table4", "table4_standard"), ("fig4.*",)),
+        Artefact("Fig. 5", base.groups("fig5"), ("fig5.*",)),
+    ),
+    claims=CLAIMS, variant_claims=VARIANT_CLAIMS, needs_gpu=needs_gpu, run_priority=run_priority,
+    pending_cost=pending_cost, beyond=beyond,
+))

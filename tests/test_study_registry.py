@@ -1,0 +1,125 @@
+"""Tests of the study contract (vflkit.studies): each paper declares itself once, the CLI and the
+report read only the registry, and a sixth paper is one module: a toy study registered here
+shows in the scheduler's tasks, ``--status`` and the report, and goes when unregistered."""
+
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+from vflkit import claims, records, reproduction, studies, study
+from vflkit.config import project_root
+from vflkit.errors import ConfigError
+from vflkit.methods import RunConfig
+from vflkit.studies.base import FAMILIES, Artefact, Study, groups
+
+PAPERS = ("vfedmh", "easter", "multi_vfl", "apc_vfl", "adptvfedconv")
+
+
+def test_every_study_module_registers_one_study():
+    """The registry holds the five papers in the report's order and the demo; each module's
+    ``STUDY`` is the registered one, with a known family, its notebook, its module's claims."""
+    registered = studies.REGISTRY
+    assert set(registered) == {*PAPERS, "demo"}
+    assert list(reproduction.TITLES) == list(PAPERS)  # the demo is no paper: no section
+    assert reproduction.TITLES["apc_vfl"] == "APC-VFL"
+    for name, s in registered.items():
+        module = importlib.import_module(f"vflkit.studies.{name}")
+        assert module.STUDY is s is studies.get(name)
+        assert s.family in FAMILIES and study.STUDY_FAMILY[name] == s.family
+        assert (project_root() / s.notebook).exists(), s.notebook
+        assert list(s.claims) == list(getattr(module, "CLAIMS", []))
+        assert list(s.variant_claims) == list(getattr(module, "VARIANT_CLAIMS", []))
+        assert len({a.label for a in s.artefacts}) == len(s.artefacts)
+    with pytest.raises(ConfigError, match="registered already"):
+        studies.register(Study(name="vfedmh", title="again", family="split", configs=lambda p, **k: []))
+    with pytest.raises(ConfigError, match="unknown family"):
+        studies.register(Study(name="nofamily", title="x", family="carrier_pigeon", configs=lambda p, **k: []))
+    with pytest.raises(ConfigError, match="no study 'nosuch'"):
+        studies.get("nosuch")
+
+
+def test_the_cli_and_the_report_keep_no_per_paper_chains():
+    """Per-paper knowledge lives in the study modules: neither the CLI nor the report branches on
+    a paper's name."""
+    for module in ("study.py", "reproduction.py"):
+        text = (project_root() / "vflkit" / module).read_text()
+        names = "|".join(PAPERS)
+        found = re.findall(rf"\bpaper\s*(?:==|!=|(?:not )?in \()|\"(?:{names})\"", text)
+        assert not found, f"vflkit/{module}: {found}"
+
+
+# --------------------------------------------------------------------------- a sixth paper
+
+
+def toy_configs(profile: str, *, seeds=None, overrides=None) -> dict[str, list[RunConfig]]:
+    """Local and SplitNN on 64 MNIST images, one epoch: the demo's kind of run."""
+    return {"table1": [RunConfig(paper="toy", dataset="mnist", method=m, models=("mlp",) * 4, lr=0.05,
+                                 partition="strips_width", n_parties=4, batch_size=64, n_train=64, n_test=64,
+                                 epochs=1, seed=s)
+                       for m in ("local", "splitnn") for s in (seeds or (0,))]}
+
+
+def _splitnn_recorded(profile: str) -> claims.Verdict:
+    """The toy's one clause: agree once its SplitNN run is recorded."""
+    runs = [c for c in toy_configs(profile)["table1"] if c.method == "splitnn"]
+    found = records.load_available(runs, profile=profile)
+    return claims.Verdict(claims.AGREE, f"{len(found)} record") if found else claims.not_testable("no record")
+
+
+def _toy_beyond(evidence) -> list[tuple[str, str]]:
+    found = evidence.first_with_records()
+    return [("Toy: what is recorded", f"{len(found[1]) if found else 0} runs at the {found and found[0]} profile "
+             f"({evidence.notebook('Table 1')})")]
+
+
+@pytest.fixture
+def toy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A toy study registered for one test, with results and figures in a temporary folder."""
+    monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path / "results"))
+    monkeypatch.setenv("VFLKIT_FIGURES", str(tmp_path / "figures"))
+    monkeypatch.setenv("VFLKIT_OFFLINE", "1")
+    s = studies.register(Study(
+        name="toy", title="Toy", family="split", configs=toy_configs, notebook="notebooks/toy.ipynb",
+        artefacts=(Artefact("Table 1", groups("table1"), ("table1.*",)),),
+        claims=[claims.Claim("toy", "Table 1", "SplitNN's run is recorded", _splitnn_recorded)],
+        needs_gpu=lambda run: run.method == "splitnn", beyond=_toy_beyond))
+    yield s
+    studies.unregister("toy")
+
+
+def test_a_toy_study_is_scheduled_and_reported_from_its_declaration_alone(toy, tmp_path):
+    """Registering a study is all a new paper needs: its runs become scheduler tasks (with its
+    GPU rule), ``status`` lists the unrecorded ones, and the report gives it an overview line, a
+    section with its artefact, claims and finding; unregistered, it is gone everywhere."""
+    assert reproduction.TITLES["toy"] == "Toy" and study.STUDY_FAMILY["toy"] == "split"
+    runs = {c.method: c for c in toy.runs("quick")}
+    # the SplitNN run recorded (a fake trainer: nothing is trained), the Local run not
+    records.run_one(runs["splitnn"], train=lambda run, **kw: {"final": {"active": {"test_accuracy": 0.5}}},
+                    profile="quick", device="cpu", progress=False)
+    here, gpu = study.select_tasks(["toy"], "quick", "cpu")
+    assert {t.key for t in here} == {runs["local"].key} and {t.key for t in gpu} == {runs["splitnn"].key}
+    assert all(t.payload["family"] == "split" and t.label.startswith("toy: ") for t in here + gpu)
+    table = study.status(["toy"], profile="quick", device="cpu", include_gpu_runs=True)
+    assert table.key.tolist() == [runs["local"].key] and table.status.tolist() == ["pending"]
+
+    (tmp_path / "figures" / "toy" / "quick").mkdir(parents=True)
+    (tmp_path / "figures" / "toy" / "quick" / "table1.csv").write_text("method,score\nsplitnn,0.5\n")
+    text = reproduction.build_report(("paper", "quick"), tmp_path / "figures", papers=["toy"])
+    overview = text.split("## Overview", 1)[1].split("\n## ", 1)[0]
+    assert "| [Toy](#toy) | 1 quick in part |" in overview
+    section = text.split("\n## Toy\n", 1)[1]
+    assert "Notebook: [notebooks/toy.ipynb](../notebooks/toy.ipynb)" in section
+    row = next(line for line in section.splitlines() if line.startswith("| Table 1 |"))
+    assert "quick in part (1 of 2 runs)" in row and "pending: CPU (2 runs)" in row
+    assert "[quick/table1.csv](toy/quick/table1.csv)" in row
+    assert "Toy prints no table of numbers" in section
+    claims_part = section.split("### Claims", 1)[1]
+    assert "| Table 1 | SplitNN's run is recorded | agree | 1 record |" in claims_part
+    assert "### Toy: what is recorded\n\n1 runs at the quick profile ([toy notebook](../notebooks/toy.ipynb)" in text
+
+    studies.unregister("toy")
+    assert "toy" not in reproduction.TITLES and "toy" not in study.STUDY_FAMILY
+    with pytest.raises(ConfigError, match="no study 'toy'"):
+        study.study_tasks("toy", "quick")

@@ -1,0 +1,190 @@
+"""The study contract: what each paper's study declares once, and what the CLI, the report and
+the tests read from it (:data:`vflkit.studies.REGISTRY`).
+
+A study module builds one :class:`Study` at its end and registers it
+(``STUDY = register(Study(...))``); ``python -m vflkit.study`` schedules its runs and
+``python -m vflkit.reproduction`` writes its section from that declaration alone, so a new paper
+is one new module under ``vflkit/studies/``. This module imports nothing heavy (no torch, no
+pandas): ``python -m vflkit.study --help`` reads the family table without loading a trainer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Protocol, Sequence
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ..claims import Claim
+
+
+class Family(NamedTuple):
+    """A protocol family: its trainer module, its run class (``module:Name``) and what a run that
+    diverges does (``"record"``: the run's record says so; ``"raise"``: an error)."""
+
+    trainer: str
+    run_class: str
+    on_divergence: str = "raise"
+
+
+#: The protocol families by name. VFedMH's tables report the runs that diverge at the paper's
+#: settings, so the split family records divergence instead of raising.
+FAMILIES: dict[str, Family] = {
+    "split": Family("vflkit.training.split", "vflkit.methods.base:RunConfig", "record"),
+    "multi_owner": Family("vflkit.training.multi_owner", "vflkit.methods.multi_vfl:MultiVFLConfig", "raise"),
+    "one_shot": Family("vflkit.training.one_shot", "vflkit.training.one_shot:OneShotRun", "raise"),
+    "tiles": Family("vflkit.training.tiles", "vflkit.training.tiles:TilesRun", "raise"),
+}
+
+#: A study's runs under one profile, by group (artefact): ``configs`` may return a flat list,
+#: which :meth:`Study.groups` files under this one name.
+RUNS = "runs"
+
+
+class Evidence(Protocol):
+    """The records of one study as the report loaded them (each profile's once), handed to the
+    study's :attr:`Study.beyond`; implemented by :mod:`vflkit.reproduction`."""
+
+    profiles: Sequence[str]
+
+    def get(self, profile: str) -> dict[str, dict[str, Any]]:
+        """The records of the study's runs under ``profile``, by key."""
+
+    def first_with_records(self) -> tuple[str, dict[str, dict[str, Any]]] | None:
+        """The most completely recorded profile and its records; None when none has any."""
+
+    def groups(self, profile: str) -> dict[str, list[Any]]:
+        """The study's runs under ``profile``, by group."""
+
+    def runs(self, profile: str) -> list[Any]:
+        """Every run of the study under ``profile``, once each."""
+
+    def key(self, run: Any) -> str:
+        """``run.key``, computed once."""
+
+    def notebook(self, section: str) -> str:
+        """A markdown link to the study's notebook naming ``section``."""
+
+    def markdown(self, df: pd.DataFrame) -> str:
+        """``df`` as a markdown table, as the report prints tables."""
+
+
+@dataclass(frozen=True)
+class Artefact:
+    """One table or figure a paper prints: the runs behind it and the files its notebook writes."""
+
+    label: str  # as the paper names it: "Table II", "Fig. 3"
+    runs: Callable[[Mapping[str, list[Any]], str], list[Any]]  # (the study's groups, profile) -> its runs
+    files: tuple[str, ...]  # glob patterns under figures/<paper>/<profile>/
+
+
+_KEY_OF: dict[int, tuple[Any, str]] = {}
+
+
+def key_of(run: Any) -> str:
+    """``run.key``, hashed once per run object (a config's key hashes its whole dict: the report's
+    thousands of lookups would take seconds). The run is kept beside its key, so its id is never
+    reused."""
+    hit = _KEY_OF.get(id(run))
+    if hit is None or hit[0] is not run:
+        hit = _KEY_OF[id(run)] = (run, run.key)
+    return hit[1]
+
+
+def unique(runs: Any) -> list[Any]:
+    """``runs`` once each (by key), in first-seen order."""
+    return list({key_of(r): r for r in runs}.values())
+
+
+#: An artefact's run selector: (the study's runs by group, profile) -> the runs it is drawn from.
+RunSelector = Callable[[Mapping[str, list[Any]], str], list[Any]]
+
+
+def groups(*names: str, keep: Callable[[Any], bool] = lambda run: True) -> RunSelector:
+    """An artefact's runs: those of the named groups of the study's ``configs`` that ``keep`` selects."""
+    def runs(by_group: Mapping[str, list[Any]], profile: str) -> list[Any]:
+        return unique(c for n in names for c in by_group.get(n, []) if keep(c))
+    return runs
+
+
+def every_run(keep: Callable[[Any], bool] = lambda run: True) -> RunSelector:
+    """An artefact's runs: every run of the study that ``keep`` selects."""
+    def runs(by_group: Mapping[str, list[Any]], profile: str) -> list[Any]:
+        return unique(c for g in by_group.values() for c in g if keep(c))
+    return runs
+
+
+def headline_first(run: Any, rank: int) -> tuple:
+    """The default run order: the runs of the first group (the headline table) first."""
+    return (0 if rank == 0 else 1,)
+
+
+@dataclass(frozen=True, eq=False)
+class Study:
+    """What one paper's study declares; the defaults are what most studies do alike."""
+
+    name: str  # the study module's name, the records' ``paper`` and the figures' folder
+    title: str  # as the paper is named (the report's headings)
+    family: str  # a key of :data:`FAMILIES`: trainer, run class, divergence policy
+    #: ``configs(profile, *, seeds=None, overrides=None)``: the runs, by group or as a list
+    configs: Callable[..., dict[str, list[Any]] | list[Any]]
+    #: the tables and figures the paper prints, in its order
+    artefacts: tuple[Artefact, ...] = ()
+    claims: Sequence[Claim] = ()  # the study's CLAIMS
+    variant_claims: Sequence[Claim] = ()  # the same clauses on our variants (VARIANT_CLAIMS)
+    needs_gpu: Callable[[Any], bool] = lambda run: False
+    run_priority: Callable[[Any, int], tuple] = headline_first  # (run, rank of its group) -> sort key
+    #: the pending paper-profile runs of an artefact priced (columns ``needs`` "GPU"/"CPU",
+    #: ``h100_min``, ``cpu_h``); None: each needs a CPU and has no estimate
+    pending_cost: Callable[[Sequence[Any]], pd.DataFrame] | None = None
+    unavailable: Callable[[Sequence[Any]], list[Any]] = lambda runs: []  # runs on data that is not here
+    #: why those runs cannot be made, given their datasets' titles
+    unavailable_why: Callable[[Sequence[str]], str] = lambda titles: "data not here"
+    dataset_title: Callable[[str], str] = lambda dataset: dataset  # a dataset as the paper names it
+    #: a paragraph after the artefact table, given the report's profiles ("" for none)
+    artefacts_note: Callable[[Sequence[str]], str] = lambda profiles: ""
+    #: findings beyond the paper: (heading, markdown) pairs from the study's records
+    beyond: Callable[[Evidence], list[tuple[str, str]]] | None = None
+    in_report: bool = True  # the demo is not a paper: no section of its own
+    order: int = 100  # the report's order of papers (then by name)
+    notebook: str = ""  # relative to the project root; default notebooks/<name>.ipynb
+    _groups: dict[str, dict[str, list[Any]]] = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.notebook:
+            object.__setattr__(self, "notebook", f"notebooks/{self.name}.ipynb")
+
+    def groups(self, profile: str, *, seeds: Any = None, overrides: dict[str, Any] | None = None,
+               cache: bool = True) -> dict[str, list[Any]]:
+        """``configs(profile)`` as a dict of group -> runs; the profile's own runs are built once
+        (the artefacts and the report share them), those with ``seeds``/``overrides`` or without
+        ``cache`` (the scheduler's: a study's settings may have changed since) each time."""
+        if seeds is not None or overrides is not None or not cache:
+            return self._as_groups(self.configs(profile, seeds=seeds, overrides=overrides))
+        if profile not in self._groups:
+            self._groups[profile] = self._as_groups(self.configs(profile))
+        return self._groups[profile]
+
+    @staticmethod
+    def _as_groups(cfg: dict[str, list[Any]] | list[Any]) -> dict[str, list[Any]]:
+        return dict(cfg) if isinstance(cfg, dict) else {RUNS: list(cfg)}
+
+    def runs(self, profile: str) -> list[Any]:
+        """Every run of the study under ``profile``, once each."""
+        return every_run()(self.groups(profile), profile)
+
+    def artefact_runs(self, artefact: Artefact, profile: str) -> list[Any]:
+        """The runs ``artefact`` is drawn from under ``profile``."""
+        return artefact.runs(self.groups(profile), profile)
+
+    def artefact(self, label: str) -> Artefact:
+        """The artefact the paper names ``label``."""
+        for art in self.artefacts:
+            if art.label == label:
+                return art
+        raise KeyError(f"{self.title} has no artefact {label!r}; it has {', '.join(a.label for a in self.artefacts)}")
+
+
+__all__ = ["FAMILIES", "RUNS", "Artefact", "Evidence", "Family", "RunSelector", "Study", "every_run", "groups",
+           "headline_first", "key_of", "unique"]
