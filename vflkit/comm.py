@@ -637,9 +637,9 @@ class Party:
                 self._lookup[split] = (own[order], order)
         self.models: dict[str, torch.nn.Module] = {}
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
-        #: Set (by :func:`checked_batches`) while every batch it is asked for was cut from ids
-        #: already checked on the host by :meth:`check_ids`: the per-batch checks, which read the
-        #: index back (a blocking sync when it lives on a GPU), are then skipped.
+        #: Set (by :func:`checked_batches`) while every batch it is asked for by sample id was cut
+        #: from ids already checked on the host by :meth:`check_ids`: the per-batch checks, which
+        #: read the index back (a blocking sync when it lives on a GPU), are then skipped.
         self.prechecked = False
         #: Scratch space for what a party keeps between protocol steps (e.g. its embedding's
         #: graph while it waits for the gradient message).
@@ -675,7 +675,8 @@ class Party:
         # checks the upper end (see _take).
         if index.dtype in (torch.bool, torch.uint8) or index.is_floating_point() or index.is_complex():
             raise PartitionError(f"{self.name}: {what} must be an integer tensor, got {index.dtype}")
-        if not self.prechecked and index.numel() and int(index.min()) < 0:
+        # ids under checked_batches were checked by check_ids; rows never are (check_ids takes ids)
+        if not (self.prechecked and rows is None) and index.numel() and int(index.min()) < 0:
             bad = index[index < 0][:5].tolist()
             raise PartitionError(f"{self.name} does not hold {what} {bad} of {split}: they are negative")
         if rows is not None:
