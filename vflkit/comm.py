@@ -25,8 +25,9 @@ in one phase is not counted twice.
 from __future__ import annotations
 
 from collections import defaultdict, deque
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
@@ -636,6 +637,10 @@ class Party:
                 self._lookup[split] = (own[order], order)
         self.models: dict[str, torch.nn.Module] = {}
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
+        #: Set (by :func:`checked_batches`) while every batch it is asked for by sample id was cut
+        #: from ids already checked on the host by :meth:`check_ids`: the per-batch checks, which
+        #: read the index back (a blocking sync when it lives on a GPU), are then skipped.
+        self.prechecked = False
         #: Scratch space for what a party keeps between protocol steps (e.g. its embedding's
         #: graph while it waits for the gradient message).
         self.state: dict[str, Any] = {}
@@ -670,7 +675,8 @@ class Party:
         # checks the upper end (see _take).
         if index.dtype in (torch.bool, torch.uint8) or index.is_floating_point() or index.is_complex():
             raise PartitionError(f"{self.name}: {what} must be an integer tensor, got {index.dtype}")
-        if index.numel() and int(index.min()) < 0:
+        # ids under checked_batches were checked by check_ids; rows never are (check_ids takes ids)
+        if not (self.prechecked and rows is None) and index.numel() and int(index.min()) < 0:
             bad = index[index < 0][:5].tolist()
             raise PartitionError(f"{self.name} does not hold {what} {bad} of {split}: they are negative")
         if rows is not None:
@@ -678,12 +684,30 @@ class Party:
         lookup = self._lookup[split]
         if lookup is None:
             return ids
-        sorted_ids, order = lookup
+        # the lookup tables live on the host; an index on a device takes them there (no read back)
+        sorted_ids, order = (t.to(ids.device) for t in lookup)
         pos = torch.searchsorted(sorted_ids, ids).clamp(max=len(sorted_ids) - 1)
+        if self.prechecked:  # every id was found by check_ids: no per-batch read back
+            return order[pos]
         if not torch.equal(sorted_ids[pos], ids):
             missing = ids[sorted_ids[pos] != ids][:5].tolist()
             raise PartitionError(f"{self.name} does not hold sample ids {missing} of {split}")
         return order[pos]
+
+    def check_ids(self, split: str, ids: torch.Tensor) -> None:
+        """Check once, on the host, that this party holds every sample id of ``ids`` (e.g. an
+        epoch's batch order): batches cut from it may then be taken under :func:`checked_batches`
+        without the per-batch checks, which would read a device index back at every batch."""
+        ids = ids.cpu()  # a host tensor: the check reads values, and must not stall a device
+        prechecked, self.prechecked = self.prechecked, False  # this is the check: never skipped
+        try:
+            rows = self._rows(split, ids, None)
+        finally:
+            self.prechecked = prechecked
+        held = self.n_samples(split)
+        if rows.numel() and int(rows.max()) >= held:
+            bad = ids[rows >= held][:5].tolist()
+            raise PartitionError(f"{self.name} does not hold sample ids {bad} of {split}")
 
     def features(self, split: str = "train", *, rows: torch.Tensor | None = None,
                  ids: torch.Tensor | None = None) -> torch.Tensor:
@@ -720,6 +744,21 @@ class Party:
         frm = sender.name if isinstance(sender, Party) else sender
         payload = self.channel.recv(self.name, frm, kind)
         return _to_device(payload, self.device)
+
+
+@contextmanager
+def checked_batches(parties: Sequence[Party]) -> Iterator[None]:
+    """While inside, ``parties`` take batches without per-batch id checks (host reads); the
+    caller must have checked the ids the batches are cut from with :meth:`Party.check_ids`
+    (the split trainer does, once per epoch on the host copy of the batch order)."""
+    before = [p.prechecked for p in parties]
+    for p in parties:
+        p.prechecked = True
+    try:
+        yield
+    finally:
+        for p, b in zip(parties, before):
+            p.prechecked = b
 
 
 def _to_device(payload: Any, device: torch.device) -> Any:

@@ -988,10 +988,14 @@ def aggregate(active_embedding: torch.Tensor | None, blinded: Sequence[torch.Ten
     if len(shapes) > 1:
         raise ConfigError(f"all embeddings must have one shape to be aggregated, got {sorted(shapes)}.")
     shape = shapes.pop()
+    active_host: np.ndarray | None = None
     if active_embedding is not None:
         if not active_embedding.is_floating_point():
             raise ConfigError(f"active_embedding must be a float tensor, got {active_embedding.dtype}.")
-        if not bool(torch.isfinite(active_embedding).all()):
+        # One copy to the host, which the sum below needs anyway; checked there, so a device
+        # embedding costs one read back rather than two (a bool() of a device flag, then the copy).
+        active_host = active_embedding.detach().to("cpu", torch.float64).numpy()
+        if not np.isfinite(active_host).all():
             raise NonFiniteEmbeddingError(
                 "aggregate got an active embedding with NaN or infinite values: the active party's "
                 "model diverged; lower the learning rate or clip gradients."
@@ -1003,8 +1007,8 @@ def aggregate(active_embedding: torch.Tensor | None, blinded: Sequence[torch.Ten
     _check_cancelled(ring_sum, len(blinded), ring)
     total = ring_sum.view(np.int64).astype(np.float64) / ring._scale
     device = active_embedding.device if active_embedding is not None else blinded[0].device
-    if active_embedding is not None:
-        total = total + active_embedding.detach().to("cpu", torch.float64).numpy()
+    if active_host is not None:
+        total = total + active_host
     return torch.from_numpy(np.asarray(total / n)).to(device=device, dtype=dtype)
 
 

@@ -23,7 +23,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .. import records
-from ..comm import ROUNDS_COUNTED_AS, Channel, Party
+from ..comm import ROUNDS_COUNTED_AS, Channel, Party, checked_batches
 from ..errors import BudgetExhausted, ConfigError, DivergenceError
 from ..methods.base import RunConfig
 from ..records import checkpoint_path
@@ -210,35 +210,43 @@ def train(
         # The shuffle is a public protocol parameter (seeded), so parties need no message to
         # agree on the batch order.
         order = train_ids[torch.randperm(len(train_ids), generator=gen)]
+        # Every party's ids are checked once per epoch on this host copy, then the order goes to
+        # the device in one copy: the steps take their batches by device-side indexing, with no
+        # per-batch index copy nor check that would make a GPU wait (checked_batches).
+        for party in method.parties:
+            if "train" in party.ids:
+                party.check_ids("train", order)
+        order = order.to(device)
         window = _LossWindow(epoch=epoch, limit=max_loss,
                              every=SYNC_EVERY_CUDA if device.type == "cuda" else 1)
         method.train()
         returned = 0
-        for step in range(n_steps):
-            channel.at(epoch=epoch, step=step, phase="train")
-            ids = order[step * config.batch_size:(step + 1) * config.batch_size]
-            try:
-                # inside: a method may detect the divergence itself (e.g. VFedMH's encoder
-                # refusing a NaN embedding, NonFiniteEmbeddingError), and "record" holds for it too
-                losses = method.train_step(ids)
-                returned = step + 1  # this epoch's steps that sent all their messages
-                window.add(step, len(ids), losses)
-                if step == n_steps - 1:
-                    window.drain()
-            except DivergenceError as err:
-                try:  # a step before this one may have diverged unread (on a GPU): it comes first
-                    window.drain()
-                except DivergenceError as earlier:
-                    err = earlier
-                if on_divergence == "raise":
-                    raise err from None
-                # steps_run: the steps whose train_step returned, so sent all their messages (on a
-                # GPU the bad step may be an earlier one, read back late); a per-step traffic figure
-                # divides the epoch's ledger by it
-                diverged = {"epoch": epoch, "step": getattr(err, "step", step), "steps_run": returned,
-                            "message": str(err)}
-                break
-            bar.update(1)
+        with checked_batches(method.parties):  # the ids were checked above, once
+            for step in range(n_steps):
+                channel.at(epoch=epoch, step=step, phase="train")
+                ids = order[step * config.batch_size:(step + 1) * config.batch_size]
+                try:
+                    # inside: a method may detect the divergence itself (e.g. VFedMH's encoder
+                    # refusing a NaN embedding, NonFiniteEmbeddingError), and "record" holds for it too
+                    losses = method.train_step(ids)
+                    returned = step + 1  # this epoch's steps that sent all their messages
+                    window.add(step, len(ids), losses)
+                    if step == n_steps - 1:
+                        window.drain()
+                except DivergenceError as err:
+                    try:  # a step before this one may have diverged unread (on a GPU): it comes first
+                        window.drain()
+                    except DivergenceError as earlier:
+                        err = earlier
+                    if on_divergence == "raise":
+                        raise err from None
+                    # steps_run: the steps whose train_step returned, so sent all their messages (on a
+                    # GPU the bad step may be an earlier one, read back late); a per-step traffic figure
+                    # divides the epoch's ledger by it
+                    diverged = {"epoch": epoch, "step": getattr(err, "step", step), "steps_run": returned,
+                                "message": str(err)}
+                    break
+                bar.update(1)
         sums, seen = window.sums, window.seen
         if config.lr_schedule == "exponential":
             # after the epoch, as torch's ExponentialLR; the lr lives in the optimizer's state,
