@@ -230,20 +230,10 @@ class _Party:
 def _image_parties(run: Any) -> tuple[list[tuple[int, ...]], int]:
     """Each party's input shape and the classes, from the partition of one dummy image (as
     :func:`vflkit.training.split.build_parties` cuts the dataset)."""
-    from .errors import ConfigError
-    from .partition import first_parts, grid, strips
+    from .training.split import image_partition
 
     shape, n_classes, _ = IMAGE_DATASETS[run.dataset]
-    if run.feature_parts is not None:
-        part = first_parts(run.n_parties, run.feature_parts, image_shape=shape,
-                           axis=run.partition.split("_")[1], active=run.active)
-    elif run.partition == "grid":
-        side = int(round(math.sqrt(run.n_parties)))
-        if side * side != run.n_parties:
-            raise ConfigError(f"a grid partition needs a square number of parties, got {run.n_parties}")
-        part = grid(side, side, image_shape=shape, active=run.active)
-    else:
-        part = strips(run.n_parties, image_shape=shape, axis=run.partition.split("_")[1], active=run.active)
+    part = image_partition(run, shape)
     return [tuple(x.shape[1:]) for x in part.split(torch.zeros(1, *shape, dtype=torch.uint8))], n_classes
 
 

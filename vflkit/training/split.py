@@ -83,6 +83,26 @@ class _LossWindow:
             self.seen += n
 
 
+def image_partition(config: RunConfig, shape: tuple[int, ...]) -> Any:
+    """The partitioner that cuts images of ``shape`` among ``config``'s parties (strips, a
+    grid, or EASTER Table VI's first C of n fixed strips)."""
+    from ..partition import first_parts, grid, strips
+
+    if config.feature_parts is not None:  # EASTER Table VI: the first C of n fixed strips
+        if config.partition not in ("strips_width", "strips_height"):
+            raise ConfigError(f"feature_parts cuts strips; partition {config.partition!r} has none")
+        return first_parts(config.n_parties, config.feature_parts, image_shape=shape,
+                           axis=config.partition.split("_")[1], active=config.active)
+    if config.partition == "grid":
+        side = int(round(math.sqrt(config.n_parties)))
+        if side * side != config.n_parties:
+            raise ConfigError(f"a grid partition needs a square number of parties, got {config.n_parties}")
+        return grid(side, side, image_shape=shape, active=config.active)
+    if config.partition in ("strips_width", "strips_height"):
+        return strips(config.n_parties, image_shape=shape, axis=config.partition.split("_")[1], active=config.active)
+    raise ConfigError(f"partition {config.partition!r} does not apply to image data")
+
+
 def build_parties(config: RunConfig, *, device: torch.device, channel: Channel) -> tuple[list[Party], int]:
     """Load the dataset, partition it and give each party its slice; returns (parties, n_classes).
 
@@ -93,8 +113,6 @@ def build_parties(config: RunConfig, *, device: torch.device, channel: Channel) 
     Party names: ``active`` for the party that holds the labels, ``passive_1`` ...
     ``passive_K`` for the others in partition order.
     """
-    from ..partition import first_parts, grid, strips
-
     data = dataset(config.dataset)
     if hasattr(data, "target"):  # a table (Criteo): column groups, each party's model options
         from ..tabular import build_tabular_parties
@@ -102,22 +120,7 @@ def build_parties(config: RunConfig, *, device: torch.device, channel: Channel) 
         return build_tabular_parties(config, device=device, channel=channel, data=data)
     if hasattr(data, "x_train"):
         data = data.subset(n_train=config.n_train, n_test=config.n_test, seed=config.seed)
-        shape = data.image_shape
-        if config.feature_parts is not None:  # EASTER Table VI: the first C of n fixed strips
-            if config.partition not in ("strips_width", "strips_height"):
-                raise ConfigError(f"feature_parts cuts strips; partition {config.partition!r} has none")
-            part = first_parts(config.n_parties, config.feature_parts, image_shape=shape,
-                               axis=config.partition.split("_")[1], active=config.active)
-        elif config.partition == "grid":
-            side = int(round(math.sqrt(config.n_parties)))
-            if side * side != config.n_parties:
-                raise ConfigError(f"a grid partition needs a square number of parties, got {config.n_parties}")
-            part = grid(side, side, image_shape=shape, active=config.active)
-        elif config.partition in ("strips_width", "strips_height"):
-            part = strips(config.n_parties, image_shape=shape, axis=config.partition.split("_")[1],
-                          active=config.active)
-        else:
-            raise ConfigError(f"partition {config.partition!r} does not apply to image data")
+        part = image_partition(config, data.image_shape)
         train_parts = part.split(data.x_train)
         test_parts = part.split(data.x_test)
         labels = {"train": data.y_train, "test": data.y_test}
