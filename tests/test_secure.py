@@ -479,3 +479,19 @@ def test_prefetched_blinding_factor_is_the_one_computed_on_demand() -> None:
     other = kp.blinding_factor((16, 8), round=0, step=6)  # last batch: smaller
     assert kp._ahead is None and other.shape == (16, 8)
     assert torch.equal(other, kp.blinding_factor((16, 8), round=0, step=6))
+
+
+def test_untagged_contributions_too_small_to_verify_are_refused():
+    """X11: with one entry, a missing untagged contribution passes the range check about once in
+    500; such small untagged aggregations are refused, tagged ones of any size are checked by
+    their tags, and untagged ones of realistic size are still range-checked."""
+    import torch
+
+    from vflkit.secure import AggregationError, FixedPointRing, aggregate
+
+    ring = FixedPointRing()
+    plain = [ring.encode(torch.full((1,), 0.5)).as_subclass(torch.Tensor) for _ in range(2)]
+    with pytest.raises(AggregationError, match="too few to verify"):
+        aggregate(None, plain, ring=ring)
+    big = [ring.encode(torch.full((8, 8), 0.5)).as_subclass(torch.Tensor) for _ in range(2)]
+    assert torch.allclose(aggregate(None, big, ring=ring, n_parties=2), torch.full((8, 8), 0.5))

@@ -1004,7 +1004,7 @@ def aggregate(active_embedding: torch.Tensor | None, blinded: Sequence[torch.Ten
     for i, b in enumerate(blinded):
         ring_sum += _to_ring(b, f"blinded embedding {i}", ring)
     _check_contributions(blinded)
-    _check_cancelled(ring_sum, len(blinded), ring)
+    _check_cancelled(ring_sum, len(blinded), ring, untagged=any(_tag_of(b) is None for b in blinded))
     total = ring_sum.view(np.int64).astype(np.float64) / ring._scale
     device = active_embedding.device if active_embedding is not None else blinded[0].device
     if active_host is not None:
@@ -1051,15 +1051,31 @@ def _check_contributions(blinded: list[torch.Tensor]) -> None:
         )
 
 
-def _check_cancelled(ring_sum: np.ndarray, k: int, ring: FixedPointRing) -> None:
+#: The largest chance an untagged aggregation with a contribution missing may pass the range
+#: check unnoticed; below it, untagged embeddings are too small to verify and are refused.
+UNTAGGED_MISS_BOUND = 2.0 ** -40
+
+
+def _check_cancelled(ring_sum: np.ndarray, k: int, ring: FixedPointRing, *, untagged: bool = False) -> None:
     """The masks cancelled only if the sum lies where k encodings can reach, |sum| <= k * q_max.
 
     A sum with a mask left over is uniform in the ring and lands there with probability about
-    k / max_parties per entry, so this catches a missing or repeated untagged contribution.
+    2 k q_max / 2^64 per entry, so this catches a missing or repeated untagged contribution
+    unless the embedding has very few entries: then (``untagged``) the chance of a miss,
+    that probability to the power of the entries, must stay under :data:`UNTAGGED_MISS_BOUND`,
+    else the aggregation is refused rather than possibly wrong (tagged embeddings are checked by
+    their tags, whatever their size).
     """
     if k == 0 or ring_sum.size == 0:
         return
     limit = k * int(ring._q_max)
+    if untagged:
+        per_entry = min(1.0, (2 * limit + 1) / 2.0 ** 64)
+        if per_entry ** ring_sum.size > UNTAGGED_MISS_BOUND:
+            raise AggregationError(
+                f"{ring_sum.size} entries of untagged blinded embeddings are too few to verify that every "
+                "passive party's contribution is present (a missing one would pass the range check with "
+                f"probability {per_entry ** ring_sum.size:.1e}); pass the tagged tensors blind() returns")
     signed = ring_sum.view(np.int64)
     outside = int(np.count_nonzero((signed > limit) | (signed < -limit)))
     if outside:
