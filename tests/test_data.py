@@ -718,3 +718,32 @@ def test_an_altered_png_cache_is_rebuilt_when_verifying(tmp_path, own_cache, mon
     monkeypatch.setattr(torchvision.io, "decode_png", lambda *a, **k: pytest.fail("decoded despite the cache"))
     cached, _ = vdata._decode_png_split(tmp_path, tmp_path / "tree" / "train", verify=True, **args)
     assert torch.equal(cached, x)
+
+
+def test_your_own_images_from_scikit_learn_or_torchvision_train_with_computed_statistics(tmp_path):
+    """Bring your own images as a torchvision user would: scikit-learn's digits as (image, label)
+    pairs, no mean/std given (computed from the training pixels), registered twice harmlessly,
+    then named by a run config of the split trainer."""
+    import numpy as np
+    from sklearn.datasets import load_digits
+
+    from vflkit.data import ImageData, register_dataset, unregister_dataset
+    from vflkit.methods import RunConfig
+    from vflkit.training import split
+
+    digits = load_digits()
+    images = (digits.images * 255 / 16).astype(np.uint8)  # [N, 8, 8] in 0..255
+    pairs = list(zip(images, digits.target))
+    data = ImageData.from_torchvision("digits_mine", pairs[:1500], pairs[1500:])
+    assert data.image_shape == (1, 8, 8) and data.num_classes == 10
+    pixels = torch.from_numpy(images[:1500]).double() / 255
+    assert data.mean[0] == pytest.approx(float(pixels.mean())) and data.std[0] == pytest.approx(float(pixels.std()))
+    register_dataset(data)
+    register_dataset(ImageData.from_torchvision("digits_mine", pairs[:1500], pairs[1500:]))  # the same data again
+    try:
+        rec = split.run(RunConfig(paper="demo", dataset="digits_mine", method="splitnn", models="mlp", n_parties=2,
+                                  epochs=2, batch_size=64), profile="mine", device="cpu", results=tmp_path,
+                        progress=False)
+    finally:
+        unregister_dataset("digits_mine")
+    assert rec["final"]["active"]["test_accuracy"] > 0.5  # learns well above chance (0.1)

@@ -42,7 +42,7 @@ import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -159,7 +159,9 @@ class ImageData:
     """A whole image dataset as ``uint8`` tensors ``[N, C, H, W]`` with ``int64`` labels.
 
     ``mean``/``std`` are per-channel training-set statistics of pixels in [0, 1], used by
-    :meth:`normalize`.
+    :meth:`normalize`; left out (None), they are computed from ``x_train``, as a torchvision
+    user would compute them for a dataset of their own. :meth:`from_torchvision` builds one from
+    two torchvision datasets (or any sequence of ``(image, label)`` pairs).
     """
 
     name: str
@@ -168,8 +170,8 @@ class ImageData:
     x_test: torch.Tensor
     y_test: torch.Tensor
     classes: tuple[str, ...]
-    mean: tuple[float, ...]
-    std: tuple[float, ...]
+    mean: tuple[float, ...] | None = None
+    std: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         # Checked here, when the data is handed over, because each of these otherwise trains
@@ -196,6 +198,10 @@ class ImageData:
                                   "classes; labels must be class indices 0..K-1 (one name in classes per label)")
         if self.x_train.shape[1:] != self.x_test.shape[1:]:
             raise ConfigError(f"{self.name}: train and test images differ in shape")
+        if self.mean is None or self.std is None:  # the training pixels' own statistics, per channel
+            pixels = self.x_train.transpose(0, 1).reshape(self.x_train.shape[1], -1).double() / 255
+            self.mean = tuple(float(m) for m in pixels.mean(1)) if self.mean is None else self.mean
+            self.std = tuple(float(sd) for sd in pixels.std(1)) if self.std is None else self.std
         if not len(self.mean) == len(self.std) == self.x_train.shape[1]:
             raise ConfigError(f"{self.name}: mean/std need one value per channel ({self.x_train.shape[1]})")
         for i, (m, sd) in enumerate(zip(self.mean, self.std)):
@@ -204,6 +210,38 @@ class ImageData:
             if not (isinstance(sd, numbers.Real) and np.isfinite(sd) and sd > 0):
                 raise ConfigError(f"{self.name}: std[{i}] must be a finite number > 0 (normalising divides by "
                                   f"it), got {sd!r}")
+
+    @classmethod
+    def from_torchvision(cls, name: str, train: Any, test: Any, classes: Sequence[str] | None = None) -> ImageData:
+        """An ImageData from two torchvision datasets (or sequences of ``(image, label)``): each
+        image a PIL image, a ``uint8`` array ``[H, W(, C)]`` or a ``uint8`` tensor ``[C, H, W]``;
+        the classes from ``classes``, else the dataset's ``classes``, else the labels seen."""
+        from torchvision.transforms.functional import pil_to_tensor
+
+        def tensors(ds: Any) -> tuple[torch.Tensor, torch.Tensor]:
+            xs, ys = [], []
+            for image, label in ds:
+                if isinstance(image, torch.Tensor):
+                    x = image
+                elif isinstance(image, np.ndarray):
+                    x = torch.from_numpy(image if image.ndim == 3 else image[..., None]).permute(2, 0, 1)
+                else:
+                    x = pil_to_tensor(image)
+                if x.dtype != torch.uint8:
+                    raise ConfigError(f"{name}: images must be uint8 (PIL images or uint8 arrays), got {x.dtype}; "
+                                      "drop ToTensor/Normalize transforms: vflkit normalises itself")
+                xs.append(x)
+                ys.append(int(label))
+            if not xs:
+                raise ConfigError(f"{name}: a dataset given is empty")
+            return torch.stack(xs), torch.tensor(ys, dtype=torch.int64)
+
+        x_train, y_train = tensors(train)
+        x_test, y_test = tensors(test)
+        names = classes or getattr(train, "classes", None)
+        if not names:
+            names = [str(c) for c in range(int(max(y_train.max(), y_test.max())) + 1)]
+        return cls(name, x_train, y_train, x_test, y_test, tuple(names))
 
     def __repr__(self) -> str:
         return (f"ImageData(name={self.name!r}, n_train={len(self.y_train)}, n_test={len(self.y_test)}, "
