@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .errors import ConfigError, VFLKitError
+from .study import FAMILIES, _load
 
 #: Fields a split-family run gets unless given: the demo study's paper tag (records of ad-hoc
 #: runs go to results/<profile>/demo/).
@@ -85,8 +86,6 @@ def read_config_file(path: Path) -> dict[str, Any]:
 
 def build(family: str, fields: dict[str, Any]) -> Any:
     """The family's run config from ``fields`` (an unknown field is the run class's error)."""
-    from .study import FAMILIES, _load
-
     if family not in FAMILIES:
         raise ConfigError(f"Invalid family {family!r}; choose one of {', '.join(FAMILIES)}")
     cls = _load(FAMILIES[family][1])
@@ -121,8 +120,6 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("give at least method=... and dataset=... (or --config FILE)")
         family = fields.pop("family", "split")
         run = build(family, fields)
-        from .study import FAMILIES, _load
-
         trainer = _load(FAMILIES[family][0])
         record = trainer.run(run, profile=args.profile, device=args.device, results=args.results, force=args.force)
     except VFLKitError as exc:  # what is wrong and what to do, without a traceback

@@ -198,8 +198,7 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
             overrides: dict[str, Any] | None = None) -> dict[str, list[RunConfig]]:
     """Every run of the study, grouped by artefact (a shared run appears in each group that
     uses it and is trained once). ``seeds=None``: the profile's (Criteo has its own)."""
-    s = settings(profile, overrides)
-    _, run_fields = split_run_overrides(PROFILE_SETTINGS[check_profile(profile)], overrides, RunConfig)
+    s, run_fields = split_run_overrides(PROFILE_SETTINGS[check_profile(profile)], overrides, RunConfig)
     # the seeds argument replaces every seed setting (Criteo's, Fig. 6's, ...)
     check_seeds_once(seeds, overrides, keys=[k for k in s if k.endswith("seeds")])
     out: dict[str, list[RunConfig]] = {"table2": [], "table4": [], "table6": [], "fig6": [],

@@ -146,8 +146,7 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
     artefacts appears in both and is trained once). ``seeds=None`` takes the profile's;
     ``overrides`` replace any of the profile's settings (e.g. a tiny slice of ``paper``) or set a
     run field on every run (:func:`vflkit.config.split_run_overrides`)."""
-    s = settings(profile, overrides)
-    _, run_fields = split_run_overrides(PROFILE_SETTINGS[check_profile(profile)], overrides, RunConfig)
+    s, run_fields = split_run_overrides(PROFILE_SETTINGS[check_profile(profile)], overrides, RunConfig)
     check_seeds_once(seeds, overrides)
     seeds = check_seeds(s["seeds"] if seeds is None else seeds)
     out: dict[str, list[RunConfig]] = {"table2": [], "table3": [], "table4": [], "table4_standard": [],
