@@ -340,3 +340,19 @@ def test_heter_aggvfl_scores_each_partys_own_prediction_beside_the_ensemble():
     torch.testing.assert_close(total, mine + sum(received))
     from vflkit.methods.base import accuracy
     assert own["active"] == accuracy(mine, parties[0].labels("test", ids=ids))
+
+
+def test_heter_aggvfl_scores_both_readings_from_one_test_pass():
+    """Both readings come from one round 1 a test batch: the ledger counts each passive party's
+    prediction once per batch, exactly as Agg_VFL's evaluation does (a second pass doubled it)."""
+    counts = {}
+    for name in ("agg_vfl", "heter_aggvfl"):
+        ch, parties = _parties()
+        method = _method(name, parties, models=("mlp", "lenet", "mlp", "lenet"))
+        ch.at(phase="eval")
+        metrics = method.evaluate(batch_size=16)
+        counts[name] = ch.ledger.totals(phase="eval")
+        assert ch.pending() == 0
+    assert counts["heter_aggvfl"] == counts["agg_vfl"]
+    assert counts["agg_vfl"]["messages"] == 3 * (64 // 16)  # three passive parties, four batches
+    assert any(k.startswith("own_test_accuracy:") for k in metrics["active"])

@@ -100,26 +100,31 @@ class HeterAggVFL(AggVFL):
     name = "heter_aggvfl"
     model_mix = "heterogeneous"
 
+    _own: dict[str, list[torch.Tensor]] | None = None  # set while evaluate() runs
+
+    @torch.no_grad()
+    def predict(self, ids: torch.Tensor, split: str = "test") -> dict[str, torch.Tensor]:
+        total, mine, received = self._predictions(ids, split)
+        for p in self.passive:
+            p.state.pop("R", None)
+        if self._own is not None:  # keep each party's own R_k from the same round 1
+            self._own[self.active.name].append(mine.float())
+            for p, r in zip(self.passive, received):
+                self._own[p.name].append(r.float())
+        return {"active": total}
+
     def evaluate(self, *, split: str = "test", batch_size: int = 512) -> dict[str, dict[str, float]]:
+        """The ensemble's metrics and each party's own, from one test pass (one round 1 a batch,
+        counted once by the ledger)."""
         from .base import accuracy
 
-        result = super().evaluate(split=split, batch_size=batch_size)
-        ids = self.active.ids[split]
-        own: dict[str, list[torch.Tensor]] = {p.name: [] for p in self.parties}
-        labels = []
-        self.eval()  # super() put the models back in training mode
-        with torch.no_grad():
-            for start in range(0, len(ids), batch_size):
-                batch = ids[start:start + batch_size]
-                _, mine, received = self._predictions(batch, split)
-                for p in self.passive:
-                    p.state.pop("R", None)
-                own[self.active.name].append(mine.float())
-                for p, r in zip(self.passive, received):
-                    own[p.name].append(r.float())
-                labels.append(self.active.labels(split, ids=batch))
-        self.train()
-        y = torch.cat(labels).cpu()
+        self._own = {p.name: [] for p in self.parties}
+        try:
+            result = super().evaluate(split=split, batch_size=batch_size)
+            own = self._own
+        finally:
+            self._own = None
+        y = self.active.labels(split, ids=self.active.ids[split]).cpu()
         for name, parts in own.items():
             result["active"][f"own_test_accuracy:{name}"] = accuracy(torch.cat(parts).cpu(), y)
         return result
