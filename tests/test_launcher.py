@@ -138,3 +138,16 @@ def test_dry_run_rehearses_a_window_on_the_cpu(planted, tmp_path):
     chunks = json.loads((tmp_path / "dry" / "chunks.json").read_text())
     assert {c["file"] for c in chunks} == set(L.DATA_FILES["mnist"])
     assert "nvidia-cuda-mps-control -d" in rep["mps"]["start"]
+
+
+def test_launcher_help_imports_no_torch():
+    """`python -m vflkit.launcher --help` answers at once: it imports neither torch nor pandas."""
+    import subprocess
+    import sys
+
+    code = ("import sys, contextlib, io\nfrom vflkit import launcher\n"
+            "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
+            "    launcher.main(['--help'])\n"
+            "print(sorted(m for m in ('torch', 'pandas', 'vflkit.training') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
