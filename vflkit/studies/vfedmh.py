@@ -1088,7 +1088,7 @@ VARIANT_CLAIMS: list[claims.Claim] = [
 # --------------------------------------------------------------------------- paper profile so far
 
 #: Minutes of one 20-epoch CIFAR-10 run on one H100 with nothing else on it, measured by
-#: ``scripts/gpu_runs.py calibrate`` (results/device/): the cost of what is still pending.
+#: ``scripts/gpu_runs.py calibrate`` (commit b797ebe; results/device/): the cost of what is still pending.
 H100_MINUTES: dict[tuple[str, str], float] = {
     ("vfedmh", "resnet"): 15.7, ("agg_vfl", "resnet101"): 20.8, ("agg_vfl", "resnet50"): 13.8,
     ("agg_vfl", "resnet18"): 6.3, ("splitnn", "resnet101"): 6.4, ("splitnn", "resnet50"): 5.8,

@@ -1,0 +1,153 @@
+"""Tests for vflkit.launcher: the GPU window plan, its calls, and the record-return path."""
+
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from vflkit import launcher as L
+from vflkit.records import record_path
+from vflkit.studies import multi_vfl
+
+MIB = 2**20
+
+
+def _record(run, profile="paper"):
+    """A whole record of ``run`` (envelope, config and final scores), as the record store writes it."""
+    return {"key": run.key, "profile": profile, "config": run.to_dict(), "environment": {"device": "cuda"},
+            "finished": "2026-11-26T00:00:00+0000", "wall_time_s": 1.0, "peak_memory_mb": 1.0,
+            "peak_memory_kind": "cuda", "diverged": None, "final": {"accuracy": 0.5}}
+
+
+def _run(paper, key, cost, priority, artefacts=("Table II",)):
+    return L.GpuRun(key=key, paper=paper, family="split", label=key, config={"dataset": "mnist"},
+                    priority=priority, artefacts=artefacts, cost_s=cost)
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    """Multi-VFL's paper runs against a results folder holding one valid record of them."""
+    results = tmp_path_factory.mktemp("results")
+    run = multi_vfl.configs("paper")[0]
+    path = record_path(run, "paper", results)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(_record(run)))
+    pending, recorded = L.pending_gpu_runs("paper", results=results, papers=["multi_vfl"])
+    return run, pending, recorded, results
+
+
+def test_committed_records_are_skipped(planted):
+    """A GPU run with a whole record is not planned; every other GPU run of the study is pending."""
+    run, pending, recorded, _ = planted
+    assert recorded == [run.key]
+    assert run.key not in {r.key for r in pending}
+    assert len(pending) == len(multi_vfl.configs("paper")) - 1
+
+
+def test_plan_accounts_for_every_pending_run_within_the_limits(planted):
+    """Each pending run is planned or listed as not fitting with a reason; no call overruns its
+    limit, its carry or its command length, and every window ends before its deadline."""
+    _, pending, _, _ = planted
+    deadline = 28 * 60
+    p = L.plan(deadline, runs=pending, opened={("multi_vfl", "Fig. 2"): 3}, tree=30 * MIB, workers=4)
+    planned = [r.key for r in p.planned]
+    assert len(planned) == len(set(planned))
+    assert sorted(planned + [r.key for r, _ in p.not_fitting]) == sorted(r.key for r in pending)
+    assert all(why for _, why in p.not_fitting)
+    assert p.windows, "some Multi-VFL runs fit a 28-minute window at the placeholder rate"
+    for w in p.windows:
+        assert w.end_s <= deadline
+        assert sum(c.est_s for c in w.calls) + L.MACHINE_START_S <= deadline + L.CALL_LIMIT_S
+        for c in w.calls:
+            assert c.wait_s + 60 <= L.CALL_LIMIT_S
+            assert c.carry_bytes <= L.CARRY_LIMIT_BYTES
+            assert len(c.command) <= L.COMMAND_CHARS
+        assert sum(c.starts for c in w.calls) == 1
+
+
+def test_a_run_longer_than_a_window_is_listed_with_its_cost():
+    """A run whose estimate cannot end inside a window is not planned, and says why with its cost."""
+    runs = [_run("vfedmh", "long", 10_000.0, (0,)), _run("vfedmh", "short", 10.0, (1,))]
+    p = L.plan(14 * 60, runs=runs, opened={("vfedmh", "Table II"): 1}, tree=30 * MIB, workers=2)
+    assert [r.key for r in p.planned] == ["short"]
+    (run, why), = p.not_fitting
+    assert run.key == "long" and "does not fit a window" in why and "166.7 min" in why
+
+
+def test_value_order_follows_open_clauses_and_the_studies_own_order():
+    """GPU time goes to each study in proportion to its open clauses, each study in its own order,
+    and runs that decide no open clause come last."""
+    runs = [_run("vfedmh", f"v{i}", 60.0, (i,)) for i in range(4)]
+    runs += [_run("easter", f"e{i}", 60.0, (i,)) for i in range(4)]
+    runs += [_run("easter", "idle", 1.0, (-1,), artefacts=("Fig. 6",))]
+    order = [r.key for r in L.value_order(runs, {("vfedmh", "Table II"): 3, ("easter", "Table II"): 1})]
+    assert order[-1] == "idle"
+    assert [k for k in order if k.startswith("v")] == ["v0", "v1", "v2", "v3"]
+    assert order.index("v2") < order.index("e1")  # three open clauses buy three runs per one of EASTER's
+
+
+def test_collect_and_receive_return_only_whole_records(tmp_path):
+    """A call's records come back whole: a truncated record or a temporary file left by a lane
+    killed mid-write never reaches results/."""
+    work, out, results = tmp_path / "machine", tmp_path / "out", tmp_path / "results"
+    good, broken = multi_vfl.configs("paper")[:2]
+    folder = work / "results" / "paper" / "multi_vfl"
+    folder.mkdir(parents=True)
+    (folder / f"{good.key}.json").write_text(json.dumps(_record(good)))
+    (folder / f"{broken.key}.json").write_text(json.dumps(_record(broken))[:200])  # cut off mid-write
+    (folder / f".{broken.key}.json.tmp").write_text("{")
+    L.collect(work, out)
+    with tarfile.open(out / "records.tar.gz") as tar:
+        assert not any(n.endswith(".tmp") for n in tar.getnames())
+    taken, refused = L.receive(out, results)
+    assert taken == [good.key]
+    assert len(refused) == 1 and broken.key in refused[0]
+    assert record_path(good, "paper", results).exists()
+    assert not record_path(broken, "paper", results).exists()
+    assert sorted(p.name for p in results.rglob("*") if p.is_file()) == [f"{good.key}.json"]
+
+
+def test_chunks_fit_beside_the_tree(tmp_path):
+    """Data is cut into per-call chunks that fit the carry limit, the first one beside the wheels,
+    and the machine reassembles each file and checks its sha256."""
+    files = {"a.bin": bytes(range(256)) * 1000, "b.bin": b"x" * 70_000}
+    for name, blob in files.items():
+        (tmp_path / name).write_bytes(blob)
+    listed = [("toy", name, len(blob), True) for name, blob in files.items()]
+    chunks = L.chunk_files(listed, 100_000, first_room=50_000)
+    assert sum(n for _, _, n in chunks[0]) <= 50_000
+    assert all(sum(n for _, _, n in c) <= 100_000 for c in chunks)
+    folders = L.write_chunks(listed, chunks, {n: tmp_path / n for n in files}, tmp_path / "carry", 1)
+    for folder in folders:
+        L.unpack(folder, tmp_path / "machine")
+    for name, blob in files.items():
+        assert (tmp_path / "machine" / "data" / name).read_bytes() == blob
+
+
+def test_dry_run_rehearses_a_window_on_the_cpu(planted, tmp_path):
+    """The CPU rehearsal writes every call, runs the first window's calls with stand-ins, and the
+    stand-in records come back through collect and receive."""
+    _, pending, _, _ = planted
+    p = L.plan(28 * 60, runs=pending[:3], opened={("multi_vfl", "Fig. 2"): 3}, tree=30 * MIB, workers=2)
+    rep = L.dry_run(p, tmp_path / "dry")
+    executed = [c for c in rep["calls"] if "rc" in c]
+    assert executed and all(c["rc"] == 0 for c in executed), executed
+    assert rep["received"] and not rep["refused"]
+    assert (tmp_path / "dry" / "window1" / "call1.sh").exists()
+    chunks = json.loads((tmp_path / "dry" / "chunks.json").read_text())
+    assert {c["file"] for c in chunks} == set(L.DATA_FILES["mnist"])
+    assert "nvidia-cuda-mps-control -d" in rep["mps"]["start"]
+
+
+def test_launcher_help_imports_no_torch():
+    """`python -m vflkit.launcher --help` answers at once: it imports neither torch nor pandas."""
+    import subprocess
+    import sys
+
+    code = ("import sys, contextlib, io\nfrom vflkit import launcher\n"
+            "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
+            "    launcher.main(['--help'])\n"
+            "print(sorted(m for m in ('torch', 'pandas', 'vflkit.training') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

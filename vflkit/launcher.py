@@ -1,0 +1,1174 @@
+"""The lent-GPU window launcher: every pending GPU run of every study, planned into short windows
+on a bare machine, and executed there through the same engine as ``make study`` (issue 40).
+
+A lent GPU comes as a *window*: a bare machine, held from its first call until it goes back,
+reached only by calls of at most :data:`CALL_LIMIT_S` seconds that each re-send the working tree
+and carry at most :data:`CARRY_LIMIT_BYTES` beside it, with no network there. This module is a
+thin layer over the engine, not a second one: a run is computed by :func:`vflkit.study.compute`
+(the scheduler's task function, which ``make study PROFILE=paper DEVICE=cuda`` and a notebook
+with ``device="cuda"`` use too), or, for runs that differ in seed alone, by
+:func:`vflkit.training.packed.run_pack` where that module is present. What the layer adds:
+
+* :func:`plan` -- the pending GPU runs of every registered study (a study's ``needs_gpu``; a
+  run with a whole record, judged by :func:`vflkit.records.check_record` as the record store
+  judges it, is skipped), costed (:func:`cost_runs`), ordered by value (:func:`value_order`),
+  grouped into packs (:func:`group_packs`) and laid into windows that each end, with a margin,
+  before a hard deadline: nothing is started that its estimate says cannot finish, so no run is
+  left part-done. A run that cannot finish inside any window is listed as not fitting, with its
+  cost; none is dropped silently.
+* the window's calls (:func:`window_calls`): the first checks which Python packages the machine
+  lacks (:data:`CHECK_PACKAGES`; the wheels of those the device docs list as absent travel with
+  it), data travels in chunks that fit beside the working tree, the call carrying the last chunk
+  starts the lanes (one process each, detached with ``setsid`` so they outlive the call, under
+  CUDA MPS when there are several), and every call ends by returning the records finished so
+  far (:func:`collect`), so a lost machine loses only the runs in flight.
+* :func:`dry_run` -- the whole window rehearsed on the CPU: the call scripts written, the chunk
+  list, the package check run, each call's command executed with a stand-in (a smoke-profile
+  run of the same study instead of each planned run) and the records received back.
+
+Command line: ``python -m vflkit.launcher plan|dry-run`` here; ``check``, ``unpack``, ``start``,
+``lane``, ``collect`` on the lent machine (the call scripts say which); ``receive`` here, on the
+files a call brought back; ``pack`` (here) writes CIFAR-10's chunks.
+
+Import cost: nothing heavy at import (no torch), so ``--help`` stays instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import shlex
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+# --------------------------------------------------------------------------- the lending rules
+
+#: One call's command may run this long (the device tool's per-call limit).
+CALL_LIMIT_S = 600
+#: What travels with one call: the working tree plus the carried paths.
+CARRY_LIMIT_BYTES = 64 * 2**20
+#: What comes back from one call's $OUT: at most this many files.
+RETURN_FILES = 8
+#: A call's command line, at most this many characters.
+COMMAND_CHARS = 2000
+#: A bare machine's start, spent before the first call's command runs (seen: 1-2 minutes).
+MACHINE_START_S = 120.0
+#: Each call's own cost besides its command: the tree's transfer there and the files' back.
+CALL_OVERHEAD_S = 45.0
+#: Room left for the last call's return before the deadline.
+RETURN_MARGIN_S = 60.0
+#: A run is planned (and, on the machine, started) only if its estimate times this ends before
+#: the deadline: the estimates are a factor 1.5 off for half the runs (:mod:`vflkit.costs`).
+SAFETY = 1.5
+#: A lane's process imports torch, builds its CUDA context and loads its data before a run.
+LANE_START_S = 30.0
+#: Processes sharing the GPU: the committed H100 records were made by 9 at once, so their
+#: per-run times (which the costs divide by) are times under sharing.
+DEFAULT_WORKERS = 8
+#: At most this many runs in one pack.
+MAX_PACK = 8
+#: The machine's own folder for data, records and logs: outside the working tree, which every
+#: call replaces, and kept while the machine stays warm between calls.
+DEFAULT_WORK = "/tmp/vflkit-gpu"
+#: Where the carried files sit in the working tree (ignored by git; named in each call's carry).
+CARRY_DIR = ".launch"
+
+#: The Python packages a run imports (the project's dependencies that training touches).
+CHECK_PACKAGES = ("torch", "torchvision", "numpy", "pandas", "scipy", "sklearn", "cryptography", "tqdm", "PIL")
+#: Packages the lent machine's image lacks, as its docs list them (their package list, read
+#: 2026-11-17, has no cryptography, which vflkit.secure imports, nor its cffi and pycparser):
+#: their wheels ride with each window's first call.
+DEVICE_LACKS = ("cryptography", "cffi", "pycparser")
+#: Placeholder FLOP/s for a family without a committed GPU record, until a window measures it:
+#: Multi-VFL ported as it is, ~15 min per 1.19-PFLOP run (the GPU audit: 197,500 steps of
+#: ~179 aten ops at ~25 us per op), i.e. ~1.3 TFLOP/s.
+PLACEHOLDER_RATES = {"multi_owner": 1.3e12}
+#: The device kinds the plan knows, as the cost model names them.
+DEVICE_KINDS = {"h100": "cuda", "h200": "cuda", "cpu": "cpu"}
+#: The packed CIFAR-10 (uint8 arrays, xz) measured size; stands in until ``pack`` has run. xz is
+#: in Python's standard library on both machines, so no wheel is carried to read it.
+CIFAR10_PACKED_BYTES_ESTIMATE = 152 * 2**20
+#: sha256 of x_train | y_train | x_test | y_test (uint8, C order) of the verified CIFAR-10 load.
+CIFAR10_SHA256 = "77168ae812aa23afdaa0f13b32b412e881003005446c56d16afb62116ef67be2"
+CIFAR10_SHAPES = {"x_train": (50000, 3, 32, 32), "y_train": (50000,), "x_test": (10000, 3, 32, 32),
+                  "y_test": (10000,)}
+CIFAR10_PACKED = "cifar10.u8.xz"
+#: The files each dataset is read from, relative to the data root (CIFAR-10: the packed arrays).
+DATA_FILES: dict[str, tuple[str, ...]] = {
+    "mnist": tuple(f"MNIST/raw/{n}" for n in ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+                                              "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")),
+    "fashion_mnist": tuple(f"FashionMNIST/raw/{n}" for n in ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+                                                             "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")),
+    "cifar10": (CIFAR10_PACKED,),
+}
+
+
+# --------------------------------------------------------------------------- runs, packs, windows
+
+
+@dataclass(frozen=True)
+class GpuRun:
+    """One pending GPU run of a study, with what the plan needs of it."""
+
+    key: str
+    paper: str
+    family: str
+    label: str
+    config: dict[str, Any]
+    priority: Any  # the study's own order (its run_priority)
+    artefacts: tuple[str, ...] = ()  # the paper's tables and figures drawn from it
+    cost_s: float | None = None  # seconds on the GPU while DEFAULT_WORKERS share it
+    cost_source: str = ""  # "seeds", "flops", "rate file", "placeholder", "study"
+    open_clauses: int = 0  # clauses of its artefacts now judged not testable
+    value: float = math.inf  # lower is planned first (value_order)
+
+    @property
+    def dataset(self) -> str:
+        return str(self.config.get("dataset", ""))
+
+    def payload(self, profile: str, results: str) -> dict[str, Any]:
+        """What :func:`vflkit.study.compute` takes (the scheduler's task payload)."""
+        return {"family": self.family, "config": self.config, "profile": profile, "results": results}
+
+
+@dataclass
+class Pack:
+    """Runs that one lane trains together: as one batched pack where a packed trainer takes them
+    (``packed``), else one after the other in the same process."""
+
+    key: str
+    runs: list[GpuRun]
+    packed: bool = False
+    speedup: float = 1.0  # the packed trainer's measured gain (1: none assumed)
+
+    @property
+    def cost_s(self) -> float:
+        return sum(r.cost_s or 0.0 for r in self.runs) / (self.speedup if self.packed else 1.0)
+
+    @property
+    def datasets(self) -> set[str]:
+        return {r.dataset for r in self.runs if r.dataset}
+
+    @property
+    def value(self) -> float:
+        return min(r.value for r in self.runs)
+
+
+@dataclass
+class Call:
+    """One device call of a window: what it carries and the command it runs."""
+
+    index: int
+    carries: list[str]  # paths under the working tree (the call's ``carry``)
+    carry_bytes: int
+    command: str
+    wait_s: float  # how long its collect waits for records
+    est_s: float  # its estimated length, overheads included
+    starts: bool = False
+
+
+@dataclass
+class Window:
+    """One lent machine's time: its lanes (packs per process), its calls, and its timing."""
+
+    index: int
+    deadline_s: float
+    lanes: list[list[Pack]]
+    datasets: set[str] = field(default_factory=set)
+    start_s: float = 0.0  # when the lanes start, from the window's first call
+    calls: list[Call] = field(default_factory=list)
+
+    @property
+    def runs(self) -> list[GpuRun]:
+        return [r for lane in self.lanes for p in lane for r in p.runs]
+
+    @property
+    def work_s(self) -> float:
+        """The longest lane, with SAFETY and each lane's start."""
+        return max((LANE_START_S + sum(p.cost_s * SAFETY for p in lane) for lane in self.lanes if lane), default=0.0)
+
+    @property
+    def end_s(self) -> float:
+        return self.start_s + self.work_s + RETURN_MARGIN_S
+
+    @property
+    def slack_s(self) -> float:
+        return self.deadline_s - self.end_s
+
+
+@dataclass
+class Plan:
+    """Every pending GPU run, planned into windows or listed as not fitting one (with why)."""
+
+    profile: str
+    device_kind: str
+    deadline_s: float
+    workers: int
+    windows: list[Window]
+    not_fitting: list[tuple[GpuRun, str]]
+    recorded: list[str]  # GPU runs skipped: a whole record exists
+    rates: dict[str, tuple[float, str]]  # family -> (FLOP/s, source)
+    chunk_room: int  # bytes a call may carry beside the tree
+    wheels_bytes: int = 0  # the wheels riding with each window's first call
+
+    @property
+    def planned(self) -> list[GpuRun]:
+        return [r for w in self.windows for r in w.runs]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plan as the lanes read it (``plan.json``, carried to the machine)."""
+        return {"profile": self.profile, "device_kind": self.device_kind, "deadline_s": self.deadline_s,
+                "workers": self.workers,
+                "windows": [{"index": w.index, "start_s": w.start_s, "datasets": sorted(w.datasets),
+                             "lanes": [[{"key": p.key, "packed": p.packed,
+                                         "runs": [{"key": r.key, "paper": r.paper, "family": r.family,
+                                                   "label": r.label, "config": r.config, "cost_s": r.cost_s}
+                                                  for r in p.runs]} for p in lane] for lane in w.lanes]}
+                            for w in self.windows],
+                "not_fitting": [{"key": r.key, "label": r.label, "cost_s": r.cost_s, "why": why}
+                                for r, why in self.not_fitting]}
+
+
+# --------------------------------------------------------------------------- pending runs
+
+
+def _run_class(family: str) -> Any:
+    from .study import FAMILIES, _load
+
+    return _load(FAMILIES[family][1])
+
+
+def has_record(run: Any, profile: str, roots: Sequence[Path]) -> bool:
+    """Whether ``run`` has a whole record under ``profile`` in one of ``roots``: the record
+    store's own check (:func:`vflkit.records.check_record`: valid JSON, envelope, final scores,
+    the run's key, profile and config)."""
+    from .records import BadRecord, check_record, record_path
+
+    for root in roots:
+        path = record_path(run, profile, root)
+        if path.exists():
+            try:
+                check_record(path, run, profile)
+                return True
+            except BadRecord:
+                continue  # not this run's record: the engine moves it aside when it runs
+    return False
+
+
+def pending_gpu_runs(profile: str = "paper", *, results: Path | None = None,
+                     papers: Sequence[str] | None = None) -> tuple[list[GpuRun], list[str]]:
+    """The GPU runs (a study's ``needs_gpu``) of every registered study (or of ``papers``)
+    without a whole record, and the keys of those with one. Records are looked for where the
+    record store looks (``VFLKIT_RESULTS``, then the committed ``results/``), or in ``results``
+    alone."""
+    from . import studies
+    from .records import _record_roots
+    from .study import study_tasks
+
+    roots = [Path(results)] if results is not None else _record_roots()
+    pending: list[GpuRun] = []
+    recorded: list[str] = []
+    for study in studies.studies():
+        if papers is not None and study.name not in papers:
+            continue
+        tasks = [t for t in study_tasks(study.name, profile, results=roots[0]) if t.payload["needs_gpu"]]
+        if not tasks:
+            continue
+        cls = _run_class(study.family)
+        of: dict[str, list[str]] = {}
+        for art in study.artefacts:
+            for r in study.artefact_runs(art, profile):
+                of.setdefault(r.key, []).append(art.label)
+        for t in tasks:
+            run = cls.from_dict(t.payload["config"])
+            if has_record(run, profile, roots):
+                recorded.append(t.key)
+                continue
+            pending.append(GpuRun(key=t.key, paper=study.name, family=study.family, label=t.label,
+                                  config=t.payload["config"], priority=t.priority,
+                                  artefacts=tuple(of.get(t.key, ()))))
+    return pending, recorded
+
+
+# --------------------------------------------------------------------------- costs
+
+
+def load_rate_file(path: Path | None) -> dict[str, Any]:
+    """A measured rate file (e.g. written by a window's three-minute benchmark)::
+
+        {"device": "h100", "workers": 8, "flop_per_s": {"split": 2.0e13, "multi_owner": 5e12},
+         "minutes_factor": {"tiles": 0.5}, "pack_speedup": 2.0}
+
+    ``flop_per_s``: per process, while ``workers`` share the GPU (overrides the committed
+    records' rate); ``minutes_factor``: scales a study's own minutes for a family without a FLOP
+    count; ``pack_speedup``: a packed trainer's gain over its runs one by one."""
+    if path is None:
+        return {}
+    data = json.loads(Path(path).read_text())
+    unknown = sorted(set(data) - {"device", "workers", "flop_per_s", "minutes_factor", "pack_speedup", "note"})
+    if unknown:
+        from .errors import ConfigError
+
+        raise ConfigError(f"rate file {path}: unknown field(s) {', '.join(unknown)}; known: device, workers, "
+                          "flop_per_s, minutes_factor, pack_speedup, note")
+    return data
+
+
+def cost_runs(runs: Sequence[GpuRun], device_kind: str = "h100", *, rate_file: Mapping[str, Any] | None = None
+              ) -> tuple[list[GpuRun], dict[str, tuple[float, str]]]:
+    """``runs`` with their estimated seconds on ``device_kind`` and where each estimate comes
+    from, and the FLOP/s used per family.
+
+    In order: a rate file's FLOP/s for the family (training FLOPs from :func:`vflkit.costs.run_flops`
+    over it); else the engine's own estimate (:func:`vflkit.study.estimate_costs`: the median
+    wall time of the run's other seeds on this kind of device, else FLOPs over the committed
+    records' rate); else FLOPs over :data:`PLACEHOLDER_RATES`; else, for a run class the FLOP
+    count does not cover (AdptVFedConv's tiles), the study's own H100 minutes
+    (``Study.pending_cost``), times the rate file's ``minutes_factor``."""
+    from . import costs, studies
+    from .scheduler import Task
+    from .study import estimate_costs
+
+    kind = DEVICE_KINDS[device_kind]
+    measured = dict((rate_file or {}).get("flop_per_s", {}))
+    factor = dict((rate_file or {}).get("minutes_factor", {}))
+    used: dict[str, tuple[float, str]] = {}
+    for fam in sorted({r.family for r in runs}):
+        if fam in measured:
+            used[fam] = (float(measured[fam]), "rate file")
+        elif (got := costs.rate(kind, fam)) is not None:
+            used[fam] = (got, "committed records")
+        elif fam in PLACEHOLDER_RATES:
+            used[fam] = (PLACEHOLDER_RATES[fam], "placeholder")
+    tasks = [Task(key=r.key, path=Path(os.devnull), fn=print, payload={"family": r.family, "config": r.config})
+             for r in runs]
+    engine = {t.key: t for t in estimate_costs(tasks, kind)}
+    out: list[GpuRun] = []
+    no_flops: dict[str, list[int]] = {}
+    for i, r in enumerate(runs):
+        cost, source = None, ""
+        run = _run_class(r.family).from_dict(r.config)
+        if r.family in measured or engine[r.key].cost_s is None:
+            flops = costs.run_flops(run) if costs.uncounted(run) is None else None
+            if flops is not None and r.family in used:
+                cost, source = flops / used[r.family][0], used[r.family][1]
+        else:
+            cost, source = engine[r.key].cost_s, str(engine[r.key].payload.get("cost_source"))
+        if cost is None:
+            no_flops.setdefault(r.paper, []).append(i)
+        out.append(dataclasses.replace(r, cost_s=cost, cost_source=source))
+    for paper, idx in no_flops.items():
+        study = studies.get(paper)
+        if study.pending_cost is None:
+            continue
+        minutes = study.pending_cost([_run_class(out[i].family).from_dict(out[i].config) for i in idx])["h100_min"]
+        for i, m in zip(idx, minutes):
+            if m == m and m is not None:  # not NaN
+                f = float(factor.get(out[i].family, 1.0))
+                out[i] = dataclasses.replace(out[i], cost_s=float(m) * 60 * f, cost_source="study")
+    return out, used
+
+
+# --------------------------------------------------------------------------- value
+
+
+def open_clauses(profile: str = "paper", papers: Sequence[str] | None = None) -> dict[tuple[str, str], int]:
+    """Per (paper, artefact): how many of its claims' clauses the records of ``profile`` leave
+    not testable (:func:`vflkit.claims.evaluate`). Reads every record: tens of seconds."""
+    from . import claims, studies
+
+    out: dict[tuple[str, str], int] = {}
+    for study in studies.studies():
+        if (papers is not None and study.name not in papers) or not study.claims:
+            continue
+        table = claims.evaluate(study.claims, profile)
+        for art, n in table[table.status == claims.NOT_TESTABLE].groupby("artefact").size().items():
+            out[(study.name, str(art))] = int(n)
+    return out
+
+
+def value_order(runs: Sequence[GpuRun], opened: Mapping[tuple[str, str], int]) -> list[GpuRun]:
+    """``runs`` in the order that moves the most verdicts first.
+
+    A run's *open clauses* are the clauses of the artefacts it is drawn from that are now judged
+    "not testable" (``opened``, from :func:`open_clauses`). Within a study the study's own order
+    is kept (its ``run_priority``: the headline table first, a seed of every cell before the next
+    seed, C-VFL's Q = 10 runs last: what each study chose to decide its clauses soonest). Across
+    studies, GPU time goes to each study in proportion to its open clauses: a run's value is the
+    GPU seconds its study has spent, in its own order up to and including it, per open clause of
+    that study (lower first), so a paper with many undecided clauses advances faster and no paper
+    waits for another to finish. Runs that no open clause reads come last, in the same order.
+    """
+    by_study: dict[str, list[GpuRun]] = {}
+    for r in runs:
+        by_study.setdefault(r.paper, []).append(r)
+    out: list[GpuRun] = []
+    for paper, rs in by_study.items():
+        rs = sorted(rs, key=lambda r: r.priority)
+        n_open = sum(n for (p, _), n in opened.items() if p == paper)
+        spent = 0.0
+        for r in rs:
+            mine = sum(opened.get((paper, a), 0) for a in r.artefacts)
+            spent += r.cost_s or 0.0
+            # no open clause: after every run that has one (an offset beyond any real value)
+            value = spent / max(n_open, 1) + (0.0 if mine else 1e12)
+            out.append(dataclasses.replace(r, open_clauses=mine, value=value))
+    return sorted(out, key=lambda r: (r.value, r.key))
+
+
+# --------------------------------------------------------------------------- packs
+
+
+def pack_key(run: GpuRun) -> tuple[str, Any]:
+    """The group a run packs with: :func:`vflkit.training.packed.pack_key` where that module is
+    present and packs the run (("packed", ...)), else runs of one family, method, dataset and
+    party models (("serial", ...): one lane trains them one after the other)."""
+    try:
+        from .training import packed  # another module's work: optional here
+    except ImportError:
+        packed = None
+    if packed is not None and run.family == "split":
+        key = packed.pack_key(_run_class(run.family).from_dict(run.config))
+        if key is not None:
+            return ("packed", key)
+    c = run.config
+    models = c.get("models")
+    return ("serial", (run.family, c.get("method", c.get("variant", "")), run.dataset,
+                       tuple(models) if isinstance(models, (list, tuple)) else models))
+
+
+def group_packs(runs: Sequence[GpuRun], *, max_cost_s: float, max_runs: int = MAX_PACK,
+                speedup: float = 1.0) -> list[Pack]:
+    """``runs`` (in value order) grouped by :func:`pack_key` into packs of at most ``max_runs``
+    runs whose cost (times :data:`SAFETY`) stays within ``max_cost_s``; packs in the order of
+    their most valuable run. A run that alone exceeds ``max_cost_s`` gets a pack of its own
+    (the planner then lists it as not fitting)."""
+    open_packs: dict[Any, Pack] = {}
+    packs: list[Pack] = []
+    for r in runs:
+        kind, key = pack_key(r)
+        p = open_packs.get(key)
+        cost = (r.cost_s or 0.0) / (speedup if kind == "packed" else 1.0)
+        if p is None or len(p.runs) >= max_runs or (p.cost_s + cost) * SAFETY > max_cost_s:
+            p = Pack(key=f"{kind}:{len(packs)}", runs=[], packed=kind == "packed", speedup=speedup)
+            open_packs[key] = p
+            packs.append(p)
+        p.runs.append(r)
+    return packs
+
+
+# --------------------------------------------------------------------------- data and calls
+
+
+def tree_bytes(root: Path | None = None) -> int:
+    """What the working tree sends with every call: tracked files and untracked ones git does not
+    ignore (the device tool's rule)."""
+    from .config import project_root
+
+    root = root or project_root()
+    out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=root,
+                         capture_output=True, check=True).stdout.decode()
+    return sum((root / p).stat().st_size for p in out.split("\0") if p and (root / p).is_file())
+
+
+def data_files(datasets: Iterable[str], data_root: Path | None = None, packed: Path | None = None
+               ) -> list[tuple[str, str, int, bool]]:
+    """(dataset, file, bytes, measured) of what ``datasets`` need on the machine: the raw files
+    MNIST and FashionMNIST are read from, CIFAR-10's packed arrays (``packed``: the folder
+    :func:`pack_cifar10` wrote; without it, the size :data:`CIFAR10_PACKED_BYTES_ESTIMATE`)."""
+    from .config import data_root as default_root
+    from .errors import ConfigError
+
+    root = data_root or default_root()
+    out = []
+    for ds in sorted(datasets):
+        if ds not in DATA_FILES:
+            raise ConfigError(f"no GPU data files known for dataset {ds!r}; known: {', '.join(DATA_FILES)}")
+        for name in DATA_FILES[ds]:
+            path = (packed if ds == "cifar10" and packed is not None else root) / name
+            if path.is_file():
+                out.append((ds, name, path.stat().st_size, True))
+            elif ds == "cifar10":
+                out.append((ds, name, CIFAR10_PACKED_BYTES_ESTIMATE, False))
+            else:
+                raise ConfigError(f"{path} is missing: the GPU runs on {ds} need it carried")
+    return out
+
+
+def chunk_files(files: Sequence[tuple[str, str, int, bool]], room: int, *, first_room: int | None = None
+                ) -> list[list[tuple[str, int, int]]]:
+    """``files`` cut into chunks of at most ``room`` bytes (the first: ``first_room``, which the
+    first call shares with the wheels), one per call, in order: each chunk a list of (file,
+    offset, length) pieces (a large file spans several calls)."""
+    first_room = room if first_room is None else first_room
+    if room <= 0 or first_room < 0:
+        from .errors import ConfigError
+
+        raise ConfigError("the working tree leaves no room to carry data beside it (64 MiB a call)")
+    chunks: list[list[tuple[str, int, int]]] = [[]]
+    free = first_room
+    for _, name, size, _ in files:
+        at = 0
+        while at < size:
+            if free == 0:
+                chunks.append([])
+                free = room
+            n = min(free, size - at)
+            chunks[-1].append((name, at, n))
+            at += n
+            free -= n
+    return [c for c in chunks if c]
+
+
+def _carry_name(window: int, call: int) -> str:
+    return f"{CARRY_DIR}/w{window}c{call}"
+
+
+def window_calls(window: Window, chunks: list[list[tuple[str, int, int]]], *, wheels_bytes: int,
+                 tree: int, workers: int, device: str = "cuda", work: str = DEFAULT_WORK) -> list[Call]:
+    """The calls of ``window``: the first installs the carried wheels (if any) and checks the
+    packages; the data calls carry a chunk each (the first also the plan); the one carrying the
+    last chunk starts the lanes; every call then returns the records finished so far, and calls
+    follow, each waiting at most what fits its limit, until the lanes' estimated end."""
+    prefix = (f"export PYTHONUNBUFFERED=1 VFLKIT_DATA={work}/data VFLKIT_RESULTS={work}/results; ")
+    wheel = (f"python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "
+             f"/tmp/site {CARRY_DIR}/whl/*.whl && export PYTHONPATH=/tmp/site:$PYTHONPATH || exit; ")
+    site = "export PYTHONPATH=/tmp/site:$PYTHONPATH; "
+    w, calls, t = window.index, [], MACHINE_START_S
+    n_data = max(len(chunks), 1)
+    for i in range(n_data):
+        first, starts = i == 0, i == n_data - 1
+        carries = [f"{CARRY_DIR}/plan.json"] + ([f"{CARRY_DIR}/whl"] if wheels_bytes else []) if first else []
+        cmd = prefix + (wheel if first and wheels_bytes else site)
+        if first:
+            cmd += f"python3 -m vflkit.launcher check --out $OUT || exit; "
+        if chunks:
+            carries.append(_carry_name(w, i + 1))
+            cmd += f"python3 -m vflkit.launcher unpack {_carry_name(w, i + 1)} --work {work} || exit; "
+        size = sum(n for ch in chunks[i:i + 1] for _, _, n in ch) + (wheels_bytes if first else 0)
+        wait = 0.0
+        if starts:
+            cmd += (f"python3 -m vflkit.launcher start {CARRY_DIR}/plan.json --window {w} --work {work} "
+                    f"--device {device} --workers {workers} --deadline-in "
+                    f"{int(window.deadline_s - t - RETURN_MARGIN_S)}; ")
+            window.start_s = t + 20.0  # the first call's own commands before the lanes start
+            wait = min(CALL_LIMIT_S - 60.0, window.work_s)
+        cmd += f"python3 -m vflkit.launcher collect --work {work} --out $OUT --wait {int(wait)}"
+        est = CALL_OVERHEAD_S + 20.0 + wait
+        calls.append(Call(index=i + 1, carries=carries, carry_bytes=size + tree, command=cmd, wait_s=wait,
+                          est_s=est, starts=starts))
+        t += est
+    end = window.start_s + window.work_s
+    while t < end:
+        wait = min(CALL_LIMIT_S - 60.0, end - t)
+        cmd = (prefix + site + f"python3 -m vflkit.launcher collect --work {work} --out $OUT --wait {int(wait) + 1}"
+               + " --stop-mps-when-idle")
+        calls.append(Call(index=len(calls) + 1, carries=[], carry_bytes=tree, command=cmd, wait_s=wait,
+                          est_s=CALL_OVERHEAD_S + wait))
+        t += CALL_OVERHEAD_S + wait
+    return calls
+
+
+# --------------------------------------------------------------------------- the plan
+
+
+def plan(deadline_s: float, device_kind: str = "h100", *, profile: str = "paper", workers: int = DEFAULT_WORKERS,
+         results: Path | None = None, papers: Sequence[str] | None = None, rate_file: Path | None = None,
+         opened: Mapping[tuple[str, str], int] | None = None, tree: int | None = None,
+         data_root: Path | None = None, packed_data: Path | None = None,
+         wheels_bytes: int = 10 * 2**20, runs: Sequence[GpuRun] | None = None) -> Plan:
+    """Every pending GPU run laid into windows of ``deadline_s`` seconds each (from a window's
+    first call to the end of its last), or listed as not fitting one, with why.
+
+    ``workers`` lanes share the GPU; a window's lanes start once its data is there (after its
+    data calls) and every pack must end, its estimate times :data:`SAFETY`, before the deadline
+    less :data:`RETURN_MARGIN_S`. Packs are placed in value order (:func:`value_order`), each on
+    the lane that frees first; a window is closed when no remaining pack fits it. ``opened``
+    (the open clauses; default :func:`open_clauses`, which reads every record) and ``runs`` (the
+    pending runs, already costed) let a caller reuse what it computed."""
+    from .errors import ConfigError
+
+    if device_kind not in DEVICE_KINDS:
+        raise ConfigError(f"Invalid device kind {device_kind!r}; choose one of {', '.join(DEVICE_KINDS)}")
+    if workers < 1:
+        raise ConfigError(f"workers must be at least 1, got {workers}")
+    rates_in = load_rate_file(rate_file)
+    recorded: list[str] = []
+    if runs is None:
+        runs, recorded = pending_gpu_runs(profile, results=results, papers=papers)
+    # runs that come priced (a caller's own estimate) keep their price
+    fresh, used = cost_runs([r for r in runs if r.cost_s is None], device_kind, rate_file=rates_in)
+    costed = [r for r in runs if r.cost_s is not None] + fresh
+    if opened is None:
+        opened = open_clauses(profile, papers)
+    ordered = value_order(costed, opened)
+    tree = tree_bytes() if tree is None else tree
+    room = CARRY_LIMIT_BYTES - tree - 2**20  # a MiB for the plan and the call's own files
+    not_fitting: list[tuple[GpuRun, str]] = [(r, "no cost estimate: neither its FLOPs, its seeds nor its study "
+                                                 "price it") for r in ordered if r.cost_s is None]
+    ordered = [r for r in ordered if r.cost_s is not None]
+
+    def chunks_of(datasets: set[str]) -> list[list[tuple[str, int, int]]]:
+        return chunk_files(data_files(datasets, data_root, packed_data), room, first_room=room - wheels_bytes)
+
+    def start_s(datasets: set[str]) -> float:
+        n = len(chunks_of(datasets)) if datasets else 1
+        # every data call but the starting one runs in full before the lanes start
+        return MACHINE_START_S + (max(n, 1) - 1) * (CALL_OVERHEAD_S + 20.0) + 20.0
+
+    def usable(datasets: set[str]) -> float:
+        return deadline_s - start_s(datasets) - RETURN_MARGIN_S - LANE_START_S
+
+    speedup = float(rates_in.get("pack_speedup", 1.0))
+    best = usable(set())
+    packs = group_packs(ordered, max_cost_s=best, speedup=speedup)
+    windows: list[Window] = []
+    left = list(packs)
+    for p in list(left):  # a pack that alone outlasts an empty window never fits one
+        room_s = usable(p.datasets)
+        if p.cost_s * SAFETY > room_s:
+            left.remove(p)
+            for r in p.runs:
+                not_fitting.append((r, f"does not fit a window: {r.cost_s / 60:.1f} min estimated "
+                                       f"({r.cost_source}), x{SAFETY} safety > {max(room_s, 0) / 60:.1f} usable "
+                                       f"minutes of a {deadline_s / 60:.0f}-minute window; it fits once the rate "
+                                       f"is {r.cost_s * SAFETY / max(room_s, 1):.1f}x today's"))
+    while left:
+        win = Window(index=len(windows) + 1, deadline_s=deadline_s, lanes=[[] for _ in range(workers)])
+        ends = [0.0] * workers
+        for p in list(left):
+            ds = win.datasets | p.datasets
+            lane = min(range(workers), key=lambda i: ends[i])
+            if max(ends[lane] + p.cost_s * SAFETY, max(ends)) <= usable(ds):
+                win.lanes[lane].append(p)
+                ends[lane] += p.cost_s * SAFETY
+                win.datasets = ds
+                left.remove(p)
+        if not win.runs:  # cannot happen after the filter above; guards an endless loop
+            raise RuntimeError("a pack fits no window although it fits an empty one")
+        win.lanes = [lane for lane in win.lanes if lane]
+        windows.append(win)
+    out = Plan(profile=profile, device_kind=device_kind, deadline_s=deadline_s, workers=workers, windows=windows,
+               not_fitting=not_fitting, recorded=recorded, rates=used, chunk_room=room,
+               wheels_bytes=wheels_bytes)
+    for w in windows:
+        chunks = chunks_of(w.datasets) if w.datasets else []
+        w.calls = window_calls(w, chunks, wheels_bytes=wheels_bytes, tree=tree, workers=len(w.lanes))
+    return out
+
+
+def plan_table(p: Plan) -> str:
+    """The plan, one line per call, then per window and in all."""
+    lines = [f"{'window':>6} {'call':>4} {'runs':>5} {'est min':>8} {'carry MiB':>9}  what"]
+    for w in p.windows:
+        for c in w.calls:
+            what = ("start lanes; " if c.starts else "") + ("carry " + ", ".join(c.carries) + "; " if c.carries else "")
+            what += f"collect {c.wait_s / 60:.1f} min"
+            runs = len(w.runs) if c.starts else 0
+            lines.append(f"{w.index:>6} {c.index:>4} {runs:>5} {c.est_s / 60:>8.1f} {c.carry_bytes / 2**20:>9.1f}  {what}")
+        lanes = ", ".join(str(sum(len(pk.runs) for pk in lane)) for lane in w.lanes)
+        lines.append(f"{'':>6} window {w.index}: {len(w.runs)} runs in {len(w.lanes)} lanes ({lanes}), data "
+                     f"{'/'.join(sorted(w.datasets)) or 'none'}, ends at {w.end_s / 60:.1f} min, slack "
+                     f"{w.slack_s / 60:.1f} min of {w.deadline_s / 60:.0f}")
+    total = sum(r.cost_s or 0 for r in p.planned)
+    lines.append(f"[launcher] {len(p.planned)} GPU runs planned into {len(p.windows)} windows of "
+                 f"{p.deadline_s / 60:.0f} min ({total / 3600:.1f} GPU-hours at {p.workers} processes sharing), "
+                 f"{len(p.not_fitting)} not fitting a window, {len(p.recorded)} skipped (recorded)")
+    rates = "; ".join(f"{fam} {r / 1e12:.2f} TFLOP/s ({src})" for fam, (r, src) in sorted(p.rates.items()))
+    lines.append(f"[launcher] rates per process: {rates or 'none'}")
+    for r, why in p.not_fitting:
+        lines.append(f"[launcher] not planned: {r.label} ({r.key}): {why}")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- on the machine
+
+
+def check_packages(out: Path | None = None, names: Sequence[str] = CHECK_PACKAGES) -> list[str]:
+    """The packages of ``names`` this Python cannot import (written to ``out/packages.json``)."""
+    import importlib
+
+    missing = []
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    info = {"python": sys.version.split()[0], "missing": missing}
+    try:
+        import torch
+
+        info.update(torch=torch.__version__, cuda=torch.cuda.is_available(),
+                    gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)
+    except ImportError:
+        pass
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "packages.json").write_text(json.dumps(info, indent=1))
+    print("[launcher] packages:", json.dumps(info))
+    return missing
+
+
+def write_chunks(files: Sequence[tuple[str, str, int, bool]], chunks: list[list[tuple[str, int, int]]],
+                 src: Mapping[str, Path], dest: Path, window: int) -> list[Path]:
+    """Cut ``files`` (read from ``src``: file name -> path) into the carried folders of
+    ``window``'s calls, each with a manifest naming its pieces and every whole file's sha256."""
+    digests = {name: hashlib.sha256(src[name].read_bytes()).hexdigest() for _, name, _, _ in files}
+    folders = []
+    for i, chunk in enumerate(chunks):
+        folder = dest / f"w{window}c{i + 1}"
+        folder.mkdir(parents=True, exist_ok=True)
+        pieces = []
+        for j, (name, at, n) in enumerate(chunk):
+            with open(src[name], "rb") as f:
+                f.seek(at)
+                (folder / f"piece{j}").write_bytes(f.read(n))
+            pieces.append({"file": name, "offset": at, "length": n, "piece": f"piece{j}"})
+        (folder / "manifest.json").write_text(json.dumps({"pieces": pieces, "sha256": digests}, indent=1))
+        folders.append(folder)
+    return folders
+
+
+def unpack(folder: Path, work: Path) -> list[str]:
+    """Write a carried chunk's pieces into ``work/data``; a file whose pieces are all there is
+    checked against its sha256 (a mismatch is an error, the file removed); CIFAR-10's packed
+    arrays are decompressed once whole. Returns the files now complete."""
+    data = work / "data"
+    manifest = json.loads((folder / "manifest.json").read_text())
+    done = []
+    for piece in manifest["pieces"]:
+        path = data / (piece["file"] + ".part")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "r+b" if path.exists() else "wb") as f:
+            f.seek(piece["offset"])
+            f.write((folder / piece["piece"]).read_bytes())
+    for name, digest in manifest["sha256"].items():
+        part = data / (name + ".part")
+        if not part.exists():
+            continue
+        if hashlib.sha256(part.read_bytes()).hexdigest() == digest:
+            part.replace(data / name)
+            done.append(name)
+    if (data / CIFAR10_PACKED).exists() and not (data / "cifar10.u8").exists():
+        import lzma
+
+        blob = lzma.decompress((data / CIFAR10_PACKED).read_bytes())
+        if hashlib.sha256(blob).hexdigest() != CIFAR10_SHA256:
+            raise SystemExit("CIFAR-10's unpacked arrays do not match their sha256")
+        (data / "cifar10.u8").write_bytes(blob)
+    print(f"[launcher] unpacked {folder.name}: complete now {', '.join(done) or 'nothing yet'}")
+    return done
+
+
+def pack_cifar10(out: Path) -> Path:
+    """Write CIFAR-10's uint8 arrays (the verified load, sha256-checked) xz-compressed to
+    ``out/`` :data:`CIFAR10_PACKED` (here, where the data is; minutes)."""
+    import lzma
+
+    import numpy as np
+
+    from .data import load_dataset
+
+    d = load_dataset("cifar10", progress=False)
+    blob = b"".join(a.numpy().astype(np.uint8).tobytes() for a in (d.x_train, d.y_train, d.x_test, d.y_test))
+    if hashlib.sha256(blob).hexdigest() != CIFAR10_SHA256:
+        raise SystemExit("the verified CIFAR-10 load changed: its sha256 is not CIFAR10_SHA256")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / CIFAR10_PACKED).write_bytes(lzma.compress(blob, preset=9))
+    return out / CIFAR10_PACKED
+
+
+def register_cifar10(work: Path) -> None:
+    """Make the unpacked CIFAR-10 arrays what ``load_dataset('cifar10')`` returns here."""
+    raw_path = work / "data" / "cifar10.u8"
+    if not raw_path.exists():
+        return
+    import numpy as np
+    import torch
+
+    from .data import CIFAR10_CLASSES, ImageData, register_dataset
+
+    raw = np.fromfile(raw_path, dtype=np.uint8)
+    parts, at = {}, 0
+    for name, shape in CIFAR10_SHAPES.items():
+        n = int(np.prod(shape))
+        parts[name] = torch.from_numpy(raw[at:at + n].reshape(shape).copy())
+        at += n
+    register_dataset(ImageData("cifar10", parts["x_train"], parts["y_train"].long(), parts["x_test"],
+                               parts["y_test"].long(), CIFAR10_CLASSES, mean=(0.4914, 0.4822, 0.4465),
+                               std=(0.2470, 0.2435, 0.2616)), replace=True)
+
+
+def mps_commands(work: str) -> tuple[str, str]:
+    """Start and stop of the CUDA MPS daemon, so that several lane processes share the GPU's
+    multiprocessors instead of time-slicing it (the GPU audit: 3.3-4x slower runs without)."""
+    env = f"CUDA_MPS_PIPE_DIRECTORY={work}/mps-pipe CUDA_MPS_LOG_DIRECTORY={work}/mps-log"
+    return (f"mkdir -p {work}/mps-pipe {work}/mps-log && {env} nvidia-cuda-mps-control -d",
+            f"echo quit | {env} nvidia-cuda-mps-control")
+
+
+def start(plan_path: Path, window: int, *, work: Path, device: str, workers: int, deadline_in: float,
+          stand_in: bool = False) -> list[int]:
+    """Start ``window``'s lanes as detached processes (their own session: they outlive the call),
+    under MPS when there are several on a GPU; returns their pids."""
+    import shutil
+
+    spec = json.loads(plan_path.read_text())["windows"][window - 1]
+    work.mkdir(parents=True, exist_ok=True)
+    deadline = time.time() + deadline_in
+    (work / "window.json").write_text(json.dumps({"window": window, "deadline": deadline}))
+    n = len(spec["lanes"])
+    env = dict(os.environ)
+    if device.startswith("cuda") and n > 1:
+        on, _ = mps_commands(str(work))
+        if shutil.which("nvidia-cuda-mps-control"):
+            subprocess.run(on, shell=True, check=False)
+            env.update(CUDA_MPS_PIPE_DIRECTORY=f"{work}/mps-pipe", CUDA_MPS_LOG_DIRECTORY=f"{work}/mps-log")
+            print("[launcher] MPS started")
+        else:
+            print("[launcher] no nvidia-cuda-mps-control here: the lanes time-slice the GPU")
+    # the lanes run a copy of the code: every call replaces the working tree under them
+    code = work / "code"
+    shutil.rmtree(code, ignore_errors=True)
+    shutil.copytree(Path(__file__).resolve().parent, code / "vflkit")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(code), env.get("PYTHONPATH", "")) if p)
+    (work / "logs").mkdir(exist_ok=True)
+    pids = []
+    for lane in range(n):
+        cmd = [sys.executable, "-m", "vflkit.launcher", "lane", str(plan_path.resolve()), "--window", str(window),
+               "--lane", str(lane), "--work", str(work), "--device", device, "--deadline", str(deadline)]
+        if stand_in:
+            cmd.append("--stand-in")
+        log = open(work / "logs" / f"lane{lane}.log", "a")
+        pids.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=code,
+                                     start_new_session=True).pid)
+    (work / "lanes.json").write_text(json.dumps(pids))
+    print(f"[launcher] window {window}: {n} lanes started, deadline in {deadline_in:.0f} s")
+    return pids
+
+
+def stand_in_run(run: Mapping[str, Any]) -> dict[str, Any]:
+    """The rehearsal's stand-in for a planned run: its study's first smoke-profile run (same
+    family, trainer and record path, seconds on a CPU)."""
+    from .study import study_tasks
+
+    task = study_tasks(run["paper"], "smoke")[0]
+    return {**run, "key": task.key, "config": task.payload["config"], "profile": "smoke"}
+
+
+def lane(plan_path: Path, window: int, lane_index: int, *, work: Path, device: str, deadline: float,
+         stand_in: bool = False) -> dict[str, str]:
+    """Train one lane's packs in order, through the engine, each run only if its estimate (times
+    :data:`SAFETY`) ends before ``deadline``; records land atomically in ``work/results``.
+    Returns each run's outcome by key (also in ``work/status/lane<N>.json``)."""
+    spec = json.loads(plan_path.read_text())
+    profile = spec["profile"]
+    packs = spec["windows"][window - 1]["lanes"][lane_index]
+    results = work / "results"
+    status_path = work / "status" / f"lane{lane_index}.json"
+    status_path.parent.mkdir(parents=True, exist_ok=True)
+    outcome: dict[str, str] = {}
+
+    def note(key: str, what: str) -> None:
+        outcome[key] = what
+        tmp = status_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(outcome, indent=1))
+        tmp.replace(status_path)
+
+    register_cifar10(work)
+    from .study import compute
+
+    for pack in packs:
+        runs = [stand_in_run({**r, "profile": profile}) if stand_in else {**r, "profile": profile}
+                for r in pack["runs"]]
+        if pack["packed"] and len(runs) > 1 and not stand_in:
+            need = sum(r["cost_s"] or 0 for r in runs) * SAFETY
+            if time.time() + need > deadline:
+                for r in runs:
+                    note(r["key"], "not started: would not finish before the deadline")
+                continue
+            try:
+                from .training.packed import run_pack
+
+                cls = _run_class(runs[0]["family"])
+                run_pack([cls.from_dict(r["config"]) for r in runs], profile=profile, device=device,
+                         results=results, on_divergence="record")
+                for r in runs:
+                    note(r["key"], "recorded (packed)")
+            except Exception as exc:  # noqa: BLE001 (one failed pack must not stop the lane)
+                for r in runs:
+                    note(r["key"], f"failed: {type(exc).__name__}: {exc}")
+            continue
+        for r in runs:
+            if time.time() + (r["cost_s"] or 0) * SAFETY > deadline and not stand_in:
+                note(r["key"], "not started: would not finish before the deadline")
+                continue
+            t0 = time.time()
+            try:
+                compute({"family": r["family"], "config": r["config"], "profile": r["profile"],
+                         "results": str(results)}, device=device, deadline=deadline)
+                note(r["key"], f"recorded in {time.time() - t0:.0f} s")
+            except Exception as exc:  # noqa: BLE001 (a budget stop, a failure: the next run goes on)
+                note(r["key"], f"{type(exc).__name__}: {exc}")
+    return outcome
+
+
+def _lanes_alive(work: Path) -> bool:
+    from .files import pid_alive
+
+    try:
+        return any(pid_alive(int(p)) for p in json.loads((work / "lanes.json").read_text()))
+    except (OSError, ValueError):
+        return False
+
+
+def collect(work: Path, out: Path, *, wait: float = 0.0, stop_mps: bool = False) -> Path:
+    """Wait up to ``wait`` seconds while lanes run, then put every whole record of
+    ``work/results`` (``*.json`` only: a record is published by an atomic rename, so a
+    half-written one is a temporary file, never taken) and the lanes' status into
+    ``out/records.tar.gz``: one file back per call, whatever the number of records."""
+    end = time.time() + wait
+    while time.time() < end and _lanes_alive(work):
+        time.sleep(min(5.0, max(end - time.time(), 0.0)))
+    if stop_mps and not _lanes_alive(work) and (work / "mps-pipe").exists():
+        subprocess.run(mps_commands(str(work))[1], shell=True, check=False)
+    out.mkdir(parents=True, exist_ok=True)
+    results = work / "results"
+    recs = sorted(results.glob("*/*/*.json")) if results.exists() else []
+    status: dict[str, str] = {}
+    for f in sorted((work / "status").glob("lane*.json")) if (work / "status").exists() else []:
+        try:
+            status.update(json.loads(f.read_text()))
+        except ValueError:
+            pass  # being replaced this instant: the next call reads it
+    (out / "status.json").write_text(json.dumps({"lanes_running": _lanes_alive(work), "runs": status}, indent=1))
+    tar_path = out / "records.tar.gz"
+    with tarfile.open(tar_path, "w:gz") as tar:
+        for p in recs:
+            tar.add(p, arcname=str(p.relative_to(results)))
+    print(f"[launcher] {len(recs)} records returned; lanes running: {_lanes_alive(work)}; "
+          + ", ".join(f"{k[:10]} {v}" for k, v in sorted(status.items())))
+    return tar_path
+
+
+def receive(files_at: Path, results: Path) -> tuple[list[str], list[str]]:
+    """Take the records a call brought back (``records.tar.gz`` under ``files_at``) into
+    ``results``: each checked as the record store checks it (its key, profile and config, through
+    its family's run class) and written atomically; one that is not whole is refused. Returns the
+    keys taken and the names refused."""
+    from .files import write_json
+    from .records import BadRecord, _read_record, check_record, record_path
+    from . import studies
+
+    taken, refused = [], []
+    tar_path = files_at / "records.tar.gz"
+    if not tar_path.exists():
+        return taken, refused
+    with tarfile.open(tar_path) as tar:
+        for member in tar.getmembers():
+            if not member.isfile() or not member.name.endswith(".json"):
+                refused.append(member.name)
+                continue
+            profile, paper, _ = Path(member.name).parts[-3:]
+            raw = tar.extractfile(member).read()  # type: ignore[union-attr]
+            # checked from a file of its own, outside results/: nothing there is touched before
+            tmp = Path(tempfile.mkdtemp(prefix="vflkit-incoming-")) / Path(member.name).name
+            tmp.write_bytes(raw)
+            try:
+                rec = _read_record(tmp)
+                run = _run_class(studies.get(paper).family).from_dict(rec["config"])
+                check_record(tmp, run, profile)
+                dest = record_path(run, profile, results)
+                if dest.name != Path(member.name).name:
+                    raise BadRecord(f"{member.name} is not at its run's path")
+            except Exception as exc:  # noqa: BLE001 (any record that is not whole is refused)
+                refused.append(f"{member.name}: {exc}")
+                continue
+            finally:
+                tmp.unlink(missing_ok=True)
+                tmp.parent.rmdir()
+            if not has_record(run, profile, [results]):
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                write_json(dest, rec)
+            taken.append(rec["key"])
+    return taken, refused
+
+
+# --------------------------------------------------------------------------- the dry run
+
+
+def dry_run(p: Plan, folder: Path, *, windows: int = 1, data_root: Path | None = None,
+            execute: bool = True, python: str = sys.executable) -> dict[str, Any]:
+    """Rehearse ``p`` on the CPU: write each window's call scripts, chunk list, package check
+    and MPS commands under ``folder``; with ``execute``, run the first ``windows`` windows' calls
+    (each script's commands, ``python3`` replaced by this Python, on the CPU, each planned run
+    replaced by its stand-in: :func:`stand_in_run`), a fake ``$OUT`` per call, and receive every
+    call's records into ``folder/results``. Returns what it did."""
+    from .config import data_root as default_root, project_root
+
+    folder.mkdir(parents=True, exist_ok=True)
+    root = data_root or default_root()
+    work = folder / "machine"
+    carry = folder / "carry"
+    (carry).mkdir(exist_ok=True)
+    (carry / "plan.json").write_text(json.dumps(p.to_dict()))
+    on, off = mps_commands(DEFAULT_WORK)
+    report: dict[str, Any] = {"windows": len(p.windows), "calls": [], "received": [], "refused": [],
+                              "mps": {"start": on, "stop": off}}
+    chunk_list = []
+    for w in p.windows:
+        files = data_files(w.datasets, root)
+        chunks = chunk_files(files, p.chunk_room, first_room=p.chunk_room - p.wheels_bytes) if w.datasets else []
+        for i, ch in enumerate(chunks):
+            for name, at, n in ch:
+                chunk_list.append({"window": w.index, "call": i + 1, "file": name, "offset": at, "bytes": n})
+        scripts = folder / f"window{w.index}"
+        scripts.mkdir(exist_ok=True)
+        for c in w.calls:
+            (scripts / f"call{c.index}.sh").write_text(
+                f"# window {w.index}, call {c.index}: carry {json.dumps(c.carries)}, ~{c.est_s / 60:.1f} min\n"
+                + c.command + "\n")
+            report["calls"].append({"window": w.index, "call": c.index, "chars": len(c.command),
+                                    "carry_bytes": c.carry_bytes, "est_s": c.est_s})
+        if not execute or w.index > windows:
+            continue
+        measured = [f for f in files if f[3]]  # CIFAR-10 stays an estimate until it is packed
+        src = {name: root / name for _, name, _, _ in measured}
+        if measured:
+            whole = len(measured) == len(files)
+            write_chunks(measured, chunks if whole else chunk_files(
+                measured, p.chunk_room, first_room=p.chunk_room - p.wheels_bytes), src, carry, w.index)
+        if "cifar10" in w.datasets and not any(f[0] == "cifar10" and f[3] for f in files):
+            # CIFAR-10 is not packed here (``pack`` takes minutes): its PNG tree stands in for it
+            (work / "data").mkdir(parents=True, exist_ok=True)
+            if not (work / "data" / "cifar10-png").exists():
+                (work / "data" / "cifar10-png").symlink_to(root / "cifar10-png")
+        (carry / f"w{w.index}.deadline").write_text(str(w.deadline_s))
+        for c in w.calls:
+            out = folder / "out" / f"w{w.index}c{c.index}"
+            env = {**os.environ, "OUT": str(out), "PYTHONPATH": str(project_root())}
+            cmd = (c.command.replace("python3 -m pip install", "true ||").replace("python3", shlex.quote(python))
+                   .replace(f"--work {DEFAULT_WORK}", f"--work {shlex.quote(str(work))}")
+                   .replace(f"{CARRY_DIR}/", f"{shlex.quote(str(carry))}/").replace("--device cuda", "--device cpu")
+                   .replace(f"={DEFAULT_WORK}/", f"={shlex.quote(str(work))}/"))
+            if c.starts:
+                cmd = cmd.replace(" --deadline-in", " --stand-in --deadline-in")
+            if "unpack" in cmd and not (carry / f"w{w.index}c{c.index}").exists():
+                cmd = cmd.replace(f"{shlex.quote(python)} -m vflkit.launcher unpack", "true")  # CIFAR-10 not packed
+            # a rehearsal's collect waits for the stand-ins, not the planned minutes
+            cmd = cmd.replace("--wait ", "--wait-cap 120 --wait ")
+            done = subprocess.run(["bash", "-c", cmd], env=env, capture_output=True, text=True,
+                                  cwd=project_root())
+            got, bad = receive(out, folder / "results")
+            report["received"] += got
+            report["refused"] += bad
+            report["calls"][-len(w.calls) + c.index - 1].update(rc=done.returncode, tail=(done.stdout + done.stderr)[-600:])
+    (folder / "chunks.json").write_text(json.dumps(chunk_list, indent=1))
+    report["missing_packages"] = check_packages(folder)
+    (folder / "dry_run.json").write_text(json.dumps(report, indent=1))
+    return report
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m vflkit.launcher", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for name in ("plan", "dry-run"):
+        p = sub.add_parser(name, help="plan every pending GPU run into windows" if name == "plan"
+                           else "plan, then rehearse the first window's calls on the CPU")
+        p.add_argument("--deadline-min", type=float, default=14.0, help="a window's length in minutes (default 14)")
+        p.add_argument("--device-kind", default="h100", choices=sorted(DEVICE_KINDS))
+        p.add_argument("--workers", type=int, default=DEFAULT_WORKERS, help="processes sharing the GPU")
+        p.add_argument("--profile", default="paper")
+        p.add_argument("--papers", default=None, help="only these studies (comma-separated)")
+        p.add_argument("--rates", type=Path, default=None, help="a measured rate file (see load_rate_file)")
+        p.add_argument("--json", type=Path, default=None, help="write the plan here")
+        if name == "dry-run":
+            p.add_argument("--folder", type=Path, required=True, help="where the rehearsal writes")
+            p.add_argument("--windows", type=int, default=1, help="windows to execute (default 1)")
+    p = sub.add_parser("check", help="(machine) which packages are missing")
+    p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
+    p = sub.add_parser("unpack", help="(machine) store a carried data chunk")
+    p.add_argument("folder", type=Path)
+    p.add_argument("--work", type=Path, default=Path(DEFAULT_WORK))
+    p = sub.add_parser("start", help="(machine) start a window's lanes, detached")
+    p.add_argument("plan", type=Path)
+    p.add_argument("--window", type=int, required=True)
+    p.add_argument("--work", type=Path, default=Path(DEFAULT_WORK))
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--workers", type=int, default=DEFAULT_WORKERS)
+    p.add_argument("--deadline-in", type=float, required=True, help="seconds from now to the lanes' deadline")
+    p.add_argument("--stand-in", action="store_true", help="train each run's smoke stand-in (the rehearsal)")
+    p = sub.add_parser("lane", help="(machine) one lane's packs; started by start")
+    p.add_argument("plan", type=Path)
+    p.add_argument("--window", type=int, required=True)
+    p.add_argument("--lane", type=int, required=True)
+    p.add_argument("--work", type=Path, default=Path(DEFAULT_WORK))
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--deadline", type=float, required=True)
+    p.add_argument("--stand-in", action="store_true")
+    p = sub.add_parser("collect", help="(machine) return the records finished so far in $OUT")
+    p.add_argument("--work", type=Path, default=Path(DEFAULT_WORK))
+    p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "out")))
+    p.add_argument("--wait", type=float, default=0.0)
+    p.add_argument("--wait-cap", type=float, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--stop-mps-when-idle", action="store_true")
+    p = sub.add_parser("receive", help="take the records a call brought back into results/")
+    p.add_argument("files_at", type=Path)
+    p.add_argument("--results", type=Path, default=None)
+    p = sub.add_parser("pack", help="write CIFAR-10's packed arrays (here, where the data is)")
+    p.add_argument("out", type=Path)
+    a = ap.parse_args(argv)
+    if a.cmd in ("plan", "dry-run"):
+        papers = a.papers.split(",") if a.papers else None
+        pl = plan(a.deadline_min * 60, a.device_kind, profile=a.profile, workers=a.workers, papers=papers,
+                  rate_file=a.rates)
+        print(plan_table(pl))
+        if a.json:
+            a.json.write_text(json.dumps(pl.to_dict(), indent=1))
+        if a.cmd == "dry-run":
+            rep = dry_run(pl, a.folder, windows=a.windows)
+            failed = [c for c in rep["calls"] if c.get("rc", 0) != 0]
+            print(f"[launcher] dry run: {len(rep['calls'])} calls written, "
+                  f"{sum('rc' in c for c in rep['calls'])} executed ({len(failed)} failed), "
+                  f"{len(rep['received'])} stand-in records received, {len(rep['refused'])} refused; "
+                  f"packages missing here: {rep['missing_packages'] or 'none'}; under {a.folder}")
+            return 1 if failed or rep["refused"] else 0
+    elif a.cmd == "check":
+        check_packages(a.out)
+    elif a.cmd == "unpack":
+        unpack(a.folder, a.work)
+    elif a.cmd == "start":
+        start(a.plan, a.window, work=a.work, device=a.device, workers=a.workers, deadline_in=a.deadline_in,
+              stand_in=a.stand_in)
+    elif a.cmd == "lane":
+        lane(a.plan, a.window, a.lane, work=a.work, device=a.device, deadline=a.deadline, stand_in=a.stand_in)
+    elif a.cmd == "collect":
+        wait = a.wait if a.wait_cap is None else min(a.wait, a.wait_cap)
+        collect(a.work, a.out, wait=wait, stop_mps=a.stop_mps_when_idle)
+    elif a.cmd == "receive":
+        from .config import results_dir
+
+        taken, refused = receive(a.files_at, a.results or results_dir())
+        print(f"[launcher] {len(taken)} records taken, {len(refused)} refused" +
+              "".join(f"\n  refused {r}" for r in refused))
+        return 1 if refused else 0
+    elif a.cmd == "pack":
+        print("[launcher] packed:", pack_cifar10(a.out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
