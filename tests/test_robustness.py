@@ -326,8 +326,8 @@ def test_a_diverged_record_is_not_handed_to_a_raise_run(tmp_path):
 
 
 def test_vfedmh_divergence_inside_train_step_is_recorded(tmp_path, monkeypatch):
-    """A VFedMH passive party whose embedding turns NaN makes the blinded encoder raise
-    NonFiniteEmbeddingError inside train_step; on_divergence='record' records it."""
+    """A VFedMH passive party whose embedding turns NaN makes the blinded encoder's check raise
+    NonFiniteEmbeddingError at that step; on_divergence='record' records it."""
     from vflkit import secure
     from vflkit.methods.vfedmh import VFedMH
     from vflkit.training import split
@@ -350,10 +350,12 @@ def test_vfedmh_divergence_inside_train_step_is_recorded(tmp_path, monkeypatch):
     rec = split.run(cfg, profile="smoke", device="cpu", results=tmp_path, progress=False, on_divergence="record",
                     force=True)
     assert rec["diverged"]["epoch"] == 1 and rec["diverged"]["step"] == 1
-    # steps_run counts the steps that sent all their messages: the first (VFedMH's 4 rounds);
-    # the second was refused inside train_step
-    assert rec["diverged"]["steps_run"] == 1 and rec["comm"]["per_epoch"][-1]["rounds"] == 4
-    assert "NaN" in rec["diverged"]["message"] or "finite" in rec["diverged"]["message"]
+    # steps_run counts the steps that sent all their messages: both, VFedMH's 4 rounds each.
+    # The ring's checks run on the device and are read after the step with its losses (issue 40:
+    # no host read inside a step), so the bad step completes before it is refused, with the
+    # encoder's error, which is read before that step's (NaN) losses.
+    assert rec["diverged"]["steps_run"] == 2 and rec["comm"]["per_epoch"][-1]["rounds"] == 8
+    assert "blind (passive party 1) got NaN or infinite embedding values" in rec["diverged"]["message"]
 
 
 def test_vfedmh_finite_blow_up_beyond_the_ring_is_recorded(tmp_path):

@@ -262,3 +262,22 @@ def test_vfedmh_mask_prefetch_changes_nothing(tmp_path):
     b = run(off, profile="smoke", device="cpu", results=tmp_path / "b", progress=False)
     strip = lambda r: [{k: v for k, v in h.items() if k != "elapsed_s"} for h in r["history"]]  # noqa: E731
     assert strip(a) == strip(b) and a["comm"] == b["comm"]
+
+
+def test_deferred_checks_are_read_with_the_losses_at_their_own_step():
+    """Checks a step left on the device (VFedMH's ring) are read with the losses, in one
+    transfer every SYNC_EVERY_CUDA steps on a GPU; a failing check raises its own error at its
+    own batch, before that step's losses are read, and only the steps before it are counted."""
+    from vflkit.secure import NonFiniteEmbeddingError
+
+    def reader(values):
+        if values[0]:
+            raise NonFiniteEmbeddingError(f"{int(values[0])} NaN entries")
+
+    window = split._LossWindow(epoch=1, limit=1e4, every=5)
+    for step in range(3):
+        window.add(step, 10, {"active": torch.tensor(1.0)}, [(torch.tensor([0.0, 7.0]), lambda v: None)])
+    with pytest.raises(NonFiniteEmbeddingError, match="3 NaN entries") as err:
+        window.add(3, 10, {"active": torch.tensor(float("nan"))}, [(torch.tensor([3.0]), reader)])
+        window.add(4, 10, {"active": torch.tensor(1.0)})
+    assert err.value.step == 3 and window.seen == 30 and window.sums == {"active": 30.0}

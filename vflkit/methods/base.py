@@ -31,6 +31,7 @@ from ..errors import ConfigError
 
 if TYPE_CHECKING:
     from ..models import PartyModel
+    from ..secure import DeferredChecks
 
 OPTIMIZERS: tuple[str, ...] = ("sgd", "sgd_momentum", "adagrad", "adam")
 #: How image datasets are cut into party slices (:func:`vflkit.training.split.build_parties`).
@@ -347,6 +348,11 @@ class VFLMethod(ABC):
     #: Homo_ and Heter_ variants of VFedMH Table III); None accepts any.
     model_mix: ClassVar[str | None] = None
 
+    #: Where ``train_step`` leaves the checks it computes on the device instead of reading them
+    #: (VFedMH's ring: NaN/inf and overflow of embeddings, masks that did not cancel); set by a
+    #: trainer that reads them with the losses (:meth:`defer_checks`). None: read at once.
+    checks: DeferredChecks | None = None
+
     def __init__(self, config: RunConfig, parties: Sequence[Party], *, num_classes: int) -> None:
         holders = [p for p in parties if p.holds_labels]
         if len(holders) != 1:
@@ -389,6 +395,12 @@ class VFLMethod(ABC):
     @abstractmethod
     def trained_models(self) -> dict[str, str]:
         """The models a run yields: key (as used in losses and metrics) -> architecture."""
+
+    def defer_checks(self, checks: DeferredChecks) -> None:
+        """Have ``train_step`` leave its device-side checks in ``checks`` for the trainer to read
+        with the losses (every N steps on a GPU), rather than read each at once: a step then
+        never waits for the device. A method that computes no such checks never adds any."""
+        self.checks = checks
 
     # -- shared helpers --------------------------------------------------------------------
 
