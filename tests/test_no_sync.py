@@ -110,7 +110,10 @@ def _guarded_run(monkeypatch: pytest.MonkeyPatch, cfg: RunConfig) -> tuple[list[
 def test_training_step_makes_no_host_read(monkeypatch, method):
     """Every step of every split-family method, VFedMH's and EASTER's secure ring included
     (fixed-point arithmetic on the device, its checks read by the trainer with the losses):
-    no host read."""
+    no host read. The ring takes the path a GPU takes (torch): on a CPU its default is numpy,
+    whose reads wait for nothing there (the host is the device)."""
+    if method in SECURE_METHODS:
+        monkeypatch.setattr(get_method(method), "ring_backend", "torch")
     per_step, result = _guarded_run(monkeypatch, _config(method, METHODS[method]))
     assert len(per_step) == 2 and result["diverged"] is None
     for step, reads in enumerate(per_step):
@@ -119,8 +122,8 @@ def test_training_step_makes_no_host_read(monkeypatch, method):
 
 @pytest.mark.parametrize("method", sorted(SECURE_METHODS))
 def test_guard_sees_the_host_ring(monkeypatch, method):
-    """The guard looks inside the secure ring: the host reference backend (numpy), which the
-    trainer used before, is caught reading every step, where the torch backend reads nothing."""
+    """The guard looks inside the secure ring: the host backend (numpy; the only one before
+    issue 40, the CPU's default now) is caught reading every step, where torch reads nothing."""
     monkeypatch.setattr(get_method(method), "ring_backend", "numpy")
     per_step, _ = _guarded_run(monkeypatch, _config(method, METHODS[method]))
     for reads in per_step:

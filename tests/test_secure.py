@@ -651,3 +651,16 @@ def test_training_records_are_the_same_with_either_ring_backend(monkeypatch, met
                        "history": [{k: v for k, v in row.items() if k != "elapsed_s"} for row in r["history"]]}
     assert strip(results["torch"]) == strip(results["numpy"])
     assert results["torch"]["history"][-1]["loss"] > 0
+
+
+def test_vfedmh_picks_its_ring_backend_by_device() -> None:
+    """VFedMH's default ring ("auto") is numpy on the CPU and torch on an accelerator; a forced
+    backend holds on every device."""
+    from types import SimpleNamespace
+
+    from vflkit.methods.vfedmh import VFedMH
+
+    pick = lambda backend, device: VFedMH._backend(SimpleNamespace(ring_backend=backend), torch.device(device))  # noqa: E731
+    assert VFedMH.ring_backend == "auto"
+    assert (pick("auto", "cpu"), pick("auto", "cuda"), pick("auto", "mps")) == ("numpy", "torch", "torch")
+    assert (pick("torch", "cpu"), pick("numpy", "cuda")) == ("torch", "numpy")
