@@ -38,7 +38,8 @@ and copied to the device without a wait. The checks the arithmetic needs (NaN/in
 masks that did not cancel) are computed on the device; by default they are read at once, and a
 trainer may collect them (:class:`DeferredChecks`) and read them with the losses, every N steps.
 The earlier host implementation in numpy ``uint64`` is kept as ``backend="numpy"``: the
-reference the tests compare the torch path with, bit for bit.
+reference the tests compare the torch path with, bit for bit, and VFedMH's choice on a CPU
+(``VFedMH.ring_backend="auto"``), where the host is the device and numpy is faster.
 
 Misuse that would break cancellation is refused rather than decoded into noise: every ring
 tensor is a :class:`RingTensor` carrying a :class:`RingTag` (its ring's parameters and, once
