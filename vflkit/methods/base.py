@@ -38,6 +38,8 @@ OPTIMIZERS: tuple[str, ...] = ("sgd", "sgd_momentum", "adagrad", "adam")
 PARTITIONS: tuple[str, ...] = ("strips_width", "strips_height", "grid")
 #: Learning-rate schedules of :attr:`RunConfig.lr_schedule`.
 LR_SCHEDULES: tuple[str, ...] = ("none", "exponential")
+#: Compute precisions of :attr:`RunConfig.precision`.
+PRECISIONS: tuple[str, ...] = ("fp32", "bf16")
 
 
 #: The largest embedding a run may ask for (the papers use 32-512; beyond this the layers alone
@@ -95,6 +97,15 @@ class RunConfig:
     #: weighted layers at a block boundary, EASTER's "the number of layers ... was the same").
     #: A config whose ResNets both readings cut alike holds "stages", so its key stays.
     resnet_cut: str = "stages"
+    #: Compute precision of the split trainer (issue 40): "fp32" (PyTorch's defaults: float32,
+    #: cuDNN convolutions in TF32 on a GPU; every committed record) or "bf16" (bfloat16 autocast
+    #: on the run's device, CPU included, with float32 master weights, and channels_last
+    #: convolution weights). bf16 changes the numbers, so it is part of the key (the default is
+    #: not, so existing keys stay) and a bf16 record never stands in for an fp32 one. Messages
+    #: between parties keep float32 (:mod:`vflkit.comm` widens bf16 on the wire), so ledgers do
+    #: not change. Not the default: that waits for a GPU window's check that bf16 seeds land
+    #: inside the fp32/TF32 seed spread.
+    precision: str = "fp32"
 
     def __post_init__(self) -> None:
         # every field is checked here, before any data is loaded, in an order where each
@@ -171,6 +182,8 @@ class RunConfig:
         if isinstance(self.lr_gamma, bool) or not isinstance(self.lr_gamma, (int, float)) or not 0 < self.lr_gamma <= 1:
             raise ConfigError(f"lr_gamma must be a number in (0, 1], got {self.lr_gamma!r}")
         object.__setattr__(self, "lr_gamma", float(self.lr_gamma))
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"Invalid precision {self.precision!r}; choose one of {', '.join(PRECISIONS)}")
         check_int("feature_parts", self.feature_parts, minimum=1, optional=True)
         if self.feature_parts is not None:
             object.__setattr__(self, "feature_parts", int(self.feature_parts))
