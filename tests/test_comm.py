@@ -351,3 +351,15 @@ def test_a_party_answering_opens_a_new_round():
     restored.rounds()
     restored.restore(ledger._rows)
     assert restored.totals() == ledger.totals() and restored.rounds() == ledger.rounds()
+
+
+def test_bf16_payloads_travel_as_float32():
+    """A bfloat16 tensor (a model under bf16 autocast) is widened to float32 on the wire, exactly,
+    and counted at 4 bytes per entry: a bf16 run's messages and ledger are an fp32 run's."""
+    channel = Channel()
+    sent = torch.randn(3, 5).bfloat16()
+    channel.send("passive_1", "active", "embedding", {"e": sent, "ring": torch.zeros(2, dtype=torch.int64)})
+    got = channel.recv("active", "passive_1", "embedding")
+    assert got["e"].dtype == torch.float32 and torch.equal(got["e"], sent.float())
+    assert got["ring"].dtype == torch.int64
+    assert channel.ledger.totals()["bytes"] == 3 * 5 * 4 + 2 * 8

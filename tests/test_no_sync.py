@@ -7,9 +7,16 @@ waits for the device to finish its queue. The guard below sees them on a CPU too
 ``__torch_function__``), active only while ``method.train_step`` runs, so the trainer's
 periodic loss read (``_LossWindow.drain``, between steps) is outside it by construction.
 
+VFedMH's and EASTER's secure ring runs on the device too (:mod:`vflkit.secure`, torch backend):
+its checks (NaN/inf or overflowing embeddings, masks that did not cancel) are left in the
+trainer's :class:`~vflkit.secure.DeferredChecks` and read with the losses, outside the step.
+
 What a CPU cannot show: a host-to-device copy (a CPU tensor's ``.to(cuda)``) is a no-op here.
-The batch index, the one such copy of every method, is checked structurally instead: the ids a
-step gets already live on the parties' device (the trainer copies each epoch's order once).
+The batch index is checked structurally instead: the ids a step gets already live on the
+parties' device (the trainer copies each epoch's order once). The other such copy, VFedMH's
+blinding masks (drawn by the host PRG ahead of the step), goes from pinned memory with
+``non_blocking=True``, a queued copy; on a GPU, :func:`test_no_sync_on_cuda` runs the step
+under ``torch.cuda.set_sync_debug_mode("error")``, which raises on any wait.
 """
 
 from __future__ import annotations
@@ -32,21 +39,6 @@ HOST_READS = frozenset({
     "item", "tolist", "cpu", "numpy", "__array__", "__bool__", "__float__", "__int__", "__index__",
     "__complex__", "is_nonzero", "equal", "nonzero", "unique", "masked_select",
 })
-
-#: Host reads a step may make, as (module, function) of the innermost vflkit frame, and why.
-#: VFedMH/EASTER's secure aggregation is fixed-point arithmetic in a uint64 numpy ring on the
-#: host (vflkit/secure.py; not rewritten here, issue 40 leaves the ring as it is), and the
-#: blinding masks are drawn by a host PRG keyed by the agreed secret. Per step, with K passive
-#: parties: K encodes, K ring reads, K mask arrays and one copy of the active embedding.
-SECURE_ALLOWANCES: dict[tuple[str, str], str] = {
-    ("secure.py", "_encode"): "fixed-point encoding of a passive embedding: rint in float64 numpy on the host",
-    ("secure.py", "_to_ring"): "a blinded embedding enters the host-side uint64 ring sum",
-    ("secure.py", "blind"): "the blinding mask comes from the host PRG (a CPU tensor: no device read)",
-    ("secure.py", "aggregate"): "the active embedding joins the ring sum on the host (its finiteness is "
-                                "checked on that same copy, not by a separate bool() read)",
-    ("secure.py", "_to_torch"): "a mask drawn on the host wrapped as a CPU tensor by .to('cpu') (no device "
-                                "read; only in steps whose masks the prefetch thread has not drawn)",
-}
 
 #: The split-family methods, each with the model mix its name asks for.
 METHODS: dict[str, tuple[str, ...]] = {
@@ -116,16 +108,26 @@ def _guarded_run(monkeypatch: pytest.MonkeyPatch, cfg: RunConfig) -> tuple[list[
 
 @pytest.mark.parametrize("method", sorted(METHODS))
 def test_training_step_makes_no_host_read(monkeypatch, method):
-    """Every step of every split-family method: no host read, except VFedMH's documented ring."""
+    """Every step of every split-family method, VFedMH's and EASTER's secure ring included
+    (fixed-point arithmetic on the device, its checks read by the trainer with the losses):
+    no host read. The ring takes the path a GPU takes (torch): on a CPU its default is numpy,
+    whose reads wait for nothing there (the host is the device)."""
+    if method in SECURE_METHODS:
+        monkeypatch.setattr(get_method(method), "ring_backend", "torch")
     per_step, result = _guarded_run(monkeypatch, _config(method, METHODS[method]))
     assert len(per_step) == 2 and result["diverged"] is None
     for step, reads in enumerate(per_step):
-        unexplained = {k: n for k, n in reads.items()
-                       if method not in SECURE_METHODS or k[1:] not in SECURE_ALLOWANCES}
-        assert not unexplained, f"{method} step {step} reads back to the host: {unexplained}"
-        if method in SECURE_METHODS:
-            # the ring does read, and only where listed: the guard is looking
-            assert {("secure.py", "_encode"), ("secure.py", "_to_ring")} <= {k[1:] for k in reads}, reads
+        assert not reads, f"{method} step {step} reads back to the host: {dict(reads)}"
+
+
+@pytest.mark.parametrize("method", sorted(SECURE_METHODS))
+def test_guard_sees_the_host_ring(monkeypatch, method):
+    """The guard looks inside the secure ring: the host backend (numpy; the only one before
+    issue 40, the CPU's default now) is caught reading every step, where torch reads nothing."""
+    monkeypatch.setattr(get_method(method), "ring_backend", "numpy")
+    per_step, _ = _guarded_run(monkeypatch, _config(method, METHODS[method]))
+    for reads in per_step:
+        assert {("secure.py", "_encode_numpy"), ("secure.py", "_to_ring")} <= {k[1:] for k in reads}, reads
 
 
 def test_guard_sees_a_host_read(monkeypatch):
@@ -196,3 +198,28 @@ def test_batches_from_checked_ids_need_no_read():
     assert not p.prechecked
     with pytest.raises(PartitionError):  # outside, every batch is checked as before
         p.features("train", ids=torch.tensor([16]))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: CUDA's own sync detector")
+@pytest.mark.parametrize("method", ["vfedmh", "easter"])
+def test_no_sync_on_cuda(monkeypatch, method):
+    """On a GPU, CUDA's sync detector raises on any wait inside a step (host reads and blocking
+    copies alike; the first step is left out: its mask was not drawn ahead into pinned memory)."""
+    cls = get_method(method)
+    real_step = cls.train_step
+    steps: list[int] = []
+
+    def strict_step(self: Any, ids: torch.Tensor) -> Any:
+        steps.append(len(steps))
+        if len(steps) == 1:
+            return real_step(self, ids)
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            return real_step(self, ids)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+
+    monkeypatch.setattr(cls, "train_step", strict_step)
+    cfg = _config(method, METHODS[method], n_train=512)
+    result = split.train(cfg, device=torch.device("cuda"), progress=False)
+    assert len(steps) == 4 and result["diverged"] is None

@@ -325,9 +325,12 @@ def test_a_diverged_record_is_not_handed_to_a_raise_run(tmp_path):
 # --------------------------------------------------------------------------- divergence
 
 
-def test_vfedmh_divergence_inside_train_step_is_recorded(tmp_path, monkeypatch):
-    """A VFedMH passive party whose embedding turns NaN makes the blinded encoder raise
-    NonFiniteEmbeddingError inside train_step; on_divergence='record' records it."""
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_vfedmh_divergence_inside_train_step_is_recorded(tmp_path, monkeypatch, backend):
+    """A VFedMH passive party whose embedding turns NaN makes the blinded encoder refuse it
+    (NonFiniteEmbeddingError) at that step; on_divergence='record' records it. The host ring
+    (numpy, the CPU's default) refuses it inside train_step; the device ring (torch, a GPU's)
+    leaves its check on the device, read after the step with that step's losses."""
     from vflkit import secure
     from vflkit.methods.vfedmh import VFedMH
     from vflkit.training import split
@@ -343,6 +346,7 @@ def test_vfedmh_divergence_inside_train_step_is_recorded(tmp_path, monkeypatch):
         return real(self, ids)
 
     monkeypatch.setattr(VFedMH, "train_step", poisoned)
+    monkeypatch.setattr(VFedMH, "ring_backend", backend)
     cfg = _cfg(method="vfedmh", options={"blinding": True}, epochs=2)
     with pytest.raises(secure.NonFiniteEmbeddingError):
         split.run(cfg, profile="smoke", device="cpu", results=tmp_path, progress=False)
@@ -350,19 +354,26 @@ def test_vfedmh_divergence_inside_train_step_is_recorded(tmp_path, monkeypatch):
     rec = split.run(cfg, profile="smoke", device="cpu", results=tmp_path, progress=False, on_divergence="record",
                     force=True)
     assert rec["diverged"]["epoch"] == 1 and rec["diverged"]["step"] == 1
-    # steps_run counts the steps that sent all their messages: the first (VFedMH's 4 rounds);
-    # the second was refused inside train_step
-    assert rec["diverged"]["steps_run"] == 1 and rec["comm"]["per_epoch"][-1]["rounds"] == 4
-    assert "NaN" in rec["diverged"]["message"] or "finite" in rec["diverged"]["message"]
+    # steps_run counts the steps that sent all their messages (VFedMH's 4 rounds each): the first
+    # only where the second was refused inside train_step; both where it was refused after it
+    steps = 1 if backend == "numpy" else 2
+    assert rec["diverged"]["steps_run"] == steps and rec["comm"]["per_epoch"][-1]["rounds"] == 4 * steps
+    # the encoder's error, not the NaN loss's: a step's ring checks are read before its losses
+    assert "blind (passive party 1) got NaN or infinite embedding values" in rec["diverged"]["message"]
 
 
-def test_vfedmh_finite_blow_up_beyond_the_ring_is_recorded(tmp_path):
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_vfedmh_finite_blow_up_beyond_the_ring_is_recorded(tmp_path, monkeypatch, backend):
     """A passive party at lr 1e8 sends finite embeddings far beyond the ring's limit (~1e14 >
     1.4e11) before its loss turns NaN: a divergence, recorded in record mode, not a ConfigError
     telling the user to change scale_bits. A narrow ring (scale_bits=52, limit 2) with normal
-    embeddings stays a configuration error, in record mode too."""
+    embeddings stays a configuration error, in record mode too. Alike on the host ring and on
+    the device ring (whose checks the trainer reads after the step)."""
     from vflkit import secure
+    from vflkit.methods.vfedmh import VFedMH
     from vflkit.training import split
+
+    monkeypatch.setattr(VFedMH, "ring_backend", backend)
 
     cfg = _cfg(method="vfedmh", lr=(0.05, 1e8, 0.05, 0.05), batch_size=32)
     with pytest.raises(secure.EmbeddingOverflowError, match="the model diverged"):

@@ -495,3 +495,172 @@ def test_untagged_contributions_too_small_to_verify_are_refused():
         aggregate(None, plain, ring=ring)
     big = [ring.encode(torch.full((8, 8), 0.5)).as_subclass(torch.Tensor) for _ in range(2)]
     assert torch.allclose(aggregate(None, big, ring=ring, n_parties=2), torch.full((8, 8), 0.5))
+
+
+# --------------------------------------------------------------------------- torch backend (issue 40)
+# The ring runs in torch on the embeddings' device; the numpy backend, the host implementation
+# it replaced, is the reference it must equal bit for bit.
+
+_I64 = np.iinfo(np.int64)
+
+
+def _edge_int64(n: int, seed: int) -> torch.Tensor:
+    """int64 ring elements: the extremes and 32-bit boundaries, then uniform random bits."""
+    edges = [_I64.min, _I64.min + 1, -2**63 + 2**32, -2**32 - 1, -2**32, -2**31 - 1, -2**31, -1, 0, 1,
+             2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**63 - 2**32, _I64.max - 1, _I64.max]
+    rng = np.random.default_rng(seed)
+    bits = rng.integers(0, 2**64, size=n, dtype=np.uint64, endpoint=False).view(np.int64)
+    return torch.from_numpy(np.concatenate([np.array(edges, dtype=np.int64), bits]))
+
+
+@pytest.mark.parametrize("n_terms", [1, 2, 3, 10])
+def test_wrapping_sum_equals_numpy_uint64_arithmetic(n_terms: int) -> None:
+    """The torch ring sum (32-bit halves, no int64 overflow) equals numpy's uint64 sum, whose
+    wraparound modulo 2^64 is defined, on every bit: extremes, 32-bit boundaries, random bits."""
+    from vflkit.secure import _wrapping_sum
+
+    terms = [_edge_int64(2000, seed=k).roll(k) for k in range(n_terms)]
+    expected = np.zeros(terms[0].shape, dtype=np.uint64)
+    for t in terms:
+        expected += t.numpy().view(np.uint64)
+
+    got = _wrapping_sum(terms)
+
+    assert got.dtype == torch.int64
+    assert np.array_equal(got.numpy().view(np.uint64), expected)
+    # a 0-d term (the literal scalar mask) broadcasts like numpy's
+    scalar = torch.tensor(_I64.max)
+    assert np.array_equal(_wrapping_sum([terms[0], scalar]).numpy().view(np.uint64),
+                          terms[0].numpy().view(np.uint64) + np.uint64(_I64.max))
+
+
+def _torch_vs_numpy_inputs() -> list[torch.Tensor]:
+    """Embeddings that stress the encoding: ties at half a unit (round half to even), -0.0,
+    the ring's limit and just below it (max_parties=4), float32 and float64, random values."""
+    ring = FixedPointRing(max_parties=4)
+    units = torch.arange(-6, 7, dtype=torch.float64)
+    ties = (units + 0.5) / 2**16  # exact halves of the last fractional bit: rint's ties
+    limit = ring.max_abs
+    near = torch.tensor([limit, -limit, float(np.nextafter(limit, 0)), -float(np.nextafter(limit, 0)),
+                         limit * (1 - 2**-40), 0.0, -0.0], dtype=torch.float64)
+    gen = torch.Generator().manual_seed(3)
+    return [ties, ties.float(), near, 100 * torch.randn(64, 16, generator=gen),
+            torch.randn(5, 7, generator=gen).double() * 1e9]
+
+
+@pytest.mark.parametrize("case", range(5))
+def test_torch_backend_equals_the_numpy_reference(case: int) -> None:
+    """encode, blind (masks added), the ring sum, decode and aggregate: the torch backend gives
+    the numpy backend's bits and floats exactly, including ties and values at the ring's limit,
+    where the blinded sums wrap around 2^64 and the plain sum of 4 encodings nears 2^63."""
+    ring = FixedPointRing(max_parties=4)
+    x = _torch_vs_numpy_inputs()[case]
+    emb = {0: x, 1: -x.flip(0), 2: x * 0.5, 3: x.roll(1, 0)}
+
+    enc_t, enc_n = ring.encode(x), ring.encode(x, backend="numpy")
+    assert torch.equal(enc_t, enc_n) and enc_t.ring_tag == enc_n.ring_tag
+    assert torch.equal(ring.decode(enc_t, dtype=torch.float64), ring.decode(enc_n, dtype=torch.float64, backend="numpy"))
+
+    blinded = {}
+    for backend in ("torch", "numpy"):
+        keys = _parties(3, seed=7)  # the same keys, hence masks, for both backends
+        blinded[backend] = [blind(emb[k], kp, ring=ring, round=2, step=case, backend=backend) for k, kp in keys.items()]
+    for bt, bn in zip(blinded["torch"], blinded["numpy"]):
+        assert torch.equal(bt, bn) and bt.ring_tag == bn.ring_tag
+    for dtype in (torch.float32, torch.float64):
+        mean_t = aggregate(emb[0], blinded["torch"], ring=ring, dtype=dtype)
+        mean_n = aggregate(emb[0], blinded["numpy"], ring=ring, dtype=dtype, backend="numpy")
+        assert mean_t.dtype == dtype and torch.equal(mean_t, mean_n)
+    # the masks cancel to the plain ring sum of the encodings, in both
+    plain = sum(ring.encode(emb[k], backend="numpy").numpy().view(np.uint64) for k in (1, 2, 3))
+    from vflkit.secure import _wrapping_sum
+    assert np.array_equal(_wrapping_sum([b.as_subclass(torch.Tensor) for b in blinded["torch"]]).numpy()
+                          .view(np.uint64), plain)
+
+
+def test_encode_rounds_ties_to_even_as_numpy() -> None:
+    """Half units round to the even neighbour (torch.round, numpy's rint): 0.5 -> 0, 1.5 -> 2, -2.5 -> -2."""
+    ring = FixedPointRing(scale_bits=0)
+    x = torch.tensor([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 2.4999999, 2.5000001], dtype=torch.float64)
+    assert ring.encode(x).tolist() == [0, 2, 2, 0, -2, -2, 2, 3]
+    assert torch.equal(ring.encode(x), ring.encode(x, backend="numpy"))
+
+
+@pytest.mark.parametrize("backend", ["torch", "numpy"])
+def test_both_backends_refuse_alike(backend: str) -> None:
+    """NaN/inf, a diverged magnitude, a narrow ring and masks that do not cancel raise the same
+    errors, with the same messages, in both backends."""
+    ring = FixedPointRing(max_parties=4)
+    bad = {
+        "nan": (torch.tensor([1.0, float("nan"), float("inf")]), NonFiniteEmbeddingError, "(2 of 3 entries)"),
+        "overflow": (torch.tensor([0.0, -3e11]), EmbeddingOverflowError, "magnitude 3e+11 exceeds the ring's limit"),
+    }
+    for x, error, text in bad.values():
+        with pytest.raises(error, match=re_escape(text)):
+            FixedPointRing().encode(x, backend=backend)
+    with pytest.raises(ConfigError, match="use fewer scale_bits"):
+        FixedPointRing(scale_bits=52).encode(torch.tensor([5.7]), backend=backend)
+    keys = _parties(3, seed=11)
+    blinded = [blind(torch.ones(64), kp, ring=ring, round=0, step=0, backend=backend) for kp in keys.values()]
+    with pytest.raises(NonFiniteEmbeddingError, match="active embedding"):
+        aggregate(torch.full((64,), float("nan")), blinded, ring=ring, backend=backend)
+    leftover = [_untagged(b) for b in blinded[:2]]  # party 3's mask is missing: no cancellation
+    with pytest.raises(AggregationError, match="did not cancel"):
+        aggregate(torch.ones(64), leftover, ring=ring, backend=backend, n_parties=4)
+
+
+def test_deferred_checks_raise_when_read_not_before() -> None:
+    """With a DeferredChecks the torch backend reads nothing back: a NaN embedding, an overflow
+    and a sum whose masks did not cancel are computed on the device and raised only by run(),
+    in the order they arose, with the errors an immediate check gives."""
+    from vflkit.secure import DeferredChecks
+
+    ring = FixedPointRing(max_parties=4)
+    checks = DeferredChecks()
+    keys = _parties(3, seed=12)
+    nan = torch.tensor([0.0, float("nan")] * 32)
+    blinded = [blind(nan if k == 2 else torch.ones(64), kp, ring=ring, round=0, step=0, checks=checks)
+               for k, kp in keys.items()]
+    mean = aggregate(torch.ones(64), blinded, ring=ring, checks=checks)
+    assert len(checks) == 5  # 3 encodings, the active embedding, the cancellation
+    assert torch.isfinite(mean).all()  # a refused entry encodes as 0 until the check is read
+    with pytest.raises(NonFiniteEmbeddingError, match=re_escape("blind (passive party 2) got NaN or infinite "
+                                                                "embedding values (32 of 64 entries)")):
+        checks.run()
+    assert len(checks) == 0
+    checks.run()  # nothing pending: nothing raised
+    FixedPointRing().encode(torch.tensor([3e11]), checks=checks)
+    with pytest.raises(EmbeddingOverflowError):
+        checks.run()
+
+
+@pytest.mark.parametrize("method", ["vfedmh", "easter"])
+def test_training_records_are_the_same_with_either_ring_backend(monkeypatch, method: str) -> None:
+    """A tiny VFedMH and EASTER run (2 epochs, 3 passive parties) trained with the torch ring and
+    with the numpy reference: the same losses, test accuracies and ledger, bit for bit."""
+    from vflkit.methods import RunConfig, get_method
+    from vflkit.training import split
+
+    cfg = RunConfig(paper=method, dataset="mnist", method=method, models=("mlp", "lenet", "mlp", "lenet"),
+                    n_train=384, n_test=128, epochs=2, batch_size=128, embedding_dim=16)
+    results = {}
+    for backend in ("numpy", "torch"):
+        monkeypatch.setattr(get_method(method), "ring_backend", backend)
+        results[backend] = split.train(cfg, device=torch.device("cpu"), progress=False)
+    strip = lambda r: {**r, "wall_time_s": None,  # noqa: E731
+                       "history": [{k: v for k, v in row.items() if k != "elapsed_s"} for row in r["history"]]}
+    assert strip(results["torch"]) == strip(results["numpy"])
+    assert results["torch"]["history"][-1]["loss"] > 0
+
+
+def test_vfedmh_picks_its_ring_backend_by_device() -> None:
+    """VFedMH's default ring ("auto") is numpy on the CPU and torch on an accelerator; a forced
+    backend holds on every device."""
+    from types import SimpleNamespace
+
+    from vflkit.methods.vfedmh import VFedMH
+
+    pick = lambda backend, device: VFedMH._backend(SimpleNamespace(ring_backend=backend), torch.device(device))  # noqa: E731
+    assert VFedMH.ring_backend == "auto"
+    assert (pick("auto", "cpu"), pick("auto", "cuda"), pick("auto", "mps")) == ("numpy", "torch", "torch")
+    assert (pick("torch", "cpu"), pick("numpy", "cuda")) == ("torch", "numpy")

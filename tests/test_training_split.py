@@ -262,3 +262,68 @@ def test_vfedmh_mask_prefetch_changes_nothing(tmp_path):
     b = run(off, profile="smoke", device="cpu", results=tmp_path / "b", progress=False)
     strip = lambda r: [{k: v for k, v in h.items() if k != "elapsed_s"} for h in r["history"]]  # noqa: E731
     assert strip(a) == strip(b) and a["comm"] == b["comm"]
+
+
+def test_deferred_checks_are_read_with_the_losses_at_their_own_step():
+    """Checks a step left on the device (VFedMH's ring) are read with the losses, in one
+    transfer every SYNC_EVERY_CUDA steps on a GPU; a failing check raises its own error at its
+    own batch, before that step's losses are read, and only the steps before it are counted."""
+    from vflkit.secure import NonFiniteEmbeddingError
+
+    def reader(values):
+        if values[0]:
+            raise NonFiniteEmbeddingError(f"{int(values[0])} NaN entries")
+
+    window = split._LossWindow(epoch=1, limit=1e4, every=5)
+    for step in range(3):
+        window.add(step, 10, {"active": torch.tensor(1.0)}, [(torch.tensor([0.0, 7.0]), lambda v: None)])
+    with pytest.raises(NonFiniteEmbeddingError, match="3 NaN entries") as err:
+        window.add(3, 10, {"active": torch.tensor(float("nan"))}, [(torch.tensor([3.0]), reader)])
+        window.add(4, 10, {"active": torch.tensor(1.0)})
+    assert err.value.step == 3 and window.seen == 30 and window.sums == {"active": 30.0}
+
+
+def test_precision_keys_only_a_non_default_setting():
+    """``precision`` is named in a run's config: the default ("fp32") keeps every existing key
+    (a committed record's among them), "bf16" gets keys of its own, anything else is refused."""
+    committed = json.loads(next(iter(sorted((config.project_root() / "results" / "quick" / "vfedmh")
+                                            .glob("*.json")))).read_text())
+    cfg = RunConfig.from_dict(committed["config"])
+    assert "precision" not in committed["config"] and cfg.precision == "fp32"
+    assert cfg.key == committed["key"] == cfg.replace(precision="fp32").key
+    bf16 = cfg.replace(precision="bf16")
+    assert bf16.key != cfg.key and bf16.to_dict()["precision"] == "bf16"
+    assert RunConfig.from_dict(bf16.to_dict()).key == bf16.key
+    with pytest.raises(ConfigError, match="Invalid precision 'fp16'; choose one of fp32, bf16"):
+        cfg.replace(precision="fp16")
+
+
+@pytest.mark.parametrize("method, models", [("splitnn", ("cnn", "lenet", "cnn", "lenet")),
+                                            ("vfedmh", ("cnn", "lenet", "mlp", "lenet"))])
+def test_bf16_runs_under_autocast_and_keeps_fp32_messages(tmp_path, monkeypatch, method, models):
+    """precision="bf16" trains and evaluates under bfloat16 autocast (here on the CPU) with
+    channels_last convolution weights; its record names the precision under a key of its own,
+    its numbers differ from fp32's, and its ledger is fp32's: messages travel as float32."""
+    cfg = _config(method=method, models=models, paper="vfedmh", n_train=384, epochs=2)
+    cls = get_method(method)
+    real = cls.train_step
+    seen = []
+
+    def spying(self, ids):
+        conv = [m.weight for p in self.parties for m in p.models.values() for m in m.modules()
+                if isinstance(m, torch.nn.Conv2d)]
+        seen.append((torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"),
+                     all(w.is_contiguous(memory_format=torch.channels_last) for w in conv) and bool(conv)))
+        return real(self, ids)
+
+    monkeypatch.setattr(cls, "train_step", spying)
+    fp32 = run(cfg, profile="smoke", device="cpu", results=tmp_path, progress=False)
+    assert not any(enabled for enabled, _, _ in seen)
+    seen.clear()
+    bf16 = run(cfg.replace(precision="bf16"), profile="smoke", device="cpu", results=tmp_path, progress=False)
+
+    assert seen and all(s == (True, torch.bfloat16, True) for s in seen)
+    assert bf16["config"]["precision"] == "bf16" and bf16["key"] != fp32["key"]
+    assert bf16["comm"] == fp32["comm"]
+    losses = [[h["loss"] for h in r["history"]] for r in (fp32, bf16)]
+    assert losses[0] != losses[1] and all(0 < v < 10 for v in losses[1])

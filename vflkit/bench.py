@@ -27,7 +27,7 @@ from .comm import Channel, Party
 from .methods import RunConfig
 from .methods import get_method
 from .partition import strips
-from .secure import benchmark_masking
+from .secure import DeferredChecks, benchmark_masking
 
 
 def _setup(model: str, n_parties: int, batch: int, n: int, embedding_dim: int, seed: int = 0, *,
@@ -130,10 +130,16 @@ def bench_overhead(model: str = "cnn", *, n_parties: int = 4, batch: int = 128, 
     }
 
 
-#: The methods of the batch-by-batch trainer, and VFedMH without its mask prefetch.
+#: VFedMH with its secure ring forced to one backend (``VFedMH.ring_backend``; the "vfedmh"
+#: row takes the default, "auto": numpy on the CPU, torch on a GPU), side by side.
+RING_ROWS: dict[str, str] = {"vfedmh, ring in torch": "torch", "vfedmh, ring in numpy": "numpy"}
+
+#: The methods of the batch-by-batch trainer, VFedMH without its mask prefetch and VFedMH
+#: with each ring backend.
 METHODS: dict[str, tuple[str, dict]] = {
     "local": ("local", {}), "splitnn": ("splitnn", {}), "agg_vfl": ("agg_vfl", {}), "c_vfl": ("c_vfl", {}),
     "vfedmh": ("vfedmh", {}), "vfedmh, masks on demand": ("vfedmh", {"mask_prefetch": False}),
+    **{label: ("vfedmh", {}) for label in RING_ROWS},
 }
 
 
@@ -177,13 +183,17 @@ class _GPUUtilisation:
 
 def bench_methods(models: list[str], *, methods: dict[str, tuple[str, dict]] | None = None, batch: int = 128,
                   steps: int = 30, blocks: int = 3, device: str = "cpu") -> list[dict[str, float | str | None]]:
-    """Samples/s of each method's training step (as the trainer runs it: losses read back once
-    per block, not per step) for each model, and the GPU's utilisation meanwhile on CUDA.
-    Median over ``blocks`` blocks of ``steps`` steps."""
+    """Samples/s of each method's training step (as the trainer runs it: losses and the checks
+    a step leaves on the device read back once per block, not per step) for each model, and
+    the GPU's utilisation meanwhile on CUDA. Median over ``blocks`` blocks of ``steps`` steps."""
     rows = []
     for label, (name, options) in (methods or METHODS).items():
         for model in models:
             vfl, *_ = _setup(model, 4, batch, batch * 8, 128, method=name, device=device, options=options)
+            if label in RING_ROWS:
+                vfl.ring_backend = RING_ROWS[label]
+            checks = DeferredChecks()
+            vfl.defer_checks(checks)
             order = torch.arange(batch * 8)  # sample ids stay on the CPU (as in the trainer): no sync to check them
             vfl.train_step(order[:batch])  # warm-up (allocations, kernels' first launch)
             _sync(device)
@@ -193,6 +203,7 @@ def bench_methods(models: list[str], *, methods: dict[str, tuple[str, dict]] | N
                     t0 = time.perf_counter()
                     losses = [vfl.train_step(order[(i % 8) * batch:(i % 8 + 1) * batch]) for i in range(steps)]
                     torch.stack([v for lo in losses for v in lo.values()]).sum().item()  # one read, as the trainer
+                    checks.run()
                     _sync(device)
                     times.append((time.perf_counter() - t0) / steps)
             rows.append({"method": label, "model": model, "samples_per_s": batch / statistics.median(times),

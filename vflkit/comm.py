@@ -83,9 +83,14 @@ def payload_nbytes(payload: Any) -> int:
 
 
 def _wire_copy(payload: Any) -> Any:
-    """What the receiver gets: a detached copy, so no autograd graph or memory is shared."""
+    """What the receiver gets: a detached copy, so no autograd graph or memory is shared.
+
+    A bfloat16 tensor (from a model under bf16 autocast, ``RunConfig.precision="bf16"``) is
+    widened to float32, exactly: the precision is the computation's, not the protocol's, so
+    messages and their ledger are those of an fp32 run.
+    """
     if isinstance(payload, torch.Tensor):
-        return payload.detach().clone()
+        return payload.detach().float() if payload.dtype == torch.bfloat16 else payload.detach().clone()
     if isinstance(payload, dict):
         return {k: _wire_copy(v) for k, v in payload.items()}
     if isinstance(payload, (list, tuple)):
@@ -551,9 +556,10 @@ class Channel:
             raise ConfigError(f"Invalid message kind {kind!r}; choose one of {', '.join(KINDS)}")
         if sender == receiver:
             raise ConfigError(f"party {sender!r} tried to send a {kind} to itself")
-        size = payload_nbytes(payload) if nbytes is None else int(nbytes)
+        wire = _wire_copy(payload)
+        size = payload_nbytes(wire) if nbytes is None else int(nbytes)  # as it travels
         self.ledger.add(sender, receiver, kind, size, self.epoch, self.step, self.phase)
-        self._boxes[(sender, receiver, kind)].append(_wire_copy(payload))
+        self._boxes[(sender, receiver, kind)].append(wire)
 
     def recv(self, receiver: str, sender: str, kind: str) -> Any:
         """Take the oldest ``kind`` message from ``sender`` addressed to ``receiver``."""

@@ -27,10 +27,19 @@ How this differs from reading the paper literally, and why:
 * With one passive party Eq. (5) has no pair to sum over, ``r_1 = 0``, and the active party
   reads ``E_1`` in the clear; :func:`check_passive_count` refuses that unless asked explicitly.
 
-Ring arithmetic is done in numpy ``uint64``, which wraps modulo 2^64 by definition, and handed
-out as ``torch.int64`` tensors (the same bits read as two's complement). torch int64 add/sub
-happen to wrap on CPU too, but that is C++ signed overflow, undefined behaviour that torch does
-not document, so nothing here relies on it.
+Ring arithmetic runs in torch on the embeddings' device (a GPU step never waits for the host):
+ring elements are ``torch.int64`` tensors (the bits of Z_(2^64) read as two's complement). torch
+int64 add/sub happen to wrap on CPU, but that is C++ signed overflow, undefined behaviour that
+torch does not document, so nothing here relies on it: sums modulo 2^64 are taken on 32-bit
+halves (:func:`_wrapping_sum`), where no intermediate value leaves int64's range. The masks
+``r_k`` come from the host PRG as before (AES-CTR through ``cryptography``, summed in numpy
+``uint64``, whose wraparound is defined), drawn ahead by the prefetch thread into pinned memory
+and copied to the device without a wait. The checks the arithmetic needs (NaN/inf, overflow,
+masks that did not cancel) are computed on the device; by default they are read at once, and a
+trainer may collect them (:class:`DeferredChecks`) and read them with the losses, every N steps.
+The earlier host implementation in numpy ``uint64`` is kept as ``backend="numpy"``: the
+reference the tests compare the torch path with, bit for bit, and VFedMH's choice on a CPU
+(``VFedMH.ring_backend="auto"``), where the host is the device and numpy is faster.
 
 Misuse that would break cancellation is refused rather than decoded into noise: every ring
 tensor is a :class:`RingTensor` carrying a :class:`RingTag` (its ring's parameters and, once
@@ -90,6 +99,7 @@ This module depends on nothing in vflkit but :mod:`vflkit.errors`.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import secrets
 import threading
@@ -202,6 +212,120 @@ _TAG_KEEPING = frozenset({
     torch.Tensor.contiguous, torch.Tensor.detach_, torch.clone, torch.detach,
 })
 
+#: Ring backends: "torch" computes on the embeddings' device; "numpy" is the earlier host
+#: implementation in numpy uint64, kept as the reference the torch path is tested against.
+BACKENDS = ("torch", "numpy")
+
+#: A check's reader: given the check's values read back to the host, raise if they are bad.
+CheckReader = Callable[[list[float]], None]
+
+
+class DeferredChecks:
+    """Checks computed on the device, read back later in one transfer.
+
+    Each check is a 1-D float64 tensor of values (counts, magnitudes) and a reader that raises
+    the error those values call for. Ring arithmetic given a ``DeferredChecks`` adds its checks
+    here instead of reading each at once (a GPU wait per check); a trainer takes them every step
+    (:meth:`take`) and reads them with the step's losses (the split trainer's loss window, every
+    :data:`~vflkit.training.split.SYNC_EVERY_CUDA` steps on a GPU, every step on a CPU).
+    """
+
+    def __init__(self) -> None:
+        self._pending: list[tuple[torch.Tensor, CheckReader]] = []
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def add(self, values: torch.Tensor, reader: CheckReader) -> None:
+        """Keep ``values`` (1-D float64, on any device) to be read later by ``reader``."""
+        self._pending.append((values, reader))
+
+    def take(self) -> list[tuple[torch.Tensor, CheckReader]]:
+        """The checks added since the last take, oldest first; none are kept."""
+        pending, self._pending = self._pending, []
+        return pending
+
+    def run(self) -> None:
+        """Read every pending check now (one transfer) and raise the first failure."""
+        run_checks(self.take())
+
+
+def run_checks(checks: Sequence[tuple[torch.Tensor, CheckReader]]) -> None:
+    """Read ``checks`` back in one transfer and call each reader in order (the first bad one raises)."""
+    if not checks:
+        return
+    values = torch.cat([v.reshape(-1).to(torch.float64) for v, _ in checks]).tolist()
+    start = 0
+    for v, reader in checks:
+        reader(values[start:start + v.numel()])
+        start += v.numel()
+
+
+def _verify(checks: DeferredChecks | None, values: torch.Tensor, reader: CheckReader) -> None:
+    """Read ``values`` now (``checks`` None: a host read, the error raised here) or defer them."""
+    if checks is None:
+        run_checks([(values, reader)])
+    else:
+        checks.add(values, reader)
+
+
+_LOW = 0xFFFFFFFF
+_HALF = 1 << 32
+
+
+def _wrapping_sum(terms: Sequence[torch.Tensor]) -> torch.Tensor:
+    """The sum of int64 ring tensors modulo 2^64 (as int64 two's complement), by broadcasting.
+
+    Computed on 32-bit halves so that no int64 operation overflows (signed overflow is
+    undefined in C++, so torch promises nothing about it): each term is ``hi * 2^32 + lo`` with
+    ``lo = x & (2^32 - 1)`` in [0, 2^32) and ``hi = x >> 32`` in [-2^31, 2^31); summing fewer
+    than 2^30 terms keeps both sums in range; the carry moves from ``lo`` to ``hi``, ``hi`` is
+    reduced to [-2^31, 2^31) (i.e. modulo 2^32), and ``hi * 2^32 + lo`` lies in [-2^63, 2^63).
+    Equal, bit for bit, to numpy's uint64 sum, whose wraparound is defined.
+    """
+    if not terms:
+        raise ConfigError("_wrapping_sum needs at least one term.")
+    lo = terms[0] & _LOW
+    hi = terms[0] >> 32
+    for t in terms[1:]:
+        lo = lo + (t & _LOW)
+        hi = hi + (t >> 32)
+    hi = hi + (lo >> 32)
+    hi = ((hi + (1 << 31)) & _LOW) - (1 << 31)
+    return hi * _HALF + (lo & _LOW)
+
+
+def _onto(x: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``x`` on ``device``: a host tensor goes to a GPU from pinned memory without a wait (the
+    copy is queued on the stream; torch keeps the pinned block until it is done)."""
+    if x.device == device:
+        return x
+    if device.type == "cuda" and x.device.type == "cpu":
+        return (x if x.is_pinned() else x.pin_memory()).to(device, non_blocking=True)
+    return x.to(device)
+
+
+def _ring_tensor(x: torch.Tensor, what: str, ring: FixedPointRing | None = None) -> torch.Tensor:
+    """``x`` checked as an int64 ring tensor of ``ring`` (by its tag), as a plain tensor where it lies."""
+    if not isinstance(x, torch.Tensor) or x.dtype != torch.int64:
+        got = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
+        raise ConfigError(f"{what} must be an int64 ring tensor (from encode or blind), got {got}.")
+    tag = _tag_of(x)
+    if ring is not None and tag is not None and (tag.scale_bits, tag.max_parties) != ring.params:
+        # Another scale reads as another value and another max_parties as another range: the
+        # sum would decode to garbage without any other sign.
+        raise AggregationError(
+            f"{what} was encoded in {tag.ring_text()}, but it is read with {ring!r}; every party "
+            "must encode with one ring: build one FixedPointRing and give it to all of them."
+        )
+    return x.detach().as_subclass(torch.Tensor)
+
+
+def _check_backend(backend: str) -> None:
+    if backend not in BACKENDS:
+        raise ConfigError(f"Invalid backend {backend!r}; choose one of {', '.join(BACKENDS)}.")
+
+
 # RFC 3526 group 14 (2048-bit MODP): p = 2^2048 - 2^1984 - 1 + 2^64 * (floor(2^1918 pi) + 124476),
 # a safe prime with generator 2. Fixed, standard parameters: generating DH parameters at run time
 # takes seconds to minutes and buys nothing. The group arithmetic uses Python's pow():
@@ -295,22 +419,13 @@ def _to_torch(ring_u64: np.ndarray, device: torch.device | str = "cpu") -> torch
     array = np.asarray(ring_u64)  # ufuncs on 0-d arrays return numpy scalars
     if not (array.flags.c_contiguous and array.flags.writeable):
         array = array.copy()
-    return torch.from_numpy(array.view(np.int64)).to(device)
+    out = torch.from_numpy(array.view(np.int64))
+    return out if torch.device(device).type == "cpu" else out.to(device)
 
 
 def _to_ring(x: torch.Tensor, what: str, ring: FixedPointRing | None = None) -> np.ndarray:
-    if not isinstance(x, torch.Tensor) or x.dtype != torch.int64:
-        got = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
-        raise ConfigError(f"{what} must be an int64 ring tensor (from encode or blind), got {got}.")
-    tag = _tag_of(x)
-    if ring is not None and tag is not None and (tag.scale_bits, tag.max_parties) != ring.params:
-        # Another scale reads as another value and another max_parties as another range: the
-        # sum would decode to garbage without any other sign.
-        raise AggregationError(
-            f"{what} was encoded in {tag.ring_text()}, but it is read with {ring!r}; every party "
-            "must encode with one ring: build one FixedPointRing and give it to all of them."
-        )
-    return x.detach().cpu().as_subclass(torch.Tensor).numpy().view(np.uint64)
+    """The numpy backend's view of a ring tensor: checked, read back to the host as uint64."""
+    return _ring_tensor(x, what, ring).cpu().numpy().view(np.uint64)
 
 
 class FixedPointRing:
@@ -388,12 +503,23 @@ class FixedPointRing:
         """Largest |x| that :meth:`encode` accepts: ``max_parties`` such values sum without overflow."""
         return self._q_max / self._scale
 
-    def encode(self, x: torch.Tensor) -> torch.Tensor:
+    def encode(self, x: torch.Tensor, *, checks: DeferredChecks | None = None,
+               backend: str = "torch") -> torch.Tensor:
         """Encode a real tensor as an int64 ring tensor ``round(x * 2**scale_bits)``.
 
         Ties round to even. The result is on ``x``'s device.
 
         The result is a :class:`RingTensor` tagged with this ring's parameters.
+
+        Parameters
+        ----------
+        x : Tensor
+            Real values (any float dtype, any device).
+        checks : DeferredChecks or None, default None
+            Where to leave the range checks below, computed on ``x``'s device, for a trainer
+            to read later; None reads them at once (a host read), raising here.
+        backend : {"torch", "numpy"}, default "torch"
+            "numpy": the host reference implementation (reads ``x`` back; checks at once).
 
         Raises
         ------
@@ -407,48 +533,85 @@ class FixedPointRing:
             ring's ``scale_bits``/``max_parties`` leave too little room (summing
             ``max_parties`` such values would overflow int64).
         """
-        return RingTensor.wrap(_to_torch(self._encode(x), x.device), self._tag())
+        _check_backend(backend)
+        if backend == "numpy":
+            return RingTensor.wrap(_to_torch(self._encode_numpy(x), x.device), self._tag())
+        return RingTensor.wrap(self._encode(x, checks=checks), self._tag())
 
-    def decode(self, x: torch.Tensor, *, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    def decode(self, x: torch.Tensor, *, dtype: torch.dtype = torch.float32, backend: str = "torch") -> torch.Tensor:
         """Decode an int64 ring tensor (a sum of encodings) to reals; ``dtype`` default float32.
 
-        A :class:`RingTensor` from another ring setting is refused (:class:`AggregationError`).
+        Computed where ``x`` lies (``backend="numpy"``: on the host, the reference). A
+        :class:`RingTensor` from another ring setting is refused (:class:`AggregationError`).
         """
-        values = _to_ring(x, "decode's input", self).view(np.int64).astype(np.float64) / self._scale
-        return torch.from_numpy(np.asarray(values)).to(device=x.device, dtype=dtype)
+        _check_backend(backend)
+        if backend == "numpy":
+            values = _to_ring(x, "decode's input", self).view(np.int64).astype(np.float64) / self._scale
+            return torch.from_numpy(np.asarray(values)).to(device=x.device, dtype=dtype)
+        # int64 -> float64 rounds to nearest even, as numpy's astype; dividing by 2**s is exact
+        return (_ring_tensor(x, "decode's input", self).to(torch.float64) / self._scale).to(dtype)
 
-    def _encode(self, x: torch.Tensor, who: str = "encode") -> np.ndarray:
+    @staticmethod
+    def _check_real(x: torch.Tensor) -> None:
         if not isinstance(x, torch.Tensor) or x.is_complex() or x.dtype == torch.bool:
             raise ConfigError(f"encode needs a real-valued torch tensor, got {getattr(x, 'dtype', type(x))}.")
+
+    def _encode(self, x: torch.Tensor, who: str = "encode", checks: DeferredChecks | None = None) -> torch.Tensor:
+        """The encoding as a plain int64 tensor on ``x``'s device; its checks go to ``checks``
+        (None: read at once)."""
+        self._check_real(x)
+        # float32 -> float64 and scaling by a power of two are exact, so rounding is the only
+        # error; torch.round rounds ties to even, as numpy's rint (on the CPU and on CUDA)
+        scaled = x.detach().to(torch.float64) * self._scale
+        rounded = torch.round(scaled)
+        if scaled.numel():
+            # NaN/inf count and the largest |x * 2**s|: max |rint(v)| = rint(max |v|), since
+            # rint is monotone and odd, so the reader decides as the numpy backend does
+            values = torch.stack([torch.isfinite(scaled).logical_not().sum().to(torch.float64), scaled.abs().amax()])
+            _verify(checks, values, functools.partial(self._read_encoding_check, who=who, size=scaled.numel()))
+        # A refused entry (NaN, inf, beyond the limit; the error comes when the check is read)
+        # encodes as 0, not as a float-to-int conversion beyond int64 (undefined in C++).
+        return torch.where(rounded.abs() <= self._q_max, rounded, 0.0).to(torch.int64)
+
+    def _encode_numpy(self, x: torch.Tensor, who: str = "encode") -> np.ndarray:
+        """The numpy backend's encoding (the reference): on the host, as uint64, checked at once."""
+        self._check_real(x)
         # float32 -> float64 and scaling by a power of two are exact, so rint is the only error.
         scaled = x.detach().to("cpu", torch.float64).numpy() * self._scale
-        if not np.all(np.isfinite(scaled)):
-            bad = int((~np.isfinite(scaled)).sum())
+        if scaled.size:
+            finite = np.isfinite(scaled)
+            largest = float(np.abs(scaled).max()) if finite.all() else float("nan")
+            self._read_encoding_check([float((~finite).sum()), largest], who=who, size=scaled.size)
+        return np.rint(scaled).astype(np.int64).view(np.uint64)
+
+    def _read_encoding_check(self, values: list[float], *, who: str, size: int) -> None:
+        """Raise what an encoding's ``[NaN/inf count, max |x * 2**s|]`` calls for, if anything."""
+        bad, largest = values
+        if bad:
             raise NonFiniteEmbeddingError(
-                f"{who} got NaN or infinite embedding values ({bad} of {scaled.size} entries): the model "
+                f"{who} got NaN or infinite embedding values ({int(bad)} of {size} entries): the model "
                 "diverged; lower the learning rate or clip gradients before aggregating."
             )
-        rounded = np.rint(scaled)
-        if rounded.size and float(np.abs(rounded).max()) > self._q_max:
-            worst = float(np.abs(scaled).max()) / self._scale
-            limit = (f"the ring's limit {self.max_abs:.4g} (scale_bits={self.scale_bits}, "
-                     f"max_parties={self.max_parties}: {self.max_parties} such values would overflow "
-                     "int64 when summed)")
-            default_max_abs = _DEFAULT_MAX_ABS
-            if worst <= default_max_abs:
-                # the default ring would hold it: the ring chosen is too narrow, not the model wrong
-                raise ConfigError(
-                    f"{who}: embedding magnitude {worst:.4g} exceeds {limit}. The default ring "
-                    f"(scale_bits=16, max_parties=1024) holds up to {default_max_abs:.4g}: use fewer "
-                    "scale_bits or a smaller max_parties."
-                )
-            # Beyond the default's ~1.4e11 no trained model's embedding lies: it blew up, finite
-            # still (its loss may not be NaN yet), which is a divergence, not a setting to change.
-            raise EmbeddingOverflowError(
-                f"{who}: embedding magnitude {worst:.4g} exceeds {limit}: the model diverged (its "
-                "embeddings grew without bound); lower the learning rate of that party or clip gradients."
+        if float(np.rint(largest)) <= self._q_max:
+            return
+        worst = largest / self._scale
+        limit = (f"the ring's limit {self.max_abs:.4g} (scale_bits={self.scale_bits}, "
+                 f"max_parties={self.max_parties}: {self.max_parties} such values would overflow "
+                 "int64 when summed)")
+        default_max_abs = _DEFAULT_MAX_ABS
+        if worst <= default_max_abs:
+            # the default ring would hold it: the ring chosen is too narrow, not the model wrong
+            raise ConfigError(
+                f"{who}: embedding magnitude {worst:.4g} exceeds {limit}. The default ring "
+                f"(scale_bits=16, max_parties=1024) holds up to {default_max_abs:.4g}: use fewer "
+                "scale_bits or a smaller max_parties."
             )
-        return rounded.astype(np.int64).view(np.uint64)
+        # Beyond the default's ~1.4e11 no trained model's embedding lies: it blew up, finite
+        # still (its loss may not be NaN yet), which is a divergence, not a setting to change.
+        raise EmbeddingOverflowError(
+            f"{who}: embedding magnitude {worst:.4g} exceeds {limit}: the model diverged (its "
+            "embeddings grew without bound); lower the learning rate of that party or clip gradients."
+        )
 
 
 #: :attr:`FixedPointRing.max_abs` at the defaults (about 1.37e11): an embedding beyond it is a
@@ -813,19 +976,23 @@ class BlindingKeys:
             return ahead[1].result()
         return self._blinding_factor(shape, round, step)
 
-    def prefetch(self, shape: Sequence[int] | int, *, round: int, step: int) -> None:
+    def prefetch(self, shape: Sequence[int] | int, *, round: int, step: int, pin_memory: bool = False) -> None:
         """Start computing :meth:`blinding_factor` for ``(round, step)`` on a background thread.
 
         The blinding factors do not depend on the data, only on the keys and the counter, so
         the next step's can be generated while this step trains, off its critical path. The
         factor is the same as computed on demand (the cryptography is unchanged); a later
         :meth:`blinding_factor` for another shape or counter discards it and computes its own.
+        ``pin_memory`` (for a GPU) leaves it in pinned host memory, from which :func:`blind`
+        copies it to the device without waiting for the copy.
         """
         shape = _shape(shape)
         self._require_agreed()
-        self._ahead = ((shape, round, step), _prefetcher().submit(self._blinding_factor, shape, round, step))
+        self._ahead = ((shape, round, step),
+                       _prefetcher().submit(self._blinding_factor, shape, round, step, pin_memory))
 
-    def _blinding_factor(self, shape: tuple[int, ...], round: int, step: int) -> torch.Tensor:
+    def _blinding_factor(self, shape: tuple[int, ...], round: int, step: int,
+                         pin_memory: bool = False) -> torch.Tensor:
         r = np.zeros(shape, dtype=np.uint64)
         for j in self._ciphers:
             stream = self._stream(j, shape, round, step)
@@ -833,7 +1000,8 @@ class BlindingKeys:
                 r -= stream
             else:
                 r += stream
-        return _to_torch(r)
+        out = _to_torch(r)
+        return out.pin_memory() if pin_memory else out
 
     def literal_blinding_factor(self) -> torch.Tensor:
         """INSECURE, for demonstration only: Eq. (5) read literally, one scalar per party.
@@ -884,7 +1052,8 @@ class BlindingKeys:
 
 
 def blind(embedding: torch.Tensor, keys: BlindingKeys, *, ring: FixedPointRing, round: int,
-          step: int, mode: str = "per_entry") -> torch.Tensor:
+          step: int, mode: str = "per_entry", checks: DeferredChecks | None = None,
+          backend: str = "torch") -> torch.Tensor:
     """Eq. (6): the blinded embedding ``[E_k] = encode(E_k) + r_k`` (int64 ring tensor).
 
     The result is a :class:`RingTensor` whose :class:`RingTag` names the ring, party k, the
@@ -907,6 +1076,12 @@ def blind(embedding: torch.Tensor, keys: BlindingKeys, *, ring: FixedPointRing, 
     mode : {"per_entry", "literal_scalar"}, default "per_entry"
         "literal_scalar" adds :meth:`BlindingKeys.literal_blinding_factor` instead: INSECURE,
         kept only to demonstrate the leak of the literal reading of Eq. (5).
+    checks : DeferredChecks or None, default None
+        Where to leave the encoding's checks (NaN/inf, beyond the ring) for a trainer to read
+        later; None reads them at once, raising here (see :meth:`FixedPointRing.encode`).
+    backend : {"torch", "numpy"}, default "torch"
+        "torch": encode and add the mask on the embedding's device, the mask copied there from
+        pinned host memory without a wait. "numpy": the host reference (checks at once).
     """
     if mode not in MODES:
         raise ConfigError(f"Invalid mode {mode!r}; choose one of {', '.join(MODES)}.")
@@ -914,21 +1089,28 @@ def blind(embedding: torch.Tensor, keys: BlindingKeys, *, ring: FixedPointRing, 
         raise ConfigError(f"keys must be a BlindingKeys, got {type(keys).__name__}.")
     if not isinstance(ring, FixedPointRing):
         raise ConfigError(f"ring must be a FixedPointRing, got {type(ring).__name__}.")
-    encoded = ring._encode(embedding, who=f"blind (passive party {keys.party})")
+    _check_backend(backend)
+    who = f"blind (passive party {keys.party})"
+    # encoded (and checked, unless deferred) before the mask is used: a refused embedding
+    # leaves its (round, step) free
+    encoded = ring._encode_numpy(embedding, who) if backend == "numpy" else ring._encode(embedding, who, checks)
     if mode == "literal_scalar":
-        r = keys.literal_blinding_factor().numpy().view(np.uint64)
+        r = keys.literal_blinding_factor()
     else:
         keys._require_agreed()
         keys._mark_used(round, step)
-        r = keys.blinding_factor(encoded.shape, round=round, step=step).numpy().view(np.uint64)
+        r = keys.blinding_factor(tuple(encoded.shape), round=round, step=step)
     tag = ring._tag(party=keys.party, parties=tuple(sorted({keys.party, *keys.peers})),
                     round=int(round), step=int(step), mode=mode)
-    return RingTensor.wrap(_to_torch(np.add(encoded, r), embedding.device), tag)
+    if backend == "numpy":
+        return RingTensor.wrap(_to_torch(np.add(encoded, r.numpy().view(np.uint64)), embedding.device), tag)
+    return RingTensor.wrap(_wrapping_sum([encoded, _onto(r, encoded.device)]), tag)
 
 
 def aggregate(active_embedding: torch.Tensor | None, blinded: Sequence[torch.Tensor], *,
               ring: FixedPointRing, n_parties: int | None = None, allow_insecure: bool = False,
-              dtype: torch.dtype = torch.float32) -> torch.Tensor:
+              dtype: torch.dtype = torch.float32, checks: DeferredChecks | None = None,
+              backend: str = "torch") -> torch.Tensor:
     """Eq. (7): the global embedding ``E = (E_a + sum_k [E_k]) / C``, computed by the active party.
 
     The blinded embeddings are summed in the ring (the masks cancel exactly), decoded, added to
@@ -951,6 +1133,14 @@ def aggregate(active_embedding: torch.Tensor | None, blinded: Sequence[torch.Ten
         Permit K < 2; see :func:`check_passive_count`.
     dtype : torch.dtype, default torch.float32
         Result dtype. The result is on ``active_embedding``'s device (else the first blinded's).
+    checks : DeferredChecks or None, default None
+        Where to leave the checks computed on the device (a non-finite active embedding,
+        blinding that did not cancel) for a trainer to read later; None reads them at once,
+        raising here. The checks of the tags (which parties, steps, rings) need no read and
+        always raise here.
+    backend : {"torch", "numpy"}, default "torch"
+        "torch": the ring sum, decoding and mean on the result's device. "numpy": the host
+        reference, bit for bit the same result (checks at once).
 
     Raises
     ------
@@ -988,25 +1178,55 @@ def aggregate(active_embedding: torch.Tensor | None, blinded: Sequence[torch.Ten
     if len(shapes) > 1:
         raise ConfigError(f"all embeddings must have one shape to be aggregated, got {sorted(shapes)}.")
     shape = shapes.pop()
+    _check_backend(backend)
+    device = active_embedding.device if active_embedding is not None else blinded[0].device
+    if active_embedding is not None and not active_embedding.is_floating_point():
+        raise ConfigError(f"active_embedding must be a float tensor, got {active_embedding.dtype}.")
+    if backend == "numpy":
+        return _aggregate_numpy(active_embedding, blinded, ring=ring, n=n, shape=shape, device=device, dtype=dtype)
+    active = None
+    if active_embedding is not None:
+        active = active_embedding.detach().to(torch.float64)
+        if active.numel():
+            _verify(checks, torch.isfinite(active).logical_not().sum().to(torch.float64).reshape(1),
+                    _read_active_check)
+    parts = [_onto(_ring_tensor(b, f"blinded embedding {i}", ring), device) for i, b in enumerate(blinded)]
+    ring_sum = _wrapping_sum(parts) if parts else torch.zeros(shape, dtype=torch.int64, device=device)
+    _check_contributions(blinded)
+    _check_cancelled(ring_sum, len(blinded), ring, untagged=any(_tag_of(b) is None for b in blinded),
+                     checks=checks)
+    # the numpy backend's operations in its order, each correctly rounded in float64 on any
+    # device: int64 -> float64, / 2**s (exact), + E_a, / C
+    total = ring_sum.to(torch.float64) / ring._scale
+    if active is not None:
+        total = total + active
+    return (total / n).to(dtype)
+
+
+def _read_active_check(values: list[float]) -> None:
+    if values[0]:
+        raise NonFiniteEmbeddingError(
+            "aggregate got an active embedding with NaN or infinite values: the active party's "
+            "model diverged; lower the learning rate or clip gradients."
+        )
+
+
+def _aggregate_numpy(active_embedding: torch.Tensor | None, blinded: list[torch.Tensor], *, ring: FixedPointRing,
+                     n: int, shape: tuple[int, ...], device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """:func:`aggregate` on the host in numpy uint64: the reference the torch backend equals."""
     active_host: np.ndarray | None = None
     if active_embedding is not None:
-        if not active_embedding.is_floating_point():
-            raise ConfigError(f"active_embedding must be a float tensor, got {active_embedding.dtype}.")
         # One copy to the host, which the sum below needs anyway; checked there, so a device
         # embedding costs one read back rather than two (a bool() of a device flag, then the copy).
         active_host = active_embedding.detach().to("cpu", torch.float64).numpy()
-        if not np.isfinite(active_host).all():
-            raise NonFiniteEmbeddingError(
-                "aggregate got an active embedding with NaN or infinite values: the active party's "
-                "model diverged; lower the learning rate or clip gradients."
-            )
+        _read_active_check([float((~np.isfinite(active_host)).sum())])
     ring_sum = np.zeros(shape, dtype=np.uint64)
     for i, b in enumerate(blinded):
         ring_sum += _to_ring(b, f"blinded embedding {i}", ring)
     _check_contributions(blinded)
-    _check_cancelled(ring_sum, len(blinded), ring, untagged=any(_tag_of(b) is None for b in blinded))
+    _check_cancelled(torch.from_numpy(ring_sum.view(np.int64)), len(blinded), ring,
+                     untagged=any(_tag_of(b) is None for b in blinded))
     total = ring_sum.view(np.int64).astype(np.float64) / ring._scale
-    device = active_embedding.device if active_embedding is not None else blinded[0].device
     if active_host is not None:
         total = total + active_host
     return torch.from_numpy(np.asarray(total / n)).to(device=device, dtype=dtype)
@@ -1056,7 +1276,8 @@ def _check_contributions(blinded: list[torch.Tensor]) -> None:
 UNTAGGED_MISS_BOUND = 2.0 ** -40
 
 
-def _check_cancelled(ring_sum: np.ndarray, k: int, ring: FixedPointRing, *, untagged: bool = False) -> None:
+def _check_cancelled(ring_sum: torch.Tensor, k: int, ring: FixedPointRing, *, untagged: bool = False,
+                     checks: DeferredChecks | None = None) -> None:
     """The masks cancelled only if the sum lies where k encodings can reach, |sum| <= k * q_max.
 
     A sum with a mask left over is uniform in the ring and lands there with probability about
@@ -1064,27 +1285,32 @@ def _check_cancelled(ring_sum: np.ndarray, k: int, ring: FixedPointRing, *, unta
     unless the embedding has very few entries: then (``untagged``) the chance of a miss,
     that probability to the power of the entries, must stay under :data:`UNTAGGED_MISS_BOUND`,
     else the aggregation is refused rather than possibly wrong (tagged embeddings are checked by
-    their tags, whatever their size).
+    their tags, whatever their size). The count of entries outside is computed where
+    ``ring_sum`` (int64) lies and read by ``checks`` (None: at once).
     """
-    if k == 0 or ring_sum.size == 0:
+    size = ring_sum.numel()
+    if k == 0 or size == 0:
         return
     limit = k * int(ring._q_max)
     if untagged:
         per_entry = min(1.0, (2 * limit + 1) / 2.0 ** 64)
-        if per_entry ** ring_sum.size > UNTAGGED_MISS_BOUND:
+        if per_entry ** size > UNTAGGED_MISS_BOUND:
             raise AggregationError(
-                f"{ring_sum.size} entries of untagged blinded embeddings are too few to verify that every "
+                f"{size} entries of untagged blinded embeddings are too few to verify that every "
                 "passive party's contribution is present (a missing one would pass the range check with "
-                f"probability {per_entry ** ring_sum.size:.1e}); pass the tagged tensors blind() returns")
-    signed = ring_sum.view(np.int64)
-    outside = int(np.count_nonzero((signed > limit) | (signed < -limit)))
-    if outside:
-        raise AggregationError(
-            f"the sum of the {k} blinded embeddings lies outside what {k} encodings in {ring!r} can reach "
-            f"in {outside} of {ring_sum.size} entries: the blinding factors did not cancel. A passive "
-            "party's contribution is missing, repeated, or from another step, key agreement or ring; pass "
-            "each passive party's blinded embedding of one step exactly once."
-        )
+                f"probability {per_entry ** size:.1e}); pass the tagged tensors blind() returns")
+    outside = ((ring_sum > limit) | (ring_sum < -limit)).sum().to(torch.float64).reshape(1)
+
+    def read(values: list[float]) -> None:
+        if values[0]:
+            raise AggregationError(
+                f"the sum of the {k} blinded embeddings lies outside what {k} encodings in {ring!r} can reach "
+                f"in {int(values[0])} of {size} entries: the blinding factors did not cancel. A passive "
+                "party's contribution is missing, repeated, or from another step, key agreement or ring; pass "
+                "each passive party's blinded embedding of one step exactly once."
+            )
+
+    _verify(checks, outside, read)
 
 
 def benchmark_masking(*, n_passive: int = 10, shape: Sequence[int] = (128, 128), repeats: int = 50,

@@ -31,12 +31,15 @@ from ..errors import ConfigError
 
 if TYPE_CHECKING:
     from ..models import PartyModel
+    from ..secure import DeferredChecks
 
 OPTIMIZERS: tuple[str, ...] = ("sgd", "sgd_momentum", "adagrad", "adam")
 #: How image datasets are cut into party slices (:func:`vflkit.training.split.build_parties`).
 PARTITIONS: tuple[str, ...] = ("strips_width", "strips_height", "grid")
 #: Learning-rate schedules of :attr:`RunConfig.lr_schedule`.
 LR_SCHEDULES: tuple[str, ...] = ("none", "exponential")
+#: Compute precisions of :attr:`RunConfig.precision`.
+PRECISIONS: tuple[str, ...] = ("fp32", "bf16")
 
 
 #: The largest embedding a run may ask for (the papers use 32-512; beyond this the layers alone
@@ -94,6 +97,15 @@ class RunConfig:
     #: weighted layers at a block boundary, EASTER's "the number of layers ... was the same").
     #: A config whose ResNets both readings cut alike holds "stages", so its key stays.
     resnet_cut: str = "stages"
+    #: Compute precision of the split trainer (issue 40): "fp32" (PyTorch's defaults: float32,
+    #: cuDNN convolutions in TF32 on a GPU; every committed record) or "bf16" (bfloat16 autocast
+    #: on the run's device, CPU included, with float32 master weights, and channels_last
+    #: convolution weights). bf16 changes the numbers, so it is part of the key (the default is
+    #: not, so existing keys stay) and a bf16 record never stands in for an fp32 one. Messages
+    #: between parties keep float32 (:mod:`vflkit.comm` widens bf16 on the wire), so ledgers do
+    #: not change. Not the default: that waits for a GPU window's check that bf16 seeds land
+    #: inside the fp32/TF32 seed spread.
+    precision: str = "fp32"
 
     def __post_init__(self) -> None:
         # every field is checked here, before any data is loaded, in an order where each
@@ -170,6 +182,8 @@ class RunConfig:
         if isinstance(self.lr_gamma, bool) or not isinstance(self.lr_gamma, (int, float)) or not 0 < self.lr_gamma <= 1:
             raise ConfigError(f"lr_gamma must be a number in (0, 1], got {self.lr_gamma!r}")
         object.__setattr__(self, "lr_gamma", float(self.lr_gamma))
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"Invalid precision {self.precision!r}; choose one of {', '.join(PRECISIONS)}")
         check_int("feature_parts", self.feature_parts, minimum=1, optional=True)
         if self.feature_parts is not None:
             object.__setattr__(self, "feature_parts", int(self.feature_parts))
@@ -347,6 +361,11 @@ class VFLMethod(ABC):
     #: Homo_ and Heter_ variants of VFedMH Table III); None accepts any.
     model_mix: ClassVar[str | None] = None
 
+    #: Where ``train_step`` leaves the checks it computes on the device instead of reading them
+    #: (VFedMH's ring: NaN/inf and overflow of embeddings, masks that did not cancel); set by a
+    #: trainer that reads them with the losses (:meth:`defer_checks`). None: read at once.
+    checks: DeferredChecks | None = None
+
     def __init__(self, config: RunConfig, parties: Sequence[Party], *, num_classes: int) -> None:
         holders = [p for p in parties if p.holds_labels]
         if len(holders) != 1:
@@ -389,6 +408,12 @@ class VFLMethod(ABC):
     @abstractmethod
     def trained_models(self) -> dict[str, str]:
         """The models a run yields: key (as used in losses and metrics) -> architecture."""
+
+    def defer_checks(self, checks: DeferredChecks) -> None:
+        """Have ``train_step`` leave its device-side checks in ``checks`` for the trainer to read
+        with the losses (every N steps on a GPU), rather than read each at once: a step then
+        never waits for the device. A method that computes no such checks never adds any."""
+        self.checks = checks
 
     # -- shared helpers --------------------------------------------------------------------
 

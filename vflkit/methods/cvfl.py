@@ -155,6 +155,8 @@ class CVFL(VFLMethod):
         """The configured compressor: (decompressed tensor, bytes on the wire)."""
         bits, kind = int(self.options["bits"]), self.options["compressor"]
         x = x.detach()
+        if x.dtype == torch.bfloat16:  # an embedding under bf16 autocast: quantised in float32
+            x = x.float()
         if kind == "vector":
             return vector_quantize(x, bits, generator=self._gen)
         if kind == "scalar":

@@ -14,6 +14,7 @@ record of an uninterrupted run.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from pathlib import Path
@@ -27,6 +28,7 @@ from ..comm import ROUNDS_COUNTED_AS, Channel, Party, checked_batches
 from ..errors import BudgetExhausted, ConfigError, DivergenceError
 from ..methods.base import RunConfig
 from ..records import checkpoint_path
+from ..secure import CheckReader, DeferredChecks
 from . import checkpoint as checkpoint_io
 from . import dataset
 
@@ -54,9 +56,11 @@ SYNC_EVERY_CUDA = 50
 class _LossWindow:
     """The losses of the steps not yet read back, and the epoch's running sums.
 
-    ``add`` keeps a step's losses (0-d tensors, possibly on a GPU, or floats); ``drain`` reads
-    them all with one transfer, checks them in step order (raising :class:`DivergenceError`
-    at the first bad step, the steps before it counted) and adds them to ``sums`` as
+    ``add`` keeps a step's losses (0-d tensors, possibly on a GPU, or floats) and the checks
+    its ``train_step`` left on the device (:class:`vflkit.secure.DeferredChecks`, e.g.
+    VFedMH's ring overflow); ``drain`` reads them all with one transfer, checks them in step
+    order, a step's own checks before its losses (raising at the first bad step, with its
+    ``step``; the steps before it counted), and adds the losses to ``sums`` as
     ``loss * batch size`` in double precision, as a per-step ``.item()`` would.
     """
 
@@ -64,23 +68,52 @@ class _LossWindow:
         self.epoch, self.limit, self.every = epoch, limit, every
         self.sums: dict[str, float] = {}
         self.seen = 0
-        self._pending: list[tuple[int, int, dict[str, Any]]] = []
+        self._pending: list[tuple[int, int, dict[str, Any], list[tuple[torch.Tensor, CheckReader]]]] = []
 
-    def add(self, step: int, n: int, losses: dict[str, Any]) -> None:
-        self._pending.append((step, n, losses))
+    def add(self, step: int, n: int, losses: dict[str, Any],
+            checks: list[tuple[torch.Tensor, CheckReader]] | None = None) -> None:
+        self._pending.append((step, n, losses, checks or []))
         if len(self._pending) >= self.every:
             self.drain()
 
     def drain(self) -> None:
         pending, self._pending = self._pending, []
-        tensors = [v for _, _, losses in pending for v in losses.values() if isinstance(v, torch.Tensor)]
-        read = iter(torch.stack([t.detach().reshape(()).double() for t in tensors]).tolist() if tensors else [])
-        for step, n, losses in pending:
+        # one transfer, in the order read below: per step its checks' values, then its losses
+        parts: list[torch.Tensor] = []
+        for _, _, losses, step_checks in pending:
+            parts += [values.reshape(-1).double() for values, _ in step_checks]
+            parts += [v.detach().reshape(1).double() for v in losses.values() if isinstance(v, torch.Tensor)]
+        read = iter(torch.cat(parts).tolist() if parts else [])
+        for step, n, losses, step_checks in pending:
+            for values, reader in step_checks:
+                try:
+                    reader([next(read) for _ in range(values.numel())])
+                except DivergenceError as err:
+                    err.step = step  # read back in batches on a GPU: the batch it happened at
+                    raise
             values = {k: next(read) if isinstance(v, torch.Tensor) else float(v) for k, v in losses.items()}
             _check_finite(values, epoch=self.epoch, step=step, limit=self.limit)
             for k, v in values.items():
                 self.sums[k] = self.sums.get(k, 0.0) + v * n
             self.seen += n
+
+
+def precision_context(config: RunConfig, device: torch.device) -> contextlib.AbstractContextManager:
+    """Where the run's steps and evaluation compute: bfloat16 autocast on ``device`` for
+    ``precision="bf16"`` (the CPU included, where it runs but proves nothing about a GPU's
+    accuracy), nothing for "fp32"."""
+    if config.precision == "bf16":
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def use_precision(config: RunConfig, method: Any) -> None:
+    """For ``precision="bf16"``: every party model's convolution weights in channels_last (the
+    layout bf16 convolutions are fastest in; parameters keep their identity, so optimizers
+    and checkpoints are unaffected). Nothing for "fp32"."""
+    if config.precision == "bf16":
+        for module in method.modules():
+            module.to(memory_format=torch.channels_last)
 
 
 def image_partition(config: RunConfig, shape: tuple[int, ...]) -> Any:
@@ -187,10 +220,15 @@ def train(
     channel = Channel()
     parties, n_classes = build_parties(config, device=device, channel=channel)
     method = get_method(config.method)(config, parties, num_classes=n_classes)
+    use_precision(config, method)
+    compute = precision_context(config, device)
     active = method.active
     if device.type == "cuda":  # the peak of training, not of loading the data onto the device
         torch.cuda.reset_peak_memory_stats(device)
 
+    # the checks a step computes on the device (VFedMH's ring) are read with its losses, below
+    deferred = DeferredChecks()
+    method.defer_checks(deferred)
     channel.at(epoch=0, step=0, phase="setup")
     method.setup()
     history: list[dict[str, Any]] = []
@@ -231,9 +269,10 @@ def train(
                 try:
                     # inside: a method may detect the divergence itself (e.g. VFedMH's encoder
                     # refusing a NaN embedding, NonFiniteEmbeddingError), and "record" holds for it too
-                    losses = method.train_step(ids)
+                    with compute:
+                        losses = method.train_step(ids)
                     returned = step + 1  # this epoch's steps that sent all their messages
-                    window.add(step, len(ids), losses)
+                    window.add(step, len(ids), losses, deferred.take())
                     if step == n_steps - 1:
                         window.drain()
                 except DivergenceError as err:
@@ -259,7 +298,8 @@ def train(
                     for group in opt.param_groups:
                         group["lr"] *= config.lr_gamma
         channel.at(epoch=epoch, step=0, phase="eval")
-        metrics = _evaluate(method, config)
+        with compute:
+            metrics = _evaluate(method, config)
         for model_key, m in metrics.items():
             # the mean over the batches actually trained (a diverged epoch stops early)
             row = {"epoch": epoch, "model": model_key, "elapsed_s": time.perf_counter() - start,
