@@ -181,3 +181,21 @@ def test_a_vfl_run_below_local_decides_no_clause_but_a_clause_about_local_is_jud
     v = claims.ordering(claims.paired(noisy, by="method", a="A", b="B", value="value", cell=["dataset", "model"],
                                       local="Local"), a="A", b="B")
     assert v.status == claims.DISAGREE  # A's mean 70.5 is above Local's 70.0 though seed 2 is below
+
+
+def test_as_markdown_prints_each_clause_from_the_table_and_filters_by_artefact() -> None:
+    """The prose under a notebook's table is the claims table's rows: a clause of another artefact,
+    or one left undecided with ``decided_only``, is not in it; an empty selection gives ""."""
+    table = pd.DataFrame([
+        {"artefact": "Table III", "clause": "A beats B", "status": claims.AGREE, "evidence": "+1.0 ± 0.2 points."},
+        {"artefact": "Table III (own logits)", "clause": "A beats C", "status": claims.NOT_TESTABLE,
+         "evidence": "within the noise"},
+        {"artefact": "Table IV", "clause": "D beats E", "status": claims.DISAGREE, "evidence": "-2.0 ± 0.1 points"},
+        {"artefact": "Table II", "clause": "F beats G", "status": claims.AGREE, "evidence": "+3"}])
+    text = claims.as_markdown(table, "paper profile", artefacts=["Table III"])
+    assert text.splitlines()[0] == "**paper profile: 1 agree, 0 disagree, 1 not testable at this profile**"
+    assert "- *Table III*, A beats B: **agree**. +1.0 ± 0.2 points." in text
+    assert "A beats C" in text and "D beats E" not in text and "F beats G" not in text
+    decided = claims.as_markdown(table, decided_only=True)
+    assert "A beats C" not in decided and "D beats E" in decided and not decided.startswith("**")
+    assert claims.as_markdown(table, artefacts=["Fig. 9"]) == ""

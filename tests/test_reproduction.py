@@ -343,3 +343,27 @@ def test_a_cell_whose_every_run_diverged_is_not_compared(empty: Path) -> None:
     assert lenet["status"] == reproduction.COMPARED and lenet["diverged"] == 1
     view = reproduction._cells_view(mnist).set_index("model")["ours"]
     assert view["CNN"] == "diverged (3 runs)" and view["LeNet"].endswith("(2 runs; 1 more diverged)")
+
+
+def test_runs_status_counts_the_records_and_prices_what_is_pending(empty: Path) -> None:
+    """With no record, every paper-profile run of a study is pending with the study's estimate
+    (AdptVFedConv's runs are a GPU's); the notebooks open with this line."""
+    from vflkit.studies import adptvfedconv
+
+    n = len(adptvfedconv.STUDY.runs("paper"))
+    text = reproduction.runs_status("adptvfedconv")
+    assert text.startswith(f"0 of {n} runs recorded; pending: GPU ({n} runs, est. ")
+    assert text.endswith(" H100 min)")
+    assert reproduction.runs_status("adptvfedconv", "quick") == f"0 of {len(adptvfedconv.STUDY.runs('quick'))} runs recorded"
+
+
+def test_readme_status_is_the_reports_overview(committed: str) -> None:
+    """The README's status table is generated: the report's overview, with its runs recorded and
+    pending per profile, its links into the report; the committed README carries the fresh one."""
+    block = reproduction.readme_status(committed)
+    assert block.startswith(reproduction.README_STATUS_START) and block.endswith(reproduction.README_STATUS_END)
+    assert "runs (paper)" in block and "runs recorded" in block and "](figures/REPORT.md#vfedmh)" in block
+    readme = (project_root() / "README.md").read_text()
+    start = readme.index(reproduction.README_STATUS_START)
+    assert readme[start:readme.index(reproduction.README_STATUS_END) + len(reproduction.README_STATUS_END)] == block, \
+        "the README's status table is stale: run `make report`"

@@ -281,6 +281,25 @@ def summary(table: pd.DataFrame) -> str:
     return ", ".join(f"{int(counts.get(s, 0))} {s}" for s in STATUSES)
 
 
-__all__ = ["AGREE", "DISAGREE", "NOT_TESTABLE", "Claim", "Verdict", "all_of", "evaluate", "not_testable",
+def as_markdown(table: pd.DataFrame, title: str = "", *, artefacts: Sequence[str] | None = None,
+                decided_only: bool = False) -> str:
+    """Clauses of :func:`evaluate`'s ``table`` as prose, one line each (where the paper claims it,
+    the clause, the verdict, its evidence): what a notebook says under a table, generated so that
+    it never disagrees with the records. ``artefacts``: only the clauses whose artefact starts with
+    one of these labels ("Table III" also takes "Table III (...)"); ``decided_only``: only agree and
+    disagree. Headed by ``title`` and the counts of the clauses shown; "" when none is shown."""
+    shown = table
+    if artefacts is not None:
+        shown = shown[shown["artefact"].map(lambda a: any(a == x or a.startswith(f"{x} ") for x in artefacts))]
+    if decided_only:
+        shown = shown[shown["status"].isin([AGREE, DISAGREE])]
+    if shown.empty:
+        return ""
+    lines = [f"**{title}: {summary(shown)}**", ""] if title else []
+    lines += [f"- *{r.artefact}*, {r.clause}: **{r.status}**. {str(r.evidence).rstrip('.')}." for r in shown.itertuples()]
+    return "\n".join(lines)
+
+
+__all__ = ["AGREE", "DISAGREE", "NOT_TESTABLE", "Claim", "Verdict", "all_of", "as_markdown", "evaluate", "not_testable",
            "ordering", "paired", "summary", "untrained_runs"]
 
