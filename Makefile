@@ -7,7 +7,7 @@ DEVICE ?= auto
 STAMP := $(VENV)/.installed-stamp
 NOTEBOOKS := $(sort $(wildcard notebooks/*.ipynb))
 
-.PHONY: study test bench setup lab report
+.PHONY: study test test-slow bench setup lab report
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -33,9 +33,15 @@ study: $(STAMP)
 report: $(STAMP)
 	$(BIN)/python -m vflkit.reproduction
 
-## Unit tests and every notebook in the smoke profile, re-executed and checked by nbval.
+## The fast tier: unit tests, the committed notebooks re-executed and checked by nbval, and the
+## smoke profile of the notebooks that take seconds (tests marked `slow` are left to test-slow).
 test: $(STAMP)
-	$(BIN)/python -m pytest --nbval --nbval-current-env tests $(NOTEBOOKS)
+	$(BIN)/python -m pytest -m "not slow" --nbval --nbval-current-env tests $(NOTEBOOKS)
+
+## The slow tier: what takes minutes (EASTER's and Multi-VFL's smoke notebooks, every notebook's
+## paper-profile slice, the report and paper tables rebuilt from every record). CI runs both tiers.
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -m slow tests
 
 ## Throughput of a VFL step vs the same models without VFL machinery, masking's share, and
 ## samples/s of every method per model (with GPU utilisation on CUDA): make bench DEVICE=cuda

@@ -8,9 +8,10 @@ import re
 
 import pytest
 
+from vflkit import studies
 from vflkit.config import project_root
 from vflkit.errors import ConfigError
-from vflkit.methods import METHODS, RunConfig
+from vflkit.methods import METHODS, ONE_SHOT_METHODS, RunConfig, get_one_shot_method
 from vflkit.study import FAMILIES, STUDY_FAMILY, _load
 
 RUN_CLASSES = {family: _load(spec[1]) for family, spec in FAMILIES.items()}
@@ -45,6 +46,57 @@ def test_study_contract(paper):
         study.configs("smoke", overrides={"no_such_setting": 1})
     with pytest.raises(ConfigError):
         study.configs("no such profile!")
+
+
+@pytest.mark.parametrize("paper", sorted(STUDY_FAMILY))
+def test_registered_study_declaration(paper):
+    """What the scheduler and the report call on a registered Study (not its module): its runs
+    under smoke and paper, their GPU rule and priority, every artefact's runs (a subset of the
+    profile's), the runs on data that is not here (a subset), their datasets' titles, the
+    artefacts' note, and the price of pending paper runs (``needs`` GPU or CPU, H100 minutes, CPU
+    hours)."""
+    import pandas as pd
+
+    s = studies.get(paper)
+    for profile in ("smoke", "paper"):
+        runs = s.runs(profile)
+        assert runs and all(isinstance(r, RUN_CLASSES[s.family]) for r in runs), profile
+        keys = {r.key for r in runs}
+        assert len(keys) == len(runs), f"{paper}/{profile}: Study.runs gives a run twice"
+        assert all(isinstance(s.needs_gpu(r), bool) for r in runs)
+        sorted(runs, key=lambda r: s.run_priority(r, 0))  # comparable for every run
+        for art in s.artefacts:
+            assert {r.key for r in s.artefact_runs(art, profile)} <= keys, (paper, profile, art.label)
+        assert {r.key for r in s.unavailable(runs)} <= keys
+        assert all(isinstance(s.dataset_title(d), str) for d in {r.adpt.dataset if hasattr(r, "adpt") else r.dataset
+                                                                  for r in runs})
+    assert isinstance(s.artefacts_note(("paper", "quick")), str)
+    if s.pending_cost is not None:
+        priced = s.pending_cost(s.runs("paper")[:3])
+        assert isinstance(priced, pd.DataFrame) and {"needs", "h100_min", "cpu_h"} <= set(priced.columns)
+        assert len(priced) and set(priced["needs"]) <= {"GPU", "CPU"}
+
+
+@pytest.mark.parametrize("family", sorted(RUN_CLASSES))
+def test_run_class_refuses_an_unknown_key_and_a_new_defaulted_field_keeps_its_key(family):
+    """``from_dict`` rejects a key the class lacks (an old or misspelt record is an error, never
+    ignored); a field added with a default (a subclass here) leaves the key of a run that keeps
+    the default, and changes it once set, so committed records stay where they are."""
+    cls = RUN_CLASSES[family]
+    paper = next(p for p, f in STUDY_FAMILY.items() if f == family)
+    run = _flat(importlib.import_module(f"vflkit.studies.{paper}").configs("smoke"))[0]
+    with pytest.raises(ConfigError, match="unknown"):
+        cls.from_dict({**run.to_dict(), "no_such_field": 1})
+    config = run.adpt if family == "tiles" else run  # AdptVFedConv's run keys its nested config
+    extended = dataclasses.make_dataclass("Extended", [("new_knob", int, dataclasses.field(default=0))],
+                                          bases=(type(config),), frozen=True)
+    fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.init}
+
+    def key(**knob):
+        made = extended(**fields, **knob)
+        return type(run)(run.variant, made).key if family == "tiles" else made.key
+
+    assert key() == run.key and key(new_knob=1) != run.key
 
 
 @pytest.mark.parametrize("family", sorted(RUN_CLASSES))
@@ -93,6 +145,38 @@ def test_method_contract(name):
     with pytest.raises(ConfigError, match="unknown options"):
         cfg.replace(options={"no_such_option": 1})
     assert cfg.key and cls.name
+
+
+@pytest.mark.parametrize("name", sorted(ONE_SHOT_METHODS))
+def test_one_shot_method_contract(name):
+    """A registered one-shot method (APC-VFL's Fig. 5) builds with its keyword-only defaults and
+    a seed, refuses an unknown setting and a bad value, and an unknown name is a ConfigError
+    listing the registered ones."""
+    from vflkit.methods.oneshot import OneShotMethod
+
+    method = get_one_shot_method(name, epochs=1, seed=3, lam=0.5)
+    assert isinstance(method, OneShotMethod) and method.seed == 3 and method.epochs == 1
+    assert isinstance(method, ONE_SHOT_METHODS[name][0])
+    with pytest.raises(TypeError):
+        get_one_shot_method(name, no_such_setting=1)
+    with pytest.raises(ConfigError, match="positive integer"):
+        get_one_shot_method(name, epochs=0)
+    with pytest.raises(ConfigError, match=f"choose one of .*{name}"):
+        get_one_shot_method(name + "_no_such")
+
+
+def test_every_server_optimizer_and_variant_keys_its_runs_apart():
+    """Multi-VFL's registered server optimizers and variants each build a run with a key of its
+    own; an unregistered one is a ConfigError."""
+    from vflkit.methods.multi_vfl import MultiVFLConfig
+    from vflkit.methods.server_opt import SERVER_OPTIMIZERS, VARIANTS
+
+    runs = [MultiVFLConfig(server_optimizer=o, variant=v) for o in SERVER_OPTIMIZERS for v in VARIANTS]
+    assert len({r.key for r in runs}) == len(runs)
+    with pytest.raises(ConfigError):
+        MultiVFLConfig(server_optimizer="fedsgd_no_such")
+    with pytest.raises(ConfigError):
+        MultiVFLConfig(variant="no_such")
 
 
 def test_a_new_defaulted_field_keeps_every_key():

@@ -5,10 +5,12 @@ seed) runs the same cells over the paper's datasets, models and artefacts, so a 
 the paper profile reaches (CIFAR-10 with ResNets, Fig. 8's few aligned samples, three seeds'
 statistics) is exercised in CI. Records, tables and figures go to a temporary folder.
 nbval checks the committed (quick-profile) outputs separately (``make test``); the smoke profile
-runs every notebook end to end and checks its metrics cell.
+runs every notebook end to end and checks its metrics cell against the expected numbers. The
+slices and the smoke notebooks that take minutes are the slow tier (``make test-slow``, and CI).
 """
 
 import json
+from typing import Any
 
 import papermill
 import pytest
@@ -34,6 +36,7 @@ SLICES = {
 }
 
 
+@pytest.mark.slow  # 31-171 s each on a loaded 2-core CPU (EASTER's the most)
 @pytest.mark.parametrize("paper", sorted(SLICES))
 def test_notebook_runs_the_paper_profile_on_a_tiny_slice(paper, tmp_path, monkeypatch):
     monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path / "results"))
@@ -58,32 +61,52 @@ def test_notebook_runs_the_paper_profile_on_a_tiny_slice(paper, tmp_path, monkey
     assert snapshot() == before, "a slice must not touch the paper profile's committed figures"
 
 
-#: Bounds on each notebook's metrics cell in the smoke profile: the pipeline ran every run and
-#: produced numbers that are accuracies (smoke trains too little for them to mean more).
-SMOKE_BOUNDS = {
-    "demo": {"runs": (2, 2), "splitnn_accuracy_pct": (10, 100), "local_accuracy_pct": (0, 100)},
+def _pct(expected: float, n_test: int) -> Any:
+    """An accuracy in percent, expected within 2 points, or within 2 test samples where the smoke
+    profile tests so few that one sample is worth more than a point: room for another CPU's
+    kernels and BLAS rounding (the committed-record rerun allows 3 points on the quick profile's
+    longer training), far less than a method that stops learning loses where the smoke runs learn
+    (the demo's SplitNN at 77.5 % against 27.1 % for Local)."""
+    return pytest.approx(expected, abs=max(2.0, 2 * 100 / n_test))
+
+
+#: What each notebook's metrics cell prints in the smoke profile, which is seeded and, at one
+#: thread, deterministic on a CPU: counts exactly, scores within :func:`_pct`'s tolerance
+#: (APC-VFL's are fractions: 0.02). Measured 2026-11-26 on a 2-core "AMD EPYC" CPU with the
+#: notebooks of 18fc73b. At this scale several methods are still near chance (VFedMH's
+#: weakest cell, Multi-VFL, AdptVFedConv's one image of 32): there the check catches a change in
+#: what the pipeline computes, not learning. Smoke test sets: the demo 1,000 images, VFedMH and
+#: EASTER 256, Multi-VFL 100, AdptVFedConv 32.
+SMOKE_METRICS = {
+    "demo": {"runs": 2, "splitnn_accuracy_pct": _pct(77.5, 1000), "local_accuracy_pct": _pct(27.1, 1000)},
     # VFedMH and EASTER: their smoke runs include C-VFL at the host's rate (the sensitivity group)
     # and the 1/C comparison; Heter_aggVFL's two readings are two clauses, EASTER's parallel-links
     # Table VII clause is our variant's (VARIANT_CLAIMS, not counted here)
-    "vfedmh": {"runs": (33, 33), "diverged": (0, 33), "vfedmh_min_accuracy_pct": (0, 100),
-               "local_max_accuracy_pct": (0, 100), "labels_recovered": (1.0, 1.0), "claims": (22, 22)},
-    "easter": {"runs": (74, 74), "diverged": (0, 74), "easter_min_pct": (0, 100), "easter_max_pct": (0, 100),
-               "claims": (18, 18)},
-    "multi_vfl": {"runs": (7, 7), "final_accuracy_pct_min": (0, 100), "final_accuracy_pct_max": (0, 100)},
-    "apc_vfl": {"runs": (14, 14), "fig5_score_min": (0, 1), "fig5_score_max": (0, 1)},
-    "adptvfedconv": {"runs": (10, 10), "pending": (0, 0), "adptvfedconv_final_pct": (0, 100),
-                     "centralized_final_pct": (0, 100)},
+    "vfedmh": {"runs": 33, "diverged": 0, "vfedmh_min_accuracy_pct": _pct(10.55, 256),
+               "local_max_accuracy_pct": _pct(15.62, 256), "labels_recovered": 1.0, "claims": 22},
+    "easter": {"runs": 74, "diverged": 0, "easter_min_pct": _pct(5.86, 256), "easter_max_pct": _pct(53.77, 256),
+               "claims": 18},
+    "multi_vfl": {"runs": 7, "final_accuracy_pct_min": _pct(8.0, 100), "final_accuracy_pct_max": _pct(9.0, 100)},
+    "apc_vfl": {"runs": 14, "fig5_score_min": pytest.approx(0.765, abs=0.02),
+                "fig5_score_max": pytest.approx(0.798, abs=0.02)},
+    "adptvfedconv": {"runs": 10, "pending": 0, "adptvfedconv_final_pct": _pct(3.12, 32),
+                     "centralized_final_pct": _pct(3.12, 32)},
 }
+#: Smoke notebooks of minutes on a 2-core CPU (EASTER 300-490 s, Multi-VFL 77 s, loaded): the slow tier's.
+SLOW_SMOKE = {"easter", "multi_vfl"}
 
 
-@pytest.mark.parametrize("paper", sorted(SMOKE_BOUNDS))
+@pytest.mark.parametrize("paper", [pytest.param(p, marks=pytest.mark.slow) if p in SLOW_SMOKE else p
+                                   for p in sorted(SMOKE_METRICS)])
 def test_notebook_smoke_run_reports_its_metrics(paper, tmp_path, monkeypatch):
-    """Each notebook runs under papermill in the smoke profile into a scratch folder; its last
-    cell (tagged ``metrics``) prints a few numbers, which must lie within bounds."""
+    """Each notebook runs under papermill in the smoke profile into a scratch folder, at one
+    thread (a reduction's order depends on the count); its last cell (tagged ``metrics``)
+    prints a few numbers, which must be the expected ones."""
     import nbformat
 
     monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path / "results"))
     monkeypatch.setenv("VFLKIT_FIGURES", str(tmp_path / "figures"))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the kernel's torch reads it at start
     root = project_root()
     out = tmp_path / f"{paper}.ipynb"
     papermill.execute_notebook(str(root / "notebooks" / f"{paper}.ipynb"), str(out), cwd=str(root),
@@ -94,9 +117,9 @@ def test_notebook_smoke_run_reports_its_metrics(paper, tmp_path, monkeypatch):
     assert cells and cells[-1] is nb.cells[-1], "the last cell must be the metrics cell"
     text = "".join(o.get("text", "") for o in cells[-1].outputs if o.get("output_type") == "stream")
     metrics = json.loads(text.strip().splitlines()[-1])
-    assert set(metrics) == set(SMOKE_BOUNDS[paper])
-    for name, (lo, hi) in SMOKE_BOUNDS[paper].items():
-        assert lo <= metrics[name] <= hi, f"{name} = {metrics[name]} outside [{lo}, {hi}]"
+    assert set(metrics) == set(SMOKE_METRICS[paper])
+    off = {name: (metrics[name], want) for name, want in SMOKE_METRICS[paper].items() if metrics[name] != want}
+    assert not off, f"{paper}: metrics (got, expected) off: {off}"
 
 
 def test_adptvfedconv_notebook_in_the_paper_profile_lists_what_is_pending(tmp_path, monkeypatch):

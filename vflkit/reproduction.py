@@ -25,6 +25,7 @@ prices, claims and findings all come from each study's declaration
 from __future__ import annotations
 
 import argparse
+import hashlib
 import re
 import sys
 import time
@@ -41,7 +42,7 @@ import seaborn as sns
 from . import claims as claimlib
 from . import records as store
 from . import studies
-from .config import check_record_profile, data_root, figures_dir
+from .config import check_record_profile, data_root, figures_dir, results_dir
 from .files import atomic_path
 from .report import KEY_COLUMNS, TABLE_COLUMNS, load_reference, set_style, shown_path
 from .studies.base import Artefact, Study, key_of as _key  # noqa: F401  (Artefact: reproduction.Artefact, by name)
@@ -651,7 +652,35 @@ def build_report(profile_order: Sequence[str] = ("paper", "quick"), out_dir: Pat
         head += ["Records skipped:\n", "\n".join(f"- {p}" for p in recs.problems) + "\n"]
     # what was found first (the verdicts that decide something, then what the papers do not
     # report), the evidence per paper after
-    return "\n".join(head + findings_section(judged, profiles) + beyond + sections)
+    return "\n".join(head + findings_section(judged, profiles) + beyond + sections + [inputs_stamp(profiles)])
+
+
+#: The report's last line: what it was built from (:func:`inputs_stamp`).
+STAMP_PATTERN = re.compile(r"<!-- built from (\d+) records and (\d+) notebook outputs; sha256 ([0-9a-f]{64}) -->")
+
+
+def inputs_stamp(profiles: Sequence[str]) -> str:
+    """The report's last line, an HTML comment naming what it was built from: the records of
+    ``profiles`` (``results/<profile>/<paper>/*.json``) and the files the notebooks wrote
+    (``figures/<paper>/<profile>/``), counted, and one SHA-256 over their paths and the contents
+    of the records and CSVs (PNGs by name only: the report links them, never reads them).
+
+    Checking a committed report against the records costs this hash (a second for thousands of
+    records), where rebuilding it costs minutes that grow with every record: the test suite's fast
+    tier compares stamps, its slow tier rebuilds."""
+    files: list[tuple[str, Path]] = []
+    for profile in profiles:
+        files += [(f"results/{p.relative_to(results_dir()).as_posix()}", p)
+                  for p in results_dir().glob(f"{profile}/*/*.json")]
+        files += [(f"figures/{p.relative_to(figures_dir()).as_posix()}", p)
+                  for p in figures_dir().glob(f"*/{profile}/*") if p.is_file()]
+    digest = hashlib.sha256()
+    for name, path in sorted(files):
+        content = hashlib.sha256(path.read_bytes()).hexdigest() if path.suffix in (".json", ".csv") else ""
+        digest.update(f"{name}\0{content}\n".encode())
+    n_records = sum(name.startswith("results/") for name, _ in files)
+    return (f"<!-- built from {n_records} records and {len(files) - n_records} notebook outputs; "
+            f"sha256 {digest.hexdigest()} -->\n")
 
 
 FINDINGS_HEADING = "## Findings"
