@@ -64,7 +64,8 @@ def _assert_same_run(got: dict[str, Any], want: dict[str, Any]) -> None:
 
 
 # a last batch smaller than the others (224 = 96 + 96 + 32), heterogeneous and BatchNorm models,
-# every compressor, Adam, and the exponential schedule
+# every compressor, Adam, and the exponential schedule; all vmapped (a GPU's path), and two
+# cases also as the CPU's loop over slices (stacking="auto" there for convolutions)
 CASES = {
     "local": ("local", ("lenet",) * 4, {}),
     "splitnn": ("splitnn", ("mlp",) * 4, {"lr_schedule": "exponential", "lr_gamma": 0.5}),
@@ -80,14 +81,15 @@ CASES = {
     "agg_vfl": ("agg_vfl", ("mlp",) * 4, {}),
     "heter_aggvfl": ("heter_aggvfl", ("mlp", "lenet", "mlp", "lenet"), {}),
 }
+STACKED = [(case, "vmap") for case in sorted(CASES)] + [("heter_aggvfl", "loop"), ("c_vfl scalar, active 2", "loop")]
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_pack_equals_separate_runs(float64, case):
+@pytest.mark.parametrize("case,stacking", STACKED)
+def test_pack_equals_separate_runs(float64, case, stacking):
     """K = 3 runs packed give each run's unpacked losses, metrics and ledger."""
     method, models, changes = CASES[case]
     configs = _configs(method, models, **changes)
-    got = packed.train_pack(configs, device="cpu")
+    got = packed.train_pack(configs, device="cpu", stacking=stacking)
     want = [split.train(c, device=torch.device("cpu"), progress=False) for c in configs]
     for g, w in zip(got, want):
         _assert_same_run(g, w)
@@ -176,3 +178,16 @@ def test_packed_step_makes_no_host_read(monkeypatch):
         reads.clear()
         packed.train_pack(_configs(method, ("mlp",) * 4, seeds=(0, 1), epochs=1), device="cpu")
         assert len(reads) == 3 and not any(reads), f"{method}: {reads}"
+
+
+def test_compiled_pack_equals_eager(float64):
+    """With ``compile`` (torch.compile, whole graphs) a pack trains as the eager one; on a CPU the
+    test compiles with the aot_eager backend (graph capture and AOT autograd, no code generation)."""
+    configs = _configs("splitnn", ("mlp",) * 2, n_parties=2, n_train=192, n_test=64, epochs=1, seeds=(0, 1))
+    eager = packed.train_pack(configs, device="cpu", stacking="vmap")
+    torch._dynamo.reset()
+    compiled = packed.train_pack(configs, device="cpu", stacking="vmap", compile={"backend": "aot_eager"})
+    for g, w in zip(compiled, eager):
+        _assert_same_run(g, w)
+    with pytest.raises(ConfigError, match="compile applies to the vmapped call"):
+        packed.train_pack(configs, device="cpu", stacking="loop", compile={"backend": "aot_eager"})

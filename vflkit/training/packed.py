@@ -112,20 +112,52 @@ class PackChannel:
 # --------------------------------------------------------------------------- stacked models
 
 
-class StackedModel:
-    """K copies of one party model (one per run) as one vmapped call: stacked parameters
-    (leaves that train) and buffers (BatchNorm statistics, updated in place per run)."""
+#: How a :class:`StackedModel` runs its K copies: "vmap" (one batched kernel per layer; a
+#: convolution becomes one grouped convolution), "loop" (K calls on the slices of the stacked
+#: parameters: no fewer kernels, for a CPU, where vmap's grouped convolutions were measured at
+#: ~0.7x the speed of K plain ones), or "auto": vmap on a GPU, and on a CPU for models without
+#: convolutions (there vmap was ~1.1x; ``python -m vflkit.bench --packed``).
+STACKINGS: tuple[str, ...] = ("auto", "vmap", "loop")
 
-    def __init__(self, modules: Sequence[nn.Module]) -> None:
+
+class StackedModel:
+    """K copies of one party model (one per run) as one call: stacked parameters (leaves that
+    train) and buffers (BatchNorm statistics, updated in place per run), run with
+    ``vmap(functional_call)`` or, with ``stacking="loop"``, slice by slice.
+
+    ``compile``: keyword arguments of :func:`torch.compile` for the vmapped call (e.g.
+    ``{"mode": "reduce-overhead"}`` on a GPU); None runs it eagerly. ``fullgraph`` is set: a
+    graph break inside a party model is an error, not a silent slow path.
+    """
+
+    def __init__(self, modules: Sequence[nn.Module], *, stacking: str = "auto",
+                 compile: dict[str, Any] | None = None) -> None:
+        if stacking not in STACKINGS:
+            raise ConfigError(f"Invalid stacking {stacking!r}; choose one of {', '.join(STACKINGS)}")
         self.params, self.buffers = stack_module_state(list(modules))
         # the architecture only: functional_call runs it on the stacked tensors
         self.base = copy.deepcopy(modules[0]).to("meta")
         self.base.train(modules[0].training)
-        self._forward = vmap(self._one)
+        if stacking == "auto":
+            on_cpu = next(iter(self.params.values())).device.type == "cpu"
+            convolves = any(isinstance(m, nn.modules.conv._ConvNd) for m in self.base.modules())
+            stacking = "loop" if on_cpu and convolves else "vmap"
+        if stacking == "loop" and compile is not None:
+            raise ConfigError("compile applies to the vmapped call; use stacking='vmap' with it")
+        self.stacking = stacking
+        self._forward = vmap(self._one) if stacking == "vmap" else self._loop
+        if compile is not None:
+            self._forward = torch.compile(self._forward, fullgraph=True, **compile)
 
     def _one(self, params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
              x: torch.Tensor) -> torch.Tensor:
         return functional_call(self.base, (params, buffers), (x,))
+
+    def _loop(self, params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
+              x: torch.Tensor) -> torch.Tensor:
+        # slices are views: gradients reach the stacked leaves, BatchNorm updates its run's rows
+        return torch.stack([self._one({n: p[k] for n, p in params.items()}, {n: b[k] for n, b in buffers.items()}, x[k])
+                            for k in range(len(x))])
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return self._forward(self.params, self.buffers, x)
@@ -163,7 +195,8 @@ class Pack:
     :class:`StackedModel`, each optimizer is rebuilt over the stacked parameters.
     """
 
-    def __init__(self, methods: Sequence[VFLMethod]) -> None:
+    def __init__(self, methods: Sequence[VFLMethod], *, stacking: str = "auto",
+                 compile: dict[str, Any] | None = None) -> None:
         methods = list(methods)
         if not methods:
             raise ConfigError("a pack needs at least one run")
@@ -197,7 +230,7 @@ class Pack:
             runs = [m.parties[j] for m in methods]
             owner: dict[int, torch.Tensor] = {}
             for model_name in runs[0].models:
-                stacked = StackedModel([p.models[model_name] for p in runs])
+                stacked = StackedModel([p.models[model_name] for p in runs], stacking=stacking, compile=compile)
                 self.models[(name, model_name)] = stacked
                 for pname, t in runs[0].models[model_name].named_parameters():
                     owner[id(t)] = stacked.params[pname]
@@ -253,28 +286,18 @@ class Pack:
         one copy: a step then needs no host-to-device copy. No-op for other methods."""
         if self._step is not _step_cvfl or self.options["compressor"] not in ("vector", "scalar"):
             return
-        kind, bits = self.options["compressor"], int(self.options["bits"])
+        vector = self.options["compressor"] == "vector"
         e = self.methods[0].config.embedding_dim
-        top_shapes = [tuple(t.shape) for t in self.methods[0].active.models["top"].state_dict().values()]
-        per_run = []
-        for m in self.methods:
-            draws = []
-            for b in batch_sizes:
-                for shape in [(b, e)] * len(self.names) + top_shapes:
-                    n = math.prod(shape)
-                    draw_shape = ((n + n % 2) // 2, 2) if kind == "vector" else shape
-                    draws.append(torch.rand(draw_shape, generator=m._gen).reshape(-1))
-            per_run.append(torch.cat(draws))
-        flat = torch.stack(per_run).to(self.device, non_blocking=True)
-        # split back per message in draw order; each piece [K, *draw shape]
-        self._dither, at = [], 0
+        top = [tuple(t.shape) for t in self.methods[0].active.models["top"].state_dict().values()]
+        shapes = []  # per step: every party's embedding (passive ones, then the active one), the top
         for b in batch_sizes:
-            for shape in [(b, e)] * len(self.names) + top_shapes:
+            for shape in [(b, e)] * len(self.names) + top:
                 n = math.prod(shape)
-                draw_shape = ((n + n % 2) // 2, 2) if kind == "vector" else shape
-                size = math.prod(draw_shape)
-                self._dither.append(flat[:, at:at + size].reshape(self.k, *draw_shape))
-                at += size
+                shapes.append(((n + n % 2) // 2, 2) if vector else shape)  # vector: values in pairs
+        flat = torch.stack([torch.cat([torch.rand(shape, generator=m._gen).reshape(-1) for shape in shapes])
+                            for m in self.methods]).to(self.device, non_blocking=True)
+        pieces = torch.split(flat, [math.prod(s) for s in shapes], dim=1)
+        self._dither = [d.reshape(self.k, *shape) for d, shape in zip(pieces, shapes)]
 
     def compress(self, x: torch.Tensor) -> tuple[torch.Tensor, int]:
         """C-VFL's compressor on K runs' tensors [K, ...]: each run's slice compressed over its
@@ -513,49 +536,51 @@ def group_packs(configs: Sequence[RunConfig], *, max_size: int | None = None
 
 class _PackWindow:
     """The K runs' losses not yet read back, read with one transfer per ``every`` steps; per
-    run, the checks and double-precision sums of :class:`vflkit.training.split._LossWindow`."""
+    run, the checks and double-precision sums of :class:`vflkit.training.split._LossWindow`
+    (one per run, fed one read step at a time)."""
 
-    def __init__(self, windows: list[split._LossWindow]) -> None:
-        self.windows = windows
+    def __init__(self, n_runs: int, *, epoch: int, limit: float, every: int) -> None:
+        self.windows = [split._LossWindow(epoch=epoch, limit=limit, every=1) for _ in range(n_runs)]
+        self.every = every
         #: runs stopped by divergence: their losses are no longer read
         self.stopped: set[int] = set()
         self._pending: list[tuple[int, int, dict[str, torch.Tensor]]] = []
 
     def add(self, step: int, n: int, losses: dict[str, torch.Tensor]) -> dict[int, DivergenceError]:
         self._pending.append((step, n, losses))
-        return self.drain() if len(self._pending) >= self.windows[0].every else {}
+        return self.drain() if len(self._pending) >= self.every else {}
 
     def drain(self) -> dict[int, DivergenceError]:
         """Read the pending losses; the runs that diverged among them, with their errors."""
         pending, self._pending = self._pending, []
         if not pending:
             return {}
-        read = torch.stack([v.detach().double() for _, _, losses in pending for v in losses.values()]).tolist()
+        # one transfer: [pending steps x models] rows of K values
+        read = iter(torch.stack([v.detach().double() for _, _, losses in pending
+                                 for v in losses.values()]).tolist())
+        rows = [(step, n, {key: next(read) for key in losses}) for step, n, losses in pending]
         failed: dict[int, DivergenceError] = {}
         for k, w in enumerate(self.windows):
             if k in self.stopped:
                 continue
-            values = iter(read)
-            for step, n, losses in pending:
-                row = {key: next(values)[k] for key in losses}
-                if k in failed:
-                    continue
-                w._pending.append((step, n, row))
-                try:
-                    w.drain()
-                except DivergenceError as err:
-                    failed[k] = err
+            try:
+                for step, n, values in rows:
+                    w.add(step, n, {key: v[k] for key, v in values.items()})
+            except DivergenceError as err:  # the steps after it are not counted, as alone
+                failed[k] = err
         return failed
 
 
 def train_pack(configs: Sequence[RunConfig], *, device: torch.device | str = "cpu", progress: bool = False,
-               on_divergence: str = "raise", max_loss: float = 1e4) -> list[dict[str, Any]]:
+               on_divergence: str = "raise", max_loss: float = 1e4, stacking: str = "auto",
+               compile: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Train ``configs`` (runs that differ in seed alone, :func:`check_pack`) as one pack; each
     run's result as :func:`vflkit.training.split.train` returns it, plus ``execution``.
 
     Timings (``wall_time_s``, each history row's ``elapsed_s``) are the pack's. A run whose loss
     is not finite or exceeds ``max_loss`` raises :class:`DivergenceError` (naming the run), or
     with ``on_divergence="record"`` stops there while the others go on, as it would alone.
+    ``stacking`` and ``compile``: how each stacked party model runs (:class:`StackedModel`).
     """
     from ..methods import get_method
 
@@ -574,7 +599,7 @@ def train_pack(configs: Sequence[RunConfig], *, device: torch.device | str = "cp
         methods.append(method)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    pack = Pack(methods)
+    pack = Pack(methods, stacking=stacking, compile=compile)
     cfg0 = configs[0]
     gens = [torch.Generator().manual_seed(c.seed) for c in configs]
     n = len(methods[0].active.ids["train"])
@@ -598,7 +623,7 @@ def train_pack(configs: Sequence[RunConfig], *, device: torch.device | str = "cp
                     party.check_ids("train", order)
             orders.append(order)
         order = torch.stack(orders).to(device)
-        window = _PackWindow([split._LossWindow(epoch=epoch, limit=max_loss, every=every) for _ in configs])
+        window = _PackWindow(len(configs), epoch=epoch, limit=max_loss, every=every)
         window.stopped.update(k for k in range(len(configs)) if diverged[k] is not None)
         stopped: dict[int, tuple[DivergenceError, int]] = {}
         sizes = [min(cfg0.batch_size, n - s * cfg0.batch_size) for s in range(n_steps)]
