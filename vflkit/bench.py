@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -241,8 +241,10 @@ def bench_packed(models: list[str], *, methods: Sequence[str] = PACKED_METHODS, 
                 losses = [run.train_step(ids) for run in runs]
                 torch.stack([v for lo in losses for v in lo.values()]).sum()
 
-            steps_of = {"alone": alone, **{s: (lambda i, p=p: p.train_step(packed_order[:, (i % 8) * batch:(i % 8 + 1) * batch]))
-                                          for s, p in packs.items()}}
+            def together(pack: Pack) -> Callable[[int], None]:
+                return lambda i: pack.train_step(packed_order[:, (i % 8) * batch:(i % 8 + 1) * batch])
+
+            steps_of = {"alone": alone, **{s: together(p) for s, p in packs.items()}}
             for f in steps_of.values():  # warm-up (allocations, first calls)
                 f(0)
             times: dict[str, list[float]] = {k: [] for k in steps_of}
@@ -255,7 +257,8 @@ def bench_packed(models: list[str], *, methods: Sequence[str] = PACKED_METHODS, 
                     _sync(device)
                     times[label].append(time.perf_counter() - t0)
             row: dict[str, float | str] = {"method": name, "model": model, "pack_size": pack_size}
-            row.update({f"{k}_samples_per_s": pack_size * batch * steps / statistics.median(v) for k, v in times.items()})
+            row.update({f"{k}_samples_per_s": pack_size * batch * steps / statistics.median(v)
+                        for k, v in times.items()})
             rows.append(row)
     return rows
 

@@ -23,9 +23,16 @@ VFedMH and EASTER (secure aggregation in a host-side ring) do not. Evaluation, o
 epoch, runs each run's own ``evaluate`` on its own models (written back from the pack), so
 evaluation metrics and the evaluation ledger are the unpacked code's.
 
+How the K copies run (:data:`STACKINGS`): ``vmap`` (one kernel per layer for all K runs, the
+GPU's path), or a loop over the slices of the stacked parameters, which a CPU prefers for
+convolutions (``python -m vflkit.bench --packed`` prints both beside the runs stepped alone).
+``compile`` hands the stacked call to :func:`torch.compile` (e.g. CUDA graphs with
+``mode="reduce-overhead"``); on a CPU it is tested with the ``aot_eager`` backend only.
+
 What a pack does not do (yet): checkpoints and deadlines (a pack is meant to be sized to its
 window), packing across methods or datasets, packing a run's parties of one architecture
-together (C-VFL's Q local iterations of all parties are independent), and a packed evaluation.
+together (C-VFL's Q local iterations of all parties are independent), a packed evaluation,
+and capturing the whole step (the channel's bookkeeping runs in Python between the calls).
 
 Interface for a launcher: :func:`pack_key` (None: not packable), :func:`group_packs`,
 :func:`run_pack` (records, through the record store) and :func:`train_pack` (results, as
