@@ -4,6 +4,7 @@ inside a step."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -191,3 +192,32 @@ def test_compiled_pack_equals_eager(float64):
         _assert_same_run(g, w)
     with pytest.raises(ConfigError, match="compile applies to the vmapped call"):
         packed.train_pack(configs, device="cpu", stacking="loop", compile={"backend": "aot_eager"})
+
+
+def test_one_diverged_run_stops_alone(float64, monkeypatch):
+    """A run of the pack whose loss turns NaN (injected at its second step) stops there with
+    on_divergence="record": no later message in its ledger; the other runs are the runs alone."""
+    configs = _configs("splitnn", ("mlp",) * 4)
+    real = packed.Pack.train_step
+    calls = {"n": 0}
+
+    def poisoned(self, ids):
+        out = real(self, ids)
+        calls["n"] += 1
+        if calls["n"] == 2:
+            out["active"] = out["active"].clone()
+            out["active"][1] = float("nan")
+        return out
+
+    monkeypatch.setattr(packed.Pack, "train_step", poisoned)
+    got = packed.train_pack(configs, device="cpu", on_divergence="record")
+    want = [split.train(c, device=torch.device("cpu"), progress=False) for c in configs]
+    for k in (0, 2):
+        _assert_same_run(got[k], want[k])
+    stopped = got[1]
+    assert {k: stopped["diverged"][k] for k in ("epoch", "step", "steps_run")} == {"epoch": 1, "step": 1,
+                                                                                    "steps_run": 2}
+    assert [r["epoch"] for r in stopped["history"]] == [1]
+    assert math.isfinite(stopped["history"][0]["loss"])  # the mean over the step before, NaN not counted
+    assert stopped["comm"]["total"]["messages"] == 2 * 6  # 2 steps x (3 embeddings up, 3 gradients down)
+    assert [r["epoch"] for r in stopped["comm"]["per_epoch"]] == [1]
