@@ -117,8 +117,8 @@ def test_divergence_recorded_per_run_as_alone(float64):
 
 
 def test_unpackable_configs_are_refused():
-    """A method without a packed step, tabular data, runs differing in more than the seed, or a
-    run given twice: a ConfigError saying which."""
+    """A method without a packed step, tabular data, bf16 precision, runs differing in more than
+    the seed, or a run given twice: a ConfigError saying which."""
     vfedmh = _configs("vfedmh", ("mlp", "lenet", "mlp", "lenet"))
     assert packed.pack_key(vfedmh[0]) is None
     with pytest.raises(ConfigError, match="method 'vfedmh' has no packed step \\(packable: agg_vfl, c_vfl"):
@@ -128,6 +128,9 @@ def test_unpackable_configs_are_refused():
     with pytest.raises(ConfigError, match="dataset 'criteo' is not image data"):
         packed.check_pack([criteo])
     a, b = _configs("splitnn", ("mlp",) * 4, seeds=(0, 1))
+    assert packed.pack_key(a.replace(precision="bf16")) is None
+    with pytest.raises(ConfigError, match="precision 'bf16': a pack computes in fp32 only"):
+        packed.check_pack([a.replace(precision="bf16")])
     with pytest.raises(ConfigError, match="differ in seed alone"):
         packed.check_pack([a, b.replace(lr=0.01)])
     with pytest.raises(ConfigError, match="given twice"):

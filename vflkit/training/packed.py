@@ -487,11 +487,13 @@ def _is_image_dataset(name: str) -> bool:
 def pack_key(config: RunConfig) -> Hashable | None:
     """What runs must share to be packed with ``config``: its key with the seed set to 0 (so
     equal pack keys differ in seed alone), or None when ``config`` cannot be packed (a method
-    without a packed step, or tabular data)."""
+    without a packed step, tabular data, or ``precision="bf16"``)."""
     from ..methods import METHODS
 
     cls = METHODS.get(config.method)
     if cls is None or cls.train_step not in PACKED_STEPS or not _is_image_dataset(config.dataset):
+        return None
+    if getattr(config, "precision", "fp32") != "fp32":  # the pack computes in the parameters' dtype
         return None
     return ("packed", config.replace(seed=0).key)
 
@@ -501,7 +503,9 @@ def _why_not_packable(config: RunConfig) -> str:
 
     if METHODS.get(config.method) is None or METHODS[config.method].train_step not in PACKED_STEPS:
         return f"method {config.method!r} has no packed step (packable: {', '.join(_packable_names())})"
-    return f"dataset {config.dataset!r} is not image data"
+    if not _is_image_dataset(config.dataset):
+        return f"dataset {config.dataset!r} is not image data"
+    return f"precision {config.precision!r}: a pack computes in fp32 only (no bf16 autocast yet)"
 
 
 def check_pack(configs: Sequence[RunConfig]) -> None:
