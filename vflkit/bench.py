@@ -8,6 +8,9 @@ embedding and back-propagated separately), splits that difference into what spli
 costs anyway and what vflkit's parties, channel and ledger add. The target is an overhead of
 at most 15 % of a step on CPU.
 
+With ``--packed`` it prints instead, per method that packs (:mod:`vflkit.training.packed`),
+samples/s of K runs stepped one after another against the same K runs as one packed step.
+
 It also times VFedMH's secure aggregation for one step (fixed-point encoding, the blinding
 factors of every passive party from AES-CTR mask streams, the ring sum) and prints its share
 of a step. Inputs are random tensors of MNIST's shape: the benchmark needs no dataset.
@@ -18,7 +21,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -211,6 +214,55 @@ def bench_methods(models: list[str], *, methods: dict[str, tuple[str, dict]] | N
     return rows
 
 
+#: The methods the packed trainer mirrors (vflkit.training.packed.PACKED_STEPS).
+PACKED_METHODS: tuple[str, ...] = ("local", "splitnn", "agg_vfl", "c_vfl")
+
+
+def bench_packed(models: list[str], *, methods: Sequence[str] = PACKED_METHODS, pack_size: int = 4,
+                 batch: int = 128, steps: int = 10, blocks: int = 3, stackings: Sequence[str] = ("vmap", "loop"),
+                 device: str = "cpu") -> list[dict[str, float | str]]:
+    """Samples/s of ``pack_size`` runs (seeds 0..K-1) trained step by step one after another
+    (``alone``), and of the same runs as one packed step per way of stacking them
+    (:data:`vflkit.training.packed.STACKINGS`); medians over ``blocks`` blocks of ``steps``
+    steps, alternated block by block so that drifts in machine load hit all alike."""
+    from .training.packed import Pack
+
+    rows = []
+    for name in methods:
+        for model in models:
+            runs = [_setup(model, 4, batch, batch * 8, 128, seed=k, method=name, device=device)[0]
+                    for k in range(pack_size)]
+            packs = {s: Pack(runs, stacking=s) for s in stackings}  # each stacks its own copy of the runs
+            order = torch.arange(batch * 8)  # ids on the CPU for a run alone, as in the trainer
+            packed_order = order.to(device).expand(pack_size, -1)  # a pack's [K, N] on its device
+
+            def alone(i: int) -> None:
+                ids = order[(i % 8) * batch:(i % 8 + 1) * batch]
+                losses = [run.train_step(ids) for run in runs]
+                torch.stack([v for lo in losses for v in lo.values()]).sum()
+
+            def together(pack: Pack) -> Callable[[int], None]:
+                return lambda i: pack.train_step(packed_order[:, (i % 8) * batch:(i % 8 + 1) * batch])
+
+            steps_of = {"alone": alone, **{s: together(p) for s, p in packs.items()}}
+            for f in steps_of.values():  # warm-up (allocations, first calls)
+                f(0)
+            times: dict[str, list[float]] = {k: [] for k in steps_of}
+            for _ in range(blocks):
+                for label, f in steps_of.items():
+                    _sync(device)
+                    t0 = time.perf_counter()
+                    for i in range(steps):
+                        f(i)
+                    _sync(device)
+                    times[label].append(time.perf_counter() - t0)
+            row: dict[str, float | str] = {"method": name, "model": model, "pack_size": pack_size}
+            row.update({f"{k}_samples_per_s": pack_size * batch * steps / statistics.median(v)
+                        for k, v in times.items()})
+            rows.append(row)
+    return rows
+
+
 def bench_masking(*, n_passive: int = 3, batch: int = 128, embedding_dim: int = 128,
                   repeats: int = 30) -> dict[str, float]:
     """Milliseconds of one step's secure aggregation: every passive party blinds its
@@ -265,6 +317,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=100)
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda[:N]")
+    parser.add_argument("--packed", action="store_true",
+                        help="samples/s of K runs one after another vs packed (vflkit.training.packed)")
+    parser.add_argument("--pack-size", type=int, default=4, help="K, the runs per pack (with --packed)")
+    parser.add_argument("--steps", type=int, default=10, help="steps per timed block (with --packed)")
     parser.add_argument("--worker", choices=["overhead", "methods"], help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.device == "auto":
@@ -281,6 +337,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     cuda = args.device.startswith("cuda")
     where = torch.cuda.get_device_name(args.device) if cuda else f"CPU ({os.cpu_count()} cores)"
+    if args.packed:
+        _print_packed(args, where)
+        return
     print(f"torch {torch.__version__}, {where}; batch {args.batch}, 4 parties on 28x7 "
           "MNIST strips, embedding 128; medians of steps alternated plain / by hand / vflkit")
     print("samples/s of one training step; overhead = share of a vflkit step not spent by the plain model")
@@ -321,6 +380,26 @@ def main(argv: list[str] | None = None) -> None:
             utils = [r["gpu_util_pct"] for r in mine if r["gpu_util_pct"] is not None]
             line += f"{statistics.mean(utils):>9.0f}%" if utils else f"{'n/a':>10}"
         print(line)
+
+
+def _print_packed(args: argparse.Namespace, where: str) -> None:
+    methods = [m for m in args.methods if m in PACKED_METHODS] or list(PACKED_METHODS)
+    print(f"torch {torch.__version__}, {where}, {torch.get_num_threads()} threads; batch {args.batch} per run, "
+          f"4 parties on 28x7 MNIST strips, embedding 128; K = {args.pack_size} runs (seeds 0..{args.pack_size - 1})")
+    print("samples/s of all K runs: stepped one after another (alone) vs one packed step, vmapped or looped over "
+          "the stacked slices (vflkit.training.packed.STACKINGS); medians of 3 "
+          f"blocks of {args.steps} steps, alternated")
+    head = (f"{'method':<10} {'model':<8} {'alone':>10} {'vmap':>10} {'loop':>10} "
+            f"{'vmap/alone':>11} {'loop/alone':>11}")
+    print(head)
+    print("-" * len(head), flush=True)
+    for method in methods:
+        for model in args.models:  # a row as soon as it is measured: C-VFL's takes a while
+            r, = bench_packed([model], methods=[method], pack_size=args.pack_size, batch=args.batch,
+                              steps=args.steps, device=args.device)
+            a, v, lo = r["alone_samples_per_s"], r["vmap_samples_per_s"], r["loop_samples_per_s"]
+            print(f"{method:<10} {model:<8} {a:>10.0f} {v:>10.0f} {lo:>10.0f} {v / a:>10.2f}x {lo / a:>10.2f}x",
+                  flush=True)
 
 
 if __name__ == "__main__":

@@ -438,7 +438,13 @@ def pack_key(run: GpuRun) -> tuple[str, Any]:
     except ImportError:
         packed = None
     if packed is not None and run.family == "split":
-        key = packed.pack_key(_run_class(run.family).from_dict(run.config))
+        from .errors import ConfigError
+
+        try:
+            config = _run_class(run.family).from_dict(run.config)
+        except (TypeError, ConfigError):  # not a whole run config (a plan's stand-in): not packable
+            config = None
+        key = packed.pack_key(config) if config is not None else None
         if key is not None:
             return ("packed", key)
     c = run.config

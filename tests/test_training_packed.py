@@ -1,0 +1,226 @@
+"""Tests for vflkit.training.packed: a pack of K runs equals K unpacked runs (float64, to a
+tolerance; ledgers exactly), refuses what it cannot pack, keeps record keys, reads nothing back
+inside a step."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import torch
+from test_no_sync import HostReadCounter
+
+from vflkit import data, records
+from vflkit.errors import ConfigError, DivergenceError
+from vflkit.methods import RunConfig
+from vflkit.training import packed, split
+
+#: Relative tolerance of a packed run's losses and metrics against the unpacked run, in float64
+#: (vmapped kernels may reduce in another order; measured differences are ~1e-15).
+REL = 1e-9
+
+
+@pytest.fixture
+def float64(monkeypatch):
+    """Both trainers in float64: models built in float64, features normalised then cast."""
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    real = data.ImageData.normalize
+    monkeypatch.setattr(data.ImageData, "normalize",
+                        lambda self, x, device=None: real(self, x, device).to(torch.float64))
+    yield
+    torch.set_default_dtype(before)
+
+
+def _configs(method: str, models: tuple[str, ...], seeds=(0, 1, 2), **changes: Any) -> list[RunConfig]:
+    base = dict(paper="vfedmh", dataset="mnist", method=method, models=models, n_train=224, n_test=96,
+                epochs=2, batch_size=96, embedding_dim=16, optimizers="sgd_momentum")
+    base.update(changes)
+    return [RunConfig(**base, seed=s) for s in seeds]
+
+
+def _strip(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in row.items() if k != "elapsed_s"} for row in history]
+
+
+def _close(got: Any, want: Any) -> bool:
+    """Equal, floats to REL (nested lists and dicts walked)."""
+    if isinstance(want, dict):
+        return isinstance(got, dict) and got.keys() == want.keys() and all(_close(got[k], want[k]) for k in want)
+    if isinstance(want, list):
+        return isinstance(got, list) and len(got) == len(want) and all(map(_close, got, want))
+    if isinstance(want, float):
+        return got == pytest.approx(want, rel=REL, abs=0)
+    return got == want
+
+
+def _assert_same_run(got: dict[str, Any], want: dict[str, Any]) -> None:
+    """A packed run's result against the unpacked one: metrics to REL, the ledger exactly."""
+    assert got["models"] == want["models"]
+    assert _close(_strip(got["history"]), _strip(want["history"]))
+    assert _close(got["final"], want["final"])
+    assert got["comm"] == want["comm"]
+    assert got["diverged"] == want["diverged"]
+
+
+# a last batch smaller than the others (224 = 96 + 96 + 32), heterogeneous and BatchNorm models,
+# every compressor, Adam, and the exponential schedule; all vmapped (a GPU's path), and two
+# cases also as the CPU's loop over slices (stacking="auto" there for convolutions)
+CASES = {
+    "local": ("local", ("lenet",) * 4, {}),
+    "splitnn": ("splitnn", ("mlp",) * 4, {"lr_schedule": "exponential", "lr_gamma": 0.5}),
+    "pyvertical, adam": ("pyvertical", ("cnn",) * 4, {"optimizers": "adam", "lr": 0.01}),
+    # two parties: building a ResNet18 is most of this case's time
+    "splitnn resnet18 (BatchNorm)": ("splitnn", ("resnet18",) * 2, {"n_parties": 2, "n_train": 24, "batch_size": 16,
+                                                                     "n_test": 16, "epochs": 1}),
+    "c_vfl": ("c_vfl", ("mlp",) * 4, {}),
+    "c_vfl scalar, active 2": ("c_vfl", ("lenet",) * 4, {"options": {"compressor": "scalar", "bits": 2,
+                                                                     "local_iterations": 3}, "active": 2,
+                                                          "n_train": 112, "epochs": 1}),
+    "c_vfl topk": ("c_vfl", ("mlp",) * 4, {"options": {"compressor": "topk", "local_iterations": 2}}),
+    "agg_vfl": ("agg_vfl", ("mlp",) * 4, {}),
+    "heter_aggvfl": ("heter_aggvfl", ("mlp", "lenet", "mlp", "lenet"), {}),
+}
+STACKED = [(case, "vmap") for case in sorted(CASES)] + [("heter_aggvfl", "loop"), ("c_vfl scalar, active 2", "loop")]
+
+
+@pytest.mark.parametrize("case,stacking", STACKED)
+def test_pack_equals_separate_runs(float64, case, stacking):
+    """K = 3 runs packed give each run's unpacked losses, metrics and ledger."""
+    method, models, changes = CASES[case]
+    configs = _configs(method, models, **changes)
+    got = packed.train_pack(configs, device="cpu", stacking=stacking)
+    want = [split.train(c, device=torch.device("cpu"), progress=False) for c in configs]
+    for g, w in zip(got, want):
+        _assert_same_run(g, w)
+        assert g["execution"] == {"packed": len(configs), "pack": [c.key for c in configs]}
+    # the runs differ: a pack that trained one run three times would pass the checks above only
+    # if the unpacked runs were alike too
+    assert got[0]["history"][-1]["loss"] != got[1]["history"][-1]["loss"]
+
+
+def test_divergence_recorded_per_run_as_alone(float64):
+    """With on_divergence="record" each run of a pack stops where it would alone: same epoch,
+    step and steps run, same ledger (no message counted after it stopped)."""
+    configs = _configs("splitnn", ("mlp",) * 4, lr=1e6, optimizers="sgd", seeds=(0, 1))
+    got = packed.train_pack(configs, device="cpu", on_divergence="record")
+    want = [split.train(c, device=torch.device("cpu"), progress=False, on_divergence="record") for c in configs]
+    for g, w in zip(got, want):
+        assert g["diverged"] is not None
+        assert {k: g["diverged"][k] for k in ("epoch", "step", "steps_run")} == \
+               {k: w["diverged"][k] for k in ("epoch", "step", "steps_run")}
+        assert g["comm"] == w["comm"]
+        assert [r["epoch"] for r in g["history"]] == [r["epoch"] for r in w["history"]]
+    with pytest.raises(DivergenceError, match=r"run [0-9a-f]{16} \(seed 0\) of the pack: the loss of active"):
+        packed.train_pack(configs, device="cpu")
+
+
+def test_unpackable_configs_are_refused():
+    """A method without a packed step, tabular data, bf16 precision, runs differing in more than
+    the seed, or a run given twice: a ConfigError saying which."""
+    vfedmh = _configs("vfedmh", ("mlp", "lenet", "mlp", "lenet"))
+    assert packed.pack_key(vfedmh[0]) is None
+    with pytest.raises(ConfigError, match="method 'vfedmh' has no packed step \\(packable: agg_vfl, c_vfl"):
+        packed.train_pack(vfedmh, device="cpu")
+    criteo = RunConfig(paper="easter", dataset="criteo", method="splitnn", models=("deepfm",) * 2, n_parties=2)
+    assert packed.pack_key(criteo) is None
+    with pytest.raises(ConfigError, match="dataset 'criteo' is not image data"):
+        packed.check_pack([criteo])
+    a, b = _configs("splitnn", ("mlp",) * 4, seeds=(0, 1))
+    assert packed.pack_key(a.replace(precision="bf16")) is None
+    with pytest.raises(ConfigError, match="precision 'bf16': a pack computes in fp32 only"):
+        packed.check_pack([a.replace(precision="bf16")])
+    with pytest.raises(ConfigError, match="differ in seed alone"):
+        packed.check_pack([a, b.replace(lr=0.01)])
+    with pytest.raises(ConfigError, match="given twice"):
+        packed.check_pack([a, a])
+    assert packed.pack_key(a) == packed.pack_key(b) != packed.pack_key(b.replace(epochs=3))
+
+
+def test_group_packs_splits_by_pack_key_and_size():
+    """Packs hold runs of one pack key, at most max_size each; the unpackable stay apart."""
+    split_runs = _configs("splitnn", ("mlp",) * 4, seeds=range(5))
+    cvfl = _configs("c_vfl", ("mlp",) * 4, seeds=range(2))
+    vfedmh = _configs("vfedmh", ("mlp", "lenet", "mlp", "lenet"), seeds=range(1))
+    packs, single = packed.group_packs(split_runs + vfedmh + cvfl, max_size=2)
+    assert [[c.seed for c in p] for p in packs] == [[0, 1], [2, 3], [4], [0, 1]]
+    assert [p[0].method for p in packs] == ["splitnn"] * 3 + ["c_vfl"]
+    assert single == vfedmh
+
+
+def test_run_pack_writes_records_under_their_own_keys(tmp_path):
+    """run_pack writes each run's record at its own key (packing changes no key); the record
+    store then finds them like any other record, and a second call trains nothing."""
+    configs = _configs("splitnn", ("mlp",) * 4, seeds=(3, 4), epochs=1)
+    recs = packed.run_pack(configs, profile="smoke", device="cpu", results=tmp_path)
+    for cfg, rec in zip(configs, recs):
+        path = records.record_path(cfg, "smoke", tmp_path)
+        assert rec["key"] == cfg.key and path.exists()
+        assert rec["execution"] == {"packed": 2, "pack": [c.key for c in configs]}
+        assert set(records.ENVELOPE) <= set(rec)
+        # the unpacked record store reuses it (it would train, and differ in execution, if not)
+        assert split.run(cfg, profile="smoke", device="cpu", results=tmp_path, progress=False) == rec
+    again = packed.run_pack(configs, profile="smoke", device="cpu", results=tmp_path)
+    assert again == recs
+
+
+def test_packed_step_makes_no_host_read(monkeypatch):
+    """Inside a packed step (SplitNN and C-VFL) nothing is read back to the host; C-VFL's dither
+    is drawn ahead, outside the step."""
+    real = packed.Pack.train_step
+    reads: list[Any] = []
+
+    def guarded(self, ids):
+        with HostReadCounter() as counter:
+            out = real(self, ids)
+        reads.append(counter.reads)
+        return out
+
+    monkeypatch.setattr(packed.Pack, "train_step", guarded)
+    for method in ("splitnn", "c_vfl"):
+        reads.clear()
+        packed.train_pack(_configs(method, ("mlp",) * 4, seeds=(0, 1), epochs=1), device="cpu")
+        assert len(reads) == 3 and not any(reads), f"{method}: {reads}"
+
+
+def test_compiled_pack_equals_eager(float64):
+    """With ``compile`` (torch.compile, whole graphs) a pack trains as the eager one; on a CPU the
+    test compiles with the aot_eager backend (graph capture and AOT autograd, no code generation)."""
+    configs = _configs("splitnn", ("mlp",) * 2, n_parties=2, n_train=192, n_test=64, epochs=1, seeds=(0, 1))
+    eager = packed.train_pack(configs, device="cpu", stacking="vmap")
+    torch._dynamo.reset()
+    compiled = packed.train_pack(configs, device="cpu", stacking="vmap", compile={"backend": "aot_eager"})
+    for g, w in zip(compiled, eager):
+        _assert_same_run(g, w)
+    with pytest.raises(ConfigError, match="compile applies to the vmapped call"):
+        packed.train_pack(configs, device="cpu", stacking="loop", compile={"backend": "aot_eager"})
+
+
+def test_one_diverged_run_stops_alone(float64, monkeypatch):
+    """A run of the pack whose loss turns NaN (injected at its second step) stops there with
+    on_divergence="record": no later message in its ledger; the other runs are the runs alone."""
+    configs = _configs("splitnn", ("mlp",) * 4)
+    real = packed.Pack.train_step
+    calls = {"n": 0}
+
+    def poisoned(self, ids):
+        out = real(self, ids)
+        calls["n"] += 1
+        if calls["n"] == 2:
+            out["active"] = out["active"].clone()
+            out["active"][1] = float("nan")
+        return out
+
+    monkeypatch.setattr(packed.Pack, "train_step", poisoned)
+    got = packed.train_pack(configs, device="cpu", on_divergence="record")
+    want = [split.train(c, device=torch.device("cpu"), progress=False) for c in configs]
+    for k in (0, 2):
+        _assert_same_run(got[k], want[k])
+    stopped = got[1]
+    assert {k: stopped["diverged"][k] for k in ("epoch", "step", "steps_run")} == {"epoch": 1, "step": 1,
+                                                                                    "steps_run": 2}
+    assert [r["epoch"] for r in stopped["history"]] == [1]
+    assert math.isfinite(stopped["history"][0]["loss"])  # the mean over the step before, NaN not counted
+    assert stopped["comm"]["total"]["messages"] == 2 * 6  # 2 steps x (3 embeddings up, 3 gradients down)
+    assert [r["epoch"] for r in stopped["comm"]["per_epoch"]] == [1]

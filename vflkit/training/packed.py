@@ -1,0 +1,751 @@
+"""Packed training: K runs that differ only in their seed trained as one batched computation.
+
+Issue 40, "Packing". A small party model keeps a GPU busy a few per cent of a step: the step
+time is set by the number of kernels, not by their FLOPs. Here each party's K copies of a model
+(one per run) are stacked with :func:`torch.func.stack_module_state` and run as one
+``vmap(functional_call)``: one kernel per layer for all K runs. Each run keeps what the
+unpacked trainer (:func:`vflkit.training.split.train`) gives it: its initialisation and data
+subset (built by the very same code under its own seed), its batch order (drawn from its own
+generator), its batch of ``batch_size``, its optimizer (the same ``torch.optim`` class over the
+stacked parameters: SGD, momentum, Adagrad and Adam update elementwise, so slice k follows run
+k alone), its ledger (every message counted with one run's bytes in that run's ledger) and its
+record. A record of a packed run differs from the unpacked one only in its timings and in
+``execution`` (``{"packed": K, "pack": [keys]}``); its key is the config's.
+
+Equivalence is claimed in float64, to a tolerance: a vmapped kernel may reduce in another order
+than the unpacked one, so in float32 two trajectories drift apart after a few steps (the GPU
+audit measured 7e-6 after one step and 0.28 after three for ResNet18 with BatchNorm on 1x1
+maps), while in float64 they agree to ~1e-13 (tests/test_training_packed.py).
+
+Which runs pack (:func:`pack_key`): image data, and a method whose ``train_step`` has a packed
+mirror here (:data:`PACKED_STEPS`): Local, SplitNN/PyVertical, C-VFL and the Agg_VFL family.
+VFedMH and EASTER (secure aggregation in a host-side ring) do not. Evaluation, once per
+epoch, runs each run's own ``evaluate`` on its own models (written back from the pack), so
+evaluation metrics and the evaluation ledger are the unpacked code's.
+
+How the K copies run (:data:`STACKINGS`): ``vmap`` (one kernel per layer for all K runs, the
+GPU's path), or a loop over the slices of the stacked parameters, which a CPU prefers for
+convolutions (``python -m vflkit.bench --packed`` prints both beside the runs stepped alone).
+``compile`` hands the stacked call to :func:`torch.compile` (e.g. CUDA graphs with
+``mode="reduce-overhead"``); on a CPU it is tested with the ``aot_eager`` backend only.
+
+What a pack does not do (yet): checkpoints and deadlines (a pack is meant to be sized to its
+window), packing across methods or datasets, packing a run's parties of one architecture
+together (C-VFL's Q local iterations of all parties are independent), a packed evaluation,
+and capturing the whole step (the channel's bookkeeping runs in Python between the calls).
+
+Interface for a launcher: :func:`pack_key` (None: not packable), :func:`group_packs`,
+:func:`run_pack` (records, through the record store) and :func:`train_pack` (results, as
+``split.train`` returns them).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any, Callable, Hashable, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call, stack_module_state, vmap
+from tqdm.auto import tqdm
+
+from .. import records
+from ..config import resolve_device
+from ..comm import KINDS, ROUNDS_COUNTED_AS, Channel, _wire_copy, payload_nbytes
+from ..errors import ConfigError, DivergenceError
+from ..methods.aggvfl import AggVFL
+from ..methods.base import RunConfig, VFLMethod, make_optimizer
+from ..methods.cvfl import CVFL, _a2_nearest
+from ..methods.local import Local
+from ..methods.splitnn import SplitNN
+from . import split
+
+#: Image datasets by name (a registered :class:`~vflkit.data.ImageData` packs too).
+_IMAGE_DATASETS = ("mnist", "fashion_mnist", "cifar10", "cifar100", "cinic10")
+
+
+# --------------------------------------------------------------------------- the channel
+
+
+class PackChannel:
+    """The channel of K runs' parties: one message carries the K runs' payloads stacked on
+    dimension 0, and each run's ledger gets the row the unpacked run would have written (its
+    own bytes, at its own clock). Like :class:`~vflkit.comm.Channel`, the receiver gets a
+    detached copy: no graph or memory crosses a party boundary.
+
+    A run stopped by divergence is no longer ``live``: its ledger gets no more rows.
+    """
+
+    def __init__(self, channels: Sequence[Channel]) -> None:
+        self.channels = list(channels)
+        self.live = [True] * len(self.channels)
+        self._boxes: dict[tuple[str, str, str], list[Any]] = {}
+
+    def at(self, *, epoch: int, step: int, phase: str) -> None:
+        """Set every run's clock."""
+        for ch in self.channels:
+            ch.at(epoch=epoch, step=step, phase=phase)
+
+    def send(self, sender: str, receiver: str, kind: str, payload: Any, *, nbytes: int | None = None) -> None:
+        """Send K runs' stacked ``payload``; ``nbytes`` is one run's size when it travels
+        compressed (default: the payload's size over K, each run's slice being alike)."""
+        if kind not in KINDS:
+            raise ConfigError(f"Invalid message kind {kind!r}; choose one of {', '.join(KINDS)}")
+        k = len(self.channels)
+        if nbytes is None:
+            total = payload_nbytes(payload)
+            if total % k:
+                raise ValueError(f"a packed {kind} of {total} bytes does not split into {k} runs")
+            nbytes = total // k
+        for ch, live in zip(self.channels, self.live):
+            if live:
+                ch.ledger.add(sender, receiver, kind, int(nbytes), ch.epoch, ch.step, ch.phase)
+        self._boxes.setdefault((sender, receiver, kind), []).append(_wire_copy(payload))
+
+    def recv(self, receiver: str, sender: str, kind: str) -> Any:
+        """The oldest ``kind`` message from ``sender`` to ``receiver``."""
+        box = self._boxes.get((sender, receiver, kind))
+        if not box:
+            raise RuntimeError(f"{receiver} expected a {kind} message from {sender}, but none was sent; "
+                               "the packed protocol is out of order")
+        return box.pop(0)
+
+
+# --------------------------------------------------------------------------- stacked models
+
+
+#: How a :class:`StackedModel` runs its K copies: "vmap" (one batched kernel per layer; a
+#: convolution becomes one grouped convolution), "loop" (K calls on the slices of the stacked
+#: parameters: no fewer kernels, for a CPU, where vmap's grouped convolutions were measured at
+#: ~0.7x the speed of K plain ones), or "auto": vmap on a GPU, and on a CPU for models without
+#: convolutions (there vmap was ~1.1x; ``python -m vflkit.bench --packed``).
+STACKINGS: tuple[str, ...] = ("auto", "vmap", "loop")
+
+
+class StackedModel:
+    """K copies of one party model (one per run) as one call: stacked parameters (leaves that
+    train) and buffers (BatchNorm statistics, updated in place per run), run with
+    ``vmap(functional_call)`` or, with ``stacking="loop"``, slice by slice.
+
+    ``compile``: keyword arguments of :func:`torch.compile` for the vmapped call (e.g.
+    ``{"mode": "reduce-overhead"}`` on a GPU); None runs it eagerly. ``fullgraph`` is set: a
+    graph break inside a party model is an error, not a silent slow path.
+    """
+
+    def __init__(self, modules: Sequence[nn.Module], *, stacking: str = "auto",
+                 compile: dict[str, Any] | None = None) -> None:
+        if stacking not in STACKINGS:
+            raise ConfigError(f"Invalid stacking {stacking!r}; choose one of {', '.join(STACKINGS)}")
+        self.params, self.buffers = stack_module_state(list(modules))
+        # the architecture only: functional_call runs it on the stacked tensors
+        self.base = copy.deepcopy(modules[0]).to("meta")
+        self.base.train(modules[0].training)
+        if stacking == "auto":
+            on_cpu = next(iter(self.params.values())).device.type == "cpu"
+            convolves = any(isinstance(m, nn.modules.conv._ConvNd) for m in self.base.modules())
+            stacking = "loop" if on_cpu and convolves else "vmap"
+        if stacking == "loop" and compile is not None:
+            raise ConfigError("compile applies to the vmapped call; use stacking='vmap' with it")
+        self.stacking = stacking
+        self._forward = vmap(self._one) if stacking == "vmap" else self._loop
+        if compile is not None:
+            self._forward = torch.compile(self._forward, fullgraph=True, **compile)
+
+    def _one(self, params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
+             x: torch.Tensor) -> torch.Tensor:
+        return functional_call(self.base, (params, buffers), (x,))
+
+    def _loop(self, params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
+              x: torch.Tensor) -> torch.Tensor:
+        # slices are views: gradients reach the stacked leaves, BatchNorm updates its run's rows
+        return torch.stack([self._one({n: p[k] for n, p in params.items()}, {n: b[k] for n, b in buffers.items()}, x[k])
+                            for k in range(len(x))])
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self._forward(self.params, self.buffers, x)
+
+    def call_with(self, params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        """The architecture run with other (stacked) parameters, e.g. a frozen or received copy."""
+        return self._forward(params, self.buffers, x)
+
+    @torch.no_grad()
+    def write_back(self, modules: Sequence[nn.Module]) -> None:
+        """Copy run k's slice into ``modules[k]`` (for its evaluation and its record)."""
+        for k, m in enumerate(modules):
+            for name, t in m.named_parameters():
+                t.copy_(self.params[name][k])
+            for name, t in m.named_buffers():
+                t.copy_(self.buffers[name][k])
+
+
+def _cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Each run's mean cross-entropy, [K]: ``F.cross_entropy`` of one run, for K at once."""
+    k, b = labels.shape
+    return F.cross_entropy(logits.reshape(k * b, -1), labels.reshape(-1), reduction="none").view(k, b).mean(1)
+
+
+# --------------------------------------------------------------------------- the pack
+
+
+class Pack:
+    """K built runs of one method (:class:`~vflkit.methods.base.VFLMethod` objects, each with
+    its parties and its own channel) trained as one computation.
+
+    The runs must differ only in seed: same method, architectures, data shapes, optimizers and
+    learning rates. Each party's training features and the labels are stacked [K, N, ...] (the
+    runs' parties keep views of them, so the data is held once), each party model is a
+    :class:`StackedModel`, each optimizer is rebuilt over the stacked parameters.
+    """
+
+    def __init__(self, methods: Sequence[VFLMethod], *, stacking: str = "auto",
+                 compile: dict[str, Any] | None = None) -> None:
+        methods = list(methods)
+        if not methods:
+            raise ConfigError("a pack needs at least one run")
+        first = methods[0]
+        step = PACKED_STEPS.get(type(first).train_step)
+        if step is None:
+            raise ConfigError(f"{first.name} has no packed step; packable methods: {', '.join(_packable_names())}")
+        if any(type(m) is not type(first) for m in methods):
+            raise ConfigError("a pack holds runs of one method; got " + ", ".join(sorted({m.name for m in methods})))
+        self.methods, self.k, self._step = methods, len(methods), step
+        self.names = [p.name for p in first.parties]
+        self.active = first.active.name
+        self.device = first.active.device
+        self.options = first.options
+        self.channel = PackChannel([m.active.channel for m in methods])
+        self.transform = first.parties[0]._transform
+        self.features: dict[str, torch.Tensor] = {}
+        for j, name in enumerate(self.names):
+            runs = [m.parties[j] for m in methods]
+            if any(p._lookup.get("train") is not None for p in runs):
+                raise ConfigError("a pack needs parties whose sample ids are their rows (aligned image parties)")
+            self.features[name] = torch.stack([p._features["train"] for p in runs])
+            for k, p in enumerate(runs):  # the run's party sees its slice: the data is held once
+                p._features["train"] = self.features[name][k]
+        self.labels = torch.stack([m.active._labels["train"] for m in methods])
+        for k, m in enumerate(methods):
+            m.active._labels["train"] = self.labels[k]
+        self.models: dict[tuple[str, str], StackedModel] = {}
+        self.optimizers: dict[tuple[str, str], torch.optim.Optimizer] = {}
+        for j, name in enumerate(self.names):
+            runs = [m.parties[j] for m in methods]
+            owner: dict[int, torch.Tensor] = {}
+            for model_name in runs[0].models:
+                stacked = StackedModel([p.models[model_name] for p in runs], stacking=stacking, compile=compile)
+                self.models[(name, model_name)] = stacked
+                for pname, t in runs[0].models[model_name].named_parameters():
+                    owner[id(t)] = stacked.params[pname]
+            cfg = first.config
+            for opt_name, opt in runs[0].optimizers.items():
+                params = [owner[id(t)] for group in opt.param_groups for t in group["params"]]
+                self.optimizers[(name, opt_name)] = make_optimizer(cfg.party_value("optimizers", j), params,
+                                                                   float(cfg.party_value("lr", j)))
+        self._rows = torch.arange(self.k, device=self.device)[:, None]
+        #: C-VFL's dither of the coming steps, drawn ahead on the host per run (same values)
+        self._dither: list[torch.Tensor] = []
+
+    # -- data -------------------------------------------------------------------------------
+
+    def x(self, party: str, ids: torch.Tensor) -> torch.Tensor:
+        """The K runs' batches of ``party``'s features, [K, b, ...], normalised on the device."""
+        return self.transform(self.features[party][self._rows, ids])
+
+    def y(self, ids: torch.Tensor) -> torch.Tensor:
+        """The K runs' batches of labels, [K, b]."""
+        return self.labels[self._rows, ids]
+
+    def model(self, party: str, name: str) -> StackedModel:
+        return self.models[(party, name)]
+
+    def zero_grad(self, *keys: tuple[str, str]) -> None:
+        for key in keys:
+            self.optimizers[key].zero_grad(set_to_none=True)
+
+    # -- training ----------------------------------------------------------------------------
+
+    def train_step(self, ids: torch.Tensor) -> dict[str, torch.Tensor]:
+        """One protocol step of every run on its batch ``ids[k]`` ([K, b] sample ids on the
+        device); each trained model's loss per run, a detached [K] tensor."""
+        return self._step(self, ids)
+
+    def epoch_lr(self, gamma: float) -> None:
+        """The exponential schedule's step after an epoch, as the unpacked trainer applies it."""
+        for opt in self.optimizers.values():
+            for group in opt.param_groups:
+                group["lr"] *= gamma
+
+    def write_back(self) -> None:
+        """Every run's models as the pack trained them (before evaluating or recording)."""
+        for j, name in enumerate(self.names):
+            for (party, model_name), stacked in self.models.items():
+                if party == name:
+                    stacked.write_back([m.parties[j].models[model_name] for m in self.methods])
+
+    def draw_dither(self, batch_sizes: Sequence[int]) -> None:
+        """Draw C-VFL's dither for the coming steps (batch sizes ``batch_sizes``) from each run's
+        own generator, in the order the unpacked step draws it, and move it to the device in
+        one copy: a step then needs no host-to-device copy. No-op for other methods."""
+        if self._step is not _step_cvfl or self.options["compressor"] not in ("vector", "scalar"):
+            return
+        vector = self.options["compressor"] == "vector"
+        e = self.methods[0].config.embedding_dim
+        top = [tuple(t.shape) for t in self.methods[0].active.models["top"].state_dict().values()]
+        shapes = []  # per step: every party's embedding (passive ones, then the active one), the top
+        for b in batch_sizes:
+            for shape in [(b, e)] * len(self.names) + top:
+                n = math.prod(shape)
+                shapes.append(((n + n % 2) // 2, 2) if vector else shape)  # vector: values in pairs
+        flat = torch.stack([torch.cat([torch.rand(shape, generator=m._gen).reshape(-1) for shape in shapes])
+                            for m in self.methods]).to(self.device, non_blocking=True)
+        pieces = torch.split(flat, [math.prod(s) for s in shapes], dim=1)
+        self._dither = [d.reshape(self.k, *shape) for d, shape in zip(pieces, shapes)]
+
+    def compress(self, x: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """C-VFL's compressor on K runs' tensors [K, ...]: each run's slice compressed over its
+        own range with its own dither, as :meth:`CVFL.compress`; returns the tensor and one
+        run's bytes on the wire."""
+        bits, kind = int(self.options["bits"]), self.options["compressor"]
+        x = x.detach()
+        n = x[0].numel()
+        if kind == "none":
+            return x, n * x.element_size()
+        if kind == "topk":
+            rows = x.reshape(x.shape[0], x.shape[1], -1) if x.dim() > 2 else x.reshape(x.shape[0], 1, -1)
+            keep = max(1, int(rows.shape[2] * bits / 32))
+            idx = rows.abs().topk(keep, dim=2).indices
+            out = torch.zeros_like(rows).scatter_(2, idx, rows.gather(2, idx))
+            return out.reshape(x.shape), rows.shape[1] * keep * 6
+        dims = tuple(range(1, x.dim()))
+        lo = x.amin(dim=dims, keepdim=True)
+        span = torch.clamp(x.amax(dim=dims, keepdim=True) - lo, min=1e-12)
+        dither = self._dither.pop(0)
+        size = math.ceil(n * bits / 8) + 8
+        if kind == "scalar":
+            levels = 2**bits
+            u = (x - lo) / span * (levels - 1)
+            d = dither - 0.5
+            q = torch.clamp(torch.round(u + d), 0, levels - 1) - d
+            return (q / (levels - 1) * span + lo).to(x.dtype), size
+        flat = ((x - lo) / span).reshape(self.k, -1)
+        if n % 2:
+            flat = torch.cat([flat, flat.new_zeros(self.k, 1)], 1)
+        s = math.sqrt(2 / math.sqrt(3)) / 2**bits
+        d = (dither - 0.5) * s
+        q = _a2_nearest((flat.reshape(self.k, -1, 2) + d).reshape(-1, 2), s).reshape(self.k, -1, 2) - d
+        out = q.reshape(self.k, -1)[:, :n].reshape(x.shape)
+        return (out * span + lo).to(x.dtype), size
+
+
+# --------------------------------------------------------------------------- packed steps
+#
+# Each mirrors one method's ``train_step`` (vflkit/methods/*.py): the same messages in the
+# same order, with every tensor carrying K runs on dimension 0. A change to a method's step
+# must be made here too; tests/test_training_packed.py compares the two in float64.
+
+
+def _step_local(pack: Pack, ids: torch.Tensor) -> dict[str, torch.Tensor]:
+    a = pack.active
+    pack.zero_grad((a, "local"))
+    loss = _cross_entropy(pack.model(a, "model")(pack.x(a, ids)), pack.y(ids))
+    loss.sum().backward()  # run k's slice gets the gradient of run k's loss alone
+    pack.optimizers[(a, "local")].step()
+    return {"active": loss.detach()}
+
+
+def _step_splitnn(pack: Pack, ids: torch.Tensor) -> dict[str, torch.Tensor]:
+    a, ch = pack.active, pack.channel
+    passive = [n for n in pack.names if n != a]
+    pack.zero_grad(*((n, "local") for n in pack.names))
+    sent = {}
+    for n in passive:
+        sent[n] = pack.model(n, "bottom")(pack.x(n, ids))
+        ch.send(n, a, "embedding", sent[n])
+    embeddings = [pack.model(n, "bottom")(pack.x(n, ids)) if n == a
+                  else ch.recv(a, n, "embedding").requires_grad_(True) for n in pack.names]
+    loss = _cross_entropy(pack.model(a, "top")(torch.cat(embeddings, dim=2)), pack.y(ids))
+    loss.sum().backward()
+    for n, e in zip(pack.names, embeddings):
+        if n != a:
+            ch.send(a, n, "gradient", e.grad)
+    pack.optimizers[(a, "local")].step()
+    if passive:
+        torch.autograd.backward([sent[n] for n in passive], [ch.recv(n, a, "gradient") for n in passive])
+    for n in passive:
+        pack.optimizers[(n, "local")].step()
+    return {"active": loss.detach()}
+
+
+def _step_aggvfl(pack: Pack, ids: torch.Tensor) -> dict[str, torch.Tensor]:
+    a, ch = pack.active, pack.channel
+    passive = [n for n in pack.names if n != a]
+    pack.zero_grad(*((n, "local") for n in pack.names))
+    sent = {}
+    for n in passive:
+        sent[n] = pack.model(n, "model")(pack.x(n, ids))
+        ch.send(n, a, "prediction", sent[n])
+    received = [ch.recv(a, n, "prediction").requires_grad_(True) for n in passive]
+    own = pack.model(a, "model")(pack.x(a, ids))
+    total = own + torch.stack(received).sum(0) if received else own
+    loss = _cross_entropy(total, pack.y(ids))
+    loss.sum().backward()
+    for n, r in zip(passive, received):
+        ch.send(a, n, "gradient", r.grad)
+    pack.optimizers[(a, "local")].step()
+    if passive:
+        torch.autograd.backward([sent[n] for n in passive], [ch.recv(n, a, "gradient") for n in passive])
+    for n in passive:
+        pack.optimizers[(n, "local")].step()
+    return {"active": loss.detach()}
+
+
+def _step_cvfl(pack: Pack, ids: torch.Tensor) -> dict[str, torch.Tensor]:
+    a, ch = pack.active, pack.channel
+    passive = [n for n in pack.names if n != a]
+    q = int(pack.options["local_iterations"])
+    top = pack.model(a, "top")
+    if not pack._dither:  # no draw ahead (a caller stepping by itself): this step's only
+        pack.draw_dither([ids.shape[1]])
+    sizes: dict[str, int] = {}
+    stale: dict[str, torch.Tensor] = {}
+    with torch.no_grad():
+        for n in passive:
+            h, sizes[n] = pack.compress(pack.model(n, "bottom")(pack.x(n, ids)))
+            ch.send(n, a, "embedding", h, nbytes=sizes[n])
+        stale = {n: ch.recv(a, n, "embedding") for n in passive}
+        stale[a], sizes[a] = pack.compress(pack.model(a, "bottom")(pack.x(a, ids)))
+        top_state, top_bytes = {}, 0
+        for name, value in top.params.items():  # state_dict order: the top has no buffers
+            top_state[name], nb = pack.compress(value)
+            top_bytes += nb
+    y = pack.y(ids)
+    for n in passive:
+        others = {m: e for m, e in stale.items() if m != n}
+        ch.send(a, n, "embedding", others, nbytes=sum(sizes[m] for m in others))
+        ch.send(a, n, "model_weights", top_state, nbytes=top_bytes)
+        ch.send(a, n, "labels", y)
+    # Q local iterations at every party on its own bottom model, against a frozen top: the
+    # active party's own (not yet updated: the server's iterations come after), the compressed
+    # copy for a passive party
+    for n in pack.names:
+        if n == a:
+            frozen = {k: v.detach() for k, v in top.params.items()}
+            embeddings, labels = stale, y
+        else:
+            frozen = ch.recv(n, a, "model_weights")
+            embeddings, labels = ch.recv(n, a, "embedding"), ch.recv(n, a, "labels")
+        x = pack.x(n, ids)
+        bottom, opt = pack.model(n, "bottom"), pack.optimizers[(n, "local")]
+        for _ in range(q):
+            opt.zero_grad(set_to_none=True)
+            own = bottom(x)
+            z = torch.cat([own if m == n else embeddings[m] for m in pack.names], 2)
+            _cross_entropy(top.call_with(frozen, z), labels).sum().backward()
+            opt.step()
+    z = torch.cat([stale[m] for m in pack.names], 2)
+    opt = pack.optimizers[(a, "top")]
+    for _ in range(q):
+        opt.zero_grad(set_to_none=True)
+        loss = _cross_entropy(top(z), y)
+        loss.sum().backward()
+        opt.step()
+    return {"active": loss.detach()}
+
+
+#: Method ``train_step`` -> its packed mirror. A subclass that keeps its parent's step packs
+#: (Homo_/Heter_aggVFL, PyVertical); one that overrides it does not, until mirrored here.
+PACKED_STEPS: dict[Callable[..., Any], Callable[[Pack, torch.Tensor], dict[str, torch.Tensor]]] = {
+    Local.train_step: _step_local,
+    SplitNN.train_step: _step_splitnn,
+    AggVFL.train_step: _step_aggvfl,
+    CVFL.train_step: _step_cvfl,
+}
+
+
+def _packable_names() -> list[str]:
+    from ..methods import METHODS
+
+    return sorted(n for n, cls in METHODS.items() if cls.train_step in PACKED_STEPS)
+
+
+# --------------------------------------------------------------------------- the interface
+
+
+def _is_image_dataset(name: str) -> bool:
+    from ..data import ALIASES, ImageData, is_registered, load_dataset
+
+    if is_registered(name):
+        return isinstance(load_dataset(name), ImageData)  # in memory: no files read
+    return ALIASES.get(name, name) in _IMAGE_DATASETS
+
+
+def pack_key(config: RunConfig) -> Hashable | None:
+    """What runs must share to be packed with ``config``: its key with the seed set to 0 (so
+    equal pack keys differ in seed alone), or None when ``config`` cannot be packed (a method
+    without a packed step, tabular data, or ``precision="bf16"``)."""
+    from ..methods import METHODS
+
+    cls = METHODS.get(config.method)
+    if cls is None or cls.train_step not in PACKED_STEPS or not _is_image_dataset(config.dataset):
+        return None
+    if getattr(config, "precision", "fp32") != "fp32":  # the pack computes in the parameters' dtype
+        return None
+    return ("packed", config.replace(seed=0).key)
+
+
+def _why_not_packable(config: RunConfig) -> str:
+    from ..methods import METHODS
+
+    if METHODS.get(config.method) is None or METHODS[config.method].train_step not in PACKED_STEPS:
+        return f"method {config.method!r} has no packed step (packable: {', '.join(_packable_names())})"
+    if not _is_image_dataset(config.dataset):
+        return f"dataset {config.dataset!r} is not image data"
+    return f"precision {config.precision!r}: a pack computes in fp32 only (no bf16 autocast yet)"
+
+
+def check_pack(configs: Sequence[RunConfig]) -> None:
+    """A ConfigError unless ``configs`` can be trained as one pack: each packable, all with one
+    :func:`pack_key` (they differ in seed alone), no run twice."""
+    if not configs:
+        raise ConfigError("a pack needs at least one run config")
+    keys = []
+    for c in configs:
+        key = pack_key(c)
+        if key is None:
+            raise ConfigError(f"run {c.key} cannot be packed: {_why_not_packable(c)}")
+        keys.append(key)
+    if len(set(keys)) > 1:
+        raise ConfigError("a pack holds runs that differ in seed alone; these differ in more "
+                          "(group them with vflkit.training.packed.group_packs)")
+    seen = [c.key for c in configs]
+    if len(set(seen)) != len(seen):
+        raise ConfigError("a pack holds each run once; the same config was given twice")
+
+
+def group_packs(configs: Sequence[RunConfig], *, max_size: int | None = None
+                ) -> tuple[list[list[RunConfig]], list[RunConfig]]:
+    """``configs`` grouped into packs (equal :func:`pack_key`, at most ``max_size`` runs each, in
+    the order given) and the configs that cannot be packed."""
+    groups: dict[Hashable, list[list[RunConfig]]] = {}
+    single: list[RunConfig] = []
+    for c in configs:
+        key = pack_key(c)
+        if key is None:
+            single.append(c)
+            continue
+        packs = groups.setdefault(key, [[]])
+        if max_size is not None and len(packs[-1]) >= max_size:
+            packs.append([])
+        packs[-1].append(c)
+    return [p for packs in groups.values() for p in packs], single
+
+
+class _PackWindow:
+    """The K runs' losses not yet read back, read with one transfer per ``every`` steps; per
+    run, the checks and double-precision sums of :class:`vflkit.training.split._LossWindow`
+    (one per run, fed one read step at a time)."""
+
+    def __init__(self, n_runs: int, *, epoch: int, limit: float, every: int) -> None:
+        self.windows = [split._LossWindow(epoch=epoch, limit=limit, every=1) for _ in range(n_runs)]
+        self.every = every
+        #: runs stopped by divergence: their losses are no longer read
+        self.stopped: set[int] = set()
+        self._pending: list[tuple[int, int, dict[str, torch.Tensor]]] = []
+
+    def add(self, step: int, n: int, losses: dict[str, torch.Tensor]) -> dict[int, DivergenceError]:
+        self._pending.append((step, n, losses))
+        return self.drain() if len(self._pending) >= self.every else {}
+
+    def drain(self) -> dict[int, DivergenceError]:
+        """Read the pending losses; the runs that diverged among them, with their errors."""
+        pending, self._pending = self._pending, []
+        if not pending:
+            return {}
+        # one transfer: [pending steps x models] rows of K values
+        read = iter(torch.stack([v.detach().double() for _, _, losses in pending
+                                 for v in losses.values()]).tolist())
+        rows = [(step, n, {key: next(read) for key in losses}) for step, n, losses in pending]
+        failed: dict[int, DivergenceError] = {}
+        for k, w in enumerate(self.windows):
+            if k in self.stopped:
+                continue
+            try:
+                for step, n, values in rows:
+                    w.add(step, n, {key: v[k] for key, v in values.items()})
+            except DivergenceError as err:  # the steps after it are not counted, as alone
+                failed[k] = err
+        return failed
+
+
+def train_pack(configs: Sequence[RunConfig], *, device: torch.device | str = "cpu", progress: bool = False,
+               on_divergence: str = "raise", max_loss: float = 1e4, stacking: str = "auto",
+               compile: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Train ``configs`` (runs that differ in seed alone, :func:`check_pack`) as one pack; each
+    run's result as :func:`vflkit.training.split.train` returns it, plus ``execution``.
+
+    Timings (``wall_time_s``, each history row's ``elapsed_s``) are the pack's. A run whose loss
+    is not finite or exceeds ``max_loss`` raises :class:`DivergenceError` (naming the run), or
+    with ``on_divergence="record"`` stops there while the others go on, as it would alone.
+    ``stacking`` and ``compile``: how each stacked party model runs (:class:`StackedModel`).
+    """
+    from ..methods import get_method
+
+    check_pack(configs)
+    if on_divergence not in ("raise", "record"):
+        raise ConfigError(f"Invalid on_divergence {on_divergence!r}; choose raise or record")
+    device = resolve_device(device)
+    methods = []
+    for cfg in configs:  # each run built exactly as split.train builds it: init, data, ids
+        torch.manual_seed(cfg.seed)
+        channel = Channel()
+        parties, n_classes = split.build_parties(cfg, device=device, channel=channel)
+        method = get_method(cfg.method)(cfg, parties, num_classes=n_classes)
+        channel.at(epoch=0, step=0, phase="setup")
+        method.setup()
+        methods.append(method)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    pack = Pack(methods, stacking=stacking, compile=compile)
+    cfg0 = configs[0]
+    gens = [torch.Generator().manual_seed(c.seed) for c in configs]
+    n = len(methods[0].active.ids["train"])
+    n_steps = math.ceil(n / cfg0.batch_size)
+    every = split.SYNC_EVERY_CUDA if device.type == "cuda" else 1
+    histories: list[list[dict[str, Any]]] = [[] for _ in configs]
+    finals: list[dict[str, Any]] = [{} for _ in configs]
+    diverged: list[dict[str, Any] | None] = [None] * len(configs)
+    bar = tqdm(total=cfg0.epochs * n_steps, desc=f"{cfg0.method} {cfg0.dataset} x{len(configs)}",
+               disable=not progress, leave=False)
+    start = time.perf_counter()
+    for epoch in range(1, cfg0.epochs + 1):
+        live = [k for k in range(len(configs)) if diverged[k] is None]
+        if not live:
+            break
+        orders = []
+        for k, m in enumerate(methods):
+            order = m.active.ids["train"][torch.randperm(n, generator=gens[k])]
+            for party in m.parties:
+                if "train" in party.ids:
+                    party.check_ids("train", order)
+            orders.append(order)
+        order = torch.stack(orders).to(device)
+        window = _PackWindow(len(configs), epoch=epoch, limit=max_loss, every=every)
+        window.stopped.update(k for k in range(len(configs)) if diverged[k] is not None)
+        stopped: dict[int, tuple[DivergenceError, int]] = {}
+        sizes = [min(cfg0.batch_size, n - s * cfg0.batch_size) for s in range(n_steps)]
+        for step in range(n_steps):
+            if step % every == 0:
+                pack.draw_dither(sizes[step:step + every])
+            pack.channel.at(epoch=epoch, step=step, phase="train")
+            ids = order[:, step * cfg0.batch_size:(step + 1) * cfg0.batch_size]
+            losses = pack.train_step(ids)
+            failed = window.add(step, ids.shape[1], losses)
+            if step == n_steps - 1:
+                failed.update(window.drain())
+            for k, err in failed.items():
+                if on_divergence == "raise":
+                    raise DivergenceError(f"run {configs[k].key} (seed {configs[k].seed}) of the pack: {err}") from None
+                stopped[k] = (err, step + 1)
+                pack.channel.live[k] = False
+            if failed:
+                _finish_epoch(pack, [k for k in failed], configs, epoch, window, histories, finals, start)
+                for k in failed:
+                    err, returned = stopped[k]
+                    diverged[k] = {"epoch": epoch, "step": getattr(err, "step", step), "steps_run": returned,
+                                   "message": str(err)}
+                window.stopped.update(failed)
+            bar.update(1)
+        if cfg0.lr_schedule == "exponential":
+            pack.epoch_lr(cfg0.lr_gamma)
+        going = [k for k in live if k not in stopped]
+        _finish_epoch(pack, going, configs, epoch, window, histories, finals, start)
+    bar.close()
+    wall = time.perf_counter() - start
+    results = []
+    keys = [c.key for c in configs]
+    for k, (m, cfg) in enumerate(zip(methods, configs)):
+        ledger = m.active.channel.ledger
+        results.append({
+            "models": m.trained_models(),
+            "history": histories[k],
+            "final": finals[k],
+            "wall_time_s": wall,
+            "comm": {"rounds_counted_as": ROUNDS_COUNTED_AS, "total": ledger.totals(),
+                     "per_epoch": ledger.per_epoch().reset_index().to_dict(orient="records"),
+                     "per_party": ledger.per_party().reset_index().to_dict(orient="records"),
+                     "per_kind": ledger.per_kind().reset_index().to_dict(orient="records"),
+                     "per_link": ledger.per_link().to_dict(orient="records"),
+                     "eval_total": ledger.totals(phase="eval"), "setup_total": ledger.totals(phase="setup")},
+            "diverged": diverged[k],
+            "execution": {"packed": len(configs), "pack": keys},
+        })
+    return results
+
+
+def _finish_epoch(pack: Pack, runs: Sequence[int], configs: Sequence[RunConfig], epoch: int,
+                  window: _PackWindow, histories: list[list[dict[str, Any]]], finals: list[dict[str, Any]],
+                  start: float) -> None:
+    """Evaluate ``runs`` after ``epoch`` (each its own models, through its own channel) and
+    append their history rows, as the unpacked trainer does."""
+    if not runs:
+        return
+    pack.write_back()
+    for k in runs:
+        m, w = pack.methods[k], window.windows[k]
+        m.active.channel.at(epoch=epoch, step=0, phase="eval")
+        metrics = split._evaluate(m, configs[k])
+        for model_key, values in metrics.items():
+            row = {"epoch": epoch, "model": model_key, "elapsed_s": time.perf_counter() - start,
+                   "loss": w.sums[model_key] / w.seen if w.seen and model_key in w.sums else float("nan")}
+            row.update(values)
+            histories[k].append(row)
+        finals[k] = dict(metrics)
+
+
+def run_pack(configs: Sequence[RunConfig], *, profile: str, device: torch.device | str = "auto",
+             results: str | Path | None = None, force: bool = False, progress: bool = False,
+             on_divergence: str = "raise") -> list[dict[str, Any]]:
+    """The records of ``configs`` (one pack, :func:`check_pack`), in their order: those already
+    recorded are loaded, the others trained as one pack (:func:`train_pack`) and written to the
+    record store, each under its own key, with ``execution`` naming the pack.
+
+    The envelope is the record store's (:func:`vflkit.records.run_one`'s); ``peak_memory_mb`` is
+    the pack's peak (every run of a pack holds it together).
+    """
+    check_pack(configs)
+    records._check_on_divergence(on_divergence)
+    found: dict[str, dict[str, Any]] = {}
+    paths: dict[str, Path] = {}
+    for cfg in configs:
+        paths[cfg.key], rec = records._lookup(cfg, profile=profile, results=results, force=force,
+                                              on_divergence=on_divergence, recompute_after=None)
+        if rec is not None:
+            found[cfg.key] = rec
+    todo = [c for c in configs if c.key not in found]
+    if todo:
+        for cfg in todo:
+            records._check_writable(paths[cfg.key].parent, f"run {cfg.key}")
+        dev = resolve_device(device)
+        rss_reset = dev.type != "cuda" and records._reset_peak_rss()
+        environment = records.environment_info(dev)
+        trained = train_pack(todo, device=dev, progress=progress, on_divergence=on_divergence)
+        peak, kind = records._peak_memory(dev, rss_reset)
+        for cfg, result in zip(todo, trained):
+            record = {
+                "key": cfg.key, "profile": profile, "config": cfg.to_dict(), "environment": environment,
+                "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "wall_time_s": result.pop("wall_time_s"),
+                "peak_memory_mb": peak, "peak_memory_kind": kind, "diverged": result.pop("diverged"), **result,
+            }
+            record = json.loads(json.dumps(record, default=records.json_default))
+            records._write_record(paths[cfg.key], record, cfg, profile)
+            found[cfg.key] = record
+    return [found[c.key] for c in configs]
+
+
+__all__ = ["PACKED_STEPS", "Pack", "PackChannel", "StackedModel", "check_pack", "group_packs", "pack_key",
+           "run_pack", "train_pack"]
