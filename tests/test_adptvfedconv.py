@@ -1,5 +1,6 @@
-"""Tests for vflkit.methods.adptvfedconv: coordinated augmentation, the messages of the three
-stages, resume mid-stage, cost accounting and every variant.
+"""Tests for vflkit.methods.adptvfedconv and its trainer vflkit.training.adptvfedconv:
+coordinated augmentation, the messages of the three stages, resume mid-stage, cost accounting
+and every variant.
 
 Runs use a width-1/16 VGG-16 (not the paper's model), 64 CIFAR-10 training images and 32 test
 images on the CPU, one thread (the test machine shares its cores).
@@ -19,6 +20,7 @@ from vflkit.errors import ConfigError
 from vflkit.methods import adptvfedconv as A
 from vflkit.models import vgg16_bn_centralized, vgg16_bn_split
 from vflkit.partition import grid
+from vflkit.training import adptvfedconv as T
 from vflkit.training import checkpoint
 
 W = 1 / 16  # conv widths 4, 8, 16, 32, 32; FC 256
@@ -70,7 +72,7 @@ def test_the_protocol_round_applies_the_flip_identity(cifar):
     """Inside a run: with the transferred extractor unchanged (finetune="none") every party
     holds W_e^1, so one stage-3 round of flipped tiles gives the maps of the flipped images."""
     cfg = tiny(finetune="none")
-    run = A._Run(cfg, device=torch.device("cpu"), data=cifar, channel=Channel(),
+    run = T._Run(cfg, device=torch.device("cpu"), data=cifar, channel=Channel(),
                  checkpoint_dir=None, pretrain_dir=None)
     run.transfer(lambda *_: False)
     n = 64
@@ -129,7 +131,7 @@ def test_only_feature_maps_and_the_transferred_extractor_cross_the_channel(cifar
     monkeypatch.setattr(Channel, "recv", spy)
     channel = Channel()
     cfg = tiny(classifier_epochs=1)
-    out = A.train(cfg, device="cpu", data=cifar, channel=channel)
+    out = T.train(cfg, device="cpu", data=cifar, channel=channel)
     df = channel.ledger.frame(phase=None)
     assert set(df["kind"]) == {"model_weights", "feature_map"}
     clients = {"client_2", "client_3", "client_4"}
@@ -155,7 +157,7 @@ def test_only_feature_maps_and_the_transferred_extractor_cross_the_channel(cifar
 
 def test_no_model_transfer_sends_no_weights(cifar):
     channel = Channel()
-    A.train(tiny(model_transfer=False, classifier_epochs=1), device="cpu", data=cifar, channel=channel)
+    T.train(tiny(model_transfer=False, classifier_epochs=1), device="cpu", data=cifar, channel=channel)
     assert set(channel.ledger.frame(phase=None)["kind"]) == {"feature_map"}
 
 
@@ -172,12 +174,12 @@ def _state(ckpt_dir):
 def test_resume_mid_stage_gives_the_uninterrupted_result(cifar, tmp_path, stop):
     cfg = tiny()
     whole_channel = Channel()
-    whole = A.train(cfg, device="cpu", data=cifar, channel=whole_channel,
+    whole = T.train(cfg, device="cpu", data=cifar, channel=whole_channel,
                     checkpoint_dir=tmp_path / "whole")
-    first = A.train(cfg, device="cpu", data=cifar, checkpoint_dir=tmp_path / "cut", stop_after=stop)
+    first = T.train(cfg, device="cpu", data=cifar, checkpoint_dir=tmp_path / "cut", stop_after=stop)
     assert not first["complete"] and first["progress"][stop[0]] == stop[1]
     channel = Channel()
-    resumed = A.train(cfg, device="cpu", data=cifar, channel=channel, checkpoint_dir=tmp_path / "cut")
+    resumed = T.train(cfg, device="cpu", data=cifar, channel=channel, checkpoint_dir=tmp_path / "cut")
     assert whole["complete"] and resumed["complete"]
     assert resumed["history"] == whole["history"]
     assert resumed["costs"] == whole["costs"]
@@ -188,7 +190,7 @@ def test_resume_mid_stage_gives_the_uninterrupted_result(cifar, tmp_path, stop):
             for k, v in sd.items():
                 assert torch.equal(v, b["models"][party][name][k]), (party, name, k)
     # A finished run's checkpoint returns its result without training again.
-    again = A.train(cfg, device="cpu", data=cifar, checkpoint_dir=tmp_path / "cut")
+    again = T.train(cfg, device="cpu", data=cifar, checkpoint_dir=tmp_path / "cut")
     assert again["history"] == whole["history"] and again["complete"]
 
 
@@ -197,12 +199,12 @@ def test_a_checkpoint_from_other_code_or_another_machine_restarts_the_run(cifar,
     and the shared pre-training are moved aside and the run starts again from stage 1, epoch 1
     (a record names one environment)."""
     cfg = tiny()
-    first = A.train(cfg, device="cpu", data=cifar, checkpoint_dir=tmp_path, stop_after=("pretrain", 1))
+    first = T.train(cfg, device="cpu", data=cifar, checkpoint_dir=tmp_path, stop_after=("pretrain", 1))
     assert not first["complete"]
     here = checkpoint.computed_by(torch.device("cpu"))
     monkeypatch.setattr(checkpoint, "computed_by", lambda device: {**here, "vflkit_source": "other"})
     with pytest.warns(UserWarning, match="computed with another vflkit_source"):
-        A.train(cfg, device="cpu", data=cifar, checkpoint_dir=tmp_path,
+        T.train(cfg, device="cpu", data=cifar, checkpoint_dir=tmp_path,
                 stop_after=("pretrain", 1))
     assert sorted(p.name.split("-")[0] for p in tmp_path.glob("*.bad")) == ["adptvfedconv"] * 2
     state = _state(tmp_path)
@@ -213,11 +215,11 @@ def test_a_shared_pretraining_serves_another_cut_unchanged(cifar, tmp_path):
     """Non-cooperation's stage 1 is reused by a full run with the same stage-1 fields; the run
     equals one that pre-trains itself (every epoch reseeds from (seed, stage, epoch))."""
     cfg = tiny(cut="1C", classifier_epochs=1)
-    nonco = A.train_noncooperation(cfg, device="cpu", data=cifar, checkpoint_dir=tmp_path)
+    nonco = T.train_noncooperation(cfg, device="cpu", data=cifar, checkpoint_dir=tmp_path)
     assert nonco["complete"] and len(nonco["curve"]) == 2
     assert nonco["final_accuracy"] == nonco["curve"][-1]
-    shared = A.train(cfg, device="cpu", data=cifar, pretrain_dir=tmp_path)
-    own = A.train(cfg, device="cpu", data=cifar)
+    shared = T.train(cfg, device="cpu", data=cifar, pretrain_dir=tmp_path)
+    own = T.train(cfg, device="cpu", data=cifar)
     assert shared["history"]["pretrain"]["test_accuracy"] == nonco["curve"]
     assert shared["history"] == own["history"]
 
@@ -226,7 +228,7 @@ def test_a_shared_pretraining_serves_another_cut_unchanged(cifar, tmp_path):
 
 
 def test_cost_accounting_of_a_tiny_model_by_hand(cifar):
-    out = A.train(tiny(classifier_epochs=1), device="cpu", data=cifar)
+    out = T.train(tiny(classifier_epochs=1), device="cpu", data=cifar)
     c = out["costs"]
     # width 1/16: conv1 3->4, conv2 4->4 on a 3x16x16 tile, then a 2x2 max-pool -> 4x8x8.
     assert c["feature_map_shape"] == [4, 8, 8] and c["stitched_map_shape"] == [4, 16, 16]
@@ -285,7 +287,7 @@ def test_count_macs_of_a_transposed_convolution():
 ])
 def test_each_variant_runs(cifar, tmp_path, options):
     channel = Channel()
-    out = A.train(tiny(**options), device="cpu", data=cifar, channel=channel, checkpoint_dir=tmp_path)
+    out = T.train(tiny(**options), device="cpu", data=cifar, channel=channel, checkpoint_dir=tmp_path)
     assert out["complete"] and len(out["history"]["classifier"]["test_accuracy"]) == 2
     assert 0 <= out["final_accuracy"] <= 1 and out["paper_model"] is False
     state = _state(tmp_path)["models"]
@@ -308,10 +310,10 @@ def test_each_variant_runs(cifar, tmp_path, options):
 
 def test_centralized_baseline_runs_and_resumes(cifar, tmp_path):
     cfg = tiny()
-    whole = A.train_centralized(cfg, device="cpu", data=cifar)
-    part = A.train_centralized(cfg, device="cpu", data=cifar, checkpoint_dir=tmp_path, stop_after=1)
+    whole = T.train_centralized(cfg, device="cpu", data=cifar)
+    part = T.train_centralized(cfg, device="cpu", data=cifar, checkpoint_dir=tmp_path, stop_after=1)
     assert not part["complete"] and len(part["curve"]) == 1
-    rest = A.train_centralized(cfg, device="cpu", data=cifar, checkpoint_dir=tmp_path)
+    rest = T.train_centralized(cfg, device="cpu", data=cifar, checkpoint_dir=tmp_path)
     assert rest["complete"] and rest["curve"] == whole["curve"]
     assert rest["train_loss"] == whole["train_loss"]
     assert whole["params"] == sum(p.numel() for p in vgg16_bn_centralized(num_classes=10, width=W).parameters())

@@ -7,14 +7,17 @@
   configured by :class:`~vflkit.methods.multi_vfl.MultiVFLConfig`;
 - :mod:`.one_shot`: one-shot representation transfer on tabular data and its classifier
   (APC-VFL, VFedTrans, their Local and Ablation baselines, and Table 2's aligned SplitNN),
-  configured by :class:`~vflkit.training.one_shot.OneShotRun`.
+  configured by :class:`~vflkit.training.one_shot.OneShotRun`;
+- :mod:`.tiles`: AdptVFedConv across the 2x2 tiles of an image (its variants, Centralized
+  VGG-16 and Non-cooperation), configured by :class:`~vflkit.training.tiles.TilesRun`; the
+  three stages' loops, checkpoints and resume are :mod:`.adptvfedconv`.
 
 The method contracts differ because the protocols do; how runs are configured, scheduled,
 recorded and resumed does not: :func:`vflkit.records.run_one` runs every family.
 
 Checkpoints (:mod:`.checkpoint`, shared): :mod:`.split` saves every epoch and :mod:`.multi_owner`
-every round (at most one per :data:`~.multi_owner.CHECKPOINT_EVERY_S` seconds); a run of
-either family stopped at any point resumes from its last checkpoint and ends with the record of
+every round (at most one per :data:`~.multi_owner.CHECKPOINT_EVERY_S` seconds), and
+:mod:`.adptvfedconv` every epoch of every stage; a run of these families stopped at any point resumes from its last checkpoint and ends with the record of
 an uninterrupted run, and a deadline stops it after checkpointing. :mod:`.one_shot` runs take
 seconds to two minutes and restart instead; they check the deadline before they
 start.

@@ -1,8 +1,8 @@
-"""The trainer of the tiles family: AdptVFedConv's VGG-16 across the 2x2 tiles of an image.
+"""The tiles family's runs: AdptVFedConv's VGG-16 across the 2x2 tiles of an image.
 
 One run (:class:`TilesRun`) is one row of the paper's Table 2 or 3, or one of our extensions:
 a *variant* and the :class:`~vflkit.methods.adptvfedconv.AdptVFedConvConfig` it runs with.
-:func:`train` runs it with :mod:`vflkit.methods.adptvfedconv` and returns one result shape for
+:func:`train` runs it with :mod:`vflkit.training.adptvfedconv` and returns one result shape for
 every variant (per-epoch test accuracy ``curve``, final / best accuracy, histories, the ledger's
 bytes per message kind and the cost accounting), which :func:`vflkit.records.run_one` wraps in
 the common envelope.
@@ -33,6 +33,7 @@ from .. import records
 from ..config import key_dict, registered_data_digest
 from ..errors import BudgetExhausted, ConfigError
 from ..methods import adptvfedconv as A
+from . import adptvfedconv as trainer
 from . import dataset as cached_dataset
 
 #: Each variant and the fields of :class:`AdptVFedConvConfig` it fixes. A variant's fields take
@@ -191,7 +192,7 @@ def train(run: TilesRun, *, device: torch.device | str = "cpu", checkpoint: Path
                                f"{what}; run again to resume from its checkpoint")
 
     if run.variant == "centralized":
-        out = A.train_centralized(cfg, **kw)
+        out = trainer.train_centralized(cfg, **kw)
         if not out["complete"]:
             raise stopped("centralized training")
         result = {"curve": out["curve"], "train_loss": out["train_loss"],
@@ -205,16 +206,16 @@ def train(run: TilesRun, *, device: torch.device | str = "cpu", checkpoint: Path
         pre = None
         if shared is not None:
             with _lock(shared / f"pretrain-{cfg.key(A._PRETRAIN_FIELDS)}.lock"):
-                pre = A.train(cfg, stages=("pretrain",), pretrain_dir=shared, **kw)
+                pre = trainer.train(cfg, stages=("pretrain",), pretrain_dir=shared, **kw)
             if not pre["complete"]:
                 raise stopped("stage 1 (pre-training)")
         if run.variant == "noncooperation":
-            out = pre or A.train(cfg, stages=("pretrain",), **kw)
+            out = pre or trainer.train(cfg, stages=("pretrain",), **kw)
             hist = out["history"]["pretrain"]
             curve, loss = hist["test_accuracy"], hist["train_loss"]
             ledger: dict[str, Any] = {}  # the server alone: nothing crosses
         else:
-            out = A.train(cfg, pretrain_dir=shared, **kw)
+            out = trainer.train(cfg, pretrain_dir=shared, **kw)
             hist = out["history"]["classifier"]
             curve, loss = hist["test_accuracy"], hist["train_loss"]
             ledger = out["costs"]["ledger_per_kind"]
