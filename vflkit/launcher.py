@@ -243,9 +243,10 @@ class Plan:
 
 
 def _run_class(family: str) -> Any:
-    from .study import FAMILIES, _load
+    """:func:`vflkit.study.run_class`, imported when first needed (``--help`` imports no torch)."""
+    from .study import run_class
 
-    return _load(FAMILIES[family][1])
+    return run_class(family)
 
 
 def has_record(run: Any, profile: str, roots: Sequence[Path]) -> bool:
