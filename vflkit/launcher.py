@@ -230,7 +230,7 @@ class Plan:
         return {"profile": self.profile, "device_kind": self.device_kind, "deadline_s": self.deadline_s,
                 "workers": self.workers,
                 "windows": [{"index": w.index, "start_s": w.start_s, "datasets": sorted(w.datasets),
-                             "lanes": [[{"key": p.key, "packed": p.packed,
+                             "lanes": [[{"key": p.key, "packed": p.packed, "speedup": p.speedup,
                                          "runs": [{"key": r.key, "paper": r.paper, "family": r.family,
                                                    "label": r.label, "config": r.config, "cost_s": r.cost_s}
                                                   for r in p.runs]} for p in lane] for lane in w.lanes]}
@@ -873,6 +873,13 @@ def stand_in_run(run: Mapping[str, Any]) -> dict[str, Any]:
     return {**run, "key": task.key, "config": task.payload["config"], "profile": "smoke"}
 
 
+def packed_need_s(pack: Mapping[str, Any]) -> float:
+    """Seconds a lane must have left to start a packed pack of the plan (``plan.json``'s form):
+    its runs' costs over the packed trainer's speed-up, times :data:`SAFETY`, as :func:`plan`
+    placed it (:attr:`Pack.cost_s`), so a pack the plan fitted is not refused on the machine."""
+    return sum(r["cost_s"] or 0 for r in pack["runs"]) / float(pack.get("speedup", 1.0)) * SAFETY
+
+
 def lane(plan_path: Path, window: int, lane_index: int, *, work: Path, device: str, deadline: float,
          stand_in: bool = False) -> dict[str, str]:
     """Train one lane's packs in order, through the engine, each run only if its estimate (times
@@ -899,7 +906,7 @@ def lane(plan_path: Path, window: int, lane_index: int, *, work: Path, device: s
         runs = [stand_in_run({**r, "profile": profile}) if stand_in else {**r, "profile": profile}
                 for r in pack["runs"]]
         if pack["packed"] and len(runs) > 1 and not stand_in:
-            need = sum(r["cost_s"] or 0 for r in runs) * SAFETY
+            need = packed_need_s(pack)
             if time.time() + need > deadline:
                 for r in runs:
                     note(r["key"], "not started: would not finish before the deadline")
