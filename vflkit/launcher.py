@@ -305,7 +305,7 @@ def pending_gpu_runs(profile: str = "paper", *, results: Path | None = None,
 
 
 def load_rate_file(path: Path | None) -> dict[str, Any]:
-    """A measured rate file (e.g. written by a window's three-minute benchmark)::
+    """A measured rate file, written by hand from what a window measured (no tool writes one yet)::
 
         {"device": "h100", "workers": 8, "flop_per_s": {"split": 2.0e13, "multi_owner": 5e12},
          "minutes_factor": {"tiles": 0.5}, "pack_speedup": 2.0}
