@@ -174,3 +174,15 @@ def test_the_carry_folder_is_ignored_by_git():
     root = Path(L.__file__).resolve().parents[1]
     done = subprocess.run(["git", "check-ignore", "-q", f"{L.CARRY_DIR}/plan.json"], cwd=root)
     assert done.returncode == 0, f"{L.CARRY_DIR}/ is not in .gitignore"
+
+
+def test_runs_packed_together_fit_the_window_their_data_leaves():
+    """Runs grouped into one lane's pack are sized to the room a window has once their dataset's
+    data calls are made (CIFAR-10: several), not to an empty window's: two CIFAR-10 runs that
+    each fit are planned, where before they were packed together beyond that room and both
+    listed as not fitting."""
+    runs = [L.dataclasses.replace(_run("vfedmh", f"c{i}", 150.0, (i,)), config={"dataset": "cifar10"})
+            for i in range(2)]
+    p = L.plan(14 * 60, runs=runs, opened={("vfedmh", "Table II"): 1}, tree=30 * MIB, workers=2)
+    assert sorted(r.key for r in p.planned) == ["c0", "c1"] and not p.not_fitting
+    assert all(w.end_s <= w.deadline_s for w in p.windows)

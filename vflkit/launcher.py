@@ -454,19 +454,21 @@ def pack_key(run: GpuRun) -> tuple[str, Any]:
                        tuple(models) if isinstance(models, (list, tuple)) else models))
 
 
-def group_packs(runs: Sequence[GpuRun], *, max_cost_s: float, max_runs: int = MAX_PACK,
+def group_packs(runs: Sequence[GpuRun], *, max_cost_s: float | Callable[[GpuRun], float], max_runs: int = MAX_PACK,
                 speedup: float = 1.0) -> list[Pack]:
     """``runs`` (in value order) grouped by :func:`pack_key` into packs of at most ``max_runs``
-    runs whose cost (times :data:`SAFETY`) stays within ``max_cost_s``; packs in the order of
-    their most valuable run. A run that alone exceeds ``max_cost_s`` gets a pack of its own
-    (the planner then lists it as not fitting)."""
+    runs whose cost (times :data:`SAFETY`) stays within ``max_cost_s`` (seconds, or a function
+    of the run: the room a window has for a run on its dataset); packs in the order of their
+    most valuable run. A run that alone exceeds it gets a pack of its own (the planner then
+    lists it as not fitting)."""
     open_packs: dict[Any, Pack] = {}
     packs: list[Pack] = []
     for r in runs:
         kind, key = pack_key(r)
         p = open_packs.get(key)
         cost = (r.cost_s or 0.0) / (speedup if kind == "packed" else 1.0)
-        if p is None or len(p.runs) >= max_runs or (p.cost_s + cost) * SAFETY > max_cost_s:
+        room = max_cost_s(r) if callable(max_cost_s) else max_cost_s
+        if p is None or len(p.runs) >= max_runs or (p.cost_s + cost) * SAFETY > room:
             p = Pack(key=f"{kind}:{len(packs)}", runs=[], packed=kind == "packed", speedup=speedup)
             open_packs[key] = p
             packs.append(p)
@@ -637,8 +639,16 @@ def plan(deadline_s: float, device_kind: str = "h100", *, profile: str = "paper"
         return deadline_s - start_s(datasets) - RETURN_MARGIN_S - LANE_START_S
 
     speedup = float(rates_in.get("pack_speedup", 1.0))
-    best = usable(set())
-    packs = group_packs(ordered, max_cost_s=best, speedup=speedup)
+    # a pack holds one dataset (both pack keys name it): sized to a window that carries that
+    # dataset's data calls, else a pack that fits an empty window is refused whole below
+    rooms: dict[str, float] = {}
+
+    def room_for(r: GpuRun) -> float:
+        if r.dataset not in rooms:
+            rooms[r.dataset] = usable({r.dataset} if r.dataset else set())
+        return rooms[r.dataset]
+
+    packs = group_packs(ordered, max_cost_s=room_for, speedup=speedup)
     windows: list[Window] = []
     left = list(packs)
     for p in list(left):  # a pack that alone outlasts an empty window never fits one
