@@ -151,3 +151,38 @@ def test_launcher_help_imports_no_torch():
             "print(sorted(m for m in ('torch', 'pandas', 'vflkit.training') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_a_packed_pack_needs_on_the_machine_what_the_plan_gave_it():
+    """A lane starts a packed pack when the time it needs is left, reckoned as the plan reckoned
+    it (the rate file's pack speed-up included): before, the lane dropped the speed-up and
+    refused packs the plan had fitted."""
+    runs = [L.dataclasses.replace(_run("vfedmh", f"s{i}", 100.0, (i,)), config={"dataset": "mnist"}) for i in range(3)]
+    pack = L.Pack(key="packed:0", runs=runs, packed=True, speedup=2.5)
+    p = L.Plan(profile="paper", device_kind="h100", deadline_s=1.0, workers=1,
+               windows=[L.Window(index=1, deadline_s=1.0, lanes=[[pack]])], not_fitting=[], recorded=[],
+               rates={}, chunk_room=0)
+    carried, = p.to_dict()["windows"][0]["lanes"][0]
+    assert L.packed_need_s(carried) == pytest.approx(pack.cost_s * L.SAFETY) == pytest.approx(120.0 * L.SAFETY)
+
+
+def test_the_carry_folder_is_ignored_by_git():
+    """What a call carries sits under CARRY_DIR, which git ignores: the device tool carries only
+    ignored paths, and the working tree sent with every call must not include it."""
+    import subprocess
+
+    root = Path(L.__file__).resolve().parents[1]
+    done = subprocess.run(["git", "check-ignore", "-q", f"{L.CARRY_DIR}/plan.json"], cwd=root)
+    assert done.returncode == 0, f"{L.CARRY_DIR}/ is not in .gitignore"
+
+
+def test_runs_packed_together_fit_the_window_their_data_leaves():
+    """Runs grouped into one lane's pack are sized to the room a window has once their dataset's
+    data calls are made (CIFAR-10: several), not to an empty window's: two CIFAR-10 runs that
+    each fit are planned, where before they were packed together beyond that room and both
+    listed as not fitting."""
+    runs = [L.dataclasses.replace(_run("vfedmh", f"c{i}", 150.0, (i,)), config={"dataset": "cifar10"})
+            for i in range(2)]
+    p = L.plan(14 * 60, runs=runs, opened={("vfedmh", "Table II"): 1}, tree=30 * MIB, workers=2)
+    assert sorted(r.key for r in p.planned) == ["c0", "c1"] and not p.not_fitting
+    assert all(w.end_s <= w.deadline_s for w in p.windows)

@@ -40,6 +40,16 @@ def test_every_study_module_registers_one_study():
         studies.get("nosuch")
 
 
+def test_run_class_names_each_familys_run_class_and_refuses_an_unknown_one():
+    """study.run_class is the one public way from a family name to its run class (the launcher
+    and the cost model use it); an unknown family is a ConfigError listing the known ones."""
+    assert study.run_class("split") is RunConfig
+    for family in FAMILIES:
+        assert hasattr(study.run_class(family), "from_dict")
+    with pytest.raises(ConfigError, match="Invalid family 'no_such'; choose one of split"):
+        study.run_class("no_such")
+
+
 def test_the_cli_and_the_report_keep_no_per_paper_chains():
     """Per-paper knowledge lives in the study modules: neither the CLI nor the report branches on
     a paper's name."""

@@ -423,12 +423,6 @@ def run_flops(run: Any) -> float | None:
 # --------------------------------------------------------------------------- rates
 
 
-def _run_class(family: str) -> type:
-    from .study import FAMILIES, _load
-
-    return _load(FAMILIES[family][1])
-
-
 def _paper_family(paper: str) -> str | None:
     from .study import STUDY_FAMILY
 
@@ -474,7 +468,9 @@ def _record_rate(path: Path, family: str) -> tuple[str, float] | None:
         rec = json.loads(path.read_text())
         if rec.get("diverged") or float(rec.get("wall_time_s") or 0) < MIN_WALL_S:
             return None
-        flops = run_flops(_run_class(family).from_dict(rec["config"]))
+        from .study import run_class
+
+        flops = run_flops(run_class(family).from_dict(rec["config"]))
         kind = str(rec["environment"]["device"]).split(":")[0]
     except Exception:  # noqa: BLE001 (a record of another version of its run class)
         return None

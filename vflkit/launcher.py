@@ -230,7 +230,7 @@ class Plan:
         return {"profile": self.profile, "device_kind": self.device_kind, "deadline_s": self.deadline_s,
                 "workers": self.workers,
                 "windows": [{"index": w.index, "start_s": w.start_s, "datasets": sorted(w.datasets),
-                             "lanes": [[{"key": p.key, "packed": p.packed,
+                             "lanes": [[{"key": p.key, "packed": p.packed, "speedup": p.speedup,
                                          "runs": [{"key": r.key, "paper": r.paper, "family": r.family,
                                                    "label": r.label, "config": r.config, "cost_s": r.cost_s}
                                                   for r in p.runs]} for p in lane] for lane in w.lanes]}
@@ -243,9 +243,10 @@ class Plan:
 
 
 def _run_class(family: str) -> Any:
-    from .study import FAMILIES, _load
+    """:func:`vflkit.study.run_class`, imported when first needed (``--help`` imports no torch)."""
+    from .study import run_class
 
-    return _load(FAMILIES[family][1])
+    return run_class(family)
 
 
 def has_record(run: Any, profile: str, roots: Sequence[Path]) -> bool:
@@ -304,7 +305,7 @@ def pending_gpu_runs(profile: str = "paper", *, results: Path | None = None,
 
 
 def load_rate_file(path: Path | None) -> dict[str, Any]:
-    """A measured rate file (e.g. written by a window's three-minute benchmark)::
+    """A measured rate file, written by hand from what a window measured (no tool writes one yet)::
 
         {"device": "h100", "workers": 8, "flop_per_s": {"split": 2.0e13, "multi_owner": 5e12},
          "minutes_factor": {"tiles": 0.5}, "pack_speedup": 2.0}
@@ -453,19 +454,21 @@ def pack_key(run: GpuRun) -> tuple[str, Any]:
                        tuple(models) if isinstance(models, (list, tuple)) else models))
 
 
-def group_packs(runs: Sequence[GpuRun], *, max_cost_s: float, max_runs: int = MAX_PACK,
+def group_packs(runs: Sequence[GpuRun], *, max_cost_s: float | Callable[[GpuRun], float], max_runs: int = MAX_PACK,
                 speedup: float = 1.0) -> list[Pack]:
     """``runs`` (in value order) grouped by :func:`pack_key` into packs of at most ``max_runs``
-    runs whose cost (times :data:`SAFETY`) stays within ``max_cost_s``; packs in the order of
-    their most valuable run. A run that alone exceeds ``max_cost_s`` gets a pack of its own
-    (the planner then lists it as not fitting)."""
+    runs whose cost (times :data:`SAFETY`) stays within ``max_cost_s`` (seconds, or a function
+    of the run: the room a window has for a run on its dataset); packs in the order of their
+    most valuable run. A run that alone exceeds it gets a pack of its own (the planner then
+    lists it as not fitting)."""
     open_packs: dict[Any, Pack] = {}
     packs: list[Pack] = []
     for r in runs:
         kind, key = pack_key(r)
         p = open_packs.get(key)
         cost = (r.cost_s or 0.0) / (speedup if kind == "packed" else 1.0)
-        if p is None or len(p.runs) >= max_runs or (p.cost_s + cost) * SAFETY > max_cost_s:
+        room = max_cost_s(r) if callable(max_cost_s) else max_cost_s
+        if p is None or len(p.runs) >= max_runs or (p.cost_s + cost) * SAFETY > room:
             p = Pack(key=f"{kind}:{len(packs)}", runs=[], packed=kind == "packed", speedup=speedup)
             open_packs[key] = p
             packs.append(p)
@@ -636,8 +639,16 @@ def plan(deadline_s: float, device_kind: str = "h100", *, profile: str = "paper"
         return deadline_s - start_s(datasets) - RETURN_MARGIN_S - LANE_START_S
 
     speedup = float(rates_in.get("pack_speedup", 1.0))
-    best = usable(set())
-    packs = group_packs(ordered, max_cost_s=best, speedup=speedup)
+    # a pack holds one dataset (both pack keys name it): sized to a window that carries that
+    # dataset's data calls, else a pack that fits an empty window is refused whole below
+    rooms: dict[str, float] = {}
+
+    def room_for(r: GpuRun) -> float:
+        if r.dataset not in rooms:
+            rooms[r.dataset] = usable({r.dataset} if r.dataset else set())
+        return rooms[r.dataset]
+
+    packs = group_packs(ordered, max_cost_s=room_for, speedup=speedup)
     windows: list[Window] = []
     left = list(packs)
     for p in list(left):  # a pack that alone outlasts an empty window never fits one
@@ -872,6 +883,13 @@ def stand_in_run(run: Mapping[str, Any]) -> dict[str, Any]:
     return {**run, "key": task.key, "config": task.payload["config"], "profile": "smoke"}
 
 
+def packed_need_s(pack: Mapping[str, Any]) -> float:
+    """Seconds a lane must have left to start a packed pack of the plan (``plan.json``'s form):
+    its runs' costs over the packed trainer's speed-up, times :data:`SAFETY`, as :func:`plan`
+    placed it (:attr:`Pack.cost_s`), so a pack the plan fitted is not refused on the machine."""
+    return sum(r["cost_s"] or 0 for r in pack["runs"]) / float(pack.get("speedup", 1.0)) * SAFETY
+
+
 def lane(plan_path: Path, window: int, lane_index: int, *, work: Path, device: str, deadline: float,
          stand_in: bool = False) -> dict[str, str]:
     """Train one lane's packs in order, through the engine, each run only if its estimate (times
@@ -898,7 +916,7 @@ def lane(plan_path: Path, window: int, lane_index: int, *, work: Path, device: s
         runs = [stand_in_run({**r, "profile": profile}) if stand_in else {**r, "profile": profile}
                 for r in pack["runs"]]
         if pack["packed"] and len(runs) > 1 and not stand_in:
-            need = sum(r["cost_s"] or 0 for r in runs) * SAFETY
+            need = packed_need_s(pack)
             if time.time() + need > deadline:
                 for r in runs:
                     note(r["key"], "not started: would not finish before the deadline")

@@ -58,6 +58,14 @@ def _load(spec: str) -> Any:
     return getattr(obj, name) if name else obj
 
 
+def run_class(family: str) -> type:
+    """The run class of protocol ``family`` (:data:`FAMILIES`), e.g. ``RunConfig`` for "split";
+    an unknown family is a ConfigError listing the known ones."""
+    if family not in FAMILIES:
+        raise ConfigError(f"Invalid family {family!r}; choose one of {', '.join(FAMILIES)}")
+    return _load(FAMILIES[family][1])
+
+
 def compute(payload: dict[str, Any], *, device: str, deadline: float | None) -> None:
     """One run of a study, in a worker process (the scheduler's task function)."""
     from . import records
@@ -278,7 +286,7 @@ def _seedless_key(family: str, config: dict[str, Any]) -> str | None:
     through the family's run class, as the record store compares configs (a record made before a
     field was added still matches); None for a config the class refuses."""
     try:
-        return _load(FAMILIES[family][1]).from_dict({**config, "seed": 0}).key
+        return run_class(family).from_dict({**config, "seed": 0}).key
     except Exception:  # a record of another version of the run class: no sibling
         return None
 
@@ -330,7 +338,7 @@ def _flops_estimate(task: Task, kind: str) -> float | None:
 
     family = task.payload["family"]
     try:
-        run = _load(FAMILIES[family][1]).from_dict(task.payload["config"])
+        run = run_class(family).from_dict(task.payload["config"])
     except Exception:  # a config its class refuses has no estimate (running it will say why)
         return None
     return costs.estimate_s(run, kind, family)
