@@ -107,7 +107,9 @@ def test_the_stamp_changes_with_a_record_a_table_or_a_table_file_name(empty: Pat
     png.rename(png.with_name("fig2.png"))
     stamps.append(reproduction.inputs_stamp(PROFILES))
     assert len(set(stamps)) == 4
-    assert reproduction.STAMP_PATTERN.fullmatch(stamps[-1].strip()).groups()[:2] == ("1", "2")
+    # the committed results/ is read beside VFLKIT_RESULTS (as the report reads it): one record more
+    first, last = (reproduction.STAMP_PATTERN.fullmatch(s.strip()).groups()[:2] for s in (stamps[0], stamps[-1]))
+    assert (int(last[0]) - int(first[0]), last[1]) == (1, "2")
     other = empty / "results" / "smoke" / "demo" / "fedcba9876543210.json"
     other.parent.mkdir(parents=True)
     other.write_text("{}")
@@ -404,3 +406,18 @@ def test_readme_status_is_the_reports_overview(committed: str) -> None:
     start = readme.index(reproduction.README_STATUS_START)
     assert readme[start:readme.index(reproduction.README_STATUS_END) + len(reproduction.README_STATUS_END)] == block, \
         "the README's status table is stale: run `make report`"
+
+
+def test_the_stamp_covers_the_committed_records_when_results_point_elsewhere(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In the checkout with ``VFLKIT_RESULTS`` pointing at a trial folder, the report reads that
+    folder and the committed results/: its stamp counts both, so a report built so cannot carry
+    the stamp of the trial folder alone."""
+    from vflkit.config import project_root
+
+    monkeypatch.chdir(project_root())
+    monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path / "results"))
+    committed = sum(1 for p in PROFILES for _ in (project_root() / "results").glob(f"{p}/*/*.json"))
+    assert committed > 0
+    n = int(reproduction.STAMP_PATTERN.fullmatch(reproduction.inputs_stamp(PROFILES).strip()).group(1))
+    assert n == committed
