@@ -142,7 +142,7 @@ def test_the_budget_starts_no_run_its_flops_say_will_not_finish(tmp_path, monkey
     from vflkit.scheduler import schedule
 
     monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path))
-    monkeypatch.setattr(records, "_record_roots", lambda: [tmp_path])  # no other seed recorded
+    monkeypatch.setattr(records, "record_roots", lambda: [tmp_path])  # no other seed recorded
     task = next(t for t in study.study_tasks("vfedmh", "paper")
                 if not t.payload["needs_gpu"] and t.payload["config"]["dataset"] == "mnist")
     (est,) = study.estimate_costs([task], "cpu")

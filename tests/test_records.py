@@ -173,7 +173,7 @@ def test_a_study_run_on_a_cpu_trains_no_run_its_study_says_needs_a_gpu(tmp_path,
     runs = [_split_run(seed=s) for s in range(4)]
     big = lambda run: run.seed >= 2  # noqa: E731  (seeds 2 and 3 "need a GPU")
     here, committed = tmp_path / "here", tmp_path / "committed"
-    monkeypatch.setattr(records, "_record_roots", lambda: [here, committed])
+    monkeypatch.setattr(records, "record_roots", lambda: [here, committed])
     records.run_one(runs[3], train=train, profile="mine", device="cpu", results=committed)  # made on a GPU
     trained.clear()
     with pytest.warns(UserWarning, match="1 of 4 runs need a GPU"):

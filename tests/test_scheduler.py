@@ -300,7 +300,7 @@ def test_a_runs_cost_is_estimated_from_its_other_seeds_on_the_same_kind_of_devic
     from vflkit.scheduler import Summary
 
     monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path))
-    monkeypatch.setattr(records, "_record_roots", lambda: [tmp_path])
+    monkeypatch.setattr(records, "record_roots", lambda: [tmp_path])
     every = study.study_tasks("apc_vfl", "quick")
     by_seed = {}
     for t in every:
@@ -373,7 +373,7 @@ def test_status_lists_what_is_left_and_computes_nothing(tmp_path, monkeypatch, c
     from vflkit import records, study
 
     monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path))
-    monkeypatch.setattr(records, "_record_roots", lambda: [tmp_path])
+    monkeypatch.setattr(records, "record_roots", lambda: [tmp_path])
     monkeypatch.setattr(study, "schedule", lambda *a, **k: pytest.fail("--status scheduled runs"))
     every = study.only_datasets(study.study_tasks("vfedmh", "paper"), ["mnist"])
     here = [t for t in every if not t.payload["needs_gpu"]]
@@ -404,7 +404,7 @@ def test_status_without_notebooks_covers_every_study(tmp_path, monkeypatch, caps
     from vflkit import records, study
 
     monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path))
-    monkeypatch.setattr(records, "_record_roots", lambda: [tmp_path])
+    monkeypatch.setattr(records, "record_roots", lambda: [tmp_path])
     monkeypatch.setattr(study, "schedule", lambda *a, **k: pytest.fail("--status scheduled runs"))
     assert study.main(["--status", "--profile", "smoke", "--device", "cpu"]) == 0
     out = capsys.readouterr().out

@@ -165,6 +165,20 @@ def test_run_pack_writes_records_under_their_own_keys(tmp_path):
     assert again == recs
 
 
+def test_a_packed_result_may_not_overwrite_the_envelope(tmp_path, monkeypatch):
+    """A packed run's result that reuses an envelope name is refused as an unpacked run's is
+    (the same error), and no run of the pack gets a record."""
+    configs = _configs("splitnn", ("mlp",) * 4, seeds=(3, 4), epochs=1)
+
+    def clashing(todo, **kw):
+        return [{"final": {}, "wall_time_s": 0.0, "diverged": None, "config": {}} for _ in todo]
+
+    monkeypatch.setattr(packed, "train_pack", clashing)
+    with pytest.raises(RuntimeError, match=r"envelope's names \['config'\]"):
+        packed.run_pack(configs, profile="smoke", device="cpu", results=tmp_path)
+    assert not any(records.record_path(c, "smoke", tmp_path).exists() for c in configs)
+
+
 def test_packed_step_makes_no_host_read(monkeypatch):
     """Inside a packed step (SplitNN and C-VFL) nothing is read back to the host; C-VFL's dither
     is drawn ahead, outside the step."""

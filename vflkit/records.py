@@ -14,8 +14,11 @@ result``) and wraps the result in one envelope for every family::
     {key, profile, config, environment, finished, wall_time_s, peak_memory_mb,
      peak_memory_kind, diverged, **result}
 
-written atomically. This module imports no method and no trainer (they are handed in), so
-the plotting layer (:mod:`vflkit.report`) can read records without pulling in the runner.
+written atomically. :func:`run_together` is the one path from results to records: ``run_one``
+and ``run_many`` go through it a run at a time, the packed trainer
+(:func:`vflkit.training.packed.run_pack`) a pack of runs at a time. This module imports no
+method and no trainer (they are handed in), so the plotting layer (:mod:`vflkit.report`) can
+read records without pulling in the runner.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import time
 import warnings
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, Callable, Iterable, Protocol, Sequence
 
 import torch
 from tqdm.auto import tqdm
@@ -277,10 +280,16 @@ def load_record(run: Run, profile: str, root: str | Path | None = None) -> dict[
         raise BadRecord(f"{exc}; delete it (or move it aside) and rerun to remake it") from None
 
 
-def _record_roots() -> list[Path]:
+def record_roots() -> list[Path]:
     """Where recorded runs are looked for: ``VFLKIT_RESULTS``, then the project's ``results/``
     (where the committed ones stay when ``VFLKIT_RESULTS`` points a trial run elsewhere)."""
     return list(dict.fromkeys([results_dir(), project_root() / "results"]))
+
+
+def _record_roots() -> list[Path]:
+    """:func:`record_roots` under its old name, for :mod:`vflkit.launcher` until it calls the
+    public one; it calls through, so a test that replaces ``record_roots`` replaces both."""
+    return record_roots()
 
 
 def load_available(runs: Iterable[Run], *, profile: str) -> list[dict[str, Any]]:
@@ -289,7 +298,7 @@ def load_available(runs: Iterable[Run], *, profile: str) -> list[dict[str, Any]]
     check_record_profile(profile)
     out = []
     for run in runs:
-        for root in _record_roots():
+        for root in record_roots():
             path = record_path(run, profile, root)
             if path.exists():
                 out.append(check_record(path, run, profile))
@@ -309,7 +318,7 @@ def load_recorded(runs: Iterable[Run], *, profile: str) -> list[dict[str, Any]]:
     check_record_profile(profile)
     runs = list(runs)
     first_missing: list[Path] | None = None
-    for root in _record_roots():
+    for root in record_roots():
         paths = [record_path(r, profile, root) for r in runs]
         missing = [p for p in paths if not p.exists()]
         if not missing:
@@ -604,47 +613,92 @@ def _check_on_divergence(on_divergence: str) -> None:
 def _run_one(run: Run, *, train: Trainer, profile: str, device: str | torch.device, results: str | Path | None,
              force: bool, progress: bool, on_divergence: str, deadline: float | None,
              recompute_after: datetime | None, reused: list[dict[str, Any]]) -> dict[str, Any]:
-    path, found = _lookup(run, profile=profile, results=results, force=force, on_divergence=on_divergence,
-                          recompute_after=recompute_after)
-    if found is not None:
-        reused.append(found)
-        return found
-    _check_writable(path.parent, f"run {run.key}")
+    def train_alone(todo: list[Run], dev: torch.device, checkpoints: list[Path]) -> list[dict[str, Any]]:
+        return [train(todo[0], device=dev, checkpoint=checkpoints[0], progress=progress,
+                      on_divergence=on_divergence, deadline=deadline)]
+
+    return run_together([run], train_all=train_alone, profile=profile, device=device, results=results, force=force,
+                        on_divergence=on_divergence, recompute_after=recompute_after, reused=reused)[0]
+
+
+#: Several runs trained by one call (the packed trainer): the runs, the device and each run's
+#: checkpoint path in; their results, in the runs' order, out.
+GroupTrainer = Callable[[list[Run], torch.device, list[Path]], Sequence[dict[str, Any]]]
+
+
+def run_together(runs: Sequence[Run], *, train_all: GroupTrainer, profile: str, device: str | torch.device = "auto",
+                 results: str | Path | None = None, force: bool = False, on_divergence: str = "raise",
+                 recompute_after: datetime | None = None,
+                 reused: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """The records of ``runs``, in their order: those recorded are loaded, the others trained by
+    one call of ``train_all`` and each written under its own key.
+
+    The one path from a trainer's results to a written record: :func:`run_one` and
+    :func:`run_many` train one run per call through it, the packed trainer
+    (:func:`vflkit.training.packed.run_pack`) a whole pack. Every run trained in one call shares
+    its environment, its ``peak_memory_mb`` (they hold the memory together) and, where a result
+    does not report its own ``wall_time_s``, the call's wall time. A result that uses an
+    envelope name (other than ``wall_time_s`` and ``diverged``) is refused before anything is
+    written. Records are looked up as by :func:`run_one` (a record finished before
+    ``recompute_after`` is not reused); the reused ones are appended to ``reused``.
+    """
+    _check_on_divergence(on_divergence)
+    runs = list(runs)
+    paths: dict[str, Path] = {}
+    found: dict[str, dict[str, Any]] = {}
+    for run in runs:
+        paths[run.key], rec = _lookup(run, profile=profile, results=results, force=force,
+                                      on_divergence=on_divergence, recompute_after=recompute_after)
+        if rec is not None:
+            found[run.key] = rec
+            if reused is not None:
+                reused.append(rec)
+    todo = [r for r in runs if r.key not in found]
+    if not todo:
+        return [found[r.key] for r in runs]
+    for run in todo:
+        _check_writable(paths[run.key].parent, f"run {run.key}")
     dev = resolve_device(device)
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
     rss_reset = dev.type != "cuda" and _reset_peak_rss()
-    ckpt = checkpoint_path(path)
+    checkpoints = [checkpoint_path(paths[r.key]) for r in todo]
     if force:
-        ckpt.unlink(missing_ok=True)
+        for ckpt in checkpoints:
+            ckpt.unlink(missing_ok=True)
     # the code and machine as they are when training starts: the checkout may change (a pull, a
     # branch switch) while a long run trains on the modules it has already imported
     environment = environment_info(dev)
     start = time.perf_counter()
-    result = dict(train(run, device=dev, checkpoint=ckpt, progress=progress, on_divergence=on_divergence,
-                        deadline=deadline))
+    trained = [dict(result) for result in train_all(todo, dev, checkpoints)]
     wall = time.perf_counter() - start
-    clash = sorted(set(result) & (set(ENVELOPE) - {"wall_time_s", "diverged"}))
-    if clash:
-        raise RuntimeError(f"the trainer's result uses the envelope's names {clash}")
+    if len(trained) != len(todo):
+        raise RuntimeError(f"the trainer returned {len(trained)} results for {len(todo)} runs")
+    # every result is checked before any record is written: no half-written group
+    for result in trained:
+        clash = sorted(set(result) & (set(ENVELOPE) - {"wall_time_s", "diverged"}))
+        if clash:
+            raise RuntimeError(f"the trainer's result uses the envelope's names {clash}")
     peak, kind = _peak_memory(dev, rss_reset)
-    record = {
-        "key": run.key,
-        "profile": profile,
-        "config": run.to_dict(),
-        "environment": environment,
-        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        # a resumed run counts the time before the interruption too (the trainer knows it)
-        "wall_time_s": result.pop("wall_time_s", wall),
-        "peak_memory_mb": peak,
-        "peak_memory_kind": kind,
-        "diverged": result.pop("diverged", None),
-        **result,
-    }
-    record = json.loads(json.dumps(record, default=json_default))
-    _write_record(path, record, run, profile)
-    ckpt.unlink(missing_ok=True)
-    return record
+    for run, result, ckpt in zip(todo, trained, checkpoints):
+        record = {
+            "key": run.key,
+            "profile": profile,
+            "config": run.to_dict(),
+            "environment": environment,
+            "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            # a resumed run counts the time before the interruption too (the trainer knows it)
+            "wall_time_s": result.pop("wall_time_s", wall),
+            "peak_memory_mb": peak,
+            "peak_memory_kind": kind,
+            "diverged": result.pop("diverged", None),
+            **result,
+        }
+        record = json.loads(json.dumps(record, default=json_default))
+        _write_record(paths[run.key], record, run, profile)
+        ckpt.unlink(missing_ok=True)
+        found[run.key] = record
+    return [found[r.key] for r in runs]
 
 
 def run_many(runs: Iterable[Run], *, train: Trainer, profile: str, device: str | torch.device = "auto",
@@ -706,6 +760,7 @@ def run_many(runs: Iterable[Run], *, train: Trainer, profile: str, device: str |
     return out
 
 
-__all__ = ["ENVELOPE", "FINAL_FIELDS", "MIN_FREE_BYTES", "BadRecord", "Run", "check_record", "is_valid_record",
-           "move_aside", "record_problem", "Trainer", "checkpoint_path", "environment_info", "json_default", "load_record",
-           "load_available", "load_recorded", "record_path", "run_many", "run_one", "write_json_atomic"]
+__all__ = ["ENVELOPE", "FINAL_FIELDS", "MIN_FREE_BYTES", "BadRecord", "GroupTrainer", "Run", "check_record",
+           "is_valid_record", "move_aside", "record_problem", "record_roots", "Trainer", "checkpoint_path",
+           "environment_info", "json_default", "load_record", "load_available", "load_recorded", "record_path",
+           "run_many", "run_one", "run_together", "write_json_atomic"]

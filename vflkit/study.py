@@ -304,13 +304,13 @@ def estimate_costs(tasks: Sequence[Task], device: str) -> list[Task]:
     that neither its seeds nor the cost model can estimate (it starts while the budget lasts)."""
     import json
 
-    from .records import _record_roots, checkpoint_path, is_valid_record
+    from .records import checkpoint_path, is_valid_record, record_roots
 
     kind = device.split(":")[0]
     pending = [t for t in tasks if not is_valid_record(t.path, key=t.key) and not checkpoint_path(t.path).exists()]
     families = {t.path.parent: t.payload["family"] for t in pending}
     # and the same study's records in the other record root (the committed ones)
-    families.update({root / f.parent.name / f.name: fam for f, fam in list(families.items()) for root in _record_roots()})
+    families.update({root / f.parent.name / f.name: fam for f, fam in list(families.items()) for root in record_roots()})
     times: dict[str, dict[str, float]] = {}
     for folder, family in families.items():
         for f in folder.glob("*.json"):

@@ -792,7 +792,7 @@ _DERIVED: dict[tuple[Any, ...], Any] = {}
 
 def _signature(profile: str) -> tuple[Any, ...]:
     groups = configs(profile)
-    paths = [store.record_path(c, profile, root) for c in unique(groups) for root in store._record_roots()]
+    paths = [store.record_path(c, profile, root) for c in unique(groups) for root in store.record_roots()]
     return (profile, tuple((str(p), p.stat().st_mtime_ns) for p in paths if p.exists()))
 
 

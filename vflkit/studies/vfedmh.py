@@ -749,7 +749,7 @@ def _available(profile: str) -> tuple[dict[str, list[RunConfig]], dict[str, dict
     groups = configs(profile)
     runs = unique(groups)
     stamp = tuple((str(p), p.stat().st_mtime_ns) for r in runs
-                  for p in [store.record_path(r, profile, root) for root in store._record_roots()] if p.exists())
+                  for p in [store.record_path(r, profile, root) for root in store.record_roots()] if p.exists())
     cached = _available_cache.get(profile)
     if cached is None or cached[0] != stamp:
         cached = (stamp, (groups, _by_key(store.load_available(runs, profile=profile))))

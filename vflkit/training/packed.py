@@ -42,7 +42,6 @@ Interface for a launcher: :func:`pack_key` (None: not packable), :func:`group_pa
 from __future__ import annotations
 
 import copy
-import json
 import math
 import time
 from pathlib import Path
@@ -714,37 +713,18 @@ def run_pack(configs: Sequence[RunConfig], *, profile: str, device: torch.device
     recorded are loaded, the others trained as one pack (:func:`train_pack`) and written to the
     record store, each under its own key, with ``execution`` naming the pack.
 
-    The envelope is the record store's (:func:`vflkit.records.run_one`'s); ``peak_memory_mb`` is
-    the pack's peak (every run of a pack holds it together).
+    Records are made by the record store's one path (:func:`vflkit.records.run_together`, the
+    one :func:`vflkit.records.run_one` takes), so the envelope and its checks are the unpacked
+    runs'; ``peak_memory_mb`` is the pack's peak (every run of a pack holds it together).
     """
     check_pack(configs)
-    records._check_on_divergence(on_divergence)
-    found: dict[str, dict[str, Any]] = {}
-    paths: dict[str, Path] = {}
-    for cfg in configs:
-        paths[cfg.key], rec = records._lookup(cfg, profile=profile, results=results, force=force,
-                                              on_divergence=on_divergence, recompute_after=None)
-        if rec is not None:
-            found[cfg.key] = rec
-    todo = [c for c in configs if c.key not in found]
-    if todo:
-        for cfg in todo:
-            records._check_writable(paths[cfg.key].parent, f"run {cfg.key}")
-        dev = resolve_device(device)
-        rss_reset = dev.type != "cuda" and records._reset_peak_rss()
-        environment = records.environment_info(dev)
-        trained = train_pack(todo, device=dev, progress=progress, on_divergence=on_divergence)
-        peak, kind = records._peak_memory(dev, rss_reset)
-        for cfg, result in zip(todo, trained):
-            record = {
-                "key": cfg.key, "profile": profile, "config": cfg.to_dict(), "environment": environment,
-                "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "wall_time_s": result.pop("wall_time_s"),
-                "peak_memory_mb": peak, "peak_memory_kind": kind, "diverged": result.pop("diverged"), **result,
-            }
-            record = json.loads(json.dumps(record, default=records.json_default))
-            records._write_record(paths[cfg.key], record, cfg, profile)
-            found[cfg.key] = record
-    return [found[c.key] for c in configs]
+
+    def train_all(todo: list[RunConfig], dev: torch.device, checkpoints: list[Path]) -> list[dict[str, Any]]:
+        # a pack keeps no checkpoint (it is sized to its window): ``checkpoints`` is unused
+        return train_pack(todo, device=dev, progress=progress, on_divergence=on_divergence)
+
+    return records.run_together(configs, train_all=train_all, profile=profile, device=device, results=results,
+                                force=force, on_divergence=on_divergence)
 
 
 __all__ = ["PACKED_STEPS", "Pack", "PackChannel", "StackedModel", "check_pack", "group_packs", "pack_key",
