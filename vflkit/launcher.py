@@ -1157,7 +1157,9 @@ def call_sequence(p: Plan) -> str:
     lines = []
     for w in p.windows:
         for c in w.calls:
-            timeout = min(CALL_LIMIT_S, int(c.wait_s + 60 + 0.999))
+            # the command: its collect's wait, plus two minutes for its own steps (torch's import,
+            # the wheels' install, the unpacking) and for the records' tar
+            timeout = min(CALL_LIMIT_S, int(c.wait_s + 120 + 0.999))
             lines.append(f"window {w.index} call {c.index}: carry={json.dumps(c.carries)} timeout_s={timeout}"
                          f"{' (starts the lanes)' if c.starts else ''}\n  {c.command}")
     return "\n".join(lines)
