@@ -26,8 +26,9 @@ with ``device="cuda"`` use too), or, for runs that differ in seed alone, by
   made for them, and ``.launch/plan.json`` and every data chunk ``.launch/w<N>c<M>/`` written
   (:func:`write_carry`), the calls printed with their carry.
 * :func:`dry_run` -- the whole window rehearsed on the CPU: its carried files written by the same
-  :func:`write_carry`, the call scripts, the chunk list, the package check run, each call's command executed with a stand-in (a smoke-profile
-  run of the same study instead of each planned run) and the records received back.
+  :func:`write_carry`, the call scripts, the chunk list, the package check run, each call's
+  command executed with a stand-in (a smoke-profile run of the same study instead of each
+  planned run) and the records received back.
 
 Command line: ``python -m vflkit.launcher plan|prepare|dry-run`` here; ``check``, ``unpack``,
 ``start``, ``lane``, ``collect`` on the lent machine (the call scripts say which); ``receive``
