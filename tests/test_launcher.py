@@ -186,3 +186,111 @@ def test_runs_packed_together_fit_the_window_their_data_leaves():
     p = L.plan(14 * 60, runs=runs, opened={("vfedmh", "Table II"): 1}, tree=30 * MIB, workers=2)
     assert sorted(r.key for r in p.planned) == ["c0", "c1"] and not p.not_fitting
     assert all(w.end_s <= w.deadline_s for w in p.windows)
+
+
+def _referenced(command):
+    """The carried paths a call's command names (``.launch/...``, globs kept)."""
+    import re
+
+    return re.findall(rf"{L.CARRY_DIR}/[^\s;|&]+", command)
+
+
+@pytest.mark.parametrize("with_wheels", [False, True])
+def test_prepare_writes_every_file_the_calls_read(planted, tmp_path, monkeypatch, with_wheels):
+    """`prepare` leaves under .launch/ every path a window's calls carry or name (plan, chunks and,
+    when there are wheels, the wheel folder); without wheels the first call installs none."""
+    _, pending, _, _ = planted
+    carry = tmp_path / L.CARRY_DIR
+    if with_wheels:  # pip's download stands in: no network in a test
+        def fake_download(dest, names=L.DEVICE_LACKS):
+            dest.mkdir(parents=True, exist_ok=True)
+            (dest / "cryptography-50.0.2-cp311-abi3-manylinux_2_34_x86_64.whl").write_bytes(b"w" * 1000)
+            return L.wheels_size(dest)
+        monkeypatch.setattr(L, "download_wheels", fake_download)
+    (carry / "w9c9").mkdir(parents=True)  # a chunk of an earlier plan: must not ride along
+    p = L.prepare(28 * 60, carry=carry, wheels=with_wheels, runs=pending[:3], opened={("multi_vfl", "Fig. 2"): 3},
+                  tree=30 * MIB, workers=2)
+    assert p.windows and not (carry / "w9c9").exists()
+    first = p.windows[0].calls[0]
+    assert ("whl/*.whl" in first.command) == with_wheels and (f"{L.CARRY_DIR}/whl" in first.carries) == with_wheels
+    for w in p.windows:
+        for c in w.calls:
+            for path in c.carries:
+                assert (tmp_path / path).exists(), path
+            for path in _referenced(c.command):
+                assert list(tmp_path.glob(path)), f"call {c.index} names {path}, which prepare did not write"
+    assert json.loads((carry / "plan.json").read_text()) == json.loads(json.dumps(p.to_dict()))
+    assert "window 1 call 1: carry=" in L.call_sequence(p)
+
+
+def test_prepare_refuses_cifar10_unpacked(tmp_path):
+    """A window that needs CIFAR-10 is not prepared from an estimate: prepare says to pack it first."""
+    runs = [L.dataclasses.replace(_run("vfedmh", "c0", 60.0, (0,)), config={"dataset": "cifar10"})]
+    from vflkit.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="pack DIR"):
+        L.prepare(14 * 60, carry=tmp_path / L.CARRY_DIR, wheels=False, runs=runs, opened={}, tree=30 * MIB,
+                  workers=1, data_root=tmp_path)
+
+
+def test_every_launcher_command_of_the_calls_parses():
+    """Each `python3 -m vflkit.launcher ...` a call runs is accepted by the launcher's own command
+    line (an option the machine side does not take, like a dead --workers, fails here), and the
+    wheels' site folder sits under the calls' work folder."""
+    import shlex
+
+    runs = [_run("vfedmh", f"s{i}", 100.0, (i,)) for i in range(3)]
+    p = L.plan(14 * 60, runs=runs, opened={("vfedmh", "Table II"): 1}, tree=30 * MIB, workers=2, wheels_bytes=MIB)
+    calls = L.window_calls(p.windows[0], [[("f", 0, 10)]], wheels_bytes=MIB, tree=30 * MIB, work="/w")
+    ap = L.parser()
+    parsed = 0
+    for c in calls:
+        assert "/tmp/site" not in c.command and "/w/site" in c.command
+        for part in c.command.replace("&&", ";").replace("||", ";").split(";"):
+            words = shlex.split(part)
+            if words[:3] == ["python3", "-m", "vflkit.launcher"]:
+                ap.parse_args(words[3:])
+                parsed += 1
+    assert parsed >= 4  # check, unpack, start, collect
+    with pytest.raises(SystemExit):
+        ap.parse_args(["start", "plan.json", "--window", "1", "--deadline-in", "60", "--workers", "3"])
+
+
+def test_receive_refuses_an_odd_entry_alone(tmp_path):
+    """A tar entry outside <profile>/<paper>/<key>.json is refused by itself; the whole records
+    beside it are still taken."""
+    good = multi_vfl.configs("paper")[0]
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "good.json").write_text(json.dumps(_record(good)))
+    (src / "odd.json").write_text("{}")
+    out = tmp_path / "out"
+    out.mkdir()
+    with tarfile.open(out / "records.tar.gz", "w:gz") as tar:
+        tar.add(src / "odd.json", arcname="odd.json")
+        tar.add(src / "good.json", arcname=f"paper/multi_vfl/{good.key}.json")
+    taken, refused = L.receive(out, tmp_path / "results")
+    assert taken == [good.key]
+    assert len(refused) == 1 and refused[0].startswith("odd.json")
+
+
+def test_a_packed_pack_that_would_overrun_is_not_started(tmp_path):
+    """A lane does not start a packed pack whose need (packed_need_s) ends after the window's
+    deadline: a pack has no checkpoints, so it would be lost whole."""
+    runs = [{"key": f"s{i}", "paper": "vfedmh", "family": "split", "label": f"s{i}", "config": {"dataset": "mnist"},
+             "cost_s": 100.0} for i in range(2)]
+    spec = {"profile": "paper", "windows": [{"lanes": [[{"key": "packed:0", "packed": True, "speedup": 2.0,
+                                                         "runs": runs}]]}]}
+    (tmp_path / "plan.json").write_text(json.dumps(spec))
+    need = L.packed_need_s(spec["windows"][0]["lanes"][0][0])
+    out = L.lane(tmp_path / "plan.json", 1, 0, work=tmp_path / "machine", device="cpu",
+                 deadline=L.time.time() + need - 30)
+    assert set(out) == {"s0", "s1"} and all("not started" in v for v in out.values())
+
+
+def test_a_missing_data_file_says_what_to_do(tmp_path):
+    """A dataset file missing here names VFLKIT_DATA, the variable that points at it."""
+    from vflkit.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="Set VFLKIT_DATA"):
+        L.data_files({"mnist"}, tmp_path)

@@ -214,8 +214,18 @@ def bench_methods(models: list[str], *, methods: dict[str, tuple[str, dict]] | N
     return rows
 
 
-#: The methods the packed trainer mirrors (vflkit.training.packed.PACKED_STEPS).
-PACKED_METHODS: tuple[str, ...] = ("local", "splitnn", "agg_vfl", "c_vfl")
+def _packed_methods() -> tuple[str, ...]:
+    """One method per step the packed trainer mirrors, the first registered with that step: a
+    step mirrored in :data:`vflkit.training.packed.PACKED_STEPS` is benchmarked without an edit
+    here (its subclasses that keep the step, PyVertical say, would time the same code)."""
+    from .methods import METHODS
+    from .training.packed import PACKED_STEPS
+
+    return tuple(next(n for n, cls in METHODS.items() if cls.train_step is step) for step in PACKED_STEPS)
+
+
+#: The methods the packed trainer mirrors, derived from vflkit.training.packed.PACKED_STEPS.
+PACKED_METHODS: tuple[str, ...] = _packed_methods()
 
 
 def bench_packed(models: list[str], *, methods: Sequence[str] = PACKED_METHODS, pack_size: int = 4,

@@ -22,13 +22,18 @@ with ``device="cuda"`` use too), or, for runs that differ in seed alone, by
   starts the lanes (one process each, detached with ``setsid`` so they outlive the call, under
   CUDA MPS when there are several), and every call ends by returning the records finished so
   far (:func:`collect`), so a lost machine loses only the runs in flight.
-* :func:`dry_run` -- the whole window rehearsed on the CPU: the call scripts written, the chunk
-  list, the package check run, each call's command executed with a stand-in (a smoke-profile
-  run of the same study instead of each planned run) and the records received back.
+* :func:`prepare` -- a real window made ready here: the machine's wheels downloaded, the plan
+  made for them, and ``.launch/plan.json`` and every data chunk ``.launch/w<N>c<M>/`` written
+  (:func:`write_carry`), the calls printed with their carry.
+* :func:`dry_run` -- the whole window rehearsed on the CPU: its carried files written by the same
+  :func:`write_carry`, the call scripts, the chunk list, the package check run, each call's
+  command executed with a stand-in (a smoke-profile run of the same study instead of each
+  planned run) and the records received back.
 
-Command line: ``python -m vflkit.launcher plan|dry-run`` here; ``check``, ``unpack``, ``start``,
-``lane``, ``collect`` on the lent machine (the call scripts say which); ``receive`` here, on the
-files a call brought back; ``pack`` (here) writes CIFAR-10's chunks.
+Command line: ``python -m vflkit.launcher plan|prepare|dry-run`` here; ``check``, ``unpack``,
+``start``, ``lane``, ``collect`` on the lent machine (the call scripts say which); ``receive``
+here, on the files a call brought back; ``pack`` (here) writes CIFAR-10's packed arrays, which
+``prepare --packed`` cuts into chunks.
 
 Import cost: nothing heavy at import (no torch), so ``--help`` stays instant.
 """
@@ -89,6 +94,10 @@ CHECK_PACKAGES = ("torch", "torchvision", "numpy", "pandas", "scipy", "sklearn",
 #: 2026-11-17, has no cryptography, which vflkit.secure imports, nor its cffi and pycparser):
 #: their wheels ride with each window's first call.
 DEVICE_LACKS = ("cryptography", "cffi", "pycparser")
+#: The machine's Python (python3 there, KINDS.md) and the platforms its wheels may be built for.
+DEVICE_PYTHON = "3.12"
+WHEEL_PLATFORMS = ("manylinux_2_34_x86_64", "manylinux_2_28_x86_64", "manylinux_2_27_x86_64",
+                   "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64")
 #: Placeholder FLOP/s for a family without a committed GPU record, until a window measures it:
 #: Multi-VFL ported as it is, ~15 min per 1.19-PFLOP run (the GPU audit: 197,500 steps of
 #: ~179 aten ops at ~25 us per op), i.e. ~1.3 TFLOP/s.
@@ -479,6 +488,41 @@ def group_packs(runs: Sequence[GpuRun], *, max_cost_s: float | Callable[[GpuRun]
 # --------------------------------------------------------------------------- data and calls
 
 
+def wheels_size(folder: Path) -> int:
+    """Bytes of the wheels in ``folder`` (0 when there are none: the first call then installs none)."""
+    return sum(f.stat().st_size for f in folder.glob("*.whl")) if folder.is_dir() else 0
+
+
+def download_wheels(dest: Path, names: Sequence[str] = DEVICE_LACKS) -> int:
+    """Download, with pip, the machine's wheels of ``names`` (the packages its image lacks) at
+    the versions installed here, so the machine runs what the tests here ran; returns their bytes.
+    Any other wheel in ``dest`` is removed first: two versions of one package stop the install."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from .errors import ConfigError
+
+    try:
+        pins = [f"{n}=={version(n)}" for n in names]
+    except PackageNotFoundError as exc:
+        raise ConfigError(f"{exc.name} is not installed here: install the project's dependencies "
+                          "(pip install -e .) before prepare, whose wheels take its versions") from exc
+    dest.mkdir(parents=True, exist_ok=True)
+    keep = {p.split("==")[0].replace("-", "_") + "-" + p.split("==")[1] for p in pins}
+    for old in dest.glob("*.whl"):
+        if "-".join(old.name.split("-")[:2]) not in keep:
+            old.unlink()
+    cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "--python-version",
+           DEVICE_PYTHON, "--implementation", "cp", *(a for pl in WHEEL_PLATFORMS for a in ("--platform", pl)),
+           "-d", str(dest), *pins]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise ConfigError(f"pip could not download the machine's wheels ({', '.join(pins)}): "
+                          f"{done.stderr.strip()[-400:]}\nPrepare where pip reaches PyPI, or put those wheels in "
+                          f"{dest} by hand, or pass --no-wheels (then every run that imports vflkit.secure "
+                          "fails on the machine)")
+    return wheels_size(dest)
+
+
 def tree_bytes(root: Path | None = None) -> int:
     """What the working tree sends with every call: tracked files and untracked ones git does not
     ignore (the device tool's rule)."""
@@ -510,7 +554,10 @@ def data_files(datasets: Iterable[str], data_root: Path | None = None, packed: P
             elif ds == "cifar10":
                 out.append((ds, name, CIFAR10_PACKED_BYTES_ESTIMATE, False))
             else:
-                raise ConfigError(f"{path} is missing: the GPU runs on {ds} need it carried")
+                raise ConfigError(f"{path} is missing: the GPU runs on {ds} need it carried. Set VFLKIT_DATA to the "
+                                  f"folder that holds {name} (torchvision's layout, see data/README.md; a "
+                                  f"smoke run on {ds} without VFLKIT_OFFLINE=1 downloads it there), then "
+                                  f"prepare again")
     return out
 
 
@@ -544,15 +591,16 @@ def _carry_name(window: int, call: int) -> str:
 
 
 def window_calls(window: Window, chunks: list[list[tuple[str, int, int]]], *, wheels_bytes: int,
-                 tree: int, workers: int, device: str = "cuda", work: str = DEFAULT_WORK) -> list[Call]:
+                 tree: int, device: str = "cuda", work: str = DEFAULT_WORK) -> list[Call]:
     """The calls of ``window``: the first installs the carried wheels (if any) and checks the
     packages; the data calls carry a chunk each (the first also the plan); the one carrying the
     last chunk starts the lanes; every call then returns the records finished so far, and calls
     follow, each waiting at most what fits its limit, until the lanes' estimated end."""
     prefix = (f"export PYTHONUNBUFFERED=1 VFLKIT_DATA={work}/data VFLKIT_RESULTS={work}/results; ")
+    # the wheels install under the machine's work folder: kept between calls while it stays warm
     wheel = (f"python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "
-             f"/tmp/site {CARRY_DIR}/whl/*.whl && export PYTHONPATH=/tmp/site:$PYTHONPATH || exit; ")
-    site = "export PYTHONPATH=/tmp/site:$PYTHONPATH; "
+             f"{work}/site {CARRY_DIR}/whl/*.whl && export PYTHONPATH={work}/site:$PYTHONPATH || exit; ")
+    site = f"export PYTHONPATH={work}/site:$PYTHONPATH; "
     w, calls, t = window.index, [], MACHINE_START_S
     n_data = max(len(chunks), 1)
     for i in range(n_data):
@@ -568,7 +616,7 @@ def window_calls(window: Window, chunks: list[list[tuple[str, int, int]]], *, wh
         wait = 0.0
         if starts:
             cmd += (f"python3 -m vflkit.launcher start {CARRY_DIR}/plan.json --window {w} --work {work} "
-                    f"--device {device} --workers {workers} --deadline-in "
+                    f"--device {device} --deadline-in "
                     f"{int(window.deadline_s - t - RETURN_MARGIN_S)}; ")
             window.start_s = t + 20.0  # the first call's own commands before the lanes start
             wait = min(CALL_LIMIT_S - 60.0, window.work_s)
@@ -595,7 +643,7 @@ def plan(deadline_s: float, device_kind: str = "h100", *, profile: str = "paper"
          results: Path | None = None, papers: Sequence[str] | None = None, rate_file: Path | None = None,
          opened: Mapping[tuple[str, str], int] | None = None, tree: int | None = None,
          data_root: Path | None = None, packed_data: Path | None = None,
-         wheels_bytes: int = 10 * 2**20, runs: Sequence[GpuRun] | None = None) -> Plan:
+         wheels_bytes: int | None = None, runs: Sequence[GpuRun] | None = None) -> Plan:
     """Every pending GPU run laid into windows of ``deadline_s`` seconds each (from a window's
     first call to the end of its last), or listed as not fitting one, with why.
 
@@ -604,8 +652,14 @@ def plan(deadline_s: float, device_kind: str = "h100", *, profile: str = "paper"
     less :data:`RETURN_MARGIN_S`. Packs are placed in value order (:func:`value_order`), each on
     the lane that frees first; a window is closed when no remaining pack fits it. ``opened``
     (the open clauses; default :func:`open_clauses`, which reads every record) and ``runs`` (the
-    pending runs, already costed) let a caller reuse what it computed."""
+    pending runs, already costed) let a caller reuse what it computed. ``wheels_bytes``: the
+    wheels the first call carries (default: those :func:`prepare` left in ``.launch/whl``; none,
+    and the first call installs nothing)."""
+    from .config import project_root
     from .errors import ConfigError
+
+    if wheels_bytes is None:
+        wheels_bytes = wheels_size(project_root() / CARRY_DIR / "whl")
 
     if device_kind not in DEVICE_KINDS:
         raise ConfigError(f"Invalid device kind {device_kind!r}; choose one of {', '.join(DEVICE_KINDS)}")
@@ -680,7 +734,7 @@ def plan(deadline_s: float, device_kind: str = "h100", *, profile: str = "paper"
                wheels_bytes=wheels_bytes)
     for w in windows:
         chunks = chunks_of(w.datasets) if w.datasets else []
-        w.calls = window_calls(w, chunks, wheels_bytes=wheels_bytes, tree=tree, workers=len(w.lanes))
+        w.calls = window_calls(w, chunks, wheels_bytes=wheels_bytes, tree=tree)
     return out
 
 
@@ -781,7 +835,10 @@ def unpack(folder: Path, work: Path) -> list[str]:
 
         blob = lzma.decompress((data / CIFAR10_PACKED).read_bytes())
         if hashlib.sha256(blob).hexdigest() != CIFAR10_SHA256:
-            raise SystemExit("CIFAR-10's unpacked arrays do not match their sha256")
+            (data / CIFAR10_PACKED).unlink()  # a bad copy must not be taken as whole by the next call
+            raise SystemExit("CIFAR-10's unpacked arrays do not match their sha256: the carried chunks are not "
+                             "the verified load. Here, run `python -m vflkit.launcher pack DIR` and `prepare "
+                             "--packed DIR` again, then carry the new chunks (every call of the window again)")
         (data / "cifar10.u8").write_bytes(blob)
     print(f"[launcher] unpacked {folder.name}: complete now {', '.join(done) or 'nothing yet'}")
     return done
@@ -834,10 +891,12 @@ def mps_commands(work: str) -> tuple[str, str]:
             f"echo quit | {env} nvidia-cuda-mps-control")
 
 
-def start(plan_path: Path, window: int, *, work: Path, device: str, workers: int, deadline_in: float,
+def start(plan_path: Path, window: int, *, work: Path, device: str, deadline_in: float,
           stand_in: bool = False) -> list[int]:
     """Start ``window``'s lanes as detached processes (their own session: they outlive the call),
-    under MPS when there are several on a GPU; returns their pids."""
+    under MPS when there are several on a GPU; returns their pids. One process per lane of the
+    plan: the plan packed each lane to end before the deadline, so the number of processes is
+    the plan's (``plan --workers``), never chosen here."""
     import shutil
 
     spec = json.loads(plan_path.read_text())["windows"][window - 1]
@@ -890,11 +949,22 @@ def packed_need_s(pack: Mapping[str, Any]) -> float:
     return sum(r["cost_s"] or 0 for r in pack["runs"]) / float(pack.get("speedup", 1.0)) * SAFETY
 
 
+def _ends_before(need_s: float, deadline: float) -> bool:
+    """Whether work that needs ``need_s`` seconds, started now, ends before ``deadline``."""
+    return time.time() + need_s <= deadline
+
+
 def lane(plan_path: Path, window: int, lane_index: int, *, work: Path, device: str, deadline: float,
          stand_in: bool = False) -> dict[str, str]:
-    """Train one lane's packs in order, through the engine, each run only if its estimate (times
-    :data:`SAFETY`) ends before ``deadline``; records land atomically in ``work/results``.
-    Returns each run's outcome by key (also in ``work/status/lane<N>.json``)."""
+    """Train one lane's packs in order, through the engine; records land atomically in
+    ``work/results``. Returns each run's outcome by key (also in ``work/status/lane<N>.json``).
+
+    ``deadline`` is the window's (epoch seconds), and every start is checked against it the way
+    :func:`plan` placed the work: a run one by one starts only if its estimate times
+    :data:`SAFETY` ends before it (and the engine stops it at the deadline, keeping its
+    checkpoint); a packed pack starts only if :func:`packed_need_s` ends before it. A pack has no
+    checkpoints and no deadline of its own (:func:`vflkit.training.packed.run_pack`): it is all or
+    nothing, so one that would overrun is not started at all, and its runs are noted as such."""
     spec = json.loads(plan_path.read_text())
     profile = spec["profile"]
     packs = spec["windows"][window - 1]["lanes"][lane_index]
@@ -916,8 +986,7 @@ def lane(plan_path: Path, window: int, lane_index: int, *, work: Path, device: s
         runs = [stand_in_run({**r, "profile": profile}) if stand_in else {**r, "profile": profile}
                 for r in pack["runs"]]
         if pack["packed"] and len(runs) > 1 and not stand_in:
-            need = packed_need_s(pack)
-            if time.time() + need > deadline:
+            if not _ends_before(packed_need_s(pack), deadline):
                 for r in runs:
                     note(r["key"], "not started: would not finish before the deadline")
                 continue
@@ -934,7 +1003,7 @@ def lane(plan_path: Path, window: int, lane_index: int, *, work: Path, device: s
                     note(r["key"], f"failed: {type(exc).__name__}: {exc}")
             continue
         for r in runs:
-            if time.time() + (r["cost_s"] or 0) * SAFETY > deadline and not stand_in:
+            if not stand_in and not _ends_before((r["cost_s"] or 0) * SAFETY, deadline):
                 note(r["key"], "not started: would not finish before the deadline")
                 continue
             t0 = time.time()
@@ -1003,7 +1072,11 @@ def receive(files_at: Path, results: Path) -> tuple[list[str], list[str]]:
             if not member.isfile() or not member.name.endswith(".json"):
                 refused.append(member.name)
                 continue
-            profile, paper, _ = Path(member.name).parts[-3:]
+            parts = Path(member.name).parts
+            if len(parts) < 3:  # not <profile>/<paper>/<key>.json: refused alone, the others go on
+                refused.append(f"{member.name}: not at <profile>/<paper>/<key>.json")
+                continue
+            profile, paper, _ = parts[-3:]
             raw = tar.extractfile(member).read()  # type: ignore[union-attr]
             # checked from a file of its own, outside results/: nothing there is touched before
             tmp = Path(tempfile.mkdtemp(prefix="vflkit-incoming-")) / Path(member.name).name
@@ -1028,13 +1101,101 @@ def receive(files_at: Path, results: Path) -> tuple[list[str], list[str]]:
     return taken, refused
 
 
+# --------------------------------------------------------------------------- preparing a window
+
+
+def write_carry(p: Plan, carry: Path, *, data_root: Path | None = None, packed: Path | None = None,
+                unpacked_ok: bool = False) -> list[dict[str, Any]]:
+    """Write under ``carry`` (a real window's: ``.launch/``) what ``p``'s calls read there:
+    ``plan.json`` and each window's data chunks (``w<N>c<M>/``, as :func:`window_calls` names
+    them), after removing those of an earlier plan. Returns the chunk list.
+
+    CIFAR-10 travels as its packed arrays (``packed``: the folder :func:`pack_cifar10` wrote);
+    unpacked, it is an error unless ``unpacked_ok`` (the dry run, whose stand-ins read the PNG
+    tree): then only the other files are cut, and its calls carry no chunk folder."""
+    import shutil
+
+    from .config import data_root as default_root
+    from .errors import ConfigError
+
+    root = data_root or default_root()
+    carry.mkdir(parents=True, exist_ok=True)
+    for old in [carry / "plan.json", *carry.glob("w*c*")]:
+        if old.is_dir():
+            shutil.rmtree(old)
+        else:
+            old.unlink(missing_ok=True)
+    (carry / "plan.json").write_text(json.dumps(p.to_dict()))
+    chunk_list: list[dict[str, Any]] = []
+    for w in p.windows:
+        files = data_files(w.datasets, root, packed)
+        chunks = chunk_files(files, p.chunk_room, first_room=p.chunk_room - p.wheels_bytes) if w.datasets else []
+        for i, ch in enumerate(chunks):
+            for name, at, n in ch:
+                chunk_list.append({"window": w.index, "call": i + 1, "file": name, "offset": at, "bytes": n})
+        measured = [f for f in files if f[3]]
+        if len(measured) < len(files):
+            if not unpacked_ok:
+                raise ConfigError(f"window {w.index} needs CIFAR-10, which is not packed: run `python -m "
+                                  "vflkit.launcher pack DIR` here (minutes), then prepare again with --packed DIR")
+            chunks = chunk_files(measured, p.chunk_room, first_room=p.chunk_room - p.wheels_bytes)
+        src = {name: (packed if ds == "cifar10" and packed is not None else root) / name for ds, name, _, _ in measured}
+        if measured:
+            write_chunks(measured, chunks, src, carry, w.index)
+        if not unpacked_ok:  # what the calls carry is what was written: a call never finds a folder missing
+            mine = f"{CARRY_DIR}/w{w.index}c"  # this window's chunk folders (_carry_name)
+            wanted = {Path(c).name for call in w.calls for c in call.carries if c.startswith(mine)}
+            written = {f.name for f in carry.glob(f"w{w.index}c*")}
+            if wanted != written:
+                raise ConfigError(f"window {w.index}: the calls carry {sorted(wanted)} but {sorted(written)} were "
+                                  "written; plan and prepare with the same data (--packed) and wheels")
+    return chunk_list
+
+
+def call_sequence(p: Plan) -> str:
+    """Each window's calls as they are to be made: the carry, a timeout that covers the call's
+    estimate, and the command (the device tool's ``run`` arguments)."""
+    lines = []
+    for w in p.windows:
+        for c in w.calls:
+            # the command: its collect's wait, plus two minutes for its own steps (torch's import,
+            # the wheels' install, the unpacking) and for the records' tar
+            timeout = min(CALL_LIMIT_S, int(c.wait_s + 120 + 0.999))
+            lines.append(f"window {w.index} call {c.index}: carry={json.dumps(c.carries)} timeout_s={timeout}"
+                         f"{' (starts the lanes)' if c.starts else ''}\n  {c.command}")
+    return "\n".join(lines)
+
+
+def prepare(deadline_s: float, device_kind: str = "h100", *, carry: Path | None = None, wheels: bool = True,
+            packed: Path | None = None, data_root: Path | None = None, **plan_kw: Any) -> Plan:
+    """Make a real window ready: the machine's wheels downloaded into ``carry/whl``
+    (:func:`download_wheels`; ``wheels=False``: none, and the folder removed, so the first call
+    installs nothing), the plan made for those wheels and data (:func:`plan`, ``plan_kw`` passed
+    on), and its ``plan.json`` and chunks written (:func:`write_carry`). ``carry`` defaults to
+    the working tree's ``.launch/``, the folder the calls name."""
+    import shutil
+
+    from .config import project_root
+
+    carry = carry or project_root() / CARRY_DIR
+    if wheels:
+        size = download_wheels(carry / "whl")
+    else:
+        shutil.rmtree(carry / "whl", ignore_errors=True)
+        size = 0
+    p = plan(deadline_s, device_kind, wheels_bytes=size, data_root=data_root, packed_data=packed, **plan_kw)
+    write_carry(p, carry, data_root=data_root, packed=packed)
+    return p
+
+
 # --------------------------------------------------------------------------- the dry run
 
 
 def dry_run(p: Plan, folder: Path, *, windows: int = 1, data_root: Path | None = None,
             execute: bool = True, python: str = sys.executable) -> dict[str, Any]:
-    """Rehearse ``p`` on the CPU: write each window's call scripts, chunk list, package check
-    and MPS commands under ``folder``; with ``execute``, run the first ``windows`` windows' calls
+    """Rehearse ``p`` on the CPU: write its carried files as :func:`prepare` does
+    (:func:`write_carry`, into ``folder/carry``), each window's call scripts, chunk list, package
+    check and MPS commands under ``folder``; with ``execute``, run the first ``windows`` windows' calls
     (each script's commands, ``python3`` replaced by this Python, on the CPU, each planned run
     replaced by its stand-in: :func:`stand_in_run`), a fake ``$OUT`` per call, and receive every
     call's records into ``folder/results``. Returns what it did."""
@@ -1044,18 +1205,14 @@ def dry_run(p: Plan, folder: Path, *, windows: int = 1, data_root: Path | None =
     root = data_root or default_root()
     work = folder / "machine"
     carry = folder / "carry"
-    (carry).mkdir(exist_ok=True)
-    (carry / "plan.json").write_text(json.dumps(p.to_dict()))
+    # the same writer as a real window's prepare; CIFAR-10 unpacked (``pack`` takes minutes) is
+    # left out of the chunks, its PNG tree standing in below
+    chunk_list = write_carry(p, carry, data_root=root, unpacked_ok=True)
     on, off = mps_commands(DEFAULT_WORK)
     report: dict[str, Any] = {"windows": len(p.windows), "calls": [], "received": [], "refused": [],
                               "mps": {"start": on, "stop": off}}
-    chunk_list = []
     for w in p.windows:
         files = data_files(w.datasets, root)
-        chunks = chunk_files(files, p.chunk_room, first_room=p.chunk_room - p.wheels_bytes) if w.datasets else []
-        for i, ch in enumerate(chunks):
-            for name, at, n in ch:
-                chunk_list.append({"window": w.index, "call": i + 1, "file": name, "offset": at, "bytes": n})
         scripts = folder / f"window{w.index}"
         scripts.mkdir(exist_ok=True)
         for c in w.calls:
@@ -1066,18 +1223,11 @@ def dry_run(p: Plan, folder: Path, *, windows: int = 1, data_root: Path | None =
                                     "carry_bytes": c.carry_bytes, "est_s": c.est_s})
         if not execute or w.index > windows:
             continue
-        measured = [f for f in files if f[3]]  # CIFAR-10 stays an estimate until it is packed
-        src = {name: root / name for _, name, _, _ in measured}
-        if measured:
-            whole = len(measured) == len(files)
-            write_chunks(measured, chunks if whole else chunk_files(
-                measured, p.chunk_room, first_room=p.chunk_room - p.wheels_bytes), src, carry, w.index)
         if "cifar10" in w.datasets and not any(f[0] == "cifar10" and f[3] for f in files):
             # CIFAR-10 is not packed here (``pack`` takes minutes): its PNG tree stands in for it
             (work / "data").mkdir(parents=True, exist_ok=True)
             if not (work / "data" / "cifar10-png").exists():
                 (work / "data" / "cifar10-png").symlink_to(root / "cifar10-png")
-        (carry / f"w{w.index}.deadline").write_text(str(w.deadline_s))
         for c in w.calls:
             out = folder / "out" / f"w{w.index}c{c.index}"
             env = {**os.environ, "OUT": str(out), "PYTHONPATH": str(project_root())}
@@ -1106,12 +1256,15 @@ def dry_run(p: Plan, folder: Path, *, windows: int = 1, data_root: Path | None =
 # --------------------------------------------------------------------------- command line
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The command line, here and on the machine (every call's commands parse with it)."""
     ap = argparse.ArgumentParser(prog="python -m vflkit.launcher", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    for name in ("plan", "dry-run"):
-        p = sub.add_parser(name, help="plan every pending GPU run into windows" if name == "plan"
-                           else "plan, then rehearse the first window's calls on the CPU")
+    helps = {"plan": "plan every pending GPU run into windows",
+             "prepare": "plan, then write what a real window's calls carry (.launch/) and print the calls",
+             "dry-run": "plan, then rehearse the first window's calls on the CPU"}
+    for name, what in helps.items():
+        p = sub.add_parser(name, help=what)
         p.add_argument("--deadline-min", type=float, default=14.0, help="a window's length in minutes (default 14)")
         p.add_argument("--device-kind", default="h100", choices=sorted(DEVICE_KINDS))
         p.add_argument("--workers", type=int, default=DEFAULT_WORKERS, help="processes sharing the GPU")
@@ -1122,6 +1275,11 @@ def main(argv: list[str] | None = None) -> int:
         if name == "dry-run":
             p.add_argument("--folder", type=Path, required=True, help="where the rehearsal writes")
             p.add_argument("--windows", type=int, default=1, help="windows to execute (default 1)")
+        if name == "prepare":
+            p.add_argument("--packed", type=Path, default=None, help="the folder `pack` wrote CIFAR-10's arrays to")
+            p.add_argument("--no-wheels", action="store_true",
+                           help="carry no wheels (the machine then lacks " + ", ".join(DEVICE_LACKS) + ")")
+            p.add_argument("--carry", type=Path, default=None, help=argparse.SUPPRESS)  # tests: not .launch/
     p = sub.add_parser("check", help="(machine) which packages are missing")
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
     p = sub.add_parser("unpack", help="(machine) store a carried data chunk")
@@ -1132,7 +1290,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--window", type=int, required=True)
     p.add_argument("--work", type=Path, default=Path(DEFAULT_WORK))
     p.add_argument("--device", default="cuda")
-    p.add_argument("--workers", type=int, default=DEFAULT_WORKERS)
     p.add_argument("--deadline-in", type=float, required=True, help="seconds from now to the lanes' deadline")
     p.add_argument("--stand-in", action="store_true", help="train each run's smoke stand-in (the rehearsal)")
     p = sub.add_parser("lane", help="(machine) one lane's packs; started by start")
@@ -1154,14 +1311,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--results", type=Path, default=None)
     p = sub.add_parser("pack", help="write CIFAR-10's packed arrays (here, where the data is)")
     p.add_argument("out", type=Path)
-    a = ap.parse_args(argv)
-    if a.cmd in ("plan", "dry-run"):
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parser().parse_args(argv)
+    if a.cmd in ("plan", "prepare", "dry-run"):
         papers = a.papers.split(",") if a.papers else None
-        pl = plan(a.deadline_min * 60, a.device_kind, profile=a.profile, workers=a.workers, papers=papers,
-                  rate_file=a.rates)
+        kw = dict(profile=a.profile, workers=a.workers, papers=papers, rate_file=a.rates)
+        if a.cmd == "prepare":
+            pl = prepare(a.deadline_min * 60, a.device_kind, carry=a.carry, wheels=not a.no_wheels,
+                         packed=a.packed, **kw)
+        else:
+            pl = plan(a.deadline_min * 60, a.device_kind, **kw)
         print(plan_table(pl))
         if a.json:
             a.json.write_text(json.dumps(pl.to_dict(), indent=1))
+        if a.cmd == "prepare":
+            print(call_sequence(pl))
+            print(f"[launcher] prepared {len(pl.windows)} windows under {a.carry or CARRY_DIR}/: plan.json, "
+                  f"{sum(len(w.calls) for w in pl.windows)} calls, wheels {pl.wheels_bytes / 2**20:.1f} MiB")
         if a.cmd == "dry-run":
             rep = dry_run(pl, a.folder, windows=a.windows)
             failed = [c for c in rep["calls"] if c.get("rc", 0) != 0]
@@ -1175,8 +1344,7 @@ def main(argv: list[str] | None = None) -> int:
     elif a.cmd == "unpack":
         unpack(a.folder, a.work)
     elif a.cmd == "start":
-        start(a.plan, a.window, work=a.work, device=a.device, workers=a.workers, deadline_in=a.deadline_in,
-              stand_in=a.stand_in)
+        start(a.plan, a.window, work=a.work, device=a.device, deadline_in=a.deadline_in, stand_in=a.stand_in)
     elif a.cmd == "lane":
         lane(a.plan, a.window, a.lane, work=a.work, device=a.device, deadline=a.deadline, stand_in=a.stand_in)
     elif a.cmd == "collect":
