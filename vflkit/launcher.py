@@ -282,10 +282,10 @@ def pending_gpu_runs(profile: str = "paper", *, results: Path | None = None,
     record store looks (``VFLKIT_RESULTS``, then the committed ``results/``), or in ``results``
     alone."""
     from . import studies
-    from .records import _record_roots
+    from .records import record_roots
     from .study import study_tasks
 
-    roots = [Path(results)] if results is not None else _record_roots()
+    roots = [Path(results)] if results is not None else record_roots()
     pending: list[GpuRun] = []
     recorded: list[str] = []
     for study in studies.studies():

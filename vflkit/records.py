@@ -286,12 +286,6 @@ def record_roots() -> list[Path]:
     return list(dict.fromkeys([results_dir(), project_root() / "results"]))
 
 
-def _record_roots() -> list[Path]:
-    """:func:`record_roots` under its old name, for :mod:`vflkit.launcher` until it calls the
-    public one; it calls through, so a test that replaces ``record_roots`` replaces both."""
-    return record_roots()
-
-
 def load_available(runs: Iterable[Run], *, profile: str) -> list[dict[str, Any]]:
     """The records that exist for ``runs``, checked like :func:`load_recorded`, the missing
     ones skipped: for a profile whose records accumulate over many sessions (``paper``)."""

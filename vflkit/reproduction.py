@@ -668,14 +668,14 @@ def inputs_stamp(profiles: Sequence[str]) -> str:
     Checking a committed report against the records costs this hash (a second for thousands of
     records), where rebuilding it costs minutes that grow with every record: the test suite's fast
     tier compares stamps, its slow tier rebuilds."""
-    from .records import _record_roots
+    from .records import record_roots
 
     files: list[tuple[str, Path]] = []
     for profile in profiles:
         # every root the report reads records from (VFLKIT_RESULTS, then the committed results/),
         # a record named once: the first root's copy, as the record store looks them up
         seen: dict[str, Path] = {}
-        for root in _record_roots():
+        for root in record_roots():
             for p in root.glob(f"{profile}/*/*.json"):
                 seen.setdefault(f"results/{p.relative_to(root).as_posix()}", p)
         files += list(seen.items())
