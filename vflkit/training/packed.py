@@ -55,7 +55,7 @@ from tqdm.auto import tqdm
 
 from .. import records
 from ..config import resolve_device
-from ..comm import KINDS, ROUNDS_COUNTED_AS, Channel, _wire_copy, payload_nbytes
+from ..comm import KINDS, Channel, _wire_copy, payload_nbytes
 from ..errors import ConfigError, DivergenceError
 from ..methods.aggvfl import AggVFL
 from ..methods.base import RunConfig, VFLMethod, make_optimizer
@@ -674,12 +674,7 @@ def train_pack(configs: Sequence[RunConfig], *, device: torch.device | str = "cp
             "history": histories[k],
             "final": finals[k],
             "wall_time_s": wall,
-            "comm": {"rounds_counted_as": ROUNDS_COUNTED_AS, "total": ledger.totals(),
-                     "per_epoch": ledger.per_epoch().reset_index().to_dict(orient="records"),
-                     "per_party": ledger.per_party().reset_index().to_dict(orient="records"),
-                     "per_kind": ledger.per_kind().reset_index().to_dict(orient="records"),
-                     "per_link": ledger.per_link().to_dict(orient="records"),
-                     "eval_total": ledger.totals(phase="eval"), "setup_total": ledger.totals(phase="setup")},
+            "comm": split.comm_summary(ledger),
             "diverged": diverged[k],
             "execution": {"packed": len(configs), "pack": keys},
         })

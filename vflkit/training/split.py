@@ -24,7 +24,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .. import records
-from ..comm import ROUNDS_COUNTED_AS, Channel, Party, checked_batches
+from ..comm import ROUNDS_COUNTED_AS, Channel, Ledger, Party, checked_batches
 from ..errors import BudgetExhausted, ConfigError, DivergenceError
 from ..methods.base import RunConfig
 from ..records import checkpoint_path
@@ -192,6 +192,19 @@ def build_parties(config: RunConfig, *, device: torch.device, channel: Channel) 
     return parties, n_classes
 
 
+
+def comm_summary(ledger: Ledger) -> dict[str, Any]:
+    """A split-family record's ``comm``: totals, per epoch, party, kind and link, evaluation and
+    setup traffic (the unpacked and the packed trainer write the same)."""
+    return {"rounds_counted_as": ROUNDS_COUNTED_AS, "total": ledger.totals(),
+            "per_epoch": ledger.per_epoch().reset_index().to_dict(orient="records"),
+            "per_party": ledger.per_party().reset_index().to_dict(orient="records"),
+            "per_kind": ledger.per_kind().reset_index().to_dict(orient="records"),
+            # traffic per (epoch, kind, sender, receiver): prices the run under any network
+            # afterwards (comm.price_record; EASTER Figs 4-5, Table VII) without retraining
+            "per_link": ledger.per_link().to_dict(orient="records"),
+            "eval_total": ledger.totals(phase="eval"), "setup_total": ledger.totals(phase="setup")}
+
 def train(
     config: RunConfig,
     *,
@@ -329,14 +342,7 @@ def train(
         "history": history,
         "final": {k: v for k, v in metrics.items()},
         "wall_time_s": wall,
-        "comm": {"rounds_counted_as": ROUNDS_COUNTED_AS, "total": ledger.totals(),
-                 "per_epoch": ledger.per_epoch().reset_index().to_dict(orient="records"),
-                 "per_party": ledger.per_party().reset_index().to_dict(orient="records"),
-                 "per_kind": ledger.per_kind().reset_index().to_dict(orient="records"),
-                 # traffic per (epoch, kind, sender, receiver): prices the run under any network
-                 # afterwards (comm.price_record; EASTER Figs 4-5, Table VII) without retraining
-                 "per_link": ledger.per_link().to_dict(orient="records"),
-                 "eval_total": ledger.totals(phase="eval"), "setup_total": ledger.totals(phase="setup")},
+        "comm": comm_summary(ledger),
         "diverged": diverged,
     }
 
