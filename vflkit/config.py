@@ -159,10 +159,12 @@ class KeyedRun:
     differs from its default (so adding a defaulted field keeps every committed key), and, for
     a dataset of your own, its content digest (:func:`registered_data_digest`).
 
-    A subclass declares :attr:`KEYED_FIELDS` and ``to_dict()``. Two hooks exist only because
-    keys were committed before this class, in two formats that must not change:
-    :attr:`KEY_FORMAT` (the digest; :data:`SHA256_16` unless set) and :meth:`key_prefix` (a
-    readable start of the file name; none unless overridden).
+    A subclass declares :attr:`KEYED_FIELDS` and ``to_dict()``, and sets a hook only where it
+    differs. Two hooks exist because keys were committed before this class, in two formats that
+    must not change: :attr:`KEY_FORMAT` (the digest; :data:`SHA256_16` unless set) and
+    :meth:`key_prefix` (a readable start of the file name; none unless overridden). The third,
+    :meth:`key_defaults`, is for a run whose ``to_dict()`` spreads a nested config's fields
+    (AdptVFedConv's): those fields' defaults are the nested class's.
     """
 
     #: The fields every key hashes, default or not. Never edit a class's list: every committed
