@@ -9,12 +9,12 @@ import re
 import pytest
 
 from vflkit import studies
-from vflkit.config import project_root
+from vflkit.config import SHA1_10, SHA256_16, KeyedRun, project_root
 from vflkit.errors import ConfigError
 from vflkit.methods import METHODS, ONE_SHOT_METHODS, RunConfig, get_one_shot_method
-from vflkit.study import FAMILIES, STUDY_FAMILY, _load
+from vflkit.study import FAMILIES, STUDY_FAMILY, run_class
 
-RUN_CLASSES = {family: _load(spec[1]) for family, spec in FAMILIES.items()}
+RUN_CLASSES = {family: run_class(family) for family in FAMILIES}
 
 
 def _flat(groups):
@@ -80,57 +80,131 @@ def test_registered_study_declaration(paper):
 @pytest.mark.parametrize("family", sorted(RUN_CLASSES))
 def test_run_class_refuses_an_unknown_key_and_a_new_defaulted_field_keeps_its_key(family):
     """``from_dict`` rejects a key the class lacks (an old or misspelt record is an error, never
-    ignored); a field added with a default (a subclass here) leaves the key of a run that keeps
-    the default, and changes it once set, so committed records stay where they are."""
+    ignored); a field added with a default (a subclass of the dataclass whose defaults the base
+    reads, :meth:`KeyedRun.key_defaults`) leaves the key of a run that keeps the default, and
+    changes it once set, so committed records stay where they are."""
     cls = RUN_CLASSES[family]
     paper = next(p for p, f in STUDY_FAMILY.items() if f == family)
     run = _flat(importlib.import_module(f"vflkit.studies.{paper}").configs("smoke"))[0]
-    with pytest.raises(ConfigError, match="unknown"):
+    with pytest.raises(ConfigError, match=f"unknown {cls.__name__} keys \\['no_such_field'\\]"):
         cls.from_dict({**run.to_dict(), "no_such_field": 1})
-    config = run.adpt if family == "tiles" else run  # AdptVFedConv's run keys its nested config
+    owner = run.key_defaults()
     extended = dataclasses.make_dataclass("Extended", [("new_knob", int, dataclasses.field(default=0))],
-                                          bases=(type(config),), frozen=True)
-    fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.init}
+                                          bases=(owner,), frozen=True)
+
+    def init_fields(obj):
+        return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if f.init}
 
     def key(**knob):
-        made = extended(**fields, **knob)
-        return type(run)(run.variant, made).key if family == "tiles" else made.key
+        if owner is type(run):
+            return extended(**init_fields(run), **knob).key
+        # the run spreads a nested config (AdptVFedConv's): extend that one, in place
+        nested = next(f.name for f in dataclasses.fields(run) if type(getattr(run, f.name)) is owner)
+        return dataclasses.replace(run, **{nested: extended(**init_fields(getattr(run, nested)), **knob)}).key
 
     assert key() == run.key and key(new_knob=1) != run.key
 
 
-@pytest.mark.parametrize("family", sorted(RUN_CLASSES))
+@pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_run_class_contract(family):
-    """A run class is a frozen dataclass whose key is 16 hex digits of its KEYED_FIELDS (a frozen
-    list of its fields), so adding a defaulted field keeps every committed key."""
-    cls = RUN_CLASSES[family]
+    """A run class (``run_class`` of every registered family) is a frozen dataclass and a
+    :class:`KeyedRun`, whose key hashes its KEYED_FIELDS (a frozen list of its fields) in one of
+    the two committed formats, so adding a defaulted field keeps every committed key."""
+    cls = run_class(family)
+    assert issubclass(cls, KeyedRun) and "key" not in cls.__dict__, f"{cls.__name__} writes its own key"
+    assert cls.KEY_FORMAT in (SHA256_16, SHA1_10)
     assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen
-    names = {f.name for f in dataclasses.fields(cls)}
-    if family == "tiles":  # a variant and a nested config, keyed flat
-        nested = _load("vflkit.methods.adptvfedconv:AdptVFedConvConfig")
-        names = {"variant"} | {f.name for f in dataclasses.fields(nested)}
-    keyed = getattr(cls, "KEYED_FIELDS", None)
-    assert keyed is not None and set(keyed) - {"paper"} <= names, f"{cls.__name__}.KEYED_FIELDS names no field of it"
     paper = next(p for p, f in STUDY_FAMILY.items() if f == family)
     run = _flat(importlib.import_module(f"vflkit.studies.{paper}").configs("smoke"))[0]
-    # a file name: 16 hex digits, or (APC-VFL, AdptVFedConv) a readable prefix and a hash
-    assert re.fullmatch(r"([A-Za-z0-9_]+_)?[0-9a-f]{10,16}", run.key), run.key
+    assert isinstance(cls.KEYED_FIELDS, tuple) and set(cls.KEYED_FIELDS) <= set(run.to_dict()), \
+        f"{cls.__name__}.KEYED_FIELDS names a field its to_dict() lacks"
+    # a file name: 16 hex digits, or (APC-VFL, AdptVFedConv) a readable prefix and 10
+    assert re.fullmatch(r"[0-9a-f]{16}" if cls.KEY_FORMAT == SHA256_16 else r"[A-Za-z0-9_]+_[0-9a-f]{10}",
+                        run.key), run.key
+
+
+def _committed_records():
+    """Every committed record file, by paper: ``results/<profile>/<paper>/<key>.json``."""
+    import subprocess
+
+    root = project_root()
+    listed = subprocess.run(["git", "ls-files", "-z", "--", "results/*/*/*.json"], cwd=root, capture_output=True,
+                            text=True, check=True).stdout.split("\0")
+    by_paper = {}
+    for name in filter(None, listed):
+        _, profile, paper, _ = name.split("/")
+        by_paper.setdefault(paper, []).append(root / name)
+    return by_paper
 
 
 @pytest.mark.parametrize("paper", sorted(STUDY_FAMILY))
-def test_a_committed_record_sits_at_its_config_key(paper):
-    """One committed record per study and profile (not every record: this must not grow with
-    them) rebuilds to the key it is filed under."""
-    cls = RUN_CLASSES[STUDY_FAMILY[paper]]
-    seen = 0
-    for profile in ("quick", "paper"):
-        files = sorted((project_root() / "results" / profile / paper).glob("*.json"))
-        if files:
-            rec = json.loads(files[0].read_text())
-            assert cls.from_dict(rec["config"]).key == rec["key"] == files[0].stem
-            seen += 1
-    if paper != "demo":  # the demo's records are never committed
-        assert seen, f"no committed record of {paper}"
+def test_every_committed_record_sits_at_its_config_key(paper):
+    """Every committed record of the study (every profile; JSON loading and hashing only, about
+    a second for all of them) rebuilds from its ``config`` to the key it is filed under and that
+    it records: the one key scheme keeps every committed key."""
+    cls = run_class(STUDY_FAMILY[paper])
+    paths = _committed_records().get(paper, [])
+    if paper != "demo":  # the demo's records are ad-hoc examples
+        assert paths, f"no committed record of {paper}"
+    moved = []
+    for path in paths:
+        rec = json.loads(path.read_text())
+        if not cls.from_dict(rec["config"]).key == rec["key"] == path.stem:
+            moved.append(path.relative_to(project_root()))
+    assert not moved, f"{len(moved)} of {len(paths)} committed {paper} records no longer sit at their key: {moved[:5]}"
+
+
+def test_the_committed_records_cover_every_run_class():
+    """The test above checks each run class against committed records: every family's class has
+    some (a family without records would have its key scheme checked by nothing)."""
+    covered = {STUDY_FAMILY[paper] for paper in _committed_records() if paper in STUDY_FAMILY}
+    assert covered == set(FAMILIES)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Toy(KeyedRun):
+    """A run class of the smallest kind, to check the base's scheme by hand."""
+
+    KEYED_FIELDS = ("dataset", "seed")
+    dataset: str = "mnist"
+    seed: int = 0
+    later: float = 1.0  # a field added after the first records
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+
+def test_keyed_run_hashes_its_keyed_fields_and_a_later_field_only_off_its_default():
+    """KeyedRun's key is the digest of the canonical JSON of KEYED_FIELDS plus any later field
+    that left its default; a readable prefix and the SHA-1 format are the two declared hooks."""
+    import hashlib
+
+    def digest(payload, fmt):
+        blob = json.dumps(payload, sort_keys=True, separators=(",", ":") if fmt.compact else None)
+        return hashlib.new(fmt.hash, blob.encode()).hexdigest()[:fmt.digits]
+
+    assert _Toy().key == digest({"dataset": "mnist", "seed": 0}, SHA256_16) and len(_Toy().key) == 16
+    assert _Toy(later=2.0).key == digest({"dataset": "mnist", "seed": 0, "later": 2.0}, SHA256_16)
+
+    @dataclasses.dataclass(frozen=True)
+    class Named(_Toy):
+        KEY_FORMAT = SHA1_10
+
+        def key_prefix(self):
+            return f"{self.dataset}_s{self.seed}"
+
+    assert Named(seed=3).key == "mnist_s3_" + digest({"dataset": "mnist", "seed": 3}, SHA1_10)
+
+
+def test_keyed_run_refuses_a_class_without_or_with_edited_keyed_fields():
+    """A run class must declare its frozen KEYED_FIELDS, and a subclass may not redefine its
+    base's (every record of the base would move): both are TypeErrors when the class is made."""
+    with pytest.raises(TypeError, match="declares no KEYED_FIELDS"):
+        type("NoFields", (KeyedRun,), {})
+    with pytest.raises(TypeError, match="redefines KEYED_FIELDS"):
+        type("Edited", (_Toy,), {"KEYED_FIELDS": ("dataset",)})
+    with pytest.raises(ConfigError, match=r"unknown _Toy keys \['sed'\]; valid keys: dataset, later, seed"):
+        _Toy.refuse_unknown({"sed": 1}, ["dataset", "seed", "later"])
 
 
 @pytest.mark.parametrize("name", sorted(METHODS))
@@ -179,20 +253,10 @@ def test_every_server_optimizer_and_variant_keys_its_runs_apart():
         MultiVFLConfig(variant="no_such")
 
 
-def test_a_new_defaulted_field_keeps_every_key():
-    """Adding a field with a default to a run's config (here AdptVFedConv's nested one, which
-    used to hash its whole config) keeps the key of every run that leaves it at its default."""
-    from vflkit.methods import adptvfedconv as A
-    from vflkit.studies import adptvfedconv
-    from vflkit.training.tiles import TilesRun
-
-    @dataclasses.dataclass(frozen=True)
-    class Extended(A.AdptVFedConvConfig):
-        new_knob: int = 0
-
-    run = adptvfedconv.all_runs(adptvfedconv.configs("smoke"))[0]
-    fields = {f.name: getattr(run.adpt, f.name) for f in dataclasses.fields(run.adpt)}
-    assert TilesRun(run.variant, Extended(**fields)).key == run.key
-    assert TilesRun(run.variant, Extended(**fields, new_knob=1)).key != run.key
+def test_a_field_added_later_is_not_keyed_at_its_default():
+    """RunConfig's later fields (``resnet_cut``, ``precision``) are not among its KEYED_FIELDS:
+    a run that keeps (or is normalised to) their default keeps its committed key."""
     plain = RunConfig(paper="demo", dataset="mnist", method="splitnn", models="mlp")
-    assert "resnet_cut" not in RunConfig.KEYED_FIELDS and plain.key == plain.replace(resnet_cut="stages").key
+    assert not {"resnet_cut", "precision"} & set(RunConfig.KEYED_FIELDS)
+    assert plain.key == plain.replace(resnet_cut="stages").key == plain.replace(resnet_cut="layers").key
+    assert plain.key == plain.replace(precision="fp32").key != plain.replace(precision="bf16").key

@@ -140,19 +140,6 @@ def test_dry_run_rehearses_a_window_on_the_cpu(planted, tmp_path):
     assert "nvidia-cuda-mps-control -d" in rep["mps"]["start"]
 
 
-def test_launcher_help_imports_no_torch():
-    """`python -m vflkit.launcher --help` answers at once: it imports neither torch nor pandas."""
-    import subprocess
-    import sys
-
-    code = ("import sys, contextlib, io\nfrom vflkit import launcher\n"
-            "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
-            "    launcher.main(['--help'])\n"
-            "print(sorted(m for m in ('torch', 'pandas', 'vflkit.training') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]", out.stdout + out.stderr
-
-
 def test_a_packed_pack_needs_on_the_machine_what_the_plan_gave_it():
     """A lane starts a packed pack when the time it needs is left, reckoned as the plan reckoned
     it (the rate file's pack speed-up included): before, the lane dropped the speed-up and

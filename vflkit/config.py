@@ -10,11 +10,12 @@ be read-only (CI points it at a shared, read-only copy), so the cache never live
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import math
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, NamedTuple
 
 if TYPE_CHECKING:  # torch is imported where a device is resolved: `--help` needs no torch
     import torch
@@ -133,18 +134,103 @@ def check_name(name: str, value: Any) -> str:
     return value.strip().lower()
 
 
-def key_dict(config: Any, data: dict[str, Any], keyed: Iterable[str]) -> dict[str, Any]:
-    """The part of a config's ``data`` (its ``to_dict()``) that its key hashes.
+class KeyFormat(NamedTuple):
+    """How a run class turns its keyed payload (:meth:`KeyedRun.key_dict`) into the hash part
+    of its key: a :mod:`hashlib` algorithm, the hex digits kept, and the JSON spacing."""
 
-    ``keyed`` is the frozen list of fields the class had when keys were first committed:
-    those are hashed always, default or not, as they always were. A field added later is
-    hashed only when it differs from its default, so adding a field with a default keeps the
-    key (and the record) of every existing run.
+    hash: str
+    digits: int
+    compact: bool  # json.dumps with separators (",", ":"); else its default (", ", ": ")
+
+
+#: The split and Multi-VFL runs' keys: 16 hex digits of SHA-256 of compact canonical JSON.
+SHA256_16 = KeyFormat("sha256", 16, compact=True)
+#: The APC-VFL and AdptVFedConv runs' hash after their readable prefix: 10 hex digits of SHA-1 of
+#: canonical JSON with json.dumps' default spacing.
+SHA1_10 = KeyFormat("sha1", 10, compact=False)
+
+
+class KeyedRun:
+    """The one key scheme of every run class: a mixin for frozen dataclasses.
+
+    A run's key names its record, ``<results>/<profile>/<paper>/<key>.json``, so a rerun finds
+    it. The key hashes :meth:`key_dict`: every field of :attr:`KEYED_FIELDS` (frozen: the
+    class's fields when its first records were committed), each other field only when it
+    differs from its default (so adding a defaulted field keeps every committed key), and, for
+    a dataset of your own, its content digest (:func:`registered_data_digest`).
+
+    A subclass declares :attr:`KEYED_FIELDS` and ``to_dict()``, and sets a hook only where it
+    differs. Two hooks exist because keys were committed before this class, in two formats that
+    must not change: :attr:`KEY_FORMAT` (the digest; :data:`SHA256_16` unless set) and
+    :meth:`key_prefix` (a readable start of the file name; none unless overridden). The third,
+    :meth:`key_defaults`, is for a run whose ``to_dict()`` spreads a nested config's fields
+    (AdptVFedConv's): those fields' defaults are the nested class's.
     """
-    keyed = set(keyed)
-    defaults = _default_texts(type(config))
-    return {k: v for k, v in data.items()
-            if k in keyed or k not in defaults or _text(v) != defaults[k]}
+
+    #: The fields every key hashes, default or not. Never edit a class's list: every committed
+    #: key hashes it (a subclass may not redefine its base's, :meth:`__init_subclass__`).
+    KEYED_FIELDS: ClassVar[tuple[str, ...]]
+    #: The digest of the keyed payload (the format the class's committed keys have).
+    KEY_FORMAT: ClassVar[KeyFormat] = SHA256_16
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        keyed = cls.__dict__.get("KEYED_FIELDS")
+        inherited = next((getattr(b, "KEYED_FIELDS") for b in cls.__mro__[1:] if "KEYED_FIELDS" in b.__dict__),
+                         None)
+        if keyed is None and inherited is None:
+            raise TypeError(f"{cls.__name__} declares no KEYED_FIELDS (the frozen tuple of fields its keys hash)")
+        if keyed is not None and (not isinstance(keyed, tuple) or not all(isinstance(k, str) for k in keyed)):
+            raise TypeError(f"{cls.__name__}.KEYED_FIELDS must be a tuple of field names, got {keyed!r}")
+        if keyed is not None and inherited is not None and keyed != inherited:
+            # a subclass keys the same runs; another list would move every record of its base
+            raise TypeError(f"{cls.__name__} redefines KEYED_FIELDS of its base; add a defaulted field instead")
+        if not isinstance(cls.KEY_FORMAT, KeyFormat):
+            raise TypeError(f"{cls.__name__}.KEY_FORMAT must be a KeyFormat, got {cls.KEY_FORMAT!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The run's plain JSON-able dict (its record's ``config``); every subclass defines it."""
+        raise NotImplementedError(f"{type(self).__name__} defines no to_dict()")
+
+    def key_prefix(self) -> str:
+        """A readable start of the key (APC-VFL's and AdptVFedConv's committed file names have
+        one); "" (none) unless a subclass says otherwise."""
+        return ""
+
+    def key_defaults(self) -> type:
+        """The dataclass whose field defaults decide which later fields are hashed: the run's
+        own class, unless its ``to_dict()`` spreads a nested config (AdptVFedConv's)."""
+        return type(self)
+
+    def key_dict(self) -> dict[str, Any]:
+        """The part of ``to_dict()`` the key hashes (see the class docstring)."""
+        keyed = set(self.KEYED_FIELDS)
+        defaults = _default_texts(self.key_defaults())
+        out = {k: v for k, v in self.to_dict().items()
+               if k in keyed or k not in defaults or _text(v) != defaults[k]}
+        dataset = getattr(self, "dataset", None)
+        digest = registered_data_digest(dataset) if isinstance(dataset, str) else None
+        if digest is not None:  # built-in datasets: the name alone, so committed keys stay
+            out["data_digest"] = digest
+        return out
+
+    @property
+    def key(self) -> str:
+        """The record's file name: :meth:`key_prefix`, then the digest of :meth:`key_dict`."""
+        fmt = self.KEY_FORMAT
+        blob = json.dumps(self.key_dict(), sort_keys=True, separators=(",", ":") if fmt.compact else None)
+        digest = hashlib.new(fmt.hash, blob.encode()).hexdigest()[:fmt.digits]
+        prefix = self.key_prefix()
+        return f"{prefix}_{digest}" if prefix else digest
+
+    @classmethod
+    def refuse_unknown(cls, d: dict[str, Any], known: Iterable[str]) -> None:
+        """A ConfigError naming the keys of ``d`` (a record's ``config``) that are not ``known``:
+        an old or misspelt record is an error, never ignored."""
+        known = set(known)
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ConfigError(f"unknown {cls.__name__} keys {unknown}; valid keys: {', '.join(sorted(known))}")
 
 
 def _text(value: Any) -> str:

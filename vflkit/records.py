@@ -1,10 +1,11 @@
 """The one record store and the one run loop of every paper.
 
 A run is any frozen config with ``paper``, ``seed``, ``key`` and ``to_dict()`` (the
-:class:`Run` protocol): :class:`~vflkit.methods.base.RunConfig` for the batch-by-batch split
-and aggregation methods, :class:`~vflkit.methods.multi_vfl.MultiVFLConfig` for Multi-VFL,
-:class:`~vflkit.training.one_shot.OneShotRun` for the one-shot methods. Its key names its
-record: ``<results>/<profile>/<paper>/<key>.json``, so a rerun finds finished runs and skips
+:class:`Run` protocol; every run class is a :class:`~vflkit.config.KeyedRun`, the one key
+scheme): :class:`~vflkit.methods.base.RunConfig` for the batch-by-batch split and aggregation
+methods, :class:`~vflkit.methods.multi_vfl.MultiVFLConfig` for Multi-VFL,
+:class:`~vflkit.training.one_shot.OneShotRun` for the one-shot methods,
+:class:`~vflkit.training.tiles.TilesRun` for AdptVFedConv. Its key names its record: ``<results>/<profile>/<paper>/<key>.json``, so a rerun finds finished runs and skips
 them, and an interrupted study resumes at the first run without a record.
 
 :func:`run_one` trains a run with the trainer it is handed (one per protocol family, in
@@ -53,7 +54,9 @@ ENVELOPE: tuple[str, ...] = ("key", "profile", "config", "environment", "finishe
 
 
 class Run(Protocol):
-    """What the record store needs of a run config."""
+    """What the record store needs of a run config. Every run class of
+    :data:`vflkit.study.FAMILIES` is a :class:`~vflkit.config.KeyedRun`, which gives ``key``
+    (the one key scheme) and declares ``to_dict``; the class gives ``paper`` and ``seed``."""
 
     paper: str
     seed: int

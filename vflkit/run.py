@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .errors import ConfigError, VFLKitError
-from .study import FAMILIES, _load
+from .study import FAMILIES, _load, run_class
 
 #: Fields a split-family run gets unless given: the demo study's paper tag (records of ad-hoc
 #: runs go to results/<profile>/demo/).
@@ -86,9 +86,7 @@ def read_config_file(path: Path) -> dict[str, Any]:
 
 def build(family: str, fields: dict[str, Any]) -> Any:
     """The family's run config from ``fields`` (an unknown field is the run class's error)."""
-    if family not in FAMILIES:
-        raise ConfigError(f"Invalid family {family!r}; choose one of {', '.join(FAMILIES)}")
-    cls = _load(FAMILIES[family][1])
+    cls = run_class(family)  # an unknown family: a ConfigError listing the known ones
     if family == "split":
         fields = {**SPLIT_DEFAULTS, **fields}
     if hasattr(cls, "from_dict"):

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from .config import PROFILES, project_root, results_dir
+from .config import PROFILES, KeyedRun, project_root, results_dir
 from .errors import ConfigError
 from .files import move_aside
 from .scheduler import Summary, Task, schedule, status_table
@@ -58,20 +58,25 @@ def _load(spec: str) -> Any:
     return getattr(obj, name) if name else obj
 
 
-def run_class(family: str) -> type:
-    """The run class of protocol ``family`` (:data:`FAMILIES`), e.g. ``RunConfig`` for "split";
-    an unknown family is a ConfigError listing the known ones."""
+def run_class(family: str) -> type[KeyedRun]:
+    """The run class of protocol ``family`` (:data:`FAMILIES`), e.g. ``RunConfig`` for "split":
+    a :class:`~vflkit.config.KeyedRun`, so its records are named by the one key scheme. An
+    unknown family is a ConfigError listing the known ones."""
     if family not in FAMILIES:
         raise ConfigError(f"Invalid family {family!r}; choose one of {', '.join(FAMILIES)}")
-    return _load(FAMILIES[family][1])
+    cls = _load(FAMILIES[family][1])
+    if not (isinstance(cls, type) and issubclass(cls, KeyedRun)):
+        raise ConfigError(f"family {family!r}: run class {FAMILIES[family][1]} is not a vflkit.config.KeyedRun "
+                          "(the one key scheme its records are filed by)")
+    return cls
 
 
 def compute(payload: dict[str, Any], *, device: str, deadline: float | None) -> None:
     """One run of a study, in a worker process (the scheduler's task function)."""
     from . import records
 
-    trainer, run_class, on_div = FAMILIES[payload["family"]]
-    run = _load(run_class).from_dict(payload["config"])
+    trainer, _, on_div = FAMILIES[payload["family"]]
+    run = run_class(payload["family"]).from_dict(payload["config"])
     records.run_one(run, train=_load(trainer).train, profile=payload["profile"], device=device,
                     results=Path(payload["results"]), progress=False, on_divergence=on_div, deadline=deadline)
 

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import hashlib
-import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Sequence
@@ -26,7 +24,7 @@ import torch
 from torch import nn
 
 from ..comm import Party
-from ..config import check_int, check_name, check_paper, check_rate, key_dict, registered_data_digest
+from ..config import KeyedRun, check_int, check_name, check_paper, check_rate
 from ..errors import ConfigError
 
 if TYPE_CHECKING:
@@ -58,8 +56,9 @@ def _rate(value: Any) -> float:
 
 
 @dataclass(frozen=True)
-class RunConfig:
-    """Everything that decides one run's result.
+class RunConfig(KeyedRun):
+    """Everything that decides one run's result; its key (:class:`~vflkit.config.KeyedRun`) is
+    16 hex digits of SHA-256 of its keyed fields.
 
     Per-party fields (``models``, ``optimizers``, ``lr``) hold one entry per party in party
     order (party ``active`` holds the labels); a single string/number applies to every party.
@@ -208,10 +207,7 @@ class RunConfig:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunConfig:
         """Build from a dict; an unknown key is an error, never ignored."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ConfigError(f"unknown RunConfig keys {unknown}; valid keys: {', '.join(sorted(known))}")
+        cls.refuse_unknown(d, (f.name for f in dataclasses.fields(cls)))
         d = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
         return cls(**d)
 
@@ -221,7 +217,7 @@ class RunConfig:
 
     #: The fields every key hashes, default or not (frozen: the fields of the first committed
     #: records). A field added later is hashed only when it differs from its default, so that
-    #: adding it keeps every existing key (:func:`vflkit.config.key_dict`). Never edit this.
+    #: adding it keeps every existing key (:meth:`vflkit.config.KeyedRun.key_dict`). Never edit this.
     KEYED_FIELDS: ClassVar[tuple[str, ...]] = (
         "paper", "dataset", "method", "models", "optimizers", "lr", "partition", "n_parties", "active",
         "batch_size", "epochs", "seed", "n_train", "n_test", "embedding_dim", "el_pl", "options")
@@ -244,19 +240,6 @@ class RunConfig:
                 pass
             return
         object.__setattr__(self, "resnet_cut", "stages")
-
-    @property
-    def key(self) -> str:
-        """Stable hash of the config (first 16 hex digits of SHA-256 of its canonical JSON);
-        for a dataset of your own, of its content digest too (built-in datasets: the name only,
-        so committed keys stay)."""
-        keyed = key_dict(self, self.to_dict(), self.KEYED_FIELDS)
-        digest = registered_data_digest(self.dataset)
-        if digest is not None:
-            keyed["data_digest"] = digest
-        blob = json.dumps(keyed, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
 
 
 def make_optimizer(name: str, params: Iterable[nn.Parameter], lr: float) -> torch.optim.Optimizer:

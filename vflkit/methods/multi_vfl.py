@@ -24,8 +24,6 @@ labels (``phase="eval"``). The protocol does not fit :class:`~vflkit.methods.bas
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -35,7 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..comm import Channel, Party
-from ..config import check_int, check_name, check_rate, key_dict
+from ..config import KeyedRun, check_int, check_name, check_rate
 from ..errors import ConfigError, DivergenceError
 from ..models import MultiVFLDataOwner, MultiVFLLabelOwner
 from ..partition import NIID_SCENARIOS, LABEL_SCENARIOS, label_owner_split, strips
@@ -47,8 +45,9 @@ DATASETS: tuple[str, ...] = ("mnist", "fashion_mnist")
 
 
 @dataclass(frozen=True)
-class MultiVFLConfig:
-    """Everything that decides one Multi-VFL run (defaults: the paper's Sec. 4 and Tables 2-3).
+class MultiVFLConfig(KeyedRun):
+    """Everything that decides one Multi-VFL run (defaults: the paper's Sec. 4 and Tables 2-3);
+    its key (:class:`~vflkit.config.KeyedRun`) is 16 hex digits of SHA-256 of its keyed fields.
 
     Parameters
     ----------
@@ -162,22 +161,12 @@ class MultiVFLConfig:
     def from_dict(cls, d: dict[str, Any]) -> "MultiVFLConfig":
         """Build from a dict; an unknown key is an error, never ignored."""
         d = {k: v for k, v in d.items() if k != "paper"}
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ConfigError(f"unknown Multi-VFL config keys {unknown}; valid keys: {', '.join(sorted(known))}")
+        cls.refuse_unknown(d, (f.name for f in dataclasses.fields(cls)))
         return cls(**d)
 
     def replace(self, **changes: Any) -> "MultiVFLConfig":
         """A copy with some fields changed."""
         return dataclasses.replace(self, **changes)
-
-    @property
-    def key(self) -> str:
-        """Stable hash of the config (first 16 hex digits of SHA-256 of its canonical JSON)."""
-        blob = json.dumps(key_dict(self, self.to_dict(), self.KEYED_FIELDS), sort_keys=True,
-                          separators=(",", ":"))
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def xavier_init(module: nn.Module) -> nn.Module:

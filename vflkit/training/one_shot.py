@@ -14,8 +14,6 @@ record store (:func:`vflkit.records.run_one`) wraps in the common envelope.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 import warnings
 from dataclasses import asdict, dataclass, fields, replace
@@ -35,7 +33,7 @@ from threadpoolctl import threadpool_limits
 
 from .. import records
 from ..comm import ROUNDS_COUNTED_AS, Channel, Ledger, Party
-from ..config import check_int, check_name, check_rate, key_dict
+from ..config import SHA1_10, KeyedRun, KeyFormat, check_int, check_name, check_rate
 from ..errors import BudgetExhausted, ConfigError, DatasetNotFoundError, DivergenceError
 from ..methods import get_one_shot_method
 from ..methods.aligned_splitnn import AlignedSplitNN
@@ -80,11 +78,13 @@ TABLE2_METHODS = ("splitnn", "apc_vfl_joint")
 
 
 @dataclass(frozen=True, kw_only=True)
-class OneShotRun:
+class OneShotRun(KeyedRun):
     """One APC-VFL run: a (dataset, method, aligned count, feature partition, repetition).
 
     ``kind`` is "fig5" (one-shot method, 10-fold CV on the active participant's data) or
-    "table2" (aligned data only, fixed test set). Keyword-only; unknown keys are an error.
+    "table2" (aligned data only, fixed test set). Keyword-only; unknown keys are an error. Its
+    key (:class:`~vflkit.config.KeyedRun`) is a readable prefix and 10 hex digits of SHA-1, the
+    format of its first committed records.
     """
 
     #: Which paper the record belongs to (results/<profile>/<paper>/); not part of the key.
@@ -147,13 +147,13 @@ class OneShotRun:
                               f"{spec.n_test_table2} aligned samples of {self.dataset} as its test set; choose "
                               f"{spec.n_test_table2 + 1}..{spec.n_active}")
 
-    @property
-    def key(self) -> str:
-        """File name of the record: readable prefix + hash of the whole config."""
-        blob = json.dumps(key_dict(self, asdict(self), self.KEYED_FIELDS), sort_keys=True).encode()
-        h = hashlib.sha1(blob).hexdigest()[:10]
+    #: The committed records' digest (:class:`~vflkit.config.KeyedRun`): never change it.
+    KEY_FORMAT: ClassVar[KeyFormat] = SHA1_10
+
+    def key_prefix(self) -> str:
+        """The record's file name starts with the run's cell, readable in a listing."""
         aligned = "all" if self.n_aligned is None else self.n_aligned
-        return f"{self.kind}_{self.dataset}_{self.method}_al{aligned}_a{self.n_active_features}_s{self.seed}_{h}"
+        return f"{self.kind}_{self.dataset}_{self.method}_al{aligned}_a{self.n_active_features}_s{self.seed}"
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict (the record's ``config``)."""
@@ -162,10 +162,7 @@ class OneShotRun:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "OneShotRun":
         """Inverse of :meth:`to_dict`; unknown keys are an error."""
-        names = {f.name for f in fields(cls)}
-        unknown = set(d) - names
-        if unknown:
-            raise ConfigError(f"unknown OneShotRun keys {sorted(unknown)}; valid: {sorted(names)}")
+        cls.refuse_unknown(d, (f.name for f in fields(cls)))
         return cls(**d)
 
     def replace(self, **changes: Any) -> "OneShotRun":

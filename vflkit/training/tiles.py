@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
-import json
 import shutil
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -30,7 +28,7 @@ from typing import Any, ClassVar, Iterator
 import torch
 
 from .. import records
-from ..config import key_dict, registered_data_digest
+from ..config import SHA1_10, KeyedRun, KeyFormat
 from ..errors import BudgetExhausted, ConfigError
 from ..methods import adptvfedconv as A
 from . import adptvfedconv as trainer
@@ -59,11 +57,13 @@ LABELS: dict[str, str] = {
 
 
 @dataclass(frozen=True)
-class TilesRun:
+class TilesRun(KeyedRun):
     """One AdptVFedConv run: ``variant`` (a key of :data:`VARIANTS`) and its ``adpt`` config.
 
     Build one with :meth:`make`, which applies the variant's fields; a run whose config
-    contradicts its variant is a ConfigError.
+    contradicts its variant is a ConfigError. Its key (:class:`~vflkit.config.KeyedRun`) is a
+    readable prefix and 10 hex digits of SHA-1 of the flat ``to_dict()``, the format of its
+    first committed records.
     """
 
     #: Which paper the record belongs to (results/<profile>/<paper>/).
@@ -104,7 +104,7 @@ class TilesRun:
 
     #: The fields every key hashes, default or not (those of the first committed records): a
     #: field added to :class:`AdptVFedConvConfig` later is hashed only when it differs from its
-    #: default, so adding one keeps every committed key (:func:`vflkit.config.key_dict`). Never edit.
+    #: default, so adding one keeps every committed key (:meth:`vflkit.config.KeyedRun.key_dict`). Never edit.
     KEYED_FIELDS: ClassVar[tuple[str, ...]] = (
         "variant", "dataset", "n_train", "n_test", "subset_seed", "seed", "server_tile", "width", "cut", "padding",
         "model_transfer", "finetune", "extraction", "pretrain_epochs", "finetune_epochs", "classifier_epochs",
@@ -112,17 +112,16 @@ class TilesRun:
         "ae_lr_generator", "ae_lr_extractor_scratch", "augment", "tile_shift", "centralized_crop_pad",
         "eval_batch_size")
 
-    @property
-    def key(self) -> str:
-        """File name of the record: readable prefix + hash of its keyed config."""
-        keyed = key_dict(self.adpt, self.to_dict(), self.KEYED_FIELDS)
-        digest = registered_data_digest(self.adpt.dataset)  # a dataset of your own: its content too
-        if digest is not None:
-            keyed["data_digest"] = digest
-        blob = json.dumps(keyed, sort_keys=True).encode()
-        h = hashlib.sha1(blob).hexdigest()[:10]
-        cut = self.adpt.cut.replace("+", "")
-        return f"{self.variant}_{self.adpt.dataset}_{cut}_s{self.adpt.seed}_{h}"
+    #: The committed records' digest (:class:`~vflkit.config.KeyedRun`): never change it.
+    KEY_FORMAT: ClassVar[KeyFormat] = SHA1_10
+
+    def key_prefix(self) -> str:
+        """The record's file name starts with the variant, dataset, cut and seed."""
+        return f"{self.variant}_{self.adpt.dataset}_{self.adpt.cut.replace('+', '')}_s{self.adpt.seed}"
+
+    def key_defaults(self) -> type:
+        """The nested config's class: ``to_dict()`` spreads its fields, whose defaults decide."""
+        return type(self.adpt)
 
     def to_dict(self) -> dict[str, Any]:
         """Flat JSON-able dict (the record's ``config``)."""
@@ -132,10 +131,7 @@ class TilesRun:
     def from_dict(cls, d: dict[str, Any]) -> "TilesRun":
         """Inverse of :meth:`to_dict`; unknown keys are an error."""
         d = dict(d)
-        names = {f.name for f in fields(A.AdptVFedConvConfig)}
-        unknown = set(d) - names - {"variant"}
-        if unknown:
-            raise ConfigError(f"unknown TilesRun keys {sorted(unknown)}; valid: variant, {', '.join(sorted(names))}")
+        cls.refuse_unknown(d, ["variant", *(f.name for f in fields(A.AdptVFedConvConfig))])
         variant = d.pop("variant", None)
         return cls(variant, A.AdptVFedConvConfig(**d))
 
