@@ -98,7 +98,8 @@ DEFAULT_WORKERS = 8
 #: At most this many runs in one pack.
 MAX_PACK = 8
 #: ``--include-slow-cpu``'s default: a CPU-sized run estimated above this many CPU-minutes is
-#: worth a window (C-VFL's paper runs on MNIST and FashionMNIST: 40-110 min each on one core).
+#: worth a window (C-VFL's paper runs on MNIST and FashionMNIST: an estimated 40-110 min each on
+#: one core).
 SLOW_CPU_MIN = 30.0
 #: The machine's own folder for data, records and logs: outside the working tree, which every
 #: call replaces, and kept while the machine stays warm between calls.
