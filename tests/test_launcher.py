@@ -337,6 +337,10 @@ def test_slow_cpu_runs_are_pending_only_when_asked(tmp_path):
 
     assert not any(needs_gpu(L._run_class("split").from_dict(r.config)) for r in slow)
     assert {r.key for r in asked} - {r.key for r in slow} == {r.key for r in without}
+    ap = L.parser()
+    assert ap.parse_args(["plan"]).include_slow_cpu is None
+    assert ap.parse_args(["plan", "--include-slow-cpu"]).include_slow_cpu == L.SLOW_CPU_MIN
+    assert ap.parse_args(["dry-run", "--folder", "x", "--include-slow-cpu", "45"]).include_slow_cpu == 45.0
 
 
 def test_every_pending_run_is_in_a_window_or_needs_an_own_gpu():
