@@ -363,3 +363,25 @@ def test_bf16_payloads_travel_as_float32():
     assert got["e"].dtype == torch.float32 and torch.equal(got["e"], sent.float())
     assert got["ring"].dtype == torch.int64
     assert channel.ledger.totals()["bytes"] == 3 * 5 * 4 + 2 * 8
+
+
+def test_hold_swaps_in_an_equal_tensor_and_refuses_another_shape():
+    """A party holds a view of a pack's stacked data in place of its own (its batches then come
+    from the view), but a tensor of another shape or labels for a party without any are refused."""
+    _, a, p = _two_parties()
+    assert p.aligned("train")
+    stacked = torch.stack([p.held_features("train"), p.held_features("train") + 100])
+    p.hold("train", features=stacked[1])
+    assert p.held_features("train").data_ptr() == stacked[1].data_ptr()
+    assert torch.equal(p.features("train", ids=torch.tensor([2])), torch.tensor([[102.]]))
+    with pytest.raises(PartitionError, match="got"):
+        a.hold("train", features=torch.zeros(6, 3))
+    with pytest.raises(PermissionError):
+        p.held_labels("train")
+    with pytest.raises(PartitionError, match="no labels"):
+        p.hold("train", labels=torch.zeros(6, dtype=torch.long))
+    a.hold("train", labels=a.held_labels("train").clone())
+    assert a.transform(torch.ones(1)) == 1  # the identity when none was given
+    shuffled = Party("passive_2", channel=Channel(), features={"train": torch.zeros(3, 1)},
+                     ids={"train": torch.tensor([2, 0, 1])})
+    assert not shuffled.aligned("train")

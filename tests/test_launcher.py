@@ -281,3 +281,83 @@ def test_a_missing_data_file_says_what_to_do(tmp_path):
 
     with pytest.raises(ConfigError, match="Set VFLKIT_DATA"):
         L.data_files({"mnist"}, tmp_path)
+
+
+def _cvfl_seeds(dataset="mnist"):
+    """One C-VFL paper setting of VFedMH's Table II on ``dataset``, its seeds (configs that pack)."""
+    from vflkit.studies import vfedmh
+
+    runs = [c for g in vfedmh.configs("paper").values() for c in g if c.method == "c_vfl" and c.dataset == dataset]
+    first = runs[0].replace(seed=0).key
+    return sorted({c.key: c for c in runs if c.replace(seed=0).key == first}.values(), key=lambda c: c.seed)
+
+
+def _slow(config, cost, cpu_cost=100 * 60.0):
+    """A CPU-sized run taken in as slow (its CPU estimate in ``cpu_cost_s``), priced at ``cost`` on the GPU."""
+    return L.GpuRun(key=config.key, paper="vfedmh", family="split", label=f"c_vfl {config.dataset} {config.seed}",
+                    config=config.to_dict(), priority=(True, False, config.seed), artefacts=("Table II", "Fig. 3"),
+                    cost_s=cost, cpu_cost_s=cpu_cost)
+
+
+def test_slow_cpu_runs_lead_the_plan_packed_by_seed_within_the_deadline():
+    """With slow CPU runs taken in, C-VFL's seeds are planned as one packed pack ahead of the GPU
+    runs that come first in the study's own order, and every pack ends, estimate x SAFETY, before
+    the window's deadline."""
+    seeds = _cvfl_seeds()
+    assert len(seeds) >= 2
+    gpu = [_run("vfedmh", f"g{i}", 60.0, (False, False, i)) for i in range(3)]
+    runs = gpu + [_slow(c, 90.0) for c in seeds]
+    deadline = L.DEFAULT_DEADLINE_S
+    p = L.plan(deadline, runs=runs, opened={("vfedmh", "Table II"): 2, ("vfedmh", "Fig. 3"): 1}, tree=30 * MIB,
+               workers=1)
+    assert not p.not_fitting and {r.key for r in p.planned} == {r.key for r in runs}
+    first, *rest = p.windows[0].lanes[0]
+    assert first.packed and sorted(r.key for r in first.runs) == sorted(c.key for c in seeds)
+    assert all(r.key.startswith("g") for pk in rest for r in pk.runs)
+    for w in p.windows:
+        for lane in w.lanes:
+            at = w.start_s + L.LANE_START_S
+            for pk in lane:
+                at += pk.cost_s * L.SAFETY
+                assert at <= w.deadline_s - L.RETURN_MARGIN_S
+    table = L.plan_table(p)
+    assert f"packed x{len(seeds)}" in table and "CPU-sized runs taken in as slow" in table
+
+
+def test_slow_cpu_runs_are_pending_only_when_asked(tmp_path):
+    """`pending_gpu_runs` leaves CPU-sized runs out unless asked; asked, it takes in C-VFL's paper
+    runs, each with a CPU estimate above the threshold and none that a study sizes for a GPU."""
+    without, _ = L.pending_gpu_runs("paper", results=tmp_path, papers=["vfedmh"])
+    assert not any(r.slow_cpu for r in without)
+    asked, _ = L.pending_gpu_runs("paper", results=tmp_path, papers=["vfedmh"], slow_cpu_min=L.SLOW_CPU_MIN)
+    slow = [r for r in asked if r.slow_cpu]
+    assert {c.key for c in _cvfl_seeds()} <= {r.key for r in slow}
+    assert all(r.cpu_cost_s > L.SLOW_CPU_MIN * 60 for r in slow)
+    from vflkit.studies.vfedmh import needs_gpu
+
+    assert not any(needs_gpu(L._run_class("split").from_dict(r.config)) for r in slow)
+    assert {r.key for r in asked} - {r.key for r in slow} == {r.key for r in without}
+    ap = L.parser()
+    assert ap.parse_args(["plan"]).include_slow_cpu is None
+    assert ap.parse_args(["plan", "--include-slow-cpu"]).include_slow_cpu == L.SLOW_CPU_MIN
+    assert ap.parse_args(["dry-run", "--folder", "x", "--include-slow-cpu", "45"]).include_slow_cpu == 45.0
+
+
+def test_every_pending_run_is_in_a_window_or_needs_an_own_gpu():
+    """The plan's summary names the windows needed, the own-GPU hours of the runs that fit none
+    (each listed with its estimate and why: a run cannot go on in the next window) and the rate
+    assumed; the default window is a lent task's device time less its give-back."""
+    runs = [_run("vfedmh", "long", 10_000.0, (0,)), _run("vfedmh", "short", 10.0, (1,)),
+            L.dataclasses.replace(_run("vfedmh", "unpriced", 0.0, (2,)), cost_s=None, config={"dataset": "mnist", "x": 1})]
+    p = L.plan(L.DEFAULT_DEADLINE_S, runs=runs[:2], opened={("vfedmh", "Table II"): 1}, tree=30 * MIB, workers=2)
+    p.rates = {"split": (2.0e12, "placeholder")}
+    assert L.DEFAULT_DEADLINE_S + L.GIVE_BACK_S == L.DEVICE_TIME_S == 15 * 60
+    table = L.plan_table(p)
+    assert "needs a longer session (own GPU)" in table
+    assert "long (long): 166.7 min" in table and "checkpoint never leaves the lent machine" in table
+    assert "windows needed for what fits: 1" in table
+    assert "own-GPU hours for the rest: 1 runs, 2.8 run-hours" in table
+    assert "rate assumed: split 2.00 TFLOP/s" in table and "not measured" in table
+    assert "warning" not in table
+    assert "warning" in L.plan_table(L.dataclasses.replace(p, deadline_s=28 * 60))
+    assert L.own_gpu_s(runs, 2) == (10_010.0, 10_000.0)

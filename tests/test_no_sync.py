@@ -5,7 +5,7 @@ On a GPU every host read (``.item()``, ``.tolist()``, ``.cpu()``, ``.numpy()``, 
 waits for the device to finish its queue. The guard below sees them on a CPU too: a
 ``TorchFunctionMode`` is told of every such call (they all dispatch through
 ``__torch_function__``), active only while ``method.train_step`` runs, so the trainer's
-periodic loss read (``_LossWindow.drain``, between steps) is outside it by construction.
+periodic loss read (``LossWindow.drain``, between steps) is outside it by construction.
 
 VFedMH's and EASTER's secure ring runs on the device too (:mod:`vflkit.secure`, torch backend):
 its checks (NaN/inf or overflowing embeddings, masks that did not cancel) are left in the
@@ -157,16 +157,16 @@ def test_periodic_loss_read_is_outside_the_step(monkeypatch):
     cfg = _config("splitnn", METHODS["splitnn"], n_train=512)
     _, every = _guarded_run(monkeypatch, cfg)
     drained: list[int] = []
-    real_drain = split._LossWindow.drain
+    real_drain = split.LossWindow.drain
 
     def counting_drain(self: Any) -> None:
         drained.append(len(self._pending))
         real_drain(self)
 
-    monkeypatch.setattr(split._LossWindow, "drain", counting_drain)
+    monkeypatch.setattr(split.LossWindow, "drain", counting_drain)
     monkeypatch.setattr(split, "SYNC_EVERY_CUDA", 50)
-    real_init = split._LossWindow.__init__
-    monkeypatch.setattr(split._LossWindow, "__init__",
+    real_init = split.LossWindow.__init__
+    monkeypatch.setattr(split.LossWindow, "__init__",
                         lambda self, *, epoch, limit, every: real_init(self, epoch=epoch, limit=limit, every=50))
     _, batched = _guarded_run(monkeypatch, cfg)
     assert drained == [4]  # one read for the epoch's 4 steps

@@ -141,7 +141,7 @@ def test_interrupted_run_resumes_from_checkpoint_with_identical_record(tmp_path,
     whole = run(cfg, profile="smoke", results=tmp_path / "a", device="cpu", progress=False)
 
     calls = {"n": 0}
-    real = split._evaluate
+    real = split.evaluate
 
     def evaluate_then_die(method_obj, config):
         calls["n"] += 1
@@ -149,7 +149,7 @@ def test_interrupted_run_resumes_from_checkpoint_with_identical_record(tmp_path,
             raise _Interrupt
         return real(method_obj, config)
 
-    monkeypatch.setattr(split, "_evaluate", evaluate_then_die)
+    monkeypatch.setattr(split, "evaluate", evaluate_then_die)
     with pytest.raises(_Interrupt):
         run(cfg, profile="smoke", results=tmp_path / "b", device="cpu", progress=False)
     path = record_path(cfg, "smoke", tmp_path / "b")
@@ -162,7 +162,7 @@ def test_interrupted_run_resumes_from_checkpoint_with_identical_record(tmp_path,
         trained.append(self.parties[0].channel.epoch)
         return real_step(self, ids)
 
-    monkeypatch.setattr(split, "_evaluate", real)
+    monkeypatch.setattr(split, "evaluate", real)
     monkeypatch.setattr(get_method(method), "train_step", counting_step)
     resumed = run(cfg, profile="smoke", results=tmp_path / "b", device="cpu", progress=False)
     assert set(trained) == {3}, "the resumed run retrained epochs it had checkpointed"
@@ -233,7 +233,7 @@ def test_deadline_checkpoints_and_stops(tmp_path):
 def test_losses_read_back_in_batches_catch_divergence_at_its_own_step():
     """On a GPU the trainer reads losses every SYNC_EVERY_CUDA steps; a bad loss is still
     reported at its own batch, and only the steps before it are counted."""
-    window = split._LossWindow(epoch=2, limit=1e4, every=5)
+    window = split.LossWindow(epoch=2, limit=1e4, every=5)
     for step, v in enumerate([1.0, 2.0, 3.0]):
         window.add(step, 10, {"active": torch.tensor(v)})
     assert window.seen == 0  # nothing read back yet
@@ -274,7 +274,7 @@ def test_deferred_checks_are_read_with_the_losses_at_their_own_step():
         if values[0]:
             raise NonFiniteEmbeddingError(f"{int(values[0])} NaN entries")
 
-    window = split._LossWindow(epoch=1, limit=1e4, every=5)
+    window = split.LossWindow(epoch=1, limit=1e4, every=5)
     for step in range(3):
         window.add(step, 10, {"active": torch.tensor(1.0)}, [(torch.tensor([0.0, 7.0]), lambda v: None)])
     with pytest.raises(NonFiniteEmbeddingError, match="3 NaN entries") as err:

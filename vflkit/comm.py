@@ -82,7 +82,7 @@ def payload_nbytes(payload: Any) -> int:
     )
 
 
-def _wire_copy(payload: Any) -> Any:
+def wire_copy(payload: Any) -> Any:
     """What the receiver gets: a detached copy, so no autograd graph or memory is shared.
 
     A bfloat16 tensor (from a model under bf16 autocast, ``RunConfig.precision="bf16"``) is
@@ -92,9 +92,9 @@ def _wire_copy(payload: Any) -> Any:
     if isinstance(payload, torch.Tensor):
         return payload.detach().float() if payload.dtype == torch.bfloat16 else payload.detach().clone()
     if isinstance(payload, dict):
-        return {k: _wire_copy(v) for k, v in payload.items()}
+        return {k: wire_copy(v) for k, v in payload.items()}
     if isinstance(payload, (list, tuple)):
-        return type(payload)(_wire_copy(v) for v in payload)
+        return type(payload)(wire_copy(v) for v in payload)
     return payload
 
 
@@ -556,7 +556,7 @@ class Channel:
             raise ConfigError(f"Invalid message kind {kind!r}; choose one of {', '.join(KINDS)}")
         if sender == receiver:
             raise ConfigError(f"party {sender!r} tried to send a {kind} to itself")
-        wire = _wire_copy(payload)
+        wire = wire_copy(payload)
         size = payload_nbytes(wire) if nbytes is None else int(nbytes)  # as it travels
         self.ledger.add(sender, receiver, kind, size, self.epoch, self.step, self.phase)
         self._boxes[(sender, receiver, kind)].append(wire)
@@ -667,6 +667,42 @@ class Party:
     def holds_labels(self) -> bool:
         """Whether this party owns labels (the active party / a label owner)."""
         return bool(self._labels)
+
+    @property
+    def transform(self) -> Callable[[torch.Tensor], torch.Tensor]:
+        """What a batch of its features goes through on the way to its device."""
+        return self._transform
+
+    def aligned(self, split: str = "train") -> bool:
+        """Whether its sample ids of ``split`` are its rows (0..N-1 in order, as an aligned
+        image party's): a batch of ids then indexes its data directly."""
+        return self._lookup[split] is None
+
+    def held_features(self, split: str = "train") -> torch.Tensor:
+        """Its features of ``split`` as it holds them: untransformed, where they were given."""
+        return self._features[split]
+
+    def held_labels(self, split: str = "train") -> torch.Tensor:
+        """Its labels of ``split`` as it holds them; only a party that holds labels may call this."""
+        if not self._labels:
+            raise PermissionError(f"{self.name} holds no labels; only the active party does")
+        return self._labels[split]
+
+    def hold(self, split: str = "train", *, features: torch.Tensor | None = None,
+             labels: torch.Tensor | None = None) -> None:
+        """Hold ``features`` and/or ``labels`` of ``split`` in place of those it holds, which they
+        must equal (e.g. views of a pack's stacked copy, so the data is held once): a tensor of
+        another shape or dtype is refused; the values are the caller's promise."""
+        for what, new, store in (("features", features, self._features), ("labels", labels, self._labels)):
+            if new is None:
+                continue
+            if split not in store:
+                raise PartitionError(f"{self.name} holds no {what} of {split} to replace")
+            old = store[split]
+            if new.shape != old.shape or new.dtype != old.dtype:
+                raise PartitionError(f"{self.name}: {what} of {split} are {tuple(old.shape)} {old.dtype}; "
+                                     f"got {tuple(new.shape)} {new.dtype}")
+            store[split] = new
 
     def n_samples(self, split: str = "train") -> int:
         """How many samples of ``split`` this party holds."""

@@ -14,8 +14,12 @@ with ``device="cuda"`` use too), or, for runs that differ in seed alone, by
   judges it, is skipped), costed (:func:`cost_runs`), ordered by value (:func:`value_order`),
   grouped into packs (:func:`group_packs`) and laid into windows that each end, with a margin,
   before a hard deadline: nothing is started that its estimate says cannot finish, so no run is
-  left part-done. A run that cannot finish inside any window is listed as not fitting, with its
-  cost; none is dropped silently.
+  left part-done. A run that cannot finish inside any window is listed as needing a longer
+  session (an own GPU), with its cost and why (a run cannot go on in the next window: its
+  checkpoint never leaves the lent machine); none is dropped silently. The summary gives the
+  windows needed (one per lent task: :data:`DEVICE_TIME_S`), the own-GPU hours of the rest and
+  the rates assumed. ``--include-slow-cpu`` takes in the CPU-sized runs that cost a CPU hours
+  (C-VFL's), packed by seed and planned first.
 * the window's calls (:func:`window_calls`): the first checks which Python packages the machine
   lacks (:data:`CHECK_PACKAGES`; the wheels of those the device docs list as absent travel with
   it), data travels in chunks that fit beside the working tree, the call carrying the last chunk
@@ -58,6 +62,17 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 # --------------------------------------------------------------------------- the lending rules
 
+#: A lent task's device time, every call, the machine's start, idle waits and the give-back
+#: together (the device tool's README, read 2026-11-26: 15 minutes a task, on one chip): a task
+#: is lent one window, so the windows a plan needs are lent tasks.
+DEVICE_TIME_S = 15 * 60
+#: The device time a window leaves for giving the machine back (``give_back``, or the half
+#: minute it stays warm after the last call, which counts the same).
+GIVE_BACK_S = 60
+#: A window's default length: a task's device time less the give-back.
+DEFAULT_DEADLINE_S = DEVICE_TIME_S - GIVE_BACK_S
+#: No machine is started with less device time left than this (the device tool's rule).
+MIN_START_LEFT_S = 4 * 60
 #: One call's command may run this long (the device tool's per-call limit).
 CALL_LIMIT_S = 600
 #: What travels with one call: the working tree plus the carried paths.
@@ -82,6 +97,10 @@ LANE_START_S = 30.0
 DEFAULT_WORKERS = 8
 #: At most this many runs in one pack.
 MAX_PACK = 8
+#: ``--include-slow-cpu``'s default: a CPU-sized run estimated above this many CPU-minutes is
+#: worth a window (C-VFL's paper runs on MNIST and FashionMNIST: an estimated 40-110 min each on
+#: one core).
+SLOW_CPU_MIN = 30.0
 #: The machine's own folder for data, records and logs: outside the working tree, which every
 #: call replaces, and kept while the machine stays warm between calls.
 DEFAULT_WORK = "/tmp/vflkit-gpu"
@@ -140,10 +159,22 @@ class GpuRun:
     cost_source: str = ""  # "seeds", "flops", "rate file", "placeholder", "study"
     open_clauses: int = 0  # clauses of its artefacts now judged not testable
     value: float = math.inf  # lower is planned first (value_order)
+    cpu_cost_s: float | None = None  # set for a CPU-sized run taken in as slow (pending_gpu_runs)
 
     @property
     def dataset(self) -> str:
         return str(self.config.get("dataset", ""))
+
+    @property
+    def slow_cpu(self) -> bool:
+        """A run its study sizes for a CPU, planned here because it is slow there."""
+        return self.cpu_cost_s is not None
+
+    @property
+    def leads(self) -> bool:
+        """Planned before every other run (:func:`value_order`): a slow CPU run that decides an
+        open clause."""
+        return self.slow_cpu and self.open_clauses > 0
 
     def payload(self, profile: str, results: str) -> dict[str, Any]:
         """What :func:`vflkit.study.compute` takes (the scheduler's task payload)."""
@@ -276,14 +307,23 @@ def has_record(run: Any, profile: str, roots: Sequence[Path]) -> bool:
 
 
 def pending_gpu_runs(profile: str = "paper", *, results: Path | None = None,
-                     papers: Sequence[str] | None = None) -> tuple[list[GpuRun], list[str]]:
+                     papers: Sequence[str] | None = None, slow_cpu_min: float | None = None
+                     ) -> tuple[list[GpuRun], list[str]]:
     """The GPU runs (a study's ``needs_gpu``) of every registered study (or of ``papers``)
     without a whole record, and the keys of those with one. Records are looked for where the
     record store looks (``VFLKIT_RESULTS``, then the committed ``results/``), or in ``results``
-    alone."""
+    alone.
+
+    With ``slow_cpu_min``, also the pending runs a study sizes for a CPU whose CPU estimate
+    (:func:`vflkit.study.estimate_costs` on ``cpu``: their seeds' times, else FLOPs over the CPU
+    rate) exceeds that many minutes, with that estimate in ``cpu_cost_s``: a lent window is
+    their best home (issue 39's C-VFL runs, hours of one core each). A run a CPU scheduler is
+    computing now (a live lock) or has part-done (a checkpoint, which resumes only here) is left
+    to it; neither is listed as recorded."""
     from . import studies
-    from .records import record_roots
-    from .study import study_tasks
+    from .records import checkpoint_path, record_roots
+    from .scheduler import lock_is_stale, lock_path
+    from .study import estimate_costs, study_tasks
 
     roots = [Path(results)] if results is not None else record_roots()
     pending: list[GpuRun] = []
@@ -291,22 +331,32 @@ def pending_gpu_runs(profile: str = "paper", *, results: Path | None = None,
     for study in studies.studies():
         if papers is not None and study.name not in papers:
             continue
-        tasks = [t for t in study_tasks(study.name, profile, results=roots[0]) if t.payload["needs_gpu"]]
+        tasks = study_tasks(study.name, profile, results=roots[0])
+        cls = _run_class(study.family)
+        cpu_cost: dict[str, float] = {}
+        if slow_cpu_min is not None:
+            here = [t for t in tasks if not t.payload["needs_gpu"]
+                    and not (lock_path(t.path).exists() and not lock_is_stale(lock_path(t.path)))
+                    and not checkpoint_path(t.path).exists()]
+            # costed only where no root holds the record (estimate_costs looks in the first)
+            here = [t for t in here if not has_record(cls.from_dict(t.payload["config"]), profile, roots)]
+            cpu_cost = {t.key: t.cost_s for t in estimate_costs(here, "cpu")
+                        if t.cost_s is not None and t.cost_s > slow_cpu_min * 60}
+        tasks = [t for t in tasks if t.payload["needs_gpu"] or t.key in cpu_cost]
         if not tasks:
             continue
-        cls = _run_class(study.family)
         of: dict[str, list[str]] = {}
         for art in study.artefacts:
             for r in study.artefact_runs(art, profile):
                 of.setdefault(r.key, []).append(art.label)
         for t in tasks:
             run = cls.from_dict(t.payload["config"])
-            if has_record(run, profile, roots):
+            if t.key not in cpu_cost and has_record(run, profile, roots):
                 recorded.append(t.key)
                 continue
             pending.append(GpuRun(key=t.key, paper=study.name, family=study.family, label=t.label,
                                   config=t.payload["config"], priority=t.priority,
-                                  artefacts=tuple(of.get(t.key, ()))))
+                                  artefacts=tuple(of.get(t.key, ())), cpu_cost_s=cpu_cost.get(t.key)))
     return pending, recorded
 
 
@@ -418,22 +468,30 @@ def value_order(runs: Sequence[GpuRun], opened: Mapping[tuple[str, str], int]) -
     GPU seconds its study has spent, in its own order up to and including it, per open clause of
     that study (lower first), so a paper with many undecided clauses advances faster and no paper
     waits for another to finish. Runs that no open clause reads come last, in the same order.
+
+    Slow CPU runs that decide an open clause (:attr:`GpuRun.leads`: C-VFL's defended rate, issue
+    39) come before all of these, ordered among themselves by the same rule: issue 40's "When a
+    GPU is available" puts the fidelity issue's C-VFL rate first, and their cells move VFedMH's
+    "VFedMH > C_VFL" and Fig. 3 clauses, which the CPU would take a day to decide.
     """
-    by_study: dict[str, list[GpuRun]] = {}
-    for r in runs:
-        by_study.setdefault(r.paper, []).append(r)
-    out: list[GpuRun] = []
-    for paper, rs in by_study.items():
-        rs = sorted(rs, key=lambda r: r.priority)
-        n_open = sum(n for (p, _), n in opened.items() if p == paper)
-        spent = 0.0
-        for r in rs:
-            mine = sum(opened.get((paper, a), 0) for a in r.artefacts)
-            spent += r.cost_s or 0.0
-            # no open clause: after every run that has one (an offset beyond any real value)
-            value = spent / max(n_open, 1) + (0.0 if mine else 1e12)
-            out.append(dataclasses.replace(r, open_clauses=mine, value=value))
-    return sorted(out, key=lambda r: (r.value, r.key))
+    def ranked(rs_all: Sequence[GpuRun]) -> list[GpuRun]:
+        by_study: dict[str, list[GpuRun]] = {}
+        for r in rs_all:
+            by_study.setdefault(r.paper, []).append(r)
+        out: list[GpuRun] = []
+        for paper, rs in by_study.items():
+            rs = sorted(rs, key=lambda r: r.priority)
+            n_open = sum(n for (p, _), n in opened.items() if p == paper)
+            spent = 0.0
+            for r in rs:
+                spent += r.cost_s or 0.0
+                # no open clause: after every run that has one (an offset beyond any real value)
+                out.append(dataclasses.replace(r, value=spent / max(n_open, 1) + (0.0 if r.open_clauses else 1e12)))
+        return sorted(out, key=lambda r: (r.value, r.key))
+
+    marked = [dataclasses.replace(r, open_clauses=sum(opened.get((r.paper, a), 0) for a in r.artefacts))
+              for r in runs]
+    return ranked([r for r in marked if r.leads]) + ranked([r for r in marked if not r.leads])
 
 
 # --------------------------------------------------------------------------- packs
@@ -643,9 +701,13 @@ def plan(deadline_s: float, device_kind: str = "h100", *, profile: str = "paper"
          results: Path | None = None, papers: Sequence[str] | None = None, rate_file: Path | None = None,
          opened: Mapping[tuple[str, str], int] | None = None, tree: int | None = None,
          data_root: Path | None = None, packed_data: Path | None = None,
-         wheels_bytes: int | None = None, runs: Sequence[GpuRun] | None = None) -> Plan:
+         wheels_bytes: int | None = None, runs: Sequence[GpuRun] | None = None,
+         slow_cpu_min: float | None = None) -> Plan:
     """Every pending GPU run laid into windows of ``deadline_s`` seconds each (from a window's
-    first call to the end of its last), or listed as not fitting one, with why.
+    first call to the end of its last), or listed as needing a longer session (an own GPU), with
+    why: a run longer than a window cannot go on in the next one, since its checkpoint never
+    leaves the lent machine. ``slow_cpu_min``: also the CPU-sized runs estimated above that many
+    CPU-minutes (:func:`pending_gpu_runs`), planned first (:func:`value_order`).
 
     ``workers`` lanes share the GPU; a window's lanes start once its data is there (after its
     data calls) and every pack must end, its estimate times :data:`SAFETY`, before the deadline
@@ -668,7 +730,7 @@ def plan(deadline_s: float, device_kind: str = "h100", *, profile: str = "paper"
     rates_in = load_rate_file(rate_file)
     recorded: list[str] = []
     if runs is None:
-        runs, recorded = pending_gpu_runs(profile, results=results, papers=papers)
+        runs, recorded = pending_gpu_runs(profile, results=results, papers=papers, slow_cpu_min=slow_cpu_min)
     # runs that come priced (a caller's own estimate) keep their price
     fresh, used = cost_runs([r for r in runs if r.cost_s is None], device_kind, rate_file=rates_in)
     costed = [r for r in runs if r.cost_s is not None] + fresh
@@ -678,7 +740,8 @@ def plan(deadline_s: float, device_kind: str = "h100", *, profile: str = "paper"
     tree = tree_bytes() if tree is None else tree
     room = CARRY_LIMIT_BYTES - tree - 2**20  # a MiB for the plan and the call's own files
     not_fitting: list[tuple[GpuRun, str]] = [(r, "no cost estimate: neither its FLOPs, its seeds nor its study "
-                                                 "price it") for r in ordered if r.cost_s is None]
+                                                 "price it, so no window can promise it ends before the deadline")
+                                             for r in ordered if r.cost_s is None]
     ordered = [r for r in ordered if r.cost_s is not None]
 
     def chunks_of(datasets: set[str]) -> list[list[tuple[str, int, int]]]:
@@ -712,8 +775,9 @@ def plan(deadline_s: float, device_kind: str = "h100", *, profile: str = "paper"
             for r in p.runs:
                 not_fitting.append((r, f"does not fit a window: {r.cost_s / 60:.1f} min estimated "
                                        f"({r.cost_source}), x{SAFETY} safety > {max(room_s, 0) / 60:.1f} usable "
-                                       f"minutes of a {deadline_s / 60:.0f}-minute window; it fits once the rate "
-                                       f"is {r.cost_s * SAFETY / max(room_s, 1):.1f}x today's"))
+                                       f"minutes of a {deadline_s / 60:.0f}-minute window, and it cannot go on in "
+                                       f"the next window (its checkpoint never leaves the lent machine); it fits "
+                                       f"once the rate is {r.cost_s * SAFETY / max(room_s, 1):.1f}x today's"))
     while left:
         win = Window(index=len(windows) + 1, deadline_s=deadline_s, lanes=[[] for _ in range(workers)])
         ends = [0.0] * workers
@@ -738,8 +802,40 @@ def plan(deadline_s: float, device_kind: str = "h100", *, profile: str = "paper"
     return out
 
 
+def own_gpu_s(runs: Sequence[GpuRun], workers: int) -> tuple[float, float]:
+    """(run-seconds, wall seconds) of ``runs`` on a GPU of one's own, from their estimates: the
+    sum, and the longest of ``workers`` lanes (each run on the lane that frees first, longest
+    runs first: processes sharing the GPU as the estimates assume). Unestimated runs count 0."""
+    ends = [0.0] * max(workers, 1)
+    for cost in sorted((r.cost_s or 0.0 for r in runs), reverse=True):
+        i = min(range(len(ends)), key=ends.__getitem__)
+        ends[i] += cost
+    return sum(r.cost_s or 0.0 for r in runs), max(ends)
+
+
+def rate_names(p: Plan) -> list[str]:
+    """Each family's FLOP/s the plan assumed, and what it is: measured (which records), a rate
+    file's, or a placeholder (an assumption, not measured)."""
+    from . import costs
+
+    kind = DEVICE_KINDS[p.device_kind]
+    out = []
+    for fam, (r, src) in sorted(p.rates.items()):
+        if src == "committed records":
+            n = len(costs.record_rates().get((kind, fam), []))
+            what = f"measured: the median of {n} committed {kind} records of the {fam} family"
+        elif src == "placeholder":
+            what = "a placeholder, not measured: an assumption until a window measures it"
+        else:
+            what = src
+        out.append(f"{fam} {r / 1e12:.2f} TFLOP/s per process while {p.workers} share the GPU ({what})")
+    return out
+
+
 def plan_table(p: Plan) -> str:
-    """The plan, one line per call, then per window and in all."""
+    """The plan: each window's calls, then its packs (runs, estimated minutes and where each ends
+    against the deadline), then the runs that need a longer session (an own GPU) with why, then
+    the summary: windows needed, own-GPU hours, and the rates assumed."""
     lines = [f"{'window':>6} {'call':>4} {'runs':>5} {'est min':>8} {'carry MiB':>9}  what"]
     for w in p.windows:
         for c in w.calls:
@@ -751,14 +847,49 @@ def plan_table(p: Plan) -> str:
         lines.append(f"{'':>6} window {w.index}: {len(w.runs)} runs in {len(w.lanes)} lanes ({lanes}), data "
                      f"{'/'.join(sorted(w.datasets)) or 'none'}, ends at {w.end_s / 60:.1f} min, slack "
                      f"{w.slack_s / 60:.1f} min of {w.deadline_s / 60:.0f}")
-    total = sum(r.cost_s or 0 for r in p.planned)
-    lines.append(f"[launcher] {len(p.planned)} GPU runs planned into {len(p.windows)} windows of "
-                 f"{p.deadline_s / 60:.0f} min ({total / 3600:.1f} GPU-hours at {p.workers} processes sharing), "
-                 f"{len(p.not_fitting)} not fitting a window, {len(p.recorded)} skipped (recorded)")
-    rates = "; ".join(f"{fam} {r / 1e12:.2f} TFLOP/s ({src})" for fam, (r, src) in sorted(p.rates.items()))
-    lines.append(f"[launcher] rates per process: {rates or 'none'}")
+        for i, lane in enumerate(w.lanes):
+            at = w.start_s + LANE_START_S
+            for pk in lane:
+                at += pk.cost_s * SAFETY
+                how = (f"packed x{len(pk.runs)}" if pk.packed and len(pk.runs) > 1
+                       else "alone" if len(pk.runs) == 1 else f"{len(pk.runs)} one by one")
+                lines.append(f"{'':>6}   lane {i} {pk.key} ({how}): {pk.cost_s / 60:.1f} min est, x{SAFETY} ends at "
+                             f"{at / 60:.1f} of {w.deadline_s / 60:.0f} min: "
+                             + "; ".join(f"{r.label} {(r.cost_s or 0) / 60:.1f} min" for r in pk.runs))
+    if p.not_fitting:
+        lines.append("[launcher] needs a longer session (own GPU):")
     for r, why in p.not_fitting:
-        lines.append(f"[launcher] not planned: {r.label} ({r.key}): {why}")
+        est = "no estimate" if r.cost_s is None else f"{r.cost_s / 60:.1f} min ({r.cost_source})"
+        lines.append(f"  {r.label} ({r.key}): {est}: {why}")
+    total = sum(r.cost_s or 0 for r in p.planned)
+    slow = [r for r in p.planned if r.slow_cpu]
+    lines.append(f"[launcher] {len(p.planned)} runs planned into {len(p.windows)} windows of "
+                 f"{p.deadline_s / 60:.0f} min ({total / 3600:.1f} run-hours at {p.workers} processes sharing"
+                 + (f"; {len(slow)} of them CPU-sized runs taken in as slow, {sum(r.cpu_cost_s or 0 for r in slow) / 3600:.1f}"
+                    " CPU-hours here" if slow else "") + f"), {len(p.recorded)} skipped (recorded)")
+    if p.windows:
+        lines.append(f"[launcher] windows needed for what fits: {len(p.windows)}, one per lent task (a task has "
+                     f"{DEVICE_TIME_S / 60:.0f} min of device time, the machine's start included; "
+                     f"{GIVE_BACK_S / 60:.0f} min is left to give it back)")
+    if p.deadline_s > DEVICE_TIME_S - GIVE_BACK_S or p.deadline_s < MIN_START_LEFT_S:
+        lines.append(f"[launcher] warning: a {p.deadline_s / 60:.0f}-minute window does not match the device tool's "
+                     f"limits ({DEVICE_TIME_S / 60:.0f} min a task, less {GIVE_BACK_S / 60:.0f} to give it back; no "
+                     f"start under {MIN_START_LEFT_S / 60:.0f} min): these windows need a longer lease")
+    own = [r for r, _ in p.not_fitting]
+    if own:
+        run_s, wall_s = own_gpu_s(own, p.workers)
+        unpriced = sum(r.cost_s is None for r in own)
+        lines.append(f"[launcher] own-GPU hours for the rest: {len(own)} runs, {run_s / 3600:.1f} run-hours at "
+                     f"{p.workers} processes sharing, about {wall_s / 3600:.1f} h of one GPU with {p.workers} lanes "
+                     f"(x{SAFETY} safety: {wall_s * SAFETY / 3600:.1f} h)"
+                     + (f"; {unpriced} of them without an estimate, counted as 0" if unpriced else ""))
+    for line in rate_names(p) or ["none"]:
+        lines.append(f"[launcher] rate assumed: {line}")
+    if any(r.cost_source == "flops" for r in slow):
+        lines.append("[launcher] note: the CPU-sized runs' GPU minutes are their FLOPs over that rate, which large "
+                     "models set; a small model's step is set by its kernels, not its FLOPs, so these are the least "
+                     "certain estimates of the plan, and a pack that outruns its estimate is lost whole: a first "
+                     "window's rate file (--rates) should measure them")
     return "\n".join(lines)
 
 
@@ -1265,7 +1396,12 @@ def parser() -> argparse.ArgumentParser:
              "dry-run": "plan, then rehearse the first window's calls on the CPU"}
     for name, what in helps.items():
         p = sub.add_parser(name, help=what)
-        p.add_argument("--deadline-min", type=float, default=14.0, help="a window's length in minutes (default 14)")
+        p.add_argument("--deadline-min", type=float, default=DEFAULT_DEADLINE_S / 60,
+                       help=f"a window's length in minutes (default {DEFAULT_DEADLINE_S / 60:.0f}: a lent task's "
+                            f"{DEVICE_TIME_S / 60:.0f} minutes of device time less {GIVE_BACK_S / 60:.0f} to give it back)")
+        p.add_argument("--include-slow-cpu", type=float, nargs="?", const=SLOW_CPU_MIN, default=None, metavar="MIN",
+                       help="also plan the CPU-sized runs estimated above MIN CPU-minutes (default "
+                            f"{SLOW_CPU_MIN:.0f}), first: C-VFL's paper runs")
         p.add_argument("--device-kind", default="h100", choices=sorted(DEVICE_KINDS))
         p.add_argument("--workers", type=int, default=DEFAULT_WORKERS, help="processes sharing the GPU")
         p.add_argument("--profile", default="paper")
@@ -1318,7 +1454,8 @@ def main(argv: list[str] | None = None) -> int:
     a = parser().parse_args(argv)
     if a.cmd in ("plan", "prepare", "dry-run"):
         papers = a.papers.split(",") if a.papers else None
-        kw = dict(profile=a.profile, workers=a.workers, papers=papers, rate_file=a.rates)
+        kw = dict(profile=a.profile, workers=a.workers, papers=papers, rate_file=a.rates,
+                  slow_cpu_min=a.include_slow_cpu)
         if a.cmd == "prepare":
             pl = prepare(a.deadline_min * 60, a.device_kind, carry=a.carry, wheels=not a.no_wheels,
                          packed=a.packed, **kw)

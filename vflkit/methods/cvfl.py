@@ -80,7 +80,7 @@ def scalar_quantize(x: torch.Tensor, bits: int, *, generator: torch.Generator | 
     return (q / (levels - 1) * span + lo).to(x.dtype), math.ceil(x.numel() * bits / 8) + 8
 
 
-def _a2_nearest(p: torch.Tensor, s: float) -> torch.Tensor:
+def a2_nearest(p: torch.Tensor, s: float) -> torch.Tensor:
     """Nearest point of the hexagonal A2 lattice with spacing ``s`` to each row of ``p`` [N, 2]."""
     h = s * math.sqrt(3)
     c1 = torch.stack([s * torch.round(p[:, 0] / s), h * torch.round(p[:, 1] / h)], 1)
@@ -104,7 +104,7 @@ def vector_quantize(x: torch.Tensor, bits: int, *, generator: torch.Generator | 
     pairs = flat.reshape(-1, 2)
     s = math.sqrt(2 / math.sqrt(3)) / 2**bits
     dither = (torch.rand(pairs.shape, generator=generator).to(x.device) - 0.5) * s
-    q = _a2_nearest(pairs + dither, s) - dither
+    q = a2_nearest(pairs + dither, s) - dither
     out = q.reshape(-1)[: x.numel()].reshape(x.shape)
     return (out * span + lo).to(x.dtype), math.ceil(x.numel() * bits / 8) + 8
 
@@ -149,7 +149,13 @@ class CVFL(VFLMethod):
         a = self.active
         a.models["top"] = top_model(len(self.parties), cfg.embedding_dim, self.num_classes).to(a.device)
         a.optimizers["top"] = self.make_optimizer(a, a.models["top"].parameters())
+        # named _gen in vars(): a checkpoint stores a method's generators under their attribute names
         self._gen = torch.Generator().manual_seed(cfg.seed)
+
+    @property
+    def generator(self) -> torch.Generator:
+        """The compressor's random draws (its dither), seeded with the run's seed."""
+        return self._gen
 
     def compress(self, x: torch.Tensor) -> tuple[torch.Tensor, int]:
         """The configured compressor: (decompressed tensor, bytes on the wire)."""

@@ -55,11 +55,11 @@ from tqdm.auto import tqdm
 
 from .. import records
 from ..config import resolve_device
-from ..comm import KINDS, Channel, _wire_copy, payload_nbytes
+from ..comm import KINDS, Channel, wire_copy, payload_nbytes
 from ..errors import ConfigError, DivergenceError
 from ..methods.aggvfl import AggVFL
 from ..methods.base import RunConfig, VFLMethod, make_optimizer
-from ..methods.cvfl import CVFL, _a2_nearest
+from ..methods.cvfl import CVFL, a2_nearest
 from ..methods.local import Local
 from ..methods.splitnn import SplitNN
 from . import split
@@ -104,7 +104,7 @@ class PackChannel:
         for ch, live in zip(self.channels, self.live):
             if live:
                 ch.ledger.add(sender, receiver, kind, int(nbytes), ch.epoch, ch.step, ch.phase)
-        self._boxes.setdefault((sender, receiver, kind), []).append(_wire_copy(payload))
+        self._boxes.setdefault((sender, receiver, kind), []).append(wire_copy(payload))
 
     def recv(self, receiver: str, sender: str, kind: str) -> Any:
         """The oldest ``kind`` message from ``sender`` to ``receiver``."""
@@ -218,18 +218,18 @@ class Pack:
         self.device = first.active.device
         self.options = first.options
         self.channel = PackChannel([m.active.channel for m in methods])
-        self.transform = first.parties[0]._transform
+        self.transform = first.parties[0].transform
         self.features: dict[str, torch.Tensor] = {}
         for j, name in enumerate(self.names):
             runs = [m.parties[j] for m in methods]
-            if any(p._lookup.get("train") is not None for p in runs):
+            if not all(p.aligned("train") for p in runs):
                 raise ConfigError("a pack needs parties whose sample ids are their rows (aligned image parties)")
-            self.features[name] = torch.stack([p._features["train"] for p in runs])
+            self.features[name] = torch.stack([p.held_features("train") for p in runs])
             for k, p in enumerate(runs):  # the run's party sees its slice: the data is held once
-                p._features["train"] = self.features[name][k]
-        self.labels = torch.stack([m.active._labels["train"] for m in methods])
+                p.hold("train", features=self.features[name][k])
+        self.labels = torch.stack([m.active.held_labels("train") for m in methods])
         for k, m in enumerate(methods):
-            m.active._labels["train"] = self.labels[k]
+            m.active.hold("train", labels=self.labels[k])
         self.models: dict[tuple[str, str], StackedModel] = {}
         self.optimizers: dict[tuple[str, str], torch.optim.Optimizer] = {}
         for j, name in enumerate(self.names):
@@ -300,7 +300,7 @@ class Pack:
             for shape in [(b, e)] * len(self.names) + top:
                 n = math.prod(shape)
                 shapes.append(((n + n % 2) // 2, 2) if vector else shape)  # vector: values in pairs
-        flat = torch.stack([torch.cat([torch.rand(shape, generator=m._gen).reshape(-1) for shape in shapes])
+        flat = torch.stack([torch.cat([torch.rand(shape, generator=m.generator).reshape(-1) for shape in shapes])
                             for m in self.methods]).to(self.device, non_blocking=True)
         pieces = torch.split(flat, [math.prod(s) for s in shapes], dim=1)
         self._dither = [d.reshape(self.k, *shape) for d, shape in zip(pieces, shapes)]
@@ -336,7 +336,7 @@ class Pack:
             flat = torch.cat([flat, flat.new_zeros(self.k, 1)], 1)
         s = math.sqrt(2 / math.sqrt(3)) / 2**bits
         d = (dither - 0.5) * s
-        q = _a2_nearest((flat.reshape(self.k, -1, 2) + d).reshape(-1, 2), s).reshape(self.k, -1, 2) - d
+        q = a2_nearest((flat.reshape(self.k, -1, 2) + d).reshape(-1, 2), s).reshape(self.k, -1, 2) - d
         out = q.reshape(self.k, -1)[:, :n].reshape(x.shape)
         return (out * span + lo).to(x.dtype), size
 
@@ -546,11 +546,11 @@ def group_packs(configs: Sequence[RunConfig], *, max_size: int | None = None
 
 class _PackWindow:
     """The K runs' losses not yet read back, read with one transfer per ``every`` steps; per
-    run, the checks and double-precision sums of :class:`vflkit.training.split._LossWindow`
+    run, the checks and double-precision sums of :class:`vflkit.training.split.LossWindow`
     (one per run, fed one read step at a time)."""
 
     def __init__(self, n_runs: int, *, epoch: int, limit: float, every: int) -> None:
-        self.windows = [split._LossWindow(epoch=epoch, limit=limit, every=1) for _ in range(n_runs)]
+        self.windows = [split.LossWindow(epoch=epoch, limit=limit, every=1) for _ in range(n_runs)]
         self.every = every
         #: runs stopped by divergence: their losses are no longer read
         self.stopped: set[int] = set()
@@ -692,7 +692,7 @@ def _finish_epoch(pack: Pack, runs: Sequence[int], configs: Sequence[RunConfig],
     for k in runs:
         m, w = pack.methods[k], window.windows[k]
         m.active.channel.at(epoch=epoch, step=0, phase="eval")
-        metrics = split._evaluate(m, configs[k])
+        metrics = split.evaluate(m, configs[k])
         for model_key, values in metrics.items():
             row = {"epoch": epoch, "model": model_key, "elapsed_s": time.perf_counter() - start,
                    "loss": w.sums[model_key] / w.seen if w.seen and model_key in w.sums else float("nan")}

@@ -53,7 +53,7 @@ def _check_finite(losses: dict[str, float], *, epoch: int, step: int, limit: flo
 SYNC_EVERY_CUDA = 50
 
 
-class _LossWindow:
+class LossWindow:
     """The losses of the steps not yet read back, and the epoch's running sums.
 
     ``add`` keeps a step's losses (0-d tensors, possibly on a GPU, or floats) and the checks
@@ -271,7 +271,7 @@ def train(
             if "train" in party.ids:
                 party.check_ids("train", order)
         order = order.to(device)
-        window = _LossWindow(epoch=epoch, limit=max_loss,
+        window = LossWindow(epoch=epoch, limit=max_loss,
                              every=SYNC_EVERY_CUDA if device.type == "cuda" else 1)
         method.train()
         returned = 0
@@ -312,7 +312,7 @@ def train(
                         group["lr"] *= config.lr_gamma
         channel.at(epoch=epoch, step=0, phase="eval")
         with compute:
-            metrics = _evaluate(method, config)
+            metrics = evaluate(method, config)
         for model_key, m in metrics.items():
             # the mean over the batches actually trained (a diverged epoch stops early)
             row = {"epoch": epoch, "model": model_key, "elapsed_s": time.perf_counter() - start,
@@ -380,7 +380,7 @@ def _restore(state: dict[str, Any], *, method: Any, ledger_log: checkpoint_io.Le
     checkpoint_io.restore_rng(state, device)
 
 
-def _evaluate(method: Any, config: RunConfig) -> dict[str, dict[str, float]]:
+def evaluate(method: Any, config: RunConfig) -> dict[str, dict[str, float]]:
     """Test metrics; NaN where a diverged model's outputs cannot be scored (e.g. AUC of NaNs)."""
     try:
         return method.evaluate(batch_size=max(config.batch_size, 512))
@@ -416,4 +416,4 @@ def history_frame(recs: Sequence[dict[str, Any]]) -> "pd.DataFrame":
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-__all__ = ["build_parties", "checkpoint_path", "history_frame", "run", "run_many", "train"]
+__all__ = ["LossWindow", "build_parties", "checkpoint_path", "evaluate", "history_frame", "run", "run_many", "train"]
