@@ -1,0 +1,72 @@
+"""Tests for vflkit.training.multi_owner_packed: a packed Multi-VFL round equals MultiVFL.round
+(float64, to a relative tolerance; the ledger row for row)."""
+
+import math
+
+import pytest
+import torch
+
+from vflkit import data
+from vflkit.data import ImageData
+from vflkit.errors import ConfigError
+from vflkit.methods.multi_vfl import MultiVFL, MultiVFLConfig
+from vflkit.training.multi_owner_packed import packed_round
+
+#: Relative tolerance of the packed round against the unpacked one in float64 (vmapped kernels
+#: may reduce in another order).
+REL = 1e-9
+
+
+@pytest.fixture
+def float64(monkeypatch):
+    """Both rounds in float64: models built in float64, features normalised then cast."""
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    real = data.ImageData.normalize
+    monkeypatch.setattr(data.ImageData, "normalize",
+                        lambda self, x, device=None: real(self, x, device).to(torch.float64))
+    yield
+    torch.set_default_dtype(before)
+
+
+def _method(**cfg):
+    g = torch.Generator().manual_seed(0)
+    images = ImageData("tiny", torch.randint(0, 256, (400, 1, 28, 28), dtype=torch.uint8, generator=g),
+                       torch.arange(400) % 10, torch.randint(0, 256, (40, 1, 28, 28), dtype=torch.uint8, generator=g),
+                       torch.arange(40) % 10, tuple(str(i) for i in range(10)), (0.5,), (0.25,))
+    config = MultiVFLConfig(**{"samples_per_owner": 16, "batch_size": 8, "rounds": 2, "local_lr": 0.05, **cfg})
+    m = MultiVFL(config, images)
+    m.setup()
+    return m
+
+
+def _close(a: float, b: float) -> bool:
+    return (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=REL, abs_tol=1e-12)
+
+
+@pytest.mark.parametrize("stacking", ["vmap", "loop"])
+@pytest.mark.parametrize("cfg", [{"scenario": "4niid", "server_optimizer": "fedavg"},
+                                 {"scenario": "iid", "server_optimizer": "fedadam", "local_optimizer": "adam"}])
+def test_packed_round_equals_the_unpacked_round(float64, cfg, stacking):
+    """Two rounds: losses, server statistics, every model and the evaluation to 1e-9; the ledger row for row."""
+    alone, packed = _method(**cfg), _method(**cfg)
+    for r in (1, 2):
+        want, got = alone.round(r), packed_round(packed, r, stacking=stacking)
+        assert want.keys() == got.keys() and all(_close(want[k], got[k]) for k in want)
+        s_want, s_got = alone.server_stats(r), packed.server_stats(r)
+        assert s_want.keys() == s_got.keys() and all(_close(s_want[k], s_got[k]) for k in s_want)
+    for p_alone, p_packed in zip(alone.parties, packed.parties):
+        for name, model in p_alone.models.items():
+            for (n, a), b in zip(model.state_dict().items(), p_packed.models[name].state_dict().values()):
+                assert torch.allclose(a, b, rtol=REL, atol=1e-12), (p_alone.name, name, n)
+    e_want, e_got = alone.evaluate(), packed.evaluate()
+    assert all(_close(e_want[k], e_got[k]) for k in e_want)
+    assert alone.channel.ledger.frame(phase=None).equals(packed.channel.ledger.frame(phase=None))
+    assert packed.channel.pending() == 0
+
+
+def test_packed_round_runs_rounds_in_order():
+    """Skipping a round is an error, as for MultiVFL.round."""
+    m = _method()
+    with pytest.raises(ConfigError, match="in order"):
+        packed_round(m, 2)
