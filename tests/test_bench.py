@@ -37,4 +37,5 @@ def test_bench_multi_vfl_splits_a_quick_round_into_training_and_both_evaluations
     assert r["steps_per_round"] == 10 and r["n_test"] == 20
     assert r["round_before_s"] == r["train_s"] + r["eval_whole_s"]
     assert r["round_after_s"] == r["train_s"] + r["eval_chunked_s"]
-    assert all(r[k] > 0 for k in ("step_s", "plain_step_s", "eval_whole_s", "eval_chunked_s"))
+    assert all(r[k] > 0 for k in ("step_s", "plain_step_s", "eval_whole_s", "eval_chunked_s",
+                                  "train_packed_vmap_s", "train_packed_loop_s"))

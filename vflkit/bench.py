@@ -12,7 +12,8 @@ With ``--packed`` it prints instead, per method that packs (:mod:`vflkit.trainin
 samples/s of K runs stepped one after another against the same K runs as one packed step. With
 ``--multi-vfl``, the CPU seconds of a Multi-VFL quick-profile round, split into split-learning
 steps (model compute and vflkit's share), aggregation and evaluation, with its test images
-evaluated as one message at once (before) and in chunks (now) side by side.
+evaluated as one message at once (before) and in chunks (now) side by side, and the round's
+training with its label-owner chains packed.
 
 It also times VFedMH's secure aggregation for one step (fixed-point encoding, the blinding
 factors of every passive party from AES-CTR mask streams, the ring sum) and prints its share
@@ -288,12 +289,15 @@ def bench_multi_vfl(*, rounds: int = 3, scenario: str = "4niid", server_optimize
     is timed as training, evaluation at once, evaluation in chunks. Also times one
     split-learning step of the same models written as one plain model (the embeddings cut from
     the graph, as by hand), which splits a step into model compute and vflkit's parties, channel
-    and ledger. Process CPU time: other work on the machine inflates it less than the wall clock
+    and ledger. The training of a round is also timed with its K label-owner chains packed
+    (:func:`~vflkit.training.multi_owner_packed.packed_round`, vmapped and looped), on runs of
+    their own. Process CPU time: other work on the machine inflates it less than the wall clock
     (through shared caches, not at all through waiting).
     """
     from .data import ImageData
     from .methods.multi_vfl import MultiVFL
     from .studies.multi_vfl import configs
+    from .training.multi_owner_packed import packed_round
 
     config, = [c for c in configs("quick", seeds=[seed], overrides=overrides)
                if (c.dataset, c.scenario, c.server_optimizer) == ("mnist", scenario, server_optimizer)]
@@ -305,6 +309,10 @@ def bench_multi_vfl(*, rounds: int = 3, scenario: str = "4niid", server_optimize
                      torch.arange(config.n_test) % 10, tuple(str(i) for i in range(10)), (0.1307,), (0.3081,))
     method = MultiVFL(config, data, device="cpu")
     method.setup()
+    packs = {s: MultiVFL(config, data, device="cpu") for s in ("vmap", "loop")}
+    for m in packs.values():
+        m.setup()
+    packed = {s: [] for s in packs}
     steps = {"n": 0, "s": 0.0}
     split_step = method._split_step
 
@@ -325,8 +333,13 @@ def bench_multi_vfl(*, rounds: int = 3, scenario: str = "4niid", server_optimize
         t2 = time.process_time()
         method.evaluate()
         t3 = time.process_time()
+        for stacking, m in packs.items():
+            t4 = time.process_time()
+            packed_round(m, r, stacking=stacking)
+            packed[stacking].append(time.process_time() - t4)
         if r == 1:  # warm-up: first calls, allocations
             steps["n"], steps["s"] = 0, 0.0
+            packed = {s: [] for s in packs}
             continue
         train.append(t1 - t0), whole.append(t2 - t1), chunked.append(t3 - t2)
 
@@ -357,7 +370,8 @@ def bench_multi_vfl(*, rounds: int = 3, scenario: str = "4niid", server_optimize
     return {"steps_per_round": per_round, "step_s": step, "plain_step_s": plain,
             "train_s": t, "other_train_s": t - per_round * step,
             "eval_whole_s": w, "eval_chunked_s": c, "round_before_s": t + w, "round_after_s": t + c,
-            "n_test": n_test, "batch_size": config.batch_size}
+            "n_test": n_test, "batch_size": config.batch_size,
+            **{f"train_packed_{k}_s": statistics.median(v) for k, v in packed.items()}}
 
 
 def bench_masking(*, n_passive: int = 3, batch: int = 128, embedding_dim: int = 128,
@@ -507,6 +521,9 @@ def _print_multi_vfl(args: argparse.Namespace) -> None:
     print(f"{'evaluation':<34} {r['eval_whole_s']:>8.2f} {r['eval_chunked_s']:>8.2f}")
     print(f"{'round':<34} {r['round_before_s']:>8.2f} {r['round_after_s']:>8.2f}   "
           f"({r['round_before_s'] / r['round_after_s']:.2f}x)")
+    print("training with the 5 label-owner chains packed (multi_owner_packed.packed_round): "
+          + ", ".join(f"{k} {r[f'train_packed_{k}_s']:.2f} s ({r['train_s'] / r[f'train_packed_{k}_s']:.2f}x)"
+                      for k in ("vmap", "loop")))
 
 
 def _print_packed(args: argparse.Namespace, where: str) -> None:
