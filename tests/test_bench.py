@@ -29,3 +29,13 @@ def test_bench_packed_reports_alone_and_packed_for_every_packed_method():
     assert [r["method"] for r in rows] == list(bench.PACKED_METHODS)
     assert all(r["alone_samples_per_s"] > 0 and r["vmap_samples_per_s"] > 0 and r["loop_samples_per_s"] > 0
                and r["pack_size"] == 2 for r in rows)
+
+
+def test_bench_multi_vfl_splits_a_quick_round_into_training_and_both_evaluations():
+    """A (reduced) quick-profile round's 10 split steps (5 label owners x 2 batches) and its two evaluations are reported."""
+    r = bench.bench_multi_vfl(rounds=1, overrides={"samples_per_owner": 16, "batch_size": 8, "n_test": 20})
+    assert r["steps_per_round"] == 10 and r["n_test"] == 20
+    assert r["round_before_s"] == r["train_s"] + r["eval_whole_s"]
+    assert r["round_after_s"] == r["train_s"] + r["eval_chunked_s"]
+    assert all(r[k] > 0 for k in ("step_s", "plain_step_s", "eval_whole_s", "eval_chunked_s",
+                                  "train_packed_vmap_s", "train_packed_loop_s"))

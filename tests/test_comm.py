@@ -353,6 +353,27 @@ def test_a_party_answering_opens_a_new_round():
     assert restored.totals() == ledger.totals() and restored.rounds() == ledger.rounds()
 
 
+def test_sort_since_puts_rows_in_protocol_order_and_rounds_follow():
+    """Rows sent out of the protocol's order and sorted back give the protocol's rounds, even
+    after the rounds were read once (the cache is dropped)."""
+    def send(ch, sender, receiver, kind):
+        ch.send(sender, receiver, kind, torch.zeros(2))
+
+    protocol, shuffled = Channel(), Channel()
+    protocol.at(epoch=1, step=0)
+    send(protocol, "label_owner_1", "server", "model_weights")  # an update, then the next chain's step
+    send(protocol, "data_owner_1", "label_owner_2", "embedding")
+    send(protocol, "label_owner_2", "data_owner_1", "gradient")
+    shuffled.at(epoch=1, step=0)
+    send(shuffled, "data_owner_1", "label_owner_2", "embedding")
+    send(shuffled, "label_owner_2", "data_owner_1", "gradient")
+    send(shuffled, "label_owner_1", "server", "model_weights")
+    assert shuffled.ledger.rounds() == [0, 1, 1] and protocol.ledger.rounds() == [0, 0, 1]
+    shuffled.ledger.sort_since(0, lambda row: 0 if row[2] == "model_weights" else 1)
+    assert shuffled.ledger._rows == protocol.ledger._rows
+    assert shuffled.ledger.rounds() == [0, 0, 1]
+
+
 def test_bf16_payloads_travel_as_float32():
     """A bfloat16 tensor (a model under bf16 autocast) is widened to float32 on the wire, exactly,
     and counted at 4 bytes per entry: a bf16 run's messages and ledger are an fp32 run's."""

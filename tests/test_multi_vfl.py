@@ -245,6 +245,19 @@ def test_evaluation_reaches_label_owner_1_through_the_channel():
     assert set(ev["receiver"]) == {"label_owner_1"} and len(ev) == 4 * 3  # 40 test images in 3 batches
 
 
+def test_evaluation_in_chunks_gives_the_same_numbers_and_messages():
+    """The label owner's model run on chunks of a message gives bit-identical accuracy and loss, and the same ledger."""
+    whole, chunked = _method(local_steps=1), _method(local_steps=1)
+    for m in (whole, chunked):
+        m.round(1)
+    a = whole.evaluate(batch_size=16, eval_chunk=16)
+    b = chunked.evaluate(batch_size=16, eval_chunk=3)
+    assert a == b  # exact: float equality of accuracy and loss
+    assert whole.channel.ledger.frame(phase=None).equals(chunked.channel.ledger.frame(phase=None))
+    with pytest.raises(ConfigError, match="eval_chunk"):
+        whole.evaluate(eval_chunk=0)
+
+
 def test_rounds_are_deterministic_and_must_run_in_order():
     """The same seed gives the same model; skipping a round is an error."""
     a, b = _method(local_steps=1), _method(local_steps=1)

@@ -9,7 +9,11 @@ costs anyway and what vflkit's parties, channel and ledger add. The target is an
 at most 15 % of a step on CPU.
 
 With ``--packed`` it prints instead, per method that packs (:mod:`vflkit.training.packed`),
-samples/s of K runs stepped one after another against the same K runs as one packed step.
+samples/s of K runs stepped one after another against the same K runs as one packed step. With
+``--multi-vfl``, the CPU seconds of a Multi-VFL quick-profile round, split into split-learning
+steps (model compute and vflkit's share), aggregation and evaluation, with its test images
+evaluated as one message at once (before) and in chunks (now) side by side, and the round's
+training with its label-owner chains packed.
 
 It also times VFedMH's secure aggregation for one step (fixed-point encoding, the blinding
 factors of every passive party from AES-CTR mask streams, the ring sum) and prints its share
@@ -273,6 +277,103 @@ def bench_packed(models: list[str], *, methods: Sequence[str] = PACKED_METHODS, 
     return rows
 
 
+def bench_multi_vfl(*, rounds: int = 3, scenario: str = "4niid", server_optimizer: str = "fedadam",
+                    seed: int = 0, overrides: dict[str, Any] | None = None) -> dict[str, float]:
+    """CPU seconds of one Multi-VFL quick-profile round and where they go, with the test images
+    evaluated as one message at once (as before :data:`~vflkit.methods.multi_vfl.EVAL_CHUNK`) and
+    in chunks (now), side by side on the same models.
+
+    Runs the quick profile's config of ``scenario`` and ``server_optimizer`` on random images of
+    MNIST's shape (cost does not depend on pixel values) for ``rounds`` rounds after one warm-up
+    round (``overrides``: profile settings changed, as in the study's ``configs``); each round
+    is timed as training, evaluation at once, evaluation in chunks. Also times one
+    split-learning step of the same models written as one plain model (the embeddings cut from
+    the graph, as by hand), which splits a step into model compute and vflkit's parties, channel
+    and ledger. The training of a round is also timed with its K label-owner chains packed
+    (:func:`~vflkit.training.multi_owner_packed.packed_round`, vmapped and looped), on runs of
+    their own. Process CPU time: other work on the machine inflates it less than the wall clock
+    (through shared caches, not at all through waiting).
+    """
+    from .data import ImageData
+    from .methods.multi_vfl import MultiVFL
+    from .studies.multi_vfl import configs
+    from .training.multi_owner_packed import packed_round
+
+    config, = [c for c in configs("quick", seeds=[seed], overrides=overrides)
+               if (c.dataset, c.scenario, c.server_optimizer) == ("mnist", scenario, server_optimizer)]
+    g = torch.Generator().manual_seed(seed)
+    n_train = 10 * config.samples_per_owner * config.n_label_owners  # every class enough for Table 3's splits
+    data = ImageData("random", torch.randint(0, 256, (n_train, 1, 28, 28), dtype=torch.uint8, generator=g),
+                     torch.arange(n_train) % 10,
+                     torch.randint(0, 256, (config.n_test, 1, 28, 28), dtype=torch.uint8, generator=g),
+                     torch.arange(config.n_test) % 10, tuple(str(i) for i in range(10)), (0.1307,), (0.3081,))
+    method = MultiVFL(config, data, device="cpu")
+    method.setup()
+    packs = {s: MultiVFL(config, data, device="cpu") for s in ("vmap", "loop")}
+    for m in packs.values():
+        m.setup()
+    packed = {s: [] for s in packs}
+    steps = {"n": 0, "s": 0.0}
+    split_step = method._split_step
+
+    def timed_step(*a: Any, **k: Any) -> float:
+        t0 = time.process_time()
+        out = split_step(*a, **k)
+        steps["n"], steps["s"] = steps["n"] + 1, steps["s"] + time.process_time() - t0
+        return out
+
+    method._split_step = timed_step  # type: ignore[method-assign]
+    n_test = config.n_test
+    train, whole, chunked = [], [], []
+    for r in range(1, rounds + 2):
+        t0 = time.process_time()
+        method.round(r)
+        t1 = time.process_time()
+        method.evaluate(eval_chunk=n_test)
+        t2 = time.process_time()
+        method.evaluate()
+        t3 = time.process_time()
+        for stacking, m in packs.items():
+            t4 = time.process_time()
+            packed_round(m, r, stacking=stacking)
+            packed[stacking].append(time.process_time() - t4)
+        if r == 1:  # warm-up: first calls, allocations
+            steps["n"], steps["s"] = 0, 0.0
+            packed = {s: [] for s in packs}
+            continue
+        train.append(t1 - t0), whole.append(t2 - t1), chunked.append(t3 - t2)
+
+    # the same step as plain PyTorch: label owner 1 and the data owners' copies 1, one batch
+    lo = method.label_owners[0]
+    bottoms, top = [d.models["copy_1"] for d in method.data_owners], lo.models["top"]
+    ids = method._batches(0, 1)[0]
+    xs, y = [d.features("train", ids=ids) for d in method.data_owners], lo.labels("train", ids=ids)
+    opt = torch.optim.SGD([p for m in (*bottoms, top) for p in m.parameters()], lr=config.local_lr)
+
+    def plain_step() -> None:
+        opt.zero_grad(set_to_none=True)
+        acts = [m(x) for m, x in zip(bottoms, xs)]
+        cut = [a.detach().requires_grad_(True) for a in acts]
+        F.cross_entropy(top(torch.cat(cut, dim=2)), y).backward()
+        for a, c in zip(acts, cut):
+            a.backward(c.grad)
+        opt.step()
+
+    plain_step()
+    t0 = time.process_time()
+    for _ in range(steps["n"]):
+        plain_step()
+    plain = (time.process_time() - t0) / steps["n"]
+    step = steps["s"] / steps["n"]
+    per_round = steps["n"] / rounds
+    t, w, c = (statistics.median(v) for v in (train, whole, chunked))
+    return {"steps_per_round": per_round, "step_s": step, "plain_step_s": plain,
+            "train_s": t, "other_train_s": t - per_round * step,
+            "eval_whole_s": w, "eval_chunked_s": c, "round_before_s": t + w, "round_after_s": t + c,
+            "n_test": n_test, "batch_size": config.batch_size,
+            **{f"train_packed_{k}_s": statistics.median(v) for k, v in packed.items()}}
+
+
 def bench_masking(*, n_passive: int = 3, batch: int = 128, embedding_dim: int = 128,
                   repeats: int = 30) -> dict[str, float]:
     """Milliseconds of one step's secure aggregation: every passive party blinds its
@@ -331,6 +432,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="samples/s of K runs one after another vs packed (vflkit.training.packed)")
     parser.add_argument("--pack-size", type=int, default=4, help="K, the runs per pack (with --packed)")
     parser.add_argument("--steps", type=int, default=10, help="steps per timed block (with --packed)")
+    parser.add_argument("--multi-vfl", action="store_true",
+                        help="CPU seconds of a Multi-VFL quick-profile round and where they go, one torch thread")
+    parser.add_argument("--rounds", type=int, default=3, help="timed rounds (with --multi-vfl)")
     parser.add_argument("--worker", choices=["overhead", "methods"], help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.device == "auto":
@@ -349,6 +453,9 @@ def main(argv: list[str] | None = None) -> None:
     where = torch.cuda.get_device_name(args.device) if cuda else f"CPU ({os.cpu_count()} cores)"
     if args.packed:
         _print_packed(args, where)
+        return
+    if args.multi_vfl:
+        _print_multi_vfl(args)
         return
     print(f"torch {torch.__version__}, {where}; batch {args.batch}, 4 parties on 28x7 "
           "MNIST strips, embedding 128; medians of steps alternated plain / by hand / vflkit")
@@ -390,6 +497,33 @@ def main(argv: list[str] | None = None) -> None:
             utils = [r["gpu_util_pct"] for r in mine if r["gpu_util_pct"] is not None]
             line += f"{statistics.mean(utils):>9.0f}%" if utils else f"{'n/a':>10}"
         print(line)
+
+
+def _print_multi_vfl(args: argparse.Namespace) -> None:
+    import os
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as a scheduler worker runs it
+    try:
+        r = bench_multi_vfl(rounds=args.rounds)
+    finally:
+        torch.set_num_threads(threads)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"torch {torch.__version__}, CPU ({os.cpu_count()} cores), 1 thread, load average {load:.1f}; "
+          f"Multi-VFL quick round (MNIST shape, 4niid, FedAdam): {r['steps_per_round']:.0f} split steps of "
+          f"{r['batch_size']}, {r['n_test']} test images; CPU seconds, medians of {args.rounds} rounds")
+    step, plain = r["step_s"], r["plain_step_s"]
+    print(f"split step {1e3 * step:.0f} ms, the same models as plain PyTorch {1e3 * plain:.0f} ms "
+          f"(parties, channel, ledger: {100 * (step - plain) / step:.1f} % of a step)")
+    print(f"{'':<34} {'before':>8} {'now':>8}")
+    print(f"{'training (split steps)':<34} {r['steps_per_round'] * step:>8.2f} {r['steps_per_round'] * step:>8.2f}")
+    print(f"{'training (aggregation, averaging)':<34} {r['other_train_s']:>8.2f} {r['other_train_s']:>8.2f}")
+    print(f"{'evaluation':<34} {r['eval_whole_s']:>8.2f} {r['eval_chunked_s']:>8.2f}")
+    print(f"{'round':<34} {r['round_before_s']:>8.2f} {r['round_after_s']:>8.2f}   "
+          f"({r['round_before_s'] / r['round_after_s']:.2f}x)")
+    print("training with the 5 label-owner chains packed (multi_owner_packed.packed_round): "
+          + ", ".join(f"{k} {r[f'train_packed_{k}_s']:.2f} s ({r['train_s'] / r[f'train_packed_{k}_s']:.2f}x)"
+                      for k in ("vmap", "loop")))
 
 
 def _print_packed(args: argparse.Namespace, where: str) -> None:

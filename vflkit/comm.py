@@ -126,6 +126,14 @@ class Ledger:
         self._rows[:] = [tuple(r) for r in rows]
         self._round_cache, self._round_state = [], {}
 
+    def sort_since(self, start: int, key: Callable[[tuple[str, str, str, int, int, int, str]], Any]) -> None:
+        """Put the rows from position ``start`` on in the order ``key`` gives them (a stable
+        sort): a trainer that computes a protocol's steps in another order than the protocol
+        sends them (a packed round) writes the protocol's order, which :meth:`rounds` reads."""
+        self._rows[start:] = sorted(self._rows[start:], key=key)
+        if len(self._round_cache) > start:  # rounds already read from rows that moved
+            self._round_cache, self._round_state = [], {}
+
     def rounds(self) -> list[int]:
         """The round of every message, counted from 0 within its (epoch, step, phase).
 

@@ -57,6 +57,9 @@ PAPER_ROUNDS = 500
 #: 400 CPU-s a run, 4.7 CPU-hours for its 42 runs, against the 11 minutes here. So it stays a
 #: check that the pipeline runs: its models end near chance, and `vflkit.claims` reads every
 #: ordering *not testable (did not learn)*; the paper profile (500 rounds, a GPU) decides.
+#: The round is the models' own compute: vflkit's parties, channel and ledger take ~2 % of a
+#: split step, and evaluation in chunks (``EVAL_CHUNK``, since 2026-11-26) costs ~1 ms per test
+#: image, not 2 (`python -m vflkit.bench --multi-vfl` prints a round's parts).
 QUICK_SAMPLES = 128
 QUICK_ROUNDS = 8
 QUICK_TEST = 500

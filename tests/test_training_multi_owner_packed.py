@@ -1,0 +1,105 @@
+"""Tests for vflkit.training.multi_owner_packed: a packed Multi-VFL round, of one run or several,
+equals MultiVFL.round (float64, to a relative tolerance; the ledger row for row)."""
+
+import math
+
+import pytest
+import torch
+
+from vflkit import data
+from vflkit.data import ImageData
+from vflkit.errors import ConfigError
+from vflkit.methods.multi_vfl import MultiVFL, MultiVFLConfig
+from vflkit.training.multi_owner_packed import packed_round
+
+#: Relative tolerance of the packed round against the unpacked one in float64 (vmapped kernels
+#: may reduce in another order).
+REL = 1e-9
+
+
+@pytest.fixture
+def float64(monkeypatch):
+    """Both rounds in float64: models built in float64, features normalised then cast."""
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    real = data.ImageData.normalize
+    monkeypatch.setattr(data.ImageData, "normalize",
+                        lambda self, x, device=None: real(self, x, device).to(torch.float64))
+    yield
+    torch.set_default_dtype(before)
+
+
+def _method(**cfg):
+    g = torch.Generator().manual_seed(0)
+    images = ImageData("tiny", torch.randint(0, 256, (400, 1, 28, 28), dtype=torch.uint8, generator=g),
+                       torch.arange(400) % 10, torch.randint(0, 256, (40, 1, 28, 28), dtype=torch.uint8, generator=g),
+                       torch.arange(40) % 10, tuple(str(i) for i in range(10)), (0.5,), (0.25,))
+    config = MultiVFLConfig(**{"samples_per_owner": 16, "batch_size": 8, "rounds": 2, "local_lr": 0.05, **cfg})
+    m = MultiVFL(config, images)
+    m.setup()
+    return m
+
+
+def _close(a: float, b: float) -> bool:
+    return (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=REL, abs_tol=1e-12)
+
+
+def _assert_same_run(alone: MultiVFL, packed: MultiVFL) -> None:
+    """Every party's models and the evaluation to REL; the ledger row for row; no message left."""
+    for p_alone, p_packed in zip(alone.parties, packed.parties):
+        for name, model in p_alone.models.items():
+            for (n, a), b in zip(model.state_dict().items(), p_packed.models[name].state_dict().values()):
+                assert torch.allclose(a, b, rtol=REL, atol=1e-12), (p_alone.name, name, n)
+    e_want, e_got = alone.evaluate(), packed.evaluate()
+    assert all(_close(e_want[k], e_got[k]) for k in e_want)
+    assert alone.channel.ledger.frame(phase=None).equals(packed.channel.ledger.frame(phase=None))
+    assert packed.channel.pending() == 0
+
+
+def _assert_same_round(alone: MultiVFL, want: dict, packed: MultiVFL, got: dict, r: int) -> None:
+    """The round's losses and the server's statistics to REL."""
+    assert want.keys() == got.keys() and all(_close(want[k], got[k]) for k in want)
+    s_want, s_got = alone.server_stats(r), packed.server_stats(r)
+    assert s_want.keys() == s_got.keys() and all(_close(s_want[k], s_got[k]) for k in s_want)
+
+
+@pytest.mark.parametrize("stacking", ["vmap", "loop"])
+@pytest.mark.parametrize("cfg", [{"scenario": "4niid", "server_optimizer": "fedavg"},
+                                 {"scenario": "iid", "server_optimizer": "fedadam", "local_optimizer": "adam"}])
+def test_packed_round_equals_the_unpacked_round(float64, cfg, stacking):
+    """Two rounds: losses, server statistics, every model and the evaluation to 1e-9; the ledger row for row."""
+    alone, packed = _method(**cfg), _method(**cfg)
+    for r in (1, 2):
+        _assert_same_round(alone, alone.round(r), packed, packed_round(packed, r, stacking=stacking), r)
+    _assert_same_run(alone, packed)
+
+
+# ~30 s each on a loaded 2-core CPU; the single-run test covers both stackings in the fast tier
+@pytest.mark.parametrize("stacking", ["vmap", pytest.param("loop", marks=pytest.mark.slow)])
+def test_a_pack_of_runs_equals_each_run_alone(float64, stacking):
+    """Three runs (other seeds, scenarios, server optimizers; one batch per label owner) packed: each as if alone."""
+    cfgs = [{"scenario": "4niid", "server_optimizer": "fedavg", "seed": 0, "local_steps": 1},
+            {"scenario": "1niid", "server_optimizer": "fedadam", "seed": 1, "local_steps": 1},
+            {"scenario": "4niid", "server_optimizer": "feddemonadam", "seed": 2, "local_steps": 1}]
+    alone, packed = [_method(**c) for c in cfgs], [_method(**c) for c in cfgs]
+    for r in (1, 2):
+        got = packed_round(packed, r, stacking=stacking)
+        for a, want, p, g in zip(alone, [a.round(r) for a in alone], packed, got):
+            _assert_same_round(a, want, p, g, r)
+    for a, p in zip(alone, packed):
+        _assert_same_run(a, p)
+
+
+def test_runs_that_differ_in_a_step_shape_do_not_pack():
+    """Runs with another batch size or local lr are refused, naming what differs."""
+    with pytest.raises(ConfigError, match="batch_size"):
+        packed_round([_method(), _method(samples_per_owner=32, batch_size=16)], 1)
+    with pytest.raises(ConfigError, match="local_lr"):
+        packed_round([_method(), _method(local_lr=0.01)], 1)
+
+
+def test_packed_round_runs_rounds_in_order():
+    """Skipping a round is an error, as for MultiVFL.round."""
+    m = _method()
+    with pytest.raises(ConfigError, match="in order"):
+        packed_round(m, 2)

@@ -1,0 +1,135 @@
+"""Multi-VFL rounds with their label-owner chains, of one run or several, stepped as one computation.
+
+Issue 40, "Packing" (the GPU review's Multi-VFL section). Within a round of Algorithm 1 the K
+label owners train independently: chain k touches only label owner k's model ``W^S_k`` and copy
+k of every data owner's model ``W^C_{d,k}``, all starting from the same weights, on its own
+batches (drawn from the generator seeded by (seed, round, owner)). So step i of every chain can
+run at once: each party's K models are stacked (:class:`~vflkit.training.packed.StackedModel`:
+``vmap(functional_call)`` on a GPU, a loop over the slices on a CPU) and one backward pass gives
+every chain its own gradients, since the chains' losses are summed and share no parameter.
+
+Every message still crosses the run's :class:`~vflkit.comm.Channel` between the same parties,
+stamped with the step the unpacked round gives it; the round's ledger rows are then put in the
+order the unpacked round sends them (:meth:`~vflkit.comm.Ledger.sort_since`), so the ledger is
+the unpacked round's row for row. The server's aggregation and the data owners' averaging are
+:class:`~vflkit.methods.multi_vfl.MultiVFL`'s own. Equivalence is claimed in float64, to a
+tolerance (a vmapped kernel may reduce in another order): tests/test_training_multi_owner_packed.py.
+
+Several runs pack into one round the same way (the study's 42 runs of a profile share every
+shape: 210 chains per step), each with its own channel, server and ledger.
+
+Not done (yet): a trainer around it (:func:`vflkit.training.multi_owner.train` runs rounds
+unpacked; records, checkpoints and deadlines of packed runs), and divergence per run: a
+non-finite loss in any chain stops the whole pack at that step, where the unpacked round has
+finished the chains before the diverging one and not started those after it (a diverged run's
+evaluation of ``label_owner_1``'s model may then differ).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+
+from ..errors import ConfigError, DivergenceError
+from ..methods.multi_vfl import MultiVFL, _weights
+from .packed import StackedModel, _cross_entropy
+
+
+def _protocol_order(row: tuple[str, str, str, int, int, int, str]) -> tuple[int, int]:
+    # rows by step; within the step a chain ends on (its update to the server), the update
+    # comes first, as the unpacked round sends it before the next chain's first batch
+    return row[5], 0 if row[2] == "model_weights" else 1
+
+
+def packed_round(methods: MultiVFL | Sequence[MultiVFL], r: int, *,
+                 stacking: str = "auto") -> dict[str, float] | list[dict[str, float]]:
+    """Global round ``r`` of each of ``methods`` (what :meth:`MultiVFL.round` does) with every
+    label-owner chain of every run stepped together; returns the mean training loss per label
+    owner (one dict per run when given a sequence of runs).
+
+    The runs (e.g. a study's runs of one profile: seeds, datasets, scenarios, server optimizers)
+    must share the shapes of a step and the local optimizer: data owners, label owners, batch
+    size, batches per round, local optimizer and lr. ``stacking``: how each party's stacked
+    models run (:data:`vflkit.training.packed.STACKINGS`).
+    """
+    runs = [methods] if isinstance(methods, MultiVFL) else list(methods)
+    for m in runs:
+        if r != m.rounds_done + 1:
+            raise ConfigError(f"round {r} called after round {m.rounds_done}; rounds run in order 1, 2, ...")
+        if "global" not in m.server.models:
+            raise ConfigError("call setup() before round()")
+    shared = ("n_data_owners", "n_label_owners", "batch_size", "local_optimizer", "local_lr")
+    differ = [f for f in shared if len({getattr(m.config, f) for m in runs}) > 1]
+    if differ:
+        raise ConfigError(f"runs packed in one round must share {', '.join(shared)}; they differ in {differ}")
+    batches = {(j, k): m._batches(k, r) for j, m in enumerate(runs) for k in range(len(m.label_owners))}
+    n = len(next(iter(batches.values())))
+    if any(len(b) != n for b in batches.values()):
+        raise ConfigError(f"label owners have {sorted({len(b) for b in batches.values()})} batches in round {r}; "
+                          "a packed round needs the same number for every label owner")
+    # chain (j, k): run j's label owner k with copy k of each of run j's data owners
+    chains = [(j, k) for j, m in enumerate(runs) for k in range(len(m.label_owners))]
+    lo_of = {(j, k): runs[j].label_owners[k] for j, k in chains}
+    n_do = len(runs[0].data_owners)
+    first_rows = [len(m.channel.ledger) for m in runs]
+    starts = {c: _weights(lo_of[c].models["top"]) for c in chains}
+    copies = [[runs[j].data_owners[d].models[f"copy_{k + 1}"] for j, k in chains] for d in range(n_do)]
+    top = StackedModel([lo_of[c].models["top"] for c in chains], stacking=stacking)
+    bottoms = [StackedModel(c, stacking=stacking) for c in copies]
+    # one optimizer per party over its stacked models: SGD and Adam update elementwise, so
+    # slice c follows chain c's own optimizer
+    top_opt = runs[0]._local_optimizer(list(top.params.values()))
+    bottom_opts = [runs[0]._local_optimizer(list(b.params.values())) for b in bottoms]
+    totals = dict.fromkeys(chains, 0.0)
+    for i in range(n):
+        acts = []
+        for d, (bottom, opt) in enumerate(zip(bottoms, bottom_opts)):
+            opt.zero_grad(set_to_none=True)
+            acts.append(bottom(torch.stack([runs[j].data_owners[d].features("train", ids=batches[j, k][i])
+                                            for j, k in chains])))
+        for c, (j, k) in enumerate(chains):
+            runs[j].channel.at(epoch=r, step=k * n + i, phase="train")
+            for d, a in enumerate(acts):
+                runs[j].data_owners[d].send(lo_of[j, k], "embedding", a[c])
+        parts = [torch.stack([lo_of[j, k].recv(runs[j].data_owners[d], "embedding") for j, k in chains])
+                 .requires_grad_(True) for d in range(n_do)]
+        top_opt.zero_grad(set_to_none=True)
+        # A_k = Concatenate A_{d,k} along the height: dim 3 of the stacked [chains, B, C, h, W]
+        labels = torch.stack([lo_of[j, k].labels("train", ids=batches[j, k][i]) for j, k in chains])
+        losses = _cross_entropy(top(torch.cat(parts, dim=3)), labels)
+        losses.sum().backward()  # the chains share no parameter: each gets its own loss's gradient
+        top_opt.step()
+        for c, (j, k) in enumerate(chains):
+            runs[j].channel.at(epoch=r, step=k * n + i, phase="train")
+            for d, a in enumerate(parts):
+                lo_of[j, k].send(runs[j].data_owners[d], "gradient", a.grad[c])
+        for d, (a, opt) in enumerate(zip(acts, bottom_opts)):
+            a.backward(torch.stack([runs[j].data_owners[d].recv(lo_of[j, k], "gradient") for j, k in chains]))
+            opt.step()
+        for c, value in zip(chains, losses.tolist()):
+            if not math.isfinite(value):
+                raise DivergenceError(f"{lo_of[c].name}'s loss is {value} in round {r} of run {c[0]} of the pack: "
+                                      "training diverged; lower local_lr or the server lr")
+            totals[c] += value
+    top.write_back([lo_of[c].models["top"] for c in chains])
+    for bottom, c in zip(bottoms, copies):
+        bottom.write_back(c)
+    out = []
+    for j, m in enumerate(runs):
+        for k, lo in enumerate(m.label_owners):
+            # Line 9: t_k = W_k^{S,r+1} - W^{S,r}, sent to the server when chain k ends
+            now = _weights(lo.models["top"])
+            m.channel.at(epoch=r, step=(k + 1) * n, phase="train")
+            lo.send(m.server, "model_weights", {name: now[name] - starts[j, k][name] for name in now})
+        m.channel.ledger.sort_since(first_rows[j], _protocol_order)
+        m._aggregate(r, len(m.label_owners) * n)
+        for d in m.data_owners:
+            m._average_copies(d)
+        m.rounds_done = r
+        out.append({lo.name: totals[j, k] / n for k, lo in enumerate(m.label_owners)})
+    return out[0] if isinstance(methods, MultiVFL) else out
+
+
+__all__ = ["packed_round"]
