@@ -383,3 +383,19 @@ def test_quick_profile_is_the_paper_profile_reduced_by_one_factor():
     central = [r.adpt for r in runs if r.variant == "centralized"]
     assert central and all(c.centralized_epochs == c.pretrain_epochs + c.classifier_epochs and
                            c.n_train == quick["n_train"] for c in central)
+
+
+def test_communication_words_compare_with_raw_tiles_and_fl():
+    """The per-client comparison is worded from communication()'s rows, per scale."""
+    import pandas as pd
+
+    com = pd.DataFrame({"scale": ["this run"] * 4,
+                        "what": ["AdptVFedConv, maps re-extracted every epoch (ours, default)",
+                                 "AdptVFedConv, maps sent once (Algorithm 1)", "raw tiles, sent once",
+                                 "parameter-sharing FL, one round"],
+                        "x_raw_tiles": [10.7, 2.67, 1.0, 1.67]})
+    from vflkit.studies import adptvfedconv as study
+
+    words = study.communication_words(com)
+    assert "2.67–10.7 times its raw tiles (more than its raw tiles" in words and "FL 1.67–1.67" in words
+    assert study.communication_words(com.iloc[:0]) == "No run recorded yet."

@@ -414,3 +414,40 @@ def test_pending_keeps_the_learning_rate(monkeypatch):
     table = study.pending("paper", datasets=("breast_cancer",))
     assert len(table) and (table["lr"] > 0).all()
     assert set(table["lr"]) >= {1e-3}
+
+
+def test_fig5_helpers_of_no_record_are_empty_with_their_columns():
+    """With no Fig. 5 run recorded the paper-profile section's helpers give empty frames (and no
+    figure), so its cells run unconditionally."""
+    assert study.fig5_frame([]).empty and "value" in study.fig5_frame([])
+    assert study.paired_difference([]).empty and "mean_diff_points" in study.paired_difference([])
+    assert study.paired_differences([]).empty and study.fig5_means(study.fig5_frame([])).empty
+    fig, data = study.fig5_figure([], profile="paper")
+    assert fig is None and data.empty
+    fig, data = study.fig8_figure(study.fig5_frame([]), profile="quick")
+    assert fig is None and data.empty
+
+
+def test_ledger_words_say_exact_or_the_range():
+    """The ledger-against-formula sentence comes from ledger_check's rows: exact where every run
+    matches, the range otherwise; Table 2's rows are left to Table 2."""
+    check = pd.DataFrame({"kind": ["fig5", "fig5", "table2"], "label": ["APC-VFL (MSE)", "VFedTrans", "SplitNN"],
+                          "ledger_over_formula_min": [1.0, 1.001, 0.5], "ledger_over_formula_max": [1.0, 1.111, 2.0]})
+    words = study.ledger_words(check)
+    assert "APC-VFL (MSE) exactly its formula" in words and "VFedTrans 1.001–1.111 times" in words
+    assert "SplitNN" not in words
+    assert study.ledger_words(check.iloc[:0]) == "No Fig. 5 run recorded yet."
+
+
+def test_splitnn_beside_paper_words_table2():
+    """Table 2's comparison is counted from the table: where our SplitNN scores above our APC-VFL,
+    and each method's distance from the paper's numbers."""
+    rows = []
+    for n, (s, a, ps, pa) in {2500: (0.49, 0.42, 0.187, 0.314), 10000: (0.43, 0.40, 0.389, 0.412)}.items():
+        for method, v, p in (("SplitNN", s, ps), ("APC-VFL", a, pa)):
+            rows.append({"table": "2", "dataset": "UCICreditCard", "method": method, "setting": f"aligned={n}",
+                         "metric": "f1", "value": v, "paper_value": p, "paper_std": 0.09 if n == 2500 else 0.01})
+    words = study.splitnn_beside_paper(pd.DataFrame(rows))
+    assert "our SplitNN above our APC-VFL at 2 of 2 aligned counts" in words
+    assert "SplitNN +0.041 to +0.303" in words and "the paper's SplitNN at aligned=2500: 0.187 ± 0.090" in words
+    assert study.splitnn_beside_paper(pd.DataFrame(rows).iloc[:0]) == "No Table 2 run recorded yet."

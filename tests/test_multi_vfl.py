@@ -543,3 +543,15 @@ def test_a_diverged_run_is_counted_not_averaged_in_the_summary(tmp_path):
     path = report.write_table(study.long_table(summ, "quick"), "multi_vfl", "quick", name="final_accuracy",
                               root=tmp_path)
     assert pd.read_csv(path)["diverged"].max() == 1
+
+
+def test_learning_sentence_counts_cells_near_chance():
+    """Whether the profile learns is counted from the summary: cells within claims.CHANCE_MARGIN of
+    chance decide no claim, and the sentence says how many there are."""
+    import pandas as pd
+
+    summ = pd.DataFrame({"final_accuracy_pct": [9.4, 12.0, 15.1]})
+    assert "2 end near chance" in study.learning(summ) and "9.4–15.1 %" in study.learning(summ)
+    assert "every one ends near chance" in study.learning(summ.iloc[:2])
+    assert "none ends near chance" in study.learning(pd.DataFrame({"final_accuracy_pct": [80.0]}))
+    assert study.learning(summ.iloc[:0]) == "No run recorded yet."

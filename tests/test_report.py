@@ -85,3 +85,60 @@ def test_seeds_stamp_says_when_points_have_fewer_seeds():
     assert report.seeds_stamp(data.drop(columns="seed"), point=["method"]) == ""
     with pytest.raises(ConfigError, match=r"point names columns \['dataset'\]"):
         report.seeds_stamp(data, point=["dataset"])
+
+
+def _joined_table() -> pd.DataFrame:
+    ours = pd.DataFrame([{"table": "II", "dataset": "MNIST", "method": "Local", "setting": "local", "model": "CNN",
+                          "metric": "test_accuracy_pct", "value": 30.0, "std": 1.0, "n_runs": 3}])
+    return report.join_reference(ours, "vfedmh", profile="quick")
+
+
+def test_write_table_of_nothing_recorded_writes_nothing(tmp_path):
+    """An empty table (no run recorded yet) leaves the committed CSV alone and returns None; a
+    table with rows is written as before."""
+    committed = tmp_path / "vfedmh" / "paper" / "table2.csv"
+    committed.parent.mkdir(parents=True)
+    committed.write_text("kept\n")
+    assert report.write_table(pd.DataFrame(), "vfedmh", "paper", "2", root=tmp_path) is None
+    assert committed.read_text() == "kept\n"
+    assert report.write_table(_joined_table(), "vfedmh", "paper", "2", root=tmp_path) == committed
+    assert pd.read_csv(committed)["value"].tolist() == [30.0]
+    with pytest.raises(ConfigError, match="not both"):  # a bad call still fails on an empty table
+        report.write_table(pd.DataFrame(), "vfedmh", "paper", root=tmp_path)
+
+
+def test_side_by_side_and_show_word_an_empty_table():
+    """A table with rows is shown as is; an empty one, through side_by_side too, as the note given."""
+    shown = report.show(report.side_by_side(_joined_table(), index=["method"], columns="model"), empty="none yet")
+    assert isinstance(shown, pd.DataFrame) and shown.loc["Local", "CNN"].startswith("30.00 ± 1.00")
+    note = report.show(report.side_by_side(pd.DataFrame(), index=["method"], columns="model"),
+                       empty="No paper-profile run of Table II recorded yet.")
+    assert isinstance(note, report.Note) and note == "No paper-profile run of Table II recorded yet."
+    assert note._repr_markdown_() == repr(note) == str(note)  # shown as text, not as a quoted string
+
+
+def test_pending_summary_counts_runs_and_minutes_or_keeps_its_columns():
+    """Pending runs are counted with their H100 minutes per dataset and need; none gives an empty
+    frame with the same columns and index names."""
+    pending = pd.DataFrame({"dataset": ["CIFAR10", "CIFAR10", "MNIST"], "method": ["a", "b", "c"],
+                            "needs": ["GPU", "GPU", "CPU"], "estimated_h100_min": [10.0, 5.0, None]})
+    out = report.pending_summary(pending)
+    assert out.loc[("CIFAR10", "GPU"), "runs"] == 2 and out.loc[("CIFAR10", "GPU"), "h100_minutes"] == 15.0
+    empty = report.pending_summary(pd.DataFrame())
+    assert empty.empty and list(empty.columns) == ["runs", "h100_minutes"]
+    assert list(empty.index.names) == ["dataset", "needs"]
+
+
+def test_save_recorded_figure_saves_or_says_nothing_is_recorded(tmp_path, monkeypatch):
+    """With data the figure and its CSV are written and the note names the PNG; with none (no
+    figure, or an empty frame) nothing is written and the note is the one given."""
+    monkeypatch.setenv("VFLKIT_FIGURES", str(tmp_path))
+    fig, ax = plt.subplots()
+    ax.plot([1, 2], [3, 4])
+    note = report.save_recorded_figure(fig, pd.DataFrame({"x": [1, 2]}), "demo", "smoke", "1", empty="none")
+    assert note == "saved $VFLKIT_FIGURES/demo/smoke/fig1.png" and (tmp_path / "demo" / "smoke" / "fig1.csv").exists()
+    fig2, _ = plt.subplots()
+    assert report.save_recorded_figure(fig2, pd.DataFrame(), "demo", "smoke", "2", empty="none yet") == "none yet"
+    assert report.save_recorded_figure(None, pd.DataFrame(), "demo", "smoke", "2", empty="none yet") == "none yet"
+    assert not (tmp_path / "demo" / "smoke" / "fig2.png").exists()
+    assert not plt.fignum_exists(fig2.number), "the unsaved figure is closed, not drawn inline"

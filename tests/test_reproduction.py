@@ -313,10 +313,10 @@ def _paper_tables_from_records() -> dict[tuple[str, str], pd.DataFrame]:
 
     out = {("vfedmh", f"{a}.csv"): vfedmh.paper_so_far(a)[0] for a in vfedmh.PAPER_TABLES}
     for number in vfedmh.PAPER_FIGURES:  # the data each paper-profile figure plots
-        drawn = vfedmh.paper_figure(number)
-        if drawn is not None:
-            plt.close(drawn[0])
-            out[("vfedmh", f"fig{number}.csv")] = drawn[1]
+        fig, data = vfedmh.paper_figure(number)
+        if fig is not None:
+            plt.close(fig)
+            out[("vfedmh", f"fig{number}.csv")] = data
     for name, table in easter.paper_so_far()[0].items():
         out[("easter", f"table{easter.PAPER_TABLE_NUMBERS[name]}.csv")] = table
     for number, (fig, data) in easter.paper_figures().items():

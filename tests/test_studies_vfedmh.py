@@ -101,6 +101,30 @@ def test_blinding_demo_shows_the_literal_leak():
     assert 0.45 < demo["blinded_unit"].mean() < 0.55  # uniform over the ring
 
 
+def test_blinding_words_read_the_demo():
+    """The blinding sentence is worded from the demo's numbers: exact within the bound, nothing
+    visible under per-entry masks, the literal reading revealing the embedding; a leaky mask is
+    worded as such."""
+    demo = vfedmh.blinding_demo()
+    words = vfedmh.blinding_words(demo)
+    assert "within the ring's rounding bound" in words and "(about 0: nothing of it shows)" in words
+    assert "reveals the embedding up to one constant" in words
+    leaky = vfedmh.blinding_words({**demo, "corr_per_entry": 0.5, "corr_literal": 0.2,
+                                   "max_abs_error": 2 * demo["error_bound"]})
+    assert "beyond" in leaky and "at 0.500 under per-entry masks;" in leaky and "does not reveal it" in leaky
+
+
+def test_baselines_beside_paper_counts_cells_above_the_paper():
+    """Per baseline, the cells with a printed number in which ours is above the paper's; VFedMH's
+    own cells and cells without a printed number are left out."""
+    table = pd.DataFrame({"method": ["PyVertical", "PyVertical", "Local", "VFedMH", "C_VFL"],
+                          "value": [98.0, 90.0, 30.0, 98.0, 50.0], "paper_value": [65.0, 95.0, 23.0, 97.0, None]})
+    words = vfedmh.baselines_beside_paper(table)
+    assert "PyVertical above the paper's in 1 of 2 cells (median +14.0 points)" in words
+    assert "Local above the paper's in 1 of 1 cells" in words and "VFedMH" not in words and "C_VFL" not in words
+    assert vfedmh.baselines_beside_paper(table.iloc[3:]).startswith("No baseline cell")
+
+
 def _fake_records(groups, accuracy):
     """A record per run with final (and per-epoch) accuracy ``accuracy(config, party, arch)`` and
     the ledger's per-epoch rounds of its protocol: what the claims read."""
@@ -295,6 +319,9 @@ def test_paper_so_far_draws_each_table_from_its_own_runs(tmp_path, monkeypatch):
         assert len(todo) == len(vfedmh.unique({g: groups[g] for g in names}))
     with pytest.raises(ConfigError, match="unknown artefact 'table9'"):
         vfedmh.paper_so_far("table9")
+    for number in vfedmh.PAPER_FIGURES:  # no figure while nothing is recorded, and no None to test for
+        fig, data = vfedmh.paper_figure(number)
+        assert fig is None and data.empty
 
 
 def test_pair_tables_leave_out_pairs_not_recorded_yet():

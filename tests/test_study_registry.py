@@ -133,3 +133,15 @@ def test_a_toy_study_is_scheduled_and_reported_from_its_declaration_alone(toy, t
     assert "toy" not in reproduction.TITLES and "toy" not in study.STUDY_FAMILY
     with pytest.raises(ConfigError, match="no study 'toy'"):
         study.study_tasks("toy", "quick")
+
+
+def test_demo_comparison_is_worded_from_its_table():
+    """The demo's result sentence comes from summary()'s table: both accuracies and their gap."""
+    import pandas as pd
+
+    from vflkit.studies import demo
+
+    table = pd.DataFrame({"method": ["local", "splitnn", "splitnn"], "test_accuracy_pct": [36.9, 97.0, 97.4]})
+    assert demo.comparison(table) == ("SplitNN reaches 97.2 % test accuracy and Local 36.9 % (mean over seeds): "
+                                      "the passive parties' embeddings add 60.3 points.")
+    assert demo.comparison(table.iloc[1:]) == "SplitNN and Local are not both recorded yet."

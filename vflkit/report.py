@@ -92,14 +92,19 @@ def output_dir(paper: str, profile: str, root: Path | str | None = None) -> Path
 
 
 def write_table(table: pd.DataFrame, paper: str, profile: str, number: str | None = None, *,
-                name: str | None = None, root: Path | str | None = None) -> Path:
+                name: str | None = None, root: Path | str | None = None) -> Path | None:
     """Write a joined table as ``table<number>.csv`` (the paper's table ``number``), or as
-    ``<name>.csv`` for a table the paper does not print; returns its path."""
+    ``<name>.csv`` for a table the paper does not print; returns its path.
+
+    A table with no rows (none of its runs recorded yet) writes nothing and returns None, so a
+    notebook section calls it unconditionally and a committed table is never emptied."""
+    if (number is None) == (name is None):
+        raise ConfigError("write_table needs either the paper's table number or a name, not both")
+    if table.empty:
+        return None
     missing = [c for c in TABLE_COLUMNS if c not in table]
     if missing:
         raise ConfigError(f"table lacks columns {missing}; build it with join_reference()")
-    if (number is None) == (name is None):
-        raise ConfigError("write_table needs either the paper's table number or a name, not both")
     path = output_dir(paper, profile, root) / (f"table{number}.csv" if name is None else f"{name}.csv")
     with atomic_path(path) as tmp:  # two studies writing one table never mix their rows
         table[table_columns(table)].to_csv(tmp, index=False)
@@ -184,7 +189,10 @@ def provenance(records: Sequence[dict]) -> pd.DataFrame:
 
 
 def side_by_side(table: pd.DataFrame, *, index: Sequence[str], columns: str, digits: int = 2) -> pd.DataFrame:
-    """A readable pivot: each cell ``ours ± std (paper p ± s)``; '—' where the paper prints none."""
+    """A readable pivot: each cell ``ours ± std (paper p ± s)``; '—' where the paper prints none.
+    An empty table (nothing recorded yet) gives an empty frame, which :func:`show` words."""
+    if table.empty:
+        return pd.DataFrame()
 
     def cell(row: pd.Series) -> str:
         ours = "—" if pd.isna(row["value"]) else f"{row['value']:.{digits}f}"
@@ -224,3 +232,44 @@ def shown_path(path: Path | str) -> str:
     except ValueError:
         return path.name
     return f"${FIGURES_ENV}/{rel}" if os.environ.get(FIGURES_ENV) else f"figures/{rel}"
+
+
+class Note(str):
+    """A line of Markdown a notebook cell shows as text (a plain ``str`` would show quoted)."""
+
+    def _repr_markdown_(self) -> str:
+        return str(self)
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def show(table: pd.DataFrame, *, empty: str) -> pd.DataFrame | Note:
+    """``table`` where it has rows; otherwise ``empty`` (e.g. "No paper-profile run of Table II
+    recorded yet.") as a :class:`Note`, so a notebook section has one shape whatever is
+    recorded and an empty table never shows as a bare header."""
+    return table if len(table) else Note(empty)
+
+
+def pending_summary(pending: pd.DataFrame, by: Sequence[str] = ("dataset", "needs")) -> pd.DataFrame:
+    """Pending runs (one row each, with ``method`` and ``estimated_h100_min``) counted per
+    ``by``: ``runs`` and their summed ``h100_minutes``. No pending run gives an empty frame with
+    the same columns."""
+    if pending.empty:
+        return pd.DataFrame(columns=["runs", "h100_minutes"],
+                            index=pd.MultiIndex.from_tuples([], names=list(by)) if len(by) > 1 else
+                            pd.Index([], name=by[0]))
+    return pending.groupby(list(by)).agg(runs=("method", "size"), h100_minutes=("estimated_h100_min", "sum"))
+
+
+def save_recorded_figure(fig: plt.Figure | None, data: pd.DataFrame, paper: str, profile: str, number: str,
+                         *, empty: str, point: Sequence[str] | None = None,
+                         root: Path | str | None = None) -> Note:
+    """:func:`save_figure` for a figure drawn from the records found so far: with data, saves it
+    and says where ("saved figures/…/fig3.png"); with none (``fig`` None or ``data`` empty),
+    writes nothing, so a committed figure stays, and returns ``empty``."""
+    if fig is None or data.empty:
+        if fig is not None:
+            plt.close(fig)  # an empty canvas would otherwise be drawn inline under the note
+        return Note(empty)
+    return Note(f"saved {shown_path(save_figure(fig, data, paper, profile, number, point=point, root=root))}")

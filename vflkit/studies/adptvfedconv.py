@@ -371,6 +371,26 @@ def communication(recs: Sequence[dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def communication_words(table: pd.DataFrame) -> str:
+    """:func:`communication`'s comparison worded from its rows: per scale, how many times its raw
+    tiles a client sends with AdptVFedConv (maps once, and re-extracted every epoch) and with
+    parameter-sharing FL."""
+    def times(x: float) -> str:
+        return f"{x:.3g}" if x < 100 else f"{x:,.0f}"
+
+    out = []
+    for scale, g in table.groupby("scale", sort=False):
+        adpt = g[g["what"].str.startswith("AdptVFedConv, maps")]["x_raw_tiles"]
+        fl = g[g["what"].str.startswith("parameter-sharing FL")]["x_raw_tiles"]
+        if adpt.empty:
+            continue
+        more = " (more than its raw tiles however the maps are sent)" if adpt.min() > 1 else ""
+        side = f", with parameter-sharing FL {times(fl.min())}–{times(fl.max())} times" if len(fl) else ""
+        out.append(f"{scale}: with AdptVFedConv a client sends {times(adpt.min())}–{times(adpt.max())} "
+                   f"times its raw tiles{more}{side}")
+    return ("; ".join(out) + ".") if out else "No run recorded yet."
+
+
 def compute(recs: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """What a client computes per sample, forward only (MACs): AdptVFedConv's extractor on its
     tile against the whole VGG-16 an FL client would train on the image, at the recorded width

@@ -259,7 +259,11 @@ def _fig5_runs(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
 
 def fig5_frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """Fig. 5's data: per dataset, |D_A| and method, the mean over feature partitions of the
-    per-partition mean over repetitions, and its std over partitions (the paper's bars)."""
+    per-partition mean over repetitions, and its std over partitions (the paper's bars); no
+    Fig. 5 run recorded gives an empty frame with the same columns."""
+    if not any(r["config"]["kind"] == "fig5" for r in records):
+        return pd.DataFrame(columns=["dataset", "n_aligned", "method", "label", "metric", "value", "std",
+                                     "n_partitions", "n_runs"])
     df = _fig5_runs(records)
     per_part = df.groupby(["dataset", "n_aligned", "method", "label", "metric", "n_active_features"],
                           as_index=False).agg(value=("value", "mean"), n_runs=("value", "size"))
@@ -273,6 +277,9 @@ def paired_difference(records: Sequence[dict[str, Any]], method: str = "apc_vfl_
     """``method`` minus each baseline on the same feature partition and repetition (so the
     partition's own difficulty cancels), per dataset and |D_A|, in metric points: the mean
     difference, its standard error over the pairs, and how many pairs ``method`` wins."""
+    columns = ["dataset", "n_aligned", "baseline", "pairs", "mean_diff_points", "std_error", "wins", "ties"]
+    if not any(r["config"]["kind"] == "fig5" for r in records):
+        return pd.DataFrame(columns=columns)
     df = _fig5_runs(records)
     wide = df.pivot_table(index=["dataset", "n_aligned", "n_active_features", "seed"], columns="method",
                           values="value")
@@ -285,7 +292,6 @@ def paired_difference(records: Sequence[dict[str, Any]], method: str = "apc_vfl_
             rows.append({"dataset": ds, "n_aligned": n, "baseline": METHOD_LABELS[b], "pairs": len(d),
                          "mean_diff_points": d.mean(), "std_error": d.std(ddof=1) / np.sqrt(len(d)) if len(d) > 1 else np.nan,
                          "wins": int((d > 0).sum()), "ties": int((d == 0).sum())})
-    columns = ["dataset", "n_aligned", "baseline", "pairs", "mean_diff_points", "std_error", "wins", "ties"]
     return pd.DataFrame(rows, columns=columns).round(3)
 
 
@@ -423,6 +429,87 @@ def fig5_long(frame: pd.DataFrame, *, profile: str, number: str = "5") -> pd.Dat
                        method=frame["label"], setting="aligned=" + frame["n_aligned"].astype(str), model="")
     return join_reference(out[["table", "dataset", "method", "setting", "model", "metric", "value", "std", "n_runs"]],
                           PAPER, profile=profile)
+
+
+def fig5_figure(records: Sequence[dict[str, Any]], *, profile: str) -> tuple[plt.Figure | None, pd.DataFrame]:
+    """Fig. 5 drawn from the Fig. 5 runs among ``records`` and the data it plots (the reference
+    long format); ``(None, empty frame)`` while none is recorded (``report.save_recorded_figure``
+    then says so)."""
+    frame = fig5_frame(records)
+    if frame.empty:
+        return None, pd.DataFrame()
+    return plot_fig5(frame), fig5_long(frame, profile=profile)
+
+
+def fig8_figure(frame: pd.DataFrame, *, profile: str) -> tuple[plt.Figure | None, pd.DataFrame]:
+    """Fig. 8 / Fig. 16 (few aligned samples) from :func:`fig5_frame`'s data, for the datasets
+    whose few-aligned counts are all recorded, with the data it plots; ``(None, empty frame)``
+    where none is (the quick profile makes no such run)."""
+    present = {}
+    for ds in dict.fromkeys(frame["dataset"]):
+        few = DATASETS[ds].few_aligned
+        if few and set(few) <= set(frame[frame["dataset"] == ds]["n_aligned"]):
+            present[ds] = few
+    if not present:
+        return None, pd.DataFrame()
+    fig = plot_fig5(frame, counts=present, title="Few aligned samples (Fig. 8 / Fig. 16)")
+    return fig, fig5_long(frame[frame["n_aligned"] < 1000], profile=profile, number="8")
+
+
+def fig5_means(frame: pd.DataFrame, digits: int = 4) -> pd.DataFrame:
+    """:func:`fig5_frame` laid out as the figure reads: per dataset and |D_A| (largest first), one
+    column per method; empty where the frame is."""
+    if frame.empty:
+        return pd.DataFrame()
+    return (frame.pivot_table(index=["dataset", "n_aligned"], columns="label", values="value")
+            .round(digits).sort_index(ascending=[True, False]))
+
+
+def paired_differences(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """:func:`paired_difference` for each APC-VFL distillation loss recorded (MSE, MAE) side by
+    side, one column group per loss; empty while no APC-VFL run is recorded with its baselines."""
+    paired = {f"{METHOD_LABELS[m]} minus": paired_difference(records, m).set_index(["dataset", "n_aligned", "baseline"])
+              for m in ("apc_vfl_mse", "apc_vfl_mae")}
+    paired = {k: v for k, v in paired.items() if len(v)}
+    return pd.concat(paired, axis=1) if paired else pd.DataFrame()
+
+
+def ledger_words(check: pd.DataFrame) -> str:
+    """:func:`ledger_check`'s Fig. 5 rows worded: per method, the ledger's bytes over the
+    paper's formula (exactly it, or the range over the runs)."""
+    rows = check[check["kind"] == "fig5"]
+    if rows.empty:
+        return "No Fig. 5 run recorded yet."
+    parts = []
+    for _, r in rows.iterrows():
+        lo, hi = r["ledger_over_formula_min"], r["ledger_over_formula_max"]
+        parts.append(f"{r['label']} {'exactly its formula' if lo == hi == 1 else f'{lo:.4g}–{hi:.4g} times its formula'}")
+    return "The ledger's bytes of the Fig. 5 runs: " + "; ".join(parts) + "."
+
+
+def splitnn_beside_paper(table: pd.DataFrame) -> str:
+    """Table 2 worded from :func:`table2`'s table, per dataset: at how many aligned counts our
+    SplitNN scores above our APC-VFL, each method's score minus the paper's (range over the
+    counts), and the paper's SplitNN at its smallest count (mean ± std), a Markdown list."""
+    metric_of = {spec.label: spec.metric for spec in DATASETS.values()}
+    t = table[(table["table"] == "2") & (table["metric"] == table["dataset"].map(metric_of))]
+    lines = []
+    for ds, g in t.groupby("dataset", sort=False):
+        ours = g.pivot_table(index="setting", columns="method", values="value")
+        if not {"SplitNN", "APC-VFL"} <= set(ours.columns):
+            continue
+        gap = ours - g.pivot_table(index="setting", columns="method", values="paper_value")
+        line = (f"- **{ds}** ({metric_of[ds]}): our SplitNN above our APC-VFL at "
+                f"{int((ours['SplitNN'] > ours['APC-VFL']).sum())} of {len(ours)} aligned counts; ours minus "
+                f"the paper's: SplitNN {gap['SplitNN'].min():+.3f} to {gap['SplitNN'].max():+.3f}, APC-VFL "
+                f"{gap['APC-VFL'].min():+.3f} to {gap['APC-VFL'].max():+.3f}")
+        smallest = g[g["method"] == "SplitNN"].assign(n=lambda d: d["setting"].str.split("=").str[1].astype(int))
+        low = smallest.loc[smallest["n"].idxmin()]
+        if pd.notna(low["paper_value"]) and pd.notna(low["paper_std"]):
+            line += (f"; the paper's SplitNN at {low['setting']}: {low['paper_value']:.3f} ± "
+                     f"{low['paper_std']:.3f}")
+        lines.append(line + ".")
+    return "\n".join(lines) if lines else "No Table 2 run recorded yet."
 
 
 def beats_local(frame: pd.DataFrame) -> pd.DataFrame:

@@ -309,7 +309,10 @@ def paper_so_far() -> tuple[dict[str, pd.DataFrame], pd.DataFrame, list[dict[str
 
 def paper_table_view(name: str, table: pd.DataFrame) -> pd.DataFrame:
     """Table ``name`` of :func:`paper_so_far` laid out as its quick section shows it, ours beside
-    the paper's (Table VII: one column per party's accuracy and one for the time to e*)."""
+    the paper's (Table VII: one column per party's accuracy and one for the time to e*); empty
+    while none of its runs is recorded."""
+    if table.empty:
+        return pd.DataFrame()
     if name.startswith("VII"):
         table = table.assign(model=table["model"].replace("", "time to e* (min)"))
         return side_by_side(table, index=["dataset", "setting"], columns="model")

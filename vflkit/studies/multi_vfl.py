@@ -219,6 +219,24 @@ def per_run(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
                                 zip(out["dataset"], out["scenario"], out["optimizer"], out["seed"])])
 
 
+def learning(summary_table: pd.DataFrame) -> str:
+    """Whether this profile's models learn, worded from :func:`summary`: the range of final test
+    accuracy and how many scenario/optimizer cells end within ``claims.CHANCE_MARGIN`` points
+    of chance (such runs decide no claim: ``vflkit.claims`` reads their orderings *not testable
+    (did not learn)*)."""
+    if summary_table.empty:
+        return "No run recorded yet."
+    acc = summary_table["final_accuracy_pct"]
+    near = int((acc <= CHANCE_PCT + claims.CHANCE_MARGIN).sum())
+    verdict = ("every one ends near chance: these runs show that the pipeline, the server optimizers "
+               "and the ledger work, and decide no claim" if near == len(acc) else
+               "none ends near chance" if near == 0 else
+               f"{near} end near chance and decide no claim")
+    return (f"Final test accuracy {acc.min():.1f}–{acc.max():.1f} % over {len(acc)} cells (dataset, "
+            f"scenario, optimizer; chance {CHANCE_PCT:g} %, near chance within {claims.CHANCE_MARGIN:g} "
+            f"points): {verdict}.")
+
+
 def summary(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """Per dataset, scenario and optimizer, mean and standard deviation over seeds of the final,
     best and mean test accuracy (%), and the mean first round at 90 % of a run's best."""

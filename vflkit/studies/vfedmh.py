@@ -447,6 +447,22 @@ def embedding_gradient(groups: dict[str, list[RunConfig]], records: Sequence[dic
     return out.assign(dataset=out["dataset"].map(DATASET_NAMES))
 
 
+def baselines_beside_paper(table: pd.DataFrame) -> str:
+    """How our Table II baselines stand against the paper's printed cells, worded from the table
+    (:func:`table2` or :func:`paper_so_far`): per baseline, in how many cells with a printed
+    number ours is above the paper's, and the median gap in points."""
+    rows = table[table["method"].isin(["Local", "PyVertical", "C_VFL", "Agg_VFL"])
+                 & table["value"].notna() & table["paper_value"].notna()]
+    if rows.empty:
+        return "No baseline cell with a printed counterpart is recorded yet."
+    parts = []
+    for method, g in rows.groupby("method", sort=False):
+        diff = g["value"] - g["paper_value"]
+        parts.append(f"{method} above the paper's in {int((diff > 0).sum())} of {len(g)} cells "
+                     f"(median {diff.median():+.1f} points)")
+    return "Our baselines beside the paper's printed Table II: " + "; ".join(parts) + "."
+
+
 def baseline_evidence() -> pd.DataFrame:
     """The papers' own numbers on why our baselines sit far above VFedMH's Table II: the range
     (min-max over the small networks) each prints for the same baseline on the same data and
@@ -621,6 +637,22 @@ def fig5(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) 
 
 
 # --------------------------------------------------------------------------- blinding
+
+
+def blinding_words(demo: dict[str, Any]) -> str:
+    """What :func:`blinding_demo` shows, worded from its numbers: whether the blinded aggregate
+    equals the plain mean within the ring's rounding, and how far one blinded embedding reveals
+    the true one under per-entry masks and under Eq. (5)'s literal scalar."""
+    exact = demo["max_abs_error"] <= demo["error_bound"]
+    literal = ("reveals the embedding up to one constant" if demo["corr_literal"] > 0.99
+               else "does not reveal it")
+
+    return (f"The aggregate of the blinded embeddings differs from the plain mean by at most "
+            f"{demo['max_abs_error']:.1e}, {'within' if exact else 'beyond'} the ring's rounding bound "
+            f"({demo['error_bound']:.1e}). From one blinded embedding, the active party's reconstruction "
+            f"correlates with the true one at {demo['corr_per_entry']:.3f} under per-entry masks"
+            f"{' (about 0: nothing of it shows)' if abs(demo['corr_per_entry']) < 0.05 else ''}; "
+            f"the literal reading ({demo['corr_literal']:.3f}) {literal}.")
 
 
 def blinding_demo(*, n_passive: int = 3, shape: tuple[int, int] = (128, 128), seed: int = 0) -> dict[str, Any]:
@@ -1111,14 +1143,15 @@ PAPER_FIGURES: dict[str, tuple[tuple[str, ...], Callable[..., tuple[plt.Figure, 
     "3": (("table2",), fig3), "4": (("table4", "table4_standard"), fig4), "5": (("fig5",), fig5)}
 
 
-def paper_figure(number: str) -> tuple[plt.Figure, pd.DataFrame] | None:
+def paper_figure(number: str) -> tuple[plt.Figure | None, pd.DataFrame]:
     """Fig. ``number`` (3, 4 or 5) of the paper profile as far as it is recorded (nothing is
-    trained), with the data it plots; None while none of its runs is recorded."""
+    trained), with the data it plots; ``(None, empty frame)`` while none of its runs is recorded
+    (``report.save_recorded_figure`` then says so)."""
     if number not in PAPER_FIGURES:
         raise ConfigError(f"paper_figure: unknown figure {number!r}; choose one of {', '.join(PAPER_FIGURES)}")
     names, draw = PAPER_FIGURES[number]
     groups, recs = recorded_groups("paper", names)
-    return draw(groups, recs) if recs else None
+    return draw(groups, recs) if recs else (None, pd.DataFrame())
 
 
 def paper_so_far(artefact: str = "table2") -> tuple[pd.DataFrame, pd.DataFrame, list[dict[str, Any]]]:
