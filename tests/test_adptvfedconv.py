@@ -399,3 +399,16 @@ def test_communication_words_compare_with_raw_tiles_and_fl():
     words = study.communication_words(com)
     assert "2.67–10.7 times its raw tiles (more than its raw tiles" in words and "FL 1.67–1.67" in words
     assert study.communication_words(com.iloc[:0]) == "No run recorded yet."
+
+
+def test_pending_lists_the_paper_runs_not_recorded_and_nothing_for_quick():
+    """``pending`` (the notebook's second call beside ``run``) lists each unrecorded paper run
+    with its H100 estimate, trains nothing, and is empty for a profile that trains everything."""
+    from vflkit.studies import adptvfedconv as study
+
+    todo = study.pending("paper")
+    runs = study.all_runs(study.configs("paper"))
+    recorded = {r["key"] for r in study.store.load_available(runs, profile="paper")}
+    assert len(todo) == len([r for r in runs if r.key not in recorded]) > 0
+    assert (todo["estimated_h100_min"] > 0).all()
+    assert study.pending("quick").empty

@@ -99,3 +99,16 @@ def test_no_committed_progress_bar_at_zero(path):
     texts = [str(out.get("data", {}).get("text/plain", "")) + str(out.get("text", ""))
              for c in nb.cells if c.cell_type == "code" for out in c.get("outputs", [])]
     assert not [t for t in texts if "0%|" in t], f"{path.name} keeps a 0% progress bar"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_notebook_calls_its_study_one_way(path):
+    """Issue 41: one call shape in every notebook: ``<study>.run(profile, device=device,
+    seeds=seeds, overrides=overrides)`` returns the records, and no notebook reaches past it to
+    another entry point (``results``) that trains and lists pending runs in one call."""
+    import re
+
+    code = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code")
+    calls = re.findall(r"records = (\w+)\.run\(profile, device=device, seeds=seeds, overrides=overrides\)", code)
+    assert len(calls) == 1, f"{path.name}: expected one `records = <study>.run(profile, device=device, seeds=seeds, overrides=overrides)`"
+    assert ".results(" not in code, f"{path.name} calls a study's results(); use run() and pending()"

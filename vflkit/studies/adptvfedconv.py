@@ -175,6 +175,15 @@ def run(profile: str, *, device: str | torch.device = "auto", seeds: Sequence[in
                    recompute_before=recompute_before)[0]
 
 
+def pending(profile: str, *, seeds: Sequence[int] | None = None,
+            overrides: dict[str, Any] | None = None) -> pd.DataFrame:
+    """The runs of ``profile`` left for a GPU, with their estimated H100 minutes (nothing is
+    trained; only the paper profile leaves any: the others train everything on :func:`run`)."""
+    if profile != "paper":
+        return pd.DataFrame(columns=["variant", "cut", "seed", "estimated_h100_min"])
+    return results("paper", seeds=seeds, overrides=overrides, progress=False)[1]
+
+
 def recorded(profile: str = "quick") -> list[dict[str, Any]]:
     """The records an earlier run of ``profile`` committed (nothing is trained)."""
     return store.load_recorded(all_runs(configs(profile)), profile=profile)
