@@ -145,14 +145,11 @@ class _Evidence:
 
 def _pending_cost(study: Study, runs: Sequence[Any]) -> pd.DataFrame:
     """The pending paper-profile ``runs`` of an artefact: what each needs (GPU or CPU) and its
-    estimated cost where the study gives one (columns ``needs, h100_min, cpu_h``); a study
-    without a price: each run a CPU's, unpriced."""
-    cols = ["needs", "h100_min", "cpu_h"]
-    if not runs:
-        return pd.DataFrame(columns=cols)
-    if study.pending_cost is not None:
-        return study.pending_cost(runs)
-    return pd.DataFrame({"needs": ["CPU"] * len(runs), "h100_min": np.nan, "cpu_h": np.nan})
+    estimated cost (columns ``needs, h100_min, cpu_h, source``), from the one estimator
+    :func:`vflkit.costs.price` that ``--status`` prints too."""
+    from . import costs
+
+    return costs.price(study, runs)
 
 
 def _pending_text(cost: pd.DataFrame) -> str:

@@ -47,7 +47,7 @@ import pandas as pd
 import seaborn as sns
 import torch
 
-from .. import analysis, claims
+from .. import analysis, claims, costs
 from .. import comm as netmodel
 from .. import records as store
 from ..config import check_profile, check_seeds, check_seeds_once, override_runs, split_run_overrides
@@ -58,7 +58,7 @@ from ..training import split
 # run_priority: the order the scheduler computes this study's runs in, VFedMH's (C-VFL last)
 from . import base, register
 from .base import Artefact, Study
-from .vfedmh import GRADIENT_READINGS, H100_MINUTES, RESNET_CUT, assign_models, run_priority, unique
+from .vfedmh import GRADIENT_READINGS, RESNET_CUT, assign_models, run_priority, unique
 
 PAPER = "easter"
 #: θ1..θ3 per dataset (see the module docstring for the order).
@@ -346,24 +346,17 @@ def paper_figures() -> dict[str, tuple[plt.Figure, pd.DataFrame]]:
 
 def pending(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """Runs without a record, with what they need and (ResNets) their estimated H100 minutes
-    (VFedMH's calibration, 20 epochs; ResNet34 taken halfway between ResNet18 and ResNet50)."""
+    (:func:`vflkit.costs.h100_minutes`: FLOPs over the rate one H100 measured)."""
     have = {r["key"] for r in records}
     rows = []
     for c in unique(groups):
         if c.key in have:
             continue
-        est = None
-        if needs_gpu(c):
-            arch = "resnet" if c.method == "easter" else c.models[0]
-            method = "vfedmh" if c.method == "easter" else c.method
-            if arch == "resnet34":
-                est = (H100_MINUTES.get((method, "resnet18"), 0) + H100_MINUTES.get((method, "resnet50"), 0)) / 2
-            else:
-                est = H100_MINUTES.get((method, arch))
-            est = None if est is None else round(est * c.epochs / 20 * c.n_parties / 4, 1)
+        minutes = costs.h100_minutes(c, "split") if needs_gpu(c) else None
         rows.append({"dataset": DATASET_NAMES[c.dataset], "method": METHOD_NAMES[c.method],
                      "models": "/".join(c.models), "n_parties": c.n_parties, "seed": c.seed,
-                     "needs": "GPU" if needs_gpu(c) else "CPU", "estimated_h100_min": est})
+                     "needs": "GPU" if needs_gpu(c) else "CPU",
+                     "estimated_h100_min": None if minutes is None else round(minutes, 1)})
     return pd.DataFrame(rows, columns=["dataset", "method", "models", "n_parties", "seed", "needs",
                                        "estimated_h100_min"])
 
@@ -1088,12 +1081,6 @@ def table5_runs(by_group: dict[str, list[RunConfig]], profile: str) -> list[RunC
     return _table5_runs(by_group, settings(profile)["table5_datasets"])
 
 
-def pending_cost(runs: Sequence[RunConfig]) -> pd.DataFrame:
-    """The report's price of pending paper-profile runs (:func:`pending`'s, run by run)."""
-    df = pending({"runs": list(runs)}, [])
-    return pd.DataFrame({"needs": df["needs"], "h100_min": df["estimated_h100_min"], "cpu_h": np.nan})
-
-
 def beyond(evidence: base.Evidence) -> list[tuple[str, str]]:
     """Findings the paper does not report: the two-party setting of Table VI, as recorded."""
     found = evidence.first_with_records()
@@ -1127,5 +1114,5 @@ STUDY = register(Study(
     ),
     # VFedMH's run order: the same costs (C-VFL's Q = 10 last)
     claims=CLAIMS, variant_claims=VARIANT_CLAIMS, needs_gpu=needs_gpu, run_priority=run_priority,
-    pending_cost=pending_cost, beyond=beyond,
+    beyond=beyond,
 ))
