@@ -31,7 +31,7 @@ Choices where the paper is silent (``shared/specs/easter.md`` argues each):
 - Table VI: the features are cut into 10 fixed parts and C parties hold the first C
   (``RunConfig.feature_parts``); C = 2 has one passive party, whose blinding factor is zero,
   so EASTER runs it only with the recorded option ``allow_single_passive``.
-- Table VII: devices differ in network (and compute, ``comm.LOW_DEVICE``), so accuracy is that
+- Table VII: devices differ in network (and compute, ``network.LOW_DEVICE``), so accuracy is that
   of the Table II EASTER run; time = measured compute time per step (scaled by the slowest
   device) + communication priced under two network models (parallel links, shared uplink).
 """
@@ -47,8 +47,7 @@ import pandas as pd
 import seaborn as sns
 import torch
 
-from .. import analysis, claims, costs
-from .. import comm as netmodel
+from .. import analysis, claims, costs, network
 from .. import records as store
 from ..config import check_profile, check_seeds, check_seeds_once, override_runs, split_run_overrides
 from ..methods import RunConfig
@@ -600,16 +599,16 @@ def _comm_times(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, 
     for _, x in conv.iterrows():
         links = _links(rec[x["key"]])
         for bw in bandwidths:
-            t = netmodel.price_links(links, netmodel.NetworkModel(netmodel.Link(bw, FIG4_LATENCY_MS)),
+            t = network.price_links(links, network.NetworkModel(network.Link(bw, FIG4_LATENCY_MS)),
                                      until_epoch=int(x["e_star"]))
             rows.append({"figure": "4", "dataset": x["dataset"], "method": x["method"], "seed": x["seed"],
                          "bandwidth_mbps": bw, "latency": f"{FIG4_LATENCY_MS:g} ms", "seconds": t})
-        for cls in netmodel.LATENCY_CLASSES:
-            net = netmodel.NetworkModel(netmodel.Link(netmodel.FIG5_BANDWIDTH_MBPS, 0.0))
-            t = np.mean([netmodel.price_links(links, net, until_epoch=int(x["e_star"]), latency_ms=cls, seed=d)
+        for cls in network.LATENCY_CLASSES:
+            net = network.NetworkModel(network.Link(network.FIG5_BANDWIDTH_MBPS, 0.0))
+            t = np.mean([network.price_links(links, net, until_epoch=int(x["e_star"]), latency_ms=cls, seed=d)
                          for d in range(FIG5_DRAWS)])
             rows.append({"figure": "5", "dataset": x["dataset"], "method": x["method"], "seed": x["seed"],
-                         "bandwidth_mbps": netmodel.FIG5_BANDWIDTH_MBPS, "latency": cls, "seconds": float(t)})
+                         "bandwidth_mbps": network.FIG5_BANDWIDTH_MBPS, "latency": cls, "seconds": float(t)})
     return pd.DataFrame(rows)
 
 
@@ -628,12 +627,12 @@ def fig5(times: pd.DataFrame) -> tuple[plt.Figure, pd.DataFrame]:
     """Communication time to convergence per latency class at 50 Mbps."""
     data = times[times["figure"] == "5"].drop(columns="figure")
     g = sns.catplot(data=data, x="latency", y="seconds", hue="method", col="dataset", kind="bar",
-                    height=3, aspect=1.2, errorbar=None, sharey=False, order=list(netmodel.LATENCY_CLASSES))
+                    height=3, aspect=1.2, errorbar=None, sharey=False, order=list(network.LATENCY_CLASSES))
     # the class's range under its name, the y label on the left panel only: no label overlaps a panel
     g.set_axis_labels("latency class", "communication time to e* (s)")
     for ax in g.axes.flat:
-        ax.set_xticks(range(len(netmodel.LATENCY_CLASSES)),
-                      [f"{cls}\n{lo:g}-{hi:g} ms" for cls, (lo, hi) in netmodel.LATENCY_CLASSES.items()])
+        ax.set_xticks(range(len(network.LATENCY_CLASSES)),
+                      [f"{cls}\n{lo:g}-{hi:g} ms" for cls, (lo, hi) in network.LATENCY_CLASSES.items()])
     g.figure.suptitle("Fig. 5: communication time to convergence per latency class (50 Mbps)", y=1.04)
     return g.figure, data
 
@@ -686,7 +685,7 @@ def table7(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]
     rec = _by_key(records)
     acc = accuracy_rows(groups, records, "II")
     frames = []
-    for topology in netmodel.TOPOLOGIES:
+    for topology in network.TOPOLOGIES:
         rows = []
         for c, r in _recorded(groups["table2"], rec):
             if c.method != "easter":
@@ -701,7 +700,7 @@ def table7(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]
             theta = acc[(acc["dataset"] == DATASET_NAMES[c.dataset]) & (acc["method"] == "EASTER")
                         & (acc["seed"] == c.seed) & (acc["model"] != "avg")]
             for n_low, label in DEVICE_MIXES.items():
-                t = netmodel.training_time(links, netmodel.device_mix(passive, n_low), step_seconds=step_s,
+                t = network.training_time(links, network.device_mix(passive, n_low), step_seconds=step_s,
                                            steps_per_epoch=steps, topology=topology, until_epoch=e_star)
                 base = {"table": "VII", "dataset": DATASET_NAMES[c.dataset], "method": "EASTER",
                         "setting": label, "seed": c.seed, "diverged": bool(r.get("diverged"))}
