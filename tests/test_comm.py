@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from vflkit.comm import Channel, Ledger, Link, NetworkModel, Party, payload_nbytes
+from vflkit.comm import Channel, Ledger, Party, payload_nbytes
+from vflkit.network import Link, NetworkModel
 from vflkit.errors import ConfigError, PartitionError
 
 
@@ -206,7 +207,7 @@ def test_price_parallel_and_shared_uplink_by_hand():
     shared uplink: up = 0.011 + 0.011 + 0.060 = 0.082 s, down = 0.0105 * 2 + 0.055 = 0.076 s
               -> 0.158 s a step.
     """
-    from vflkit.comm import price_links
+    from vflkit.network import price_links
 
     ledger = _star_ledger()
     assert ledger.price(_NET) == pytest.approx(4 * 0.115)
@@ -234,7 +235,7 @@ def test_slow_devices_raise_time_only_on_a_shared_uplink():
     """Table VII: 0..3 low-performance passive parties. Parallel links cost the same for 1, 2, 3
     slow devices; a shared uplink rises with each, by hand: a step of the run above with
     high = (8 Mbps, 10 ms), low = (0.8 Mbps, 50 ms, compute x 2), 0.4 s of compute per step."""
-    from vflkit.comm import Device, compute_seconds, device_mix, training_time
+    from vflkit.network import Device, compute_seconds, device_mix, training_time
 
     ledger = _star_ledger(epochs=1, steps=1)
     high, low = Device(Link(8.0, 10.0)), Device(Link(0.8, 50.0), compute_factor=2.0)
@@ -269,7 +270,7 @@ def test_slow_devices_raise_time_only_on_a_shared_uplink():
 def test_latency_classes_and_seeded_draws():
     """Fig. 5: low 1-30, medium 30-50, high 50-100 ms at 50 Mbps; drawn latencies are seeded,
     lie in their class and average near the midpoint link's price."""
-    from vflkit.comm import LATENCY_CLASSES, class_link, price_links
+    from vflkit.network import LATENCY_CLASSES, class_link, price_links
 
     assert LATENCY_CLASSES == {"low": (1.0, 30.0), "medium": (30.0, 50.0), "high": (50.0, 100.0)}
     assert class_link("medium") == Link(50.0, 40.0)
@@ -291,7 +292,7 @@ def test_latency_classes_and_seeded_draws():
 
 def test_price_record_needs_per_link_rows():
     """A record is priced from comm.per_link; a record without it says what is missing."""
-    from vflkit.comm import price_record
+    from vflkit.network import price_record
 
     rows = _star_ledger().per_link().to_dict(orient="records")
     assert price_record({"comm": {"per_link": rows}}, _NET) == pytest.approx(4 * 0.115)
@@ -327,7 +328,7 @@ def test_rounds_are_protocol_phases_not_message_kinds():
     # messages back to back: 3 x (10 ms + 1 ms) at 8 Mbps; the up round 11 ms.
     net = NetworkModel(default=Link(8.0, 10.0))
     assert ledger.price(net) == pytest.approx(3 * (0.011 + 3 * 0.011))
-    from vflkit.comm import price_links
+    from vflkit.network import price_links
     assert price_links(ledger.per_link(), net) == pytest.approx(ledger.price(net))
 
 

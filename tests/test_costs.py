@@ -125,8 +125,50 @@ def test_every_pending_vfedmh_paper_run_has_an_estimate():
     pending = table[table.status == "pending"]
     here, gpu = pending[~pending.needs_gpu], pending[pending.needs_gpu]
     assert len(here) and here.estimated_min.notna().all() and set(here.estimate) <= {"seeds", "flops"}
-    assert gpu.h100_min.notna().all() and set(gpu.h100_estimate) <= {"seeds", "flops"}
+    assert gpu.h100_min.notna().all() and set(gpu.h100_estimate) == {"flops"}
     assert (here.estimated_min > 0).all() and not any(math.isnan(v) for v in gpu.h100_min)
+
+
+def test_h100_rate_gives_back_the_calibrations_own_minutes():
+    """The H100 rate is the calibration's FLOPs over its seconds, so the FLOP estimate of its 13
+    configurations at 20 epochs adds up to the minutes the calibration itself measured; the
+    shared-GPU records' per-process rate is slower."""
+    import json
+
+    from vflkit.studies import vfedmh
+
+    rows = json.loads((costs.committed_root() / costs.H100_CALIBRATION).read_text())
+    runs = [c for c in vfedmh.configs("paper")["table2"] if c.dataset == "cifar10" and c.seed == 0
+            and vfedmh.needs_gpu(c)]
+    ours = theirs = 0.0
+    for row in rows:
+        run = next(c for c in runs if c.method == row["method"] and "/".join(sorted(set(c.models))) == row["models"])
+        # the calibration's run: 391 steps an epoch, 20 epochs
+        ours += costs.h100_minutes(run, "split") * 391 / (50_000 / run.batch_size) * 20 / run.epochs
+        theirs += row["est_run_20ep_min"]
+    assert len(rows) == 13 and ours == pytest.approx(theirs, rel=1e-6)
+    assert costs.h100_rate("split") > costs.rate("cuda", "split")
+    assert costs.h100_rate("multi_owner") is None
+
+
+@pytest.mark.parametrize("paper", ["vfedmh", "easter"])
+def test_status_and_the_report_price_pending_gpu_runs_alike(paper):
+    """--status's H100-minutes and the report's pending cell come from costs.price: the same
+    runs, the same total."""
+    import re
+
+    from vflkit import reproduction, studies, study
+
+    table = study.status([paper], profile="paper", device="cpu")
+    gpu = table[table.needs_gpu & (table.status == "pending")]
+    s = studies.get(paper)
+    by_key = {r.key: r for r in s.runs("paper")}
+    priced = costs.price(s, [by_key[k] for k in gpu.key])
+    assert gpu.h100_min.sum() == pytest.approx(priced.h100_min.round(1).sum())
+    text = reproduction.runs_status(paper, "paper")
+    got = re.search(r"GPU \((\d+) runs, est\. ([\d,]+) H100 min\)", text)
+    assert got, text
+    assert int(got[1]) == len(gpu) and int(got[2].replace(",", "")) == round(priced.h100_min.sum())
 
 
 def _must_not_run(payload, *, device, deadline):
@@ -150,3 +192,15 @@ def test_the_budget_starts_no_run_its_flops_say_will_not_finish(tmp_path, monkey
     est = dataclasses.replace(est, fn=_must_not_run)
     summary = schedule([est], device="cpu", budget_minutes=est.cost_s / 60 / 2, executor="serial", progress=False)
     assert summary.pending == [est.key] and not summary.computed
+
+
+def test_status_marks_unavailable_runs_impossible_not_pending():
+    """APC-VFL's MIMIC-III runs (absent data, Study.unavailable) are "impossible here" in --status,
+    none of them pending."""
+    from vflkit import studies, study
+
+    table = study.status(["apc_vfl"], profile="paper", device="cpu")
+    s = studies.get("apc_vfl")
+    unavailable = {r.key for r in s.unavailable(s.runs("paper"))}
+    assert unavailable and unavailable <= set(table.key)
+    assert set(table[table.key.isin(unavailable)].status) == {study.IMPOSSIBLE}

@@ -167,7 +167,7 @@ def test_split_trainer_builds_criteo_parties_and_records_per_link_traffic(criteo
     """The batch-by-batch trainer runs a plain baseline (no mixin) on Criteo: base.party_model
     passes the parties' model options; the result keeps per-link rows whose bytes add up to the
     run's total and that price the run under a network."""
-    from vflkit.comm import Link, NetworkModel, price_record
+    from vflkit.network import Link, NetworkModel, price_record
     from vflkit.training import split
 
     config = _config("splitnn", ("deepfm", "wide_deep", "cnn_tabular", "deepfm"), epochs=2, optimizers="adam")

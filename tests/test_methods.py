@@ -215,7 +215,7 @@ PHASES_PER_STEP = {"local": 0, "splitnn": 2, "pyvertical": 2, "c_vfl": 2, "agg_v
 def test_ledger_counts_each_methods_protocol_phases(name):
     """Two steps of every method: rounds = phases per step x 2, the same in the totals, per
     epoch, for every party that communicates, and in the per-link rows that price the run."""
-    from vflkit.comm import Link, NetworkModel, price_links
+    from vflkit.network import Link, NetworkModel, price_links
 
     assert set(PHASES_PER_STEP) == set(METHODS)
     ch, parties = _parties()

@@ -396,6 +396,32 @@ def test_runs_status_counts_the_records_and_prices_what_is_pending(empty: Path) 
     assert reproduction.runs_status("adptvfedconv", "quick") == f"0 of {len(adptvfedconv.STUDY.runs('quick'))} runs recorded"
 
 
+def test_readme_own_gpu_block_adds_up_the_estimator_and_names_its_evidence(monkeypatch: pytest.MonkeyPatch,
+                                                                          tmp_path: Path) -> None:
+    """The README's own-GPU block is generated from own_gpu_minutes (costs.price per paper): its
+    total is the papers' sum, the FLOP estimate names the records of its rate, and update_readme
+    writes it between its markers."""
+    from vflkit import costs
+
+    rows = pd.DataFrame([
+        {"paper": "A", "name": "a", "runs": 3, "h100_min": 100.4, "unpriced": 0, "cpu_h": float("nan"),
+         "how": "from FLOPs at the measured H100 rate (1)"},
+        {"paper": "B", "name": "b", "runs": 2, "h100_min": float("nan"), "unpriced": 2, "cpu_h": 7.0, "how": ""}])
+    monkeypatch.setattr(reproduction, "own_gpu_minutes", lambda recs=None: rows)
+    block = reproduction.readme_own_gpu()
+    assert "| A | 3 | 100 |" in block and "| B | 2 | — | none (its own rule, `b.pending_cost`, prices them at 7 CPU-hours) |" in block
+    assert "about 100 H100-minutes (1.7 hours)" in block and "2 runs without an H100 estimate" in block
+    assert costs.H100_LABEL in block and costs.H100_CALIBRATION in costs.H100_LABEL
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{reproduction.README_START}\n{reproduction.README_END}\nx\n"
+                      f"{reproduction.README_GPU_START}\nold\n{reproduction.README_GPU_END}\ny\n")
+    monkeypatch.setattr(reproduction, "readme_findings", lambda report: reproduction.README_START + reproduction.README_END)
+    assert reproduction.update_readme("", readme)
+    assert block in readme.read_text() and "old" not in readme.read_text()
+    committed = (project_root() / "README.md").read_text()
+    assert reproduction.README_GPU_START in committed and reproduction.README_GPU_END in committed
+
+
 def test_readme_status_is_the_reports_overview(committed: str) -> None:
     """The README's status table is generated: the report's overview, with its runs recorded and
     pending per profile, its links into the report; the committed README carries the fresh one."""

@@ -20,6 +20,10 @@ the estimates are within a factor 1.5 of the measured wall time and nine in ten 
 H100: against ``results/device/h100-vfedmh-resnets-calibration.json`` (one process alone) its
 minutes are 2-3x for Local and Agg_VFL and 4-10x for SplitNN and C-VFL, whose bottom ResNets
 (large convolutions) run at more FLOP/s than the 1x1 top stages that the count weighs equally.
+That rate is a process's while nine shared the card, what a scheduler running several workers
+on one GPU needs; the H100-minutes that ``--status``, the report, the notebooks and the launcher
+print come from :func:`price`, which divides the same FLOPs by :func:`h100_rate`, measured on one
+process alone (:data:`H100_CALIBRATION`).
 
 Covered: the split family (:class:`~vflkit.methods.base.RunConfig`: VFedMH, EASTER, the demo,
 image and Criteo parties) and Multi-VFL (:class:`~vflkit.methods.multi_vfl.MultiVFLConfig`).
@@ -36,10 +40,13 @@ import os
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: Per image dataset: one image's shape, the classes, and the training split's size (the
 #: official splits that :func:`vflkit.data.load_dataset` reads), so a run's step count needs no
@@ -488,6 +495,109 @@ def rate(kind: str, family: str, root: Path | None = None) -> float | None:
     return _rates(str(root or committed_root())).get((kind.split(":")[0], family))
 
 
+# --------------------------------------------------------------------------- H100-minutes
+
+#: The H100 rate's evidence, under ``results/``: seconds per training step of each of VFedMH's 13
+#: Table II CIFAR-10 ResNet configurations (``scripts/gpu_runs.py calibrate``, 2026-11-22), one
+#: process alone on one H100 80GB, through the ordinary engine (epoch 2 of 2, 20 steps each).
+H100_CALIBRATION = "device/h100-vfedmh-resnets-calibration.json"
+#: What the H100 estimates are, said wherever they are printed.
+H100_LABEL = ("estimated from FLOPs at the rate measured on results/" + H100_CALIBRATION
+              + " (one process alone on one H100); not measured on a whole run")
+
+
+@functools.cache
+def _h100_rate(root: str) -> float | None:
+    """FLOP/s of the split family on one H100 alone: the calibrated configurations' training
+    FLOPs per step (:func:`step_flops`) summed, over their seconds per step summed.
+
+    Why this calibration and not the committed ``cuda`` records (:func:`rate`): those 8 records
+    were made by 9 processes time-slicing one H100, so a record's wall time is not the GPU time
+    its run needs; their per-process median (2.3 TFLOP/s) priced VFedMH's 114 pending ResNet runs
+    at 11,271 "H100-minutes", 5.9x the calibration's 1,923 for the same runs (the run count was
+    equal: the whole gap is the rate). The calibration measured each configuration alone, and all
+    13 of them (C-VFL, the most costly, has no record). Pooled (FLOPs over seconds, 13.5
+    TFLOP/s) rather than a median of per-configuration rates (5-24 TFLOP/s: large bottom
+    convolutions run faster than 1x1 stages), the rate gives back the calibration's own total for
+    Table II's mix; one run's estimate can still be 2-3x off (Local's small steps run at 5).
+    """
+    path = Path(root) / H100_CALIBRATION
+    try:
+        rows = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    from .studies import vfedmh
+
+    runs = [c for c in vfedmh.configs("paper")["table2"]
+            if c.dataset == "cifar10" and c.seed == 0 and vfedmh.needs_gpu(c)]
+    flops = seconds = 0.0
+    for row in rows:
+        match = [c for c in runs if c.method == row["method"] and "/".join(sorted(set(c.models))) == row["models"]]
+        if match:  # the configuration the calibration ran: seed 0 of Table II's setting
+            flops += step_flops(match[0])
+            seconds += float(row["s_per_step"])
+    return flops / seconds if seconds else None
+
+
+def h100_rate(family: str, root: Path | None = None) -> float | None:
+    """FLOP/s of ``family``'s runs on one H100 with nothing else on it (:func:`_h100_rate`): the
+    split family only; None for the others (no H100 measurement yet). The calibration is read
+    from ``root``, else the checkout of the working directory, else the one this package is in
+    (a notebook or test run elsewhere prices runs the same)."""
+    if family != "split":
+        return None
+    roots = [root] if root is not None else [committed_root(), Path(__file__).resolve().parents[1] / "results"]
+    for r in roots:
+        if (r / H100_CALIBRATION).is_file():
+            return _h100_rate(str(r))
+    return None
+
+
+def h100_minutes(run: Any, family: str) -> float | None:
+    """Minutes ``run`` needs on one H100 alone: its training FLOPs over :func:`h100_rate`
+    (:data:`H100_LABEL`); None where either is missing."""
+    try:
+        flops = run_flops(run)
+    except Exception:  # noqa: BLE001 (a config the counter cannot build is simply unestimated)
+        return None
+    r = h100_rate(family)
+    return flops / r / 60 if flops and r else None
+
+
+#: :func:`price`'s ``source`` values.
+FROM_FLOPS, FROM_STUDY = "flops", "study"
+
+
+def price(study: Any, runs: Sequence[Any]) -> "pd.DataFrame":
+    """The pending ``runs`` of ``study`` priced, one row each: ``needs`` ("GPU"/"CPU", the study's
+    ``needs_gpu``), ``h100_min``, ``cpu_h`` and ``source``. A GPU run's H100-minutes are
+    :func:`h100_minutes` (``source`` "flops"); a run without one (AdptVFedConv's tiles and
+    APC-VFL's one-shot runs have no FLOP count, :data:`UNCOUNTED`; Multi-VFL has no H100 rate)
+    takes the study's own measured-cost rule, ``Study.pending_cost`` (``source`` "study"), or
+    none. The one estimator behind ``--status``, the report, the notebooks and the launcher."""
+    import numpy as np
+    import pandas as pd
+
+    cols = ["needs", "h100_min", "cpu_h", "source"]
+    rows: list[dict[str, Any]] = []
+    rest: list[int] = []
+    for i, run in enumerate(runs):
+        gpu = bool(study.needs_gpu(run))
+        minutes = h100_minutes(run, study.family) if gpu else None
+        rows.append({"needs": "GPU" if gpu else "CPU", "h100_min": np.nan if minutes is None else minutes,
+                     "cpu_h": np.nan, "source": FROM_FLOPS if minutes is not None else None})
+        if minutes is None:
+            rest.append(i)
+    if rest and study.pending_cost is not None:
+        own = study.pending_cost([runs[i] for i in rest]).reset_index(drop=True)
+        for j, i in enumerate(rest):
+            got = own.iloc[j]
+            priced = pd.notna(got["h100_min"]) or pd.notna(got["cpu_h"])
+            rows[i] = {"needs": got["needs"], "h100_min": got["h100_min"], "cpu_h": got["cpu_h"],
+                       "source": FROM_STUDY if priced else None}
+    return pd.DataFrame(rows, columns=cols)
+
+
 def estimate_s(run: Any, kind: str, family: str) -> float | None:
     """Seconds ``run`` should take on device kind ``kind``: its FLOPs over the measured rate;
     None where either is missing."""
@@ -501,6 +611,7 @@ def estimate_s(run: Any, kind: str, family: str) -> float | None:
     return flops / r if r else None
 
 
-__all__ = ["COUNTED_FAMILIES", "IMAGE_DATASETS", "UNCOUNTED", "estimate_s", "multi_vfl_flops", "party_flops", "rate",
-           "record_rates", "run_flops", "step_flops", "top_flops", "train_size", "uncounted"]
+__all__ = ["COUNTED_FAMILIES", "FROM_FLOPS", "FROM_STUDY", "H100_CALIBRATION", "H100_LABEL", "IMAGE_DATASETS", "UNCOUNTED",
+           "estimate_s", "h100_minutes", "h100_rate", "multi_vfl_flops", "party_flops", "price", "rate", "record_rates",
+           "run_flops", "step_flops", "top_flops", "train_size", "uncounted"]
 

@@ -393,8 +393,8 @@ def cost_runs(runs: Sequence[GpuRun], device_kind: str = "h100", *, rate_file: M
     over it); else the engine's own estimate (:func:`vflkit.study.estimate_costs`: the median
     wall time of the run's other seeds on this kind of device, else FLOPs over the committed
     records' rate); else FLOPs over :data:`PLACEHOLDER_RATES`; else, for a run class the FLOP
-    count does not cover (AdptVFedConv's tiles), the study's own H100 minutes
-    (``Study.pending_cost``), times the rate file's ``minutes_factor``."""
+    count does not cover (AdptVFedConv's tiles), the H100 minutes :func:`vflkit.costs.price` gives
+    them (the study's own rule), times the rate file's ``minutes_factor``."""
     from . import costs, studies
     from .scheduler import Task
     from .study import estimate_costs
@@ -429,9 +429,8 @@ def cost_runs(runs: Sequence[GpuRun], device_kind: str = "h100", *, rate_file: M
         out.append(dataclasses.replace(r, cost_s=cost, cost_source=source))
     for paper, idx in no_flops.items():
         study = studies.get(paper)
-        if study.pending_cost is None:
-            continue
-        minutes = study.pending_cost([_run_class(out[i].family).from_dict(out[i].config) for i in idx])["h100_min"]
+        # the one estimator the report and --status print (for these runs: the study's own rule)
+        minutes = costs.price(study, [_run_class(out[i].family).from_dict(out[i].config) for i in idx])["h100_min"]
         for i, m in zip(idx, minutes):
             if m == m and m is not None:  # not NaN
                 f = float(factor.get(out[i].family, 1.0))

@@ -238,26 +238,61 @@ def status(papers: Sequence[str], *, profile: str, device: str = "auto", dataset
            include_gpu_runs: bool = False) -> "pandas.DataFrame":
     """What is left of ``papers`` under ``profile``, computing nothing: one row per run without a
     record (running: another scheduler holds its lock; checkpointed: part-done, it resumes;
-    pending), its estimated minutes on ``device`` (:func:`estimate_costs`; empty where it resumes
-    from a checkpoint or nothing estimates it), where that estimate comes from (``estimate``:
-    "seeds" or "flops"), whether it is left for a GPU, and for those its estimated H100 minutes
-    (``h100_min``, from the ``cuda`` records) and their source (``h100_estimate``)."""
+    pending; impossible here: a run its study declares unavailable, ``Study.unavailable``, on data
+    that is not here), its estimated minutes on ``device`` (:func:`estimate_costs`; empty where it
+    resumes from a checkpoint or nothing estimates it), where that estimate comes from
+    (``estimate``: "seeds" or "flops"), whether it is left for a GPU, and for those its estimated
+    H100 minutes (``h100_min``) and their source (``h100_estimate``: "flops" or "study"), from
+    :func:`vflkit.costs.price`, the estimator the report's pending cells use."""
     from .config import resolve_device
 
     dev = str(resolve_device(device))
     here, gpu = select_tasks(papers, profile, dev, datasets=datasets, include_gpu_runs=include_gpu_runs)
-    # the runs left for a GPU: what they would cost here (why they are left), and on the GPU
-    on_gpu = estimate_costs(gpu, "cuda")
-    gpu = estimate_costs(gpu, dev)
+    gpu = estimate_costs(gpu, dev)  # what the runs left for a GPU would cost here (why they are left)
     table = status_table(here + gpu)
     table["estimate"] = [t.payload.get("cost_source") if t.cost_s is not None else None for t in here + gpu]
     table["needs_gpu"] = [False] * len(here) + [True] * len(gpu)
-    table["h100_min"] = [None] * len(here) + [None if t.cost_s is None else round(t.cost_s / 60, 1) for t in on_gpu]
-    table["h100_estimate"] = [None] * len(here) + [t.payload.get("cost_source") if t.cost_s is not None else None
-                                                   for t in on_gpu]
+    priced = _h100_prices(gpu)
+    table["h100_min"] = [None] * len(here) + [None if m is None else round(m, 1) for m, _ in priced]
+    table["h100_estimate"] = [None] * len(here) + [src for _, src in priced]
+    impossible = _unavailable_keys(here + gpu, profile)
+    table.loc[table.key.isin(impossible) & (table.status != "recorded"), "status"] = IMPOSSIBLE
     # the label names method, dataset and seed; the party models and options tell runs apart
     table.insert(1, "setting", [_setting(t.payload["config"]) for t in here + gpu])
     return table[table.status != "recorded"].reset_index(drop=True)
+
+
+#: ``--status``'s state of a run its study declares unavailable (the report's words too).
+IMPOSSIBLE = "impossible here"
+
+
+def _task_runs(tasks: Sequence[Task]) -> dict[str, list[tuple[int, Any]]]:
+    """``tasks``' runs by study (a record's folder is its study's name), with their positions."""
+    out: dict[str, list[tuple[int, Any]]] = {}
+    for i, t in enumerate(tasks):
+        out.setdefault(t.path.parent.name, []).append((i, run_class(t.payload["family"]).from_dict(t.payload["config"])))
+    return out
+
+
+def _h100_prices(tasks: Sequence[Task]) -> list[tuple[float | None, str | None]]:
+    """Each task's H100 minutes and their source, from :func:`vflkit.costs.price` (H100 minutes
+    only: a study's CPU-hour rule prices no GPU)."""
+    from . import costs
+
+    out: list[tuple[float | None, str | None]] = [(None, None)] * len(tasks)
+    for paper, runs in _task_runs(tasks).items():
+        priced = costs.price(studies.get(paper), [r for _, r in runs])
+        for (i, _), m, src in zip(runs, priced["h100_min"], priced["source"]):
+            if m == m and m is not None:  # not NaN
+                out[i] = (float(m), src)
+    return out
+
+
+def _unavailable_keys(tasks: Sequence[Task], profile: str) -> set[str]:
+    """The keys of the tasks whose study declares their run unavailable (``Study.unavailable``)."""
+    if profile != "paper":  # the studies declare the paper profile's runs on absent data only
+        return set()
+    return {r.key for paper, runs in _task_runs(tasks).items() for r in studies.get(paper).unavailable([r for _, r in runs])}
 
 
 def compute_pending(papers: list[str], *, profile: str, device: str = "auto", workers: int | None = None,
@@ -371,13 +406,22 @@ def _print_status(papers: Sequence[str], **kwargs: Any) -> int:
         return 0
     with pd.option_context("display.max_rows", None, "display.width", 200, "display.max_colwidth", 60):
         print(table.to_string(index=False))
+    from . import costs
+
+    impossible = table[table.status == IMPOSSIBLE]
+    table = table[table.status != IMPOSSIBLE]
     here, gpu = table[~table.needs_gpu], table[table.needs_gpu]
     counts = ", ".join(f"{n} {state}" for state, n in here.status.value_counts().items())
     sources = ", ".join(f"{n} from {src}" for src, n in here.estimate.value_counts().items())
+    gpu_sources = ", ".join(f"{n} from {src}" for src, n in gpu.h100_estimate.value_counts().items())
     print(f"[study] {len(table)} runs without a record: {len(here)} to compute here ({counts or 'none'}; "
           f"about {here.estimated_min.sum() / 60:.1f} hours where estimated ({sources or 'none'}), "
           f"{int(here.estimated_min.isna().sum())} without an estimate), {len(gpu)} left for a GPU (about "
-          f"{gpu.h100_min.sum() / 60:.1f} H100-hours where estimated, {int(gpu.h100_min.isna().sum())} without)")
+          f"{gpu.h100_min.sum():,.0f} H100-minutes where estimated ({gpu_sources or 'none'}), "
+          f"{int(gpu.h100_min.isna().sum())} without)"
+          + (f"; {len(impossible)} {IMPOSSIBLE} (their studies say the data is not here)" if len(impossible) else ""))
+    if gpu_sources:
+        print(f"[study] H100-minutes from flops are {costs.H100_LABEL}; from study: the study's own rule")
     return 0
 
 

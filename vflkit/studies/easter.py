@@ -31,7 +31,7 @@ Choices where the paper is silent (``shared/specs/easter.md`` argues each):
 - Table VI: the features are cut into 10 fixed parts and C parties hold the first C
   (``RunConfig.feature_parts``); C = 2 has one passive party, whose blinding factor is zero,
   so EASTER runs it only with the recorded option ``allow_single_passive``.
-- Table VII: devices differ in network (and compute, ``comm.LOW_DEVICE``), so accuracy is that
+- Table VII: devices differ in network (and compute, ``network.LOW_DEVICE``), so accuracy is that
   of the Table II EASTER run; time = measured compute time per step (scaled by the slowest
   device) + communication priced under two network models (parallel links, shared uplink).
 """
@@ -47,8 +47,7 @@ import pandas as pd
 import seaborn as sns
 import torch
 
-from .. import analysis, claims
-from .. import comm as netmodel
+from .. import analysis, claims, costs, network
 from .. import records as store
 from ..config import check_profile, check_seeds, check_seeds_once, override_runs, split_run_overrides
 from ..methods import RunConfig
@@ -58,7 +57,7 @@ from ..training import split
 # run_priority: the order the scheduler computes this study's runs in, VFedMH's (C-VFL last)
 from . import base, register
 from .base import Artefact, Study
-from .vfedmh import GRADIENT_READINGS, H100_MINUTES, RESNET_CUT, assign_models, run_priority, unique
+from .vfedmh import GRADIENT_READINGS, RESNET_CUT, assign_models, run_priority, unique
 
 PAPER = "easter"
 #: θ1..θ3 per dataset (see the module docstring for the order).
@@ -346,24 +345,17 @@ def paper_figures() -> dict[str, tuple[plt.Figure, pd.DataFrame]]:
 
 def pending(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """Runs without a record, with what they need and (ResNets) their estimated H100 minutes
-    (VFedMH's calibration, 20 epochs; ResNet34 taken halfway between ResNet18 and ResNet50)."""
+    (:func:`vflkit.costs.h100_minutes`: FLOPs over the rate one H100 measured)."""
     have = {r["key"] for r in records}
     rows = []
     for c in unique(groups):
         if c.key in have:
             continue
-        est = None
-        if needs_gpu(c):
-            arch = "resnet" if c.method == "easter" else c.models[0]
-            method = "vfedmh" if c.method == "easter" else c.method
-            if arch == "resnet34":
-                est = (H100_MINUTES.get((method, "resnet18"), 0) + H100_MINUTES.get((method, "resnet50"), 0)) / 2
-            else:
-                est = H100_MINUTES.get((method, arch))
-            est = None if est is None else round(est * c.epochs / 20 * c.n_parties / 4, 1)
+        minutes = costs.h100_minutes(c, "split") if needs_gpu(c) else None
         rows.append({"dataset": DATASET_NAMES[c.dataset], "method": METHOD_NAMES[c.method],
                      "models": "/".join(c.models), "n_parties": c.n_parties, "seed": c.seed,
-                     "needs": "GPU" if needs_gpu(c) else "CPU", "estimated_h100_min": est})
+                     "needs": "GPU" if needs_gpu(c) else "CPU",
+                     "estimated_h100_min": None if minutes is None else round(minutes, 1)})
     return pd.DataFrame(rows, columns=["dataset", "method", "models", "n_parties", "seed", "needs",
                                        "estimated_h100_min"])
 
@@ -607,16 +599,16 @@ def _comm_times(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, 
     for _, x in conv.iterrows():
         links = _links(rec[x["key"]])
         for bw in bandwidths:
-            t = netmodel.price_links(links, netmodel.NetworkModel(netmodel.Link(bw, FIG4_LATENCY_MS)),
+            t = network.price_links(links, network.NetworkModel(network.Link(bw, FIG4_LATENCY_MS)),
                                      until_epoch=int(x["e_star"]))
             rows.append({"figure": "4", "dataset": x["dataset"], "method": x["method"], "seed": x["seed"],
                          "bandwidth_mbps": bw, "latency": f"{FIG4_LATENCY_MS:g} ms", "seconds": t})
-        for cls in netmodel.LATENCY_CLASSES:
-            net = netmodel.NetworkModel(netmodel.Link(netmodel.FIG5_BANDWIDTH_MBPS, 0.0))
-            t = np.mean([netmodel.price_links(links, net, until_epoch=int(x["e_star"]), latency_ms=cls, seed=d)
+        for cls in network.LATENCY_CLASSES:
+            net = network.NetworkModel(network.Link(network.FIG5_BANDWIDTH_MBPS, 0.0))
+            t = np.mean([network.price_links(links, net, until_epoch=int(x["e_star"]), latency_ms=cls, seed=d)
                          for d in range(FIG5_DRAWS)])
             rows.append({"figure": "5", "dataset": x["dataset"], "method": x["method"], "seed": x["seed"],
-                         "bandwidth_mbps": netmodel.FIG5_BANDWIDTH_MBPS, "latency": cls, "seconds": float(t)})
+                         "bandwidth_mbps": network.FIG5_BANDWIDTH_MBPS, "latency": cls, "seconds": float(t)})
     return pd.DataFrame(rows)
 
 
@@ -635,12 +627,12 @@ def fig5(times: pd.DataFrame) -> tuple[plt.Figure, pd.DataFrame]:
     """Communication time to convergence per latency class at 50 Mbps."""
     data = times[times["figure"] == "5"].drop(columns="figure")
     g = sns.catplot(data=data, x="latency", y="seconds", hue="method", col="dataset", kind="bar",
-                    height=3, aspect=1.2, errorbar=None, sharey=False, order=list(netmodel.LATENCY_CLASSES))
+                    height=3, aspect=1.2, errorbar=None, sharey=False, order=list(network.LATENCY_CLASSES))
     # the class's range under its name, the y label on the left panel only: no label overlaps a panel
     g.set_axis_labels("latency class", "communication time to e* (s)")
     for ax in g.axes.flat:
-        ax.set_xticks(range(len(netmodel.LATENCY_CLASSES)),
-                      [f"{cls}\n{lo:g}-{hi:g} ms" for cls, (lo, hi) in netmodel.LATENCY_CLASSES.items()])
+        ax.set_xticks(range(len(network.LATENCY_CLASSES)),
+                      [f"{cls}\n{lo:g}-{hi:g} ms" for cls, (lo, hi) in network.LATENCY_CLASSES.items()])
     g.figure.suptitle("Fig. 5: communication time to convergence per latency class (50 Mbps)", y=1.04)
     return g.figure, data
 
@@ -693,7 +685,7 @@ def table7(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]
     rec = _by_key(records)
     acc = accuracy_rows(groups, records, "II")
     frames = []
-    for topology in netmodel.TOPOLOGIES:
+    for topology in network.TOPOLOGIES:
         rows = []
         for c, r in _recorded(groups["table2"], rec):
             if c.method != "easter":
@@ -708,7 +700,7 @@ def table7(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]
             theta = acc[(acc["dataset"] == DATASET_NAMES[c.dataset]) & (acc["method"] == "EASTER")
                         & (acc["seed"] == c.seed) & (acc["model"] != "avg")]
             for n_low, label in DEVICE_MIXES.items():
-                t = netmodel.training_time(links, netmodel.device_mix(passive, n_low), step_seconds=step_s,
+                t = network.training_time(links, network.device_mix(passive, n_low), step_seconds=step_s,
                                            steps_per_epoch=steps, topology=topology, until_epoch=e_star)
                 base = {"table": "VII", "dataset": DATASET_NAMES[c.dataset], "method": "EASTER",
                         "setting": label, "seed": c.seed, "diverged": bool(r.get("diverged"))}
@@ -1088,12 +1080,6 @@ def table5_runs(by_group: dict[str, list[RunConfig]], profile: str) -> list[RunC
     return _table5_runs(by_group, settings(profile)["table5_datasets"])
 
 
-def pending_cost(runs: Sequence[RunConfig]) -> pd.DataFrame:
-    """The report's price of pending paper-profile runs (:func:`pending`'s, run by run)."""
-    df = pending({"runs": list(runs)}, [])
-    return pd.DataFrame({"needs": df["needs"], "h100_min": df["estimated_h100_min"], "cpu_h": np.nan})
-
-
 def beyond(evidence: base.Evidence) -> list[tuple[str, str]]:
     """Findings the paper does not report: the two-party setting of Table VI, as recorded."""
     found = evidence.first_with_records()
@@ -1127,5 +1113,5 @@ STUDY = register(Study(
     ),
     # VFedMH's run order: the same costs (C-VFL's Q = 10 last)
     claims=CLAIMS, variant_claims=VARIANT_CLAIMS, needs_gpu=needs_gpu, run_priority=run_priority,
-    pending_cost=pending_cost, beyond=beyond,
+    beyond=beyond,
 ))

@@ -33,7 +33,7 @@ import pandas as pd
 import seaborn as sns
 import torch
 
-from .. import analysis, claims
+from .. import analysis, claims, costs
 from .. import records as store
 from ..config import check_profile, check_seeds, check_seeds_once, override_runs, split_run_overrides
 from ..errors import ConfigError
@@ -200,7 +200,7 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
 
 
 def needs_gpu(config: RunConfig) -> bool:
-    """The ResNet runs (Table II's second model set): a GPU's work (:data:`H100_MINUTES`)."""
+    """The ResNet runs (Table II's second model set): a GPU's work (:func:`vflkit.costs.h100_minutes`)."""
     return any(m in RESNETS for m in config.models)
 
 
@@ -1119,17 +1119,6 @@ VARIANT_CLAIMS: list[claims.Claim] = [
 
 # --------------------------------------------------------------------------- paper profile so far
 
-#: Minutes of one 20-epoch CIFAR-10 run on one H100 with nothing else on it, measured by
-#: ``scripts/gpu_runs.py calibrate`` (commit b797ebe; results/device/): the cost of what is still pending.
-H100_MINUTES: dict[tuple[str, str], float] = {
-    ("vfedmh", "resnet"): 15.7, ("agg_vfl", "resnet101"): 20.8, ("agg_vfl", "resnet50"): 13.8,
-    ("agg_vfl", "resnet18"): 6.3, ("splitnn", "resnet101"): 6.4, ("splitnn", "resnet50"): 5.8,
-    ("splitnn", "resnet18"): 3.1, ("local", "resnet101"): 6.2, ("local", "resnet50"): 3.8,
-    ("local", "resnet18"): 1.5, ("c_vfl", "resnet101"): 53.1, ("c_vfl", "resnet50"): 49.8,
-    ("c_vfl", "resnet18"): 28.6,
-}
-
-
 #: The paper profile's tables the quick notebook writes as far as recorded: the run groups
 #: each is drawn from, and the function that draws it.
 PAPER_TABLES: dict[str, tuple[tuple[str, ...], Callable[..., pd.DataFrame]]] = {
@@ -1160,7 +1149,8 @@ def paper_so_far(artefact: str = "table2") -> tuple[pd.DataFrame, pd.DataFrame, 
 
     Returns the table of the recorded cells beside the paper's (``n_runs`` says over how many
     seeds each is), the pending runs with their estimated cost (H100 minutes for the CIFAR-10
-    ResNets, from the calibration; CPU runs as "CPU"), and the records found.
+    ResNets, :func:`vflkit.costs.h100_minutes`: FLOPs over the rate one H100 measured; CPU runs
+    as "CPU"), and the records found.
     """
     if artefact not in PAPER_TABLES:
         raise ConfigError(f"paper_so_far: unknown artefact {artefact!r}; choose one of {', '.join(PAPER_TABLES)}")
@@ -1176,29 +1166,15 @@ def paper_so_far(artefact: str = "table2") -> tuple[pd.DataFrame, pd.DataFrame, 
         if c.key in have:
             continue
         gpu = needs_gpu(c)
-        arch = "resnet" if c.method == "vfedmh" and gpu else c.models[0]
+        minutes = costs.h100_minutes(c, STUDY.family) if gpu else None
         pending.append({"dataset": DATASET_NAMES[c.dataset], "method": c.method, "models": "/".join(c.models),
                         "seed": c.seed, "needs": "GPU" if gpu else "CPU",
-                        "estimated_h100_min": H100_MINUTES.get((c.method, arch)) if gpu else None})
+                        "estimated_h100_min": None if minutes is None else round(minutes, 1)})
     return table, pd.DataFrame(pending), found
 
 
 
 # --------------------------------------------------------------------------- the study's declaration
-
-
-def pending_cost(runs: Sequence[RunConfig]) -> pd.DataFrame:
-    """The report's price of pending paper-profile runs, run by run (:func:`paper_so_far` reports
-    a group's pending runs without their keys, and the runs of Table IV differ only in
-    optimizer): the ResNets on a GPU at the calibrated :data:`H100_MINUTES`, the small networks
-    on a CPU, unpriced."""
-    rows = []
-    for c in runs:
-        gpu = needs_gpu(c)
-        arch = "resnet" if c.method == "vfedmh" and gpu else c.models[0]
-        rows.append({"needs": "GPU" if gpu else "CPU", "cpu_h": np.nan,
-                     "h100_min": H100_MINUTES.get((c.method, arch), np.nan) if gpu else np.nan})
-    return pd.DataFrame(rows, columns=["needs", "h100_min", "cpu_h"])
 
 
 def beyond(evidence: base.Evidence) -> list[tuple[str, str]]:
@@ -1255,5 +1231,5 @@ STUDY = register(Study(
         Artefact("Fig. 5", base.groups("fig5"), ("fig5.*",)),
     ),
     claims=CLAIMS, variant_claims=VARIANT_CLAIMS, needs_gpu=needs_gpu, run_priority=run_priority,
-    pending_cost=pending_cost, beyond=beyond,
+    beyond=beyond,
 ))

@@ -201,7 +201,7 @@ def comm_summary(ledger: Ledger) -> dict[str, Any]:
             "per_party": ledger.per_party().reset_index().to_dict(orient="records"),
             "per_kind": ledger.per_kind().reset_index().to_dict(orient="records"),
             # traffic per (epoch, kind, sender, receiver): prices the run under any network
-            # afterwards (comm.price_record; EASTER Figs 4-5, Table VII) without retraining
+            # afterwards (network.price_record; EASTER Figs 4-5, Table VII) without retraining
             "per_link": ledger.per_link().to_dict(orient="records"),
             "eval_total": ledger.totals(phase="eval"), "setup_total": ledger.totals(phase="setup")}
 
