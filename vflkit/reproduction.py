@@ -636,7 +636,14 @@ def build_report(profile_order: Sequence[str] = ("paper", "quick"), out_dir: Pat
     recs = _Records()
     overview: list[dict[str, Any]] = []
     judged: dict[str, pd.DataFrame] = {}
-    sections = [_paper_section(s.name, profiles, recs, out_dir, overview, judged) for s in reported]
+    sections = []
+    for i, study in enumerate(reported, 1):
+        # a line per paper as it goes (a paper's records, tables and claims take up to minutes), on
+        # stderr: what a notebook prints to it is not kept
+        t0 = time.perf_counter()
+        sections.append(_paper_section(study.name, profiles, recs, out_dir, overview, judged))
+        print(f"[report] {study.title}: section {i} of {len(reported)} in {time.perf_counter() - t0:.0f} s",
+              file=sys.stderr, flush=True)
     beyond = ["## Beyond the papers\n",
               "Findings the papers do not report, each with its evidence computed here from the records (or a "
               "computation of seconds), or, where it needs training, a pointer to the notebook section that measures it.\n"]
