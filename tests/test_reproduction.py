@@ -292,9 +292,10 @@ def test_readme_claims_map_onto_the_clauses_of_their_figures() -> None:
     assert (got.loc["Fig. 9", "status"], got.loc["Fig. 9", "evidence"]) == (claims.NOT_TESTABLE, "no predicate yet")
 
 
-def test_make_study_ends_by_writing_the_report(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_make_study_ends_by_writing_the_report(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """``python -m vflkit.study`` writes the report after the notebooks (and not with --no-report)."""
     calls: list[str] = []
+    monkeypatch.setattr(study, "_durations_path", lambda profile: tmp_path / "durations.json")
     monkeypatch.setattr(study, "compute_pending", lambda *a, **k: Summary())
     monkeypatch.setattr(study, "execute", lambda nb, **k: calls.append(f"notebook {nb.name}") or nb)
     monkeypatch.setattr(reproduction, "write_report", lambda *a, **k: calls.append("report") or Path("REPORT.md"))
