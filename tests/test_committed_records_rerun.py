@@ -8,6 +8,10 @@ CPU the record names, and within a small tolerance elsewhere (other CPUs take ot
 whose rounding training amplifies). A CPU's name is not enough: a virtual machine calls hosts
 with and without AVX-512 "AMD EPYC". So the rerun uses the instruction set the record was made
 with, pinned in a fresh process where this CPU has more.
+
+It is also what keeps each family's results version (``records.RESULTS_VERSION``, by which the
+reuse warning tells records a changed computation made) honest: the record rerun here must be of
+the current version, and a change that moves its numbers must raise the version.
 """
 
 import json
@@ -20,7 +24,7 @@ import pytest
 import torch
 
 from vflkit.config import project_root
-from vflkit.records import _cpu_name
+from vflkit.records import RESULTS_VERSION, _cpu_name, recorded_results_version
 from vflkit.study import STUDY_FAMILY, compute
 
 #: Per study, the method whose records are rerun (None: every record of the study is its own
@@ -88,6 +92,19 @@ def _compute_as_recorded(record: dict, payload: dict) -> bool:
 
 
 @pytest.mark.parametrize("paper", sorted(METHOD))
+def test_the_rerun_record_is_of_its_family_s_current_results_version(paper: str) -> None:
+    """The record computed again below is of its family's current results version
+    (records.RESULTS_VERSION), so the rerun's passing means that version computes it: a change
+    that moves the numbers fails the rerun until the version is raised and the records remade."""
+    committed = _cheapest(paper)
+    family = STUDY_FAMILY[paper]
+    assert recorded_results_version(committed) == RESULTS_VERSION[family], (
+        f"{paper}: the committed record {committed['key']} is of results version "
+        f"{recorded_results_version(committed)}, the {family} family's is {RESULTS_VERSION[family]}: remake the "
+        "committed records at the new version (or lower it again if the numbers did not change)")
+
+
+@pytest.mark.parametrize("paper", sorted(METHOD))
 def test_a_committed_record_is_computed_again(paper: str, tmp_path: Path) -> None:
     committed = _cheapest(paper)
     same_isa = _compute_as_recorded(committed, {"family": STUDY_FAMILY[paper], "config": committed["config"],
@@ -104,4 +121,5 @@ def test_a_committed_record_is_computed_again(paper: str, tmp_path: Path) -> Non
     tolerance = 1e-6 if same_cpu else OTHER_CPU_TOLERANCE
     off = {k: (want[k], got[k]) for k in want if abs(want[k] - got[k]) > tolerance}
     assert not off, (f"{paper} ({committed['key']}, recorded at {committed['environment']['git_commit']} on "
-                     f"{committed['environment']['cpu']}): scores moved beyond {tolerance}: {off}")
+                     f"{committed['environment']['cpu']}): scores moved beyond {tolerance}: {off}. If the change "
+                     f"is meant, raise records.RESULTS_VERSION[{STUDY_FAMILY[paper]!r}] and remake the records")

@@ -361,3 +361,34 @@ def test_every_pending_run_is_in_a_window_or_needs_an_own_gpu():
     assert "warning" not in table
     assert "warning" in L.plan_table(L.dataclasses.replace(p, deadline_s=28 * 60))
     assert L.own_gpu_s(runs, 2) == (10_010.0, 10_000.0)
+
+
+@pytest.fixture
+def quick_plan(monkeypatch):
+    """`plan`'s slow stages (finding, pricing, reading the claims: minutes) replaced by one priced run."""
+    monkeypatch.setattr(L, "pending_gpu_runs", lambda *a, **k: ([_run("vfedmh", "short", 10.0, (1,))], []))
+    monkeypatch.setattr(L, "open_clauses", lambda *a, **k: {("vfedmh", "Table II"): 1})
+    monkeypatch.setattr(L, "tree_bytes", lambda: 30 * MIB)
+
+
+def test_plan_says_each_stage_as_it_goes(quick_plan, monkeypatch, capsys):
+    """`python -m vflkit.launcher plan` prints a line per planning stage on stderr, the plan on stdout."""
+    monkeypatch.setattr(L, "data_files", lambda *a, **k: [])
+    assert L.main(["plan", "--deadline-min", "14"]) == 0
+    out = capsys.readouterr()
+    lines = [line for line in out.err.splitlines() if line.startswith("[launcher] ")]
+    assert [line.split(" (")[0] for line in lines[:3]] == [
+        "[launcher] 1 pending runs of the paper profile found", "[launcher] 0 runs priced on h100",
+        "[launcher] the claims each run could decide read from the records"]
+    assert lines[3] == "[launcher] 1 windows laid out, 0 runs left for a GPU of one's own"
+    assert "short" in out.out and "pending runs of the paper profile found" not in out.out
+
+
+def test_plan_without_the_data_is_one_line_and_exit_code_2(quick_plan, monkeypatch, capsys, tmp_path):
+    """Without the data (VFLKIT_DATA unset or elsewhere), `plan` ends in one line that says what to
+    set, exit code 2, no traceback."""
+    monkeypatch.setenv("VFLKIT_DATA", str(tmp_path))
+    assert L.main(["plan", "--deadline-min", "14"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("vflkit.launcher: ConfigError: ") and "Set VFLKIT_DATA" in err
+    assert "Traceback" not in capsys.readouterr().err

@@ -292,9 +292,10 @@ def test_readme_claims_map_onto_the_clauses_of_their_figures() -> None:
     assert (got.loc["Fig. 9", "status"], got.loc["Fig. 9", "evidence"]) == (claims.NOT_TESTABLE, "no predicate yet")
 
 
-def test_make_study_ends_by_writing_the_report(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_make_study_ends_by_writing_the_report(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """``python -m vflkit.study`` writes the report after the notebooks (and not with --no-report)."""
     calls: list[str] = []
+    monkeypatch.setattr(study, "_durations_path", lambda profile: tmp_path / "durations.json")
     monkeypatch.setattr(study, "compute_pending", lambda *a, **k: Summary())
     monkeypatch.setattr(study, "execute", lambda nb, **k: calls.append(f"notebook {nb.name}") or nb)
     monkeypatch.setattr(reproduction, "write_report", lambda *a, **k: calls.append("report") or Path("REPORT.md"))
@@ -447,3 +448,28 @@ def test_the_stamp_covers_the_committed_records_when_results_point_elsewhere(
     assert committed > 0
     n = int(reproduction.STAMP_PATTERN.fullmatch(reproduction.inputs_stamp(PROFILES).strip()).group(1))
     assert n == committed
+
+
+def test_the_report_says_each_paper_as_it_goes(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture,
+                                               tmp_path: Path) -> None:
+    """`make report` prints a line per paper on stderr as its section is built (not one line at
+    the end of minutes), and nothing of it on stdout."""
+    from types import SimpleNamespace
+
+    from vflkit.studies.base import Study
+
+    toys = {n: Study(name=n, title=n.upper(), family="split", configs=lambda *a, **k: []) for n in ("a", "b")}
+    seen: list[str] = []
+
+    def section(paper, *a, **k):
+        seen.append(capsys.readouterr().err)  # what was printed before this paper's section
+        return f"## {paper}\n"
+
+    monkeypatch.setattr(reproduction, "studies", SimpleNamespace(get=toys.__getitem__))
+    monkeypatch.setattr(reproduction, "_paper_section", section)
+    monkeypatch.setattr(reproduction, "findings_section", lambda *a, **k: [])
+    monkeypatch.setattr(reproduction, "inputs_stamp", lambda profiles: "")
+    reproduction.build_report(("quick",), tmp_path, papers=["a", "b"])
+    out = capsys.readouterr()
+    assert "[report]" not in seen[0] and re.search(r"\[report\] A: section 1 of 2 in \d+ s", seen[1])
+    assert re.search(r"\[report\] B: section 2 of 2 in \d+ s", out.err) and "[report]" not in out.out

@@ -138,56 +138,88 @@ def test_load_recorded_names_a_broken_file_and_what_to_do(tmp_path, monkeypatch)
     assert bad.exists()  # load_recorded never moves or trains
 
 
-def test_a_record_from_other_code_is_named_once_per_call(tmp_path, monkeypatch):
-    runs = [_cfg(seed=s) for s in range(3)]
+def _set_environment(run, tmp_path, **env):
+    """Edit the environment of ``run``'s record in ``tmp_path`` (as if other code had made it)."""
+    path = records.record_path(run, "smoke", tmp_path)
+    rec = json.loads(path.read_text())
+    rec["environment"].update(env)
+    for k in [k for k, v in env.items() if v is None]:
+        del rec["environment"][k]
+    path.write_text(json.dumps(rec))
+
+
+def test_a_record_of_another_results_version_or_uncommitted_code_is_named_once_per_call(tmp_path, monkeypatch):
+    """The reuse warning names, in one line, the records of an older results version of their
+    family and those made with uncommitted changes to vflkit/; the others reuse quietly."""
+    runs = [_cfg(seed=s) for s in range(4)]
     records.run_many(runs, train=FakeTrainer(), profile="smoke", device="cpu", results=tmp_path, progress=False)
+    rec = records.load_record(runs[0], "smoke", tmp_path)
+    assert rec["environment"]["results_version"] == records.RESULTS_VERSION["split"]
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # records of this very commit reuse quietly
+        warnings.simplefilter("error")  # records of this very code reuse quietly
         records.run_many(runs, train=FakeTrainer(), profile="smoke", device="cpu", results=tmp_path,
                          progress=False)
-    for r, env in zip(runs[:2], [{"git_commit": "fedcba9"}, {"git_commit": "abc1234", "vflkit_modified": True}]):
-        path = records.record_path(r, "smoke", tmp_path)
-        rec = json.loads(path.read_text())
-        rec["environment"].update(env)
-        path.write_text(json.dumps(rec))
-    with pytest.warns(UserWarning, match="2 of 3 reused records may not be what this checkout") as caught:
+    monkeypatch.setitem(records.RESULTS_VERSION, "split", 3)
+    _set_environment(runs[0], tmp_path, results_version=2, git_commit="fedcba9")
+    _set_environment(runs[1], tmp_path, results_version=3, vflkit_modified=True)
+    _set_environment(runs[2], tmp_path, results_version=3, git_commit="0123456")  # another commit, same version
+    _set_environment(runs[3], tmp_path, results_version=3)
+    with pytest.warns(UserWarning, match="2 of 4 reused records may not be what this code computes") as caught:
         records.run_many(runs, train=FakeTrainer(), profile="smoke", device="cpu", results=tmp_path,
                          progress=False)
     named = [str(w.message) for w in caught if "may not be what" in str(w.message)]
-    assert len(named) == 1
-    assert "commits git cannot compare here: fedcba9" in named[0] and "1 with uncommitted changes to vflkit/" in named[0]
-    assert "\n" not in named[0]
+    assert len(named) == 1 and "\n" not in named[0]
+    assert "1 of the split family's results version 2 (now 3)" in named[0]
+    assert "1 made with uncommitted changes to vflkit/" in named[0]
+    assert runs[0].key in named[0] and runs[1].key in named[0] and runs[2].key not in named[0]
+    assert "another results version" in named[0]  # the message says when it is given
 
 
-def test_records_of_another_commit_with_the_same_training_code_reuse_quietly(tmp_path, monkeypatch):
-    """On a fresh clone every committed record is of an older commit: the reuse warning names only
-    those whose training code (methods, trainers, models, data, protocol) changed since."""
-    runs = [_cfg(seed=s) for s in range(3)]
-    records.run_many(runs, train=FakeTrainer(), profile="smoke", device="cpu", results=tmp_path, progress=False)
-    for r, commit in zip(runs, ["aaaaaaa", "bbbbbbb", "ccccccc"]):
-        path = records.record_path(r, "smoke", tmp_path)
-        rec = json.loads(path.read_text())
-        rec["environment"].update({"git_commit": commit, "vflkit_modified": False})
-        path.write_text(json.dumps(rec))
-    changes = {"aaaaaaa": (), "bbbbbbb": (), "ccccccc": ("vflkit/methods/vfedmh.py",)}
-    monkeypatch.setattr(records, "training_code_changes", lambda made, now: changes[made])
-    with pytest.warns(UserWarning, match="1 of 3 reused records") as caught:
-        records.run_many(runs, train=FakeTrainer(), profile="smoke", device="cpu", results=tmp_path, progress=False)
-    assert "training code changed since: vflkit/methods/vfedmh.py" in str(caught[0].message)
-    changes["ccccccc"] = ()
+def test_a_record_made_before_the_results_version_field_is_of_the_first_version(tmp_path, monkeypatch):
+    """Records without ``results_version`` (every committed one made before it) count as the
+    first version: quiet while the family is at it, named once the family's version is raised."""
+    run = _cfg()
+    _one(run, tmp_path)
+    _set_environment(run, tmp_path, results_version=None, git_commit="fedcba9")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        records.run_many(runs, train=FakeTrainer(), profile="smoke", device="cpu", results=tmp_path, progress=False)
+        _one(run, tmp_path)
+    monkeypatch.setitem(records.RESULTS_VERSION, "split", records.FIRST_RESULTS_VERSION + 1)
+    with pytest.warns(UserWarning, match=f"split family's results version 1 \\(now 2\\): {run.key}"):
+        _one(run, tmp_path)
 
 
-def test_training_code_changes_reads_git():
-    git = lambda *a: subprocess.run(["git", *a], capture_output=True, text=True,  # noqa: E731
-                                    cwd=Path(records.__file__).parent).stdout.split()
-    head, root = git("rev-parse", "HEAD")[0], git("rev-list", "--max-parents=0", "HEAD")[0]
-    assert records.training_code_changes(head, head) == ()
-    changed = records.training_code_changes(root, head)
-    assert changed and all(f.startswith(records.TRAINING_CODE) for f in changed)
-    assert records.training_code_changes("0" * 40, head) is None
+def test_every_family_has_a_results_version():
+    """Each protocol family names its results version, and each run class maps to its family."""
+    from vflkit.study import FAMILIES, run_class
+
+    assert set(records.RESULTS_VERSION) == set(FAMILIES)
+    assert all(isinstance(v, int) and v >= records.FIRST_RESULTS_VERSION for v in records.RESULTS_VERSION.values())
+    for family in FAMILIES:
+        assert records.run_family(run_class(family).__new__(run_class(family))) == family
+
+
+def test_committed_quick_records_of_every_study_reuse_without_a_warning():
+    """On a fresh clone every committed quick record is reused quietly: they were made at older
+    commits, but at their family's current results version (tests/test_committed_records_rerun.py
+    checks that they still compute the same)."""
+    from vflkit import studies
+    from vflkit.study import FAMILIES
+
+    root = project_root() / "results"
+    train = FakeTrainer()
+    seen = 0
+    for study in studies.studies():
+        runs = [r for r in study.runs("quick") if records.record_path(r, "quick", root).exists()]
+        assert runs, f"no committed quick record of {study.name}"
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            records.run_many(runs, train=train, profile="quick", device="cpu", results=root, progress=False,
+                             on_divergence=FAMILIES[study.family].on_divergence)
+        reuse = [str(w.message) for w in caught if "reused records" in str(w.message)]
+        assert not reuse, f"{study.name}: {reuse[0][:300]}"
+        seen += len(runs)
+    assert train.calls == 0 and seen > 100
 
 
 def test_recompute_before_a_commit_remakes_older_records(tmp_path):

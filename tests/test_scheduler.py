@@ -291,6 +291,32 @@ def test_study_command_says_which_runs_are_left_for_a_gpu(monkeypatch, capsys):
     assert "2 runs need a GPU" in out and "--include-gpu-runs" in out and "left for a GPU" in out
 
 
+def test_study_command_says_which_notebook_it_executes_before_it_starts(monkeypatch, capsys, tmp_path):
+    """`make study` prints a line before each notebook (with its last execution time once known)
+    and one after it: a notebook that executes for minutes is not silence."""
+    from vflkit import study
+    from vflkit.scheduler import Summary
+
+    monkeypatch.setattr(study, "compute_pending", lambda *a, **k: Summary())
+    monkeypatch.setattr(study, "_durations_path", lambda profile: tmp_path / profile / "durations.json")
+    started: list[str] = []
+
+    def execute(nb, **kw):
+        started.append(capsys.readouterr().out)  # what was printed before the notebook ran
+        return nb
+
+    monkeypatch.setattr(study, "execute", execute)
+    argv = ["notebooks/demo.ipynb", "notebooks/vfedmh.ipynb", "--profile", "smoke", "--no-report"]
+    assert study.main(argv) == 0
+    assert "[study] executing notebooks/demo.ipynb (1 of 2)" in started[0]
+    assert "[study] executing notebooks/vfedmh.ipynb (2 of 2)" in started[1]
+    assert "notebooks/demo.ipynb executed in" in started[1]
+    assert study.last_duration(Path("notebooks/demo.ipynb"), "smoke") is not None
+    started.clear()
+    assert study.main(argv) == 0
+    assert re.search(r"executing notebooks/demo.ipynb \(1 of 2, about \d+ s last time\)", started[0])
+
+
 def test_a_runs_cost_is_estimated_from_its_other_seeds_on_the_same_kind_of_device(tmp_path, monkeypatch):
     """compute_pending hands the scheduler each pending APC-VFL run with the median wall time of
     its recorded other seeds (CPU records only, on a CPU): the budget then starts no one-shot

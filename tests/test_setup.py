@@ -50,10 +50,12 @@ def test_no_paths_of_a_particular_machine():
 #: ``__main__`` guard.
 CLI_MODULES = sorted(p.stem for p in (ROOT / "vflkit").glob("*.py")
                      if "\ndef main(" in (text := p.read_text()) and 'if __name__ == "__main__":' in text)
-#: Those whose ``--help`` must answer at once: parsing their command line imports neither torch
-#: nor pandas nor a trainer or method (they load when a run or a device is resolved). The others
-#: (the benchmark, the report) import torch with the module.
+#: Those whose module imports neither torch nor pandas nor a trainer or method (they load when a
+#: run or a device is resolved). The others (the benchmark, the report) import torch with the
+#: module, but on the command line parse their arguments first: every ``--help`` answers at once.
 LIGHT_CLIS = ("launcher", "run", "study")
+#: What a command line's ``--help`` must not import (seconds each; a minute on a loaded machine).
+HEAVY = ('torch', 'pandas', 'vflkit.training', 'vflkit.methods')
 
 
 def test_the_light_clis_are_command_line_modules():
@@ -78,8 +80,29 @@ def test_cli_help_answers_and_the_light_ones_import_no_torch(module):
             "except SystemExit as e:\n"
             "    assert e.code in (0, None), e.code\n"
             "assert buf.getvalue().startswith('usage:'), buf.getvalue()[:200]\n"
-            "print(sorted(m for m in ('torch', 'pandas', 'vflkit.training', 'vflkit.methods') if m in sys.modules))")
+            f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     if module in LIGHT_CLIS:
         assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("module", CLI_MODULES)
+def test_cli_help_on_the_command_line_imports_nothing_heavy(module):
+    """`python -m vflkit.<module> --help` prints its usage before torch, pandas, a trainer or a
+    method is imported, for every command line (the benchmark's and the report's too)."""
+    import sys
+
+    code = ("import sys, contextlib, io, runpy\n"
+            f"sys.argv = ['vflkit.{module}', '--help']\n"
+            "buf = io.StringIO()\n"
+            "try:\n"
+            "    with contextlib.redirect_stdout(buf):\n"
+            f"        runpy.run_module('vflkit.{module}', run_name='__main__', alter_sys=True)\n"
+            "except SystemExit as e:\n"
+            "    assert e.code in (0, None), e.code\n"
+            "assert buf.getvalue().startswith('usage:'), buf.getvalue()[:200]\n"
+            f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -27,6 +27,43 @@ import statistics
 import time
 from typing import Any, Callable, Sequence
 
+#: VFedMH with its secure ring forced to one backend (``VFedMH.ring_backend``; the "vfedmh"
+#: row takes the default, "auto": numpy on the CPU, torch on a GPU), side by side.
+RING_ROWS: dict[str, str] = {"vfedmh, ring in torch": "torch", "vfedmh, ring in numpy": "numpy"}
+
+#: The methods of the batch-by-batch trainer, VFedMH without its mask prefetch and VFedMH
+#: with each ring backend.
+METHODS: dict[str, tuple[str, dict]] = {
+    "local": ("local", {}), "splitnn": ("splitnn", {}), "agg_vfl": ("agg_vfl", {}), "c_vfl": ("c_vfl", {}),
+    "vfedmh": ("vfedmh", {}), "vfedmh, masks on demand": ("vfedmh", {"mask_prefetch": False}),
+    **{label: ("vfedmh", {}) for label in RING_ROWS},
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The command line, defined before the heavy imports below."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=["mlp", "cnn", "lenet"])
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=100)
+    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda[:N]")
+    parser.add_argument("--packed", action="store_true",
+                        help="samples/s of K runs one after another vs packed (vflkit.training.packed)")
+    parser.add_argument("--pack-size", type=int, default=4, help="K, the runs per pack (with --packed)")
+    parser.add_argument("--steps", type=int, default=10, help="steps per timed block (with --packed)")
+    parser.add_argument("--multi-vfl", action="store_true",
+                        help="CPU seconds of a Multi-VFL quick-profile round and where they go, one torch thread")
+    parser.add_argument("--rounds", type=int, default=3, help="timed rounds (with --multi-vfl)")
+    parser.add_argument("--worker", choices=["overhead", "methods"], help=argparse.SUPPRESS)
+    return parser
+
+
+if __name__ == "__main__":
+    # `python -m vflkit.bench --help` (or a bad argument) answers here, before the imports below
+    # load torch and the methods: seconds, a minute on a loaded machine
+    _parser().parse_args()
+
 import torch
 import torch.nn.functional as F
 
@@ -135,19 +172,6 @@ def bench_overhead(model: str = "cnn", *, n_parties: int = 4, batch: int = 128, 
         "vflkit_overhead_pct": 100 * (t["vfl"] - t["split"]) / t["vfl"],
         "step_ms": 1e3 * t["vfl"],
     }
-
-
-#: VFedMH with its secure ring forced to one backend (``VFedMH.ring_backend``; the "vfedmh"
-#: row takes the default, "auto": numpy on the CPU, torch on a GPU), side by side.
-RING_ROWS: dict[str, str] = {"vfedmh, ring in torch": "torch", "vfedmh, ring in numpy": "numpy"}
-
-#: The methods of the batch-by-batch trainer, VFedMH without its mask prefetch and VFedMH
-#: with each ring backend.
-METHODS: dict[str, tuple[str, dict]] = {
-    "local": ("local", {}), "splitnn": ("splitnn", {}), "agg_vfl": ("agg_vfl", {}), "c_vfl": ("c_vfl", {}),
-    "vfedmh": ("vfedmh", {}), "vfedmh, masks on demand": ("vfedmh", {"mask_prefetch": False}),
-    **{label: ("vfedmh", {}) for label in RING_ROWS},
-}
 
 
 class _GPUUtilisation:
@@ -422,21 +446,7 @@ def main(argv: list[str] | None = None) -> None:
     import json
     import os
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=["mlp", "cnn", "lenet"])
-    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
-    parser.add_argument("--batch", type=int, default=128)
-    parser.add_argument("--repeats", type=int, default=100)
-    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda[:N]")
-    parser.add_argument("--packed", action="store_true",
-                        help="samples/s of K runs one after another vs packed (vflkit.training.packed)")
-    parser.add_argument("--pack-size", type=int, default=4, help="K, the runs per pack (with --packed)")
-    parser.add_argument("--steps", type=int, default=10, help="steps per timed block (with --packed)")
-    parser.add_argument("--multi-vfl", action="store_true",
-                        help="CPU seconds of a Multi-VFL quick-profile round and where they go, one torch thread")
-    parser.add_argument("--rounds", type=int, default=3, help="timed rounds (with --multi-vfl)")
-    parser.add_argument("--worker", choices=["overhead", "methods"], help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    args = _parser().parse_args(argv)
     if args.device == "auto":
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.device.startswith("cuda") and not torch.cuda.is_available():

@@ -48,6 +48,7 @@ import argparse
 import dataclasses
 import hashlib
 import json
+import logging
 import math
 import os
 import shlex
@@ -59,6 +60,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
+
+#: The planning stages, a line each (:func:`plan`): the command line shows them on stderr; a
+#: library caller sees them where it configures :mod:`logging` to.
+_log = logging.getLogger(__name__)
 
 # --------------------------------------------------------------------------- the lending rules
 
@@ -728,13 +733,19 @@ def plan(deadline_s: float, device_kind: str = "h100", *, profile: str = "paper"
         raise ConfigError(f"workers must be at least 1, got {workers}")
     rates_in = load_rate_file(rate_file)
     recorded: list[str] = []
+    t0 = time.perf_counter()
     if runs is None:
         runs, recorded = pending_gpu_runs(profile, results=results, papers=papers, slow_cpu_min=slow_cpu_min)
+        _log.info("%d pending runs of the %s profile found (%.0f s)", len(runs), profile, time.perf_counter() - t0)
     # runs that come priced (a caller's own estimate) keep their price
+    t0 = time.perf_counter()
     fresh, used = cost_runs([r for r in runs if r.cost_s is None], device_kind, rate_file=rates_in)
+    _log.info("%d runs priced on %s (%.0f s)", len(fresh), device_kind, time.perf_counter() - t0)
     costed = [r for r in runs if r.cost_s is not None] + fresh
     if opened is None:
+        t0 = time.perf_counter()
         opened = open_clauses(profile, papers)
+        _log.info("the claims each run could decide read from the records (%.0f s)", time.perf_counter() - t0)
     ordered = value_order(costed, opened)
     tree = tree_bytes() if tree is None else tree
     room = CARRY_LIMIT_BYTES - tree - 2**20  # a MiB for the plan and the call's own files
@@ -798,6 +809,7 @@ def plan(deadline_s: float, device_kind: str = "h100", *, profile: str = "paper"
     for w in windows:
         chunks = chunks_of(w.datasets) if w.datasets else []
         w.calls = window_calls(w, chunks, wheels_bytes=wheels_bytes, tree=tree)
+    _log.info("%d windows laid out, %d runs left for a GPU of one's own", len(windows), len(not_fitting))
     return out
 
 
@@ -1450,7 +1462,31 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m vflkit.launcher <command>``: a :class:`~vflkit.errors.ConfigError` (the data not
+    found, a bad setting) is one line on stderr, what is wrong and what to set, and exit code 2,
+    as ``python -m vflkit.study`` does; other errors keep their traceback (a lane's, on the lent
+    machine, is what its log has to show)."""
+    from .errors import ConfigError
+
     a = parser().parse_args(argv)
+    # the planning stages' lines (:data:`_log`), on stderr: planning reads every record for minutes
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("[launcher] %(message)s"))
+    level = _log.level
+    _log.addHandler(handler)
+    _log.setLevel(logging.INFO)
+    try:
+        return _command(a)
+    except ConfigError as exc:
+        print(f"vflkit.launcher: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        _log.removeHandler(handler)
+        _log.setLevel(level)
+
+
+def _command(a: argparse.Namespace) -> int:
+    """Run the parsed command ``a``; its exit code."""
     if a.cmd in ("plan", "prepare", "dry-run"):
         papers = a.papers.split(",") if a.papers else None
         kw = dict(profile=a.profile, workers=a.workers, papers=papers, rate_file=a.rates,

@@ -24,7 +24,6 @@ read records without pulling in the runner.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import platform
@@ -413,17 +412,6 @@ def _older_than(rec: dict[str, Any], when: datetime) -> bool:
         return True
 
 
-def _other_code(rec: dict[str, Any], current: dict[str, Any]) -> bool:
-    """Whether ``rec`` was made by other code than ``current`` (a :func:`_git_state`)."""
-    env = rec.get("environment") or {}
-    if env.get("vflkit_modified"):
-        return True
-    made, now = env.get("git_commit"), current.get("git_commit")
-    if not made or not now:
-        return False
-    return not (made.startswith(now) or now.startswith(made))
-
-
 #: Free space a run needs in its results folder before it starts: its record (at most a few
 #: MiB) and its checkpoints (about 1 MiB for VFedMH's LeNets; larger models' checkpoints check
 #: their own size again before each write, :func:`vflkit.training.checkpoint.save`).
@@ -503,69 +491,68 @@ def _lookup(run: Run, *, profile: str, results: str | Path | None, force: bool, 
     return path, rec
 
 
-# The parts of vflkit that decide what a run computes. A record made at another commit is as good
-# as one made here when none of these changed in between: the studies, tables, claims, report and
-# scheduler only choose, order and read runs (a changed setting is a changed key, hence a new run).
-TRAINING_CODE = ("vflkit/methods", "vflkit/training", "vflkit/models.py", "vflkit/data.py",
-                 "vflkit/partition.py", "vflkit/secure.py", "vflkit/comm.py", "vflkit/tabular.py",
-                 "vflkit/config.py", "vflkit/records.py")
+#: The results version of each protocol family (:data:`vflkit.studies.base.FAMILIES`): what its
+#: runs compute. Raise a family's by one, by hand, in the commit that changes its numbers (a
+#: protocol step, an optimiser, an initialisation, a partition: whatever moves a committed record's
+#: scores or ledger), and never for a change that computes the same numbers (a refactor, a new
+#: option off by default, the tables and the report). A record names the version it was made at
+#: (``environment["results_version"]``; records made before the field are version
+#: :data:`FIRST_RESULTS_VERSION`), and a reused record of another version is named in a warning.
+#: tests/test_committed_records_rerun.py keeps this honest: the committed records it computes
+#: again must be of the current version, and must come out the same.
+RESULTS_VERSION: dict[str, int] = {"split": 1, "multi_owner": 1, "one_shot": 1, "tiles": 1}
+#: The version of the records made before ``results_version`` was recorded, and of a run whose
+#: class is no family's (a run class of your own).
+FIRST_RESULTS_VERSION = 1
 
 
-@functools.lru_cache(maxsize=64)
-def training_code_changes(made: str, now: str) -> tuple[str, ...] | None:
-    """The files of :data:`TRAINING_CODE` that differ between commits ``made`` and ``now``
-    (empty: the record's run would compute the same here), or None where git cannot tell (a copy
-    without history, or a commit this clone does not have)."""
-    here = Path(__file__).resolve().parent
-    try:
-        out = subprocess.run(["git", "diff", "--name-only", made, now, "--", *TRAINING_CODE],
-                             cwd=here.parent, capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if out.returncode != 0:
-        return None
-    return tuple(sorted(line for line in out.stdout.splitlines() if line))
+def run_family(run: Run) -> str | None:
+    """The protocol family (:data:`vflkit.studies.base.FAMILIES`) whose run class ``run`` is, or
+    None for a run class of no family."""
+    from .studies.base import FAMILIES  # a light module (no torch); read here, not at import
+
+    spec = f"{type(run).__module__}:{type(run).__qualname__}"
+    return next((name for name, fam in FAMILIES.items() if fam.run_class == spec), None)
 
 
-def _warn_other_code(reused: list[dict[str, Any]]) -> None:
-    """One warning for the reused records whose training code differs from this checkout's:
-    made with uncommitted changes to ``vflkit/``, or at a commit whose :data:`TRAINING_CODE`
-    differs from this one's (or cannot be compared). Records of other commits with the same
-    training code (every committed record on a fresh clone, as a rule) are reused silently."""
-    if not reused:
+def results_version(run: Run) -> int:
+    """The current :data:`RESULTS_VERSION` of ``run``'s family (:data:`FIRST_RESULTS_VERSION` for
+    a run class of no family)."""
+    return RESULTS_VERSION.get(run_family(run) or "", FIRST_RESULTS_VERSION)
+
+
+def recorded_results_version(rec: dict[str, Any]) -> int:
+    """The results version a record was made at (:data:`FIRST_RESULTS_VERSION` before the field)."""
+    return int((rec.get("environment") or {}).get("results_version", FIRST_RESULTS_VERSION))
+
+
+def _warn_other_code(reused: list[tuple[Run, dict[str, Any]]]) -> None:
+    """One warning for the reused records that the code here may not compute: those of another
+    results version than their family's now (:data:`RESULTS_VERSION`: its computation changed
+    since, or they are from a newer checkout), and those made with uncommitted changes to
+    ``vflkit/`` (no commit says what made them). A record of another commit with the same
+    results version (every committed record on a fresh clone, as a rule) is reused silently:
+    refactors do not change what a run computes, and the committed-records rerun test checks it."""
+    versions: dict[tuple[str, int, int], list[str]] = {}
+    modified: list[str] = []
+    for run, rec in reused:
+        now, made = results_version(run), recorded_results_version(rec)
+        if made != now:
+            versions.setdefault((run_family(run) or type(run).__name__, made, now), []).append(str(rec.get("key")))
+        elif (rec.get("environment") or {}).get("vflkit_modified"):
+            modified.append(str(rec.get("key")))
+    if not versions and not modified:
         return
-    current = _git_state()
-    now = current.get("git_commit")
-    other, changed, unknown = [], set(), set()
-    for r in reused:
-        if not _other_code(r, current):
-            continue
-        env = r.get("environment") or {}
-        if env.get("vflkit_modified"):
-            other.append(r)
-            continue
-        files = training_code_changes(str(env.get("git_commit")), str(now))
-        if files is None:
-            unknown.add(str(env.get("git_commit")))
-            other.append(r)
-        elif files:
-            changed.update(files)
-            other.append(r)
-    if not other:
-        return
-    modified = sum(bool((r.get("environment") or {}).get("vflkit_modified")) for r in other)
-    what = []
-    if changed:
-        names = sorted(changed)
-        what.append(f"training code changed since: {', '.join(names[:5])}{', ...' if len(names) > 5 else ''}")
-    if unknown:
-        what.append(f"commits git cannot compare here: {', '.join(sorted(unknown)[:3])}")
+    named = [k for keys in versions.values() for k in keys] + modified
+    what = [f"{len(keys)} of the {family} family's results version {made} (now {now})"
+            for (family, made, now), keys in sorted(versions.items())]
     if modified:
-        what.append(f"{modified} with uncommitted changes to vflkit/")
+        what.append(f"{len(modified)} made with uncommitted changes to vflkit/")
     warnings.warn(
-        f"{len(other)} of {len(reused)} reused records may not be what this checkout's code "
-        f"({now or '?'}) computes ({'; '.join(what)}); they are still used. Pass recompute_before=<commit> "
-        "(or force=True) to remake them", stacklevel=3)
+        f"{len(named)} of {len(reused)} reused records may not be what this code computes ({'; '.join(what)}: "
+        f"{', '.join(named[:3])}{', ...' if len(named) > 3 else ''}); they are still used. This warning names only "
+        "records of another results version (the family's computation changed since) or made from uncommitted "
+        "code. Pass recompute_before=<commit> (or force=True) to remake them", stacklevel=3)
 
 
 def run_one(run: Run, *, train: Trainer, profile: str, device: str | torch.device = "auto",
@@ -586,15 +573,16 @@ def run_one(run: Run, *, train: Trainer, profile: str, device: str | torch.devic
 
     A record is reused only if it is the run's (valid JSON, the whole envelope, the run's key,
     config and profile); anything else at its path is moved aside with a warning and the run
-    recomputed. A reused record made by other code (another commit, or a modified
-    ``vflkit/``) is named in a warning; ``recompute_before`` (a commit) recomputes the records
+    recomputed. A reused record of another results version than its family's
+    (:data:`RESULTS_VERSION`), or made with uncommitted changes to ``vflkit/``, is named in a
+    warning; ``recompute_before`` (a commit) recomputes the records
     finished before that commit's date. A run asked for with ``on_divergence="raise"`` never
     receives a diverged record silently (DivergenceError). The results folder is checked for
     writability before training starts.
     """
     _check_on_divergence(on_divergence)
     after = _commit_date(recompute_before) if recompute_before is not None else None
-    reused: list[dict[str, Any]] = []
+    reused: list[tuple[Run, dict[str, Any]]] = []
     rec = _run_one(run, train=train, profile=profile, device=device, results=results, force=force,
                    progress=progress, on_divergence=on_divergence, deadline=deadline, recompute_after=after,
                    reused=reused)
@@ -609,7 +597,7 @@ def _check_on_divergence(on_divergence: str) -> None:
 
 def _run_one(run: Run, *, train: Trainer, profile: str, device: str | torch.device, results: str | Path | None,
              force: bool, progress: bool, on_divergence: str, deadline: float | None,
-             recompute_after: datetime | None, reused: list[dict[str, Any]]) -> dict[str, Any]:
+             recompute_after: datetime | None, reused: list[tuple[Run, dict[str, Any]]]) -> dict[str, Any]:
     def train_alone(todo: list[Run], dev: torch.device, checkpoints: list[Path]) -> list[dict[str, Any]]:
         return [train(todo[0], device=dev, checkpoint=checkpoints[0], progress=progress,
                       on_divergence=on_divergence, deadline=deadline)]
@@ -626,7 +614,7 @@ GroupTrainer = Callable[[list[Run], torch.device, list[Path]], Sequence[dict[str
 def run_together(runs: Sequence[Run], *, train_all: GroupTrainer, profile: str, device: str | torch.device = "auto",
                  results: str | Path | None = None, force: bool = False, on_divergence: str = "raise",
                  recompute_after: datetime | None = None,
-                 reused: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+                 reused: list[tuple[Run, dict[str, Any]]] | None = None) -> list[dict[str, Any]]:
     """The records of ``runs``, in their order: those recorded are loaded, the others trained by
     one call of ``train_all`` and each written under its own key.
 
@@ -637,7 +625,8 @@ def run_together(runs: Sequence[Run], *, train_all: GroupTrainer, profile: str, 
     does not report its own ``wall_time_s``, the call's wall time. A result that uses an
     envelope name (other than ``wall_time_s`` and ``diverged``) is refused before anything is
     written. Records are looked up as by :func:`run_one` (a record finished before
-    ``recompute_after`` is not reused); the reused ones are appended to ``reused``.
+    ``recompute_after`` is not reused); the reused ones are appended to ``reused``, each with its
+    run. A record names its family's :data:`RESULTS_VERSION` (``environment["results_version"]``).
     """
     _check_on_divergence(on_divergence)
     runs = list(runs)
@@ -649,7 +638,7 @@ def run_together(runs: Sequence[Run], *, train_all: GroupTrainer, profile: str, 
         if rec is not None:
             found[run.key] = rec
             if reused is not None:
-                reused.append(rec)
+                reused.append((run, rec))
     todo = [r for r in runs if r.key not in found]
     if not todo:
         return [found[r.key] for r in runs]
@@ -682,7 +671,8 @@ def run_together(runs: Sequence[Run], *, train_all: GroupTrainer, profile: str, 
             "key": run.key,
             "profile": profile,
             "config": run.to_dict(),
-            "environment": environment,
+            # what the family's code computes now: a later checkout tells a changed computation by it
+            "environment": {**environment, "results_version": results_version(run)},
             "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             # a resumed run counts the time before the interruption too (the trainer knows it)
             "wall_time_s": result.pop("wall_time_s", wall),
@@ -711,7 +701,8 @@ def run_many(runs: Iterable[Run], *, train: Trainer, profile: str, device: str |
 
     Before any training: every record is looked up (bad files moved aside, diverged records
     refused under ``on_divergence="raise"``) and the folders of the runs to train are checked
-    for writability. One warning names how many reused records other code made.
+    for writability. One warning names the reused records this code may not compute (of another
+    results version, or made from uncommitted code: :func:`_warn_other_code`).
     """
     _check_on_divergence(on_divergence)
     check_record_profile(profile)
@@ -745,7 +736,7 @@ def run_many(runs: Iterable[Run], *, train: Trainer, profile: str, device: str |
             stacklevel=3)
     for folder in dict.fromkeys(p.parent for p in todo):
         _check_writable(folder)
-    reused: list[dict[str, Any]] = []
+    reused: list[tuple[Run, dict[str, Any]]] = []
     # a bar only where something trains: a notebook would otherwise keep a "0%" bar of loads
     bar = progress and bool(todo)
     out = [elsewhere.get(r.key) or _run_one(r, train=train, profile=profile, device=device, results=results,
@@ -757,7 +748,8 @@ def run_many(runs: Iterable[Run], *, train: Trainer, profile: str, device: str |
     return out
 
 
-__all__ = ["ENVELOPE", "FINAL_FIELDS", "MIN_FREE_BYTES", "BadRecord", "GroupTrainer", "Run", "check_record",
+__all__ = ["ENVELOPE", "FINAL_FIELDS", "FIRST_RESULTS_VERSION", "MIN_FREE_BYTES", "RESULTS_VERSION", "BadRecord", "GroupTrainer", "Run", "check_record",
            "is_valid_record", "move_aside", "record_problem", "record_roots", "Trainer", "checkpoint_path",
            "environment_info", "json_default", "load_record", "load_available", "load_recorded", "record_path",
-           "run_many", "run_one", "run_together", "write_json_atomic"]
+           "recorded_results_version", "results_version", "run_family", "run_many", "run_one", "run_together",
+           "write_json_atomic"]

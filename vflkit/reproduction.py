@@ -34,6 +34,21 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Sequence
 
+
+def _parser() -> argparse.ArgumentParser:
+    """The command line, defined before the heavy imports below."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=None, help="where to write it (default figures/REPORT.md)")
+    parser.add_argument("--profiles", nargs="+", default=["paper", "quick"],
+                        help="profiles to report, the preferred first (default: paper quick)")
+    return parser
+
+
+if __name__ == "__main__":
+    # `python -m vflkit.reproduction --help` (or a bad argument) answers here, before the imports
+    # below load torch, pandas and matplotlib: seconds, half a minute on a loaded machine
+    _parser().parse_args()
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -618,7 +633,14 @@ def build_report(profile_order: Sequence[str] = ("paper", "quick"), out_dir: Pat
     recs = _Records()
     overview: list[dict[str, Any]] = []
     judged: dict[str, pd.DataFrame] = {}
-    sections = [_paper_section(s.name, profiles, recs, out_dir, overview, judged) for s in reported]
+    sections = []
+    for i, study in enumerate(reported, 1):
+        # a line per paper as it goes (a paper's records, tables and claims take up to minutes), on
+        # stderr: what a notebook prints to it is not kept
+        t0 = time.perf_counter()
+        sections.append(_paper_section(study.name, profiles, recs, out_dir, overview, judged))
+        print(f"[report] {study.title}: section {i} of {len(reported)} in {time.perf_counter() - t0:.0f} s",
+              file=sys.stderr, flush=True)
     beyond = ["## Beyond the papers\n",
               "Findings the papers do not report, each with its evidence computed here from the records (or a "
               "computation of seconds), or, where it needs training, a pointer to the notebook section that measures it.\n"]
@@ -856,7 +878,7 @@ def write_report(profile_order: Sequence[str] = ("paper", "quick"), out: Path | 
     default = out is None
     out = Path(out) if out is not None else figures_dir() / "REPORT.md"
     with warnings.catch_warnings():
-        # the studies warn about records made by other code; the report names every commit itself
+        # the studies warn about records of another results version; the report names every commit itself
         warnings.simplefilter("ignore", UserWarning)
         text = _anonymise(build_report(profile_order, out.parent))
     with atomic_path(out) as tmp:
@@ -868,11 +890,7 @@ def write_report(profile_order: Sequence[str] = ("paper", "quick"), out: Path | 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m vflkit.reproduction [--out PATH] [--profiles paper quick]``."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=None, help="where to write it (default figures/REPORT.md)")
-    parser.add_argument("--profiles", nargs="+", default=["paper", "quick"],
-                        help="profiles to report, the preferred first (default: paper quick)")
-    args = parser.parse_args(argv)
+    args = _parser().parse_args(argv)
     start = time.perf_counter()
     path = write_report(args.profiles, args.out)
     print(f"[report] {shown_path(path)} written in {time.perf_counter() - start:.0f} s", flush=True)

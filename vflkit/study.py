@@ -137,6 +137,37 @@ def execute(notebook: Path, *, profile: str, device: str) -> Path:
     return out
 
 
+def _durations_path(profile: str) -> Path:
+    """Where each notebook's last execution time under ``profile`` is kept (beside the executed
+    copies, which git ignores)."""
+    return project_root() / "notebooks" / "_executed" / profile / "durations.json"
+
+
+def last_duration(notebook: Path, profile: str) -> float | None:
+    """Seconds the last execution of ``notebook`` under ``profile`` took here; None if unknown."""
+    import json
+
+    try:
+        return float(json.loads(_durations_path(profile).read_text())[notebook.name])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _save_duration(notebook: Path, profile: str, seconds: float) -> None:
+    """Keep ``seconds`` as ``notebook``'s last execution time under ``profile``."""
+    import json
+
+    from .files import write_json
+
+    path = _durations_path(profile)
+    try:
+        durations = json.loads(path.read_text())
+    except (OSError, ValueError):
+        durations = {}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json(path, {**durations, notebook.name: round(seconds, 1)})
+
+
 def notebook_defaults(path: Path) -> dict[str, Any]:
     """The values the notebook's ``parameters`` cell assigns (``profile``, ``device``, ...), read
     as papermill reads them, without executing anything."""
@@ -503,14 +534,19 @@ def main(argv: list[str] | None = None) -> int:
         elif summary.needs_gpu:
             print("[study] notebooks not executed: some of their runs are left for a GPU", flush=True)
         return 0
-    for nb in args.notebooks:
+    for i, nb in enumerate(args.notebooks, 1):
+        # a line before each notebook: one executes for minutes and says nothing until it ends
+        last = last_duration(nb, args.profile)
+        print(f"[study] executing {nb} ({i} of {len(args.notebooks)}"
+              f"{f', about {last:.0f} s last time' if last is not None else ''})", flush=True)
         t0 = time.perf_counter()
         out = execute(nb, profile=args.profile, device=args.device)
+        took = time.perf_counter() - t0
+        _save_duration(nb, args.profile, took)
         if args.commit_notebooks:
             normalize_notebook(out)
             shutil.copyfile(out, nb)
-        print(f"[study] {nb} executed in {time.perf_counter() - t0:.0f} s -> {nb if args.commit_notebooks else out}",
-              flush=True)
+        print(f"[study] {nb} executed in {took:.0f} s -> {nb if args.commit_notebooks else out}", flush=True)
     if not args.no_report:
         # after the notebooks: the report reads the tables they have just written
         from .report import shown_path
