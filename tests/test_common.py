@@ -260,3 +260,109 @@ def test_a_field_added_later_is_not_keyed_at_its_default():
     assert not {"resnet_cut", "precision"} & set(RunConfig.KEYED_FIELDS)
     assert plain.key == plain.replace(resnet_cut="stages").key == plain.replace(resnet_cut="layers").key
     assert plain.key == plain.replace(precision="fp32").key != plain.replace(precision="bf16").key
+
+
+# --------------------------------------------------------------------------- data of your own
+
+
+def _digits(side):
+    """scikit-learn's digits (1797 images of 8x8, 10 classes) as uint8 images ``side`` pixels
+    square, as a torchvision user would resize them; the first 1500 train."""
+    import numpy as np
+    import torch
+    from sklearn.datasets import load_digits
+
+    from vflkit.data import ImageData
+
+    digits = load_digits()
+    x = torch.from_numpy((digits.images * 255 / 16).astype(np.uint8))[:, None]
+    if side != 8:
+        x = torch.nn.functional.interpolate(x.float(), size=(side, side), mode="bilinear").round().to(torch.uint8)
+    y = torch.from_numpy(digits.target).long()
+    return ImageData(f"digits{side}_common", x[:1500], y[:1500], x[1500:], y[1500:], tuple(map(str, range(10))))
+
+
+def _wine():
+    """scikit-learn's wine table (13 numeric columns, 3 classes) with a categorical column added."""
+    import pandas as pd
+    from sklearn.datasets import load_wine
+
+    from vflkit.data import TabularData
+
+    wine = load_wine(as_frame=True)
+    kind = pd.Series(["red", "white", "rose"] * 59 + ["red"], index=wine.data.index)
+    return TabularData("wine_common", wine.data.assign(kind=kind), wine.target, "multiclass", categorical=("kind",))
+
+
+def _own_split(name):
+    return RunConfig(paper="demo", dataset=name, method="splitnn", models=("mlp",) * 3, n_parties=3, n_train=None,
+                     n_test=None, epochs=5, batch_size=16, lr=0.05, embedding_dim=16)
+
+
+def _own_multi_owner(name):
+    from vflkit.methods.multi_vfl import MultiVFLConfig
+
+    return MultiVFLConfig(dataset=name, scenario="iid", samples_per_owner=200, rounds=2, batch_size=32,
+                          local_optimizer="adam", n_test=None)
+
+
+def _own_one_shot(name):
+    from vflkit.training.one_shot import OneShotRun
+
+    return OneShotRun(kind="fig5", dataset=name, method="apc_vfl_mse", n_aligned=60, n_active_features=3, seed=0,
+                      epochs=5, folds=3)
+
+
+def _own_tiles(name):
+    from vflkit.training.tiles import TilesRun
+
+    # VGG-16 needs tiles of 8x8 or more to learn in a few epochs: digits resized to 16x16
+    return TilesRun.make("adptvfedconv", dataset=name, n_train=600, width=0.25, pretrain_epochs=1,
+                         finetune_epochs=1, classifier_epochs=4, batch_size=32, ae_batch_size=32, eval_batch_size=100)
+
+
+#: Per protocol family: the data of your own it trains on (a table with a categorical column
+#: where the family takes tables, else digits), a tiny run of it (seconds on a CPU), and the
+#: record's test accuracy. A new family fails the test below until it has an entry.
+OWN_DATA_RUNS = {
+    "split": (_wine, _own_split, lambda rec: rec["final"]["active"]["test_accuracy"]),
+    "multi_owner": (lambda: _digits(8), _own_multi_owner, lambda rec: rec["final"]["test_accuracy"]),
+    "one_shot": (_wine, _own_one_shot, lambda rec: rec["final"]["accuracy"]),
+    "tiles": (lambda: _digits(16), _own_tiles, lambda rec: rec["final_accuracy"]),
+}
+#: How far above the majority class's share a tiny run must score (digits: 0.10, wine: 0.40).
+OWN_DATA_MARGIN = 0.25
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_every_trainer_learns_a_dataset_of_your_own_registered_twice(family, tmp_path):
+    """Bring your own data (issue 41): every family's trainer takes a registered scikit-learn
+    dataset of the kind it trains on and scores OWN_DATA_MARGIN above the majority class;
+    registering equal data again warns of nothing, keeps the run's key, and the second run
+    reuses the first's record."""
+    import warnings
+
+    import numpy as np
+
+    from vflkit.data import ImageData, register_dataset, registered_digest, unregister_dataset
+
+    assert family in OWN_DATA_RUNS, f"add a tiny run of your own data for family {family!r} to OWN_DATA_RUNS"
+    make_data, make_run, accuracy = OWN_DATA_RUNS[family]
+    trainer = importlib.import_module(FAMILIES[family].trainer)
+    data = make_data()
+    name = register_dataset(data)
+    try:
+        run = make_run(name)
+        assert isinstance(run, RUN_CLASSES[family]) and registered_digest(name) in json.dumps(run.key_dict())
+        rec = trainer.run(run, profile="smoke", device="cpu", results=tmp_path, progress=False)
+        labels = np.asarray(data.y_test if isinstance(data, ImageData) else data.target)
+        majority = np.bincount(labels).max() / len(labels)
+        assert accuracy(rec) >= majority + OWN_DATA_MARGIN, (accuracy(rec), majority)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert register_dataset(make_data()) == name  # equal data, built afresh: harmless
+        assert make_run(name).key == run.key
+        again = trainer.run(make_run(name), profile="smoke", device="cpu", results=tmp_path, progress=False)
+        assert again["finished"] == rec["finished"] and len(list(tmp_path.rglob("*.json"))) == 1
+    finally:
+        unregister_dataset(name)
