@@ -48,6 +48,40 @@ def test_study_contract(paper):
         study.configs("no such profile!")
 
 
+def _valid_overrides(study):
+    """The profile settings and run fields ``study.configs`` accepts as overrides, as its refusal
+    of an unknown one lists them."""
+    with pytest.raises(ConfigError, match="unknown overrides") as refused:
+        study.configs("smoke", overrides={"no_such_setting": 1})
+    found = re.search(r"profile settings ([^;]*)(?:; run fields (.*))?$", str(refused.value))
+    assert found, f"the refusal does not list the valid overrides: {refused.value}"
+    return set(found.group(1).split(", ")), set((found.group(2) or "").split(", ")) - {""}
+
+
+@pytest.mark.parametrize("paper", sorted(STUDY_FAMILY))
+def test_overrides_set_a_run_field_on_every_run_of_every_study(paper):
+    """Issue 41: ``overrides`` accepts the same run fields in every study. A number field of the
+    study's runs (the first, by name, that is no profile setting and not what makes a run, e.g.
+    ``lr``) overridden is set on every run; a run field a study does not take is refused with
+    the fields it does take."""
+    from vflkit.config import RUN_IDENTITY
+
+    study = importlib.import_module(f"vflkit.studies.{paper}")
+    runs = _flat(study.configs("smoke"))
+    settings, allowed = _valid_overrides(study)
+    numbers = sorted(k for k in runs[0].to_dict() if k not in RUN_IDENTITY and k not in settings
+                     and all(type(r.to_dict().get(k)) is float for r in runs))
+    usable = [k for k in numbers if k in allowed]
+    assert usable, f"{paper}: overrides take none of its runs' number fields {numbers} (they take {sorted(allowed)})"
+    field = usable[0]
+    value = runs[0].to_dict()[field] / 2
+    changed = _flat(study.configs("smoke", overrides={field: value}))
+    assert len(changed) == len(runs) and all(r.to_dict()[field] == value for r in changed), (paper, field)
+    for refused in set(numbers) - allowed:
+        with pytest.raises(ConfigError, match=f"run fields {', '.join(sorted(allowed))}"):
+            study.configs("smoke", overrides={refused: 1.0})
+
+
 @pytest.mark.parametrize("paper", sorted(STUDY_FAMILY))
 def test_registered_study_declaration(paper):
     """What the scheduler and the report call on a registered Study (not its module): its runs
