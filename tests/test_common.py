@@ -400,3 +400,24 @@ def test_every_trainer_learns_a_dataset_of_your_own_registered_twice(family, tmp
         assert again["finished"] == rec["finished"] and len(list(tmp_path.rglob("*.json"))) == 1
     finally:
         unregister_dataset(name)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_a_trainer_given_the_other_kind_of_data_says_which_it_takes(family):
+    """A run naming a registered dataset of the kind its trainer cannot use is refused when it
+    is built, with the kind it takes and how to register it; only the split trainer takes both
+    (README, Your own data)."""
+    from vflkit.data import ImageData, register_dataset, unregister_dataset
+
+    make_data, make_run, _ = OWN_DATA_RUNS[family]
+    kind = "image" if isinstance(make_data(), ImageData) else "tabular"
+    name = register_dataset(_wine() if kind == "image" else _digits(8))
+    try:
+        try:
+            make_run(name)
+        except ConfigError as refused:
+            assert f"takes {kind} data" in str(refused) and "register_dataset" in str(refused), str(refused)
+        else:
+            assert family == "split", f"{family} built a run on {name!r}, data of the kind it does not take"
+    finally:
+        unregister_dataset(name)
