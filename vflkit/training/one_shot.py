@@ -71,7 +71,6 @@ DATASETS: dict[str, DatasetSpec] = {
 }
 
 
-
 def dataset_spec(dataset: str) -> DatasetSpec:
     """How APC-VFL uses ``dataset``: :data:`DATASETS` for the paper's three, else one derived
     from a table of your own registered with :func:`vflkit.data.register_dataset`.
