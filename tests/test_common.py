@@ -48,6 +48,40 @@ def test_study_contract(paper):
         study.configs("no such profile!")
 
 
+def _valid_overrides(study):
+    """The profile settings and run fields ``study.configs`` accepts as overrides, as its refusal
+    of an unknown one lists them."""
+    with pytest.raises(ConfigError, match="unknown overrides") as refused:
+        study.configs("smoke", overrides={"no_such_setting": 1})
+    found = re.search(r"profile settings ([^;]*)(?:; run fields (.*))?$", str(refused.value))
+    assert found, f"the refusal does not list the valid overrides: {refused.value}"
+    return set(found.group(1).split(", ")), set((found.group(2) or "").split(", ")) - {""}
+
+
+@pytest.mark.parametrize("paper", sorted(STUDY_FAMILY))
+def test_overrides_set_a_run_field_on_every_run_of_every_study(paper):
+    """Issue 41: ``overrides`` accepts the same run fields in every study. A number field of the
+    study's runs (the first, by name, that is no profile setting and not what makes a run, e.g.
+    ``lr``) overridden is set on every run; a run field a study does not take is refused with
+    the fields it does take."""
+    from vflkit.config import RUN_IDENTITY
+
+    study = importlib.import_module(f"vflkit.studies.{paper}")
+    runs = _flat(study.configs("smoke"))
+    settings, allowed = _valid_overrides(study)
+    numbers = sorted(k for k in runs[0].to_dict() if k not in RUN_IDENTITY and k not in settings
+                     and all(type(r.to_dict().get(k)) is float for r in runs))
+    usable = [k for k in numbers if k in allowed]
+    assert usable, f"{paper}: overrides take none of its runs' number fields {numbers} (they take {sorted(allowed)})"
+    field = usable[0]
+    value = runs[0].to_dict()[field] / 2
+    changed = _flat(study.configs("smoke", overrides={field: value}))
+    assert len(changed) == len(runs) and all(r.to_dict()[field] == value for r in changed), (paper, field)
+    for refused in set(numbers) - allowed:
+        with pytest.raises(ConfigError, match=f"run fields {', '.join(sorted(allowed))}"):
+            study.configs("smoke", overrides={refused: 1.0})
+
+
 @pytest.mark.parametrize("paper", sorted(STUDY_FAMILY))
 def test_registered_study_declaration(paper):
     """What the scheduler and the report call on a registered Study (not its module): its runs
@@ -260,3 +294,130 @@ def test_a_field_added_later_is_not_keyed_at_its_default():
     assert not {"resnet_cut", "precision"} & set(RunConfig.KEYED_FIELDS)
     assert plain.key == plain.replace(resnet_cut="stages").key == plain.replace(resnet_cut="layers").key
     assert plain.key == plain.replace(precision="fp32").key != plain.replace(precision="bf16").key
+
+
+# --------------------------------------------------------------------------- data of your own
+
+
+def _digits(side):
+    """scikit-learn's digits (1797 images of 8x8, 10 classes) as uint8 images ``side`` pixels
+    square, as a torchvision user would resize them; the first 1500 train."""
+    import numpy as np
+    import torch
+    from sklearn.datasets import load_digits
+
+    from vflkit.data import ImageData
+
+    digits = load_digits()
+    x = torch.from_numpy((digits.images * 255 / 16).astype(np.uint8))[:, None]
+    if side != 8:
+        x = torch.nn.functional.interpolate(x.float(), size=(side, side), mode="bilinear").round().to(torch.uint8)
+    y = torch.from_numpy(digits.target).long()
+    return ImageData(f"digits{side}_common", x[:1500], y[:1500], x[1500:], y[1500:], tuple(map(str, range(10))))
+
+
+def _wine():
+    """scikit-learn's wine table (13 numeric columns, 3 classes) with a categorical column added."""
+    import pandas as pd
+    from sklearn.datasets import load_wine
+
+    from vflkit.data import TabularData
+
+    wine = load_wine(as_frame=True)
+    kind = pd.Series(["red", "white", "rose"] * 59 + ["red"], index=wine.data.index)
+    return TabularData("wine_common", wine.data.assign(kind=kind), wine.target, "multiclass", categorical=("kind",))
+
+
+def _own_split(name):
+    return RunConfig(paper="demo", dataset=name, method="splitnn", models=("mlp",) * 3, n_parties=3, n_train=None,
+                     n_test=None, epochs=5, batch_size=16, lr=0.05, embedding_dim=16)
+
+
+def _own_multi_owner(name):
+    from vflkit.methods.multi_vfl import MultiVFLConfig
+
+    return MultiVFLConfig(dataset=name, scenario="iid", samples_per_owner=200, rounds=2, batch_size=32,
+                          local_optimizer="adam", n_test=None)
+
+
+def _own_one_shot(name):
+    from vflkit.training.one_shot import OneShotRun
+
+    return OneShotRun(kind="fig5", dataset=name, method="apc_vfl_mse", n_aligned=60, n_active_features=3, seed=0,
+                      epochs=5, folds=3)
+
+
+def _own_tiles(name):
+    from vflkit.training.tiles import TilesRun
+
+    # VGG-16 needs tiles of 8x8 or more to learn in a few epochs: digits resized to 16x16
+    return TilesRun.make("adptvfedconv", dataset=name, n_train=600, width=0.25, pretrain_epochs=1,
+                         finetune_epochs=1, classifier_epochs=4, batch_size=32, ae_batch_size=32, eval_batch_size=100)
+
+
+#: Per protocol family: the data of your own it trains on (a table with a categorical column
+#: where the family takes tables, else digits), a tiny run of it (seconds on a CPU), and the
+#: record's test accuracy. A new family fails the test below until it has an entry.
+OWN_DATA_RUNS = {
+    "split": (_wine, _own_split, lambda rec: rec["final"]["active"]["test_accuracy"]),
+    "multi_owner": (lambda: _digits(8), _own_multi_owner, lambda rec: rec["final"]["test_accuracy"]),
+    "one_shot": (_wine, _own_one_shot, lambda rec: rec["final"]["accuracy"]),
+    "tiles": (lambda: _digits(16), _own_tiles, lambda rec: rec["final_accuracy"]),
+}
+#: How far above the majority class's share a tiny run must score (digits: 0.10, wine: 0.40).
+OWN_DATA_MARGIN = 0.25
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_every_trainer_learns_a_dataset_of_your_own_registered_twice(family, tmp_path):
+    """Bring your own data (issue 41): every family's trainer takes a registered scikit-learn
+    dataset of the kind it trains on and scores OWN_DATA_MARGIN above the majority class;
+    registering equal data again warns of nothing, keeps the run's key, and the second run
+    reuses the first's record."""
+    import warnings
+
+    import numpy as np
+
+    from vflkit.data import ImageData, register_dataset, registered_digest, unregister_dataset
+
+    assert family in OWN_DATA_RUNS, f"add a tiny run of your own data for family {family!r} to OWN_DATA_RUNS"
+    make_data, make_run, accuracy = OWN_DATA_RUNS[family]
+    trainer = importlib.import_module(FAMILIES[family].trainer)
+    data = make_data()
+    name = register_dataset(data)
+    try:
+        run = make_run(name)
+        assert isinstance(run, RUN_CLASSES[family]) and registered_digest(name) in json.dumps(run.key_dict())
+        rec = trainer.run(run, profile="smoke", device="cpu", results=tmp_path, progress=False)
+        labels = np.asarray(data.y_test if isinstance(data, ImageData) else data.target)
+        majority = np.bincount(labels).max() / len(labels)
+        assert accuracy(rec) >= majority + OWN_DATA_MARGIN, (accuracy(rec), majority)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert register_dataset(make_data()) == name  # equal data, built afresh: harmless
+        assert make_run(name).key == run.key
+        again = trainer.run(make_run(name), profile="smoke", device="cpu", results=tmp_path, progress=False)
+        assert again["finished"] == rec["finished"] and len(list(tmp_path.rglob("*.json"))) == 1
+    finally:
+        unregister_dataset(name)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_a_trainer_given_the_other_kind_of_data_says_which_it_takes(family):
+    """A run naming a registered dataset of the kind its trainer cannot use is refused when it
+    is built, with the kind it takes and how to register it; only the split trainer takes both
+    (README, Your own data)."""
+    from vflkit.data import ImageData, register_dataset, unregister_dataset
+
+    make_data, make_run, _ = OWN_DATA_RUNS[family]
+    kind = "image" if isinstance(make_data(), ImageData) else "tabular"
+    name = register_dataset(_wine() if kind == "image" else _digits(8))
+    try:
+        try:
+            make_run(name)
+        except ConfigError as refused:
+            assert f"takes {kind} data" in str(refused) and "register_dataset" in str(refused), str(refused)
+        else:
+            assert family == "split", f"{family} built a run on {name!r}, data of the kind it does not take"
+    finally:
+        unregister_dataset(name)

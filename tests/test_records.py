@@ -287,7 +287,7 @@ def test_built_in_datasets_keep_their_committed_keys_while_own_data_is_registere
 
 
 def test_a_generic_table_registers_and_trains_with_a_tabular_method(tmp_path):
-    """README: 'a TabularData (a DataFrame and a target); every run config can then name it'.
+    """README (Your own data): a TabularData (a DataFrame and a target) trains in the split trainer.
     scikit-learn's wine table (13 numeric columns, 3 classes) was refused by encode_criteo; now
     its numeric columns are standardised, a categorical one coded, and it trains."""
     import pandas as pd

@@ -35,6 +35,15 @@ def test_a_run_from_the_command_line_and_from_a_file_is_one_run(tmp_path, capsys
     # the command line overrides the file: another run
     assert cli.main(["--config", str(conf), "seed=1", "--results", str(tmp_path), "--device", "cpu"]) == 0
     assert json.loads(capsys.readouterr().out)["key"] != first["key"]
+    # a YAML file of the same fields (a list as YAML writes it) is the same run again
+    import yaml
+
+    fields = dict(w.split("=") for w in TINY)
+    conf = tmp_path / "run.yaml"
+    conf.write_text(yaml.safe_dump({**{k: cli.parse_value(v) for k, v in fields.items()}, "models": ["mlp"] * 4}))
+    assert "- mlp" in conf.read_text()
+    assert cli.main(["--config", str(conf), "--results", str(tmp_path), "--device", "cpu"]) == 0
+    assert json.loads(capsys.readouterr().out)["key"] == first["key"]
 
 
 def test_a_bad_field_is_a_clear_error_without_traceback(tmp_path, capsys):

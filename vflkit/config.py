@@ -265,6 +265,45 @@ def registered_data_digest(dataset: str) -> str | None:
     return data.registered_digest(dataset) if data is not None else None
 
 
+#: How a researcher brings data of each kind (the end of every "needs ... data" error).
+REGISTER_HOW: dict[str, str] = {
+    "image": ("register images of your own with vflkit.data.register_dataset(ImageData(name, x_train, y_train, "
+              "x_test, y_test, classes)) or ImageData.from_torchvision(name, train, test)"),
+    "tabular": ("register a table of your own with vflkit.data.register_dataset(TabularData(name, features, "
+                "target, task))"),
+}
+
+
+def registered_kind(dataset: str) -> str | None:
+    """``"image"`` or ``"tabular"`` for a dataset of your own given to
+    :func:`vflkit.data.register_dataset` under ``dataset``, None for any other name.
+
+    Like :func:`registered_data_digest` it does not import :mod:`vflkit.data`: nothing can be
+    registered before that module is imported."""
+    import sys
+
+    data = sys.modules.get("vflkit.data")
+    if data is None or not isinstance(dataset, str) or not data.is_registered(dataset):
+        return None
+    return "image" if isinstance(data.load_dataset(dataset), data.ImageData) else "tabular"
+
+
+def check_dataset(dataset: str, *, method: str, kind: str, builtin: Iterable[str]) -> None:
+    """A ConfigError unless ``dataset`` is one of ``builtin`` or a registered dataset of ``kind``
+    (``"image"`` or ``"tabular"``): the error names the data ``method`` takes and how to
+    register it, so a table handed to an image method says so before any work starts."""
+    builtin = tuple(builtin)
+    if isinstance(dataset, str) and dataset.strip().lower() in builtin:
+        return
+    found = registered_kind(dataset)
+    if found == kind:
+        return
+    what = (f"{dataset!r} is registered as {found} data" if found is not None
+            else f"Invalid dataset {dataset!r}")
+    raise ConfigError(f"{what}; {method} takes {kind} data: choose one of {', '.join(builtin)}, or "
+                      f"{REGISTER_HOW[kind]}")
+
+
 def apply_overrides(settings: dict[str, Any], overrides: dict[str, Any] | None, *,
                     run_fields: Iterable[str] = ()) -> tuple[dict[str, Any], dict[str, Any]]:
     """Split a study's ``overrides`` into changed profile settings and run-config fields.

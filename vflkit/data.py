@@ -60,6 +60,8 @@ __all__ = [
     "content_digest",
     "registered_digest",
     "DATASETS",
+    "IMAGE_DATASETS",
+    "TABULAR_DATASETS",
     "ALIASES",
     "ImageData",
     "TabularData",
@@ -71,10 +73,10 @@ __all__ = [
     "CRITEO_SPARSE",
 ]
 
-DATASETS: tuple[str, ...] = (
-    "mnist", "fashion_mnist", "cifar10", "cifar100", "cinic10",
-    "breast_cancer", "credit_card", "criteo", "mimic3",
-)
+#: The built-in datasets loaded as :class:`ImageData`, and those loaded as :class:`TabularData`.
+IMAGE_DATASETS: tuple[str, ...] = ("mnist", "fashion_mnist", "cifar10", "cifar100", "cinic10")
+TABULAR_DATASETS: tuple[str, ...] = ("breast_cancer", "credit_card", "criteo", "mimic3")
+DATASETS: tuple[str, ...] = (*IMAGE_DATASETS, *TABULAR_DATASETS)
 ALIASES: dict[str, str] = {"fmnist": "fashion_mnist"}
 OFFLINE_ENV = "VFLKIT_OFFLINE"
 

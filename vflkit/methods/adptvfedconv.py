@@ -110,8 +110,9 @@ class AdptVFedConvConfig:
     """Everything that decides one AdptVFedConv run. Defaults: the paper where it speaks, the
     spec's choices (``shared/specs/adptvfedconv.md`` Sec. 1) where it is silent.
 
-    Data: ``dataset`` ("cifar10"; any 3x32x32 :class:`ImageData` may be passed to
-    :func:`~vflkit.training.adptvfedconv.train`), ``n_train``/``n_test`` (None = all; a subset
+    Data: ``dataset`` ("cifar10", another built-in image dataset, or images of your own
+    registered with :func:`vflkit.data.register_dataset`: any channel count, even sides for the
+    2x2 grid), ``n_train``/``n_test`` (None = all; a subset
     drawn with ``subset_seed`` so training seeds share it), ``seed`` (model init, shuffles,
     augmentation, dropout), ``server_tile`` (which grid tile the server holds; 0 = top-left,
     the paper is silent).

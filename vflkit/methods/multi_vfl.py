@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..comm import Channel, Party
-from ..config import KeyedRun, check_int, check_name, check_rate
+from ..config import KeyedRun, check_dataset, check_int, check_name, check_rate
 from ..errors import ConfigError, DivergenceError
 from ..models import MultiVFLDataOwner, MultiVFLLabelOwner
 from ..partition import NIID_SCENARIOS, LABEL_SCENARIOS, label_owner_split, strips
@@ -41,6 +41,8 @@ from .base import accuracy
 from .server_opt import SERVER_OPTIMIZERS, VARIANTS, ServerOptimizer, init_state, server_step
 
 LOCAL_OPTIMIZERS: tuple[str, ...] = ("sgd", "adam")
+#: The paper's datasets; any image dataset registered with :func:`vflkit.data.register_dataset`
+#: runs too (its images are cut into the data owners' strips of rows whatever their size).
 DATASETS: tuple[str, ...] = ("mnist", "fashion_mnist")
 
 #: Test images the label owner's model takes at once on the CPU when it evaluates. A 1000-image
@@ -59,7 +61,10 @@ class MultiVFLConfig(KeyedRun):
 
     Parameters
     ----------
-    dataset : {"mnist", "fashion_mnist"}
+    dataset : {"mnist", "fashion_mnist"} or the name of image data of your own
+        Image data of any size and channel count registered with
+        :func:`vflkit.data.register_dataset` (Table 3's niid scenarios need labels 0-9; "iid"
+        takes any). Tables are refused: the data owners' models are convolutions over strips.
     scenario : {"iid", "1niid", "2niid", "3niid", "4niid"}, default "4niid"
         Labels each label owner sees (Table 3).
     server_optimizer : {"fedavg", "fedadam", "fedyogi", "feddemonadam"}, default "fedavg"
@@ -134,7 +139,8 @@ class MultiVFLConfig(KeyedRun):
         check_rate("local_lr", self.local_lr)
         for name in ("beta1", "beta2", "server_lr", "tau"):
             check_rate(name, getattr(self, name))
-        choices = {"dataset": DATASETS, "scenario": LABEL_SCENARIOS, "server_optimizer": SERVER_OPTIMIZERS,
+        check_dataset(self.dataset, method="Multi-VFL", kind="image", builtin=DATASETS)
+        choices = {"scenario": LABEL_SCENARIOS, "server_optimizer": SERVER_OPTIMIZERS,
                    "variant": VARIANTS, "local_optimizer": LOCAL_OPTIMIZERS}
         for name, valid in choices.items():
             if getattr(self, name) not in valid:
@@ -202,8 +208,8 @@ class MultiVFL:
     config
         The run's settings.
     data
-        An :class:`~vflkit.data.ImageData` (MNIST or FashionMNIST); its test split may already
-        be a subset.
+        An :class:`~vflkit.data.ImageData` (MNIST, FashionMNIST or images of your own); its test
+        split may already be a subset.
     device
         Where every party's models live.
     channel
@@ -218,6 +224,7 @@ class MultiVFL:
         self.device = torch.device(device)
         self.channel = channel or Channel()
         self.num_classes = data.num_classes
+        self.in_channels = data.image_shape[0]
         c = config
         # Multi-VFL Sec. 4: each data owner receives images of (28/4 = 7) x 28, height x width,
         # so the image is cut into bands of rows.
@@ -269,11 +276,11 @@ class MultiVFL:
         torch.manual_seed(c.seed)
         self.channel.at(epoch=0, step=0, phase="setup")
         for d in self.data_owners:
-            base = xavier_init(MultiVFLDataOwner()).to(self.device)
+            base = xavier_init(MultiVFLDataOwner(self.in_channels)).to(self.device)
             d.models["global"] = base
             # W^C_{d,k}: one copy per label owner, identical at the start of every round.
             for k in range(len(self.label_owners)):
-                d.models[f"copy_{k + 1}"] = MultiVFLDataOwner().to(self.device)
+                d.models[f"copy_{k + 1}"] = MultiVFLDataOwner(self.in_channels).to(self.device)
                 d.models[f"copy_{k + 1}"].load_state_dict(base.state_dict())
         hw = self.partition.input_shape[1:]
         global_model = xavier_init(MultiVFLLabelOwner(self.num_classes, input_hw=hw)).to(self.device)

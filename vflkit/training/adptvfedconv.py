@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..comm import Channel, Party
-from ..config import resolve_device
+from ..config import REGISTER_HOW, resolve_device
 from ..data import ImageData, load_dataset
 from ..errors import ConfigError
 from ..files import move_aside
@@ -129,7 +129,8 @@ class _Stop(Exception):
 def _load_data(config: AdptVFedConvConfig, data: ImageData | None) -> ImageData:
     d = data if data is not None else load_dataset(config.dataset)
     if not isinstance(d, ImageData):
-        raise ConfigError(f"AdptVFedConv needs an image dataset, got {type(d).__name__}")
+        raise ConfigError(f"AdptVFedConv takes image data, but {config.dataset!r} is {type(d).__name__}; "
+                          f"{REGISTER_HOW['image']}")
     if config.n_train is not None or config.n_test is not None:
         d = d.subset(n_train=config.n_train, n_test=config.n_test, seed=config.subset_seed)
     c, h, w = d.image_shape

@@ -23,14 +23,18 @@ from tqdm.auto import tqdm
 
 from .. import records
 from ..comm import ROUNDS_COUNTED_AS, Channel
-from ..config import resolve_device
+from ..config import check_dataset, resolve_device
 from ..errors import BudgetExhausted, DivergenceError
-from ..methods.multi_vfl import MultiVFL, MultiVFLConfig
+from ..methods.multi_vfl import DATASETS, MultiVFL, MultiVFLConfig
 from . import checkpoint as checkpoint_io
 from . import dataset
 
 
 def _data(config: MultiVFLConfig) -> Any:
+    """The run's images: MNIST, FashionMNIST or images of your own (registered with
+    :func:`vflkit.data.register_dataset`), its test split cut to ``n_test``."""
+    # checked again here: the name may have been registered anew (as a table) since the config was made
+    check_dataset(config.dataset, method="Multi-VFL", kind="image", builtin=DATASETS)
     return dataset(config.dataset).subset(n_test=config.n_test, seed=config.seed)
 
 

@@ -33,7 +33,7 @@ from threadpoolctl import threadpool_limits
 
 from .. import records
 from ..comm import ROUNDS_COUNTED_AS, Channel, Ledger, Party
-from ..config import SHA1_10, KeyedRun, KeyFormat, check_int, check_name, check_rate
+from ..config import SHA1_10, KeyedRun, KeyFormat, check_dataset, check_int, check_name, check_rate
 from ..errors import BudgetExhausted, ConfigError, DatasetNotFoundError, DivergenceError
 from ..methods import get_one_shot_method
 from ..methods.aligned_splitnn import AlignedSplitNN
@@ -55,6 +55,7 @@ class DatasetSpec:
     batch_size: int
     n_test_table2: int  # aligned samples held out as Table 2's test set
     metric: str  # Fig. 5's metric
+    n_columns: int = 0  # feature columns of a table of your own (the paper's: not needed, 0)
 
 
 DATASETS: dict[str, DatasetSpec] = {
@@ -68,6 +69,25 @@ DATASETS: dict[str, DatasetSpec] = {
     "mimic3": DatasetSpec("MIMIC-III", "MIMIC-III", 20000, 20000,
                           (10000, 7500, 5000, 2500), (750, 500, 250, 100), 128, 500, "micro_f1"),
 }
+
+
+def dataset_spec(dataset: str) -> DatasetSpec:
+    """How APC-VFL uses ``dataset``: :data:`DATASETS` for the paper's three, else one derived
+    from a table of your own registered with :func:`vflkit.data.register_dataset`.
+
+    For your own table every row belongs to the active participant (as Credit Card's 20000 do),
+    batches are 8 rows below 5000 rows and 128 from there (the paper's Breast Cancer and Credit
+    Card sizes), Table 2 holds out 10 % of the rows (at least one per class) as its test set, and
+    the metric is accuracy. Images and unknown names are a ConfigError saying what APC-VFL takes.
+    """
+    if dataset in DATASETS:
+        return DATASETS[dataset]
+    check_dataset(dataset, method="APC-VFL", kind="tabular", builtin=DATASETS)
+    data = cached_dataset(dataset)
+    n = len(data.target)
+    return DatasetSpec(dataset, dataset, None, n, (), (), 8 if n < 5000 else 128,
+                       max(data.num_classes, round(0.1 * n)), "accuracy", n_columns=data.features.shape[1])
+
 
 #: Methods whose result does not depend on the aligned count (trained on local data only).
 LOCAL_METHODS = ("local", "ablation")
@@ -126,17 +146,21 @@ class OneShotRun(KeyedRun):
             raise ConfigError(f"val_fraction must be below 1, got {self.val_fraction!r}")
         if self.kind not in ("fig5", "table2"):
             raise ConfigError(f"Invalid kind {self.kind!r}; choose one of fig5, table2")
-        if self.dataset not in DATASETS:
-            raise ConfigError(f"Invalid dataset {self.dataset!r}; choose one of {', '.join(DATASETS)}")
+        spec = dataset_spec(self.dataset)  # a ConfigError for images or an unknown name
         valid = FIG5_METHODS if self.kind == "fig5" else TABLE2_METHODS
         if self.method not in valid:
             raise ConfigError(f"Invalid {self.kind} method {self.method!r}; choose one of {', '.join(valid)}")
-        if self.n_active_features not in APC_VFL_N_ACTIVE:
+        if self.dataset in DATASETS and self.n_active_features not in APC_VFL_N_ACTIVE:
             raise ConfigError(f"n_active_features must be one of {APC_VFL_N_ACTIVE}, got {self.n_active_features}")
+        n_columns = spec.n_columns
+        if self.dataset not in DATASETS and not 1 <= self.n_active_features < n_columns:
+            # a table of your own: the active participant holds its first n_active_features columns
+            raise ConfigError(f"n_active_features must leave the passive participant a column: choose 1.."
+                              f"{n_columns - 1} of {self.dataset}'s {n_columns} feature columns, got "
+                              f"{self.n_active_features}")
         if (self.n_aligned is None) != (self.kind == "fig5" and self.method in LOCAL_METHODS):
             raise ConfigError(f"{self.method}: n_aligned must be None exactly for the local methods "
                               f"{LOCAL_METHODS} (they never use aligned samples)")
-        spec = DATASETS[self.dataset]
         if self.n_aligned is not None and self.n_aligned > spec.n_active:
             # the aligned samples are drawn from the active participant's: more cannot exist, and
             # a silent clamp would record (and plot) a count that was never used
@@ -190,7 +214,7 @@ def _pool(cfg: OneShotRun) -> tuple[pd.DataFrame, np.ndarray]:
     """The dataset after the paper's reduction (a random ``n_pool`` rows, seeded by the run)."""
     data = cached_dataset(cfg.dataset)
     x, y = data.features.reset_index(drop=True), data.target.to_numpy()
-    n_pool = DATASETS[cfg.dataset].n_pool
+    n_pool = dataset_spec(cfg.dataset).n_pool
     if n_pool is not None and n_pool < len(x):
         rows = np.sort(np.random.default_rng(cfg.seed).permutation(len(x))[:n_pool])
         x, y = x.iloc[rows].reset_index(drop=True), y[rows]
@@ -201,20 +225,47 @@ def _tensor(df: pd.DataFrame) -> torch.Tensor:
     return torch.tensor(df.to_numpy(dtype=np.float32))
 
 
+def _party_columns(cfg: OneShotRun, x: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The active and the passive participant's columns of ``x``, as numbers.
+
+    The paper's datasets: Appendix A's partition (:func:`~vflkit.partition.apc_vfl_partition`).
+    A table of your own: the active participant holds its first ``n_active_features`` columns,
+    the passive one the rest; a missing number becomes its column's mean and a categorical
+    column (named in ``categorical``, or not numeric) one 0/1 column per category, as
+    scikit-learn's OneHotEncoder writes it (the autoencoders take numbers, and codes 1, 2, 3
+    would read as an order the categories do not have).
+    """
+    if cfg.dataset in DATASETS:
+        act, pas = apc_vfl_partition(cfg.dataset, cfg.n_active_features, list(x.columns)).slices
+        return x[list(act)], x[list(pas)]
+    data = cached_dataset(cfg.dataset)
+    categorical = [c for c in x.columns if c in data.categorical or not (pd.api.types.is_numeric_dtype(x[c])
+                                                                         or pd.api.types.is_bool_dtype(x[c]))]
+    names = list(x.columns)
+    parts = []
+    for cols in (names[:cfg.n_active_features], names[cfg.n_active_features:]):
+        cats = [c for c in cols if c in categorical]
+        numeric = x[[c for c in cols if c not in cats]].astype(np.float64)
+        numeric = numeric.fillna(numeric.mean()).fillna(0.0)  # an all-missing column: 0
+        onehot = pd.get_dummies(x[cats].astype("string"), dummy_na=bool(x[cats].isna().any().any()),
+                                dtype=np.float32) if cats else None
+        parts.append(numeric if onehot is None else pd.concat([numeric, onehot], axis=1))
+    return parts[0], parts[1]
+
+
 def build_parties(cfg: OneShotRun) -> tuple[Party, Party, Channel]:
     """The active and passive participant of a Fig. 5 run (each standardises its own columns)."""
     x, y = _pool(cfg)
-    spec = DATASETS[cfg.dataset]
-    part = apc_vfl_partition(cfg.dataset, cfg.n_active_features, list(x.columns))
+    spec = dataset_spec(cfg.dataset)
+    act_x, pas_x = _party_columns(cfg, x)
     n_aligned = cfg.n_aligned or 1  # local methods ignore the passive participant
     al = partial_alignment(len(x), n_active=spec.n_active, n_aligned=n_aligned, seed=cfg.seed)
     channel = Channel(Ledger())
-    act_cols, pas_cols = part.slices
     active = Party("active", channel=channel, ids={"train": al.active_ids},
-                   features={"train": standardize(_tensor(x.loc[al.active_ids.numpy(), list(act_cols)]))},
+                   features={"train": standardize(_tensor(act_x.loc[al.active_ids.numpy()]))},
                    labels={"train": torch.as_tensor(y[al.active_ids.numpy()])})
     passive = Party("passive", channel=channel, ids={"train": al.passive_ids},
-                    features={"train": standardize(_tensor(x.loc[al.passive_ids.numpy(), list(pas_cols)]))})
+                    features={"train": standardize(_tensor(pas_x.loc[al.passive_ids.numpy()]))})
     return active, passive, channel
 
 
@@ -222,8 +273,7 @@ def build_aligned_parties(cfg: OneShotRun) -> tuple[Party, Party, Channel]:
     """Table 2's participants: the aligned samples only, split into train and test
     (``n_test_table2`` of them, stratified); features scaled with training statistics."""
     x, y = _pool(cfg)
-    spec = DATASETS[cfg.dataset]
-    part = apc_vfl_partition(cfg.dataset, cfg.n_active_features, list(x.columns))
+    spec = dataset_spec(cfg.dataset)
     al = partial_alignment(len(x), n_active=spec.n_active, n_aligned=cfg.n_aligned, seed=cfg.seed)
     ids = al.aligned_ids.numpy()
     from sklearn.model_selection import train_test_split
@@ -232,8 +282,8 @@ def build_aligned_parties(cfg: OneShotRun) -> tuple[Party, Party, Channel]:
     train, test = np.sort(train), np.sort(test)
     channel = Channel(Ledger())
     parties = []
-    for name, cols in zip(("active", "passive"), part.slices):
-        tr, te = _tensor(x.loc[train, list(cols)]), _tensor(x.loc[test, list(cols)])
+    for name, frame in zip(("active", "passive"), _party_columns(cfg, x)):
+        tr, te = _tensor(frame.loc[train]), _tensor(frame.loc[test])
         mean, std = tr.mean(0), tr.std(0)
         std = torch.where(std > 0, std, torch.ones_like(std))
         labels = {"train": torch.as_tensor(y[train]), "test": torch.as_tensor(y[test])} if name == "active" else None
@@ -251,9 +301,9 @@ def make_method(cfg: OneShotRun) -> OneShotMethod:
 
 
 def scores(y_true: np.ndarray, y_pred: np.ndarray, dataset: str) -> dict[str, float]:
-    """The paper's metric(s): accuracy (Breast Cancer), F1 of the positive class (Credit
-    Card), micro / macro / weighted F1 (MIMIC-III's 4 classes)."""
-    if dataset == "breast_cancer":
+    """The paper's metric(s): accuracy (Breast Cancer, and a table of your own), F1 of the
+    positive class (Credit Card), micro / macro / weighted F1 (MIMIC-III's 4 classes)."""
+    if dataset == "breast_cancer" or dataset not in DATASETS:
         return {"accuracy": float(accuracy_score(y_true, y_pred))}
     if dataset == "credit_card":
         return {"f1": float(f1_score(y_true, y_pred))}
@@ -336,7 +386,7 @@ def train(cfg: OneShotRun, *, device: torch.device | None = None, checkpoint: Pa
 
 def _settings(cfg: OneShotRun) -> dict[str, Any]:
     return {"epochs": cfg.epochs, "patience": cfg.patience, "lr": cfg.lr, "seed": cfg.seed,
-            "batch_size": DATASETS[cfg.dataset].batch_size, "val_fraction": cfg.val_fraction}
+            "batch_size": dataset_spec(cfg.dataset).batch_size, "val_fraction": cfg.val_fraction}
 
 
 def _train(cfg: OneShotRun) -> dict[str, Any]:
@@ -397,6 +447,6 @@ def run_many(cfgs: Sequence[OneShotRun], **kwargs: Any) -> list[dict[str, Any]]:
     return records.run_many(cfgs, train=train, desc="APC-VFL runs", **{**kwargs, "device": "cpu"})
 
 
-__all__ = ["DATASETS", "FIG5_METHODS", "LOCAL_METHODS", "TABLE2_METHODS", "DatasetSpec", "OneShotRun",
+__all__ = ["DATASETS", "FIG5_METHODS", "dataset_spec", "LOCAL_METHODS", "TABLE2_METHODS", "DatasetSpec", "OneShotRun",
            "available_datasets", "build_aligned_parties", "build_parties", "classifier", "cross_validate",
            "make_method", "run", "run_many", "scores", "train"]

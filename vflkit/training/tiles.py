@@ -28,7 +28,8 @@ from typing import Any, ClassVar, Iterator
 import torch
 
 from .. import records
-from ..config import SHA1_10, KeyedRun, KeyFormat
+from ..config import SHA1_10, KeyedRun, KeyFormat, check_dataset
+from ..data import ALIASES, IMAGE_DATASETS
 from ..errors import BudgetExhausted, ConfigError
 from ..methods import adptvfedconv as A
 from . import adptvfedconv as trainer
@@ -75,6 +76,9 @@ class TilesRun(KeyedRun):
     def __post_init__(self) -> None:
         if self.variant not in VARIANTS:
             raise ConfigError(f"Invalid variant {self.variant!r}; choose one of {', '.join(VARIANTS)}")
+        # images only (tiles of a 2x2 grid): a table is refused here, before any work starts
+        check_dataset(self.adpt.dataset, method="AdptVFedConv", kind="image",
+                      builtin=(*IMAGE_DATASETS, *(a for a, d in ALIASES.items() if d in IMAGE_DATASETS)))
         default = A.AdptVFedConvConfig()
         for name in _VARIANT_FIELDS:
             want = VARIANTS[self.variant].get(name, getattr(default, name))
