@@ -122,7 +122,9 @@ def test_a_toy_study_is_scheduled_and_reported_from_its_declaration_alone(toy, t
     section = text.split("\n## Toy\n", 1)[1]
     assert "Notebook: [notebooks/toy.ipynb](../notebooks/toy.ipynb)" in section
     row = next(line for line in section.splitlines() if line.startswith("| Table 1 |"))
-    assert "quick in part (1 of 2 runs)" in row and "pending: CPU (2 runs)" in row
+    # the paper profile's two runs, priced by the one estimator (costs.price) from the toy's own
+    # GPU rule: SplitNN needs a GPU, Local does not
+    assert "quick in part (1 of 2 runs)" in row and "pending: GPU (1 run, est. " in row and "CPU (1 run)" in row
     assert "[quick/table1.csv](toy/quick/table1.csv)" in row
     assert "Toy prints no table of numbers" in section
     claims_part = section.split("### Claims", 1)[1]
