@@ -607,7 +607,8 @@ def _demo_tasks(results, seeds=(0, 1)):
 def test_pack_tasks_makes_one_task_of_the_seeds_of_a_run(tmp_path):
     """pack_tasks groups a study's runs that differ in seed alone into one task with its runs as
     members (the launcher's grouping, vflkit.training.packed.group_packs), keeps a run that has
-    no sibling as it is, and under a budget packs no run without an estimate."""
+    no sibling as it is, and packs no run with a checkpoint (it resumes alone), nor, under a
+    budget, one without an estimate."""
     tasks = _demo_tasks(tmp_path)
     packs = scheduler.pack_tasks(tasks)
     assert len(tasks) == 4 and len(packs) == 2 and all(len(p.members) == 2 for p in packs)
@@ -619,6 +620,11 @@ def test_pack_tasks_makes_one_task_of_the_seeds_of_a_run(tmp_path):
     assert scheduler.pack_tasks(tasks, budgeted=True) == tasks  # no estimates: every run alone
     priced = [dataclasses.replace(t, cost_s=10.0) for t in tasks]
     assert [p.cost_s for p in scheduler.pack_tasks(priced, budgeted=True)] == [20.0, 20.0]
+    from vflkit.records import checkpoint_path
+
+    checkpoint_path(tasks[0].path).parent.mkdir(parents=True, exist_ok=True)
+    checkpoint_path(tasks[0].path).write_bytes(b"")
+    assert [len(p.members) for p in scheduler.pack_tasks(tasks)].count(2) == 1  # its sibling has no pack left
 
 
 def test_a_packed_schedule_writes_each_runs_record_as_the_run_alone_would(tmp_path, monkeypatch):

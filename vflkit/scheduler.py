@@ -464,13 +464,16 @@ def pack_tasks(tasks: Sequence[Task], *, budgeted: bool = False, max_size: int =
     ``results``) that :func:`vflkit.training.packed.group_packs` groups (they differ in seed
     alone), at most ``max_size`` a pack. A pack's fn is
     :func:`vflkit.training.packed.compute_pack`, its ``cost_s`` its runs' sum (None if one is
-    unknown), its priority its first run's. With ``budgeted`` a run without an estimate is not
-    packed: a pack cannot pause at the deadline, a run alone can."""
+    unknown), its priority its first run's. A run with a checkpoint is not packed (a pack would
+    start it over; alone it resumes), nor, with ``budgeted``, one without an estimate: a pack
+    cannot pause at the deadline, a run alone can."""
+    from .records import checkpoint_path
     from .training import packed
 
     by_place: dict[tuple[str, str], list[tuple[Any, Task]]] = {}  # one pack writes one profile, one folder
     for t in tasks:
-        if t.members or not isinstance(t.payload, dict) or (budgeted and t.cost_s is None):
+        if (t.members or not isinstance(t.payload, dict) or (budgeted and t.cost_s is None)
+                or checkpoint_path(t.path).exists()):
             continue
         config = packed.packable_config(str(t.payload.get("family", "")), t.payload.get("config") or {})
         if config is not None and "profile" in t.payload and "results" in t.payload:
