@@ -275,6 +275,27 @@ def test_a_packed_pack_that_would_overrun_is_not_started(tmp_path):
     assert set(out) == {"s0", "s1"} and all("not started" in v for v in out.values())
 
 
+def test_a_lane_trains_a_packed_pack_through_the_schedulers_pack_function(tmp_path):
+    """A lane's packed pack is computed by vflkit.training.packed.compute_pack, the scheduler's
+    task function of a pack: each run's record in the machine's results, under its own key,
+    with ``execution`` naming the pack."""
+    from vflkit.studies import demo
+
+    configs = [c for c in demo.configs("smoke", seeds=(0, 1), overrides={"n_train": 256, "n_test": 128, "epochs": 1})
+               if c.method == "local"]
+    runs = [{"key": c.key, "paper": "demo", "family": "split", "label": c.key, "config": c.to_dict(), "cost_s": 1.0}
+            for c in configs]
+    spec = {"profile": "smoke", "windows": [{"lanes": [[{"key": "packed:0", "packed": True, "speedup": 1.0,
+                                                         "runs": runs}]]}]}
+    (tmp_path / "plan.json").write_text(json.dumps(spec))
+    out = L.lane(tmp_path / "plan.json", 1, 0, work=tmp_path / "machine", device="cpu",
+                 deadline=L.time.time() + 600)
+    assert out == {c.key: "recorded (packed)" for c in configs}
+    for c in configs:
+        rec = json.loads(record_path(c, "smoke", tmp_path / "machine" / "results").read_text())
+        assert rec["key"] == c.key and rec["execution"] == {"packed": 2, "pack": [x.key for x in configs]}
+
+
 def test_a_missing_data_file_says_what_to_do(tmp_path):
     """A dataset file missing here names VFLKIT_DATA, the variable that points at it."""
     from vflkit.errors import ConfigError

@@ -1,5 +1,6 @@
 """Tests for vflkit.scheduler: parallel runs, budget, locks, and a dask LocalCluster."""
 
+import dataclasses
 import json
 import os
 import re
@@ -589,3 +590,107 @@ def test_a_results_folder_that_cannot_be_written_is_the_config_error_run_gives(t
     tasks = [Task(**{**tasks[0].__dict__, "path": blocker / "smoke" / "run0.json"})]
     s = schedule(tasks, workers=1, executor="local", progress=False)
     assert s.failed["run0"].startswith("ConfigError: the results folder")
+
+
+# --------------------------------------------------------------------------- packs
+
+
+def _demo_tasks(results, seeds=(0, 1)):
+    """The demo study's smoke runs (Local and SplitNN, MLPs on MNIST) for ``seeds``, shrunk to a
+    few batches: two packable runs per seed."""
+    from vflkit import study
+
+    return study.study_tasks("demo", "smoke", seeds=seeds, overrides={"n_train": 256, "n_test": 128, "epochs": 1},
+                             results=results)
+
+
+def test_pack_tasks_makes_one_task_of_the_seeds_of_a_run(tmp_path):
+    """pack_tasks groups a study's runs that differ in seed alone into one task with its runs as
+    members (the launcher's grouping, vflkit.training.packed.group_packs), keeps a run that has
+    no sibling as it is, and packs no run with a checkpoint (it resumes alone), nor, under a
+    budget, one without an estimate."""
+    tasks = _demo_tasks(tmp_path)
+    packs = scheduler.pack_tasks(tasks)
+    assert len(tasks) == 4 and len(packs) == 2 and all(len(p.members) == 2 for p in packs)
+    for p in packs:
+        methods = {m.payload["config"]["method"] for m in p.members}
+        seeds = sorted(m.payload["config"]["seed"] for m in p.members)
+        assert len(methods) == 1 and seeds == [0, 1] and p.run_keys == [m.key for m in p.members]
+    assert scheduler.pack_tasks(_demo_tasks(tmp_path, seeds=(0,))) == _demo_tasks(tmp_path, seeds=(0,))
+    assert scheduler.pack_tasks(tasks, budgeted=True) == tasks  # no estimates: every run alone
+    priced = [dataclasses.replace(t, cost_s=10.0) for t in tasks]
+    assert [p.cost_s for p in scheduler.pack_tasks(priced, budgeted=True)] == [20.0, 20.0]
+    from vflkit.records import checkpoint_path
+
+    checkpoint_path(tasks[0].path).parent.mkdir(parents=True, exist_ok=True)
+    checkpoint_path(tasks[0].path).write_bytes(b"")
+    assert [len(p.members) for p in scheduler.pack_tasks(tasks)].count(2) == 1  # its sibling has no pack left
+
+
+def test_a_packed_schedule_writes_each_runs_record_as_the_run_alone_would(tmp_path, monkeypatch):
+    """With pack=True two seeds of a run are trained as one pack, and each gets a whole record
+    at its own path under its own key, with the unpacked record's fields plus ``execution``
+    naming the pack; with pack=False (and "auto" on a CPU) nothing is packed."""
+    from vflkit.records import record_problem
+
+    tasks = _demo_tasks(tmp_path / "packed")
+    s = schedule(tasks, device="cpu", executor="serial", progress=False, pack=True)
+    assert sorted(s.computed) == sorted(t.key for t in tasks) and not s.failed
+    alone = _demo_tasks(tmp_path / "alone")
+    monkeypatch.setattr(scheduler, "pack_tasks", lambda *a, **k: pytest.fail("packed although pack is off"))
+    for pack in (False, "auto"):
+        s = schedule(alone, device="cpu", executor="serial", progress=False, pack=pack)
+        assert not s.failed
+    for t, u in zip(tasks, alone):
+        assert record_problem(t.path, key=t.key) is None and t.path.name == u.path.name
+        rec, solo = json.loads(t.path.read_text()), json.loads(u.path.read_text())
+        siblings = [o.key for o in tasks if o.payload["config"]["method"] == t.payload["config"]["method"]]
+        assert rec["key"] == t.key and rec["execution"] == {"packed": 2, "pack": siblings}
+        assert set(rec) == set(solo) | {"execution"} and "execution" not in solo
+
+
+def test_a_failed_pack_loses_only_its_own_runs(tmp_path):
+    """A pack that fails (its results folder cannot be written) is reported failed run by run,
+    and the other pack of the same call is recorded."""
+    good = [t for t in _demo_tasks(tmp_path) if t.payload["config"]["method"] == "local"]
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    bad = [dataclasses.replace(t, payload={**t.payload, "results": str(blocker)})
+           for t in _demo_tasks(tmp_path) if t.payload["config"]["method"] == "splitnn"]
+    s = schedule(good + bad, device="cpu", workers=1, executor="local", progress=False, pack=True)
+    assert sorted(s.computed) == sorted(t.key for t in good)
+    assert sorted(s.failed) == sorted(t.key for t in bad) and all("ConfigError" in e for e in s.failed.values())
+
+
+def test_a_pack_that_cannot_end_before_the_deadline_is_not_started(tmp_path):
+    """Under a budget a pack (no checkpoint: it cannot pause) starts only if its estimate times
+    SAFETY ends before the deadline, the launcher's rule; its runs are left pending."""
+    tasks = [dataclasses.replace(t, cost_s=40.0) for t in _demo_tasks(tmp_path, seeds=(0, 1))
+             if t.payload["config"]["method"] == "local"]
+    # 80 s alone fits 1.5 minutes, 80 s x SAFETY (120 s) does not
+    s = schedule(tasks, device="cpu", executor="serial", progress=False, pack=True, budget_minutes=1.5)
+    assert sorted(s.pending) == sorted(t.key for t in tasks) and not s.computed
+    assert not any(t.path.exists() for t in tasks)
+
+
+def test_pack_is_true_false_or_auto_and_auto_packs_on_cuda_only():
+    """use_packs: "auto" packs on a CUDA device only; anything but True, False, "auto" is refused."""
+    assert scheduler.use_packs("auto", "cuda:0") and not scheduler.use_packs("auto", "cpu")
+    assert scheduler.use_packs(True, "cpu") and not scheduler.use_packs(False, "cuda")
+    for bad in ("yes", 1, None):
+        with pytest.raises(ConfigError, match="Invalid pack"):
+            scheduler.use_packs(bad, "cpu")
+
+
+def test_study_command_hands_pack_to_the_scheduler(tmp_path, monkeypatch):
+    """``python -m vflkit.study --pack/--no-pack`` reaches the scheduler's ``pack`` (default "auto")."""
+    from vflkit import study
+    from vflkit.config import project_root
+
+    monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path))
+    handed = []
+    monkeypatch.setattr(study, "schedule", lambda tasks, **kw: handed.append(kw["pack"]) or scheduler.Summary())
+    notebook = str(project_root() / "notebooks" / "demo.ipynb")
+    for flag in (["--pack"], ["--no-pack"], []):
+        assert study.main([notebook, "--profile", "smoke", "--device", "cpu", "--no-notebooks", *flag]) == 0
+    assert handed == [True, False, "auto"]

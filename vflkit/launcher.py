@@ -7,7 +7,8 @@ and carry at most :data:`CARRY_LIMIT_BYTES` beside it, with no network there. Th
 thin layer over the engine, not a second one: a run is computed by :func:`vflkit.study.compute`
 (the scheduler's task function, which ``make study PROFILE=paper DEVICE=cuda`` and a notebook
 with ``device="cuda"`` use too), or, for runs that differ in seed alone, by
-:func:`vflkit.training.packed.run_pack` where that module is present. What the layer adds:
+:func:`vflkit.training.packed.compute_pack` (the scheduler's task function of a pack, which
+``make study`` uses on a GPU too). What the layer adds:
 
 * :func:`plan` -- the pending GPU runs of every registered study (a study's ``needs_gpu``; a
   run with a whole record, judged by :func:`vflkit.records.check_record` as the record store
@@ -61,6 +62,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+# The engine's rules, shared with `make study`: a run is planned (and, on the machine, started)
+# only if its estimate times SAFETY ends before the deadline (ends_before), and a pack holds at
+# most MAX_PACK runs. The scheduler imports no torch: --help stays quick.
+from .scheduler import MAX_PACK, SAFETY, ends_before
+
 #: The planning stages, a line each (:func:`plan`): the command line shows them on stderr; a
 #: library caller sees them where it configures :mod:`logging` to.
 _log = logging.getLogger(__name__)
@@ -92,16 +98,11 @@ MACHINE_START_S = 120.0
 CALL_OVERHEAD_S = 45.0
 #: Room left for the last call's return before the deadline.
 RETURN_MARGIN_S = 60.0
-#: A run is planned (and, on the machine, started) only if its estimate times this ends before
-#: the deadline: the estimates are a factor 1.5 off for half the runs (:mod:`vflkit.costs`).
-SAFETY = 1.5
 #: A lane's process imports torch, builds its CUDA context and loads its data before a run.
 LANE_START_S = 30.0
 #: Processes sharing the GPU: the committed H100 records were made by 9 at once, so their
 #: per-run times (which the costs divide by) are times under sharing.
 DEFAULT_WORKERS = 8
-#: At most this many runs in one pack.
-MAX_PACK = 8
 #: ``--include-slow-cpu``'s default: a CPU-sized run estimated above this many CPU-minutes is
 #: worth a window (C-VFL's paper runs on MNIST and FashionMNIST: an estimated 40-110 min each on
 #: one core).
@@ -502,23 +503,16 @@ def value_order(runs: Sequence[GpuRun], opened: Mapping[tuple[str, str], int]) -
 
 
 def pack_key(run: GpuRun) -> tuple[str, Any]:
-    """The group a run packs with: :func:`vflkit.training.packed.pack_key` where that module is
-    present and packs the run (("packed", ...)), else runs of one family, method, dataset and
-    party models (("serial", ...): one lane trains them one after the other)."""
-    try:
-        from .training import packed  # another module's work: optional here
-    except ImportError:
-        packed = None
-    if packed is not None and run.family == "split":
-        from .errors import ConfigError
+    """The group a run packs with: :func:`vflkit.training.packed.pack_key` of its config
+    (:func:`~vflkit.training.packed.packable_config`, as the scheduler judges a study's runs)
+    where it packs (("packed", ...)), else runs of one family, method, dataset and party models
+    (("serial", ...): one lane trains them one after the other)."""
+    from .training import packed
 
-        try:
-            config = _run_class(run.family).from_dict(run.config)
-        except (TypeError, ConfigError):  # not a whole run config (a plan's stand-in): not packable
-            config = None
-        key = packed.pack_key(config) if config is not None else None
-        if key is not None:
-            return ("packed", key)
+    config = packed.packable_config(run.family, run.config)  # None: a plan's stand-in, another family
+    key = packed.pack_key(config) if config is not None else None
+    if key is not None:
+        return ("packed", key)
     c = run.config
     models = c.get("models")
     return ("serial", (run.family, c.get("method", c.get("variant", "")), run.dataset,
@@ -1091,11 +1085,6 @@ def packed_need_s(pack: Mapping[str, Any]) -> float:
     return sum(r["cost_s"] or 0 for r in pack["runs"]) / float(pack.get("speedup", 1.0)) * SAFETY
 
 
-def _ends_before(need_s: float, deadline: float) -> bool:
-    """Whether work that needs ``need_s`` seconds, started now, ends before ``deadline``."""
-    return time.time() + need_s <= deadline
-
-
 def lane(plan_path: Path, window: int, lane_index: int, *, work: Path, device: str, deadline: float,
          stand_in: bool = False) -> dict[str, str]:
     """Train one lane's packs in order, through the engine; records land atomically in
@@ -1128,16 +1117,15 @@ def lane(plan_path: Path, window: int, lane_index: int, *, work: Path, device: s
         runs = [stand_in_run({**r, "profile": profile}) if stand_in else {**r, "profile": profile}
                 for r in pack["runs"]]
         if pack["packed"] and len(runs) > 1 and not stand_in:
-            if not _ends_before(packed_need_s(pack), deadline):
+            if not ends_before(packed_need_s(pack), deadline):
                 for r in runs:
                     note(r["key"], "not started: would not finish before the deadline")
                 continue
             try:
-                from .training.packed import run_pack
+                from .training.packed import compute_pack  # the scheduler's task function of a pack
 
-                cls = _run_class(runs[0]["family"])
-                run_pack([cls.from_dict(r["config"]) for r in runs], profile=profile, device=device,
-                         results=results, on_divergence="record")
+                compute_pack([{"family": r["family"], "config": r["config"], "profile": profile,
+                               "results": str(results)} for r in runs], device=device, deadline=deadline)
                 for r in runs:
                     note(r["key"], "recorded (packed)")
             except Exception as exc:  # noqa: BLE001 (one failed pack must not stop the lane)
@@ -1145,7 +1133,7 @@ def lane(plan_path: Path, window: int, lane_index: int, *, work: Path, device: s
                     note(r["key"], f"failed: {type(exc).__name__}: {exc}")
             continue
         for r in runs:
-            if not stand_in and not _ends_before((r["cost_s"] or 0) * SAFETY, deadline):
+            if not stand_in and not ends_before((r["cost_s"] or 0) * SAFETY, deadline):
                 note(r["key"], "not started: would not finish before the deadline")
                 continue
             t0 = time.time()

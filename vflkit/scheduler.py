@@ -24,6 +24,12 @@ study are tasks of this one kind, so one scheduler serves every paper.
   record's path is moved aside and its run computed again.
 - **A dead worker** (kill -9, out of memory) costs its runs one retry in a fresh pool, not the
   scheduler.
+- **Packed** (``pack``; by default on a GPU only, where it pays: ~1.0-1.2x on a CPU): the runs
+  of a study that differ in seed alone and that :mod:`vflkit.training.packed` can train as one
+  batched computation are one task (:func:`pack_tasks`), which writes each run's record as the
+  run alone would (its key, its path), its ``execution`` naming the pack. A pack has no
+  checkpoint: under a budget it starts only if its estimate ends before the deadline, with
+  :data:`SAFETY`'s margin (the launcher's rule), and a run without an estimate is not packed.
 - **Scale-out** on dask.distributed: ``executor="dask"`` starts a ``LocalCluster``; any other
   ``"tcp://host:port"`` address connects to a running scheduler (e.g. one dask-jobqueue started
   on SLURM or PBS). Records go to one shared results folder that every worker can write.
@@ -51,14 +57,16 @@ from tqdm.auto import tqdm
 from .errors import BudgetExhausted, ConfigError
 from .files import not_writable, pid_alive
 
-__all__ = ["BudgetExhausted", "Task", "Summary", "schedule", "execute", "acquire", "release", "lock_path",
-           "lock_is_stale", "lock_stale_reason", "recorded", "status_table", "worker_env", "default_workers",
-           "check_workers"]
+__all__ = ["BudgetExhausted", "Task", "Summary", "schedule", "execute", "execute_pack", "pack_tasks", "use_packs",
+           "ends_before", "SAFETY", "MAX_PACK", "acquire", "release", "lock_path", "lock_is_stale",
+           "lock_stale_reason", "recorded", "status_table", "worker_env", "default_workers", "check_workers"]
 
 
 @dataclass(frozen=True)
 class Task:
-    """One run to compute: ``fn(payload, device=, deadline=)`` writes the record at ``path``."""
+    """One run to compute: ``fn(payload, device=, deadline=)`` writes the record at ``path``.
+    A pack (:func:`pack_tasks`) is a task with ``members``, its runs: its ``fn`` takes a list of
+    their payloads and writes each one's record at its path."""
 
     key: str
     path: Path
@@ -67,6 +75,12 @@ class Task:
     label: str = ""
     priority: Any = 0  # lower runs first (a number or a tuple; a study's headline table first)
     cost_s: float | None = None  # estimated seconds, for the budget (None: unknown)
+    members: tuple["Task", ...] = ()  # a pack's runs (empty: a run)
+
+    @property
+    def run_keys(self) -> list[str]:
+        """The keys of the runs this task computes: its members', or its own."""
+        return [m.key for m in self.members] or [self.key]
 
 
 @dataclass
@@ -379,6 +393,115 @@ def execute(task: Task, device: str, deadline: float | None, threads: int | None
         release(task.path)
 
 
+def execute_pack(task: Task, device: str, deadline: float | None,
+                 threads: int | None = None) -> list[tuple[str, str]]:
+    """Compute a pack's runs in this process, each under its own lock, as :func:`execute` does
+    one run; its members' (key, status), in order. A run found recorded or locked by another
+    process is left out of the pack; a lone run left computes alone (it can pause)."""
+    if threads is not None:
+        _init_worker(threads)
+    out: dict[str, str] = {}
+    mine: list[Task] = []
+    try:
+        for m in task.members:
+            if recorded(m):
+                out[m.key] = "recorded"
+            elif not acquire(m.path):
+                out[m.key] = "locked"
+            elif recorded(m):  # finished between our check and our lock
+                release(m.path)
+                out[m.key] = "recorded"
+            else:
+                mine.append(m)
+        if len(mine) == 1:
+            try:
+                mine[0].fn(mine[0].payload, device=device, deadline=deadline)
+                out[mine[0].key] = "done"
+            except BudgetExhausted:
+                out[mine[0].key] = "paused"
+        elif mine:
+            task.fn([m.payload for m in mine], device=device, deadline=deadline)
+            out.update((m.key, "done") for m in mine)
+    finally:
+        for m in mine:
+            release(m.path)
+    return [(m.key, out[m.key]) for m in task.members]
+
+
+def run_task(task: Task, device: str, deadline: float | None, threads: int | None = None) -> list[tuple[str, str]]:
+    """:func:`execute_pack` of a pack, else :func:`execute` of a run: each run's (key, status)."""
+    if task.members:
+        return execute_pack(task, device, deadline, threads)
+    return [execute(task, device, deadline, threads)]
+
+
+# --------------------------------------------------------------------------- packs
+
+#: A task that cannot pause (a pack: no checkpoint, no deadline of its own) starts only if its
+#: estimate times this ends before the deadline: the estimates are a factor 1.5 off for half
+#: the runs (:mod:`vflkit.costs`). The launcher plans its windows with the same margin.
+SAFETY = 1.5
+#: At most this many runs in one pack (the scheduler's and the launcher's).
+MAX_PACK = 8
+def ends_before(need_s: float, deadline: float | None) -> bool:
+    """Whether work that needs ``need_s`` seconds, started now, ends before ``deadline`` (epoch
+    seconds; None: no deadline)."""
+    return deadline is None or time.time() + need_s <= deadline
+
+
+def use_packs(pack: bool | str, device: str) -> bool:
+    """Whether the scheduler packs on ``device``: ``pack`` (True or False), or with "auto" on a
+    CUDA device only (on a CPU a pack was measured at ~1.0-1.2x its runs one by one, ``python -m
+    vflkit.bench --packed``). Anything else is a ConfigError."""
+    if not (pack is True or pack is False or pack == "auto"):
+        raise ConfigError(f"Invalid pack {pack!r}; choose True, False or 'auto' (pack on a CUDA device only)")
+    return str(device).startswith("cuda") if pack == "auto" else bool(pack)
+
+
+def pack_tasks(tasks: Sequence[Task], *, budgeted: bool = False, max_size: int = MAX_PACK) -> list[Task]:
+    """``tasks`` with the runs that can be trained together replaced by one task per pack, at
+    the place of its first run: a study's runs (payload ``family``/``config``/``profile``/
+    ``results``) that :func:`vflkit.training.packed.group_packs` groups (they differ in seed
+    alone), at most ``max_size`` a pack. A pack's fn is
+    :func:`vflkit.training.packed.compute_pack`, its ``cost_s`` its runs' sum (None if one is
+    unknown), its priority its first run's. A run with a checkpoint is not packed (a pack would
+    start it over; alone it resumes), nor, with ``budgeted``, one without an estimate: a pack
+    cannot pause at the deadline, a run alone can."""
+    from .records import checkpoint_path
+    from .training import packed
+
+    by_place: dict[tuple[str, str], list[tuple[Any, Task]]] = {}  # one pack writes one profile, one folder
+    for t in tasks:
+        if (t.members or not isinstance(t.payload, dict) or (budgeted and t.cost_s is None)
+                or checkpoint_path(t.path).exists()):
+            continue
+        config = packed.packable_config(str(t.payload.get("family", "")), t.payload.get("config") or {})
+        if config is not None and "profile" in t.payload and "results" in t.payload:
+            by_place.setdefault((t.payload["profile"], str(t.payload["results"])), []).append((config, t))
+    pack_of: dict[str, Task] = {}  # run key -> its pack
+    for candidates in by_place.values():
+        task_of = {id(c): t for c, t in candidates}
+        groups, _ = packed.group_packs([c for c, _ in candidates], max_size=max_size)
+        for group in groups:
+            if len(group) < 2:
+                continue
+            members = tuple(task_of[id(c)] for c in group)
+            costs = [m.cost_s for m in members]
+            pack = Task(key=f"pack:{members[0].key}x{len(members)}", path=members[0].path, fn=packed.compute_pack,
+                        payload=[m.payload for m in members], priority=members[0].priority,
+                        label=f"{members[0].label} and {len(members) - 1} more seeds, packed",
+                        cost_s=None if None in costs else sum(costs), members=members)
+            pack_of.update((m.key, pack) for m in members)
+    out: list[Task] = []
+    for t in tasks:
+        pack = pack_of.get(t.key)
+        if pack is None:
+            out.append(t)
+        elif pack.members[0] is t:
+            out.append(pack)
+    return out
+
+
 def default_workers(device: str) -> int:
     """One per core on a CPU (each with one torch thread: measured faster than fewer,
     multi-threaded workers for these small models); 8 per GPU, where a small-model run leaves
@@ -441,8 +564,12 @@ def schedule(
     poll_s: float = 2.0,
     runs_per_worker: int | None = None,
     lock_wait_minutes: float | None = None,
+    pack: bool | str = "auto",
 ) -> Summary:
     """Compute every task without a record, in priority order, ``workers`` at a time.
+
+    ``pack``: train the runs that differ in seed alone as packs (:func:`pack_tasks`), one task
+    each; "auto" (the default) on a CUDA device only (:func:`use_packs`).
 
     ``runs_per_worker``: how many runs a local worker process computes before it is replaced
     (``None``: no limit; ``1``: a fresh process per run).
@@ -467,6 +594,7 @@ def schedule(
     if executor not in ("local", "serial", "dask") and not str(executor).startswith(("tcp://", "tls://", "inproc://")):
         raise ConfigError(f"Invalid executor {executor!r}; choose local, serial, dask or a dask scheduler address")
     workers = check_workers(workers, device, executor)
+    packing = use_packs(pack, device)
     start = time.time()
     deadline = start + budget_minutes * 60 if budget_minutes is not None else None
     tasks = sorted({t.key: t for t in tasks}.values(), key=lambda t: t.priority)
@@ -477,7 +605,9 @@ def schedule(
             summary.recorded.append(t.key)
         else:
             todo.append(t)
-    by_key = {t.key: t for t in tasks}
+    if packing:
+        todo = pack_tasks(todo, budgeted=deadline is not None)
+    by_key = {t.key: t for t in tasks} | {t.key: t for t in todo if t.members}
     bar = tqdm(total=len(tasks), initial=len(summary.recorded), desc="runs", disable=not progress)
     waiting: list[Task] = []  # locked by another process: wait for its record
 
@@ -488,6 +618,8 @@ def schedule(
         if deadline is None:
             return True
         now = time.time()
+        if t.members:  # a pack cannot pause: it starts only if it ends before the deadline, with a margin
+            return now < deadline and t.cost_s is not None and ends_before(t.cost_s * SAFETY, deadline)
         return now < deadline and (t.cost_s is None or now + t.cost_s <= deadline)
 
     def finish(key: str, status: str) -> None:
@@ -514,19 +646,20 @@ def schedule(
         if executor == "serial":
             for t in todo:
                 if not fits(t):
-                    summary.pending.append(t.key)
+                    summary.pending.extend(t.run_keys)
                     continue
-                finish(*execute(t, device, deadline))
+                for result in run_task(t, device, deadline):
+                    finish(*result)
             todo = []
         else:
             generation = 0  # of the local pool: a broken pool is replaced once, by the first run it failed
             retried: set[str] = set()
             if executor == "local":
                 pool = new_pool()
-                submit = lambda t: pool.submit(execute, t, device, deadline)  # noqa: E731
+                submit = lambda t: pool.submit(run_task, t, device, deadline)  # noqa: E731
             else:
                 client, cluster = _dask_client(executor, workers, threads)
-                submit = lambda t: client.submit(execute, t, device, deadline, threads, pure=False, key=f"run-{t.key}")  # noqa: E731
+                submit = lambda t: client.submit(run_task, t, device, deadline, threads, pure=False, key=f"run-{t.key}")  # noqa: E731
             running: dict[Any, tuple[str, int]] = {}
             queue = list(todo)
 
@@ -536,8 +669,9 @@ def schedule(
                     pool.shutdown(wait=False, cancel_futures=True)
                     pool, generation = new_pool(), generation + 1
                 if key in retried:
-                    summary.failed[key] = (f"the worker process computing it died twice (killed, or out of memory?): "
-                                           f"{type(exc).__name__}: {exc}")
+                    summary.failed.update(dict.fromkeys(by_key[key].run_keys, (
+                        f"the worker process computing it died twice (killed, or out of memory?): "
+                        f"{type(exc).__name__}: {exc}")))
                 else:  # a run in flight when a worker died: maybe the culprit, maybe not; once more
                     retried.add(key)
                     queue.insert(0, by_key[key])
@@ -546,7 +680,7 @@ def schedule(
                 while queue and len(running) < workers:
                     t = queue.pop(0)
                     if not fits(t):
-                        summary.pending.append(t.key)
+                        summary.pending.extend(t.run_keys)
                         continue
                     try:
                         running[submit(t)] = (t.key, generation)
@@ -560,11 +694,12 @@ def schedule(
                 for fut in done:
                     key, gen = running.pop(fut)
                     try:
-                        finish(*fut.result())
+                        for result in fut.result():
+                            finish(*result)
                     except BrokenProcessPool as exc:
                         worker_died(key, gen, exc)
-                    except Exception as exc:  # one broken run must not stop the others
-                        summary.failed[key] = f"{type(exc).__name__}: {exc}"
+                    except Exception as exc:  # one broken run (or pack: its runs) must not stop the others
+                        summary.failed.update(dict.fromkeys(by_key[key].run_keys, f"{type(exc).__name__}: {exc}"))
             todo = []
         # runs another process was computing: wait for their records, or take over stale locks
         wait_start = last_report = time.time()

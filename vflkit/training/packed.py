@@ -34,9 +34,11 @@ window), packing across methods or datasets, packing a run's parties of one arch
 together (C-VFL's Q local iterations of all parties are independent), a packed evaluation,
 and capturing the whole step (the channel's bookkeeping runs in Python between the calls).
 
-Interface for a launcher: :func:`pack_key` (None: not packable), :func:`group_packs`,
-:func:`run_pack` (records, through the record store) and :func:`train_pack` (results, as
-``split.train`` returns them).
+Interface for a scheduler or a launcher: :func:`pack_key` (None: not packable),
+:func:`packable_config` (a study payload's run config, if it could pack), :func:`group_packs`,
+:func:`run_pack` (records, through the record store), :func:`compute_pack` (``run_pack`` of
+study payloads: the task function of a pack, for :mod:`vflkit.scheduler` and the launcher's
+lanes alike) and :func:`train_pack` (results, as ``split.train`` returns them).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ import copy
 import math
 import time
 from pathlib import Path
-from typing import Any, Callable, Hashable, Sequence
+from typing import Any, Callable, Hashable, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -544,6 +546,43 @@ def group_packs(configs: Sequence[RunConfig], *, max_size: int | None = None
     return [p for packs in groups.values() for p in packs], single
 
 
+def packable_config(family: str, config: Mapping[str, Any]) -> RunConfig | None:
+    """The run config of a study payload (its protocol ``family`` and its config as a dict)
+    when :func:`pack_key` may pack it: the split family's, and a whole config (a stand-in or a
+    config of another version of the class is not); else None."""
+    if family != "split":  # the packed steps mirror the split trainer's methods only
+        return None
+    try:
+        return RunConfig.from_dict(dict(config))
+    except (TypeError, ConfigError):
+        return None
+
+
+def compute_pack(payloads: Sequence[Mapping[str, Any]], *, device: torch.device | str = "auto",
+                 deadline: float | None = None) -> list[dict[str, Any]]:
+    """The records of study payloads (``{"family": "split", "config", "profile", "results"}``,
+    what :func:`vflkit.study.compute` takes for one run) trained as one pack by :func:`run_pack`,
+    a diverging run handled as its family says (:data:`vflkit.studies.base.FAMILIES`): the
+    task function of a pack, for the scheduler and the launcher's lanes, as
+    :func:`vflkit.study.compute` is of one run.
+
+    ``deadline`` is not enforced: a pack keeps no checkpoint, so whoever starts it checks first
+    that its estimate ends before the deadline (:func:`vflkit.scheduler.ends_before`)."""
+    payloads = list(payloads)
+    profiles = {(p["profile"], str(p["results"])) for p in payloads}
+    if len(profiles) != 1:
+        raise ConfigError(f"a pack writes its records under one profile and results folder; got {sorted(profiles)}")
+    configs = [packable_config(p["family"], p["config"]) for p in payloads]
+    if any(c is None for c in configs):
+        bad = [p["config"].get("method", "?") for p, c in zip(payloads, configs) if c is None]
+        raise ConfigError(f"a pack holds split-family runs of whole configs; these are not: {bad}")
+    from ..studies.base import FAMILIES  # here: the studies import the trainers
+
+    profile, results = next(iter(profiles))
+    return run_pack(configs, profile=profile, device=device, results=Path(results),
+                    on_divergence=FAMILIES["split"].on_divergence)
+
+
 class _PackWindow:
     """The K runs' losses not yet read back, read with one transfer per ``every`` steps; per
     run, the checks and double-precision sums of :class:`vflkit.training.split.LossWindow`
@@ -722,5 +761,5 @@ def run_pack(configs: Sequence[RunConfig], *, profile: str, device: torch.device
                                 force=force, on_divergence=on_divergence)
 
 
-__all__ = ["PACKED_STEPS", "Pack", "PackChannel", "StackedModel", "check_pack", "group_packs", "pack_key",
-           "run_pack", "train_pack"]
+__all__ = ["PACKED_STEPS", "Pack", "PackChannel", "StackedModel", "check_pack", "compute_pack", "group_packs",
+           "pack_key", "packable_config", "run_pack", "train_pack"]
