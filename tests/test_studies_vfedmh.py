@@ -164,8 +164,7 @@ def test_claims_judge_the_records_clause_by_clause(monkeypatch):
 
     records = _fake_records(groups, accuracy)
     monkeypatch.setattr(vfedmh, "configs", lambda profile, **kw: groups)
-    monkeypatch.setattr(vfedmh, "_available", lambda profile: (groups, records))
-    table = claims.evaluate(vfedmh.CLAIMS, "smoke")
+    table = claims.evaluate(vfedmh.CLAIMS, "smoke", records)
     status = dict(zip(table["clause"], table["status"]))
     assert len(table) == len(vfedmh.CLAIMS) == 22
     small = [c for c in status if "(CNN, LeNet, MLP)" in c]
@@ -184,14 +183,14 @@ def test_claims_judge_the_records_clause_by_clause(monkeypatch):
     # a baseline's cell without records leaves its clause not testable, however the others compare
     lenet = [c.key for c in groups["table2"] if c.method == "c_vfl" and c.models[0] == "lenet"]
     kept = {k: records.pop(k) for k in lenet}  # every seed's
-    table = claims.evaluate(vfedmh.CLAIMS, "smoke")
+    table = claims.evaluate(vfedmh.CLAIMS, "smoke", records)
     row = table[table["clause"] == "VFedMH's heterogeneous models are more accurate than C_VFL (CNN, LeNet, MLP)"]
     assert row["status"].item() == claims.NOT_TESTABLE and "no recorded pair yet (MNIST/LeNet)" in row["evidence"].item()
     records.update(kept)
     # a clause whose runs are partly unrecorded is not testable, never judged on what is left
     adam = next(c for c in groups["table4_standard"] if c.optimizers == "adam")
     del records[adam.key]
-    table = claims.evaluate(vfedmh.CLAIMS, "smoke")
+    table = claims.evaluate(vfedmh.CLAIMS, "smoke", records)
     fig4 = table[table["artefact"] == "Fig. 4"]
     assert fig4["status"].tolist() == [claims.DISAGREE, claims.NOT_TESTABLE]
     assert "no records of Adam (lr 0.001)" in fig4["evidence"].iloc[1]
@@ -369,12 +368,13 @@ def test_a_clause_judged_on_cvfl_at_the_papers_rate_names_the_runs_that_did_not_
     """The committed paper records of C-VFL at lr 0.05 with Q = 10 (the sensitivity group) hold
     collapsed runs: "VFedMH > C_VFL" on them reads not testable (did not learn), naming them,
     where the ungated rule read agree (+42 points) on those same records."""
-    groups, rec = vfedmh._available("paper")
+    claim = next(c for c in vfedmh.VARIANT_CLAIMS if "lr 0.05" in c.artefact)
+    recs = claims.load(claim, "paper")  # the committed records, read once
+    groups, rec = vfedmh._available(recs)
     swapped = vfedmh.with_variant(groups, "cvfl_host_lr")
     assert {c.lr for c in swapped["table2"] if c.method == "c_vfl"} == {0.05}
     assert not any(c.method == "c_vfl" and c.lr != 0.05 for c in swapped["table2"])
-    claim = next(c for c in vfedmh.VARIANT_CLAIMS if "lr 0.05" in c.artefact)
-    v = claim.check("paper")
+    v = claim.check(recs)
     assert v.status == claims.NOT_TESTABLE and v.evidence.startswith(claims.DID_NOT_LEARN)
     assert "C_VFL FMNIST/LeNet" in v.evidence or "C_VFL MNIST/LeNet" in v.evidence or "more" in v.evidence
     df = vfedmh.accuracy_frame(swapped, rec, "table2")

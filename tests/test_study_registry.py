@@ -71,10 +71,10 @@ def toy_configs(profile: str, *, seeds=None, overrides=None) -> dict[str, list[R
                        for m in ("local", "splitnn") for s in (seeds or (0,))]}
 
 
-def _splitnn_recorded(profile: str) -> claims.Verdict:
+def _splitnn_recorded(recs: claims.Records) -> claims.Verdict:
     """The toy's one clause: agree once its SplitNN run is recorded."""
-    runs = [c for c in toy_configs(profile)["table1"] if c.method == "splitnn"]
-    found = records.load_available(runs, profile=profile)
+    runs = [c for c in toy_configs(recs.profile)["table1"] if c.method == "splitnn"]
+    found = recs.of(runs)
     return claims.Verdict(claims.AGREE, f"{len(found)} record") if found else claims.not_testable("no record")
 
 
