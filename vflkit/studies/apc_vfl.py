@@ -991,7 +991,7 @@ def beyond(evidence: base.Evidence) -> list[tuple[str, str]]:
 # Pending runs keep the default price (a CPU each, unpriced per artefact): the study prices them
 # per dataset, kind and method instead (``artefacts_note``).
 STUDY = register(Study(
-    name=PAPER, title="APC-VFL", family="one_shot", configs=configs, order=4,
+    name=PAPER, title="APC-VFL", family="one_shot", configs=configs, order=4, reference_csv="apc_vfl.csv",
     artefacts=(
         Artefact("Fig. 5", _artefact("fig5"), ("fig5.*",)),
         Artefact("Fig. 6", _artefact("fig5", methods=("apc_vfl_mse", "vfedtrans")), ("fig6.*",)),

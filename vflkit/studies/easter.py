@@ -1093,7 +1093,7 @@ def beyond(evidence: base.Evidence) -> list[tuple[str, str]]:
 
 
 STUDY = register(Study(
-    name=PAPER, title="EASTER", family="split", configs=configs, order=2,
+    name=PAPER, title="EASTER", family="split", configs=configs, order=2, reference_csv="easter.csv",
     artefacts=(
         Artefact("Table II", base.groups("table2"), ("table2.*",)),
         Artefact("Table IV", base.groups("table4"), ("table4.*",)),

@@ -1211,7 +1211,7 @@ def beyond(evidence: base.Evidence) -> list[tuple[str, str]]:
 
 
 STUDY = register(Study(
-    name="vfedmh", title="VFedMH", family="split", configs=configs, order=1,
+    name="vfedmh", title="VFedMH", family="split", configs=configs, order=1, reference_csv="vfedmh.csv",
     artefacts=(
         Artefact("Table II", base.groups("table2"), ("table2.*",)),
         Artefact("Table III", base.groups("table3"), ("table3.*",)),
