@@ -215,10 +215,9 @@ def test_a_diverged_run_counts_its_protocol_rounds_not_its_early_stop(monkeypatc
         assert full["rounds"].tolist() == [2 * steps, 2 * steps]
         assert full["messages"].tolist() == [8 * steps, 8 * steps]
     monkeypatch.setattr(vfedmh, "configs", lambda profile, **kw: groups)
-    monkeypatch.setattr(vfedmh, "_available", lambda profile: (groups, records))
-    per_step = vfedmh._rounds_per_step("smoke")
+    per_step = vfedmh._rounds_per_step(claims.Records("smoke", records))
     assert per_step.status == claims.AGREE and "C_VFL: 2 per step" in per_step.evidence
-    assert vfedmh._total_rounds("smoke").status == claims.AGREE
+    assert vfedmh._total_rounds(claims.Records("smoke", records)).status == claims.AGREE
 
 
 def test_a_diverged_run_has_no_convergence_epoch(monkeypatch):
@@ -228,10 +227,9 @@ def test_a_diverged_run_has_no_convergence_epoch(monkeypatch):
 
     groups = vfedmh.configs("smoke", seeds=(0, 1, 2))
     records = _fake_records(groups, lambda c, party, arch: 90.0)
-    assert vfedmh._same_epoch("smoke").status == claims.NOT_TESTABLE  # no patch yet: no records
+    assert vfedmh._same_epoch(claims.Records("smoke", {})).status == claims.NOT_TESTABLE  # no records
     monkeypatch.setattr(vfedmh, "configs", lambda profile, **kw: groups)
-    monkeypatch.setattr(vfedmh, "_available", lambda profile: (groups, records))
-    assert vfedmh._same_epoch("smoke").status == claims.AGREE  # every run converges at epoch 2
+    assert vfedmh._same_epoch(claims.Records("smoke", records)).status == claims.AGREE  # every run converges at epoch 2
     stuck = next(c for c in groups["table2"] if c.method == "c_vfl")
     rec = records[stuck.key]
     for h in rec["history"]:
@@ -242,7 +240,7 @@ def test_a_diverged_run_has_no_convergence_epoch(monkeypatch):
     epochs = vfedmh.convergence_epochs(groups, records)
     assert len(epochs) == len(vfedmh.convergence_epochs(groups, {k: r for k, r in records.items()
                                                                   if k != stuck.key}))
-    v = vfedmh._same_epoch("smoke")
+    v = vfedmh._same_epoch(claims.Records("smoke", records))
     assert v.status == claims.NOT_TESTABLE and "left out: C_VFL (1)" in v.evidence
 
 
@@ -255,7 +253,6 @@ def test_a_run_that_collapses_to_chance_has_no_convergence_epoch(monkeypatch):
     groups = vfedmh.configs("smoke", seeds=(0, 1, 2))
     records = _fake_records(groups, lambda c, party, arch: 90.0)
     monkeypatch.setattr(vfedmh, "configs", lambda profile, **kw: groups)
-    monkeypatch.setattr(vfedmh, "_available", lambda profile: (groups, records))
     fell = next(c for c in groups["table2"] if c.method == "c_vfl")
     rec = records[fell.key]
     rec["config"] = {"dataset": fell.dataset, "method": fell.method, "models": list(fell.models)}
@@ -269,7 +266,7 @@ def test_a_run_that_collapses_to_chance_has_no_convergence_epoch(monkeypatch):
                                           "how": "collapsed", "epoch": 2, "batch": None}]
     epochs = vfedmh.convergence_epochs(groups, records)
     assert len(epochs) == len(vfedmh.convergence_epochs(groups, {k: r for k, r in records.items() if k != fell.key}))
-    v = vfedmh._same_epoch("smoke")
+    v = vfedmh._same_epoch(claims.Records("smoke", records))
     assert v.status == claims.NOT_TESTABLE and "left out: C_VFL (1)" in v.evidence
     for h in rec["history"]:
         h["test_accuracy"] = {1: 0.10, 2: 0.12, 3: 0.10}[h["epoch"]]  # never above chance

@@ -335,7 +335,7 @@ def paper_figures() -> dict[str, tuple[plt.Figure, pd.DataFrame]]:
     groups, records = _load("paper")
     have = {r["key"] for r in records}
     out: dict[str, tuple[plt.Figure, pd.DataFrame]] = {}
-    times = _times("paper") if records else pd.DataFrame()
+    times = comm_times(groups, records, settings("paper")["table5_datasets"]) if records else pd.DataFrame()
     if len(times):
         out["4"], out["5"] = fig4(times), fig5(times)
     if any(c.key in have for c in groups["fig6"]):
