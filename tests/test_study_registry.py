@@ -23,6 +23,7 @@ def test_every_study_module_registers_one_study():
     registered = studies.REGISTRY
     assert set(registered) == {*PAPERS, "demo"}
     assert list(reproduction.TITLES) == list(PAPERS)  # the demo is no paper: no section
+    assert studies.module_names() == tuple(sorted(registered))  # check_paper's names, found without importing
     assert reproduction.TITLES["apc_vfl"] == "APC-VFL"
     for name, s in registered.items():
         module = importlib.import_module(f"vflkit.studies.{name}")
@@ -52,12 +53,8 @@ def test_run_class_names_each_familys_run_class_and_refuses_an_unknown_one():
 
 #: Where vflkit outside its study modules may name a paper, and why: a method, a run class or its
 #: trainer named as its paper names it (a sixth paper brings its own), never a branch on the
-#: paper; and config.PAPERS (its reason below). Only the quoted names listed are allowed in each
-#: file; ``paper ==`` is allowed nowhere.
+#: paper. Only the quoted names listed are allowed in each file; ``paper ==`` is allowed nowhere.
 NAMED_AS_THEIR_PAPER: dict[str, tuple[set[str], str]] = {
-    "config.py": (set(f'"{p}"' for p in PAPERS), "PAPERS, the built-in study names check_paper accepts below the "
-                  "study layer (records, run classes) without importing a study; config.py is training code "
-                  "(records.TRAINING_CODE), so editing it would mark every committed record as made by other code"),
     "analysis.py": ({'"vfedmh"', '"easter"'}, "BLINDED_METHODS: the methods whose embeddings are blinded ring "
                     "elements (homo_vfedmh with them): method names"),
     "costs.py": ({'"vfedmh"', '"easter"'}, "the methods whose every party trains its own model (FLOPs per "
