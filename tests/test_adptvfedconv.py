@@ -347,10 +347,11 @@ def test_no_loss_clause_reads_the_noise_band(monkeypatch, diffs: list[float], st
     """"No negative impact": agree only when mean - t*s.e. > -1 point, disagree when mean + t*s.e. < 0."""
     import pandas as pd
 
+    from vflkit import claims
     from vflkit.studies import adptvfedconv as study
     frame = pd.DataFrame({"cell": "CIFAR-10", "seed": range(len(diffs)), "diff": diffs})
     monkeypatch.setattr(study, "_pairs", lambda *a, **k: frame)
-    v = study._no_loss("quick", ("a", "x"), ("b", "y"), "2C+1M - 2C")
+    v = study._no_loss(claims.Records("quick", {}), ("a", "x"), ("b", "y"), "2C+1M - 2C")
     assert v.status == status, v.evidence
     assert "noise band" in v.evidence
 

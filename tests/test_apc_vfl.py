@@ -375,35 +375,41 @@ def test_vfedtrans_run_records_its_representation_only_variant(tmp_path):
     assert study.split_lr([rec, other]) == ([rec], [other])
 
 
+def _quick_run(kind, method, seed, a=5, n_aligned=250):
+    """The quick profile's Breast Cancer run of ``kind`` and ``method`` (main learning rate)."""
+    local = kind == "fig5" and method in study.LOCAL_METHODS
+    return next(c for c in study.configs("quick") if c.kind == kind and c.dataset == "breast_cancer"
+                and c.method == method and c.n_active_features == a and c.seed == seed
+                and c.n_aligned == (None if local else n_aligned) and c.lr != study.SENSITIVITY_LR)
+
+
 def _fake(method, seed, value, a=5, n_aligned=250):
-    """A minimal Fig. 5 record of Breast Cancer (what the claims read)."""
-    cfg = study.OneShotRun(kind="fig5", dataset="breast_cancer", method=method, n_active_features=a, seed=seed,
-                           n_aligned=None if method in study.LOCAL_METHODS else n_aligned).to_dict()
-    return {"config": cfg, "final": {"accuracy": value}, "comm": {"total": {"bytes": 0, "rounds": 0}},
-            "history": {}, "x_t": a, "x_d": 30 - a}
+    """A minimal Fig. 5 record of the quick profile's Breast Cancer run (what the claims read)."""
+    run = _quick_run("fig5", method, seed, a, n_aligned)
+    return {"key": run.key, "config": run.to_dict(), "final": {"accuracy": value},
+            "comm": {"total": {"bytes": 0, "rounds": 0}}, "history": {}, "x_t": a, "x_d": 30 - a}
 
 
 @pytest.mark.parametrize("gap,status", [(0.02, claims.AGREE), (-0.02, claims.DISAGREE), (0.0, claims.NOT_TESTABLE)])
-def test_fig5_claim_is_judged_on_paired_repetitions(monkeypatch, gap, status):
+def test_fig5_claim_is_judged_on_paired_repetitions(gap, status):
     """APC-VFL above Local by 2 points in every repetition (noise 0.5) agrees, below disagrees,
     equal is within noise; the clauses the records cannot reach are not testable, never errors."""
     noise = [0.0, 0.005, -0.005]
     recs = [_fake("local", s, 0.8) for s in range(3)] + [_fake("apc_vfl_mse", s, 0.8 + gap + noise[s]) for s in range(3)]
-    monkeypatch.setattr(study, "_records_for_claims", lambda profile: recs)
-    table = claims.evaluate(study.CLAIMS, "quick")
+    table = claims.evaluate(study.CLAIMS, "quick", claims.Records.of_list("quick", recs))
     assert len(table) == len(study.CLAIMS) and not table["evidence"].str.startswith("check failed").any()
     assert table.loc[0, "status"] == status and "Breast Cancer" in table.loc[0, "evidence"]
     assert table.loc[1, "status"] == claims.NOT_TESTABLE  # no Ablation recorded
 
 
-def test_table2_claims_with_one_method_recorded_are_not_testable(monkeypatch):
+def test_table2_claims_with_one_method_recorded_are_not_testable():
     """Table 2 records of SplitNN alone (APC-VFL's pending): the rounds and MB clauses say
     which method is missing instead of failing on an empty column."""
-    cfg = study.OneShotRun(kind="table2", dataset="breast_cancer", method="splitnn", n_aligned=250,
-                           n_active_features=5, seed=0).to_dict()
-    rec = {"config": cfg, "final": {"accuracy": 0.9}, "comm": {"total": {"bytes": 10**6, "rounds": 400}}}
-    monkeypatch.setattr(study, "_records_for_claims", lambda profile: [rec])
-    rounds, mb = study._table2_rounds("quick"), study._table2_mb("quick")
+    run = _quick_run("table2", "splitnn", 0)
+    rec = {"key": run.key, "config": run.to_dict(), "final": {"accuracy": 0.9},
+           "comm": {"total": {"bytes": 10**6, "rounds": 400}}}
+    recs = claims.Records.of_list("quick", [rec])
+    rounds, mb = study._table2_rounds(recs), study._table2_mb(recs)
     assert rounds.status == claims.NOT_TESTABLE and "APC-VFL" in rounds.evidence
     assert mb.status == claims.NOT_TESTABLE and "nan" not in mb.evidence
 

@@ -108,12 +108,12 @@ def test_paired_matches_cells_and_seeds() -> None:
 
 
 def test_evaluate_keeps_every_clause_and_reports_broken_checks() -> None:
-    def broken(profile: str) -> claims.Verdict:
+    def broken(records: claims.Records) -> claims.Verdict:
         raise KeyError("table2")
 
-    cs = [claims.Claim("p", "Table 1", "A beats B", lambda profile: claims.Verdict(claims.AGREE, "ok")),
+    cs = [claims.Claim("p", "Table 1", "A beats B", lambda records: claims.Verdict(claims.AGREE, "ok")),
           claims.Claim("p", "Table 1", "and converges faster", broken)]
-    t = claims.evaluate(cs, "quick")
+    t = claims.evaluate(cs, "quick", records={})
     assert t["status"].tolist() == [claims.AGREE, claims.NOT_TESTABLE]
     assert "KeyError" in t["evidence"].iloc[1]
     assert claims.summary(t) == "1 agree, 0 disagree, 1 not testable at this profile"
@@ -199,3 +199,70 @@ def test_as_markdown_prints_each_clause_from_the_table_and_filters_by_artefact()
     decided = claims.as_markdown(table, decided_only=True)
     assert "A beats C" not in decided and "D beats E" in decided and not decided.startswith("**")
     assert claims.as_markdown(table, artefacts=["Fig. 9"]) == ""
+
+
+def _multi_vfl_records(profile: str, final: dict[str, float]) -> list[dict]:
+    """Hand-built records of Multi-VFL's FedAvg runs of ``profile``: each scenario's accuracy
+    curve rises to ``final[scenario]`` (%), a little apart by seed; nothing is read from disk."""
+    from vflkit.studies import multi_vfl
+
+    out = []
+    for run in multi_vfl.configs(profile):
+        if run.server_optimizer != "fedavg" or run.scenario not in final:
+            continue
+        top = final[run.scenario] + 0.2 * (run.seed - 1)
+        history = [{"round": r, "train_loss": 1.0, "test_accuracy": (top - 4.0 / r) / 100}
+                   for r in range(1, run.rounds + 1)]
+        out.append({"key": run.key, "config": run.to_dict(), "history": history})
+    return out
+
+
+@pytest.mark.parametrize("final, status, evidence", [
+    ({"1niid": 90.0, "2niid": 86.0}, claims.AGREE, "1niid > 2niid"),
+    ({"1niid": 86.0, "2niid": 90.0}, claims.DISAGREE, "1niid > 2niid"),
+    ({"1niid": 13.0, "2niid": 11.0}, claims.NOT_TESTABLE, claims.DID_NOT_LEARN),  # both near chance (10 %)
+])
+def test_a_studys_claim_is_a_pure_function_of_records_built_by_hand(final, status, evidence) -> None:
+    """Multi-VFL's "with FedAvg, accuracy is lower with 2niid than with 1niid" judged on
+    hand-built records alone (no record file exists for them): the verdict is the one the numbers
+    were built to give, and a pair of runs near chance decides nothing (did not learn)."""
+    from vflkit.studies import multi_vfl
+
+    clause = multi_vfl.CLAIMS[0]
+    assert "lower with 2niid than with 1niid" in clause.clause
+    verdict = clause.check(claims.Records.of_list("quick", _multi_vfl_records("quick", final)))
+    assert verdict.status == status, verdict
+    assert evidence in verdict.evidence and "MNIST" in verdict.evidence and "FashionMNIST" in verdict.evidence
+
+
+def test_no_claim_reads_the_disk_when_its_records_are_passed(monkeypatch) -> None:
+    """Every registered study's clauses, judged on records passed in (none recorded here, and
+    the hand-built ones of a Multi-VFL clause), give a verdict while every way of reading a record
+    raises: a check reads its :class:`~vflkit.claims.Records` and nothing else. Without records,
+    :func:`~vflkit.claims.evaluate` reads a study's records once for all of its clauses."""
+    from vflkit import records as store
+    from vflkit import studies
+    from vflkit.studies import multi_vfl
+
+    def no_disk(*args, **kwargs):
+        raise AssertionError("a claim's check read the disk")
+
+    built = _multi_vfl_records("quick", {"1niid": 90.0, "2niid": 86.0})
+    for name in ("load_available", "load_recorded", "check_record", "record_path", "record_roots"):
+        monkeypatch.setattr(store, name, no_disk)
+    for study in studies.studies():
+        for profile in ("quick", "paper"):
+            for clauses in (study.claims, study.variant_claims):
+                table = claims.evaluate(clauses, profile, claims.Records(profile, {}))
+                assert len(table) == len(clauses)
+                failed = table[table["evidence"].str.startswith("check failed")]
+                assert failed.empty, (study.name, profile, failed[["clause", "evidence"]].to_dict("records"))
+    table = claims.evaluate(multi_vfl.CLAIMS, "quick", claims.Records.of_list("quick", built))
+    assert table["status"].iloc[0] == claims.AGREE
+
+    calls = []
+    monkeypatch.setattr(store, "load_available", lambda runs, profile: calls.append(profile) or built)
+    table = claims.evaluate(multi_vfl.CLAIMS, "quick")  # a notebook's call: loaded here, once
+    assert calls == ["quick"] and table["status"].iloc[0] == claims.AGREE
+    with pytest.raises(ValueError, match="paper profile passed"):
+        claims.evaluate(multi_vfl.CLAIMS, "quick", claims.Records("paper", {}))

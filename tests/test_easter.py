@@ -332,7 +332,7 @@ def test_beats_clause_is_judged_dataset_by_dataset(monkeypatch):
 
     clause = next(c for c in easter.CLAIMS if c.artefact == "Table II" and "Agg_VFL" in c.clause)
     assert "every dataset" in clause.clause
-    monkeypatch.setattr(easter, "_load", lambda profile: (easter.configs("smoke"), []))
+    monkeypatch.setattr(easter, "_inputs", lambda records: (easter.configs("smoke"), []))
     assert set(easter.settings("smoke")["datasets"]) == {"mnist", "criteo"}  # the two the cases name
     cases = [({"MNIST": +20.0, "CRITEO": +1.0}, 3, claims.AGREE),
              ({"MNIST": +20.0, "CRITEO": +1.0}, 2, claims.NOT_TESTABLE),  # Criteo's θ3 not recorded
@@ -343,7 +343,7 @@ def test_beats_clause_is_judged_dataset_by_dataset(monkeypatch):
     for gaps, thetas, expected in cases:
         acc = frame(gaps, {"MNIST": 1, "CRITEO": 5}, thetas)
         monkeypatch.setattr(easter, "accuracy_rows", lambda groups, recs, table, acc=acc: acc)
-        v = clause.check("smoke")
+        v = clause.check(claims.Records("smoke", {}))
         assert v.status == expected, (gaps, thetas, v)
         assert "MNIST:" in v.evidence and "CRITEO:" in v.evidence
         if thetas < 3:
@@ -355,7 +355,7 @@ def test_beats_clause_is_judged_dataset_by_dataset(monkeypatch):
     for gap, expected in ((-1.0, claims.DISAGREE), (+1.0, claims.AGREE)):
         acc = frame({"MNIST": +20.0, "CRITEO": gap}, {"MNIST": 1, "CRITEO": 5})
         monkeypatch.setattr(easter, "accuracy_rows", lambda groups, recs, table, acc=acc: acc)
-        v = clause.check("smoke")
+        v = clause.check(claims.Records("smoke", {}))
         assert v.status == claims.NOT_TESTABLE
         assert f"CRITEO: {easter.NOT_AT_THIS_SCALE}" in v.evidence and f"reads {expected}" in v.evidence
 
@@ -391,7 +391,7 @@ def test_fig6_best_is_judged_against_every_level_the_profile_runs(monkeypatch):
     groups = easter.configs("paper")
     dims = easter.settings("paper")["embedding_dims"]
     assert 128 in dims and max(dims) > 128
-    monkeypatch.setattr(easter, "_load", lambda profile: (groups, [{"key": groups["fig6"][0].key}]))
+    monkeypatch.setattr(easter, "_inputs", lambda records: (groups, [{"key": groups["fig6"][0].key}]))
     clause = next(c for c in easter.CLAIMS if c.artefact == "Fig. 6" and "128" in c.clause)
 
     def data(acc: dict[int, float]) -> pd.DataFrame:
@@ -407,7 +407,7 @@ def test_fig6_best_is_judged_against_every_level_the_profile_runs(monkeypatch):
              ({**best_of_recorded, max(dims): 90.0}, claims.DISAGREE)]
     for acc, expected in cases:
         monkeypatch.setattr(easter, "fig6", lambda groups, recs, d=data(acc): (None, d))
-        v = clause.check("paper")
+        v = clause.check(claims.Records("paper", {}))
         assert v.status == expected, (acc, v)
     assert f"128 > {max(dims)}" in v.evidence
 

@@ -382,13 +382,15 @@ def test_constant_update_steps_follow_the_printed_rule():
 
 def _fake_record(dataset, scenario, optimizer, seed, accuracies, *, step_ratio=1.0):
     """A record as the trainer writes it, reduced to what the study reads."""
-    cfg = MultiVFLConfig(dataset=dataset, scenario=scenario, server_optimizer=optimizer, seed=seed,
-                         rounds=len(accuracies)).to_dict()
+    # the run of the profile with these rounds (quick: 8, paper: 500), so that its key is the study's
+    profile = "quick" if len(accuracies) == study.QUICK_ROUNDS else "paper"
+    run = next(c for c in study.configs(profile)
+               if (c.dataset, c.scenario, c.server_optimizer, c.seed) == (dataset, scenario, optimizer, seed))
     hist = [{"round": r, "train_loss": 1.0, "test_accuracy": a / 100, "update_norm": 1.0,
              "server_step_norm": step_ratio, "distance_from_init": step_ratio * r,
              "median_sqrt_v": float("nan") if optimizer == "fedavg" else 1e-7, "p99_sqrt_v": 1e-6}
             for r, a in enumerate(accuracies, 1)]
-    return {"config": cfg, "history": hist}
+    return {"key": run.key, "config": run.to_dict(), "history": hist}
 
 
 def _fake_study(rounds, *, fedavg_4niid_swings=False, adaptive_gain=5.0):
@@ -410,18 +412,18 @@ def _fake_study(rounds, *, fedavg_4niid_swings=False, adaptive_gain=5.0):
     return recs
 
 
-def _verdicts(monkeypatch, recs, rounds):
+def _verdicts(recs, rounds):
     from vflkit import claims
 
-    monkeypatch.setattr(study, "_available", lambda profile: (recs, rounds))
-    table = claims.evaluate(study.CLAIMS, "quick")
+    profile = "quick" if rounds == study.QUICK_ROUNDS else "paper"
+    table = claims.evaluate(study.CLAIMS, profile, claims.Records.of_list(profile, recs))
     return dict(zip(table["clause"], table["status"])), table
 
 
-def test_claims_judge_orderings_and_leave_500_round_clauses_untestable_in_short_runs(monkeypatch):
+def test_claims_judge_orderings_and_leave_500_round_clauses_untestable_in_short_runs():
     """Short runs: Fig. 2's falls and Fig. 3's gains are judged over seeds; the clauses that
     need 500 rounds (convergence, the 2-3 points) are not testable, saying so."""
-    status, table = _verdicts(monkeypatch, _fake_study(8), 8)
+    status, table = _verdicts(_fake_study(8), 8)
     assert len(table) == len(study.CLAIMS) == 13
     for clause, st in status.items():
         if "converge even" in clause or "fails to converge" in clause or "2-3 points" in clause:
@@ -432,20 +434,20 @@ def test_claims_judge_orderings_and_leave_500_round_clauses_untestable_in_short_
         else:
             assert st == "agree", clause
     # FedAvg better than the adaptive optimizers: every Fig. 3 ordering disagrees
-    status, _ = _verdicts(monkeypatch, _fake_study(8, adaptive_gain=-5.0), 8)
+    status, _ = _verdicts(_fake_study(8, adaptive_gain=-5.0), 8)
     assert status["in 4niid, FedAdam reaches a higher accuracy than FedAvg"] == "disagree"
     assert status["in 4niid, FedDemonAdam converges faster than FedAvg"] == "disagree"
 
 
-def test_claims_judge_convergence_and_the_gain_at_500_rounds(monkeypatch):
+def test_claims_judge_convergence_and_the_gain_at_500_rounds():
     """At 500 rounds: a flat FedAvg 4niid curve contradicts "does not converge", a swinging one
     agrees; a 5-point gain is outside the paper's 2-3, a 2.5-point gain inside."""
-    status, _ = _verdicts(monkeypatch, _fake_study(500), 500)
+    status, _ = _verdicts(_fake_study(500), 500)
     assert status["with FedAvg, 4niid does not converge even after 500 rounds"] == "disagree"
     assert status["on FashionMNIST the adaptive optimizers improve the accuracy by 2-3 points"] == "disagree"
-    status, _ = _verdicts(monkeypatch, _fake_study(500, adaptive_gain=2.5), 500)
+    status, _ = _verdicts(_fake_study(500, adaptive_gain=2.5), 500)
     assert status["on FashionMNIST the adaptive optimizers improve the accuracy by 2-3 points"] == "agree"
-    status, _ = _verdicts(monkeypatch, _fake_study(500, fedavg_4niid_swings=True), 500)
+    status, _ = _verdicts(_fake_study(500, fedavg_4niid_swings=True), 500)
     assert status["with FedAvg, 4niid does not converge even after 500 rounds"] == "agree"
     assert status["on FashionMNIST (4niid), FedAvg fails to converge"] == "agree"
 
@@ -510,9 +512,10 @@ def test_fashion_mnist_gain_clause_reads_the_noise_band(monkeypatch, gains, stat
              "final_accuracy_pct": 80.0} for s in range(3)]
     rows += [{"dataset": "FashionMNIST", "scenario": "4niid", "optimizer": opt, "seed": s,
               "final_accuracy_pct": 80.0 + g} for opt, gs in gains.items() for s, g in enumerate(gs)]
-    monkeypatch.setattr(study, "_available", lambda profile: ([{}], study.PAPER_ROUNDS))
+    from vflkit import claims
+    monkeypatch.setattr(study, "_available", lambda records: ([{}], study.PAPER_ROUNDS))
     monkeypatch.setattr(study, "per_run", lambda records: pd.DataFrame(rows))
-    v = study._fmnist_gain_check("paper")
+    v = study._fmnist_gain_check(claims.Records("paper", {}))
     assert v.status == status, v.evidence
 
 

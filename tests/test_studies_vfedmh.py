@@ -164,8 +164,7 @@ def test_claims_judge_the_records_clause_by_clause(monkeypatch):
 
     records = _fake_records(groups, accuracy)
     monkeypatch.setattr(vfedmh, "configs", lambda profile, **kw: groups)
-    monkeypatch.setattr(vfedmh, "_available", lambda profile: (groups, records))
-    table = claims.evaluate(vfedmh.CLAIMS, "smoke")
+    table = claims.evaluate(vfedmh.CLAIMS, "smoke", records)
     status = dict(zip(table["clause"], table["status"]))
     assert len(table) == len(vfedmh.CLAIMS) == 22
     small = [c for c in status if "(CNN, LeNet, MLP)" in c]
@@ -184,14 +183,14 @@ def test_claims_judge_the_records_clause_by_clause(monkeypatch):
     # a baseline's cell without records leaves its clause not testable, however the others compare
     lenet = [c.key for c in groups["table2"] if c.method == "c_vfl" and c.models[0] == "lenet"]
     kept = {k: records.pop(k) for k in lenet}  # every seed's
-    table = claims.evaluate(vfedmh.CLAIMS, "smoke")
+    table = claims.evaluate(vfedmh.CLAIMS, "smoke", records)
     row = table[table["clause"] == "VFedMH's heterogeneous models are more accurate than C_VFL (CNN, LeNet, MLP)"]
     assert row["status"].item() == claims.NOT_TESTABLE and "no recorded pair yet (MNIST/LeNet)" in row["evidence"].item()
     records.update(kept)
     # a clause whose runs are partly unrecorded is not testable, never judged on what is left
     adam = next(c for c in groups["table4_standard"] if c.optimizers == "adam")
     del records[adam.key]
-    table = claims.evaluate(vfedmh.CLAIMS, "smoke")
+    table = claims.evaluate(vfedmh.CLAIMS, "smoke", records)
     fig4 = table[table["artefact"] == "Fig. 4"]
     assert fig4["status"].tolist() == [claims.DISAGREE, claims.NOT_TESTABLE]
     assert "no records of Adam (lr 0.001)" in fig4["evidence"].iloc[1]
@@ -216,10 +215,9 @@ def test_a_diverged_run_counts_its_protocol_rounds_not_its_early_stop(monkeypatc
         assert full["rounds"].tolist() == [2 * steps, 2 * steps]
         assert full["messages"].tolist() == [8 * steps, 8 * steps]
     monkeypatch.setattr(vfedmh, "configs", lambda profile, **kw: groups)
-    monkeypatch.setattr(vfedmh, "_available", lambda profile: (groups, records))
-    per_step = vfedmh._rounds_per_step("smoke")
+    per_step = vfedmh._rounds_per_step(claims.Records("smoke", records))
     assert per_step.status == claims.AGREE and "C_VFL: 2 per step" in per_step.evidence
-    assert vfedmh._total_rounds("smoke").status == claims.AGREE
+    assert vfedmh._total_rounds(claims.Records("smoke", records)).status == claims.AGREE
 
 
 def test_a_diverged_run_has_no_convergence_epoch(monkeypatch):
@@ -229,10 +227,9 @@ def test_a_diverged_run_has_no_convergence_epoch(monkeypatch):
 
     groups = vfedmh.configs("smoke", seeds=(0, 1, 2))
     records = _fake_records(groups, lambda c, party, arch: 90.0)
-    assert vfedmh._same_epoch("smoke").status == claims.NOT_TESTABLE  # no patch yet: no records
+    assert vfedmh._same_epoch(claims.Records("smoke", {})).status == claims.NOT_TESTABLE  # no records
     monkeypatch.setattr(vfedmh, "configs", lambda profile, **kw: groups)
-    monkeypatch.setattr(vfedmh, "_available", lambda profile: (groups, records))
-    assert vfedmh._same_epoch("smoke").status == claims.AGREE  # every run converges at epoch 2
+    assert vfedmh._same_epoch(claims.Records("smoke", records)).status == claims.AGREE  # every run converges at epoch 2
     stuck = next(c for c in groups["table2"] if c.method == "c_vfl")
     rec = records[stuck.key]
     for h in rec["history"]:
@@ -243,7 +240,7 @@ def test_a_diverged_run_has_no_convergence_epoch(monkeypatch):
     epochs = vfedmh.convergence_epochs(groups, records)
     assert len(epochs) == len(vfedmh.convergence_epochs(groups, {k: r for k, r in records.items()
                                                                   if k != stuck.key}))
-    v = vfedmh._same_epoch("smoke")
+    v = vfedmh._same_epoch(claims.Records("smoke", records))
     assert v.status == claims.NOT_TESTABLE and "left out: C_VFL (1)" in v.evidence
 
 
@@ -256,7 +253,6 @@ def test_a_run_that_collapses_to_chance_has_no_convergence_epoch(monkeypatch):
     groups = vfedmh.configs("smoke", seeds=(0, 1, 2))
     records = _fake_records(groups, lambda c, party, arch: 90.0)
     monkeypatch.setattr(vfedmh, "configs", lambda profile, **kw: groups)
-    monkeypatch.setattr(vfedmh, "_available", lambda profile: (groups, records))
     fell = next(c for c in groups["table2"] if c.method == "c_vfl")
     rec = records[fell.key]
     rec["config"] = {"dataset": fell.dataset, "method": fell.method, "models": list(fell.models)}
@@ -270,7 +266,7 @@ def test_a_run_that_collapses_to_chance_has_no_convergence_epoch(monkeypatch):
                                           "how": "collapsed", "epoch": 2, "batch": None}]
     epochs = vfedmh.convergence_epochs(groups, records)
     assert len(epochs) == len(vfedmh.convergence_epochs(groups, {k: r for k, r in records.items() if k != fell.key}))
-    v = vfedmh._same_epoch("smoke")
+    v = vfedmh._same_epoch(claims.Records("smoke", records))
     assert v.status == claims.NOT_TESTABLE and "left out: C_VFL (1)" in v.evidence
     for h in rec["history"]:
         h["test_accuracy"] = {1: 0.10, 2: 0.12, 3: 0.10}[h["epoch"]]  # never above chance
@@ -369,12 +365,13 @@ def test_a_clause_judged_on_cvfl_at_the_papers_rate_names_the_runs_that_did_not_
     """The committed paper records of C-VFL at lr 0.05 with Q = 10 (the sensitivity group) hold
     collapsed runs: "VFedMH > C_VFL" on them reads not testable (did not learn), naming them,
     where the ungated rule read agree (+42 points) on those same records."""
-    groups, rec = vfedmh._available("paper")
+    claim = next(c for c in vfedmh.VARIANT_CLAIMS if "lr 0.05" in c.artefact)
+    recs = claims.load(claim, "paper")  # the committed records, read once
+    groups, rec = vfedmh._available(recs)
     swapped = vfedmh.with_variant(groups, "cvfl_host_lr")
     assert {c.lr for c in swapped["table2"] if c.method == "c_vfl"} == {0.05}
     assert not any(c.method == "c_vfl" and c.lr != 0.05 for c in swapped["table2"])
-    claim = next(c for c in vfedmh.VARIANT_CLAIMS if "lr 0.05" in c.artefact)
-    v = claim.check("paper")
+    v = claim.check(recs)
     assert v.status == claims.NOT_TESTABLE and v.evidence.startswith(claims.DID_NOT_LEARN)
     assert "C_VFL FMNIST/LeNet" in v.evidence or "C_VFL MNIST/LeNet" in v.evidence or "more" in v.evidence
     df = vfedmh.accuracy_frame(swapped, rec, "table2")

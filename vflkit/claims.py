@@ -7,6 +7,10 @@ only the clause that holds. A claim's ``check`` reads the records of one profile
 a :class:`Verdict`; :func:`evaluate` turns a study's claims into the table its notebook shows
 (and the reproduction report collects), so notebook and report never disagree.
 
+A check is a pure function of :class:`Records`, the records of one study and profile that its
+caller loaded once: :func:`evaluate` loads them for a notebook, the report passes those it read
+already, and a test passes records it built by hand. No check reads the disk.
+
 The rule for an ordering ("A > B"), :func:`ordering`: the paired difference A - B over the
 cells the claim covers (same dataset, column and seed) is averaged; where cells have two seeds
 or more its standard error is estimated from the seeds (the within-cell variances pooled, on
@@ -48,12 +52,15 @@ as not testable. A disagreement stands: the recorded cells already contradict th
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 from scipy import stats
+
+if TYPE_CHECKING:
+    from .studies.base import Study
 
 AGREE, DISAGREE, NOT_TESTABLE = "agree", "disagree", "not testable at this profile"
 STATUSES = (AGREE, DISAGREE, NOT_TESTABLE)
@@ -76,17 +83,47 @@ class Verdict:
         return Verdict(self.status, f"{label}: {self.evidence}")
 
 
+@dataclass(frozen=True, eq=False)
+class Records:
+    """What a study's claims are judged on: the records of its runs under one ``profile``, by
+    key, loaded once by the caller. A check reads these and nothing else; what several checks
+    derive from them (a frame, a pricing) is computed once per :class:`Records` (:meth:`derived`)."""
+
+    profile: str
+    by_key: Mapping[str, dict[str, Any]]
+    _derived: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def of_list(cls, profile: str, records: Iterable[dict[str, Any]]) -> "Records":
+        """From a list of record dicts (each with its ``key``), as :func:`vflkit.records.load_available` gives them."""
+        return cls(profile, {r["key"]: r for r in records})
+
+    def of(self, runs: Iterable[Any]) -> list[dict[str, Any]]:
+        """The records of ``runs`` that exist, in the runs' order (a run without one is skipped)."""
+        return [self.by_key[k] for k in (run.key for run in runs) if k in self.by_key]
+
+    def derived(self, name: str, compute: Callable[[], Any]) -> Any:
+        """``compute()``, once per ``name`` for these records: what several clauses share."""
+        if name not in self._derived:
+            self._derived[name] = compute()
+        return self._derived[name]
+
+    def __len__(self) -> int:
+        return len(self.by_key)
+
+
 @dataclass(frozen=True)
 class Claim:
     """One clause of a paper's claim and how to judge it from the records of a profile.
 
-    ``check(profile)`` loads what it needs (nothing is trained) and returns a :class:`Verdict`.
+    ``check(records)`` judges the clause on :class:`Records` alone (nothing is read or trained)
+    and returns a :class:`Verdict`.
     """
 
     paper: str
     artefact: str  # "Table II", "Fig. 5", "Sec. V-C": where the paper makes the claim
     clause: str  # the paper's words (or a faithful paraphrase), one clause
-    check: Callable[[str], Verdict]
+    check: Callable[[Records], Verdict]
 
 
 def not_testable(reason: str) -> Verdict:
@@ -259,13 +296,62 @@ def all_of(verdicts: Iterable[Verdict]) -> Verdict:
     return Verdict(status, "; ".join(v.evidence for v in vs))
 
 
-def evaluate(claims: Sequence[Claim], profile: str) -> pd.DataFrame:
-    """One row per clause: paper, artefact, clause, status, evidence, profile. A check that
-    fails with an error is reported as not testable with the error (never dropped)."""
+def owner(claim: Claim) -> Study | None:
+    """The registered study that declares ``claim`` (in its ``claims`` or ``variant_claims``, by
+    identity); None when none does."""
+    from . import studies
+
+    return next((s for s in studies.studies() if any(c is claim for c in (*s.claims, *s.variant_claims))), None)
+
+
+def _study_records(study: Study | None, claim: Claim, profile: str) -> Records:
+    """The records of every run of ``study`` (``claim``'s owner) under ``profile``; nothing is trained."""
+    from . import records as store
+
+    if study is None:
+        raise LookupError(f"the claim {claim.artefact}: {claim.clause!r} belongs to no registered study; "
+                          "pass its records to evaluate(..., records=...)")
+    return Records.of_list(profile, store.load_available(study.runs(profile), profile=profile))
+
+
+def load(claim: Claim, profile: str) -> Records:
+    """The records ``claim`` is judged on under ``profile``: those of every run of the study that
+    declares it (:func:`owner`); nothing is trained."""
+    return _study_records(owner(claim), claim, profile)
+
+
+def evaluate(claims: Sequence[Claim], profile: str,
+             records: Records | Mapping[str, dict[str, Any]] | None = None) -> pd.DataFrame:
+    """One row per clause: paper, artefact, clause, status, evidence, profile. ``records``: those
+    of the claims' study under ``profile`` (a :class:`Records`, or the records by key as the report
+    holds them); None: loaded here, once per study (:func:`load`). A check that fails with an
+    error, or whose records cannot be loaded, is reported as not testable with the error (never
+    dropped)."""
+    if records is not None and not isinstance(records, Records):
+        records = Records(profile, records)
+    if records is not None and records.profile != profile:
+        raise ValueError(f"records of the {records.profile} profile passed to judge the {profile} profile")
+    loaded: dict[str | None, Records | Exception] = {}  # by study: its clauses share one load
+
+    def records_of(c: Claim) -> Records:
+        if records is not None:
+            return records
+        study = owner(c)
+        name = None if study is None else study.name
+        if name not in loaded:
+            try:
+                loaded[name] = _study_records(study, c, profile)
+            except Exception as exc:  # noqa: BLE001 -- reported on each clause of the study below
+                loaded[name] = exc
+        got = loaded[name]
+        if isinstance(got, Exception):
+            raise got
+        return got
+
     rows = []
     for c in claims:
         try:
-            v = c.check(profile)
+            v = c.check(records_of(c))
         except Exception as exc:  # a broken check must show, not hide the other clauses
             v = not_testable(f"check failed: {type(exc).__name__}: {exc}")
         if not isinstance(v, Verdict):
@@ -300,6 +386,6 @@ def as_markdown(table: pd.DataFrame, title: str = "", *, artefacts: Sequence[str
     return "\n".join(lines)
 
 
-__all__ = ["AGREE", "DISAGREE", "NOT_TESTABLE", "Claim", "Verdict", "all_of", "as_markdown", "evaluate", "not_testable",
-           "ordering", "paired", "summary", "untrained_runs"]
+__all__ = ["AGREE", "DISAGREE", "NOT_TESTABLE", "Claim", "Records", "Verdict", "all_of", "as_markdown", "evaluate", "load",
+           "not_testable", "owner", "ordering", "paired", "summary", "untrained_runs"]
 

@@ -28,9 +28,6 @@ RESULTS_ENV = "VFLKIT_RESULTS"
 FIGURES_ENV = "VFLKIT_FIGURES"
 
 PROFILES: tuple[str, ...] = ("smoke", "quick", "paper")
-#: The built-in studies (:mod:`vflkit.studies`); a study registered from elsewhere is a paper too
-#: (:func:`check_paper`), so a new paper needs no entry here.
-PAPERS: tuple[str, ...] = ("vfedmh", "easter", "multi_vfl", "apc_vfl", "adptvfedconv", "demo")
 
 
 def check_profile(profile: str) -> str:
@@ -53,16 +50,15 @@ def check_record_profile(profile: str) -> str:
 
 
 def check_paper(paper: str) -> str:
-    """Return ``paper`` if it is one of :data:`PAPERS` or a registered study
+    """Return ``paper`` if it names a study module of :mod:`vflkit.studies` or a registered study
     (:func:`vflkit.studies.register`), else raise a ConfigError."""
-    if isinstance(paper, str) and paper in PAPERS:
-        return paper
-    # the registry is consulted, not loaded: a study registers itself before it builds runs
-    from .studies import is_registered
+    # the study modules are listed, not imported, and the registry consulted, not loaded: records
+    # check their paper below the study layer, and a study registers itself before it builds runs
+    from .studies import is_registered, module_names
 
-    if not isinstance(paper, str) or not is_registered(paper):
-        raise ConfigError(f"Invalid paper {paper!r}; choose one of {', '.join(PAPERS)}")
-    return paper
+    if isinstance(paper, str) and (paper in module_names() or is_registered(paper)):
+        return paper
+    raise ConfigError(f"Invalid paper {paper!r}; choose one of {', '.join(module_names())}")
 
 
 def check_seeds(seeds: Any, *, name: str = "seeds") -> tuple[int, ...]:

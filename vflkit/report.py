@@ -27,12 +27,6 @@ from .files import atomic_path
 
 KEY_COLUMNS: tuple[str, ...] = ("paper", "table", "dataset", "method", "setting", "model", "metric")
 TABLE_COLUMNS: tuple[str, ...] = KEY_COLUMNS + ("value", "std", "n_runs", "profile", "paper_value", "paper_std")
-REFERENCE_FILES: dict[str, str] = {
-    "vfedmh": "vfedmh.csv",
-    "easter": "easter.csv",
-    "apc_vfl": "apc_vfl.csv",
-    "adptvfedconv": "adptvfedconv.csv",
-}
 
 
 def set_style() -> None:
@@ -51,11 +45,14 @@ def set_style() -> None:
 
 
 def load_reference(paper: str) -> pd.DataFrame:
-    """The numbers printed in ``paper``'s tables (empty for Multi-VFL, which prints none)."""
-    check_paper(paper)
-    if paper not in REFERENCE_FILES:
+    """The numbers printed in ``paper``'s tables, from the file its study declares
+    (:attr:`vflkit.studies.base.Study.reference_csv`); empty for a paper that prints none (Multi-VFL)."""
+    from . import studies  # the study modules import this one
+
+    name = studies.get(check_paper(paper)).reference_csv
+    if not name:
         return pd.DataFrame(columns=list(KEY_COLUMNS) + ["value", "std", "note"])
-    with resources.files("vflkit.reference").joinpath(REFERENCE_FILES[paper]).open() as f:
+    with resources.files("vflkit.reference").joinpath(name).open() as f:
         df = pd.read_csv(f, dtype={"table": str, "setting": str, "model": str, "note": str})
     return df.fillna({"setting": "", "model": "", "note": ""})
 

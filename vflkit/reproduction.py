@@ -484,12 +484,16 @@ def map_readme(readme: pd.DataFrame, evaluated: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["figure", "claim", "profile", "status", "evidence"])
 
 
-def evaluate_claims(paper: str, profiles: Sequence[str], *, variants: bool = False) -> pd.DataFrame:
-    """The study's CLAIMS judged at each profile (:func:`vflkit.claims.evaluate`); with
-    ``variants``, its VARIANT_CLAIMS instead: the same clauses on vflkit's labelled variants
-    (sensitivity rows, our design choices), which are never counted as the paper's."""
+def evaluate_claims(paper: str, profiles: Sequence[str], *, variants: bool = False,
+                    recs: _Records | None = None) -> pd.DataFrame:
+    """The study's CLAIMS judged at each profile (:func:`vflkit.claims.evaluate`) on the records
+    ``recs`` holds (None: loaded for this call); with ``variants``, its VARIANT_CLAIMS instead: the
+    same clauses on vflkit's labelled variants (sensitivity rows, our design choices), which are
+    never counted as the paper's."""
     study = studies.get(paper)
-    tables = [claimlib.evaluate(study.variant_claims if variants else study.claims, p) for p in profiles]
+    recs = _Records() if recs is None else recs
+    tables = [claimlib.evaluate(study.variant_claims if variants else study.claims, p, recs.get(paper, p))
+              for p in profiles]
     return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(
         columns=["paper", "artefact", "clause", "status", "evidence", "profile"])
 
@@ -593,7 +597,7 @@ def _paper_section(paper: str, profiles: Sequence[str], recs: _Records, out_dir:
         for table, g in cells.groupby("table", sort=False):
             md += [f"<details><summary>Table {table}: every printed cell</summary>\n", _markdown(_cells_view(g)),
                    "</details>\n"]
-    evaluated = evaluate_claims(paper, profiles)
+    evaluated = evaluate_claims(paper, profiles, recs=recs)
     if judged is not None:
         judged[paper] = evaluated
     md.append("### Claims\n")
@@ -601,7 +605,7 @@ def _paper_section(paper: str, profiles: Sequence[str], recs: _Records, out_dir:
         t = evaluated[evaluated["profile"] == profile]
         md += [f"#### {profile} profile: {claimlib.summary(t)}\n",
                _markdown(t[["artefact", "clause", "status", "evidence"]])]
-    ours = evaluate_claims(paper, profiles, variants=True)
+    ours = evaluate_claims(paper, profiles, variants=True, recs=recs)
     if len(ours):
         md.append("### The same clauses on our variants (not the paper's claims, not counted above)\n")
         for profile in profiles:

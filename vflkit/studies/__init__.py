@@ -11,6 +11,7 @@ no study (nor torch): ``python -m vflkit.study --help`` stays instant.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
 from types import MappingProxyType
@@ -43,14 +44,21 @@ def unregister(name: str) -> Study | None:
     return _REGISTRY.pop(name, None)
 
 
+@functools.cache
+def module_names() -> tuple[str, ...]:
+    """The study modules of this package, found without importing them: each registers the study
+    of its name (the records' ``paper``)."""
+    return tuple(sorted(info.name for info in pkgutil.iter_modules(__path__)
+                        if info.name not in _NOT_STUDIES and not info.name.startswith("_")))
+
+
 def _load_all() -> None:
     """Import every study module of this package once (each registers its study)."""
     global _LOADED
     if _LOADED:
         return
-    for info in pkgutil.iter_modules(__path__):
-        if info.name not in _NOT_STUDIES and not info.name.startswith("_"):
-            importlib.import_module(f"{__name__}.{info.name}")
+    for name in module_names():
+        importlib.import_module(f"{__name__}.{name}")
     _LOADED = True
 
 
@@ -85,4 +93,5 @@ def __getattr__(attr: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")
 
 
-__all__ = ["REGISTRY", "Artefact", "Study", "get", "is_registered", "register", "studies", "unregister"]
+__all__ = ["REGISTRY", "Artefact", "Study", "get", "is_registered", "module_names", "register", "studies",
+           "unregister"]

@@ -426,9 +426,13 @@ def compute(recs: Sequence[dict[str, Any]]) -> pd.DataFrame:
 # ------------------------------------------------------------------------------ claims
 
 
-def _pairs(profile: str, a: tuple[str, str], b: tuple[str, str], *, value: str = "final_pct") -> pd.DataFrame:
-    recs = store.load_available(all_runs(configs(profile)), profile=profile)
-    df = runs_frame(recs)
+def _recorded(records: claims.Records) -> list[dict[str, Any]]:
+    """``records`` in the order of the profile's runs (found once for every clause); nothing is read."""
+    return records.derived("runs", lambda: records.of(all_runs(configs(records.profile))))
+
+
+def _pairs(records: claims.Records, a: tuple[str, str], b: tuple[str, str], *, value: str = "final_pct") -> pd.DataFrame:
+    df = runs_frame(_recorded(records))
     if df.empty:
         return pd.DataFrame(columns=["cell", "seed", "diff"])
     df["row"] = df["variant"] + "@" + np.where(df["variant"] == "centralized", "", df["cut"])
@@ -450,16 +454,16 @@ def _untrained(pairs: pd.DataFrame) -> claims.Verdict | None:
 
 
 def _order(a: tuple[str, str], b: tuple[str, str], names: tuple[str, str]):
-    def check(profile: str) -> claims.Verdict:
-        return claims.ordering(_pairs(profile, a, b), a=names[0], b=names[1])
+    def check(records: claims.Records) -> claims.Verdict:
+        return claims.ordering(_pairs(records, a, b), a=names[0], b=names[1])
     return check
 
 
-def _within(profile: str, a: tuple[str, str], b: tuple[str, str], lo: float, hi: float, what: str) -> claims.Verdict:
+def _within(records: claims.Records, a: tuple[str, str], b: tuple[str, str], lo: float, hi: float, what: str) -> claims.Verdict:
     """The clause "a - b lies in [lo, hi] points": agree when the mean's noise band
     (:func:`claims.noise_band`, the 95 % t interval over seeds) lies inside, disagree when it
     lies wholly outside, else not testable."""
-    pairs = _pairs(profile, a, b)
+    pairs = _pairs(records, a, b)
     if (gate := _untrained(pairs)) is not None:
         return gate
     d = pairs["diff"].dropna()
@@ -474,7 +478,7 @@ def _within(profile: str, a: tuple[str, str], b: tuple[str, str], lo: float, hi:
     # A gap's size belongs to the model and the training length: on a width-reduced VGG-16
     # trained a few epochs (smoke, quick) it says nothing about the paper's, whichever side of
     # the paper's range it falls. Only the paper's model can agree or disagree with it.
-    widths = set(runs_frame(store.load_available(all_runs(configs(profile)), profile=profile))["width"])
+    widths = set(runs_frame(_recorded(records))["width"])
     if widths != {1.0}:
         return claims.not_testable(ev + ": measured on a width-reduced VGG-16 (not the paper's model), "
                                    "whose gaps are not the paper's")
@@ -485,11 +489,11 @@ def _within(profile: str, a: tuple[str, str], b: tuple[str, str], lo: float, hi:
     return claims.not_testable(ev + ": the interval straddles the paper's range")
 
 
-def _no_loss(profile: str, a: tuple[str, str], b: tuple[str, str], what: str, margin: float = 1.0) -> claims.Verdict:
+def _no_loss(records: claims.Records, a: tuple[str, str], b: tuple[str, str], what: str, margin: float = 1.0) -> claims.Verdict:
     """The clause "a is no worse than b": agree when the data rule out a loss of more than
     ``margin`` points (mean - band > -margin, with :func:`claims.noise_band` over seeds), disagree
     when a is below b beyond the noise (mean + band < 0), else not testable."""
-    pairs = _pairs(profile, a, b)
+    pairs = _pairs(records, a, b)
     if (gate := _untrained(pairs)) is not None:
         return gate
     d = pairs["diff"].dropna()
@@ -510,9 +514,8 @@ CENTRAL = ("centralized", "")
 
 
 def _comm_claim(mode: str):
-    def check(profile: str) -> claims.Verdict:
-        recs = store.load_available(all_runs(configs(profile)), profile=profile)
-        com = communication(recs)
+    def check(records: claims.Records) -> claims.Verdict:
+        com = communication(_recorded(records))
         com = com[com["scale"] == "paper scale (priced)"]
         b = com.set_index("what")["MiB"]
         ours = b[mode]
@@ -526,11 +529,11 @@ def _comm_claim(mode: str):
 
 CLAIMS: list[claims.Claim] = [
     claims.Claim(PAPER, "Table 2 / Fig. 3", "AdptVFedConv ends within 2.74 points of Centralized VGG-16 on CIFAR-10 (about 3-4 on all datasets)",
-                 lambda p: _within(p, CENTRAL, ADPT, 0.0, 4.04, "Centralized - AdptVFedConv")),
+                 lambda records: _within(records, CENTRAL, ADPT, 0.0, 4.04, "Centralized - AdptVFedConv")),
     claims.Claim(PAPER, "Table 2 / Fig. 3", "AdptVFedConv is above Non-cooperation",
                  _order(ADPT, ("noncooperation", "2C+1M"), ("AdptVFedConv", "Non-cooperation"))),
     claims.Claim(PAPER, "Sec. 4.2", "by about 25 to 31 points",
-                 lambda p: _within(p, ADPT, ("noncooperation", "2C+1M"), 25.0, 31.84, "AdptVFedConv - Non-cooperation")),
+                 lambda records: _within(records, ADPT, ("noncooperation", "2C+1M"), 25.0, 31.84, "AdptVFedConv - Non-cooperation")),
     claims.Claim(PAPER, "Table 2", "model transfer beats No model transfer",
                  _order(ADPT, ("no_transfer", "2C+1M"), ("AdptVFedConv", "No model transfer"))),
     claims.Claim(PAPER, "Table 2", "replication padding beats zero padding",
@@ -538,7 +541,7 @@ CLAIMS: list[claims.Claim] = [
     claims.Claim(PAPER, "Table 3 / Fig. 4", "accuracy decreases as the extractor gets deeper (2C+1M > 4C+2M)",
                  _order(ADPT, ("adptvfedconv", "4C+2M"), ("2C+1M", "4C+2M"))),
     claims.Claim(PAPER, "Table 3 / Fig. 4", "adding the first max-pool has no negative impact (2C -> 2C+1M)",
-                 lambda p: _no_loss(p, ADPT, ("adptvfedconv", "2C"), "2C+1M - 2C")),
+                 lambda records: _no_loss(records, ADPT, ("adptvfedconv", "2C"), "2C+1M - 2C")),
     claims.Claim(PAPER, "Sec. 5", "less communication than parameter-sharing FL (maps sent once, as Algorithm 1)",
                  _comm_claim("AdptVFedConv, maps sent once (Algorithm 1)")),
 ]
@@ -597,7 +600,7 @@ def beyond(evidence: base.Evidence) -> list[tuple[str, str]]:
 
 
 STUDY = register(Study(
-    name=PAPER, title="AdptVFedConv", family="tiles", configs=configs, order=5,
+    name=PAPER, title="AdptVFedConv", family="tiles", configs=configs, order=5, reference_csv="adptvfedconv.csv",
     artefacts=(
         Artefact("Table 2", base.groups("table2"), ("table2.*",)),
         Artefact("Fig. 3", base.groups("table2"), ("fig3.*",)),

@@ -27,8 +27,7 @@ import torch
 
 from .. import claims
 from .. import records as store
-from ..config import (apply_overrides, check_profile, check_seeds, check_seeds_once, data_root, project_root,
-                      results_dir)
+from ..config import apply_overrides, check_profile, check_seeds, check_seeds_once, data_root
 from ..partition import APC_VFL_N_ACTIVE
 from ..report import join_reference, side_by_side
 from ..training import one_shot
@@ -618,26 +617,16 @@ def pending(profile: str = "paper", datasets: Sequence[str] = ("credit_card",),
 # ------------------------------------------------------------------------------- claims
 
 
-def _records_for_claims(profile: str) -> list[dict[str, Any]]:
-    """The main (Appendix B learning rate) records of ``profile`` that exist, on the datasets
-    present here; nothing is trained. Loaded once per state of the record folders (every
-    clause reads the same records)."""
-    datasets, _ = available_datasets(PROFILE_SETTINGS[check_profile(profile)]["datasets"])
-    runs = tuple(c for c in configs(profile, overrides={"datasets": datasets}) if c.lr != SENSITIVITY_LR)
-    folders = dict.fromkeys([results_dir() / profile / PAPER, project_root() / "results" / profile / PAPER])
-    stamp = tuple((str(p), p.stat().st_mtime_ns) for f in folders if f.exists() for p in sorted(f.glob("*.json")))
-    return _load_available(profile, runs, stamp)
+def _main_records(records: claims.Records) -> list[dict[str, Any]]:
+    """The main (Appendix B learning rate) records among ``records``, in the order of the
+    profile's runs (found once for every clause); nothing is read or trained."""
+    return records.derived("main", lambda: records.of(c for c in configs(records.profile) if c.lr != SENSITIVITY_LR))
 
 
-@functools.lru_cache(maxsize=4)
-def _load_available(profile: str, runs: tuple[OneShotRun, ...], stamp: tuple) -> list[dict[str, Any]]:
-    return store.load_available(runs, profile=profile)
-
-
-def _points(profile: str) -> pd.DataFrame:
-    """Fig. 5's runs of ``profile`` in metric points, one row per run (and variant), Local and
+def _points(records: claims.Records) -> pd.DataFrame:
+    """Fig. 5's runs among ``records`` in metric points, one row per run (and variant), Local and
     the Ablation repeated at every |D_A| of their dataset."""
-    recs = [r for r in _records_for_claims(profile) if r["config"]["kind"] == "fig5"]
+    recs = [r for r in _main_records(records) if r["config"]["kind"] == "fig5"]
     if not recs:
         return pd.DataFrame(columns=["dataset", "method", "n_aligned", "n_active_features", "seed", "points"])
     df = _fig5_runs(recs)
@@ -656,13 +645,13 @@ def _apc_variants(df: pd.DataFrame) -> list[str]:
     return [m for m in ("apc_vfl_mse", "apc_vfl_mae") if m in set(df["method"])]
 
 
-def _beats(baseline: str, datasets: Sequence[str], counts: str = "fig5") -> Callable[[str], claims.Verdict]:
+def _beats(baseline: str, datasets: Sequence[str], counts: str = "fig5") -> Callable[[claims.Records], claims.Verdict]:
     """Check "APC-VFL (each recorded distillation loss) beats ``baseline`` on ``datasets`` at
     every |D_A|": paired on |D_A|, partition and repetition, judged per dataset and loss
     (:func:`vflkit.claims.all_of`), on the datasets recorded at this profile. ``counts``: the
     Fig. 5 counts, or "few" for Fig. 8 / D.3's 100-750."""
-    def check(profile: str) -> claims.Verdict:
-        df = _points(profile)
+    def check(records: claims.Records) -> claims.Verdict:
+        df = _points(records)
         verdicts, absent = [], []
         for ds in datasets:
             sub = df[df["dataset"] == ds]
@@ -684,8 +673,8 @@ def _beats(baseline: str, datasets: Sequence[str], counts: str = "fig5") -> Call
     return check
 
 
-def _communication(profile: str) -> pd.DataFrame:
-    recs = [r for r in _records_for_claims(profile) if r["config"]["kind"] == "fig5"
+def _communication(records: claims.Records) -> pd.DataFrame:
+    recs = [r for r in _main_records(records) if r["config"]["kind"] == "fig5"
             and r["config"]["method"] in ("apc_vfl_mse", "vfedtrans")]
     if not recs:
         return pd.DataFrame(columns=["dataset", "method", "n_aligned", "n_active_features", "seed", "MB"])
@@ -693,18 +682,18 @@ def _communication(profile: str) -> pd.DataFrame:
     return df.assign(MB=df["bytes"] / MB)
 
 
-def _fig6_less(profile: str) -> claims.Verdict:
-    df = _communication(profile)
+def _fig6_less(records: claims.Records) -> claims.Verdict:
+    df = _communication(records)
     if df.empty:
         return claims.not_testable("no APC-VFL or VFedTrans records at this profile")
     d = _pair(df, by="method", a="vfedtrans", b="apc_vfl_mse", value="MB", cell=["dataset", "n_aligned"])
     return claims.ordering(d, a="VFedTrans's MB", b="APC-VFL's", what="MB")
 
 
-def _fig6_growth(profile: str) -> claims.Verdict:
+def _fig6_growth(records: claims.Records) -> claims.Verdict:
     """Slope of log(ledger bytes) against log|D_A| between the smallest and largest count: 1
     for a linear footprint, 2 for a square; "quadratic" is judged as a slope above 1.5."""
-    df = _communication(profile)
+    df = _communication(records)
     if df.empty:
         return claims.not_testable("no APC-VFL or VFedTrans records at this profile")
     parts, ok = [], True
@@ -726,10 +715,10 @@ def _fig6_growth(profile: str) -> claims.Verdict:
     return claims.Verdict(claims.AGREE if ok else claims.DISAGREE, "; ".join(parts) + " (ledger bytes)")
 
 
-def _fig6_ratio(profile: str) -> claims.Verdict:
+def _fig6_ratio(records: claims.Records) -> claims.Verdict:
     """The paper's 78.30x is Credit Card / MIMIC-III at 10000 aligned samples: our ledger's
     VFedTrans / APC-VFL ratio there (the ledger, not a formula), agreeing within 10 %."""
-    df = _communication(profile)
+    df = _communication(records)
     df = df[df["n_aligned"] == 10000]
     if df.empty:
         return claims.not_testable("no run with 10000 aligned samples at this profile")
@@ -740,10 +729,10 @@ def _fig6_ratio(profile: str) -> claims.Verdict:
     return claims.Verdict(claims.AGREE if abs(top / 78.30 - 1) < 0.1 else claims.DISAGREE, ev)
 
 
-def _fig7_fewer_features(profile: str) -> claims.Verdict:
+def _fig7_fewer_features(records: claims.Records) -> claims.Verdict:
     """APC-VFL's gain over Local with the fewest active features recorded minus its gain with
     the most, paired on |D_A| and repetition, per dataset and distillation loss."""
-    df = _points(profile)
+    df = _points(records)
     verdicts = []
     for ds, sub in df.groupby("dataset"):
         parts = sorted(sub["n_active_features"].unique())
@@ -762,8 +751,8 @@ def _fig7_fewer_features(profile: str) -> claims.Verdict:
     return claims.all_of(verdicts) if verdicts else claims.not_testable("fewer than two feature partitions recorded")
 
 
-def _ablation_beats_vfedtrans_somewhere(profile: str) -> claims.Verdict:
-    df = _points(profile)
+def _ablation_beats_vfedtrans_somewhere(records: claims.Records) -> claims.Verdict:
+    df = _points(records)
     sub = df[(df["dataset"] == "mimic3") & ~df["n_aligned"].isin(DATASETS["mimic3"].few_aligned)]
     if sub.empty:
         return claims.not_testable("MIMIC-III is not present (it cannot be redistributed)")
@@ -775,8 +764,8 @@ def _ablation_beats_vfedtrans_somewhere(profile: str) -> claims.Verdict:
                           f"the Ablation beats VFedTrans significantly in {n_agree} of {len(per)} settings")
 
 
-def _fig8_vfedtrans_below_ablation(profile: str) -> claims.Verdict:
-    df = _points(profile)
+def _fig8_vfedtrans_below_ablation(records: claims.Records) -> claims.Verdict:
+    df = _points(records)
     sub = df[(df["dataset"] == "mimic3") & df["n_aligned"].isin(DATASETS["mimic3"].few_aligned)]
     if sub.empty:
         return claims.not_testable("MIMIC-III is not present (it cannot be redistributed)")
@@ -785,10 +774,10 @@ def _fig8_vfedtrans_below_ablation(profile: str) -> claims.Verdict:
     return claims.ordering(d, a="Ablation", b="VFedTrans")
 
 
-def _decay(profile: str) -> claims.Verdict:
+def _decay(records: claims.Records) -> claims.Verdict:
     """D.3: VFedTrans's loss from |D_A| = 10000 to 100 minus APC-VFL's, paired on partition
     and repetition (positive: VFedTrans decays more, as the paper reports, 2.7 vs 1.3 points)."""
-    df = _points(profile)
+    df = _points(records)
     sub = df[df["dataset"] == "credit_card"]
     if not {10000, 100} <= set(sub["n_aligned"]):
         return claims.not_testable("needs Credit Card runs at 10000 and 100 aligned samples (paper profile)")
@@ -802,9 +791,9 @@ def _decay(profile: str) -> claims.Verdict:
     return claims.all_of(verdicts)
 
 
-def _table2_frame(profile: str) -> pd.DataFrame:
+def _table2_frame(records: claims.Records) -> pd.DataFrame:
     rows = []
-    for r in _records_for_claims(profile):
+    for r in _main_records(records):
         c = r["config"]
         if c["kind"] != "table2":
             continue
@@ -814,8 +803,8 @@ def _table2_frame(profile: str) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["dataset", "method", "n_aligned", "seed", "points", "rounds", "MB"])
 
 
-def _table2_on_par(profile: str) -> claims.Verdict:
-    df = _table2_frame(profile)
+def _table2_on_par(records: claims.Records) -> claims.Verdict:
+    df = _table2_frame(records)
     if df.empty:
         return claims.not_testable("no Table 2 records at this profile")
     vs = [claims.ordering(
@@ -824,8 +813,8 @@ def _table2_on_par(profile: str) -> claims.Verdict:
     return claims.all_of(vs)
 
 
-def _table2_rounds(profile: str) -> claims.Verdict:
-    df = _table2_frame(profile)
+def _table2_rounds(records: claims.Records) -> claims.Verdict:
+    df = _table2_frame(records)
     if df.empty:
         return claims.not_testable("no Table 2 records at this profile")
     apc, split = df[df["method"] == "apc_vfl_joint"]["rounds"], df[df["method"] == "splitnn"]["rounds"]
@@ -839,8 +828,8 @@ def _table2_rounds(profile: str) -> claims.Verdict:
                           f"(ledger, training phase; paper: 1 vs 84-4290)")
 
 
-def _table2_mb(profile: str) -> claims.Verdict:
-    df = _table2_frame(profile)
+def _table2_mb(records: claims.Records) -> claims.Verdict:
+    df = _table2_frame(records)
     if df.empty:
         return claims.not_testable("no Table 2 records at this profile")
     d = _pair(df, by="method", a="splitnn", b="apc_vfl_joint", value="MB", cell=["dataset", "n_aligned"])
@@ -852,10 +841,10 @@ def _table2_mb(profile: str) -> claims.Verdict:
     return claims.Verdict(v.status, f"{v.evidence}; SplitNN sends {ratio.min():.0f}-{ratio.max():.0f}x more")
 
 
-def _table2_small_data(profile: str) -> claims.Verdict:
+def _table2_small_data(records: claims.Records) -> claims.Verdict:
     """Sec. 7: APC-VFL minus SplitNN at the smallest |D_A| minus the same at the largest,
     paired on repetition, per dataset."""
-    df = _table2_frame(profile)
+    df = _table2_frame(records)
     vs = []
     for ds, g in df.groupby("dataset"):
         lo, hi = g["n_aligned"].min(), g["n_aligned"].max()
@@ -1002,7 +991,7 @@ def beyond(evidence: base.Evidence) -> list[tuple[str, str]]:
 # Pending runs keep the default price (a CPU each, unpriced per artefact): the study prices them
 # per dataset, kind and method instead (``artefacts_note``).
 STUDY = register(Study(
-    name=PAPER, title="APC-VFL", family="one_shot", configs=configs, order=4,
+    name=PAPER, title="APC-VFL", family="one_shot", configs=configs, order=4, reference_csv="apc_vfl.csv",
     artefacts=(
         Artefact("Fig. 5", _artefact("fig5"), ("fig5.*",)),
         Artefact("Fig. 6", _artefact("fig5", methods=("apc_vfl_mse", "vfedtrans")), ("fig6.*",)),

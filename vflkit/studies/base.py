@@ -150,6 +150,9 @@ class Study:
     in_report: bool = True  # the demo is not a paper: no section of its own
     order: int = 100  # the report's order of papers (then by name)
     notebook: str = ""  # relative to the project root; default notebooks/<name>.ipynb
+    #: the numbers the paper prints, a file of ``vflkit/reference/`` in the long format of
+    #: :func:`vflkit.report.load_reference` ("" for a paper that prints none)
+    reference_csv: str = ""
     _groups: dict[str, dict[str, list[Any]]] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -295,10 +295,10 @@ def paper_so_far() -> tuple[dict[str, pd.DataFrame], pd.DataFrame, list[dict[str
     runs (with the ResNets' estimated H100 minutes) and the records found. Its CPU-sized part
     (MNIST, FashionMNIST, Criteo) accumulates over sessions: ``python -m vflkit.study --profile
     paper --device cpu notebooks/easter.ipynb`` (the ResNets are left for a GPU)."""
-    groups, records = _load("paper")  # cached: the paper claims read the same records
+    groups, records = _load("paper")
     if not records:
         return {name: pd.DataFrame() for name in PAPER_TABLE_NUMBERS}, pending(groups, records), records
-    t7 = _derived("paper", "table7", lambda: table7(groups, records, "paper"))
+    t7 = table7(groups, records, "paper")
     tables = {"II": table2(groups, records, "paper"), "IV": table4(groups, records, "paper"),
               "V": table5(groups, records, "paper"), "VI": table6(groups, records, "paper"),
               "VII (parallel links)": t7[t7["topology"] == "parallel"],
@@ -335,7 +335,7 @@ def paper_figures() -> dict[str, tuple[plt.Figure, pd.DataFrame]]:
     groups, records = _load("paper")
     have = {r["key"] for r in records}
     out: dict[str, tuple[plt.Figure, pd.DataFrame]] = {}
-    times = _times("paper") if records else pd.DataFrame()
+    times = comm_times(groups, records, settings("paper")["table5_datasets"]) if records else pd.DataFrame()
     if len(times):
         out["4"], out["5"] = fig4(times), fig5(times)
     if any(c.key in have for c in groups["fig6"]):
@@ -779,30 +779,17 @@ def fig6(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) 
 # --------------------------------------------------------------------------- claims
 
 
-#: What the claims' checks derived from the records, keyed by the record files they read
-#: (path and modification time): a clause reads and prices the records once, and a record
-#: added or rewritten since is read afresh.
-_DERIVED: dict[tuple[Any, ...], Any] = {}
-
-
-def _signature(profile: str) -> tuple[Any, ...]:
-    groups = configs(profile)
-    paths = [store.record_path(c, profile, root) for c in unique(groups) for root in store.record_roots()]
-    return (profile, tuple((str(p), p.stat().st_mtime_ns) for p in paths if p.exists()))
-
-
-def _derived(profile: str, name: str, fn: Any) -> Any:
-    key = (_signature(profile), name)
-    if key not in _DERIVED:
-        _DERIVED[key] = fn()
-    return _DERIVED[key]
-
-
 def _load(profile: str) -> tuple[dict[str, list[RunConfig]], list[dict[str, Any]]]:
-    def load() -> tuple[dict[str, list[RunConfig]], list[dict[str, Any]]]:
-        groups = configs(profile)
-        return groups, store.load_available(unique(groups), profile=profile)
-    return _derived(profile, "records", load)
+    """The profile's run groups and the records that exist for them (nothing is trained)."""
+    groups = configs(profile)
+    return groups, store.load_available(unique(groups), profile=profile)
+
+
+def _inputs(records: claims.Records) -> tuple[dict[str, list[RunConfig]], list[dict[str, Any]]]:
+    """The profile's run groups and ``records`` in the order of its runs: what every check reads
+    (found once per :class:`~vflkit.claims.Records`); nothing is read from disk."""
+    groups = records.derived("groups", lambda: configs(records.profile))
+    return groups, records.derived("records", lambda: records.of(unique(groups)))
 
 
 def _cells(runs: Iterable[RunConfig], a: str, b: str, cell: Any) -> set[str]:
@@ -852,8 +839,9 @@ def with_variant(groups: dict[str, list[RunConfig]], variant: str | None) -> dic
 
 
 def _beats(table: str, other: str, variant: str | None = None, label: str = "") -> claims.Claim:
-    def check(profile: str) -> claims.Verdict:
-        groups, recs = _load(profile)
+    def check(records: claims.Records) -> claims.Verdict:
+        profile = records.profile
+        groups, recs = _inputs(records)
         groups = with_variant(groups, variant)
         acc = accuracy_rows(groups, recs, table)
         if acc.empty:
@@ -886,8 +874,9 @@ def _beats(table: str, other: str, variant: str | None = None, label: str = "") 
 
 
 def _less_comm(other: str) -> claims.Claim:
-    def check(profile: str) -> claims.Verdict:
-        groups, recs = _load(profile)
+    def check(records: claims.Records) -> claims.Verdict:
+        profile = records.profile
+        groups, recs = _inputs(records)
         datasets = settings(profile)["table5_datasets"]
         conv = convergence(groups, recs, datasets)
         if conv.empty:
@@ -904,20 +893,21 @@ def _less_comm(other: str) -> claims.Claim:
     return claims.Claim(PAPER, "Table V", f"EASTER communicates less than {other} to convergence", check)
 
 
-def _times(profile: str) -> pd.DataFrame:
-    groups, recs = _load(profile)
-    return _derived(profile, "times", lambda: comm_times(groups, recs, settings(profile)["table5_datasets"]))
+def _times(records: claims.Records) -> pd.DataFrame:
+    """Figs. 4-5's times to convergence, priced once for every clause that reads them."""
+    groups, recs = _inputs(records)
+    return records.derived("times", lambda: comm_times(groups, recs, settings(records.profile)["table5_datasets"]))
 
 
-def _times_cells(profile: str) -> set[str]:
+def _times_cells(records: claims.Records) -> set[str]:
     """Figs. 4-5's cells ("dataset/method"): every Table V run the profile has, recorded or not."""
-    groups, _ = _load(profile)
+    groups, _ = _inputs(records)
     return {f"{DATASET_NAMES[c.dataset]}/{METHOD_NAMES[c.method]}"
-            for c in _table5_runs(groups, settings(profile)["table5_datasets"])}
+            for c in _table5_runs(groups, settings(records.profile)["table5_datasets"])}
 
 
-def _fig4_check(profile: str) -> claims.Verdict:
-    t = _times(profile)
+def _fig4_check(records: claims.Records) -> claims.Verdict:
+    t = _times(records)
     if t.empty:
         return claims.not_testable("no records")
     t = t[t["figure"] == "4"]
@@ -925,27 +915,27 @@ def _fig4_check(profile: str) -> claims.Verdict:
     t = t[t["bandwidth_mbps"].isin([lo, hi])].assign(bw=lambda d: np.where(d["bandwidth_mbps"] == lo, "low", "high"))
     return claims.ordering(claims.paired(t, by="bw", a="low", b="high", value="seconds", cell=["dataset", "method"]),
                            a=f"time at {lo:g} Mbps", b=f"time at {hi:g} Mbps", what="s",
-                           expected=_times_cells(profile))
+                           expected=_times_cells(records))
 
 
-def _fig5_check(profile: str) -> claims.Verdict:
-    t = _times(profile)
+def _fig5_check(records: claims.Records) -> claims.Verdict:
+    t = _times(records)
     if t.empty:
         return claims.not_testable("no records")
     t = t[t["figure"] == "5"]
     return claims.ordering(claims.paired(t, by="latency", a="high", b="low", value="seconds",
                                          cell=["dataset", "method"]),
                            a="time at high latency", b="time at low latency", what="s",
-                           expected=_times_cells(profile))
+                           expected=_times_cells(records))
 
 
-def _fig5_agg_check(profile: str) -> claims.Verdict:
-    t = _times(profile)
+def _fig5_agg_check(records: claims.Records) -> claims.Verdict:
+    t = _times(records)
     if t.empty:
         return claims.not_testable("no records")
     t = t[t["figure"] == "5"].pivot_table(index=["dataset", "method", "seed"], columns="latency", values="seconds")
     growth = (t["high"] - t["low"]).rename("growth").reset_index()
-    runs = _table5_runs(_load(profile)[0], settings(profile)["table5_datasets"])
+    runs = _table5_runs(_inputs(records)[0], settings(records.profile)["table5_datasets"])
     return claims.all_of(
         claims.ordering(claims.paired(growth, by="method", a=m, b="Agg_VFL", value="growth", cell=["dataset"]),
                         a=f"{m}'s latency penalty", b="Agg_VFL's", what="s",
@@ -953,8 +943,9 @@ def _fig5_agg_check(profile: str) -> claims.Verdict:
         for m in ("EASTER", "PyVertical", "C_VFL"))
 
 
-def _table6_rise(profile: str) -> claims.Verdict:
-    groups, recs = _load(profile)
+def _table6_rise(records: claims.Records) -> claims.Verdict:
+    profile = records.profile
+    groups, recs = _inputs(records)
     t = table6_rows(groups, recs)
     if t.empty:
         return claims.not_testable("no records")
@@ -971,8 +962,8 @@ def _table6_rise(profile: str) -> claims.Verdict:
         for d in datasets)
 
 
-def _table6_beats(profile: str) -> claims.Verdict:
-    groups, recs = _load(profile)
+def _table6_beats(records: claims.Records) -> claims.Verdict:
+    groups, recs = _inputs(records)
     t = table6_rows(groups, recs)
     if t.empty:
         return claims.not_testable("no records")
@@ -998,11 +989,12 @@ def table6_rows(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, 
 
 
 def _table7_check(topology: str) -> Any:
-    def check(profile: str) -> claims.Verdict:
-        groups, recs = _load(profile)
+    def check(records: claims.Records) -> claims.Verdict:
+        profile = records.profile
+        groups, recs = _inputs(records)
         if not any(c.method == "easter" and c.key in {r["key"] for r in recs} for c in groups["table2"]):
             return claims.not_testable("no records")
-        t7 = _derived(profile, "table7", lambda: table7(groups, recs, profile))
+        t7 = records.derived("table7", lambda: table7(groups, recs, profile))  # priced once for both pricings
         t = t7[(t7["metric"] == "train_time_min") & (t7["topology"] == topology)]
         # priced from every Table II EASTER run the profile has: one not recorded leaves it open
         datasets = {DATASET_NAMES[c.dataset] for c in groups["table2"] if c.method == "easter"}
@@ -1019,8 +1011,9 @@ def _table7_check(topology: str) -> Any:
 
 
 def _fig6_best(what: str) -> Any:
-    def check(profile: str) -> claims.Verdict:
-        groups, recs = _load(profile)
+    def check(records: claims.Records) -> claims.Verdict:
+        profile = records.profile
+        groups, recs = _inputs(records)
         if not any(c.key in {r["key"] for r in recs} for c in groups["fig6"]):
             return claims.not_testable("no records")
         _, data = fig6(groups, recs)
@@ -1100,7 +1093,7 @@ def beyond(evidence: base.Evidence) -> list[tuple[str, str]]:
 
 
 STUDY = register(Study(
-    name=PAPER, title="EASTER", family="split", configs=configs, order=2,
+    name=PAPER, title="EASTER", family="split", configs=configs, order=2, reference_csv="easter.csv",
     artefacts=(
         Artefact("Table II", base.groups("table2"), ("table2.*",)),
         Artefact("Table IV", base.groups("table4"), ("table4.*",)),

@@ -416,10 +416,11 @@ def explain(table: pd.DataFrame) -> list[str]:
 # ------------------------------------------------------------------------------- claims
 
 
-def _available(profile: str) -> tuple[list[dict[str, Any]], int]:
-    """The recorded runs of ``profile`` (missing ones skipped) and the profile's rounds."""
-    cfgs = configs(profile)
-    return store.load_available(cfgs, profile=profile), cfgs[0].rounds
+def _available(records: claims.Records) -> tuple[list[dict[str, Any]], int]:
+    """The recorded runs among ``records`` in the order of the profile's runs, and the profile's
+    rounds; nothing is read."""
+    cfgs = records.derived("configs", lambda: configs(records.profile))
+    return records.of(cfgs), cfgs[0].rounds
 
 
 def _no_records(profile: str) -> claims.Verdict:
@@ -434,14 +435,15 @@ def _short(profile: str, rounds: int) -> claims.Verdict | None:
 
 
 def _ordering_check(by: str, a: str, b: str, value: str, *, scenario: str | None = None,
-                    optimizer: str | None = None) -> Callable[[str], claims.Verdict]:
+                    optimizer: str | None = None) -> Callable[[claims.Records], claims.Verdict]:
     """``a`` > ``b`` in ``value`` on every dataset (paired over seeds; :func:`vflkit.claims.all_of`
     over the datasets, each judged by :func:`vflkit.claims.ordering`)."""
     what = {"final_accuracy_pct": "points of final accuracy",
             "mean_accuracy_pct": "points of accuracy averaged over the rounds"}[value]
 
-    def check(profile: str) -> claims.Verdict:
-        recs, rounds = _available(profile)
+    def check(records: claims.Records) -> claims.Verdict:
+        profile = records.profile
+        recs, rounds = _available(records)
         runs = per_run(recs)
         if scenario is not None:
             runs = runs[runs["scenario"] == scenario]
@@ -459,10 +461,11 @@ def _ordering_check(by: str, a: str, b: str, value: str, *, scenario: str | None
     return check
 
 
-def _not_converged_check(dataset: str | None) -> Callable[[str], claims.Verdict]:
+def _not_converged_check(dataset: str | None) -> Callable[[claims.Records], claims.Verdict]:
     """FedAvg on 4niid does not converge (:func:`converged`) within the paper's 500 rounds."""
-    def check(profile: str) -> claims.Verdict:
-        recs, rounds = _available(profile)
+    def check(records: claims.Records) -> claims.Verdict:
+        profile = records.profile
+        recs, rounds = _available(records)
         short = _short(profile, rounds)
         if short:
             return short
@@ -493,9 +496,10 @@ def _gains(runs: pd.DataFrame) -> pd.DataFrame:
     return (niid[present].mean(axis=1) - niid["FedAvg"]).rename("gain").reset_index()
 
 
-def _fmnist_greater_check(profile: str) -> claims.Verdict:
+def _fmnist_greater_check(records: claims.Records) -> claims.Verdict:
     """The adaptive optimizers' gain over FedAvg is larger on FashionMNIST than on MNIST."""
-    recs, rounds = _available(profile)
+    profile = records.profile
+    recs, rounds = _available(records)
     runs = per_run(recs)
     if runs.empty:
         return _no_records(profile)
@@ -519,13 +523,14 @@ def _fmnist_greater_check(profile: str) -> claims.Verdict:
 FMNIST_GAIN_PCT = (2.0, 3.0)
 
 
-def _fmnist_gain_check(profile: str) -> claims.Verdict:
+def _fmnist_gain_check(records: claims.Records) -> claims.Verdict:
     """On FashionMNIST each adaptive optimizer's final gain over FedAvg is 2-3 points: agree when
     the paired mean's noise band over seeds (:func:`claims.noise_band`) overlaps [2, 3] and
     excludes no gain, disagree when it lies wholly outside [2, 3], else not testable. Overlap,
     not containment: a 1-point range is narrower than a few seeds can resolve, so "consistent
     with 2-3 points, and a gain" is what the records can show."""
-    recs, rounds = _available(profile)
+    profile = records.profile
+    recs, rounds = _available(records)
     short = _short(profile, rounds)
     if short:
         return short

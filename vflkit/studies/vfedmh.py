@@ -248,11 +248,13 @@ def with_records(groups: dict[str, list[RunConfig]], records: Sequence[dict[str,
 def recorded_groups(profile: str, names: Sequence[str]) -> tuple[dict[str, list[RunConfig]], list[dict[str, Any]]]:
     """The profile's run groups ``names`` cut to their recorded runs, and those records (nothing
     is trained): how the quick notebook draws the paper profile's figures as far as recorded."""
-    groups, rec = _available(profile)
+    groups = configs(profile)
     unknown = sorted(set(names) - set(groups))
     if unknown:
         raise ConfigError(f"recorded_groups: unknown run groups {unknown}; choose from {', '.join(groups)}")
-    cut = with_records({g: groups[g] for g in names}, list(rec.values()))
+    wanted = {g: groups[g] for g in names}
+    rec = _by_key(store.load_available(unique(wanted), profile=profile))  # only the named groups' records
+    cut = with_records(wanted, list(rec.values()))
     return cut, [rec[c.key] for c in unique(cut)]
 
 
@@ -772,21 +774,9 @@ AT_CHANCE_PCT = 15.0
 #: Test accuracy (%) at chance on the 10 classes of every dataset of the paper.
 CHANCE_PCT = 10.0
 
-_available_cache: dict[str, tuple[tuple[Any, ...], Any]] = {}
-
-
-def _available(profile: str) -> tuple[dict[str, list[RunConfig]], dict[str, dict[str, Any]]]:
-    """The profile's configs (its own seeds) and the records that exist for them, by key;
-    reloaded only when a record file changed."""
-    groups = configs(profile)
-    runs = unique(groups)
-    stamp = tuple((str(p), p.stat().st_mtime_ns) for r in runs
-                  for p in [store.record_path(r, profile, root) for root in store.record_roots()] if p.exists())
-    cached = _available_cache.get(profile)
-    if cached is None or cached[0] != stamp:
-        cached = (stamp, (groups, _by_key(store.load_available(runs, profile=profile))))
-        _available_cache[profile] = cached
-    return cached[1]
+def _available(records: claims.Records) -> tuple[dict[str, list[RunConfig]], dict[str, dict[str, Any]]]:
+    """The profile's configs (its own seeds) and ``records``, by key; nothing is read."""
+    return records.derived("groups", lambda: configs(records.profile)), records.by_key
 
 
 def _model_set(arch: str) -> str:
@@ -860,8 +850,8 @@ def with_variant(groups: dict[str, list[RunConfig]], variant: str | None) -> dic
 def _ordering_check(table: str, a: str, b: str, model_set: str | None = None, variant: str | None = None) -> Any:
     """The check of "``a`` > ``b``" over the cells (dataset, architecture) of ``table``, on the
     study's runs or on a labelled :data:`VARIANTS` entry."""
-    def check(profile: str) -> claims.Verdict:
-        groups, rec = _available(profile)
+    def check(records: claims.Records) -> claims.Verdict:
+        groups, rec = _available(records)
         groups = with_variant(groups, variant)
         df = accuracy_frame(groups, rec, table)
         if model_set is not None:
@@ -884,8 +874,8 @@ def _within(diffs: pd.DataFrame, tolerance: float, what: str, unit: str = "point
 
 
 def _optimizer_spread(standard: bool) -> Any:
-    def check(profile: str) -> claims.Verdict:
-        groups, rec = _available(profile)
+    def check(records: claims.Records) -> claims.Verdict:
+        groups, rec = _available(records)
         runs = groups["table4_standard" if standard else "table4"]
         rows = []
         for c in runs:
@@ -936,8 +926,8 @@ def _converged(groups: dict[str, list[RunConfig]], rec: dict[str, dict[str, Any]
 
 
 def _fig4_check(standard: bool) -> Any:
-    def check(profile: str) -> claims.Verdict:
-        groups, rec = _available(profile)
+    def check(records: claims.Records) -> claims.Verdict:
+        groups, rec = _available(records)
         runs = groups["table4_standard" if standard else "table4"]
         verdicts = _converged(groups, rec, runs, lambda c, party: f"{_optimizer(c)} (lr {_lr(c):g})")
         # every optimizer must be judged: one without records makes the clause not testable
@@ -948,17 +938,17 @@ def _fig4_check(standard: bool) -> Any:
     return check
 
 
-def _fig5_check(profile: str) -> claims.Verdict:
-    groups, rec = _available(profile)
+def _fig5_check(records: claims.Records) -> claims.Verdict:
+    groups, rec = _available(records)
     verdicts = _converged(groups, rec, groups["fig5"], lambda c, party: "mixed models and optimizers")
     if any(c.key not in rec for c in groups["fig5"]):
         verdicts.append(claims.not_testable("runs of Fig. 5 without records"))
     return claims.all_of(verdicts)
 
 
-def _rounds_per_step(profile: str) -> claims.Verdict:
+def _rounds_per_step(records: claims.Records) -> claims.Verdict:
     """Fig. 3: VFedMH 4 rounds per step, PyVertical, C_VFL and Agg_VFL 2 (counts, not estimates)."""
-    groups, rec = _available(profile)
+    groups, rec = _available(records)
     seen: dict[str, set[float]] = {}
     for c in groups["table2"]:
         if c.method == "local" or c.key not in rec:
@@ -973,11 +963,11 @@ def _rounds_per_step(profile: str) -> claims.Verdict:
     return claims.Verdict(claims.AGREE if ok else claims.DISAGREE, ev)
 
 
-def _total_rounds(profile: str) -> claims.Verdict:
+def _total_rounds(records: claims.Records) -> claims.Verdict:
     """Fig. 3: to obtain the three small models, VFedMH's one run needs fewer rounds than each
     baseline's three runs. A run's rounds are its schedule's (per epoch, times its epochs), so a
     run that diverged and stopped early does not make its method look cheaper."""
-    groups, rec = _available(profile)
+    groups, rec = _available(records)
     rows = []
     for c in groups["table2"]:
         if c.method == "local" or c.key not in rec or _model_set(c.models[0]) != "small":
@@ -1020,10 +1010,10 @@ def convergence_epochs(groups: dict[str, list[RunConfig]], records: dict[str, di
     return pd.DataFrame(rows, columns=["dataset", "seed", "model", "method", "epoch", "epochs"])
 
 
-def _same_epoch(profile: str) -> claims.Verdict:
+def _same_epoch(records: claims.Records) -> claims.Verdict:
     """Fig. 3: VFedMH and each baseline converge at about the same epoch (within a tenth of the
     epochs trained, at least one)."""
-    groups, rec = _available(profile)
+    groups, rec = _available(records)
     df = convergence_epochs(groups, rec)
     if df.empty:
         return claims.not_testable("no recorded pair of VFedMH and a baseline")
@@ -1045,10 +1035,10 @@ def _same_epoch(profile: str) -> claims.Verdict:
                                   f"converged, left out: {which}")
 
 
-def _blinding(profile: str) -> claims.Verdict:
+def _blinding(records: claims.Records) -> claims.Verdict:
     """Blinding's masks cancel: each party's accuracy with and without them agree within
     :data:`BLINDING_TOLERANCE_POINTS`."""
-    groups, rec = _available(profile)
+    groups, rec = _available(records)
     rows = []
     for c in groups["blinding"]:
         on, off = rec.get(c.replace(options={}).key), rec.get(c.key)
@@ -1221,7 +1211,7 @@ def beyond(evidence: base.Evidence) -> list[tuple[str, str]]:
 
 
 STUDY = register(Study(
-    name="vfedmh", title="VFedMH", family="split", configs=configs, order=1,
+    name="vfedmh", title="VFedMH", family="split", configs=configs, order=1, reference_csv="vfedmh.csv",
     artefacts=(
         Artefact("Table II", base.groups("table2"), ("table2.*",)),
         Artefact("Table III", base.groups("table3"), ("table3.*",)),
