@@ -145,3 +145,14 @@ def test_adptvfedconv_notebook_in_the_paper_profile_lists_what_is_pending(tmp_pa
     metrics = json.loads(text.strip().splitlines()[-1])
     assert metrics["runs"] == 0
     assert metrics["pending"] == len(adptvfedconv.all_runs(adptvfedconv.configs("paper")))
+
+
+def test_every_registered_study_with_a_notebook_has_its_smoke_check():
+    """A sixth paper's notebook is checked as soon as it is registered: this fails until its
+    expected smoke metrics (and, when it has a paper profile to slice, a tiny paper slice) are
+    written here, beside the others', so no registered notebook goes untested."""
+    from vflkit import studies
+
+    names = {name for name in studies.REGISTRY if (project_root() / "notebooks" / f"{name}.ipynb").exists()}
+    assert names, "no registered study has a notebook"
+    assert names <= set(SMOKE_METRICS), f"registered notebooks without smoke metrics: {sorted(names - set(SMOKE_METRICS))}"
