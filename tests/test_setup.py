@@ -65,44 +65,39 @@ def test_the_light_clis_are_command_line_modules():
     assert {"bench", "launcher", "reproduction", "run", "study"} <= set(CLI_MODULES)
 
 
-@pytest.mark.parametrize("module", CLI_MODULES)
-def test_cli_help_answers_and_the_light_ones_import_no_torch(module):
-    """`python -m vflkit.<module> --help` prints its usage and exits 0; for the light CLIs it
-    imports neither torch, pandas, the trainers nor the methods."""
+def _help_imports(setup: str, call: str) -> list[str]:
+    """Run ``setup`` then ``call`` (which asks a CLI for ``--help``) in a fresh interpreter; check
+    it printed its usage and exited 0, and return the :data:`HEAVY` modules it had imported."""
+    import ast
     import sys
 
-    code = ("import sys, contextlib, io, importlib\n"
-            f"cli = importlib.import_module('vflkit.{module}')\n"
+    code = (f"import sys, contextlib, io, importlib, runpy\n{setup}"
             "buf = io.StringIO()\n"
             "try:\n"
             "    with contextlib.redirect_stdout(buf):\n"
-            "        cli.main(['--help'])\n"
+            f"        {call}\n"
             "except SystemExit as e:\n"
             "    assert e.code in (0, None), e.code\n"
             "assert buf.getvalue().startswith('usage:'), buf.getvalue()[:200]\n"
             f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr
+    return ast.literal_eval(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("module", CLI_MODULES)
+def test_cli_help_answers_and_the_light_ones_import_no_torch(module):
+    """`python -m vflkit.<module> --help` prints its usage and exits 0; for the light CLIs it
+    imports neither torch, pandas, the trainers nor the methods."""
+    heavy = _help_imports(f"cli = importlib.import_module('vflkit.{module}')\n", "cli.main(['--help'])")
     if module in LIGHT_CLIS:
-        assert out.stdout.strip() == "[]", out.stdout + out.stderr
+        assert heavy == [], heavy
 
 
 @pytest.mark.parametrize("module", CLI_MODULES)
 def test_cli_help_on_the_command_line_imports_nothing_heavy(module):
     """`python -m vflkit.<module> --help` prints its usage before torch, pandas, a trainer or a
     method is imported, for every command line (the benchmark's and the report's too)."""
-    import sys
-
-    code = ("import sys, contextlib, io, runpy\n"
-            f"sys.argv = ['vflkit.{module}', '--help']\n"
-            "buf = io.StringIO()\n"
-            "try:\n"
-            "    with contextlib.redirect_stdout(buf):\n"
-            f"        runpy.run_module('vflkit.{module}', run_name='__main__', alter_sys=True)\n"
-            "except SystemExit as e:\n"
-            "    assert e.code in (0, None), e.code\n"
-            "assert buf.getvalue().startswith('usage:'), buf.getvalue()[:200]\n"
-            f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+    heavy = _help_imports(f"sys.argv = ['vflkit.{module}', '--help']\n",
+                          f"runpy.run_module('vflkit.{module}', run_name='__main__', alter_sys=True)")
+    assert heavy == [], heavy

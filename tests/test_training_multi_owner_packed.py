@@ -6,7 +6,6 @@ import math
 import pytest
 import torch
 
-from vflkit import data
 from vflkit.data import ImageData
 from vflkit.errors import ConfigError
 from vflkit.methods.multi_vfl import MultiVFL, MultiVFLConfig
@@ -15,18 +14,6 @@ from vflkit.training.multi_owner_packed import packed_round
 #: Relative tolerance of the packed round against the unpacked one in float64 (vmapped kernels
 #: may reduce in another order).
 REL = 1e-9
-
-
-@pytest.fixture
-def float64(monkeypatch):
-    """Both rounds in float64: models built in float64, features normalised then cast."""
-    before = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    real = data.ImageData.normalize
-    monkeypatch.setattr(data.ImageData, "normalize",
-                        lambda self, x, device=None: real(self, x, device).to(torch.float64))
-    yield
-    torch.set_default_dtype(before)
 
 
 def _method(**cfg):

@@ -11,7 +11,7 @@ import pytest
 import torch
 from test_no_sync import HostReadCounter
 
-from vflkit import data, records
+from vflkit import records
 from vflkit.errors import ConfigError, DivergenceError
 from vflkit.methods import RunConfig
 from vflkit.training import packed, split
@@ -19,18 +19,6 @@ from vflkit.training import packed, split
 #: Relative tolerance of a packed run's losses and metrics against the unpacked run, in float64
 #: (vmapped kernels may reduce in another order; measured differences are ~1e-15).
 REL = 1e-9
-
-
-@pytest.fixture
-def float64(monkeypatch):
-    """Both trainers in float64: models built in float64, features normalised then cast."""
-    before = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    real = data.ImageData.normalize
-    monkeypatch.setattr(data.ImageData, "normalize",
-                        lambda self, x, device=None: real(self, x, device).to(torch.float64))
-    yield
-    torch.set_default_dtype(before)
 
 
 def _configs(method: str, models: tuple[str, ...], seeds=(0, 1, 2), **changes: Any) -> list[RunConfig]:
