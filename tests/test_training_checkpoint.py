@@ -189,3 +189,24 @@ def test_a_checkpoint_on_a_full_disk_is_a_clear_error(tmp_path, monkeypatch):
     with pytest.raises(DiskSpaceError, match="ran out of space"):
         checkpoint.save(path, run, big, device=CPU)
     assert not path.exists() and not list(tmp_path.iterdir())
+
+
+def test_a_partys_state_goes_back_to_its_device_on_resume():
+    """A checkpoint is read onto the CPU; a party's plain-tensor state (Multi-VFL's server
+    moments) must return to the device it lives on, else a run resumed on a GPU fails at its
+    first round (seen on an H200). The "meta" device stands in for a GPU on the CPU."""
+    from types import SimpleNamespace
+
+    fresh = {"opt": {"m": {"w": torch.zeros(2, device="meta")}}, "initial": [torch.zeros(2, device="meta")]}
+    party = SimpleNamespace(models={}, optimizers={}, state=fresh, device=torch.device("meta"))
+    saved = {"models": [{}], "optimizers": [{}],
+             "party_state": [{"opt": {"m": {"w": torch.ones(2)}}, "initial": [torch.ones(2)],
+                              "new": torch.ones(1), "round": 3}]}
+    checkpoint.restore_parties([party], saved)
+    assert party.state["opt"]["m"]["w"].device.type == "meta"
+    assert party.state["initial"][0].device.type == "meta"
+    assert party.state["new"].device.type == "meta"  # no counterpart: the party's device
+    assert party.state["round"] == 3
+    cpu = SimpleNamespace(models={}, optimizers={}, state={"opt": torch.zeros(1)}, device=torch.device("cpu"))
+    checkpoint.restore_parties([cpu], {"models": [{}], "optimizers": [{}], "party_state": [{"opt": torch.ones(1)}]})
+    assert torch.equal(cpu.state["opt"], torch.ones(1))  # on the CPU, values as saved

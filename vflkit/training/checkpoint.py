@@ -62,13 +62,32 @@ def parties_state(parties: Iterable[Party], *, volatile: tuple[str, ...] = ()) -
 
 
 def restore_parties(parties: Iterable[Party], state: dict[str, Any]) -> None:
-    """Load what :func:`parties_state` saved into the same parties, built and set up afresh."""
+    """Load what :func:`parties_state` saved into the same parties, built and set up afresh.
+
+    A checkpoint is read onto the CPU (:func:`read`); models and optimizers move their tensors
+    back themselves, but a party's ``state`` (Multi-VFL's server moments, say) is plain tensors:
+    each goes back to the device of the tensor it replaces in the fresh party, else to the
+    party's device. (Left on the CPU, a run resumed on a GPU stopped at its first round: seen on
+    an H200 on 2026-11-26.)"""
     for party, models, optims, extra in zip(parties, state["models"], state["optimizers"], state["party_state"]):
         for k, sd in models.items():
             party.models[k].load_state_dict(sd)
         for k, sd in optims.items():
             party.optimizers[k].load_state_dict(sd)
-        party.state.update(extra)
+        party.state.update({k: _onto(v, party.state.get(k), party.device) for k, v in extra.items()})
+
+
+def _onto(saved: Any, fresh: Any, device: torch.device) -> Any:
+    """``saved`` with each tensor on the device of its counterpart in ``fresh`` (same structure),
+    else on ``device``."""
+    if isinstance(saved, torch.Tensor):
+        return saved.to(fresh.device if isinstance(fresh, torch.Tensor) else device)
+    if isinstance(saved, dict):
+        return {k: _onto(v, fresh.get(k) if isinstance(fresh, dict) else None, device) for k, v in saved.items()}
+    if isinstance(saved, (list, tuple)):
+        same = isinstance(fresh, (list, tuple)) and len(fresh) == len(saved)
+        return type(saved)(_onto(v, fresh[i] if same else None, device) for i, v in enumerate(saved))
+    return saved
 
 
 def generators(obj: Any) -> dict[str, torch.Generator]:
