@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from vflkit import launcher as L
-from vflkit.records import record_path
+from vflkit.records import checkpoint_path, record_path
 from vflkit.studies import multi_vfl
 
 MIB = 2**20
@@ -413,3 +413,32 @@ def test_plan_without_the_data_is_one_line_and_exit_code_2(quick_plan, monkeypat
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("vflkit.launcher: ConfigError: ") and "Set VFLKIT_DATA" in err
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_lane_gates_a_stopped_run_on_what_its_checkpoint_leaves(tmp_path, monkeypatch):
+    """A run the deadline stopped resumes on the same machine in a later call: the lane starts it
+    when what its checkpoint leaves (here 2 of 20 epochs) fits before the deadline, though the
+    whole run would not; without the checkpoint the same run is not started."""
+    import torch
+
+    from vflkit import study
+    from vflkit.studies import demo
+
+    config = demo.configs("smoke")[0].replace(epochs=20)
+    run = {"key": config.key, "paper": "demo", "family": "split", "label": "r", "config": config.to_dict(),
+           "cost_s": 100.0}
+    spec = {"profile": "smoke", "windows": [{"lanes": [[{"key": "p", "packed": False, "runs": [run]}]]}]}
+    (tmp_path / "plan.json").write_text(json.dumps(spec))
+    started = []
+    monkeypatch.setattr(study, "compute", lambda payload, **kw: started.append(payload["config"]["epochs"]))
+    work = tmp_path / "machine"
+
+    def go():
+        return L.lane(tmp_path / "plan.json", 1, 0, work=work, device="cpu", deadline=L.time.time() + 60)
+
+    assert "not started" in go()[config.key] and started == []  # 100 s x SAFETY > 60 s
+    ckpt = checkpoint_path(record_path(config, "smoke", work / "results"))
+    ckpt.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"epoch": 18}, ckpt)
+    assert L.left_to_do({**run, "profile": "smoke"}, work / "results") == pytest.approx(0.1)
+    assert go()[config.key].startswith("recorded") and started == [20]

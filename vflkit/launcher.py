@@ -1085,6 +1085,30 @@ def packed_need_s(pack: Mapping[str, Any]) -> float:
     return sum(r["cost_s"] or 0 for r in pack["runs"]) / float(pack.get("speedup", 1.0)) * SAFETY
 
 
+def left_to_do(run: Mapping[str, Any], results: Path) -> float:
+    """The share of ``run`` (``plan.json``'s form) still to train: 1 less the epochs (or rounds)
+    its checkpoint under ``results`` holds, over the config's; 1 without a readable one. A run
+    the deadline stopped resumes in a later call on the same machine (its checkpoint is there),
+    so a lane gates it on what is left, not on the whole run (on 2026-11-26 the whole-run gate
+    refused five runs 85-95 % done)."""
+    from .records import checkpoint_path, record_path
+    from .study import run_class
+    from .training.checkpoint import read
+
+    path = checkpoint_path(record_path(run_class(run["family"]).from_dict(run["config"]), run["profile"], results))
+    if not path.exists():
+        return 1.0
+    total = run["config"].get("epochs") or run["config"].get("rounds")
+    try:
+        state = read(path)
+        done = state.get("epoch", state.get("round"))
+    except Exception:  # noqa: BLE001 (unreadable: the engine moves it aside and starts afresh)
+        return 1.0
+    if not total or not isinstance(done, (int, float)):
+        return 1.0
+    return min(max(1.0 - float(done) / float(total), 0.0), 1.0)
+
+
 def lane(plan_path: Path, window: int, lane_index: int, *, work: Path, device: str, deadline: float,
          stand_in: bool = False) -> dict[str, str]:
     """Train one lane's packs in order, through the engine; records land atomically in
@@ -1092,8 +1116,8 @@ def lane(plan_path: Path, window: int, lane_index: int, *, work: Path, device: s
 
     ``deadline`` is the window's (epoch seconds), and every start is checked against it the way
     :func:`plan` placed the work: a run one by one starts only if its estimate times
-    :data:`SAFETY` ends before it (and the engine stops it at the deadline, keeping its
-    checkpoint); a packed pack starts only if :func:`packed_need_s` ends before it. A pack has no
+    :data:`SAFETY` ends before it, counting only what its checkpoint leaves to do
+    (:func:`left_to_do`; the engine stops it at the deadline, keeping its checkpoint); a packed pack starts only if :func:`packed_need_s` ends before it. A pack has no
     checkpoints and no deadline of its own (:func:`vflkit.training.packed.run_pack`): it is all or
     nothing, so one that would overrun is not started at all, and its runs are noted as such."""
     spec = json.loads(plan_path.read_text())
@@ -1133,7 +1157,8 @@ def lane(plan_path: Path, window: int, lane_index: int, *, work: Path, device: s
                     note(r["key"], f"failed: {type(exc).__name__}: {exc}")
             continue
         for r in runs:
-            if not stand_in and not ends_before((r["cost_s"] or 0) * SAFETY, deadline):
+            left = 1.0 if stand_in else left_to_do(r, results)
+            if not stand_in and not ends_before((r["cost_s"] or 0) * left * SAFETY, deadline):
                 note(r["key"], "not started: would not finish before the deadline")
                 continue
             t0 = time.time()
