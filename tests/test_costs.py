@@ -118,21 +118,22 @@ def test_rates_come_from_the_committed_records():
 
 def test_every_pending_vfedmh_paper_run_has_an_estimate():
     """--status: every pending CPU-sized VFedMH paper run has its minutes here (from its seeds or
-    its FLOPs), and every run left for a GPU its H100 minutes."""
+    its FLOPs), and every run left for a GPU its H100 minutes, launch-bound from its op count
+    (every VFedMH setting has one committed)."""
     from vflkit import study
 
     table = study.status(["vfedmh"], profile="paper", device="cpu")
     pending = table[table.status == "pending"]
     here, gpu = pending[~pending.needs_gpu], pending[pending.needs_gpu]
     assert len(here) and here.estimated_min.notna().all() and set(here.estimate) <= {"seeds", "flops"}
-    assert gpu.h100_min.notna().all() and set(gpu.h100_estimate) == {"flops"}
+    assert gpu.h100_min.notna().all() and set(gpu.h100_estimate) == {"ops"}
     assert (here.estimated_min > 0).all() and not any(math.isnan(v) for v in gpu.h100_min)
 
 
 def test_h100_rate_gives_back_the_calibrations_own_minutes():
-    """The H100 rate is the calibration's FLOPs over its seconds, so the FLOP estimate of its 13
-    configurations at 20 epochs adds up to the minutes the calibration itself measured; the
-    shared-GPU records' per-process rate is slower."""
+    """The H100 rate (the FLOP fallback) is the calibration's FLOPs over its seconds, so the FLOP
+    estimate of its 13 configurations at 20 epochs adds up to the minutes the calibration itself
+    measured; the shared-GPU records' per-process rate is slower."""
     import json
 
     from vflkit.studies import vfedmh
@@ -144,7 +145,7 @@ def test_h100_rate_gives_back_the_calibrations_own_minutes():
     for row in rows:
         run = next(c for c in runs if c.method == row["method"] and "/".join(sorted(set(c.models))) == row["models"])
         # the calibration's run: 391 steps an epoch, 20 epochs
-        ours += costs.h100_minutes(run, "split") * 391 / (50_000 / run.batch_size) * 20 / run.epochs
+        ours += costs.run_flops(run) / costs.h100_rate("split") / 60 * 391 / (50_000 / run.batch_size) * 20 / run.epochs
         theirs += row["est_run_20ep_min"]
     assert len(rows) == 13 and ours == pytest.approx(theirs, rel=1e-6)
     assert costs.h100_rate("split") > costs.rate("cuda", "split")
@@ -204,3 +205,71 @@ def test_status_marks_unavailable_runs_impossible_not_pending():
     unavailable = {r.key for r in s.unavailable(s.runs("paper"))}
     assert unavailable and unavailable <= set(table.key)
     assert set(table[table.key.isin(unavailable)].status) == {study.IMPOSSIBLE}
+
+
+def _cheap_settings():
+    """Three VFedMH paper settings whose steps count in a second: C-VFL's MLPs, VFedMH's mixed
+    small models, Local's ResNet18."""
+    from vflkit.studies import vfedmh
+
+    runs = [c for c in vfedmh.configs("paper")["table2"] if c.dataset == "mnist" and c.seed == 0]
+    return [next(c for c in runs if c.method == "c_vfl" and c.models[0] == "mlp"),
+            next(c for c in runs if c.method == "vfedmh" and "resnet18" not in c.models),
+            next(c for c in runs if c.method == "local" and c.models[0] == "resnet18")]
+
+
+def test_an_op_count_does_not_depend_on_the_batch_and_the_committed_table_holds_todays():
+    """The op count of a step is the same at batch 4 and 16, and equal to the committed table's
+    (results/device/op-counts.json): a change of a method's step that the table has not caught
+    up with fails here (regenerate: python -m vflkit.costs --count-ops)."""
+    for run in _cheap_settings():
+        n = costs.count_step_ops(run)
+        assert n > 50 and n == costs.count_step_ops(run, batch=16) == costs.step_ops(run), run.method
+
+
+def test_every_split_image_paper_setting_has_a_committed_op_count():
+    from vflkit import studies
+
+    missing = [f"{s.name}: {r.method} {r.dataset}" for s in studies.studies() if s.family == "split"
+               for g in s.groups("paper").values() for r in g
+               if r.dataset in costs.IMAGE_DATASETS and costs.step_ops(r) is None]
+    assert not missing, f"no op count (python -m vflkit.costs --count-ops): {missing[:5]}"
+
+
+def test_the_launch_bound_model_against_what_the_gpus_measured():
+    """Op count x seconds per op against each measured step: the H100 calibration's 13 Table II
+    settings within 0.3-3x (their FLOP/s spread 5-24 TFLOP/s), and the C-VFL settings the H200
+    benchmarked alone within 1.25x (the FLOP model had them 15-30x too fast)."""
+    import json
+
+    root = str(costs.committed_root())
+    per = costs.op_seconds("h100")
+    ratios = [costs.step_ops(c) * per / s for c, s in costs._calibrated(root)]
+    assert len(ratios) == 13 and all(0.3 < r < 3 for r in ratios)
+    bench = json.loads((costs.committed_root() / costs.H200_WINDOW).read_text())["bench_packed"]
+    cvfl = [r for r in bench["rows"] if r["method"] == "c_vfl"]
+    assert cvfl
+    for row in cvfl:
+        setting = costs._bench_setting("c_vfl", row["model"], bench["batch"])
+        measured = bench["batch"] / row["alone_samples_per_s"]
+        assert costs.step_ops(setting) * costs.op_seconds("h200") == pytest.approx(measured, rel=0.25)
+        flop_model = costs.step_flops(setting) / costs.h100_rate("split")
+        assert flop_model < measured / 10
+
+
+def test_the_sharing_slowdown_is_each_cuda_records_time_over_its_time_alone(tmp_path):
+    """sharing_slowdown: a cuda record's wall time over its launch-bound time alone on its GPU
+    (named by environment.device_name); CPU records and other GPUs do not count."""
+    import json
+
+    run = _cheap_settings()[0]
+    alone = costs.launch_bound_s(run, "h200")
+    assert alone and costs.launch_bound_s(run, "h100") > alone  # the H200 window's host ran ops faster
+    folder = tmp_path / "paper" / "vfedmh"
+    folder.mkdir(parents=True)
+    for name, device, gpu, wall in [("a", "cuda", "NVIDIA H200", 3 * alone), ("b", "cpu", "", 99 * alone),
+                                    ("c", "cuda", "NVIDIA A100", 50 * alone)]:
+        env = {"device": device, "device_name": gpu}
+        (folder / f"{name}.json").write_text(json.dumps({"config": run.to_dict(), "environment": env,
+                                                         "wall_time_s": wall, "diverged": None}))
+    assert costs.sharing_slowdown(tmp_path) == pytest.approx(3.0)

@@ -38,6 +38,7 @@ import json
 import math
 import os
 import statistics
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -353,6 +354,92 @@ def _count_step(run: Any) -> float:
     raise ValueError(f"no FLOP count for method {method!r}")
 
 
+# --------------------------------------------------------------------------- operations per step
+
+#: The committed op counts, under ``results/``: the torch operations one training step of each
+#: split-family setting dispatches (``python -m vflkit.costs --count-ops`` writes them).
+OP_COUNTS = "device/op-counts.json"
+#: The batch a step is counted at: an op count does not depend on the batch size (tested), and a
+#: small batch counts a ResNet101 C-VFL step in seconds on a CPU.
+OP_COUNT_BATCH = 4
+
+
+def op_key(run: Any) -> str:
+    """A split-family setting's key in :data:`OP_COUNTS`: its config less what changes no step
+    (seed, length, learning rate, and the batch size)."""
+    return json.dumps({k: v for k, v in run.to_dict().items() if k not in (*_NOT_IN_STEP, "batch_size")},
+                      sort_keys=True)
+
+
+def count_step_ops(run: Any, batch: int = OP_COUNT_BATCH) -> int:
+    """The torch operations one training step of image run ``run`` dispatches (after a warm-up
+    step), its method's own ``train_step`` on random images of the dataset's shape, on the CPU.
+
+    Why operations: on a GPU these runs are launch-bound, not FLOP-bound. On the lent H200
+    (2026-11-26) each of the five benchmarked settings took 16-21 us per dispatched operation
+    (C-VFL with 4 MLPs: 3,514 a step, 69 ms), and on the H100 calibration (2026-11-22) all
+    twelve single-architecture Table II settings 20-31 us, while their FLOP/s spread 5-24 TFLOP/s.
+    """
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from .comm import Channel, Party
+    from .methods import get_method
+    from .training.split import image_partition
+
+    class _Ops(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            self.n += 1
+            return func(*args, **(kwargs or {}))
+
+    shape, n_classes, _ = IMAGE_DATASETS[run.dataset]
+    small = run.replace(batch_size=batch)
+    g = torch.Generator().manual_seed(0)
+    n = 4 * batch
+    x = torch.randint(0, 256, (n, *shape), dtype=torch.uint8, generator=g)
+    y = torch.randint(0, n_classes, (n,), generator=g)
+    channel = Channel()
+    names = iter(range(1, small.n_parties))
+    parties = [Party("active" if k == small.active else f"passive_{next(names)}", channel=channel,
+                     features={"train": piece.contiguous()}, labels={"train": y} if k == small.active else None,
+                     transform=lambda t: t.float() / 255, device=torch.device("cpu"))
+               for k, piece in enumerate(image_partition(small, shape).split(x))]
+    method = get_method(small.method)(small, parties, num_classes=n_classes)
+    method.setup()
+    ids = torch.arange(n)
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        method.train_step(ids[:batch])
+        with _Ops() as ops:
+            method.train_step(ids[batch:2 * batch])
+    return ops.n
+
+
+def _op_table(root: Path | None = None) -> dict[str, int]:
+    roots = [root] if root is not None else [committed_root(), Path(__file__).resolve().parents[1] / "results"]
+    for r in roots:
+        if (r / OP_COUNTS).is_file():
+            return _read_op_table(str(r / OP_COUNTS))
+    return {}
+
+
+@functools.cache
+def _read_op_table(path: str) -> dict[str, int]:
+    try:
+        return {row["setting"]: int(row["ops"]) for row in json.loads(Path(path).read_text())["steps"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
+def step_ops(run: Any, root: Path | None = None) -> int | None:
+    """The committed op count of ``run``'s training step (:data:`OP_COUNTS`); None where the
+    table has none (Criteo's parties, a setting added since it was written)."""
+    if type(run).__name__ != "RunConfig":
+        return None
+    return _op_table(root).get(op_key(run))
+
+
 # --------------------------------------------------------------------------- Multi-VFL
 
 
@@ -502,8 +589,29 @@ def rate(kind: str, family: str, root: Path | None = None) -> float | None:
 #: process alone on one H100 80GB, through the ordinary engine (epoch 2 of 2, 20 steps each).
 H100_CALIBRATION = "device/h100-vfedmh-resnets-calibration.json"
 #: What the H100 estimates are, said wherever they are printed.
-H100_LABEL = ("estimated from FLOPs at the rate measured on results/" + H100_CALIBRATION
-              + " (one process alone on one H100); not measured on a whole run")
+H100_LABEL = ("estimated from the torch operations of a training step (results/" + OP_COUNTS
+              + ") at the seconds per operation measured on results/" + H100_CALIBRATION
+              + " (one process alone on one H100; these runs are launch-bound), from FLOPs at that "
+              "calibration's rate where a run has no op count; not measured on a whole run")
+
+
+def _calibrated(root: str) -> list[tuple[Any, float]]:
+    """(config, seconds per step) of each row of :data:`H100_CALIBRATION` under ``root``: the
+    seed-0 Table II CIFAR-10 setting it ran; [] without the file."""
+    try:
+        rows = json.loads((Path(root) / H100_CALIBRATION).read_text())
+    except (OSError, ValueError):
+        return []
+    from .studies import vfedmh
+
+    runs = [c for c in vfedmh.configs("paper")["table2"]
+            if c.dataset == "cifar10" and c.seed == 0 and vfedmh.needs_gpu(c)]
+    out = []
+    for row in rows:
+        match = [c for c in runs if c.method == row["method"] and "/".join(sorted(set(c.models))) == row["models"]]
+        if match:  # the configuration the calibration ran: seed 0 of Table II's setting
+            out.append((match[0], float(row["s_per_step"])))
+    return out
 
 
 @functools.cache
@@ -520,23 +628,68 @@ def _h100_rate(root: str) -> float | None:
     TFLOP/s) rather than a median of per-configuration rates (5-24 TFLOP/s: large bottom
     convolutions run faster than 1x1 stages), the rate gives back the calibration's own total for
     Table II's mix; one run's estimate can still be 2-3x off (Local's small steps run at 5).
+    Used only where a run has no op count (:func:`launch_bound_s` is the estimate otherwise).
     """
-    path = Path(root) / H100_CALIBRATION
-    try:
-        rows = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    from .studies import vfedmh
+    got = _calibrated(root)
+    seconds = sum(s for _, s in got)
+    return sum(step_flops(c) for c, _ in got) / seconds if seconds else None
 
-    runs = [c for c in vfedmh.configs("paper")["table2"]
-            if c.dataset == "cifar10" and c.seed == 0 and vfedmh.needs_gpu(c)]
-    flops = seconds = 0.0
-    for row in rows:
-        match = [c for c in runs if c.method == row["method"] and "/".join(sorted(set(c.models))) == row["models"]]
-        if match:  # the configuration the calibration ran: seed 0 of Table II's setting
-            flops += step_flops(match[0])
-            seconds += float(row["s_per_step"])
-    return flops / seconds if seconds else None
+
+#: The lent H200 window of 2026-11-26, under ``results/``: its packed benchmark (each setting
+#: alone on the GPU, samples/s of three seeds stepped one after another) measures the H200's
+#: seconds per operation.
+H200_WINDOW = "device/h200-2026-11-26-window.json"
+
+
+def _bench_setting(method: str, model: str, batch: int) -> Any:
+    """The setting ``python -m vflkit.bench`` steps: 4 parties of ``model`` on MNIST's width
+    strips, embedding 128 (:func:`vflkit.bench._setup`)."""
+    from .methods.base import RunConfig
+
+    return RunConfig(paper="demo", dataset="mnist", method=method, models=(model,) * 4, n_parties=4,
+                     batch_size=batch, embedding_dim=128)
+
+
+@functools.cache
+def _op_seconds(root: str) -> dict[str, list[float]]:
+    """Seconds per dispatched operation of each measured setting, by GPU kind: the H100
+    calibration's rows and the H200 window's benchmark rows, over their committed op counts."""
+    out: dict[str, list[float]] = {}
+    for config, s in _calibrated(root):
+        if (ops := step_ops(config, Path(root))) is not None:
+            out.setdefault("h100", []).append(s / ops)
+    try:
+        bench = json.loads((Path(root) / H200_WINDOW).read_text())["bench_packed"]
+    except (OSError, ValueError, KeyError):
+        bench = None
+    for row in (bench or {}).get("rows", []):
+        ops = step_ops(_bench_setting(row["method"], row["model"], bench["batch"]), Path(root))
+        if ops is not None:  # "alone": the pack's runs stepped one after another, one at a time
+            out.setdefault("h200", []).append(bench["batch"] / row["alone_samples_per_s"] / ops)
+    return out
+
+
+def op_seconds(kind: str = "h100", root: Path | None = None) -> float | None:
+    """Seconds one dispatched torch operation of a training step takes on one GPU of ``kind``
+    (``h100``, ``h200``) with nothing else on it: the median over the committed measurements
+    (:func:`_op_seconds`); None without one."""
+    roots = [root] if root is not None else [committed_root(), Path(__file__).resolve().parents[1] / "results"]
+    for r in roots:
+        if (r / OP_COUNTS).is_file():
+            got = _op_seconds(str(r)).get(kind)
+            return statistics.median(got) if got else None
+    return None
+
+
+def launch_bound_s(run: Any, kind: str = "h100") -> float | None:
+    """Seconds ``run`` trains on one GPU of ``kind`` alone, as a launch-bound run: its steps
+    times its step's operations (:func:`step_ops`) times :func:`op_seconds`. None without an op
+    count or a measurement. Evaluation is left out, as in the FLOP count."""
+    ops, per = step_ops(run), op_seconds(kind)
+    n = train_size(run) if ops is not None else None
+    if ops is None or per is None or n is None:
+        return None
+    return math.ceil(n / run.batch_size) * run.epochs * ops * per
 
 
 def h100_rate(family: str, root: Path | None = None) -> float | None:
@@ -554,8 +707,11 @@ def h100_rate(family: str, root: Path | None = None) -> float | None:
 
 
 def h100_minutes(run: Any, family: str) -> float | None:
-    """Minutes ``run`` needs on one H100 alone: its training FLOPs over :func:`h100_rate`
-    (:data:`H100_LABEL`); None where either is missing."""
+    """Minutes ``run`` needs on one H100 alone (:data:`H100_LABEL`): launch-bound, from its op
+    count (:func:`launch_bound_s`); where it has none, its training FLOPs over
+    :func:`h100_rate`. None where neither exists."""
+    if family == "split" and (s := launch_bound_s(run, "h100")) is not None:
+        return s / 60
     try:
         flops = run_flops(run)
     except Exception:  # noqa: BLE001 (a config the counter cannot build is simply unestimated)
@@ -584,8 +740,9 @@ def price(study: Any, runs: Sequence[Any]) -> "pd.DataFrame":
     for i, run in enumerate(runs):
         gpu = bool(study.needs_gpu(run))
         minutes = h100_minutes(run, study.family) if gpu else None
+        ops = gpu and study.family == "split" and launch_bound_s(run, "h100") is not None
         rows.append({"needs": "GPU" if gpu else "CPU", "h100_min": np.nan if minutes is None else minutes,
-                     "cpu_h": np.nan, "source": FROM_FLOPS if minutes is not None else None})
+                     "cpu_h": np.nan, "source": (FROM_OPS if ops else FROM_FLOPS) if minutes is not None else None})
         if minutes is None:
             rest.append(i)
     if rest and study.pending_cost is not None:
@@ -598,20 +755,123 @@ def price(study: Any, runs: Sequence[Any]) -> "pd.DataFrame":
     return pd.DataFrame(rows, columns=cols)
 
 
-def estimate_s(run: Any, kind: str, family: str) -> float | None:
-    """Seconds ``run`` should take on device kind ``kind``: its FLOPs over the measured rate;
-    None where either is missing."""
+def _gpu_kind(name: str) -> str | None:
+    """``h100``/``h200`` from a record's ``environment.device_name``; None for another GPU."""
+    return next((k for k in ("h100", "h200") if k in name.lower()), None)
+
+
+@functools.cache
+def _sharing(root: str) -> tuple[float, ...]:
+    r = Path(root)
+    out = []
+    from .study import run_class
+
+    for path in sorted(r.glob("*/*/*.json")):
+        if _paper_family(path.parent.name) != "split":
+            continue
+        try:
+            rec = json.loads(path.read_text())
+            env = rec["environment"]
+            if str(env["device"]).split(":")[0] != "cuda" or rec.get("diverged"):
+                continue
+            kind = _gpu_kind(str(env.get("device_name", "")))
+            alone = launch_bound_s(run_class("split").from_dict(rec["config"]), kind) if kind else None
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if alone:
+            out.append(float(rec["wall_time_s"]) / alone)
+    return tuple(out)
+
+
+def sharing_slowdown(root: Path | None = None) -> float | None:
+    """How much longer a run takes while several processes share its GPU, as the committed
+    ``cuda`` records were made (9 processes on an H100, 13 under MPS on an H200): the median of
+    each record's wall time over its launch-bound time alone on that GPU (:func:`launch_bound_s`).
+    None without such a record."""
+    got = _sharing(str(root or committed_root()))
+    return statistics.median(got) if got else None
+
+
+#: :func:`estimate`'s source for a launch-bound estimate (op count x seconds per op x sharing).
+FROM_OPS = "ops"
+
+
+def estimate(run: Any, kind: str, family: str) -> tuple[float, str] | None:
+    """(seconds, source) ``run`` should take on device kind ``kind`` (``cpu``, ``cuda``), or None.
+
+    On ``cuda``, as a scheduler's or the launcher's workers share a GPU: a split-family run
+    with an op count is launch-bound, its time alone on an H100 (:func:`launch_bound_s`) times
+    :func:`sharing_slowdown` (source "ops"); otherwise, and on the CPU, its FLOPs over the rate
+    the committed records of that kind measured (:func:`rate`; source "flops")."""
+    kind = kind.split(":")[0]
+    if kind == "cuda" and family == "split":
+        alone, f = launch_bound_s(run, "h100"), sharing_slowdown()
+        if alone is not None and f is not None:
+            return alone * f, FROM_OPS
     try:
         flops = run_flops(run)
     except Exception:  # noqa: BLE001 (a config the counter cannot build is simply unestimated)
         return None
-    if flops is None:
-        return None
-    r = rate(kind, family)
-    return flops / r if r else None
+    r = rate(kind, family) if flops is not None else None
+    return (flops / r, FROM_FLOPS) if r else None
 
 
-__all__ = ["COUNTED_FAMILIES", "FROM_FLOPS", "FROM_STUDY", "H100_CALIBRATION", "H100_LABEL", "IMAGE_DATASETS", "UNCOUNTED",
-           "estimate_s", "h100_minutes", "h100_rate", "multi_vfl_flops", "party_flops", "price", "rate", "record_rates",
-           "run_flops", "step_flops", "top_flops", "train_size", "uncounted"]
+def estimate_s(run: Any, kind: str, family: str) -> float | None:
+    """Seconds ``run`` should take on device kind ``kind`` (:func:`estimate`); None without one."""
+    got = estimate(run, kind, family)
+    return got[0] if got else None
 
+
+__all__ = ["COUNTED_FAMILIES", "FROM_FLOPS", "FROM_OPS", "FROM_STUDY", "H100_CALIBRATION", "H100_LABEL", "H200_WINDOW", "IMAGE_DATASETS",
+           "OP_COUNTS", "UNCOUNTED", "count_step_ops", "estimate", "estimate_s", "h100_minutes", "h100_rate", "launch_bound_s",
+           "multi_vfl_flops", "op_key", "op_seconds", "party_flops", "price", "rate", "record_rates", "run_flops",
+           "sharing_slowdown", "step_flops", "step_ops", "top_flops", "train_size", "uncounted", "write_op_counts"]
+
+
+
+def write_op_counts(root: Path | None = None) -> Path:
+    """Count every image setting of the split family's paper runs, the H100 calibration's and
+    the benchmark's (:func:`count_step_ops`), and write them to :data:`OP_COUNTS` under
+    ``root`` (default the committed ``results/``). Minutes on a CPU."""
+    from . import studies
+
+    root = root or committed_root()
+    settings: dict[str, Any] = {}
+    for study in studies.studies():
+        if study.family != "split":
+            continue
+        for group in study.groups("paper").values():
+            for run in group:
+                if run.dataset in IMAGE_DATASETS:
+                    settings.setdefault(op_key(run), run)
+    for config, _ in _calibrated(str(root)):
+        settings.setdefault(op_key(config), config)
+    for method in ("local", "splitnn", "agg_vfl", "c_vfl"):
+        for model in ("mlp", "cnn", "lenet", "resnet18"):
+            settings.setdefault(op_key(_bench_setting(method, model, 128)), _bench_setting(method, model, 128))
+    rows = []
+    for i, (key, run) in enumerate(sorted(settings.items())):
+        rows.append({"setting": key, "ops": count_step_ops(run)})
+        print(f"[costs] {i + 1}/{len(settings)} {run.method} {'/'.join(run.models)} {run.dataset}: "
+              f"{rows[-1]['ops']} ops a step", file=sys.stderr, flush=True)
+    path = root / OP_COUNTS
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"what": "torch operations one training step dispatches, by split-family setting "
+                                       "(vflkit.costs.count_step_ops at batch %d; python -m vflkit.costs --count-ops)"
+                                       % OP_COUNT_BATCH, "torch": torch.__version__, "steps": rows}, indent=1) + "\n")
+    tmp.replace(path)
+    _read_op_table.cache_clear()
+    _op_seconds.cache_clear()
+    return path
+
+
+if __name__ == "__main__":
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m vflkit.costs", description="the cost model's committed inputs")
+    ap.add_argument("--count-ops", action="store_true", help=f"write results/{OP_COUNTS} (minutes)")
+    if ap.parse_args().count_ops:
+        print(write_op_counts())
+    else:
+        ap.print_help()

@@ -272,8 +272,8 @@ def status(papers: Sequence[str], *, profile: str, device: str = "auto", dataset
     pending; impossible here: a run its study declares unavailable, ``Study.unavailable``, on data
     that is not here), its estimated minutes on ``device`` (:func:`estimate_costs`; empty where it
     resumes from a checkpoint or nothing estimates it), where that estimate comes from
-    (``estimate``: "seeds" or "flops"), whether it is left for a GPU, and for those its estimated
-    H100 minutes (``h100_min``) and their source (``h100_estimate``: "flops" or "study"), from
+    (``estimate``: "seeds", "ops" or "flops"), whether it is left for a GPU, and for those its estimated
+    H100 minutes (``h100_min``) and their source (``h100_estimate``: "ops", "flops" or "study"), from
     :func:`vflkit.costs.price`, the estimator the report's pending cells use."""
     from .config import resolve_device
 
@@ -368,7 +368,7 @@ def estimate_costs(tasks: Sequence[Task], device: str) -> list[Task]:
     recorded runs that differ from it only in the seed, made on the same kind of device (``cpu``
     or ``cuda``); where none is recorded, its training FLOPs over the FLOP/s the committed
     records of its family measured on that kind (:mod:`vflkit.costs`). ``payload["cost_source"]``
-    says which: "seeds" or "flops".
+    says which: "seeds", "ops" (a launch-bound GPU estimate) or "flops".
 
     The budget then starts no run that its estimate says will not fit: a one-shot run (APC-VFL)
     cannot pause and would overrun the budget by its length. A run with a checkpoint keeps no
@@ -398,14 +398,15 @@ def estimate_costs(tasks: Sequence[Task], device: str) -> list[Task]:
     estimates = {t.key: (statistics.median(siblings.values()), "seeds") for t in pending
                  if (siblings := times.get(_seedless_key(t.payload["family"], t.payload["config"])))}
     for t in pending:
-        if t.key not in estimates and (cost := _flops_estimate(t, kind)) is not None:
-            estimates[t.key] = (cost, "flops")
+        if t.key not in estimates and (got := _model_estimate(t, kind)) is not None:
+            estimates[t.key] = got
     return [dataclasses.replace(t, cost_s=estimates[t.key][0], payload={**t.payload, "cost_source": estimates[t.key][1]})
             if t.key in estimates else t for t in tasks]
 
 
-def _flops_estimate(task: Task, kind: str) -> float | None:
-    """Seconds from the cost model, None where it has no count or no rate for ``kind``."""
+def _model_estimate(task: Task, kind: str) -> tuple[float, str] | None:
+    """(seconds, "ops" or "flops") from the cost model (:func:`vflkit.costs.estimate`), None
+    where it has no count or no rate for ``kind``."""
     from . import costs
 
     family = task.payload["family"]
@@ -413,7 +414,7 @@ def _flops_estimate(task: Task, kind: str) -> float | None:
         run = run_class(family).from_dict(task.payload["config"])
     except Exception:  # a config its class refuses has no estimate (running it will say why)
         return None
-    return costs.estimate_s(run, kind, family)
+    return costs.estimate(run, kind, family)
 
 
 def only_datasets(tasks: Sequence[Task], datasets: Sequence[str]) -> list[Task]:
