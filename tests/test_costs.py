@@ -273,3 +273,18 @@ def test_the_sharing_slowdown_is_each_cuda_records_time_over_its_time_alone(tmp_
         (folder / f"{name}.json").write_text(json.dumps({"config": run.to_dict(), "environment": env,
                                                          "wall_time_s": wall, "diverged": None}))
     assert costs.sharing_slowdown(tmp_path) == pytest.approx(3.0)
+
+
+def test_multi_vfl_minutes_give_back_the_measured_rounds():
+    """The Multi-VFL run the H200 window trained part of: its estimate on the H200, times the
+    sharing slowdown, is its measured seconds per round times its rounds; every paper run has one."""
+    import json
+
+    from vflkit.studies import multi_vfl
+
+    stopped = json.loads((costs.committed_root() / costs.H200_WINDOW).read_text())["stopped_runs"]
+    r = next(x for x in stopped if x["unit"] == "round")
+    run = next(c for c in multi_vfl.configs("paper") if c.key == r["key"])
+    got = costs.multi_vfl_minutes(run, "h200") * 60 * costs.sharing_slowdown()
+    assert got == pytest.approx(r["elapsed_s"] / r["done"] * run.rounds)
+    assert all(costs.multi_vfl_minutes(c) for c in multi_vfl.configs("paper") if multi_vfl.needs_gpu(c))

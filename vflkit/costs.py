@@ -681,6 +681,30 @@ def op_seconds(kind: str = "h100", root: Path | None = None) -> float | None:
     return None
 
 
+def multi_vfl_minutes(run: Any, kind: str = "h100", root: Path | None = None) -> float | None:
+    """Minutes a Multi-VFL run needs on one GPU of ``kind`` alone, from the paper run the H200
+    window trained part of (:data:`H200_WINDOW`: its rounds done in its seconds, 13 processes
+    sharing the GPU): over :func:`sharing_slowdown` (the split family's), at ``kind``'s seconds
+    per op against the H200's (:func:`op_seconds`), scaled by ``run``'s FLOPs against that run's.
+    None without the measurement. Its least certain link is the sharing factor, measured on the
+    split family's runs, not on Multi-VFL's."""
+    from .studies import multi_vfl
+
+    root = root or committed_root()
+    try:
+        stopped = json.loads((root / H200_WINDOW).read_text())["stopped_runs"]
+    except (OSError, ValueError, KeyError):
+        return None
+    by_key = {c.key: c for c in multi_vfl.configs("paper")}
+    got = [(by_key[r["key"]], r) for r in stopped if r.get("unit") == "round" and r["key"] in by_key]
+    share, here, there = sharing_slowdown(root), op_seconds(kind, root), op_seconds("h200", root)
+    if not got or None in (share, here, there):
+        return None
+    measured, r = got[0]
+    per_round = r["elapsed_s"] / r["done"] / share * here / there
+    return per_round * measured.rounds * run_flops(run) / run_flops(measured) / 60
+
+
 def launch_bound_s(run: Any, kind: str = "h100") -> float | None:
     """Seconds ``run`` trains on one GPU of ``kind`` alone, as a launch-bound run: its steps
     times its step's operations (:func:`step_ops`) times :func:`op_seconds`. None without an op
@@ -824,7 +848,7 @@ def estimate_s(run: Any, kind: str, family: str) -> float | None:
 
 __all__ = ["COUNTED_FAMILIES", "FROM_FLOPS", "FROM_OPS", "FROM_STUDY", "H100_CALIBRATION", "H100_LABEL", "H200_WINDOW", "IMAGE_DATASETS",
            "OP_COUNTS", "UNCOUNTED", "count_step_ops", "estimate", "estimate_s", "h100_minutes", "h100_rate", "launch_bound_s",
-           "multi_vfl_flops", "op_key", "op_seconds", "party_flops", "price", "rate", "record_rates", "run_flops",
+           "multi_vfl_flops", "multi_vfl_minutes", "op_key", "op_seconds", "party_flops", "price", "rate", "record_rates", "run_flops",
            "sharing_slowdown", "step_flops", "step_ops", "top_flops", "train_size", "uncounted", "write_op_counts"]
 
 

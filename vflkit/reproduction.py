@@ -800,7 +800,8 @@ def own_gpu_minutes(recs: _Records | None = None) -> pd.DataFrame:
         if not todo:
             continue
         cost = costs.price(study, todo)
-        how = {costs.FROM_FLOPS: "from FLOPs at the measured H100 rate (1)",
+        how = {costs.FROM_OPS: "from each step's operations at the measured H100 seconds per operation (1)",
+               costs.FROM_FLOPS: "from FLOPs at the measured H100 rate (1)",
                costs.FROM_STUDY: f"the study's own rule (`{study.name}.pending_cost`)"}
         priced = cost["source"][cost["h100_min"].notna()]
         rows.append({"paper": study.title, "name": study.name, "runs": len(todo), "h100_min": cost["h100_min"].sum(min_count=1),
@@ -831,7 +832,47 @@ def readme_own_gpu(report: str = "") -> str:
         f"In all: about {total:,.0f} H100-minutes ({total / 60:.1f} hours) for one run at a time"
         + (f", and {unpriced} runs without an H100 estimate" if unpriced else "") + ". (1) " + costs.H100_LABEL
         + "; `python -m vflkit.study --status --profile paper` prints the same estimate run by run.",
-        README_GPU_END])
+        "", *measured_gpu_rates(), README_GPU_END])
+
+
+def measured_gpu_rates() -> list[str]:
+    """The README's lines on what the lent GPUs measured, each computed from the committed
+    measurement files under ``results/device/`` (:mod:`vflkit.costs`)."""
+    import json
+    import statistics
+
+    from . import costs
+
+    root = costs.committed_root()
+    per_op = costs._op_seconds(str(root))
+    lines = ["Measured on lent GPUs (`results/device/`): these runs are launch-bound, so their time is set by the "
+             "torch operations each step dispatches, not by their FLOPs."]
+    for kind, label in (("h100", "the H100 calibration (2026-11-22)"), ("h200", "the H200 window's benchmark (2026-11-26)")):
+        if per_op.get(kind):
+            us = [1e6 * v for v in per_op[kind]]
+            lines.append(f"- {label}: {statistics.median(us):.1f} µs per operation (median of {len(us)} settings, "
+                         f"{min(us):.0f}-{max(us):.0f}), one process alone on the GPU.")
+    share = costs.sharing_slowdown()
+    if share:
+        lines.append(f"- several processes sharing one GPU: each run took {share:.1f}x its time alone (median over "
+                     f"{len(costs._sharing(str(root)))} `cuda` records), so the card did about that many times less "
+                     "per run but ran them side by side.")
+    try:
+        bench = json.loads((root / costs.H200_WINDOW).read_text())["bench_packed"]
+    except (OSError, ValueError, KeyError):
+        bench = None
+    if bench:
+        gains = [f"{r['method']} {r['model']} {r['vmap_samples_per_s'] / r['alone_samples_per_s']:.2f}x"
+                 for r in bench["rows"]]
+        lines.append(f"- packing {bench['pack_size']} seeds as one vmapped step (`vflkit.training.packed`), against "
+                     f"the same runs stepped one after another on the H200: {', '.join(gains)}.")
+    from .studies import multi_vfl
+
+    mins = [m for c in multi_vfl.configs("paper") if (m := costs.multi_vfl_minutes(c)) is not None]
+    if mins:
+        lines.append(f"- Multi-VFL: one paper run's rounds on the H200 price each of its runs at about "
+                     f"{statistics.median(mins):.0f} H100-minutes alone (`vflkit.costs.multi_vfl_minutes`).")
+    return lines
 
 
 def update_readme(report: str, readme: Path | None = None) -> bool:

@@ -658,10 +658,16 @@ def figure3(records: Sequence[dict[str, Any]]) -> tuple[plt.Figure, pd.DataFrame
 
 
 def pending_cost(runs: Sequence[MultiVFLConfig]) -> pd.DataFrame:
-    """The report's price of pending paper-profile runs: :func:`pending`'s CPU hours, run by run."""
+    """The report's price of pending paper-profile runs, run by run: :func:`pending`'s CPU hours,
+    and the H100 minutes of :func:`vflkit.costs.multi_vfl_minutes` (from the rounds one paper
+    run made on a lent H200) where that measurement is committed."""
+    from .. import costs
+
     df = pending("paper").set_index(["dataset", "scenario", "optimizer", "seed"])
     idx = [(DATASET_LABELS[c.dataset], c.scenario, OPTIMIZER_LABELS[c.server_optimizer], c.seed) for c in runs]
-    return pd.DataFrame({"needs": "CPU", "h100_min": np.nan,
+    minutes = [costs.multi_vfl_minutes(c) for c in runs]
+    return pd.DataFrame({"needs": ["GPU" if m is not None else "CPU" for m in minutes],
+                         "h100_min": [np.nan if m is None else m for m in minutes],
                          "cpu_h": df["estimated_cpu_hours"].reindex(idx).to_numpy()})
 
 
