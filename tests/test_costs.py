@@ -288,3 +288,7 @@ def test_multi_vfl_minutes_give_back_the_measured_rounds():
     got = costs.multi_vfl_minutes(run, "h200") * 60 * costs.sharing_slowdown()
     assert got == pytest.approx(r["elapsed_s"] / r["done"] * run.rounds)
     assert all(costs.multi_vfl_minutes(c) for c in multi_vfl.configs("paper") if multi_vfl.needs_gpu(c))
+    # the scheduler's and the launcher's cuda estimate: that, while processes share the GPU
+    seconds, source = costs.estimate(run, "cuda", "multi_owner")
+    assert source == costs.FROM_ROUNDS and seconds == pytest.approx(costs.multi_vfl_minutes(run) * 60
+                                                                    * costs.sharing_slowdown())

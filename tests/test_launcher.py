@@ -37,6 +37,16 @@ def planted(tmp_path_factory):
     return run, pending, recorded, results
 
 
+@pytest.fixture
+def placeholder_rate(monkeypatch):
+    """Multi-VFL priced at the launcher's placeholder FLOP rate, as before a window measured its
+    rounds: at the measured rounds (costs.multi_vfl_minutes) no run fits a window, and these
+    tests exercise the windows' mechanics."""
+    from vflkit import costs
+
+    monkeypatch.setattr(costs, "multi_vfl_minutes", lambda *a, **k: None)
+
+
 def test_committed_records_are_skipped(planted):
     """A GPU run with a whole record is not planned; every other GPU run of the study is pending."""
     run, pending, recorded, _ = planted
@@ -45,7 +55,7 @@ def test_committed_records_are_skipped(planted):
     assert len(pending) == len(multi_vfl.configs("paper")) - 1
 
 
-def test_plan_accounts_for_every_pending_run_within_the_limits(planted):
+def test_plan_accounts_for_every_pending_run_within_the_limits(planted, placeholder_rate):
     """Each pending run is planned or listed as not fitting with a reason; no call overruns its
     limit, its carry or its command length, and every window ends before its deadline."""
     _, pending, _, _ = planted
@@ -125,7 +135,7 @@ def test_chunks_fit_beside_the_tree(tmp_path):
         assert (tmp_path / "machine" / "data" / name).read_bytes() == blob
 
 
-def test_dry_run_rehearses_a_window_on_the_cpu(planted, tmp_path):
+def test_dry_run_rehearses_a_window_on_the_cpu(planted, tmp_path, placeholder_rate):
     """The CPU rehearsal writes every call, runs the first window's calls with stand-ins, and the
     stand-in records come back through collect and receive."""
     _, pending, _, _ = planted
@@ -183,7 +193,7 @@ def _referenced(command):
 
 
 @pytest.mark.parametrize("with_wheels", [False, True])
-def test_prepare_writes_every_file_the_calls_read(planted, tmp_path, monkeypatch, with_wheels):
+def test_prepare_writes_every_file_the_calls_read(planted, tmp_path, monkeypatch, with_wheels, placeholder_rate):
     """`prepare` leaves under .launch/ every path a window's calls carry or name (plan, chunks and,
     when there are wheels, the wheel folder); without wheels the first call installs none."""
     _, pending, _, _ = planted
@@ -370,6 +380,7 @@ def test_every_pending_run_is_in_a_window_or_needs_an_own_gpu():
     assumed; the default window is a lent task's device time less its give-back."""
     runs = [_run("vfedmh", "long", 10_000.0, (0,)), _run("vfedmh", "short", 10.0, (1,)),
             L.dataclasses.replace(_run("vfedmh", "unpriced", 0.0, (2,)), cost_s=None, config={"dataset": "mnist", "x": 1})]
+    runs = [L.dataclasses.replace(r, cost_source="placeholder") for r in runs]
     p = L.plan(L.DEFAULT_DEADLINE_S, runs=runs[:2], opened={("vfedmh", "Table II"): 1}, tree=30 * MIB, workers=2)
     p.rates = {"split": (2.0e12, "placeholder")}
     assert L.DEFAULT_DEADLINE_S + L.GIVE_BACK_S == L.DEVICE_TIME_S == 15 * 60
@@ -379,6 +390,10 @@ def test_every_pending_run_is_in_a_window_or_needs_an_own_gpu():
     assert "windows needed for what fits: 1" in table
     assert "own-GPU hours for the rest: 1 runs, 2.8 run-hours" in table
     assert "rate assumed: split 2.00 TFLOP/s" in table and "not measured" in table
+    # runs priced launch-bound name the per-op time and the sharing slowdown, not a FLOP rate
+    ops = L.dataclasses.replace(p, windows=[], not_fitting=[(L.dataclasses.replace(runs[0], cost_source="ops"), "x")])
+    names = L.rate_names(ops)
+    assert len(names) == 1 and names[0].startswith("split: launch-bound") and "TFLOP/s" not in names[0]
     assert "warning" not in table
     assert "warning" in L.plan_table(L.dataclasses.replace(p, deadline_s=28 * 60))
     assert L.own_gpu_s(runs, 2) == (10_010.0, 10_000.0)

@@ -818,6 +818,8 @@ def sharing_slowdown(root: Path | None = None) -> float | None:
 
 #: :func:`estimate`'s source for a launch-bound estimate (op count x seconds per op x sharing).
 FROM_OPS = "ops"
+#: :func:`estimate`'s source for a Multi-VFL run priced from measured rounds (:func:`multi_vfl_minutes`).
+FROM_ROUNDS = "rounds"
 
 
 def estimate(run: Any, kind: str, family: str) -> tuple[float, str] | None:
@@ -825,13 +827,18 @@ def estimate(run: Any, kind: str, family: str) -> tuple[float, str] | None:
 
     On ``cuda``, as a scheduler's or the launcher's workers share a GPU: a split-family run
     with an op count is launch-bound, its time alone on an H100 (:func:`launch_bound_s`) times
-    :func:`sharing_slowdown` (source "ops"); otherwise, and on the CPU, its FLOPs over the rate
+    :func:`sharing_slowdown` (source "ops"); a Multi-VFL run, :func:`multi_vfl_minutes` times
+    the same (source "rounds"); otherwise, and on the CPU, its FLOPs over the rate
     the committed records of that kind measured (:func:`rate`; source "flops")."""
     kind = kind.split(":")[0]
     if kind == "cuda" and family == "split":
         alone, f = launch_bound_s(run, "h100"), sharing_slowdown()
         if alone is not None and f is not None:
             return alone * f, FROM_OPS
+    if kind == "cuda" and family == "multi_owner":
+        minutes, f = multi_vfl_minutes(run), sharing_slowdown()
+        if minutes is not None and f is not None:
+            return minutes * 60 * f, FROM_ROUNDS
     try:
         flops = run_flops(run)
     except Exception:  # noqa: BLE001 (a config the counter cannot build is simply unestimated)
@@ -846,7 +853,7 @@ def estimate_s(run: Any, kind: str, family: str) -> float | None:
     return got[0] if got else None
 
 
-__all__ = ["COUNTED_FAMILIES", "FROM_FLOPS", "FROM_OPS", "FROM_STUDY", "H100_CALIBRATION", "H100_LABEL", "H200_WINDOW", "IMAGE_DATASETS",
+__all__ = ["COUNTED_FAMILIES", "FROM_FLOPS", "FROM_OPS", "FROM_ROUNDS", "FROM_STUDY", "H100_CALIBRATION", "H100_LABEL", "H200_WINDOW", "IMAGE_DATASETS",
            "OP_COUNTS", "UNCOUNTED", "count_step_ops", "estimate", "estimate_s", "h100_minutes", "h100_rate", "launch_bound_s",
            "multi_vfl_flops", "multi_vfl_minutes", "op_key", "op_seconds", "party_flops", "price", "rate", "record_rates", "run_flops",
            "sharing_slowdown", "step_flops", "step_ops", "top_flops", "train_size", "uncounted", "write_op_counts"]

@@ -819,13 +819,26 @@ def own_gpu_s(runs: Sequence[GpuRun], workers: int) -> tuple[float, float]:
 
 
 def rate_names(p: Plan) -> list[str]:
-    """Each family's FLOP/s the plan assumed, and what it is: measured (which records), a rate
+    """What each family's estimates assumed, for the sources the plan's runs used: the
+    launch-bound model's seconds per op and sharing slowdown (``ops``), Multi-VFL's measured
+    rounds (``rounds``), and a FLOP/s rate with what it is: measured (which records), a rate
     file's, or a placeholder (an assumption, not measured)."""
     from . import costs
 
     kind = DEVICE_KINDS[p.device_kind]
+    runs = [r for w in p.windows for r in w.runs] + [r for r, _ in p.not_fitting]
+    used = {(r.family, r.cost_source) for r in runs}
     out = []
+    share = costs.sharing_slowdown()
+    if any(src == costs.FROM_OPS for _, src in used) and share:
+        out.append(f"split: launch-bound, {1e6 * costs.op_seconds('h100'):.1f} us per operation on an H100 alone "
+                   f"(the calibration), x{share:.1f} while processes share the GPU (the median of the cuda records)")
+    if any(src == costs.FROM_ROUNDS for _, src in used) and share:
+        out.append(f"multi_owner: one paper run's rounds measured on the H200 window (costs.multi_vfl_minutes), "
+                   f"x{share:.1f} while processes share the GPU")
     for fam, (r, src) in sorted(p.rates.items()):
+        if not any(f == fam and s in ("committed records", "placeholder", "rate file", "flops") for f, s in used):
+            continue  # no run of this family was priced by its FLOP rate
         if src == "committed records":
             n = len(costs.record_rates().get((kind, fam), []))
             what = f"measured: the median of {n} committed {kind} records of the {fam} family"
