@@ -39,3 +39,32 @@ def test_bench_multi_vfl_splits_a_quick_round_into_training_and_both_evaluations
     assert r["round_after_s"] == r["train_s"] + r["eval_chunked_s"]
     assert all(r[k] > 0 for k in ("step_s", "plain_step_s", "eval_whole_s", "eval_chunked_s",
                                   "train_packed_vmap_s", "train_packed_loop_s"))
+
+
+def test_bench_packed_writes_rows_the_cost_model_reads(tmp_path, capsys):
+    """`--packed --json FILE` writes each row with its step's op count and FLOPs (the cost model's
+    own counts); a file whose device names a GPU kind gives that kind its seconds per operation
+    (costs.op_seconds), a CPU's gives none."""
+    import json
+    import shutil
+
+    from vflkit import costs
+
+    out = tmp_path / "device" / "bench.json"
+    out.parent.mkdir()
+    bench.main(["--packed", "--device", "cpu", "--methods", "c_vfl", "--models", "mlp", "--pack-size", "2",
+                "--steps", "1", "--batch", "16", "--json", str(out)])
+    printed = capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    (row,) = doc["bench_packed"]["rows"]
+    setting = costs.bench_setting("c_vfl", "mlp", 16)
+    assert row["ops_per_step"] == costs.count_step_ops(setting) > 1000 and row["flops_per_step"] > 0
+    assert "us/op" in printed and f"{row['ops_per_step']:>7.0f}" in printed
+    shutil.copy(costs.committed_root() / costs.OP_COUNTS, tmp_path / costs.OP_COUNTS)
+    assert costs._op_seconds(str(tmp_path)) == {}  # measured on a CPU: no GPU kind
+    doc["device"] = "NVIDIA H100 80GB HBM3"
+    out.write_text(json.dumps(doc))
+    costs._op_seconds.cache_clear()
+    got = costs._op_seconds(str(tmp_path))["h100"]
+    assert got == [pytest.approx(16 / row["alone_samples_per_s"] / costs.step_ops(setting))]
+    costs._op_seconds.cache_clear()

@@ -250,7 +250,7 @@ def test_the_launch_bound_model_against_what_the_gpus_measured():
     cvfl = [r for r in bench["rows"] if r["method"] == "c_vfl"]
     assert cvfl
     for row in cvfl:
-        setting = costs._bench_setting("c_vfl", row["model"], bench["batch"])
+        setting = costs.bench_setting("c_vfl", row["model"], bench["batch"])
         measured = bench["batch"] / row["alone_samples_per_s"]
         assert costs.step_ops(setting) * costs.op_seconds("h200") == pytest.approx(measured, rel=0.25)
         flop_model = costs.step_flops(setting) / costs.h100_rate("split")

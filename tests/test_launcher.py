@@ -39,12 +39,14 @@ def planted(tmp_path_factory):
 
 @pytest.fixture
 def placeholder_rate(monkeypatch):
-    """Multi-VFL priced at the launcher's placeholder FLOP rate, as before a window measured its
-    rounds: at the measured rounds (costs.multi_vfl_minutes) no run fits a window, and these
-    tests exercise the windows' mechanics."""
+    """Multi-VFL priced at a placeholder FLOP rate, as before a window measured its rounds: at
+    the measured rounds (costs.multi_vfl_minutes) no run fits a window, and these tests exercise
+    the windows' mechanics."""
     from vflkit import costs
 
     monkeypatch.setattr(costs, "multi_vfl_minutes", lambda *a, **k: None)
+    # twice the placeholder rate: some runs then fit the room a window's benchmark leaves
+    monkeypatch.setitem(L.PLACEHOLDER_RATES, "multi_owner", 2 * L.PLACEHOLDER_RATES["multi_owner"])
 
 
 def test_committed_records_are_skipped(planted):
@@ -178,7 +180,7 @@ def test_runs_packed_together_fit_the_window_their_data_leaves():
     data calls are made (CIFAR-10: several), not to an empty window's: two CIFAR-10 runs that
     each fit are planned, where before they were packed together beyond that room and both
     listed as not fitting."""
-    runs = [L.dataclasses.replace(_run("vfedmh", f"c{i}", 150.0, (i,)), config={"dataset": "cifar10"})
+    runs = [L.dataclasses.replace(_run("vfedmh", f"c{i}", 120.0, (i,)), config={"dataset": "cifar10"})
             for i in range(2)]
     p = L.plan(14 * 60, runs=runs, opened={("vfedmh", "Table II"): 1}, tree=30 * MIB, workers=2)
     assert sorted(r.key for r in p.planned) == ["c0", "c1"] and not p.not_fitting
@@ -457,3 +459,34 @@ def test_a_lane_gates_a_stopped_run_on_what_its_checkpoint_leaves(tmp_path, monk
     torch.save({"epoch": 18}, ckpt)
     assert L.left_to_do({**run, "profile": "smoke"}, work / "results") == pytest.approx(0.1)
     assert go()[config.key].startswith("recorded") and started == [20]
+
+
+def test_a_windows_first_call_benchmarks_the_gpu_and_receive_files_the_rows(tmp_path):
+    """On a GPU the first call runs the packed benchmark before the lanes start (the plan counts
+    its minutes), writing its rows into $OUT; receive files them under results/device/ by GPU
+    kind, where the cost model reads its seconds per operation. A CPU window runs none, and a
+    benchmark made on a CPU is not filed."""
+    runs = [_run("vfedmh", "short", 10.0, (0,))]
+    gpu = L.plan(L.DEFAULT_DEADLINE_S, runs=runs, opened={("vfedmh", "Table II"): 1}, tree=30 * MIB, workers=2)
+    cpu = L.plan(L.DEFAULT_DEADLINE_S, "cpu", runs=runs, opened={("vfedmh", "Table II"): 1}, tree=30 * MIB, workers=2)
+    first = gpu.windows[0].calls[0]
+    assert "vflkit.bench --device cuda --packed" in first.command and "bench.json" in first.command
+    assert not any("vflkit.bench" in c.command for w in cpu.windows for c in w.calls)
+    assert gpu.windows[0].start_s >= cpu.windows[0].start_s + L.BENCH_S
+    # with several data calls it runs detached beside their transfers, the lanes waiting only for the rest
+    assert L.bench_wait_s(1) == L.BENCH_S and L.bench_wait_s(2) < L.BENCH_S and L.bench_wait_s(9) == 0
+    work = tmp_path / "machine"
+    (work / "results").mkdir(parents=True)
+    (work / "bench.json").write_text("{}")
+    L.collect(work, tmp_path / "out")
+    assert (tmp_path / "out" / "bench.json").exists()  # every call returns it, as far as it got
+    got = tmp_path / "got"
+    got.mkdir()
+    row = {"method": "local", "model": "mlp", "alone_samples_per_s": 1.0, "vmap_samples_per_s": 1.0,
+           "loop_samples_per_s": 1.0}
+    (got / "bench.json").write_text(json.dumps({"device": "CPU (2 cores)", "bench_packed": {"rows": [row]}}))
+    assert L.keep_benchmark(got, tmp_path / "results") is None
+    (got / "bench.json").write_text(json.dumps({"device": "NVIDIA H200", "bench_packed": {"rows": [row]}}))
+    L.receive(got, tmp_path / "results")
+    (filed,) = (tmp_path / "results" / "device").glob("h200-*-bench.json")
+    assert json.loads(filed.read_text())["bench_packed"]["rows"] == [row]

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 #: VFedMH with its secure ring forced to one backend (``VFedMH.ring_backend``; the "vfedmh"
@@ -51,6 +52,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--packed", action="store_true",
                         help="samples/s of K runs one after another vs packed (vflkit.training.packed)")
     parser.add_argument("--pack-size", type=int, default=4, help="K, the runs per pack (with --packed)")
+    parser.add_argument("--json", type=Path, default=None,
+                        help="with --packed: also write the rows here (a GPU's file under results/device/ gives the "
+                             "cost model its seconds per operation)")
     parser.add_argument("--steps", type=int, default=10, help="steps per timed block (with --packed)")
     parser.add_argument("--multi-vfl", action="store_true",
                         help="CPU seconds of a Multi-VFL quick-profile round and where they go, one torch thread")
@@ -297,8 +301,18 @@ def bench_packed(models: list[str], *, methods: Sequence[str] = PACKED_METHODS, 
             row: dict[str, float | str] = {"method": name, "model": model, "pack_size": pack_size}
             row.update({f"{k}_samples_per_s": pack_size * batch * steps / statistics.median(v)
                         for k, v in times.items()})
-            rows.append(row)
+            rows.append({**row, **step_cost(name, model, batch)})
     return rows
+
+
+def step_cost(method: str, model: str, batch: int) -> dict[str, float]:
+    """One run's training step in the benchmark's setting: the torch operations it dispatches
+    and the FLOPs it computes (:mod:`vflkit.costs`, the cost model's own counts), so that a
+    timed row gives seconds per operation and FLOP/s."""
+    from . import costs
+
+    setting = costs.bench_setting(method, model, batch)
+    return {"ops_per_step": float(costs.count_step_ops(setting)), "flops_per_step": costs.step_flops(setting)}
 
 
 def bench_multi_vfl(*, rounds: int = 3, scenario: str = "4niid", server_optimizer: str = "fedadam",
@@ -537,23 +551,37 @@ def _print_multi_vfl(args: argparse.Namespace) -> None:
 
 
 def _print_packed(args: argparse.Namespace, where: str) -> None:
+    import json
+
     methods = [m for m in args.methods if m in PACKED_METHODS] or list(PACKED_METHODS)
     print(f"torch {torch.__version__}, {where}, {torch.get_num_threads()} threads; batch {args.batch} per run, "
           f"4 parties on 28x7 MNIST strips, embedding 128; K = {args.pack_size} runs (seeds 0..{args.pack_size - 1})")
     print("samples/s of all K runs: stepped one after another (alone) vs one packed step, vmapped or looped over "
           "the stacked slices (vflkit.training.packed.STACKINGS); medians of 3 "
-          f"blocks of {args.steps} steps, alternated")
+          f"blocks of {args.steps} steps, alternated; ops: torch operations one run's step dispatches, "
+          "us/op: a step alone over them (launch-bound when steady across models); TFLOP/s of all K runs")
     head = (f"{'method':<10} {'model':<8} {'alone':>10} {'vmap':>10} {'loop':>10} "
-            f"{'vmap/alone':>11} {'loop/alone':>11}")
+            f"{'vmap/alone':>11} {'loop/alone':>11} {'ops':>7} {'us/op':>6} {'TFLOP/s alone':>14} {'vmap':>6}")
     print(head)
     print("-" * len(head), flush=True)
+    rows = []
     for method in methods:
         for model in args.models:  # a row as soon as it is measured: C-VFL's takes a while
             r, = bench_packed([model], methods=[method], pack_size=args.pack_size, batch=args.batch,
                               steps=args.steps, device=args.device)
+            rows.append(r)
             a, v, lo = r["alone_samples_per_s"], r["vmap_samples_per_s"], r["loop_samples_per_s"]
-            print(f"{method:<10} {model:<8} {a:>10.0f} {v:>10.0f} {lo:>10.0f} {v / a:>10.2f}x {lo / a:>10.2f}x",
-                  flush=True)
+            us = 1e6 * args.batch / a / r["ops_per_step"]
+            tf = r["flops_per_step"] / args.batch / 1e12
+            print(f"{method:<10} {model:<8} {a:>10.0f} {v:>10.0f} {lo:>10.0f} {v / a:>10.2f}x {lo / a:>10.2f}x "
+                  f"{r['ops_per_step']:>7.0f} {us:>6.1f} {a * tf:>14.3f} {v * tf:>6.3f}", flush=True)
+            if args.json:  # rewritten after every row: a benchmark cut short keeps what it measured
+                tmp = args.json.with_suffix(".tmp")
+                tmp.write_text(json.dumps({"device": where, "torch": torch.__version__,
+                                           "bench_packed": {"batch": args.batch, "pack_size": args.pack_size,
+                                                            "parties": 4, "input": "28x7 MNIST strips",
+                                                            "embedding": 128, "rows": rows}}, indent=1))
+                tmp.replace(args.json)
 
 
 if __name__ == "__main__":

@@ -637,11 +637,12 @@ def _h100_rate(root: str) -> float | None:
 
 #: The lent H200 window of 2026-11-26, under ``results/``: its packed benchmark (each setting
 #: alone on the GPU, samples/s of three seeds stepped one after another) measures the H200's
-#: seconds per operation.
+#: seconds per operation (as any benchmark file there does), and its stopped Multi-VFL run the
+#: seconds of a Multi-VFL round.
 H200_WINDOW = "device/h200-2026-11-26-window.json"
 
 
-def _bench_setting(method: str, model: str, batch: int) -> Any:
+def bench_setting(method: str, model: str, batch: int) -> Any:
     """The setting ``python -m vflkit.bench`` steps: 4 parties of ``model`` on MNIST's width
     strips, embedding 128 (:func:`vflkit.bench._setup`)."""
     from .methods.base import RunConfig
@@ -653,19 +654,23 @@ def _bench_setting(method: str, model: str, batch: int) -> Any:
 @functools.cache
 def _op_seconds(root: str) -> dict[str, list[float]]:
     """Seconds per dispatched operation of each measured setting, by GPU kind: the H100
-    calibration's rows and the H200 window's benchmark rows, over their committed op counts."""
+    calibration's rows, and the rows of every packed benchmark a GPU wrote under
+    ``results/device/`` (``python -m vflkit.bench --packed --json``; its ``device`` names the GPU),
+    each over its committed op count."""
     out: dict[str, list[float]] = {}
     for config, s in _calibrated(root):
         if (ops := step_ops(config, Path(root))) is not None:
             out.setdefault("h100", []).append(s / ops)
-    try:
-        bench = json.loads((Path(root) / H200_WINDOW).read_text())["bench_packed"]
-    except (OSError, ValueError, KeyError):
-        bench = None
-    for row in (bench or {}).get("rows", []):
-        ops = step_ops(_bench_setting(row["method"], row["model"], bench["batch"]), Path(root))
-        if ops is not None:  # "alone": the pack's runs stepped one after another, one at a time
-            out.setdefault("h200", []).append(bench["batch"] / row["alone_samples_per_s"] / ops)
+    for path in sorted((Path(root) / "device").glob("*.json")):
+        try:
+            doc = json.loads(path.read_text())
+            bench, kind = doc["bench_packed"], _gpu_kind(str(doc["device"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # not a benchmark's file
+        for row in bench.get("rows", []) if kind else []:
+            ops = step_ops(bench_setting(row["method"], row["model"], bench["batch"]), Path(root))
+            if ops is not None:  # "alone": the pack's runs stepped one after another, one at a time
+                out.setdefault(kind, []).append(bench["batch"] / row["alone_samples_per_s"] / ops)
     return out
 
 
@@ -854,7 +859,7 @@ def estimate_s(run: Any, kind: str, family: str) -> float | None:
 
 
 __all__ = ["COUNTED_FAMILIES", "FROM_FLOPS", "FROM_OPS", "FROM_ROUNDS", "FROM_STUDY", "H100_CALIBRATION", "H100_LABEL", "H200_WINDOW", "IMAGE_DATASETS",
-           "OP_COUNTS", "UNCOUNTED", "count_step_ops", "estimate", "estimate_s", "h100_minutes", "h100_rate", "launch_bound_s",
+           "OP_COUNTS", "UNCOUNTED", "bench_setting", "count_step_ops", "estimate", "estimate_s", "h100_minutes", "h100_rate", "launch_bound_s",
            "multi_vfl_flops", "multi_vfl_minutes", "op_key", "op_seconds", "party_flops", "price", "rate", "record_rates", "run_flops",
            "sharing_slowdown", "step_flops", "step_ops", "top_flops", "train_size", "uncounted", "write_op_counts"]
 
@@ -879,7 +884,7 @@ def write_op_counts(root: Path | None = None) -> Path:
         settings.setdefault(op_key(config), config)
     for method in ("local", "splitnn", "agg_vfl", "c_vfl"):
         for model in ("mlp", "cnn", "lenet", "resnet18"):
-            settings.setdefault(op_key(_bench_setting(method, model, 128)), _bench_setting(method, model, 128))
+            settings.setdefault(op_key(bench_setting(method, model, 128)), bench_setting(method, model, 128))
     rows = []
     for i, (key, run) in enumerate(sorted(settings.items())):
         rows.append({"setting": key, "ops": count_step_ops(run)})

@@ -100,6 +100,23 @@ CALL_OVERHEAD_S = 45.0
 RETURN_MARGIN_S = 60.0
 #: A lane's process imports torch, builds its CUDA context and loads its data before a run.
 LANE_START_S = 30.0
+#: A window's first call benchmarks the GPU before the lanes start (issue 40: the packed
+#: benchmark first): at most this long, its rows written as they are measured.
+BENCH_S = 150.0
+#: That benchmark's command (``{device}`` filled in): the packed settings, small models and a
+#: ResNet, C-VFL last (its rows take longest); ``receive`` files its JSON under results/device/.
+BENCH_COMMAND = ("timeout {s} python3 -m vflkit.bench --device {device} --packed --pack-size 3 --steps 10 "
+                 "--methods local splitnn agg_vfl c_vfl --models mlp cnn resnet18 --json {work}/bench.json "
+                 "> {work}/bench.txt 2>&1; touch {work}/bench.done")
+
+
+def bench_wait_s(n_data_calls: int) -> float:
+    """How long a window's lanes wait for its benchmark: all of it when the first call also
+    starts them (one data call), else what the data calls' transfers do not already cover (the
+    benchmark runs detached from the first call on, beside them)."""
+    if n_data_calls <= 1:
+        return BENCH_S
+    return max(0.0, BENCH_S - (n_data_calls - 1) * (CALL_OVERHEAD_S + 20.0))
 #: Processes sharing the GPU: the committed H100 records were made by 9 at once, so their
 #: per-run times (which the costs divide by) are times under sharing.
 DEFAULT_WORKERS = 8
@@ -663,8 +680,17 @@ def window_calls(window: Window, chunks: list[list[tuple[str, int, int]]], *, wh
         first, starts = i == 0, i == n_data - 1
         carries = [f"{CARRY_DIR}/plan.json"] + ([f"{CARRY_DIR}/whl"] if wheels_bytes else []) if first else []
         cmd = prefix + (wheel if first and wheels_bytes else site)
+        gpu = device.startswith("cuda")
         if first:
             cmd += f"python3 -m vflkit.launcher check --out $OUT || exit; "
+        bench = BENCH_COMMAND.format(s=int(BENCH_S), device=device, work=work)
+        if first and gpu and starts:  # the lanes must not share the GPU with it: it runs first
+            cmd += f"mkdir -p {work}; {bench}; "
+        elif first and gpu:  # beside the data calls' transfers, detached so it outlives this call
+            cmd += f"mkdir -p {work}; setsid nohup sh -c {shlex.quote(bench)} > /dev/null 2>&1 & "
+        bench_s = bench_wait_s(n_data) if gpu and starts else 0.0
+        if gpu and starts and not first and bench_s:
+            cmd += (f"for i in $(seq {int(bench_s)}); do [ -e {work}/bench.done ] && break; sleep 1; done; ")
         if chunks:
             carries.append(_carry_name(w, i + 1))
             cmd += f"python3 -m vflkit.launcher unpack {_carry_name(w, i + 1)} --work {work} || exit; "
@@ -673,11 +699,11 @@ def window_calls(window: Window, chunks: list[list[tuple[str, int, int]]], *, wh
         if starts:
             cmd += (f"python3 -m vflkit.launcher start {CARRY_DIR}/plan.json --window {w} --work {work} "
                     f"--device {device} --deadline-in "
-                    f"{int(window.deadline_s - t - RETURN_MARGIN_S)}; ")
-            window.start_s = t + 20.0  # the first call's own commands before the lanes start
+                    f"{int(window.deadline_s - t - bench_s - RETURN_MARGIN_S)}; ")
+            window.start_s = t + 20.0 + bench_s  # the call's own commands before the lanes start
             wait = min(CALL_LIMIT_S - 60.0, window.work_s)
         cmd += f"python3 -m vflkit.launcher collect --work {work} --out $OUT --wait {int(wait)}"
-        est = CALL_OVERHEAD_S + 20.0 + wait
+        est = CALL_OVERHEAD_S + 20.0 + wait + bench_s
         calls.append(Call(index=i + 1, carries=carries, carry_bytes=size + tree, command=cmd, wait_s=wait,
                           est_s=est, starts=starts))
         t += est
@@ -753,8 +779,10 @@ def plan(deadline_s: float, device_kind: str = "h100", *, profile: str = "paper"
 
     def start_s(datasets: set[str]) -> float:
         n = len(chunks_of(datasets)) if datasets else 1
-        # every data call but the starting one runs in full before the lanes start
-        return MACHINE_START_S + (max(n, 1) - 1) * (CALL_OVERHEAD_S + 20.0) + 20.0
+        # every data call but the starting one runs in full before the lanes start, and the
+        # GPU benchmark of the first call (bench_wait_s) before them too
+        bench = bench_wait_s(max(n, 1)) if device_kind != "cpu" else 0.0
+        return MACHINE_START_S + (max(n, 1) - 1) * (CALL_OVERHEAD_S + 20.0) + 20.0 + bench
 
     def usable(datasets: set[str]) -> float:
         return deadline_s - start_s(datasets) - RETURN_MARGIN_S - LANE_START_S
@@ -802,7 +830,7 @@ def plan(deadline_s: float, device_kind: str = "h100", *, profile: str = "paper"
                wheels_bytes=wheels_bytes)
     for w in windows:
         chunks = chunks_of(w.datasets) if w.datasets else []
-        w.calls = window_calls(w, chunks, wheels_bytes=wheels_bytes, tree=tree)
+        w.calls = window_calls(w, chunks, wheels_bytes=wheels_bytes, tree=tree, device=DEVICE_KINDS[device_kind])
     _log.info("%d windows laid out, %d runs left for a GPU of one's own", len(windows), len(not_fitting))
     return out
 
@@ -1198,6 +1226,8 @@ def collect(work: Path, out: Path, *, wait: float = 0.0, stop_mps: bool = False)
     ``work/results`` (``*.json`` only: a record is published by an atomic rename, so a
     half-written one is a temporary file, never taken) and the lanes' status into
     ``out/records.tar.gz``: one file back per call, whatever the number of records."""
+    import shutil
+
     end = time.time() + wait
     while time.time() < end and _lanes_alive(work):
         time.sleep(min(5.0, max(end - time.time(), 0.0)))
@@ -1213,6 +1243,9 @@ def collect(work: Path, out: Path, *, wait: float = 0.0, stop_mps: bool = False)
         except ValueError:
             pass  # being replaced this instant: the next call reads it
     (out / "status.json").write_text(json.dumps({"lanes_running": _lanes_alive(work), "runs": status}, indent=1))
+    for name in ("bench.json", "bench.txt"):  # the window's GPU benchmark, as far as it got
+        if (work / name).exists():
+            shutil.copyfile(work / name, out / name)
     tar_path = out / "records.tar.gz"
     with tarfile.open(tar_path, "w:gz") as tar:
         for p in recs:
@@ -1232,6 +1265,7 @@ def receive(files_at: Path, results: Path) -> tuple[list[str], list[str]]:
     from . import studies
 
     taken, refused = [], []
+    keep_benchmark(files_at, results)
     tar_path = files_at / "records.tar.gz"
     if not tar_path.exists():
         return taken, refused
@@ -1267,6 +1301,33 @@ def receive(files_at: Path, results: Path) -> tuple[list[str], list[str]]:
                 write_json(dest, rec)
             taken.append(rec["key"])
     return taken, refused
+
+
+def keep_benchmark(files_at: Path, results: Path) -> Path | None:
+    """File the GPU benchmark a window's first call brought back (``bench.json``, written by
+    ``python -m vflkit.bench --packed --json``) under ``results/device/``, named by its GPU and
+    today's date, where :func:`vflkit.costs.op_seconds` reads it; None if there is none, or it
+    was made on no GPU the cost model knows."""
+    from . import costs
+    from .files import write_json
+
+    src = files_at / "bench.json"
+    try:
+        doc = json.loads(src.read_text())
+        kind = costs._gpu_kind(str(doc["device"]))
+        rows = doc["bench_packed"]["rows"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not kind or not rows:
+        return None
+    dest = results / "device" / f"{kind}-{time.strftime('%Y-%m-%d')}-bench.json"
+    n = 1
+    while dest.exists():  # a second window the same day keeps the first's file
+        n += 1
+        dest = dest.with_name(f"{kind}-{time.strftime('%Y-%m-%d')}-bench-{n}.json")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    write_json(dest, doc)
+    return dest
 
 
 # --------------------------------------------------------------------------- preparing a window
@@ -1399,10 +1460,16 @@ def dry_run(p: Plan, folder: Path, *, windows: int = 1, data_root: Path | None =
         for c in w.calls:
             out = folder / "out" / f"w{w.index}c{c.index}"
             env = {**os.environ, "OUT": str(out), "PYTHONPATH": str(project_root())}
-            cmd = (c.command.replace("python3 -m pip install", "true ||").replace("python3", shlex.quote(python))
+            # the GPU benchmark rehearsed on one small setting: the command, not the timing
+            full = BENCH_COMMAND.format(s=int(BENCH_S), device="cuda", work=DEFAULT_WORK)
+            small = full.replace("--methods local splitnn agg_vfl c_vfl --models mlp cnn resnet18",
+                                 "--methods local --models mlp").replace("--steps 10", "--steps 1")
+            cmd = (c.command.replace(full, small)
+                   .replace("python3 -m pip install", "true ||").replace("python3", shlex.quote(python))
                    .replace(f"--work {DEFAULT_WORK}", f"--work {shlex.quote(str(work))}")
                    .replace(f"{CARRY_DIR}/", f"{shlex.quote(str(carry))}/").replace("--device cuda", "--device cpu")
-                   .replace(f"={DEFAULT_WORK}/", f"={shlex.quote(str(work))}/"))
+                   .replace(f"={DEFAULT_WORK}/", f"={shlex.quote(str(work))}/")
+                   .replace(DEFAULT_WORK, str(work)))  # the benchmark's files
             if c.starts:
                 cmd = cmd.replace(" --deadline-in", " --stand-in --deadline-in")
             if "unpack" in cmd and not (carry / f"w{w.index}c{c.index}").exists():

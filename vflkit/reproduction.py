@@ -847,25 +847,25 @@ def measured_gpu_rates() -> list[str]:
     per_op = costs._op_seconds(str(root))
     lines = ["Measured on lent GPUs (`results/device/`): these runs are launch-bound, so their time is set by the "
              "torch operations each step dispatches, not by their FLOPs."]
-    for kind, label in (("h100", "the H100 calibration (2026-11-22)"), ("h200", "the H200 window's benchmark (2026-11-26)")):
-        if per_op.get(kind):
-            us = [1e6 * v for v in per_op[kind]]
-            lines.append(f"- {label}: {statistics.median(us):.1f} µs per operation (median of {len(us)} settings, "
-                         f"{min(us):.0f}-{max(us):.0f}), one process alone on the GPU.")
+    for kind, us in sorted(per_op.items()):
+        us = [1e6 * v for v in us]
+        lines.append(f"- {kind.upper()}: {statistics.median(us):.1f} µs per operation (median of {len(us)} settings "
+                     f"measured one process alone, {min(us):.0f}-{max(us):.0f}).")
     share = costs.sharing_slowdown()
     if share:
         lines.append(f"- several processes sharing one GPU: each run took {share:.1f}x its time alone (median over "
                      f"{len(costs._sharing(str(root)))} `cuda` records), so the card did about that many times less "
                      "per run but ran them side by side.")
-    try:
-        bench = json.loads((root / costs.H200_WINDOW).read_text())["bench_packed"]
-    except (OSError, ValueError, KeyError):
-        bench = None
-    if bench:
+    for path in sorted((root / "device").glob("*.json")):
+        try:
+            doc = json.loads(path.read_text())
+            bench = doc["bench_packed"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
         gains = [f"{r['method']} {r['model']} {r['vmap_samples_per_s'] / r['alone_samples_per_s']:.2f}x"
                  for r in bench["rows"]]
         lines.append(f"- packing {bench['pack_size']} seeds as one vmapped step (`vflkit.training.packed`), against "
-                     f"the same runs stepped one after another on the H200: {', '.join(gains)}.")
+                     f"the same runs stepped one after another ({doc['device']}, `{path.name}`): {', '.join(gains)}.")
     from .studies import multi_vfl
 
     mins = [m for c in multi_vfl.configs("paper") if (m := costs.multi_vfl_minutes(c)) is not None]
