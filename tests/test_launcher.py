@@ -490,3 +490,17 @@ def test_a_windows_first_call_benchmarks_the_gpu_and_receive_files_the_rows(tmp_
     L.receive(got, tmp_path / "results")
     (filed,) = (tmp_path / "results" / "device").glob("h200-*-bench.json")
     assert json.loads(filed.read_text())["bench_packed"]["rows"] == [row]
+
+
+def test_the_calls_name_the_commit_they_carry(monkeypatch):
+    """The copy on the machine has no .git: every call exports the checkout's commit and whether
+    its vflkit/ differs, so a window's records name the code that made them."""
+    import subprocess
+
+    monkeypatch.delenv("VFLKIT_GIT_COMMIT", raising=False)
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                          cwd=Path(L.__file__).parent).stdout.strip()
+    p = L.plan(L.DEFAULT_DEADLINE_S, runs=[_run("vfedmh", "short", 10.0, (0,))], opened={("vfedmh", "Table II"): 1},
+               tree=30 * MIB, workers=2)
+    for c in p.windows[0].calls:
+        assert f"VFLKIT_GIT_COMMIT={head} VFLKIT_GIT_MODIFIED=" in c.command

@@ -663,13 +663,27 @@ def _carry_name(window: int, call: int) -> str:
     return f"{CARRY_DIR}/w{window}c{call}"
 
 
+def provenance() -> str:
+    """The variables that name, on the machine, the commit whose ``vflkit/`` the calls carry and
+    whether it differs from it (the copy there has no ``.git``: without them its records would
+    name no commit). Read here when the calls are written, from this checkout
+    (:func:`vflkit.records._git_state`); empty outside a git checkout."""
+    from .records import _git_state
+
+    state = _git_state()
+    if "git_commit" not in state:
+        return ""
+    return (f" VFLKIT_GIT_COMMIT={shlex.quote(str(state['git_commit']))}"
+            f" VFLKIT_GIT_MODIFIED={int(bool(state.get('vflkit_modified', True)))}")
+
+
 def window_calls(window: Window, chunks: list[list[tuple[str, int, int]]], *, wheels_bytes: int,
                  tree: int, device: str = "cuda", work: str = DEFAULT_WORK) -> list[Call]:
     """The calls of ``window``: the first installs the carried wheels (if any) and checks the
     packages; the data calls carry a chunk each (the first also the plan); the one carrying the
     last chunk starts the lanes; every call then returns the records finished so far, and calls
     follow, each waiting at most what fits its limit, until the lanes' estimated end."""
-    prefix = (f"export PYTHONUNBUFFERED=1 VFLKIT_DATA={work}/data VFLKIT_RESULTS={work}/results; ")
+    prefix = (f"export PYTHONUNBUFFERED=1 VFLKIT_DATA={work}/data VFLKIT_RESULTS={work}/results{provenance()}; ")
     # the wheels install under the machine's work folder: kept between calls while it stays warm
     wheel = (f"python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "
              f"{work}/site {CARRY_DIR}/whl/*.whl && export PYTHONPATH={work}/site:$PYTHONPATH || exit; ")
