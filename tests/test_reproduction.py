@@ -473,3 +473,12 @@ def test_the_report_says_each_paper_as_it_goes(monkeypatch: pytest.MonkeyPatch, 
     out = capsys.readouterr()
     assert "[report]" not in seen[0] and re.search(r"\[report\] A: section 1 of 2 in \d+ s", seen[1])
     assert re.search(r"\[report\] B: section 2 of 2 in \d+ s", out.err) and "[report]" not in out.out
+
+
+def test_the_shared_gpu_hours_follow_the_measured_sharing_slowdown():
+    from vflkit import costs, reproduction
+    from vflkit.launcher import DEFAULT_WORKERS
+
+    (_, line), share = reproduction.shared_gpu_hours(6000.0), costs.sharing_slowdown()
+    assert f"{6000.0 * share / DEFAULT_WORKERS / 60:,.0f} hours" in line and f"{share:.1f}x slower" in line
+    assert reproduction.shared_gpu_hours(float("nan")) == []

@@ -832,7 +832,23 @@ def readme_own_gpu(report: str = "") -> str:
         f"In all: about {total:,.0f} H100-minutes ({total / 60:.1f} hours) for one run at a time"
         + (f", and {unpriced} runs without an H100 estimate" if unpriced else "") + ". (1) " + costs.H100_LABEL
         + "; `python -m vflkit.study --status --profile paper` prints the same estimate run by run.",
-        "", *measured_gpu_rates(), README_GPU_END])
+        *shared_gpu_hours(total), "", *measured_gpu_rates(), README_GPU_END])
+
+
+def shared_gpu_hours(total_min: float) -> list[str]:
+    """The README's line on the same work with several processes sharing one GPU, as `make study
+    DEVICE=cuda` and the launcher run it: each run :func:`vflkit.costs.sharing_slowdown` times
+    slower, the launcher's default number of processes at once."""
+    from . import costs
+    from .launcher import DEFAULT_WORKERS
+
+    share = costs.sharing_slowdown()
+    if not share or not total_min == total_min:
+        return []
+    hours = total_min * share / DEFAULT_WORKERS / 60
+    return ["", f"Several processes at once use the card better: with {DEFAULT_WORKERS} sharing it (each run "
+            f"{share:.1f}x slower, the median the `cuda` records measured) the same work takes about {hours:,.0f} "
+            "hours of one H100 (`python -m vflkit.launcher plan` prices it run by run)."]
 
 
 def measured_gpu_rates() -> list[str]:
