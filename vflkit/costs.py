@@ -693,21 +693,28 @@ def multi_vfl_minutes(run: Any, kind: str = "h100", root: Path | None = None) ->
     per op against the H200's (:func:`op_seconds`), scaled by ``run``'s FLOPs against that run's.
     None without the measurement. Its least certain link is the sharing factor, measured on the
     split family's runs, not on Multi-VFL's."""
+    root = root or committed_root()
+    got = _multi_vfl_round(str(root))
+    share, here, there = sharing_slowdown(root), op_seconds(kind, root), op_seconds("h200", root)
+    if got is None or None in (share, here, there):
+        return None
+    measured, per_round = got
+    return per_round / share * here / there * measured.rounds * run_flops(run) / run_flops(measured) / 60
+
+
+@functools.cache
+def _multi_vfl_round(root: str) -> tuple[Any, float] | None:
+    """(config, seconds per round) of the Multi-VFL paper run the H200 window stopped; None
+    without it."""
     from .studies import multi_vfl
 
-    root = root or committed_root()
     try:
-        stopped = json.loads((root / H200_WINDOW).read_text())["stopped_runs"]
+        stopped = json.loads((Path(root) / H200_WINDOW).read_text())["stopped_runs"]
     except (OSError, ValueError, KeyError):
         return None
     by_key = {c.key: c for c in multi_vfl.configs("paper")}
     got = [(by_key[r["key"]], r) for r in stopped if r.get("unit") == "round" and r["key"] in by_key]
-    share, here, there = sharing_slowdown(root), op_seconds(kind, root), op_seconds("h200", root)
-    if not got or None in (share, here, there):
-        return None
-    measured, r = got[0]
-    per_round = r["elapsed_s"] / r["done"] / share * here / there
-    return per_round * measured.rounds * run_flops(run) / run_flops(measured) / 60
+    return (got[0][0], got[0][1]["elapsed_s"] / got[0][1]["done"]) if got else None
 
 
 def launch_bound_s(run: Any, kind: str = "h100") -> float | None:
@@ -799,7 +806,10 @@ def _sharing(root: str) -> tuple[float, ...]:
         if _paper_family(path.parent.name) != "split":
             continue
         try:
-            rec = json.loads(path.read_text())
+            text = path.read_text()
+            if '"cuda' not in text:
+                continue  # a CPU record (most of them): not parsed
+            rec = json.loads(text)
             env = rec["environment"]
             if str(env["device"]).split(":")[0] != "cuda" or rec.get("diverged"):
                 continue
