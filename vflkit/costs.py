@@ -417,11 +417,16 @@ def count_step_ops(run: Any, batch: int = OP_COUNT_BATCH) -> int:
 
 
 def _op_table(root: Path | None = None) -> dict[str, int]:
+    r = _root_with(OP_COUNTS, root)
+    return _read_op_table(str(r / OP_COUNTS)) if r else {}
+
+
+def _root_with(name: str, root: Path | None = None) -> Path | None:
+    """The results folder that holds the measurement file ``name``: ``root``, else the checkout
+    of the working directory, else the one this package is in (a notebook or test run elsewhere
+    prices runs the same); None where none does."""
     roots = [root] if root is not None else [committed_root(), Path(__file__).resolve().parents[1] / "results"]
-    for r in roots:
-        if (r / OP_COUNTS).is_file():
-            return _read_op_table(str(r / OP_COUNTS))
-    return {}
+    return next((r for r in roots if (r / name).is_file()), None)
 
 
 @functools.cache
@@ -678,12 +683,9 @@ def op_seconds(kind: str = "h100", root: Path | None = None) -> float | None:
     """Seconds one dispatched torch operation of a training step takes on one GPU of ``kind``
     (``h100``, ``h200``) with nothing else on it: the median over the committed measurements
     (:func:`_op_seconds`); None without one."""
-    roots = [root] if root is not None else [committed_root(), Path(__file__).resolve().parents[1] / "results"]
-    for r in roots:
-        if (r / OP_COUNTS).is_file():
-            got = _op_seconds(str(r)).get(kind)
-            return statistics.median(got) if got else None
-    return None
+    r = _root_with(OP_COUNTS, root)
+    got = _op_seconds(str(r)).get(kind) if r else None
+    return statistics.median(got) if got else None
 
 
 def multi_vfl_minutes(run: Any, kind: str = "h100", root: Path | None = None) -> float | None:
@@ -735,11 +737,8 @@ def h100_rate(family: str, root: Path | None = None) -> float | None:
     (a notebook or test run elsewhere prices runs the same)."""
     if family != "split":
         return None
-    roots = [root] if root is not None else [committed_root(), Path(__file__).resolve().parents[1] / "results"]
-    for r in roots:
-        if (r / H100_CALIBRATION).is_file():
-            return _h100_rate(str(r))
-    return None
+    r = _root_with(H100_CALIBRATION, root)
+    return _h100_rate(str(r)) if r else None
 
 
 def h100_minutes(run: Any, family: str) -> float | None:
