@@ -67,6 +67,10 @@ CASES = {
                                                                      "local_iterations": 3}, "active": 2,
                                                           "n_train": 112, "epochs": 1}),
     "c_vfl topk": ("c_vfl", ("mlp",) * 4, {"options": {"compressor": "topk", "local_iterations": 2}}),
+    # two groups of alike parties, stacked apart (the active party in the second)
+    "c_vfl mixed, parties grouped": ("c_vfl", ("lenet", "mlp", "lenet", "mlp"), {"options": {"local_iterations": 2},
+                                                                                   "active": 1, "n_train": 112,
+                                                                                   "epochs": 1}),
     "agg_vfl": ("agg_vfl", ("mlp",) * 4, {}),
     "heter_aggvfl": ("heter_aggvfl", ("mlp", "lenet", "mlp", "lenet"), {}),
 }
@@ -86,6 +90,32 @@ def test_pack_equals_separate_runs(float64, case, stacking):
     # the runs differ: a pack that trained one run three times would pass the checks above only
     # if the unpacked runs were alike too
     assert got[0]["history"][-1]["loss"] != got[1]["history"][-1]["loss"]
+
+
+def test_cvfl_stacks_alike_parties_together(monkeypatch):
+    """C-VFL's parties with alike bottom models train as one stacked model (their Q local
+    iterations are independent): one group per architecture, in party order (that they train as
+    the runs alone: the "c_vfl mixed, parties grouped" case above); the grouped step dispatches
+    far fewer torch operations than the same pack with every party apart."""
+    from vflkit import costs
+
+    built = []
+    real = packed.Pack.__init__
+
+    def keep(self, *a, **k):
+        real(self, *a, **k)
+        built.append(self)
+
+    monkeypatch.setattr(packed.Pack, "__init__", keep)
+    configs = _configs("c_vfl", ("lenet", "mlp", "lenet", "mlp"), options={"local_iterations": 1}, n_train=64,
+                       n_test=32, epochs=1, seeds=(0, 1))
+    packed.train_pack(configs, device="cpu", stacking="loop")
+    names = built[0].names
+    assert built[0].groups == [(names[0], names[2]), (names[1], names[3])]
+    run = configs[0].replace(models=("mlp",) * 4, options={})  # C-VFL's Q = 10
+    together, apart = costs.count_step_ops(run, pack=2), costs.count_step_ops(run, pack=2, group_parties=False)
+    assert built[-1].groups == [(names[0],), (names[1],), (names[2],), (names[3],)]  # the last: apart
+    assert together < 0.5 * apart
 
 
 def test_divergence_recorded_per_run_as_alone(float64):

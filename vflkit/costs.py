@@ -371,9 +371,13 @@ def op_key(run: Any) -> str:
                       sort_keys=True)
 
 
-def count_step_ops(run: Any, batch: int = OP_COUNT_BATCH) -> int:
+def count_step_ops(run: Any, batch: int = OP_COUNT_BATCH, *, pack: int | None = None,
+                   group_parties: bool = True) -> int:
     """The torch operations one training step of image run ``run`` dispatches (after a warm-up
     step), its method's own ``train_step`` on random images of the dataset's shape, on the CPU.
+    With ``pack=K``: one step of the packed trainer (:mod:`vflkit.training.packed`, vmapped) of
+    K such runs (seeds 0..K-1) together, C-VFL's alike parties stacked unless ``group_parties``
+    is False.
 
     Why operations: on a GPU these runs are launch-bound, not FLOP-bound. On the lent H200
     (2026-11-26) each of the five benchmarked settings took 16-21 us per dispatched operation
@@ -382,16 +386,36 @@ def count_step_ops(run: Any, batch: int = OP_COUNT_BATCH) -> int:
     """
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from .comm import Channel, Party
-    from .methods import get_method
-    from .training.split import image_partition
-
     class _Ops(TorchDispatchMode):
         n = 0
 
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             self.n += 1
             return func(*args, **(kwargs or {}))
+
+    if pack is None:
+        method = _random_run(run, batch)
+        step, ids = method.train_step, torch.arange(4 * batch)
+    else:
+        from .training.packed import Pack
+
+        packed = Pack([_random_run(run.replace(seed=k), batch) for k in range(pack)], stacking="vmap",
+                      group_parties=group_parties)
+        step, ids = packed.train_step, torch.arange(4 * batch).expand(pack, -1)
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        step(ids[..., :batch])
+        with _Ops() as ops:
+            step(ids[..., batch:2 * batch])
+    return ops.n
+
+
+def _random_run(run: Any, batch: int) -> Any:
+    """``run``'s method, set up, on four batches of random images of its dataset's shape (the
+    parties on the CPU): what :func:`count_step_ops` counts."""
+    from .comm import Channel, Party
+    from .methods import get_method
+    from .training.split import image_partition
 
     shape, n_classes, _ = IMAGE_DATASETS[run.dataset]
     small = run.replace(batch_size=batch)
@@ -405,15 +429,10 @@ def count_step_ops(run: Any, batch: int = OP_COUNT_BATCH) -> int:
                      features={"train": piece.contiguous()}, labels={"train": y} if k == small.active else None,
                      transform=lambda t: t.float() / 255, device=torch.device("cpu"))
                for k, piece in enumerate(image_partition(small, shape).split(x))]
+    torch.manual_seed(small.seed)
     method = get_method(small.method)(small, parties, num_classes=n_classes)
     method.setup()
-    ids = torch.arange(n)
-    with torch.random.fork_rng():
-        torch.manual_seed(0)
-        method.train_step(ids[:batch])
-        with _Ops() as ops:
-            method.train_step(ids[batch:2 * batch])
-    return ops.n
+    return method
 
 
 def _op_table(root: Path | None = None) -> dict[str, int]:

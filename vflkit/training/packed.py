@@ -29,10 +29,17 @@ convolutions (``python -m vflkit.bench --packed`` prints both beside the runs st
 ``compile`` hands the stacked call to :func:`torch.compile` (e.g. CUDA graphs with
 ``mode="reduce-overhead"``); on a CPU it is tested with the ``aot_eager`` backend only.
 
+C-VFL's parties are packed too (:meth:`Pack._group_parties`): its parties' Q local
+iterations are independent of one another, so parties with alike bottom models (VFedMH's
+Table II: all four) run them as one stacked model of [parties x K] copies. Counted on a CPU
+(``vflkit.costs.count_step_ops``), a pack of 3 runs of C-VFL with four MLPs dispatches 2,529
+operations a step with its parties stacked, 6,073 with them apart, against 3 x 3,498 for the
+three runs alone; on the lent H200 both the runs alone and the seed packs took 13-22 us per
+operation (``results/device/``), so the step's operations set its time.
+
 What a pack does not do (yet): checkpoints and deadlines (a pack is meant to be sized to its
-window), packing across methods or datasets, packing a run's parties of one architecture
-together (C-VFL's Q local iterations of all parties are independent), a packed evaluation,
-and capturing the whole step (the channel's bookkeeping runs in Python between the calls).
+window), packing across methods or datasets, a packed evaluation, and capturing the whole step
+(the channel's bookkeeping runs in Python between the calls).
 
 Interface for a scheduler or a launcher: :func:`pack_key` (None: not packable),
 :func:`packable_config` (a study payload's run config, if it could pack), :func:`group_packs`,
@@ -204,7 +211,7 @@ class Pack:
     """
 
     def __init__(self, methods: Sequence[VFLMethod], *, stacking: str = "auto",
-                 compile: dict[str, Any] | None = None) -> None:
+                 compile: dict[str, Any] | None = None, group_parties: bool = True) -> None:
         methods = list(methods)
         if not methods:
             raise ConfigError("a pack needs at least one run")
@@ -247,9 +254,53 @@ class Pack:
                 params = [owner[id(t)] for group in opt.param_groups for t in group["params"]]
                 self.optimizers[(name, opt_name)] = make_optimizer(cfg.party_value("optimizers", j), params,
                                                                    float(cfg.party_value("lr", j)))
+        #: C-VFL's parties trained as one stacked model per group (:meth:`_group_parties`)
+        self.groups: list[tuple[str, ...]] = []
+        if step is _step_cvfl:
+            self._group_parties(stacking, compile, group_parties)
         self._rows = torch.arange(self.k, device=self.device)[:, None]
         #: C-VFL's dither of the coming steps, drawn ahead on the host per run (same values)
         self._dither: list[torch.Tensor] = []
+
+    def _group_parties(self, stacking: str, compile: dict[str, Any] | None, together: bool) -> None:
+        """C-VFL's parties whose bottom models are alike, trained as one stacked model.
+
+        A party's Q local iterations use only its own features and bottom model and what it
+        received (the others' stale embeddings, the server model, the labels): the parties'
+        iterations are independent of one another. Parties with the same architecture, input
+        shape, optimizer and rate are therefore stacked once more, party-major ([G x K] copies:
+        party g's K runs, then the next party's), and their Q iterations run as one call a
+        layer instead of G, each slice computing from its own party's data and messages only
+        (float64 equivalence with the unpacked trainer, whose channel enforces who receives
+        what: tests/test_training_packed.py). ``together=False`` keeps each party alone (the
+        benchmark's comparison).
+        """
+        first = self.methods[0]
+        cfg = first.config
+
+        def alike(j: int) -> Hashable:
+            bottom = first.parties[j].models["bottom"]
+            return (repr(bottom), tuple((n, tuple(t.shape)) for n, t in bottom.state_dict().items()),
+                    tuple(self.features[self.names[j]].shape[2:]), cfg.party_value("optimizers", j),
+                    float(cfg.party_value("lr", j)))
+
+        groups: dict[Hashable, list[int]] = {}
+        for j in range(len(self.names)):
+            groups.setdefault(alike(j) if together else j, []).append(j)
+        for members in groups.values():
+            names = tuple(self.names[j] for j in members)
+            self.groups.append(names)
+            if len(names) == 1:  # alone: its own stacked model and optimizer, built above
+                continue
+            for n in names:  # replaced by the group's
+                del self.models[(n, "bottom")], self.optimizers[(n, "local")]
+            modules = [m.parties[j].models["bottom"] for j in members for m in self.methods]
+            stacked = StackedModel(modules, stacking=stacking, compile=compile)
+            self.models[(names, "bottom")] = stacked
+            # the unpacked optimizer's parameter order (C-VFL builds it over bottom.parameters())
+            params = [stacked.params[n] for n, _ in modules[0].named_parameters()]
+            self.optimizers[(names, "local")] = make_optimizer(cfg.party_value("optimizers", members[0]), params,
+                                                               float(cfg.party_value("lr", members[0])))
 
     # -- data -------------------------------------------------------------------------------
 
@@ -287,6 +338,10 @@ class Pack:
             for (party, model_name), stacked in self.models.items():
                 if party == name:
                     stacked.write_back([m.parties[j].models[model_name] for m in self.methods])
+        for (names, model_name), stacked in self.models.items():
+            if isinstance(names, tuple):  # a group of parties: party-major, as stacked
+                stacked.write_back([m.parties[self.names.index(n)].models[model_name]
+                                    for n in names for m in self.methods])
 
     def draw_dither(self, batch_sizes: Sequence[int]) -> None:
         """Draw C-VFL's dither for the coming steps (batch sizes ``batch_sizes``) from each run's
@@ -414,12 +469,18 @@ def _step_cvfl(pack: Pack, ids: torch.Tensor) -> dict[str, torch.Tensor]:
         pack.draw_dither([ids.shape[1]])
     sizes: dict[str, int] = {}
     stale: dict[str, torch.Tensor] = {}
+    xs = {group: pack.x(group[0], ids) if len(group) == 1 else torch.cat([pack.x(n, ids) for n in group])
+          for group in pack.groups}
     with torch.no_grad():
+        fresh: dict[str, torch.Tensor] = {}  # each party's embedding, computed by its group's call
+        for group in pack.groups:
+            out = pack.models[(group[0] if len(group) == 1 else group, "bottom")](xs[group])
+            fresh.update((n, out[g * pack.k:(g + 1) * pack.k]) for g, n in enumerate(group))
         for n in passive:
-            h, sizes[n] = pack.compress(pack.model(n, "bottom")(pack.x(n, ids)))
+            h, sizes[n] = pack.compress(fresh[n])
             ch.send(n, a, "embedding", h, nbytes=sizes[n])
         stale = {n: ch.recv(a, n, "embedding") for n in passive}
-        stale[a], sizes[a] = pack.compress(pack.model(a, "bottom")(pack.x(a, ids)))
+        stale[a], sizes[a] = pack.compress(fresh[a])
         top_state, top_bytes = {}, 0
         for name, value in top.params.items():  # state_dict order: the top has no buffers
             top_state[name], nb = pack.compress(value)
@@ -432,20 +493,44 @@ def _step_cvfl(pack: Pack, ids: torch.Tensor) -> dict[str, torch.Tensor]:
         ch.send(a, n, "labels", y)
     # Q local iterations at every party on its own bottom model, against a frozen top: the
     # active party's own (not yet updated: the server's iterations come after), the compressed
-    # copy for a passive party
+    # copy for a passive party. What each party computes from: its own features and model,
+    # and what it received.
+    got: dict[str, tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], torch.Tensor]] = {}
     for n in pack.names:
         if n == a:
-            frozen = {k: v.detach() for k, v in top.params.items()}
-            embeddings, labels = stale, y
+            got[n] = ({k: v.detach() for k, v in top.params.items()}, stale, y)
         else:
-            frozen = ch.recv(n, a, "model_weights")
-            embeddings, labels = ch.recv(n, a, "embedding"), ch.recv(n, a, "labels")
-        x = pack.x(n, ids)
-        bottom, opt = pack.model(n, "bottom"), pack.optimizers[(n, "local")]
+            got[n] = (ch.recv(n, a, "model_weights"), ch.recv(n, a, "embedding"), ch.recv(n, a, "labels"))
+    for group in pack.groups:
+        if len(group) == 1:
+            n = group[0]
+            frozen, embeddings, labels = got[n]
+            x = xs[group]
+            bottom, opt = pack.model(n, "bottom"), pack.optimizers[(n, "local")]
+            for _ in range(q):
+                opt.zero_grad(set_to_none=True)
+                own = bottom(x)
+                z = torch.cat([own if m == n else embeddings[m] for m in pack.names], 2)
+                _cross_entropy(top.call_with(frozen, z), labels).sum().backward()
+                opt.step()
+            continue
+        # G parties as one stacked model, party-major [G x K]: slice g*K+k is party g's run k,
+        # fed party g's features and computing against party g's own messages
+        x = xs[group]
+        frozen = {k: torch.cat([got[n][0][k] for n in group]) for k in top.params}
+        labels = torch.cat([got[n][2] for n in group])
+        # the top's input with each party's own slot left open (zeros), filled each iteration
+        # with its fresh embedding by a select: exact, and its gradient reaches that slot only
+        fixed = torch.cat([torch.cat([torch.zeros_like(stale[m]) if m == n else got[n][1][m] for m in pack.names], 2)
+                           for n in group])
+        slot = torch.tensor([[m == n for m in pack.names] for n in group], device=x.device)
+        width = stale[a].shape[-1]
+        mask = slot.repeat_interleave(pack.k, 0).repeat_interleave(width, 1)[:, None, :]
+        bottom, opt = pack.models[(group, "bottom")], pack.optimizers[(group, "local")]
         for _ in range(q):
             opt.zero_grad(set_to_none=True)
             own = bottom(x)
-            z = torch.cat([own if m == n else embeddings[m] for m in pack.names], 2)
+            z = torch.where(mask, own.repeat(1, 1, len(pack.names)), fixed)
             _cross_entropy(top.call_with(frozen, z), labels).sum().backward()
             opt.step()
     z = torch.cat([stale[m] for m in pack.names], 2)
