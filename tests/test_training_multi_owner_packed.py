@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from vflkit.data import ImageData
-from vflkit.errors import ConfigError
+from vflkit.errors import ConfigError, DivergenceError
 from vflkit.methods.multi_vfl import MultiVFL, MultiVFLConfig
+from vflkit.records import record_path
 from vflkit.training.multi_owner_packed import packed_round
 
 #: Relative tolerance of the packed round against the unpacked one in float64 (vmapped kernels
@@ -90,3 +91,60 @@ def test_packed_round_runs_rounds_in_order():
     m = _method()
     with pytest.raises(ConfigError, match="in order"):
         packed_round(m, 2)
+
+
+def _tiny_data():
+    g = torch.Generator().manual_seed(0)
+    return ImageData("tiny", torch.randint(0, 256, (400, 1, 28, 28), dtype=torch.uint8, generator=g),
+                     torch.arange(400) % 10, torch.randint(0, 256, (20, 1, 28, 28), dtype=torch.uint8, generator=g),
+                     torch.arange(20) % 10, tuple(str(i) for i in range(10)), (0.5,), (0.25,))
+
+
+def _pack_configs(**changes):
+    base = dict(dataset="mnist", samples_per_owner=16, batch_size=8, local_steps=1, rounds=3, local_lr=0.05,
+                n_test=20, eval_every=2)
+    cfgs = [{"scenario": "4niid", "server_optimizer": "fedadam", "seed": 0},
+            {"scenario": "1niid", "server_optimizer": "fedavg", "seed": 1}]
+    return [MultiVFLConfig(**{**base, **c, **changes}) for c in cfgs]
+
+
+def test_the_packed_trainer_gives_each_run_its_unpacked_results(float64, monkeypatch):
+    """train_pack (rounds of packed_round, each run's rows, evaluation and ledger its own) gives
+    every run what multi_owner.train gives it alone: history to 1e-9, traffic exactly; the
+    scheduler's pack key groups them, and a run with other rounds packs apart."""
+    from vflkit.training import multi_owner, packed as split_packed
+    from vflkit.training.multi_owner_packed import train_pack
+
+    monkeypatch.setattr(multi_owner, "dataset", lambda name: _tiny_data())
+    cfgs = _pack_configs()
+    got = train_pack(cfgs, device="cpu")
+    for cfg, g in zip(cfgs, got):
+        want = multi_owner.train(cfg, device=torch.device("cpu"), progress=False)
+        assert [r["round"] for r in g["history"]] == [1, 2, 3]
+        for gr, wr in zip(g["history"], want["history"]):
+            assert gr.keys() == wr.keys() and all(_close(gr[k], wr[k]) for k in gr if k != "elapsed_s")
+        assert g["comm"] == want["comm"] and g["diverged"] is None
+        assert g["execution"] == {"packed": 2, "pack": [c.key for c in cfgs]}
+    keys = {split_packed.pack_key(c) for c in cfgs}
+    assert len(keys) == 1 and split_packed.pack_key(cfgs[0].replace(rounds=4)) not in keys
+    assert split_packed.packable_config("multi_owner", cfgs[0].to_dict()) == cfgs[0]
+
+
+def test_a_diverging_pack_records_each_run_as_alone(monkeypatch, tmp_path):
+    """A pack whose loss turns non-finite is trained again run by run: each record is the
+    unpacked trainer's (with on_divergence="record": where it diverged), none names a pack."""
+    from vflkit.training import multi_owner
+    from vflkit.training.multi_owner_packed import run_pack
+
+    monkeypatch.setattr(multi_owner, "dataset", lambda name: _tiny_data())
+    cfgs = _pack_configs(local_lr=1e30)
+    recs = run_pack(cfgs, profile="smoke", device="cpu", results=tmp_path, on_divergence="record")
+    assert all(r["diverged"] is not None and "execution" not in r for r in recs)
+    # a pack that trains writes each run's record under its own key, naming the pack
+    fine = _pack_configs()
+    recs = run_pack(fine, profile="smoke", device="cpu", results=tmp_path)
+    assert [r["config"] for r in recs] == [c.to_dict() for c in fine]
+    assert all(r["execution"] == {"packed": 2, "pack": [c.key for c in fine]} and r["diverged"] is None for r in recs)
+    assert all(record_path(c, "smoke", tmp_path).exists() for c in fine)
+    with pytest.raises(DivergenceError):
+        run_pack(_pack_configs(local_lr=1e31), profile="smoke", device="cpu", results=tmp_path)

@@ -94,14 +94,8 @@ def train(config: MultiVFLConfig, *, device: torch.device, checkpoint: Path | No
                 raise
             diverged = {"round": r, "message": str(err)}
             losses = {}
-        row: dict[str, Any] = {"round": r,
-                               "train_loss": sum(losses.values()) / len(losses) if losses else float("nan"),
-                               **method.server_stats(r)}  # the server's step sizes of this round
-        if diverged or r % config.eval_every == 0 or r == config.rounds:
-            try:
-                row.update(method.evaluate())
-            except (ValueError, DivergenceError):
-                row.update({"test_accuracy": float("nan"), "test_loss": float("nan")})
+        row = round_row(method, r, losses, evaluate=bool(diverged))
+        if "test_accuracy" in row:
             bar.set_postfix(acc=round(row["test_accuracy"], 3))
         row["elapsed_s"] = time.perf_counter() - start
         history.append(row)
@@ -122,7 +116,13 @@ def train(config: MultiVFLConfig, *, device: torch.device, checkpoint: Path | No
                                   f"({config.key}) stopped after round {r} of {config.rounds} at the budget; "
                                   "rerun to resume it")
     bar.close()
-    wall = time.perf_counter() - start
+    return results(history, channel, time.perf_counter() - start, diverged)
+
+
+def results(history: list[dict[str, Any]], channel: Channel, wall_time_s: float,
+            diverged: dict[str, Any] | None) -> dict[str, Any]:
+    """A run's results as :func:`train` returns them, from its per-round ``history`` and its
+    channel's ledger (the packed trainer's too, :mod:`.multi_owner_packed`)."""
     ledger = channel.ledger
     per_round_kind = (ledger.frame().groupby(["epoch", "kind"])["nbytes"].sum().rename("bytes").reset_index()
                       .rename(columns={"epoch": "round"}))
@@ -132,7 +132,7 @@ def train(config: MultiVFLConfig, *, device: torch.device, checkpoint: Path | No
         "history": history,
         "final": {k: evaluated[-1][k] for k in ("test_accuracy", "test_loss")},
         "best": {"test_accuracy": best["test_accuracy"], "round": best["round"]},
-        "wall_time_s": wall,
+        "wall_time_s": wall_time_s,
         "comm": {"rounds_counted_as": ROUNDS_COUNTED_AS, "total": ledger.totals(),
                  "per_round": ledger.per_epoch().reset_index().rename(columns={"epoch": "round"})
                  .to_dict(orient="records"),
@@ -142,6 +142,21 @@ def train(config: MultiVFLConfig, *, device: torch.device, checkpoint: Path | No
                  "eval_total": ledger.totals(phase="eval"), "setup_total": ledger.totals(phase="setup")},
         "diverged": diverged,
     }
+
+
+def round_row(method: MultiVFL, r: int, losses: dict[str, float], *, evaluate: bool = False) -> dict[str, Any]:
+    """Round ``r``'s history row: its mean training loss over the label owners (NaN without
+    losses), the server's step sizes, and the test accuracy and loss where the run evaluates
+    (every ``eval_every`` rounds, after the last, or ``evaluate``)."""
+    config = method.config
+    row: dict[str, Any] = {"round": r, "train_loss": sum(losses.values()) / len(losses) if losses else float("nan"),
+                           **method.server_stats(r)}  # the server's step sizes of this round
+    if evaluate or r % config.eval_every == 0 or r == config.rounds:
+        try:
+            row.update(method.evaluate())
+        except (ValueError, DivergenceError):
+            row.update({"test_accuracy": float("nan"), "test_loss": float("nan")})
+    return row
 
 
 def _save_checkpoint(path: Path, *, config: MultiVFLConfig, r: int, elapsed_s: float,
@@ -210,4 +225,4 @@ def update_scale(config: MultiVFLConfig, *, device: str | torch.device = "auto")
             "median sqrt(v)": float(sqrt_v.median()), "tau": cfg.tau}
 
 
-__all__ = ["run", "run_many", "train", "update_scale"]
+__all__ = ["results", "round_row", "run", "run_many", "train", "update_scale"]

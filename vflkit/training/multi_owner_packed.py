@@ -18,22 +18,35 @@ tolerance (a vmapped kernel may reduce in another order): tests/test_training_mu
 Several runs pack into one round the same way (the study's 42 runs of a profile share every
 shape: 210 chains per step), each with its own channel, server and ledger.
 
-Not done (yet): a trainer around it (:func:`vflkit.training.multi_owner.train` runs rounds
-unpacked; records, checkpoints and deadlines of packed runs), and divergence per run: a
-non-finite loss in any chain stops the whole pack at that step, where the unpacked round has
-finished the chains before the diverging one and not started those after it (a diverged run's
-evaluation of ``label_owner_1``'s model may then differ).
+The trainer around it (:func:`train_pack`, :func:`run_pack`, :func:`compute_pack`) trains a
+pack of runs round by round and writes each run's record as the run alone would (its key, its
+path; ``execution`` names the pack): the scheduler and the launcher take it for Multi-VFL's
+runs on a GPU (:func:`vflkit.training.packed.pack_key`: runs that share the step's shapes,
+the local optimizer, the rounds and the evaluation schedule).
+
+Divergence: a non-finite loss in any chain stops the whole pack (checked once a round, from
+the losses summed on the device: no host read inside a step), where the unpacked round would
+have stopped at that step; :func:`compute_pack` then trains each run of the pack alone, so
+every record is the unpacked trainer's (``on_divergence`` as the family says). A pack keeps
+no checkpoint: whoever starts it checks first that its estimate ends before the deadline.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Sequence
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
 
 import torch
+from tqdm.auto import tqdm
 
+from .. import records
+from ..comm import Channel
+from ..config import resolve_device
 from ..errors import ConfigError, DivergenceError
-from ..methods.multi_vfl import MultiVFL, _weights
+from ..methods.multi_vfl import MultiVFL, MultiVFLConfig, _weights
+from . import multi_owner
 from .packed import StackedModel, _cross_entropy
 
 
@@ -82,7 +95,8 @@ def packed_round(methods: MultiVFL | Sequence[MultiVFL], r: int, *,
     # slice c follows chain c's own optimizer
     top_opt = runs[0]._local_optimizer(list(top.params.values()))
     bottom_opts = [runs[0]._local_optimizer(list(b.params.values())) for b in bottoms]
-    totals = dict.fromkeys(chains, 0.0)
+    # the chains' losses summed on the device (float64) and read once, after the round
+    totals = torch.zeros(len(chains), dtype=torch.float64, device=top.params[next(iter(top.params))].device)
     for i in range(n):
         acts = []
         for d, (bottom, opt) in enumerate(zip(bottoms, bottom_opts)):
@@ -108,11 +122,12 @@ def packed_round(methods: MultiVFL | Sequence[MultiVFL], r: int, *,
         for d, (a, opt) in enumerate(zip(acts, bottom_opts)):
             a.backward(torch.stack([runs[j].data_owners[d].recv(lo_of[j, k], "gradient") for j, k in chains]))
             opt.step()
-        for c, value in zip(chains, losses.tolist()):
-            if not math.isfinite(value):
-                raise DivergenceError(f"{lo_of[c].name}'s loss is {value} in round {r} of run {c[0]} of the pack: "
-                                      "training diverged; lower local_lr or the server lr")
-            totals[c] += value
+        totals += losses.detach().to(torch.float64)
+    for c, value in zip(chains, totals.tolist()):
+        if not math.isfinite(value):
+            raise DivergenceError(f"{lo_of[c].name}'s loss was not finite in round {r} of run {c[0]} of the pack "
+                                  f"(its sum: {value}): training diverged; lower local_lr or the server lr")
+    sums = dict(zip(chains, totals.tolist()))
     top.write_back([lo_of[c].models["top"] for c in chains])
     for bottom, c in zip(bottoms, copies):
         bottom.write_back(c)
@@ -128,8 +143,87 @@ def packed_round(methods: MultiVFL | Sequence[MultiVFL], r: int, *,
         for d in m.data_owners:
             m._average_copies(d)
         m.rounds_done = r
-        out.append({lo.name: totals[j, k] / n for k, lo in enumerate(m.label_owners)})
+        out.append({lo.name: sums[j, k] / n for k, lo in enumerate(m.label_owners)})
     return out[0] if isinstance(methods, MultiVFL) else out
 
 
-__all__ = ["packed_round"]
+#: What the runs of one pack must share (the step's shapes, the local optimizer, the rounds
+#: and when they evaluate); they may differ in anything else (dataset, scenario, server
+#: optimizer, seed).
+SHARED = ("n_data_owners", "n_label_owners", "batch_size", "samples_per_owner", "local_epochs", "local_steps",
+          "local_optimizer", "local_lr", "rounds", "eval_every", "variant")
+
+
+def pack_key(config: MultiVFLConfig) -> tuple[Any, ...]:
+    """What Multi-VFL runs must share to train as one pack (:data:`SHARED`)."""
+    return ("multi_owner_packed", *(getattr(config, f) for f in SHARED))
+
+
+def train_pack(configs: Sequence[MultiVFLConfig], *, device: torch.device | str = "cpu", progress: bool = False,
+               stacking: str = "auto") -> list[dict[str, Any]]:
+    """Train ``configs`` (runs of one :func:`pack_key`) as one pack, round by round
+    (:func:`packed_round`); each run's results as :func:`vflkit.training.multi_owner.train`
+    returns them (its history rows by :func:`~vflkit.training.multi_owner.round_row`, its
+    evaluation its own), plus ``execution``. Timings are the pack's. A diverging chain raises
+    :class:`DivergenceError` for the pack (see the module's note)."""
+    configs = list(configs)
+    if not configs or len({pack_key(c) for c in configs}) != 1 or len({c.key for c in configs}) != len(configs):
+        raise ConfigError("a Multi-VFL pack holds distinct runs that share " + ", ".join(SHARED))
+    device = resolve_device(device)
+    start = time.perf_counter()
+    methods = []
+    for cfg in configs:  # each built as the unpacked trainer builds it
+        m = MultiVFL(cfg, multi_owner._data(cfg), device=device, channel=Channel())
+        m.setup()
+        methods.append(m)
+    rounds = configs[0].rounds
+    histories: list[list[dict[str, Any]]] = [[] for _ in configs]
+    for r in tqdm(range(1, rounds + 1), desc=f"Multi-VFL x{len(configs)}", disable=not progress, leave=False):
+        for m, losses, history in zip(methods, packed_round(methods, r, stacking=stacking), histories):
+            row = multi_owner.round_row(m, r, losses)
+            row["elapsed_s"] = time.perf_counter() - start
+            history.append(row)
+    wall = time.perf_counter() - start
+    keys = [c.key for c in configs]
+    return [{**multi_owner.results(h, m.channel, wall, None), "execution": {"packed": len(configs), "pack": keys}}
+            for m, h in zip(methods, histories)]
+
+
+def run_pack(configs: Sequence[MultiVFLConfig], *, profile: str, device: torch.device | str = "auto",
+             results: str | Path | None = None, force: bool = False, progress: bool = False,
+             on_divergence: str = "raise") -> list[dict[str, Any]]:
+    """The records of ``configs``, in their order: recorded ones loaded, the others trained as
+    one pack (:func:`train_pack`) and written through the record store's one path
+    (:func:`vflkit.records.run_together`). Where the pack diverges, each of its runs is trained
+    alone instead (:func:`vflkit.training.multi_owner.train`), so that every record, a
+    diverged one included, is the unpacked trainer's."""
+
+    def train_all(todo: list[MultiVFLConfig], dev: torch.device, checkpoints: list[Path]) -> list[dict[str, Any]]:
+        try:
+            return train_pack(todo, device=dev, progress=progress)
+        except DivergenceError:
+            return [multi_owner.train(c, device=dev, checkpoint=ckpt, progress=progress, on_divergence=on_divergence)
+                    for c, ckpt in zip(todo, checkpoints)]
+
+    return records.run_together(configs, train_all=train_all, profile=profile, device=device, results=results,
+                                force=force, on_divergence=on_divergence)
+
+
+def compute_pack(payloads: Sequence[Mapping[str, Any]], *, device: torch.device | str = "auto",
+                 deadline: float | None = None) -> list[dict[str, Any]]:
+    """The records of Multi-VFL study payloads (``{"family": "multi_owner", "config",
+    "profile", "results"}``) trained as one pack by :func:`run_pack`: a pack's task function,
+    as :func:`vflkit.training.packed.compute_pack` is for the split family's."""
+    from ..studies.base import FAMILIES  # here: the studies import the trainers
+
+    payloads = list(payloads)
+    places = {(p["profile"], str(p["results"])) for p in payloads}
+    if len(places) != 1 or any(p.get("family") != "multi_owner" for p in payloads):
+        raise ConfigError("a Multi-VFL pack writes Multi-VFL records under one profile and results folder")
+    profile, results = next(iter(places))
+    configs = [MultiVFLConfig.from_dict(dict(p["config"])) for p in payloads]
+    return run_pack(configs, profile=profile, device=device, results=Path(results),
+                    on_divergence=FAMILIES["multi_owner"].on_divergence)
+
+
+__all__ = ["SHARED", "compute_pack", "pack_key", "packed_round", "run_pack", "train_pack"]

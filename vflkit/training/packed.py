@@ -256,6 +256,7 @@ class Pack:
                                                                    float(cfg.party_value("lr", j)))
         #: C-VFL's parties trained as one stacked model per group (:meth:`_group_parties`)
         self.groups: list[tuple[str, ...]] = []
+        self.slots: dict[tuple[str, ...], torch.Tensor] = {}
         if step is _step_cvfl:
             self._group_parties(stacking, compile, group_parties)
         self._rows = torch.arange(self.k, device=self.device)[:, None]
@@ -297,6 +298,11 @@ class Pack:
             modules = [m.parties[j].models["bottom"] for j in members for m in self.methods]
             stacked = StackedModel(modules, stacking=stacking, compile=compile)
             self.models[(names, "bottom")] = stacked
+            # where each slice's own embedding goes in the top's input: built once, here (a
+            # tensor made from host values inside a step would be a copy to the device each step)
+            slot = torch.tensor([[m == n for m in self.names] for n in names])
+            self.slots[names] = slot.repeat_interleave(self.k, 0).repeat_interleave(cfg.embedding_dim, 1)[:, None, :].to(
+                self.device)
             # the unpacked optimizer's parameter order (C-VFL builds it over bottom.parameters())
             params = [stacked.params[n] for n, _ in modules[0].named_parameters()]
             self.optimizers[(names, "local")] = make_optimizer(cfg.party_value("optimizers", members[0]), params,
@@ -523,9 +529,7 @@ def _step_cvfl(pack: Pack, ids: torch.Tensor) -> dict[str, torch.Tensor]:
         # with its fresh embedding by a select: exact, and its gradient reaches that slot only
         fixed = torch.cat([torch.cat([torch.zeros_like(stale[m]) if m == n else got[n][1][m] for m in pack.names], 2)
                            for n in group])
-        slot = torch.tensor([[m == n for m in pack.names] for n in group], device=x.device)
-        width = stale[a].shape[-1]
-        mask = slot.repeat_interleave(pack.k, 0).repeat_interleave(width, 1)[:, None, :]
+        mask = pack.slots[group]
         bottom, opt = pack.models[(group, "bottom")], pack.optimizers[(group, "local")]
         for _ in range(q):
             opt.zero_grad(set_to_none=True)
@@ -570,11 +574,20 @@ def _is_image_dataset(name: str) -> bool:
     return ALIASES.get(name, name) in _IMAGE_DATASETS
 
 
-def pack_key(config: RunConfig) -> Hashable | None:
+def pack_key(config: Any) -> Hashable | None:
     """What runs must share to be packed with ``config``: its key with the seed set to 0 (so
     equal pack keys differ in seed alone), or None when ``config`` cannot be packed (a method
-    without a packed step, tabular data, or ``precision="bf16"``)."""
+    without a packed step, tabular data, or ``precision="bf16"``). A Multi-VFL run packs with
+    the runs that share its step's shapes (:func:`vflkit.training.multi_owner_packed.pack_key`)."""
     from ..methods import METHODS
+    from ..methods.multi_vfl import MultiVFLConfig
+
+    if isinstance(config, MultiVFLConfig):
+        from .multi_owner_packed import pack_key as multi_owner_key
+
+        return multi_owner_key(config)
+    if not isinstance(config, RunConfig):
+        return None
 
     cls = METHODS.get(config.method)
     if cls is None or cls.train_step not in PACKED_STEPS or not _is_image_dataset(config.dataset):
@@ -631,15 +644,19 @@ def group_packs(configs: Sequence[RunConfig], *, max_size: int | None = None
     return [p for packs in groups.values() for p in packs], single
 
 
-def packable_config(family: str, config: Mapping[str, Any]) -> RunConfig | None:
+def packable_config(family: str, config: Mapping[str, Any]) -> Any:
     """The run config of a study payload (its protocol ``family`` and its config as a dict)
-    when :func:`pack_key` may pack it: the split family's, and a whole config (a stand-in or a
-    config of another version of the class is not); else None."""
-    if family != "split":  # the packed steps mirror the split trainer's methods only
+    when :func:`pack_key` may pack it: the split family's and the multi-label-owner family's
+    (Multi-VFL), and a whole config (a stand-in or a config of another version of the class is
+    not); else None."""
+    from ..methods.multi_vfl import MultiVFLConfig
+
+    cls = {"split": RunConfig, "multi_owner": MultiVFLConfig}.get(family)
+    if cls is None:  # the packed trainers mirror these two families only
         return None
     try:
-        return RunConfig.from_dict(dict(config))
-    except (TypeError, ConfigError):
+        return cls.from_dict(dict(config))
+    except (TypeError, ValueError, KeyError, ConfigError):
         return None
 
 
@@ -649,11 +666,16 @@ def compute_pack(payloads: Sequence[Mapping[str, Any]], *, device: torch.device 
     what :func:`vflkit.study.compute` takes for one run) trained as one pack by :func:`run_pack`,
     a diverging run handled as its family says (:data:`vflkit.studies.base.FAMILIES`): the
     task function of a pack, for the scheduler and the launcher's lanes, as
-    :func:`vflkit.study.compute` is of one run.
+    :func:`vflkit.study.compute` is of one run. Multi-VFL's payloads go to its packed trainer
+    (:func:`vflkit.training.multi_owner_packed.compute_pack`).
 
     ``deadline`` is not enforced: a pack keeps no checkpoint, so whoever starts it checks first
     that its estimate ends before the deadline (:func:`vflkit.scheduler.ends_before`)."""
     payloads = list(payloads)
+    if payloads and all(p.get("family") == "multi_owner" for p in payloads):
+        from .multi_owner_packed import compute_pack as multi_owner_pack
+
+        return multi_owner_pack(payloads, device=device, deadline=deadline)
     profiles = {(p["profile"], str(p["results"])) for p in payloads}
     if len(profiles) != 1:
         raise ConfigError(f"a pack writes its records under one profile and results folder; got {sorted(profiles)}")
