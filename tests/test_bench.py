@@ -29,6 +29,8 @@ def test_bench_packed_reports_alone_and_packed_for_every_packed_method():
     assert [r["method"] for r in rows] == list(bench.PACKED_METHODS)
     assert all(r["alone_samples_per_s"] > 0 and r["vmap_samples_per_s"] > 0 and r["loop_samples_per_s"] > 0
                and r["pack_size"] == 2 for r in rows)
+    # C-VFL's packs stack its alike parties: timed and counted against the parties apart too
+    assert [r["method"] for r in rows if "vmap_apart_samples_per_s" in r] == ["c_vfl"]
 
 
 def test_bench_multi_vfl_splits_a_quick_round_into_training_and_both_evaluations():
@@ -59,7 +61,9 @@ def test_bench_packed_writes_rows_the_cost_model_reads(tmp_path, capsys):
     (row,) = doc["bench_packed"]["rows"]
     setting = costs.bench_setting("c_vfl", "mlp", 16)
     assert row["ops_per_step"] == costs.count_step_ops(setting) > 1000 and row["flops_per_step"] > 0
+    assert row["packed_ops_per_step"] == costs.count_step_ops(setting, pack=2) < row["packed_apart_ops_per_step"]
     assert "us/op" in printed and f"{row['ops_per_step']:>7.0f}" in printed
+    assert f"{row['packed_ops_per_step']:>10.0f}" in printed
     shutil.copy(costs.committed_root() / costs.OP_COUNTS, tmp_path / costs.OP_COUNTS)
     assert costs._op_seconds(str(tmp_path)) == {}  # measured on a CPU: no GPU kind
     doc["device"] = "NVIDIA H100 80GB HBM3"

@@ -4,6 +4,7 @@ estimating every pending run. No test times anything."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -227,6 +228,43 @@ def test_an_op_count_does_not_depend_on_the_batch_and_the_committed_table_holds_
         assert n > 50 and n == costs.count_step_ops(run, batch=16) == costs.step_ops(run), run.method
 
 
+def test_a_packed_cvfl_step_is_counted_and_prices_its_pack():
+    """C-VFL's packed step (3 seeds, alike parties stacked) is in the committed table as counted
+    today, and a pack of its seeds is priced at one run's time times that ratio: the paper
+    profile's three MNIST MLP seeds cost ratio / 3 each; a run without seeds to pack with, and
+    a method whose packed step the table does not count, cost their time alone."""
+    from vflkit.scheduler import pack_cost_s
+
+    cvfl = _cheap_settings()[0]
+    ratio = costs.pack_ratio(cvfl)
+    assert ratio == costs.count_step_ops(cvfl, pack=costs.PACK_COUNTED) / costs.count_step_ops(cvfl)
+    assert 0.5 < ratio < 1.0  # four MLPs stacked: fewer operations for 3 runs than for one alone
+    seeds = [cvfl.replace(seed=s) for s in range(3)]
+    local = _cheap_settings()[2]
+    runs = [*seeds, cvfl.replace(seed=0, models=("lenet",) * 4), local, local.replace(seed=1)]
+    shares = costs.packed_shares(runs)
+    assert shares == {0: ratio / 3, 1: ratio / 3, 2: ratio / 3}
+    assert costs.pack_ratio(local) is None
+    assert pack_cost_s([60.0, 60.0, 60.0], cvfl) == 60.0 * ratio
+    assert pack_cost_s([60.0, 60.0], local) == 120.0 and pack_cost_s([60.0, None], cvfl) is None
+
+
+def test_the_launch_bound_model_predicts_the_h200s_seed_packs():
+    """The lent H200's packed C-VFL rows (3 seeds vmapped, each party apart as that code stacked
+    them): the gain their op counts predict (K x one run's operations over the packed step's)
+    is within 25 % of the gain measured, as for the runs alone (what pack_ratio relies on)."""
+    doc = json.loads((costs.committed_root() / costs.H200_WINDOW).read_text())
+    bench = doc["bench_packed"]
+    rows = [r for r in bench["rows"] if r["method"] == "c_vfl"]
+    assert len(rows) == 2
+    k = bench["pack_size"]
+    for row in rows:
+        setting = costs.bench_setting("c_vfl", row["model"], bench["batch"])
+        predicted = k * costs.count_step_ops(setting) / costs.count_step_ops(setting, pack=k, group_parties=False)
+        measured = row["vmap_samples_per_s"] / row["alone_samples_per_s"]
+        assert abs(predicted / measured - 1) < 0.25, (row["model"], predicted, measured)
+
+
 def test_every_split_image_paper_setting_has_a_committed_op_count():
     from vflkit import studies
 
@@ -292,3 +330,44 @@ def test_multi_vfl_minutes_give_back_the_measured_rounds():
     seconds, source = costs.estimate(run, "cuda", "multi_owner")
     assert source == costs.FROM_ROUNDS and seconds == pytest.approx(costs.multi_vfl_minutes(run) * 60
                                                                     * costs.sharing_slowdown())
+
+
+def test_a_multi_vfl_pack_is_priced_from_its_counted_rounds(tmp_path):
+    """A Multi-VFL pack of k runs takes its round's counted operations (per batch step and once
+    a round, k = 1, 2, 8, the line through 2 and 8 between) plus k evaluations, over one run's
+    round alone; the study's 42 paper runs are priced as packs of at most 8 (MAX_PACK)."""
+    from vflkit.scheduler import MAX_PACK
+    from vflkit.studies import multi_vfl
+
+    rows = [{"dataset": "mnist", "n_data_owners": 4, "n_label_owners": 5, "k": k, "per_step": ps, "fixed": fx}
+            for k, ps, fx in ((1, 900.0, 600.0), (2, 1000.0, 1500.0), (8, 2800.0, 6000.0))]
+    (tmp_path / "device").mkdir()
+    (tmp_path / costs.OP_COUNTS).write_text(json.dumps(
+        {"steps": [], "multi_vfl": {"rounds": rows, "eval": [{"dataset": "mnist", "n_data_owners": 4,
+                                                              "per_message": 70.0}]}}))
+    run = next(c for c in multi_vfl.configs("paper") if c.dataset == "mnist")
+    n = math.ceil(run.samples_per_owner / run.batch_size)  # 79 batches per label owner
+    one = 600 + n * 900 + 10 * 70.0  # 10,000 test images in messages of 1,000
+    assert costs.multi_vfl_pack_ratio(run, 1, tmp_path) == 1.0
+    assert costs.multi_vfl_pack_ratio(run, 8, tmp_path) == pytest.approx((6000 + n * 2800 + 8 * 700) / one)
+    assert costs.multi_vfl_pack_ratio(run, 5, tmp_path) == pytest.approx((3750 + n * 1900 + 5 * 700) / one)
+    assert costs.multi_vfl_pack_ratio(run.replace(dataset="fashion_mnist"), 2, tmp_path) is None
+    runs = multi_vfl.configs("paper")
+    shares = costs.packed_shares(runs)
+    if costs.pack_ratio(runs[0], k=2) is not None:  # the committed table counts Multi-VFL's rounds
+        assert len(shares) == len(runs) and MAX_PACK == 8
+        assert sorted(set(round(v, 9) for v in shares.values())) == sorted(
+            {round(costs.pack_ratio(runs[0], k=8) / 8, 9), round(costs.pack_ratio(runs[0], k=2) / 2, 9)})
+
+
+@pytest.mark.slow
+def test_the_committed_multi_vfl_round_counts_are_todays():
+    """The committed Multi-VFL rows (a round alone and two runs packed, one evaluation message)
+    equal a count of today's code (regenerate: python -m vflkit.costs --count-ops)."""
+    doc = json.loads((costs.committed_root() / costs.OP_COUNTS).read_text())["multi_vfl"]
+    committed = {r["k"]: {f: r[f] for f in ("per_step", "fixed")} for r in doc["rounds"]
+                 if (r["dataset"], r["n_data_owners"], r["n_label_owners"]) == ("mnist", 4, 5)}
+    for k in (1, 2):
+        assert committed[k] == costs._multi_vfl_round_ops("mnist", 4, 5, costs.OP_COUNT_BATCH, k), k
+    committed_eval = {(r["dataset"], r["n_data_owners"]): r["per_message"] for r in doc["eval"]}
+    assert committed_eval[("mnist", 4)] == costs._multi_vfl_eval_ops("mnist", 4)

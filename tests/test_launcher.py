@@ -346,6 +346,11 @@ def test_slow_cpu_runs_lead_the_plan_packed_by_seed_within_the_deadline():
     assert not p.not_fitting and {r.key for r in p.planned} == {r.key for r in runs}
     first, *rest = p.windows[0].lanes[0]
     assert first.packed and sorted(r.key for r in first.runs) == sorted(c.key for c in seeds)
+    # priced as the engine trains it: one packed step (parties stacked) per step, by its op count
+    from vflkit import costs
+
+    assert first.cost_s == pytest.approx(90.0 * costs.pack_ratio(seeds[0])) and first.cost_s < 90.0
+    assert p.to_dict()["windows"][0]["lanes"][0][0]["speedup"] == pytest.approx(len(seeds) / costs.pack_ratio(seeds[0]))
     assert all(r.key.startswith("g") for pk in rest for r in pk.runs)
     for w in p.windows:
         for lane in w.lanes:

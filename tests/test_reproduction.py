@@ -405,13 +405,16 @@ def test_readme_own_gpu_block_adds_up_the_estimator_and_names_its_evidence(monke
     from vflkit import costs
 
     rows = pd.DataFrame([
-        {"paper": "A", "name": "a", "runs": 3, "h100_min": 100.4, "unpriced": 0, "cpu_h": float("nan"),
-         "how": "from FLOPs at the measured H100 rate (1)"},
-        {"paper": "B", "name": "b", "runs": 2, "h100_min": float("nan"), "unpriced": 2, "cpu_h": 7.0, "how": ""}])
+        {"paper": "A", "name": "a", "runs": 3, "h100_min": 100.4, "h100_min_packed": 40.2, "unpriced": 0,
+         "cpu_h": float("nan"), "how": "from FLOPs at the measured H100 rate (1)"},
+        {"paper": "B", "name": "b", "runs": 2, "h100_min": float("nan"), "h100_min_packed": float("nan"), "unpriced": 2,
+         "cpu_h": 7.0, "how": ""}])
     monkeypatch.setattr(reproduction, "own_gpu_minutes", lambda recs=None: rows)
     block = reproduction.readme_own_gpu()
-    assert "| A | 3 | 100 |" in block and "| B | 2 | — | none (its own rule, `b.pending_cost`, prices them at 7 CPU-hours) |" in block
+    assert "| A | 3 | 100 | 40 |" in block
+    assert "| B | 2 | — | — | none (its own rule, `b.pending_cost`, prices them at 7 CPU-hours) |" in block
     assert "about 100 H100-minutes (1.7 hours)" in block and "2 runs without an H100 estimate" in block
+    assert "about 40 H100-minutes (0.7 hours); predicted from op counts" in block
     assert costs.H100_LABEL in block and costs.H100_CALIBRATION in costs.H100_LABEL
     readme = tmp_path / "README.md"
     readme.write_text(f"{reproduction.README_START}\n{reproduction.README_END}\nx\n"

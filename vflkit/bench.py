@@ -275,6 +275,8 @@ def bench_packed(models: list[str], *, methods: Sequence[str] = PACKED_METHODS, 
             runs = [_setup(model, 4, batch, batch * 8, 128, seed=k, method=name, device=device)[0]
                     for k in range(pack_size)]
             packs = {s: Pack(runs, stacking=s) for s in stackings}  # each stacks its own copy of the runs
+            if name == "c_vfl":  # its alike parties stacked (the default) against each party apart
+                packs["vmap_apart"] = Pack(runs, stacking="vmap", group_parties=False)
             order = torch.arange(batch * 8)  # ids on the CPU for a run alone, as in the trainer
             packed_order = order.to(device).expand(pack_size, -1)  # a pack's [K, N] on its device
 
@@ -301,18 +303,26 @@ def bench_packed(models: list[str], *, methods: Sequence[str] = PACKED_METHODS, 
             row: dict[str, float | str] = {"method": name, "model": model, "pack_size": pack_size}
             row.update({f"{k}_samples_per_s": pack_size * batch * steps / statistics.median(v)
                         for k, v in times.items()})
-            rows.append({**row, **step_cost(name, model, batch)})
+            rows.append({**row, **step_cost(name, model, batch, pack_size=pack_size)})
     return rows
 
 
-def step_cost(method: str, model: str, batch: int) -> dict[str, float]:
+def step_cost(method: str, model: str, batch: int, pack_size: int | None = None) -> dict[str, float]:
     """One run's training step in the benchmark's setting: the torch operations it dispatches
     and the FLOPs it computes (:mod:`vflkit.costs`, the cost model's own counts), so that a
-    timed row gives seconds per operation and FLOP/s."""
+    timed row gives seconds per operation and FLOP/s; with ``pack_size``, also the operations of
+    one vmapped packed step of that many runs (``packed_ops_per_step``; C-VFL's with its parties
+    apart too, ``packed_apart_ops_per_step``), whose time per operation tells whether a pack is
+    launch-bound as the runs alone are."""
     from . import costs
 
     setting = costs.bench_setting(method, model, batch)
-    return {"ops_per_step": float(costs.count_step_ops(setting)), "flops_per_step": costs.step_flops(setting)}
+    out = {"ops_per_step": float(costs.count_step_ops(setting)), "flops_per_step": costs.step_flops(setting)}
+    if pack_size:
+        out["packed_ops_per_step"] = float(costs.count_step_ops(setting, pack=pack_size))
+        if method == "c_vfl":
+            out["packed_apart_ops_per_step"] = float(costs.count_step_ops(setting, pack=pack_size, group_parties=False))
+    return out
 
 
 def bench_multi_vfl(*, rounds: int = 3, scenario: str = "4niid", server_optimizer: str = "fedadam",
@@ -560,8 +570,11 @@ def _print_packed(args: argparse.Namespace, where: str) -> None:
           "the stacked slices (vflkit.training.packed.STACKINGS); medians of 3 "
           f"blocks of {args.steps} steps, alternated; ops: torch operations one run's step dispatches, "
           "us/op: a step alone over them (launch-bound when steady across models); TFLOP/s of all K runs")
-    head = (f"{'method':<10} {'model':<8} {'alone':>10} {'vmap':>10} {'loop':>10} "
-            f"{'vmap/alone':>11} {'loop/alone':>11} {'ops':>7} {'us/op':>6} {'TFLOP/s alone':>14} {'vmap':>6}")
+    print("C-VFL's packs stack its alike parties too (vmap, loop); 'apart': vmapped with each party apart. "
+          "packed ops: one packed step's; its us/op: the vmapped step over them")
+    head = (f"{'method':<10} {'model':<8} {'alone':>10} {'vmap':>10} {'loop':>10} {'apart':>10} "
+            f"{'vmap/alone':>11} {'loop/alone':>11} {'ops':>7} {'us/op':>6} {'packed ops':>10} {'us/op':>6} "
+            f"{'TFLOP/s alone':>14} {'vmap':>6}")
     print(head)
     print("-" * len(head), flush=True)
     rows = []
@@ -571,10 +584,13 @@ def _print_packed(args: argparse.Namespace, where: str) -> None:
                               steps=args.steps, device=args.device)
             rows.append(r)
             a, v, lo = r["alone_samples_per_s"], r["vmap_samples_per_s"], r["loop_samples_per_s"]
+            apart = f"{r['vmap_apart_samples_per_s']:>10.0f}" if "vmap_apart_samples_per_s" in r else f"{'-':>10}"
             us = 1e6 * args.batch / a / r["ops_per_step"]
+            us_packed = 1e6 * args.pack_size * args.batch / v / r["packed_ops_per_step"]
             tf = r["flops_per_step"] / args.batch / 1e12
-            print(f"{method:<10} {model:<8} {a:>10.0f} {v:>10.0f} {lo:>10.0f} {v / a:>10.2f}x {lo / a:>10.2f}x "
-                  f"{r['ops_per_step']:>7.0f} {us:>6.1f} {a * tf:>14.3f} {v * tf:>6.3f}", flush=True)
+            print(f"{method:<10} {model:<8} {a:>10.0f} {v:>10.0f} {lo:>10.0f} {apart} {v / a:>10.2f}x {lo / a:>10.2f}x "
+                  f"{r['ops_per_step']:>7.0f} {us:>6.1f} {r['packed_ops_per_step']:>10.0f} {us_packed:>6.1f} "
+                  f"{a * tf:>14.3f} {v * tf:>6.3f}", flush=True)
             if args.json:  # rewritten after every row: a benchmark cut short keeps what it measured
                 tmp = args.json.with_suffix(".tmp")
                 tmp.write_text(json.dumps({"device": where, "torch": torch.__version__,

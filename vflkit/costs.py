@@ -449,6 +449,15 @@ def _root_with(name: str, root: Path | None = None) -> Path | None:
 
 
 @functools.cache
+def _read_packed_table(path: str) -> dict[str, int]:
+    try:
+        return {row["setting"]: int(row["packed_ops"]) for row in json.loads(Path(path).read_text())["steps"]
+                if row.get("packed_ops") is not None}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
+@functools.cache
 def _read_op_table(path: str) -> dict[str, int]:
     try:
         return {row["setting"]: int(row["ops"]) for row in json.loads(Path(path).read_text())["steps"]}
@@ -464,7 +473,153 @@ def step_ops(run: Any, root: Path | None = None) -> int | None:
     return _op_table(root).get(op_key(run))
 
 
+#: The pack a packed op count is taken at: the paper profiles' three seeds.
+PACK_COUNTED = 3
+#: The methods whose packed step the op table counts too: C-VFL, 72 % of the GPU remainder's
+#: H100-minutes, whose seed packs the lent H200 ran at the per-op time of its runs alone (the
+#: gains their op counts predict, 1.73x and 1.54x, against 1.52x and 1.61x measured).
+PACKED_COUNTED: tuple[str, ...] = ("c_vfl",)
+
+
+def pack_ratio(run: Any, root: Path | None = None, k: int = PACK_COUNTED) -> float | None:
+    """The time of one packed step of runs like ``run`` over one step of ``run`` alone, as a
+    launch-bound run: the packed step's operations (:data:`PACK_COUNTED` runs, C-VFL's alike
+    parties stacked, ``count_step_ops(pack=3)``) over the run's own. A pack of k such runs then
+    takes ``ratio`` times one run's time alone (the vmapped step's operations barely grow with
+    k: 2,495 at k = 1 and 2,529 at k = 3 for C-VFL with four MLPs), a gain of k / ratio. None
+    where the table has no packed count (:data:`PACKED_COUNTED`). A Multi-VFL run's: a round of
+    ``k`` runs packed over one run's round alone (:func:`multi_vfl_pack_ratio`)."""
+    if type(run).__name__ == "MultiVFLConfig":
+        return multi_vfl_pack_ratio(run, k, root)
+    if type(run).__name__ != "RunConfig":
+        return None
+    r = _root_with(OP_COUNTS, root)
+    packed = _read_packed_table(str(r / OP_COUNTS)).get(op_key(run)) if r else None
+    ops = step_ops(run, root)
+    return packed / ops if packed and ops else None
+
+
 # --------------------------------------------------------------------------- Multi-VFL
+
+
+#: The pack sizes a Multi-VFL round is counted at (:func:`write_op_counts`): one run alone and
+#: two and eight packed (the scheduler's largest pack); other sizes lie on the line through the
+#: last two (the counts grow linearly with the runs packed).
+MULTI_VFL_COUNTED_K: tuple[int, ...] = (1, 2, 8)
+
+
+def multi_vfl_pack_ratio(run: Any, k: int, root: Path | None = None) -> float | None:
+    """The time of one round of ``k`` Multi-VFL runs like ``run`` packed
+    (:func:`vflkit.training.multi_owner_packed.packed_round`, vmapped; each run evaluated alone)
+    over one round of ``run`` alone, as launch-bound runs: their torch operations, from the
+    committed counts (:data:`OP_COUNTS`' ``multi_vfl`` rows: each round split into what every
+    batch step adds and what the round adds once, and an evaluation), scaled to ``run``'s
+    steps. None where they have no row for its shapes. Counted with the runs' per-chain
+    messages and batches as they are: eight runs packed dispatch about 3x one run's operations."""
+    r = _root_with(OP_COUNTS, root)
+    table = _read_multi_vfl_table(str(r / OP_COUNTS)) if r else {}
+    shape = (run.dataset, run.n_data_owners, run.n_label_owners)
+    rounds = {kk: v for (ds, do, lo, kk), v in table.get("rounds", {}).items() if (ds, do, lo) == shape}
+    n_test = run.n_test or 10_000  # MNIST's and FashionMNIST's test sets
+    evaluation = table.get("eval", {}).get((run.dataset, run.n_data_owners))
+    if 1 not in rounds or evaluation is None or k < 1:
+        return None
+    if k in rounds:
+        packed = rounds[k]
+    else:  # on the line through the two largest counted packs
+        (k1, a), (k2, b) = sorted(((kk, v) for kk, v in rounds.items() if kk > 1))[-2:]
+        packed = {f: a[f] + (b[f] - a[f]) * (k - k1) / (k2 - k1) for f in ("per_step", "fixed")}
+    n = run.local_steps or math.ceil(run.samples_per_owner / run.batch_size) * run.local_epochs
+    evaluation *= math.ceil(n_test / MULTI_VFL_EVAL_BATCH)
+    alone = rounds[1]
+    one = alone["fixed"] + n * alone["per_step"] + evaluation
+    return (packed["fixed"] + n * packed["per_step"] + k * evaluation) / one
+
+
+@functools.cache
+def _read_multi_vfl_table(path: str) -> dict[str, dict[tuple, Any]]:
+    try:
+        doc = json.loads(Path(path).read_text()).get("multi_vfl", {})
+        return {"rounds": {(r["dataset"], r["n_data_owners"], r["n_label_owners"], r["k"]):
+                           {"per_step": float(r["per_step"]), "fixed": float(r["fixed"])} for r in doc.get("rounds", [])},
+                "eval": {(r["dataset"], r["n_data_owners"]): float(r["per_message"]) for r in doc.get("eval", [])}}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
+#: Test images per evaluation message (MultiVFL.evaluate's default batch).
+MULTI_VFL_EVAL_BATCH = 1000
+
+
+def count_multi_vfl(dataset: str, n_data_owners: int, n_label_owners: int) -> dict[str, list[dict[str, Any]]]:
+    """The ``multi_vfl`` rows of :data:`OP_COUNTS` for one shape: a round's operations at each
+    :data:`MULTI_VFL_COUNTED_K` and one evaluation message's (seconds to a minute on a CPU)."""
+    rounds = [{"dataset": dataset, "n_data_owners": n_data_owners, "n_label_owners": n_label_owners, "k": k,
+               **_multi_vfl_round_ops(dataset, n_data_owners, n_label_owners, OP_COUNT_BATCH, k)}
+              for k in MULTI_VFL_COUNTED_K]
+    return {"rounds": rounds, "eval": [{"dataset": dataset, "n_data_owners": n_data_owners,
+                                        "per_message": _multi_vfl_eval_ops(dataset, n_data_owners)}]}
+
+
+def _multi_vfl_method(dataset: str, n_data_owners: int, n_label_owners: int, batch: int, steps: int, seed: int,
+                      n_test: int = 8) -> Any:
+    from .data import ImageData
+    from .methods.multi_vfl import MultiVFL, MultiVFLConfig
+
+    shape, n_classes, _ = IMAGE_DATASETS[dataset]
+    g = torch.Generator().manual_seed(0)
+    n = n_label_owners * batch * steps
+    data = ImageData(dataset, torch.randint(0, 256, (n, *shape), dtype=torch.uint8, generator=g),
+                     torch.arange(n) % n_classes, torch.randint(0, 256, (n_test, *shape), dtype=torch.uint8, generator=g),
+                     torch.arange(n_test) % n_classes, tuple(str(i) for i in range(n_classes)), (0.5,) * shape[0],
+                     (0.25,) * shape[0])
+    config = MultiVFLConfig(dataset=dataset, scenario="iid", n_data_owners=n_data_owners, n_label_owners=n_label_owners,
+                            samples_per_owner=batch * steps, batch_size=batch, local_steps=steps, n_test=n_test,
+                            seed=seed)
+    method = MultiVFL(config, data)
+    method.setup()
+    return method
+
+
+def _multi_vfl_round_ops(dataset: str, n_data_owners: int, n_label_owners: int, batch: int, k: int) -> dict[str, float]:
+    """Operations of one training round (round 2, no evaluation) of ``k`` runs packed (k > 1)
+    or of one run alone (k = 1): ``per_step``, what one more batch per label owner adds, and
+    ``fixed``, the rest (the server's aggregation, the data owners' averaging)."""
+    from .training.multi_owner_packed import packed_round
+
+    def count(steps: int) -> int:
+        runs = [_multi_vfl_method(dataset, n_data_owners, n_label_owners, OP_COUNT_BATCH, steps, seed=s)
+                for s in range(k)]
+        step = (lambda r: runs[0].round(r)) if k == 1 else (lambda r: packed_round(runs, r, stacking="vmap"))
+        step(1)
+        return _count_ops(lambda: step(2))
+
+    one, two = count(1), count(2)
+    return {"per_step": float(two - one), "fixed": float(2 * one - two)}
+
+
+def _multi_vfl_eval_ops(dataset: str, n_data_owners: int) -> float:
+    """Operations of one evaluation message of :data:`MULTI_VFL_EVAL_BATCH` test images, as on
+    a GPU (the label owner's model takes the whole message)."""
+    batch = MULTI_VFL_EVAL_BATCH
+    method = _multi_vfl_method(dataset, n_data_owners, 5, OP_COUNT_BATCH, 1, seed=0, n_test=batch)
+    return float(_count_ops(lambda: method.evaluate(batch_size=batch, eval_chunk=batch)))
+
+
+def _count_ops(fn: Callable[[], Any]) -> int:
+    """The torch operations ``fn()`` dispatches."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _Ops(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            self.n += 1
+            return func(*args, **(kwargs or {}))
+
+    with torch.random.fork_rng(), _Ops() as ops:
+        fn()
+    return ops.n
 
 
 @functools.cache
@@ -788,7 +943,7 @@ def price(study: Any, runs: Sequence[Any]) -> "pd.DataFrame":
     import numpy as np
     import pandas as pd
 
-    cols = ["needs", "h100_min", "cpu_h", "source"]
+    cols = ["needs", "h100_min", "cpu_h", "source", "h100_min_packed"]
     rows: list[dict[str, Any]] = []
     rest: list[int] = []
     for i, run in enumerate(runs):
@@ -806,7 +961,31 @@ def price(study: Any, runs: Sequence[Any]) -> "pd.DataFrame":
             priced = pd.notna(got["h100_min"]) or pd.notna(got["cpu_h"])
             rows[i] = {"needs": got["needs"], "h100_min": got["h100_min"], "cpu_h": got["cpu_h"],
                        "source": FROM_STUDY if priced else None}
+    for i, share in packed_shares(runs).items():
+        if rows[i]["source"] in (FROM_OPS, FROM_STUDY) and rows[i]["h100_min"] == rows[i]["h100_min"]:
+            rows[i]["h100_min_packed"] = rows[i]["h100_min"] * share
+    for row in rows:
+        row.setdefault("h100_min_packed", row["h100_min"])
     return pd.DataFrame(rows, columns=cols)
+
+
+def packed_shares(runs: Sequence[Any]) -> dict[int, float]:
+    """Index -> the share of its time alone that run ``runs[i]`` costs when the engine trains it
+    packed on a GPU (:func:`vflkit.scheduler.pack_tasks`: the runs of one pack key, C-VFL's
+    seeds or Multi-VFL's runs of one step shape, at most ``MAX_PACK`` a pack): ``pack_ratio / k``
+    for a pack of k >= 2 whose packed step the op table counts (:func:`pack_ratio`); runs
+    without are left out (alone, share 1)."""
+    from .scheduler import MAX_PACK
+    from .training.packed import group_packs
+
+    index = {id(r): i for i, r in enumerate(runs)}
+    counted = [r for r in runs if pack_ratio(r) is not None]
+    shares: dict[int, float] = {}
+    for pack in group_packs(counted, max_size=MAX_PACK)[0]:
+        ratio = pack_ratio(pack[0], k=len(pack)) if len(pack) >= 2 else None
+        if ratio is not None:
+            shares.update((index[id(r)], ratio / len(pack)) for r in pack)
+    return shares
 
 
 def _gpu_kind(name: str) -> str | None:
@@ -888,7 +1067,7 @@ def estimate_s(run: Any, kind: str, family: str) -> float | None:
 
 __all__ = ["COUNTED_FAMILIES", "FROM_FLOPS", "FROM_OPS", "FROM_ROUNDS", "FROM_STUDY", "H100_CALIBRATION", "H100_LABEL", "H200_WINDOW", "IMAGE_DATASETS",
            "OP_COUNTS", "UNCOUNTED", "bench_setting", "count_step_ops", "estimate", "estimate_s", "h100_minutes", "h100_rate", "launch_bound_s",
-           "multi_vfl_flops", "multi_vfl_minutes", "op_key", "op_seconds", "party_flops", "price", "rate", "record_rates", "run_flops",
+           "count_multi_vfl", "multi_vfl_flops", "multi_vfl_minutes", "multi_vfl_pack_ratio", "op_key", "op_seconds", "pack_ratio", "packed_shares", "party_flops", "price", "rate", "record_rates", "run_flops",
            "sharing_slowdown", "step_flops", "step_ops", "top_flops", "train_size", "uncounted", "write_op_counts"]
 
 
@@ -896,11 +1075,13 @@ __all__ = ["COUNTED_FAMILIES", "FROM_FLOPS", "FROM_OPS", "FROM_ROUNDS", "FROM_ST
 def write_op_counts(root: Path | None = None) -> Path:
     """Count every image setting of the split family's paper runs, the H100 calibration's and
     the benchmark's (:func:`count_step_ops`), and write them to :data:`OP_COUNTS` under
-    ``root`` (default the committed ``results/``). Minutes on a CPU."""
+    ``root`` (default the committed ``results/``); for a :data:`PACKED_COUNTED` method's paper
+    setting run with several seeds (the runs that pack), its packed step too. Minutes on a CPU."""
     from . import studies
 
     root = root or committed_root()
     settings: dict[str, Any] = {}
+    seeds: dict[str, set[int]] = {}  # a setting's seeds: a packed step is counted where they pack
     for study in studies.studies():
         if study.family != "split":
             continue
@@ -908,6 +1089,7 @@ def write_op_counts(root: Path | None = None) -> Path:
             for run in group:
                 if run.dataset in IMAGE_DATASETS:
                     settings.setdefault(op_key(run), run)
+                    seeds.setdefault(op_key(run), set()).add(run.seed)
     for config, _ in _calibrated(str(root)):
         settings.setdefault(op_key(config), config)
     for method in ("local", "splitnn", "agg_vfl", "c_vfl"):
@@ -916,16 +1098,31 @@ def write_op_counts(root: Path | None = None) -> Path:
     rows = []
     for i, (key, run) in enumerate(sorted(settings.items())):
         rows.append({"setting": key, "ops": count_step_ops(run)})
+        if run.method in PACKED_COUNTED and len(seeds.get(key, ())) >= 2:
+            rows[-1]["packed_ops"] = count_step_ops(run, pack=PACK_COUNTED)
         print(f"[costs] {i + 1}/{len(settings)} {run.method} {'/'.join(run.models)} {run.dataset}: "
-              f"{rows[-1]['ops']} ops a step", file=sys.stderr, flush=True)
+              f"{rows[-1]['ops']} ops a step" + (f", {rows[-1]['packed_ops']} a packed step of {PACK_COUNTED}"
+                                                  if "packed_ops" in rows[-1] else ""), file=sys.stderr, flush=True)
+    multi: dict[str, list[dict[str, Any]]] = {"rounds": [], "eval": []}
+    for shape in sorted({(c.dataset, c.n_data_owners, c.n_label_owners) for c in studies.get("multi_vfl").runs("paper")}):
+        for name, found in count_multi_vfl(*shape).items():
+            multi[name] += found
+        print(f"[costs] Multi-VFL {'/'.join(map(str, shape))}: {multi['rounds'][-1]}", file=sys.stderr, flush=True)
     path = root / OP_COUNTS
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({"what": "torch operations one training step dispatches, by split-family setting "
-                                       "(vflkit.costs.count_step_ops at batch %d; python -m vflkit.costs --count-ops)"
-                                       % OP_COUNT_BATCH, "torch": torch.__version__, "steps": rows}, indent=1) + "\n")
+                                       "(vflkit.costs.count_step_ops at batch %d; python -m vflkit.costs --count-ops); "
+                                       "packed_ops: one step of a pack of %d such runs (count_step_ops(pack=%d))"
+                                       % (OP_COUNT_BATCH, PACK_COUNTED, PACK_COUNTED)
+                                       + "; multi_vfl: a Multi-VFL round's operations per batch step and once a round, "
+                                       "alone (k = 1) and k runs packed, and one evaluation message's "
+                                       "(vflkit.costs.count_multi_vfl)", "torch": torch.__version__,
+                               "steps": rows, "multi_vfl": multi}, indent=1) + "\n")
     tmp.replace(path)
     _read_op_table.cache_clear()
+    _read_packed_table.cache_clear()
+    _read_multi_vfl_table.cache_clear()
     _op_seconds.cache_clear()
     return path
 

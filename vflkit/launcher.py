@@ -213,10 +213,31 @@ class Pack:
     runs: list[GpuRun]
     packed: bool = False
     speedup: float = 1.0  # the packed trainer's measured gain (1: none assumed)
+    #: price the pack by its op counts (vflkit.costs.pack_ratio) where no measured speedup is given
+    by_ops: bool = False
+
+    @property
+    def ratio(self) -> float | None:
+        """A packed step's time over one run's alone, for a pack of this many runs (op counts)."""
+        if not (self.packed and self.by_ops and self.runs):
+            return None
+        from . import costs
+        from .training import packed as trainer
+
+        return costs.pack_ratio(trainer.packable_config(self.runs[0].family, self.runs[0].config), k=len(self.runs))
 
     @property
     def cost_s(self) -> float:
+        ratio = self.ratio
+        if ratio is not None:
+            return max(r.cost_s or 0.0 for r in self.runs) * ratio
         return sum(r.cost_s or 0.0 for r in self.runs) / (self.speedup if self.packed else 1.0)
+
+    @property
+    def gain(self) -> float:
+        """The runs' time one after another over the pack's (what the lanes' ``speedup`` reads)."""
+        total = sum(r.cost_s or 0.0 for r in self.runs)
+        return total / self.cost_s if self.packed and self.cost_s > 0 and total > 0 else self.speedup
 
     @property
     def datasets(self) -> set[str]:
@@ -293,7 +314,7 @@ class Plan:
         return {"profile": self.profile, "device_kind": self.device_kind, "deadline_s": self.deadline_s,
                 "workers": self.workers,
                 "windows": [{"index": w.index, "start_s": w.start_s, "datasets": sorted(w.datasets),
-                             "lanes": [[{"key": p.key, "packed": p.packed, "speedup": p.speedup,
+                             "lanes": [[{"key": p.key, "packed": p.packed, "speedup": p.gain,
                                          "runs": [{"key": r.key, "paper": r.paper, "family": r.family,
                                                    "label": r.label, "config": r.config, "cost_s": r.cost_s}
                                                   for r in p.runs]} for p in lane] for lane in w.lanes]}
@@ -537,21 +558,26 @@ def pack_key(run: GpuRun) -> tuple[str, Any]:
 
 
 def group_packs(runs: Sequence[GpuRun], *, max_cost_s: float | Callable[[GpuRun], float], max_runs: int = MAX_PACK,
-                speedup: float = 1.0) -> list[Pack]:
+                speedup: float | None = None) -> list[Pack]:
     """``runs`` (in value order) grouped by :func:`pack_key` into packs of at most ``max_runs``
     runs whose cost (times :data:`SAFETY`) stays within ``max_cost_s`` (seconds, or a function
     of the run: the room a window has for a run on its dataset); packs in the order of their
     most valuable run. A run that alone exceeds it gets a pack of its own (the planner then
-    lists it as not fitting)."""
+    lists it as not fitting). A packed pack's cost: its runs' over ``speedup`` where one is
+    given (a measured gain), else one run's times the packed step's op-count ratio
+    (:func:`vflkit.costs.pack_ratio`) where the op table has it, else its runs' sum."""
     open_packs: dict[Any, Pack] = {}
     packs: list[Pack] = []
+    by_ops = speedup is None
     for r in runs:
         kind, key = pack_key(r)
         p = open_packs.get(key)
-        cost = (r.cost_s or 0.0) / (speedup if kind == "packed" else 1.0)
         room = max_cost_s(r) if callable(max_cost_s) else max_cost_s
-        if p is None or len(p.runs) >= max_runs or (p.cost_s + cost) * SAFETY > room:
-            p = Pack(key=f"{kind}:{len(packs)}", runs=[], packed=kind == "packed", speedup=speedup)
+        grown = Pack(key="", runs=[*(p.runs if p else []), r], packed=kind == "packed", speedup=speedup or 1.0,
+                     by_ops=by_ops)
+        if p is None or len(p.runs) >= max_runs or grown.cost_s * SAFETY > room:
+            p = Pack(key=f"{kind}:{len(packs)}", runs=[], packed=kind == "packed", speedup=speedup or 1.0,
+                     by_ops=by_ops)
             open_packs[key] = p
             packs.append(p)
         p.runs.append(r)
@@ -801,7 +827,7 @@ def plan(deadline_s: float, device_kind: str = "h100", *, profile: str = "paper"
     def usable(datasets: set[str]) -> float:
         return deadline_s - start_s(datasets) - RETURN_MARGIN_S - LANE_START_S
 
-    speedup = float(rates_in.get("pack_speedup", 1.0))
+    speedup = float(rates_in["pack_speedup"]) if "pack_speedup" in rates_in else None
     # a pack holds one dataset (both pack keys name it): sized to a window that carries that
     # dataset's data calls, else a pack that fits an empty window is refused whole below
     rooms: dict[str, float] = {}
@@ -850,14 +876,18 @@ def plan(deadline_s: float, device_kind: str = "h100", *, profile: str = "paper"
 
 
 def own_gpu_s(runs: Sequence[GpuRun], workers: int) -> tuple[float, float]:
-    """(run-seconds, wall seconds) of ``runs`` on a GPU of one's own, from their estimates: the
-    sum, and the longest of ``workers`` lanes (each run on the lane that frees first, longest
-    runs first: processes sharing the GPU as the estimates assume). Unestimated runs count 0."""
+    """(run-seconds, wall seconds) of ``runs`` on a GPU of one's own, from their estimates, the
+    runs grouped into the packs the engine trains (:func:`group_packs`, no deadline): the sum of
+    the packs' times, and the longest of ``workers`` lanes (each pack on the lane that frees
+    first, longest first: processes sharing the GPU as the estimates assume). Unestimated runs
+    count 0."""
+    packs = [c for p in group_packs(runs, max_cost_s=math.inf)  # a serial pack's runs may take lanes of their own
+             for c in ([p.cost_s] if p.packed else [r.cost_s or 0.0 for r in p.runs])]
     ends = [0.0] * max(workers, 1)
-    for cost in sorted((r.cost_s or 0.0 for r in runs), reverse=True):
+    for cost in sorted(packs, reverse=True):
         i = min(range(len(ends)), key=ends.__getitem__)
         ends[i] += cost
-    return sum(r.cost_s or 0.0 for r in runs), max(ends)
+    return sum(packs), max(ends)
 
 
 def rate_names(p: Plan) -> list[str]:

@@ -805,9 +805,10 @@ def own_gpu_minutes(recs: _Records | None = None) -> pd.DataFrame:
                costs.FROM_STUDY: f"the study's own rule (`{study.name}.pending_cost`)"}
         priced = cost["source"][cost["h100_min"].notna()]
         rows.append({"paper": study.title, "name": study.name, "runs": len(todo), "h100_min": cost["h100_min"].sum(min_count=1),
+                     "h100_min_packed": cost["h100_min_packed"].sum(min_count=1),
                      "unpriced": int(cost["h100_min"].isna().sum()), "cpu_h": cost["cpu_h"].sum(min_count=1),
                      "how": "; ".join(how[s] for s in dict.fromkeys(priced))})
-    return pd.DataFrame(rows, columns=["paper", "name", "runs", "h100_min", "unpriced", "cpu_h", "how"])
+    return pd.DataFrame(rows, columns=["paper", "name", "runs", "h100_min", "h100_min_packed", "unpriced", "cpu_h", "how"])
 
 
 def readme_own_gpu(report: str = "") -> str:
@@ -816,26 +817,33 @@ def readme_own_gpu(report: str = "") -> str:
     from . import costs
 
     df = own_gpu_minutes()
-    lines = ["| paper | runs left for a GPU | H100-minutes | how estimated |", "|---|---:|---:|---|"]
+    lines = ["| paper | runs left for a GPU | H100-minutes | packed (2) | how estimated |", "|---|---:|---:|---:|---|"]
     for r in df.itertuples():
         minutes = f"{r.h100_min:,.0f}" if r.h100_min == r.h100_min else "—"
+        packed = f"{r.h100_min_packed:,.0f}" if r.h100_min_packed == r.h100_min_packed else "—"
         how = [r.how] if r.how else []
         if r.unpriced:
             how.append(("none" if r.unpriced == r.runs else f"{r.unpriced} without an H100 estimate")
                        + (f" (its own rule, `{r.name}.pending_cost`, prices them at {r.cpu_h:,.0f} CPU-hours)"
                           if r.cpu_h == r.cpu_h else ""))
         how = "; ".join(how)
-        lines.append(f"| {r.paper} | {r.runs} | {minutes} | {how} |")
+        lines.append(f"| {r.paper} | {r.runs} | {minutes} | {packed} | {how} |")
     total, unpriced = df["h100_min"].sum(), int(df["unpriced"].sum())
+    packed_total = df["h100_min_packed"].sum()
     return "\n".join([
         README_GPU_START, *lines, "",
         f"In all: about {total:,.0f} H100-minutes ({total / 60:.1f} hours) for one run at a time"
         + (f", and {unpriced} runs without an H100 estimate" if unpriced else "") + ". (1) " + costs.H100_LABEL
-        + "; `python -m vflkit.study --status --profile paper` prints the same estimate run by run.",
-        *shared_gpu_hours(total), "", *measured_gpu_rates(), README_GPU_END])
+        + "; `python -m vflkit.study --status --profile paper` prints the same estimate run by run. (2) As the "
+        f"engine trains them on a GPU: C-VFL's runs that differ in seed alone as one pack, its alike parties "
+        f"stacked (`vflkit.training.packed`), each pack priced at one run's time times its packed step's "
+        f"operations over the run's own (`vflkit.costs.pack_ratio`, counted: results/{costs.OP_COUNTS}): about "
+        f"{packed_total:,.0f} H100-minutes ({packed_total / 60:.1f} hours); predicted from op counts, not yet "
+        "measured on a GPU with the parties stacked.",
+        *shared_gpu_hours(packed_total, "packed so"), "", *measured_gpu_rates(), README_GPU_END])
 
 
-def shared_gpu_hours(total_min: float) -> list[str]:
+def shared_gpu_hours(total_min: float, how: str = "") -> list[str]:
     """The README's line on the same work with several processes sharing one GPU, as `make study
     DEVICE=cuda` and the launcher run it: each run :func:`vflkit.costs.sharing_slowdown` times
     slower, the launcher's default number of processes at once."""
@@ -847,8 +855,8 @@ def shared_gpu_hours(total_min: float) -> list[str]:
         return []
     hours = total_min * share / DEFAULT_WORKERS / 60
     return ["", f"Several processes at once use the card better: with {DEFAULT_WORKERS} sharing it (each run "
-            f"{share:.1f}x slower, the median the `cuda` records measured) the same work takes about {hours:,.0f} "
-            "hours of one H100 (`python -m vflkit.launcher plan` prices it run by run)."]
+            f"{share:.1f}x slower, the median the `cuda` records measured) the same work{' ' + how if how else ''} "
+            f"takes about {hours:,.0f} hours of one H100 (`python -m vflkit.launcher plan` prices it run by run)."]
 
 
 def measured_gpu_rates() -> list[str]:

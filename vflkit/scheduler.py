@@ -26,7 +26,8 @@ study are tasks of this one kind, so one scheduler serves every paper.
   scheduler.
 - **Packed** (``pack``; by default on a GPU only, where it pays: ~1.0-1.2x on a CPU): the runs
   of a study that differ in seed alone and that :mod:`vflkit.training.packed` can train as one
-  batched computation are one task (:func:`pack_tasks`), which writes each run's record as the
+  batched computation (Multi-VFL's: the runs that share a round's shapes,
+  :mod:`vflkit.training.multi_owner_packed`) are one task (:func:`pack_tasks`), which writes each run's record as the
   run alone would (its key, its path), its ``execution`` naming the pack. A pack has no
   checkpoint: under a budget it starts only if its estimate ends before the deadline, with
   :data:`SAFETY`'s margin (the launcher's rule), and a run without an estimate is not packed.
@@ -57,7 +58,7 @@ from tqdm.auto import tqdm
 from .errors import BudgetExhausted, ConfigError
 from .files import not_writable, pid_alive
 
-__all__ = ["BudgetExhausted", "Task", "Summary", "schedule", "execute", "execute_pack", "pack_tasks", "use_packs",
+__all__ = ["BudgetExhausted", "Task", "Summary", "schedule", "execute", "execute_pack", "pack_cost_s", "pack_tasks", "use_packs",
            "ends_before", "SAFETY", "MAX_PACK", "acquire", "release", "lock_path", "lock_is_stale",
            "lock_stale_reason", "recorded", "status_table", "worker_env", "default_workers", "check_workers"]
 
@@ -458,13 +459,26 @@ def use_packs(pack: bool | str, device: str) -> bool:
     return str(device).startswith("cuda") if pack == "auto" else bool(pack)
 
 
+def pack_cost_s(costs: Sequence[float | None], config: Any) -> float | None:
+    """A pack's estimate from its runs' estimates alone: its longest run's time times the packed
+    step's :func:`vflkit.costs.pack_ratio` for a pack of that many where the op table counts it
+    (C-VFL's seeds, Multi-VFL's runs: of one length), else their sum (no gain assumed); None if
+    one is unknown."""
+    from . import costs as cost_model
+
+    if not costs or None in costs:
+        return None
+    ratio = cost_model.pack_ratio(config, k=len(costs))
+    return max(costs) * ratio if ratio is not None else float(sum(costs))
+
+
 def pack_tasks(tasks: Sequence[Task], *, budgeted: bool = False, max_size: int = MAX_PACK) -> list[Task]:
     """``tasks`` with the runs that can be trained together replaced by one task per pack, at
     the place of its first run: a study's runs (payload ``family``/``config``/``profile``/
     ``results``) that :func:`vflkit.training.packed.group_packs` groups (they differ in seed
-    alone), at most ``max_size`` a pack. A pack's fn is
-    :func:`vflkit.training.packed.compute_pack`, its ``cost_s`` its runs' sum (None if one is
-    unknown), its priority its first run's. A run with a checkpoint is not packed (a pack would
+    alone; Multi-VFL's, in anything but a round's shapes), at most ``max_size`` a pack. A pack's
+    fn is :func:`vflkit.training.packed.compute_pack`, its ``cost_s`` :func:`pack_cost_s` (None
+    if a run's is unknown), its priority its first run's. A run with a checkpoint is not packed (a pack would
     start it over; alone it resumes), nor, with ``budgeted``, one without an estimate: a pack
     cannot pause at the deadline, a run alone can."""
     from .records import checkpoint_path
@@ -486,11 +500,10 @@ def pack_tasks(tasks: Sequence[Task], *, budgeted: bool = False, max_size: int =
             if len(group) < 2:
                 continue
             members = tuple(task_of[id(c)] for c in group)
-            costs = [m.cost_s for m in members]
             pack = Task(key=f"pack:{members[0].key}x{len(members)}", path=members[0].path, fn=packed.compute_pack,
                         payload=[m.payload for m in members], priority=members[0].priority,
-                        label=f"{members[0].label} and {len(members) - 1} more seeds, packed",
-                        cost_s=None if None in costs else sum(costs), members=members)
+                        label=f"{members[0].label} and {len(members) - 1} more runs, packed",
+                        cost_s=pack_cost_s([m.cost_s for m in members], group[0]), members=members)
             pack_of.update((m.key, pack) for m in members)
     out: list[Task] = []
     for t in tasks:
