@@ -335,9 +335,9 @@ def test_multi_vfl_minutes_give_back_the_measured_rounds():
 def test_a_multi_vfl_pack_is_priced_from_its_counted_rounds(tmp_path):
     """A Multi-VFL pack of k runs takes its round's counted operations (per batch step and once
     a round, k = 1, 2, 8, the line through 2 and 8 between) plus k evaluations, over one run's
-    round alone; the study's 42 paper runs are priced as packs of at most 8 (MAX_PACK)."""
-    from vflkit.scheduler import MAX_PACK
+    round alone; the study's 42 paper runs are priced as one pack (multi_owner_packed.MAX_RUNS)."""
     from vflkit.studies import multi_vfl
+    from vflkit.training.multi_owner_packed import MAX_RUNS
 
     rows = [{"dataset": "mnist", "n_data_owners": 4, "n_label_owners": 5, "k": k, "per_step": ps, "fixed": fx}
             for k, ps, fx in ((1, 900.0, 600.0), (2, 1000.0, 1500.0), (8, 2800.0, 6000.0))]
@@ -351,13 +351,11 @@ def test_a_multi_vfl_pack_is_priced_from_its_counted_rounds(tmp_path):
     assert costs.multi_vfl_pack_ratio(run, 1, tmp_path) == 1.0
     assert costs.multi_vfl_pack_ratio(run, 8, tmp_path) == pytest.approx((6000 + n * 2800 + 8 * 700) / one)
     assert costs.multi_vfl_pack_ratio(run, 5, tmp_path) == pytest.approx((3750 + n * 1900 + 5 * 700) / one)
+    assert costs.multi_vfl_pack_ratio(run, 12, tmp_path) == pytest.approx((9000 + n * 4000 + 12 * 700) / one)
     assert costs.multi_vfl_pack_ratio(run.replace(dataset="fashion_mnist"), 2, tmp_path) is None
     runs = multi_vfl.configs("paper")
-    shares = costs.packed_shares(runs)
-    if costs.pack_ratio(runs[0], k=2) is not None:  # the committed table counts Multi-VFL's rounds
-        assert len(shares) == len(runs) and MAX_PACK == 8
-        assert sorted(set(round(v, 9) for v in shares.values())) == sorted(
-            {round(costs.pack_ratio(runs[0], k=8) / 8, 9), round(costs.pack_ratio(runs[0], k=2) / 2, 9)})
+    assert len(runs) == MAX_RUNS == 42
+    assert costs.packed_shares(runs) == {i: costs.pack_ratio(runs[0], k=42) / 42 for i in range(42)}
 
 
 @pytest.mark.slow

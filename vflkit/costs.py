@@ -502,10 +502,10 @@ def pack_ratio(run: Any, root: Path | None = None, k: int = PACK_COUNTED) -> flo
 # --------------------------------------------------------------------------- Multi-VFL
 
 
-#: The pack sizes a Multi-VFL round is counted at (:func:`write_op_counts`): one run alone and
-#: two and eight packed (the scheduler's largest pack); other sizes lie on the line through the
-#: last two (the counts grow linearly with the runs packed).
-MULTI_VFL_COUNTED_K: tuple[int, ...] = (1, 2, 8)
+#: The pack sizes a Multi-VFL round is counted at (:func:`write_op_counts`): one run alone, two,
+#: eight and 42 packed (the largest pack, :data:`vflkit.training.multi_owner_packed.MAX_RUNS`);
+#: other sizes lie on the line through the two counted around them.
+MULTI_VFL_COUNTED_K: tuple[int, ...] = (1, 2, 8, 42)
 
 
 def multi_vfl_pack_ratio(run: Any, k: int, root: Path | None = None) -> float | None:
@@ -514,8 +514,8 @@ def multi_vfl_pack_ratio(run: Any, k: int, root: Path | None = None) -> float | 
     over one round of ``run`` alone, as launch-bound runs: their torch operations, from the
     committed counts (:data:`OP_COUNTS`' ``multi_vfl`` rows: each round split into what every
     batch step adds and what the round adds once, and an evaluation), scaled to ``run``'s
-    steps. None where they have no row for its shapes. Counted with the runs' per-chain
-    messages and batches as they are: eight runs packed dispatch about 3x one run's operations."""
+    steps. None where they have no row for its shapes. (One run's batch step is 900 operations
+    for its five chains one after another; eight runs' packed step 328 for their 40 chains.)"""
     r = _root_with(OP_COUNTS, root)
     table = _read_multi_vfl_table(str(r / OP_COUNTS)) if r else {}
     shape = (run.dataset, run.n_data_owners, run.n_label_owners)
@@ -526,8 +526,12 @@ def multi_vfl_pack_ratio(run: Any, k: int, root: Path | None = None) -> float | 
         return None
     if k in rounds:
         packed = rounds[k]
-    else:  # on the line through the two largest counted packs
-        (k1, a), (k2, b) = sorted(((kk, v) for kk, v in rounds.items() if kk > 1))[-2:]
+    else:  # on the line through the counted packs around k (the last two beyond them)
+        counted = sorted((kk, v) for kk, v in rounds.items() if kk > 1)
+        if len(counted) < 2:
+            return None
+        i = next((i for i, (kk, _) in enumerate(counted) if kk > k), len(counted) - 1)
+        (k1, a), (k2, b) = counted[max(i - 1, 0)], counted[max(i, 1)]
         packed = {f: a[f] + (b[f] - a[f]) * (k - k1) / (k2 - k1) for f in ("per_step", "fixed")}
     n = run.local_steps or math.ceil(run.samples_per_owner / run.batch_size) * run.local_epochs
     evaluation *= math.ceil(n_test / MULTI_VFL_EVAL_BATCH)
@@ -1067,7 +1071,7 @@ def estimate_s(run: Any, kind: str, family: str) -> float | None:
 
 __all__ = ["COUNTED_FAMILIES", "FROM_FLOPS", "FROM_OPS", "FROM_ROUNDS", "FROM_STUDY", "H100_CALIBRATION", "H100_LABEL", "H200_WINDOW", "IMAGE_DATASETS",
            "OP_COUNTS", "UNCOUNTED", "bench_setting", "count_step_ops", "estimate", "estimate_s", "h100_minutes", "h100_rate", "launch_bound_s",
-           "count_multi_vfl", "multi_vfl_flops", "multi_vfl_minutes", "multi_vfl_pack_ratio", "op_key", "op_seconds", "pack_ratio", "packed_shares", "party_flops", "price", "rate", "record_rates", "run_flops",
+           "count_multi_vfl", "multi_vfl_flops", "multi_vfl_minutes", "multi_vfl_pack_ratio", "MULTI_VFL_COUNTED_K", "op_key", "op_seconds", "pack_ratio", "packed_shares", "party_flops", "price", "rate", "record_rates", "run_flops",
            "sharing_slowdown", "step_flops", "step_ops", "top_flops", "train_size", "uncounted", "write_op_counts"]
 
 

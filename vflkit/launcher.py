@@ -566,6 +566,8 @@ def group_packs(runs: Sequence[GpuRun], *, max_cost_s: float | Callable[[GpuRun]
     lists it as not fitting). A packed pack's cost: its runs' over ``speedup`` where one is
     given (a measured gain), else one run's times the packed step's op-count ratio
     (:func:`vflkit.costs.pack_ratio`) where the op table has it, else its runs' sum."""
+    from .training import packed as trainer
+
     open_packs: dict[Any, Pack] = {}
     packs: list[Pack] = []
     by_ops = speedup is None
@@ -575,7 +577,9 @@ def group_packs(runs: Sequence[GpuRun], *, max_cost_s: float | Callable[[GpuRun]
         room = max_cost_s(r) if callable(max_cost_s) else max_cost_s
         grown = Pack(key="", runs=[*(p.runs if p else []), r], packed=kind == "packed", speedup=speedup or 1.0,
                      by_ops=by_ops)
-        if p is None or len(p.runs) >= max_runs or grown.cost_s * SAFETY > room:
+        limit = trainer.pack_limit(trainer.packable_config(r.family, r.config), max_runs) if kind == "packed" \
+            else max_runs
+        if p is None or len(p.runs) >= (limit or max_runs) or grown.cost_s * SAFETY > room:
             p = Pack(key=f"{kind}:{len(packs)}", runs=[], packed=kind == "packed", speedup=speedup or 1.0,
                      by_ops=by_ops)
             open_packs[key] = p

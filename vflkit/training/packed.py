@@ -626,10 +626,22 @@ def check_pack(configs: Sequence[RunConfig]) -> None:
         raise ConfigError("a pack holds each run once; the same config was given twice")
 
 
-def group_packs(configs: Sequence[RunConfig], *, max_size: int | None = None
-                ) -> tuple[list[list[RunConfig]], list[RunConfig]]:
-    """``configs`` grouped into packs (equal :func:`pack_key`, at most ``max_size`` runs each, in
-    the order given) and the configs that cannot be packed."""
+def pack_limit(config: Any, max_size: int | None) -> int | None:
+    """The most runs a pack of ``config`` holds: ``max_size`` (the scheduler's and launcher's
+    :data:`~vflkit.scheduler.MAX_PACK` for seeds), a Multi-VFL run's own
+    (:data:`~vflkit.training.multi_owner_packed.MAX_RUNS`, where it is larger)."""
+    from ..methods.multi_vfl import MultiVFLConfig
+
+    if isinstance(config, MultiVFLConfig) and max_size is not None:
+        from .multi_owner_packed import MAX_RUNS
+
+        return max(max_size, MAX_RUNS)
+    return max_size
+
+
+def group_packs(configs: Sequence[Any], *, max_size: int | None = None) -> tuple[list[list[Any]], list[Any]]:
+    """``configs`` grouped into packs (equal :func:`pack_key`, at most :func:`pack_limit` runs
+    each, in the order given) and the configs that cannot be packed."""
     groups: dict[Hashable, list[list[RunConfig]]] = {}
     single: list[RunConfig] = []
     for c in configs:
@@ -638,7 +650,8 @@ def group_packs(configs: Sequence[RunConfig], *, max_size: int | None = None
             single.append(c)
             continue
         packs = groups.setdefault(key, [[]])
-        if max_size is not None and len(packs[-1]) >= max_size:
+        limit = pack_limit(c, max_size)
+        if limit is not None and len(packs[-1]) >= limit:
             packs.append([])
         packs[-1].append(c)
     return [p for packs in groups.values() for p in packs], single
@@ -869,4 +882,4 @@ def run_pack(configs: Sequence[RunConfig], *, profile: str, device: torch.device
 
 
 __all__ = ["PACKED_STEPS", "Pack", "PackChannel", "StackedModel", "check_pack", "compute_pack", "group_packs",
-           "pack_key", "packable_config", "run_pack", "train_pack"]
+           "pack_key", "pack_limit", "packable_config", "run_pack", "train_pack"]
