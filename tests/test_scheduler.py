@@ -627,6 +627,21 @@ def test_pack_tasks_makes_one_task_of_the_seeds_of_a_run(tmp_path):
     assert [len(p.members) for p in scheduler.pack_tasks(tasks)].count(2) == 1  # its sibling has no pack left
 
 
+def test_pack_tasks_packs_multi_vfls_runs_of_one_round_shape(tmp_path):
+    """Multi-VFL's paper runs (datasets, scenarios, server optimizers, seeds: one round shape)
+    are one pack of all 42 (multi_owner_packed.MAX_RUNS), trained by the packed trainer's task
+    function and priced by its counted rounds (one run's estimate x the pack's ratio)."""
+    from vflkit import costs, study
+    from vflkit.training import packed
+
+    tasks = [dataclasses.replace(t, cost_s=600.0) for t in study.study_tasks("multi_vfl", "paper", results=tmp_path)]
+    (pack,) = scheduler.pack_tasks(tasks, budgeted=True)
+    assert len(pack.members) == len(tasks) == 42 and pack.fn is packed.compute_pack
+    config = packed.packable_config("multi_owner", tasks[0].payload["config"])
+    ratio = costs.pack_ratio(config, k=42)
+    assert ratio is not None and pack.cost_s == pytest.approx(600.0 * ratio) and pack.cost_s < 42 * 600.0 / 5
+
+
 def test_a_packed_schedule_writes_each_runs_record_as_the_run_alone_would(tmp_path, monkeypatch):
     """With pack=True two seeds of a run are trained as one pack, and each gets a whole record
     at its own path under its own key, with the unpacked record's fields plus ``execution``
