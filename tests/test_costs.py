@@ -343,7 +343,7 @@ def test_a_multi_vfl_pack_is_priced_from_its_counted_rounds(tmp_path):
             for k, ps, fx in ((1, 900.0, 600.0), (2, 1000.0, 1500.0), (8, 2800.0, 6000.0))]
     (tmp_path / "device").mkdir()
     (tmp_path / costs.OP_COUNTS).write_text(json.dumps(
-        {"steps": [], "multi_vfl": {"rounds": rows, "eval": [{"dataset": "mnist", "n_data_owners": 4,
+        {"steps": [], "multi_owner": {"rounds": rows, "eval": [{"dataset": "mnist", "n_data_owners": 4,
                                                               "per_message": 70.0}]}}))
     run = next(c for c in multi_vfl.configs("paper") if c.dataset == "mnist")
     n = math.ceil(run.samples_per_owner / run.batch_size)  # 79 batches per label owner
@@ -362,7 +362,7 @@ def test_a_multi_vfl_pack_is_priced_from_its_counted_rounds(tmp_path):
 def test_the_committed_multi_vfl_round_counts_are_todays():
     """The committed Multi-VFL rows (a round alone and two runs packed, one evaluation message)
     equal a count of today's code (regenerate: python -m vflkit.costs --count-ops)."""
-    doc = json.loads((costs.committed_root() / costs.OP_COUNTS).read_text())["multi_vfl"]
+    doc = json.loads((costs.committed_root() / costs.OP_COUNTS).read_text())["multi_owner"]
     committed = {r["k"]: {f: r[f] for f in ("per_step", "fixed")} for r in doc["rounds"]
                  if (r["dataset"], r["n_data_owners"], r["n_label_owners"]) == ("mnist", 4, 5)}
     for k in (1, 2):

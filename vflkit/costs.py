@@ -512,7 +512,7 @@ def multi_vfl_pack_ratio(run: Any, k: int, root: Path | None = None) -> float | 
     """The time of one round of ``k`` Multi-VFL runs like ``run`` packed
     (:func:`vflkit.training.multi_owner_packed.packed_round`, vmapped; each run evaluated alone)
     over one round of ``run`` alone, as launch-bound runs: their torch operations, from the
-    committed counts (:data:`OP_COUNTS`' ``multi_vfl`` rows: each round split into what every
+    committed counts (:data:`OP_COUNTS`' ``multi_owner`` rows: each round split into what every
     batch step adds and what the round adds once, and an evaluation), scaled to ``run``'s
     steps. None where they have no row for its shapes. (One run's batch step is 900 operations
     for its five chains one after another; eight runs' packed step 328 for their 40 chains.)"""
@@ -543,7 +543,7 @@ def multi_vfl_pack_ratio(run: Any, k: int, root: Path | None = None) -> float | 
 @functools.cache
 def _read_multi_vfl_table(path: str) -> dict[str, dict[tuple, Any]]:
     try:
-        doc = json.loads(Path(path).read_text()).get("multi_vfl", {})
+        doc = json.loads(Path(path).read_text()).get("multi_owner", {})
         return {"rounds": {(r["dataset"], r["n_data_owners"], r["n_label_owners"], r["k"]):
                            {"per_step": float(r["per_step"]), "fixed": float(r["fixed"])} for r in doc.get("rounds", [])},
                 "eval": {(r["dataset"], r["n_data_owners"]): float(r["per_message"]) for r in doc.get("eval", [])}}
@@ -1108,7 +1108,9 @@ def write_op_counts(root: Path | None = None) -> Path:
               f"{rows[-1]['ops']} ops a step" + (f", {rows[-1]['packed_ops']} a packed step of {PACK_COUNTED}"
                                                   if "packed_ops" in rows[-1] else ""), file=sys.stderr, flush=True)
     multi: dict[str, list[dict[str, Any]]] = {"rounds": [], "eval": []}
-    for shape in sorted({(c.dataset, c.n_data_owners, c.n_label_owners) for c in studies.get("multi_vfl").runs("paper")}):
+    shapes = {(c.dataset, c.n_data_owners, c.n_label_owners)
+              for study in studies.studies() if study.family == "multi_owner" for c in study.runs("paper")}
+    for shape in sorted(shapes):
         for name, found in count_multi_vfl(*shape).items():
             multi[name] += found
         print(f"[costs] Multi-VFL {'/'.join(map(str, shape))}: {multi['rounds'][-1]}", file=sys.stderr, flush=True)
@@ -1119,10 +1121,10 @@ def write_op_counts(root: Path | None = None) -> Path:
                                        "(vflkit.costs.count_step_ops at batch %d; python -m vflkit.costs --count-ops); "
                                        "packed_ops: one step of a pack of %d such runs (count_step_ops(pack=%d))"
                                        % (OP_COUNT_BATCH, PACK_COUNTED, PACK_COUNTED)
-                                       + "; multi_vfl: a Multi-VFL round's operations per batch step and once a round, "
+                                       + "; multi_owner: a Multi-VFL round's operations per batch step and once a round, "
                                        "alone (k = 1) and k runs packed, and one evaluation message's "
                                        "(vflkit.costs.count_multi_vfl)", "torch": torch.__version__,
-                               "steps": rows, "multi_vfl": multi}, indent=1) + "\n")
+                               "steps": rows, "multi_owner": multi}, indent=1) + "\n")
     tmp.replace(path)
     _read_op_table.cache_clear()
     _read_packed_table.cache_clear()
