@@ -384,15 +384,6 @@ def count_step_ops(run: Any, batch: int = OP_COUNT_BATCH, *, pack: int | None = 
     (C-VFL with 4 MLPs: 3,514 a step, 69 ms), and on the H100 calibration (2026-11-22) all
     twelve single-architecture Table II settings 20-31 us, while their FLOP/s spread 5-24 TFLOP/s.
     """
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class _Ops(TorchDispatchMode):
-        n = 0
-
-        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-            self.n += 1
-            return func(*args, **(kwargs or {}))
-
     if pack is None:
         method = _random_run(run, batch)
         step, ids = method.train_step, torch.arange(4 * batch)
@@ -405,9 +396,7 @@ def count_step_ops(run: Any, batch: int = OP_COUNT_BATCH, *, pack: int | None = 
     with torch.random.fork_rng():
         torch.manual_seed(0)
         step(ids[..., :batch])
-        with _Ops() as ops:
-            step(ids[..., batch:2 * batch])
-    return ops.n
+        return _count_ops(lambda: step(ids[..., batch:2 * batch]))
 
 
 def _random_run(run: Any, batch: int) -> Any:
