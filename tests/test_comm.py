@@ -102,6 +102,11 @@ def test_party_ids_lookup_and_missing_ids():
     assert p.features("train", ids=torch.tensor([5, 7])).flatten().tolist() == [30.0, 10.0]
     with pytest.raises(PartitionError, match=r"does not hold sample ids \[4\]"):
         p.features("train", ids=torch.tensor([4]))
+    # positions: the rows of ids, checked on the host (a packed trainer gathers many batches with them)
+    assert p.positions("train", torch.tensor([5, 7, 3])).tolist() == [2, 0, 1]
+    with pytest.raises(PartitionError, match=r"does not hold sample ids \[4\]"):
+        p.positions("train", torch.tensor([3, 4]))
+    assert not p.prechecked  # the check leaves the party as it found it
 
 
 def test_payload_sizes():

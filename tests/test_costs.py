@@ -353,6 +353,13 @@ def test_a_multi_vfl_pack_is_priced_from_its_counted_rounds(tmp_path):
     assert costs.multi_vfl_pack_ratio(run, 5, tmp_path) == pytest.approx((3750 + n * 1900 + 5 * 700) / one)
     assert costs.multi_vfl_pack_ratio(run, 12, tmp_path) == pytest.approx((9000 + n * 4000 + 12 * 700) / one)
     assert costs.multi_vfl_pack_ratio(run.replace(dataset="fashion_mnist"), 2, tmp_path) is None
+    # where a pack's evaluation was counted, its messages take the pack's count, not k runs' alone
+    rows[2]["eval_per_message"] = 300.0
+    (tmp_path / costs.OP_COUNTS).write_text(json.dumps(
+        {"steps": [], "multi_owner": {"rounds": rows, "eval": [{"dataset": "mnist", "n_data_owners": 4,
+                                                              "per_message": 70.0}]}}))
+    costs._read_multi_vfl_table.cache_clear()
+    assert costs.multi_vfl_pack_ratio(run, 8, tmp_path) == pytest.approx((6000 + n * 2800 + 10 * 300) / one)
     runs = multi_vfl.configs("paper")
     assert len(runs) == MAX_RUNS == 42
     assert costs.packed_shares(runs) == {i: costs.pack_ratio(runs[0], k=42) / 42 for i in range(42)}
@@ -360,12 +367,41 @@ def test_a_multi_vfl_pack_is_priced_from_its_counted_rounds(tmp_path):
 
 @pytest.mark.slow
 def test_the_committed_multi_vfl_round_counts_are_todays():
-    """The committed Multi-VFL rows (a round alone and two runs packed, one evaluation message)
-    equal a count of today's code (regenerate: python -m vflkit.costs --count-ops)."""
+    """The committed Multi-VFL rows (a round alone and two runs packed with their evaluation
+    message, one run's evaluation message) equal a count of today's code (regenerate: python -m vflkit.costs --count-ops)."""
     doc = json.loads((costs.committed_root() / costs.OP_COUNTS).read_text())["multi_owner"]
-    committed = {r["k"]: {f: r[f] for f in ("per_step", "fixed")} for r in doc["rounds"]
+    committed = {r["k"]: {f: r[f] for f in ("per_step", "fixed", "eval_per_message") if f in r} for r in doc["rounds"]
                  if (r["dataset"], r["n_data_owners"], r["n_label_owners"]) == ("mnist", 4, 5)}
     for k in (1, 2):
         assert committed[k] == costs._multi_vfl_round_ops("mnist", 4, 5, costs.OP_COUNT_BATCH, k), k
     committed_eval = {(r["dataset"], r["n_data_owners"]): r["per_message"] for r in doc["eval"]}
     assert committed_eval[("mnist", 4)] == costs._multi_vfl_eval_ops("mnist", 4)
+
+
+def test_a_multi_vfl_packs_evaluation_counts_alike_at_any_call_size():
+    """count_multi_vfl counts a pack's evaluation message on calls of 2 images (the real message
+    of 42 runs would not fit a CPU's memory): the premise, that a call's operations do not
+    depend on its size, holds (four runs, one message in four calls, of 8 and of 40 images)."""
+    from vflkit.training.multi_owner_packed import RoundPack
+
+    counts = []
+    for n_test in (8, 40):
+        runs = [costs._multi_vfl_method("mnist", 4, 5, 4, 1, seed=s, n_test=n_test) for s in range(4)]
+        pack = RoundPack(runs, stacking="vmap")
+        pack.round(1)
+        counts.append(costs._count_ops(lambda: pack.evaluate(batch_size=n_test, chunk=n_test // 4)))
+    assert counts[0] == counts[1] > 0
+
+
+def test_a_multi_vfl_pack_ends_its_rounds_and_evaluates_for_all_runs_at_once():
+    """The committed counts (results/device/op-counts.json; kept current by the slow test above):
+    what a pack of the paper's 42 runs adds once a round (the servers' steps, the averaging) and
+    per evaluation message is under a third of what the 42 runs add alone, so a packed round is
+    mostly its stacked steps (a pack that ended rounds run by run counted 1.2 times the runs')."""
+    doc = json.loads((costs.committed_root() / costs.OP_COUNTS).read_text())["multi_owner"]
+    for shape in {(r["dataset"], r["n_data_owners"], r["n_label_owners"]) for r in doc["rounds"]}:
+        rows = {r["k"]: r for r in doc["rounds"] if (r["dataset"], r["n_data_owners"], r["n_label_owners"]) == shape}
+        alone = next(e["per_message"] for e in doc["eval"] if (e["dataset"], e["n_data_owners"]) == shape[:2])
+        messages = 10  # 10,000 test images in messages of 1,000
+        pack = rows[42]["fixed"] + messages * rows[42]["eval_per_message"]
+        assert pack < (42 * (rows[1]["fixed"] + messages * alone)) / 3, shape

@@ -148,3 +148,37 @@ def test_a_diverging_pack_records_each_run_as_alone(monkeypatch, tmp_path):
     assert all(record_path(c, "smoke", tmp_path).exists() for c in fine)
     with pytest.raises(DivergenceError):
         run_pack(_pack_configs(local_lr=1e31), profile="smoke", device="cpu", results=tmp_path)
+
+
+def test_a_round_pack_held_across_rounds_keeps_every_run_as_alone(float64):
+    """A RoundPack held for two rounds (as the packed trainer holds it; two server rules, one of
+    them of two runs apart in the pack): each round's losses and server statistics, the runs' models (views of the stack while it
+    is held: current with no copy), the packed evaluation and the ledgers equal each run alone;
+    released, every run's models own their storage again."""
+    from vflkit.training.multi_owner_packed import RoundPack
+
+    cfgs = [{"scenario": "4niid", "server_optimizer": "fedyogi", "seed": 0, "local_steps": 1},
+            {"scenario": "1niid", "server_optimizer": "fedavg", "seed": 1, "local_steps": 1},
+            {"scenario": "2niid", "server_optimizer": "fedyogi", "seed": 2, "local_steps": 1}]
+    alone, packed = [_method(**c) for c in cfgs], [_method(**c) for c in cfgs]
+    pack = RoundPack(packed, stacking="vmap")
+    for r in (1, 2):
+        got = pack.round(r)
+        for a, want, p, g in zip(alone, [a.round(r) for a in alone], packed, got):
+            _assert_same_round(a, want, p, g, r)
+    top = packed[2].label_owners[0].models["top"][0].weight
+    assert top.untyped_storage().data_ptr() == pack.top.params["0.weight"].untyped_storage().data_ptr()
+    for a, e in zip(alone, pack.evaluate(batch_size=16, chunk=5)):  # messages of 16, the last of 8
+        want = a.evaluate(batch_size=16)
+        assert want.keys() == e.keys() and all(_close(want[k], e[k]) for k in want)
+    pack.release()
+    with pytest.raises(ConfigError, match="released"):
+        pack.round(3)
+    for p in packed:
+        for party in p.parties:
+            for model in party.models.values():
+                assert all(t.untyped_storage().nbytes() == t.numel() * t.element_size() for t in model.parameters())
+    for a, p in zip(alone, packed):
+        # the packed evaluation's messages are in the ledger as the unpacked one's (16 images each)
+        assert a.channel.ledger.frame(phase="eval").equals(p.channel.ledger.frame(phase="eval"))
+        _assert_same_run(a, p)

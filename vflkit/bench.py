@@ -338,14 +338,14 @@ def bench_multi_vfl(*, rounds: int = 3, scenario: str = "4niid", server_optimize
     split-learning step of the same models written as one plain model (the embeddings cut from
     the graph, as by hand), which splits a step into model compute and vflkit's parties, channel
     and ledger. The training of a round is also timed with its K label-owner chains packed
-    (:func:`~vflkit.training.multi_owner_packed.packed_round`, vmapped and looped), on runs of
-    their own. Process CPU time: other work on the machine inflates it less than the wall clock
+    (a :class:`~vflkit.training.multi_owner_packed.RoundPack` held across rounds, as the packed
+    trainer holds it; vmapped and looped), on runs of their own. Process CPU time: other work on the machine inflates it less than the wall clock
     (through shared caches, not at all through waiting).
     """
     from .data import ImageData
     from .methods.multi_vfl import MultiVFL
     from .studies.multi_vfl import configs
-    from .training.multi_owner_packed import packed_round
+    from .training.multi_owner_packed import RoundPack
 
     config, = [c for c in configs("quick", seeds=[seed], overrides=overrides)
                if (c.dataset, c.scenario, c.server_optimizer) == ("mnist", scenario, server_optimizer)]
@@ -360,6 +360,7 @@ def bench_multi_vfl(*, rounds: int = 3, scenario: str = "4niid", server_optimize
     packs = {s: MultiVFL(config, data, device="cpu") for s in ("vmap", "loop")}
     for m in packs.values():
         m.setup()
+    held = {s: RoundPack([m], stacking=s) for s, m in packs.items()}
     packed = {s: [] for s in packs}
     steps = {"n": 0, "s": 0.0}
     split_step = method._split_step
@@ -381,9 +382,9 @@ def bench_multi_vfl(*, rounds: int = 3, scenario: str = "4niid", server_optimize
         t2 = time.process_time()
         method.evaluate()
         t3 = time.process_time()
-        for stacking, m in packs.items():
+        for stacking in packs:
             t4 = time.process_time()
-            packed_round(m, r, stacking=stacking)
+            held[stacking].round(r)
             packed[stacking].append(time.process_time() - t4)
         if r == 1:  # warm-up: first calls, allocations
             steps["n"], steps["s"] = 0, 0.0
@@ -555,7 +556,7 @@ def _print_multi_vfl(args: argparse.Namespace) -> None:
     print(f"{'evaluation':<34} {r['eval_whole_s']:>8.2f} {r['eval_chunked_s']:>8.2f}")
     print(f"{'round':<34} {r['round_before_s']:>8.2f} {r['round_after_s']:>8.2f}   "
           f"({r['round_before_s'] / r['round_after_s']:.2f}x)")
-    print("training with the 5 label-owner chains packed (multi_owner_packed.packed_round): "
+    print("training with the 5 label-owner chains packed (multi_owner_packed.RoundPack): "
           + ", ".join(f"{k} {r[f'train_packed_{k}_s']:.2f} s ({r['train_s'] / r[f'train_packed_{k}_s']:.2f}x)"
                       for k in ("vmap", "loop")))
 

@@ -458,6 +458,18 @@ class Party:
             raise PartitionError(f"{self.name} does not hold sample ids {missing} of {split}")
         return order[pos]
 
+    def positions(self, split: str, ids: torch.Tensor) -> torch.Tensor:
+        """Where this party holds the samples ``ids`` of ``split`` (rows of its features and
+        labels), found and checked on the host (:meth:`check_ids`): a packed trainer takes the
+        rows of many batches at once with them."""
+        ids = ids.cpu()
+        self.check_ids(split, ids)
+        prechecked, self.prechecked = self.prechecked, True  # just checked
+        try:
+            return self._rows(split, ids, None)
+        finally:
+            self.prechecked = prechecked
+
     def check_ids(self, split: str, ids: torch.Tensor) -> None:
         """Check once, on the host, that this party holds every sample id of ``ids`` (e.g. an
         epoch's batch order): batches cut from it may then be taken under :func:`checked_batches`

@@ -499,12 +499,11 @@ MULTI_VFL_COUNTED_K: tuple[int, ...] = (1, 2, 8, 42)
 
 def multi_vfl_pack_ratio(run: Any, k: int, root: Path | None = None) -> float | None:
     """The time of one round of ``k`` Multi-VFL runs like ``run`` packed
-    (:func:`vflkit.training.multi_owner_packed.packed_round`, vmapped; each run evaluated alone)
-    over one round of ``run`` alone, as launch-bound runs: their torch operations, from the
-    committed counts (:data:`OP_COUNTS`' ``multi_owner`` rows: each round split into what every
-    batch step adds and what the round adds once, and an evaluation), scaled to ``run``'s
-    steps. None where they have no row for its shapes. (One run's batch step is 900 operations
-    for its five chains one after another; eight runs' packed step 328 for their 40 chains.)"""
+    (:class:`vflkit.training.multi_owner_packed.RoundPack`, vmapped) over one round of ``run``
+    alone, as launch-bound runs: their torch operations, from the committed counts
+    (:data:`OP_COUNTS`' ``multi_owner`` rows: each round split into what every batch step adds
+    and what the round adds once, and an evaluation message, of the pack where counted, else
+    k runs' alone), scaled to ``run``'s steps. None where they have no row for its shapes."""
     r = _root_with(OP_COUNTS, root)
     table = _read_multi_vfl_table(str(r / OP_COUNTS)) if r else {}
     shape = (run.dataset, run.n_data_owners, run.n_label_owners)
@@ -514,19 +513,21 @@ def multi_vfl_pack_ratio(run: Any, k: int, root: Path | None = None) -> float | 
     if 1 not in rounds or evaluation is None or k < 1:
         return None
     if k in rounds:
-        packed = rounds[k]
+        packed = dict(rounds[k])
     else:  # on the line through the counted packs around k (the last two beyond them)
         counted = sorted((kk, v) for kk, v in rounds.items() if kk > 1)
         if len(counted) < 2:
             return None
         i = next((i for i, (kk, _) in enumerate(counted) if kk > k), len(counted) - 1)
         (k1, a), (k2, b) = counted[max(i - 1, 0)], counted[max(i, 1)]
-        packed = {f: a[f] + (b[f] - a[f]) * (k - k1) / (k2 - k1) for f in ("per_step", "fixed")}
+        packed = {f: a[f] + (b[f] - a[f]) * (k - k1) / (k2 - k1) for f in a if f in b}
     n = run.local_steps or math.ceil(run.samples_per_owner / run.batch_size) * run.local_epochs
-    evaluation *= math.ceil(n_test / MULTI_VFL_EVAL_BATCH)
+    messages = math.ceil(n_test / MULTI_VFL_EVAL_BATCH)
     alone = rounds[1]
-    one = alone["fixed"] + n * alone["per_step"] + evaluation
-    return (packed["fixed"] + n * packed["per_step"] + k * evaluation) / one
+    one = alone["fixed"] + n * alone["per_step"] + messages * evaluation
+    # a pack evaluates its runs together where its evaluation was counted (k > 1), else each alone
+    packed_eval = packed.get("eval_per_message", k * evaluation) if k > 1 else evaluation
+    return (packed["fixed"] + n * packed["per_step"] + messages * packed_eval) / one
 
 
 @functools.cache
@@ -534,7 +535,8 @@ def _read_multi_vfl_table(path: str) -> dict[str, dict[tuple, Any]]:
     try:
         doc = json.loads(Path(path).read_text()).get("multi_owner", {})
         return {"rounds": {(r["dataset"], r["n_data_owners"], r["n_label_owners"], r["k"]):
-                           {"per_step": float(r["per_step"]), "fixed": float(r["fixed"])} for r in doc.get("rounds", [])},
+                           {f: float(r[f]) for f in ("per_step", "fixed", "eval_per_message") if f in r}
+                           for r in doc.get("rounds", [])},
                 "eval": {(r["dataset"], r["n_data_owners"]): float(r["per_message"]) for r in doc.get("eval", [])}}
     except (OSError, ValueError, KeyError, TypeError):
         return {}
@@ -575,20 +577,33 @@ def _multi_vfl_method(dataset: str, n_data_owners: int, n_label_owners: int, bat
 
 
 def _multi_vfl_round_ops(dataset: str, n_data_owners: int, n_label_owners: int, batch: int, k: int) -> dict[str, float]:
-    """Operations of one training round (round 2, no evaluation) of ``k`` runs packed (k > 1)
-    or of one run alone (k = 1): ``per_step``, what one more batch per label owner adds, and
-    ``fixed``, the rest (the server's aggregation, the data owners' averaging)."""
-    from .training.multi_owner_packed import packed_round
+    """Operations of one training round (round 2, no evaluation) of ``k`` runs packed (k > 1, a
+    :class:`~vflkit.training.multi_owner_packed.RoundPack` held across rounds, as the packed
+    trainer holds it) or of one run alone (k = 1): ``per_step``, what one more batch per label
+    owner adds, and ``fixed``, the rest (the server's aggregation, the data owners' averaging);
+    for a pack also ``eval_per_message``, one evaluation message of
+    :data:`MULTI_VFL_EVAL_BATCH` test images for all k runs."""
+    from .training.multi_owner_packed import EVAL_IMAGES, RoundPack
 
-    def count(steps: int) -> int:
-        runs = [_multi_vfl_method(dataset, n_data_owners, n_label_owners, OP_COUNT_BATCH, steps, seed=s)
+    def count(steps: int, n_test: int = 8) -> tuple[int, Any]:
+        runs = [_multi_vfl_method(dataset, n_data_owners, n_label_owners, OP_COUNT_BATCH, steps, seed=s, n_test=n_test)
                 for s in range(k)]
-        step = (lambda r: runs[0].round(r)) if k == 1 else (lambda r: packed_round(runs, r, stacking="vmap"))
+        pack = RoundPack(runs, stacking="vmap") if k > 1 else None
+        step = (lambda r: runs[0].round(r)) if k == 1 else pack.round
         step(1)
-        return _count_ops(lambda: step(2))
+        return _count_ops(lambda: step(2)), pack
 
-    one, two = count(1), count(2)
-    return {"per_step": float(two - one), "fixed": float(2 * one - two)}
+    (one, _), (two, _) = count(1), count(2)
+    out = {"per_step": float(two - one), "fixed": float(2 * one - two)}
+    if k > 1:
+        # as on a GPU, where the label owners' stacked model takes EVAL_IMAGES[0] test images of
+        # the k runs at a time: a message of MULTI_VFL_EVAL_BATCH images in that many calls. The
+        # calls' operations do not depend on their sizes, so the message is counted with 2 images
+        # a call (42 runs' real message would need ~20 GB of a CPU's memory to count)
+        calls = math.ceil(MULTI_VFL_EVAL_BATCH / max(1, EVAL_IMAGES[0] // k))
+        _, pack = count(1, n_test=2 * calls)
+        out["eval_per_message"] = float(_count_ops(lambda: pack.evaluate(batch_size=2 * calls, chunk=2)))
+    return out
 
 
 def _multi_vfl_eval_ops(dataset: str, n_data_owners: int) -> float:
@@ -1111,7 +1126,7 @@ def write_op_counts(root: Path | None = None) -> Path:
                                        "packed_ops: one step of a pack of %d such runs (count_step_ops(pack=%d))"
                                        % (OP_COUNT_BATCH, PACK_COUNTED, PACK_COUNTED)
                                        + "; multi_owner: a Multi-VFL round's operations per batch step and once a round, "
-                                       "alone (k = 1) and k runs packed, and one evaluation message's "
+                                       "alone (k = 1) and k runs packed (with a pack's evaluation message), and one run's evaluation message "
                                        "(vflkit.costs.count_multi_vfl)", "torch": torch.__version__,
                                "steps": rows, "multi_owner": multi}, indent=1) + "\n")
     tmp.replace(path)

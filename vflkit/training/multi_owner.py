@@ -144,14 +144,18 @@ def results(history: list[dict[str, Any]], channel: Channel, wall_time_s: float,
     }
 
 
-def round_row(method: MultiVFL, r: int, losses: dict[str, float], *, evaluate: bool = False) -> dict[str, Any]:
+def round_row(method: MultiVFL, r: int, losses: dict[str, float], *, evaluate: bool = False,
+              evaluation: dict[str, float] | None = None) -> dict[str, Any]:
     """Round ``r``'s history row: its mean training loss over the label owners (NaN without
     losses), the server's step sizes, and the test accuracy and loss where the run evaluates
-    (every ``eval_every`` rounds, after the last, or ``evaluate``)."""
+    (every ``eval_every`` rounds, after the last, or ``evaluate``). ``evaluation``: the run's
+    evaluation, made already (by a pack of runs, :meth:`~.multi_owner_packed.RoundPack.evaluate`)."""
     config = method.config
     row: dict[str, Any] = {"round": r, "train_loss": sum(losses.values()) / len(losses) if losses else float("nan"),
                            **method.server_stats(r)}  # the server's step sizes of this round
-    if evaluate or r % config.eval_every == 0 or r == config.rounds:
+    if evaluation is not None:
+        row.update(evaluation)
+    elif evaluate or r % config.eval_every == 0 or r == config.rounds:
         try:
             row.update(method.evaluate())
         except (ValueError, DivergenceError):
