@@ -585,15 +585,20 @@ def _multi_vfl_round_ops(dataset: str, n_data_owners: int, n_label_owners: int, 
     :data:`MULTI_VFL_EVAL_BATCH` test images for all k runs."""
     from .training.multi_owner_packed import EVAL_IMAGES, RoundPack
 
-    def count(steps: int, n_test: int = 8) -> tuple[int, Any]:
+    def build(steps: int, n_test: int = 8) -> tuple[Callable[[int], Any], Any]:
         runs = [_multi_vfl_method(dataset, n_data_owners, n_label_owners, OP_COUNT_BATCH, steps, seed=s, n_test=n_test)
                 for s in range(k)]
         pack = RoundPack(runs, stacking="vmap") if k > 1 else None
         step = (lambda r: runs[0].round(r)) if k == 1 else pack.round
         step(1)
-        return _count_ops(lambda: step(2)), pack
+        return step, pack
 
-    (one, _), (two, _) = count(1), count(2)
+    def count(steps: int) -> int:  # one pack alive at a time: 42 runs' take ~7 GB of a CPU's memory
+        step, _ = build(steps)
+        return _count_ops(lambda: step(2))
+
+    one = count(1)
+    two = count(2)
     out = {"per_step": float(two - one), "fixed": float(2 * one - two)}
     if k > 1:
         # as on a GPU, where the label owners' stacked model takes EVAL_IMAGES[0] test images of
@@ -601,7 +606,7 @@ def _multi_vfl_round_ops(dataset: str, n_data_owners: int, n_label_owners: int, 
         # calls' operations do not depend on their sizes, so the message is counted with 2 images
         # a call (42 runs' real message would need ~20 GB of a CPU's memory to count)
         calls = math.ceil(MULTI_VFL_EVAL_BATCH / max(1, EVAL_IMAGES[0] // k))
-        _, pack = count(1, n_test=2 * calls)
+        _, pack = build(1, n_test=2 * calls)
         out["eval_per_message"] = float(_count_ops(lambda: pack.evaluate(batch_size=2 * calls, chunk=2)))
     return out
 

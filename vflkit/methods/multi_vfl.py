@@ -306,15 +306,21 @@ class MultiVFL:
         The order is drawn from a generator seeded by (seed, round, owner): a public protocol
         parameter, so data owners need no message to agree on it.
         """
+        order, sizes = self._round_order(k, r)
+        return list(order.split(sizes))
+
+    def _round_order(self, k: int, r: int) -> tuple[torch.Tensor, list[int]]:
+        """Label owner k's sample ids of round r in their order, and its batches' sizes: the
+        batches of :meth:`_batches` end to end (a packed round takes them at once)."""
         c = self.config
         ids = self.label_owners[k].ids["train"]
         g = torch.Generator().manual_seed(c.seed * 1_000_003 + r * 101 + k)
-        n_batches = math.ceil(len(ids) / c.batch_size)
-        out = []
-        for _ in range(c.local_epochs):
-            order = ids[torch.randperm(len(ids), generator=g)]
-            out.extend(order[b * c.batch_size:(b + 1) * c.batch_size] for b in range(n_batches))
-        return out if c.local_steps is None else out[:c.local_steps]
+        full, rest = divmod(len(ids), c.batch_size)
+        epoch = [c.batch_size] * full + ([rest] if rest else [])
+        orders = [ids[torch.randperm(len(ids), generator=g)] for _ in range(c.local_epochs)]
+        sizes = (epoch * c.local_epochs)[:c.local_steps]  # [:None] keeps them all
+        order = torch.cat(orders) if len(orders) > 1 else orders[0]
+        return order[:sum(sizes)], sizes
 
     def _split_step(self, k: int, ids: torch.Tensor, optimizers: dict[str, torch.optim.Optimizer]) -> float:
         """One split-learning step between label owner k and every data owner's copy k."""
