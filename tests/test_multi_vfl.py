@@ -558,3 +558,26 @@ def test_learning_sentence_counts_cells_near_chance():
     assert "every one ends near chance" in study.learning(summ.iloc[:2])
     assert "none ends near chance" in study.learning(pd.DataFrame({"final_accuracy_pct": [80.0]}))
     assert study.learning(summ.iloc[:0]) == "No run recorded yet."
+
+
+@pytest.mark.parametrize("cfg", [{"samples_per_owner": 20, "batch_size": 8},  # a last batch of 4
+                                 {"samples_per_owner": 20, "batch_size": 8, "local_epochs": 2},
+                                 {"samples_per_owner": 20, "batch_size": 8, "local_epochs": 2, "local_steps": 4},
+                                 {"samples_per_owner": 16, "batch_size": 8, "local_steps": 5}])
+def test_a_label_owners_batches_are_its_round_order_cut_in_batches(cfg):
+    """_batches: each local epoch a permutation of the label owner's ids drawn from the (seed,
+    round, owner) generator, cut in batches (the last one short), the first local_steps kept;
+    _round_order (the packed round's) is the same ids end to end with their batch sizes."""
+    m = _method(**cfg)
+    c = m.config
+    ids = m.label_owners[1].ids["train"]
+    g = torch.Generator().manual_seed(c.seed * 1_000_003 + 2 * 101 + 1)
+    want = []
+    for _ in range(c.local_epochs):
+        order = ids[torch.randperm(len(ids), generator=g)]
+        want += [order[b:b + c.batch_size] for b in range(0, len(ids), c.batch_size)]
+    want = want[:c.local_steps]
+    got = m._batches(1, 2)
+    assert [b.tolist() for b in got] == [b.tolist() for b in want]
+    order, sizes = m._round_order(1, 2)
+    assert sizes == [len(b) for b in want] and order.tolist() == torch.cat(want).tolist()
