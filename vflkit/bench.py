@@ -339,8 +339,9 @@ def bench_multi_vfl(*, rounds: int = 3, scenario: str = "4niid", server_optimize
     the graph, as by hand), which splits a step into model compute and vflkit's parties, channel
     and ledger. The training of a round is also timed with its K label-owner chains packed
     (a :class:`~vflkit.training.multi_owner_packed.RoundPack` held across rounds, as the packed
-    trainer holds it; vmapped and looped), on runs of their own. Process CPU time: other work on the machine inflates it less than the wall clock
-    (through shared caches, not at all through waiting).
+    trainer holds it; vmapped and looped), on runs of their own. Process CPU time: other work
+    on the machine inflates it less than the wall clock (through shared caches, not at all
+    through waiting).
     """
     from .data import ImageData
     from .methods.multi_vfl import MultiVFL

@@ -290,11 +290,11 @@ class RoundPack:
                  sq([new[n] - self.initial[n] for n in names])]
         adaptive = [j for j, m in enumerate(self.runs) if m.server_optimizer.name != "fedavg"]
         quantiles = []
-        if adaptive:
-            sqrt_v = torch.cat([self.moments["v"][n].flatten(1) for n in names], dim=1).clamp_min(0).sqrt()
+        if adaptive:  # sqrt(v) of the runs whose rule keeps v
+            rows = torch.tensor(adaptive, device=self.device)
+            sqrt_v = torch.cat([self.moments["v"][n][rows].flatten(1) for n in names], dim=1).clamp_min(0).sqrt()
             stride = max(1, sqrt_v.shape[1] // 4_000_000)  # as MultiVFL._step_stats
-            for j in adaptive:
-                one = sqrt_v[j, ::stride]
+            for one in sqrt_v[:, ::stride]:
                 quantiles.append(torch.stack([one.median().double(), torch.quantile(one.double(), 0.99)]))
         values = torch.cat([torch.stack(norms).sqrt().flatten(), *quantiles]).tolist()
         n_runs = self.n_runs
@@ -323,8 +323,6 @@ class RoundPack:
         n = self._test_labels.shape[1]
         chunk = chunk or max(1, EVAL_IMAGES[self.device.type == "cpu"] // self.n_runs)
         ledgers = [m.channel.ledger for m in runs]
-        for m in runs:
-            m.channel.at(epoch=m.rounds_done, step=0, phase="eval")
         senders = [[m.data_owners[d].name for m in runs] for d in range(len(self._test))]
         receivers = [[m.evaluator.name for m in runs]] * len(self._test)
         # label owner 1's model: chain (j, 0) of each run
@@ -334,7 +332,9 @@ class RoundPack:
         for start in range(0, n, batch_size):
             rows = slice(start, min(start + batch_size, n))
             acts = [g(x[u, rows]) for g, x, u in zip(self.globals, self._test, self._test_of)]
-            parts = _post_eval(acts, ledgers, senders, receivers, [m.rounds_done for m in runs])
+            # the runs of a pack have run the same rounds: each message at that round, step 0
+            parts = _post(acts, "embedding", ledgers, senders, receivers, runs[0].rounds_done, [0] * self.n_runs,
+                          phase="eval")
             y = self._test_labels[:, rows]
             hits = torch.zeros(self.n_runs, dtype=torch.float32, device=self.device)
             for i in range(0, y.shape[1], chunk):
@@ -411,10 +411,10 @@ def packed_round(methods: MultiVFL | Sequence[MultiVFL], r: int, *,
 
 def _post(payloads: Any, kind: str, ledgers: Sequence[Any], senders: Any, receivers: Any, r: int,
           steps: Sequence[int], phase: str = "train") -> Any:
-    """Send ``payloads`` (a stacked tensor [chains, ...], a list of them, one per data owner,
-    or a dict of them: one model's weights) as one stacked message: slice c travels from
-    ``senders[..][c]`` to ``receivers[..][c]`` and is a row in ``ledgers[c]``, stamped with
-    round ``r`` and ``steps[c]``, in the unpacked round's order (chain by chain, then data owner
+    """Send ``payloads`` (a list of stacked tensors [slices, ...], one per data owner, or a
+    dict of them: one model's weights) as one stacked message: slice c (a chain; a run, for the
+    evaluation) travels from ``senders[..][c]`` to ``receivers[..][c]`` and is a row in
+    ``ledgers[c]``, stamped with round ``r``, ``steps[c]`` and ``phase``, in the unpacked round's order (chain by chain, then data owner
     by data owner); the receivers get a detached copy, as through
     :class:`~vflkit.comm.Channel` (each slice only to its chain)."""
     if isinstance(payloads, dict):  # one message of several tensors per slice
@@ -426,17 +426,6 @@ def _post(payloads: Any, kind: str, ledgers: Sequence[Any], senders: Any, receiv
         for d, p in enumerate(payloads):
             one = p.numel() // p.shape[0] * p.element_size()  # chain c's slice, as it travels
             ledger.add(senders[d][c], receivers[d][c], kind, one, r, steps[c], phase)
-    return [wire_copy(p) for p in payloads]
-
-
-def _post_eval(payloads: Sequence[torch.Tensor], ledgers: Sequence[Any], senders: Any, receivers: Any,
-               epochs: Sequence[int]) -> list[torch.Tensor]:
-    """The evaluation's embeddings ([runs, ...] per data owner) posted as :func:`_post` posts
-    a round's: run j's rows in its ledger, at its round, step 0, phase "eval"."""
-    for j, ledger in enumerate(ledgers):
-        for d, p in enumerate(payloads):
-            ledger.add(senders[d][j], receivers[d][j], "embedding", p.numel() // p.shape[0] * p.element_size(),
-                       epochs[j], 0, "eval")
     return [wire_copy(p) for p in payloads]
 
 
