@@ -24,11 +24,12 @@ def test_bench_on_cuda_without_a_gpu_is_a_clear_error(monkeypatch):
 
 def test_bench_packed_reports_alone_and_packed_for_every_packed_method():
     """`python -m vflkit.bench --packed` times every method the packed trainer mirrors, K runs
-    alone against the same K runs vmapped and looped, with the pack size it was asked for."""
+    alone against the same K runs vmapped and looped, and vmapped with the step captured and
+    replayed (on a CPU the tape), with the pack size it was asked for."""
     rows = bench.bench_packed(["mlp"], pack_size=2, batch=16, steps=2, blocks=1, device="cpu")
     assert [r["method"] for r in rows] == list(bench.PACKED_METHODS)
     assert all(r["alone_samples_per_s"] > 0 and r["vmap_samples_per_s"] > 0 and r["loop_samples_per_s"] > 0
-               and r["pack_size"] == 2 for r in rows)
+               and r["graphs_samples_per_s"] > 0 and r["pack_size"] == 2 for r in rows)
     # C-VFL's packs stack its alike parties: timed and counted against the parties apart too
     assert [r["method"] for r in rows if "vmap_apart_samples_per_s" in r] == ["c_vfl"]
 

@@ -9,7 +9,8 @@ costs anyway and what vflkit's parties, channel and ledger add. The target is an
 at most 15 % of a step on CPU.
 
 With ``--packed`` it prints instead, per method that packs (:mod:`vflkit.training.packed`),
-samples/s of K runs stepped one after another against the same K runs as one packed step. With
+samples/s of K runs stepped one after another against the same K runs as one packed step (and
+that step captured in a CUDA graph and replayed, on a GPU). With
 ``--multi-vfl``, the CPU seconds of a Multi-VFL quick-profile round, split into split-learning
 steps (model compute and vflkit's share), aggregation and evaluation, with its test images
 evaluated as one message at once (before) and in chunks (now) side by side, and the round's
@@ -266,7 +267,10 @@ def bench_packed(models: list[str], *, methods: Sequence[str] = PACKED_METHODS, 
     """Samples/s of ``pack_size`` runs (seeds 0..K-1) trained step by step one after another
     (``alone``), and of the same runs as one packed step per way of stacking them
     (:data:`vflkit.training.packed.STACKINGS`); medians over ``blocks`` blocks of ``steps``
-    steps, alternated block by block so that drifts in machine load hit all alike."""
+    steps, alternated block by block so that drifts in machine load hit all alike. ``graphs``:
+    the vmapped pack with its step captured and replayed (:mod:`vflkit.training.graphs`: CUDA
+    graphs on a GPU; on a CPU the tape, a stand-in with no speed-up), where it can be."""
+    from .training.graphs import WARMUP_STEPS, graph_blocker
     from .training.packed import Pack
 
     rows = []
@@ -277,6 +281,11 @@ def bench_packed(models: list[str], *, methods: Sequence[str] = PACKED_METHODS, 
             packs = {s: Pack(runs, stacking=s) for s in stackings}  # each stacks its own copy of the runs
             if name == "c_vfl":  # its alike parties stacked (the default) against each party apart
                 packs["vmap_apart"] = Pack(runs, stacking="vmap", group_parties=False)
+            backend = "cuda" if torch.device(device).type == "cuda" else "tape"
+            graphed = Pack(runs, stacking="vmap")
+            if graph_blocker(graphed, backend) is None:
+                graphed.capture(backend)
+                packs["graphs"] = graphed
             order = torch.arange(batch * 8)  # ids on the CPU for a run alone, as in the trainer
             packed_order = order.to(device).expand(pack_size, -1)  # a pack's [K, N] on its device
 
@@ -289,8 +298,16 @@ def bench_packed(models: list[str], *, methods: Sequence[str] = PACKED_METHODS, 
                 return lambda i: pack.train_step(packed_order[:, (i % 8) * batch:(i % 8 + 1) * batch])
 
             steps_of = {"alone": alone, **{s: together(p) for s, p in packs.items()}}
-            for f in steps_of.values():  # warm-up (allocations, first calls)
-                f(0)
+            failed: dict[str, str] = {}
+            for label, f in list(steps_of.items()):  # warm-up (allocations, first calls; a graph's capture)
+                try:
+                    for i in range(WARMUP_STEPS + 1 if label == "graphs" else 1):
+                        f(i)
+                except Exception as exc:  # noqa: BLE001 (not yet run on a GPU: a failed capture must not end the benchmark)
+                    if label != "graphs":
+                        raise
+                    failed["graphs_error"] = f"{type(exc).__name__}: {exc}"[:300]
+                    del steps_of[label]
             times: dict[str, list[float]] = {k: [] for k in steps_of}
             for _ in range(blocks):
                 for label, f in steps_of.items():
@@ -300,7 +317,7 @@ def bench_packed(models: list[str], *, methods: Sequence[str] = PACKED_METHODS, 
                         f(i)
                     _sync(device)
                     times[label].append(time.perf_counter() - t0)
-            row: dict[str, float | str] = {"method": name, "model": model, "pack_size": pack_size}
+            row: dict[str, float | str] = {"method": name, "model": model, "pack_size": pack_size, **failed}
             row.update({f"{k}_samples_per_s": pack_size * batch * steps / statistics.median(v)
                         for k, v in times.items()})
             rows.append({**row, **step_cost(name, model, batch, pack_size=pack_size)})
@@ -573,10 +590,12 @@ def _print_packed(args: argparse.Namespace, where: str) -> None:
           f"blocks of {args.steps} steps, alternated; ops: torch operations one run's step dispatches, "
           "us/op: a step alone over them (launch-bound when steady across models); TFLOP/s of all K runs")
     print("C-VFL's packs stack its alike parties too (vmap, loop); 'apart': vmapped with each party apart. "
-          "packed ops: one packed step's; its us/op: the vmapped step over them")
+          "packed ops: one packed step's; its us/op: the vmapped step over them; graphs: the vmapped pack "
+          "captured and replayed (vflkit.training.graphs: CUDA graphs on a GPU, on a CPU the tape, which does "
+          "not speed up)")
     head = (f"{'method':<10} {'model':<8} {'alone':>10} {'vmap':>10} {'loop':>10} {'apart':>10} "
             f"{'vmap/alone':>11} {'loop/alone':>11} {'ops':>7} {'us/op':>6} {'packed ops':>10} {'us/op':>6} "
-            f"{'TFLOP/s alone':>14} {'vmap':>6}")
+            f"{'TFLOP/s alone':>14} {'vmap':>6} {'graphs':>10} {'graphs/vmap':>12} {'TFLOP/s graphs':>15}")
     print(head)
     print("-" * len(head), flush=True)
     rows = []
@@ -590,9 +609,14 @@ def _print_packed(args: argparse.Namespace, where: str) -> None:
             us = 1e6 * args.batch / a / r["ops_per_step"]
             us_packed = 1e6 * args.pack_size * args.batch / v / r["packed_ops_per_step"]
             tf = r["flops_per_step"] / args.batch / 1e12
+            g = r.get("graphs_samples_per_s")
+            graphed = (f"{g:>10.0f} {g / v:>11.2f}x {g * tf:>15.3f}" if g else
+                       f"{'-':>10} {'-':>12} {'-':>15}")  # not capturable (graph_blocker), or its capture failed
+            if "graphs_error" in r:
+                graphed += f"  graphs failed: {r['graphs_error']}"
             print(f"{method:<10} {model:<8} {a:>10.0f} {v:>10.0f} {lo:>10.0f} {apart} {v / a:>10.2f}x {lo / a:>10.2f}x "
                   f"{r['ops_per_step']:>7.0f} {us:>6.1f} {r['packed_ops_per_step']:>10.0f} {us_packed:>6.1f} "
-                  f"{a * tf:>14.3f} {v * tf:>6.3f}", flush=True)
+                  f"{a * tf:>14.3f} {v * tf:>6.3f} {graphed}", flush=True)
             if args.json:  # rewritten after every row: a benchmark cut short keeps what it measured
                 tmp = args.json.with_suffix(".tmp")
                 tmp.write_text(json.dumps({"device": where, "torch": torch.__version__,

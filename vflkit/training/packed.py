@@ -37,9 +37,12 @@ operations a step with its parties stacked, 6,073 with them apart, against 3 x 3
 three runs alone; on the lent H200 both the runs alone and the seed packs took 13-22 us per
 operation (``results/device/``), so the step's operations set its time.
 
+A pack's step may be captured once per batch shape and replayed (``graphs``: CUDA graphs,
+:mod:`vflkit.training.graphs`; its CPU stand-in, the tape, proves the replayed pack equal to the
+eager one in float64); the channel's ledger rows of a replayed step are counted in Python.
+
 What a pack does not do (yet): checkpoints and deadlines (a pack is meant to be sized to its
-window), packing across methods or datasets, a packed evaluation, and capturing the whole step
-(the channel's bookkeeping runs in Python between the calls).
+window), packing across methods or datasets, a packed evaluation.
 
 Interface for a scheduler or a launcher: :func:`pack_key` (None: not packable),
 :func:`packable_config` (a study payload's run config, if it could pack), :func:`group_packs`,
@@ -52,6 +55,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 import time
 from pathlib import Path
 from typing import Any, Callable, Hashable, Mapping, Sequence
@@ -73,6 +77,12 @@ from ..methods.local import Local
 from ..methods.splitnn import SplitNN
 from . import split
 
+#: The setting that captures the packs the scheduler and the launcher train (:func:`compute_pack`)
+#: in CUDA graphs (:mod:`vflkit.training.graphs`): ``VFLKIT_GRAPHS=auto`` (on a GPU, when the
+#: step can be captured) or ``cuda``; unset, they run eagerly. Off by default until a GPU has
+#: measured it (``python -m vflkit.bench --packed`` prints the graphed step beside the eager one).
+GRAPHS_ENV = "VFLKIT_GRAPHS"
+
 #: Image datasets by name (a registered :class:`~vflkit.data.ImageData` packs too).
 _IMAGE_DATASETS = ("mnist", "fashion_mnist", "cifar10", "cifar100", "cinic10")
 
@@ -93,6 +103,8 @@ class PackChannel:
         self.channels = list(channels)
         self.live = [True] * len(self.channels)
         self._boxes: dict[tuple[str, str, str], list[Any]] = {}
+        #: while a step is captured (:mod:`vflkit.training.graphs`): its messages, counted again per replay
+        self.sends: list[tuple[str, str, str, int]] | None = None
 
     def at(self, *, epoch: int, step: int, phase: str) -> None:
         """Set every run's clock."""
@@ -110,10 +122,19 @@ class PackChannel:
             if total % k:
                 raise ValueError(f"a packed {kind} of {total} bytes does not split into {k} runs")
             nbytes = total // k
+        self.count([(sender, receiver, kind, int(nbytes))])
+        if self.sends is not None:
+            self.sends.append((sender, receiver, kind, int(nbytes)))
+        self._boxes.setdefault((sender, receiver, kind), []).append(wire_copy(payload))
+
+    def count(self, sends: Sequence[tuple[str, str, str, int]]) -> None:
+        """One ledger row per message of ``sends`` (sender, receiver, kind, one run's bytes) in
+        every live run's ledger, at its clock: a replayed step's messages (its payloads moved on
+        the device, inside the graph)."""
         for ch, live in zip(self.channels, self.live):
             if live:
-                ch.ledger.add(sender, receiver, kind, int(nbytes), ch.epoch, ch.step, ch.phase)
-        self._boxes.setdefault((sender, receiver, kind), []).append(wire_copy(payload))
+                for sender, receiver, kind, nbytes in sends:
+                    ch.ledger.add(sender, receiver, kind, nbytes, ch.epoch, ch.step, ch.phase)
 
     def recv(self, receiver: str, sender: str, kind: str) -> Any:
         """The oldest ``kind`` message from ``sender`` to ``receiver``."""
@@ -262,6 +283,8 @@ class Pack:
         self._rows = torch.arange(self.k, device=self.device)[:, None]
         #: C-VFL's dither of the coming steps, drawn ahead on the host per run (same values)
         self._dither: list[torch.Tensor] = []
+        #: the step captured per batch shape (:meth:`capture`), or None: eager
+        self.graphed: Any = None
 
     def _group_parties(self, stacking: str, compile: dict[str, Any] | None, together: bool) -> None:
         """C-VFL's parties whose bottom models are alike, trained as one stacked model.
@@ -329,14 +352,26 @@ class Pack:
 
     def train_step(self, ids: torch.Tensor) -> dict[str, torch.Tensor]:
         """One protocol step of every run on its batch ``ids[k]`` ([K, b] sample ids on the
-        device); each trained model's loss per run, a detached [K] tensor."""
+        device); each trained model's loss per run, a detached [K] tensor (captured and replayed
+        after :meth:`capture`)."""
+        if self.graphed is not None:
+            return self.graphed(ids)
         return self._step(self, ids)
+
+    def capture(self, backend: str) -> None:
+        """From now on, each batch shape's step is captured once and replayed
+        (:class:`~vflkit.training.graphs.GraphedStep`; ``backend`` "cuda", or "tape" on a CPU)."""
+        from .graphs import GraphedStep
+
+        self.graphed = GraphedStep(self, backend)
 
     def epoch_lr(self, gamma: float) -> None:
         """The exponential schedule's step after an epoch, as the unpacked trainer applies it."""
         for opt in self.optimizers.values():
             for group in opt.param_groups:
                 group["lr"] *= gamma
+        if self.graphed is not None:  # the old rate is baked into the captured steps
+            self.graphed.forget()
 
     def write_back(self) -> None:
         """Every run's models as the pack trained them (before evaluating or recording)."""
@@ -348,6 +383,14 @@ class Pack:
             if isinstance(names, tuple):  # a group of parties: party-major, as stacked
                 stacked.write_back([m.parties[self.names.index(n)].models[model_name]
                                     for n in names for m in self.methods])
+
+    def dither_per_step(self) -> int:
+        """How many dither tensors one step takes (:meth:`compress` pops one per compressed
+        tensor: every party's embedding and each of the top's parameters; C-VFL's dithered
+        compressors only)."""
+        if self._step is not _step_cvfl or self.options["compressor"] not in ("vector", "scalar"):
+            return 0
+        return len(self.names) + len(self.methods[0].active.models["top"].state_dict())
 
     def draw_dither(self, batch_sizes: Sequence[int]) -> None:
         """Draw C-VFL's dither for the coming steps (batch sizes ``batch_sizes``) from each run's
@@ -683,7 +726,8 @@ def compute_pack(payloads: Sequence[Mapping[str, Any]], *, device: torch.device 
     (:func:`vflkit.training.multi_owner_packed.compute_pack`).
 
     ``deadline`` is not enforced: a pack keeps no checkpoint, so whoever starts it checks first
-    that its estimate ends before the deadline (:func:`vflkit.scheduler.ends_before`)."""
+    that its estimate ends before the deadline (:func:`vflkit.scheduler.ends_before`). CUDA
+    graphs as ``$VFLKIT_GRAPHS`` says (:data:`GRAPHS_ENV`)."""
     payloads = list(payloads)
     if payloads and all(p.get("family") == "multi_owner" for p in payloads):
         from .multi_owner_packed import compute_pack as multi_owner_pack
@@ -700,7 +744,7 @@ def compute_pack(payloads: Sequence[Mapping[str, Any]], *, device: torch.device 
 
     profile, results = next(iter(profiles))
     return run_pack(configs, profile=profile, device=device, results=Path(results),
-                    on_divergence=FAMILIES["split"].on_divergence)
+                    on_divergence=FAMILIES["split"].on_divergence, graphs=os.environ.get(GRAPHS_ENV) or None)
 
 
 class _PackWindow:
@@ -742,7 +786,7 @@ class _PackWindow:
 
 def train_pack(configs: Sequence[RunConfig], *, device: torch.device | str = "cpu", progress: bool = False,
                on_divergence: str = "raise", max_loss: float = 1e4, stacking: str = "auto",
-               compile: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+               compile: dict[str, Any] | None = None, graphs: str | None = None) -> list[dict[str, Any]]:
     """Train ``configs`` (runs that differ in seed alone, :func:`check_pack`) as one pack; each
     run's result as :func:`vflkit.training.split.train` returns it, plus ``execution``.
 
@@ -750,12 +794,20 @@ def train_pack(configs: Sequence[RunConfig], *, device: torch.device | str = "cp
     is not finite or exceeds ``max_loss`` raises :class:`DivergenceError` (naming the run), or
     with ``on_divergence="record"`` stops there while the others go on, as it would alone.
     ``stacking`` and ``compile``: how each stacked party model runs (:class:`StackedModel`).
+    ``graphs``: capture the step per batch shape and replay it (:mod:`vflkit.training.graphs`:
+    "cuda", or "tape", its CPU stand-in; "auto": "cuda" on a CUDA device when the pack's step
+    can be captured, else eager); None: eager. The records name it (``execution["graphs"]``).
     """
     from ..methods import get_method
+    from .graphs import GRAPH_BACKENDS, graph_blocker
 
     check_pack(configs)
     if on_divergence not in ("raise", "record"):
         raise ConfigError(f"Invalid on_divergence {on_divergence!r}; choose raise or record")
+    if graphs is not None and graphs not in (*GRAPH_BACKENDS, "auto"):
+        raise ConfigError(f"Invalid graphs {graphs!r}; choose None, auto or one of {', '.join(GRAPH_BACKENDS)}")
+    if graphs is not None and compile is not None:
+        raise ConfigError("graphs and compile both capture the step: choose one")
     device = resolve_device(device)
     methods = []
     for cfg in configs:  # each run built exactly as split.train builds it: init, data, ids
@@ -769,6 +821,10 @@ def train_pack(configs: Sequence[RunConfig], *, device: torch.device | str = "cp
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     pack = Pack(methods, stacking=stacking, compile=compile)
+    if graphs == "auto":
+        graphs = "cuda" if device.type == "cuda" and graph_blocker(pack, "cuda") is None else None
+    if graphs is not None:
+        pack.capture(graphs)
     cfg0 = configs[0]
     gens = [torch.Generator().manual_seed(c.seed) for c in configs]
     n = len(methods[0].active.ids["train"])
@@ -835,7 +891,7 @@ def train_pack(configs: Sequence[RunConfig], *, device: torch.device | str = "cp
             "wall_time_s": wall,
             "comm": split.comm_summary(ledger),
             "diverged": diverged[k],
-            "execution": {"packed": len(configs), "pack": keys},
+            "execution": {"packed": len(configs), "pack": keys, **({"graphs": graphs} if graphs else {})},
         })
     return results
 
@@ -862,7 +918,7 @@ def _finish_epoch(pack: Pack, runs: Sequence[int], configs: Sequence[RunConfig],
 
 def run_pack(configs: Sequence[RunConfig], *, profile: str, device: torch.device | str = "auto",
              results: str | Path | None = None, force: bool = False, progress: bool = False,
-             on_divergence: str = "raise") -> list[dict[str, Any]]:
+             on_divergence: str = "raise", graphs: str | None = None) -> list[dict[str, Any]]:
     """The records of ``configs`` (one pack, :func:`check_pack`), in their order: those already
     recorded are loaded, the others trained as one pack (:func:`train_pack`) and written to the
     record store, each under its own key, with ``execution`` naming the pack.
@@ -875,11 +931,11 @@ def run_pack(configs: Sequence[RunConfig], *, profile: str, device: torch.device
 
     def train_all(todo: list[RunConfig], dev: torch.device, checkpoints: list[Path]) -> list[dict[str, Any]]:
         # a pack keeps no checkpoint (it is sized to its window): ``checkpoints`` is unused
-        return train_pack(todo, device=dev, progress=progress, on_divergence=on_divergence)
+        return train_pack(todo, device=dev, progress=progress, on_divergence=on_divergence, graphs=graphs)
 
     return records.run_together(configs, train_all=train_all, profile=profile, device=device, results=results,
                                 force=force, on_divergence=on_divergence)
 
 
-__all__ = ["PACKED_STEPS", "Pack", "PackChannel", "StackedModel", "check_pack", "compute_pack", "group_packs",
+__all__ = ["GRAPHS_ENV", "PACKED_STEPS", "Pack", "PackChannel", "StackedModel", "check_pack", "compute_pack", "group_packs",
            "pack_key", "pack_limit", "packable_config", "run_pack", "train_pack"]

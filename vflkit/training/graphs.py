@@ -1,0 +1,227 @@
+"""A packed step captured once per batch shape and replayed: CUDA graphs, and their CPU stand-in.
+
+Issue 40 (C). A small party model's packed step is launch-bound on a GPU: C-VFL's dispatches a
+few thousand operations at 13-22 us each (``results/device/``), whatever their FLOPs. Captured
+in a CUDA graph, the step's kernels are replayed by the driver without Python or the dispatcher
+in between. Replay reruns the *same* kernels on the *same* memory, so a step may be captured
+only if it reads everything that changes from one step to the next out of device memory that
+stays put (the batch's ids, C-VFL's dither), writes its results in place (parameters, optimizer
+state, BatchNorm statistics) and reads nothing back to the host. What changes on the host
+(the ledger's rows) is counted outside the graph.
+
+:class:`StepGraph` holds one captured step. Its backends keep one contract:
+
+- ``"cuda"``: :class:`torch.cuda.CUDAGraph`, after warm-up steps on a side stream (cuBLAS and
+  cuDNN choose their algorithms, optimizers make their state), as the CUDA graph documentation's
+  whole-network capture does; each graph in its own memory pool.
+- ``"tape"`` (CPU, for tests and dry runs; no speed-up): every aten operation the step
+  dispatches is recorded while it runs; a replay runs the recorded operations again on the
+  recorded tensors, writing each result into the tensor the capture produced (a view or an
+  in-place result is that tensor already). So what a CUDA graph would get wrong, the tape gets
+  wrong too: a Python number baked into the step (a learning rate changed later), a new input
+  passed as another tensor instead of copied into the captured one, a result read after the
+  next replay overwrote it, state kept on the host. A host read inside the capture is an
+  error. What the tape cannot show: an operation on a host tensor inside a GPU step (on a CPU
+  every tensor is a host tensor); :func:`graph_blocker` refuses the optimizers that keep one,
+  and Adam's ``capturable`` form, which torch runs on a GPU only, is not tested here.
+
+:class:`GraphedStep` applies it to a :class:`~vflkit.training.packed.Pack`: one graph per batch
+shape, captured after :data:`WARMUP_STEPS` eager steps of that shape; the ids copied into the
+captured buffer, C-VFL's dither into the captured pieces, the ledger rows of the captured step's
+messages added per replay (to the runs still live, at the runs' current clock). A learning-rate
+change (:meth:`GraphedStep.forget`, called by ``Pack.epoch_lr``) drops the graphs: they are
+captured again at the new rate. Float64 equality with the eager pack (hence with each run alone)
+is tested on the tape (tests/test_training_graphs.py).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from ..errors import ConfigError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .packed import Pack
+
+#: How a step is captured: a CUDA graph, or the CPU stand-in that keeps its contract (module doc).
+GRAPH_BACKENDS: tuple[str, ...] = ("cuda", "tape")
+
+#: Eager steps of a batch shape before it is captured: the CUDA graph documentation's warm-up
+#: (algorithm choice, lazily made optimizer state) with a margin.
+WARMUP_STEPS = 3
+
+
+class GraphCaptureError(RuntimeError):
+    """A step that cannot be captured (it reads a value back to the host, or is not static)."""
+
+
+class _Recorder(TorchDispatchMode):
+    """Runs every aten operation and records it with its result (the tape's capture)."""
+
+    def __init__(self, ops: list[tuple[Any, tuple, dict, Any]]) -> None:
+        super().__init__()
+        self.ops = ops
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if func is torch.ops.aten._local_scalar_dense.default:
+            raise GraphCaptureError("a captured step read a value back to the host (.item(), bool(), float() of a "
+                                    "tensor): a CUDA graph cannot; keep the value on the device")
+        out = func(*args, **kwargs)
+        self.ops.append((func, args, kwargs, out))
+        return out
+
+
+class StepGraph:
+    """One step function captured (:meth:`capture`) and replayed (:meth:`replay`)."""
+
+    def __init__(self, backend: str) -> None:
+        if backend not in GRAPH_BACKENDS:
+            raise ConfigError(f"Invalid graph backend {backend!r}; choose one of {', '.join(GRAPH_BACKENDS)}")
+        self.backend = backend
+        self._ops: list[tuple[Any, tuple, dict, Any]] = []
+        self._graph: Any = None
+
+    def capture(self, fn: Callable[[], Any]) -> Any:
+        """Capture ``fn()`` and leave its effect done once (a CUDA capture runs nothing: it is
+        replayed once here); its outputs, overwritten by every replay."""
+        if self.backend == "tape":
+            with _Recorder(self._ops):
+                return fn()
+        self._graph = torch.cuda.CUDAGraph()
+        # a private memory pool per graph: a shared one is safe only for graphs replayed in the
+        # order they were captured, and a pack replays its full batches and its last one in turn
+        with torch.cuda.graph(self._graph):
+            out = fn()
+        self._graph.replay()
+        return out
+
+    @torch.no_grad()
+    def replay(self) -> None:
+        """Run the captured step again, on the tensors it was captured with."""
+        if self._graph is not None:
+            self._graph.replay()
+            return
+        for func, args, kwargs, out in self._ops:
+            result = func(*args, **kwargs)
+            # a fresh result goes where the capture's was (the graph's static memory); an
+            # in-place result or a view is the captured tensor's memory already
+            for kept, new in zip(tree_flatten(out)[0], tree_flatten(result)[0]):
+                if isinstance(kept, torch.Tensor) and kept.data_ptr() != new.data_ptr():
+                    kept.copy_(new)
+
+
+def graph_blocker(pack: Pack, backend: str) -> str | None:
+    """Why ``pack``'s step cannot be captured by ``backend``, or None: an optimizer that keeps
+    its step count on the host. SGD keeps none (its momentum buffers live beside the
+    parameters); Adam is made ``capturable`` on a GPU (its count on the device), a form torch
+    refuses on a CPU, where it reads the count back each step; Adagrad has no such form."""
+    for opt in pack.optimizers.values():
+        if isinstance(opt, torch.optim.SGD) or (isinstance(opt, torch.optim.Adam) and backend == "cuda"):
+            continue
+        return f"{type(opt).__name__} keeps its step count on the host"
+    return None
+
+
+class _Captured:
+    """One batch shape's graph: its input buffers, outputs and the messages of its step."""
+
+    def __init__(self, graph: StepGraph, ids: torch.Tensor, dither: list[torch.Tensor]) -> None:
+        self.graph, self.ids, self.dither = graph, ids, dither
+        self.out: dict[str, torch.Tensor] = {}
+        self.sends: list[tuple[str, str, str, int]] = []
+
+
+class GraphedStep:
+    """``pack``'s step, captured per batch shape after :data:`WARMUP_STEPS` eager steps of it."""
+
+    def __init__(self, pack: Pack, backend: str, *, warmup: int | None = None) -> None:
+        if backend not in GRAPH_BACKENDS:
+            raise ConfigError(f"Invalid graph backend {backend!r}; choose one of {', '.join(GRAPH_BACKENDS)}")
+        if backend == "cuda" and pack.device.type != "cuda":
+            raise ConfigError(f"CUDA graphs need a pack on a CUDA device, not {pack.device}; "
+                              "the 'tape' backend stands in on a CPU")
+        blocker = graph_blocker(pack, backend)
+        if blocker:
+            raise ConfigError(f"this pack's step cannot be captured: {blocker}")
+        if backend == "cuda":  # Adam's step count on the device, before its state is made
+            for opt in pack.optimizers.values():
+                if isinstance(opt, torch.optim.Adam):
+                    for group in opt.param_groups:
+                        group["capturable"] = True
+        self.pack, self.backend = pack, backend
+        self.warmup = WARMUP_STEPS if warmup is None else warmup
+        #: steps run eagerly, captured and replayed (what a test or a benchmark checks)
+        self.counts = {"eager": 0, "captured": 0, "replayed": 0}
+        self._graphs: dict[int, _Captured] = {}
+        self._eager: dict[int, int] = {}
+        self._side = torch.cuda.Stream(pack.device) if backend == "cuda" else None
+
+    def forget(self) -> None:
+        """Drop the captured graphs (a learning rate changed: it is baked into them)."""
+        self._graphs.clear()
+
+    def __call__(self, ids: torch.Tensor) -> dict[str, torch.Tensor]:
+        """One protocol step of every run, as ``Pack.train_step``; its losses are the caller's
+        to keep (a copy of the graph's outputs)."""
+        b = int(ids.shape[1])
+        captured = self._graphs.get(b)
+        if captured is not None:
+            return self._replay(captured, ids)
+        if self._eager.get(b, 0) < self.warmup:
+            self._eager[b] = self._eager.get(b, 0) + 1
+            return self._run_eager(ids)
+        return self._capture(b, ids)
+
+    def _run_eager(self, ids: torch.Tensor) -> dict[str, torch.Tensor]:
+        pack = self.pack
+        self.counts["eager"] += 1
+        if self._side is None:
+            return pack._step(pack, ids)
+        # the CUDA graph documentation's warm-up: on a side stream, ordered after the work before it
+        self._side.wait_stream(torch.cuda.current_stream(pack.device))
+        with torch.cuda.stream(self._side):
+            out = pack._step(pack, ids)
+        torch.cuda.current_stream(pack.device).wait_stream(self._side)
+        return out
+
+    def _dither_pieces(self, b: int) -> list[torch.Tensor]:
+        """This step's dither (C-VFL), taken off the pack's drawn-ahead list; none for the others."""
+        pack = self.pack
+        n = pack.dither_per_step()
+        if not n:
+            return []
+        if len(pack._dither) < n:
+            pack.draw_dither([b])
+        pieces, pack._dither[:] = pack._dither[:n], pack._dither[n:]
+        return pieces
+
+    def _capture(self, b: int, ids: torch.Tensor) -> dict[str, torch.Tensor]:
+        pack = self.pack
+        dither = [d.clone() for d in self._dither_pieces(b)]
+        captured = _Captured(StepGraph(self.backend), ids.clone(), dither)
+        pack._dither[:0] = dither  # the step takes its dither from the captured pieces
+        pack.channel.sends = captured.sends
+        try:
+            captured.out = captured.graph.capture(lambda: pack._step(pack, captured.ids))
+        finally:
+            pack.channel.sends = None
+        self._graphs[b] = captured
+        self.counts["captured"] += 1
+        return {k: v.clone() for k, v in captured.out.items()}
+
+    def _replay(self, captured: _Captured, ids: torch.Tensor) -> dict[str, torch.Tensor]:
+        captured.ids.copy_(ids)
+        for kept, new in zip(captured.dither, self._dither_pieces(int(ids.shape[1]))):
+            kept.copy_(new)
+        captured.graph.replay()
+        self.counts["replayed"] += 1
+        self.pack.channel.count(captured.sends)
+        return {k: v.clone() for k, v in captured.out.items()}
+
+
+__all__ = ["GRAPH_BACKENDS", "GraphCaptureError", "GraphedStep", "StepGraph", "WARMUP_STEPS", "graph_blocker"]
