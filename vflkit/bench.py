@@ -303,7 +303,8 @@ def bench_packed(models: list[str], *, methods: Sequence[str] = PACKED_METHODS, 
                 try:
                     for i in range(WARMUP_STEPS + 1 if label == "graphs" else 1):
                         f(i)
-                except Exception as exc:  # noqa: BLE001 (not yet run on a GPU: a failed capture must not end the benchmark)
+                # not yet run on a GPU: a failed capture must not end the benchmark
+                except Exception as exc:  # noqa: BLE001
                     if label != "graphs":
                         raise
                     failed["graphs_error"] = f"{type(exc).__name__}: {exc}"[:300]

@@ -58,7 +58,7 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable, Hashable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -76,6 +76,9 @@ from ..methods.cvfl import CVFL, a2_nearest
 from ..methods.local import Local
 from ..methods.splitnn import SplitNN
 from . import split
+
+if TYPE_CHECKING:  # pragma: no cover (graphs imports this module's Pack)
+    from .graphs import GraphedStep
 
 #: The setting that captures the packs the scheduler and the launcher train (:func:`compute_pack`)
 #: in CUDA graphs (:mod:`vflkit.training.graphs`): ``VFLKIT_GRAPHS=auto`` (on a GPU, when the
@@ -284,7 +287,7 @@ class Pack:
         #: C-VFL's dither of the coming steps, drawn ahead on the host per run (same values)
         self._dither: list[torch.Tensor] = []
         #: the step captured per batch shape (:meth:`capture`), or None: eager
-        self.graphed: Any = None
+        self.graphed: GraphedStep | None = None
 
     def _group_parties(self, stacking: str, compile: dict[str, Any] | None, together: bool) -> None:
         """C-VFL's parties whose bottom models are alike, trained as one stacked model.
@@ -937,5 +940,6 @@ def run_pack(configs: Sequence[RunConfig], *, profile: str, device: torch.device
                                 force=force, on_divergence=on_divergence)
 
 
-__all__ = ["GRAPHS_ENV", "PACKED_STEPS", "Pack", "PackChannel", "StackedModel", "check_pack", "compute_pack", "group_packs",
-           "pack_key", "pack_limit", "packable_config", "run_pack", "train_pack"]
+__all__ = [
+    "GRAPHS_ENV", "PACKED_STEPS", "Pack", "PackChannel", "StackedModel", "check_pack", "compute_pack",
+    "group_packs", "pack_key", "pack_limit", "packable_config", "run_pack", "train_pack"]
