@@ -509,3 +509,44 @@ def test_the_calls_name_the_commit_they_carry(monkeypatch):
                tree=30 * MIB, workers=2)
     for c in p.windows[0].calls:
         assert f"VFLKIT_GIT_COMMIT={head} VFLKIT_GIT_MODIFIED=" in c.command
+
+
+def test_lanes_capture_their_packs_only_when_the_window_benchmark_says_so(tmp_path, monkeypatch, capsys):
+    """A window's lanes get VFLKIT_GRAPHS=auto only when its benchmark's captured steps equal the
+    eager pack's (max |dW| within GRAPHS_MAX_DIFF) and run faster (median gain GRAPHS_MIN_GAIN),
+    with no failed capture; no benchmark, a difference, a failure or no gain: eager."""
+    from vflkit.training.packed import GRAPHS_ENV
+
+    def bench(*rows):
+        path = tmp_path / "bench.json"
+        path.write_text(json.dumps({"bench_packed": {"rows": [
+            {"method": m, "model": "mlp", "vmap_samples_per_s": 100.0, **extra} for m, extra in rows]}}))
+        return path
+
+    good = {"graphs_samples_per_s": 300.0, "graphs_max_abs_diff": 0.0}
+    assert L.graphs_verdict(bench(("c_vfl", good), ("splitnn", good)))[0]
+    assert not L.graphs_verdict(tmp_path / "none.json")[0]
+    on, why = L.graphs_verdict(bench(("c_vfl", good), ("splitnn", {**good, "graphs_max_abs_diff": 0.01})))
+    assert not on and "differ from the eager pack by up to 1.0e-02" in why
+    on, why = L.graphs_verdict(bench(("c_vfl", good), ("splitnn", {"graphs_error": "RuntimeError: x"})))
+    assert not on and "a capture failed in the benchmark (splitnn mlp)" in why
+    on, why = L.graphs_verdict(bench(("c_vfl", {**good, "graphs_samples_per_s": 105.0})))
+    assert not on and "1.05x" in why
+    # start() passes the verdict to the lanes' environment (the lanes themselves are not started here)
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"windows": [{"lanes": [[]]}]}))
+    seen = []
+
+    class FakePopen:
+        def __init__(self, cmd, env, **kw):
+            seen.append(env.get(GRAPHS_ENV))
+            self.pid = 1
+
+    monkeypatch.setattr(L.subprocess, "Popen", FakePopen)
+    monkeypatch.delenv(GRAPHS_ENV, raising=False)
+    bench(("c_vfl", good))
+    L.start(plan, 1, work=tmp_path, device="cuda", deadline_in=60)
+    (tmp_path / "bench.json").unlink()
+    L.start(plan, 1, work=tmp_path, device="cuda", deadline_in=60)
+    assert seen == ["auto", None]
+    assert "the packs run in CUDA graphs" in capsys.readouterr().out

@@ -319,10 +319,41 @@ def bench_packed(models: list[str], *, methods: Sequence[str] = PACKED_METHODS, 
                     _sync(device)
                     times[label].append(time.perf_counter() - t0)
             row: dict[str, float | str] = {"method": name, "model": model, "pack_size": pack_size, **failed}
+            if "graphs" in steps_of:
+                try:
+                    row["graphs_max_abs_diff"] = graphs_check(name, model, pack_size=pack_size, batch=batch,
+                                                              device=device)
+                except Exception as exc:  # noqa: BLE001 (as the capture above)
+                    row["graphs_error"] = f"{type(exc).__name__}: {exc}"[:300]
             row.update({f"{k}_samples_per_s": pack_size * batch * steps / statistics.median(v)
                         for k, v in times.items()})
             rows.append({**row, **step_cost(name, model, batch, pack_size=pack_size)})
     return rows
+
+
+def graphs_check(method: str, model: str, *, pack_size: int, batch: int, device: str, replays: int = 3) -> float:
+    """The largest difference of any parameter between a pack stepped eagerly and the same pack
+    (built again from the same seeds) captured and replayed (:mod:`vflkit.training.graphs`),
+    after the same steps on the same batches: what a GPU's first window reads before CUDA graphs
+    are trusted with records (the same kernels on the same data: 0, or float32 noise where a
+    kernel is not deterministic); 0 on a CPU's tape."""
+    from .training.graphs import WARMUP_STEPS
+    from .training.packed import Pack
+
+    def build() -> Pack:
+        return Pack([_setup(model, 4, batch, batch * 8, 128, seed=k, method=method, device=device)[0]
+                     for k in range(pack_size)], stacking="vmap")
+
+    eager, graphed = build(), build()
+    graphed.capture("cuda" if torch.device(device).type == "cuda" else "tape")
+    order = torch.arange(batch * 8, device=device).expand(pack_size, -1)
+    for i in range(WARMUP_STEPS + 1 + replays):
+        ids = order[:, (i % 8) * batch:(i % 8 + 1) * batch]
+        eager.train_step(ids)
+        graphed.train_step(ids)
+    with torch.no_grad():
+        return max(float((t - graphed.models[key].params[name]).abs().max())
+                   for key, stacked in eager.models.items() for name, t in stacked.params.items())
 
 
 def step_cost(method: str, model: str, batch: int, pack_size: int | None = None) -> dict[str, float]:
@@ -593,10 +624,11 @@ def _print_packed(args: argparse.Namespace, where: str) -> None:
     print("C-VFL's packs stack its alike parties too (vmap, loop); 'apart': vmapped with each party apart. "
           "packed ops: one packed step's; its us/op: the vmapped step over them; graphs: the vmapped pack "
           "captured and replayed (vflkit.training.graphs: CUDA graphs on a GPU, on a CPU the tape, which does "
-          "not speed up)")
+          "not speed up); max |dW|: its parameters against the eager pack's after the same steps (0: same)")
     head = (f"{'method':<10} {'model':<8} {'alone':>10} {'vmap':>10} {'loop':>10} {'apart':>10} "
             f"{'vmap/alone':>11} {'loop/alone':>11} {'ops':>7} {'us/op':>6} {'packed ops':>10} {'us/op':>6} "
-            f"{'TFLOP/s alone':>14} {'vmap':>6} {'graphs':>10} {'graphs/vmap':>12} {'TFLOP/s graphs':>15}")
+            f"{'TFLOP/s alone':>14} {'vmap':>6} {'graphs':>10} {'graphs/vmap':>12} {'TFLOP/s graphs':>15} "
+            f"{'max |dW|':>9}")
     print(head)
     print("-" * len(head), flush=True)
     rows = []
@@ -611,8 +643,10 @@ def _print_packed(args: argparse.Namespace, where: str) -> None:
             us_packed = 1e6 * args.pack_size * args.batch / v / r["packed_ops_per_step"]
             tf = r["flops_per_step"] / args.batch / 1e12
             g = r.get("graphs_samples_per_s")
-            graphed = (f"{g:>10.0f} {g / v:>11.2f}x {g * tf:>15.3f}" if g else
-                       f"{'-':>10} {'-':>12} {'-':>15}")  # not capturable (graph_blocker), or its capture failed
+            dw = r.get("graphs_max_abs_diff", float("nan"))
+            # '-': not capturable (graph_blocker), or its capture failed
+            graphed = (f"{g:>10.0f} {g / v:>11.2f}x {g * tf:>15.3f} {dw:>9.1e}" if g else
+                       f"{'-':>10} {'-':>12} {'-':>15} {'-':>9}")
             if "graphs_error" in r:
                 graphed += f"  graphs failed: {r['graphs_error']}"
             print(f"{method:<10} {model:<8} {a:>10.0f} {v:>10.0f} {lo:>10.0f} {apart} {v / a:>10.2f}x {lo / a:>10.2f}x "

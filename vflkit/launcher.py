@@ -110,6 +110,44 @@ BENCH_COMMAND = ("timeout {s} python3 -m vflkit.bench --device {device} --packed
                  "> {work}/bench.txt 2>&1; touch {work}/bench.done")
 
 
+#: The window's packs are captured in CUDA graphs (``VFLKIT_GRAPHS=auto`` in its lanes,
+#: :mod:`vflkit.training.graphs`) only when its own benchmark shows them replaying the eager
+#: step, every captured setting's parameters within this of the eager pack's after the same
+#: steps (the same kernels: 0 unless a kernel is not deterministic) ...
+GRAPHS_MAX_DIFF = 1e-4
+#: ... and faster: the median over its settings of the captured step's rate over the eager
+#: pack's at least this; with no failed capture. Otherwise the lanes run eagerly, as before.
+GRAPHS_MIN_GAIN = 1.1
+
+
+def graphs_verdict(bench_json: Path) -> tuple[bool, str]:
+    """Whether a window's lanes capture their packs in CUDA graphs, and why, from the rows of
+    the window's benchmark (``python -m vflkit.bench --packed --json``: each row's captured
+    step's rate and ``graphs_max_abs_diff``)."""
+    import statistics
+
+    try:
+        rows = json.loads(bench_json.read_text())["bench_packed"]["rows"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False, f"no benchmark rows in {bench_json.name}: the packs run eagerly"
+    failed = [f"{r['method']} {r['model']}" for r in rows if "graphs_error" in r]
+    if failed:
+        return False, f"a capture failed in the benchmark ({', '.join(failed)}): the packs run eagerly"
+    timed = [r for r in rows if r.get("graphs_samples_per_s") and "graphs_max_abs_diff" in r]
+    if not timed:
+        return False, "the benchmark timed no captured step: the packs run eagerly"
+    worst = max(float(r["graphs_max_abs_diff"]) for r in timed)
+    if not worst <= GRAPHS_MAX_DIFF:  # NaN fails too
+        return False, (f"captured steps differ from the eager pack by up to {worst:.1e} (> {GRAPHS_MAX_DIFF:.0e}): "
+                       "the packs run eagerly")
+    gain = statistics.median(r["graphs_samples_per_s"] / r["vmap_samples_per_s"] for r in timed)
+    if gain < GRAPHS_MIN_GAIN:
+        return False, (f"captured steps ran {gain:.2f}x the eager pack's rate (< {GRAPHS_MIN_GAIN}x): "
+                       "the packs run eagerly")
+    return True, (f"captured steps equal the eager pack's (max |dW| {worst:.1e}) at {gain:.2f}x its rate "
+                  f"(median of {len(timed)} settings): the packs run in CUDA graphs")
+
+
 def bench_wait_s(n_data_calls: int) -> float:
     """How long a window's lanes wait for its benchmark: all of it when the first call also
     starts them (one data call), else what the data calls' transfers do not already cover (the
@@ -1121,7 +1159,8 @@ def start(plan_path: Path, window: int, *, work: Path, device: str, deadline_in:
     """Start ``window``'s lanes as detached processes (their own session: they outlive the call),
     under MPS when there are several on a GPU; returns their pids. One process per lane of the
     plan: the plan packed each lane to end before the deadline, so the number of processes is
-    the plan's (``plan --workers``), never chosen here."""
+    the plan's (``plan --workers``), never chosen here. On a GPU the lanes capture their packs
+    in CUDA graphs when the window's benchmark says so (:func:`graphs_verdict`)."""
     import shutil
 
     spec = json.loads(plan_path.read_text())["windows"][window - 1]
@@ -1130,6 +1169,13 @@ def start(plan_path: Path, window: int, *, work: Path, device: str, deadline_in:
     (work / "window.json").write_text(json.dumps({"window": window, "deadline": deadline}))
     n = len(spec["lanes"])
     env = dict(os.environ)
+    from .training.packed import GRAPHS_ENV
+
+    if device.startswith("cuda") and GRAPHS_ENV not in env:  # a setting given on the command line wins
+        on, why = graphs_verdict(work / "bench.json")
+        if on:
+            env[GRAPHS_ENV] = "auto"
+        print(f"[launcher] {why}")
     if device.startswith("cuda") and n > 1:
         on, _ = mps_commands(str(work))
         if shutil.which("nvidia-cuda-mps-control"):
