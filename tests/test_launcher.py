@@ -527,7 +527,10 @@ def test_lanes_capture_their_packs_only_when_the_window_benchmark_says_so(tmp_pa
     assert L.graphs_verdict(bench(("c_vfl", good), ("splitnn", good)))[0]
     assert not L.graphs_verdict(tmp_path / "none.json")[0]
     on, why = L.graphs_verdict(bench(("c_vfl", good), ("splitnn", {**good, "graphs_max_abs_diff": 0.01})))
-    assert not on and "differ from the eager pack by up to 1.0e-02" in why
+    assert not on and "differ from the eager pack (splitnn mlp by 1.0e-02)" in why
+    # within the eager step's own noise (a second eager pack differing by as much): on
+    noisy = {**good, "graphs_max_abs_diff": 0.01, "eager_max_abs_diff": 0.008}
+    assert L.graphs_verdict(bench(("c_vfl", good), ("splitnn", noisy)))[0]
     on, why = L.graphs_verdict(bench(("c_vfl", good), ("splitnn", {"graphs_error": "RuntimeError: x"})))
     assert not on and "a capture failed in the benchmark (splitnn mlp)" in why
     on, why = L.graphs_verdict(bench(("c_vfl", {**good, "graphs_samples_per_s": 105.0})))

@@ -321,8 +321,7 @@ def bench_packed(models: list[str], *, methods: Sequence[str] = PACKED_METHODS, 
             row: dict[str, float | str] = {"method": name, "model": model, "pack_size": pack_size, **failed}
             if "graphs" in steps_of:
                 try:
-                    row["graphs_max_abs_diff"] = graphs_check(name, model, pack_size=pack_size, batch=batch,
-                                                              device=device)
+                    row.update(graphs_check(name, model, pack_size=pack_size, batch=batch, device=device))
                 except Exception as exc:  # noqa: BLE001 (as the capture above)
                     row["graphs_error"] = f"{type(exc).__name__}: {exc}"[:300]
             row.update({f"{k}_samples_per_s": pack_size * batch * steps / statistics.median(v)
@@ -331,12 +330,14 @@ def bench_packed(models: list[str], *, methods: Sequence[str] = PACKED_METHODS, 
     return rows
 
 
-def graphs_check(method: str, model: str, *, pack_size: int, batch: int, device: str, replays: int = 3) -> float:
-    """The largest difference of any parameter between a pack stepped eagerly and the same pack
-    (built again from the same seeds) captured and replayed (:mod:`vflkit.training.graphs`),
-    after the same steps on the same batches: what a GPU's first window reads before CUDA graphs
-    are trusted with records (the same kernels on the same data: 0, or float32 noise where a
-    kernel is not deterministic); 0 on a CPU's tape."""
+def graphs_check(method: str, model: str, *, pack_size: int, batch: int, device: str,
+                 replays: int = 3) -> dict[str, float]:
+    """How far a pack captured and replayed (:mod:`vflkit.training.graphs`) ends from the same
+    pack stepped eagerly, both built from the same seeds and stepped on the same batches: the
+    largest difference of any parameter (``graphs_max_abs_diff``), beside the same measure for
+    a second eager pack (``eager_max_abs_diff``: the eager step's own run-to-run noise, 0 unless
+    a kernel is not deterministic). What a GPU's first window reads before CUDA graphs are
+    trusted with records (:func:`vflkit.launcher.graphs_verdict`); 0 and 0 on a CPU's tape."""
     from .training.graphs import WARMUP_STEPS
     from .training.packed import Pack
 
@@ -344,16 +345,20 @@ def graphs_check(method: str, model: str, *, pack_size: int, batch: int, device:
         return Pack([_setup(model, 4, batch, batch * 8, 128, seed=k, method=method, device=device)[0]
                      for k in range(pack_size)], stacking="vmap")
 
-    eager, graphed = build(), build()
+    eager, again, graphed = build(), build(), build()
     graphed.capture("cuda" if torch.device(device).type == "cuda" else "tape")
     order = torch.arange(batch * 8, device=device).expand(pack_size, -1)
     for i in range(WARMUP_STEPS + 1 + replays):
         ids = order[:, (i % 8) * batch:(i % 8 + 1) * batch]
-        eager.train_step(ids)
-        graphed.train_step(ids)
-    with torch.no_grad():
-        return max(float((t - graphed.models[key].params[name]).abs().max())
-                   for key, stacked in eager.models.items() for name, t in stacked.params.items())
+        for pack in (eager, again, graphed):
+            pack.train_step(ids)
+
+    def distance(other: Pack) -> float:
+        with torch.no_grad():
+            return max(float((t - other.models[key].params[name]).abs().max())
+                       for key, stacked in eager.models.items() for name, t in stacked.params.items())
+
+    return {"graphs_max_abs_diff": distance(graphed), "eager_max_abs_diff": distance(again)}
 
 
 def step_cost(method: str, model: str, batch: int, pack_size: int | None = None) -> dict[str, float]:
