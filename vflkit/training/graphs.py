@@ -55,6 +55,11 @@ GRAPH_BACKENDS: tuple[str, ...] = ("cuda", "tape")
 WARMUP_STEPS = 3
 
 
+def _check_backend(backend: str) -> None:
+    if backend not in GRAPH_BACKENDS:
+        raise ConfigError(f"Invalid graph backend {backend!r}; choose one of {', '.join(GRAPH_BACKENDS)}")
+
+
 class GraphCaptureError(RuntimeError):
     """A step that cannot be captured (it reads a value back to the host, or is not static)."""
 
@@ -80,8 +85,7 @@ class StepGraph:
     """One step function captured (:meth:`capture`) and replayed (:meth:`replay`)."""
 
     def __init__(self, backend: str) -> None:
-        if backend not in GRAPH_BACKENDS:
-            raise ConfigError(f"Invalid graph backend {backend!r}; choose one of {', '.join(GRAPH_BACKENDS)}")
+        _check_backend(backend)
         self.backend = backend
         self._ops: list[tuple[Any, tuple, dict, Any]] = []
         self._graph: Any = None
@@ -140,8 +144,7 @@ class GraphedStep:
     """``pack``'s step, captured per batch shape after :data:`WARMUP_STEPS` eager steps of it."""
 
     def __init__(self, pack: Pack, backend: str, *, warmup: int | None = None) -> None:
-        if backend not in GRAPH_BACKENDS:
-            raise ConfigError(f"Invalid graph backend {backend!r}; choose one of {', '.join(GRAPH_BACKENDS)}")
+        _check_backend(backend)
         if backend == "cuda" and pack.device.type != "cuda":
             raise ConfigError(f"CUDA graphs need a pack on a CUDA device, not {pack.device}; "
                               "the 'tape' backend stands in on a CPU")
@@ -160,6 +163,7 @@ class GraphedStep:
         self._graphs: dict[int, _Captured] = {}
         self._eager: dict[int, int] = {}
         self._side = torch.cuda.Stream(pack.device) if backend == "cuda" else None
+        self._n_dither = pack.dither_per_step()  # once: it reads the top's state_dict
 
     def forget(self) -> None:
         """Drop the captured graphs (a learning rate changed: it is baked into them)."""
@@ -191,8 +195,7 @@ class GraphedStep:
 
     def _dither_pieces(self, b: int) -> list[torch.Tensor]:
         """This step's dither (C-VFL), taken off the pack's drawn-ahead list; none for the others."""
-        pack = self.pack
-        n = pack.dither_per_step()
+        pack, n = self.pack, self._n_dither
         if not n:
             return []
         if len(pack._dither) < n:

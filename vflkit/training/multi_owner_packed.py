@@ -15,8 +15,7 @@ message is a row in its own run's ledger, with its sender, receiver, size and th
 unpacked round gives it (:func:`_post`). The round's batches are taken once, each step a slice
 of them, so a step dispatches no operation per chain (a packed step of 2, 8 or 42 runs: 288
 torch operations for their 10 to 210 chains, against 895 for one run's five chains one after
-another). The
-round's ledger rows are then put in the order the unpacked round sends them
+another). The round's ledger rows are then put in the order the unpacked round sends them
 (:meth:`~vflkit.comm.Ledger.sort_since`), so the ledger is the unpacked round's row for row. The server's
 aggregation and the data owners' averaging are those of :class:`~vflkit.methods.multi_vfl.MultiVFL`
 (its server rule, :func:`~vflkit.methods.server_opt.server_step`; the mean of the copies), stacked. Equivalence is claimed in float64, to a
@@ -414,9 +413,9 @@ def _post(payloads: Any, kind: str, ledgers: Sequence[Any], senders: Any, receiv
     """Send ``payloads`` (a list of stacked tensors [slices, ...], one per data owner, or a
     dict of them: one model's weights) as one stacked message: slice c (a chain; a run, for the
     evaluation) travels from ``senders[..][c]`` to ``receivers[..][c]`` and is a row in
-    ``ledgers[c]``, stamped with round ``r``, ``steps[c]`` and ``phase``, in the unpacked round's order (chain by chain, then data owner
-    by data owner); the receivers get a detached copy, as through
-    :class:`~vflkit.comm.Channel` (each slice only to its chain)."""
+    ``ledgers[c]``, stamped with round ``r``, ``steps[c]`` and ``phase``, in the unpacked
+    round's order (chain by chain, then data owner by data owner); the receivers get a
+    detached copy, as through :class:`~vflkit.comm.Channel` (each slice only to its chain)."""
     if isinstance(payloads, dict):  # one message of several tensors per slice
         one = sum(p.numel() // p.shape[0] * p.element_size() for p in payloads.values())
         for c, ledger in enumerate(ledgers):
