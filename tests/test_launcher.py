@@ -553,3 +553,89 @@ def test_lanes_capture_their_packs_only_when_the_window_benchmark_says_so(tmp_pa
     L.start(plan, 1, work=tmp_path, device="cuda", deadline_in=60)
     assert seen == ["auto", None]
     assert "the packs run in CUDA graphs" in capsys.readouterr().out
+
+
+def test_a_window_reserves_the_packs_on_its_data_it_does_not_plan():
+    """A window carries, in value order, the packs on its data that it does not plan (one too
+    long for a window at the estimated rate, one planned for a later window), never one on data
+    it lacks; its last calls collect until the deadline, since its lanes may work until then."""
+    mnist = [_run("vfedmh", f"m{i}", 200.0, (i,)) for i in range(4)] + [_run("vfedmh", "long", 3600.0, (9,))]
+    other = [L.dataclasses.replace(_run("vfedmh", "c", 60.0, (5,)), config={"dataset": "cifar10"})]
+    p = L.plan(14 * 60, runs=mnist + other, opened={("vfedmh", "Table II"): 1}, tree=30 * MIB, workers=1)
+    first = p.windows[0]
+    assert first.datasets == {"mnist"}
+    planned = {r.key for r in first.runs}
+    reserved = [r.key for pk in first.reserve for r in pk.runs]
+    assert "long" in reserved and not planned & set(reserved) and "c" not in reserved
+    later = {r.key for w in p.windows[1:] for r in w.runs if r.dataset == "mnist"}
+    assert later and later <= set(reserved)
+    carried = p.to_dict()["windows"][0]
+    assert [r["key"] for pk in carried["reserve"] for r in pk["runs"]] == reserved
+    assert sum(c.est_s for c in first.calls) + L.MACHINE_START_S >= first.deadline_s - 2 * L.RETURN_MARGIN_S
+    assert sum(c.est_s for c in first.calls) + L.MACHINE_START_S <= first.deadline_s
+
+
+def _reserve_plan(tmp_path, lanes, reserve):
+    """A plan of one window whose lanes and reserve hold one-run packs ``(name, estimated s)``,
+    each a demo smoke run told apart by its seed (numbered in order); returns the plan's path and
+    the names by seed."""
+    from vflkit.studies import demo
+
+    base = demo.configs("smoke")[0]
+    names = []
+
+    def pack(key, cost):
+        config = base.replace(seed=len(names))
+        names.append(key)
+        return {"key": key, "packed": False, "speedup": 1.0,
+                "runs": [{"key": config.key, "paper": "demo", "family": "split", "label": key,
+                          "config": config.to_dict(), "cost_s": cost}]}
+
+    spec = {"profile": "smoke", "windows": [{"lanes": [[pack(k, c) for k, c in lane] for lane in lanes],
+                                             "reserve": [pack(k, c) for k, c in reserve]}]}
+    (tmp_path / "plan.json").write_text(json.dumps(spec))
+    return tmp_path / "plan.json", names
+
+
+@pytest.fixture
+def fake_compute(monkeypatch):
+    """study.compute recording which runs it was asked for (no training; each run is told by its
+    seed, :func:`_reserve_plan`) and a record check that says a run has a record once it ran."""
+    from vflkit import study
+
+    started = []
+    monkeypatch.setattr(study, "compute", lambda payload, **kw: started.append(payload["config"]["seed"]))
+    monkeypatch.setattr(L, "_recorded", lambda run, results: run["config"]["seed"] in started)
+    return started
+
+
+def test_a_lane_takes_reserve_packs_that_end_before_the_deadline_at_the_measured_speed(tmp_path, fake_compute):
+    """Once its own packs are done a lane takes the reserve's packs that end, at the speed the
+    window has measured (another lane's run took half its estimate), before the deadline: one
+    priced at 30 s (x0.5 x SAFETY = 22.5 s) and, past one of 100 s that would not (75 s > 60),
+    one of 20 s; a pack another lane claimed is left to it."""
+    work = tmp_path / "machine"
+    (work / "status").mkdir(parents=True)
+    (work / "status" / "times7.json").write_text(json.dumps([[10.0, 5.0]]))
+    assert L.window_speed(work) == pytest.approx(0.5)
+    path, names = _reserve_plan(tmp_path, [[]], [("r30", 30.0), ("r100", 100.0), ("taken", 1.0), ("r20", 20.0)])
+    assert L._claim(work, "taken")
+    out = L.lane(path, 1, 0, work=work, device="cpu", deadline=L.time.time() + 60)
+    assert [names[i] for i in fake_compute] == ["r30", "r20"] and len(out) == 2
+    assert not L._claim(work, "r30") and L._claim(work, "r100")  # taken by this lane; left free
+
+
+def test_a_lane_measured_slower_than_planned_starts_no_pack_that_would_overrun(tmp_path, fake_compute):
+    """A window whose runs took three times their estimate gates the lane's next planned pack on
+    that speed: a 20 s run (x3 x SAFETY = 90 s) is not started 60 s before the deadline, though at
+    the plan's rate (30 s) it would be; nor is any reserve pack."""
+    work = tmp_path / "machine"
+    (work / "status").mkdir(parents=True)
+    (work / "status" / "times3.json").write_text(json.dumps([[10.0, 30.0]]))
+    path, names = _reserve_plan(tmp_path, [[("p20", 20.0)]], [("r5", 15.0)])
+    out = L.lane(path, 1, 0, work=work, device="cpu", deadline=L.time.time() + 60)
+    assert fake_compute == [] and list(out.values()) == ["not started: would not finish before the deadline"]
+    (work / "status" / "times3.json").unlink()
+    out = L.lane(path, 1, 0, work=work, device="cpu", deadline=L.time.time() + 60)
+    assert [names[i] for i in fake_compute] == ["p20", "r5"]  # unmeasured: the plan's rate, and the lane times what it ran
+    assert json.loads((work / "status" / "times0.json").read_text())[0][0] == pytest.approx(20.0)

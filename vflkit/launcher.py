@@ -157,6 +157,12 @@ def bench_wait_s(n_data_calls: int) -> float:
     if n_data_calls <= 1:
         return BENCH_S
     return max(0.0, BENCH_S - (n_data_calls - 1) * (CALL_OVERHEAD_S + 20.0))
+
+
+#: At most this many packs ride in a window's reserve (:attr:`Window.reserve`): the packs on its
+#: data it does not plan, which a lane starts once its own are done and the window's measured
+#: speed (:func:`window_speed`) says one ends before the deadline.
+RESERVE_MAX = 24
 #: Processes sharing the GPU: the committed H100 records were made by 9 at once, so their
 #: per-run times (which the costs divide by) are times under sharing.
 DEFAULT_WORKERS = 8
@@ -311,6 +317,12 @@ class Window:
     datasets: set[str] = field(default_factory=set)
     start_s: float = 0.0  # when the lanes start, from the window's first call
     calls: list[Call] = field(default_factory=list)
+    #: Packs on the window's data that it does not plan (too long at the estimated rate, or
+    #: planned for a later window), in value order: a lane that has finished its own starts one
+    #: when the rate the window measures says it ends before the deadline (:func:`lane`). The
+    #: estimates are the least certain part of a plan (a first window measures them), so a
+    #: window that runs faster than priced goes on working instead of idling.
+    reserve: list[Pack] = field(default_factory=list)
 
     @property
     def runs(self) -> list[GpuRun]:
@@ -354,13 +366,18 @@ class Plan:
         return {"profile": self.profile, "device_kind": self.device_kind, "deadline_s": self.deadline_s,
                 "workers": self.workers,
                 "windows": [{"index": w.index, "start_s": w.start_s, "datasets": sorted(w.datasets),
-                             "lanes": [[{"key": p.key, "packed": p.packed, "speedup": p.gain,
-                                         "runs": [{"key": r.key, "paper": r.paper, "family": r.family,
-                                                   "label": r.label, "config": r.config, "cost_s": r.cost_s}
-                                                  for r in p.runs]} for p in lane] for lane in w.lanes]}
+                             "lanes": [[_pack_dict(p) for p in lane] for lane in w.lanes],
+                             "reserve": [_pack_dict(p) for p in w.reserve]}
                             for w in self.windows],
                 "not_fitting": [{"key": r.key, "label": r.label, "cost_s": r.cost_s, "why": why}
                                 for r, why in self.not_fitting]}
+
+
+def _pack_dict(p: Pack) -> dict[str, Any]:
+    """A pack as ``plan.json`` carries it to the lanes."""
+    return {"key": p.key, "packed": p.packed, "speedup": p.gain,
+            "runs": [{"key": r.key, "paper": r.paper, "family": r.family, "label": r.label, "config": r.config,
+                      "cost_s": r.cost_s} for r in p.runs]}
 
 
 # --------------------------------------------------------------------------- pending runs
@@ -791,7 +808,9 @@ def window_calls(window: Window, chunks: list[list[tuple[str, int, int]]], *, wh
         calls.append(Call(index=i + 1, carries=carries, carry_bytes=size + tree, command=cmd, wait_s=wait,
                           est_s=est, starts=starts))
         t += est
-    end = window.start_s + window.work_s
+    # a window with a reserve may work until its deadline: its last calls collect until then
+    # (a collect returns as soon as no lane runs, so a window that ends early costs little more)
+    end = window.deadline_s - RETURN_MARGIN_S if window.reserve else window.start_s + window.work_s
     while t < end:
         wait = min(CALL_LIMIT_S - 60.0, end - t)
         cmd = (prefix + site + f"python3 -m vflkit.launcher collect --work {work} --out $OUT --wait {int(wait) + 1}"
@@ -909,6 +928,9 @@ def plan(deadline_s: float, device_kind: str = "h100", *, profile: str = "paper"
             raise RuntimeError("a pack fits no window although it fits an empty one")
         win.lanes = [lane for lane in win.lanes if lane]
         windows.append(win)
+    for w in windows:
+        mine = {id(p) for lane in w.lanes for p in lane}
+        w.reserve = [p for p in packs if id(p) not in mine and p.datasets <= w.datasets][:RESERVE_MAX]
     out = Plan(profile=profile, device_kind=device_kind, deadline_s=deadline_s, workers=workers, windows=windows,
                not_fitting=not_fitting, recorded=recorded, rates=used, chunk_room=room,
                wheels_bytes=wheels_bytes)
@@ -990,6 +1012,12 @@ def plan_table(p: Plan) -> str:
                 lines.append(f"{'':>6}   lane {i} {pk.key} ({how}): {pk.cost_s / 60:.1f} min est, x{SAFETY} ends at "
                              f"{at / 60:.1f} of {w.deadline_s / 60:.0f} min: "
                              + "; ".join(f"{r.label} {(r.cost_s or 0) / 60:.1f} min" for r in pk.runs))
+        if w.reserve:
+            n = sum(len(pk.runs) for pk in w.reserve)
+            lines.append(f"{'':>6}   reserve: {len(w.reserve)} packs ({n} runs) on its data, "
+                         f"{min(pk.cost_s for pk in w.reserve) / 60:.1f}-{max(pk.cost_s for pk in w.reserve) / 60:.1f} "
+                         "min est each, started by a lane whose own are done when the window's measured speed "
+                         "ends one before the deadline; first: " + "; ".join(r.label for r in w.reserve[0].runs))
     if p.not_fitting:
         lines.append("[launcher] needs a longer session (own GPU):")
     for r, why in p.not_fitting:
@@ -1246,24 +1274,62 @@ def left_to_do(run: Mapping[str, Any], results: Path) -> float:
     return min(max(1.0 - float(done) / float(total), 0.0), 1.0)
 
 
+def window_speed(work: Path) -> float | None:
+    """How much longer than estimated the window's work takes: the largest ``took / est`` over
+    every pack or run its lanes have trained so far (``work/status/times<N>.json``), or ``None``
+    before one has. The largest, not the mean: a start gated on it must still end before the
+    deadline, and the first packs of a window share the GPU with fewer lanes than later ones."""
+    worst = None
+    for f in sorted((work / "status").glob("times*.json")) if (work / "status").exists() else []:
+        try:
+            rows = json.loads(f.read_text())
+        except ValueError:
+            continue  # being replaced this instant
+        for est, took in rows:
+            if est > 0:
+                worst = max(worst or 0.0, took / est)
+    return worst
+
+
+def _claim(work: Path, key: str) -> bool:
+    """Take reserve pack ``key`` for this lane: True for the one lane whose file creation wins."""
+    claims = work / "claims"
+    claims.mkdir(parents=True, exist_ok=True)
+    try:
+        os.close(os.open(claims / key.replace(os.sep, "_").replace(":", "_"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
 def lane(plan_path: Path, window: int, lane_index: int, *, work: Path, device: str, deadline: float,
          stand_in: bool = False) -> dict[str, str]:
-    """Train one lane's packs in order, through the engine; records land atomically in
-    ``work/results``. Returns each run's outcome by key (also in ``work/status/lane<N>.json``).
+    """Train one lane's packs in order, through the engine, then packs of the window's reserve;
+    records land atomically in ``work/results``. Returns each run's outcome by key (also in
+    ``work/status/lane<N>.json``).
 
     ``deadline`` is the window's (epoch seconds), and every start is checked against it the way
-    :func:`plan` placed the work: a run one by one starts only if its estimate times
-    :data:`SAFETY` ends before it, counting only what its checkpoint leaves to do
-    (:func:`left_to_do`; the engine stops it at the deadline, keeping its checkpoint); a packed pack starts only if :func:`packed_need_s` ends before it. A pack has no
-    checkpoints and no deadline of its own (:func:`vflkit.training.packed.run_pack`): it is all or
-    nothing, so one that would overrun is not started at all, and its runs are noted as such."""
+    :func:`plan` placed the work, at the speed the window has measured (:func:`window_speed`;
+    the plan's estimates until a pack or run has finished): a run one by one starts only if its
+    estimate times :data:`SAFETY` ends before it, counting only what its checkpoint leaves to do
+    (:func:`left_to_do`; the engine stops it at the deadline, keeping its checkpoint); a packed
+    pack starts only if :func:`packed_need_s` ends before it. A pack has no checkpoints and no
+    deadline of its own (:func:`vflkit.training.packed.run_pack`): it is all or nothing, so one
+    that would overrun is not started at all, and its runs are noted as such.
+
+    Once its own packs are done the lane takes the reserve's packs (:attr:`Window.reserve`) in
+    value order, each claimed by one lane (:func:`_claim`) and only if it ends before the
+    deadline at the measured speed; a pack that would not is passed over for a shorter one."""
     spec = json.loads(plan_path.read_text())
     profile = spec["profile"]
-    packs = spec["windows"][window - 1]["lanes"][lane_index]
+    win = spec["windows"][window - 1]
+    packs = win["lanes"][lane_index] if lane_index < len(win["lanes"]) else []
     results = work / "results"
     status_path = work / "status" / f"lane{lane_index}.json"
+    times_path = work / "status" / f"times{lane_index}.json"
     status_path.parent.mkdir(parents=True, exist_ok=True)
     outcome: dict[str, str] = {}
+    times: list[tuple[float, float]] = []
 
     def note(key: str, what: str) -> None:
         outcome[key] = what
@@ -1271,41 +1337,93 @@ def lane(plan_path: Path, window: int, lane_index: int, *, work: Path, device: s
         tmp.write_text(json.dumps(outcome, indent=1))
         tmp.replace(status_path)
 
+    def timed(est_s: float, took_s: float) -> None:
+        times.append((est_s, took_s))
+        tmp = times_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(times))
+        tmp.replace(times_path)
+
     register_cifar10(work)
-    from .study import compute
+
+    def fits(need_s: float) -> bool:
+        return ends_before(need_s * (window_speed(work) or 1.0), deadline)
 
     for pack in packs:
-        runs = [stand_in_run({**r, "profile": profile}) if stand_in else {**r, "profile": profile}
-                for r in pack["runs"]]
-        if pack["packed"] and len(runs) > 1 and not stand_in:
-            if not ends_before(packed_need_s(pack), deadline):
-                for r in runs:
-                    note(r["key"], "not started: would not finish before the deadline")
-                continue
-            try:
-                from .training.packed import compute_pack  # the scheduler's task function of a pack
-
-                compute_pack([{"family": r["family"], "config": r["config"], "profile": profile,
-                               "results": str(results)} for r in runs], device=device, deadline=deadline)
-                for r in runs:
-                    note(r["key"], "recorded (packed)")
-            except Exception as exc:  # noqa: BLE001 (one failed pack must not stop the lane)
-                for r in runs:
-                    note(r["key"], f"failed: {type(exc).__name__}: {exc}")
-            continue
-        for r in runs:
-            left = 1.0 if stand_in else left_to_do(r, results)
-            if not stand_in and not ends_before((r["cost_s"] or 0) * left * SAFETY, deadline):
-                note(r["key"], "not started: would not finish before the deadline")
-                continue
-            t0 = time.time()
-            try:
-                compute({"family": r["family"], "config": r["config"], "profile": r["profile"],
-                         "results": str(results)}, device=device, deadline=deadline)
-                note(r["key"], f"recorded in {time.time() - t0:.0f} s")
-            except Exception as exc:  # noqa: BLE001 (a budget stop, a failure: the next run goes on)
-                note(r["key"], f"{type(exc).__name__}: {exc}")
+        _train(pack, profile, results, device, deadline, stand_in, fits, note, timed)
+    for pack in win.get("reserve", []):
+        if time.time() >= deadline:
+            break
+        if not fits(_need_s(pack, results, profile, stand_in)) or not _claim(work, pack["key"]):
+            continue  # too long at the measured speed (a shorter one may still fit), or another lane's
+        _train(pack, profile, results, device, deadline, stand_in, fits, note, timed)
     return outcome
+
+
+def _need_s(pack: Mapping[str, Any], results: Path, profile: str, stand_in: bool) -> float:
+    """Seconds, with :data:`SAFETY`, a lane must have left to start ``pack`` at the plan's rate:
+    :func:`packed_need_s` for a packed pack, else its runs' estimates, each times what its
+    checkpoint leaves (:func:`left_to_do`)."""
+    if pack["packed"] and len(pack["runs"]) > 1 and not stand_in:
+        return packed_need_s(pack)
+    return sum((r["cost_s"] or 0) * (1.0 if stand_in else left_to_do({**r, "profile": profile}, results)) * SAFETY
+               for r in pack["runs"])
+
+
+def _recorded(run: Mapping[str, Any], results: Path) -> bool:
+    from .records import is_valid_record, record_path
+    from .study import run_class
+
+    return is_valid_record(record_path(run_class(run["family"]).from_dict(run["config"]), run["profile"], results),
+                           key=run["key"])
+
+
+def _train(pack: Mapping[str, Any], profile: str, results: Path, device: str, deadline: float, stand_in: bool,
+           fits: Callable[[float], bool], note: Callable[[str, str], None],
+           timed: Callable[[float, float], None]) -> None:
+    """Train one pack of a lane (:func:`lane`): packed where the plan packed it, else run by run,
+    each start gated by ``fits`` (seconds needed at the plan's rate -> whether it ends before
+    the deadline at the window's measured speed); what it took beside what was estimated goes to
+    ``timed`` (a run whose record already existed is not timed: it took nothing)."""
+    from .study import compute
+
+    runs = [stand_in_run({**r, "profile": profile}) if stand_in else {**r, "profile": profile}
+            for r in pack["runs"]]
+    if pack["packed"] and len(runs) > 1 and not stand_in:
+        if not fits(packed_need_s(pack)):
+            for r in runs:
+                note(r["key"], "not started: would not finish before the deadline")
+            return
+        fresh = not any(_recorded(r, results) for r in runs)
+        t0 = time.time()
+        try:
+            from .training.packed import compute_pack  # the scheduler's task function of a pack
+
+            compute_pack([{"family": r["family"], "config": r["config"], "profile": profile,
+                           "results": str(results)} for r in runs], device=device, deadline=deadline)
+            for r in runs:
+                note(r["key"], "recorded (packed)")
+            if fresh:
+                timed(packed_need_s(pack) / SAFETY, time.time() - t0)
+        except Exception as exc:  # noqa: BLE001 (one failed pack must not stop the lane)
+            for r in runs:
+                note(r["key"], f"failed: {type(exc).__name__}: {exc}")
+        return
+    for r in runs:
+        left = 1.0 if stand_in else left_to_do(r, results)
+        est = (r["cost_s"] or 0) * left
+        if not stand_in and not fits(est * SAFETY):
+            note(r["key"], "not started: would not finish before the deadline")
+            continue
+        fresh = not _recorded(r, results)
+        t0 = time.time()
+        try:
+            compute({"family": r["family"], "config": r["config"], "profile": r["profile"],
+                     "results": str(results)}, device=device, deadline=deadline)
+            note(r["key"], f"recorded in {time.time() - t0:.0f} s")
+            if fresh and _recorded(r, results):  # a run the deadline stopped is not a measure of speed
+                timed(est, time.time() - t0)
+        except Exception as exc:  # noqa: BLE001 (a budget stop, a failure: the next run goes on)
+            note(r["key"], f"{type(exc).__name__}: {exc}")
 
 
 def _lanes_alive(work: Path) -> bool:
