@@ -126,7 +126,7 @@ def test_every_pending_vfedmh_paper_run_has_an_estimate():
     table = study.status(["vfedmh"], profile="paper", device="cpu")
     pending = table[table.status == "pending"]
     here, gpu = pending[~pending.needs_gpu], pending[pending.needs_gpu]
-    assert len(here) and here.estimated_min.notna().all() and set(here.estimate) <= {"seeds", "flops"}
+    assert len(here) and here.estimated_min.notna().all() and set(here.estimate) <= {"seeds", "twin seeds", "flops"}
     assert gpu.h100_min.notna().all() and set(gpu.h100_estimate) == {"ops"}
     assert (here.estimated_min > 0).all() and not any(math.isnan(v) for v in gpu.h100_min)
 
@@ -405,3 +405,37 @@ def test_a_multi_vfl_pack_ends_its_rounds_and_evaluates_for_all_runs_at_once():
         messages = 10  # 10,000 test images in messages of 1,000
         pack = rows[42]["fixed"] + messages * rows[42]["eval_per_message"]
         assert pack < (42 * (rows[1]["fixed"] + messages * alone)) / 3, shape
+
+
+def test_a_run_without_recorded_seeds_is_priced_by_its_twin_datasets_seeds(tmp_path, monkeypatch):
+    """A FashionMNIST run with no recorded seed of its own is priced by the median wall time of
+    the same run's seeds on MNIST (same shapes and sizes), not by its FLOPs; a run whose twin has
+    no seed either keeps its FLOP estimate; a seed of its own wins over the twin's."""
+    from vflkit import records, study
+
+    monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path))
+    monkeypatch.setattr(records, "record_roots", lambda: [tmp_path])
+    tasks = [t for t in study.study_tasks("vfedmh", "paper") if not t.payload["needs_gpu"]]
+    fm = next(t for t in tasks if t.payload["config"]["dataset"] == "fashion_mnist")
+    twins = [t for t in tasks if {**t.payload["config"], "dataset": "x", "seed": 0}
+             == {**fm.payload["config"], "dataset": "x", "seed": 0} and t.key != fm.key]
+    mnist = [t for t in twins if t.payload["config"]["dataset"] == "mnist"]
+    assert len(mnist) >= 2
+    other = next(t for t in tasks if t.payload["config"]["dataset"] == "fashion_mnist"
+                 and t.payload["config"]["models"] != fm.payload["config"]["models"])
+
+    def record(task, wall):
+        task.path.parent.mkdir(parents=True, exist_ok=True)
+        task.path.write_text(json.dumps({"key": task.key, "profile": "paper", "config": task.payload["config"],
+                                         "environment": {"device": "cpu"}, "wall_time_s": wall, "diverged": None,
+                                         "finished": "2026-11-26T00:00:00+0000", "final": {}}))
+
+    for t, wall in zip(mnist, (1000.0, 3000.0)):
+        record(t, wall)
+    est, est_other = study.estimate_costs([fm, other], "cpu")
+    assert est.payload["cost_source"] == "twin seeds" and est.cost_s == pytest.approx(2000.0)
+    assert est_other.payload["cost_source"] == "flops"
+    own = next(t for t in twins if t.payload["config"]["dataset"] == "fashion_mnist")
+    record(own, 500.0)
+    (est,) = study.estimate_costs([fm], "cpu")
+    assert est.payload["cost_source"] == "seeds" and est.cost_s == pytest.approx(500.0)
