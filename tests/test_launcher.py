@@ -639,3 +639,16 @@ def test_a_lane_measured_slower_than_planned_starts_no_pack_that_would_overrun(t
     out = L.lane(path, 1, 0, work=work, device="cpu", deadline=L.time.time() + 60)
     assert [names[i] for i in fake_compute] == ["p20", "r5"]  # unmeasured: the plan's rate, and the lane times what it ran
     assert json.loads((work / "status" / "times0.json").read_text())[0][0] == pytest.approx(20.0)
+
+
+def test_a_stand_in_trains_on_the_data_its_window_carries():
+    """The rehearsal's stand-in for a FashionMNIST run is a smoke run on FashionMNIST (the only
+    data its window carries), keyed as the record store keys it; before, it was the study's first
+    smoke run, on MNIST, and every stand-in of such a window failed for want of data."""
+    from vflkit.study import run_class, study_tasks
+
+    task = next(t for t in study_tasks("vfedmh", "paper") if t.payload["config"]["dataset"] == "fashion_mnist")
+    run = {"key": task.key, "paper": "vfedmh", "family": "split", "config": task.payload["config"], "cost_s": 1.0}
+    got = L.stand_in_run(run)
+    assert got["profile"] == "smoke" and got["config"]["dataset"] == "fashion_mnist"
+    assert run_class("split").from_dict(got["config"]).key == got["key"] != task.key

@@ -1235,12 +1235,24 @@ def start(plan_path: Path, window: int, *, work: Path, device: str, deadline_in:
 
 
 def stand_in_run(run: Mapping[str, Any]) -> dict[str, Any]:
-    """The rehearsal's stand-in for a planned run: its study's first smoke-profile run (same
-    family, trainer and record path, seconds on a CPU)."""
-    from .study import study_tasks
+    """The rehearsal's stand-in for a planned run: its study's first smoke-profile run on the
+    planned run's dataset (same family, trainer, data and record path, seconds on a CPU): the
+    smoke profile's own run on it, else its first run moved onto it, since a window carries only
+    its planned runs' data (a FashionMNIST window has no MNIST for a smoke run on MNIST)."""
+    from .study import run_class, study_tasks
 
-    task = study_tasks(run["paper"], "smoke")[0]
-    return {**run, "key": task.key, "config": task.payload["config"], "profile": "smoke"}
+    tasks = study_tasks(run["paper"], "smoke")
+    dataset = run.get("config", {}).get("dataset")
+    task = next((t for t in tasks if t.payload["config"].get("dataset") == dataset), tasks[0])
+    config = dict(task.payload["config"])
+    if dataset and config.get("dataset") != dataset:
+        try:
+            moved = run_class(task.payload["family"]).from_dict({**config, "dataset": dataset})
+        except Exception:  # noqa: BLE001 (a run class that refuses the dataset: the smoke run as it is)
+            moved = None
+        if moved is not None:
+            return {**run, "key": moved.key, "config": moved.to_dict(), "profile": "smoke"}
+    return {**run, "key": task.key, "config": config, "profile": "smoke"}
 
 
 def packed_need_s(pack: Mapping[str, Any]) -> float:
