@@ -145,7 +145,7 @@ def test_dry_run_rehearses_a_window_on_the_cpu(planted, tmp_path, placeholder_ra
     rep = L.dry_run(p, tmp_path / "dry")
     executed = [c for c in rep["calls"] if "rc" in c]
     assert executed and all(c["rc"] == 0 for c in executed), executed
-    assert rep["received"] and not rep["refused"]
+    assert rep["received"] and not rep["refused"] and rep["failed_runs"] == {}
     assert (tmp_path / "dry" / "window1" / "call1.sh").exists()
     chunks = json.loads((tmp_path / "dry" / "chunks.json").read_text())
     assert {c["file"] for c in chunks} == set(L.DATA_FILES["mnist"])

@@ -1709,6 +1709,12 @@ def dry_run(p: Plan, folder: Path, *, windows: int = 1, data_root: Path | None =
             report["refused"] += bad
             report["calls"][-len(w.calls) + c.index - 1].update(rc=done.returncode, tail=(done.stdout + done.stderr)[-600:])
     (folder / "chunks.json").write_text(json.dumps(chunk_list, indent=1))
+    # a stand-in that failed in a lane (its data absent, an error) fails the rehearsal: the
+    # calls themselves exit 0 whatever their lanes' runs did
+    report["failed_runs"] = {}
+    for f in sorted((work / "status").glob("lane*.json")) if (work / "status").exists() else []:
+        report["failed_runs"].update({k: v for k, v in json.loads(f.read_text()).items()
+                                      if not v.startswith(("recorded", "not started"))})
     report["missing_packages"] = check_packages(folder)
     (folder / "dry_run.json").write_text(json.dumps(report, indent=1))
     return report
@@ -1827,9 +1833,12 @@ def _command(a: argparse.Namespace) -> int:
             failed = [c for c in rep["calls"] if c.get("rc", 0) != 0]
             print(f"[launcher] dry run: {len(rep['calls'])} calls written, "
                   f"{sum('rc' in c for c in rep['calls'])} executed ({len(failed)} failed), "
-                  f"{len(rep['received'])} stand-in records received, {len(rep['refused'])} refused; "
+                  f"{len(rep['received'])} stand-in records received, {len(rep['refused'])} refused, "
+                  f"{len(rep['failed_runs'])} stand-ins failed; "
                   f"packages missing here: {rep['missing_packages'] or 'none'}; under {a.folder}")
-            return 1 if failed or rep["refused"] else 0
+            for key, why in rep["failed_runs"].items():
+                print(f"[launcher] stand-in {key} failed: {why.splitlines()[0]}")
+            return 1 if failed or rep["refused"] or rep["failed_runs"] else 0
     elif a.cmd == "check":
         check_packages(a.out)
     elif a.cmd == "unpack":
