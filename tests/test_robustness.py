@@ -762,6 +762,13 @@ def test_cli_and_data_options_fail_clearly(tmp_path, monkeypatch, capsys):
     with pytest.raises(SystemExit) as stop:  # argparse's usage error, before anything runs
         study.cli(["--profile", "smoke", "--status", "notebooks/nope.ipynb"])
     assert stop.value.code == 2 and "no such notebook: notebooks/nope.ipynb" in capsys.readouterr().err
+    root, outside = project_root(), tmp_path / "elsewhere"
+    outside.mkdir()
+    monkeypatch.chdir(outside)  # no notebooks here: an error, not "every run is recorded"
+    with pytest.raises(SystemExit) as stop:
+        study.cli(["--profile", "smoke", "--status"])
+    assert stop.value.code == 2 and "no notebooks under" in capsys.readouterr().err
+    monkeypatch.chdir(root)
     monkeypatch.setattr(study, "_print_status", lambda *a, **k: (_ for _ in ()).throw(ConfigError("bad thing; do X")))
     assert study.cli(["--status", "--profile", "smoke", "notebooks/demo.ipynb"]) == 2
     err = capsys.readouterr().err

@@ -44,7 +44,7 @@ METHODS: dict[str, tuple[str, dict]] = {
 
 def _parser() -> argparse.ArgumentParser:
     """The command line, defined before the heavy imports below."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m vflkit.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["mlp", "cnn", "lenet"])
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     parser.add_argument("--batch", type=int, default=128)

@@ -37,7 +37,7 @@ from typing import Any, Sequence
 
 def _parser() -> argparse.ArgumentParser:
     """The command line, defined before the heavy imports below."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m vflkit.reproduction", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=None, help="where to write it (default figures/REPORT.md)")
     parser.add_argument("--profiles", nargs="+", default=["paper", "quick"],
                         help="profiles to report, the preferred first (default: paper quick)")

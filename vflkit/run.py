@@ -98,7 +98,7 @@ def build(family: str, fields: dict[str, Any]) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+    parser = argparse.ArgumentParser(prog="python -m vflkit.run", description=__doc__.splitlines()[0],
                                      epilog="e.g. python -m vflkit.run method=splitnn dataset=mnist models=mlp "
                                             "epochs=1 n_train=1000")
     parser.add_argument("fields", nargs="*", metavar="key=value", help="run config fields (family=... picks the trainer)")

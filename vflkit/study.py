@@ -473,7 +473,7 @@ def _print_status(papers: Sequence[str], **kwargs: Any) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m vflkit.study", description=__doc__.splitlines()[0])
     parser.add_argument("notebooks", nargs="*", type=Path,
                         help="notebooks to execute, in order (default: every notebooks/*.ipynb)")
     parser.add_argument("--profile", default="quick", choices=PROFILES)
@@ -506,6 +506,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.notebooks:
         args.notebooks = sorted((project_root() / "notebooks").glob("*.ipynb"))
+        if not args.notebooks:  # outside a checkout: say so, not "every run is recorded"
+            parser.error(f"no notebooks under {project_root() / 'notebooks'}: run from the vflkit checkout "
+                         "(its root or a folder in it), or name the notebooks")
     missing = [str(nb) for nb in args.notebooks if not Path(nb).is_file()]
     if missing:
         parser.error(f"no such notebook: {', '.join(missing)} (the studies' notebooks are notebooks/*.ipynb)")
