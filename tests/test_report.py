@@ -37,6 +37,10 @@ def test_join_puts_paper_numbers_beside_ours(tmp_path):
     assert list(pd.read_csv(path).columns) == list(report.TABLE_COLUMNS)
     pivot = report.side_by_side(joined, index=["method"], columns="model")
     assert pivot.loc["Local", "CNN"] == "30.00 ± 1.00 (paper 23.47 ± 2.36)"
+    # a cell no row fills (here SplitNN/Tiny) reads "not recorded", never NaN
+    more = report.join_reference(ours.assign(method="SplitNN").iloc[:1], "vfedmh", profile="quick")
+    pivot = report.side_by_side(pd.concat([joined, more]), index=["method"], columns="model")
+    assert pivot.loc["SplitNN", "Tiny"] == report.NOT_RECORDED and pivot.notna().all().all()
 
 
 def test_save_figure_writes_png_and_data(tmp_path):

@@ -185,9 +185,15 @@ def provenance(records: Sequence[dict]) -> pd.DataFrame:
             .agg(runs=("device", "size"), last_finished=("finished", "max")).reset_index())
 
 
+#: What :func:`side_by_side` shows in a cell no row of its table fills.
+NOT_RECORDED = "not recorded"
+
+
 def side_by_side(table: pd.DataFrame, *, index: Sequence[str], columns: str, digits: int = 2) -> pd.DataFrame:
-    """A readable pivot: each cell ``ours ± std (paper p ± s)``; '—' where the paper prints none.
-    An empty table (nothing recorded yet) gives an empty frame, which :func:`show` words."""
+    """A readable pivot: each cell ``ours ± std (paper p ± s)``; '—' where the paper prints none;
+    "not recorded" for a cell the table has no row of (a run pending, or not in this profile),
+    never a bare NaN. An empty table (nothing recorded yet) gives an empty frame, which
+    :func:`show` words."""
     if table.empty:
         return pd.DataFrame()
 
@@ -206,6 +212,7 @@ def side_by_side(table: pd.DataFrame, *, index: Sequence[str], columns: str, dig
 
     t = table.assign(cell=table.apply(cell, axis=1))
     out = t.pivot_table(index=list(index), columns=columns, values="cell", aggfunc="first", sort=False)
+    out = out.fillna(NOT_RECORDED)
     if "profile" in table and "n_runs" in table and len(table):
         # the table says what it shows: profile and seeds per cell (ours: mean ± std over them)
         profiles = ", ".join(dict.fromkeys(table["profile"].astype(str)))
