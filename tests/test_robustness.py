@@ -780,3 +780,14 @@ def test_cli_and_data_options_fail_clearly(tmp_path, monkeypatch, capsys):
         config.cache_dir()
     with pytest.raises(ConfigError, match="verify must be True or False, got 'no'"):
         data.load_dataset("mnist", verify="no")
+
+
+def test_a_bad_device_name_is_refused_even_when_every_run_is_recorded():
+    """A device name torch does not know is a ConfigError before any record is looked up: the
+    demo's quick runs are all recorded, and 'tpu' or 'gpu' used to return their records."""
+    from vflkit.studies import demo
+
+    for bad in ("tpu", "gpu"):
+        with pytest.raises(ConfigError, match=f"Invalid device '{bad}'"):
+            demo.run("quick", device=bad)
+    assert len(demo.run("quick", device="cpu")) > 0  # the same call with a real device loads them

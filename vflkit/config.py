@@ -449,6 +449,20 @@ def figures_dir() -> Path:
     return Path(value).expanduser() if value else project_root() / "figures"
 
 
+def check_device_name(device: "str | torch.device") -> None:
+    """A ConfigError for a device name torch does not know ('tpu', 'gpu'), whether or not this
+    machine has the device: checked before any record is looked up, so a typo is not accepted
+    because every run it names happens to be recorded already."""
+    import torch
+
+    if isinstance(device, torch.device) or device == "auto":
+        return
+    try:
+        torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ConfigError(f"Invalid device {device!r}; use 'auto', 'cpu' or 'cuda[:N]'.") from exc
+
+
 def resolve_device(device: "str | torch.device" = "auto") -> "torch.device":
     """Turn ``"auto"`` into CUDA when available, else CPU; check any explicit choice."""
     import torch

@@ -41,7 +41,7 @@ import torch
 from tqdm.auto import tqdm
 
 from . import __version__
-from .config import RESULTS_ENV, check_paper, check_record_profile, project_root, resolve_device, results_dir
+from .config import RESULTS_ENV, check_device_name, check_paper, check_record_profile, project_root, resolve_device, results_dir
 from .errors import ConfigError, DiskSpaceError, DivergenceError, RecordWriteError
 from . import files as _files
 from .files import TMP_MARK, clean_stale_tmp
@@ -706,6 +706,7 @@ def run_many(runs: Iterable[Run], *, train: Trainer, profile: str, device: str |
     """
     _check_on_divergence(on_divergence)
     check_record_profile(profile)
+    check_device_name(device)
     runs = list(runs)
     after = _commit_date(recompute_before) if recompute_before is not None else None
     gpu_here = needs_gpu is None or resolve_device(device).type == "cuda"
