@@ -58,7 +58,8 @@ def check_paper(paper: str) -> str:
 
     if isinstance(paper, str) and (paper in module_names() or is_registered(paper)):
         return paper
-    raise ConfigError(f"Invalid paper {paper!r}; choose one of {', '.join(module_names())}")
+    raise ConfigError(f"Invalid paper {paper!r}; choose one of {', '.join(module_names())} (paper='demo' for "
+                      "runs of your own; a study of your own: vflkit.studies.register)")
 
 
 def check_seeds(seeds: Any, *, name: str = "seeds") -> tuple[int, ...]:
