@@ -24,6 +24,7 @@ of a step. Inputs are random tensors of MNIST's shape: the benchmark needs no da
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import time
 from pathlib import Path
@@ -45,10 +46,11 @@ METHODS: dict[str, tuple[str, dict]] = {
 def _parser() -> argparse.ArgumentParser:
     """The command line, defined before the heavy imports below."""
     parser = argparse.ArgumentParser(prog="python -m vflkit.bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=["mlp", "cnn", "lenet"])
-    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
-    parser.add_argument("--batch", type=int, default=128)
-    parser.add_argument("--repeats", type=int, default=100)
+    parser.add_argument("--models", nargs="+", default=["mlp", "cnn", "lenet"], help="party models to time")
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS), metavar="METHOD",
+                        help=f"methods to time (default all; quote a name with spaces): {', '.join(METHODS)}")
+    parser.add_argument("--batch", type=int, default=128, help="samples per step")
+    parser.add_argument("--repeats", type=int, default=100, help="timed steps per setting")
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda[:N]")
     parser.add_argument("--packed", action="store_true",
                         help="samples/s of K runs one after another vs packed (vflkit.training.packed)")
@@ -561,7 +563,7 @@ def main(argv: list[str] | None = None) -> None:
     worst: dict[str, float] = {}
     for name, rows in results.items():
         for r in rows:
-            worst[name] = max(worst.get(name, 0.0), r["overhead_pct"])
+            worst[name] = max(worst.get(name, -math.inf), r["overhead_pct"])  # a negative overhead shows as such
             print(f"{name:<36} {r['model']:<6} {r['plain_samples_per_s']:>8.0f} {r['split_samples_per_s']:>8.0f} "
                   f"{r['vfl_samples_per_s']:>8.0f} {r['overhead_pct']:>8.1f}% {r['vflkit_overhead_pct']:>15.1f}% "
                   f"{r['masking_share_pct']:>13.1f}%")
