@@ -421,7 +421,10 @@ def plot_comparison(paper: str, cells: pd.DataFrame, path: Path) -> Path | None:
     for ax, data in zip(axes[0], panels):
         is_score = data is score
         x, y = ("paper (points)", "ours (points)") if is_score else ("paper_value", "value")
-        sns.scatterplot(data=data, x=x, y=y, hue="table", style="profile", palette=palette,
+        # markers tell the profiles apart among scores, and the units (MB, rounds, minutes) apart
+        # among the other quantities, which share one log axis; one profile needs no marker key
+        style = "metric" if not is_score else ("profile" if data["profile"].nunique() > 1 else None)
+        sns.scatterplot(data=data, x=x, y=y, hue="table", style=style, palette=palette,
                         hue_order=[t for t in tables if t in set(data["table"])], ax=ax, s=28)
         lo, hi = float(min(data[x].min(), data[y].min())), float(max(data[x].max(), data[y].max()))
         ax.plot([lo, hi], [lo, hi], color="0.4", lw=1, ls="--", label="ours = paper")
