@@ -27,13 +27,18 @@ with ``device="cuda"`` use too), or, for runs that differ in seed alone, by
   starts the lanes (one process each, detached with ``setsid`` so they outlive the call, under
   CUDA MPS when there are several), and every call ends by returning the records finished so
   far (:func:`collect`), so a lost machine loses only the runs in flight.
+* the lanes (:func:`lane`) gate every start on the speed the window has measured
+  (:func:`window_speed`: time taken over time estimated, the worst so far), and once their own
+  packs are done take packs of the window's *reserve* (:attr:`Window.reserve`: packs on its data
+  it does not plan, in value order) that end before the deadline at that speed, so a window
+  faster than priced keeps working and one slower starts nothing that would overrun.
 * :func:`prepare` -- a real window made ready here: the machine's wheels downloaded, the plan
   made for them, and ``.launch/plan.json`` and every data chunk ``.launch/w<N>c<M>/`` written
   (:func:`write_carry`), the calls printed with their carry.
 * :func:`dry_run` -- the whole window rehearsed on the CPU: its carried files written by the same
   :func:`write_carry`, the call scripts, the chunk list, the package check run, each call's
-  command executed with a stand-in (a smoke-profile run of the same study instead of each
-  planned run) and the records received back.
+  command executed with a stand-in (a smoke-profile run of the same study on the same dataset
+  instead of each planned run) and the records received back; a stand-in that fails fails it.
 
 Command line: ``python -m vflkit.launcher plan|prepare|dry-run`` here; ``check``, ``unpack``,
 ``start``, ``lane``, ``collect`` on the lent machine (the call scripts say which); ``receive``
