@@ -246,13 +246,16 @@ def test_evaluation_reaches_label_owner_1_through_the_channel():
 
 
 def test_evaluation_in_chunks_gives_the_same_numbers_and_messages():
-    """The label owner's model run on chunks of a message gives bit-identical accuracy and loss, and the same ledger."""
+    """The label owner's model run on chunks of a message gives the same accuracy, the same loss
+    to float32's rounding (bit-identical on one CPU, not on an AVX-512 one, whose kernels for 3
+    rows and for 16 sum in another order: EVAL_CHUNK) and the same ledger."""
     whole, chunked = _method(local_steps=1), _method(local_steps=1)
     for m in (whole, chunked):
         m.round(1)
     a = whole.evaluate(batch_size=16, eval_chunk=16)
     b = chunked.evaluate(batch_size=16, eval_chunk=3)
-    assert a == b  # exact: float equality of accuracy and loss
+    assert a.keys() == b.keys() and a["test_accuracy"] == b["test_accuracy"]
+    assert b["test_loss"] == pytest.approx(a["test_loss"], rel=1e-6)
     assert whole.channel.ledger.frame(phase=None).equals(chunked.channel.ledger.frame(phase=None))
     with pytest.raises(ConfigError, match="eval_chunk"):
         whole.evaluate(eval_chunk=0)
