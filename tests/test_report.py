@@ -68,14 +68,18 @@ def test_bad_names_rejected():
         report.write_table(pd.DataFrame({"value": [1]}), "vfedmh", "smoke", "II")
 
 
-def test_provenance_groups_records_by_commit_and_cpu():
-    """One row per commit/CPU with the run count; old records without the CPU still show."""
+def test_provenance_groups_records_by_machine_and_names_their_commits():
+    """One row per device/CPU/torch with the run count and its commits (the most used first, then
+    how many more); old records without the CPU still show."""
     env = {"git_commit": "abc1234", "vflkit_modified": False, "device": "cpu", "cpu": "X", "torch": "2"}
     records = [{"environment": env, "finished": "2026-01-01"}, {"environment": env, "finished": "2026-01-02"},
                {"environment": {"git_commit": "old", "device": "cpu", "torch": "2"}}]
+    records += [{"environment": {**env, "git_commit": f"c{i}"}, "finished": "2026-01-03"} for i in range(3)]
     df = report.provenance(records)
-    assert df["runs"].tolist() == [2, 1]
-    assert df.loc[0, "last_finished"] == "2026-01-02" and df.loc[1, "cpu"] == "not recorded"
+    assert df["runs"].tolist() == [5, 1]
+    assert df.loc[0, "commits"] == "abc1234, c0, c1 +1 more" and df.loc[1, "commits"] == "old"
+    assert (df.loc[0, "first_finished"], df.loc[0, "last_finished"]) == ("2026-01-01", "2026-01-03")
+    assert df.loc[1, "cpu"] == "not recorded"
 
 
 def test_seeds_stamp_says_when_points_have_fewer_seeds():

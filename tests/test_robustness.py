@@ -652,8 +652,8 @@ def test_paper_so_far_with_no_paper_record(tmp_path, monkeypatch):
     from vflkit import report
     from vflkit.studies import vfedmh
 
-    assert list(report.provenance([]).columns) == ["git_commit", "vflkit_modified", "device", "cpu", "torch",
-                                                   "runs", "last_finished"]
+    assert list(report.provenance([]).columns) == ["commits", "vflkit_modified", "device", "cpu", "torch",
+                                                   "runs", "first_finished", "last_finished"]
     monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path / "results"))
     monkeypatch.chdir(tmp_path)  # as papermill --cwd outside the checkout
     table, pending, found = vfedmh.paper_so_far("table2")

@@ -165,24 +165,39 @@ def save_figure(fig: plt.Figure, data: pd.DataFrame, paper: str, profile: str, n
     return path
 
 
+#: Commits :func:`provenance` names in a row before it counts the rest.
+PROVENANCE_COMMITS = 3
+
+
 def provenance(records: Sequence[dict]) -> pd.DataFrame:
-    """Where a set of run records comes from: one row per (commit, device, CPU, torch) with the
-    number of runs, whether vflkit had uncommitted changes, and when the last one finished."""
+    """Where a set of run records comes from: one row per (device, CPU, torch, whether vflkit had
+    uncommitted changes) with the commits that made its runs (the first
+    :data:`PROVENANCE_COMMITS` by run count, then how many more: each record names its own), the
+    number of runs, and when the first and the last finished."""
     rows = []
     for r in records:
         env = r.get("environment", {})
-        rows.append({"git_commit": env.get("git_commit", "?"),
+        rows.append({"commit": env.get("git_commit", "?"),
                      "vflkit_modified": env.get("vflkit_modified", "not recorded"),
                      "device": env.get("device", "?"), "cpu": env.get("cpu", "not recorded"),
                      "torch": env.get("torch", "?"),
                      # records migrated from a format that kept no time hold null
                      "finished": r.get("finished") or ""})
-    keys = ["git_commit", "vflkit_modified", "device", "cpu", "torch"]
+    keys = ["vflkit_modified", "device", "cpu", "torch"]
     if not rows:  # nothing recorded yet (or no results folder found): an empty table, same columns
-        return pd.DataFrame(columns=[*keys, "runs", "last_finished"])
-    df = pd.DataFrame(rows)
-    return (df.astype({"vflkit_modified": str}).groupby(keys, sort=False)
-            .agg(runs=("device", "size"), last_finished=("finished", "max")).reset_index())
+        return pd.DataFrame(columns=["commits", *keys, "runs", "first_finished", "last_finished"])
+
+    def commits(c: pd.Series) -> str:
+        counts = c.value_counts(sort=True)
+        shown = ", ".join(counts.index[:PROVENANCE_COMMITS])
+        more = len(counts) - PROVENANCE_COMMITS
+        return shown + (f" +{more} more" if more > 0 else "")
+
+    df = pd.DataFrame(rows).astype({"vflkit_modified": str})
+    out = (df.groupby(keys, sort=False)
+           .agg(commits=("commit", commits), runs=("device", "size"), first_finished=("finished", "min"),
+                last_finished=("finished", "max")).reset_index())
+    return out[["commits", *keys, "runs", "first_finished", "last_finished"]]
 
 
 #: What :func:`side_by_side` shows in a cell no row of its table fills.
