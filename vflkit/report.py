@@ -188,7 +188,8 @@ def provenance(records: Sequence[dict]) -> pd.DataFrame:
         return pd.DataFrame(columns=["commits", *keys, "runs", "first_finished", "last_finished"])
 
     def commits(c: pd.Series) -> str:
-        counts = c.value_counts(sort=True)
+        # most runs first, ties in the records' order (a stable sort: the same table every time)
+        counts = c.groupby(c, sort=False).size().sort_values(ascending=False, kind="stable")
         shown = ", ".join(counts.index[:PROVENANCE_COMMITS])
         more = len(counts) - PROVENANCE_COMMITS
         return shown + (f" +{more} more" if more > 0 else "")
