@@ -1387,11 +1387,16 @@ def _need_s(pack: Mapping[str, Any], results: Path, profile: str, stand_in: bool
 
 
 def _recorded(run: Mapping[str, Any], results: Path) -> bool:
+    """Whether ``run`` (``plan.json``'s form, with its profile) has a whole record under
+    ``results``; False for a config its run class refuses (computing it will say why)."""
     from .records import is_valid_record, record_path
     from .study import run_class
 
-    return is_valid_record(record_path(run_class(run["family"]).from_dict(run["config"]), run["profile"], results),
-                           key=run["key"])
+    try:
+        path = record_path(run_class(run["family"]).from_dict(run["config"]), run["profile"], results)
+    except Exception:  # noqa: BLE001 (see above)
+        return False
+    return is_valid_record(path, key=run["key"])
 
 
 def _train(pack: Mapping[str, Any], profile: str, results: Path, device: str, deadline: float, stand_in: bool,
