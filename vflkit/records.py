@@ -41,7 +41,8 @@ import torch
 from tqdm.auto import tqdm
 
 from . import __version__
-from .config import RESULTS_ENV, check_device_name, check_paper, check_record_profile, project_root, resolve_device, results_dir
+from .config import (RESULTS_ENV, check_device_name, check_paper, check_record_profile, project_root, resolve_device,
+                     results_dir)
 from .errors import ConfigError, DiskSpaceError, DivergenceError, RecordWriteError
 from . import files as _files
 from .files import TMP_MARK, clean_stale_tmp
