@@ -472,12 +472,10 @@ def resolve_device(device: "str | torch.device" = "auto") -> "torch.device":
         return device
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device.startswith("cuda") and not torch.cuda.is_available():
+    check_device_name(device)  # the one parse of a device name, and its error
+    if str(device).startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(
             f"device {device!r} was asked for but CUDA is not available here; "
             "use device='auto' or 'cpu'."
         )
-    try:
-        return torch.device(device)
-    except RuntimeError as exc:
-        raise ConfigError(f"Invalid device {device!r}; use 'auto', 'cpu' or 'cuda[:N]'.") from exc
+    return torch.device(device)
