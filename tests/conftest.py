@@ -16,3 +16,14 @@ def float64(monkeypatch):
                         lambda self, x, device=None: real(self, x, device).to(torch.float64))
     yield
     torch.set_default_dtype(before)
+
+
+@pytest.fixture
+def outside_checkout(tmp_path, monkeypatch):
+    """A working directory outside any checkout, with vflkit as if installed from a wheel (no
+    checkout to fall back to): no committed record, table or notebook is found."""
+    from vflkit import config
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(config, "package_checkout", lambda: None)
+    return tmp_path

@@ -295,13 +295,12 @@ def test_study_tables_from_the_committed_quick_records():
     assert set(data["embedding_dim"]) == set(easter.settings("quick")["embedding_dims"])
 
 
-def test_paper_so_far_without_records_lists_every_run_pending(tmp_path, monkeypatch):
+def test_paper_so_far_without_records_lists_every_run_pending(tmp_path, monkeypatch, outside_checkout):
     """With no paper-profile record the tables are empty and every run is pending; only the
     CIFAR-10 (ResNet) runs need a GPU, each with its estimated H100 minutes."""
     from vflkit.studies import easter
 
-    monkeypatch.chdir(tmp_path)  # outside the checkout: its committed results/ is not searched
-    monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path))
+    monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path))  # outside any checkout: no committed record
     tables, todo, recs = easter.paper_so_far()
     assert recs == [] and all(t.empty for t in tables.values())
     assert set(tables) == set(easter.PAPER_TABLE_NUMBERS)  # every table the notebook writes has a file name

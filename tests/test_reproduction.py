@@ -70,10 +70,9 @@ def committed() -> str:
 
 
 @pytest.fixture
-def empty(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A working directory outside the checkout, with empty results and figures folders: no
+def empty(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, outside_checkout: Path) -> Path:
+    """A working directory outside any checkout, with empty results and figures folders: no
     record and no table of any profile is found."""
-    monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path / "results"))
     monkeypatch.setenv("VFLKIT_FIGURES", str(tmp_path / "figures"))
     monkeypatch.setenv("VFLKIT_OFFLINE", "1")

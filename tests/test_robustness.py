@@ -646,8 +646,23 @@ def test_apc_vfl_notebook_checks_the_profile_before_reading_its_settings():
         exec(first, {"profile": "fast", "seeds": None, "overrides": {}, "device": "cpu", "display": print})
 
 
-def test_paper_so_far_with_no_paper_record(tmp_path, monkeypatch):
-    """Outside the checkout (project_root() falls back to the cwd) no paper record is found: the
+def test_a_notebook_run_outside_the_checkout_reads_the_checkouts_records(tmp_path, monkeypatch):
+    """papermill --cwd outside the checkout (N13): project_root() is the checkout vflkit was
+    imported from, so the paper section shows the committed paper records, not empty tables."""
+    from vflkit import config
+    from vflkit.studies import vfedmh
+
+    root = project_root()
+    monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path / "results"))
+    monkeypatch.chdir(tmp_path)
+    assert config.project_root() == root == config.package_checkout()
+    assert config.figures_dir() == root / "figures"
+    _, _, found = vfedmh.paper_so_far("table2")
+    assert found, "the committed Table II paper records were not found from outside the checkout"
+
+
+def test_paper_so_far_with_no_paper_record(tmp_path, monkeypatch, outside_checkout):
+    """With no checkout around (an installed wheel, run elsewhere) no paper record is found: the
     paper section shows empty tables, not a pandas KeyError from report.provenance([])."""
     from vflkit import report
     from vflkit.studies import vfedmh
@@ -655,7 +670,7 @@ def test_paper_so_far_with_no_paper_record(tmp_path, monkeypatch):
     assert list(report.provenance([]).columns) == ["commits", "vflkit_modified", "device", "cpu", "torch",
                                                    "runs", "first_finished", "last_finished"]
     monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path / "results"))
-    monkeypatch.chdir(tmp_path)  # as papermill --cwd outside the checkout
+    assert project_root() == tmp_path
     table, pending, found = vfedmh.paper_so_far("table2")
     assert found == [] and table.empty and len(pending)
     assert report.provenance(found).empty
@@ -764,7 +779,8 @@ def test_cli_and_data_options_fail_clearly(tmp_path, monkeypatch, capsys):
     assert stop.value.code == 2 and "no such notebook: notebooks/nope.ipynb" in capsys.readouterr().err
     root, outside = project_root(), tmp_path / "elsewhere"
     outside.mkdir()
-    monkeypatch.chdir(outside)  # no notebooks here: an error, not "every run is recorded"
+    monkeypatch.chdir(outside)  # no notebooks here (vflkit as an installed wheel): an error, not
+    monkeypatch.setattr(config, "package_checkout", lambda: None)  # "every run is recorded"
     with pytest.raises(SystemExit) as stop:
         study.cli(["--profile", "smoke", "--status"])
     assert stop.value.code == 2 and "no notebooks under" in capsys.readouterr().err

@@ -303,10 +303,9 @@ def test_fig3_of_the_paper_profile_shows_a_baseline_only_with_its_three_runs():
         vfedmh.paper_figure("7")
 
 
-def test_paper_so_far_draws_each_table_from_its_own_runs(tmp_path, monkeypatch):
+def test_paper_so_far_draws_each_table_from_its_own_runs(tmp_path, monkeypatch, outside_checkout):
     """Without records every run of a table is pending (Table IV's standard-rate rows included)
     and its table is empty; an unknown table is a clear error."""
-    monkeypatch.chdir(tmp_path)  # outside the checkout: its committed results/ is not searched
     monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path))
     groups = vfedmh.configs("paper")
     for artefact, (names, _) in vfedmh.PAPER_TABLES.items():

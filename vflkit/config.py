@@ -392,24 +392,34 @@ def _tuples(value: Any) -> Any:
 
 
 def project_root() -> Path:
-    """The vflkit checkout containing the working directory, else the working directory.
+    """The vflkit checkout containing the working directory; else the checkout this vflkit was
+    imported from; else the working directory.
 
     Notebooks run with their own folder as working directory in JupyterLab and with the
     project root under ``make study``; both must write to the same ``figures/`` and
-    ``results/``.
+    ``results/``. A notebook run with its working directory elsewhere (``papermill --cwd``)
+    still reads and writes the checkout's records rather than an empty folder, unless vflkit
+    is an installed wheel (no checkout around it).
     """
-    return _root_of(os.getcwd())
+    cwd = os.getcwd()
+    return _checkout_above(cwd) or package_checkout() or Path(cwd)
+
+
+def package_checkout() -> "Path | None":
+    """The checkout the imported ``vflkit`` package lives in (an editable install, or the
+    checkout on ``PYTHONPATH``); None for an installed wheel."""
+    return _checkout_above(str(Path(__file__).resolve().parent.parent))
 
 
 @functools.lru_cache(maxsize=32)
-def _root_of(cwd: str) -> Path:
-    # looked up once per working directory: every record path asks (tens of thousands of times
-    # in a report), and a checkout does not move while a process runs
-    here = Path(cwd)
-    for folder in (here, *here.parents):
-        if (folder / "pyproject.toml").is_file() and (folder / "vflkit").is_dir():
-            return folder
-    return here
+def _checkout_above(folder: str) -> "Path | None":
+    # looked up once per folder: every record path asks (tens of thousands of times in a
+    # report), and a checkout does not move while a process runs
+    here = Path(folder)
+    for candidate in (here, *here.parents):
+        if (candidate / "pyproject.toml").is_file() and (candidate / "vflkit").is_dir():
+            return candidate
+    return None
 
 
 def data_root() -> Path:
