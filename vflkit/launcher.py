@@ -1382,8 +1382,13 @@ def _need_s(pack: Mapping[str, Any], results: Path, profile: str, stand_in: bool
     checkpoint leaves (:func:`left_to_do`)."""
     if pack["packed"] and len(pack["runs"]) > 1 and not stand_in:
         return packed_need_s(pack)
-    return sum((r["cost_s"] or 0) * (1.0 if stand_in else left_to_do({**r, "profile": profile}, results)) * SAFETY
-               for r in pack["runs"])
+    return sum(_run_estimate_s({**r, "profile": profile}, results, stand_in) * SAFETY for r in pack["runs"])
+
+
+def _run_estimate_s(run: Mapping[str, Any], results: Path, stand_in: bool) -> float:
+    """``run``'s estimated seconds at the plan's rate, times what its checkpoint leaves
+    (:func:`left_to_do`; a stand-in runs whole)."""
+    return (run["cost_s"] or 0) * (1.0 if stand_in else left_to_do(run, results))
 
 
 def _recorded(run: Mapping[str, Any], results: Path) -> bool:
@@ -1431,8 +1436,7 @@ def _train(pack: Mapping[str, Any], profile: str, results: Path, device: str, de
                 note(r["key"], f"failed: {type(exc).__name__}: {exc}")
         return
     for r in runs:
-        left = 1.0 if stand_in else left_to_do(r, results)
-        est = (r["cost_s"] or 0) * left
+        est = _run_estimate_s(r, results, stand_in)
         if not stand_in and not fits(est * SAFETY):
             note(r["key"], "not started: would not finish before the deadline")
             continue
