@@ -439,3 +439,34 @@ def test_a_run_without_recorded_seeds_is_priced_by_its_twin_datasets_seeds(tmp_p
     record(own, 500.0)
     (est,) = study.estimate_costs([fm], "cpu")
     assert est.payload["cost_source"] == "seeds" and est.cost_s == pytest.approx(500.0)
+
+
+def test_a_runs_seeds_made_on_this_kind_of_cpu_price_it_before_other_machines(tmp_path, monkeypatch):
+    """Of a run's recorded seeds, those made on this machine's CPU (name and instruction set)
+    set its estimate; where none was made here, every seed's wall time counts."""
+    import torch
+
+    from vflkit import records, study
+
+    monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path))
+    monkeypatch.setattr(records, "record_roots", lambda: [tmp_path])
+    tasks = [t for t in study.study_tasks("vfedmh", "paper") if not t.payload["needs_gpu"]]
+    target = tasks[0]
+    seeds = [t for t in tasks if {**t.payload["config"], "seed": 0} == {**target.payload["config"], "seed": 0}
+             and t.key != target.key]
+    assert len(seeds) >= 2
+    here = records.environment_info(torch.device("cpu"))
+    elsewhere = {"cpu": "another CPU", "cpu_capability": "AVX2"}
+
+    def record(task, wall, env):
+        task.path.parent.mkdir(parents=True, exist_ok=True)
+        task.path.write_text(json.dumps({"key": task.key, "profile": "paper", "config": task.payload["config"],
+                                         "environment": {"device": "cpu", **env}, "wall_time_s": wall,
+                                         "diverged": None, "finished": "2026-11-26T00:00:00+0000", "final": {}}))
+
+    record(seeds[0], 12000.0, elsewhere)
+    (est,) = study.estimate_costs([target], "cpu")
+    assert est.payload["cost_source"] == "seeds" and est.cost_s == pytest.approx(12000.0)
+    record(seeds[1], 2400.0, {"cpu": here["cpu"], "cpu_capability": here["cpu_capability"]})
+    (est,) = study.estimate_costs([target], "cpu")
+    assert est.cost_s == pytest.approx(2400.0)  # not the median of the two machines (7200)

@@ -377,7 +377,10 @@ def estimate_costs(tasks: Sequence[Task], device: str) -> list[Task]:
     (:data:`TWIN_DATASETS`: MNIST for FashionMNIST and back); where neither is, its training
     FLOPs over the FLOP/s the committed records of its family measured on that kind
     (:mod:`vflkit.costs`). ``payload["cost_source"]`` says which: "seeds", "twin seeds", "ops" (a
-    launch-bound GPU estimate) or "flops".
+    launch-bound GPU estimate) or "flops". Of the recorded seeds, those made on this machine's
+    kind of CPU (its name and instruction set; on a GPU, the card's name) are taken where there
+    are any: a C-VFL LeNet run took 212 min on an AVX2 host under load and about 40 on an
+    AVX-512 one, and the median of the two would misprice both.
 
     The budget then starts no run that its estimate says will not fit: a one-shot run (APC-VFL)
     cannot pause and would overrun the budget by its length. A run with a checkpoint keeps no
@@ -392,7 +395,8 @@ def estimate_costs(tasks: Sequence[Task], device: str) -> list[Task]:
     families = {t.path.parent: t.payload["family"] for t in pending}
     # and the same study's records in the other record root (the committed ones)
     families.update({root / f.parent.name / f.name: fam for f, fam in list(families.items()) for root in record_roots()})
-    times: dict[str, dict[str, float]] = {}
+    here = _machine_kind(kind)
+    times: dict[str, dict[str, tuple[float, bool]]] = {}
     for folder, family in families.items():
         for f in folder.glob("*.json"):
             try:
@@ -401,21 +405,42 @@ def estimate_costs(tasks: Sequence[Task], device: str) -> list[Task]:
                     continue
                 sibling = _seedless_key(family, rec["config"])
                 if sibling is not None:
-                    times.setdefault(sibling, {})[rec["key"]] = float(rec["wall_time_s"])
+                    same = here is not None and _machine_kind(kind, rec["environment"]) == here
+                    times.setdefault(sibling, {})[rec["key"]] = (float(rec["wall_time_s"]), same)
             except (OSError, ValueError, KeyError, TypeError):
                 continue  # not a finished record (the record store judges it when the run is looked up)
-    estimates = {t.key: (statistics.median(siblings.values()), "seeds") for t in pending
+
+    def median(siblings: dict[str, tuple[float, bool]]) -> float:
+        walls = [w for w, same in siblings.values() if same] or [w for w, _ in siblings.values()]
+        return statistics.median(walls)
+
+    estimates = {t.key: (median(siblings), "seeds") for t in pending
                  if (siblings := times.get(_seedless_key(t.payload["family"], t.payload["config"])))}
     for t in pending:
         twin = TWIN_DATASETS.get(t.payload["config"].get("dataset"))
         if t.key not in estimates and twin is not None and (
                 siblings := times.get(_seedless_key(t.payload["family"], {**t.payload["config"], "dataset": twin}))):
-            estimates[t.key] = (statistics.median(siblings.values()), "twin seeds")
+            estimates[t.key] = (median(siblings), "twin seeds")
     for t in pending:
         if t.key not in estimates and (got := _model_estimate(t, kind)) is not None:
             estimates[t.key] = got
     return [dataclasses.replace(t, cost_s=estimates[t.key][0], payload={**t.payload, "cost_source": estimates[t.key][1]})
             if t.key in estimates else t for t in tasks]
+
+
+def _machine_kind(kind: str, env: dict[str, Any] | None = None) -> tuple[Any, ...] | None:
+    """What sets a record's speed besides its run: on a CPU its name and the instruction set
+    PyTorch dispatches to, on a GPU the card's name; of the record's ``env``
+    (``record["environment"]``), or of this machine (None where it has no such device)."""
+    if env is None:
+        import torch
+
+        from .records import environment_info
+
+        if kind == "cuda" and not torch.cuda.is_available():
+            return None
+        env = environment_info(torch.device(kind))
+    return (env.get("device_name"),) if kind == "cuda" else (env.get("cpu"), env.get("cpu_capability"))
 
 
 def _model_estimate(task: Task, kind: str) -> tuple[float, str] | None:
