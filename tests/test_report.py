@@ -75,11 +75,12 @@ def test_provenance_groups_records_by_machine_and_names_their_commits():
     records = [{"environment": env, "finished": "2026-01-01"}, {"environment": env, "finished": "2026-01-02"},
                {"environment": {"git_commit": "old", "device": "cpu", "torch": "2"}}]
     records += [{"environment": {**env, "git_commit": f"c{i}"}, "finished": "2026-01-03"} for i in range(3)]
+    records += [{"environment": {**env, "git_commit": "c0"}, "finished": None}]  # migrated: no time kept
     df = report.provenance(records)
-    assert df["runs"].tolist() == [5, 1]
+    assert df["runs"].tolist() == [6, 1]
     assert df.loc[0, "commits"] == "abc1234, c0, c1 +1 more" and df.loc[1, "commits"] == "old"
     assert (df.loc[0, "first_finished"], df.loc[0, "last_finished"]) == ("2026-01-01", "2026-01-03")
-    assert df.loc[1, "cpu"] == "not recorded"
+    assert df.loc[1, "cpu"] == "not recorded" and df.loc[1, "last_finished"] == ""
 
 
 def test_seeds_stamp_says_when_points_have_fewer_seeds():

@@ -119,6 +119,16 @@ def _git_state() -> dict[str, Any]:
     return out
 
 
+def machine_info(device: torch.device) -> dict[str, str]:
+    """The machine part of :func:`environment_info`, which sets a run's speed as well as its
+    numbers: the device's name, the CPU's and the instruction set PyTorch dispatches to."""
+    return {
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine(),
+        "cpu": _cpu_name(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+    }
+
+
 def environment_info(device: torch.device) -> dict[str, Any]:
     """Device, CPU, library versions and the code's commit, for the record.
 
@@ -135,9 +145,7 @@ def environment_info(device: torch.device) -> dict[str, Any]:
 
     info: dict[str, Any] = {
         "device": str(device),
-        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine(),
-        "cpu": _cpu_name(),
-        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        **machine_info(device),
         "torch_threads": torch.get_num_threads(),
         "python": platform.python_version(),
         "torch": torch.__version__,

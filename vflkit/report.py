@@ -181,8 +181,9 @@ def provenance(records: Sequence[dict]) -> pd.DataFrame:
                      "vflkit_modified": env.get("vflkit_modified", "not recorded"),
                      "device": env.get("device", "?"), "cpu": env.get("cpu", "not recorded"),
                      "torch": env.get("torch", "?"),
-                     # records migrated from a format that kept no time hold null
-                     "finished": r.get("finished") or ""})
+                     # records migrated from a format that kept no time hold null: left out of
+                     # first/last (None, not "", which min() would pick as the first)
+                     "finished": r.get("finished") or None})
     keys = ["vflkit_modified", "device", "cpu", "torch"]
     if not rows:  # nothing recorded yet (or no results folder found): an empty table, same columns
         return pd.DataFrame(columns=["commits", *keys, "runs", "first_finished", "last_finished"])
@@ -198,6 +199,7 @@ def provenance(records: Sequence[dict]) -> pd.DataFrame:
     out = (df.groupby(keys, sort=False)
            .agg(commits=("commit", commits), runs=("device", "size"), first_finished=("finished", "min"),
                 last_finished=("finished", "max")).reset_index())
+    out[["first_finished", "last_finished"]] = out[["first_finished", "last_finished"]].fillna("")
     return out[["commits", *keys, "runs", "first_finished", "last_finished"]]
 
 

@@ -435,11 +435,11 @@ def _machine_kind(kind: str, env: dict[str, Any] | None = None) -> tuple[Any, ..
     if env is None:
         import torch
 
-        from .records import environment_info
+        from .records import machine_info
 
         if kind == "cuda" and not torch.cuda.is_available():
             return None
-        env = environment_info(torch.device(kind))
+        env = machine_info(torch.device(kind))  # not environment_info: no git state wanted
     return (env.get("device_name"),) if kind == "cuda" else (env.get("cpu"), env.get("cpu_capability"))
 
 
