@@ -443,7 +443,8 @@ def test_a_run_without_recorded_seeds_is_priced_by_its_twin_datasets_seeds(tmp_p
 
 def test_a_runs_seeds_made_on_this_kind_of_cpu_price_it_before_other_machines(tmp_path, monkeypatch):
     """Of a run's recorded seeds, those made on this machine's CPU (name and instruction set)
-    set its estimate; where none was made here, every seed's wall time counts."""
+    set its estimate, and its twin dataset's seeds made here come before its own made elsewhere;
+    where none was made here, every seed's wall time counts."""
     import torch
 
     from vflkit import records, study
@@ -467,6 +468,15 @@ def test_a_runs_seeds_made_on_this_kind_of_cpu_price_it_before_other_machines(tm
     record(seeds[0], 12000.0, elsewhere)
     (est,) = study.estimate_costs([target], "cpu")
     assert est.payload["cost_source"] == "seeds" and est.cost_s == pytest.approx(12000.0)
-    record(seeds[1], 2400.0, {"cpu": here["cpu"], "cpu_capability": here["cpu_capability"]})
+    this_cpu = {"cpu": here["cpu"], "cpu_capability": here["cpu_capability"]}
+    twin = next(t for t in study.study_tasks("vfedmh", "paper")
+                if {**t.payload["config"], "seed": 0} == {**target.payload["config"], "seed": 0,
+                                                          "dataset": study.TWIN_DATASETS[target.payload["config"]["dataset"]]})
+    record(twin, 3000.0, this_cpu)
     (est,) = study.estimate_costs([target], "cpu")
+    # the twin dataset's seed made here, before the run's own seed made on another CPU
+    assert est.payload["cost_source"] == "twin seeds" and est.cost_s == pytest.approx(3000.0)
+    record(seeds[1], 2400.0, this_cpu)
+    (est,) = study.estimate_costs([target], "cpu")
+    assert est.payload["cost_source"] == "seeds"
     assert est.cost_s == pytest.approx(2400.0)  # not the median of the two machines (7200)

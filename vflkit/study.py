@@ -377,10 +377,10 @@ def estimate_costs(tasks: Sequence[Task], device: str) -> list[Task]:
     (:data:`TWIN_DATASETS`: MNIST for FashionMNIST and back); where neither is, its training
     FLOPs over the FLOP/s the committed records of its family measured on that kind
     (:mod:`vflkit.costs`). ``payload["cost_source"]`` says which: "seeds", "twin seeds", "ops" (a
-    launch-bound GPU estimate) or "flops". Of the recorded seeds, those made on this machine's
-    kind of CPU (its name and instruction set; on a GPU, the card's name) are taken where there
-    are any: a C-VFL LeNet run took 212 min on an AVX2 host under load and about 40 on an
-    AVX-512 one, and the median of the two would misprice both.
+    launch-bound GPU estimate) or "flops". Seeds made on this machine's kind of CPU (its name and
+    instruction set; on a GPU, the card's name) come first, the run's own and then its twin's;
+    seeds made elsewhere only where none was made here: a C-VFL LeNet run took 212 min on an AVX2
+    host under load and about 40 on an AVX-512 one, far more than the datasets differ.
 
     The budget then starts no run that its estimate says will not fit: a one-shot run (APC-VFL)
     cannot pause and would overrun the budget by its length. A run with a checkpoint keeps no
@@ -410,17 +410,23 @@ def estimate_costs(tasks: Sequence[Task], device: str) -> list[Task]:
             except (OSError, ValueError, KeyError, TypeError):
                 continue  # not a finished record (the record store judges it when the run is looked up)
 
-    def median(siblings: dict[str, tuple[float, bool]]) -> float:
-        walls = [w for w, same in siblings.values() if same] or [w for w, _ in siblings.values()]
-        return statistics.median(walls)
+    def siblings(t: Task, source: str) -> dict[str, tuple[float, bool]]:
+        config = t.payload["config"]
+        if source == "twin seeds":
+            if (twin := TWIN_DATASETS.get(config.get("dataset"))) is None:
+                return {}
+            config = {**config, "dataset": twin}
+        return times.get(_seedless_key(t.payload["family"], config)) or {}
 
-    estimates = {t.key: (median(siblings), "seeds") for t in pending
-                 if (siblings := times.get(_seedless_key(t.payload["family"], t.payload["config"])))}
-    for t in pending:
-        twin = TWIN_DATASETS.get(t.payload["config"].get("dataset"))
-        if t.key not in estimates and twin is not None and (
-                siblings := times.get(_seedless_key(t.payload["family"], {**t.payload["config"], "dataset": twin}))):
-            estimates[t.key] = (median(siblings), "twin seeds")
+    # the machine first, the dataset second: a twin's seed made here prices a run better than
+    # its own seed made on another CPU (the same C-VFL CNN run: 57 min here, 286 on an AVX2 host)
+    estimates: dict[str, tuple[float, str]] = {}
+    for here_only in (True, False):
+        for source in ("seeds", "twin seeds"):
+            for t in pending:
+                walls = [w for w, same in siblings(t, source).values() if same or not here_only]
+                if t.key not in estimates and walls:
+                    estimates[t.key] = (statistics.median(walls), source)
     for t in pending:
         if t.key not in estimates and (got := _model_estimate(t, kind)) is not None:
             estimates[t.key] = got
