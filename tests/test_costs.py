@@ -469,9 +469,9 @@ def test_a_runs_seeds_made_on_this_kind_of_cpu_price_it_before_other_machines(tm
     (est,) = study.estimate_costs([target], "cpu")
     assert est.payload["cost_source"] == "seeds" and est.cost_s == pytest.approx(12000.0)
     this_cpu = {"cpu": here["cpu"], "cpu_capability": here["cpu_capability"]}
-    twin = next(t for t in study.study_tasks("vfedmh", "paper")
-                if {**t.payload["config"], "seed": 0} == {**target.payload["config"], "seed": 0,
-                                                          "dataset": study.TWIN_DATASETS[target.payload["config"]["dataset"]]})
+    twin_config = {**target.payload["config"], "seed": 0,
+                   "dataset": study.TWIN_DATASETS[target.payload["config"]["dataset"]]}
+    twin = next(t for t in study.study_tasks("vfedmh", "paper") if {**t.payload["config"], "seed": 0} == twin_config)
     record(twin, 3000.0, this_cpu)
     (est,) = study.estimate_costs([target], "cpu")
     # the twin dataset's seed made here, before the run's own seed made on another CPU

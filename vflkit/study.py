@@ -423,9 +423,8 @@ def estimate_costs(tasks: Sequence[Task], device: str) -> list[Task]:
     estimates: dict[str, tuple[float, str]] = {}
     for here_only in (True, False):
         for source in ("seeds", "twin seeds"):
-            for t in pending:
-                walls = [w for w, same in siblings(t, source).values() if same or not here_only]
-                if t.key not in estimates and walls:
+            for t in (t for t in pending if t.key not in estimates):
+                if walls := [w for w, same in siblings(t, source).values() if same or not here_only]:
                     estimates[t.key] = (statistics.median(walls), source)
     for t in pending:
         if t.key not in estimates and (got := _model_estimate(t, kind)) is not None:
