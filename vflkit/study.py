@@ -410,22 +410,22 @@ def estimate_costs(tasks: Sequence[Task], device: str) -> list[Task]:
             except (OSError, ValueError, KeyError, TypeError):
                 continue  # not a finished record (the record store judges it when the run is looked up)
 
-    def siblings(t: Task, source: str) -> dict[str, tuple[float, bool]]:
-        config = t.payload["config"]
-        if source == "twin seeds":
-            if (twin := TWIN_DATASETS.get(config.get("dataset"))) is None:
-                return {}
-            config = {**config, "dataset": twin}
-        return times.get(_seedless_key(t.payload["family"], config)) or {}
+    def siblings(t: Task) -> dict[str, dict[str, tuple[float, bool]]]:
+        """The recorded seeds of ``t``'s own run and of its twin dataset's, by source."""
+        config, family = t.payload["config"], t.payload["family"]
+        twin = TWIN_DATASETS.get(config.get("dataset"))
+        return {"seeds": times.get(_seedless_key(family, config), {}),
+                "twin seeds": times.get(_seedless_key(family, {**config, "dataset": twin}), {}) if twin else {}}
 
     # the machine first, the dataset second: a twin's seed made here prices a run better than
     # its own seed made on another CPU (the same C-VFL CNN run: 57 min here, 286 on an AVX2 host)
+    found = {t.key: siblings(t) for t in pending}
     estimates: dict[str, tuple[float, str]] = {}
     for here_only in (True, False):
         for source in ("seeds", "twin seeds"):
-            for t in (t for t in pending if t.key not in estimates):
-                if walls := [w for w, same in siblings(t, source).values() if same or not here_only]:
-                    estimates[t.key] = (statistics.median(walls), source)
+            for key in (k for k in found if k not in estimates):
+                if walls := [w for w, same in found[key][source].values() if same or not here_only]:
+                    estimates[key] = (statistics.median(walls), source)
     for t in pending:
         if t.key not in estimates and (got := _model_estimate(t, kind)) is not None:
             estimates[t.key] = got
