@@ -652,3 +652,18 @@ def test_a_stand_in_trains_on_the_data_its_window_carries():
     got = L.stand_in_run(run)
     assert got["profile"] == "smoke" and got["config"]["dataset"] == "fashion_mnist"
     assert run_class("split").from_dict(got["config"]).key == got["key"] != task.key
+
+
+def test_tree_bytes_counts_whole_blocks(tmp_path):
+    """The device tool refused a tree that fitted by bytes but not by disk blocks: each file counts
+    as whole 4 KiB blocks, a 1-byte file as one block, an ignored file not at all."""
+    import subprocess
+
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "a.json").write_text("x")
+    (tmp_path / "b.bin").write_bytes(b"\0" * (L.TREE_BLOCK + 1))
+    (tmp_path / ".gitignore").write_text("ignored/\n")
+    (tmp_path / "ignored").mkdir()
+    (tmp_path / "ignored" / "big").write_bytes(b"\0" * 100_000)
+    # a.json: 1 block, b.bin: 2 blocks, .gitignore: 1 block
+    assert L.tree_bytes(tmp_path) == 4 * L.TREE_BLOCK
