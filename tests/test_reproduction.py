@@ -484,3 +484,22 @@ def test_the_shared_gpu_hours_follow_the_measured_sharing_slowdown():
     (_, line), share = reproduction.shared_gpu_hours(6000.0), costs.sharing_slowdown()
     assert f"{6000.0 * share / DEFAULT_WORKERS / 60:,.0f} hours" in line and f"{share:.1f}x slower" in line
     assert reproduction.shared_gpu_hours(float("nan")) == []
+
+
+def test_measured_gpu_lines_report_cuda_graphs_from_the_benchmarks() -> None:
+    """Each committed benchmark with captured rows adds a line of the graphs' gain over the eager
+    vmapped step and the TFLOP/s of the pack, computed from its rows."""
+    import json
+
+    from vflkit import costs
+
+    lines = reproduction.measured_gpu_rates()
+    for path in sorted((costs.committed_root() / "device").glob("*bench*.json")):
+        bench = json.loads(path.read_text())["bench_packed"]
+        graphed = [r for r in bench["rows"] if r.get("graphs_samples_per_s")]
+        if not graphed:
+            continue
+        at = next(i for i, line in enumerate(lines) if f"`{path.name}`" in line)
+        r = graphed[0]
+        gain = f"{r['method']} {r['model']} {r['graphs_samples_per_s'] / r['vmap_samples_per_s']:.1f}x"
+        assert "captured in CUDA graphs" in lines[at + 1] and gain in lines[at + 1]

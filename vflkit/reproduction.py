@@ -893,6 +893,16 @@ def measured_gpu_rates() -> list[str]:
                  for r in bench["rows"]]
         lines.append(f"- packing {bench['pack_size']} seeds as one vmapped step (`vflkit.training.packed`), against "
                      f"the same runs stepped one after another ({doc['device']}, `{path.name}`): {', '.join(gains)}.")
+        graphed = [r for r in bench["rows"] if r.get("graphs_samples_per_s")]
+        if graphed:  # the packed step captured in CUDA graphs (benchmarks since 2026-11-27)
+            def tflops(r: dict) -> str:
+                per_sample = r["flops_per_step"] / bench["batch"]  # one run's step, per sample
+                return f"{r['graphs_samples_per_s'] * per_sample / 1e12:.1f}"
+
+            lines.append("  The same pack captured in CUDA graphs (`vflkit.training.graphs`), against the eager "
+                         "vmapped step, and the TFLOP/s of all its runs: " + ", ".join(
+                             f"{r['method']} {r['model']} {r['graphs_samples_per_s'] / r['vmap_samples_per_s']:.1f}x "
+                             f"({tflops(r)} TFLOP/s)" for r in graphed) + ".")
     from .studies import multi_vfl
 
     mins = [m for c in multi_vfl.configs("paper") if (m := costs.multi_vfl_minutes(c)) is not None]
