@@ -423,7 +423,8 @@ def test_plan_says_each_stage_as_it_goes(quick_plan, monkeypatch, capsys):
     assert [line.split(" (")[0] for line in lines[:3]] == [
         "[launcher] 1 pending runs of the paper profile found", "[launcher] 0 runs priced on h100",
         "[launcher] the claims each run could decide read from the records"]
-    assert lines[3] == "[launcher] 1 windows laid out, 0 runs left for a GPU of one's own"
+    assert lines[3] == "[launcher] packs priced eagerly: no committed h100 benchmark timed CUDA graphs"
+    assert lines[4] == "[launcher] 1 windows laid out, 0 runs left for a GPU of one's own"
     assert "short" in out.out and "pending runs of the paper profile found" not in out.out
 
 
@@ -667,3 +668,48 @@ def test_tree_bytes_counts_whole_blocks(tmp_path):
     (tmp_path / "ignored" / "big").write_bytes(b"\0" * 100_000)
     # a.json: 1 block, b.bin: 2 blocks, .gitignore: 1 block
     assert L.tree_bytes(tmp_path) == 4 * L.TREE_BLOCK
+
+
+def test_graphs_gain_is_read_from_the_committed_benchmarks():
+    """The captured step's gain over the eager vmapped one, per GPU kind, method and model: the
+    committed H200 benchmarks' rows, none for a kind without one or for mixed party models."""
+    from vflkit import costs
+
+    rows = [r for p in sorted((costs.committed_root() / "device").glob("h200-*.json"))
+            for r in json.loads(p.read_text()).get("bench_packed", {}).get("rows", [])
+            if r["method"] == "c_vfl" and r["model"] == "cnn" and r.get("graphs_samples_per_s")]
+    assert rows, "the committed H200 benchmark of 2026-11-27 timed C-VFL's captured CNN step"
+    import statistics
+
+    want = statistics.median(r["graphs_samples_per_s"] / r["vmap_samples_per_s"] for r in rows)
+    assert costs.graphs_gain("c_vfl", ("cnn",) * 4, "h200") == pytest.approx(want) and want > 1
+    assert costs.graphs_gain("c_vfl", ("cnn",) * 4, "h100") is None
+    assert costs.graphs_gain("c_vfl", ("cnn", "mlp", "cnn", "cnn"), "h200") is None
+    assert L.expect_graphs("h200")[0] == "h200" and L.expect_graphs("h100")[0] is None
+    assert L.expect_graphs("cpu")[0] is None
+
+
+def test_packs_priced_with_graphs_are_gated_at_their_eager_gain_without_them(monkeypatch):
+    """On a GPU kind whose committed benchmark passed the graphs verdict, a C-VFL seed pack is
+    priced at its op-count ratio over the measured graphs gain; plan.json also carries its eager
+    gain, at which a lane gates it when its window's own benchmark leaves graphs off."""
+    from vflkit import costs
+    from vflkit.training.packed import GRAPHS_ENV
+
+    seeds = _cvfl_seeds()
+    runs = [_slow(c, 600.0) for c in seeds]
+    p = L.plan(L.DEFAULT_DEADLINE_S, "h200", runs=runs, opened={("vfedmh", "Table II"): 2}, tree=30 * MIB,
+               workers=1)
+    pack = next(pk for w in p.windows for lane in w.lanes for pk in lane)
+    gain = costs.graphs_gain(seeds[0].method, seeds[0].models, "h200")
+    assert pack.packed and gain and gain > 1
+    assert pack.cost_s == pytest.approx(600.0 * costs.pack_ratio(seeds[0]) / gain)
+    carried = p.to_dict()["windows"][0]["lanes"][0][0]
+    assert carried["eager_speedup"] == pytest.approx(len(seeds) / costs.pack_ratio(seeds[0]))
+    assert carried["speedup"] == pytest.approx(carried["eager_speedup"] * gain)
+    assert L.packed_need_s(carried, graphs=True) == pytest.approx(pack.cost_s * L.SAFETY)
+    assert L.packed_need_s(carried, graphs=False) == pytest.approx(pack.cost_s * gain * L.SAFETY)
+    monkeypatch.delenv(GRAPHS_ENV, raising=False)
+    assert L.packed_need_s(carried) == L.packed_need_s(carried, graphs=False)  # what start's verdict left off
+    monkeypatch.setenv(GRAPHS_ENV, "auto")
+    assert L.packed_need_s(carried) == L.packed_need_s(carried, graphs=True)

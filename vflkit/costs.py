@@ -866,6 +866,37 @@ def _op_seconds(root: str) -> dict[str, list[float]]:
     return out
 
 
+@functools.cache
+def _graph_gains(root: str) -> dict[tuple[str, str, str], list[float]]:
+    """Per (GPU kind, method, model): how many times faster each committed packed benchmark's
+    captured step ran than its eager vmapped one (``graphs_samples_per_s / vmap_samples_per_s``)."""
+    out: dict[tuple[str, str, str], list[float]] = {}
+    for path in sorted((Path(root) / "device").glob("*.json")):
+        try:
+            doc = json.loads(path.read_text())
+            rows, kind = doc["bench_packed"]["rows"], _gpu_kind(str(doc["device"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # not a benchmark's file
+        for row in rows if kind else []:
+            if row.get("graphs_samples_per_s") and row.get("vmap_samples_per_s"):
+                out.setdefault((kind, row["method"], row["model"]), []).append(
+                    row["graphs_samples_per_s"] / row["vmap_samples_per_s"])
+    return out
+
+
+def graphs_gain(method: str, models: Sequence[str], kind: str, root: Path | None = None) -> float | None:
+    """How many times faster a packed step of ``method`` runs captured in CUDA graphs than eagerly
+    vmapped on one GPU of ``kind``: the median of the committed benchmarks' rows of that method
+    with every party on ``models``' one architecture (measured on MNIST's width strips; taken
+    for any dataset, as the launch-bound step's operations do not depend on the image size).
+    None where no benchmark measured it, or the parties' models differ (not benchmarked)."""
+    if len(set(models)) != 1:
+        return None
+    r = _root_with(OP_COUNTS, root) or committed_root()
+    got = _graph_gains(str(r)).get((kind, method, next(iter(models))))
+    return statistics.median(got) if got else None
+
+
 def op_seconds(kind: str = "h100", root: Path | None = None) -> float | None:
     """Seconds one dispatched torch operation of a training step takes on one GPU of ``kind``
     (``h100``, ``h200``) with nothing else on it: the median over the committed measurements

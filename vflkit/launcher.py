@@ -13,7 +13,8 @@ with ``device="cuda"`` use too), or, for runs that differ in seed alone, by
 * :func:`plan` -- the pending GPU runs of every registered study (a study's ``needs_gpu``; a
   run with a whole record, judged by :func:`vflkit.records.check_record` as the record store
   judges it, is skipped), costed (:func:`cost_runs`), ordered by value (:func:`value_order`),
-  grouped into packs (:func:`group_packs`) and laid into windows that each end, with a margin,
+  grouped into packs (:func:`group_packs`; priced with the CUDA-graphs gain a committed
+  benchmark of the GPU kind measured, where :func:`expect_graphs` says so) and laid into windows that each end, with a margin,
   before a hard deadline: nothing is started that its estimate says cannot finish, so no run is
   left part-done. A run that cannot finish inside any window is listed as needing a longer
   session (an own GPU), with its cost and why (a run cannot go on in the next window: its
@@ -157,6 +158,34 @@ def graphs_verdict(bench_json: Path) -> tuple[bool, str]:
                   f"(median of {len(timed)} settings): the packs run in CUDA graphs")
 
 
+def expect_graphs(device_kind: str, root: Path | None = None) -> tuple[str | None, str]:
+    """The GPU kind whose CUDA-graphs gains a plan prices packs with, and why: ``device_kind``
+    where the committed benchmarks of that kind (``results/device/``) timed captured steps and
+    each passes :func:`graphs_verdict` (a window decides again from its own benchmark, and its
+    lanes then gate the packs at their eager gain: :func:`packed_need_s`); else None."""
+    from .costs import committed_root
+
+    if device_kind == "cpu":
+        return None, "packs priced eagerly: no CUDA graphs on a CPU"
+    folder = (root or committed_root()) / "device"
+    benches = []
+    for path in sorted(folder.glob(f"{device_kind}-*.json")) if folder.is_dir() else []:
+        try:
+            rows = json.loads(path.read_text())["bench_packed"]["rows"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if any(r.get("graphs_samples_per_s") for r in rows):
+            benches.append(path)
+    if not benches:
+        return None, f"packs priced eagerly: no committed {device_kind} benchmark timed CUDA graphs"
+    verdicts = [(p.name, *graphs_verdict(p)) for p in benches]
+    off = [f"{name}: {why}" for name, on, why in verdicts if not on]
+    if off:
+        return None, "packs priced eagerly: " + "; ".join(off)
+    return device_kind, ("packs priced with CUDA graphs, at the gains measured in "
+                         + ", ".join(name for name, _, _ in verdicts))
+
+
 def bench_wait_s(n_data_calls: int) -> float:
     """How long a window's lanes wait for its benchmark: all of it when the first call also
     starts them (one data call), else what the data calls' transfers do not already cover (the
@@ -268,16 +297,24 @@ class Pack:
     speedup: float = 1.0  # the packed trainer's measured gain (1: none assumed)
     #: price the pack by its op counts (vflkit.costs.pack_ratio) where no measured speedup is given
     by_ops: bool = False
+    #: the GPU kind whose measured CUDA-graphs gain (vflkit.costs.graphs_gain) the pack is priced
+    #: with, where the plan expects the window to capture its packs (:func:`expect_graphs`)
+    graphs: str | None = None
 
     @property
     def ratio(self) -> float | None:
-        """A packed step's time over one run's alone, for a pack of this many runs (op counts)."""
+        """A packed step's time over one run's alone, for a pack of this many runs (op counts),
+        over the captured step's measured gain where the pack is priced with graphs."""
         if not (self.packed and self.by_ops and self.runs):
             return None
         from . import costs
         from .training import packed as trainer
 
-        return costs.pack_ratio(trainer.packable_config(self.runs[0].family, self.runs[0].config), k=len(self.runs))
+        config = trainer.packable_config(self.runs[0].family, self.runs[0].config)
+        ratio = costs.pack_ratio(config, k=len(self.runs))
+        if ratio is not None and self.graphs and type(config).__name__ == "RunConfig":  # split family benchmarked
+            ratio /= costs.graphs_gain(config.method, config.models, self.graphs) or 1.0
+        return ratio
 
     @property
     def cost_s(self) -> float:
@@ -383,6 +420,8 @@ class Plan:
 def _pack_dict(p: Pack) -> dict[str, Any]:
     """A pack as ``plan.json`` carries it to the lanes."""
     return {"key": p.key, "packed": p.packed, "speedup": p.gain,
+            # a window whose benchmark turns graphs off gates the pack at its eager gain
+            "eager_speedup": dataclasses.replace(p, graphs=None).gain if p.graphs else p.gain,
             "runs": [{"key": r.key, "paper": r.paper, "family": r.family, "label": r.label, "config": r.config,
                       "cost_s": r.cost_s} for r in p.runs]}
 
@@ -622,14 +661,15 @@ def pack_key(run: GpuRun) -> tuple[str, Any]:
 
 
 def group_packs(runs: Sequence[GpuRun], *, max_cost_s: float | Callable[[GpuRun], float], max_runs: int = MAX_PACK,
-                speedup: float | None = None) -> list[Pack]:
+                speedup: float | None = None, graphs: str | None = None) -> list[Pack]:
     """``runs`` (in value order) grouped by :func:`pack_key` into packs of at most ``max_runs``
     runs whose cost (times :data:`SAFETY`) stays within ``max_cost_s`` (seconds, or a function
     of the run: the room a window has for a run on its dataset); packs in the order of their
     most valuable run. A run that alone exceeds it gets a pack of its own (the planner then
     lists it as not fitting). A packed pack's cost: its runs' over ``speedup`` where one is
     given (a measured gain), else one run's times the packed step's op-count ratio
-    (:func:`vflkit.costs.pack_ratio`) where the op table has it, else its runs' sum."""
+    (:func:`vflkit.costs.pack_ratio`) where the op table has it, over the measured CUDA-graphs
+    gain on GPU kind ``graphs`` where one is named, else its runs' sum."""
     from .training import packed as trainer
 
     open_packs: dict[Any, Pack] = {}
@@ -640,12 +680,12 @@ def group_packs(runs: Sequence[GpuRun], *, max_cost_s: float | Callable[[GpuRun]
         p = open_packs.get(key)
         room = max_cost_s(r) if callable(max_cost_s) else max_cost_s
         grown = Pack(key="", runs=[*(p.runs if p else []), r], packed=kind == "packed", speedup=speedup or 1.0,
-                     by_ops=by_ops)
+                     by_ops=by_ops, graphs=graphs)
         limit = trainer.pack_limit(trainer.packable_config(r.family, r.config), max_runs) if kind == "packed" \
             else max_runs
         if p is None or len(p.runs) >= (limit or max_runs) or grown.cost_s * SAFETY > room:
             p = Pack(key=f"{kind}:{len(packs)}", runs=[], packed=kind == "packed", speedup=speedup or 1.0,
-                     by_ops=by_ops)
+                     by_ops=by_ops, graphs=graphs)
             open_packs[key] = p
             packs.append(p)
         p.runs.append(r)
@@ -910,7 +950,9 @@ def plan(deadline_s: float, device_kind: str = "h100", *, profile: str = "paper"
             rooms[r.dataset] = usable({r.dataset} if r.dataset else set())
         return rooms[r.dataset]
 
-    packs = group_packs(ordered, max_cost_s=room_for, speedup=speedup)
+    graphs, why = expect_graphs(device_kind)
+    _log.info("%s", why)
+    packs = group_packs(ordered, max_cost_s=room_for, speedup=speedup, graphs=graphs if speedup is None else None)
     windows: list[Window] = []
     left = list(packs)
     for p in list(left):  # a pack that alone outlasts an empty window never fits one
@@ -1265,11 +1307,18 @@ def stand_in_run(run: Mapping[str, Any]) -> dict[str, Any]:
     return {**run, "key": task.key, "config": config, "profile": "smoke"}
 
 
-def packed_need_s(pack: Mapping[str, Any]) -> float:
+def packed_need_s(pack: Mapping[str, Any], graphs: bool | None = None) -> float:
     """Seconds a lane must have left to start a packed pack of the plan (``plan.json``'s form):
     its runs' costs over the packed trainer's speed-up, times :data:`SAFETY`, as :func:`plan`
-    placed it (:attr:`Pack.cost_s`), so a pack the plan fitted is not refused on the machine."""
-    return sum(r["cost_s"] or 0 for r in pack["runs"]) / float(pack.get("speedup", 1.0)) * SAFETY
+    placed it (:attr:`Pack.cost_s`), so a pack the plan fitted is not refused on the machine.
+    A pack priced with CUDA graphs counts at its eager gain where this window runs without them
+    (``graphs``; by default whether :data:`vflkit.training.packed.GRAPHS_ENV` is set, as
+    :func:`start` sets it for its lanes when the window's benchmark turns graphs on)."""
+    from .training.packed import GRAPHS_ENV
+
+    graphs = bool(os.environ.get(GRAPHS_ENV)) if graphs is None else graphs
+    speedup = pack.get("speedup", 1.0) if graphs else pack.get("eager_speedup", pack.get("speedup", 1.0))
+    return sum(r["cost_s"] or 0 for r in pack["runs"]) / float(speedup) * SAFETY
 
 
 def left_to_do(run: Mapping[str, Any], results: Path) -> float:
