@@ -14,9 +14,9 @@ with ``device="cuda"`` use too), or, for runs that differ in seed alone, by
   run with a whole record, judged by :func:`vflkit.records.check_record` as the record store
   judges it, is skipped), costed (:func:`cost_runs`), ordered by value (:func:`value_order`),
   grouped into packs (:func:`group_packs`; priced with the CUDA-graphs gain a committed
-  benchmark of the GPU kind measured, where :func:`expect_graphs` says so) and laid into windows that each end, with a margin,
-  before a hard deadline: nothing is started that its estimate says cannot finish, so no run is
-  left part-done. A run that cannot finish inside any window is listed as needing a longer
+  benchmark of the GPU kind measured, where :func:`expect_graphs` says so) and laid into
+  windows that each end, with a margin, before a hard deadline: nothing is started that its
+  estimate says cannot finish, so no run is left part-done. A run that cannot finish inside any window is listed as needing a longer
   session (an own GPU), with its cost and why (a run cannot go on in the next window: its
   checkpoint never leaves the lent machine); none is dropped silently. The summary gives the
   windows needed (one per lent task: :data:`DEVICE_TIME_S`), the own-GPU hours of the rest and
