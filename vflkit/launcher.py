@@ -10,17 +10,17 @@ with ``device="cuda"`` use too), or, for runs that differ in seed alone, by
 :func:`vflkit.training.packed.compute_pack` (the scheduler's task function of a pack, which
 ``make study`` uses on a GPU too). What the layer adds:
 
-* :func:`plan` -- the pending GPU runs of every registered study (a study's ``needs_gpu``; a
-  run with a whole record, judged by :func:`vflkit.records.check_record` as the record store
-  judges it, is skipped), costed (:func:`cost_runs`), ordered by value (:func:`value_order`),
-  grouped into packs (:func:`group_packs`; priced with the CUDA-graphs gain a committed
-  benchmark of the GPU kind measured, where :func:`expect_graphs` says so) and laid into
-  windows that each end, with a margin, before a hard deadline: nothing is started that its
-  estimate says cannot finish, so no run is left part-done. A run that cannot finish inside any window is listed as needing a longer
-  session (an own GPU), with its cost and why (a run cannot go on in the next window: its
+* :func:`plan` -- the pending GPU runs of every registered study (a study's ``needs_gpu``; a run
+  with a whole record, judged by :func:`vflkit.records.check_record` as the record store judges
+  it, is skipped), costed (:func:`cost_runs`), ordered by value (:func:`value_order`), grouped
+  into packs (:func:`group_packs`; priced with the CUDA-graphs gain a committed benchmark of the
+  GPU kind measured, where :func:`expect_graphs` says so) and laid into windows that each end,
+  with a margin, before a hard deadline: nothing is started that its estimate says cannot finish,
+  so no run is left part-done. A run that cannot finish inside any window is listed as needing a
+  longer session (an own GPU), with its cost and why (a run cannot go on in the next window: its
   checkpoint never leaves the lent machine); none is dropped silently. The summary gives the
-  windows needed (one per lent task: :data:`DEVICE_TIME_S`), the own-GPU hours of the rest and
-  the rates assumed. ``--include-slow-cpu`` takes in the CPU-sized runs that cost a CPU hours
+  windows needed (one per lent task: :data:`DEVICE_TIME_S`), the own-GPU hours of the rest and the
+  rates assumed. ``--include-slow-cpu`` takes in the CPU-sized runs that cost a CPU hours
   (C-VFL's), packed by seed and planned first.
 * the window's calls (:func:`window_calls`): the first checks which Python packages the machine
   lacks (:data:`CHECK_PACKAGES`; the wheels of those the device docs list as absent travel with
