@@ -111,11 +111,13 @@ LANE_START_S = 30.0
 #: A window's first call benchmarks the GPU before the lanes start (issue 40: the packed
 #: benchmark first): at most this long, its rows written as they are measured.
 BENCH_S = 150.0
-#: That benchmark's command (``{device}`` filled in): the packed settings, small models and a
-#: ResNet, C-VFL last (its rows take longest); ``receive`` files its JSON under results/device/.
+#: The settings that benchmark steps, in order: C-VFL first. Its seed packs are most of the GPU
+#: work left and the ones the plan prices with graphs, and on 2026-11-27 the H200 window's 150 s
+#: ran out before its rows when it came last (Local, SplitNN and Agg_VFL were measured twice).
+BENCH_SETTINGS = "--methods c_vfl local splitnn agg_vfl --models mlp cnn resnet18"
+#: That benchmark's command (``{device}`` filled in); ``receive`` files its JSON under results/device/.
 BENCH_COMMAND = ("timeout {s} python3 -m vflkit.bench --device {device} --packed --pack-size 3 --steps 10 "
-                 "--methods local splitnn agg_vfl c_vfl --models mlp cnn resnet18 --json {work}/bench.json "
-                 "> {work}/bench.txt 2>&1; touch {work}/bench.done")
+                 + BENCH_SETTINGS + " --json {work}/bench.json > {work}/bench.txt 2>&1; touch {work}/bench.done")
 
 
 #: The window's packs are captured in CUDA graphs (``VFLKIT_GRAPHS=auto`` in its lanes,
@@ -1756,8 +1758,7 @@ def dry_run(p: Plan, folder: Path, *, windows: int = 1, data_root: Path | None =
             env = {**os.environ, "OUT": str(out), "PYTHONPATH": str(project_root())}
             # the GPU benchmark rehearsed on one small setting: the command, not the timing
             full = BENCH_COMMAND.format(s=int(BENCH_S), device="cuda", work=DEFAULT_WORK)
-            small = full.replace("--methods local splitnn agg_vfl c_vfl --models mlp cnn resnet18",
-                                 "--methods local --models mlp").replace("--steps 10", "--steps 1")
+            small = full.replace(BENCH_SETTINGS, "--methods local --models mlp").replace("--steps 10", "--steps 1")
             cmd = (c.command.replace(full, small)
                    .replace("python3 -m pip install", "true ||").replace("python3", shlex.quote(python))
                    .replace(f"--work {DEFAULT_WORK}", f"--work {shlex.quote(str(work))}")
