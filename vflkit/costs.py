@@ -843,6 +843,24 @@ def bench_setting(method: str, model: str, batch: int) -> Any:
                      batch_size=batch, embedding_dim=128)
 
 
+def benchmarks(root: str) -> tuple[tuple[Path, str | None, dict[str, Any]], ...]:
+    """The packed benchmarks a GPU wrote under ``root/device/`` (``python -m vflkit.bench --packed
+    --json``; a window's file that holds one too), in name order: each file, its GPU kind
+    (:func:`_gpu_kind` of its ``device``; None for another GPU) and its document. The one reader
+    of these files for the cost model, the launcher and the README (not cached: the cost model
+    caches what it derives, :func:`_op_seconds`, :func:`_graph_gains`)."""
+    out = []
+    for path in sorted((Path(root) / "device").glob("*.json")):
+        try:
+            doc = json.loads(path.read_text())
+            doc["bench_packed"]["rows"]
+            kind = _gpu_kind(str(doc["device"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # not a benchmark's file
+        out.append((path, kind, doc))
+    return tuple(out)
+
+
 @functools.cache
 def _op_seconds(root: str) -> dict[str, list[float]]:
     """Seconds per dispatched operation of each measured setting, by GPU kind: the H100
@@ -853,13 +871,9 @@ def _op_seconds(root: str) -> dict[str, list[float]]:
     for config, s in _calibrated(root):
         if (ops := step_ops(config, Path(root))) is not None:
             out.setdefault("h100", []).append(s / ops)
-    for path in sorted((Path(root) / "device").glob("*.json")):
-        try:
-            doc = json.loads(path.read_text())
-            bench, kind = doc["bench_packed"], _gpu_kind(str(doc["device"]))
-        except (OSError, ValueError, KeyError, TypeError):
-            continue  # not a benchmark's file
-        for row in bench.get("rows", []) if kind else []:
+    for _, kind, doc in benchmarks(root):
+        bench = doc["bench_packed"]
+        for row in bench["rows"] if kind else []:
             ops = step_ops(bench_setting(row["method"], row["model"], bench["batch"]), Path(root))
             if ops is not None:  # "alone": the pack's runs stepped one after another, one at a time
                 out.setdefault(kind, []).append(bench["batch"] / row["alone_samples_per_s"] / ops)
@@ -871,13 +885,8 @@ def _graph_gains(root: str) -> dict[tuple[str, str, str], list[float]]:
     """Per (GPU kind, method, model): how many times faster each committed packed benchmark's
     captured step ran than its eager vmapped one (``graphs_samples_per_s / vmap_samples_per_s``)."""
     out: dict[tuple[str, str, str], list[float]] = {}
-    for path in sorted((Path(root) / "device").glob("*.json")):
-        try:
-            doc = json.loads(path.read_text())
-            rows, kind = doc["bench_packed"]["rows"], _gpu_kind(str(doc["device"]))
-        except (OSError, ValueError, KeyError, TypeError):
-            continue  # not a benchmark's file
-        for row in rows if kind else []:
+    for _, kind, doc in benchmarks(root):
+        for row in doc["bench_packed"]["rows"] if kind else []:
             if row.get("graphs_samples_per_s") and row.get("vmap_samples_per_s"):
                 out.setdefault((kind, row["method"], row["model"]), []).append(
                     row["graphs_samples_per_s"] / row["vmap_samples_per_s"])

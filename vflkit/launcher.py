@@ -165,19 +165,12 @@ def expect_graphs(device_kind: str, root: Path | None = None) -> tuple[str | Non
     where the committed benchmarks of that kind (``results/device/``) timed captured steps and
     each passes :func:`graphs_verdict` (a window decides again from its own benchmark, and its
     lanes then gate the packs at their eager gain: :func:`packed_need_s`); else None."""
-    from .costs import committed_root
+    from .costs import benchmarks, committed_root
 
     if device_kind == "cpu":
         return None, "packs priced eagerly: no CUDA graphs on a CPU"
-    folder = (root or committed_root()) / "device"
-    benches = []
-    for path in sorted(folder.glob(f"{device_kind}-*.json")) if folder.is_dir() else []:
-        try:
-            rows = json.loads(path.read_text())["bench_packed"]["rows"]
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        if any(r.get("graphs_samples_per_s") for r in rows):
-            benches.append(path)
+    benches = [path for path, kind, doc in benchmarks(str(root or committed_root()))
+               if kind == device_kind and any(r.get("graphs_samples_per_s") for r in doc["bench_packed"]["rows"])]
     if not benches:
         return None, f"packs priced eagerly: no committed {device_kind} benchmark timed CUDA graphs"
     verdicts = [(p.name, *graphs_verdict(p)) for p in benches]

@@ -865,7 +865,6 @@ def shared_gpu_hours(total_min: float, how: str = "") -> list[str]:
 def measured_gpu_rates() -> list[str]:
     """The README's lines on what the lent GPUs measured, each computed from the committed
     measurement files under ``results/device/`` (:mod:`vflkit.costs`)."""
-    import json
     import statistics
 
     from . import costs
@@ -883,12 +882,8 @@ def measured_gpu_rates() -> list[str]:
         lines.append(f"- several processes sharing one GPU: each run took {share:.1f}x its time alone (median over "
                      f"{len(costs._sharing(str(root)))} `cuda` records), so the card did about that many times less "
                      "per run but ran them side by side.")
-    for path in sorted((root / "device").glob("*.json")):
-        try:
-            doc = json.loads(path.read_text())
-            bench = doc["bench_packed"]
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
+    for path, _, doc in costs.benchmarks(str(root)):
+        bench = doc["bench_packed"]
         gains = [f"{r['method']} {r['model']} {r['vmap_samples_per_s'] / r['alone_samples_per_s']:.2f}x"
                  for r in bench["rows"]]
         lines.append(f"- packing {bench['pack_size']} seeds as one vmapped step (`vflkit.training.packed`), against "
