@@ -327,3 +327,23 @@ def test_bf16_runs_under_autocast_and_keeps_fp32_messages(tmp_path, monkeypatch,
     assert bf16["comm"] == fp32["comm"]
     losses = [[h["loss"] for h in r["history"]] for r in (fp32, bf16)]
     assert losses[0] != losses[1] and all(0 < v < 10 for v in losses[1])
+
+
+def test_bf16_steps_see_weights_updated_inside_the_step():
+    """Under bf16 a weight updated in place inside one step is used updated on its next use (C-VFL's
+    Q local iterations): autocast's cache of weight casts, which would keep the first iteration's
+    bfloat16 copy for the whole step, is off."""
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(layer.parameters(), lr=1.0)
+    x = torch.randn(3, 4)
+    outs = []
+    with split.precision_context(_config(precision="bf16"), torch.device("cpu")):
+        for _ in range(3):  # one step's three local iterations
+            out = layer(x)
+            assert out.dtype == torch.bfloat16
+            outs.append(out.float().sum().item())
+            out.float().sum().backward()
+            opt.step()
+            opt.zero_grad()
+    assert len(set(outs)) == 3  # stale casts would give the first output three times

@@ -101,9 +101,15 @@ class LossWindow:
 def precision_context(config: RunConfig, device: torch.device) -> contextlib.AbstractContextManager:
     """Where the run's steps and evaluation compute: bfloat16 autocast on ``device`` for
     ``precision="bf16"`` (the CPU included, where it runs but proves nothing about a GPU's
-    accuracy), nothing for "fp32"."""
+    accuracy), nothing for "fp32".
+
+    Autocast's cache of weight casts is off: it keeps a weight's bfloat16 copy for the whole
+    region, and a step that updates a weight in place and uses it again (C-VFL's Q local
+    iterations, its server's Q) would compute every iteration after the first from the stale
+    copy. A CUDA graph's capture needs it off too (the cached copy would be a capture-time
+    tensor). Cost: one cast a use instead of one a step."""
     if config.precision == "bf16":
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16, cache_enabled=False)
     return contextlib.nullcontext()
 
 
