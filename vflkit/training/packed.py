@@ -28,6 +28,9 @@ GPU's path), or a loop over the slices of the stacked parameters, which a CPU pr
 convolutions (``python -m vflkit.bench --packed`` prints both beside the runs stepped alone).
 ``compile`` hands the stacked call to :func:`torch.compile` (e.g. CUDA graphs with
 ``mode="reduce-overhead"``); on a CPU it is tested with the ``aot_eager`` backend only.
+Runs of ``precision="bf16"`` pack with the loop only: autocast does not reach inside ``vmap``
+(with torch 2.14.1 a vmapped convolution or linear layer under bf16 autocast computes in
+float32, on a CPU), and the loop computes each slice as the run alone does, under autocast.
 
 C-VFL's parties are packed too (:meth:`Pack._group_parties`): its parties' Q local
 iterations are independent of one another, so parties with alike bottom models (VFedMH's
@@ -120,15 +123,16 @@ class PackChannel:
         if kind not in KINDS:
             raise ConfigError(f"Invalid message kind {kind!r}; choose one of {', '.join(KINDS)}")
         k = len(self.channels)
+        wire = wire_copy(payload)  # as it travels: a bf16 payload widened to float32, as alone
         if nbytes is None:
-            total = payload_nbytes(payload)
+            total = payload_nbytes(wire)
             if total % k:
                 raise ValueError(f"a packed {kind} of {total} bytes does not split into {k} runs")
             nbytes = total // k
         self.count([(sender, receiver, kind, int(nbytes))])
         if self.sends is not None:
             self.sends.append((sender, receiver, kind, int(nbytes)))
-        self._boxes.setdefault((sender, receiver, kind), []).append(wire_copy(payload))
+        self._boxes.setdefault((sender, receiver, kind), []).append(wire)
 
     def count(self, sends: Sequence[tuple[str, str, str, int]]) -> None:
         """One ledger row per message of ``sends`` (sender, receiver, kind, one run's bytes) in
@@ -420,6 +424,8 @@ class Pack:
         run's bytes on the wire."""
         bits, kind = int(self.options["bits"]), self.options["compressor"]
         x = x.detach()
+        if x.dtype == torch.bfloat16:  # an embedding under bf16 autocast: quantised in float32, as alone
+            x = x.float()
         n = x[0].numel()
         if kind == "none":
             return x, n * x.element_size()
@@ -623,7 +629,7 @@ def _is_image_dataset(name: str) -> bool:
 def pack_key(config: Any) -> Hashable | None:
     """What runs must share to be packed with ``config``: its key with the seed set to 0 (so
     equal pack keys differ in seed alone), or None when ``config`` cannot be packed (a method
-    without a packed step, tabular data, or ``precision="bf16"``). A Multi-VFL run packs with
+    without a packed step, or tabular data). A Multi-VFL run packs with
     the runs that share its step's shapes (:func:`vflkit.training.multi_owner_packed.pack_key`)."""
     from ..methods import METHODS
     from ..methods.multi_vfl import MultiVFLConfig
@@ -638,8 +644,6 @@ def pack_key(config: Any) -> Hashable | None:
     cls = METHODS.get(config.method)
     if cls is None or cls.train_step not in PACKED_STEPS or not _is_image_dataset(config.dataset):
         return None
-    if getattr(config, "precision", "fp32") != "fp32":  # the pack computes in the parameters' dtype
-        return None
     return ("packed", config.replace(seed=0).key)
 
 
@@ -648,9 +652,7 @@ def _why_not_packable(config: RunConfig) -> str:
 
     if METHODS.get(config.method) is None or METHODS[config.method].train_step not in PACKED_STEPS:
         return f"method {config.method!r} has no packed step (packable: {', '.join(_packable_names())})"
-    if not _is_image_dataset(config.dataset):
-        return f"dataset {config.dataset!r} is not image data"
-    return f"precision {config.precision!r}: a pack computes in fp32 only (no bf16 autocast yet)"
+    return f"dataset {config.dataset!r} is not image data"
 
 
 def check_pack(configs: Sequence[RunConfig]) -> None:
@@ -811,6 +813,11 @@ def train_pack(configs: Sequence[RunConfig], *, device: torch.device | str = "cp
         raise ConfigError(f"Invalid graphs {graphs!r}; choose None, auto or one of {', '.join(GRAPH_BACKENDS)}")
     if graphs is not None and compile is not None:
         raise ConfigError("graphs and compile both capture the step: choose one")
+    if configs[0].precision == "bf16":  # autocast does not reach inside vmap (module docstring)
+        if stacking == "vmap" or compile is not None:
+            raise ConfigError("a bf16 pack runs its slices one by one (stacking='loop', no compile): autocast "
+                              "does not reach inside vmap; use stacking='auto' or 'loop'")
+        stacking = "loop"
     device = resolve_device(device)
     methods = []
     for cfg in configs:  # each run built exactly as split.train builds it: init, data, ids
@@ -818,12 +825,15 @@ def train_pack(configs: Sequence[RunConfig], *, device: torch.device | str = "cp
         channel = Channel()
         parties, n_classes = split.build_parties(cfg, device=device, channel=channel)
         method = get_method(cfg.method)(cfg, parties, num_classes=n_classes)
+        split.use_precision(cfg, method)
         channel.at(epoch=0, step=0, phase="setup")
         method.setup()
         methods.append(method)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     pack = Pack(methods, stacking=stacking, compile=compile)
+    # the runs' precision (split.precision_context): steps and evaluation under bf16 autocast, as alone
+    compute = split.precision_context(configs[0], device)
     if graphs == "auto":
         graphs = "cuda" if device.type == "cuda" and graph_blocker(pack, "cuda") is None else None
     if graphs is not None:
@@ -860,7 +870,8 @@ def train_pack(configs: Sequence[RunConfig], *, device: torch.device | str = "cp
                 pack.draw_dither(sizes[step:step + every])
             pack.channel.at(epoch=epoch, step=step, phase="train")
             ids = order[:, step * cfg0.batch_size:(step + 1) * cfg0.batch_size]
-            losses = pack.train_step(ids)
+            with compute:
+                losses = pack.train_step(ids)
             failed = window.add(step, ids.shape[1], losses)
             if step == n_steps - 1:
                 failed.update(window.drain())
@@ -870,7 +881,8 @@ def train_pack(configs: Sequence[RunConfig], *, device: torch.device | str = "cp
                 stopped[k] = (err, step + 1)
                 pack.channel.live[k] = False
             if failed:
-                _finish_epoch(pack, [k for k in failed], configs, epoch, window, histories, finals, start)
+                with compute:
+                    _finish_epoch(pack, [k for k in failed], configs, epoch, window, histories, finals, start)
                 for k in failed:
                     err, returned = stopped[k]
                     diverged[k] = {"epoch": epoch, "step": getattr(err, "step", step), "steps_run": returned,
@@ -880,7 +892,8 @@ def train_pack(configs: Sequence[RunConfig], *, device: torch.device | str = "cp
         if cfg0.lr_schedule == "exponential":
             pack.epoch_lr(cfg0.lr_gamma)
         going = [k for k in live if k not in stopped]
-        _finish_epoch(pack, going, configs, epoch, window, histories, finals, start)
+        with compute:
+            _finish_epoch(pack, going, configs, epoch, window, histories, finals, start)
     bar.close()
     wall = time.perf_counter() - start
     results = []
