@@ -1,5 +1,6 @@
 """Tests for vflkit.launcher: the GPU window plan, its calls, and the record-return path."""
 
+import dataclasses
 import json
 import tarfile
 from pathlib import Path
@@ -713,3 +714,20 @@ def test_packs_priced_with_graphs_are_gated_at_their_eager_gain_without_them(mon
     assert L.packed_need_s(carried) == L.packed_need_s(carried, graphs=False)  # what start's verdict left off
     monkeypatch.setenv(GRAPHS_ENV, "auto")
     assert L.packed_need_s(carried) == L.packed_need_s(carried, graphs=True)
+
+
+def test_the_bf16_check_is_planned_first(tmp_path):
+    """VFedMH's bf16 check (its PRECISION_CHECK runs, every seed) is pending as GPU runs and
+    planned ahead of every other run, slow CPU runs that decide open clauses included: it decides
+    how every later run is computed."""
+    pending, _ = L.pending_gpu_runs("paper", results=tmp_path, papers=["vfedmh"])
+    checks = [r for r in pending if r.precision_check]
+    assert sorted(r.config["seed"] for r in checks) == [0, 1, 2]
+    assert all(r.config["precision"] == "bf16" and r.leads for r in checks)
+    assert not any(r.precision_check for r in pending if r not in checks)
+    checks = [dataclasses.replace(r, cost_s=300.0) for r in checks]
+    gpu = [_run("vfedmh", f"g{i}", 60.0, (False, False, i)) for i in range(3)]
+    runs = gpu + [_slow(c, 90.0) for c in _cvfl_seeds()] + checks
+    order = L.value_order(runs, {("vfedmh", "Table II"): 2, ("vfedmh", "Fig. 3"): 1})
+    assert {r.key for r in order[:3]} == {r.key for r in checks}
+    assert all(r.slow_cpu for r in order[3:3 + len(runs) - len(gpu) - len(checks)])

@@ -452,3 +452,32 @@ def test_diverged_runs_are_never_a_plain_number_in_the_tables(tmp_path):
         assert written["diverged"].sum() == n_diverged and math.isnan(written.loc[gone.index[0], "value"])
         shown = report.side_by_side(gone, index=["dataset", "method", "setting"], columns="model")
         assert shown.map(lambda s: isinstance(s, str) and s.startswith("diverged (")).to_numpy().sum() == len(gone)
+
+
+def test_the_bf16_check_is_its_table_ii_cell_again_under_bf16_and_decides_by_the_seeds_mean():
+    """The paper profile's bf16 check is PRECISION_CHECK's Table II runs, every seed, again with
+    precision="bf16" (keys of their own); the quick profile has none (no ResNets). The verdict
+    waits for every seed of both, then takes bf16 when the bf16 seeds' mean lies inside the fp32
+    seeds' range, else keeps fp32."""
+    groups = vfedmh.configs("paper")
+    dataset, method, model = vfedmh.PRECISION_CHECK
+    fp32 = [c for c in groups["table2"] if (c.dataset, c.method, c.models[0]) == (dataset, method, model)]
+    assert len(fp32) == 3 and [c.replace(precision="fp32") for c in groups["precision"]] == fp32
+    assert {c.precision for c in groups["precision"]} == {"bf16"}
+    assert not {c.key for c in groups["precision"]} & {c.key for c in fp32}
+    assert vfedmh.needs_gpu(groups["precision"][0]) and not vfedmh.configs("quick")["precision"]
+
+    def records(fp32_acc, bf16_acc):
+        return [{"key": c.replace(precision=p).key, "final": {"active": {"test_accuracy": a / 100}},
+                 "environment": {"device_name": "GPU"}}
+                for c, f, b in zip(groups["precision"], fp32_acc, bf16_acc) for p, a in (("fp32", f), ("bf16", b))
+                if a is not None]
+
+    table = vfedmh.precision_check(groups, records([99.0, 99.2, 99.1], [99.1, None, 99.0]))
+    assert table["bf16 accuracy (%)"].isna().tolist() == [False, True, False]
+    status, words = vfedmh.precision_verdict(table)
+    assert status is None and "2 of 3 bf16 and 3 of 3 fp32 seeds" in words
+    inside = vfedmh.precision_verdict(vfedmh.precision_check(groups, records([99.0, 99.2, 99.1], [99.3, 98.9, 99.1])))
+    assert inside[0] == "bf16" and "mean 99.10 %" in inside[1] and "inside" in inside[1]
+    outside = vfedmh.precision_verdict(vfedmh.precision_check(groups, records([99.0, 99.2, 99.1], [98.9, 98.8, 99.0])))
+    assert outside[0] == "fp32" and "outside the fp32 seeds' range 99.00-99.20 %" in outside[1]

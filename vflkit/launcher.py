@@ -271,10 +271,17 @@ class GpuRun:
         return self.cpu_cost_s is not None
 
     @property
+    def precision_check(self) -> bool:
+        """A run of another precision than the default (a study's bf16 check, e.g.
+        :data:`vflkit.studies.vfedmh.PRECISION_CHECK`): no study trains one otherwise."""
+        return self.config.get("precision", "fp32") != "fp32"
+
+    @property
     def leads(self) -> bool:
         """Planned before every other run (:func:`value_order`): a slow CPU run that decides an
-        open clause."""
-        return self.slow_cpu and self.open_clauses > 0
+        open clause, or a precision check (issue 40: the first window decides whether bf16
+        becomes the default of every later one)."""
+        return (self.slow_cpu and self.open_clauses > 0) or self.precision_check
 
     def payload(self, profile: str, results: str) -> dict[str, Any]:
         """What :func:`vflkit.study.compute` takes (the scheduler's task payload)."""
@@ -613,7 +620,8 @@ def value_order(runs: Sequence[GpuRun], opened: Mapping[tuple[str, str], int]) -
     Slow CPU runs that decide an open clause (:attr:`GpuRun.leads`: C-VFL's defended rate, issue
     39) come before all of these, ordered among themselves by the same rule: issue 40's "When a
     GPU is available" puts the fidelity issue's C-VFL rate first, and their cells move VFedMH's
-    "VFedMH > C_VFL" and Fig. 3 clauses, which the CPU would take a day to decide.
+    "VFedMH > C_VFL" and Fig. 3 clauses, which the CPU would take a day to decide. A precision
+    check (bf16) leads too, first of all: it decides how every later run is computed.
     """
     def ranked(rs_all: Sequence[GpuRun]) -> list[GpuRun]:
         by_study: dict[str, list[GpuRun]] = {}
@@ -632,7 +640,9 @@ def value_order(runs: Sequence[GpuRun], opened: Mapping[tuple[str, str], int]) -
 
     marked = [dataclasses.replace(r, open_clauses=sum(opened.get((r.paper, a), 0) for a in r.artefacts))
               for r in runs]
-    return ranked([r for r in marked if r.leads]) + ranked([r for r in marked if not r.leads])
+    checks = [r for r in marked if r.precision_check]
+    leading = [r for r in marked if r.leads and not r.precision_check]
+    return ranked(checks) + ranked(leading) + ranked([r for r in marked if not r.leads])
 
 
 # --------------------------------------------------------------------------- packs

@@ -898,12 +898,14 @@ def measured_gpu_rates() -> list[str]:
                          "vmapped step, and the TFLOP/s of all its runs: " + ", ".join(
                              f"{r['method']} {r['model']} {r['graphs_samples_per_s'] / r['vmap_samples_per_s']:.1f}x "
                              f"({tflops(r)} TFLOP/s)" for r in graphed) + ".")
-    from .studies import multi_vfl
+    from .studies import multi_vfl, vfedmh
 
     mins = [m for c in multi_vfl.configs("paper") if (m := costs.multi_vfl_minutes(c)) is not None]
     if mins:
         lines.append(f"- Multi-VFL: one paper run's rounds on the H200 price each of its runs at about "
                      f"{statistics.median(mins):.0f} H100-minutes alone (`vflkit.costs.multi_vfl_minutes`).")
+    lines.append(f"- {vfedmh.precision_verdict(vfedmh.precision_so_far())[1]} (`vfedmh.precision_so_far`; the "
+                 "launcher plans these runs first).")
     return lines
 
 
