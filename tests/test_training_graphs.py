@@ -33,7 +33,7 @@ GRAPHED = {
 
 
 def _taped(configs: list[Any], monkeypatch: pytest.MonkeyPatch, *, device: str = "cpu",
-           backend: str = "tape") -> tuple[list[dict[str, Any]], dict[str, int]]:
+           backend: str = "tape", stacking: str = "vmap") -> tuple[list[dict[str, Any]], dict[str, int]]:
     """``configs`` trained as a pack on ``backend``, captured after one eager step per batch
     shape (so a test's few steps include replays); the results and the graphed step's counts."""
     monkeypatch.setattr(graphs, "WARMUP_STEPS", 1)
@@ -45,7 +45,7 @@ def _taped(configs: list[Any], monkeypatch: pytest.MonkeyPatch, *, device: str =
         built.append(self)
 
     monkeypatch.setattr(packed.Pack, "capture", keep)
-    got = packed.train_pack(configs, device=device, stacking="vmap", graphs=backend)
+    got = packed.train_pack(configs, device=device, stacking=stacking, graphs=backend)
     return got, built[0].graphed.counts
 
 
@@ -80,6 +80,27 @@ def test_cuda_graphs_equal_eager_on_a_gpu(float64, monkeypatch, case):
     for g, w in zip(got, eager):
         assert g["execution"] == {**w["execution"], "graphs": "cuda"}
         _assert_same_run(g, w)
+    assert counts["replayed"] >= 1, counts
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: CUDA graphs themselves")
+@pytest.mark.parametrize("case", ["c_vfl vector", "splitnn resnet18 (BatchNorm)"])
+def test_bf16_cuda_graphs_equal_eager_on_a_gpu(monkeypatch, case):
+    """bf16 packs (slice by slice under autocast) captured in CUDA graphs train as the eager bf16
+    pack on that GPU: autocast's casts are captured with the step (its weight cache is off, so no
+    cast made at capture time is reused); ledgers exactly, numbers to BF16_REL."""
+    from test_training_packed import BF16_REL, _strip
+
+    method, models, changes = GRAPHED[case]
+    configs = _configs(method, models, precision="bf16", **changes)
+    eager = packed.train_pack(configs, device="cuda")
+    got, counts = _taped(configs, monkeypatch, device="cuda", backend="cuda", stacking="auto")
+    for g, w in zip(got, eager):
+        assert g["execution"] == {**w["execution"], "graphs": "cuda"} and g["comm"] == w["comm"]
+        rows = list(zip(_strip(g["history"]), _strip(w["history"])))
+        assert len(rows) == len(w["history"])
+        assert all(gr[k] == (pytest.approx(wr[k], rel=BF16_REL) if isinstance(wr[k], float) else wr[k])
+                   for gr, wr in rows for k in wr)
     assert counts["replayed"] >= 1, counts
 
 
