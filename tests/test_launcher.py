@@ -731,3 +731,7 @@ def test_the_bf16_check_is_planned_first(tmp_path):
     order = L.value_order(runs, {("vfedmh", "Table II"): 2, ("vfedmh", "Fig. 3"): 1})
     assert {r.key for r in order[:3]} == {r.key for r in checks}
     assert all(r.slow_cpu for r in order[3:3 + len(runs) - len(gpu) - len(checks)])
+    # priced by the cost model, all of it fits the first lent window (the check's rule)
+    priced, _ = L.cost_runs([r for r in pending if r.precision_check], "h200")
+    p = L.plan(L.DEFAULT_DEADLINE_S, "h200", runs=priced, opened={}, tree=30 * MIB, workers=L.DEFAULT_WORKERS)
+    assert not p.not_fitting and len(p.windows) == 1
