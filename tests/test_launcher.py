@@ -654,6 +654,12 @@ def test_a_stand_in_trains_on_the_data_its_window_carries():
     got = L.stand_in_run(run)
     assert got["profile"] == "smoke" and got["config"]["dataset"] == "fashion_mnist"
     assert run_class("split").from_dict(got["config"]).key == got["key"] != task.key
+    assert got["config"].get("precision", "fp32") == "fp32"
+    # the bf16 check's stand-in trains bf16 (the rehearsal runs its precision's code)
+    check = run_class("split").from_dict(task.payload["config"]).replace(precision="bf16")
+    got = L.stand_in_run({**run, "key": check.key, "config": check.to_dict()})
+    assert got["config"]["precision"] == "bf16" and got["config"]["dataset"] == "fashion_mnist"
+    assert run_class("split").from_dict(got["config"]).key == got["key"]
 
 
 def test_tree_bytes_counts_whole_blocks(tmp_path):

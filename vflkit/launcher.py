@@ -1295,16 +1295,19 @@ def stand_in_run(run: Mapping[str, Any]) -> dict[str, Any]:
     """The rehearsal's stand-in for a planned run: its study's first smoke-profile run on the
     planned run's dataset (same family, trainer, data and record path, seconds on a CPU): the
     smoke profile's own run on it, else its first run moved onto it, since a window carries only
-    its planned runs' data (a FashionMNIST window has no MNIST for a smoke run on MNIST)."""
+    its planned runs' data (a FashionMNIST window has no MNIST for a smoke run on MNIST). A
+    planned run of another precision (a bf16 check) keeps it, so that the rehearsal trains bf16."""
     from .study import run_class, study_tasks
 
     tasks = study_tasks(run["paper"], "smoke")
     dataset = run.get("config", {}).get("dataset")
     task = next((t for t in tasks if t.payload["config"].get("dataset") == dataset), tasks[0])
     config = dict(task.payload["config"])
-    if dataset and config.get("dataset") != dataset:
+    kept = {k: v for k, v in run.get("config", {}).items() if k == "precision" and v != "fp32"}
+    if (dataset and config.get("dataset") != dataset) or kept:
         try:
-            moved = run_class(task.payload["family"]).from_dict({**config, "dataset": dataset})
+            moved = run_class(task.payload["family"]).from_dict({**config, "dataset": dataset or config["dataset"],
+                                                                 **kept})
         except Exception:  # noqa: BLE001 (a run class that refuses the dataset: the smoke run as it is)
             moved = None
         if moved is not None:
