@@ -1,5 +1,5 @@
-"""Bring committed records up to date: the one envelope of :mod:`vflkit.records` (issue 10), and
-rounds counted as protocol phases (issue 13).
+"""Bring committed records up to date: the one envelope of :mod:`vflkit.records` (issue 10),
+rounds counted as protocol phases (issue 13), and a compact encoding (issue 40).
 
 ``python scripts/migrate_records.py [RESULTS]`` (default: the project's ``results/``) rewrites
 every ``<profile>/<paper>/<key>.json`` so that it has the envelope every family now writes:
@@ -36,6 +36,12 @@ already the same under both counts):
 - APC-VFL: one-shot messages, aligned SplitNN and FedSVD count the same under both rules.
 
 A record whose figures do not have the shape these rules assume is reported and left as it is.
+
+Third (issue 40: every byte of the committed tree travels to a lent GPU beside the data, 64 MiB
+in all), the encoding: ``comm.per_link`` as columns and rows (``{"columns", "data"}``, what the
+split trainer now writes; a dict per row was most of a record's bytes), and the whole record as
+compact JSON (the record store's format now; indentation was a third of the bytes). The values
+are the same: the rows keep their order and numbers, in the ledger's column order.
 """
 
 from __future__ import annotations
@@ -48,8 +54,10 @@ from typing import Any
 
 from vflkit.comm import ROUNDS_COUNTED_AS
 from vflkit.config import project_root
+from vflkit.files import dumps
 from vflkit.methods import RunConfig
 from vflkit.methods.multi_vfl import MultiVFLConfig
+from vflkit.network import link_rows
 from vflkit.records import ENVELOPE, write_json_atomic
 from vflkit.training.one_shot import OneShotRun
 from vflkit.training.tiles import TilesRun
@@ -163,6 +171,29 @@ def count_rounds_as_phases(record: dict[str, Any], *, paper: str) -> dict[str, A
     return out
 
 
+#: ``comm.per_link``'s columns, in the order :meth:`vflkit.comm.Ledger.per_link` writes them.
+LINK_COLUMNS = ("epoch", "round", "kind", "sender", "receiver", "messages", "bytes", "steps")
+
+
+def links_as_columns(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` with ``comm.per_link`` as columns and rows (a new dict; ``record`` is not
+    changed), as the split trainer writes it now; a record without per-link rows, or with them
+    so already, is returned as it is."""
+    comm = record.get("comm")
+    links = comm.get("per_link") if isinstance(comm, dict) else None
+    if not isinstance(links, list):
+        return record
+    out = copy.deepcopy(record)
+    frame = link_rows(links) if links else None
+    if frame is None:  # no traffic (Local): what an empty ledger writes
+        out["comm"]["per_link"] = {"columns": list(LINK_COLUMNS), "data": []}
+        return out
+    if sorted(frame.columns) != sorted(LINK_COLUMNS):
+        raise ValueError(f"per_link columns {sorted(frame.columns)} are not the ledger's {list(LINK_COLUMNS)}")
+    out["comm"]["per_link"] = frame[list(LINK_COLUMNS)].to_dict(orient="split", index=False)
+    return out
+
+
 def main(argv: list[str]) -> int:
     root = Path(argv[0]) if argv else project_root() / "results"
     changed = total = 0
@@ -175,8 +206,9 @@ def main(argv: list[str]) -> int:
             new = count_rounds_as_phases(new, paper=paper)
         except ValueError as exc:  # left as it is, and said
             failed.append(f"{path.relative_to(root)}: {exc}")
+        new = links_as_columns(new)
         total += 1
-        if new != record:
+        if new != record or path.read_text() != dumps(new, compact=True):
             write_json_atomic(path, new)
             changed += 1
     print(f"{changed} of {total} records rewritten under {root}")

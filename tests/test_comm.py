@@ -296,11 +296,20 @@ def test_latency_classes_and_seeded_draws():
 
 
 def test_price_record_needs_per_link_rows():
-    """A record is priced from comm.per_link; a record without it says what is missing."""
-    from vflkit.network import price_record
+    """A record is priced from comm.per_link, stored as the trainers write it (columns and rows)
+    or as older records hold it (a dict per row), alike; a record without it says what is missing."""
+    import json
 
-    rows = _star_ledger().per_link().to_dict(orient="records")
+    from vflkit.network import link_rows, price_record
+    from vflkit.training.split import comm_summary
+
+    ledger = _star_ledger()
+    rows = ledger.per_link().to_dict(orient="records")
+    stored = comm_summary(ledger)["per_link"]
+    assert set(stored) == {"columns", "data"} and link_rows(stored).equals(link_rows(rows))
+    assert len(json.dumps(stored)) < 0.5 * len(json.dumps(rows))
     assert price_record({"comm": {"per_link": rows}}, _NET) == pytest.approx(4 * 0.115)
+    assert price_record({"comm": {"per_link": stored}}, _NET) == pytest.approx(4 * 0.115)
     with pytest.raises(ConfigError, match="per_link"):
         price_record({"comm": {"per_epoch": []}}, _NET)
 

@@ -167,14 +167,14 @@ def test_split_trainer_builds_criteo_parties_and_records_per_link_traffic(criteo
     """The batch-by-batch trainer runs a plain baseline (no mixin) on Criteo: base.party_model
     passes the parties' model options; the result keeps per-link rows whose bytes add up to the
     run's total and that price the run under a network."""
-    from vflkit.network import Link, NetworkModel, price_record
+    from vflkit.network import Link, NetworkModel, link_rows, price_record
     from vflkit.training import split
 
     config = _config("splitnn", ("deepfm", "wide_deep", "cnn_tabular", "deepfm"), epochs=2, optimizers="adam")
     out = split.train(config, device=torch.device("cpu"), progress=False)
-    links = out["comm"]["per_link"]
-    assert {r["epoch"] for r in links} == {1, 2}
-    assert sum(r["bytes"] for r in links) == out["comm"]["total"]["bytes"]
+    links = link_rows(out["comm"]["per_link"])
+    assert set(links["epoch"]) == {1, 2}
+    assert links["bytes"].sum() == out["comm"]["total"]["bytes"]
     slow, fast = (price_record(out, NetworkModel(Link(bandwidth_mbps=bw, latency_ms=10))) for bw in (1, 100))
     assert slow > fast > 0
     assert 0.0 <= out["final"]["active"]["test_auc"] <= 1.0

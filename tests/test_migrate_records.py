@@ -128,3 +128,38 @@ def test_records_already_counted_as_phases_are_left_alone():
                     "eval_total": {}, "setup_total": {}}}
     with pytest.raises(ValueError, match="whole number"):
         migrate_records.count_rounds_as_phases(odd, paper="vfedmh")
+
+
+def test_per_link_rows_become_columns_and_records_compact(tmp_path, capsys):
+    """Third step: a record's comm.per_link as a dict per row becomes columns and rows that read
+    back as the same frame (the ledger's column order), a Local run's empty rows what an empty
+    ledger writes; the files are rewritten compact, and a second pass rewrites nothing."""
+    import json
+
+    from vflkit.network import link_rows
+    from vflkit.training.split import comm_summary
+
+    ledger = Ledger()
+    for step in range(3):
+        ledger.add("passive_1", "active", "embedding", 512, 1, step, "train")
+        ledger.add("active", "passive_1", "gradient", 512, 1, step, "train")
+    rows = ledger.per_link().to_dict(orient="records")
+    folder = tmp_path / "smoke" / "demo"
+    folder.mkdir(parents=True)
+    written = {}
+    for method, links in (("splitnn", rows), ("local", [])):
+        config = RunConfig(paper="demo", dataset="mnist", method=method, models=("mlp",) * 2, n_parties=2)
+        record = {"key": config.key, "profile": "smoke", "config": config.to_dict(), "environment": {},
+                  "finished": None, "wall_time_s": 1.0, "peak_memory_mb": None, "peak_memory_kind": None,
+                  "diverged": None, "comm": {"rounds_counted_as": ROUNDS_COUNTED_AS, "per_link": links}}
+        (folder / f"{config.key}.json").write_text(json.dumps(record, indent=1, sort_keys=True))
+        written[method] = folder / f"{config.key}.json"
+    assert migrate_records.main([str(tmp_path)]) == 0
+    assert "2 of 2 records rewritten" in capsys.readouterr().out
+    split_rec = json.loads(written["splitnn"].read_text())
+    assert "\n" not in written["splitnn"].read_text()
+    assert split_rec["comm"]["per_link"] == comm_summary(ledger)["per_link"]  # what the trainer writes
+    assert link_rows(split_rec["comm"]["per_link"]).equals(link_rows(rows))
+    assert json.loads(written["local"].read_text())["comm"]["per_link"] == comm_summary(Ledger())["per_link"]
+    assert migrate_records.main([str(tmp_path)]) == 0
+    assert "0 of 2 records rewritten" in capsys.readouterr().out

@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import ConfigError
+from .network import link_rows
 
 #: Methods whose "embedding" messages are blinded int64 ring elements when blinding is on.
 BLINDED_METHODS: tuple[str, ...] = ("vfedmh", "homo_vfedmh", "easter")
@@ -95,8 +96,8 @@ def _per_epoch_bytes(record: Mapping[str, Any], factors: Mapping[str, float]) ->
     when every epoch runs the same steps (all batch-by-batch protocols here).
     """
     comm = record.get("comm", {})
-    if comm.get("per_link"):
-        links = pd.DataFrame(comm["per_link"])
+    links = link_rows(comm["per_link"]) if comm.get("per_link") else pd.DataFrame()
+    if not links.empty:
         links["f32"] = links["bytes"] * links["kind"].map(lambda k: factors.get(k, 1.0))
         g = links.groupby("epoch")
         return pd.DataFrame({"bytes": g["bytes"].sum(), "bytes_float32": g["f32"].sum()}).reset_index()

@@ -1600,7 +1600,7 @@ def receive(files_at: Path, results: Path) -> tuple[list[str], list[str]]:
                 tmp.parent.rmdir()
             if not has_record(run, profile, [results]):
                 dest.parent.mkdir(parents=True, exist_ok=True)
-                write_json(dest, rec)
+                write_json(dest, rec, compact=True)  # as the record store writes it
             taken.append(rec["key"])
     return taken, refused
 

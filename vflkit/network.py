@@ -160,8 +160,17 @@ def device_network(devices: dict[str, Device], *, default: Link | None = None) -
     return NetworkModel(default=default or Link(), parties={n: d.link for n, d in devices.items()})
 
 
-def _link_rows(links: Any) -> pd.DataFrame:
-    df = links if isinstance(links, pd.DataFrame) else pd.DataFrame(list(links))
+def link_rows(links: Any) -> pd.DataFrame:
+    """Per-link traffic as a frame: :meth:`vflkit.comm.Ledger.per_link`'s frame, or a record's
+    ``comm["per_link"]`` as stored: its columns and rows (``{"columns": [...], "data": [[...]]}``,
+    pandas' split orient, which the split trainer writes: a third of the bytes of a dict per
+    row), or a list of row dicts (records written before). The one reader of that field."""
+    if isinstance(links, pd.DataFrame):
+        df = links
+    elif isinstance(links, dict) and "columns" in links:
+        df = pd.DataFrame(links.get("data", []), columns=links["columns"])
+    else:
+        df = pd.DataFrame(list(links))
     need = {"epoch", "kind", "sender", "receiver", "messages", "bytes", "steps"}
     missing = sorted(need - set(df.columns))
     if missing:
@@ -209,7 +218,7 @@ def price_links(
     transmission time is linear in bytes) and links of a round share their steps.
     """
     check_topology(topology)
-    df = _link_rows(links)
+    df = link_rows(links)
     if until_epoch is not None:
         df = df[df["epoch"] <= until_epoch]
     if df.empty:
@@ -286,7 +295,7 @@ def training_time(
     communication (:func:`price_links` under :func:`device_network`), in seconds.
 
     ``links`` are per-link rows; epochs are counted from them (or ``until_epoch``)."""
-    df = _link_rows(links)
+    df = link_rows(links)
     epochs = int(df["epoch"].max()) if until_epoch is None and not df.empty else int(until_epoch or 0)
     comm = price_links(df, device_network(devices, default=default), topology=topology,
                        until_epoch=until_epoch, **price_options)

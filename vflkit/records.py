@@ -350,7 +350,7 @@ def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     that publishes it: a reader never sees half a record, even after a crash."""
     from .files import write_json
 
-    write_json(path, data)
+    write_json(path, data, compact=True)
 
 
 def json_default(obj: Any) -> Any:
@@ -447,7 +447,7 @@ def _write_record(path: Path, record: dict[str, Any], run: Run, profile: str) ->
     """Write a finished run's record; if that fails (a full disk, a folder gone read-only while
     it trained), keep the trained result: write it under the temporary folder instead and
     raise a :class:`~vflkit.errors.RecordWriteError` that carries it and says where it is."""
-    text = json.dumps(record, indent=1, sort_keys=True)
+    text = _files.dumps(record, compact=True)
     try:
         # the space the record takes, and a margin for the file system's own blocks
         _files.check_free_space(path.parent, len(text.encode()) + 2**20, f"the record of run {run.key}")
@@ -459,7 +459,7 @@ def _write_record(path: Path, record: dict[str, Any], run: Run, profile: str) ->
     fallback = Path(tempfile.gettempdir()) / "vflkit-unsaved" / profile / run.paper / path.name
     try:
         fallback.parent.mkdir(parents=True, exist_ok=True)
-        _files.write_json(fallback, record)
+        _files.write_json(fallback, record, compact=True)
     except OSError as exc:
         raise RecordWriteError(
             f"the run {run.key} finished but its record could not be written to {path} ({reason}), nor to "

@@ -570,7 +570,7 @@ def implied_convergence(t5: pd.DataFrame, other: str = "PyVertical") -> pd.DataF
 def _links(record: dict[str, Any]) -> pd.DataFrame:
     """A record's per-link rows, with C-VFL's downlink bundle (embeddings of the others, the top
     model and the labels, sent together) as one round."""
-    df = pd.DataFrame(record["comm"]["per_link"])
+    df = network.link_rows(record["comm"]["per_link"])
     if record["config"]["method"] == "c_vfl":
         df = df.assign(kind=np.where(df["sender"] == "active", "downlink", df["kind"]))
     return df
@@ -692,7 +692,7 @@ def table7(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]
                 continue
             metric = metric_of(c.dataset)
             e_star = analysis.convergence_epoch(r["history"], metric=metric)
-            links = pd.DataFrame(r["comm"]["per_link"])
+            links = network.link_rows(r["comm"]["per_link"])
             steps = int(links[links["epoch"] == 1]["steps"].max())
             elapsed = max(h["elapsed_s"] for h in r["history"] if h["epoch"] == e_star)
             step_s = elapsed / (steps * e_star)
