@@ -41,7 +41,8 @@ Third (issue 40: every byte of the committed tree travels to a lent GPU beside t
 in all), the encoding: ``comm.per_link`` as columns and rows (``{"columns", "data"}``, what the
 split trainer now writes; a dict per row was most of a record's bytes), and the whole record as
 compact JSON (the record store's format now; indentation was a third of the bytes). The values
-are the same: the rows keep their order and numbers, in the ledger's column order.
+are the same: the rows keep their order and numbers, in the ledger's column order (a record
+from before the ledger's ``round`` column keeps the columns it has).
 """
 
 from __future__ import annotations
@@ -188,9 +189,10 @@ def links_as_columns(record: dict[str, Any]) -> dict[str, Any]:
     if frame is None:  # no traffic (Local): what an empty ledger writes
         out["comm"]["per_link"] = {"columns": list(LINK_COLUMNS), "data": []}
         return out
-    if sorted(frame.columns) != sorted(LINK_COLUMNS):
+    if set(frame.columns) - set(LINK_COLUMNS):  # records before "round" have one column fewer
         raise ValueError(f"per_link columns {sorted(frame.columns)} are not the ledger's {list(LINK_COLUMNS)}")
-    out["comm"]["per_link"] = frame[list(LINK_COLUMNS)].to_dict(orient="split", index=False)
+    out["comm"]["per_link"] = frame[[c for c in LINK_COLUMNS if c in frame.columns]].to_dict(orient="split",
+                                                                                          index=False)
     return out
 
 
