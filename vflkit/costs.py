@@ -383,7 +383,10 @@ def count_step_ops(run: Any, batch: int = OP_COUNT_BATCH, *, pack: int | None = 
     (2026-11-26) each of the five benchmarked settings took 16-21 us per dispatched operation
     (C-VFL with 4 MLPs: 3,514 a step, 69 ms), and on the H100 calibration (2026-11-22) all
     twelve single-architecture Table II settings 20-31 us, while their FLOP/s spread 5-24 TFLOP/s.
+    A run of ``precision="bf16"`` is counted under its autocast, casts included.
     """
+    from .training.split import precision_context
+
     if pack is None:
         method = _random_run(run, batch)
         step, ids = method.train_step, torch.arange(4 * batch)
@@ -393,7 +396,7 @@ def count_step_ops(run: Any, batch: int = OP_COUNT_BATCH, *, pack: int | None = 
         packed = Pack([_random_run(run.replace(seed=k), batch) for k in range(pack)], stacking="vmap",
                       group_parties=group_parties)
         step, ids = packed.train_step, torch.arange(4 * batch).expand(pack, -1)
-    with torch.random.fork_rng():
+    with torch.random.fork_rng(), precision_context(run, torch.device("cpu")):
         torch.manual_seed(0)
         step(ids[..., :batch])
         return _count_ops(lambda: step(ids[..., batch:2 * batch]))
@@ -404,7 +407,7 @@ def _random_run(run: Any, batch: int) -> Any:
     parties on the CPU): what :func:`count_step_ops` counts."""
     from .comm import Channel, Party
     from .methods import get_method
-    from .training.split import image_partition
+    from .training.split import image_partition, use_precision
 
     shape, n_classes, _ = IMAGE_DATASETS[run.dataset]
     small = run.replace(batch_size=batch)
@@ -420,6 +423,7 @@ def _random_run(run: Any, batch: int) -> Any:
                for k, piece in enumerate(image_partition(small, shape).split(x))]
     torch.manual_seed(small.seed)
     method = get_method(small.method)(small, parties, num_classes=n_classes)
+    use_precision(small, method)
     method.setup()
     return method
 
