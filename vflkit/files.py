@@ -42,9 +42,9 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
 
 
 def dumps(data: Any, *, compact: bool = False) -> str:
-    """``data`` as key-sorted JSON: indented, or ``compact`` (no whitespace: run records, whose
-    indentation was a third of their bytes, and every byte of the committed tree travels to a
-    lent GPU beside its data)."""
+    """``data`` as key-sorted JSON: indented, or ``compact`` (no whitespace), as run records are
+    written: every byte of the committed tree travels to a lent GPU beside its data, and
+    indentation was a third of a record's bytes."""
     if compact:
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
     return json.dumps(data, indent=1, sort_keys=True)

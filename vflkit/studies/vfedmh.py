@@ -99,9 +99,9 @@ CVFL_LR = cvfl_step_size(PAPER_LR)
 #: The bf16 check (issue 40: bf16 autocast, :attr:`RunConfig.precision`, becomes the GPU default
 #: only if its seeds land inside the fp32 seeds' spread): this Table II cell (dataset, method,
 #: architecture) trained again under bf16, every seed. Chosen before any bf16 run, by two rules:
-#: ResNet18 (the architecture of most pending GPU work, and the only one here with enough
-#: arithmetic for bf16 to matter) with its three fp32 seeds committed, and all three bf16 seeds
-#: inside one lent window with the launcher's margins: Local's took 95-97 s each on the H200.
+#: a ResNet cell with its three fp32 seeds committed (the small networks are launch-bound on a
+#: GPU, so bf16 cannot speed them: the ResNets are where it could be adopted), and all three bf16
+#: seeds inside one lent window with the launcher's margins: Local's took 95-97 s each on the H200.
 #: The narrower cell, PyVertical on MNIST (fp32 seeds 99.07-99.17 %), takes about 7 minutes a
 #: seed there and fits no window. So this check sees only a loss of accuracy beyond the fp32
 #: seeds' own spread (72.86-76.59 %, one image strip of four): a gross failure, not a fine one.

@@ -208,7 +208,7 @@ def comm_summary(ledger: Ledger) -> dict[str, Any]:
             "per_kind": ledger.per_kind().reset_index().to_dict(orient="records"),
             # traffic per (epoch, kind, sender, receiver): prices the run under any network
             # afterwards (network.price_record; EASTER Figs 4-5, Table VII) without retraining.
-            # Columns and rows (read by network.link_rows): most of a record's bytes as dicts
+            # As columns and rows (network.link_rows reads them): a dict per row was most of a record
             "per_link": ledger.per_link().to_dict(orient="split", index=False),
             "eval_total": ledger.totals(phase="eval"), "setup_total": ledger.totals(phase="setup")}
 
