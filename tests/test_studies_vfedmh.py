@@ -469,12 +469,13 @@ def test_the_bf16_check_is_its_table_ii_cell_again_under_bf16_and_decides_by_the
 
     def records(fp32_acc, bf16_acc):
         return [{"key": c.replace(precision=p).key, "final": {"active": {"test_accuracy": a / 100}},
-                 "environment": {"device_name": "GPU"}}
+                 "environment": {"device_name": "GPU"}, "wall_time_s": 90.0 if p == "bf16" else 95.0}
                 for c, f, b in zip(groups["precision"], fp32_acc, bf16_acc) for p, a in (("fp32", f), ("bf16", b))
                 if a is not None]
 
     table = vfedmh.precision_check(groups, records([99.0, 99.2, 99.1], [99.1, None, 99.0]))
     assert table["bf16 accuracy (%)"].isna().tolist() == [False, True, False]
+    assert table["fp32 wall (s)"].tolist() == [95.0] * 3 and table["bf16 wall (s)"].isna().tolist() == [False, True, False]
     status, words = vfedmh.precision_verdict(table)
     assert status is None and "2 of 3 bf16 and 3 of 3 fp32 seeds" in words
     inside = vfedmh.precision_verdict(vfedmh.precision_check(groups, records([99.0, 99.2, 99.1], [99.3, 98.9, 99.1])))

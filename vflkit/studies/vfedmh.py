@@ -464,8 +464,9 @@ def embedding_gradient(groups: dict[str, list[RunConfig]], records: Sequence[dic
 
 def precision_check(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """The bf16 check (:data:`PRECISION_CHECK`): per seed, the cell's final test accuracy (%) in
-    fp32 (the committed Table II run: TF32 convolutions on a GPU) and under bf16 autocast, and
-    the device each was trained on; NaN where a run is not recorded yet."""
+    fp32 (the committed Table II run: TF32 convolutions on a GPU) and under bf16 autocast, the
+    device each was trained on and its wall time (s: a speed hint only, as other runs may have
+    shared the GPU); NaN where a run is not recorded yet."""
     rec = _by_key(records)
     rows = []
     for c in groups["precision"]:
@@ -474,8 +475,10 @@ def precision_check(groups: dict[str, list[RunConfig]], records: Sequence[dict[s
             r = rec.get(key)
             row[f"{name} accuracy (%)"] = 100 * r["final"]["active"]["test_accuracy"] if r else float("nan")
             row[f"{name} device"] = (r.get("environment") or {}).get("device_name") if r else None
+            row[f"{name} wall (s)"] = r["wall_time_s"] if r else float("nan")
         rows.append(row)
-    return pd.DataFrame(rows, columns=["seed", "fp32 accuracy (%)", "bf16 accuracy (%)", "fp32 device", "bf16 device"])
+    return pd.DataFrame(rows, columns=["seed", "fp32 accuracy (%)", "bf16 accuracy (%)", "fp32 device", "bf16 device",
+                                       "fp32 wall (s)", "bf16 wall (s)"])
 
 
 def precision_so_far() -> pd.DataFrame:
