@@ -1303,7 +1303,8 @@ def stand_in_run(run: Mapping[str, Any]) -> dict[str, Any]:
     dataset = run.get("config", {}).get("dataset")
     task = next((t for t in tasks if t.payload["config"].get("dataset") == dataset), tasks[0])
     config = dict(task.payload["config"])
-    kept = {k: v for k, v in run.get("config", {}).items() if k == "precision" and v != "fp32"}
+    precision = run.get("config", {}).get("precision", "fp32")
+    kept = {"precision": precision} if precision != "fp32" else {}
     if (dataset and config.get("dataset") != dataset) or kept:
         try:
             moved = run_class(task.payload["family"]).from_dict({**config, "dataset": dataset or config["dataset"],
@@ -1562,8 +1563,7 @@ def receive(files_at: Path, results: Path) -> tuple[list[str], list[str]]:
     ``results``: each checked as the record store checks it (its key, profile and config, through
     its family's run class) and written atomically; one that is not whole is refused. Returns the
     keys taken and the names refused."""
-    from .files import write_json
-    from .records import BadRecord, _read_record, check_record, record_path
+    from .records import BadRecord, _read_record, check_record, record_path, write_json_atomic
     from . import studies
 
     taken, refused = [], []
@@ -1600,7 +1600,7 @@ def receive(files_at: Path, results: Path) -> tuple[list[str], list[str]]:
                 tmp.parent.rmdir()
             if not has_record(run, profile, [results]):
                 dest.parent.mkdir(parents=True, exist_ok=True)
-                write_json(dest, rec, compact=True)  # as the record store writes it
+                write_json_atomic(dest, rec)  # the record store's own writer
             taken.append(rec["key"])
     return taken, refused
 
