@@ -297,11 +297,11 @@ def test_profiles_make_the_runs_of_figs_2_and_3():
 
 
 def test_quick_is_the_paper_protocol_with_fewer_samples_rounds_and_test_images():
-    """quick differs from paper only in samples per owner, rounds and test images: full local
-    epochs at the paper's lr, batch and server optimizers, and at least 3 seeds."""
+    """quick differs from paper only in samples per owner, rounds, test images and how often it
+    evaluates: full local epochs at the paper's lr, batch and server optimizers, and at least 3 seeds."""
     quick, paper = study.configs("quick"), study.configs("paper")
     assert len({c.seed for c in quick}) >= 3
-    reduced = {"samples_per_owner", "rounds", "n_test"}
+    reduced = {"samples_per_owner", "rounds", "n_test", "eval_every"}
     for q, p in zip(quick, paper):
         qd, pd_ = q.to_dict(), p.to_dict()
         assert {k for k in qd if qd[k] != pd_[k]} <= reduced
@@ -385,7 +385,7 @@ def test_constant_update_steps_follow_the_printed_rule():
 
 def _fake_record(dataset, scenario, optimizer, seed, accuracies, *, step_ratio=1.0):
     """A record as the trainer writes it, reduced to what the study reads."""
-    # the run of the profile with these rounds (quick: 8, paper: 500), so that its key is the study's
+    # the run of the profile with these rounds (quick: study.QUICK_ROUNDS, paper: 500), so that its key is the study's
     profile = "quick" if len(accuracies) == study.QUICK_ROUNDS else "paper"
     run = next(c for c in study.configs(profile)
                if (c.dataset, c.scenario, c.server_optimizer, c.seed) == (dataset, scenario, optimizer, seed))
@@ -426,7 +426,7 @@ def _verdicts(recs, rounds):
 def test_claims_judge_orderings_and_leave_500_round_clauses_untestable_in_short_runs():
     """Short runs: Fig. 2's falls and Fig. 3's gains are judged over seeds; the clauses that
     need 500 rounds (convergence, the 2-3 points) are not testable, saying so."""
-    status, table = _verdicts(_fake_study(8), 8)
+    status, table = _verdicts(_fake_study(study.QUICK_ROUNDS), study.QUICK_ROUNDS)
     assert len(table) == len(study.CLAIMS) == 13
     for clause, st in status.items():
         if "converge even" in clause or "fails to converge" in clause or "2-3 points" in clause:
@@ -437,7 +437,7 @@ def test_claims_judge_orderings_and_leave_500_round_clauses_untestable_in_short_
         else:
             assert st == "agree", clause
     # FedAvg better than the adaptive optimizers: every Fig. 3 ordering disagrees
-    status, _ = _verdicts(_fake_study(8, adaptive_gain=-5.0), 8)
+    status, _ = _verdicts(_fake_study(study.QUICK_ROUNDS, adaptive_gain=-5.0), study.QUICK_ROUNDS)
     assert status["in 4niid, FedAdam reaches a higher accuracy than FedAvg"] == "disagree"
     assert status["in 4niid, FedDemonAdam converges faster than FedAvg"] == "disagree"
 

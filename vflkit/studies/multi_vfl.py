@@ -39,52 +39,48 @@ PAPER = "multi_vfl"
 #: R of Sec. 4 ("all the experiments are run for 500 epochs", one local epoch per round).
 PAPER_ROUNDS = 500
 
-#: The quick profile's reduction, chosen from measured rounds (:data:`ROUND_CPU_SECONDS`) to fit
-#: its 42 runs into about ten minutes on 2 workers of this project's 2-core CPU: one round costs
-#: about 0.25 CPU s per batch of 64 and 2 ms per test image, so the paper's 79 batches per label
-#: owner and round (a 5000-sample epoch) would allow not even one round per run. Each label owner
-#: holds ``QUICK_SAMPLES`` samples instead (its local epoch: 2 batches of 64) and the run lasts
-#: ``QUICK_ROUNDS`` rounds, evaluated every round on ``QUICK_TEST`` test images. We spend the
-#: budget on rounds rather than on local batches because the server optimizers' behaviour (bias
-#: correction, Demon's schedule) unfolds over rounds, and at the paper's lr of 1e-3 a few more
-#: local steps add little client drift.
-#:
-#: **The quick profile does not learn**, and no faithful reduction inside the 2-core budget makes
-#: it: at the paper's plain SGD with lr 1e-3, FedAvg needs about 400-500 local steps per label
-#: owner before 1niid MNIST passes 60 % (measured 2026-11-25, seed 0, 500 test images: 20.0 %
-#: after 128 steps, 36.6 after 256, 56.8 after 384, 69.0 after 512; 4niid MNIST 51.0 after 128),
-#: while this profile gives 16 (2 batches x 8 rounds). A profile that learns would cost about
-#: 400 CPU-s a run, 4.7 CPU-hours for its 42 runs, against the 11 minutes here. So it stays a
-#: check that the pipeline runs: its models end near chance, and `vflkit.claims` reads every
-#: ordering *not testable (did not learn)*; the paper profile (500 rounds, a GPU) decides.
-#: The round is the models' own compute: vflkit's parties, channel and ledger take ~2 % of a
-#: split step, and evaluation in chunks (``EVAL_CHUNK``, since 2026-11-26) costs ~1 ms per test
-#: image, not 2 (`python -m vflkit.bench --multi-vfl` prints a round's parts).
-QUICK_SAMPLES = 128
-QUICK_ROUNDS = 8
+#: The quick profile's reduction: enough local steps for FedAvg to leave chance, at the fewest
+#: CPU seconds. At the paper's plain SGD with lr 1e-3, FedAvg needs about 400 local steps per
+#: label owner before 1niid MNIST is well clear of chance (measured 2026-11-25, seed 0, 500 test
+#: images, 2 batches a round: 20.0 % after 128 steps, 36.6 after 256, 56.8 after 384, 69.0 after
+#: 512); until 2026-11-27 the profile gave 16 (2 batches x 8 rounds) and every run ended
+#: near chance, deciding no claim. It now gives 400: each label owner holds ``QUICK_SAMPLES``
+#: samples (its local epoch: 4 batches of 64, one full pass as in Algorithm 1) for
+#: ``QUICK_ROUNDS`` rounds. The budget goes to rounds more than to local batches because the
+#: server optimizers' behaviour (bias correction, Demon's schedule) unfolds over rounds; 256
+#: samples rather than 128 give a non-IID owner's two labels about 128 images each. Test
+#: accuracy is taken every ``QUICK_EVAL_EVERY`` rounds on ``QUICK_TEST`` test images (evaluation
+#: does not change training; 20 points a curve). Cost: a split step is 85 ms of one core
+#: (`python -m vflkit.bench --multi-vfl`), so a run is 100 x 20 steps, about 3 CPU-minutes, and
+#: the 42 runs about an hour on 2 workers; at the paper's 79 batches a round not even one round
+#: of a run would fit in that. The 500-round clauses stay with the paper profile (a GPU).
+QUICK_SAMPLES = 256
+QUICK_ROUNDS = 100
+QUICK_EVAL_EVERY = 5
 QUICK_TEST = 500
 
 #: Measured on this project's 2-core CPU with :func:`round_seconds` (its ``cpu_s``: one torch
-#: thread, as a scheduler worker runs): CPU seconds per round of one run, training and evaluation
-#: together. ``paper``: one round of the paper profile (5 x 79 batches of 64, evaluation on
-#: 10,000 test images); ``quick``: one round of the quick profile (5 x 2 batches, 500 test images).
-#: Measured on 2026-11-23 (AMD EPYC, torch 2.14 CPU) while the machine ran other work: the wall
-#: clock said 1498 s and 13.5 s, the CPU time below is what a core of its own takes. So the quick
-#: profile's 42 runs x 8 rounds need about 42 * 8 * 3.8 / 2 s = 11 minutes on 2 workers.
-ROUND_CPU_SECONDS: dict[str, float] = {"paper": 127.4, "quick": 3.8}
+#: thread, as a scheduler worker runs): CPU seconds per round of one run, training and one
+#: evaluation together. ``paper``: one round of the paper profile (5 x 79 batches of 64,
+#: evaluation on 10,000 test images; measured 2026-11-23 while the machine ran other work: the
+#: wall clock said 1498 s); ``quick``: one round of the quick profile (5 x 4 batches, 500 test
+#: images; measured 2026-11-27, 2.14 s on MNIST 4niid FedAdam and 1.92 on FashionMNIST 1niid).
+#: The quick profile evaluates every fifth round only, so its estimate runs about 10 % high.
+ROUND_CPU_SECONDS: dict[str, float] = {"paper": 127.4, "quick": 2.0}
 
 #: Per profile; every field not named here is the paper's (``MultiVFLConfig``'s defaults: Sec. 4
 #: and Table 2: one full local epoch per label owner and round, batch 64, plain SGD at 1e-3,
 #: Table 2's server optimizers). ``paper``: 500 rounds over 5000 samples per label owner, the
-#: full test set, 3 seeds. ``quick``: the same with fewer samples, rounds and test images (above),
-#: 3 seeds; its curves are the start of the paper's, so the claims that need 500 rounds are not
-#: testable there (:data:`CLAIMS`). ``smoke`` only checks the pipeline (CI): two rounds of one
+#: full test set, 3 seeds. ``quick``: the same with fewer samples, rounds, test images and
+#: evaluations (above), 3 seeds; its curves are the start of the paper's, so the claims that need
+#: 500 rounds are not testable there (:data:`CLAIMS`). ``smoke`` only checks the pipeline (CI): two rounds of one
 #: batch of 32 per label owner.
 PROFILE_SETTINGS: dict[str, dict[str, Any]] = {
     "smoke": {"datasets": ("mnist",), "seeds": (0,), "rounds": 2, "samples_per_owner": 32, "batch_size": 32,
               "n_test": 100, "eval_every": 1},
     "quick": {"datasets": ("mnist", "fashion_mnist"), "seeds": (0, 1, 2), "rounds": QUICK_ROUNDS,
-              "samples_per_owner": QUICK_SAMPLES, "batch_size": 64, "n_test": QUICK_TEST, "eval_every": 1},
+              "samples_per_owner": QUICK_SAMPLES, "batch_size": 64, "n_test": QUICK_TEST,
+              "eval_every": QUICK_EVAL_EVERY},
     "paper": {"datasets": ("mnist", "fashion_mnist"), "seeds": (0, 1, 2), "rounds": PAPER_ROUNDS,
               "samples_per_owner": 5000, "batch_size": 64, "n_test": None, "eval_every": 1},
 }
