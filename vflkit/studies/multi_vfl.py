@@ -626,7 +626,10 @@ def _panels(df: pd.DataFrame, hue: str, order: Sequence[str], title: str, legend
                      style=hue, style_order=present, markers=True, errorbar="sd", ax=ax)
         ax.set(title=name, xlabel="global round", ylabel="test accuracy (%)", ylim=(0, 100))
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.legend(title=legend_title, loc="upper center", ncol=2)
+        if ax is not axes[0][-1]:
+            ax.get_legend().remove()
+    # one legend, beside the last panel: inside a panel it covers curves that climb past 60 %
+    sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1, 1), title=legend_title)
     fig.suptitle(title)
     fig.tight_layout()
     return fig
