@@ -396,6 +396,19 @@ def test_runs_status_counts_the_records_and_prices_what_is_pending(empty: Path) 
     assert reproduction.runs_status("adptvfedconv", "quick") == f"0 of {len(adptvfedconv.STUDY.runs('quick'))} runs recorded"
 
 
+def test_runs_status_of_a_reduced_profile_adds_up_its_records_wall_times() -> None:
+    """The quick profile's line says what its committed records' wall times add up to (what
+    recomputing it costs), from the records themselves."""
+    from vflkit import records as store
+    from vflkit.studies import multi_vfl
+
+    recs = store.load_available(multi_vfl.configs("quick"), profile="quick")
+    hours = sum(r["wall_time_s"] for r in recs) / 3600
+    assert hours > 0.1
+    assert reproduction.runs_status("multi_vfl", "quick") == (
+        f"{len(recs)} of {len(multi_vfl.configs('quick'))} runs recorded; their wall times add up to {hours:.1f} h")
+
+
 def test_readme_own_gpu_block_adds_up_the_estimator_and_names_its_evidence(monkeypatch: pytest.MonkeyPatch,
                                                                           tmp_path: Path) -> None:
     """The README's own-GPU block is generated from own_gpu_minutes (costs.price per paper): its

@@ -201,14 +201,18 @@ def _provenance(profile: str, runs: Sequence[Any], recs: Sequence[dict[str, Any]
 
 def runs_status(paper: str, profile: str = "paper", recs: _Records | None = None) -> str:
     """How far ``paper``'s study is recorded under ``profile``, from its records: "k of N runs
-    recorded", and for the paper profile what is pending (GPU or CPU, with the study's cost
-    estimate) and what cannot run here; the notebooks open with it, the report's overview and the
-    README's status table carry it."""
+    recorded"; for a reduced profile what its records' wall times add up to (what recomputing it
+    costs, one run at a time), and for the paper profile what is pending (GPU or CPU, with the
+    study's cost estimate) and what cannot run here; the notebooks open with it, the report's
+    overview and the README's status table carry it."""
     study = studies.get(paper)
     recs = recs if recs is not None else _Records()
     runs = study.runs(profile)
     have = recs.get(paper, profile)
     parts = [f"{sum(_key(c) in have for c in runs)} of {len(runs)} runs recorded"]
+    if profile != "paper" and have:
+        hours = sum(float(r.get("wall_time_s") or 0.0) for r in have.values()) / 3600
+        parts.append(f"their wall times add up to {hours:.1f} h")
     if profile == "paper":
         impossible = study.unavailable(runs)
         skip = {_key(c) for c in impossible} | set(have)
