@@ -4,8 +4,10 @@
 import json
 import math
 
+import matplotlib.pyplot as plt
 import pytest
 import torch
+from matplotlib.colors import to_hex
 
 from vflkit.comm import Channel
 from vflkit.data import ImageData
@@ -589,8 +591,6 @@ def test_a_label_owners_batches_are_its_round_order_cut_in_batches(cfg):
 def test_figures_have_one_legend_listing_every_curve_of_any_panel():
     """Figs 2-3 carry one legend, beside the last panel, listing every curve drawn in any panel
     (a panel whose runs are not all recorded yet included), in the same colour in every panel."""
-    import matplotlib.pyplot as plt
-
     recs = [r for r in _fake_study(study.QUICK_ROUNDS)
             if not (r["config"]["dataset"] == "fashion_mnist" and r["config"]["server_optimizer"] == "fedyogi")]
     fig, _ = study.figure3(recs)
@@ -600,8 +600,6 @@ def test_figures_have_one_legend_listing_every_curve_of_any_panel():
         assert [t.get_text() for t in fmnist.get_legend().get_texts()] == ["FedAvg", "FedAdam", "FedYogi", "FedDemonAdam"]
         # each optimizer keeps its colour: FedYogi's (absent from FMNIST) is on no FMNIST curve,
         # FedDemonAdam's is on a curve of both panels
-        from matplotlib.colors import to_hex
-
         legend = {t.get_text(): to_hex(h.get_color()) for t, h in
                   zip(fmnist.get_legend().get_texts(), fmnist.get_legend().legend_handles)}
         drawn = {ax: {to_hex(line.get_color()) for line in ax.get_lines() if len(line.get_xdata()) > 1}

@@ -620,14 +620,15 @@ def _panels(df: pd.DataFrame, hue: str, order: Sequence[str], title: str, legend
     fig, axes = plt.subplots(1, len(datasets), figsize=(5.2 * len(datasets), 3.8), squeeze=False, sharey=True)
     # the levels of every panel, so that a curve keeps its colour and marker across panels and
     # the one legend lists it even where a panel's runs are not all recorded yet
-    present = [o for o in order if o in set(df[hue])]
+    levels = set(df[hue])
+    present = [o for o in order if o in levels]
     for ax, name in zip(axes[0], datasets):
         # Marker and dash per curve as well as colour: curves that coincide stay visible.
         sns.lineplot(data=df[df["dataset"] == name], x="round", y="test_accuracy_pct", hue=hue, hue_order=present,
                      style=hue, style_order=present, markers=True, errorbar="sd", ax=ax)
         ax.set(title=name, xlabel="global round", ylabel="test accuracy (%)", ylim=(0, 100))
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        if ax is not axes[0][-1] and ax.get_legend() is not None:
+        if ax is not axes[0][-1]:
             ax.get_legend().remove()
     # one legend, beside the last panel: inside a panel it covers curves that climb past 60 %
     sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1, 1), title=legend_title)
