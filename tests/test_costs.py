@@ -118,15 +118,16 @@ def test_rates_come_from_the_committed_records():
 
 
 def test_every_pending_vfedmh_paper_run_has_an_estimate():
-    """--status: every pending CPU-sized VFedMH paper run has its minutes here (from its seeds or
-    its FLOPs), and every run left for a GPU its H100 minutes, launch-bound from its op count
-    (every VFedMH setting has one committed)."""
+    """--status: every pending CPU-sized VFedMH paper run has its minutes here (from its seeds,
+    its twin's, its other rates' or its FLOPs), and every run left for a GPU its H100 minutes,
+    launch-bound from its op count (every VFedMH setting has one committed)."""
     from vflkit import study
 
     table = study.status(["vfedmh"], profile="paper", device="cpu")
     pending = table[table.status == "pending"]
     here, gpu = pending[~pending.needs_gpu], pending[pending.needs_gpu]
-    assert len(here) and here.estimated_min.notna().all() and set(here.estimate) <= {"seeds", "twin seeds", "flops"}
+    assert len(here) and here.estimated_min.notna().all()
+    assert set(here.estimate) <= {"seeds", "twin seeds", "rate seeds", "flops"}
     assert gpu.h100_min.notna().all() and set(gpu.h100_estimate) == {"ops"}
     assert (here.estimated_min > 0).all() and not any(math.isnan(v) for v in gpu.h100_min)
 
@@ -439,6 +440,46 @@ def test_a_run_without_recorded_seeds_is_priced_by_its_twin_datasets_seeds(tmp_p
     record(own, 500.0)
     (est,) = study.estimate_costs([fm], "cpu")
     assert est.payload["cost_source"] == "seeds" and est.cost_s == pytest.approx(500.0)
+
+
+def test_a_run_without_recorded_seeds_is_priced_by_the_same_run_at_another_learning_rate(tmp_path, monkeypatch):
+    """C-VFL's lr 0.05 sensitivity runs have no seed of their own recorded at first: the same
+    run's seeds at the defended rate price them (a step costs the same at any rate), not their
+    FLOPs; a diverged seed (stopped early) does not count, another architecture's seeds neither,
+    and a seed at the run's own rate wins."""
+    from vflkit import records, study
+
+    monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path))
+    monkeypatch.setattr(records, "record_roots", lambda: [tmp_path])
+    tasks = [t for t in study.study_tasks("vfedmh", "paper")
+             if t.payload["config"]["method"] == "c_vfl" and t.payload["config"]["dataset"] == "cifar10"]
+    rates = {t.payload["config"]["lr"] for t in tasks}
+    assert len(rates) >= 2, rates  # the defended rate and the sensitivity row
+    target = next(t for t in tasks if t.payload["config"]["lr"] == max(rates))
+    same_run = lambda t: ({**t.payload["config"], "seed": 0, "lr": 0} ==  # noqa: E731
+                          {**target.payload["config"], "seed": 0, "lr": 0})
+    other_rate = [t for t in tasks if same_run(t) and t.payload["config"]["lr"] != max(rates)]
+    own_rate = [t for t in tasks if same_run(t) and t.payload["config"]["lr"] == max(rates) and t.key != target.key]
+    other_model = next(t for t in tasks if not same_run(t) and t.payload["config"]["lr"] != max(rates))
+    assert len(other_rate) >= 3 and own_rate
+
+    def record(task, wall, diverged=None):
+        task.path.parent.mkdir(parents=True, exist_ok=True)
+        task.path.write_text(json.dumps({"key": task.key, "profile": "paper", "config": task.payload["config"],
+                                         "environment": {"device": "cpu"}, "wall_time_s": wall, "diverged": diverged,
+                                         "finished": "2026-11-26T00:00:00+0000", "final": {}}))
+
+    record(other_model, 99.0)
+    (est,) = study.estimate_costs([target], "cpu")
+    assert est.payload["cost_source"] == "flops"
+    record(other_rate[0], 600.0)
+    record(other_rate[1], 1000.0)
+    record(other_rate[2], 30.0, diverged={"epoch": 1, "step": 3})
+    (est,) = study.estimate_costs([target], "cpu")
+    assert est.payload["cost_source"] == "rate seeds" and est.cost_s == pytest.approx(800.0)
+    record(own_rate[0], 300.0)
+    (est,) = study.estimate_costs([target], "cpu")
+    assert est.payload["cost_source"] == "seeds" and est.cost_s == pytest.approx(300.0)
 
 
 def test_a_runs_seeds_made_on_this_kind_of_cpu_price_it_before_other_machines(tmp_path, monkeypatch):

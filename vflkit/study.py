@@ -363,6 +363,21 @@ def _seedless_key(family: str, config: dict[str, Any]) -> str | None:
         return None
 
 
+#: The learning rate every run of a rate-free sibling group is keyed at (:func:`_rateless_key`).
+_RATE_PROBE = 1.0
+
+
+def _rateless_key(family: str, config: dict[str, Any]) -> str | None:
+    """A key shared by every seed and every learning rate of one run (its seedless key at
+    :data:`_RATE_PROBE`, prefixed so it never names a real run); None for a run without a scalar
+    ``lr`` (its rate may be per party, or it has none)."""
+    lr = config.get("lr")
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)):
+        return None
+    key = _seedless_key(family, {**config, "lr": _RATE_PROBE})
+    return None if key is None else f"any-rate:{key}"
+
+
 #: Datasets of one shape and size (60,000 training and 10,000 test images of 28x28x1, 10
 #: classes): a run costs the same on either, so where a run has no recorded seed its twin's
 #: seeds price it better than its FLOPs (measured: C-VFL's LeNet and CNN paper runs on
@@ -374,13 +389,16 @@ def estimate_costs(tasks: Sequence[Task], device: str) -> list[Task]:
     """``tasks`` with ``cost_s`` set for each one without a record: the median wall time of the
     recorded runs that differ from it only in the seed, made on the same kind of device (``cpu``
     or ``cuda``); where none is recorded, those that differ in the seed and the dataset's twin
-    (:data:`TWIN_DATASETS`: MNIST for FashionMNIST and back); where neither is, its training
-    FLOPs over the FLOP/s the committed records of its family measured on that kind
-    (:mod:`vflkit.costs`). ``payload["cost_source"]`` says which: "seeds", "twin seeds", "ops" (a
-    launch-bound GPU estimate) or "flops". Seeds made on this machine's kind of CPU (its name and
-    instruction set; on a GPU, the card's name) come first, the run's own and then its twin's;
-    seeds made elsewhere only where none was made here: a C-VFL LeNet run took 212 min on an AVX2
-    host under load and about 40 on an AVX-512 one, far more than the datasets differ.
+    (:data:`TWIN_DATASETS`: MNIST for FashionMNIST and back); where neither is, those of the same
+    run at another learning rate, for a run with one scalar ``lr`` (a step costs the same at any
+    rate: C-VFL's CIFAR-10 MLPs at the lr 0.05 sensitivity row took 11-14 CPU-min where their
+    FLOPs said 60); where none is, its training FLOPs over the FLOP/s the committed records of
+    its family measured on that kind (:mod:`vflkit.costs`). ``payload["cost_source"]`` says
+    which: "seeds", "twin seeds", "rate seeds", "ops" (a launch-bound GPU estimate) or "flops".
+    Seeds made on this machine's kind of CPU (its name and instruction set; on a GPU, the card's
+    name) come first, the run's own, then its twin's, then its other rates'; seeds made
+    elsewhere only where none was made here: a C-VFL LeNet run took 212 min on an AVX2 host
+    under load and about 40 on an AVX-512 one, far more than the datasets differ.
 
     The budget then starts no run that its estimate says will not fit: a one-shot run (APC-VFL)
     cannot pause and would overrun the budget by its length. A run with a checkpoint keeps no
@@ -403,26 +421,27 @@ def estimate_costs(tasks: Sequence[Task], device: str) -> list[Task]:
                 rec = json.loads(f.read_text())
                 if str(rec["environment"]["device"]).split(":")[0] != kind or rec.get("diverged"):
                     continue
-                sibling = _seedless_key(family, rec["config"])
-                if sibling is not None:
-                    same = here is not None and _machine_kind(kind, rec["environment"]) == here
+                same = here is not None and _machine_kind(kind, rec["environment"]) == here
+                for sibling in {_seedless_key(family, rec["config"]), _rateless_key(family, rec["config"])} - {None}:
                     times.setdefault(sibling, {})[rec["key"]] = (float(rec["wall_time_s"]), same)
             except (OSError, ValueError, KeyError, TypeError):
                 continue  # not a finished record (the record store judges it when the run is looked up)
 
     def siblings(t: Task) -> dict[str, dict[str, tuple[float, bool]]]:
-        """The recorded seeds of ``t``'s own run and of its twin dataset's, by source."""
+        """The recorded seeds of ``t``'s own run, of its twin dataset's and of its other rates', by source."""
         config, family = t.payload["config"], t.payload["family"]
         twin = TWIN_DATASETS.get(config.get("dataset"))
+        rateless = _rateless_key(family, config)
         return {"seeds": times.get(_seedless_key(family, config), {}),
-                "twin seeds": times.get(_seedless_key(family, {**config, "dataset": twin}), {}) if twin else {}}
+                "twin seeds": times.get(_seedless_key(family, {**config, "dataset": twin}), {}) if twin else {},
+                "rate seeds": times.get(rateless, {}) if rateless is not None else {}}
 
     # the machine first, the dataset second: a twin's seed made here prices a run better than
     # its own seed made on another CPU (the same C-VFL CNN run: 57 min here, 286 on an AVX2 host)
     found = {t.key: siblings(t) for t in pending}
     estimates: dict[str, tuple[float, str]] = {}
     for here_only in (True, False):
-        for source in ("seeds", "twin seeds"):
+        for source in ("seeds", "twin seeds", "rate seeds"):
             for key in (k for k in found if k not in estimates):
                 if walls := [w for w, same in found[key][source].values() if same or not here_only]:
                     estimates[key] = (statistics.median(walls), source)
