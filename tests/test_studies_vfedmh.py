@@ -423,10 +423,11 @@ def test_overrides_set_a_run_field_on_every_run(paper):
 
 
 def test_diverged_runs_are_never_a_plain_number_in_the_tables(tmp_path):
-    """The committed C_VFL runs that diverged (8 paper, 4 quick records) score their NaN model's
-    arg-max (chance); Table II counts them in ``diverged`` and keeps them out of the cell's value
-    (NaN where every run diverged), the written CSV carries the count, and the readable table
-    says "diverged" instead of 9.80 ± 0.00."""
+    """The committed C_VFL runs that diverged (at least 8 paper records, more as the lr 0.05
+    sensitivity row fills in; 4 quick) score their NaN model's arg-max (chance); Table II counts
+    every one in ``diverged`` and keeps them out of the cell's value (NaN where every run
+    diverged), the written CSV carries the count, and the readable table says "diverged" instead
+    of 9.80 ± 0.00."""
     import json
     import math
 
@@ -434,9 +435,10 @@ def test_diverged_runs_are_never_a_plain_number_in_the_tables(tmp_path):
     from vflkit.config import project_root
 
     root = project_root() / "results"
-    for profile, n_diverged in (("paper", 8), ("quick", 4)):
+    for profile, at_least in (("paper", 8), ("quick", 4)):
         recs = [json.loads(p.read_text()) for p in sorted((root / profile / "vfedmh").glob("*.json"))]
-        assert sum(bool(r.get("diverged")) for r in recs) == n_diverged  # the committed records
+        n_diverged = sum(bool(r.get("diverged")) for r in recs)  # the committed records
+        assert n_diverged >= at_least
         if profile == "paper":
             table, _, _ = vfedmh.paper_so_far("table2")
         else:
