@@ -256,7 +256,9 @@ class GpuRun:
     priority: Any  # the study's own order (its run_priority)
     artefacts: tuple[str, ...] = ()  # the paper's tables and figures drawn from it
     cost_s: float | None = None  # seconds on the GPU while DEFAULT_WORKERS share it
-    cost_source: str = ""  # the study's ("seeds", "twin seeds", "rate seeds", "ops", "flops"), "rate file", "placeholder", "study"
+    # the study's estimate ("seeds", "twin seeds", "rate seeds", "ops", "flops"), or "rate file",
+    # "placeholder", "study"
+    cost_source: str = ""
     open_clauses: int = 0  # clauses of its artefacts now judged not testable
     value: float = math.inf  # lower is planned first (value_order)
     cpu_cost_s: float | None = None  # set for a CPU-sized run taken in as slow (pending_gpu_runs)

@@ -369,10 +369,9 @@ _RATE_PROBE = 1.0
 
 def _rateless_key(family: str, config: dict[str, Any]) -> str | None:
     """A key shared by every seed and every learning rate of one run (its seedless key at
-    :data:`_RATE_PROBE`, prefixed so it never names a real run); None for a run without a scalar
-    ``lr`` (its rate may be per party, or it has none)."""
-    lr = config.get("lr")
-    if isinstance(lr, bool) or not isinstance(lr, (int, float)):
+    :data:`_RATE_PROBE`, prefixed so it never names a real run); None for a run without an
+    ``lr`` or one its class refuses at the probe rate."""
+    if "lr" not in config:
         return None
     key = _seedless_key(family, {**config, "lr": _RATE_PROBE})
     return None if key is None else f"any-rate:{key}"
@@ -390,7 +389,7 @@ def estimate_costs(tasks: Sequence[Task], device: str) -> list[Task]:
     recorded runs that differ from it only in the seed, made on the same kind of device (``cpu``
     or ``cuda``); where none is recorded, those that differ in the seed and the dataset's twin
     (:data:`TWIN_DATASETS`: MNIST for FashionMNIST and back); where neither is, those of the same
-    run at another learning rate, for a run with one scalar ``lr`` (a step costs the same at any
+    run at another learning rate, for a run with an ``lr`` (a step costs the same at any
     rate: C-VFL's CIFAR-10 MLPs at the lr 0.05 sensitivity row took 11-14 CPU-min where their
     FLOPs said 60); where none is, its training FLOPs over the FLOP/s the committed records of
     its family measured on that kind (:mod:`vflkit.costs`). ``payload["cost_source"]`` says
@@ -431,10 +430,9 @@ def estimate_costs(tasks: Sequence[Task], device: str) -> list[Task]:
         """The recorded seeds of ``t``'s own run, of its twin dataset's and of its other rates', by source."""
         config, family = t.payload["config"], t.payload["family"]
         twin = TWIN_DATASETS.get(config.get("dataset"))
-        rateless = _rateless_key(family, config)
         return {"seeds": times.get(_seedless_key(family, config), {}),
                 "twin seeds": times.get(_seedless_key(family, {**config, "dataset": twin}), {}) if twin else {},
-                "rate seeds": times.get(rateless, {}) if rateless is not None else {}}
+                "rate seeds": times.get(_rateless_key(family, config), {})}  # None is never a key of times
 
     # the machine first, the dataset second: a twin's seed made here prices a run better than
     # its own seed made on another CPU (the same C-VFL CNN run: 57 min here, 286 on an AVX2 host)
