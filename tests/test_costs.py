@@ -117,16 +117,19 @@ def test_rates_come_from_the_committed_records():
     assert costs.rate("cpu", "one_shot") is None  # no FLOP count, no rate
 
 
-def test_every_pending_vfedmh_paper_run_has_an_estimate():
+def test_every_pending_vfedmh_paper_run_has_an_estimate(tmp_path, monkeypatch):
     """--status: every pending CPU-sized VFedMH paper run has its minutes here (from its seeds,
     its twin's, its other rates' or its FLOPs), and every run left for a GPU its H100 minutes,
     launch-bound from its op count (every VFedMH setting has one committed)."""
     from vflkit import study
 
+    # an empty record root makes every run pending, whatever is committed (all CPU-sized runs
+    # are now), while the estimator still reads the committed records' wall times
+    monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path))
     table = study.status(["vfedmh"], profile="paper", device="cpu")
     pending = table[table.status == "pending"]
     here, gpu = pending[~pending.needs_gpu], pending[pending.needs_gpu]
-    assert len(here) and here.estimated_min.notna().all()
+    assert len(here) > 100 and here.estimated_min.notna().all()
     assert set(here.estimate) <= {"seeds", "twin seeds", "rate seeds", "flops"}
     assert gpu.h100_min.notna().all() and set(gpu.h100_estimate) == {"ops"}
     assert (here.estimated_min > 0).all() and not any(math.isnan(v) for v in gpu.h100_min)
