@@ -1395,9 +1395,10 @@ def lane(plan_path: Path, window: int, lane_index: int, *, work: Path, device: s
     the plan's estimates until a pack or run has finished): a run one by one starts only if its
     estimate times :data:`SAFETY` ends before it, counting only what its checkpoint leaves to do
     (:func:`left_to_do`; the engine stops it at the deadline, keeping its checkpoint); a packed
-    pack starts only if :func:`packed_need_s` ends before it. A pack has no checkpoints and no
-    deadline of its own (:func:`vflkit.training.packed.run_pack`): it is all or nothing, so one
-    that would overrun is not started at all, and its runs are noted as such.
+    pack starts only if :func:`packed_need_s` ends before it. In a window a pack is all or
+    nothing: the engine would stop it at the deadline with its runs checkpointed
+    (:func:`vflkit.training.packed.run_pack`), but a checkpoint never leaves the lent machine,
+    so one that would overrun is not started at all, and its runs are noted as such.
 
     Once its own packs are done the lane takes the reserve's packs (:attr:`Window.reserve`) in
     value order, each claimed by one lane (:func:`_claim`) and only if it ends before the

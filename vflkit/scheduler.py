@@ -28,9 +28,12 @@ study are tasks of this one kind, so one scheduler serves every paper.
   of a study that differ in seed alone and that :mod:`vflkit.training.packed` can train as one
   batched computation (Multi-VFL's: the runs that share a round's shapes,
   :mod:`vflkit.training.multi_owner_packed`) are one task (:func:`pack_tasks`), which writes each run's record as the
-  run alone would (its key, its path), its ``execution`` naming the pack. A pack has no
-  checkpoint: under a budget it starts only if its estimate ends before the deadline, with
-  :data:`SAFETY`'s margin (the launcher's rule), and a run without an estimate is not packed.
+  run alone would (its key, its path), its ``execution`` naming the pack. A split-family pack
+  checkpoints each of its runs after every epoch, in the run's own format, and pauses at the
+  deadline as a run does; its runs then resume alone, each from its checkpoint (a Multi-VFL
+  pack keeps no checkpoint). Under a budget a pack starts only if its estimate ends before
+  the deadline, with :data:`SAFETY`'s margin (the launcher's rule), and a run without an
+  estimate is not packed.
 - **Scale-out** on dask.distributed: ``executor="dask"`` starts a ``LocalCluster``; any other
   ``"tcp://host:port"`` address connects to a running scheduler (e.g. one dask-jobqueue started
   on SLURM or PBS). Records go to one shared results folder that every worker can write.
@@ -398,7 +401,8 @@ def execute_pack(task: Task, device: str, deadline: float | None,
                  threads: int | None = None) -> list[tuple[str, str]]:
     """Compute a pack's runs in this process, each under its own lock, as :func:`execute` does
     one run; its members' (key, status), in order. A run found recorded or locked by another
-    process is left out of the pack; a lone run left computes alone (it can pause)."""
+    process is left out of the pack; a lone run left computes alone. A pack the deadline stops
+    (checkpointed: :func:`vflkit.training.packed.train_pack`) is ``paused``, all its runs."""
     if threads is not None:
         _init_worker(threads)
     out: dict[str, str] = {}
@@ -421,8 +425,11 @@ def execute_pack(task: Task, device: str, deadline: float | None,
             except BudgetExhausted:
                 out[mine[0].key] = "paused"
         elif mine:
-            task.fn([m.payload for m in mine], device=device, deadline=deadline)
-            out.update((m.key, "done") for m in mine)
+            try:
+                task.fn([m.payload for m in mine], device=device, deadline=deadline)
+                out.update((m.key, "done") for m in mine)
+            except BudgetExhausted:  # a split-family pack checkpoints its runs and stops, as one run
+                out.update((m.key, "paused") for m in mine)
     finally:
         for m in mine:
             release(m.path)
@@ -438,9 +445,10 @@ def run_task(task: Task, device: str, deadline: float | None, threads: int | Non
 
 # --------------------------------------------------------------------------- packs
 
-#: A task that cannot pause (a pack: no checkpoint, no deadline of its own) starts only if its
-#: estimate times this ends before the deadline: the estimates are a factor 1.5 off for half
-#: the runs (:mod:`vflkit.costs`). The launcher plans its windows with the same margin.
+#: A pack starts only if its estimate times this ends before the deadline: the estimates are a
+#: factor 1.5 off for half the runs (:mod:`vflkit.costs`), a Multi-VFL pack cannot pause, and a
+#: split-family pack that pauses goes on unpacked. The launcher plans its windows with the
+#: same margin (a lent machine's checkpoints are lost with it).
 SAFETY = 1.5
 #: At most this many runs in one pack (the scheduler's and the launcher's).
 MAX_PACK = 8
@@ -478,9 +486,10 @@ def pack_tasks(tasks: Sequence[Task], *, budgeted: bool = False, max_size: int =
     ``results``) that :func:`vflkit.training.packed.group_packs` groups (they differ in seed
     alone; Multi-VFL's, in anything but a round's shapes), at most ``max_size`` a pack. A pack's
     fn is :func:`vflkit.training.packed.compute_pack`, its ``cost_s`` :func:`pack_cost_s` (None
-    if a run's is unknown), its priority its first run's. A run with a checkpoint is not packed (a pack would
-    start it over; alone it resumes), nor, with ``budgeted``, one without an estimate: a pack
-    cannot pause at the deadline, a run alone can."""
+    if a run's is unknown), its priority its first run's. A run with a checkpoint is not packed:
+    alone it resumes it (a paused pack's checkpoints are its runs' own), where a pack of runs
+    checkpointed at other epochs would start over. Nor, with ``budgeted``, one without an
+    estimate: a pack starts only when its estimate ends before the deadline."""
     from .records import checkpoint_path
     from .training import packed
 

@@ -156,6 +156,9 @@ class GraphedStep:
                 if isinstance(opt, torch.optim.Adam):
                     for group in opt.param_groups:
                         group["capturable"] = True
+                        for p in group["params"]:  # a resumed pack's count exists already, on the host
+                            if "step" in opt.state.get(p, {}):
+                                opt.state[p]["step"] = opt.state[p]["step"].to(p.device)
         self.pack, self.backend = pack, backend
         self.warmup = WARMUP_STEPS if warmup is None else warmup
         #: steps run eagerly, captured and replayed (what a test or a benchmark checks)

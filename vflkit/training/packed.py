@@ -44,8 +44,12 @@ A pack's step may be captured once per batch shape and replayed (``graphs``: CUD
 :mod:`vflkit.training.graphs`; its CPU stand-in, the tape, proves the replayed pack equal to the
 eager one in float64); the channel's ledger rows of a replayed step are counted in Python.
 
-What a pack does not do (yet): checkpoints and deadlines (a pack is meant to be sized to its
-window), packing across methods or datasets, a packed evaluation.
+A pack checkpoints each of its runs after every epoch in the run's own format (the optimizers'
+stacked state written back slice by slice): an interrupted pack resumes where its runs stopped,
+and a run alone resumes its packed checkpoint, or the pack the runs' own (float64-equal to a
+pack never stopped: tests/test_pack_checkpoints.py). With a deadline it stops at an epoch's end.
+
+What a pack does not do (yet): packing across methods or datasets, a packed evaluation.
 
 Interface for a scheduler or a launcher: :func:`pack_key` (None: not packable),
 :func:`packable_config` (a study payload's run config, if it could pack), :func:`group_packs`,
@@ -60,6 +64,7 @@ import copy
 import math
 import os
 import time
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Hashable, Mapping, Sequence
 
@@ -72,12 +77,13 @@ from tqdm.auto import tqdm
 from .. import records
 from ..config import resolve_device
 from ..comm import KINDS, Channel, wire_copy, payload_nbytes
-from ..errors import ConfigError, DivergenceError
+from ..errors import BudgetExhausted, ConfigError, DivergenceError
 from ..methods.aggvfl import AggVFL
 from ..methods.base import RunConfig, VFLMethod, make_optimizer
 from ..methods.cvfl import CVFL, a2_nearest
 from ..methods.local import Local
 from ..methods.splitnn import SplitNN
+from . import checkpoint as checkpoint_io
 from . import split
 
 if TYPE_CHECKING:  # pragma: no cover (graphs imports this module's Pack)
@@ -287,6 +293,9 @@ class Pack:
         self.slots: dict[tuple[str, ...], torch.Tensor] = {}
         if step is _step_cvfl:
             self._group_parties(stacking, compile, group_parties)
+        # a resumed run's optimizer state (its checkpoint's) and its rate, decayed by the schedule
+        for key, own in self._run_optimizers().items():
+            _stack_state(self.optimizers[key], own)
         self._rows = torch.arange(self.k, device=self.device)[:, None]
         #: C-VFL's dither of the coming steps, drawn ahead on the host per run (same values)
         self._dither: list[torch.Tensor] = []
@@ -391,6 +400,22 @@ class Pack:
                 stacked.write_back([m.parties[self.names.index(n)].models[model_name]
                                     for n in names for m in self.methods])
 
+    def _run_optimizers(self) -> dict[tuple[Any, str], list[torch.optim.Optimizer]]:
+        """Each stacked optimizer's runs' own optimizers, in the order of its slices (a group of
+        C-VFL parties party-major, as stacked)."""
+        out = {}
+        for key in self.optimizers:
+            party, name = key
+            parties = party if isinstance(party, tuple) else (party,)
+            out[key] = [m.parties[self.names.index(n)].optimizers[name] for n in parties for m in self.methods]
+        return out
+
+    def write_back_optimizers(self) -> None:
+        """Every run's own optimizers given their slice of the pack's state and its rate (before
+        a checkpoint: a packed run's checkpoint is the one the run alone writes)."""
+        for key, own in self._run_optimizers().items():
+            _split_state(self.optimizers[key], own)
+
     def dither_per_step(self) -> int:
         """How many dither tensors one step takes (:meth:`compress` pops one per compressed
         tensor: every party's embedding and each of the top's parameters; C-VFL's dithered
@@ -454,6 +479,41 @@ class Pack:
         q = a2_nearest((flat.reshape(self.k, -1, 2) + d).reshape(-1, 2), s).reshape(self.k, -1, 2) - d
         out = q.reshape(self.k, -1)[:, :n].reshape(x.shape)
         return (out * span + lo).to(x.dtype), size
+
+
+def _sliced(value: Any) -> bool:
+    """An optimizer state entry that holds one slice per run (momentum, Adam's moments), not a
+    count shared by all (Adam's and Adagrad's ``step``: every run takes the same steps)."""
+    return isinstance(value, torch.Tensor) and value.dim() > 0
+
+
+def _stack_state(stacked: torch.optim.Optimizer, own: Sequence[torch.optim.Optimizer]) -> None:
+    """Load the runs' own optimizer state into ``stacked``, slice k from ``own[k]``, and its
+    rate from theirs. Their parameters are numbered as the stacked optimizer's (the pack builds it
+    over the stacked parameters in their order); a fresh run's state is empty, its rate the config's."""
+    theirs = [o.state_dict() for o in own]
+    sd = stacked.state_dict()
+    sd["state"] = {i: {name: torch.stack([t["state"][i][name] for t in theirs]) if _sliced(v) else v
+                       for name, v in st.items()}
+                   for i, st in theirs[0]["state"].items()}
+    for group in sd["param_groups"]:
+        group["lr"] = theirs[0]["param_groups"][0]["lr"]
+    stacked.load_state_dict(sd)
+
+
+def _split_state(stacked: torch.optim.Optimizer, own: Sequence[torch.optim.Optimizer]) -> None:
+    """The reverse of :func:`_stack_state`: ``own[k]`` gets slice k of the stacked state (a copy:
+    a view would save the whole stacked tensor in each run's checkpoint) and the stacked rate."""
+    sd = stacked.state_dict()
+    lr = sd["param_groups"][0]["lr"]
+    for k, opt in enumerate(own):
+        mine = opt.state_dict()
+        mine["state"] = {i: {name: v[k].clone() if _sliced(v) else v.clone() if isinstance(v, torch.Tensor) else v
+                             for name, v in st.items()}
+                         for i, st in sd["state"].items()}
+        for group in mine["param_groups"]:
+            group["lr"] = lr
+        opt.load_state_dict(mine)
 
 
 # --------------------------------------------------------------------------- packed steps
@@ -730,9 +790,12 @@ def compute_pack(payloads: Sequence[Mapping[str, Any]], *, device: torch.device 
     :func:`vflkit.study.compute` is of one run. Multi-VFL's payloads go to its packed trainer
     (:func:`vflkit.training.multi_owner_packed.compute_pack`).
 
-    ``deadline`` is not enforced: a pack keeps no checkpoint, so whoever starts it checks first
-    that its estimate ends before the deadline (:func:`vflkit.scheduler.ends_before`). CUDA
-    graphs as ``$VFLKIT_GRAPHS`` says (:data:`GRAPHS_ENV`)."""
+    ``deadline``: the pack checkpoints its runs after every epoch and stops at the end of the last
+    epoch that ends before it (:class:`~vflkit.errors.BudgetExhausted`), as a run alone does; a
+    Multi-VFL pack keeps no checkpoint and does not enforce it. Either way whoever starts a pack
+    checks first that its estimate ends before the deadline (:func:`vflkit.scheduler.ends_before`):
+    on a lent machine a checkpoint is lost with it. CUDA graphs as ``$VFLKIT_GRAPHS`` says
+    (:data:`GRAPHS_ENV`)."""
     payloads = list(payloads)
     if payloads and all(p.get("family") == "multi_owner" for p in payloads):
         from .multi_owner_packed import compute_pack as multi_owner_pack
@@ -749,7 +812,8 @@ def compute_pack(payloads: Sequence[Mapping[str, Any]], *, device: torch.device 
 
     profile, results = next(iter(profiles))
     return run_pack(configs, profile=profile, device=device, results=Path(results),
-                    on_divergence=FAMILIES["split"].on_divergence, graphs=os.environ.get(GRAPHS_ENV) or None)
+                    on_divergence=FAMILIES["split"].on_divergence, graphs=os.environ.get(GRAPHS_ENV) or None,
+                    deadline=deadline)
 
 
 class _PackWindow:
@@ -791,9 +855,18 @@ class _PackWindow:
 
 def train_pack(configs: Sequence[RunConfig], *, device: torch.device | str = "cpu", progress: bool = False,
                on_divergence: str = "raise", max_loss: float = 1e4, stacking: str = "auto",
-               compile: dict[str, Any] | None = None, graphs: str | None = None) -> list[dict[str, Any]]:
+               compile: dict[str, Any] | None = None, graphs: str | None = None,
+               checkpoints: Sequence[Path] | None = None, deadline: float | None = None) -> list[dict[str, Any]]:
     """Train ``configs`` (runs that differ in seed alone, :func:`check_pack`) as one pack; each
     run's result as :func:`vflkit.training.split.train` returns it, plus ``execution``.
+
+    ``checkpoints`` (one path per run): after every epoch but the last, each run's state is
+    saved at its path as the run alone saves it (:func:`vflkit.training.split.save_checkpoint`),
+    and a pack whose runs all find a checkpoint of the same epoch continues after it, so either
+    trainer resumes the other's runs (else it starts from epoch 1, with a warning). No checkpoint
+    is written once a run of the pack has diverged. With ``deadline`` (a ``time.time()`` value)
+    too, a pack whose next epoch would end after it stops there, checkpointed, with
+    :class:`~vflkit.errors.BudgetExhausted`, as a run alone does.
 
     Timings (``wall_time_s``, each history row's ``elapsed_s``) are the pack's. A run whose loss
     is not finite or exceeds ``max_loss`` raises :class:`DivergenceError` (naming the run), or
@@ -813,6 +886,8 @@ def train_pack(configs: Sequence[RunConfig], *, device: torch.device | str = "cp
         raise ConfigError(f"Invalid graphs {graphs!r}; choose None, auto or one of {', '.join(GRAPH_BACKENDS)}")
     if graphs is not None and compile is not None:
         raise ConfigError("graphs and compile both capture the step: choose one")
+    if checkpoints is not None and len(checkpoints) != len(configs):
+        raise ConfigError(f"a pack of {len(configs)} runs needs as many checkpoint paths; got {len(checkpoints)}")
     if configs[0].precision == "bf16":  # autocast does not reach inside vmap (module docstring)
         if stacking == "vmap" or compile is not None:
             raise ConfigError("a bf16 pack runs its slices one by one (stacking='loop', no compile): autocast "
@@ -831,7 +906,11 @@ def train_pack(configs: Sequence[RunConfig], *, device: torch.device | str = "cp
         methods.append(method)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    pack = Pack(methods, stacking=stacking, compile=compile)
+    gens = [torch.Generator().manual_seed(c.seed) for c in configs]
+    ledger_logs = [checkpoint_io.LedgerLog(m.active.channel) for m in methods]
+    histories: list[list[dict[str, Any]]] = [[] for _ in configs]
+    first_epoch, offset = _resume(methods, configs, checkpoints, ledger_logs, gens, histories, device)
+    pack = Pack(methods, stacking=stacking, compile=compile)  # stacks the resumed models and optimizers
     # the runs' precision (split.precision_context): steps and evaluation under bf16 autocast, as alone
     compute = split.precision_context(configs[0], device)
     if graphs == "auto":
@@ -839,17 +918,15 @@ def train_pack(configs: Sequence[RunConfig], *, device: torch.device | str = "cp
     if graphs is not None:
         pack.capture(graphs)
     cfg0 = configs[0]
-    gens = [torch.Generator().manual_seed(c.seed) for c in configs]
     n = len(methods[0].active.ids["train"])
     n_steps = math.ceil(n / cfg0.batch_size)
     every = split.SYNC_EVERY_CUDA if device.type == "cuda" else 1
-    histories: list[list[dict[str, Any]]] = [[] for _ in configs]
     finals: list[dict[str, Any]] = [{} for _ in configs]
     diverged: list[dict[str, Any] | None] = [None] * len(configs)
-    bar = tqdm(total=cfg0.epochs * n_steps, desc=f"{cfg0.method} {cfg0.dataset} x{len(configs)}",
-               disable=not progress, leave=False)
-    start = time.perf_counter()
-    for epoch in range(1, cfg0.epochs + 1):
+    bar = tqdm(total=cfg0.epochs * n_steps, initial=(first_epoch - 1) * n_steps,
+               desc=f"{cfg0.method} {cfg0.dataset} x{len(configs)}", disable=not progress, leave=False)
+    start = time.perf_counter() - offset
+    for epoch in range(first_epoch, cfg0.epochs + 1):
         live = [k for k in range(len(configs)) if diverged[k] is None]
         if not live:
             break
@@ -894,6 +971,17 @@ def train_pack(configs: Sequence[RunConfig], *, device: torch.device | str = "cp
         going = [k for k in live if k not in stopped]
         with compute:
             _finish_epoch(pack, going, configs, epoch, window, histories, finals, start)
+        if checkpoints is not None and epoch < cfg0.epochs and not any(diverged):
+            pack.write_back_optimizers()  # the models were written back to evaluate them
+            for k, m in enumerate(methods):
+                split.save_checkpoint(checkpoints[k], config=configs[k], epoch=epoch,
+                                      elapsed_s=time.perf_counter() - start, history=histories[k], method=m,
+                                      ledger_log=ledger_logs[k], gen=gens[k], device=device)
+            epoch_s = (time.perf_counter() - start - offset) / (epoch - first_epoch + 1)
+            if deadline is not None and time.time() + epoch_s > deadline:
+                bar.close()
+                raise BudgetExhausted(f"a pack of {len(configs)} {cfg0.method} {cfg0.dataset} runs stopped after "
+                                      f"epoch {epoch} of {cfg0.epochs} at the budget; rerun to resume it")
     bar.close()
     wall = time.perf_counter() - start
     results = []
@@ -910,6 +998,29 @@ def train_pack(configs: Sequence[RunConfig], *, device: torch.device | str = "cp
             "execution": {"packed": len(configs), "pack": keys, **({"graphs": graphs} if graphs else {})},
         })
     return results
+
+
+def _resume(methods: Sequence[VFLMethod], configs: Sequence[RunConfig], checkpoints: Sequence[Path] | None,
+            ledger_logs: Sequence[checkpoint_io.LedgerLog], gens: Sequence[torch.Generator],
+            histories: list[list[dict[str, Any]]], device: torch.device) -> tuple[int, float]:
+    """Restore every run of a pack from its checkpoint (each run's own, as alone) when all have
+    one of the same epoch: the first epoch to train and the seconds already spent; else (1, 0)."""
+    if checkpoints is None:
+        return 1, 0.0
+    states = [checkpoint_io.load(Path(p), c, device=device, fresh="epoch 1") for p, c in zip(checkpoints, configs)]
+    epochs = sorted({s["epoch"] for s in states if s is not None})
+    if not epochs:
+        return 1, 0.0
+    if len(epochs) > 1 or any(s is None for s in states):
+        found = sum(s is not None for s in states)
+        warnings.warn(f"{found} of this pack's {len(states)} runs have a checkpoint (of epoch "
+                      f"{', '.join(map(str, epochs))}): the pack starts from epoch 1 and replaces them after it "
+                      "(train the runs alone to resume each from its own)", stacklevel=3)
+        return 1, 0.0
+    for k, state in enumerate(states):
+        split.restore_checkpoint(state, method=methods[k], ledger_log=ledger_logs[k], gen=gens[k], device=device)
+        histories[k] = state["history"]
+    return epochs[0] + 1, max(s["elapsed_s"] for s in states)
 
 
 def _finish_epoch(pack: Pack, runs: Sequence[int], configs: Sequence[RunConfig], epoch: int,
@@ -934,10 +1045,13 @@ def _finish_epoch(pack: Pack, runs: Sequence[int], configs: Sequence[RunConfig],
 
 def run_pack(configs: Sequence[RunConfig], *, profile: str, device: torch.device | str = "auto",
              results: str | Path | None = None, force: bool = False, progress: bool = False,
-             on_divergence: str = "raise", graphs: str | None = None) -> list[dict[str, Any]]:
+             on_divergence: str = "raise", graphs: str | None = None,
+             deadline: float | None = None) -> list[dict[str, Any]]:
     """The records of ``configs`` (one pack, :func:`check_pack`), in their order: those already
     recorded are loaded, the others trained as one pack (:func:`train_pack`) and written to the
-    record store, each under its own key, with ``execution`` naming the pack.
+    record store, each under its own key, with ``execution`` naming the pack. Each run is
+    checkpointed beside its record after every epoch, where the run alone checkpoints (an
+    interrupted pack, or one the ``deadline`` stopped, resumes there).
 
     Records are made by the record store's one path (:func:`vflkit.records.run_together`, the
     one :func:`vflkit.records.run_one` takes), so the envelope and its checks are the unpacked
@@ -946,8 +1060,8 @@ def run_pack(configs: Sequence[RunConfig], *, profile: str, device: torch.device
     check_pack(configs)
 
     def train_all(todo: list[RunConfig], dev: torch.device, checkpoints: list[Path]) -> list[dict[str, Any]]:
-        # a pack keeps no checkpoint (it is sized to its window): ``checkpoints`` is unused
-        return train_pack(todo, device=dev, progress=progress, on_divergence=on_divergence, graphs=graphs)
+        return train_pack(todo, device=dev, progress=progress, on_divergence=on_divergence, graphs=graphs,
+                          checkpoints=checkpoints, deadline=deadline)
 
     return records.run_together(configs, train_all=train_all, profile=profile, device=device, results=results,
                                 force=force, on_divergence=on_divergence)

@@ -7,7 +7,7 @@ seeded shuffle (a public protocol parameter) orders the samples, and per batch t
 :class:`~vflkit.methods.base.RunConfig` that way and returns its results; the record store
 (:func:`vflkit.records.run_one`) wraps them in the common envelope and writes them.
 
-Every epoch is checkpointed beside the record (:func:`_save_checkpoint`, through the shared
+Every epoch is checkpointed beside the record (:func:`save_checkpoint`, through the shared
 :mod:`.checkpoint`): an interrupted run resumes after its last finished epoch and ends with the
 record of an uninterrupted run.
 """
@@ -261,7 +261,7 @@ def train(
     if checkpoint is not None:
         state = checkpoint_io.load(checkpoint, config, device=device, fresh="epoch 1")
         if state is not None:
-            _restore(state, method=method, ledger_log=ledger_log, gen=gen, device=device)
+            restore_checkpoint(state, method=method, ledger_log=ledger_log, gen=gen, device=device)
             history, first_epoch, offset = state["history"], state["epoch"] + 1, state["elapsed_s"]
     start = time.perf_counter() - offset
     bar = tqdm(total=config.epochs * n_steps, initial=(first_epoch - 1) * n_steps,
@@ -330,7 +330,7 @@ def train(
         if diverged:
             break
         if checkpoint is not None and epoch < config.epochs:
-            _save_checkpoint(checkpoint, config=config, epoch=epoch, elapsed_s=time.perf_counter() - start,
+            save_checkpoint(checkpoint, config=config, epoch=epoch, elapsed_s=time.perf_counter() - start,
                              history=history, method=method, ledger_log=ledger_log, gen=gen, device=device)
             epoch_s = (time.perf_counter() - start - offset) / (epoch - first_epoch + 1)
             if deadline is not None and time.time() + epoch_s > deadline:
@@ -363,10 +363,12 @@ def train(
 _VOLATILE_STATE = ("keys", "E")
 
 
-def _save_checkpoint(path: Path, *, config: RunConfig, epoch: int, elapsed_s: float,
-                     history: list[dict[str, Any]], method: Any, ledger_log: checkpoint_io.LedgerLog,
-                     gen: torch.Generator, device: torch.device) -> None:
-    """Everything a run needs to continue after ``epoch`` as if never stopped, written atomically."""
+def save_checkpoint(path: Path, *, config: RunConfig, epoch: int, elapsed_s: float,
+                    history: list[dict[str, Any]], method: Any, ledger_log: checkpoint_io.LedgerLog,
+                    gen: torch.Generator, device: torch.device) -> None:
+    """Everything a run needs to continue after ``epoch`` as if never stopped, written atomically
+    (also a packed run's, :func:`vflkit.training.packed.train_pack`: one format, so either
+    trainer resumes the other's)."""
     checkpoint_io.save(path, config, {
         "epoch": epoch, "elapsed_s": elapsed_s, "history": history,
         **checkpoint_io.parties_state(method.parties, volatile=_VOLATILE_STATE),
@@ -376,8 +378,10 @@ def _save_checkpoint(path: Path, *, config: RunConfig, epoch: int, elapsed_s: fl
     }, device=device)
 
 
-def _restore(state: dict[str, Any], *, method: Any, ledger_log: checkpoint_io.LedgerLog, gen: torch.Generator,
-             device: torch.device) -> None:
+def restore_checkpoint(state: dict[str, Any], *, method: Any, ledger_log: checkpoint_io.LedgerLog,
+                       gen: torch.Generator, device: torch.device) -> None:
+    """Load what :func:`save_checkpoint` wrote into ``method`` (built and set up afresh), its
+    ledger and its batch-order generator."""
     checkpoint_io.restore_parties(method.parties, state)
     for k, g in checkpoint_io.generators(method).items():
         g.set_state(state["generators"][k])

@@ -1,0 +1,140 @@
+"""Tests for a pack's checkpoints (vflkit.training.packed.train_pack): a pack stopped after an
+epoch and resumed gives what a pack never stopped gives, a run alone resumes its packed
+checkpoint and a pack its runs' own (float64, to test_training_packed's tolerance; ledgers
+exactly), and the scheduler pauses a pack the deadline stopped."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from test_training_packed import _assert_same_run, _configs
+
+from vflkit import scheduler
+from vflkit.errors import BudgetExhausted
+from vflkit.records import checkpoint_path
+from vflkit.training import packed, split
+
+CPU = torch.device("cpu")
+
+# optimizer state that must travel (momentum, Adam's moments and count), the exponential
+# schedule's decayed rate, C-VFL's parties stacked as one group (party-major slices) and its
+# dither generator; small MLPs and three epochs, so a resume has two left
+RESUMED = {
+    "splitnn, momentum, exponential": ("splitnn", {"lr_schedule": "exponential", "lr_gamma": 0.5}),
+    "splitnn, adam": ("splitnn", {"optimizers": "adam", "lr": 0.01}),
+    "c_vfl, parties stacked, dithered": ("c_vfl", {"options": {"compressor": "scalar", "bits": 2,
+                                                               "local_iterations": 2}}),
+}
+
+
+def _case(name: str, seeds=(0, 1)):
+    method, changes = RESUMED[name]
+    return _configs(method, ("mlp",) * 4, seeds=seeds, epochs=3, **changes)
+
+
+def _paths(tmp_path: Path, configs) -> list[Path]:
+    return [checkpoint_path(tmp_path / f"{c.key}.json") for c in configs]
+
+
+def _stop_pack_after_epoch_1(configs, paths, graphs=None) -> None:
+    """Train the pack until the deadline (already past) stops it at the end of epoch 1."""
+    with pytest.raises(BudgetExhausted, match="after epoch 1 of 3"):
+        packed.train_pack(configs, device="cpu", checkpoints=paths, deadline=time.time(), graphs=graphs)
+    assert all(p.exists() for p in paths)
+
+
+@pytest.mark.parametrize("case,graphs", [(c, None) for c in sorted(RESUMED)]
+                         + [("c_vfl, parties stacked, dithered", "tape")])
+def test_a_stopped_pack_resumes_as_if_never_stopped(float64, tmp_path, case, graphs):
+    """Stopped after epoch 1 and trained again, a pack gives every run what the pack never
+    stopped gives: losses and metrics of all three epochs, final scores, the ledger exactly
+    (also with its steps captured: the tape, CUDA graphs' CPU stand-in, captures the resumed pack)."""
+    configs = _case(case)
+    want = packed.train_pack(configs, device="cpu")
+    paths = _paths(tmp_path, configs)
+    _stop_pack_after_epoch_1(configs, paths, graphs)
+    got = packed.train_pack(configs, device="cpu", checkpoints=paths, graphs=graphs)
+    for g, w in zip(got, want):
+        _assert_same_run(g, w)
+        assert [r["epoch"] for r in g["history"]] == [r["epoch"] for r in w["history"]]
+    # the last epoch is not checkpointed (the record is written next), as alone
+    assert all(torch.load(p, weights_only=True)["epoch"] == 2 for p in paths)
+
+
+@pytest.mark.parametrize("case", ["splitnn, adam", "c_vfl, parties stacked, dithered"])
+def test_packed_and_alone_checkpoints_are_one_format(float64, tmp_path, case):
+    """A run alone resumes the checkpoint its pack wrote (each run's slice of the stacked
+    optimizer state), and a pack resumes the checkpoints its runs wrote alone: both give the
+    runs' unpacked results."""
+    configs = _case(case)
+    want = [split.train(c, device=CPU, progress=False) for c in configs]
+    packed_ckpts = _paths(tmp_path / "packed", configs)
+    _stop_pack_after_epoch_1(configs, packed_ckpts)
+    for c, p, w in zip(configs, packed_ckpts, want):
+        _assert_same_run(split.train(c, device=CPU, progress=False, checkpoint=p), w)
+    alone_ckpts = _paths(tmp_path / "alone", configs)
+    for c, p in zip(configs, alone_ckpts):
+        with pytest.raises(BudgetExhausted):
+            split.train(c, device=CPU, progress=False, checkpoint=p, deadline=time.time())
+    for g, w in zip(packed.train_pack(configs, device="cpu", checkpoints=alone_ckpts), want):
+        _assert_same_run(g, w)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: CUDA graphs themselves")
+def test_a_stopped_pack_resumes_under_cuda_graphs_on_a_gpu(float64, tmp_path):
+    """On a GPU, a pack with Adam stopped after epoch 1 and resumed with its steps captured
+    (Adam made capturable after its state was loaded from the checkpoints) gives the eager
+    pack's results."""
+    configs = _case("splitnn, adam")
+    want = packed.train_pack(configs, device="cuda", stacking="vmap")
+    paths = _paths(tmp_path, configs)
+    with pytest.raises(BudgetExhausted):
+        packed.train_pack(configs, device="cuda", stacking="vmap", checkpoints=paths, deadline=time.time())
+    got = packed.train_pack(configs, device="cuda", stacking="vmap", checkpoints=paths, graphs="cuda")
+    for g, w in zip(got, want):
+        _assert_same_run(g, w)
+
+
+def test_a_pack_whose_runs_stopped_apart_starts_over(float64, tmp_path):
+    """Checkpoints of some runs only: the pack says so and trains every run from epoch 1, as a
+    fresh pack does (it does not mix a resumed run with a fresh one)."""
+    configs = _case("splitnn, momentum, exponential")
+    paths = _paths(tmp_path, configs)
+    with pytest.raises(BudgetExhausted):
+        split.train(configs[0], device=CPU, progress=False, checkpoint=paths[0], deadline=time.time())
+    with pytest.warns(UserWarning, match="1 of this pack's 2 runs have a checkpoint"):
+        got = packed.train_pack(configs, device="cpu", checkpoints=paths)
+    for g, w in zip(got, packed.train_pack(configs, device="cpu")):
+        _assert_same_run(g, w)
+
+
+def test_run_pack_checkpoints_beside_each_record_and_removes_them(tmp_path):
+    """run_pack stops at the deadline with each run's checkpoint where the run alone keeps it,
+    then finishes the pack from them, writes the records and removes the checkpoints."""
+    configs = _case("splitnn, momentum, exponential")
+    with pytest.raises(BudgetExhausted):
+        packed.run_pack(configs, profile="smoke", device="cpu", results=tmp_path, deadline=time.time())
+    from vflkit.records import record_path
+
+    ckpts = [checkpoint_path(record_path(c, "smoke", tmp_path)) for c in configs]
+    assert all(p.exists() for p in ckpts) and not any(record_path(c, "smoke", tmp_path).exists() for c in configs)
+    recs = packed.run_pack(configs, profile="smoke", device="cpu", results=tmp_path)
+    assert [r["history"][-1]["epoch"] for r in recs] == [3, 3]
+    assert not any(p.exists() for p in ckpts)
+
+
+def _stopped_pack(payloads, *, device, deadline):
+    raise BudgetExhausted("stopped after epoch 1")
+
+
+def test_scheduler_pauses_a_pack_the_deadline_stopped(tmp_path):
+    """A pack task that stops at the deadline leaves all its runs paused (and unlocked), not failed."""
+    members = tuple(scheduler.Task(key=f"run{i}", path=tmp_path / f"run{i}.json", fn=_stopped_pack,
+                                   payload={"key": f"run{i}"}) for i in range(2))
+    pack = scheduler.Task(key="pack:run0x2", path=members[0].path, fn=_stopped_pack,
+                          payload=[m.payload for m in members], members=members)
+    assert scheduler.execute_pack(pack, "cpu", deadline=time.time()) == [("run0", "paused"), ("run1", "paused")]
+    assert not any(scheduler.lock_path(m.path).exists() for m in members)
