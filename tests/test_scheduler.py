@@ -678,8 +678,8 @@ def test_a_failed_pack_loses_only_its_own_runs(tmp_path):
 
 
 def test_a_pack_that_cannot_end_before_the_deadline_is_not_started(tmp_path):
-    """Under a budget a pack (no checkpoint: it cannot pause) starts only if its estimate times
-    SAFETY ends before the deadline, the launcher's rule; its runs are left pending."""
+    """Under a budget a pack starts only if its estimate times SAFETY ends before the deadline,
+    the launcher's rule (a pack that pauses goes on unpacked); its runs are left pending."""
     tasks = [dataclasses.replace(t, cost_s=40.0) for t in _demo_tasks(tmp_path, seeds=(0, 1))
              if t.payload["config"]["method"] == "local"]
     # 80 s alone fits 1.5 minutes, 80 s x SAFETY (120 s) does not
