@@ -138,3 +138,39 @@ def test_scheduler_pauses_a_pack_the_deadline_stopped(tmp_path):
                           payload=[m.payload for m in members], members=members)
     assert scheduler.execute_pack(pack, "cpu", deadline=time.time()) == [("run0", "paused"), ("run1", "paused")]
     assert not any(scheduler.lock_path(m.path).exists() for m in members)
+
+
+def test_a_stopped_pack_is_packed_again_by_the_next_schedule(float64, tmp_path, monkeypatch):
+    """The engine end to end: a pack of study payloads (the scheduler's task function) stopped
+    after epoch 1, then a packed schedule of the same runs, which trains epochs 2 and 3 only,
+    gives the records an uninterrupted packed schedule writes (each still naming its pack)."""
+    from vflkit import study
+
+    def tasks(results):
+        return study.study_tasks("demo", "smoke", seeds=(0, 1), results=results,
+                                 overrides={"n_train": 256, "n_test": 128, "epochs": 3})
+
+    stopped = [t for t in tasks(tmp_path / "stopped") if t.payload["config"]["method"] == "splitnn"]
+    with pytest.raises(BudgetExhausted):
+        packed.compute_pack([t.payload for t in stopped], device="cpu", deadline=time.time())
+    assert all(checkpoint_path(t.path).exists() for t in stopped)
+    fresh = [t for t in tasks(tmp_path / "fresh") if t.payload["config"]["method"] == "splitnn"]
+    finish, epochs = packed._finish_epoch, []
+
+    def counted(pack, runs, configs, epoch, *args):
+        epochs.append((epoch, len(runs)))
+        return finish(pack, runs, configs, epoch, *args)
+
+    monkeypatch.setattr(packed, "_finish_epoch", counted)
+    for runs, trained in ((stopped, [(2, 2), (3, 2)]), (fresh, [(1, 2), (2, 2), (3, 2)])):
+        epochs.clear()
+        s = scheduler.schedule(runs, device="cpu", executor="serial", progress=False, pack=True)
+        assert sorted(s.computed) == sorted(t.key for t in runs) and not s.failed
+        assert epochs == trained
+    import json
+
+    for a, b in zip(stopped, fresh):
+        got, want = json.loads(a.path.read_text()), json.loads(b.path.read_text())
+        assert got["execution"] == want["execution"] == {"packed": 2, "pack": [t.key for t in stopped]}
+        _assert_same_run(got, want)
+        assert not checkpoint_path(a.path).exists()

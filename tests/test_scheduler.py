@@ -627,6 +627,30 @@ def test_pack_tasks_makes_one_task_of_the_seeds_of_a_run(tmp_path):
     assert [len(p.members) for p in scheduler.pack_tasks(tasks)].count(2) == 1  # its sibling has no pack left
 
 
+def test_pack_tasks_packs_runs_checkpointed_after_one_epoch(tmp_path):
+    """Runs checkpointed after the same epoch (a stopped pack's) are packed again, apart from the
+    runs without one; runs checkpointed after different epochs are not packed (a pack would
+    start them over); under a budget a checkpointed run (no estimate) is not packed."""
+    import torch
+
+    from vflkit.records import checkpoint_path
+
+    tasks = _demo_tasks(tmp_path, seeds=(0, 1, 2))
+    local = [t for t in tasks if t.payload["config"]["method"] == "local"]
+    for t, epoch in zip(local, (1, 1, 2)):
+        checkpoint_path(t.path).parent.mkdir(parents=True, exist_ok=True)
+        torch.save({"epoch": epoch}, checkpoint_path(t.path))
+    packs = {tuple(m.key for m in p.members) for p in scheduler.pack_tasks(tasks) if p.members}
+    splitnn = tuple(t.key for t in tasks if t.payload["config"]["method"] == "splitnn")
+    assert packs == {(local[0].key, local[1].key), splitnn}
+    torch.save({"epoch": 2}, checkpoint_path(local[1].path))
+    packs = {tuple(m.key for m in p.members) for p in scheduler.pack_tasks(tasks) if p.members}
+    assert packs == {(local[1].key, local[2].key), splitnn}
+    priced = [dataclasses.replace(t, cost_s=None if checkpoint_path(t.path).exists() else 10.0) for t in tasks]
+    assert {tuple(m.key for m in p.members) for p in scheduler.pack_tasks(priced, budgeted=True)
+            if p.members} == {splitnn}
+
+
 def test_pack_tasks_packs_multi_vfls_runs_of_one_round_shape(tmp_path):
     """Multi-VFL's paper runs (datasets, scenarios, server optimizers, seeds: one round shape)
     are one pack of all 42 (multi_owner_packed.MAX_RUNS), trained by the packed trainer's task
@@ -679,7 +703,8 @@ def test_a_failed_pack_loses_only_its_own_runs(tmp_path):
 
 def test_a_pack_that_cannot_end_before_the_deadline_is_not_started(tmp_path):
     """Under a budget a pack starts only if its estimate times SAFETY ends before the deadline,
-    the launcher's rule (a pack that pauses goes on unpacked); its runs are left pending."""
+    the launcher's rule (under a budget a pack that pauses goes on unpacked); its runs are left
+    pending."""
     tasks = [dataclasses.replace(t, cost_s=40.0) for t in _demo_tasks(tmp_path, seeds=(0, 1))
              if t.payload["config"]["method"] == "local"]
     # 80 s alone fits 1.5 minutes, 80 s x SAFETY (120 s) does not

@@ -30,7 +30,8 @@ study are tasks of this one kind, so one scheduler serves every paper.
   :mod:`vflkit.training.multi_owner_packed`) are one task (:func:`pack_tasks`), which writes each run's record as the
   run alone would (its key, its path), its ``execution`` naming the pack. A split-family pack
   checkpoints each of its runs after every epoch, in the run's own format, and pauses at the
-  deadline as a run does; its runs then resume alone, each from its checkpoint (a Multi-VFL
+  deadline as a run does; the next call packs them again, or under a budget (where a
+  checkpointed run has no estimate) resumes them alone, each from its checkpoint (a Multi-VFL
   pack keeps no checkpoint). Under a budget a pack starts only if its estimate ends before
   the deadline, with :data:`SAFETY`'s margin (the launcher's rule), and a run without an
   estimate is not packed.
@@ -446,9 +447,9 @@ def run_task(task: Task, device: str, deadline: float | None, threads: int | Non
 # --------------------------------------------------------------------------- packs
 
 #: A pack starts only if its estimate times this ends before the deadline: the estimates are a
-#: factor 1.5 off for half the runs (:mod:`vflkit.costs`), a Multi-VFL pack cannot pause, and a
-#: split-family pack that pauses goes on unpacked. The launcher plans its windows with the
-#: same margin (a lent machine's checkpoints are lost with it).
+#: factor 1.5 off for half the runs (:mod:`vflkit.costs`), a Multi-VFL pack cannot pause, and
+#: under a budget a split-family pack that pauses goes on unpacked. The launcher plans its
+#: windows with the same margin (a lent machine's checkpoints are lost with it).
 SAFETY = 1.5
 #: At most this many runs in one pack (the scheduler's and the launcher's).
 MAX_PACK = 8
@@ -486,21 +487,29 @@ def pack_tasks(tasks: Sequence[Task], *, budgeted: bool = False, max_size: int =
     ``results``) that :func:`vflkit.training.packed.group_packs` groups (they differ in seed
     alone; Multi-VFL's, in anything but a round's shapes), at most ``max_size`` a pack. A pack's
     fn is :func:`vflkit.training.packed.compute_pack`, its ``cost_s`` :func:`pack_cost_s` (None
-    if a run's is unknown), its priority its first run's. A run with a checkpoint is not packed:
-    alone it resumes it (a paused pack's checkpoints are its runs' own), where a pack of runs
-    checkpointed at other epochs would start over. Nor, with ``budgeted``, one without an
-    estimate: a pack starts only when its estimate ends before the deadline."""
+    if a run's is unknown), its priority its first run's. A split-family run with a checkpoint
+    packs only with runs checkpointed after the same epoch (a stopped pack's runs: the pack
+    resumes them all), as a pack of runs checkpointed at other epochs would start over; one
+    whose checkpoint cannot be read, and a Multi-VFL run with one, are not packed (alone each
+    resumes its own). Nor, with ``budgeted``, a run without an estimate (a checkpointed one has
+    none): a pack starts only when its estimate ends before the deadline."""
     from .records import checkpoint_path
     from .training import packed
+    from .training.checkpoint import saved_epoch
 
-    by_place: dict[tuple[str, str], list[tuple[Any, Task]]] = {}  # one pack writes one profile, one folder
+    # one pack writes one profile, one folder; its runs resume from one epoch (0: none)
+    by_place: dict[tuple[str, str, int], list[tuple[Any, Task]]] = {}
     for t in tasks:
-        if (t.members or not isinstance(t.payload, dict) or (budgeted and t.cost_s is None)
-                or checkpoint_path(t.path).exists()):
+        if t.members or not isinstance(t.payload, dict) or (budgeted and t.cost_s is None):
             continue
+        epoch = 0
+        if checkpoint_path(t.path).exists():
+            epoch = saved_epoch(checkpoint_path(t.path)) if t.payload.get("family") == "split" else None
+            if epoch is None:  # a Multi-VFL pack would start its runs over; alone they resume
+                continue
         config = packed.packable_config(str(t.payload.get("family", "")), t.payload.get("config") or {})
         if config is not None and "profile" in t.payload and "results" in t.payload:
-            by_place.setdefault((t.payload["profile"], str(t.payload["results"])), []).append((config, t))
+            by_place.setdefault((t.payload["profile"], str(t.payload["results"]), epoch), []).append((config, t))
     pack_of: dict[str, Task] = {}  # run key -> its pack
     for candidates in by_place.values():
         task_of = {id(c): t for c, t in candidates}

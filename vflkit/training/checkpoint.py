@@ -277,6 +277,18 @@ def read(path: Path) -> Any:
                          f"{why.split('. Please use')[0][:200]}") from None
 
 
+def saved_epoch(path: Path) -> int | None:
+    """The epoch a split-family checkpoint at ``path`` was saved after, read without reading its
+    tensors (memory-mapped); None where there is none or it cannot be read (:func:`load` then
+    moves it aside when its run starts)."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # noqa: BLE001 (unreadable: its run finds out, and says so, when it loads it)
+        return None
+    epoch = state.get("epoch") if isinstance(state, dict) else None
+    return epoch if isinstance(epoch, int) else None
+
+
 def load(path: Path, run: Run, *, device: torch.device, fresh: str = "epoch 1") -> dict[str, Any] | None:
     """The checkpoint at ``path`` if there is one and it belongs to ``run``, else None.
 
@@ -304,4 +316,4 @@ def load(path: Path, run: Run, *, device: torch.device, fresh: str = "epoch 1") 
 
 
 __all__ = ["LedgerLog", "check_computed_by", "computed_by", "generators", "load", "parties_state", "read",
-           "restore_parties", "restore_rng", "rng_state", "save", "source_digest", "write"]
+           "restore_parties", "restore_rng", "rng_state", "save", "saved_epoch", "source_digest", "write"]
