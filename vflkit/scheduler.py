@@ -505,7 +505,7 @@ def pack_tasks(tasks: Sequence[Task], *, budgeted: bool = False, max_size: int =
         epoch = 0
         if checkpoint_path(t.path).exists():
             epoch = saved_epoch(checkpoint_path(t.path)) if t.payload.get("family") == "split" else None
-            if epoch is None:  # a Multi-VFL pack would start its runs over; alone they resume
+            if epoch is None:  # unreadable, or Multi-VFL's (its pack keeps none): alone it resumes
                 continue
         config = packed.packable_config(str(t.payload.get("family", "")), t.payload.get("config") or {})
         if config is not None and "profile" in t.payload and "results" in t.payload:

@@ -331,7 +331,7 @@ def train(
             break
         if checkpoint is not None and epoch < config.epochs:
             save_checkpoint(checkpoint, config=config, epoch=epoch, elapsed_s=time.perf_counter() - start,
-                             history=history, method=method, ledger_log=ledger_log, gen=gen, device=device)
+                            history=history, method=method, ledger_log=ledger_log, gen=gen, device=device)
             epoch_s = (time.perf_counter() - start - offset) / (epoch - first_epoch + 1)
             if deadline is not None and time.time() + epoch_s > deadline:
                 bar.close()
