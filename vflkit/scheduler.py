@@ -28,13 +28,12 @@ study are tasks of this one kind, so one scheduler serves every paper.
   of a study that differ in seed alone and that :mod:`vflkit.training.packed` can train as one
   batched computation (Multi-VFL's: the runs that share a round's shapes,
   :mod:`vflkit.training.multi_owner_packed`) are one task (:func:`pack_tasks`), which writes each run's record as the
-  run alone would (its key, its path), its ``execution`` naming the pack. A split-family pack
-  checkpoints each of its runs after every epoch, in the run's own format, and pauses at the
-  deadline as a run does; the next call packs them again, or under a budget (where a
-  checkpointed run has no estimate) resumes them alone, each from its checkpoint (a Multi-VFL
-  pack keeps no checkpoint). Under a budget a pack starts only if its estimate ends before
-  the deadline, with :data:`SAFETY`'s margin (the launcher's rule), and a run without an
-  estimate is not packed.
+  run alone would (its key, its path), its ``execution`` naming the pack. A pack checkpoints
+  each of its runs as the run alone does (after every epoch, or Multi-VFL's round), and
+  pauses at the deadline as a run does; the next call packs them again, or under a budget
+  (where a checkpointed run has no estimate) resumes them alone, each from its checkpoint.
+  Under a budget a pack starts only if its estimate ends before the deadline, with
+  :data:`SAFETY`'s margin (the launcher's rule), and a run without an estimate is not packed.
 - **Scale-out** on dask.distributed: ``executor="dask"`` starts a ``LocalCluster``; any other
   ``"tcp://host:port"`` address connects to a running scheduler (e.g. one dask-jobqueue started
   on SLURM or PBS). Records go to one shared results folder that every worker can write.
@@ -429,7 +428,7 @@ def execute_pack(task: Task, device: str, deadline: float | None,
             try:
                 task.fn([m.payload for m in mine], device=device, deadline=deadline)
                 out.update((m.key, "done") for m in mine)
-            except BudgetExhausted:  # a split-family pack checkpoints its runs and stops, as one run
+            except BudgetExhausted:  # the pack checkpointed its runs and stopped, as one run does
                 out.update((m.key, "paused") for m in mine)
     finally:
         for m in mine:
@@ -447,9 +446,9 @@ def run_task(task: Task, device: str, deadline: float | None, threads: int | Non
 # --------------------------------------------------------------------------- packs
 
 #: A pack starts only if its estimate times this ends before the deadline: the estimates are a
-#: factor 1.5 off for half the runs (:mod:`vflkit.costs`), a Multi-VFL pack cannot pause, and
-#: under a budget a split-family pack that pauses goes on unpacked. The launcher plans its
-#: windows with the same margin (a lent machine's checkpoints are lost with it).
+#: factor 1.5 off for half the runs (:mod:`vflkit.costs`), and under a budget a pack that
+#: pauses goes on unpacked. The launcher plans its windows with the same margin (a lent
+#: machine's checkpoints are lost with it).
 SAFETY = 1.5
 #: At most this many runs in one pack (the scheduler's and the launcher's).
 MAX_PACK = 8
@@ -487,29 +486,29 @@ def pack_tasks(tasks: Sequence[Task], *, budgeted: bool = False, max_size: int =
     ``results``) that :func:`vflkit.training.packed.group_packs` groups (they differ in seed
     alone; Multi-VFL's, in anything but a round's shapes), at most ``max_size`` a pack. A pack's
     fn is :func:`vflkit.training.packed.compute_pack`, its ``cost_s`` :func:`pack_cost_s` (None
-    if a run's is unknown), its priority its first run's. A split-family run with a checkpoint
-    packs only with runs checkpointed after the same epoch (a stopped pack's runs: the pack
-    resumes them all), as a pack of runs checkpointed at other epochs would start over; one
-    whose checkpoint cannot be read, and a Multi-VFL run with one, are not packed (alone each
-    resumes its own). Nor, with ``budgeted``, a run without an estimate (a checkpointed one has
-    none): a pack starts only when its estimate ends before the deadline."""
+    if a run's is unknown), its priority its first run's. A run with a checkpoint packs only
+    with runs checkpointed after the same epoch or round (a stopped pack's runs: the pack
+    resumes them all), as a pack of runs checkpointed at other points would start over; one
+    whose checkpoint cannot be read is not packed (alone it resumes or starts over). Nor, with
+    ``budgeted``, a run without an estimate (a checkpointed one has none): a pack starts only
+    when its estimate ends before the deadline."""
     from .records import checkpoint_path
     from .training import packed
-    from .training.checkpoint import saved_epoch
+    from .training.checkpoint import saved_progress
 
-    # one pack writes one profile, one folder; its runs resume from one epoch (0: none)
-    by_place: dict[tuple[str, str, int], list[tuple[Any, Task]]] = {}
+    # one pack writes one profile, one folder; its runs resume from one epoch or round (None: none)
+    by_place: dict[tuple[str, str, Any], list[tuple[Any, Task]]] = {}
     for t in tasks:
         if t.members or not isinstance(t.payload, dict) or (budgeted and t.cost_s is None):
             continue
-        epoch = 0
+        done = None
         if checkpoint_path(t.path).exists():
-            epoch = saved_epoch(checkpoint_path(t.path)) if t.payload.get("family") == "split" else None
-            if epoch is None:  # unreadable, or Multi-VFL's (its pack keeps none): alone it resumes
+            done = saved_progress(checkpoint_path(t.path))
+            if done is None:  # unreadable: alone, the run moves it aside and says so
                 continue
         config = packed.packable_config(str(t.payload.get("family", "")), t.payload.get("config") or {})
         if config is not None and "profile" in t.payload and "results" in t.payload:
-            by_place.setdefault((t.payload["profile"], str(t.payload["results"]), epoch), []).append((config, t))
+            by_place.setdefault((t.payload["profile"], str(t.payload["results"]), done), []).append((config, t))
     pack_of: dict[str, Task] = {}  # run key -> its pack
     for candidates in by_place.values():
         task_of = {id(c): t for c, t in candidates}
@@ -649,7 +648,7 @@ def schedule(
         if deadline is None:
             return True
         now = time.time()
-        if t.members:  # a pack cannot pause: it starts only if it ends before the deadline, with a margin
+        if t.members:  # a pack that pauses goes on unpacked: it starts only if it ends in time, with a margin
             return now < deadline and t.cost_s is not None and ends_before(t.cost_s * SAFETY, deadline)
         return now < deadline and (t.cost_s is None or now + t.cost_s <= deadline)
 

@@ -28,7 +28,7 @@ import random
 import warnings
 import zlib
 from pathlib import Path
-from typing import Any, Iterable, Protocol
+from typing import Any, Iterable, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -246,10 +246,23 @@ def _nbytes(obj: Any) -> int:
     return 16
 
 
+def _own_storage(obj: Any) -> Any:
+    """``obj`` with every tensor that views a larger storage copied out: ``torch.save`` writes a
+    view's whole storage (a packed run's model is a slice of its pack's stack)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.clone() if obj.untyped_storage().nbytes() > obj.nelement() * obj.element_size() else obj
+    if isinstance(obj, dict):
+        return {k: _own_storage(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_own_storage(v) for v in obj)
+    return obj
+
+
 def write(path: Path, obj: Any, *, what: str) -> None:
     """``torch.save`` of ``obj`` to ``path``, atomically, after checking that its file system has
     room for it (a :class:`~vflkit.errors.DiskSpaceError` saying how much and where); a write
     that still runs out of space is the same error, not torch's obscure "unexpected pos"."""
+    obj = _own_storage(obj)
     need = int(_nbytes(obj) * 1.1) + 2**20  # pickle's framing and the file system's blocks
     check_free_space(path.parent, need, what)
     try:
@@ -277,16 +290,39 @@ def read(path: Path) -> Any:
                          f"{why.split('. Please use')[0][:200]}") from None
 
 
-def saved_epoch(path: Path) -> int | None:
-    """The epoch a split-family checkpoint at ``path`` was saved after, read without reading its
-    tensors (memory-mapped); None where there is none or it cannot be read (:func:`load` then
-    moves it aside when its run starts)."""
+#: What a checkpoint counts its progress in: the split family's epochs, Multi-VFL's rounds.
+UNITS = ("epoch", "round")
+
+
+def saved_progress(path: Path) -> tuple[str, int] | None:
+    """The epoch or round a checkpoint at ``path`` was saved after (``("epoch", 3)``), read
+    without reading its tensors (memory-mapped); None where there is none or it cannot be read
+    (:func:`load` then moves it aside when its run starts)."""
     try:
         state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception:  # noqa: BLE001 (unreadable: its run finds out, and says so, when it loads it)
         return None
-    epoch = state.get("epoch") if isinstance(state, dict) else None
-    return epoch if isinstance(epoch, int) else None
+    got = [(u, state[u]) for u in UNITS if isinstance(state, dict) and isinstance(state.get(u), int)]
+    return got[0] if got else None
+
+
+def load_all(paths: Sequence[Path], runs: Sequence[Run], *, device: torch.device,
+             unit: str) -> list[dict[str, Any]] | None:
+    """The checkpoints of a pack's runs (:func:`load`, each its own) when every run has one
+    saved after the same ``unit`` ("epoch" or "round"): a pack resumes all its runs or none.
+    None where no run has one; where only some do, or after different ones, None too, with a
+    warning that the pack starts over and replaces them."""
+    states = [load(Path(p), run, device=device, fresh=f"{unit} 1") for p, run in zip(paths, runs)]
+    done = sorted({s[unit] for s in states if s is not None})
+    if not done:
+        return None
+    if len(done) > 1 or any(s is None for s in states):
+        found = sum(s is not None for s in states)
+        warnings.warn(f"{found} of this pack's {len(states)} runs have a checkpoint (of {unit} "
+                      f"{', '.join(map(str, done))}): the pack starts from {unit} 1 and replaces them after it "
+                      "(train the runs alone to resume each from its own)", stacklevel=3)
+        return None
+    return states
 
 
 def load(path: Path, run: Run, *, device: torch.device, fresh: str = "epoch 1") -> dict[str, Any] | None:
@@ -315,5 +351,5 @@ def load(path: Path, run: Run, *, device: torch.device, fresh: str = "epoch 1") 
         return None
 
 
-__all__ = ["LedgerLog", "check_computed_by", "computed_by", "generators", "load", "parties_state", "read",
-           "restore_parties", "restore_rng", "rng_state", "save", "saved_epoch", "source_digest", "write"]
+__all__ = ["LedgerLog", "check_computed_by", "computed_by", "generators", "load", "load_all", "parties_state",
+           "read", "restore_parties", "restore_rng", "rng_state", "save", "saved_progress", "source_digest", "write"]

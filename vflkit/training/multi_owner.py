@@ -6,7 +6,7 @@ with its optimizer, the data owners average their copies. :func:`train` runs one
 :class:`~vflkit.methods.multi_vfl.MultiVFLConfig` for its rounds and returns the per-round
 loss and accuracy and the ledger's traffic; the record store wraps them in the common envelope.
 
-Rounds are checkpointed beside the record (:func:`_save_checkpoint`, through the shared
+Rounds are checkpointed beside the record (:func:`save_checkpoint`, through the shared
 :mod:`.checkpoint`; at most every :data:`CHECKPOINT_EVERY_S` seconds): an interrupted run resumes
 after its last checkpointed round and ends with the record of an uninterrupted run.
 """
@@ -78,7 +78,7 @@ def train(config: MultiVFLConfig, *, device: torch.device, checkpoint: Path | No
     if checkpoint is not None:
         state = checkpoint_io.load(checkpoint, config, device=device, fresh="round 1")
         if state is not None:
-            _restore(state, method=method, ledger_log=ledger_log, device=device)
+            restore_checkpoint(state, method=method, ledger_log=ledger_log, device=device)
             history, first = state["history"], state["round"] + 1
             start = time.perf_counter() - state["elapsed_s"]
     bar = tqdm(range(first, config.rounds + 1), total=config.rounds, initial=first - 1,
@@ -107,8 +107,8 @@ def train(config: MultiVFLConfig, *, device: torch.device, checkpoint: Path | No
         round_s = (now - resumed_at) / (r - first + 1)
         stop = deadline is not None and time.time() + round_s > deadline
         if stop or now - last_saved >= CHECKPOINT_EVERY_S:
-            _save_checkpoint(checkpoint, config=config, r=r, elapsed_s=now - start, history=history,
-                             method=method, ledger_log=ledger_log, device=device)
+            save_checkpoint(checkpoint, config=config, r=r, elapsed_s=now - start, history=history,
+                            method=method, ledger_log=ledger_log, device=device)
             last_saved = time.perf_counter()
         if stop:
             bar.close()
@@ -163,9 +163,9 @@ def round_row(method: MultiVFL, r: int, losses: dict[str, float], *, evaluate: b
     return row
 
 
-def _save_checkpoint(path: Path, *, config: MultiVFLConfig, r: int, elapsed_s: float,
-                     history: list[dict[str, Any]], method: MultiVFL, ledger_log: checkpoint_io.LedgerLog,
-                     device: torch.device) -> None:
+def save_checkpoint(path: Path, *, config: MultiVFLConfig, r: int, elapsed_s: float,
+                    history: list[dict[str, Any]], method: MultiVFL, ledger_log: checkpoint_io.LedgerLog,
+                    device: torch.device) -> None:
     """Everything a run needs to continue after round ``r`` as if never stopped, written atomically.
 
     The local optimizers need no saving: Algorithm 1 starts each round's from the server's
@@ -183,8 +183,8 @@ def _save_checkpoint(path: Path, *, config: MultiVFLConfig, r: int, elapsed_s: f
     }, device=device)
 
 
-def _restore(state: dict[str, Any], *, method: MultiVFL, ledger_log: checkpoint_io.LedgerLog,
-             device: torch.device) -> None:
+def restore_checkpoint(state: dict[str, Any], *, method: MultiVFL, ledger_log: checkpoint_io.LedgerLog,
+                       device: torch.device) -> None:
     """Put a freshly set-up ``method`` where the checkpoint left it (its setup messages, logged
     again, give way to the saved ledger, which holds them once)."""
     checkpoint_io.restore_parties(method.parties, state)  # models, the server's moments

@@ -40,8 +40,11 @@ the local optimizer, the rounds and the evaluation schedule).
 Divergence: a non-finite loss in any chain stops the whole pack (checked once a round, from
 the losses summed on the device: no host read inside a step), where the unpacked round would
 have stopped at that step; :func:`compute_pack` then trains each run of the pack alone, so
-every record is the unpacked trainer's (``on_divergence`` as the family says). A pack keeps
-no checkpoint: whoever starts it checks first that its estimate ends before the deadline.
+every record is the unpacked trainer's (``on_divergence`` as the family says). A pack
+checkpoints each of its runs as the run alone does (its models are copied out of the stack on
+write), so an interrupted pack resumes, a run alone resumes its packed checkpoint and a pack
+its runs' own (tests/test_pack_checkpoints.py); whoever starts one still checks first that
+its estimate ends before the deadline.
 """
 
 from __future__ import annotations
@@ -59,9 +62,10 @@ from tqdm.auto import tqdm
 from .. import records
 from ..comm import Channel, wire_copy
 from ..config import resolve_device
-from ..errors import ConfigError, DivergenceError
+from ..errors import BudgetExhausted, ConfigError, DivergenceError
 from ..methods.multi_vfl import MultiVFL, MultiVFLConfig
 from ..methods.server_opt import server_step
+from . import checkpoint as checkpoint_io
 from . import multi_owner
 from .packed import StackedModel, _cross_entropy
 
@@ -448,15 +452,25 @@ def pack_key(config: MultiVFLConfig) -> tuple[Any, ...]:
 
 
 def train_pack(configs: Sequence[MultiVFLConfig], *, device: torch.device | str = "cpu", progress: bool = False,
-               stacking: str = "auto") -> list[dict[str, Any]]:
+               stacking: str = "auto", checkpoints: Sequence[Path] | None = None,
+               deadline: float | None = None) -> list[dict[str, Any]]:
     """Train ``configs`` (runs of one :func:`pack_key`) as one pack, round by round (a
     :class:`RoundPack` held throughout); each run's results as :func:`vflkit.training.multi_owner.train`
     returns them (its history rows by :func:`~vflkit.training.multi_owner.round_row`, its
     evaluation its own), plus ``execution``. Timings are the pack's. A diverging chain raises
-    :class:`DivergenceError` for the pack (see the module's note)."""
+    :class:`DivergenceError` for the pack (see the module's note).
+
+    ``checkpoints`` (one path per run): after a round (every round but the last, at most every
+    :data:`~vflkit.training.multi_owner.CHECKPOINT_EVERY_S` seconds) each run is saved at its
+    path as the run alone saves it, and a pack whose runs all hold a checkpoint of one round
+    continues after it (:func:`~vflkit.training.checkpoint.load_all`), so either trainer
+    resumes the other's runs. With ``deadline`` too, a pack whose next round would end after it
+    checkpoints and stops with :class:`~vflkit.errors.BudgetExhausted`, as a run alone does."""
     configs = list(configs)
     if not configs or len({pack_key(c) for c in configs}) != 1 or len({c.key for c in configs}) != len(configs):
         raise ConfigError("a Multi-VFL pack holds distinct runs that share " + ", ".join(SHARED))
+    if checkpoints is not None and len(checkpoints) != len(configs):
+        raise ConfigError(f"a pack of {len(configs)} runs needs as many checkpoint paths; got {len(checkpoints)}")
     device = resolve_device(device)
     start = time.perf_counter()
     methods = []
@@ -466,8 +480,18 @@ def train_pack(configs: Sequence[MultiVFLConfig], *, device: torch.device | str 
         methods.append(m)
     rounds = configs[0].rounds
     histories: list[list[dict[str, Any]]] = [[] for _ in configs]
+    logs = [checkpoint_io.LedgerLog(m.channel) for m in methods]
+    first = 1
+    states = checkpoint_io.load_all(checkpoints, configs, device=device, unit="round") if checkpoints else None
+    if states is not None:  # before the pack binds the runs' models to its stack
+        for m, state, log, k in zip(methods, states, logs, range(len(configs))):
+            multi_owner.restore_checkpoint(state, method=m, ledger_log=log, device=device)
+            histories[k] = state["history"]
+        first, start = states[0]["round"] + 1, time.perf_counter() - max(s["elapsed_s"] for s in states)
     pack = RoundPack(methods, stacking=stacking)
-    for r in tqdm(range(1, rounds + 1), desc=f"Multi-VFL x{len(configs)}", disable=not progress, leave=False):
+    resumed_at = last_saved = time.perf_counter()
+    for r in tqdm(range(first, rounds + 1), total=rounds, initial=first - 1, desc=f"Multi-VFL x{len(configs)}",
+                  disable=not progress, leave=False):
         losses = pack.round(r)
         # every run evaluates when the unpacked trainer would (the pack shares eval_every and rounds)
         due = r % configs[0].eval_every == 0 or r == rounds
@@ -476,6 +500,19 @@ def train_pack(configs: Sequence[MultiVFLConfig], *, device: torch.device | str 
             row = multi_owner.round_row(m, r, loss, evaluation=evaluation)
             row["elapsed_s"] = time.perf_counter() - start
             history.append(row)
+        if checkpoints is None or r == rounds:
+            continue
+        now = time.perf_counter()
+        stop = deadline is not None and time.time() + (now - resumed_at) / (r - first + 1) > deadline
+        if stop or now - last_saved >= multi_owner.CHECKPOINT_EVERY_S:
+            for m, cfg, path, history, log in zip(methods, configs, checkpoints, histories, logs):
+                multi_owner.save_checkpoint(path, config=cfg, r=r, elapsed_s=now - start, history=history, method=m,
+                                            ledger_log=log, device=device)  # a run's slices copied out on write
+            last_saved = time.perf_counter()
+        if stop:
+            pack.release()
+            raise BudgetExhausted(f"a pack of {len(configs)} Multi-VFL runs stopped after round {r} of {rounds} at "
+                                  "the budget; rerun to resume it")
     pack.release()
     wall = time.perf_counter() - start
     keys = [c.key for c in configs]
@@ -485,19 +522,22 @@ def train_pack(configs: Sequence[MultiVFLConfig], *, device: torch.device | str 
 
 def run_pack(configs: Sequence[MultiVFLConfig], *, profile: str, device: torch.device | str = "auto",
              results: str | Path | None = None, force: bool = False, progress: bool = False,
-             on_divergence: str = "raise") -> list[dict[str, Any]]:
+             on_divergence: str = "raise", deadline: float | None = None) -> list[dict[str, Any]]:
     """The records of ``configs``, in their order: recorded ones loaded, the others trained as
     one pack (:func:`train_pack`) and written through the record store's one path
     (:func:`vflkit.records.run_together`). Where the pack diverges, each of its runs is trained
-    alone instead (:func:`vflkit.training.multi_owner.train`), so that every record, a
-    diverged one included, is the unpacked trainer's."""
+    alone instead (:func:`vflkit.training.multi_owner.train`, from round 1), so that every
+    record, a diverged one included, is the unpacked trainer's. Each run is checkpointed beside
+    its record where the run alone is (:func:`train_pack`; ``deadline`` stops the pack there)."""
 
     def train_all(todo: list[MultiVFLConfig], dev: torch.device, checkpoints: list[Path]) -> list[dict[str, Any]]:
         try:
-            return train_pack(todo, device=dev, progress=progress)
+            return train_pack(todo, device=dev, progress=progress, checkpoints=checkpoints, deadline=deadline)
         except DivergenceError:
-            return [multi_owner.train(c, device=dev, checkpoint=ckpt, progress=progress, on_divergence=on_divergence)
-                    for c, ckpt in zip(todo, checkpoints)]
+            for ckpt in checkpoints:  # the pack's: alone, every run starts over, as the unpacked trainer
+                ckpt.unlink(missing_ok=True)
+            return [multi_owner.train(c, device=dev, checkpoint=ckpt, progress=progress, on_divergence=on_divergence,
+                                      deadline=deadline) for c, ckpt in zip(todo, checkpoints)]
 
     return records.run_together(configs, train_all=train_all, profile=profile, device=device, results=results,
                                 force=force, on_divergence=on_divergence)
@@ -517,7 +557,7 @@ def compute_pack(payloads: Sequence[Mapping[str, Any]], *, device: torch.device 
     profile, results = next(iter(places))
     configs = [MultiVFLConfig.from_dict(dict(p["config"])) for p in payloads]
     return run_pack(configs, profile=profile, device=device, results=Path(results),
-                    on_divergence=FAMILIES["multi_owner"].on_divergence)
+                    on_divergence=FAMILIES["multi_owner"].on_divergence, deadline=deadline)
 
 
 __all__ = ["MAX_RUNS", "SHARED", "RoundPack", "compute_pack", "pack_key", "packed_round", "run_pack", "train_pack"]

@@ -64,7 +64,6 @@ import copy
 import math
 import os
 import time
-import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Hashable, Mapping, Sequence
 
@@ -790,12 +789,11 @@ def compute_pack(payloads: Sequence[Mapping[str, Any]], *, device: torch.device 
     :func:`vflkit.study.compute` is of one run. Multi-VFL's payloads go to its packed trainer
     (:func:`vflkit.training.multi_owner_packed.compute_pack`).
 
-    ``deadline``: the pack checkpoints its runs after every epoch and stops at the end of the last
-    epoch that ends before it (:class:`~vflkit.errors.BudgetExhausted`), as a run alone does; a
-    Multi-VFL pack keeps no checkpoint and does not enforce it. Either way whoever starts a pack
-    checks first that its estimate ends before the deadline (:func:`vflkit.scheduler.ends_before`):
-    on a lent machine a checkpoint is lost with it. CUDA graphs as ``$VFLKIT_GRAPHS`` says
-    (:data:`GRAPHS_ENV`)."""
+    ``deadline``: the pack checkpoints its runs after every epoch (a Multi-VFL pack: round) and
+    stops at the end of the last one that ends before it (:class:`~vflkit.errors.BudgetExhausted`),
+    as a run alone does. Whoever starts a pack still checks first that its estimate ends before
+    the deadline (:func:`vflkit.scheduler.ends_before`): on a lent machine a checkpoint is lost
+    with it. CUDA graphs as ``$VFLKIT_GRAPHS`` says (:data:`GRAPHS_ENV`)."""
     payloads = list(payloads)
     if payloads and all(p.get("family") == "multi_owner" for p in payloads):
         from .multi_owner_packed import compute_pack as multi_owner_pack
@@ -1004,23 +1002,15 @@ def _resume(methods: Sequence[VFLMethod], configs: Sequence[RunConfig], checkpoi
             ledger_logs: Sequence[checkpoint_io.LedgerLog], gens: Sequence[torch.Generator],
             histories: list[list[dict[str, Any]]], device: torch.device) -> tuple[int, float]:
     """Restore every run of a pack from its checkpoint (each run's own, as alone) when all have
-    one of the same epoch: the first epoch to train and the seconds already spent; else (1, 0)."""
-    if checkpoints is None:
-        return 1, 0.0
-    states = [checkpoint_io.load(Path(p), c, device=device, fresh="epoch 1") for p, c in zip(checkpoints, configs)]
-    epochs = sorted({s["epoch"] for s in states if s is not None})
-    if not epochs:
-        return 1, 0.0
-    if len(epochs) > 1 or any(s is None for s in states):
-        found = sum(s is not None for s in states)
-        warnings.warn(f"{found} of this pack's {len(states)} runs have a checkpoint (of epoch "
-                      f"{', '.join(map(str, epochs))}): the pack starts from epoch 1 and replaces them after it "
-                      "(train the runs alone to resume each from its own)", stacklevel=3)
+    one of the same epoch (:func:`~vflkit.training.checkpoint.load_all`): the first epoch to
+    train and the seconds already spent; else (1, 0)."""
+    states = checkpoint_io.load_all(checkpoints, configs, device=device, unit="epoch") if checkpoints else None
+    if states is None:
         return 1, 0.0
     for k, state in enumerate(states):
         split.restore_checkpoint(state, method=methods[k], ledger_log=ledger_logs[k], gen=gens[k], device=device)
         histories[k] = state["history"]
-    return epochs[0] + 1, max(s["elapsed_s"] for s in states)
+    return states[0]["epoch"] + 1, max(s["elapsed_s"] for s in states)
 
 
 def _finish_epoch(pack: Pack, runs: Sequence[int], configs: Sequence[RunConfig], epoch: int,
