@@ -484,7 +484,7 @@ def train_pack(configs: Sequence[MultiVFLConfig], *, device: torch.device | str 
     first = 1
     states = checkpoint_io.load_all(checkpoints, configs, device=device, unit="round") if checkpoints else None
     if states is not None:  # before the pack binds the runs' models to its stack
-        for m, state, log, k in zip(methods, states, logs, range(len(configs))):
+        for k, (m, state, log) in enumerate(zip(methods, states, logs)):
             multi_owner.restore_checkpoint(state, method=m, ledger_log=log, device=device)
             histories[k] = state["history"]
         first, start = states[0]["round"] + 1, time.perf_counter() - max(s["elapsed_s"] for s in states)

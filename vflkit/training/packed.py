@@ -501,14 +501,14 @@ def _stack_state(stacked: torch.optim.Optimizer, own: Sequence[torch.optim.Optim
 
 
 def _split_state(stacked: torch.optim.Optimizer, own: Sequence[torch.optim.Optimizer]) -> None:
-    """The reverse of :func:`_stack_state`: ``own[k]`` gets slice k of the stacked state (a copy:
-    a view would save the whole stacked tensor in each run's checkpoint) and the stacked rate."""
+    """The reverse of :func:`_stack_state`: ``own[k]`` gets slice k of the stacked state (a view:
+    a checkpoint copies it out as it writes, :func:`vflkit.training.checkpoint.write`) and the
+    stacked rate."""
     sd = stacked.state_dict()
     lr = sd["param_groups"][0]["lr"]
     for k, opt in enumerate(own):
         mine = opt.state_dict()
-        mine["state"] = {i: {name: v[k].clone() if _sliced(v) else v.clone() if isinstance(v, torch.Tensor) else v
-                             for name, v in st.items()}
+        mine["state"] = {i: {name: v[k] if _sliced(v) else v for name, v in st.items()}
                          for i, st in sd["state"].items()}
         for group in mine["param_groups"]:
             group["lr"] = lr
