@@ -188,6 +188,26 @@ def test_runs_packed_together_fit_the_window_their_data_leaves():
     assert all(w.end_s <= w.deadline_s for w in p.windows)
 
 
+def test_runs_on_mnist_and_fashion_mnist_pack_together_sized_to_both_datasets():
+    """A split run on MNIST and its twin on FashionMNIST (one pack key: they differ in seed and
+    dataset alone) are one packed pack, sized to the room of a window that carries both
+    datasets; a run on CIFAR-10 packs apart."""
+    from vflkit.methods import RunConfig
+
+    base = RunConfig(paper="vfedmh", dataset="mnist", method="splitnn", models=("mlp",) * 4)
+    runs = [L.dataclasses.replace(_run("vfedmh", f"r{i}", 60.0, (i,)), config=base.replace(dataset=d, seed=i).to_dict())
+            for i, d in enumerate(("mnist", "fashion_mnist", "cifar10"))]
+    asked = []
+
+    def room(datasets):
+        asked.append(set(datasets))
+        return 3600.0
+
+    packs = L.group_packs(runs, max_cost_s=room)
+    assert [[r.key for r in p.runs] for p in packs] == [["r0", "r1"], ["r2"]] and packs[0].packed
+    assert packs[0].datasets == {"mnist", "fashion_mnist"} and {"mnist", "fashion_mnist"} in asked
+
+
 def _referenced(command):
     """The carried paths a call's command names (``.launch/...``, globs kept)."""
     import re

@@ -87,6 +87,20 @@ def test_packed_and_alone_checkpoints_are_one_format(float64, tmp_path, case):
         _assert_same_run(g, w)
 
 
+def test_a_pack_across_datasets_checkpoints_each_run_at_its_own_path(float64, tmp_path):
+    """A pack of MNIST and FashionMNIST runs given out of dataset order (the trainer puts runs
+    of one dataset side by side) saves each run's checkpoint at that run's path: each run alone
+    resumes it to its unpacked results."""
+    a, b = _case("splitnn, adam")
+    configs = [a, b.replace(dataset="fashion_mnist"), a.replace(seed=2)]
+    paths = _paths(tmp_path, configs)
+    _stop_pack_after_epoch_1(configs, paths)
+    assert [torch.load(p, weights_only=True)["key"] for p in paths] == [c.key for c in configs]
+    for c, p in zip(configs, paths):  # resumed, not started over (a foreign checkpoint is moved aside)
+        _assert_same_run(split.train(c, device=CPU, progress=False, checkpoint=p),
+                         split.train(c, device=CPU, progress=False))
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: CUDA graphs themselves")
 def test_a_stopped_pack_resumes_under_cuda_graphs_on_a_gpu(float64, tmp_path):
     """On a GPU, a pack with Adam stopped after epoch 1 and resumed with its steps captured

@@ -627,6 +627,29 @@ def test_pack_tasks_makes_one_task_of_the_seeds_of_a_run(tmp_path):
     assert [len(p.members) for p in scheduler.pack_tasks(tasks)].count(2) == 1  # its sibling has no pack left
 
 
+def test_pack_tasks_packs_a_run_on_mnist_with_its_fashion_mnist_twin(tmp_path):
+    """A study's run on MNIST and the same run on FashionMNIST (one image shape and size) are
+    one pack, whose records are each run's own, at its own key."""
+    from vflkit.methods import RunConfig
+    from vflkit.records import record_path
+
+    mnist = _demo_tasks(tmp_path, seeds=(0,))
+    fmnist = []
+    for t in mnist:  # the same runs moved onto FashionMNIST (the demo study trains MNIST only)
+        run = RunConfig.from_dict({**t.payload["config"], "dataset": "fashion_mnist"})
+        fmnist.append(dataclasses.replace(t, key=run.key, path=record_path(run, "smoke", tmp_path),
+                                          payload={**t.payload, "config": run.to_dict()}))
+    tasks = mnist + fmnist
+    packs = scheduler.pack_tasks(tasks)
+    assert len(tasks) == 4 and len(packs) == 2
+    for p in packs:
+        assert {m.payload["config"]["dataset"] for m in p.members} == {"mnist", "fashion_mnist"}
+        assert len({m.payload["config"]["method"] for m in p.members}) == 1
+    got = p.fn(p.payload, device="cpu")
+    assert [r["key"] for r in got] == [m.key for m in p.members]
+    assert [r["config"]["dataset"] for r in got] == ["mnist", "fashion_mnist"]
+
+
 def test_pack_tasks_packs_runs_checkpointed_after_one_epoch(tmp_path):
     """Runs checkpointed after the same epoch (a stopped pack's) are packed again, apart from the
     runs without one; runs checkpointed after different epochs are not packed (a pack would

@@ -177,11 +177,63 @@ def test_unpackable_configs_are_refused():
     assert packed.pack_key(a.replace(precision="bf16")) not in (None, packed.pack_key(a))
     with pytest.raises(ConfigError, match="a bf16 pack runs its slices one by one"):
         packed.train_pack([a.replace(precision="bf16"), b.replace(precision="bf16")], device="cpu", stacking="vmap")
-    with pytest.raises(ConfigError, match="differ in seed alone"):
+    with pytest.raises(ConfigError, match="differ in seed and dataset alone"):
         packed.check_pack([a, b.replace(lr=0.01)])
+    with pytest.raises(ConfigError, match="differ in seed and dataset alone, on datasets of one image shape"):
+        packed.check_pack([a, b.replace(dataset="cifar10")])
     with pytest.raises(ConfigError, match="given twice"):
         packed.check_pack([a, a])
     assert packed.pack_key(a) == packed.pack_key(b) != packed.pack_key(b.replace(epochs=3))
+
+
+#: Runs of MNIST and FashionMNIST in one pack, in an order where the datasets alternate (each
+#: stretch of one dataset normalised apart) and where they come in stretches.
+MIXED = {"alternating": ("mnist", "fashion_mnist", "fashion_mnist", "mnist"),
+         "in stretches": ("mnist", "mnist", "fashion_mnist", "fashion_mnist")}
+
+
+@pytest.mark.parametrize("case", ["splitnn", "c_vfl mixed, parties grouped"])
+@pytest.mark.parametrize("order", sorted(MIXED))
+@pytest.mark.parametrize("graphs", [None, "tape"])
+def test_pack_across_datasets_equals_separate_runs(float64, case, order, graphs):
+    """A pack of runs on two datasets of one shape (MNIST and FashionMNIST, as VFedMH's Table II
+    trains every method on both) gives each run its unpacked losses, metrics and ledger, eager
+    and captured: its own data, labels and normalisation (the two datasets' statistics differ,
+    so a pack that normalised every run as its first would fail this)."""
+    method, models, changes = CASES[case]
+    base = _configs(method, models, seeds=(0,), **changes)[0]
+    configs = [base.replace(dataset=d, seed=k) for k, d in enumerate(MIXED[order])]
+    assert len({packed.pack_key(c) for c in configs}) == 1
+    got = packed.train_pack(configs, device="cpu", graphs=graphs)
+    for g, c in zip(got, configs):
+        _assert_same_run(g, split.train(c, device=torch.device("cpu"), progress=False))
+    # trained with the runs of one dataset side by side (one normalisation call each), returned as given
+    assert all(g["execution"]["pack"] == [c.key for c in sorted(configs, key=lambda c: c.dataset)] for g in got)
+    # one seed on each dataset: its own data (FashionMNIST's images are not MNIST's)
+    same_seed = packed.train_pack([base, base.replace(dataset="fashion_mnist")], device="cpu")
+    assert same_seed[0]["history"][-1]["loss"] != same_seed[1]["history"][-1]["loss"]
+
+
+def test_pack_key_spans_datasets_of_one_shape():
+    """Runs pack across datasets whose images, classes and training sizes agree (MNIST with
+    FashionMNIST, and with a registered dataset of that shape at one n_train), never across
+    others (CIFAR-10; a registered one of another size), nor in anything but seed and dataset."""
+    from vflkit.data import ImageData, register_dataset, unregister_dataset
+
+    a = _configs("splitnn", ("mlp",) * 4, seeds=(0,), n_train=None)[0]
+    assert packed.pack_key(a) == packed.pack_key(a.replace(dataset="fashion_mnist", seed=5))
+    assert packed.pack_key(a) != packed.pack_key(a.replace(dataset="cifar10"))
+    assert packed.pack_key(a) != packed.pack_key(a.replace(dataset="fashion_mnist", lr=0.01))
+    g = torch.Generator().manual_seed(0)
+    register_dataset(ImageData("tiny28", torch.randint(0, 256, (50, 1, 28, 28), dtype=torch.uint8, generator=g),
+                               torch.arange(50) % 10, torch.zeros(10, 1, 28, 28, dtype=torch.uint8),
+                               torch.arange(10), tuple("abcdefghij")))
+    try:
+        tiny = a.replace(dataset="tiny28")
+        assert packed.pack_key(tiny) != packed.pack_key(a)  # 50 training images against 60,000
+        assert packed.pack_key(tiny.replace(n_train=40)) == packed.pack_key(a.replace(n_train=40))
+    finally:
+        unregister_dataset("tiny28")
 
 
 def test_group_packs_splits_by_pack_key_and_size():

@@ -1029,7 +1029,8 @@ def price(study: Any, runs: Sequence[Any]) -> "pd.DataFrame":
 def packed_shares(runs: Sequence[Any]) -> dict[int, float]:
     """Index -> the share of its time alone that run ``runs[i]`` costs when the engine trains it
     packed on a GPU (:func:`vflkit.scheduler.pack_tasks`: the runs of one pack key, C-VFL's
-    seeds or Multi-VFL's runs of one step shape, at most ``MAX_PACK`` a pack): ``pack_ratio / k``
+    seeds on datasets of one shape or Multi-VFL's runs of one step shape, at most ``MAX_PACK``
+    a pack): ``pack_ratio / k``
     for a pack of k >= 2 whose packed step the op table counts (:func:`pack_ratio`); runs
     without are left out (alone, share 1)."""
     from .scheduler import MAX_PACK

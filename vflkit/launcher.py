@@ -6,7 +6,7 @@ reached only by calls of at most :data:`CALL_LIMIT_S` seconds that each re-send 
 and carry at most :data:`CARRY_LIMIT_BYTES` beside it, with no network there. This module is a
 thin layer over the engine, not a second one: a run is computed by :func:`vflkit.study.compute`
 (the scheduler's task function, which ``make study PROFILE=paper DEVICE=cuda`` and a notebook
-with ``device="cuda"`` use too), or, for runs that differ in seed alone, by
+with ``device="cuda"`` use too), or, for runs that differ in seed and dataset alone, by
 :func:`vflkit.training.packed.compute_pack` (the scheduler's task function of a pack, which
 ``make study`` uses on a GPU too). What the layer adds:
 
@@ -667,11 +667,11 @@ def pack_key(run: GpuRun) -> tuple[str, Any]:
                        tuple(models) if isinstance(models, (list, tuple)) else models))
 
 
-def group_packs(runs: Sequence[GpuRun], *, max_cost_s: float | Callable[[GpuRun], float], max_runs: int = MAX_PACK,
+def group_packs(runs: Sequence[GpuRun], *, max_cost_s: float | Callable[[set[str]], float], max_runs: int = MAX_PACK,
                 speedup: float | None = None, graphs: str | None = None) -> list[Pack]:
     """``runs`` (in value order) grouped by :func:`pack_key` into packs of at most ``max_runs``
     runs whose cost (times :data:`SAFETY`) stays within ``max_cost_s`` (seconds, or a function
-    of the run: the room a window has for a run on its dataset); packs in the order of their
+    of the pack's datasets: the room a window that carries them has); packs in the order of their
     most valuable run. A run that alone exceeds it gets a pack of its own (the planner then
     lists it as not fitting). A packed pack's cost: its runs' over ``speedup`` where one is
     given (a measured gain), else one run's times the packed step's op-count ratio
@@ -685,9 +685,9 @@ def group_packs(runs: Sequence[GpuRun], *, max_cost_s: float | Callable[[GpuRun]
     for r in runs:
         kind, key = pack_key(r)
         p = open_packs.get(key)
-        room = max_cost_s(r) if callable(max_cost_s) else max_cost_s
         grown = Pack(key="", runs=[*(p.runs if p else []), r], packed=kind == "packed", speedup=speedup or 1.0,
                      by_ops=by_ops, graphs=graphs)
+        room = max_cost_s(grown.datasets) if callable(max_cost_s) else max_cost_s
         limit = trainer.pack_limit(trainer.packable_config(r.family, r.config), max_runs) if kind == "packed" \
             else max_runs
         if p is None or len(p.runs) >= (limit or max_runs) or grown.cost_s * SAFETY > room:
@@ -948,14 +948,15 @@ def plan(deadline_s: float, device_kind: str = "h100", *, profile: str = "paper"
         return deadline_s - start_s(datasets) - RETURN_MARGIN_S - LANE_START_S
 
     speedup = float(rates_in["pack_speedup"]) if "pack_speedup" in rates_in else None
-    # a pack holds one dataset (both pack keys name it): sized to a window that carries that
-    # dataset's data calls, else a pack that fits an empty window is refused whole below
-    rooms: dict[str, float] = {}
+    # a pack is sized to a window that carries its datasets' data calls (MNIST's runs pack with
+    # FashionMNIST's), else a pack that fits an empty window is refused whole below
+    rooms: dict[frozenset[str], float] = {}
 
-    def room_for(r: GpuRun) -> float:
-        if r.dataset not in rooms:
-            rooms[r.dataset] = usable({r.dataset} if r.dataset else set())
-        return rooms[r.dataset]
+    def room_for(datasets: set[str]) -> float:
+        key = frozenset(datasets)
+        if key not in rooms:
+            rooms[key] = usable(set(key))
+        return rooms[key]
 
     graphs, why = expect_graphs(device_kind)
     _log.info("%s", why)

@@ -842,7 +842,7 @@ def readme_own_gpu(report: str = "") -> str:
         f"In all: about {total:,.0f} H100-minutes ({total / 60:.1f} hours) for one run at a time"
         + (f", and {unpriced} runs without an H100 estimate" if unpriced else "") + ". (1) " + costs.H100_LABEL
         + "; `python -m vflkit.study --status --profile paper` prints the same estimate run by run. (2) As the "
-        f"engine trains them on a GPU: C-VFL's runs that differ in seed alone as one pack, its alike parties "
+        f"engine trains them on a GPU: C-VFL's runs that differ in seed and dataset alone as one pack, its alike parties "
         f"stacked (`vflkit.training.packed`), and Multi-VFL's runs in one pack (`vflkit.training.multi_owner_packed`), "
         f"each pack priced at one run's time times its packed step's (or round's) operations over the run's own "
         f"(`vflkit.costs.pack_ratio`, counted: results/{costs.OP_COUNTS}): about {packed_total:,.0f} H100-minutes "

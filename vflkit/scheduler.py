@@ -25,7 +25,7 @@ study are tasks of this one kind, so one scheduler serves every paper.
 - **A dead worker** (kill -9, out of memory) costs its runs one retry in a fresh pool, not the
   scheduler.
 - **Packed** (``pack``; by default on a GPU only, where it pays: ~1.0-1.2x on a CPU): the runs
-  of a study that differ in seed alone and that :mod:`vflkit.training.packed` can train as one
+  of a study that differ in seed and dataset alone and that :mod:`vflkit.training.packed` can train as one
   batched computation (Multi-VFL's: the runs that share a round's shapes,
   :mod:`vflkit.training.multi_owner_packed`) are one task (:func:`pack_tasks`), which writes each run's record as the
   run alone would (its key, its path), its ``execution`` naming the pack. A pack checkpoints
@@ -484,7 +484,7 @@ def pack_tasks(tasks: Sequence[Task], *, budgeted: bool = False, max_size: int =
     """``tasks`` with the runs that can be trained together replaced by one task per pack, at
     the place of its first run: a study's runs (payload ``family``/``config``/``profile``/
     ``results``) that :func:`vflkit.training.packed.group_packs` groups (they differ in seed
-    alone; Multi-VFL's, in anything but a round's shapes), at most ``max_size`` a pack. A pack's
+    and dataset alone; Multi-VFL's, in anything but a round's shapes), at most ``max_size`` a pack. A pack's
     fn is :func:`vflkit.training.packed.compute_pack`, its ``cost_s`` :func:`pack_cost_s` (None
     if a run's is unknown), its priority its first run's. A run with a checkpoint packs only
     with runs checkpointed after the same epoch or round (a stopped pack's runs: the pack
@@ -598,7 +598,7 @@ def schedule(
 ) -> Summary:
     """Compute every task without a record, in priority order, ``workers`` at a time.
 
-    ``pack``: train the runs that differ in seed alone as packs (:func:`pack_tasks`), one task
+    ``pack``: train the runs that differ in seed and dataset alone as packs (:func:`pack_tasks`), one task
     each; "auto" (the default) on a CUDA device only (:func:`use_packs`).
 
     ``runs_per_worker``: how many runs a local worker process computes before it is replaced

@@ -335,7 +335,7 @@ def compute_pending(papers: list[str], *, profile: str, device: str = "auto", wo
     ``datasets``, only the runs on those datasets). On a CPU the runs a study says need a GPU
     (ResNets, CIFAR-10 at full width, 500 rounds) are not started but listed in the summary's
     ``needs_gpu``, unless ``include_gpu_runs``: a paper profile's CPU-sized part is then simply
-    what a CPU computes. ``pack``: train the runs that differ in seed alone as packs ("auto": on
+    what a CPU computes. ``pack``: train the runs that differ in seed and dataset alone as packs ("auto": on
     a CUDA device only; :func:`vflkit.scheduler.pack_tasks`)."""
     from .config import resolve_device
 
@@ -533,7 +533,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="wait at most this long for runs another process holds the lock of (default: while "
                              "its holder keeps the lock fresh), then leave them pending")
     parser.add_argument("--pack", action=argparse.BooleanOptionalAction, default="auto",
-                        help="train the runs that differ in seed alone as one batched pack each (default: on a "
+                        help="train the runs that differ in seed and dataset alone as one batched pack each (default: on a "
                              "CUDA device only; on a CPU it gains little)")
     parser.add_argument("--no-notebooks", action="store_true", help="compute the runs only")
     parser.add_argument("--datasets", default=None, metavar="NAME[,NAME]",

@@ -1,4 +1,4 @@
-"""Packed training: K runs that differ only in their seed trained as one batched computation.
+"""Packed training: K runs that differ only in their seed or dataset trained as one batched computation.
 
 Issue 40, "Packing". A small party model keeps a GPU busy a few per cent of a step: the step
 time is set by the number of kernels, not by their FLOPs. Here each party's K copies of a model
@@ -19,7 +19,11 @@ maps), while in float64 they agree to ~1e-13 (tests/test_training_packed.py).
 
 Which runs pack (:func:`pack_key`): image data, and a method whose ``train_step`` has a packed
 mirror here (:data:`PACKED_STEPS`): Local, SplitNN/PyVertical, C-VFL and the Agg_VFL family.
-VFedMH and EASTER (secure aggregation in a host-side ring) do not. Evaluation, once per
+VFedMH and EASTER (secure aggregation in a host-side ring) do not. Runs pack when their configs
+differ in seed and dataset alone and their datasets share an image's shape, the classes and the
+number of training images (MNIST and FashionMNIST: VFedMH's Table II trains each method on
+both), so every stacked tensor has one shape and every run's epoch as many steps; each run
+normalises its images with its own dataset's statistics (:meth:`Pack.x`). Evaluation, once per
 epoch, runs each run's own ``evaluate`` on its own models (written back from the pack), so
 evaluation metrics and the evaluation ledger are the unpacked code's.
 
@@ -49,7 +53,8 @@ stacked state written back slice by slice): an interrupted pack resumes where it
 and a run alone resumes its packed checkpoint, or the pack the runs' own (float64-equal to a
 pack never stopped: tests/test_pack_checkpoints.py). With a deadline it stops at an epoch's end.
 
-What a pack does not do (yet): packing across methods or datasets, a packed evaluation.
+What a pack does not do: pack runs of different methods (their steps are different
+computations: nothing but an alike layer would batch), a packed evaluation.
 
 Interface for a scheduler or a launcher: :func:`pack_key` (None: not packable),
 :func:`packable_config` (a study payload's run config, if it could pack), :func:`group_packs`,
@@ -61,6 +66,7 @@ lanes alike) and :func:`train_pack` (results, as ``split.train`` returns them).
 from __future__ import annotations
 
 import copy
+import json
 import math
 import os
 import time
@@ -237,10 +243,11 @@ class Pack:
     """K built runs of one method (:class:`~vflkit.methods.base.VFLMethod` objects, each with
     its parties and its own channel) trained as one computation.
 
-    The runs must differ only in seed: same method, architectures, data shapes, optimizers and
-    learning rates. Each party's training features and the labels are stacked [K, N, ...] (the
-    runs' parties keep views of them, so the data is held once), each party model is a
-    :class:`StackedModel`, each optimizer is rebuilt over the stacked parameters.
+    The runs must differ only in seed and dataset (:func:`pack_key`): same method, architectures,
+    data shapes, optimizers and learning rates. Each party's training features and the labels
+    are stacked [K, N, ...] (the runs' parties keep views of them, so the data is held once),
+    each party model is a :class:`StackedModel`, each optimizer is rebuilt over the stacked
+    parameters.
     """
 
     def __init__(self, methods: Sequence[VFLMethod], *, stacking: str = "auto",
@@ -260,7 +267,16 @@ class Pack:
         self.device = first.active.device
         self.options = first.options
         self.channel = PackChannel([m.active.channel for m in methods])
-        self.transform = first.parties[0].transform
+        # each run's features normalised as alone, by its own party's transform: the runs of one
+        # dataset, a stretch of the pack, in one call (a pack of one dataset: one call)
+        self._transforms: dict[str, list[tuple[int, int, Callable[[torch.Tensor], torch.Tensor]]]] = {}
+        for j, name in enumerate(self.names):
+            stretches = self._transforms[name] = []
+            for k, m in enumerate(methods):
+                if k and m.config.dataset == methods[k - 1].config.dataset:
+                    stretches[-1] = (stretches[-1][0], k + 1, stretches[-1][2])
+                else:
+                    stretches.append((k, k + 1, m.parties[j].transform))
         self.features: dict[str, torch.Tensor] = {}
         for j, name in enumerate(self.names):
             runs = [m.parties[j] for m in methods]
@@ -349,8 +365,13 @@ class Pack:
     # -- data -------------------------------------------------------------------------------
 
     def x(self, party: str, ids: torch.Tensor) -> torch.Tensor:
-        """The K runs' batches of ``party``'s features, [K, b, ...], normalised on the device."""
-        return self.transform(self.features[party][self._rows, ids])
+        """The K runs' batches of ``party``'s features, [K, b, ...], each normalised on the device
+        as its run alone normalises it (its dataset's statistics)."""
+        batch = self.features[party][self._rows, ids]
+        stretches = self._transforms[party]
+        if len(stretches) == 1:
+            return stretches[0][2](batch)
+        return torch.cat([transform(batch[a:b]) for a, b, transform in stretches])
 
     def y(self, ids: torch.Tensor) -> torch.Tensor:
         """The K runs' batches of labels, [K, b]."""
@@ -685,11 +706,31 @@ def _is_image_dataset(name: str) -> bool:
     return ALIASES.get(name, name) in _IMAGE_DATASETS
 
 
+def _data_shape(config: RunConfig) -> tuple[tuple[int, ...], int, int]:
+    """What a run's image data must share with the other runs of its pack: one image's shape,
+    the number of classes and of training images (after ``n_train``). A built-in dataset's
+    come from :data:`vflkit.costs.IMAGE_DATASETS` (nothing is loaded), a registered one's from
+    the data in memory."""
+    from ..costs import IMAGE_DATASETS
+    from ..data import ALIASES, is_registered
+    from . import dataset
+
+    name = ALIASES.get(config.dataset, config.dataset)
+    if is_registered(config.dataset) or name not in IMAGE_DATASETS:
+        data = dataset(config.dataset)
+        shape, n_classes, n_train = data.image_shape, data.num_classes, len(data.y_train)
+    else:
+        shape, n_classes, n_train = IMAGE_DATASETS[name]
+    return tuple(shape), n_classes, config.n_train or n_train
+
+
 def pack_key(config: Any) -> Hashable | None:
-    """What runs must share to be packed with ``config``: its key with the seed set to 0 (so
-    equal pack keys differ in seed alone), or None when ``config`` cannot be packed (a method
-    without a packed step, or tabular data). A Multi-VFL run packs with
-    the runs that share its step's shapes (:func:`vflkit.training.multi_owner_packed.pack_key`)."""
+    """What runs must share to be packed with ``config``: its key's fields but the seed and the
+    dataset, and its data's shape (:func:`_data_shape`), so equal pack keys differ in seed and
+    dataset alone (MNIST's runs pack with FashionMNIST's, CIFAR-10's with neither); or None when
+    ``config`` cannot be packed (a method without a packed step, or tabular data). A Multi-VFL
+    run packs with the runs that share its step's shapes
+    (:func:`vflkit.training.multi_owner_packed.pack_key`)."""
     from ..methods import METHODS
     from ..methods.multi_vfl import MultiVFLConfig
 
@@ -703,7 +744,10 @@ def pack_key(config: Any) -> Hashable | None:
     cls = METHODS.get(config.method)
     if cls is None or cls.train_step not in PACKED_STEPS or not _is_image_dataset(config.dataset):
         return None
-    return ("packed", config.replace(seed=0).key)
+    shared = config.replace(seed=0).key_dict()  # the fields a record's key hashes, as they are hashed
+    del shared["dataset"]
+    shared.pop("data_digest", None)  # a registered dataset's content
+    return ("packed", json.dumps(shared, sort_keys=True), _data_shape(config))
 
 
 def _why_not_packable(config: RunConfig) -> str:
@@ -716,7 +760,8 @@ def _why_not_packable(config: RunConfig) -> str:
 
 def check_pack(configs: Sequence[RunConfig]) -> None:
     """A ConfigError unless ``configs`` can be trained as one pack: each packable, all with one
-    :func:`pack_key` (they differ in seed alone), no run twice."""
+    :func:`pack_key` (they differ in seed and dataset alone, the datasets of one shape), no run
+    twice."""
     if not configs:
         raise ConfigError("a pack needs at least one run config")
     keys = []
@@ -726,8 +771,9 @@ def check_pack(configs: Sequence[RunConfig]) -> None:
             raise ConfigError(f"run {c.key} cannot be packed: {_why_not_packable(c)}")
         keys.append(key)
     if len(set(keys)) > 1:
-        raise ConfigError("a pack holds runs that differ in seed alone; these differ in more "
-                          "(group them with vflkit.training.packed.group_packs)")
+        raise ConfigError("a pack holds runs that differ in seed and dataset alone, on datasets of one image "
+                          "shape, classes and training size; these differ in more (group them with "
+                          "vflkit.training.packed.group_packs)")
     seen = [c.key for c in configs]
     if len(set(seen)) != len(seen):
         raise ConfigError("a pack holds each run once; the same config was given twice")
@@ -855,7 +901,7 @@ def train_pack(configs: Sequence[RunConfig], *, device: torch.device | str = "cp
                on_divergence: str = "raise", max_loss: float = 1e4, stacking: str = "auto",
                compile: dict[str, Any] | None = None, graphs: str | None = None,
                checkpoints: Sequence[Path] | None = None, deadline: float | None = None) -> list[dict[str, Any]]:
-    """Train ``configs`` (runs that differ in seed alone, :func:`check_pack`) as one pack; each
+    """Train ``configs`` (runs that differ in seed and dataset alone, :func:`check_pack`) as one pack; each
     run's result as :func:`vflkit.training.split.train` returns it, plus ``execution``.
 
     ``checkpoints`` (one path per run): after every epoch but the last, each run's state is
@@ -886,6 +932,13 @@ def train_pack(configs: Sequence[RunConfig], *, device: torch.device | str = "cp
         raise ConfigError("graphs and compile both capture the step: choose one")
     if checkpoints is not None and len(checkpoints) != len(configs):
         raise ConfigError(f"a pack of {len(configs)} runs needs as many checkpoint paths; got {len(checkpoints)}")
+    by_dataset = sorted(range(len(configs)), key=lambda k: configs[k].dataset)  # stable: seeds keep their order
+    if by_dataset != list(range(len(configs))):  # runs of one dataset side by side: one stretch each (Pack.x)
+        got = train_pack([configs[k] for k in by_dataset], device=device, progress=progress,
+                         on_divergence=on_divergence, max_loss=max_loss, stacking=stacking, compile=compile,
+                         graphs=graphs, checkpoints=None if checkpoints is None else [checkpoints[k] for k in by_dataset],
+                         deadline=deadline)
+        return [got[by_dataset.index(k)] for k in range(len(configs))]
     if configs[0].precision == "bf16":  # autocast does not reach inside vmap (module docstring)
         if stacking == "vmap" or compile is not None:
             raise ConfigError("a bf16 pack runs its slices one by one (stacking='loop', no compile): autocast "
@@ -921,8 +974,9 @@ def train_pack(configs: Sequence[RunConfig], *, device: torch.device | str = "cp
     every = split.SYNC_EVERY_CUDA if device.type == "cuda" else 1
     finals: list[dict[str, Any]] = [{} for _ in configs]
     diverged: list[dict[str, Any] | None] = [None] * len(configs)
+    datasets = "+".join(dict.fromkeys(c.dataset for c in configs))
     bar = tqdm(total=cfg0.epochs * n_steps, initial=(first_epoch - 1) * n_steps,
-               desc=f"{cfg0.method} {cfg0.dataset} x{len(configs)}", disable=not progress, leave=False)
+               desc=f"{cfg0.method} {datasets} x{len(configs)}", disable=not progress, leave=False)
     start = time.perf_counter() - offset
     for epoch in range(first_epoch, cfg0.epochs + 1):
         live = [k for k in range(len(configs)) if diverged[k] is None]
@@ -978,7 +1032,7 @@ def train_pack(configs: Sequence[RunConfig], *, device: torch.device | str = "cp
             epoch_s = (time.perf_counter() - start - offset) / (epoch - first_epoch + 1)
             if deadline is not None and time.time() + epoch_s > deadline:
                 bar.close()
-                raise BudgetExhausted(f"a pack of {len(configs)} {cfg0.method} {cfg0.dataset} runs stopped after "
+                raise BudgetExhausted(f"a pack of {len(configs)} {cfg0.method} {datasets} runs stopped after "
                                       f"epoch {epoch} of {cfg0.epochs} at the budget; rerun to resume it")
     bar.close()
     wall = time.perf_counter() - start
