@@ -51,7 +51,7 @@ def _assert_same_round(alone: MultiVFL, want: dict, packed: MultiVFL, got: dict,
     assert s_want.keys() == s_got.keys() and all(_close(s_want[k], s_got[k]) for k in s_want)
 
 
-@pytest.mark.parametrize("stacking", ["vmap", "loop"])
+@pytest.mark.parametrize("stacking", ["grouped", "vmap", "loop"])
 @pytest.mark.parametrize("cfg", [{"scenario": "4niid", "server_optimizer": "fedavg"},
                                  {"scenario": "iid", "server_optimizer": "fedadam", "local_optimizer": "adam"}])
 def test_packed_round_equals_the_unpacked_round(float64, cfg, stacking):
@@ -62,8 +62,8 @@ def test_packed_round_equals_the_unpacked_round(float64, cfg, stacking):
     _assert_same_run(alone, packed)
 
 
-# ~30 s each on a loaded 2-core CPU; the single-run test covers both stackings in the fast tier
-@pytest.mark.parametrize("stacking", ["vmap", pytest.param("loop", marks=pytest.mark.slow)])
+# ~30 s each on a loaded 2-core CPU; the single-run test covers every stacking in the fast tier
+@pytest.mark.parametrize("stacking", ["grouped", "vmap", pytest.param("loop", marks=pytest.mark.slow)])
 def test_a_pack_of_runs_equals_each_run_alone(float64, stacking):
     """Three runs (other seeds, scenarios, server optimizers; one batch per label owner) packed: each as if alone."""
     cfgs = [{"scenario": "4niid", "server_optimizer": "fedavg", "seed": 0, "local_steps": 1},

@@ -74,7 +74,8 @@ CASES = {
     "agg_vfl": ("agg_vfl", ("mlp",) * 4, {}),
     "heter_aggvfl": ("heter_aggvfl", ("mlp", "lenet", "mlp", "lenet"), {}),
 }
-STACKED = [(case, "vmap") for case in sorted(CASES)] + [("heter_aggvfl", "loop"), ("c_vfl scalar, active 2", "loop")]
+STACKED = ([(case, "vmap") for case in sorted(CASES)] + [(case, "grouped") for case in sorted(CASES)]
+           + [("heter_aggvfl", "loop"), ("c_vfl scalar, active 2", "loop")])
 
 
 @pytest.mark.parametrize("case,stacking", STACKED)
@@ -277,9 +278,10 @@ def test_a_packed_result_may_not_overwrite_the_envelope(tmp_path, monkeypatch):
     assert not any(records.record_path(c, "smoke", tmp_path).exists() for c in configs)
 
 
-def test_packed_step_makes_no_host_read(monkeypatch):
-    """Inside a packed step (SplitNN and C-VFL) nothing is read back to the host; C-VFL's dither
-    is drawn ahead, outside the step."""
+@pytest.mark.parametrize("stacking,model", [("auto", "mlp"), ("grouped", "lenet")])
+def test_packed_step_makes_no_host_read(monkeypatch, stacking, model):
+    """Inside a packed step (SplitNN and C-VFL; vmapped MLPs, and grouped LeNets as a GPU runs
+    them) nothing is read back to the host; C-VFL's dither is drawn ahead, outside the step."""
     real = packed.Pack.train_step
     reads: list[Any] = []
 
@@ -292,7 +294,7 @@ def test_packed_step_makes_no_host_read(monkeypatch):
     monkeypatch.setattr(packed.Pack, "train_step", guarded)
     for method in ("splitnn", "c_vfl"):
         reads.clear()
-        packed.train_pack(_configs(method, ("mlp",) * 4, seeds=(0, 1), epochs=1), device="cpu")
+        packed.train_pack(_configs(method, (model,) * 4, seeds=(0, 1), epochs=1), device="cpu", stacking=stacking)
         assert len(reads) == 3 and not any(reads), f"{method}: {reads}"
 
 
@@ -305,7 +307,11 @@ def test_compiled_pack_equals_eager(float64):
     compiled = packed.train_pack(configs, device="cpu", stacking="vmap", compile={"backend": "aot_eager"})
     for g, w in zip(compiled, eager):
         _assert_same_run(g, w)
-    with pytest.raises(ConfigError, match="compile applies to the vmapped call"):
+    torch._dynamo.reset()
+    grouped = packed.train_pack(configs, device="cpu", stacking="grouped", compile={"backend": "aot_eager"})
+    for g, w in zip(grouped, eager):
+        _assert_same_run(g, w)
+    with pytest.raises(ConfigError, match="compile applies to the vmapped or grouped call"):
         packed.train_pack(configs, device="cpu", stacking="loop", compile={"backend": "aot_eager"})
 
 

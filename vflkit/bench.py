@@ -264,14 +264,16 @@ PACKED_METHODS: tuple[str, ...] = _packed_methods()
 
 
 def bench_packed(models: list[str], *, methods: Sequence[str] = PACKED_METHODS, pack_size: int = 4,
-                 batch: int = 128, steps: int = 10, blocks: int = 3, stackings: Sequence[str] = ("vmap", "loop"),
+                 batch: int = 128, steps: int = 10, blocks: int = 3,
+                 stackings: Sequence[str] = ("auto", "grouped", "vmap", "loop"),
                  device: str = "cpu") -> list[dict[str, float | str]]:
     """Samples/s of ``pack_size`` runs (seeds 0..K-1) trained step by step one after another
     (``alone``), and of the same runs as one packed step per way of stacking them
-    (:data:`vflkit.training.packed.STACKINGS`); medians over ``blocks`` blocks of ``steps``
-    steps, alternated block by block so that drifts in machine load hit all alike. ``graphs``:
-    the vmapped pack with its step captured and replayed (:mod:`vflkit.training.graphs`: CUDA
-    graphs on a GPU; on a CPU the tape, a stand-in with no speed-up), where it can be."""
+    (:data:`vflkit.training.packed.STACKINGS`; ``auto``: as the trainer stacks them on this
+    device); medians over ``blocks`` blocks of ``steps`` steps, alternated block by block so that
+    drifts in machine load hit all alike. ``graphs``: the trainer's pack (``auto``) with its step
+    captured and replayed (:mod:`vflkit.training.graphs`: CUDA graphs on a GPU; on a CPU the
+    tape, a stand-in with no speed-up), where it can be."""
     from .training.graphs import WARMUP_STEPS, graph_blocker
     from .training.packed import Pack
 
@@ -284,7 +286,7 @@ def bench_packed(models: list[str], *, methods: Sequence[str] = PACKED_METHODS, 
             if name == "c_vfl":  # its alike parties stacked (the default) against each party apart
                 packs["vmap_apart"] = Pack(runs, stacking="vmap", group_parties=False)
             backend = "cuda" if torch.device(device).type == "cuda" else "tape"
-            graphed = Pack(runs, stacking="vmap")
+            graphed = Pack(runs)  # as the trainer stacks it on this device
             if graph_blocker(graphed, backend) is None:
                 graphed.capture(backend)
                 packs["graphs"] = graphed
@@ -345,7 +347,7 @@ def graphs_check(method: str, model: str, *, pack_size: int, batch: int, device:
 
     def build() -> Pack:
         return Pack([_setup(model, 4, batch, batch * 8, 128, seed=k, method=method, device=device)[0]
-                     for k in range(pack_size)], stacking="vmap")
+                     for k in range(pack_size)])  # as the trainer stacks it on this device
 
     eager, again, graphed = build(), build(), build()
     graphed.capture("cuda" if torch.device(device).type == "cuda" else "tape")
@@ -624,18 +626,18 @@ def _print_packed(args: argparse.Namespace, where: str) -> None:
     methods = [m for m in args.methods if m in PACKED_METHODS] or list(PACKED_METHODS)
     print(f"torch {torch.__version__}, {where}, {torch.get_num_threads()} threads; batch {args.batch} per run, "
           f"4 parties on 28x7 MNIST strips, embedding 128; K = {args.pack_size} runs (seeds 0..{args.pack_size - 1})")
-    print("samples/s of all K runs: stepped one after another (alone) vs one packed step, vmapped or looped over "
-          "the stacked slices (vflkit.training.packed.STACKINGS); medians of 3 "
+    print("samples/s of all K runs: stepped one after another (alone) vs one packed step, as the trainer stacks it "
+          "here (auto), grouped, vmapped or looped over the stacked slices (vflkit.training.packed.STACKINGS); medians of 3 "
           f"blocks of {args.steps} steps, alternated; ops: torch operations one run's step dispatches, "
           "us/op: a step alone over them (launch-bound when steady across models); TFLOP/s of all K runs")
     print("C-VFL's packs stack its alike parties too (vmap, loop); 'apart': vmapped with each party apart. "
-          "packed ops: one packed step's; its us/op: the vmapped step over them; graphs: the vmapped pack "
-          "captured and replayed (vflkit.training.graphs: CUDA graphs on a GPU, on a CPU the tape, which does "
+          "packed ops: one vmapped step's; its us/op: the vmapped step over them; graphs: the trainer's pack (auto) "
+          "captured and replayed, against it eager (vflkit.training.graphs: CUDA graphs on a GPU, on a CPU the tape, which does "
           "not speed up); max |dW|: its parameters against the eager pack's after the same steps (0: same)")
-    head = (f"{'method':<10} {'model':<8} {'alone':>10} {'vmap':>10} {'loop':>10} {'apart':>10} "
-            f"{'vmap/alone':>11} {'loop/alone':>11} {'ops':>7} {'us/op':>6} {'packed ops':>10} {'us/op':>6} "
-            f"{'TFLOP/s alone':>14} {'vmap':>6} {'graphs':>10} {'graphs/vmap':>12} {'TFLOP/s graphs':>15} "
-            f"{'max |dW|':>9}")
+    head = (f"{'method':<10} {'model':<8} {'alone':>10} {'auto':>10} {'grouped':>10} {'vmap':>10} {'loop':>10} "
+            f"{'apart':>10} {'auto/alone':>11} {'grouped/alone':>14} {'vmap/alone':>11} {'loop/alone':>11} {'ops':>7} "
+            f"{'us/op':>6} {'packed ops':>10} {'us/op':>6} {'TFLOP/s alone':>14} {'auto':>6} {'graphs':>10} "
+            f"{'graphs/auto':>12} {'TFLOP/s graphs':>15} {'max |dW|':>9}")
     print(head)
     print("-" * len(head), flush=True)
     rows = []
@@ -645,6 +647,7 @@ def _print_packed(args: argparse.Namespace, where: str) -> None:
                               steps=args.steps, device=args.device)
             rows.append(r)
             a, v, lo = r["alone_samples_per_s"], r["vmap_samples_per_s"], r["loop_samples_per_s"]
+            au, gr = r["auto_samples_per_s"], r["grouped_samples_per_s"]
             apart = f"{r['vmap_apart_samples_per_s']:>10.0f}" if "vmap_apart_samples_per_s" in r else f"{'-':>10}"
             us = 1e6 * args.batch / a / r["ops_per_step"]
             us_packed = 1e6 * args.pack_size * args.batch / v / r["packed_ops_per_step"]
@@ -652,13 +655,14 @@ def _print_packed(args: argparse.Namespace, where: str) -> None:
             g = r.get("graphs_samples_per_s")
             dw = r.get("graphs_max_abs_diff", float("nan"))
             # '-': not capturable (graph_blocker), or its capture failed
-            graphed = (f"{g:>10.0f} {g / v:>11.2f}x {g * tf:>15.3f} {dw:>9.1e}" if g else
+            graphed = (f"{g:>10.0f} {g / au:>11.2f}x {g * tf:>15.3f} {dw:>9.1e}" if g else
                        f"{'-':>10} {'-':>12} {'-':>15} {'-':>9}")
             if "graphs_error" in r:
                 graphed += f"  graphs failed: {r['graphs_error']}"
-            print(f"{method:<10} {model:<8} {a:>10.0f} {v:>10.0f} {lo:>10.0f} {apart} {v / a:>10.2f}x {lo / a:>10.2f}x "
+            print(f"{method:<10} {model:<8} {a:>10.0f} {au:>10.0f} {gr:>10.0f} {v:>10.0f} {lo:>10.0f} {apart} "
+                  f"{au / a:>10.2f}x {gr / a:>13.2f}x {v / a:>10.2f}x {lo / a:>10.2f}x "
                   f"{r['ops_per_step']:>7.0f} {us:>6.1f} {r['packed_ops_per_step']:>10.0f} {us_packed:>6.1f} "
-                  f"{a * tf:>14.3f} {v * tf:>6.3f} {graphed}", flush=True)
+                  f"{a * tf:>14.3f} {au * tf:>6.3f} {graphed}", flush=True)
             if args.json:  # rewritten after every row: a benchmark cut short keeps what it measured
                 tmp = args.json.with_suffix(".tmp")
                 tmp.write_text(json.dumps({"device": where, "torch": torch.__version__,

@@ -377,7 +377,11 @@ def count_step_ops(run: Any, batch: int = OP_COUNT_BATCH, *, pack: int | None = 
     step), its method's own ``train_step`` on random images of the dataset's shape, on the CPU.
     With ``pack=K``: one step of the packed trainer (:mod:`vflkit.training.packed`, vmapped) of
     K such runs (seeds 0..K-1) together, C-VFL's alike parties stacked unless ``group_parties``
-    is False.
+    is False. Vmapped, although a GPU now stacks convolutional models grouped
+    (:func:`vflkit.training.packed.device_stacking`, 0.4-0.9x vmap's operations): the GPU
+    measurements the costs rest on (seconds per operation, the CUDA-graphs gain) were taken on
+    vmapped packs, so the vmapped count is the upper bound they support until a GPU times the
+    grouped step (``python -m vflkit.bench --packed`` prints both).
 
     Why operations: on a GPU these runs are launch-bound, not FLOP-bound. On the lent H200
     (2026-11-26) each of the five benchmarked settings took 16-21 us per dispatched operation
@@ -884,16 +888,22 @@ def _op_seconds(root: str) -> dict[str, list[float]]:
     return out
 
 
+def eager_samples_per_s(row: dict[str, Any]) -> float | None:
+    """The eager pack a benchmark row's captured one is compared with: the trainer's stacking
+    (``auto``); in a benchmark from before grouped stacking, the vmapped pack (then the trainer's)."""
+    return row.get("auto_samples_per_s") or row.get("vmap_samples_per_s")
+
+
 @functools.cache
 def _graph_gains(root: str) -> dict[tuple[str, str, str], list[float]]:
     """Per (GPU kind, method, model): how many times faster each committed packed benchmark's
-    captured step ran than its eager vmapped one (``graphs_samples_per_s / vmap_samples_per_s``)."""
+    captured step ran than the same pack eager (``graphs_samples_per_s`` over :func:`eager_samples_per_s`)."""
     out: dict[tuple[str, str, str], list[float]] = {}
     for _, kind, doc in benchmarks(root):
         for row in doc["bench_packed"]["rows"] if kind else []:
-            if row.get("graphs_samples_per_s") and row.get("vmap_samples_per_s"):
+            if row.get("graphs_samples_per_s") and eager_samples_per_s(row):
                 out.setdefault((kind, row["method"], row["model"]), []).append(
-                    row["graphs_samples_per_s"] / row["vmap_samples_per_s"])
+                    row["graphs_samples_per_s"] / eager_samples_per_s(row))
     return out
 
 
@@ -1123,7 +1133,7 @@ def estimate_s(run: Any, kind: str, family: str) -> float | None:
     return got[0] if got else None
 
 
-__all__ = ["COUNTED_FAMILIES", "FROM_FLOPS", "FROM_OPS", "FROM_ROUNDS", "FROM_STUDY", "H100_CALIBRATION", "H100_LABEL", "H200_WINDOW", "IMAGE_DATASETS",
+__all__ = ["COUNTED_FAMILIES", "eager_samples_per_s", "FROM_FLOPS", "FROM_OPS", "FROM_ROUNDS", "FROM_STUDY", "H100_CALIBRATION", "H100_LABEL", "H200_WINDOW", "IMAGE_DATASETS",
            "OP_COUNTS", "UNCOUNTED", "bench_setting", "count_step_ops", "estimate", "estimate_s", "h100_minutes", "h100_rate", "launch_bound_s",
            "count_multi_vfl", "multi_vfl_flops", "multi_vfl_minutes", "multi_vfl_pack_ratio", "MULTI_VFL_COUNTED_K", "op_key", "op_seconds", "pack_ratio", "packed_shares", "party_flops", "price", "rate", "record_rates", "run_flops",
            "sharing_slowdown", "step_flops", "step_ops", "top_flops", "train_size", "uncounted", "write_op_counts"]

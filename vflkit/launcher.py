@@ -137,6 +137,8 @@ def graphs_verdict(bench_json: Path) -> tuple[bool, str]:
     step's rate, ``graphs_max_abs_diff`` and ``eager_max_abs_diff``, :func:`vflkit.bench.graphs_check`)."""
     import statistics
 
+    from . import costs
+
     try:
         rows = json.loads(bench_json.read_text())["bench_packed"]["rows"]
     except (OSError, ValueError, KeyError, TypeError):
@@ -152,7 +154,7 @@ def graphs_verdict(bench_json: Path) -> tuple[bool, str]:
     if off:  # NaN is off too
         return False, f"captured steps differ from the eager pack ({', '.join(off)}): the packs run eagerly"
     worst = max(float(r["graphs_max_abs_diff"]) for r in timed)
-    gain = statistics.median(r["graphs_samples_per_s"] / r["vmap_samples_per_s"] for r in timed)
+    gain = statistics.median(r["graphs_samples_per_s"] / costs.eager_samples_per_s(r) for r in timed)
     if gain < GRAPHS_MIN_GAIN:
         return False, (f"captured steps ran {gain:.2f}x the eager pack's rate (< {GRAPHS_MIN_GAIN}x): "
                        "the packs run eagerly")

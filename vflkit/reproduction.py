@@ -899,8 +899,8 @@ def measured_gpu_rates() -> list[str]:
                 return f"{r['graphs_samples_per_s'] * per_sample / 1e12:.1f}"
 
             lines.append("  The same pack captured in CUDA graphs (`vflkit.training.graphs`), against the eager "
-                         "vmapped step, and the TFLOP/s of all its runs: " + ", ".join(
-                             f"{r['method']} {r['model']} {r['graphs_samples_per_s'] / r['vmap_samples_per_s']:.1f}x "
+                         "step, and the TFLOP/s of all its runs: " + ", ".join(
+                             f"{r['method']} {r['model']} {r['graphs_samples_per_s'] / costs.eager_samples_per_s(r):.1f}x "
                              f"({tflops(r)} TFLOP/s)" for r in graphed) + ".")
     from .studies import multi_vfl, vfedmh
 

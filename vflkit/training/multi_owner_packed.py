@@ -5,7 +5,7 @@ label owners train independently: chain k touches only label owner k's model ``W
 k of every data owner's model ``W^C_{d,k}``, all starting from the same weights, on its own
 batches (drawn from the generator seeded by (seed, round, owner)). So step i of every chain can
 run at once: each party's K models are stacked (:class:`~vflkit.training.packed.StackedModel`:
-``vmap(functional_call)`` on a GPU, a loop over the slices on a CPU) and one backward pass gives
+one grouped network on a GPU, :mod:`~vflkit.training.grouped`; a loop over the slices on a CPU) and one backward pass gives
 every chain its own gradients, since the chains' losses are summed and share no parameter.
 
 A step's messages travel as the split family's packs send theirs (:class:`~vflkit.training.packed.PackChannel`):

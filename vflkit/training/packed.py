@@ -27,9 +27,12 @@ normalises its images with its own dataset's statistics (:meth:`Pack.x`). Evalua
 epoch, runs each run's own ``evaluate`` on its own models (written back from the pack), so
 evaluation metrics and the evaluation ledger are the unpacked code's.
 
-How the K copies run (:data:`STACKINGS`): ``vmap`` (one kernel per layer for all K runs, the
-GPU's path), or a loop over the slices of the stacked parameters, which a CPU prefers for
-convolutions (``python -m vflkit.bench --packed`` prints both beside the runs stepped alone).
+How the K copies run (:data:`STACKINGS`): ``grouped`` (the K runs side by side in the channels,
+one grouped layer per layer: :mod:`vflkit.training.grouped`, the GPU's path for every model it
+covers), ``vmap`` (one batched kernel per layer too, with the K runs moved in and out of the batch
+around every layer: about 4x the operations for a ResNet), or a loop over the slices of the
+stacked parameters, which a CPU prefers for convolutions (``python -m vflkit.bench --packed``
+prints them beside the runs stepped alone).
 ``compile`` hands the stacked call to :func:`torch.compile` (e.g. CUDA graphs with
 ``mode="reduce-overhead"``); on a CPU it is tested with the ``aot_eager`` backend only.
 Runs of ``precision="bf16"`` pack with the loop only: autocast does not reach inside ``vmap``
@@ -90,6 +93,7 @@ from ..methods.local import Local
 from ..methods.splitnn import SplitNN
 from . import checkpoint as checkpoint_io
 from . import split
+from .grouped import from_channels, grouped_copy, to_channels, why_not_grouped
 
 if TYPE_CHECKING:  # pragma: no cover (graphs imports this module's Pack)
     from .graphs import GraphedStep
@@ -166,20 +170,41 @@ class PackChannel:
 # --------------------------------------------------------------------------- stacked models
 
 
-#: How a :class:`StackedModel` runs its K copies: "vmap" (one batched kernel per layer; a
-#: convolution becomes one grouped convolution), "loop" (K calls on the slices of the stacked
-#: parameters: no fewer kernels, for a CPU, where vmap's grouped convolutions were measured at
-#: ~0.7x the speed of K plain ones), or "auto": vmap on a GPU, and on a CPU for models without
-#: convolutions (there vmap was ~1.1x; ``python -m vflkit.bench --packed``).
-STACKINGS: tuple[str, ...] = ("auto", "vmap", "loop")
+#: How a :class:`StackedModel` runs its K copies: "grouped" (the K runs side by side in the
+#: channels of one network of grouped layers, :mod:`vflkit.training.grouped`), "vmap" (one
+#: batched kernel per layer; a convolution becomes one grouped convolution, with the runs moved
+#: in and out of the batch around it), "loop" (K calls on the slices of the stacked parameters: no
+#: fewer kernels, for a CPU, where vmap's grouped convolutions were measured at ~0.7x the speed of
+#: K plain ones), or "auto" (:func:`device_stacking`).
+STACKINGS: tuple[str, ...] = ("auto", "grouped", "vmap", "loop")
+
+
+def device_stacking(module: nn.Module, device: torch.device | str) -> str:
+    """What ``stacking="auto"`` runs ``module``'s K copies with on ``device``. A model with
+    convolutions: on a GPU grouped where :mod:`vflkit.training.grouped` covers every layer, else
+    vmap; on a CPU the loop. A model without: vmap (measured ~1.1x on a CPU,
+    ``python -m vflkit.bench --packed``).
+
+    Why: on a GPU these packs are launch-bound, so the stacking with the fewest operations wins.
+    Counted for a pack of 3 (``vflkit.costs.count_step_ops``), grouped dispatches 0.4-0.9x the
+    operations vmap does for CNNs, LeNets and ResNet18s (SplitNN's ResNet18s: 1,270 against 2,912)
+    but 1.0-1.1x for MLPs, whose flat features it moves in and out of the runs' layout around
+    every linear layer."""
+    convolves = any(isinstance(m, nn.modules.conv._ConvNd) for m in module.modules())
+    if not convolves:
+        return "vmap"
+    if torch.device(device).type == "cpu":
+        return "loop"
+    return "grouped" if why_not_grouped(module) is None else "vmap"
 
 
 class StackedModel:
     """K copies of one party model (one per run) as one call: stacked parameters (leaves that
-    train) and buffers (BatchNorm statistics, updated in place per run), run with
-    ``vmap(functional_call)`` or, with ``stacking="loop"``, slice by slice.
+    train) and buffers (BatchNorm statistics, updated in place per run), run as one grouped
+    network (``stacking="grouped"``), with ``vmap(functional_call)``, or slice by slice
+    (``"loop"``); ``"auto"``: :func:`device_stacking`.
 
-    ``compile``: keyword arguments of :func:`torch.compile` for the vmapped call (e.g.
+    ``compile``: keyword arguments of :func:`torch.compile` for the stacked call (e.g.
     ``{"mode": "reduce-overhead"}`` on a GPU); None runs it eagerly. ``fullgraph`` is set: a
     graph break inside a party model is an error, not a silent slow path.
     """
@@ -193,19 +218,28 @@ class StackedModel:
         self.base = copy.deepcopy(modules[0]).to("meta")
         self.base.train(modules[0].training)
         if stacking == "auto":
-            on_cpu = next(iter(self.params.values())).device.type == "cpu"
-            convolves = any(isinstance(m, nn.modules.conv._ConvNd) for m in self.base.modules())
-            stacking = "loop" if on_cpu and convolves else "vmap"
+            stacking = device_stacking(self.base, next(iter(self.params.values())).device)
+        if stacking == "grouped" and why_not_grouped(self.base) is not None:
+            raise ConfigError(f"stacking='grouped' cannot run this model ({why_not_grouped(self.base)}); "
+                              "use stacking='auto' or 'vmap'")
         if stacking == "loop" and compile is not None:
-            raise ConfigError("compile applies to the vmapped call; use stacking='vmap' with it")
+            raise ConfigError("compile applies to the vmapped or grouped call; use stacking='vmap' or 'grouped' with it")
         self.stacking = stacking
-        self._forward = vmap(self._one) if stacking == "vmap" else self._loop
+        if stacking == "grouped":
+            self._grouped_base = grouped_copy(self.base, len(modules))
+        self._forward = {"vmap": vmap(self._one), "loop": self._loop, "grouped": self._grouped}[stacking]
         if compile is not None:
             self._forward = torch.compile(self._forward, fullgraph=True, **compile)
 
     def _one(self, params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
              x: torch.Tensor) -> torch.Tensor:
         return functional_call(self.base, (params, buffers), (x,))
+
+    def _grouped(self, params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
+                 x: torch.Tensor) -> torch.Tensor:
+        # the K runs side by side in the channels: one grouped layer per layer (vflkit.training.grouped)
+        y = functional_call(self._grouped_base, (params, buffers), (to_channels(x),))
+        return from_channels(y, len(x))
 
     def _loop(self, params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
               x: torch.Tensor) -> torch.Tensor:
@@ -1112,5 +1146,5 @@ def run_pack(configs: Sequence[RunConfig], *, profile: str, device: torch.device
 
 
 __all__ = [
-    "GRAPHS_ENV", "PACKED_STEPS", "Pack", "PackChannel", "StackedModel", "check_pack", "compute_pack",
+    "GRAPHS_ENV", "PACKED_STEPS", "Pack", "PackChannel", "StackedModel", "check_pack", "compute_pack", "device_stacking",
     "group_packs", "pack_key", "pack_limit", "packable_config", "run_pack", "train_pack"]
