@@ -110,8 +110,8 @@ def test_the_gpu_stacks_convolutions_grouped_and_mlps_vmapped():
 def test_a_grouped_pack_dispatches_fewer_operations_than_vmap(method, model, at_most):
     """The reason for grouping (counted, not timed): one packed step of 3 runs dispatches at most
     ``at_most`` times vmap's operations (counted 0.44 for SplitNN's ResNet18s, 0.55 for C-VFL's,
-    0.82 for Agg_VFL's LeNets); the cost model still prices the vmapped step, the upper bound the
-    GPU measurements support until a GPU times the grouped one."""
+    0.82 for Agg_VFL's LeNets); the cost model still prices the vmapped step, the one the GPU
+    measurements were taken on, until a GPU times the grouped one."""
     run = RunConfig(paper="vfedmh", dataset="mnist", method=method, models=(model,) * 4)
 
     def count(stacking: str) -> int:

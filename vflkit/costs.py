@@ -378,10 +378,10 @@ def count_step_ops(run: Any, batch: int = OP_COUNT_BATCH, *, pack: int | None = 
     With ``pack=K``: one step of the packed trainer (:mod:`vflkit.training.packed`, vmapped) of
     K such runs (seeds 0..K-1) together, C-VFL's alike parties stacked unless ``group_parties``
     is False. Vmapped, although a GPU now stacks convolutional models grouped
-    (:func:`vflkit.training.packed.device_stacking`, 0.4-0.9x vmap's operations): the GPU
+    (:func:`vflkit.training.packed.device_stacking`, 0.4-1.0x vmap's operations): the GPU
     measurements the costs rest on (seconds per operation, the CUDA-graphs gain) were taken on
-    vmapped packs, so the vmapped count is the upper bound they support until a GPU times the
-    grouped step (``python -m vflkit.bench --packed`` prints both).
+    vmapped packs, so the vmapped count is the one they support until a GPU times the grouped
+    step (``python -m vflkit.bench --packed`` prints both).
 
     Why operations: on a GPU these runs are launch-bound, not FLOP-bound. On the lent H200
     (2026-11-26) each of the five benchmarked settings took 16-21 us per dispatched operation

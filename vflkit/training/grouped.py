@@ -188,5 +188,4 @@ def from_channels(y: torch.Tensor, k: int) -> torch.Tensor:
 
 
 __all__ = ["CHANNELWISE", "GroupedBatchNorm", "GroupedConv2d", "GroupedLinear", "GroupedUnflatten", "from_channels",
-           "grouped_copy",
-           "to_channels", "why_not_grouped"]
+           "grouped_copy", "to_channels", "why_not_grouped"]

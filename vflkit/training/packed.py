@@ -186,10 +186,10 @@ def device_stacking(module: nn.Module, device: torch.device | str) -> str:
     ``python -m vflkit.bench --packed``).
 
     Why: on a GPU these packs are launch-bound, so the stacking with the fewest operations wins.
-    Counted for a pack of 3 (``vflkit.costs.count_step_ops``), grouped dispatches 0.4-0.9x the
-    operations vmap does for CNNs, LeNets and ResNet18s (SplitNN's ResNet18s: 1,270 against 2,912)
-    but 1.0-1.1x for MLPs, whose flat features it moves in and out of the runs' layout around
-    every linear layer."""
+    Counted for a pack of 3 (:func:`vflkit.costs._count_ops` of one packed step), grouped
+    dispatches 0.4-0.6x the operations vmap does for ResNet18s (SplitNN's: 1,270 against 2,912)
+    and 0.75-1.0x for CNNs and LeNets, but 1.0-1.1x for MLPs, whose flat features it moves in and
+    out of the runs' layout around every linear layer."""
     convolves = any(isinstance(m, nn.modules.conv._ConvNd) for m in module.modules())
     if not convolves:
         return "vmap"
