@@ -372,12 +372,12 @@ def op_key(run: Any) -> str:
 
 
 def count_step_ops(run: Any, batch: int = OP_COUNT_BATCH, *, pack: int | None = None,
-                   group_parties: bool = True) -> int:
+                   group_parties: bool = True, stacking: str = "vmap") -> int:
     """The torch operations one training step of image run ``run`` dispatches (after a warm-up
     step), its method's own ``train_step`` on random images of the dataset's shape, on the CPU.
-    With ``pack=K``: one step of the packed trainer (:mod:`vflkit.training.packed`, vmapped) of
-    K such runs (seeds 0..K-1) together, C-VFL's alike parties stacked unless ``group_parties``
-    is False. Vmapped, although a GPU now stacks convolutional models grouped
+    With ``pack=K``: one step of the packed trainer (:mod:`vflkit.training.packed`, stacked as
+    ``stacking`` says) of K such runs (seeds 0..K-1) together, C-VFL's alike parties stacked
+    unless ``group_parties`` is False. Vmapped by default, although a GPU now stacks convolutional models grouped
     (:func:`vflkit.training.packed.device_stacking`, 0.4-1.0x vmap's operations): the GPU
     measurements the costs rest on (seconds per operation, the CUDA-graphs gain) were taken on
     vmapped packs, so the vmapped count is the one they support until a GPU times the grouped
@@ -397,7 +397,7 @@ def count_step_ops(run: Any, batch: int = OP_COUNT_BATCH, *, pack: int | None = 
     else:
         from .training.packed import Pack
 
-        packed = Pack([_random_run(run.replace(seed=k), batch) for k in range(pack)], stacking="vmap",
+        packed = Pack([_random_run(run.replace(seed=k), batch) for k in range(pack)], stacking=stacking,
                       group_parties=group_parties)
         step, ids = packed.train_step, torch.arange(4 * batch).expand(pack, -1)
     with torch.random.fork_rng(), precision_context(run, torch.device("cpu")):
@@ -888,22 +888,23 @@ def _op_seconds(root: str) -> dict[str, list[float]]:
     return out
 
 
-def eager_samples_per_s(row: dict[str, Any]) -> float | None:
-    """The eager pack a benchmark row's captured one is compared with: the trainer's stacking
-    (``auto``); in a benchmark from before grouped stacking, the vmapped pack (then the trainer's)."""
-    return row.get("auto_samples_per_s") or row.get("vmap_samples_per_s")
+def captured_gain(row: dict[str, Any]) -> float | None:
+    """How many times faster a packed benchmark row's captured step ran than the same pack eager:
+    the trainer's stacking (``auto``), in a benchmark from before grouped stacking the vmapped
+    pack (then the trainer's); None where the row timed no captured step."""
+    eager = row.get("auto_samples_per_s") or row.get("vmap_samples_per_s")
+    return row["graphs_samples_per_s"] / eager if row.get("graphs_samples_per_s") and eager else None
 
 
 @functools.cache
 def _graph_gains(root: str) -> dict[tuple[str, str, str], list[float]]:
     """Per (GPU kind, method, model): how many times faster each committed packed benchmark's
-    captured step ran than the same pack eager (``graphs_samples_per_s`` over :func:`eager_samples_per_s`)."""
+    captured step ran than the same pack eager (:func:`captured_gain`)."""
     out: dict[tuple[str, str, str], list[float]] = {}
     for _, kind, doc in benchmarks(root):
         for row in doc["bench_packed"]["rows"] if kind else []:
-            if row.get("graphs_samples_per_s") and eager_samples_per_s(row):
-                out.setdefault((kind, row["method"], row["model"]), []).append(
-                    row["graphs_samples_per_s"] / eager_samples_per_s(row))
+            if (gain := captured_gain(row)) is not None:
+                out.setdefault((kind, row["method"], row["model"]), []).append(gain)
     return out
 
 
@@ -1040,9 +1041,8 @@ def packed_shares(runs: Sequence[Any]) -> dict[int, float]:
     """Index -> the share of its time alone that run ``runs[i]`` costs when the engine trains it
     packed on a GPU (:func:`vflkit.scheduler.pack_tasks`: the runs of one pack key, C-VFL's
     seeds on datasets of one shape or Multi-VFL's runs of one step shape, at most ``MAX_PACK``
-    a pack): ``pack_ratio / k``
-    for a pack of k >= 2 whose packed step the op table counts (:func:`pack_ratio`); runs
-    without are left out (alone, share 1)."""
+    a pack): ``pack_ratio / k`` for a pack of k >= 2 whose packed step the op table counts
+    (:func:`pack_ratio`); runs without are left out (alone, share 1)."""
     from .scheduler import MAX_PACK
     from .training.packed import group_packs
 
@@ -1133,7 +1133,7 @@ def estimate_s(run: Any, kind: str, family: str) -> float | None:
     return got[0] if got else None
 
 
-__all__ = ["COUNTED_FAMILIES", "eager_samples_per_s", "FROM_FLOPS", "FROM_OPS", "FROM_ROUNDS", "FROM_STUDY", "H100_CALIBRATION", "H100_LABEL", "H200_WINDOW", "IMAGE_DATASETS",
+__all__ = ["COUNTED_FAMILIES", "captured_gain", "FROM_FLOPS", "FROM_OPS", "FROM_ROUNDS", "FROM_STUDY", "H100_CALIBRATION", "H100_LABEL", "H200_WINDOW", "IMAGE_DATASETS",
            "OP_COUNTS", "UNCOUNTED", "bench_setting", "count_step_ops", "estimate", "estimate_s", "h100_minutes", "h100_rate", "launch_bound_s",
            "count_multi_vfl", "multi_vfl_flops", "multi_vfl_minutes", "multi_vfl_pack_ratio", "MULTI_VFL_COUNTED_K", "op_key", "op_seconds", "pack_ratio", "packed_shares", "party_flops", "price", "rate", "record_rates", "run_flops",
            "sharing_slowdown", "step_flops", "step_ops", "top_flops", "train_size", "uncounted", "write_op_counts"]

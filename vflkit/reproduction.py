@@ -900,7 +900,7 @@ def measured_gpu_rates() -> list[str]:
 
             lines.append("  The same pack captured in CUDA graphs (`vflkit.training.graphs`), against the eager "
                          "step, and the TFLOP/s of all its runs: " + ", ".join(
-                             f"{r['method']} {r['model']} {r['graphs_samples_per_s'] / costs.eager_samples_per_s(r):.1f}x "
+                             f"{r['method']} {r['model']} {costs.captured_gain(r):.1f}x "
                              f"({tflops(r)} TFLOP/s)" for r in graphed) + ".")
     from .studies import multi_vfl, vfedmh
 

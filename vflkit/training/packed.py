@@ -69,6 +69,7 @@ lanes alike) and :func:`train_pack` (results, as ``split.train`` returns them).
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import math
 import os
@@ -219,9 +220,8 @@ class StackedModel:
         self.base.train(modules[0].training)
         if stacking == "auto":
             stacking = device_stacking(self.base, next(iter(self.params.values())).device)
-        if stacking == "grouped" and why_not_grouped(self.base) is not None:
-            raise ConfigError(f"stacking='grouped' cannot run this model ({why_not_grouped(self.base)}); "
-                              "use stacking='auto' or 'vmap'")
+        if stacking == "grouped" and (why := why_not_grouped(self.base)) is not None:
+            raise ConfigError(f"stacking='grouped' cannot run this model ({why}); use stacking='auto' or 'vmap'")
         if stacking == "loop" and compile is not None:
             raise ConfigError("compile applies to the vmapped or grouped call; use stacking='vmap' or 'grouped' with it")
         self.stacking = stacking
@@ -303,14 +303,10 @@ class Pack:
         self.channel = PackChannel([m.active.channel for m in methods])
         # each run's features normalised as alone, by its own party's transform: the runs of one
         # dataset, a stretch of the pack, in one call (a pack of one dataset: one call)
-        self._transforms: dict[str, list[tuple[int, int, Callable[[torch.Tensor], torch.Tensor]]]] = {}
-        for j, name in enumerate(self.names):
-            stretches = self._transforms[name] = []
-            for k, m in enumerate(methods):
-                if k and m.config.dataset == methods[k - 1].config.dataset:
-                    stretches[-1] = (stretches[-1][0], k + 1, stretches[-1][2])
-                else:
-                    stretches.append((k, k + 1, m.parties[j].transform))
+        stretches = [list(ks) for _, ks in itertools.groupby(range(self.k), key=lambda k: methods[k].config.dataset)]
+        self._transforms: dict[str, list[tuple[int, int, Callable[[torch.Tensor], torch.Tensor]]]] = {
+            name: [(ks[0], ks[-1] + 1, methods[ks[0]].parties[j].transform) for ks in stretches]
+            for j, name in enumerate(self.names)}
         self.features: dict[str, torch.Tensor] = {}
         for j, name in enumerate(self.names):
             runs = [m.parties[j] for m in methods]
@@ -972,7 +968,8 @@ def train_pack(configs: Sequence[RunConfig], *, device: torch.device | str = "cp
                          on_divergence=on_divergence, max_loss=max_loss, stacking=stacking, compile=compile,
                          graphs=graphs, checkpoints=None if checkpoints is None else [checkpoints[k] for k in by_dataset],
                          deadline=deadline)
-        return [got[by_dataset.index(k)] for k in range(len(configs))]
+        of_run = dict(zip(by_dataset, got))
+        return [of_run[k] for k in range(len(configs))]
     if configs[0].precision == "bf16":  # autocast does not reach inside vmap (module docstring)
         if stacking == "vmap" or compile is not None:
             raise ConfigError("a bf16 pack runs its slices one by one (stacking='loop', no compile): autocast "
