@@ -98,3 +98,22 @@ def test_variant_summary_reads_the_table():
     assert text.startswith("On MNIST, b ends +1.50 ± 0.50 points against a over 2 pairs")
     assert "mean e* 11.0 against 9.0 epochs" in text and "on FMNIST, b ends -1.00 points" in text
     assert variant_summary(t.iloc[:0], labels=labels).startswith("No pair")
+
+
+def test_time_to_a_common_target_tells_apart_runs_that_a_per_run_rule_cannot() -> None:
+    """Two runs still rising at their last epoch: the per-run rule (first epoch within 0.5 points
+    of the run's own best) gives both the last epoch; timed to 99 % of the better final accuracy
+    the faster run gets there first and the slower one never does (censored: None)."""
+    from vflkit.analysis import common_target, epoch_to_target, metric_curve
+
+    fast = _history({"a": [0.80, 0.86, 0.882, 0.89]})
+    slow = _history({"a": [0.60, 0.70, 0.78, 0.85]})
+    assert convergence_epochs(fast) == {"a": 4} and convergence_epochs(slow) == {"a": 4}
+    curves = [metric_curve(h) for h in (fast, slow)]
+    target = common_target(c.iloc[-1] for c in curves)
+    assert target == pytest.approx(0.99 * 0.89)
+    assert epoch_to_target(curves[0], target) == 3 and epoch_to_target(curves[1], target) is None
+    two = pd.DataFrame([{"epoch": e, "model": m, "test_accuracy": v}
+                        for e, (a, b) in enumerate([(0.5, 0.7), (0.8, 0.9)], 1) for m, v in (("p", a), ("q", b))])
+    assert metric_curve(two).tolist() == pytest.approx([0.6, 0.85])  # the models' mean per epoch
+    assert metric_curve(two, models=["q"]).tolist() == pytest.approx([0.7, 0.9])

@@ -457,3 +457,24 @@ def test_splitnn_beside_paper_words_table2():
     assert "our SplitNN above our APC-VFL at 2 of 2 aligned counts" in words
     assert "SplitNN +0.041 to +0.303" in words and "the paper's SplitNN at aligned=2500: 0.187 ± 0.090" in words
     assert study.splitnn_beside_paper(pd.DataFrame(rows).iloc[:0]) == "No Table 2 run recorded yet."
+
+
+def test_a_method_below_local_decides_no_clause() -> None:
+    """APC-VFL is gated as every study is: a compared method ending below Local in a cell did not
+    learn from the passive party, and the clause is not testable (did not learn), naming it; a
+    clause about Local itself is judged as usual."""
+    import pandas as pd
+
+    from vflkit import claims
+    from vflkit.studies import apc_vfl
+
+    rows = [{"method": m, "n_aligned": 100, "n_active_features": 2, "seed": s, "points": v + 0.1 * s}
+            for s in range(5) for m, v in (("local", 84.0), ("ablation", 83.0), ("apc_vfl_mse", 85.0))]
+    frame = pd.DataFrame(rows)
+    d = apc_vfl._pair(frame, by="method", a="apc_vfl_mse", b="ablation", value="points",
+                      cell=["n_aligned", "n_active_features"])
+    v = claims.ordering(d, a="APC-VFL", b="Ablation")
+    assert v.status == claims.NOT_TESTABLE and v.evidence.startswith(claims.DID_NOT_LEARN) and "ablation" in v.evidence
+    about_local = apc_vfl._pair(frame, by="method", a="ablation", b="local", value="points",
+                                cell=["n_aligned", "n_active_features"])
+    assert claims.ordering(about_local, a="Ablation", b="Local").status == claims.DISAGREE

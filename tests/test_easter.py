@@ -470,3 +470,26 @@ def test_cvfl_rates_pair_each_sensitivity_run_with_its_tables_cell():
     assert len(t) == 1 and t["at the dataset's lr (%)"].item() == 90.0 and math.isnan(t["at lr / Q (%)"].item())
     t = easter.cvfl_rates(groups, [record(host, 0.9), record(cell, 0.8)])
     assert t["at lr / Q (%)"].item() == 80.0 and t["lr / Q"].item() == pytest.approx(host.lr / 10)
+
+
+def test_table5_times_every_method_to_one_target_where_the_per_run_rule_could_not_tell_them_apart() -> None:
+    """On the committed paper-profile FashionMNIST runs of Table V the per-run rule gives every
+    method the same e* on a seed (all still rising at epoch 20), so "communication to convergence"
+    would compare bytes per epoch only; timed to 99 % of the best final θ2 accuracy of the seed the
+    methods reach it at different epochs, or never (censored, NaN)."""
+    from vflkit import analysis
+    from vflkit import records as store
+    from vflkit.studies import easter
+
+    groups = easter.configs("paper")
+    runs = [c for c in easter._table5_runs(groups, ["fashion_mnist"])]
+    recs = store.load_available(runs, profile="paper")
+    assert len(recs) >= 8, "the committed paper-profile Table V runs"
+    per_run = {(r["config"]["seed"], r["config"]["method"]): analysis.convergence_epoch(r["history"]) for r in recs}
+    tied = {seed for seed in {s for s, _ in per_run} if len({e for (s, _), e in per_run.items() if s == seed}) == 1}
+    assert tied, per_run  # seeds on which the per-run rule gives all four methods one e*
+    t = easter.to_target(groups, recs, ["fashion_mnist"])
+    assert len(t) == len(recs) and (t["target_pct"] > 80).all()
+    timed = t.assign(e=t["epoch_to_target"].fillna(-1)).groupby("seed")["e"].nunique()
+    assert all(timed[seed] > 1 for seed in tied), t
+    assert t.loc[t["epoch_to_target"].isna(), "MB_to_target"].isna().all()

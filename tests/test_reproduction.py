@@ -516,3 +516,55 @@ def test_measured_gpu_lines_report_cuda_graphs_from_the_benchmarks() -> None:
         r = graphed[0]
         gain = f"{r['method']} {r['model']} {r['graphs_samples_per_s'] / r['vmap_samples_per_s']:.1f}x"
         assert "captured in CUDA graphs" in lines[at + 1] and gain in lines[at + 1]
+
+
+def _judged(rows: list[tuple], variant_rows: list[tuple] = ()) -> dict[str, pd.DataFrame]:
+    """Hand-built claim tables of one paper (VFedMH's title), as evaluate_claims gives them:
+    rows (artefact, clause, profile, status, evidence, reading, tested)."""
+    cols = ["artefact", "clause", "profile", "status", "evidence", "reading", "tested"]
+
+    def frame(rs):
+        return pd.DataFrame(list(rs), columns=cols).assign(paper="VFedMH")[claims.COLUMNS]
+    return {"vfedmh": frame(rows), f"vfedmh{reproduction.VARIANTS_SUFFIX}": frame(variant_rows)}
+
+
+def test_the_largest_profile_that_tested_a_clause_speaks_for_it() -> None:
+    """A quick-profile disagree is not a finding where the paper profile looked at records and
+    found the difference within noise; it is where the paper profile has no records."""
+    NT, DIS = claims.NOT_TESTABLE, claims.DISAGREE
+    within = _judged([("Table III", "A beats B", "paper", NT, "A > B in 6 of 9 cells; ...: within the seeds' noise", "", True),
+                      ("Table III", "A beats B", "quick", DIS, "A > B in 0 of 3 cells; -4.7", "", True)])
+    lines = reproduction.findings_section(within, ["paper", "quick"])
+    assert not any("A beats B" in line for line in lines)
+    unrecorded = _judged([("Table III", "A beats B", "paper", NT, "no records", "", False),
+                          ("Table III", "A beats B", "quick", DIS, "A > B in 0 of 3 cells; -4.7", "", True)])
+    lines = reproduction.findings_section(unrecorded, ["paper", "quick"])
+    assert any(line.startswith("  - *disagree* at the quick profile — Table III: A beats B") for line in lines)
+
+
+def test_a_verdict_another_reading_changes_is_marked_with_both_verdicts() -> None:
+    """A clause whose verdict differs under a labelled reading shows both verdicts and which
+    reading gives which, in the report's findings and in the README's block, with its cell split."""
+    main = [("Table II", "EASTER beats PyVertical", "paper", claims.DISAGREE,
+             "MNIST: EASTER > PyVertical in 0 of 3 cells; paired difference -0.28 ± 0.08 points (mean ± s.e., "
+             "3 seeds as the replicates (...))", "1/C reading", True)]
+    twin = [("Table II (no 1/C)", "EASTER beats PyVertical", "paper", claims.NOT_TESTABLE,
+             "within the seeds' noise", "no 1/C", True)]
+    lines = reproduction.findings_section(_judged(main, twin), ["paper", "quick"])
+    line = next(x for x in lines if "EASTER beats PyVertical" in x)
+    assert "contingent on the reading: *disagree* under 1/C reading; *not testable at this profile* under no 1/C" in line
+    assert "ahead in 0 of 3 cells" in line and "the seed as the replicate" in line
+    report = "\n".join([*lines, "## Beyond the papers\n", "## VFedMH\n"])
+    assert "contingent on the reading" in reproduction.readme_findings(report)
+    same = reproduction.findings_section(_judged(main, [twin[0][:3] + (claims.DISAGREE,) + twin[0][4:]]),
+                                         ["paper", "quick"])
+    assert "the same under every reading" in next(x for x in same if "EASTER beats PyVertical" in x)
+
+
+def test_the_report_counts_how_often_quick_decides_as_the_paper_profile() -> None:
+    A, D = claims.AGREE, claims.DISAGREE
+    judged = _judged([("Fig. 1", "x", "paper", A, "", "", True), ("Fig. 1", "x", "quick", A, "", "", True),
+                      ("Fig. 2", "y", "paper", A, "", "", True), ("Fig. 2", "y", "quick", D, "", "", True)])
+    text = "\n".join(reproduction.findings_section(judged, ["paper", "quick"]))
+    assert "of the 2 clauses both decide, the quick profile decides 1 the same way" in text
+    assert "Fig. 2: y: *agree* at the paper profile, *disagree* at the quick profile" in text

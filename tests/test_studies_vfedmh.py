@@ -227,9 +227,9 @@ def test_a_diverged_run_has_no_convergence_epoch(monkeypatch):
 
     groups = vfedmh.configs("smoke", seeds=(0, 1, 2))
     records = _fake_records(groups, lambda c, party, arch: 90.0)
-    assert vfedmh._same_epoch(claims.Records("smoke", {})).status == claims.NOT_TESTABLE  # no records
+    assert vfedmh._same_epoch()(claims.Records("smoke", {})).status == claims.NOT_TESTABLE  # no records
     monkeypatch.setattr(vfedmh, "configs", lambda profile, **kw: groups)
-    assert vfedmh._same_epoch(claims.Records("smoke", records)).status == claims.AGREE  # every run converges at epoch 2
+    assert vfedmh._same_epoch()(claims.Records("smoke", records)).status == claims.AGREE  # every run converges at epoch 2
     stuck = next(c for c in groups["table2"] if c.method == "c_vfl")
     rec = records[stuck.key]
     for h in rec["history"]:
@@ -240,7 +240,7 @@ def test_a_diverged_run_has_no_convergence_epoch(monkeypatch):
     epochs = vfedmh.convergence_epochs(groups, records)
     assert len(epochs) == len(vfedmh.convergence_epochs(groups, {k: r for k, r in records.items()
                                                                   if k != stuck.key}))
-    v = vfedmh._same_epoch(claims.Records("smoke", records))
+    v = vfedmh._same_epoch()(claims.Records("smoke", records))
     assert v.status == claims.NOT_TESTABLE and "left out: C_VFL (1)" in v.evidence
 
 
@@ -266,7 +266,7 @@ def test_a_run_that_collapses_to_chance_has_no_convergence_epoch(monkeypatch):
                                           "how": "collapsed", "epoch": 2, "batch": None}]
     epochs = vfedmh.convergence_epochs(groups, records)
     assert len(epochs) == len(vfedmh.convergence_epochs(groups, {k: r for k, r in records.items() if k != fell.key}))
-    v = vfedmh._same_epoch(claims.Records("smoke", records))
+    v = vfedmh._same_epoch()(claims.Records("smoke", records))
     assert v.status == claims.NOT_TESTABLE and "left out: C_VFL (1)" in v.evidence
     for h in rec["history"]:
         h["test_accuracy"] = {1: 0.10, 2: 0.12, 3: 0.10}[h["epoch"]]  # never above chance

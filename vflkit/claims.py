@@ -12,22 +12,27 @@ caller loaded once: :func:`evaluate` loads them for a notebook, the report passe
 already, and a test passes records it built by hand. No check reads the disk.
 
 The rule for an ordering ("A > B"), :func:`ordering`: the paired difference A - B over the
-cells the claim covers (same dataset, column and seed) is averaged; where cells have two seeds
-or more its standard error is estimated from the seeds (the within-cell variances pooled, on
-sum(n_cell - 1) degrees of freedom). The clause
+cells the claim covers (same dataset, column and seed). **The seed is the replicate**: in every
+study a seed fixes the run's data split, initialisation and (EASTER, VFedMH) the assignment of
+architectures, and the cells of one clause are parts of one run or runs on one seed's split, so
+their differences are not independent. The differences are averaged over the cells for each
+seed, over the cells that share at least two seeds (a cell with fewer seeds is left out of the
+test and named), and the per-seed means are the replicates: their mean, its standard error, on
+n_seeds - 1 degrees of freedom. The clause
 
 * **agrees** when the mean difference has the claimed sign and lies outside the noise band,
   the two-sided 95 % interval ``± t * s.e.`` with Student's t on those degrees of freedom
-  (:func:`noise_band`: 4.30 standard errors with 3 seeds in one cell, 2.78 with 5, tending
-  to 1.96 -- the familiar "two standard errors" -- with many; a standard error from a few
-  seeds is itself uncertain, and the t quantile pays for it),
+  (:func:`noise_band`: 4.30 standard errors with 3 seeds, 2.78 with 5, tending to 1.96 -- the
+  familiar "two standard errors" -- with many; a standard error from a few seeds is itself
+  uncertain, and the t quantile pays for it),
 * **disagrees** when the mean difference has the opposite sign and lies outside the noise band,
 * is **not testable at this profile** otherwise (the difference is within the seeds' noise, or
   the cells it needs are not recorded) -- the evidence says which.
 
-Cells with a single seed add their difference to the mean but nothing to the noise estimate,
-which then comes from the cells with several (the same training noise is assumed across the
-cells of one clause). When no cell has two seeds there is no seed-to-seed spread at all:
+Every ordering prints its cell split ("A > B in 4 of 9 cells"), so an agreement carried by a
+few large cells shows as such.
+
+When no cell has two seeds there is no seed-to-seed spread at all:
 
 * over several cells, the spread of the differences *between* cells stands in for it (a paired
   t-test across the cells, on n_cells - 1 degrees of freedom). It holds real differences
@@ -37,6 +42,18 @@ cells of one clause). When no cell has two seeds there is no seed-to-seed spread
 * quantities without training noise (``exact=True``: rounds counted by the protocol, times
   priced from recorded traffic) are judged cell by cell instead: agree when every cell has the
   claimed sign, disagree when none has.
+
+An equivalence ("about the same", "A and B within a tolerance"), :func:`equivalent`, is judged
+by two one-sided tests on the **signed** mean difference, estimated as above: it agrees when the
+95 % interval of the mean lies inside ``± tolerance``, disagrees when it lies wholly outside, and
+is not testable otherwise. (Folding each pair to ``tolerance - |difference|`` before averaging,
+the earlier rule, is biased towards disagree: seed noise alone makes E|Δ| large.)
+
+A clause of several parts (:func:`all_of`: datasets, baselines) agrees only when every part
+agrees (an intersection-union test needs no correction), and disagrees when at least one part
+still disagrees after Holm's step-down correction for the number of parts, each part's one-sided
+p-value against the claim carried in its :class:`Verdict`; a part that disagrees alone but not
+after the correction makes the clause not testable, and the evidence says so.
 
 A run that did not learn decides nothing (:func:`paired` with ``chance`` and ``local``): when
 a compared run ends within :data:`CHANCE_MARGIN` points of chance, or below the Local baseline
@@ -52,7 +69,7 @@ as not testable. A disagreement stands: the recorded cells already contradict th
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -72,6 +89,15 @@ class Verdict:
 
     status: str
     evidence: str
+    #: One-sided p-values of the test behind the verdict: for the claim (its direction, or
+    #: equivalence) and against it; None where the verdict rests on no test (counted or priced
+    #: quantities, a verdict given by rule). :func:`all_of` corrects the parts' p against.
+    p_for: float | None = None
+    p_against: float | None = None
+    #: Whether records were looked at: False for "no records", "not at this scale" and the like,
+    #: True for a difference found within noise. The largest profile that tested a clause speaks
+    #: for it (:func:`speaking`), even where a smaller one decided it.
+    tested: bool = True
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -80,7 +106,12 @@ class Verdict:
     def labelled(self, label: str) -> "Verdict":
         """The same verdict with its evidence behind ``label`` (a dataset, a scenario): how the
         sub-verdicts of one clause say which part each judges before :func:`all_of` joins them."""
-        return Verdict(self.status, f"{label}: {self.evidence}")
+        return replace(self, evidence=f"{label}: {self.evidence}")
+
+    def with_evidence(self, evidence: str, status: str | None = None) -> "Verdict":
+        """The same verdict (its test's p-values, whether it was tested) with ``evidence`` (and
+        ``status``) replaced: how a check adds a note to a verdict without losing its test."""
+        return replace(self, evidence=evidence, status=self.status if status is None else status)
 
 
 @dataclass(frozen=True, eq=False)
@@ -124,11 +155,17 @@ class Claim:
     artefact: str  # "Table II", "Fig. 5", "Sec. V-C": where the paper makes the claim
     clause: str  # the paper's words (or a faithful paraphrase), one clause
     check: Callable[[Records], Verdict]
+    #: The reading of the paper this clause is judged under, where the paper admits more than one
+    #: (e.g. "∂L/∂E / C (Eq. 7's mean)"): the clauses of one artefact and wording judged under
+    #: different readings are shown together (:func:`readings`), each verdict with its reading.
+    #: "" where no reading is in question.
+    reading: str = ""
 
 
-def not_testable(reason: str) -> Verdict:
-    """The clause cannot be judged at this profile; ``reason`` says why (e.g. no records)."""
-    return Verdict(NOT_TESTABLE, reason)
+def not_testable(reason: str, *, tested: bool = False) -> Verdict:
+    """The clause cannot be judged at this profile; ``reason`` says why (e.g. no records).
+    ``tested``: records were looked at and found wanting (e.g. runs that did not learn)."""
+    return Verdict(NOT_TESTABLE, reason, tested=tested)
 
 
 #: Two-sided confidence of the noise band that a difference must leave to count.
@@ -161,77 +198,204 @@ def interval(diffs: pd.Series) -> tuple[float, float, float]:
     return float(d.mean()), se, noise_band(se, len(d) - 1)
 
 
+@dataclass(frozen=True)
+class Estimate:
+    """A mean paired difference with its standard error on ``dof`` degrees of freedom, as
+    :func:`estimate` forms it; ``how`` says in words what the replicates were, ``left_out`` the
+    cells that could not enter the test."""
+
+    mean: float
+    se: float
+    dof: int
+    how: str
+    cells: tuple[str, ...]
+    left_out: tuple[str, ...] = ()
+
+    @property
+    def band(self) -> float:
+        return noise_band(self.se, self.dof)
+
+    def p(self, shift: float = 0.0) -> tuple[float, float]:
+        """One-sided p-values of "mean > shift" and "mean < shift" (Student's t on ``dof``)."""
+        if self.se == 0:
+            return (0.0, 1.0) if self.mean > shift else (1.0, 0.0) if self.mean < shift else (0.5, 0.5)
+        t = (self.mean - shift) / self.se
+        return float(stats.t.sf(t, self.dof)), float(stats.t.cdf(t, self.dof))
+
+    def note(self) -> str:
+        """Which cells were left out of the test, for the evidence ("" when none)."""
+        if not self.left_out:
+            return ""
+        shown = ", ".join(self.left_out[:3]) + (", ..." if len(self.left_out) > 3 else "")
+        return f"; {len(self.left_out)} cell(s) without two seeds shared with the others left out of the test ({shown})"
+
+
+def estimate(diffs: pd.DataFrame) -> Estimate | None:
+    """The mean of ``diffs`` (rows: ``cell``, ``seed``, ``diff``) and its standard error, with the
+    seed as the replicate (see the module docstring): the cells that have at least two seeds,
+    on the seeds all of them share, averaged over cells per seed. None when there is no such
+    block (one seed per cell: the caller falls back on the spread between cells, or on the
+    cells' signs for exact quantities)."""
+    if diffs.empty or "seed" not in diffs.columns:
+        return None
+    per = diffs.groupby(["cell", "seed"])["diff"].mean().unstack("seed")
+    multi = per[per.notna().sum(axis=1) >= 2]
+    if multi.empty:
+        return None
+    seeds = [s for s in multi.columns if multi[s].notna().all()]
+    if len(seeds) < 2:
+        # the cells with several seeds share fewer than two: keep the seeds of the largest
+        # group of cells that share two or more (the rest left out and named)
+        best: tuple[int, list[Any]] = (0, [])
+        for s_set in {tuple(sorted(r.dropna().index.tolist())) for _, r in multi.iterrows()}:
+            n = int(multi[list(s_set)].notna().all(axis=1).sum())
+            if n > best[0]:
+                best = (n, list(s_set))
+        seeds = best[1]
+        multi = multi[multi[seeds].notna().all(axis=1)]
+    block = multi[seeds]
+    by_seed = block.mean(axis=0)
+    n = len(by_seed)
+    se = float(by_seed.std(ddof=1) / math.sqrt(n))
+    left = tuple(str(c) for c in per.index if c not in block.index)
+    return Estimate(float(by_seed.mean()), se, n - 1,
+                    f"{n} seeds as the replicates (per seed, the mean over {len(block)} cell(s))",
+                    tuple(str(c) for c in block.index), left)
+
+
+def _between_cells(diffs: pd.DataFrame) -> Estimate | None:
+    """One seed per cell: the cells' differences as the replicates (conservative: their spread
+    holds real differences between the cells too); None for a single cell."""
+    per_cell = diffs.groupby("cell")["diff"].mean()
+    if len(per_cell) < 2:
+        return None
+    mean, se, _ = interval(per_cell)
+    return Estimate(mean, se, len(per_cell) - 1, f"1 seed, the {len(per_cell)} cells as the replicates (the "
+                    "spread between cells)", tuple(map(str, per_cell.index)))
+
+
+def _rows(diffs: pd.DataFrame) -> Estimate | None:
+    """Every (cell, seed) row as a replicate: the last stand-in for the noise (see :func:`_noisy`)."""
+    if len(diffs) < 2:
+        return None
+    mean, se, _ = interval(diffs["diff"])
+    return Estimate(mean, se, len(diffs) - 1, f"every one of the {len(diffs)} (cell, seed) pairs as a replicate",
+                    tuple(map(str, diffs["cell"].unique())))
+
+
+def _noisy(diffs: pd.DataFrame) -> Estimate | None:
+    """:func:`estimate`, or with one seed per cell the spread between cells. Where the replicates'
+    means coincide (a discrete quantity such as an epoch, or hand-built data) their standard error
+    is 0 although the differences vary: the spread between cells, then between the rows, stands
+    in. A standard error of 0 remains only where every difference is the same (constant)."""
+    est = estimate(diffs) or _between_cells(diffs)
+    if est is None or est.se > 0:
+        return est
+    for alt in (_between_cells(diffs), _rows(diffs)):
+        if alt is not None and alt.se > 0:
+            return replace(alt, how=f"{alt.how}, as the seeds' means coincide")
+    return est
+
+
 def ordering(diffs: pd.DataFrame, *, a: str, b: str, what: str = "points",
              expected: Iterable[str] | None = None, exact: bool = False) -> Verdict:
     """Judge the clause "``a`` > ``b``" from paired differences.
 
     ``diffs`` has one row per (cell, seed): a ``cell`` column naming the compared cell (e.g.
-    "MNIST/CNN") and ``diff`` = value(a) - value(b) for that cell and seed. ``expected``: the
-    cells the profile runs, named alike; an agreement while some of them have no recorded pair
-    is not testable. ``exact``: the values carry no training noise (counted or priced), so
-    with one seed each cell's sign is the verdict. See the module docstring for the rule.
+    "MNIST/CNN"), a ``seed`` column and ``diff`` = value(a) - value(b) for that cell and seed.
+    ``expected``: the cells the profile runs, named alike; an agreement while some of them have
+    no recorded pair (or are left out of the test) is not testable. ``exact``: the values carry
+    no training noise (counted or priced), so with one seed each cell's sign is the verdict. See
+    the module docstring for the rule.
     """
     diffs = diffs.dropna(subset=["diff"])
     untrained = untrained_runs(diffs)
     if untrained:
         shown = "; ".join(untrained[:4]) + (f"; and {len(untrained) - 4} more" if len(untrained) > 4 else "")
-        return Verdict(NOT_TESTABLE, f"{DID_NOT_LEARN}: {shown} (a clause is not judged on a run that did not "
-                                     "learn)")
-    verdict = _ordering(diffs, a=a, b=b, what=what, exact=exact)
+        return not_testable(f"{DID_NOT_LEARN}: {shown} (a clause is not judged on a run that did not learn)",
+                            tested=True)
+    verdict, judged = _ordering(diffs, a=a, b=b, what=what, exact=exact)
+    return _cover(verdict, judged, expected)
+
+
+def _cover(verdict: Verdict, judged: set[str], expected: Iterable[str] | None) -> Verdict:
+    """An agreement covers only the cells judged: while some ``expected`` cell is not, the clause
+    is not testable. A disagreement stands: the judged cells already contradict the clause."""
     if expected is None or verdict.status != AGREE:
         return verdict
-    missing = sorted(set(expected) - set(diffs["cell"]))
+    missing = sorted(set(expected) - judged)
     if not missing:
         return verdict
     shown = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
-    return Verdict(NOT_TESTABLE, f"{verdict.evidence}; but {len(missing)} of the {len(set(expected))} cells "
-                                 f"the profile runs have no recorded pair yet ({shown})")
+    return verdict.with_evidence(f"{verdict.evidence}; but {len(missing)} of the {len(set(expected))} cells the "
+                                 f"profile runs have no recorded pair yet ({shown})", NOT_TESTABLE)
 
 
-def _ordering(diffs: pd.DataFrame, *, a: str, b: str, what: str, exact: bool) -> Verdict:
+def _split(diffs: pd.DataFrame, a: str, b: str) -> str:
+    per_cell = diffs.groupby("cell")["diff"].mean()
+    return f"{a} > {b} in {int((per_cell > 0).sum())} of {len(per_cell)} cells"
+
+
+def _ordering(diffs: pd.DataFrame, *, a: str, b: str, what: str, exact: bool) -> tuple[Verdict, set[str]]:
     if diffs.empty:
-        return not_testable(f"no recorded pair of {a} and {b}")
-    per_cell = diffs.groupby("cell")["diff"]
-    sizes = per_cell.size()
-    n_cells = per_cell.ngroups
-    mean = float(diffs["diff"].mean())
-    wins = int((per_cell.mean() > 0).sum())
-    dof = int((sizes - 1).sum())
-    if dof >= 1:
-        # seed-to-seed spread within cells, pooled on sum(n - 1) degrees of freedom (a cell with
-        # one seed adds none); the mean over all rows averages len(diffs) of them
-        pooled = float((per_cell.var(ddof=1).fillna(0.0) * (sizes - 1)).sum() / dof)
-        se = math.sqrt(pooled / len(diffs))
-        lo, hi = int(sizes.min()), int(sizes.max())
-        seeds = f"{lo}+ seeds" if lo >= 2 else f"1-{hi} seeds (noise from the cells with several)"
-        band = noise_band(se, dof)
-        return _judge(mean, band, f"{a} > {b} in {wins} of {n_cells} cells, {seeds}; paired difference {mean:+.2f} "
-                                  f"± {se:.2f} {what} (mean ± s.e.; noise band ± {band:.2f}, {dof} d.f.)",
-                      "within the seeds' noise")
-    ev = f"{a} > {b} in {wins} of {n_cells} cells, 1 seed; mean difference {mean:+.2f} {what}"
-    if exact:
+        return not_testable(f"no recorded pair of {a} and {b}"), set()
+    split = _split(diffs, a, b)
+    est = estimate(diffs)
+    if est is None and exact:
+        per_cell = diffs.groupby("cell")["diff"].mean()
+        wins, n_cells = int((per_cell > 0).sum()), len(per_cell)
+        ev = f"{split}, 1 seed; mean difference {float(diffs['diff'].mean()):+.2f} {what}"
         if wins == n_cells:
-            return Verdict(AGREE, ev)
+            return Verdict(AGREE, ev), set(map(str, per_cell.index))
         if wins == 0:
-            return Verdict(DISAGREE, ev)
-        return Verdict(NOT_TESTABLE, ev + ": mixed")
-    if n_cells == 1:
-        return Verdict(NOT_TESTABLE, ev + ": one pair of runs gives no error bar")
-    # no seed has a twin: the differences between cells stand in for the noise (conservative:
-    # their spread holds real cell-to-cell differences too)
-    _, se, band = interval(per_cell.mean())  # the cells as the replicates: one difference each
-    return _judge(mean, band, f"{a} > {b} in {wins} of {n_cells} cells, 1 seed; mean difference {mean:+.2f} ± "
-                              f"{se:.2f} {what} (mean ± s.e. between cells; noise band ± {band:.2f}, {n_cells - 1} d.f.)",
-                  "within the spread between cells")
+            return Verdict(DISAGREE, ev), set(map(str, per_cell.index))
+        return Verdict(NOT_TESTABLE, ev + ": mixed"), set(map(str, per_cell.index))
+    if est is None or (est.se == 0 and not exact):
+        est = _noisy(diffs)
+    if est is None:
+        return Verdict(NOT_TESTABLE, f"{split}, 1 seed; mean difference {float(diffs['diff'].mean()):+.2f} {what}: "
+                                     "one pair of runs gives no error bar"), set()
+    band = est.band
+    ev = (f"{split}; paired difference {est.mean:+.2f} ± {est.se:.2f} {what} (mean ± s.e., {est.how}; noise band "
+          f"± {band:.2f}, {est.dof} d.f.){est.note()}")
+    p_for, p_against = est.p()
+    status = AGREE if est.mean > band else DISAGREE if est.mean < -band else NOT_TESTABLE
+    if status == NOT_TESTABLE:
+        ev += ": within the seeds' noise" if "seeds as the replicates" in est.how else ": within the spread between cells"
+    return Verdict(status, ev, p_for=p_for, p_against=p_against), set(est.cells)
 
 
-def _judge(mean: float, band: float, evidence: str, inside: str) -> Verdict:
-    """Agree or disagree once ``mean`` leaves its noise band; otherwise not testable, ``inside``."""
-    if mean > band:
-        return Verdict(AGREE, evidence)
-    if mean < -band:
-        return Verdict(DISAGREE, evidence)
-    return Verdict(NOT_TESTABLE, f"{evidence}: {inside}")
+def equivalent(diffs: pd.DataFrame, *, tolerance: float, what: str, unit: str = "points",
+               expected: Iterable[str] | None = None) -> Verdict:
+    """Judge "``what`` is about zero" (|difference| <= ``tolerance``) by two one-sided tests on
+    the signed mean difference, estimated as :func:`ordering` estimates it (the seed as the
+    replicate): agree when the 95 % interval of the mean lies inside ± ``tolerance``, disagree
+    when it lies wholly outside, not testable when it overlaps a bound (or nothing can be
+    estimated). ``diffs`` rows: ``cell``, ``seed``, ``diff`` (signed)."""
+    if not tolerance > 0:
+        raise ValueError(f"tolerance must be > 0, got {tolerance!r}")
+    diffs = diffs.dropna(subset=["diff"])
+    untrained = untrained_runs(diffs)
+    if untrained:
+        return not_testable(f"{DID_NOT_LEARN}: {'; '.join(untrained[:4])} (a clause is not judged on a run that "
+                            "did not learn)", tested=True)
+    if diffs.empty:
+        return not_testable(f"no recorded pair for {what}")
+    est = _noisy(diffs)
+    if est is None:
+        return Verdict(NOT_TESTABLE, f"{what}: one pair of runs ({float(diffs['diff'].mean()):+.2f} {unit}) gives no "
+                                     "error bar")
+    lo, hi = est.mean - est.band, est.mean + est.band
+    # TOST: "mean > -tol" and "mean < +tol", each one-sided; against: the mean beyond a bound
+    p_for = max(est.p(-tolerance)[0], est.p(tolerance)[1])
+    p_against = min(est.p(tolerance)[0], est.p(-tolerance)[1])
+    where = ("inside" if -tolerance < lo and hi < tolerance else
+             "wholly outside" if lo > tolerance or hi < -tolerance else "across a bound of")
+    status = {"inside": AGREE, "wholly outside": DISAGREE}.get(where, NOT_TESTABLE)
+    ev = (f"{what}: signed mean {est.mean:+.2f} ± {est.se:.2f} {unit} (mean ± s.e., {est.how}); its 95 % interval "
+          f"[{lo:+.2f}, {hi:+.2f}] lies {where} ± {tolerance:g} {unit} (two one-sided tests, {est.dof} d.f.)"
+          f"{est.note()}")
+    return _cover(Verdict(status, ev, p_for=p_for, p_against=p_against), set(est.cells), expected)
 
 
 def paired(frame: pd.DataFrame, *, by: str, a: str, b: str, value: str,
@@ -286,14 +450,41 @@ def untrained_runs(diffs: pd.DataFrame) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+#: The level each part of a clause is tested at, one-sided (the two-sided 95 % band's 2.5 %).
+ALPHA = (1 - CONFIDENCE) / 2
+
+
+def holm(p_values: Sequence[float], alpha: float = ALPHA) -> list[bool]:
+    """Holm's step-down procedure: which of ``p_values`` are rejected at family-wise ``alpha``."""
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    rejected = [False] * len(p_values)
+    for rank, i in enumerate(order):
+        if p_values[i] > alpha / (len(p_values) - rank):
+            break
+        rejected[i] = True
+    return rejected
+
+
 def all_of(verdicts: Iterable[Verdict]) -> Verdict:
-    """Several sub-checks of one clause: agree only if all agree; disagree if any disagrees."""
+    """Several parts of one clause: agree only if all agree; disagree if a part disagrees after
+    Holm's correction for the number of parts (a part without a test, a counted quantity, keeps
+    its verdict); a part that disagrees alone but not after the correction is not testable."""
     vs = list(verdicts)
     if not vs:
         return not_testable("nothing to compare")
+    if len(vs) > 1:
+        p = [(v.p_against if v.p_against is not None else (0.0 if v.status == DISAGREE else 1.0)) for v in vs]
+        kept = holm(p)
+        vs = [v if v.status != DISAGREE or ok else
+              v.with_evidence(f"{v.evidence} (disagrees alone, p = {v.p_against:.3f}, but not after Holm's correction "
+                              f"for {len(vs)} parts)", NOT_TESTABLE)
+              for v, ok in zip(vs, kept)]
     status = (DISAGREE if any(v.status == DISAGREE for v in vs)
               else AGREE if all(v.status == AGREE for v in vs) else NOT_TESTABLE)
-    return Verdict(status, "; ".join(v.evidence for v in vs))
+    p_for = max((v.p_for for v in vs if v.p_for is not None), default=None)
+    p_against = min((min(1.0, v.p_against * len(vs)) for v in vs if v.p_against is not None), default=None)
+    return Verdict(status, "; ".join(v.evidence for v in vs), p_for=p_for, p_against=p_against,
+                   tested=any(v.tested for v in vs))
 
 
 def owner(claim: Claim) -> Study | None:
@@ -357,8 +548,48 @@ def evaluate(claims: Sequence[Claim], profile: str,
         if not isinstance(v, Verdict):
             raise TypeError(f"the check of {c.artefact} ({c.clause!r}) returned {type(v).__name__}, not a Verdict")
         rows.append({"paper": c.paper, "artefact": c.artefact, "clause": c.clause,
-                     "status": v.status, "evidence": v.evidence, "profile": profile})
-    return pd.DataFrame(rows, columns=["paper", "artefact", "clause", "status", "evidence", "profile"])
+                     "status": v.status, "evidence": v.evidence, "profile": profile,
+                     "reading": c.reading, "tested": bool(v.tested)})
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+#: The columns of :func:`evaluate`'s table.
+COLUMNS = ["paper", "artefact", "clause", "status", "evidence", "profile", "reading", "tested"]
+
+
+def base_artefact(artefact: str) -> str:
+    """The artefact without a parenthesised reading: "Table III (Heter_aggVFL as the ensemble)"
+    -> "Table III"."""
+    return artefact.split(" (", 1)[0]
+
+
+def readings(table: pd.DataFrame) -> pd.DataFrame:
+    """For each clause of ``table`` (:func:`evaluate`'s rows, the study's own claims and its
+    labelled variants together), its verdict under every reading judged at the same profile:
+    columns paper, profile, artefact (the base, :func:`base_artefact`), clause, ``verdicts`` (a
+    list of (reading, status) in the table's order) and ``contingent`` (the readings give
+    different verdicts). A clause judged under one reading only is not contingent."""
+    if table.empty:
+        return pd.DataFrame(columns=["paper", "profile", "artefact", "clause", "verdicts", "contingent"])
+    t = table.assign(base=table["artefact"].map(base_artefact))
+    rows = []
+    for (paper, profile, art, clause), g in t.groupby(["paper", "profile", "base", "clause"], sort=False):
+        verdicts = [(r.reading or r.artefact, r.status) for r in g.itertuples()]
+        rows.append({"paper": paper, "profile": profile, "artefact": art, "clause": clause, "verdicts": verdicts,
+                     "contingent": len({s for _, s in verdicts}) > 1})
+    return pd.DataFrame(rows)
+
+
+def speaking(table: pd.DataFrame, profiles: Sequence[str]) -> pd.DataFrame:
+    """One row per clause of ``table`` (:func:`evaluate`'s rows over several profiles): its verdict
+    at the largest profile of ``profiles`` (ordered largest first) that *tested* it (looked at
+    records; a difference within noise counts, "no records" does not), whether or not that
+    profile decided it: a smaller profile does not speak where a larger one looked and found
+    nothing. A clause no profile tested speaks at the last profile."""
+    order = {p: i for i, p in enumerate(profiles)}
+    t = table[table["profile"].isin(order)].assign(rank=table["profile"].map(order))
+    t = t.assign(untested=~t["tested"].astype(bool)).sort_values(["untested", "rank"], kind="stable")
+    return t.drop_duplicates(["paper", "artefact", "clause"]).drop(columns=["rank", "untested"]).sort_index()
 
 
 def summary(table: pd.DataFrame) -> str:
@@ -386,6 +617,7 @@ def as_markdown(table: pd.DataFrame, title: str = "", *, artefacts: Sequence[str
     return "\n".join(lines)
 
 
-__all__ = ["AGREE", "DISAGREE", "NOT_TESTABLE", "Claim", "Records", "Verdict", "all_of", "as_markdown", "evaluate", "load",
-           "not_testable", "owner", "ordering", "paired", "summary", "untrained_runs"]
+__all__ = ["AGREE", "DISAGREE", "NOT_TESTABLE", "Claim", "Estimate", "Records", "Verdict", "all_of", "as_markdown",
+           "base_artefact", "equivalent", "estimate", "evaluate", "holm", "load", "not_testable", "owner", "ordering",
+           "paired", "readings", "speaking", "summary", "untrained_runs"]
 

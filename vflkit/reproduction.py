@@ -605,14 +605,15 @@ def _paper_section(paper: str, profiles: Sequence[str], recs: _Records, out_dir:
             md += [f"<details><summary>Table {table}: every printed cell</summary>\n", _markdown(_cells_view(g)),
                    "</details>\n"]
     evaluated = evaluate_claims(paper, profiles, recs=recs)
+    ours = evaluate_claims(paper, profiles, variants=True, recs=recs)
     if judged is not None:
         judged[paper] = evaluated
+        judged[f"{paper}{VARIANTS_SUFFIX}"] = ours
     md.append("### Claims\n")
     for profile in profiles:
         t = evaluated[evaluated["profile"] == profile]
         md += [f"#### {profile} profile: {claimlib.summary(t)}\n",
                _markdown(t[["artefact", "clause", "status", "evidence"]])]
-    ours = evaluate_claims(paper, profiles, variants=True, recs=recs)
     if len(ours):
         md.append("### The same clauses on our variants (not the paper's claims, not counted above)\n")
         for profile in profiles:
@@ -722,29 +723,97 @@ def inputs_stamp(profiles: Sequence[str]) -> str:
 
 FINDINGS_HEADING = "## Findings"
 EVIDENCE = ". Evidence: "
+#: ``judged`` keys of a paper's labelled variants (its own claims are under the paper's name).
+VARIANTS_SUFFIX = ":variants"
+
+
+def cell_split(evidence: str) -> str:
+    """"ahead in a of b cells", summed over the orderings an evidence line reports ("" if none)."""
+    found = [(int(a), int(b)) for a, b in re.findall(r" in (\d+) of (\d+) cells", evidence)]
+    if not found:
+        return ""
+    return f"ahead in {sum(a for a, _ in found)} of {sum(b for _, b in found)} cells"
+
+
+def statistic(evidence: str) -> str:
+    """The statistic a verdict's evidence rests on, in a few words (every shown verdict names it)."""
+    parts = []
+    if "two one-sided tests" in evidence:
+        parts.append("equivalence by two one-sided tests")
+    if "seeds as the replicates" in evidence:
+        parts.append("paired, the seed as the replicate")
+    elif "between cells" in evidence:
+        parts.append("paired, one seed, the spread between cells")
+    if "Holm" in evidence:
+        parts.append("Holm-corrected across parts")
+    if not parts and ("1 seed" in evidence or "per step" in evidence):
+        parts.append("counted, no noise")
+    return ", ".join(parts)
+
+
+def _reading_note(row: Any, alternatives: pd.DataFrame) -> str:
+    """How the verdict of ``row`` (a clause at a profile) reads under each labelled reading: ""
+    when the clause has no reading; else its reading, and every alternative's verdict."""
+    alt = alternatives[(alternatives["paper"] == row.paper) & (alternatives["profile"] == row.profile)
+                       & (alternatives["artefact"].map(claimlib.base_artefact) == claimlib.base_artefact(row.artefact))
+                       & (alternatives["clause"] == row.clause) & (alternatives["artefact"] != row.artefact)]
+    if not row.reading and alt.empty:
+        return ""
+    own = f"under {row.reading}" if row.reading else "under the default reading"
+    if alt.empty:
+        return f" [{own}]"
+    others = "; ".join(f"*{a.status}* under {a.reading or a.artefact}" for a in alt.itertuples())
+    flag = "contingent on the reading" if (alt["status"] != row.status).any() else "the same under every reading"
+    return f" [{flag}: *{row.status}* {own}; {others}]"
 
 
 def findings_section(judged: dict[str, pd.DataFrame], profiles: Sequence[str]) -> list[str]:
     """The report's summary of findings: per paper, its verdict counts at each profile and every
-    clause a profile decides (agree or disagree), at the largest profile that decides it, with
-    its evidence. A clause no profile decides is in the paper's Claims table only."""
+    clause decided at the largest profile that *tested* it (:func:`vflkit.claims.speaking`: a
+    smaller profile does not speak where a larger one looked and found nothing), with its cell
+    split, the statistic it rests on, its verdict under every labelled reading of the paper
+    (:func:`vflkit.claims.readings`), and its evidence; then how often the quick profile decides a
+    clause the way the paper profile does. A clause no profile decides is in the paper's Claims
+    table only."""
     md = [f"{FINDINGS_HEADING}\n",
-          "Every clause a profile decides (agree or disagree), at the largest profile that decides it "
-          f"({' before '.join(profiles)}); the clauses no profile decides yet are *not testable* at the "
-          "scale run, listed with their reasons in each paper's Claims table.\n"]
+          "Every clause decided at the largest profile that tested it, and every clause another reading of the paper "
+          "decides differently, at that profile "
+          f"({' before '.join(profiles)}; a profile that found a difference within noise speaks for the clause "
+          "too, so a smaller profile's decision does not stand over it); the clauses no profile decides are "
+          "*not testable* at the scale run, listed with their reasons in each paper's Claims table. Each line names "
+          "its cell split, its statistic and, where the paper admits more than one reading, the verdict under each "
+          "(a clause marked *contingent on the reading* is decided by our reading, not by the paper alone).\n"]
+    agreement: list[tuple[str, str, str, str, str]] = []  # paper, artefact, clause, paper verdict, quick verdict
     for paper, table in judged.items():
+        if paper.endswith(VARIANTS_SUFFIX):
+            continue
+        alternatives = pd.concat([table, judged.get(f"{paper}{VARIANTS_SUFFIX}", table.iloc[:0])], ignore_index=True)
         title = studies.get(paper).title
         counts = "; ".join(f"{p}: {claimlib.summary(table[table['profile'] == p])}" for p in profiles)
         md.append(f"- **[{title}](#{title.lower()})** ({counts})")
-        seen: set[tuple[str, str]] = set()
-        for profile in profiles:
-            t = table[(table["profile"] == profile) & table["status"].isin([claimlib.AGREE, claimlib.DISAGREE])]
-            for r in t.itertuples():
-                if (r.artefact, r.clause) in seen:
-                    continue
-                seen.add((r.artefact, r.clause))
-                md.append(f"  - *{r.status}* at the {profile} profile — {r.artefact}: {_escape(r.clause)}"
-                          f"{EVIDENCE}{_escape(r.evidence)}")
+        for r in claimlib.speaking(table, profiles).itertuples():
+            reading = _reading_note(r, alternatives)
+            # decided clauses, and every clause whose verdict another reading of the paper changes
+            if r.status not in (claimlib.AGREE, claimlib.DISAGREE) and "contingent on the reading" not in reading:
+                continue
+            notes = ", ".join(x for x in (cell_split(r.evidence), statistic(r.evidence)) if x)
+            md.append(f"  - *{r.status}* at the {r.profile} profile — {r.artefact}: {_escape(r.clause)}"
+                      f"{' (' + notes + ')' if notes else ''}{_escape(reading)}{EVIDENCE}{_escape(r.evidence)}")
+        if "paper" in profiles and "quick" in profiles:
+            both = table[table["status"].isin([claimlib.AGREE, claimlib.DISAGREE])]
+            by = both.pivot_table(index=["artefact", "clause"], columns="profile", values="status", aggfunc="first")
+            if {"paper", "quick"} <= set(by.columns):
+                for (art, clause), x in by.dropna(subset=["paper", "quick"]).iterrows():
+                    agreement.append((title, art, clause, x["paper"], x["quick"]))
+        md[-1] += "\n"
+    if agreement:
+        same = [a for a in agreement if a[3] == a[4]]
+        md.append(f"**The quick profile against the paper profile**: of the {len(agreement)} clauses both decide, "
+                  f"the quick profile decides {len(same)} the same way"
+                  + (". It decides these the other way (its reduced scale is the first suspect; each paper's "
+                     "notebook explains its quick profile's scale):\n" if len(same) < len(agreement) else ".\n"))
+        md += [f"- {t} {art}: {_escape(clause)}: *{p}* at the paper profile, *{q}* at the quick profile"
+               for t, art, clause, p, q in agreement if p != q]
         md[-1] += "\n"
     return md
 
@@ -761,8 +830,10 @@ def readme_findings(report: str) -> str:
     for line in lines:
         if line.startswith("- **"):
             papers.append(line.replace("](#", "](figures/REPORT.md#"))
-        elif line.startswith(f"  - *{claimlib.DISAGREE}* at the paper profile — "):
-            # where a paper does not hold at its own scale: the clause, its evidence in the report
+        elif line.startswith("  - *") and " at the paper profile — " in line and (
+                line.startswith(f"  - *{claimlib.DISAGREE}*") or "contingent on the reading" in line.split(EVIDENCE, 1)[0]):
+            # where a paper does not hold at its own scale, and every verdict our reading decides:
+            # the clause, its split, statistic and readings (its evidence is in the report)
             papers.append(line.split(EVIDENCE, 1)[0])
     beyond = re.findall(r"^### (.+)$", report.split("## Beyond the papers", 1)[1].split("\n## ", 1)[0], re.M)
     anchor = lambda t: re.sub(r"[^a-z0-9 -]", "", t.lower()).replace(" ", "-")  # noqa: E731 (GitHub's anchors)

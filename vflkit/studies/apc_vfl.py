@@ -635,10 +635,16 @@ def _points(records: claims.Records) -> pd.DataFrame:
 
 def _pair(frame: pd.DataFrame, *, by: str, a: str, b: str, value: str, cell: Sequence[str]) -> pd.DataFrame:
     """:func:`vflkit.claims.paired`, empty (so the clause is not testable) when ``a`` or ``b``
-    has no row."""
+    has no row. Gated as every study gates its clauses: where the frame holds Local (the active
+    party on its own features, which every method here exists to beat), a compared method ending
+    below Local in a cell did not learn anything from the passive party, and the clause is not
+    judged on it (a clause about Local itself is judged as usual). No chance gate: the metrics
+    are accuracy on a two-class table and F1, where a collapsed model (the majority class) ends
+    below Local's trained classifier and the Local gate already names it."""
     if not {a, b} <= set(frame[by]):
         return pd.DataFrame(columns=["cell", "seed", "diff"])
-    return claims.paired(frame, by=by, a=a, b=b, value=value, cell=cell)
+    local = "local" if value == "points" and (frame[by] == "local").any() else None  # scores only, not MB
+    return claims.paired(frame, by=by, a=a, b=b, value=value, cell=cell, local=local)
 
 
 def _apc_variants(df: pd.DataFrame) -> list[str]:
@@ -669,7 +675,7 @@ def _beats(baseline: str, datasets: Sequence[str], counts: str = "fig5") -> Call
             return claims.not_testable(f"no recorded pair of APC-VFL and {METHOD_LABELS[baseline]} on "
                                        f"{', '.join(absent)} at this profile")
         v = claims.all_of(verdicts)
-        return claims.Verdict(v.status, v.evidence + (f"; no recorded pair on {', '.join(absent)}" if absent else ""))
+        return v.with_evidence(v.evidence + (f"; no recorded pair on {', '.join(absent)}" if absent else ""))
     return check
 
 
@@ -838,7 +844,7 @@ def _table2_mb(records: claims.Records) -> claims.Verdict:
              df[df["method"] == "apc_vfl_joint"].groupby(["dataset", "n_aligned"])["MB"].mean()).dropna()
     if ratio.empty:  # no (dataset, aligned count) with both methods recorded
         return v
-    return claims.Verdict(v.status, f"{v.evidence}; SplitNN sends {ratio.min():.0f}-{ratio.max():.0f}x more")
+    return v.with_evidence(f"{v.evidence}; SplitNN sends {ratio.min():.0f}-{ratio.max():.0f}x more")
 
 
 def _table2_small_data(records: claims.Records) -> claims.Verdict:
