@@ -509,6 +509,27 @@ def test_the_references_page_lists_the_bibliography() -> None:
     assert _block("docs/references.md", reproduction.REFERENCES_START, reproduction.REFERENCES_END) == block
 
 
+def test_the_changelog_states_the_verdicts_and_what_changed_since_the_last_version(committed: str,
+                                                                                  tmp_path: Path) -> None:
+    """The changelog's block gives the overview's claims per paper and profile, and names what
+    changed against the last released version's frozen table; the committed one is fresh."""
+    rows = reproduction._overview_rows(committed)
+    vfedmh = rows["VFedMH"]
+    log = tmp_path / "CHANGELOG.md"
+    log.write_text(f"## 9.9.9\n\n{reproduction.VERDICTS_START}\n{reproduction.VERDICTS_END}\n\n## 9.9.8\n\n"
+                   "| paper | claims (paper) | claims (quick) |\n|---|---|---|\n"
+                   f"| VFedMH | 0 agree, 0 disagree, 1 not testable at this profile | {vfedmh['claims (quick)']} |\n"
+                   f"| EASTER | {rows['EASTER']['claims (paper)']} | {rows['EASTER']['claims (quick)']} |\n")
+    block = reproduction.changelog_verdicts(committed, log)
+    body = {r[0]: r for r in _rows(block, 4)}
+    assert "changed since 9.9.8" in block
+    assert body["VFedMH"][1:3] == [vfedmh["claims (paper)"], vfedmh["claims (quick)"]]
+    assert body["VFedMH"][3] == f"paper: 0 agree, 0 disagree, 1 not testable at this profile → {vfedmh['claims (paper)']}"
+    assert body["EASTER"][3] == "none" and body["Multi-VFL"][3] == "—"
+    assert _block("CHANGELOG.md", reproduction.VERDICTS_START, reproduction.VERDICTS_END) == \
+        reproduction.changelog_verdicts(committed), "CHANGELOG.md's verdicts are stale: run `make report`"
+
+
 def test_each_paper_section_opens_with_its_citation() -> None:
     """Under each paper's heading the report cites the paper with its link, then its notebook."""
     from vflkit import bibliography
