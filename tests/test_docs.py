@@ -115,3 +115,18 @@ def test_the_book_opens_in_a_headless_browser(built, tmp_path):
     assert 'id="findings"' in report and "report_vfedmh.png" in report
     search = _dom(browser, (built / "search.html").as_uri() + "?q=blinding", tmp_path)
     assert "Search finished, found" in search and "found 0 pages" not in search
+
+
+def test_the_readmes_own_data_block_runs_verbatim():
+    """The README's one block of Python registers the table it says, as written (docs/own-data.md
+    goes on from there)."""
+    from vflkit.data import is_registered, unregister_dataset
+
+    readme = (ROOT / "README.md").read_text()
+    blocks = [b.split("\n", 1)[1] for b in readme.split("```")[1::2] if b.startswith("python\n")]
+    assert len(blocks) == 1, "the README shows own data in one block"
+    try:
+        exec(compile(blocks[0], "README.md", "exec"), {})
+        assert is_registered("my_wine")
+    finally:
+        unregister_dataset("my_wine")
