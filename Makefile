@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-stamp
 # tested; every notebook in a copy that is not a git checkout)
 NOTEBOOKS := $(sort $(or $(shell git ls-files 'notebooks/*.ipynb' 2>/dev/null),$(wildcard notebooks/*.ipynb)))
 
-.PHONY: study test test-slow bench setup lab report
+.PHONY: study test test-slow bench setup lab report docs docs-check
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -38,12 +38,30 @@ report: $(STAMP)
 ## The fast tier: unit tests, the committed notebooks re-executed and checked by nbval, and the
 ## smoke profile of the notebooks that take seconds (tests marked `slow` are left to test-slow).
 test: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow" --nbval --nbval-current-env tests $(NOTEBOOKS)
+	$(BIN)/python -m pytest -m "not slow and not docs" --nbval --nbval-current-env tests $(NOTEBOOKS)
 
 ## The slow tier: what takes minutes (EASTER's and Multi-VFL's smoke notebooks, every notebook's
 ## paper-profile slice, the report and paper tables rebuilt from every record). CI runs both tiers.
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -m slow tests
+
+## The book: a static HTML site of the README, docs/, figures/REPORT.md and the executed notebooks
+## (rendered as committed, never run), in $(SITE)/; open $(SITE)/index.html. Sphinx's warnings are
+## errors, and every page, figure and internal link must resolve (python -m vflkit.sitecheck).
+SITE := _build/site
+DOCS_STAMP := $(VENV)/.docs-stamp
+$(DOCS_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q -c constraints.txt -e ".[docs]"
+	touch $@
+
+docs: $(DOCS_STAMP)
+	rm -rf $(SITE)
+	$(BIN)/python -m sphinx -W --keep-going -q -c docs -b html . $(SITE)
+	$(BIN)/python -m vflkit.sitecheck $(SITE)
+
+## The book checked as CI checks it: built, then opened in headless Chromium (tests marked `docs`).
+docs-check: docs
+	VFLKIT_BOOK=$(SITE) $(BIN)/python -m pytest -m docs tests/test_docs.py
 
 ## Throughput of a VFL step vs the same models without VFL machinery, masking's share, and
 ## samples/s of every method per model (with GPU utilisation on CUDA): make bench DEVICE=cuda

@@ -434,20 +434,110 @@ def test_readme_own_gpu_block_adds_up_the_estimator_and_names_its_evidence(monke
     monkeypatch.setattr(reproduction, "readme_findings", lambda report: reproduction.README_START + reproduction.README_END)
     assert reproduction.update_readme("", readme)
     assert block in readme.read_text() and "old" not in readme.read_text()
-    committed = (project_root() / "README.md").read_text()
+    committed = (project_root() / "docs" / "own-gpu.md").read_text()
     assert reproduction.README_GPU_START in committed and reproduction.README_GPU_END in committed
 
 
+def _block(page: str, start: str, end: str) -> str:
+    """The generated block between ``start`` and ``end`` in the committed ``page``."""
+    text = (project_root() / page).read_text()
+    return text[text.index(start):text.index(end) + len(end)]
+
+
 def test_readme_status_is_the_reports_overview(committed: str) -> None:
-    """The README's status table is generated: the report's overview, with its runs recorded and
-    pending per profile, its links into the report; the committed README carries the fresh one."""
+    """The status table is generated: the report's overview, with its runs recorded and pending
+    per profile, its links into the report; docs/studies.md carries the fresh one, its links
+    rebased to the page's folder."""
     block = reproduction.readme_status(committed)
     assert block.startswith(reproduction.README_STATUS_START) and block.endswith(reproduction.README_STATUS_END)
     assert "runs (paper)" in block and "runs recorded" in block and "](figures/REPORT.md#vfedmh)" in block
-    readme = (project_root() / "README.md").read_text()
-    start = readme.index(reproduction.README_STATUS_START)
-    assert readme[start:readme.index(reproduction.README_STATUS_END) + len(reproduction.README_STATUS_END)] == block, \
-        "the README's status table is stale: run `make report`"
+    on_page = _block("docs/studies.md", reproduction.README_STATUS_START, reproduction.README_STATUS_END)
+    assert on_page == reproduction._rebase(block, 1), "docs/studies.md's status table is stale: run `make report`"
+    assert "](../figures/REPORT.md#vfedmh)" in on_page
+
+
+def test_readme_notebooks_table_links_each_paper_and_states_its_runs(committed: str) -> None:
+    """The README's table of notebooks names every notebook with its paper's link from the
+    bibliography and the report overview's runs per profile; the committed README carries it."""
+    from vflkit import bibliography
+
+    block = reproduction.readme_notebooks(committed)
+    rows = _rows(block, 5)
+    assert [r[0] for r in rows] == [f"[{Path(s.notebook).stem}]({s.notebook})"
+                                    for s in [*reproduction._reported(), studies.get("demo")]]
+    overview = reproduction._overview_rows(committed)
+    for study, row in zip(reproduction._reported(), rows):
+        assert bibliography.link(study.name) in row[1] and f"](figures/REPORT.md#{study.title.lower()})" in row[1]
+        assert row[3] == overview[study.title]["runs (quick)"] and row[4] == overview[study.title]["runs (paper)"]
+        assert "pending" not in row[4] or "est." in row[4], "a pending cost is marked as estimated"
+    assert _block("README.md", reproduction.README_NOTEBOOKS_START, reproduction.README_NOTEBOOKS_END) == block, \
+        "the README's table of notebooks is stale: run `make report`"
+
+
+def test_generated_blocks_are_written_where_their_markers_are(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """update_generated writes each block into whichever page of the README and docs/ carries
+    its markers, with its links rebased to the page's folder, and leaves other pages alone."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "README.md").write_text(f"a\n{reproduction.README_START}\nold\n{reproduction.README_END}\nb\n")
+    (tmp_path / "docs" / "x.md").write_text(f"{reproduction.README_STATUS_START}\nold\n{reproduction.README_STATUS_END}\n")
+    (tmp_path / "docs" / "plain.md").write_text("nothing generated\n")
+    monkeypatch.setattr(reproduction, "readme_findings",
+                        lambda report: f"{reproduction.README_START}[r](figures/REPORT.md#x){reproduction.README_END}")
+    monkeypatch.setattr(reproduction, "readme_status", lambda report: (
+        f"{reproduction.README_STATUS_START}[r](figures/REPORT.md#y) [w](https://x.org) [a](#z){reproduction.README_STATUS_END}"))
+    monkeypatch.setattr(reproduction, "GENERATED_BLOCKS", (
+        (reproduction.README_START, reproduction.README_END, "readme_findings"),
+        (reproduction.README_STATUS_START, reproduction.README_STATUS_END, "readme_status")))
+    import vflkit.config
+
+    monkeypatch.setattr(vflkit.config, "project_root", lambda: tmp_path)
+    written = reproduction.update_generated("")
+    assert written == [tmp_path / "README.md", tmp_path / "docs" / "x.md"]
+    assert "[r](figures/REPORT.md#x)" in (tmp_path / "README.md").read_text()
+    assert (tmp_path / "docs" / "x.md").read_text() == (
+        f"{reproduction.README_STATUS_START}[r](../figures/REPORT.md#y) [w](https://x.org) [a](#z)"
+        f"{reproduction.README_STATUS_END}\n")
+    assert (tmp_path / "docs" / "plain.md").read_text() == "nothing generated\n"
+
+
+def test_the_references_page_lists_the_bibliography() -> None:
+    """docs/references.md carries every entry of vflkit.bibliography, generated."""
+    block = reproduction.references_list()
+    from vflkit import bibliography
+
+    assert all(bibliography.citation(key) in block for key in bibliography.PAPERS)
+    assert _block("docs/references.md", reproduction.REFERENCES_START, reproduction.REFERENCES_END) == block
+
+
+def test_the_changelog_states_the_verdicts_and_what_changed_since_the_last_version(committed: str,
+                                                                                  tmp_path: Path) -> None:
+    """The changelog's block gives the overview's claims per paper and profile, and names what
+    changed against the last released version's frozen table; the committed one is fresh."""
+    rows = reproduction._overview_rows(committed)
+    vfedmh = rows["VFedMH"]
+    log = tmp_path / "CHANGELOG.md"
+    log.write_text(f"## 9.9.9\n\n{reproduction.VERDICTS_START}\n{reproduction.VERDICTS_END}\n\n## 9.9.8\n\n"
+                   "| paper | claims (paper) | claims (quick) |\n|---|---|---|\n"
+                   f"| VFedMH | 0 agree, 0 disagree, 1 not testable at this profile | {vfedmh['claims (quick)']} |\n"
+                   f"| EASTER | {rows['EASTER']['claims (paper)']} | {rows['EASTER']['claims (quick)']} |\n")
+    block = reproduction.changelog_verdicts(committed, log)
+    body = {r[0]: r for r in _rows(block, 4)}
+    assert "changed since 9.9.8" in block
+    assert body["VFedMH"][1:3] == [vfedmh["claims (paper)"], vfedmh["claims (quick)"]]
+    assert body["VFedMH"][3] == f"paper: 0 agree, 0 disagree, 1 not testable at this profile → {vfedmh['claims (paper)']}"
+    assert body["EASTER"][3] == "none" and body["Multi-VFL"][3] == "—"
+    assert _block("CHANGELOG.md", reproduction.VERDICTS_START, reproduction.VERDICTS_END) == \
+        reproduction.changelog_verdicts(committed), "CHANGELOG.md's verdicts are stale: run `make report`"
+
+
+def test_each_paper_section_opens_with_its_citation() -> None:
+    """Under each paper's heading the report cites the paper with its link, then its notebook."""
+    from vflkit import bibliography
+
+    for study in reproduction._reported():
+        lines = reproduction.paper_lines(study)
+        assert lines[0] == f"Paper: {bibliography.citation(study.name)}\n"
+        assert bibliography.get(study.name).url in lines[0] and study.notebook in lines[1]
 
 
 def test_the_stamp_covers_the_committed_records_when_results_point_elsewhere(

@@ -101,3 +101,29 @@ def test_cli_help_on_the_command_line_imports_nothing_heavy(module):
     heavy = _help_imports(f"sys.argv = ['vflkit.{module}', '--help']\n",
                           f"runpy.run_module('vflkit.{module}', run_name='__main__', alter_sys=True)")
     assert heavy == [], heavy
+
+
+def test_one_version_everywhere_a_reader_cites_it():
+    """pyproject.toml, vflkit.__version__, CITATION.cff and the changelog's newest section name
+    one version, so results can be cited as of it."""
+    import yaml
+
+    import vflkit
+
+    version = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M).group(1)
+    citation = yaml.safe_load((ROOT / "CITATION.cff").read_text())
+    newest = re.search(r"^## (\S+)", (ROOT / "CHANGELOG.md").read_text(), re.M).group(1)
+    assert vflkit.__version__ == version == str(citation["version"]) == newest
+
+
+def test_citation_and_license_agree_with_the_bibliography_and_pyproject():
+    """CITATION.cff cites every paper of vflkit.bibliography by its title and link; the LICENSE
+    file is the licence pyproject.toml declares."""
+    import yaml
+
+    from vflkit import bibliography
+
+    refs = yaml.safe_load((ROOT / "CITATION.cff").read_text())["references"]
+    assert [(r["title"], r["url"]) for r in refs] == [(p.title, p.url) for p in bibliography.PAPERS.values()]
+    declared = re.search(r'^license = \{ text = "([^"]+)" \}', (ROOT / "pyproject.toml").read_text(), re.M).group(1)
+    assert declared == "MIT" and (ROOT / "LICENSE").read_text().startswith("MIT License\n")

@@ -150,7 +150,7 @@ def test_a_checkpoint_that_would_run_code_is_refused_unread_and_moved_aside(tmp_
 
 
 def test_a_checkpoint_made_at_another_thread_count_is_not_resumed(tmp_path):
-    """The README's bit-identical promise holds at one thread count, whole or resumed: a run
+    """The bit-identical promise (docs/profiles-and-scheduler.md) holds at one thread count, whole or resumed: a run
     paused at 1 thread (the scheduler) and resumed at 2 (a notebook) would match neither, so
     the checkpoint is moved aside and the run starts afresh (F27)."""
     run, path = MultiVFLConfig(rounds=3), tmp_path / "k.ckpt.pt"

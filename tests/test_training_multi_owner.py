@@ -43,7 +43,7 @@ def _same(a, b):
 
 @pytest.fixture(scope="module", autouse=True)
 def one_thread():
-    """One torch thread: results are bit-identical only at one thread count (README), and two
+    """One torch thread: results are bit-identical only at one thread count (docs/profiles-and-scheduler.md), and two
     threads spin-waiting on a shared CPU make these runs many times slower."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -196,7 +196,7 @@ def test_kill_9_mid_run_resumes_from_checkpoint_with_identical_record(tmp_path):
 
     cfg = _config(method="vfedmh", models=("mlp", "cnn", "mlp", "lenet"), epochs=4, paper="vfedmh",
                   n_train=1024)
-    # one thread everywhere: results are bit-identical only at one thread count (README)
+    # one thread everywhere: results are bit-identical only at one thread count (docs/profiles-and-scheduler.md)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     whole = run(cfg, profile="smoke", results=tmp_path / "a", device="cpu", progress=False)

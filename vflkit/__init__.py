@@ -10,4 +10,4 @@ family), :mod:`vflkit.records` (the one run loop and record store of every paper
 (per paper: the runs of each profile, and the tables and figures drawn from their records).
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
