@@ -645,7 +645,9 @@ def test_a_verdict_another_reading_changes_is_marked_with_both_verdicts() -> Non
     assert "contingent on the reading: *disagree* under 1/C reading; *not testable at this profile* under no 1/C" in line
     assert "ahead in 0 of 3 cells" in line and "the seed as the replicate" in line
     report = "\n".join([*lines, "## Beyond the papers\n", "## VFedMH\n"])
-    assert "contingent on the reading" in reproduction.readme_findings(report)
+    readme = reproduction.readme_findings(report)
+    assert "  - *disagree* under 1/C reading — Table II: EASTER beats PyVertical (ahead in 0 of 3 cells); " \
+           "*not testable* under no 1/C" in readme
     same = reproduction.findings_section(_judged(main, [twin[0][:3] + (claims.DISAGREE,) + twin[0][4:]]),
                                          ["paper", "quick"])
     assert "the same under every reading" in next(x for x in same if "EASTER beats PyVertical" in x)

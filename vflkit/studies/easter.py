@@ -828,7 +828,7 @@ def _at_scale(dataset: str, verdict: claims.Verdict) -> claims.Verdict:
 
 #: The readings our own runs are judged under where the paper admits another (each named where a
 #: verdict is shown, :func:`vflkit.claims.readings`), and the labelled alternatives.
-DEFAULT_READING = "h gets ∂L/∂E / C (Eq. 7's mean), C-VFL at lr / Q"
+DEFAULT_READING = "1/C (Eq. 7's mean), C-VFL at lr / Q"
 FULL_GRADIENT_READING = "h gets ∂L/∂E, no 1/C"
 CVFL_HOST_READING = "C-VFL at the dataset's lr, Q = 10"
 
