@@ -317,3 +317,16 @@ def test_no_claim_reads_the_disk_when_its_records_are_passed(monkeypatch) -> Non
     assert calls == ["quick"] and table["status"].iloc[0] == claims.AGREE
     with pytest.raises(ValueError, match="paper profile passed"):
         claims.evaluate(multi_vfl.CLAIMS, "quick", claims.Records("paper", {}))
+
+
+def test_a_shown_verdict_names_the_reading_it_rests_on() -> None:
+    """Where a clause is judged under one reading of the paper, the prose a notebook prints says
+    which; a variant whose artefact already names its reading is not labelled twice."""
+    table = pd.DataFrame([
+        {"artefact": "Table II", "clause": "A beats B", "status": claims.DISAGREE, "evidence": "-1", "reading": "1/C"},
+        {"artefact": "Table II (no 1/C)", "clause": "A beats B", "status": claims.AGREE, "evidence": "+1",
+         "reading": "no 1/C"},
+        {"artefact": "Fig. 3", "clause": "C", "status": claims.AGREE, "evidence": "+1", "reading": ""}])
+    text = claims.as_markdown(table)
+    assert "- *Table II*, A beats B: **disagree** (under 1/C). -1." in text
+    assert "- *Table II (no 1/C)*, A beats B: **agree**. +1." in text and "- *Fig. 3*, C: **agree**. +1." in text

@@ -613,7 +613,11 @@ def as_markdown(table: pd.DataFrame, title: str = "", *, artefacts: Sequence[str
     if shown.empty:
         return ""
     lines = [f"**{title}: {summary(shown)}**", ""] if title else []
-    lines += [f"- *{r.artefact}*, {r.clause}: **{r.status}**. {str(r.evidence).rstrip('.')}." for r in shown.itertuples()]
+    def under(r: Any) -> str:  # the reading a verdict rests on, named wherever it is shown
+        reading = getattr(r, "reading", "")
+        return f" (under {reading})" if isinstance(reading, str) and reading and reading not in r.artefact else ""
+    lines += [f"- *{r.artefact}*, {r.clause}: **{r.status}**{under(r)}. {str(r.evidence).rstrip('.')}."
+              for r in shown.itertuples()]
     return "\n".join(lines)
 
 
