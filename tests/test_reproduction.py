@@ -167,7 +167,7 @@ def test_every_claim_appears_per_profile_with_a_status(committed: str) -> None:
         claims_part = _section(section, "Claims", level=3)
         for profile in PROFILES:
             part = _section(claims_part, f"{profile} profile", level=4)
-            judged = {(c[0], c[1]): c[2] for c in _rows(part, 4)}
+            judged = {(c[0], c[1]): c[3] for c in _rows(part, 5)}  # artefact, clause, reading, status, evidence
             for clause in studies.get(paper).claims:
                 assert judged.get((clause.artefact, clause.clause)) in claims.STATUSES, (title, profile, clause.clause)
         part = _section(section, "The reference README's figure-only claims", level=3)
@@ -187,8 +187,8 @@ def test_variant_clauses_are_shown_apart_and_not_counted_as_the_papers(committed
         ours = _section(section, "The same clauses on our variants (not the paper's claims, not counted above)", level=3)
         paper_claims = _section(section, "Claims", level=3)
         for profile in PROFILES:
-            judged = {(c[0], c[1]): c[2] for c in _rows(_section(ours, f"{profile} profile", level=4), 4)}
-            mine = {(c[0], c[1]): c[2] for c in _rows(_section(paper_claims, f"{profile} profile", level=4), 4)}
+            judged = {(c[0], c[1]): c[3] for c in _rows(_section(ours, f"{profile} profile", level=4), 5)}
+            mine = {(c[0], c[1]): c[3] for c in _rows(_section(paper_claims, f"{profile} profile", level=4), 5)}
             for clause in studies.get(paper).variant_claims:
                 assert judged.get((clause.artefact, clause.clause)) in claims.STATUSES, (paper, clause.clause)
                 assert (clause.artefact, clause.clause) not in mine
@@ -220,9 +220,9 @@ def test_no_records_reads_not_recorded_and_not_testable(empty: Path) -> None:
         assert len(rows) == len(_reference(paper).drop_duplicates(list(KEY_COLUMNS)))
         assert {cells[10] for rs in rows.values() for cells in rs} <= {reproduction.NOT_RECORDED}
         claims_part = _section(section, "Claims", level=3)
-        judged = _rows(claims_part, 4)
+        judged = _rows(claims_part, 5)
         assert len(judged) == len(PROFILES) * len(studies.get(paper).claims)
-        assert {c[2] for c in judged if (title, c[0]) not in RECORD_FREE} == {claims.NOT_TESTABLE}
+        assert {c[3] for c in judged if (title, c[0]) not in RECORD_FREE} == {claims.NOT_TESTABLE}
         arts = _section(section, "Artefacts", level=3)
         for cells in _rows(arts, 4):
             assert cells[1] == "none"

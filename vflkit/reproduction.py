@@ -614,13 +614,13 @@ def _paper_section(paper: str, profiles: Sequence[str], recs: _Records, out_dir:
     for profile in profiles:
         t = evaluated[evaluated["profile"] == profile]
         md += [f"#### {profile} profile: {claimlib.summary(t)}\n",
-               _markdown(t[["artefact", "clause", "status", "evidence"]])]
+               _markdown(t[["artefact", "clause", "reading", "status", "evidence"]])]
     if len(ours):
         md.append("### The same clauses on our variants (not the paper's claims, not counted above)\n")
         for profile in profiles:
             t = ours[ours["profile"] == profile]
             md += [f"#### {profile} profile: {claimlib.summary(t)}\n",
-                   _markdown(t[["artefact", "clause", "status", "evidence"]])]
+                   _markdown(t[["artefact", "clause", "reading", "status", "evidence"]])]
     readme = readme_claims()
     mapped = map_readme(readme[readme["paper"] == title], evaluated)
     md += ["### The reference README's figure-only claims\n",
