@@ -107,14 +107,49 @@ def test_committed_records_have_the_envelope_and_match_their_file_names():
 def test_committed_tables_are_what_the_committed_records_give(tmp_path):
     """Every committed table and figure data file is redrawn, byte for byte, from the committed
     records alone (scripts/regenerate_tables.py)."""
+    module = _regenerate_tables_module()
+    module.regenerate(tmp_path)
+    assert module.compare(tmp_path, project_root() / "figures") == []
+
+
+def _regenerate_tables_module():
     import importlib.util
 
     path = project_root() / "scripts" / "regenerate_tables.py"
     spec = importlib.util.spec_from_file_location("regenerate_tables", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    module.regenerate(tmp_path)
-    assert module.compare(tmp_path, project_root() / "figures") == []
+    return module
+
+
+def test_the_committed_tables_check_ignores_a_users_own_local_outputs(tmp_path):
+    """The committed-tables check compares what git tracks under figures/, never an ignored file
+    a user's own smoke run left there (figures/<paper>/smoke/fig5.csv: "not regenerated"); a
+    tracked table that differs is still found, and outside a git checkout every file is compared."""
+    module = _regenerate_tables_module()
+    root = project_root()
+    assert subprocess.run(["git", "check-ignore", "-q", "figures/apc_vfl/smoke/fig5.csv"], cwd=root).returncode == 0
+    repo, out = tmp_path / "checkout", tmp_path / "out"
+    (repo / "figures" / "apc_vfl" / "quick").mkdir(parents=True)
+    (repo / "figures" / "apc_vfl" / "quick" / "table2.csv").write_text("a\n1\n")
+    (repo / ".gitignore").write_text((root / ".gitignore").read_text())
+    (out / "apc_vfl" / "quick").mkdir(parents=True)
+    (out / "apc_vfl" / "quick" / "table2.csv").write_text("a\n1\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    subprocess.run(git + ["add", "-A"], cwd=repo, check=True)
+    subprocess.run(git + ["commit", "-q", "-m", "tables"], cwd=repo, check=True)
+    planted = repo / "figures" / "apc_vfl" / "smoke" / "fig5.csv"  # a user's own smoke run
+    planted.parent.mkdir()
+    planted.write_text("x\n")
+    assert module.compare(out, repo / "figures") == []
+    (out / "apc_vfl" / "quick" / "table2.csv").write_text("a\n2\n")
+    assert [line.split(": ")[1] for line in module.compare(out, repo / "figures")] == [
+        f"differs from {out / 'apc_vfl' / 'quick' / 'table2.csv'}"]
+    import shutil
+
+    shutil.rmtree(repo / ".git")  # no git checkout (a source archive): every file under figures/
+    assert any(line.startswith(f"{planted}: not regenerated") for line in module.compare(out, repo / "figures"))
 
 
 def test_ad_hoc_profile_of_ones_own_is_recorded_apart_and_ignored_by_git(tmp_path):
