@@ -165,14 +165,39 @@ class Study:
         (the artefacts and the report share them), those with ``seeds``/``overrides`` or without
         ``cache`` (the scheduler's: a study's settings may have changed since) each time."""
         if seeds is not None or overrides is not None or not cache:
-            return self._as_groups(self.configs(profile, seeds=seeds, overrides=overrides))
+            return self._as_groups(self.configs(profile, seeds=seeds, overrides=overrides), profile)
         if profile not in self._groups:
-            self._groups[profile] = self._as_groups(self.configs(profile))
+            self._groups[profile] = self._as_groups(self.configs(profile), profile)
         return self._groups[profile]
 
-    @staticmethod
-    def _as_groups(cfg: dict[str, list[Any]] | list[Any]) -> dict[str, list[Any]]:
-        return dict(cfg) if isinstance(cfg, dict) else {RUNS: list(cfg)}
+    def _as_groups(self, cfg: Any, profile: str) -> dict[str, list[Any]]:
+        """``cfg`` (what ``configs`` returned) as group -> runs, each run checked to be one of the
+        family's run class: anything else is a ConfigError naming the study and what it returned
+        (the scheduler and the report would otherwise fail far away, on a missing ``key``)."""
+        import importlib
+
+        from ..errors import ConfigError
+
+        module, name = FAMILIES[self.family].run_class.split(":")
+        cls = getattr(importlib.import_module(module), name)
+        where = f"study {self.name!r}: configs({profile!r}) returned"
+        want = f"return a list of {name} runs (the {self.family!r} family's), or a dict of group -> such lists"
+        if isinstance(cfg, Mapping):
+            found = dict(cfg)
+        elif isinstance(cfg, (list, tuple)):
+            found = {RUNS: cfg}
+        else:
+            raise ConfigError(f"{where} a {type(cfg).__name__}; {want}")
+        out: dict[str, list[Any]] = {}
+        for group, runs in found.items():
+            if not isinstance(runs, (list, tuple)):
+                raise ConfigError(f"{where} a {type(runs).__name__} as group {group!r}; {want}")
+            bad = next((r for r in runs if not isinstance(r, cls)), None)
+            if bad is not None:
+                raise ConfigError(f"{where} {str(repr(bad))[:80]} in group {group!r}, a {type(bad).__name__}, "
+                                  f"not a run; {want}")
+            out[group] = list(runs)
+        return out
 
     def runs(self, profile: str) -> list[Any]:
         """Every run of the study under ``profile``, once each."""
