@@ -77,6 +77,8 @@ def test_a_trainer_may_not_overwrite_the_envelope(tmp_path):
     """A result that reuses an envelope name (e.g. its own config) is refused, not merged."""
     with pytest.raises(RuntimeError, match=r"envelope's names \['config'\]"):
         records.run_one(_split_run(), train=lambda run, **kw: {"config": {}}, profile="smoke", results=tmp_path)
+    with pytest.raises(RuntimeError, match=r"envelope's names \['received'\]"):  # a made-elsewhere mark of its own
+        records.run_one(_split_run(), train=lambda run, **kw: {"received": {}}, profile="smoke", results=tmp_path)
     with pytest.raises(ConfigError, match="on_divergence"):
         records.run_one(_split_run(), train=split.train, profile="smoke", on_divergence="ignore")
 
@@ -344,3 +346,25 @@ def test_a_generic_table_registers_and_trains_with_a_tabular_method(tmp_path):
         assert rec["final"]["active"]["test_accuracy"] > 0.8  # chance is 0.4
     finally:
         unregister_dataset(name)
+
+
+@pytest.mark.parametrize("mark", [None, "lent-gpu", {"from": "", "at": "2026-12-06T18:00:00+0000"},
+                                  {"from": "gpu", "at": "yesterday"}, {"from": "gpu"},
+                                  {"from": "gpu", "at": "2026-12-06T18:00:00+0000", "extra": 1}])
+def test_a_received_mark_that_names_no_machine_or_time_is_not_a_record(tmp_path, mark):
+    """A record's ``received`` mark (vflkit.launcher.receive) must name the machine and the time:
+    a mark that does not is a broken record, named as such; a whole mark loads, and a record
+    without one (made here, every committed record) loads as before."""
+    run = demo.configs("smoke")[0]
+    rec = {**dict.fromkeys(records.ENVELOPE), "key": run.key, "profile": "smoke", "config": run.to_dict(),
+           "final": {"accuracy": 0.5}}
+    path = records.record_path(run, "smoke", tmp_path)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(rec))
+    assert records.check_record(path, run, "smoke") == rec
+    path.write_text(json.dumps({**rec, records.RECEIVED: {"from": "gpu", "at": "2026-12-06T18:00:00+0000"}}))
+    assert records.record_problem(path, key=run.key) is None
+    path.write_text(json.dumps({**rec, records.RECEIVED: mark}))
+    assert "'received' mark" in records.record_problem(path, key=run.key)
+    with pytest.raises(records.BadRecord, match="'received' mark"):
+        records.check_record(path, run, "smoke")
