@@ -843,6 +843,8 @@ def test_a_garbled_manifest_is_one_line_naming_it(tmp_path, capsys):
     (folder / "manifest.json").write_text("{pieces: [")
     assert L.main(["unpack", str(folder), "--work", str(tmp_path / "machine")]) == 2
     assert str(folder / "manifest.json") in _one_line_error(capsys)
+    assert L.main(["unpack", str(tmp_path / "w1c2"), "--work", str(tmp_path / "machine")]) == 2  # not carried
+    assert f"no carried chunk at {tmp_path / 'w1c2'}" in _one_line_error(capsys)
 
 
 def test_a_garbled_rate_file_is_one_line_naming_it(quick_plan, tmp_path, capsys):

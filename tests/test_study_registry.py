@@ -197,6 +197,7 @@ def test_demo_comparison_is_worded_from_its_table():
 
 @pytest.mark.parametrize("configs", [
     lambda p, **k: ["run-a", "run-b"],  # Y04: strings, not runs
+    lambda p, **k: [None],
     lambda p, **k: {"table1": RunConfig(paper="demo", dataset="mnist", method="local", models=("mlp",) * 4)},
     lambda p, **k: 5,
     lambda p, **k: [MultiVFLConfig(dataset="mnist")],  # another family's run
@@ -213,3 +214,11 @@ def test_a_study_whose_configs_are_not_runs_is_a_clear_error(configs):
             studies.get("notruns").runs("smoke")
     finally:
         studies.unregister("notruns")
+
+
+def test_a_study_may_give_its_runs_as_any_iterable():
+    """``configs`` may return its runs as a generator or tuple, per group or as one list."""
+    run = RunConfig(paper="demo", dataset="mnist", method="local", models=("mlp",) * 4)
+    s = Study(name="iterable", title="Iterable", family="split",
+              configs=lambda p, **k: {"t1": (r for r in [run]), "t2": (run,)})
+    assert s.groups("smoke") == {"t1": [run], "t2": [run]} and s.runs("smoke") == [run]

@@ -1214,16 +1214,24 @@ def unpack(folder: Path, work: Path) -> list[str]:
     file and the chunk, the ``.part`` removed (the lanes must not start on it); CIFAR-10's packed
     arrays are decompressed once whole. A manifest that is not whole is the same error, naming
     it. Returns the files now complete."""
-    from .errors import DatasetCorruptError
+    from .errors import ConfigError, DatasetCorruptError
 
+    if not folder.is_dir():
+        raise ConfigError(f"no carried chunk at {folder}: name the chunk folder the call carries (its carry lists it)")
     data = work / "data"
     again = ("carry the window's chunks again from its first call (here: `python -m vflkit.launcher prepare` "
              "rewrites them)")
     try:
         manifest = json.loads((folder / "manifest.json").read_text())
         pieces = [(str(p["file"]), int(p["offset"]), int(p["length"]), str(p["piece"])) for p in manifest["pieces"]]
-        digests, sizes = dict(manifest["sha256"]), dict(manifest.get("bytes", {}))
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+        digests = {str(k): str(v) for k, v in dict(manifest["sha256"]).items()}
+        sizes = {str(k): int(v) for k, v in dict(manifest.get("bytes", {})).items()}
+        for name in [n for n, *_ in pieces] + list(digests) + [piece for *_, piece in pieces]:
+            if Path(name).is_absolute() or ".." in Path(name).parts:  # written under work/data only
+                raise ValueError(f"the name {name!r} leads outside its folder")
+        if any(at < 0 or n < 0 for _, at, n, _ in pieces):
+            raise ValueError("a piece's offset or length is negative")
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
         why = (f"{exc.msg} at line {exc.lineno}" if isinstance(exc, json.JSONDecodeError)
                else f"{type(exc).__name__}: {exc}")
         raise DatasetCorruptError(f"the carried chunk's {folder / 'manifest.json'} is not a whole manifest ({why}); "
@@ -1722,7 +1730,9 @@ def _collected_on(files_at: Path) -> str:
         host = json.loads((files_at / "status.json").read_text()).get("host")
     except (OSError, ValueError, AttributeError):
         host = None
-    return host if isinstance(host, str) and host.strip() else "unknown"
+    # a host name, as a machine gives it (at most 253 characters, printable): anything else is not one
+    ok = isinstance(host, str) and 0 < len(host.strip()) <= 253 and host.isprintable()
+    return host.strip() if ok else "unknown"  # type: ignore[union-attr]
 
 
 def keep_benchmark(files_at: Path, results: Path) -> Path | None:

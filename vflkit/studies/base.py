@@ -11,7 +11,7 @@ pandas): ``python -m vflkit.study --help`` reads the family table without loadin
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, NamedTuple, Protocol, Sequence
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -182,21 +182,23 @@ class Study:
         cls = getattr(importlib.import_module(module), name)
         where = f"study {self.name!r}: configs({profile!r}) returned"
         want = f"return a list of {name} runs (the {self.family!r} family's), or a dict of group -> such lists"
-        if isinstance(cfg, Mapping):
-            found = dict(cfg)
-        elif isinstance(cfg, (list, tuple)):
-            found = {RUNS: cfg}
-        else:
-            raise ConfigError(f"{where} a {type(cfg).__name__}; {want}")
+        def listed(runs: Any) -> list[Any] | None:  # a list, tuple or generator of runs; None otherwise
+            if isinstance(runs, (str, bytes, Mapping)) or not isinstance(runs, Iterable):
+                return None
+            return list(runs)
+
+        found = dict(cfg) if isinstance(cfg, Mapping) else {RUNS: cfg}
         out: dict[str, list[Any]] = {}
-        for group, runs in found.items():
-            if not isinstance(runs, (list, tuple)):
-                raise ConfigError(f"{where} a {type(runs).__name__} as group {group!r}; {want}")
-            bad = next((r for r in runs if not isinstance(r, cls)), None)
-            if bad is not None:
-                raise ConfigError(f"{where} {str(repr(bad))[:80]} in group {group!r}, a {type(bad).__name__}, "
-                                  f"not a run; {want}")
-            out[group] = list(runs)
+        for group, given in found.items():
+            runs = listed(given)
+            if runs is None:
+                what = f"a {type(given).__name__}" + (f" as group {group!r}" if isinstance(cfg, Mapping) else "")
+                raise ConfigError(f"{where} {what}; {want}")
+            for r in runs:
+                if not isinstance(r, cls):
+                    raise ConfigError(f"{where} {repr(r)[:80]} in group {group!r}, a {type(r).__name__}, not a run; "
+                                      f"{want}")
+            out[group] = runs
         return out
 
     def runs(self, profile: str) -> list[Any]:
