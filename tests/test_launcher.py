@@ -514,6 +514,7 @@ def test_a_windows_first_call_benchmarks_the_gpu_and_receive_files_the_rows(tmp_
     (got / "bench.json").write_text(json.dumps({"device": "CPU (2 cores)", "bench_packed": {"rows": [row]}}))
     assert L.keep_benchmark(got, tmp_path / "results") is None
     (got / "bench.json").write_text(json.dumps({"device": "NVIDIA H200", "bench_packed": {"rows": [row]}}))
+    tarfile.open(got / "records.tar.gz", "w:gz").close()  # a call that finished no record yet
     L.receive(got, tmp_path / "results")
     (filed,) = (tmp_path / "results" / "device").glob("h200-*-bench.json")
     assert json.loads(filed.read_text())["bench_packed"]["rows"] == [row]
@@ -761,3 +762,137 @@ def test_the_bf16_check_is_planned_first(tmp_path):
     priced, _ = L.cost_runs([r for r in pending if r.precision_check], "h200")
     p = L.plan(L.DEFAULT_DEADLINE_S, "h200", runs=priced, opened={}, tree=30 * MIB, workers=L.DEFAULT_WORKERS)
     assert not p.not_fitting and len(p.windows) == 1
+
+
+# ----------------------------------------------------------------- the way home refuses bad input (issue 69)
+
+
+def _one_line_error(capsys) -> str:
+    """The one line a refused command printed on stderr (asserting no traceback came with it)."""
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    lines = [line for line in err.splitlines() if line.startswith("vflkit.launcher: ")]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbled"])
+def test_receive_of_a_damaged_archive_is_one_line_naming_it(tmp_path, capsys, damage):
+    """A records archive cut short in transfer (gzip's EOFError) or garbled (tarfile's ReadError)
+    is one line naming the file and what to do, exit code 2, and nothing is taken."""
+    runs = multi_vfl.configs("paper")[:3]
+    src, out, results = tmp_path / "src", tmp_path / "out", tmp_path / "results"
+    src.mkdir()
+    out.mkdir()
+    with tarfile.open(out / "records.tar.gz", "w:gz") as tar:
+        for run in runs:
+            (src / f"{run.key}.json").write_text(json.dumps(_record(run)) + " " * 20_000)
+            tar.add(src / f"{run.key}.json", arcname=f"paper/multi_vfl/{run.key}.json")
+    blob = (out / "records.tar.gz").read_bytes()
+    (out / "records.tar.gz").write_bytes(blob[:len(blob) // 2] if damage == "truncated"
+                                         else bytes(range(256)) * 8)
+    assert L.main(["receive", str(out), "--results", str(results)]) == 2
+    line = _one_line_error(capsys)
+    assert str(out / "records.tar.gz") in line and "fetch" in line
+    assert not results.exists() or not list(results.rglob("*.json"))
+
+
+@pytest.mark.parametrize("case", ["no folder", "no archive"])
+def test_receive_of_the_wrong_folder_is_an_error(tmp_path, capsys, case):
+    """A folder that does not exist, or one without records.tar.gz (every call's collect writes
+    one), is an error naming the folder, not '0 records taken' with exit code 0."""
+    folder = tmp_path / "fetched"
+    if case == "no archive":
+        folder.mkdir()
+        (folder / "status.json").write_text("{}")
+    assert L.main(["receive", str(folder), "--results", str(tmp_path / "results")]) == 2
+    line = _one_line_error(capsys)
+    assert str(folder) in line and ("does not exist" if case == "no folder" else "no records.tar.gz") in line
+
+
+def test_a_damaged_chunk_is_an_error_and_its_part_removed(tmp_path, capsys):
+    """A carried chunk whose bytes do not match its manifest's sha256 is an error naming the file
+    (unpack's contract), and the damaged .part is removed, so the lanes never start on it; a file
+    split across chunks is still whole once its last piece arrives."""
+    blob = bytes(range(256)) * 400
+    (tmp_path / "a.bin").write_bytes(blob)
+    listed = [("toy", "a.bin", len(blob), True)]
+    chunks = L.chunk_files(listed, 60_000)
+    assert len(chunks) == 2
+    folders = L.write_chunks(listed, chunks, {"a.bin": tmp_path / "a.bin"}, tmp_path / "carry", 1)
+    machine = tmp_path / "machine"
+    assert L.unpack(folders[0], machine) == []  # half there: not complete yet, no error
+    piece = folders[1] / "piece0"
+    piece.write_bytes(b"\xff" + piece.read_bytes()[1:])  # one byte damaged in transfer
+    assert L.main(["unpack", str(folders[1]), "--work", str(machine)]) == 2
+    line = _one_line_error(capsys)
+    assert "a.bin" in line and "sha256" in line and folders[1].name in line
+    assert not list((machine / "data").iterdir())  # neither the .part nor what tracked it is left
+    for folder in folders:  # carried again, undamaged: whole
+        (folder / "piece0").unlink()
+    folders = L.write_chunks(listed, chunks, {"a.bin": tmp_path / "a.bin"}, tmp_path / "carry", 1)
+    assert L.unpack(folders[0], machine) == [] and L.unpack(folders[1], machine) == ["a.bin"]
+    assert (machine / "data" / "a.bin").read_bytes() == blob
+    assert sorted(p.name for p in (machine / "data").iterdir()) == ["a.bin"]
+
+
+def test_a_garbled_manifest_is_one_line_naming_it(tmp_path, capsys):
+    """A chunk whose manifest.json is not JSON is one line naming the file, not a JSONDecodeError."""
+    folder = tmp_path / "w1c1"
+    folder.mkdir()
+    (folder / "manifest.json").write_text("{pieces: [")
+    assert L.main(["unpack", str(folder), "--work", str(tmp_path / "machine")]) == 2
+    assert str(folder / "manifest.json") in _one_line_error(capsys)
+    assert L.main(["unpack", str(tmp_path / "w1c2"), "--work", str(tmp_path / "machine")]) == 2  # not carried
+    assert f"no carried chunk at {tmp_path / 'w1c2'}" in _one_line_error(capsys)
+
+
+def test_a_garbled_rate_file_is_one_line_naming_it(quick_plan, tmp_path, capsys):
+    """`plan --rates` with a file that is not JSON (or not an object) names the file, exit code 2."""
+    rates = tmp_path / "rates.json"
+    for text in ("{flop_per_s: 1", "[1, 2]"):
+        rates.write_text(text)
+        assert L.main(["plan", "--rates", str(rates)]) == 2
+        assert str(rates) in _one_line_error(capsys)
+
+
+def test_plan_of_an_unknown_paper_is_an_error(quick_plan, capsys):
+    """`plan --papers nosuch` (a typo) is an error listing the registered studies, not an empty plan."""
+    assert L.main(["plan", "--papers", "vfedmh,nosuch"]) == 2
+    line = _one_line_error(capsys)
+    assert "'nosuch'" in line and "vfedmh" in line
+
+
+@pytest.mark.parametrize("minutes", ["-5", "0", "nan"])
+def test_a_deadline_that_is_not_positive_is_an_error(quick_plan, capsys, minutes):
+    """`plan --deadline-min -5` is an error saying what a deadline must be, not a plan of no windows."""
+    assert L.main(["plan", "--deadline-min", minutes]) == 2
+    assert "--deadline-min" in _one_line_error(capsys)
+
+
+def test_a_received_record_says_where_and_when_it_was_received(tmp_path):
+    """A record taken from a call's files carries the mark of the machine it was collected on
+    (collect's status.json) and when it was received, its key and config unchanged, and it loads
+    as the run's record; a record made here has no mark."""
+    import platform
+
+    from vflkit import records
+
+    run = multi_vfl.configs("paper")[0]
+    work, out, results = tmp_path / "machine", tmp_path / "out", tmp_path / "results"
+    folder = work / "results" / "paper" / "multi_vfl"
+    folder.mkdir(parents=True)
+    (folder / f"{run.key}.json").write_text(json.dumps(_record(run)))
+    L.collect(work, out)
+    assert json.loads((out / "status.json").read_text())["host"] == platform.node()
+    status = json.loads((out / "status.json").read_text())
+    (out / "status.json").write_text(json.dumps({**status, "host": "lent-gpu-7"}))
+    assert L.receive(out, results) == ([run.key], [])
+    rec = records.load_record(run, "paper", results)
+    assert rec["received"]["from"] == "lent-gpu-7" and records.received_problem(rec["received"]) is None
+    assert rec["key"] == run.key and rec["config"] == run.to_dict()
+    assert {k: v for k, v in rec.items() if k != "received"} == _record(run)
+    assert "received" not in _record(run)
+    (out / "status.json").unlink()  # files collected before collect named its host
+    assert L.receive(out, tmp_path / "elsewhere") == ([run.key], [])
+    assert records.load_record(run, "paper", tmp_path / "elsewhere")["received"]["from"] == "unknown"

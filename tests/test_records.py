@@ -77,6 +77,8 @@ def test_a_trainer_may_not_overwrite_the_envelope(tmp_path):
     """A result that reuses an envelope name (e.g. its own config) is refused, not merged."""
     with pytest.raises(RuntimeError, match=r"envelope's names \['config'\]"):
         records.run_one(_split_run(), train=lambda run, **kw: {"config": {}}, profile="smoke", results=tmp_path)
+    with pytest.raises(RuntimeError, match=r"envelope's names \['received'\]"):  # a made-elsewhere mark of its own
+        records.run_one(_split_run(), train=lambda run, **kw: {"received": {}}, profile="smoke", results=tmp_path)
     with pytest.raises(ConfigError, match="on_divergence"):
         records.run_one(_split_run(), train=split.train, profile="smoke", on_divergence="ignore")
 
@@ -107,14 +109,49 @@ def test_committed_records_have_the_envelope_and_match_their_file_names():
 def test_committed_tables_are_what_the_committed_records_give(tmp_path):
     """Every committed table and figure data file is redrawn, byte for byte, from the committed
     records alone (scripts/regenerate_tables.py)."""
+    module = _regenerate_tables_module()
+    module.regenerate(tmp_path)
+    assert module.compare(tmp_path, project_root() / "figures") == []
+
+
+def _regenerate_tables_module():
     import importlib.util
 
     path = project_root() / "scripts" / "regenerate_tables.py"
     spec = importlib.util.spec_from_file_location("regenerate_tables", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    module.regenerate(tmp_path)
-    assert module.compare(tmp_path, project_root() / "figures") == []
+    return module
+
+
+def test_the_committed_tables_check_ignores_a_users_own_local_outputs(tmp_path):
+    """The committed-tables check compares what git tracks under figures/, never an ignored file
+    a user's own smoke run left there (figures/<paper>/smoke/fig5.csv: "not regenerated"); a
+    tracked table that differs is still found, and outside a git checkout every file is compared."""
+    module = _regenerate_tables_module()
+    root = project_root()
+    assert subprocess.run(["git", "check-ignore", "-q", "figures/apc_vfl/smoke/fig5.csv"], cwd=root).returncode == 0
+    repo, out = tmp_path / "checkout", tmp_path / "out"
+    (repo / "figures" / "apc_vfl" / "quick").mkdir(parents=True)
+    (repo / "figures" / "apc_vfl" / "quick" / "table2.csv").write_text("a\n1\n")
+    (repo / ".gitignore").write_text((root / ".gitignore").read_text())
+    (out / "apc_vfl" / "quick").mkdir(parents=True)
+    (out / "apc_vfl" / "quick" / "table2.csv").write_text("a\n1\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    subprocess.run(git + ["add", "-A"], cwd=repo, check=True)
+    subprocess.run(git + ["commit", "-q", "-m", "tables"], cwd=repo, check=True)
+    planted = repo / "figures" / "apc_vfl" / "smoke" / "fig5.csv"  # a user's own smoke run
+    planted.parent.mkdir()
+    planted.write_text("x\n")
+    assert module.compare(out, repo / "figures") == []
+    (out / "apc_vfl" / "quick" / "table2.csv").write_text("a\n2\n")
+    assert [line.split(": ")[1] for line in module.compare(out, repo / "figures")] == [
+        f"differs from {out / 'apc_vfl' / 'quick' / 'table2.csv'}"]
+    import shutil
+
+    shutil.rmtree(repo / ".git")  # no git checkout (a source archive): every file under figures/
+    assert any(line.startswith(f"{planted}: not regenerated") for line in module.compare(out, repo / "figures"))
 
 
 def test_ad_hoc_profile_of_ones_own_is_recorded_apart_and_ignored_by_git(tmp_path):
@@ -309,3 +346,25 @@ def test_a_generic_table_registers_and_trains_with_a_tabular_method(tmp_path):
         assert rec["final"]["active"]["test_accuracy"] > 0.8  # chance is 0.4
     finally:
         unregister_dataset(name)
+
+
+@pytest.mark.parametrize("mark", [None, "lent-gpu", {"from": "", "at": "2026-12-06T18:00:00+0000"},
+                                  {"from": "gpu", "at": "yesterday"}, {"from": "gpu"},
+                                  {"from": "gpu", "at": "2026-12-06T18:00:00+0000", "extra": 1}])
+def test_a_received_mark_that_names_no_machine_or_time_is_not_a_record(tmp_path, mark):
+    """A record's ``received`` mark (vflkit.launcher.receive) must name the machine and the time:
+    a mark that does not is a broken record, named as such; a whole mark loads, and a record
+    without one (made here, every committed record) loads as before."""
+    run = demo.configs("smoke")[0]
+    rec = {**dict.fromkeys(records.ENVELOPE), "key": run.key, "profile": "smoke", "config": run.to_dict(),
+           "final": {"accuracy": 0.5}}
+    path = records.record_path(run, "smoke", tmp_path)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(rec))
+    assert records.check_record(path, run, "smoke") == rec
+    path.write_text(json.dumps({**rec, records.RECEIVED: {"from": "gpu", "at": "2026-12-06T18:00:00+0000"}}))
+    assert records.record_problem(path, key=run.key) is None
+    path.write_text(json.dumps({**rec, records.RECEIVED: mark}))
+    assert "'received' mark" in records.record_problem(path, key=run.key)
+    with pytest.raises(records.BadRecord, match="'received' mark"):
+        records.check_record(path, run, "smoke")

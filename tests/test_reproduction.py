@@ -660,3 +660,19 @@ def test_the_report_counts_how_often_quick_decides_as_the_paper_profile() -> Non
     text = "\n".join(reproduction.findings_section(judged, ["paper", "quick"]))
     assert "of the 2 clauses both decide, the quick profile decides 1 the same way" in text
     assert "Fig. 2: y: *agree* at the paper profile, *disagree* at the quick profile" in text
+
+
+def test_provenance_counts_the_records_received_from_another_machine() -> None:
+    """The report's provenance line of an artefact says how many of its records were received
+    from another machine (vflkit.launcher.receive's mark); with none received it says nothing of it."""
+    def rec(seed: int, received: bool) -> dict:
+        out = {"config": {"seed": seed}, "finished": "2026-12-06T10:00:00+0000",
+               "environment": {"device": "cuda", "device_name": "NVIDIA H100", "git_commit": "abc1234"}}
+        return {**out, "received": {"from": "lent-gpu", "at": "2026-12-06T11:00:00+0000"}} if received else out
+
+    here = reproduction._provenance("paper", range(3), [rec(0, False), rec(1, False)])
+    assert "received" not in here
+    line = reproduction._provenance("paper", range(3), [rec(0, True), rec(1, False), rec(2, True)])
+    assert line.startswith(here.split(";")[0].replace("2 of 3", "3 of 3"))
+    assert line.endswith("; 2 received from another machine")
+

@@ -410,7 +410,9 @@ def test_status_lists_what_is_left_and_computes_nothing(tmp_path, monkeypatch, c
                                             environment={"device": "cpu"})))
     assert acquire(live.path)
     lock_path(dead.path).write_text(json.dumps({"pid": 2**22 + 7, "host": socket.gethostname(), "time": 0}))
-    records.checkpoint_path(part.path).write_text("part-done")
+    import torch
+
+    torch.save({"epoch": 1, "key": part.key}, records.checkpoint_path(part.path))  # part-done (a garbage one: L21)
 
     table = study.status(["vfedmh"], profile="paper", device="cpu", datasets=["mnist"])
     state = dict(zip(table.key, table.status))
@@ -758,3 +760,18 @@ def test_study_command_hands_pack_to_the_scheduler(tmp_path, monkeypatch):
     for flag in (["--pack"], ["--no-pack"], []):
         assert study.main([notebook, "--profile", "smoke", "--device", "cpu", "--no-notebooks", *flag]) == 0
     assert handed == [True, False, "auto"]
+
+
+def test_status_says_a_checkpoint_is_unreadable(tmp_path):
+    """``--status`` (status_table) calls a run with a readable checkpoint "checkpointed", and one
+    whose checkpoint is garbage "checkpoint unreadable" (it starts from epoch 1 when run), not
+    "checkpointed" (L21)."""
+    import torch
+
+    from vflkit.records import checkpoint_path
+
+    tasks, _ = _tasks(tmp_path, n=3)
+    tasks[0].path.parent.mkdir()
+    torch.save({"epoch": 2, "key": tasks[0].key}, checkpoint_path(tasks[0].path))
+    checkpoint_path(tasks[1].path).write_bytes(b"not a checkpoint at all")
+    assert scheduler.status_table(tasks).status.tolist() == ["checkpointed", "checkpoint unreadable", "pending"]

@@ -12,6 +12,7 @@ from vflkit import claims, records, reproduction, studies, study
 from vflkit.config import project_root
 from vflkit.errors import ConfigError
 from vflkit.methods import RunConfig
+from vflkit.methods.multi_vfl import MultiVFLConfig
 from vflkit.studies.base import FAMILIES, Artefact, Study, groups
 
 PAPERS = ("vfedmh", "easter", "multi_vfl", "apc_vfl", "adptvfedconv")
@@ -192,3 +193,32 @@ def test_demo_comparison_is_worded_from_its_table():
     assert demo.comparison(table) == ("SplitNN reaches 97.2 % test accuracy and Local 36.9 % (mean over seeds): "
                                       "the passive parties' embeddings add 60.3 points.")
     assert demo.comparison(table.iloc[1:]) == "SplitNN and Local are not both recorded yet."
+
+
+@pytest.mark.parametrize("configs", [
+    lambda p, **k: ["run-a", "run-b"],  # Y04: strings, not runs
+    lambda p, **k: [None],
+    lambda p, **k: {"table1": RunConfig(paper="demo", dataset="mnist", method="local", models=("mlp",) * 4)},
+    lambda p, **k: 5,
+    lambda p, **k: [MultiVFLConfig(dataset="mnist")],  # another family's run
+])
+def test_a_study_whose_configs_are_not_runs_is_a_clear_error(configs):
+    """A registered study whose ``configs`` returns something other than runs of its family's
+    run class (strings, a run where a group's list belongs, a number, another family's runs) is
+    a ConfigError naming the study and what it returned, not an AttributeError in the scheduler."""
+    studies.register(Study(name="notruns", title="Not runs", family="split", configs=configs))
+    try:
+        with pytest.raises(ConfigError, match=r"study 'notruns': configs\('smoke'\) returned .*RunConfig"):
+            study.study_tasks("notruns", "smoke")
+        with pytest.raises(ConfigError, match="study 'notruns'"):
+            studies.get("notruns").runs("smoke")
+    finally:
+        studies.unregister("notruns")
+
+
+def test_a_study_may_give_its_runs_as_any_iterable():
+    """``configs`` may return its runs as a generator or tuple, per group or as one list."""
+    run = RunConfig(paper="demo", dataset="mnist", method="local", models=("mlp",) * 4)
+    s = Study(name="iterable", title="Iterable", family="split",
+              configs=lambda p, **k: {"t1": (r for r in [run]), "t2": (run,)})
+    assert s.groups("smoke") == {"t1": [run], "t2": [run]} and s.runs("smoke") == [run]

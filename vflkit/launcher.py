@@ -58,6 +58,7 @@ import json
 import logging
 import math
 import os
+import platform
 import shlex
 import subprocess
 import sys
@@ -525,13 +526,22 @@ def load_rate_file(path: Path | None) -> dict[str, Any]:
     ``flop_per_s``: per process, while ``workers`` share the GPU (overrides the committed
     records' rate); ``minutes_factor``: scales a study's own minutes for a family without a FLOP
     count; ``pack_speedup``: a packed trainer's gain over its runs one by one."""
+    from .errors import ConfigError
+
     if path is None:
         return {}
-    data = json.loads(Path(path).read_text())
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"rate file {path} cannot be read ({exc}); give --rates an existing rate file") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"rate file {path} is not valid JSON ({exc.msg} at line {exc.lineno}); fix it or leave "
+                          "--rates out") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"rate file {path} holds a JSON {type(data).__name__}, not an object of rates (see "
+                          "load_rate_file); fix it or leave --rates out")
     unknown = sorted(set(data) - {"device", "workers", "flop_per_s", "minutes_factor", "pack_speedup", "note"})
     if unknown:
-        from .errors import ConfigError
-
         raise ConfigError(f"rate file {path}: unknown field(s) {', '.join(unknown)}; known: device, workers, "
                           "flop_per_s, minutes_factor, pack_speedup, note")
     return data
@@ -909,6 +919,15 @@ def plan(deadline_s: float, device_kind: str = "h100", *, profile: str = "paper"
     if wheels_bytes is None:
         wheels_bytes = wheels_size(project_root() / CARRY_DIR / "whl")
 
+    if not (isinstance(deadline_s, (int, float)) and math.isfinite(deadline_s) and deadline_s > 0):
+        shown = f"{deadline_s / 60:g} minutes" if isinstance(deadline_s, (int, float)) else repr(deadline_s)
+        raise ConfigError(f"a window's deadline must be a positive time, got {shown} "
+                          f"(--deadline-min); give the lent window's length, e.g. {DEFAULT_DEADLINE_S / 60:g}")
+    if papers is not None:
+        from . import studies
+
+        for name in papers:
+            studies.get(name)  # an unknown name (a typo) is an error listing the registered studies
     if device_kind not in DEVICE_KINDS:
         raise ConfigError(f"Invalid device kind {device_kind!r}; choose one of {', '.join(DEVICE_KINDS)}")
     if workers < 1:
@@ -1148,8 +1167,10 @@ def check_packages(out: Path | None = None, names: Sequence[str] = CHECK_PACKAGE
 def write_chunks(files: Sequence[tuple[str, str, int, bool]], chunks: list[list[tuple[str, int, int]]],
                  src: Mapping[str, Path], dest: Path, window: int) -> list[Path]:
     """Cut ``files`` (read from ``src``: file name -> path) into the carried folders of
-    ``window``'s calls, each with a manifest naming its pieces and every whole file's sha256."""
+    ``window``'s calls, each with a manifest naming its pieces and every whole file's sha256 and
+    size (so :func:`unpack` knows when a file's pieces are all there)."""
     digests = {name: hashlib.sha256(src[name].read_bytes()).hexdigest() for _, name, _, _ in files}
+    sizes = {name: src[name].stat().st_size for _, name, _, _ in files}
     folders = []
     for i, chunk in enumerate(chunks):
         folder = dest / f"w{window}c{i + 1}"
@@ -1160,30 +1181,88 @@ def write_chunks(files: Sequence[tuple[str, str, int, bool]], chunks: list[list[
                 f.seek(at)
                 (folder / f"piece{j}").write_bytes(f.read(n))
             pieces.append({"file": name, "offset": at, "length": n, "piece": f"piece{j}"})
-        (folder / "manifest.json").write_text(json.dumps({"pieces": pieces, "sha256": digests}, indent=1))
+        manifest = {"pieces": pieces, "sha256": digests, "bytes": sizes}
+        (folder / "manifest.json").write_text(json.dumps(manifest, indent=1))
         folders.append(folder)
     return folders
 
 
+def _covered(spans: Sequence[Sequence[int]], size: int) -> bool:
+    """Whether the (offset, length) ``spans`` together cover bytes 0..``size``."""
+    end = 0
+    for at, n in sorted(spans):
+        if at > end:
+            return False
+        end = max(end, at + n)
+    return end >= size
+
+
+def _spans(path: Path) -> list[list[int]]:
+    """The (offset, length) spans of a ``.part`` written so far; none if unknown (a file cut
+    short by a kill: the file is then judged by its sha256 alone, as if never complete)."""
+    try:
+        got = json.loads(path.read_text())
+        return [[int(at), int(n)] for at, n in got]
+    except (OSError, ValueError, TypeError):
+        return []
+
+
 def unpack(folder: Path, work: Path) -> list[str]:
-    """Write a carried chunk's pieces into ``work/data``; a file whose pieces are all there is
-    checked against its sha256 (a mismatch is an error, the file removed); CIFAR-10's packed
-    arrays are decompressed once whole. Returns the files now complete."""
+    """Write a carried chunk's pieces into ``work/data``; a file whose pieces are all there (the
+    spans written so far, kept beside its ``.part``, cover the size its manifest gives) is checked
+    against its sha256: a mismatch is a :class:`~vflkit.errors.DatasetCorruptError` naming the
+    file and the chunk, the ``.part`` removed (the lanes must not start on it); CIFAR-10's packed
+    arrays are decompressed once whole. A manifest that is not whole is the same error, naming
+    it. Returns the files now complete."""
+    from .errors import ConfigError, DatasetCorruptError
+
+    if not folder.is_dir():
+        raise ConfigError(f"no carried chunk at {folder}: name the chunk folder the call carries (its carry lists it)")
     data = work / "data"
-    manifest = json.loads((folder / "manifest.json").read_text())
+    again = ("carry the window's chunks again from its first call (here: `python -m vflkit.launcher prepare` "
+             "rewrites them)")
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text())
+        pieces = [(str(p["file"]), int(p["offset"]), int(p["length"]), str(p["piece"])) for p in manifest["pieces"]]
+        digests = {str(k): str(v) for k, v in dict(manifest["sha256"]).items()}
+        sizes = {str(k): int(v) for k, v in dict(manifest.get("bytes", {})).items()}
+        for name in [n for n, *_ in pieces] + list(digests) + [piece for *_, piece in pieces]:
+            if Path(name).is_absolute() or ".." in Path(name).parts:  # written under work/data only
+                raise ValueError(f"the name {name!r} leads outside its folder")
+        if any(at < 0 or n < 0 for _, at, n, _ in pieces):
+            raise ValueError("a piece's offset or length is negative")
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        why = (f"{exc.msg} at line {exc.lineno}" if isinstance(exc, json.JSONDecodeError)
+               else f"{type(exc).__name__}: {exc}")
+        raise DatasetCorruptError(f"the carried chunk's {folder / 'manifest.json'} is not a whole manifest ({why}); "
+                                  f"{again}") from None
     done = []
-    for piece in manifest["pieces"]:
-        path = data / (piece["file"] + ".part")
+    for name, at, n, piece in pieces:
+        path = data / (name + ".part")
         path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            blob = (folder / piece).read_bytes()
+        except OSError as exc:
+            raise DatasetCorruptError(f"the carried chunk {folder.name} lacks its piece {piece} of {name} "
+                                      f"({exc.strerror}); {again}") from None
         with open(path, "r+b" if path.exists() else "wb") as f:
-            f.seek(piece["offset"])
-            f.write((folder / piece["piece"]).read_bytes())
-    for name, digest in manifest["sha256"].items():
-        part = data / (name + ".part")
+            f.seek(at)
+            f.write(blob)
+        spans = data / (name + ".part.spans")
+        spans.write_text(json.dumps(_spans(spans) + [[at, len(blob)]]))
+    for name, digest in digests.items():
+        part, spans = data / (name + ".part"), data / (name + ".part.spans")
         if not part.exists():
             continue
-        if hashlib.sha256(part.read_bytes()).hexdigest() == digest:
+        whole = hashlib.sha256(part.read_bytes()).hexdigest() == digest
+        if not whole and name in sizes and _covered(_spans(spans), sizes[name]):
+            part.unlink()  # every piece is there and it is wrong: never taken as whole, nor added to
+            spans.unlink()
+            raise DatasetCorruptError(f"{name}, reassembled up to the carried chunk {folder.name}, does not match "
+                                      f"its sha256: a piece was damaged on the way; removed it; {again}")
+        if whole:
             part.replace(data / name)
+            spans.unlink(missing_ok=True)
             done.append(name)
     if (data / CIFAR10_PACKED).exists() and not (data / "cifar10.u8").exists():
         import lzma
@@ -1551,7 +1630,9 @@ def collect(work: Path, out: Path, *, wait: float = 0.0, stop_mps: bool = False)
             status.update(json.loads(f.read_text()))
         except ValueError:
             pass  # being replaced this instant: the next call reads it
-    (out / "status.json").write_text(json.dumps({"lanes_running": _lanes_alive(work), "runs": status}, indent=1))
+    # the host names the machine the records were made on: receive marks each record with it
+    (out / "status.json").write_text(json.dumps({"lanes_running": _lanes_alive(work), "host": platform.node(),
+                                                 "runs": status}, indent=1))
     for name in ("bench.json", "bench.txt"):  # the window's GPU benchmark, as far as it got
         if (work / name).exists():
             shutil.copyfile(work / name, out / name)
@@ -1564,51 +1645,94 @@ def collect(work: Path, out: Path, *, wait: float = 0.0, stop_mps: bool = False)
     return tar_path
 
 
+def _archive_members(tar_path: Path) -> list[tuple[str, bytes | None]]:
+    """Every member of the records archive at ``tar_path`` as (name, bytes; None for what is not a
+    file), read whole before anything is taken: an archive cut short in transfer or garbled is a
+    :class:`~vflkit.errors.ConfigError` naming it, and nothing of it is taken."""
+    import zlib
+
+    from .errors import ConfigError
+
+    try:
+        with tarfile.open(tar_path) as tar:
+            return [(m.name, tar.extractfile(m).read() if m.isfile() else None)  # type: ignore[union-attr]
+                    for m in tar.getmembers()]
+    except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
+        cut = isinstance(exc, EOFError) or "end of file" in str(exc).lower()
+        detail = " ".join(str(exc).split(":")[0].split())  # tarfile's reasons run over several lines
+        raise ConfigError(f"{tar_path} is {'cut short' if cut else 'not a whole tar.gz'} ({type(exc).__name__}: "
+                          f"{detail}), so nothing of it was taken; fetch the call's files again (or run its "
+                          "`collect` again on the machine, while it is warm) and receive them again") from None
+
+
 def receive(files_at: Path, results: Path) -> tuple[list[str], list[str]]:
     """Take the records a call brought back (``records.tar.gz`` under ``files_at``) into
     ``results``: each checked as the record store checks it (its key, profile and config, through
     its family's run class) and written atomically; one that is not whole is refused. Returns the
-    keys taken and the names refused."""
-    from .records import BadRecord, _read_record, check_record, record_path, write_json_atomic
+    keys taken and the names refused.
+
+    Each record taken carries the mark :data:`vflkit.records.RECEIVED`: the machine it came from
+    (the host ``collect`` names in ``status.json``) and when it was received here; its key and
+    config are unchanged. A ``files_at`` that does not exist or holds no ``records.tar.gz``
+    (every call's ``collect`` writes one), or an archive that is not whole, is a ConfigError."""
+    from .errors import ConfigError
+    from .records import RECEIVED, BadRecord, _read_record, check_record, record_path, write_json_atomic
     from . import studies
 
     taken, refused = [], []
-    keep_benchmark(files_at, results)
+    if not files_at.is_dir():
+        raise ConfigError(f"{files_at} does not exist (or is not a folder); give the folder a call's files were "
+                          "fetched to")
     tar_path = files_at / "records.tar.gz"
-    if not tar_path.exists():
-        return taken, refused
-    with tarfile.open(tar_path) as tar:
-        for member in tar.getmembers():
-            if not member.isfile() or not member.name.endswith(".json"):
-                refused.append(member.name)
-                continue
-            parts = Path(member.name).parts
-            if len(parts) < 3:  # not <profile>/<paper>/<key>.json: refused alone, the others go on
-                refused.append(f"{member.name}: not at <profile>/<paper>/<key>.json")
-                continue
-            profile, paper, _ = parts[-3:]
-            raw = tar.extractfile(member).read()  # type: ignore[union-attr]
-            # checked from a file of its own, outside results/: nothing there is touched before
-            tmp = Path(tempfile.mkdtemp(prefix="vflkit-incoming-")) / Path(member.name).name
-            tmp.write_bytes(raw)
-            try:
-                rec = _read_record(tmp)
-                run = _run_class(studies.get(paper).family).from_dict(rec["config"])
-                check_record(tmp, run, profile)
-                dest = record_path(run, profile, results)
-                if dest.name != Path(member.name).name:
-                    raise BadRecord(f"{member.name} is not at its run's path")
-            except Exception as exc:  # noqa: BLE001 (any record that is not whole is refused)
-                refused.append(f"{member.name}: {exc}")
-                continue
-            finally:
-                tmp.unlink(missing_ok=True)
-                tmp.parent.rmdir()
-            if not has_record(run, profile, [results]):
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                write_json_atomic(dest, rec)  # the record store's own writer
-            taken.append(rec["key"])
+    if not tar_path.is_file():
+        raise ConfigError(f"{files_at} holds no records.tar.gz (every call's `collect` writes one there): not a "
+                          "call's files; give the folder they were fetched to")
+    members = _archive_members(tar_path)
+    keep_benchmark(files_at, results)
+    mark = {"from": _collected_on(files_at), "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    for name, raw in members:
+        if raw is None or not name.endswith(".json"):
+            refused.append(name)
+            continue
+        parts = Path(name).parts
+        if len(parts) < 3:  # not <profile>/<paper>/<key>.json: refused alone, the others go on
+            refused.append(f"{name}: not at <profile>/<paper>/<key>.json")
+            continue
+        profile, paper, _ = parts[-3:]
+        # checked from a file of its own, outside results/: nothing there is touched before
+        tmp = Path(tempfile.mkdtemp(prefix="vflkit-incoming-")) / Path(name).name
+        tmp.write_bytes(raw)
+        try:
+            rec = _read_record(tmp)
+            run = _run_class(studies.get(paper).family).from_dict(rec["config"])
+            check_record(tmp, run, profile)
+            dest = record_path(run, profile, results)
+            if dest.name != Path(name).name:
+                raise BadRecord(f"{name} is not at its run's path")
+        except Exception as exc:  # noqa: BLE001 (any record that is not whole is refused)
+            refused.append(f"{name}: {exc}")
+            continue
+        finally:
+            tmp.unlink(missing_ok=True)
+            tmp.parent.rmdir()
+        if not has_record(run, profile, [results]):
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            # a record the lent machine itself received keeps its first mark: where it was made
+            write_json_atomic(dest, rec if RECEIVED in rec else {**rec, RECEIVED: mark})  # the store's own writer
+        taken.append(rec["key"])
     return taken, refused
+
+
+def _collected_on(files_at: Path) -> str:
+    """The machine a call's files were collected on, as its ``status.json`` names it ("unknown"
+    for files collected before ``collect`` named its host)."""
+    try:
+        host = json.loads((files_at / "status.json").read_text()).get("host")
+    except (OSError, ValueError, AttributeError):
+        host = None
+    # a host name, as a machine gives it (at most 253 characters, printable): anything else is not one
+    ok = isinstance(host, str) and 0 < len(host.strip()) <= 253 and host.isprintable()
+    return host.strip() if ok else "unknown"  # type: ignore[union-attr]
 
 
 def keep_benchmark(files_at: Path, results: Path) -> Path | None:
@@ -1737,6 +1861,7 @@ def dry_run(p: Plan, folder: Path, *, windows: int = 1, data_root: Path | None =
     replaced by its stand-in: :func:`stand_in_run`), a fake ``$OUT`` per call, and receive every
     call's records into ``folder/results``. Returns what it did."""
     from .config import data_root as default_root, project_root
+    from .errors import ConfigError
 
     folder.mkdir(parents=True, exist_ok=True)
     root = data_root or default_root()
@@ -1785,7 +1910,10 @@ def dry_run(p: Plan, folder: Path, *, windows: int = 1, data_root: Path | None =
             cmd = cmd.replace("--wait ", "--wait-cap 120 --wait ")
             done = subprocess.run(["bash", "-c", cmd], env=env, capture_output=True, text=True,
                                   cwd=project_root())
-            got, bad = receive(out, folder / "results")
+            try:
+                got, bad = receive(out, folder / "results")
+            except ConfigError as exc:  # the call brought no whole archive back: the rehearsal fails
+                got, bad = [], [str(exc)]
             report["received"] += got
             report["refused"] += bad
             report["calls"][-len(w.calls) + c.index - 1].update(rc=done.returncode, tail=(done.stdout + done.stderr)[-600:])
@@ -1869,10 +1997,12 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m vflkit.launcher <command>``: a :class:`~vflkit.errors.ConfigError` (the data not
-    found, a bad setting) is one line on stderr, what is wrong and what to set, and exit code 2,
+    found, a bad setting, a records archive or rate file that is not whole) or a
+    :class:`~vflkit.errors.DatasetCorruptError` (a carried chunk damaged) is one line on stderr,
+    what is wrong and what to do, and exit code 2,
     as ``python -m vflkit.study`` does; other errors keep their traceback (a lane's, on the lent
     machine, is what its log has to show)."""
-    from .errors import ConfigError
+    from .errors import ConfigError, DatasetCorruptError
 
     a = parser().parse_args(argv)
     # the planning stages' lines (:data:`_log`), on stderr: planning reads every record for minutes
@@ -1883,7 +2013,7 @@ def main(argv: list[str] | None = None) -> int:
     _log.setLevel(logging.INFO)
     try:
         return _command(a)
-    except ConfigError as exc:
+    except (ConfigError, DatasetCorruptError) as exc:
         print(f"vflkit.launcher: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     finally:

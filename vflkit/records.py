@@ -15,7 +15,8 @@ result``) and wraps the result in one envelope for every family::
     {key, profile, config, environment, finished, wall_time_s, peak_memory_mb,
      peak_memory_kind, diverged, **result}
 
-written atomically. :func:`run_together` is the one path from results to records: ``run_one``
+written atomically; a record made on another machine also holds :data:`RECEIVED` once
+:func:`vflkit.launcher.receive` took it in. :func:`run_together` is the one path from results to records: ``run_one``
 and ``run_many`` go through it a run at a time, the packed trainer
 (:func:`vflkit.training.packed.run_pack`) a pack of runs at a time. This module imports no
 method and no trainer (they are handed in), so the plotting layer (:mod:`vflkit.report`) can
@@ -51,6 +52,10 @@ from .files import TMP_MARK, clean_stale_tmp
 #: ``wall_time_s`` and ``diverged``, which a trainer that resumes or stops early reports itself).
 ENVELOPE: tuple[str, ...] = ("key", "profile", "config", "environment", "finished", "wall_time_s",
                              "peak_memory_mb", "peak_memory_kind", "diverged")
+#: The mark a record made on another machine carries once :func:`vflkit.launcher.receive` took it
+#: in: ``{"from": <the machine's name>, "at": <when it was received, as "finished" is written>}``.
+#: Not part of the envelope: a record made here has none. It is not part of the key or config.
+RECEIVED = "received"
 
 
 class Run(Protocol):
@@ -223,7 +228,25 @@ def _read_record(path: Path) -> dict[str, Any]:
     if not any(f in rec for f in FINAL_FIELDS):
         raise BadRecord(f"{path} lacks the run's final scores ({' or '.join(FINAL_FIELDS)}): "
                         "not a finished run's record")
+    if RECEIVED in rec:
+        problem = received_problem(rec[RECEIVED])
+        if problem:
+            raise BadRecord(f"{path}: its {RECEIVED!r} mark {problem}")
     return rec
+
+
+def received_problem(mark: Any) -> str | None:
+    """What is wrong with a record's :data:`RECEIVED` mark, or None when it names a machine and a
+    time: a mark that says neither cannot tell a reader where the record was made."""
+    if not isinstance(mark, dict) or set(mark) != {"from", "at"}:
+        return f"must be {{'from': <machine>, 'at': <time>}}, got {mark!r}"
+    if not isinstance(mark["from"], str) or not mark["from"].strip():
+        return f"names no machine it came from ({mark['from']!r})"
+    try:
+        datetime.strptime(mark["at"], "%Y-%m-%dT%H:%M:%S%z")
+    except (TypeError, ValueError):
+        return f"gives no time it was received ({mark['at']!r}, not like 2026-11-26T00:00:00+0000)"
+    return None
 
 
 def record_problem(path: str | Path, *, key: str | None = None, profile: str | None = None) -> str | None:
@@ -671,7 +694,7 @@ def run_together(runs: Sequence[Run], *, train_all: GroupTrainer, profile: str, 
         raise RuntimeError(f"the trainer returned {len(trained)} results for {len(todo)} runs")
     # every result is checked before any record is written: no half-written group
     for result in trained:
-        clash = sorted(set(result) & (set(ENVELOPE) - {"wall_time_s", "diverged"}))
+        clash = sorted(set(result) & ({*ENVELOPE, RECEIVED} - {"wall_time_s", "diverged"}))
         if clash:
             raise RuntimeError(f"the trainer's result uses the envelope's names {clash}")
     peak, kind = _peak_memory(dev, rss_reset)
@@ -758,8 +781,9 @@ def run_many(runs: Iterable[Run], *, train: Trainer, profile: str, device: str |
     return out
 
 
-__all__ = ["ENVELOPE", "FINAL_FIELDS", "FIRST_RESULTS_VERSION", "MIN_FREE_BYTES", "RESULTS_VERSION", "BadRecord", "GroupTrainer", "Run", "check_record",
-           "is_valid_record", "move_aside", "record_problem", "record_roots", "Trainer", "checkpoint_path",
+__all__ = ["ENVELOPE", "FINAL_FIELDS", "FIRST_RESULTS_VERSION", "MIN_FREE_BYTES", "RECEIVED", "RESULTS_VERSION",
+           "BadRecord", "GroupTrainer", "Run", "check_record", "is_valid_record", "move_aside", "record_problem",
+           "received_problem", "record_roots", "Trainer", "checkpoint_path",
            "environment_info", "json_default", "load_record", "load_available", "load_recorded", "record_path",
            "recorded_results_version", "results_version", "run_family", "run_many", "run_one", "run_together",
            "write_json_atomic"]

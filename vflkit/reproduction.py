@@ -184,7 +184,9 @@ def _pending_text(cost: pd.DataFrame) -> str:
 
 
 def _provenance(profile: str, runs: Sequence[Any], recs: Sequence[dict[str, Any]]) -> str:
-    """One line: runs recorded, seeds, when they finished, commits and devices (from the records)."""
+    """One line: runs recorded, seeds, when they finished, commits and devices (from the records),
+    and how many were received from another machine (the mark :func:`vflkit.launcher.receive`
+    puts on a lent GPU's records: made elsewhere, checked here by key and config only)."""
     seeds = sorted({r["config"].get("seed") for r in recs if r["config"].get("seed") is not None})
     days = sorted(r["finished"][:10] for r in recs if r.get("finished"))
     when = ("" if not days else days[0] if days[0] == days[-1] else f"{days[0]} to {days[-1]}")
@@ -196,8 +198,10 @@ def _provenance(profile: str, runs: Sequence[Any], recs: Sequence[dict[str, Any]
         dev = env.get("device", "?")
         name = env.get("device_name", "") if str(dev).startswith("cuda") else env.get("cpu", "")
         devices.append(f"{dev} ({name})" if name else str(dev))
+    received = sum(1 for r in recs if r.get("received"))
     return (f"**{profile}**: {len(recs)} of {len(runs)} runs; seeds {', '.join(map(str, seeds)) or '—'}; "
-            f"finished {when or 'not recorded'}; commit {shown}; device {', '.join(dict.fromkeys(devices))}")
+            f"finished {when or 'not recorded'}; commit {shown}; device {', '.join(dict.fromkeys(devices))}"
+            + (f"; {received} received from another machine" if received else ""))
 
 
 def runs_status(paper: str, profile: str = "paper", recs: _Records | None = None) -> str:

@@ -784,18 +784,25 @@ def _dask_wait(running: dict[Any, Any]):
 def status_table(tasks: Sequence[Task]):
     """One row per task: label, recorded / running (a live process holds its lock) / broken (a
     file that is not a whole record: it is moved aside and recomputed) / checkpointed /
-    pending, and its estimated minutes. Nothing is moved or written."""
+    checkpoint unreadable (a checkpoint file that says after which epoch or round it was saved
+    cannot be read from it: the run moves it aside and starts from the beginning) / pending,
+    and its estimated minutes. Nothing is moved or written."""
     import pandas as pd
 
-    from .records import record_problem
+    from .records import checkpoint_path, record_problem
+
+    def of_checkpoint(ckpt: Path) -> str:
+        from .training.checkpoint import saved_progress  # torch: only where a checkpoint is there
+
+        return "checkpointed" if saved_progress(ckpt) is not None else "checkpoint unreadable"
 
     rows = []
     for t in tasks:
-        ckpt = t.path.with_name(t.path.stem + ".ckpt.pt")
+        ckpt = checkpoint_path(t.path)
         lock = lock_path(t.path)
         valid = record_problem(t.path, key=t.key) is None
         state = ("recorded" if valid else "running" if lock.exists() and not lock_is_stale(lock)
-                 else "broken" if t.path.exists() else "checkpointed" if ckpt.exists() else "pending")
+                 else "broken" if t.path.exists() else of_checkpoint(ckpt) if ckpt.exists() else "pending")
         rows.append({"run": t.label or t.key, "key": t.key, "status": state,
                      "estimated_min": None if t.cost_s is None else round(t.cost_s / 60, 1)})
     return pd.DataFrame(rows, columns=["run", "key", "status", "estimated_min"])

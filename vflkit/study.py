@@ -269,6 +269,7 @@ def status(papers: Sequence[str], *, profile: str, device: str = "auto", dataset
            include_gpu_runs: bool = False) -> "pandas.DataFrame":
     """What is left of ``papers`` under ``profile``, computing nothing: one row per run without a
     record (running: another scheduler holds its lock; checkpointed: part-done, it resumes;
+    checkpoint unreadable: its checkpoint cannot be read, the run starts over;
     pending; impossible here: a run its study declares unavailable, ``Study.unavailable``, on data
     that is not here), its estimated minutes on ``device`` (:func:`estimate_costs`; empty where it
     resumes from a checkpoint or nothing estimates it), where that estimate comes from

@@ -11,7 +11,7 @@ pandas): ``python -m vflkit.study --help`` reads the family table without loadin
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, NamedTuple, Protocol, Sequence
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -165,14 +165,41 @@ class Study:
         (the artefacts and the report share them), those with ``seeds``/``overrides`` or without
         ``cache`` (the scheduler's: a study's settings may have changed since) each time."""
         if seeds is not None or overrides is not None or not cache:
-            return self._as_groups(self.configs(profile, seeds=seeds, overrides=overrides))
+            return self._as_groups(self.configs(profile, seeds=seeds, overrides=overrides), profile)
         if profile not in self._groups:
-            self._groups[profile] = self._as_groups(self.configs(profile))
+            self._groups[profile] = self._as_groups(self.configs(profile), profile)
         return self._groups[profile]
 
-    @staticmethod
-    def _as_groups(cfg: dict[str, list[Any]] | list[Any]) -> dict[str, list[Any]]:
-        return dict(cfg) if isinstance(cfg, dict) else {RUNS: list(cfg)}
+    def _as_groups(self, cfg: Any, profile: str) -> dict[str, list[Any]]:
+        """``cfg`` (what ``configs`` returned) as group -> runs, each run checked to be one of the
+        family's run class: anything else is a ConfigError naming the study and what it returned
+        (the scheduler and the report would otherwise fail far away, on a missing ``key``)."""
+        import importlib
+
+        from ..errors import ConfigError
+
+        module, name = FAMILIES[self.family].run_class.split(":")
+        cls = getattr(importlib.import_module(module), name)
+        where = f"study {self.name!r}: configs({profile!r}) returned"
+        want = f"return a list of {name} runs (the {self.family!r} family's), or a dict of group -> such lists"
+        def listed(runs: Any) -> list[Any] | None:  # a list, tuple or generator of runs; None otherwise
+            if isinstance(runs, (str, bytes, Mapping)) or not isinstance(runs, Iterable):
+                return None
+            return list(runs)
+
+        found = dict(cfg) if isinstance(cfg, Mapping) else {RUNS: cfg}
+        out: dict[str, list[Any]] = {}
+        for group, given in found.items():
+            runs = listed(given)
+            if runs is None:
+                what = f"a {type(given).__name__}" + (f" as group {group!r}" if isinstance(cfg, Mapping) else "")
+                raise ConfigError(f"{where} {what}; {want}")
+            for r in runs:
+                if not isinstance(r, cls):
+                    raise ConfigError(f"{where} {repr(r)[:80]} in group {group!r}, a {type(r).__name__}, not a run; "
+                                      f"{want}")
+            out[group] = runs
+        return out
 
     def runs(self, profile: str) -> list[Any]:
         """Every run of the study under ``profile``, once each."""
