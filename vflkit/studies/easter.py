@@ -1154,4 +1154,6 @@ STUDY = register(Study(
     # VFedMH's run order: the same costs (C-VFL's Q = 10 last)
     claims=CLAIMS, variant_claims=VARIANT_CLAIMS, needs_gpu=needs_gpu, run_priority=run_priority,
     beyond=beyond,
+    uncounted_tables={"table7_parallel.csv": "parallel links, our pricing (the shared uplink is the model "
+                                             "comparable with the paper's devices)"},
 ))
