@@ -563,7 +563,8 @@ def test_both_heter_aggvfl_readings_and_every_rate_sit_beside_the_papers_cell(em
           "metric": "test_accuracy_pct", "std": 0.1, "n_runs": 3, "profile": "paper"}
     _write_table(empty, "vfedmh", "paper", "table3.csv",
                  [{**t3, "method": "Heter_aggVFL", "value": 98.47},
-                  {**t3, "method": "Heter_aggVFL (own logits)", "value": 40.0}])
+                  {**t3, "method": "Heter_aggVFL (own logits)", "value": 40.0},
+                  {**t3, "method": "Heter_aggVFL", "model": "LeNet", "value": 98.47}])
     t4 = {"paper": "VFedMH", "table": "IV", "dataset": "MNIST", "method": "VFedMH", "model": "LeNet",
           "metric": "test_accuracy_pct", "std": 0.1, "n_runs": 3, "profile": "paper"}
     _write_table(empty, "vfedmh", "paper", "table4.csv",
@@ -578,9 +579,18 @@ def test_both_heter_aggvfl_readings_and_every_rate_sit_beside_the_papers_cell(em
     assert adam["value"].tolist() == [56.87, 98.2] and adam["counted"].tolist() == [True, False]
     assert adam["our_label"].iloc[1] == "optimizer=Adam, lr=0.001" and "lr=0.001" in adam["not_counted"].iloc[1]
     summary = reproduction.table_summary(cells).set_index("table")
-    assert summary.loc["III", "compared"] == 1 and summary.loc["IV", "compared"] == 1
+    assert summary.loc["III", "compared"] == 2 and summary.loc["IV", "compared"] == 1  # III: CNN, LeNet
     assert summary.loc["III", "shown, not counted"] == 1 and summary.loc["IV", "shown, not counted"] == 1
     assert "(as Heter_aggVFL (own logits))" in reproduction._cells_view(heter)["ours from"].iloc[1]
+    # a reading the paper profile lacks shows from the quick profile, beside the paper profile's ensemble
+    _write_table(empty, "vfedmh", "quick", "table3.csv",
+                 [{**t3, "method": m, "model": "LeNet", "value": v, "profile": "quick"}
+                  for m, v in (("Heter_aggVFL", 97.0), ("Heter_aggVFL (own logits)", 23.0))])
+    lenet = _beside(reproduction.compare("vfedmh", PROFILES), table="III", dataset="MNIST", method="Heter_aggVFL",
+                    model="LeNet")
+    assert lenet[["profile", "value", "counted"]].values.tolist() == [["paper", 98.47, True], ["quick", 23.0, False]]
+    assert lenet["not_counted"].iloc[1] == ("another reading (own logits) of Heter_aggVFL; "
+                                            "quick profile: reduced scale, not the paper's")
 
 
 def test_reduced_scale_values_are_shown_but_not_counted(empty: Path) -> None:

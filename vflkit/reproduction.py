@@ -353,10 +353,11 @@ def _beside(ours: pd.DataFrame, ref: pd.DataFrame, uncounted_tables: Mapping[str
                     m["cell"], row[col], _LABELLED_WHY[col].format(what=m["what"], cell=m["cell"])]
                 break
     table = out["source"].str.extract(r"\[[^/\]]+/([^\]]+)\]", expand=False)
-    for name, why in uncounted_tables.items():
-        out.loc[(table == name) & (out["not_counted"] == ""), "not_counted"] = why
-    reduced = (out["profile"] != FULL_SCALE) & (out["not_counted"] == "")
-    out.loc[reduced, "not_counted"] = out.loc[reduced, "profile"] + " profile: reduced scale, not the paper's"
+    out["uncounted_table"] = table.where(table.isin(list(uncounted_tables)), "")
+    why = table.map(lambda name: uncounted_tables.get(name, ""))
+    reduced = (out["profile"] + " profile: reduced scale, not the paper's").where(out["profile"] != FULL_SCALE, "")
+    for more in (why, reduced):  # every reason a row is not counted, "; "-joined
+        out["not_counted"] = [f"{a}; {b}" if a and b else a or b for a, b in zip(out["not_counted"], more)]
     return out
 
 
@@ -375,7 +376,8 @@ def compare(paper: str, profiles: Sequence[str]) -> pd.DataFrame:
     column (AdptVFedConv's width-reduced VGG-16), on the others, if no row of ours matches exactly.
     Each row says whether it is ``counted`` as the comparison of its cell, and if not why
     (``not_counted``: another reading, rate, model, profile or an uncounted table, :func:`_beside`);
-    a cell's counted row comes first."""
+    a cell's counted row comes first. Each reading, rate and uncounted table of a cell is shown
+    from the first profile that has it."""
     ref = load_reference(paper).reset_index(names="ref_row")
     ref = ref.assign(**{c: ref[c].fillna("").astype(str) for c in KEY_COLUMNS})
     ours = _beside(measured(paper, profiles), ref, studies.get(paper).uncounted_tables)
@@ -391,8 +393,10 @@ def compare(paper: str, profiles: Sequence[str]) -> pd.DataFrame:
     hits = pd.concat([exact, loose], ignore_index=True)
     rank = {p: i for i, p in enumerate(profiles)}
     if len(hits):
+        # the first profile that has the row, per reading, rate and table of it: a reading the
+        # paper profile lacks (VFedMH's own logits on MNIST) still shows, from the quick profile
         hits = hits.assign(rank=hits["profile"].map(rank))
-        hits = hits[hits["rank"] == hits.groupby("ref_row")["rank"].transform("min")]
+        hits = hits[hits["rank"] == hits.groupby(["ref_row", "our_label", "uncounted_table"])["rank"].transform("min")]
         # a counted row first: of two equal values (EASTER's accuracy in both Table VII pricings) it stays
         hits = hits.assign(rounded=hits["value_ours"].astype(float).round(9), uncounted=hits["not_counted"] != "")
         hits = hits.sort_values(["ref_row", "uncounted", "source"], kind="stable").drop_duplicates(["ref_row", "rounded"])
