@@ -605,3 +605,19 @@ def test_reduced_scale_values_are_shown_but_not_counted(empty: Path) -> None:
     assert len(hit) == 1 and hit["status"].item() == reproduction.COMPARED and not hit["counted"].item()
     assert "VGG-16 at width 1/8" in hit["not_counted"].item()
     assert reproduction.table_summary(adpt).set_index("table").loc["2", "compared"] == 0
+
+
+def test_a_stand_in_datasets_values_are_shown_but_not_counted(empty: Path) -> None:
+    """EASTER's Criteo values come from a 1,999-row sample of the paper's 45 M rows: beside the
+    paper's number with their gap, not counted; MNIST's in the same table are."""
+    base = {"paper": "EASTER", "table": "II", "method": "EASTER", "setting": "heterogeneous", "model": "party1",
+            "std": 0.1, "n_runs": 3, "profile": "paper"}
+    _write_table(empty, "easter", "paper", "table2.csv", [
+        {**base, "dataset": "MNIST", "metric": "test_accuracy_pct", "value": 97.69},
+        {**base, "dataset": "CRITEO", "metric": "test_auc_pct", "value": 65.0}])
+    cells = reproduction.compare("easter", PROFILES)
+    mnist = _beside(cells, table="II", dataset="MNIST", method="EASTER", model="party1")
+    criteo = _beside(cells, table="II", dataset="CRITEO", method="EASTER", model="party1")
+    assert mnist["counted"].tolist() == [True] and criteo["counted"].tolist() == [False]
+    assert "45 M" in criteo["not_counted"].item() and criteo["status"].item() == reproduction.COMPARED
+    assert reproduction.table_summary(cells).set_index("table").loc["II", "compared"] == 1

@@ -334,13 +334,14 @@ _LABELLED = {"method": re.compile(r"^(?P<cell>.+?) \((?P<what>[^()]+)\)$"),
 _LABELLED_WHY = {"method": "another reading ({what}) of {cell}", "setting": "another rate ({what}) than the paper's cell"}
 
 
-def _beside(ours: pd.DataFrame, ref: pd.DataFrame, uncounted_tables: Mapping[str, str]) -> pd.DataFrame:
+def _beside(ours: pd.DataFrame, ref: pd.DataFrame, uncounted_tables: Mapping[str, str],
+            uncounted_datasets: Mapping[str, str]) -> pd.DataFrame:
     """``ours`` (:func:`measured`) with each row's printed cell and whether it is counted: a row
     labelled as another reading or rate of a printed cell (:data:`_LABELLED`, e.g. VFedMH's
     "Heter_aggVFL (own logits)", "optimizer=Adam, lr=0.001") takes that cell's key and keeps its
     label in ``our_label``; ``not_counted`` says why a row is shown but not counted ("" when it
-    is): its label, a table the study declares uncounted (:attr:`Study.uncounted_tables`), a
-    profile other than :data:`FULL_SCALE`."""
+    is): its label, a table or dataset the study declares uncounted (:attr:`Study.uncounted_tables`,
+    :attr:`Study.uncounted_datasets`), a profile other than :data:`FULL_SCALE`."""
     printed = set(map(tuple, ref[_KEYS].to_numpy()))
     out = ours.assign(our_label="", not_counted="")
     for i, row in out.iterrows():
@@ -356,7 +357,8 @@ def _beside(ours: pd.DataFrame, ref: pd.DataFrame, uncounted_tables: Mapping[str
     out["uncounted_table"] = table.where(table.isin(list(uncounted_tables)), "")
     why = table.map(lambda name: uncounted_tables.get(name, ""))
     reduced = (out["profile"] + " profile: reduced scale, not the paper's").where(out["profile"] != FULL_SCALE, "")
-    for more in (why, reduced):  # every reason a row is not counted, "; "-joined
+    stand_in = out["dataset"].map(lambda name: uncounted_datasets.get(name, ""))
+    for more in (why, stand_in, reduced):  # every reason a row is not counted, "; "-joined
         out["not_counted"] = [f"{a}; {b}" if a and b else a or b for a, b in zip(out["not_counted"], more)]
     return out
 
@@ -380,7 +382,8 @@ def compare(paper: str, profiles: Sequence[str]) -> pd.DataFrame:
     from the first profile that has it."""
     ref = load_reference(paper).reset_index(names="ref_row")
     ref = ref.assign(**{c: ref[c].fillna("").astype(str) for c in KEY_COLUMNS})
-    ours = _beside(measured(paper, profiles), ref, studies.get(paper).uncounted_tables)
+    study = studies.get(paper)
+    ours = _beside(measured(paper, profiles), ref, study.uncounted_tables, study.uncounted_datasets)
     exact = ref.merge(ours.drop(columns="paper").rename(columns={"model": "our_model"}).assign(
         model=lambda d: d["our_model"]), on=_KEYS, how="inner", suffixes=("", "_ours"))
     loose_keys = [k for k in _KEYS if k != "model"]
@@ -664,9 +667,10 @@ def _paper_section(paper: str, profiles: Sequence[str], recs: _Records, out_dir:
         md.append(f"Ours: the {order} profile's, from the "
                   "tables the notebook wrote; gap = ours − paper, in the metric's unit. \"within\" lists the "
                   f"tolerances the gap meets: the paper's std, ours (over seeds), ±{POINTS:g} points (scores only). "
-                  "A printed cell is compared once, at the paper profile with the paper's model, reading and rate; "
+                  "A printed cell is compared once, at the paper profile with the paper's model, data, reading and rate; "
                   "rows beside it on another reading (VFedMH's Heter_aggVFL as each party's own logits), rate "
-                  "(a sensitivity, an optimizer's standard rate), model or profile are shown, with their gap, "
+                  "(a sensitivity, an optimizer's standard rate), model, data (EASTER's Criteo sample) or profile are "
+                  "shown, with their gap, "
                   "and not counted (column *counted* says why).\n")
         md.append(_markdown(summ))
         png = plot_comparison(paper, cells, out_dir / f"report_{paper}.png")
@@ -748,7 +752,7 @@ def build_report(profile_order: Sequence[str] = ("paper", "quick"), out_dir: Pat
         "(paper-profile runs not yet made, with the study's cost estimate where it gives one); *impossible "
         "here* (the data cannot be redistributed, APC-VFL's MIMIC-III). Numbers: *compared*, *not recorded* "
         "(the paper prints it, we have no such cell); a compared row is *counted* once per printed cell (the "
-        "paper profile's, on the paper's model, reading and rate), other rows beside it are shown, not counted. Claims: agree / disagree / not testable at this profile "
+        "paper profile's, on the paper's model, data, reading and rate), other rows beside it are shown, not counted. Claims: agree / disagree / not testable at this profile "
         "(`vflkit.claims`), with one line of evidence.\n",
         "## Overview\n", _markdown(pd.DataFrame(overview))]
     if recs.problems:

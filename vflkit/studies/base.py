@@ -157,6 +157,9 @@ class Study:
     #: shown beside the paper's numbers but not counted as comparisons of them, each with why
     #: (a sensitivity, our own pricing): :func:`vflkit.reproduction.compare`
     uncounted_tables: Mapping[str, str] = field(default_factory=dict)
+    #: datasets (as the tables name them) whose values are shown beside the paper's but not
+    #: counted, each with why (a stand-in far smaller than the paper's data)
+    uncounted_datasets: Mapping[str, str] = field(default_factory=dict)
     _groups: dict[str, dict[str, list[Any]]] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:

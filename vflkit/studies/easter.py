@@ -1156,4 +1156,5 @@ STUDY = register(Study(
     beyond=beyond,
     uncounted_tables={"table7_parallel.csv": "parallel links, our pricing (the shared uplink is the model "
                                              "comparable with the paper's devices)"},
+    uncounted_datasets={DATASET_NAMES[d]: f"{here}, {paper}" for d, (here, paper) in STAND_INS.items()},
 ))
