@@ -413,3 +413,32 @@ def test_pending_lists_the_paper_runs_not_recorded_and_nothing_for_quick():
     assert len(todo) == len([r for r in runs if r.key not in recorded]) > 0
     assert (todo["estimated_h100_min"] > 0).all()
     assert study.pending("quick").empty
+
+
+def test_communication_claim_says_what_the_ledger_shows_not_a_fixed_sentence(monkeypatch):
+    """The "less communication" evidence compares the recorded run's ledger with the pricing at
+    that run's scale, from the records: equal, different (by how much), or no run to check."""
+    import pandas as pd
+    from vflkit import claims
+    from vflkit.studies import adptvfedconv as study
+
+    def com(ledger: float | None) -> pd.DataFrame:
+        paper = [("paper scale (priced)", w, mib) for w, mib in (
+            ("AdptVFedConv, maps re-extracted every epoch (ours, default)", 46875.0),
+            ("AdptVFedConv, maps sent once (Algorithm 1)", 781.0), ("raw tiles, sent once", 37.0),
+            ("parameter-sharing FL of the same VGG-16, one round per epoch", 15406.0))]
+        run = [] if ledger is None else [
+            ("this run (recorded)", "AdptVFedConv, maps re-extracted every epoch (ours, default)", 26.04),
+            ("this run (recorded)", "AdptVFedConv, ledger (this client's training traffic)", ledger)]
+        return pd.DataFrame(run + paper, columns=["scale", "what", "MiB"])
+
+    clause = next(c for c in study.CLAIMS if "less" in c.clause.lower() or "communicat" in c.clause.lower())
+    evidence = {}
+    for name, ledger in (("same", 26.04), ("differs", 30.0), ("none", None)):
+        monkeypatch.setattr(study, "communication", lambda recs, frame=com(ledger): frame)
+        evidence[name] = clause.check(claims.Records("paper", {})).evidence
+    assert "the recorded run's ledger gives the bytes priced at its scale (26.04 MiB)" in evidence["same"]
+    assert "the recorded run's ledger gives 30.04 MiB" not in evidence["differs"]
+    assert "ledger gives 30.00 MiB against 26.04 MiB priced at its scale (+15.2 %)" in evidence["differs"]
+    assert "no run recorded at this profile to check the pricing against its ledger" in evidence["none"]
+    assert all("the ledger gives the same bytes per map" not in e for e in evidence.values())

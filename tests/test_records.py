@@ -106,6 +106,25 @@ def test_committed_records_have_the_envelope_and_match_their_file_names():
         assert rec["key"] == path.stem and rec["profile"] == path.parent.parent.name, path
 
 
+def test_every_committed_record_is_keyed_by_a_run_of_its_study():
+    """A record under results/<profile>/<paper>/ is the record of some run its study lists at
+    that profile (any group, variants and sensitivities included); one that no run keys (an old
+    cut, an old rate) is retired to retired/, where no loader looks, and stays out of results/."""
+    from vflkit import studies
+    from vflkit.studies.base import key_of
+
+    root = project_root() / "results"
+    orphans = []
+    for folder in sorted(f for f in root.glob("*/*") if f.is_dir() and f.parent.name != "device"):
+        study = studies.get(folder.name)
+        keys = {key_of(run) for runs in study.groups(folder.parent.name).values() for run in runs}
+        orphans += [f"{folder.parent.name}/{folder.name}/{p.name}" for p in sorted(folder.glob("*.json"))
+                    if p.stem not in keys]
+    assert not orphans, f"{len(orphans)} records no run keys (retire them to retired/): {orphans[:5]}"
+    retired = sorted((project_root() / "retired").glob("*/*/*.json"))
+    assert retired and all(not (root / p.relative_to(project_root() / "retired")).exists() for p in retired)
+
+
 def test_committed_tables_are_what_the_committed_records_give(tmp_path):
     """Every committed table and figure data file is redrawn, byte for byte, from the committed
     records alone (scripts/regenerate_tables.py)."""

@@ -32,7 +32,7 @@ import time
 import warnings
 from importlib import resources
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -328,6 +328,46 @@ def measured(paper: str, profiles: Sequence[str]) -> pd.DataFrame:
     return out.assign(**{c: out[c].fillna("").astype(str) for c in KEY_COLUMNS})
 
 
+#: The one profile at the paper's scale: a value of any other (fewer images, epochs, a narrower
+#: model) is shown beside the paper's number but is not a comparison with it.
+FULL_SCALE = "paper"
+#: Labels of ours that name another reading or rate of a printed cell: the label without its
+#: suffix is the printed cell's (a method "X (reading)"; a setting "S, lr=R" or "S, lr=R (why)").
+_LABELLED = {"method": re.compile(r"^(?P<cell>.+?) \((?P<what>[^()]+)\)$"),
+             "setting": re.compile(r"^(?P<cell>.+?), (?P<what>lr=[^ ,]+(?: \([^()]+\))?)$")}
+#: Why such a row is not counted, by the column its label is in.
+_LABELLED_WHY = {"method": "another reading ({what}) of {cell}", "setting": "another rate ({what}) than the paper's cell"}
+
+
+def _beside(ours: pd.DataFrame, ref: pd.DataFrame, uncounted_tables: Mapping[str, str],
+            uncounted_datasets: Mapping[str, str]) -> pd.DataFrame:
+    """``ours`` (:func:`measured`) with each row's printed cell and whether it is counted: a row
+    labelled as another reading or rate of a printed cell (:data:`_LABELLED`, e.g. VFedMH's
+    "Heter_aggVFL (own logits)", "optimizer=Adam, lr=0.001") takes that cell's key and keeps its
+    label in ``our_label``; ``not_counted`` says why a row is shown but not counted ("" when it
+    is): its label, a table or dataset the study declares uncounted (:attr:`Study.uncounted_tables`,
+    :attr:`Study.uncounted_datasets`), a profile other than :data:`FULL_SCALE`."""
+    printed = set(map(tuple, ref[_KEYS].to_numpy()))
+    out = ours.assign(our_label="", not_counted="")
+    for i, row in out.iterrows():
+        if tuple(row[_KEYS]) in printed:
+            continue
+        for col, pattern in _LABELLED.items():
+            m = pattern.match(row[col])
+            if m and tuple(m["cell"] if k == col else row[k] for k in _KEYS) in printed:
+                out.loc[i, [col, "our_label", "not_counted"]] = [
+                    m["cell"], row[col], _LABELLED_WHY[col].format(what=m["what"], cell=m["cell"])]
+                break
+    table = out["source"].str.extract(r"\[[^/\]]+/([^\]]+)\]", expand=False)
+    out["uncounted_table"] = table.where(table.isin(list(uncounted_tables)), "")
+    why = table.map(lambda name: uncounted_tables.get(name, ""))
+    reduced = (out["profile"] + " profile: reduced scale, not the paper's").where(out["profile"] != FULL_SCALE, "")
+    stand_in = out["dataset"].map(lambda name: uncounted_datasets.get(name, ""))
+    for more in (why, stand_in, reduced):  # every reason a row is not counted, "; "-joined
+        out["not_counted"] = [f"{a}; {b}" if a and b else a or b for a, b in zip(out["not_counted"], more)]
+    return out
+
+
 def _scale(metric: str) -> float | None:
     """Points per unit of ``metric``: 1 for a percentage, 100 for a fraction score, else None."""
     if metric.endswith("_pct"):
@@ -340,10 +380,15 @@ def compare(paper: str, profiles: Sequence[str]) -> pd.DataFrame:
     (several where one printed cell has several of ours, e.g. EASTER's Table VII under two network
     topologies; none: one row with status "not recorded"). Ours is the first of ``profiles`` that
     has the cell. A row of ours matches on the key columns; where a study relabels the model
-    column (AdptVFedConv's width-reduced VGG-16), on the others, if no row of ours matches exactly."""
+    column (AdptVFedConv's width-reduced VGG-16), on the others, if no row of ours matches exactly.
+    Each row says whether it is ``counted`` as the comparison of its cell, and if not why
+    (``not_counted``: another reading, rate, model, profile or an uncounted table, :func:`_beside`);
+    a cell's counted row comes first. Each reading, rate and uncounted table of a cell is shown
+    from the first profile that has it."""
     ref = load_reference(paper).reset_index(names="ref_row")
     ref = ref.assign(**{c: ref[c].fillna("").astype(str) for c in KEY_COLUMNS})
-    ours = measured(paper, profiles)
+    study = studies.get(paper)
+    ours = _beside(measured(paper, profiles), ref, study.uncounted_tables, study.uncounted_datasets)
     exact = ref.merge(ours.drop(columns="paper").rename(columns={"model": "our_model"}).assign(
         model=lambda d: d["our_model"]), on=_KEYS, how="inner", suffixes=("", "_ours"))
     loose_keys = [k for k in _KEYS if k != "model"]
@@ -351,12 +396,18 @@ def compare(paper: str, profiles: Sequence[str]) -> pd.DataFrame:
     unused = unused[unused["_merge"] == "left_only"].drop(columns=["_merge", "paper"]).rename(columns={"model": "our_model"})
     todo = ref[~ref["ref_row"].isin(exact["ref_row"])]
     loose = todo.merge(unused, on=loose_keys, how="inner", suffixes=("", "_ours"))
+    model = "another model: " + loose["our_model"]
+    loose = loose.assign(not_counted=np.where(loose["not_counted"] == "", model, model + "; " + loose["not_counted"]))
     hits = pd.concat([exact, loose], ignore_index=True)
     rank = {p: i for i, p in enumerate(profiles)}
     if len(hits):
+        # the first profile that has the row, per reading, rate and table of it: a reading the
+        # paper profile lacks (VFedMH's own logits on MNIST) still shows, from the quick profile
         hits = hits.assign(rank=hits["profile"].map(rank))
-        hits = hits[hits["rank"] == hits.groupby("ref_row")["rank"].transform("min")]
-        hits = hits.assign(rounded=hits["value_ours"].astype(float).round(9)).drop_duplicates(["ref_row", "rounded"])
+        hits = hits[hits["rank"] == hits.groupby(["ref_row", "our_label", "uncounted_table"])["rank"].transform("min")]
+        # a counted row first: of two equal values (EASTER's accuracy in both Table VII pricings) it stays
+        hits = hits.assign(rounded=hits["value_ours"].astype(float).round(9), uncounted=hits["not_counted"] != "")
+        hits = hits.sort_values(["ref_row", "uncounted", "source"], kind="stable").drop_duplicates(["ref_row", "rounded"])
     rows = []
     for _, r in ref.iterrows():
         base = {"table": r["table"], **{k: r[k] for k in _KEYS if k != "table"},
@@ -365,11 +416,12 @@ def compare(paper: str, profiles: Sequence[str]) -> pd.DataFrame:
         if matched.empty:
             rows.append({**base, "status": NOT_RECORDED})
             continue
-        for _, m in matched.sort_values("source").iterrows():
+        for _, m in matched.iterrows():  # the counted row first (the hits' order)
             value, std, n = float(m["value_ours"]), float(m["std_ours"]), m["n_runs"]
             row = {**base, "value": value, "std": std, "n_runs": n, "diverged": int(m["diverged"]),
                    "profile": m["profile"], "source": m["source"],
-                   "our_model": m["our_model"] if m["our_model"] != r["model"] else ""}
+                   "our_model": m["our_model"] if m["our_model"] != r["model"] else "",
+                   "our_label": m["our_label"], "counted": m["not_counted"] == "", "not_counted": m["not_counted"]}
             if pd.isna(value) and row["diverged"] > 0:
                 rows.append({**row, "status": DIVERGED})
                 continue
@@ -388,21 +440,31 @@ def compare(paper: str, profiles: Sequence[str]) -> pd.DataFrame:
             rows.append({**row, "gap": gap, "gap_points": gap * scale if scale is not None else np.nan,
                          "within": ", ".join(within) or "none", "status": COMPARED})
     cols = ["ref_row", "table", *[k for k in _KEYS if k != "table"], "paper_value", "paper_std", "value", "std",
-            "n_runs", "diverged", "profile", "source", "our_model", "gap", "gap_points", "within", "status"]
+            "n_runs", "diverged", "profile", "source", "our_model", "our_label", "gap", "gap_points", "within",
+            "status", "counted", "not_counted"]
     return pd.DataFrame(rows).reindex(columns=cols)
+
+
+def counted(cells: pd.DataFrame) -> pd.DataFrame:
+    """:func:`compare`'s comparisons that count: one per printed cell, at the paper's scale, on
+    the paper's model, reading and rate (each row's ``counted``)."""
+    keep = (cells["status"] == COMPARED) & cells["counted"].fillna(False).astype(bool)
+    return cells[keep].drop_duplicates("ref_row")
 
 
 def table_summary(cells: pd.DataFrame) -> pd.DataFrame:
     """Per printed table: cells printed, compared, within 2 points (of the score cells compared)
-    and the mean |gap| in points; within the paper's and our std. A printed cell counts once (its
-    first row of ours)."""
+    and the mean |gap| in points; within the paper's and our std. A printed cell counts once, by
+    its counted row (:func:`counted`); the rows shown beside it but not counted (another reading,
+    rate, model or profile) are counted apart."""
     rows = []
     for table, g in cells.groupby("table", sort=False):
-        first = g.drop_duplicates("ref_row")
-        cmp_ = first[first["status"] == COMPARED]
+        cmp_ = counted(g)
         pts = cmp_[cmp_["gap_points"].notna()]
         within = cmp_["within"].fillna("").astype(str)
-        rows.append({"table": table, "cells printed": len(first), "compared": len(cmp_),
+        shown = int(((g["status"] == COMPARED) & ~g["counted"].fillna(False).astype(bool)).sum())
+        rows.append({"table": table, "cells printed": g["ref_row"].nunique(), "compared": len(cmp_),
+                     "shown, not counted": shown,
                      f"within ±{POINTS:g} points": f"{int((pts['gap_points'].abs() <= POINTS).sum())} of {len(pts)}",
                      "mean abs gap (points)": f"{pts['gap_points'].abs().mean():.2f}" if len(pts) else "—",
                      "within the paper's std": int(within.str.contains("paper std").sum()),
@@ -565,14 +627,21 @@ def _cells_view(cells: pd.DataFrame) -> pd.DataFrame:
     def source(r: pd.Series) -> str:
         if pd.isna(r["source"]):
             return "—"
-        return r["source"] + (f" (model: {r['our_model']})" if isinstance(r["our_model"], str) and r["our_model"] else "")
+        label = r.get("our_label")
+        return (r["source"] + (f" (model: {r['our_model']})" if isinstance(r["our_model"], str) and r["our_model"] else "")
+                + (f" (as {label})" if isinstance(label, str) and label else ""))
+
+    def count(r: pd.Series) -> str:
+        if r["status"] != COMPARED:
+            return "—"
+        return "yes" if bool(r["counted"]) else f"no: {r['not_counted']}"
 
     return pd.DataFrame({
         "table": cells["table"], "dataset": cells["dataset"], "method": cells["method"], "setting": cells["setting"],
         "model": cells["model"], "metric": cells["metric"], "paper": cells.apply(paper, axis=1),
         "ours": cells.apply(ours, axis=1), "gap": cells["gap"].map(lambda g: _num(g, sign=True)),
         "within": cells["within"].astype(object).where(cells["within"].notna(), "—"), "status": cells["status"],
-        "ours from": cells.apply(source, axis=1)})
+        "counted": cells.apply(count, axis=1), "ours from": cells.apply(source, axis=1)})
 
 
 def _paper_section(paper: str, profiles: Sequence[str], recs: _Records, out_dir: Path,
@@ -591,17 +660,23 @@ def _paper_section(paper: str, profiles: Sequence[str], recs: _Records, out_dir:
     md.append("### Numbers beside the paper's\n")
     if cells.empty:
         md.append(f"{title} prints no table of numbers (its results are figures only): see the claims below.\n")
-        n_cmp = n_pts = n_within = 0
+        n_cmp = n_pts = n_within = n_shown = 0
     else:
         summ = table_summary(cells)
-        first = cells.drop_duplicates("ref_row")
-        n_cmp = int((first["status"] == COMPARED).sum())
-        pts = first[(first["status"] == COMPARED) & first["gap_points"].notna()]
+        cmp_ = counted(cells)
+        n_cmp = len(cmp_)
+        n_shown = int(((cells["status"] == COMPARED) & ~cells["counted"].fillna(False).astype(bool)).sum())
+        pts = cmp_[cmp_["gap_points"].notna()]
         n_pts, n_within = len(pts), int((pts["gap_points"].abs() <= POINTS).sum())
         order = " profile's value where recorded, else the ".join(profiles)
         md.append(f"Ours: the {order} profile's, from the "
                   "tables the notebook wrote; gap = ours − paper, in the metric's unit. \"within\" lists the "
-                  f"tolerances the gap meets: the paper's std, ours (over seeds), ±{POINTS:g} points (scores only).\n")
+                  f"tolerances the gap meets: the paper's std, ours (over seeds), ±{POINTS:g} points (scores only). "
+                  "A printed cell is compared once, at the paper profile with the paper's model, data, reading and rate; "
+                  "rows beside it on another reading (VFedMH's Heter_aggVFL as each party's own logits), rate "
+                  "(a sensitivity, an optimizer's standard rate), model, data (EASTER's Criteo sample) or profile are "
+                  "shown, with their gap, "
+                  "and not counted (column *counted* says why).\n")
         md.append(_markdown(summ))
         png = plot_comparison(paper, cells, out_dir / f"report_{paper}.png")
         if png is not None:
@@ -634,7 +709,8 @@ def _paper_section(paper: str, profiles: Sequence[str], recs: _Records, out_dir:
     overview.append({
         "paper": f"[{title}](#{title.lower()})", "artefacts": "; ".join(f"{n} {s}" for s, n in counts.items()),
         "numbers": (f"{len(cells.drop_duplicates('ref_row'))} printed, {n_cmp} compared, {n_within} of {n_pts} "
-                    f"scores within ±{POINTS:g} points") if len(cells) else "figures only",
+                    f"scores within ±{POINTS:g} points" + (f" ({n_shown} more shown, not counted)" if n_shown else ""))
+        if len(cells) else "figures only",
         **{f"claims ({p})": claimlib.summary(evaluated[evaluated["profile"] == p]) for p in profiles},
         **{f"runs ({p})": runs_status(paper, p, recs) for p in profiles}})
     return "\n".join(md)
@@ -687,7 +763,8 @@ def build_report(profile_order: Sequence[str] = ("paper", "quick"), out_dir: Pat
         "(the reduced quick profile recorded, the paper profile not, or in part); *pending: GPU / CPU* "
         "(paper-profile runs not yet made, with the study's cost estimate where it gives one); *impossible "
         "here* (the data cannot be redistributed, APC-VFL's MIMIC-III). Numbers: *compared*, *not recorded* "
-        "(the paper prints it, we have no such cell). Claims: agree / disagree / not testable at this profile "
+        "(the paper prints it, we have no such cell); a compared row is *counted* once per printed cell (the "
+        "paper profile's, on the paper's model, data, reading and rate), other rows beside it are shown, not counted. Claims: agree / disagree / not testable at this profile "
         "(`vflkit.claims`), with one line of evidence.\n",
         "## Overview\n", _markdown(pd.DataFrame(overview))]
     if recs.problems:

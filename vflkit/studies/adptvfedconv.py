@@ -516,15 +516,32 @@ CENTRAL = ("centralized", "")
 def _comm_claim(mode: str):
     def check(records: claims.Records) -> claims.Verdict:
         com = communication(_recorded(records))
-        com = com[com["scale"] == "paper scale (priced)"]
-        b = com.set_index("what")["MiB"]
+        b = com[com["scale"] == "paper scale (priced)"].set_index("what")["MiB"]
         ours = b[mode]
         fl = b["parameter-sharing FL of the same VGG-16, one round per epoch"]
         raw = b["raw tiles, sent once"]
         ev = (f"per client at the paper's scale (60 epochs): {ours:,.0f} MiB against FL's {fl:,.0f} MiB "
-              f"(raw tiles: {raw:,.0f} MiB); priced from the architecture, the ledger gives the same bytes per map")
+              f"(raw tiles: {raw:,.0f} MiB); priced from the architecture; {_ledger_check(com)}")
         return claims.Verdict(claims.AGREE if ours < fl else claims.DISAGREE, ev)
     return check
+
+
+#: :func:`communication`'s rows that set the recorded run's ledger beside its pricing.
+_PRICED, _LEDGER = ("AdptVFedConv, maps re-extracted every epoch (ours, default)",
+                    "AdptVFedConv, ledger (this client's training traffic)")
+
+
+def _ledger_check(com: pd.DataFrame) -> str:
+    """Whether the recorded run's ledger gives the bytes the pricing gives at its scale, as
+    :func:`communication`'s rows show it (the paper-scale figure rests on that pricing)."""
+    run = com[com["scale"] == "this run (recorded)"].set_index("what")["MiB"]
+    if _PRICED not in run or _LEDGER not in run:
+        return "no run recorded at this profile to check the pricing against its ledger"
+    priced, ledger = float(run[_PRICED]), float(run[_LEDGER])
+    if np.isclose(ledger, priced, rtol=1e-6):
+        return f"the recorded run's ledger gives the bytes priced at its scale ({priced:,.2f} MiB)"
+    return (f"the recorded run's ledger gives {ledger:,.2f} MiB against {priced:,.2f} MiB priced at its scale "
+            f"({100 * (ledger / priced - 1):+.1f} %)")
 
 
 CLAIMS: list[claims.Claim] = [

@@ -153,6 +153,13 @@ class Study:
     #: the numbers the paper prints, a file of ``vflkit/reference/`` in the long format of
     #: :func:`vflkit.report.load_reference` ("" for a paper that prints none)
     reference_csv: str = ""
+    #: tables the study writes (file names under ``figures/<name>/<profile>/``) whose rows are
+    #: shown beside the paper's numbers but not counted as comparisons of them, each with why
+    #: (a sensitivity, our own pricing): :func:`vflkit.reproduction.compare`
+    uncounted_tables: Mapping[str, str] = field(default_factory=dict)
+    #: datasets (as the tables name them) whose values are shown beside the paper's but not
+    #: counted, each with why (a stand-in far smaller than the paper's data)
+    uncounted_datasets: Mapping[str, str] = field(default_factory=dict)
     _groups: dict[str, dict[str, list[Any]]] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:

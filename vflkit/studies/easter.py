@@ -38,8 +38,9 @@ Choices where the paper is silent (``shared/specs/easter.md`` argues each):
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -482,13 +483,14 @@ def convergence(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, 
     return pd.DataFrame(rows)
 
 
+#: Training samples of each dataset when a run sets no ``n_train`` (Criteo: its sample's).
+TRAIN_SIZES: dict[str, int] = {"mnist": 60000, "fashion_mnist": 60000, "cifar10": 50000, "criteo": 1599}
+
+
 def _n_train(record: dict[str, Any]) -> int:
     """Training samples of a run: its steps per epoch times the batch size, bounded by n_train."""
     cfg = record["config"]
-    if cfg.get("n_train"):
-        return int(cfg["n_train"])
-    sizes = {"mnist": 60000, "fashion_mnist": 60000, "cifar10": 50000, "criteo": 1599}
-    return sizes[cfg["dataset"]]
+    return int(cfg["n_train"]) if cfg.get("n_train") else TRAIN_SIZES[cfg["dataset"]]
 
 
 def table5(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]], profile: str,
@@ -811,18 +813,45 @@ def _cells(runs: Iterable[RunConfig], a: str, b: str, cell: Any) -> set[str]:
 #: Test metric (%) at chance: accuracy on 10 classes; AUC on Criteo.
 CHANCE_PCT: dict[str, float] = {"mnist": 10.0, "fashion_mnist": 10.0, "cifar10": 10.0, "criteo": 50.0}
 #: Datasets here only as a stand-in far smaller than the paper's: a clause they alone would
-#: decide is not testable at this scale (their numbers still shown in the evidence).
-STAND_INS: dict[str, str] = {
-    "criteo": "Criteo here is the 1,999-row sample (1,599 training rows), the paper's 45 M rows; on it every "
-              "VFL method is below Local"}
+#: decide is not testable at this scale (what their records show is kept in the evidence,
+#: :func:`stand_in_note`). Each maps to what the stand-in is, and the paper's scale.
+STAND_INS: dict[str, tuple[str, str]] = {"criteo": ("Criteo here is the 1,999-row sample", "the paper's 45 M rows")}
 NOT_AT_THIS_SCALE = "not testable at this scale"
 
 
-def _at_scale(dataset: str, verdict: claims.Verdict) -> claims.Verdict:
-    """``verdict`` on ``dataset``, made not testable when the dataset is a stand-in (:data:`STAND_INS`)."""
+def stand_in_note(dataset: str, acc: pd.DataFrame, runs: Iterable[RunConfig]) -> str:
+    """What a stand-in ``dataset`` (a :data:`STAND_INS` key) is and what its records show,
+    computed from them: the training rows of ``runs`` (the profile's runs on it) and, from
+    ``acc`` (:func:`accuracy_rows`' rows, any datasets), each VFL method's mean over its θ
+    columns and seeds set against Local's, named above or below it with the gap in points."""
+    rows = sorted({c.n_train or TRAIN_SIZES[dataset] for c in runs if c.dataset == dataset})
+    here, paper = STAND_INS[dataset]
+    head = here + (f" ({', '.join(f'{n:,}' for n in rows)} training rows)" if rows else "") + f", {paper}"
+    d = acc[(acc["dataset"] == DATASET_NAMES[dataset]) & (acc["model"] != "avg")] if len(acc) else acc
+    means = d.groupby("method")["value"].mean() if len(d) else pd.Series(dtype=float)
+    if "Local" not in means:
+        return f"{head}; Local is not recorded on it"
+    local = float(means.pop("Local"))
+    gaps = {m: float(v) - local for m, v in means.items()}
+    order = [m for m in METHOD_NAMES.values() if m in gaps] + sorted(set(gaps) - set(METHOD_NAMES.values()))
+    above = [f"{m} ({gaps[m]:+.2f})" for m in order if gaps[m] > 0]
+    below = [f"{m} ({gaps[m]:+.2f})" for m in order if gaps[m] <= 0]
+    table = str(acc["table"].iloc[0]) if "table" in acc and len(acc) else "II"
+    where = (f"on it (Table {table}, mean over θ and seeds, {metric_of(dataset).removeprefix('test_').upper()} %) "
+             f"Local ends at {local:.2f}")
+    if not gaps:
+        return f"{head}; {where}, no VFL method recorded"
+    if not above:
+        return f"{head}; {where} and every VFL method ends below Local: {', '.join(below)}"
+    return f"{head}; {where}; above Local: {', '.join(above)}" + (f"; below it: {', '.join(below)}" if below else "")
+
+
+def _at_scale(dataset: str, verdict: claims.Verdict, note: Callable[[], str]) -> claims.Verdict:
+    """``verdict`` on ``dataset``, made not testable when the dataset is a stand-in
+    (:data:`STAND_INS`), with ``note()`` (:func:`stand_in_note`) saying what its records show."""
     if dataset not in STAND_INS:
         return verdict
-    return claims.not_testable(f"{NOT_AT_THIS_SCALE} ({STAND_INS[dataset]}; on the sample it reads "
+    return claims.not_testable(f"{NOT_AT_THIS_SCALE} ({note()}; on the sample it reads "
                                f"{verdict.status}: {verdict.evidence})")
 
 
@@ -831,6 +860,17 @@ def _at_scale(dataset: str, verdict: claims.Verdict) -> claims.Verdict:
 DEFAULT_READING = "1/C (Eq. 7's mean), C-VFL at lr / Q"
 FULL_GRADIENT_READING = "h gets ∂L/∂E, no 1/C"
 CVFL_HOST_READING = "C-VFL at the dataset's lr, Q = 10"
+
+
+def _table2_note(records: claims.Records, dataset: str) -> Callable[[], str]:
+    """:func:`stand_in_note` on Table II's records: the sample's reading for a clause (Table V,
+    VI) whose own runs have no Local."""
+    def note() -> str:
+        groups, recs = _inputs(records)
+        acc = records.derived("table2_rows", lambda: accuracy_rows(groups, recs, "II"))
+        return stand_in_note(dataset, acc, groups["table2"])
+    return note
+
 
 #: The labelled variants a clause can be judged on instead of the study's own runs: the
 #: method's runs in Tables II and IV replaced by the same runs of another group.
@@ -854,10 +894,10 @@ def _beats(table: str, other: str, variant: str | None = None, label: str = "") 
         profile = records.profile
         groups, recs = _inputs(records)
         groups = with_variant(groups, variant)
-        acc = accuracy_rows(groups, recs, table)
-        if acc.empty:
+        every = accuracy_rows(groups, recs, table)
+        if every.empty:
             return claims.not_testable("no records")
-        acc = acc[acc["model"] != "avg"]
+        acc = every[every["model"] != "avg"]
         # Judged dataset by dataset, then combined (all_of: agree only if every dataset of the
         # profile agrees, disagree if any disagrees): the paper says EASTER is "consistently"
         # superior "across a variety of datasets" (Sec. VI-B); the datasets carry different
@@ -877,7 +917,8 @@ def _beats(table: str, other: str, variant: str | None = None, label: str = "") 
             v = claims.ordering(claims.paired(d, by="method", a="EASTER", b=other, value="value",
                                               cell=["model"], chance=CHANCE_PCT[dataset], local="Local"),
                                 a="EASTER", b=other, expected=_cells(runs, "EASTER", other, thetas))
-            verdicts.append(_at_scale(dataset, v).labelled(DATASET_NAMES[dataset]))
+            note = partial(stand_in_note, dataset, every, runs)
+            verdicts.append(_at_scale(dataset, v, note).labelled(DATASET_NAMES[dataset]))
         return claims.all_of(verdicts)
     setting = "heterogeneous" if table == "II" else "homogeneous"
     return claims.Claim(PAPER, f"Table {table}" + (f" ({label})" if label else ""),
@@ -937,7 +978,7 @@ def _less_comm(other: str, variant: str | None = None, label: str = "") -> claim
                 v = v.with_evidence(f"{v.evidence}; never within {analysis.TARGET_SHARE:.0%} of the best final metric in "
                                     f"{int(d['epochs'].max())} epochs, so the horizon cannot time them: "
                                     + ", ".join(f"{r.method} seed {r.seed}" for r in never.itertuples()))
-            verdicts.append(_at_scale(dataset, v).labelled(DATASET_NAMES[dataset]))
+            verdicts.append(_at_scale(dataset, v, _table2_note(records, dataset)).labelled(DATASET_NAMES[dataset]))
         return claims.all_of(verdicts)
     return claims.Claim(PAPER, "Table V" + (f" ({label})" if label else ""),
                         f"EASTER communicates less than {other} to convergence", check,
@@ -1009,7 +1050,8 @@ def _table6_rise(records: claims.Records) -> claims.Verdict:
     return claims.all_of(_at_scale(d, claims.ordering(
         claims.paired(t[t["dataset"] == DATASET_NAMES[d]], by="end", a="many", b="few", value="value",
                       cell=["dataset"], chance=CHANCE_PCT[d]),
-        a=f"EASTER at C={many}", b=f"at C={few}", expected={DATASET_NAMES[d]})).labelled(DATASET_NAMES[d])
+        a=f"EASTER at C={many}", b=f"at C={few}", expected={DATASET_NAMES[d]}), _table2_note(records, d)
+    ).labelled(DATASET_NAMES[d])
         for d in datasets)
 
 
@@ -1023,7 +1065,8 @@ def _table6_beats(records: claims.Records) -> claims.Verdict:
         claims.paired(t[t["dataset"] == DATASET_NAMES[d]], by="method", a="EASTER", b=m, value="value",
                       cell=["dataset", "C"], chance=CHANCE_PCT[d]), a="EASTER", b=m,
         expected=_cells([c for c in groups["table6"] if c.dataset == d], "EASTER", m,
-                        lambda c: {f"{DATASET_NAMES[c.dataset]}/{c.n_parties}"}))).labelled(DATASET_NAMES[d])
+                        lambda c: {f"{DATASET_NAMES[c.dataset]}/{c.n_parties}"})), _table2_note(records, d)
+    ).labelled(DATASET_NAMES[d])
         for m in ("PyVertical", "C_VFL", "Agg_VFL") for d in datasets)
 
 
@@ -1194,4 +1237,7 @@ STUDY = register(Study(
     # VFedMH's run order: the same costs (C-VFL's Q = 10 last)
     claims=CLAIMS, variant_claims=VARIANT_CLAIMS, needs_gpu=needs_gpu, run_priority=run_priority,
     beyond=beyond,
+    uncounted_tables={"table7_parallel.csv": "parallel links, our pricing (the shared uplink is the model "
+                                             "comparable with the paper's devices)"},
+    uncounted_datasets={DATASET_NAMES[d]: f"{here}, {paper}" for d, (here, paper) in STAND_INS.items()},
 ))
