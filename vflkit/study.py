@@ -123,12 +123,13 @@ def study_tasks(paper: str, profile: str, *, seeds: Any = None, overrides: dict[
     return list(tasks.values())
 
 
-def execute(notebook: Path, *, profile: str, device: str) -> Path:
-    """Run one notebook with papermill; returns the executed copy's path."""
+def execute(notebook: Path, *, profile: str, device: str, out: Path | None = None) -> Path:
+    """Run one notebook with papermill; returns the executed copy's path (``out``, default
+    ``notebooks/_executed/<profile>/<name>``, which git ignores)."""
     import papermill
 
     root = project_root()
-    out = root / "notebooks" / "_executed" / profile / notebook.name
+    out = out if out is not None else root / "notebooks" / "_executed" / profile / notebook.name
     out.parent.mkdir(parents=True, exist_ok=True)
     papermill.execute_notebook(
         str(notebook), str(out), parameters={"profile": profile, "device": device},
@@ -192,7 +193,10 @@ def notebook_defaults(path: Path) -> dict[str, Any]:
 def normalize_notebook(path: Path) -> None:
     """Rewrite ``path`` in the form JupyterLab saves it, so that opening a committed notebook
     does not mark it modified and saving it unchanged gives no diff, without papermill's
-    injected-parameters cell (an edit of the parameters cell then takes effect).
+    injected-parameters cell (an edit of the parameters cell then takes effect). The result
+    depends only on what the cells printed, never on when the kernel flushed it: consecutive
+    outputs of one stream are merged into one, so a rerun of an unchanged notebook writes the
+    same bytes and ``make study`` leaves the committed notebooks as git has them.
 
     On opening, JupyterLab sets the kernelspec and ``language_info`` to what the running kernel
     reports; on saving it writes through :func:`nbformat.write`. Papermill's run metadata
@@ -230,6 +234,7 @@ def normalize_notebook(path: Path) -> None:
             # warnings of the executing machine (file paths, its commit) are not the notebook's
             # content, and nbval ignores the cells that print them (the run cells)
             cell.outputs = [o for o in cell.outputs if not (o.get("output_type") == "stream" and o.get("name") == "stderr")]
+            cell.outputs = _merge_streams(cell.outputs)
         for out in cell.get("outputs", []):
             data = out.get("data", {})
             data.pop("application/vnd.jupyter.widget-view+json", None)
@@ -237,6 +242,23 @@ def normalize_notebook(path: Path) -> None:
         if cell.get("outputs"):
             cell.outputs = [o for o in cell.outputs if not (o.get("output_type") == "display_data" and not o.get("data"))]
     nbformat.write(nb, path)
+
+
+def _merge_streams(outputs: list[Any]) -> list[Any]:
+    """``outputs`` with each run of consecutive outputs of one stream (stdout) as one output.
+
+    The kernel sends a stream's text in as many messages as it happened to flush (two prints
+    a moment apart can be one output or two): JupyterLab shows both alike, but the saved JSON
+    differs, which left a committed notebook modified after an unchanged rerun."""
+    merged: list[Any] = []
+    for out in outputs:
+        last = merged[-1] if merged else None
+        if (out.get("output_type") == "stream" and last is not None and last.get("output_type") == "stream"
+                and last.get("name") == out.get("name")):
+            last["text"] = last["text"] + out["text"]
+        else:
+            merged.append(out)
+    return merged
 
 
 def select_tasks(papers: Sequence[str], profile: str, device: str, *, datasets: Sequence[str] | None = None,
