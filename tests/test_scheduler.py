@@ -813,3 +813,33 @@ def test_a_remote_scheduler_gets_its_dashboard_link_and_named_tasks(tmp_path, mo
     assert sorted(Path(str(log) + ".keys").read_text().split()) == ["vfedmh_c_vfl_mnist_0-run0",
                                                                     "vfedmh_c_vfl_mnist_1-run1"]
     assert scheduler.dask_key(dataclasses.replace(tasks[0], label="")) == "run-run0"
+
+
+def test_status_is_a_plan_totals_first_by_paper_impossible_in_one_line(capsys):
+    """--status --profile paper: the totals on the first line, one line per paper, the runs that
+    cannot be made here (MIMIC-III's 560) as one line with why, not one row each."""
+    from vflkit import study
+
+    assert study.main(["--status", "--profile", "paper", "--device", "cpu"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert re.match(r"\[study\] paper profile: \d+ runs without a record: .*left for a GPU .*impossible here$", lines[0])
+    assert lines[1] == "[study] by paper:"
+    assert len(lines) < 20, f"{len(lines)} lines"
+    impossible = [line for line in lines if "MIMIC-III" in line]
+    assert len(impossible) == 1 and re.match(r"  apc_vfl: \d+ runs on MIMIC-III: \S", impossible[0]), impossible
+    assert "every run, one row each: --status --all" in lines[-2] + lines[-1]
+
+
+def test_status_all_lists_every_run(tmp_path, monkeypatch, capsys):
+    """--status --all keeps the full table: one row per run without a record."""
+    from vflkit import records, study
+
+    monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path))
+    monkeypatch.setattr(records, "record_roots", lambda: [tmp_path])
+    assert study.main(["--status", "--profile", "smoke", "--device", "cpu", "notebooks/demo.ipynb"]) == 0
+    short = capsys.readouterr().out
+    assert study.main(["--status", "--all", "--profile", "smoke", "--device", "cpu", "notebooks/demo.ipynb"]) == 0
+    full = capsys.readouterr().out
+    keys = [t.key for t in study.study_tasks("demo", "smoke", results=tmp_path)]
+    assert keys and all(k in full for k in keys) and not any(k in short for k in keys)
+    assert short.splitlines()[0] == full.splitlines()[0]
