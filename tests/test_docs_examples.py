@@ -84,6 +84,6 @@ def test_the_matcher_checks_lines_and_lets_numbers_differ():
     assert not shown_matches(["key 2ce3d2d4f4212f9b"], ["key 2ce3d2d4f4212f9c"])
 
 
-@pytest.mark.parametrize("page", ["command-line.md"])
+@pytest.mark.parametrize("page", ["command-line.md", "own-data.md"])
 def test_a_docs_page_runs_verbatim(page, tmp_path):
     run_page(page, tmp_path)
