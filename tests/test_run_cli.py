@@ -92,6 +92,10 @@ def _cli(*words: str) -> subprocess.CompletedProcess:
      "missing one_shot field(s) kind, n_aligned, n_active_features, seed"),
     (["family=tiles", "dataset=cifar10"], "missing tiles field(s) variant"),
     (["family=multi_owner", "rounds=2", "round=3"], "unknown multi_owner fields ['round']"),
+    (["method=splitnn", "dataset=mnist", "models=mlp", "epochs=two"], "epochs must be an integer, got 'two' (str)"),
+    (["method=splitnn", "dataset=mnist", "models=mlp", "lr_gamma=fast"], "lr_gamma must be a number, got 'fast'"),
+    (["method=splitnn", "dataset=mnist", "models=mlp", "options=5"], "options must be a mapping"),
+    (["family=multi_owner", "disjoint=3"], "disjoint must be true or false, got 3"),
 ])
 def test_a_missing_or_wrong_field_is_one_line_before_torch(words, message):
     """Unknown and missing fields and an unknown method are reported before torch loads (seconds)."""

@@ -119,6 +119,7 @@ class Field(NamedTuple):
 
     name: str
     default: Any  # the default's source text, or _REQUIRED
+    annotation: str = ""  # its type as written in the source, e.g. "int | None"
 
 
 def _module_file(module: str) -> Path:
@@ -197,7 +198,7 @@ def _class_fields(spec: str) -> tuple[Field, ...]:
         if "ClassVar" in ast.unparse(node.annotation):
             continue
         default = _REQUIRED if node.value is None else _default_text(module, node.value)
-        out.append(Field(node.target.id, default))
+        out.append(Field(node.target.id, default, ast.unparse(node.annotation)))
     return tuple(out)
 
 
@@ -211,13 +212,26 @@ def fields_of(family: str) -> tuple[Field, ...]:
         nested, spec = _SPREAD[family]
         out = [f for f in out if f.name != nested] + list(_class_fields(spec))
     if family == "split":  # the CLI's default paper tag
-        out = [Field(f.name, repr(SPLIT_DEFAULTS[f.name])) if f.name in SPLIT_DEFAULTS else f for f in out]
+        out = [f._replace(default=repr(SPLIT_DEFAULTS[f.name])) if f.name in SPLIT_DEFAULTS else f for f in out]
     return tuple(out)
 
 
+#: The plain annotations whose values are checked before torch: what a value of each must be.
+_SHAPES: dict[str, tuple[str, Any]] = {
+    "int": ("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
+    "int | None": ("an integer or None", lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool))),
+    "float": ("a number", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)),
+    "bool": ("true or false", lambda v: isinstance(v, bool)),
+    "str": ("a name", lambda v: isinstance(v, str)),
+    "dict[str, Any]": ("a mapping (options.<name>=value on the command line)", lambda v: isinstance(v, dict)),
+}
+
+
 def check_fields(family: str, fields: dict[str, Any]) -> None:
-    """One-line ConfigErrors for unknown and missing fields and a method no family knows,
-    before the run class (and torch) is imported."""
+    """One-line ConfigErrors for unknown and missing fields, a value of the wrong type (for the
+    fields of a plain type: int, float, bool, a name, options) and a method no family knows,
+    before the run class (and torch) is imported; the run class checks the rest (ranges,
+    names of models and datasets) when it is built."""
     known = fields_of(family)
     names = [f.name for f in known]
     unknown = sorted(set(fields) - set(names) - ({"paper"} if family == "multi_owner" else set()))
@@ -228,6 +242,10 @@ def check_fields(family: str, fields: dict[str, Any]) -> None:
     if missing:
         raise ConfigError(f"missing {family} field(s) {', '.join(missing)}; give them as key=value "
                           "(python -m vflkit.run --list shows every field)")
+    for f in known:  # a value of the wrong type: its field, what it must be and what was given
+        shape = _SHAPES.get(f.annotation)
+        if f.name in fields and shape is not None and not shape[1](fields[f.name]):
+            raise ConfigError(f"{f.name} must be {shape[0]}, got {fields[f.name]!r} ({type(fields[f.name]).__name__})")
     if family == "split" and isinstance(fields.get("method"), str):
         methods = _names_of(*_METHODS)
         if fields["method"].strip().lower() not in methods:
