@@ -36,7 +36,10 @@ study are tasks of this one kind, so one scheduler serves every paper.
   :data:`SAFETY`'s margin (the launcher's rule), and a run without an estimate is not packed.
 - **Scale-out** on dask.distributed: ``executor="dask"`` starts a ``LocalCluster``; any other
   ``"tcp://host:port"`` address connects to a running scheduler (e.g. one dask-jobqueue started
-  on SLURM or PBS). Records go to one shared results folder that every worker can write.
+  on SLURM or PBS). Records go to one shared results folder that every worker can write. Either
+  way the scheduler's dashboard link is printed, each dask task is named after its run
+  (:func:`dask_key`), and a finished study closes its cluster without distributed's expected
+  shutdown warnings (:func:`close_dask`).
 """
 
 from __future__ import annotations
