@@ -158,7 +158,9 @@ _CACHE_VERSION = 1
 
 @dataclass(repr=False, eq=False)
 class ImageData:
-    """A whole image dataset as ``uint8`` tensors ``[N, C, H, W]`` with ``int64`` labels.
+    """A whole image dataset as ``uint8`` tensors ``[N, C, H, W]`` with ``int64`` labels (float
+    tensors in [0, 1], torchvision's ``ToTensor()`` output, are taken as the uint8 pixels they
+    came from: :func:`as_uint8_images`).
 
     ``mean``/``std`` are per-channel training-set statistics of pixels in [0, 1], used by
     :meth:`normalize`; left out (None), they are computed from ``x_train``, as a torchvision
