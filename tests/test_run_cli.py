@@ -96,6 +96,7 @@ def _cli(*words: str) -> subprocess.CompletedProcess:
     (["method=splitnn", "dataset=mnist", "models=mlp", "lr_gamma=fast"], "lr_gamma must be a number, got 'fast'"),
     (["method=splitnn", "dataset=mnist", "models=mlp", "options=5"], "options must be a mapping"),
     (["family=multi_owner", "disjoint=3"], "disjoint must be true or false, got 3"),
+    (["family=split,tiles", "method=splitnn"], "Invalid family ['split', 'tiles']; choose one of split"),
 ])
 def test_a_missing_or_wrong_field_is_one_line_before_torch(words, message):
     """Unknown and missing fields and an unknown method are reported before torch loads (seconds)."""

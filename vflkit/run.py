@@ -205,7 +205,7 @@ def _class_fields(spec: str) -> tuple[Field, ...]:
 def fields_of(family: str) -> tuple[Field, ...]:
     """The fields a ``family=...`` run takes on the command line, with their defaults (read
     from the run classes' source: no torch). An unknown family is a ConfigError."""
-    if family not in FAMILIES:
+    if not isinstance(family, str) or family not in FAMILIES:  # a list from a file is not hashable
         raise ConfigError(f"Invalid family {family!r}; choose one of {', '.join(FAMILIES)}")
     out = list(_class_fields(FAMILIES[family].run_class))
     if family in _SPREAD:
