@@ -75,6 +75,9 @@ def test_options_of_the_wrong_shape_in_a_file_is_a_one_line_error(tmp_path, caps
     assert cli.main(["--config", str(conf), "options.local_iterations=2", "dataset=mnist", "models=mlp"]) == 2
     err = capsys.readouterr().err
     assert "options must be a mapping" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    conf.write_text('{"method": "c_vfl", "options": {"bits": 8}}')
+    assert cli.main(["--config", str(conf), "options=5", "dataset=mnist", "models=mlp"]) == 2
+    assert "options must be a mapping" in capsys.readouterr().err
 
 
 def _cli(*words: str) -> subprocess.CompletedProcess:

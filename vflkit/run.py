@@ -328,6 +328,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         fields = read_config_file(args.config) if args.config else {}
         given = parse_pairs(args.fields)
+        if "options" in given and not isinstance(given["options"], dict):
+            raise ConfigError(f"options must be a mapping: give options.<name>=value, got options={given['options']!r}")
         if "options" in given and "options" in fields:
             given["options"] = {**fields["options"], **given["options"]}
         fields.update(given)
