@@ -69,5 +69,8 @@ bench: $(STAMP)
 	$(BIN)/python -m vflkit.bench --device $(DEVICE)
 
 ## Open the notebooks in JupyterLab, in the project's environment (its kernel is "Python 3 (ipykernel)").
+## Autosave is off (jupyter/labconfig/default_setting_overrides.json, found through JUPYTER_CONFIG_PATH,
+## which adds to your own Jupyter config and replaces none of it): running a committed notebook never
+## rewrites it behind your back; File > Save (or Save As into an ignored folder) is yours to choose.
 lab: $(STAMP)
-	$(BIN)/jupyter lab --ServerApp.root_dir=.
+	JUPYTER_CONFIG_PATH=$(CURDIR)/jupyter$(if $(JUPYTER_CONFIG_PATH),:$(JUPYTER_CONFIG_PATH)) $(BIN)/jupyter lab --ServerApp.root_dir=.

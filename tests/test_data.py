@@ -747,3 +747,40 @@ def test_your_own_images_from_scikit_learn_or_torchvision_train_with_computed_st
     finally:
         unregister_dataset("digits_mine")
     assert rec["final"]["active"]["test_accuracy"] > 0.5  # learns well above chance (0.1)
+
+
+def test_totensor_float_images_are_the_uint8_images_they_came_from():
+    """torchvision's ToTensor() output (floats in [0, 1]) is accepted, as the same pixels."""
+    from torch.utils.data import TensorDataset
+
+    g = torch.Generator().manual_seed(0)
+    pixels = torch.randint(0, 256, (20, 1, 8, 8), dtype=torch.uint8, generator=g)
+    labels = torch.arange(20) % 4
+    as_uint8 = ImageData.from_torchvision("t_u8", list(zip(pixels, labels)), list(zip(pixels, labels)))
+    floats = TensorDataset(pixels.float() / 255, labels)  # what ToTensor() gives
+    as_float = ImageData.from_torchvision("t_f", floats, floats)
+    assert torch.equal(as_float.x_train, as_uint8.x_train) and as_float.mean == as_uint8.mean
+    direct = ImageData("t_d", pixels.float() / 255, labels, pixels.float() / 255, labels, ("a", "b", "c", "d"))
+    assert direct.x_test.dtype == torch.uint8 and torch.equal(direct.x_test, pixels)
+    normalized = TensorDataset((pixels.float() / 255 - 0.5) / 0.25, labels)  # ToTensor then Normalize
+    with pytest.raises(ConfigError, match=r"outside \[0, 1\].*without Normalize"):
+        ImageData.from_torchvision("t_n", normalized, normalized)
+
+
+def test_a_tables_n_train_beyond_its_rows_is_an_error_not_stored():
+    """A study's n_train=4000 on a 178-row table: an error, never all rows trained under n_train 4000."""
+    from sklearn.datasets import load_wine
+
+    from vflkit.comm import Channel
+    from vflkit.methods import RunConfig
+    from vflkit.tabular import build_tabular_parties
+
+    wine = load_wine(as_frame=True)
+    table = TabularData("t_wine", wine.data, wine.target, "multiclass")
+    config = RunConfig(paper="demo", dataset="t_wine", method="splitnn", models="mlp", n_train=4000)
+    with pytest.raises(ConfigError, match=r"t_wine: n_train=4000 rows asked for, but the table's train split has 14\d"):
+        build_tabular_parties(config, device="cpu", channel=Channel(), data=table)
+    with pytest.raises(ConfigError, match="partition='grid' cuts images"):
+        build_tabular_parties(config.replace(n_train=None, partition="grid"), device="cpu", channel=Channel(), data=table)
+    parties, k = build_tabular_parties(config.replace(n_train=100), device="cpu", channel=Channel(), data=table)
+    assert k == 3 and len(parties[0]._features["train"]) == 100

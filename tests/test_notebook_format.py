@@ -112,3 +112,71 @@ def test_every_notebook_calls_its_study_one_way(path):
     calls = re.findall(r"records = (\w+)\.run\(profile, device=device, seeds=seeds, overrides=overrides\)", code)
     assert len(calls) == 1, f"{path.name}: expected one `records = <study>.run(profile, device=device, seeds=seeds, overrides=overrides)`"
     assert ".results(" not in code, f"{path.name} calls a study's results(); use run() and pending()"
+
+
+def test_normalize_merges_a_stream_split_by_flushing(tmp_path):
+    """Two prints flushed apart are two stdout outputs; the saved notebook has one (no diff after a rerun)."""
+    stream = nbformat.v4.new_output
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("show()", execution_count=1, outputs=[
+        stream("stream", name="stdout", text="saved fig4.png\n"),
+        stream("stream", name="stderr", text="a warning\n"),
+        stream("stream", name="stdout", text="saved fig5.png\n"),
+        stream("display_data", data={"text/plain": "<Figure>"}),
+        stream("stream", name="stdout", text="done\n"),
+    ])])
+    path = tmp_path / "x.ipynb"
+    nbformat.write(nb, path)
+    normalize_notebook(path)
+    outs = nbformat.read(path, as_version=4).cells[0].outputs
+    assert [(o.output_type, o.get("text")) for o in outs] == [
+        ("stream", "saved fig4.png\nsaved fig5.png\n"), ("display_data", None), ("stream", "done\n")]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_committed_notebook_has_no_stream_split_by_flushing(path):
+    """A committed notebook is normalised: a rerun that flushes differently cannot change it."""
+    nb = nbformat.read(path, as_version=4)
+    split = [i for i, c in enumerate(nb.cells) for a, b in zip(c.get("outputs", []), c.get("outputs", [])[1:])
+             if a.get("output_type") == b.get("output_type") == "stream" and a.get("name") == b.get("name")]
+    assert not split, f"{path.name}: cells {split} hold consecutive outputs of one stream"
+
+
+def test_make_lab_turns_jupyterlab_autosave_off():
+    """`make lab` serves the committed notebooks with autosave off (JupyterLab 4 autosaves every
+    120 s, which rewrote a committed, nbval-checked notebook after one Run All): a server started
+    as the Makefile starts it reports autosave's default as false. Saving stays the user's act."""
+    import os
+    import re
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    recipe = re.search(r"^lab:.*\n\t(.*)$", (ROOT / "Makefile").read_text(), re.M).group(1)
+    assert "JUPYTER_CONFIG_PATH=$(CURDIR)/jupyter" in recipe, recipe
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "JUPYTER_CONFIG_PATH": str(ROOT / "jupyter")}
+    cmd = [sys.executable, "-m", "jupyterlab", "--ServerApp.root_dir=.", "--no-browser", f"--port={port}",
+           "--ServerApp.ip=127.0.0.1", "--IdentityProvider.token=t"] + (["--allow-root"] if os.geteuid() == 0 else [])
+    server = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}/lab/api/settings/@jupyterlab/docmanager-extension:plugin"
+        request = urllib.request.Request(url, headers={"Authorization": "token t"})
+        for _ in range(240):
+            try:
+                with urllib.request.urlopen(request, timeout=5) as response:
+                    settings = json.load(response)
+                break
+            except OSError:
+                assert server.poll() is None, "jupyter lab exited"
+                time.sleep(0.5)
+        else:
+            raise AssertionError("jupyter lab did not answer in 120 s")
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert settings["schema"]["properties"]["autosave"]["default"] is False
+    assert settings["settings"].get("autosave", False) is False

@@ -156,3 +156,18 @@ def test_every_registered_study_with_a_notebook_has_its_smoke_check():
     names = {name for name in studies.REGISTRY if (project_root() / "notebooks" / f"{name}.ipynb").exists()}
     assert names, "no registered study has a notebook"
     assert names <= set(SMOKE_METRICS), f"registered notebooks without smoke metrics: {sorted(names - set(SMOKE_METRICS))}"
+
+
+def test_executing_a_notebook_twice_writes_the_same_bytes(tmp_path, monkeypatch):
+    """`make study`'s path (execute, then normalise) gives the same file on a rerun: the demo's
+    quick profile loads its committed records, so nothing but flushing and timing could differ."""
+    from vflkit.study import execute, normalize_notebook
+
+    monkeypatch.setenv("VFLKIT_FIGURES", str(tmp_path / "figures"))
+    demo = project_root() / "notebooks" / "demo.ipynb"
+    written = []
+    for i in range(2):
+        out = execute(demo, profile="quick", device="cpu", out=tmp_path / f"run{i}" / "demo.ipynb")
+        normalize_notebook(out)
+        written.append(out.read_bytes())
+    assert written[0] == written[1]

@@ -775,3 +775,89 @@ def test_status_says_a_checkpoint_is_unreadable(tmp_path):
     torch.save({"epoch": 2, "key": tasks[0].key}, checkpoint_path(tasks[0].path))
     checkpoint_path(tasks[1].path).write_bytes(b"not a checkpoint at all")
     assert scheduler.status_table(tasks).status.tolist() == ["checkpointed", "checkpoint unreadable", "pending"]
+
+
+def torchvision_run(payload, *, device, deadline):
+    """:func:`toy_run` in a worker that has imported torchvision, as every real run's worker has
+    (such a worker process outlives the nanny's 4 s grace at shutdown), noting its dask key."""
+    import torch
+    import torchvision  # noqa: F401
+    from distributed import get_worker
+
+    torch.tanh(torch.randn(256, 256) @ torch.randn(256, 256))  # torch's thread pools started, as in training
+
+    with open(payload["log"] + ".keys", "a") as f:
+        f.write(get_worker().get_current_task() + "\n")
+    toy_run(payload, device=device, deadline=deadline)
+
+
+def test_a_finished_dask_study_closes_quietly_and_names_its_tasks(tmp_path):
+    """After a successful study on a LocalCluster: no "killing" warnings, no tracebacks on
+    stderr; the dashboard link is printed, and each dask task is named after its run."""
+    script = tmp_path / "go.py"
+    script.write_text(
+        "import sys, dataclasses; sys.path.insert(0, %r)\n"
+        "from pathlib import Path\n"
+        "import test_scheduler as ts\n"
+        "from vflkit.scheduler import schedule\n"
+        "if __name__ == '__main__':\n"
+        "    tasks, _ = ts._tasks(Path(%r), n=2, epochs=1, epoch_s=0.01)\n"
+        "    tasks = [dataclasses.replace(t, fn=ts.torchvision_run, label=f'demo: splitnn mnist {i}') for i, t in enumerate(tasks)]\n"
+        "    s = schedule(tasks, workers=2, executor='dask', progress=False, poll_s=0.2)\n"
+        "    print(s)\n"
+        % (str(HERE), str(tmp_path)))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0 and "2 recorded (2 computed now)" in done.stdout, done.stderr
+    assert re.search(r"dask dashboard: http://\S+:\d+/status", done.stdout)
+    for noise in ("killing", "Traceback", "CommClosedError", "WARNING", "ERROR"):
+        assert noise not in done.stderr, done.stderr
+    assert sorted((tmp_path / "log.txt.keys").read_text().split()) == ["demo_splitnn_mnist_0-run0",
+                                                                       "demo_splitnn_mnist_1-run1"]
+
+
+def test_a_remote_scheduler_gets_its_dashboard_link_and_named_tasks(tmp_path, monkeypatch, capsys):
+    """--executor tcp://host:port prints that scheduler's dashboard, as a LocalCluster's does."""
+    from dask.distributed import LocalCluster
+
+    tasks, log = _tasks(tmp_path, n=2, epochs=1, epoch_s=0.01)
+    tasks = [dataclasses.replace(t, fn=torchvision_run, label=f"vfedmh: c_vfl mnist {i}") for i, t in enumerate(tasks)]
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster:
+        port = cluster.scheduler.services["dashboard"].port
+        s = schedule(tasks, workers=1, executor=cluster.scheduler_address, progress=False, poll_s=0.2)
+    assert sorted(s.computed) == ["run0", "run1"]
+    assert f":{port}/status" in capsys.readouterr().out
+    assert sorted(Path(str(log) + ".keys").read_text().split()) == ["vfedmh_c_vfl_mnist_0-run0",
+                                                                    "vfedmh_c_vfl_mnist_1-run1"]
+    assert scheduler.dask_key(dataclasses.replace(tasks[0], label="")) == "run-run0"
+
+
+def test_status_is_a_plan_totals_first_by_paper_impossible_in_one_line(capsys):
+    """--status --profile paper: the totals on the first line, one line per paper, the runs that
+    cannot be made here (MIMIC-III's 560) as one line with why, not one row each."""
+    from vflkit import study
+
+    assert study.main(["--status", "--profile", "paper", "--device", "cpu"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert re.match(r"\[study\] paper profile: \d+ runs without a record: .*left for a GPU .*impossible here$", lines[0])
+    assert lines[1] == "[study] by paper:"
+    assert len(lines) < 20, f"{len(lines)} lines"
+    impossible = [line for line in lines if "MIMIC-III" in line]
+    assert len(impossible) == 1 and re.match(r"  apc_vfl: \d+ runs on MIMIC-III: \S", impossible[0]), impossible
+    assert "every run, one row each: --status --all" in lines[-2] + lines[-1]
+
+
+def test_status_all_lists_every_run(tmp_path, monkeypatch, capsys):
+    """--status --all keeps the full table: one row per run without a record."""
+    from vflkit import records, study
+
+    monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path))
+    monkeypatch.setattr(records, "record_roots", lambda: [tmp_path])
+    assert study.main(["--status", "--profile", "smoke", "--device", "cpu", "notebooks/demo.ipynb"]) == 0
+    short = capsys.readouterr().out
+    assert study.main(["--status", "--all", "--profile", "smoke", "--device", "cpu", "notebooks/demo.ipynb"]) == 0
+    full = capsys.readouterr().out
+    keys = [t.key for t in study.study_tasks("demo", "smoke", results=tmp_path)]
+    assert keys and all(k in full for k in keys) and not any(k in short for k in keys)
+    assert short.splitlines()[0] == full.splitlines()[0]
+

@@ -158,7 +158,9 @@ _CACHE_VERSION = 1
 
 @dataclass(repr=False, eq=False)
 class ImageData:
-    """A whole image dataset as ``uint8`` tensors ``[N, C, H, W]`` with ``int64`` labels.
+    """A whole image dataset as ``uint8`` tensors ``[N, C, H, W]`` with ``int64`` labels (float
+    tensors in [0, 1], torchvision's ``ToTensor()`` output, are taken as the uint8 pixels they
+    came from: :func:`as_uint8_images`).
 
     ``mean``/``std`` are per-channel training-set statistics of pixels in [0, 1], used by
     :meth:`normalize`; left out (None), they are computed from ``x_train``, as a torchvision
@@ -180,6 +182,10 @@ class ImageData:
         # wrong or fails late: a label >= K fails inside torch, -100 is cross-entropy's
         # ignore_index (silently dropped), std 0 or a NaN mean reads as "training diverged".
         self.classes = tuple(self.classes)
+        for split in ("train", "test"):  # torchvision's ToTensor floats in [0, 1], as the uint8 they came from
+            x = getattr(self, f"x_{split}")
+            if isinstance(x, torch.Tensor) and x.is_floating_point():
+                setattr(self, f"x_{split}", as_uint8_images(x, f"{self.name}: x_{split}"))
         k = len(self.classes)
         if k < 1:
             raise ConfigError(f"{self.name}: classes is empty; name one class per label 0..K-1")
@@ -216,7 +222,8 @@ class ImageData:
     @classmethod
     def from_torchvision(cls, name: str, train: Any, test: Any, classes: Sequence[str] | None = None) -> ImageData:
         """An ImageData from two torchvision datasets (or sequences of ``(image, label)``): each
-        image a PIL image, a ``uint8`` array ``[H, W(, C)]`` or a ``uint8`` tensor ``[C, H, W]``;
+        image a PIL image, a ``uint8`` array ``[H, W(, C)]``, a ``uint8`` tensor ``[C, H, W]`` or
+        a float tensor in [0, 1] (``ToTensor()``'s output, kept as the uint8 pixels it came from);
         the classes from ``classes``, else the dataset's ``classes``, else the labels seen."""
         from torchvision.transforms.functional import pil_to_tensor
 
@@ -229,9 +236,11 @@ class ImageData:
                     x = torch.from_numpy(image if image.ndim == 3 else image[..., None]).permute(2, 0, 1)
                 else:
                     x = pil_to_tensor(image)
+                if x.is_floating_point():  # ToTensor's output: [0, 1] floats
+                    x = as_uint8_images(x, f"{name}: an image")
                 if x.dtype != torch.uint8:
-                    raise ConfigError(f"{name}: images must be uint8 (PIL images or uint8 arrays), got {x.dtype}; "
-                                      "drop ToTensor/Normalize transforms: vflkit normalises itself")
+                    raise ConfigError(f"{name}: images must be uint8 or floats in [0, 1] (PIL images, arrays or "
+                                      f"ToTensor's tensors), got {x.dtype}")
                 xs.append(x)
                 ys.append(int(label))
             if not xs:
@@ -361,6 +370,20 @@ class TabularData:
             raise ConfigError(f"{self.name}: n={n} rows asked for, but there are {total}; choose 1..{total}")
         idx = torch.randperm(total, generator=torch.Generator().manual_seed(seed))[:n].sort().values.numpy()
         return TabularData(self.name, self.features.iloc[idx], self.target.iloc[idx], self.task, self.categorical)
+
+
+def as_uint8_images(x: Any, what: str) -> torch.Tensor:
+    """Float images in [0, 1] (torchvision's ``ToTensor()`` output) as the uint8 pixels they
+    were made from (``round(255 x)``: exact for ToTensor's ``p / 255``). Values outside [0, 1]
+    are a ConfigError: ``Normalize``'s output cannot be turned back without its statistics, and
+    vflkit normalises by the training set's own (:meth:`ImageData.normalize`)."""
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+        raise ConfigError(f"{what} must be a float tensor in [0, 1] here, got {getattr(x, 'dtype', type(x).__name__)}")
+    if x.numel() and not (bool(torch.isfinite(x).all()) and float(x.min()) >= 0 and float(x.max()) <= 1):
+        raise ConfigError(f"{what} holds floats outside [0, 1] (min {float(x.nan_to_num().min()):.3g}, max "
+                          f"{float(x.nan_to_num().max()):.3g}); give ToTensor's [0, 1] output or uint8 pixels, "
+                          "without Normalize: vflkit normalises by the training images' own mean and std")
+    return (x * 255).round().to(torch.uint8)
 
 
 def _pick(x: torch.Tensor, y: torch.Tensor, n: int | None, seed: int, what: str) -> tuple[torch.Tensor, torch.Tensor]:

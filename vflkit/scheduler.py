@@ -36,7 +36,10 @@ study are tasks of this one kind, so one scheduler serves every paper.
   :data:`SAFETY`'s margin (the launcher's rule), and a run without an estimate is not packed.
 - **Scale-out** on dask.distributed: ``executor="dask"`` starts a ``LocalCluster``; any other
   ``"tcp://host:port"`` address connects to a running scheduler (e.g. one dask-jobqueue started
-  on SLURM or PBS). Records go to one shared results folder that every worker can write.
+  on SLURM or PBS). Records go to one shared results folder that every worker can write. Either
+  way the scheduler's dashboard link is printed, each dask task is named after its run
+  (:func:`dask_key`), and a finished study closes its cluster without distributed's expected
+  shutdown warnings (:func:`close_dask`).
 """
 
 from __future__ import annotations
@@ -570,13 +573,77 @@ def _dask_client(executor: str, workers: int, threads: int):
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                                dashboard_address=":0", env=worker_env(threads))
         client = Client(cluster)
-        print(f"[scheduler] dask dashboard: {client.dashboard_link}", flush=True)
-        return client, cluster
+    else:
+        cluster = None
+        try:
+            client = Client(executor, timeout=30)
+        except (OSError, TimeoutError) as exc:  # a wrong address: say which and what to check
+            raise ConfigError(f"could not reach a dask scheduler at {executor!r} ({exc}); check the address "
+                              "(tcp://host:port of a running `dask scheduler`), or use --executor local") from None
+    print(f"[scheduler] dask dashboard: {dashboard_link(client)}", flush=True)
+    return client, cluster
+
+
+def dashboard_link(client: Any) -> str:
+    """The dashboard of ``client``'s scheduler, a LocalCluster's or a remote ``tcp://`` one's:
+    dask's own link (the scheduler's host and the port its dashboard serves), or a sentence
+    saying there is none (a scheduler started without bokeh, or with ``--no-dashboard``)."""
     try:
-        return Client(executor, timeout=30), None
-    except (OSError, TimeoutError) as exc:  # a wrong address: say which and what to check
-        raise ConfigError(f"could not reach a dask scheduler at {executor!r} ({exc}); check the address "
-                          "(tcp://host:port of a running `dask scheduler`), or use --executor local") from None
+        services = client.scheduler_info().get("services", {})
+    except Exception:  # noqa: BLE001 - an answer about a link must not end a study
+        services = {}
+    if "dashboard" not in services:
+        return "none (the scheduler serves no dashboard: start it with bokeh installed)"
+    return client.dashboard_link
+
+
+def dask_key(task: Task) -> str:
+    """The dask key of ``task``: its label as a name the dashboard groups by (dask's
+    ``key_split`` keeps the words before the hex digest), then the run's key, so the task
+    stream and the progress bars name the runs (``vfedmh_c_vfl_mnist_0-<key>``), not ``run``."""
+    import re
+
+    name = re.sub(r"[^A-Za-z0-9]+", "_", task.label or "run").strip("_").lower() or "run"
+    return f"{name[:80]}-{task.key}"
+
+
+#: distributed's loggers that report the expected end of a cluster as trouble: a worker process
+#: that takes longer than the nanny's 4 s to exit after importing torchvision ("still alive
+#: after 4.0 seconds, killing"), a worker's heartbeat racing the scheduler's close
+#: (CommClosedError). Quiet while a finished study closes its cluster, never while it runs.
+_SHUTDOWN_LOGGERS = ("distributed", "distributed.nanny", "distributed.core", "distributed.worker",
+                     "distributed.scheduler", "distributed.comm", "distributed.batched", "distributed.client",
+                     "distributed.deploy", "distributed.process")
+
+
+def _quiet_dask_logs() -> None:
+    """Silence :data:`_SHUTDOWN_LOGGERS` in this process (run in each worker before it closes)."""
+    import logging
+
+    for name in _SHUTDOWN_LOGGERS:
+        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+
+
+def close_dask(client: Any, cluster: Any) -> None:
+    """Close a study's dask client, then its LocalCluster (workers before the scheduler), with
+    the expected shutdown messages silenced: a LocalCluster's workers are ours and go quiet
+    first; a remote cluster's workers are not ours, so only this process's client is quietened."""
+    import logging
+
+    saved = {name: logging.getLogger(name).level for name in _SHUTDOWN_LOGGERS}
+    try:
+        if cluster is not None:
+            try:
+                client.run(_quiet_dask_logs)
+            except Exception:  # noqa: BLE001 - a worker already gone needs no quieting
+                pass
+        _quiet_dask_logs()
+        client.close()
+        if cluster is not None:
+            cluster.close()
+    finally:
+        for name, level in saved.items():
+            logging.getLogger(name).setLevel(level)
 
 
 # --------------------------------------------------------------------------- the scheduler
@@ -689,7 +756,7 @@ def schedule(
                 submit = lambda t: pool.submit(run_task, t, device, deadline)  # noqa: E731
             else:
                 client, cluster = _dask_client(executor, workers, threads)
-                submit = lambda t: client.submit(run_task, t, device, deadline, threads, pure=False, key=f"run-{t.key}")  # noqa: E731
+                submit = lambda t: client.submit(run_task, t, device, deadline, threads, pure=False, key=dask_key(t))  # noqa: E731
             running: dict[Any, tuple[str, int]] = {}
             queue = list(todo)
 
@@ -763,9 +830,7 @@ def schedule(
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
         if client is not None:
-            client.close()
-        if cluster is not None:
-            cluster.close()
+            close_dask(client, cluster)
     summary.elapsed_s = time.time() - start
     return summary
 

@@ -123,12 +123,13 @@ def study_tasks(paper: str, profile: str, *, seeds: Any = None, overrides: dict[
     return list(tasks.values())
 
 
-def execute(notebook: Path, *, profile: str, device: str) -> Path:
-    """Run one notebook with papermill; returns the executed copy's path."""
+def execute(notebook: Path, *, profile: str, device: str, out: Path | None = None) -> Path:
+    """Run one notebook with papermill; returns the executed copy's path (``out``, default
+    ``notebooks/_executed/<profile>/<name>``, which git ignores)."""
     import papermill
 
     root = project_root()
-    out = root / "notebooks" / "_executed" / profile / notebook.name
+    out = out if out is not None else root / "notebooks" / "_executed" / profile / notebook.name
     out.parent.mkdir(parents=True, exist_ok=True)
     papermill.execute_notebook(
         str(notebook), str(out), parameters={"profile": profile, "device": device},
@@ -192,7 +193,10 @@ def notebook_defaults(path: Path) -> dict[str, Any]:
 def normalize_notebook(path: Path) -> None:
     """Rewrite ``path`` in the form JupyterLab saves it, so that opening a committed notebook
     does not mark it modified and saving it unchanged gives no diff, without papermill's
-    injected-parameters cell (an edit of the parameters cell then takes effect).
+    injected-parameters cell (an edit of the parameters cell then takes effect). The result
+    depends only on what the cells printed, never on when the kernel flushed it: consecutive
+    outputs of one stream are merged into one, so a rerun of an unchanged notebook writes the
+    same bytes and ``make study`` leaves the committed notebooks as git has them.
 
     On opening, JupyterLab sets the kernelspec and ``language_info`` to what the running kernel
     reports; on saving it writes through :func:`nbformat.write`. Papermill's run metadata
@@ -230,6 +234,7 @@ def normalize_notebook(path: Path) -> None:
             # warnings of the executing machine (file paths, its commit) are not the notebook's
             # content, and nbval ignores the cells that print them (the run cells)
             cell.outputs = [o for o in cell.outputs if not (o.get("output_type") == "stream" and o.get("name") == "stderr")]
+            cell.outputs = _merge_streams(cell.outputs)
         for out in cell.get("outputs", []):
             data = out.get("data", {})
             data.pop("application/vnd.jupyter.widget-view+json", None)
@@ -237,6 +242,23 @@ def normalize_notebook(path: Path) -> None:
         if cell.get("outputs"):
             cell.outputs = [o for o in cell.outputs if not (o.get("output_type") == "display_data" and not o.get("data"))]
     nbformat.write(nb, path)
+
+
+def _merge_streams(outputs: list[Any]) -> list[Any]:
+    """``outputs`` with each run of consecutive outputs of one stream (stdout) as one output.
+
+    The kernel sends a stream's text in as many messages as it happened to flush (two prints
+    a moment apart can be one output or two): JupyterLab shows both alike, but the saved JSON
+    differs, which left a committed notebook modified after an unchanged rerun."""
+    merged: list[Any] = []
+    for out in outputs:
+        last = merged[-1] if merged else None
+        if (out.get("output_type") == "stream" and last is not None and last.get("output_type") == "stream"
+                and last.get("name") == out.get("name")):
+            last["text"] = last["text"] + out["text"]
+        else:
+            merged.append(out)
+    return merged
 
 
 def select_tasks(papers: Sequence[str], profile: str, device: str, *, datasets: Sequence[str] | None = None,
@@ -291,6 +313,8 @@ def status(papers: Sequence[str], *, profile: str, device: str = "auto", dataset
     table.loc[table.key.isin(impossible) & (table.status != "recorded"), "status"] = IMPOSSIBLE
     # the label names method, dataset and seed; the party models and options tell runs apart
     table.insert(1, "setting", [_setting(t.payload["config"]) for t in here + gpu])
+    table["paper"] = [t.path.parent.name for t in here + gpu]  # a record's folder is its study's name
+    table["dataset"] = [t.payload["config"].get("dataset") for t in here + gpu]
     return table[table.status != "recorded"].reset_index(drop=True)
 
 
@@ -491,31 +515,70 @@ def only_datasets(tasks: Sequence[Task], datasets: Sequence[str]) -> list[Task]:
     return [t for t in tasks if t.payload["config"].get("dataset") in set(datasets)]
 
 
-def _print_status(papers: Sequence[str], **kwargs: Any) -> int:
-    """``--status``: the table of runs left, then what they add up to."""
+#: The states ``--status`` lists run by run without ``--all``: few, and each asks for a look
+#: (another process computes it, it resumes from a checkpoint, its file is not a record).
+_NOTABLE = ("running", "checkpointed", "broken")
+
+
+def _hours(minutes: float) -> str:
+    return f"about {minutes / 60:,.1f} h" if minutes >= 60 else f"about {minutes:,.0f} min"
+
+
+def _part(table: "pandas.DataFrame") -> str:
+    """What ``table``'s runs (one study's, or all) add up to: here, for a GPU, impossible here."""
+    impossible = table[table.status == IMPOSSIBLE]
+    rest = table[table.status != IMPOSSIBLE]
+    here, gpu = rest[~rest.needs_gpu], rest[rest.needs_gpu]
+    parts = []
+    if len(here):
+        counts = ", ".join(f"{n} {state}" for state, n in here.status.value_counts().items())
+        unpriced = int(here.estimated_min.isna().sum())
+        parts.append(f"{len(here)} to compute here ({counts}; {_hours(here.estimated_min.sum())} where estimated"
+                     + (f", {unpriced} without an estimate" if unpriced else "") + ")")
+    if len(gpu):
+        unpriced = int(gpu.h100_min.isna().sum())
+        parts.append(f"{len(gpu)} left for a GPU (about {gpu.h100_min.sum():,.0f} H100-minutes where estimated"
+                     + (f", {unpriced} without" if unpriced else "") + ")")
+    if len(impossible):
+        parts.append(f"{len(impossible)} {IMPOSSIBLE}")
+    return ", ".join(parts)
+
+
+def _print_status(papers: Sequence[str], *, show_all: bool = False, **kwargs: Any) -> int:
+    """``--status``, a plan to read in a minute: the totals first, then one line per paper, one
+    line per study whose runs cannot be made here (and why), then the runs that need a look
+    (running, checkpointed, broken); every run, one row each, with ``show_all``."""
     import pandas as pd
 
-    table = status(papers, **kwargs)
-    if table.empty:
-        print(f"[study] every run of {', '.join(papers) or 'these notebooks'} ({kwargs['profile']}) is recorded")
-        return 0
-    with pd.option_context("display.max_rows", None, "display.width", 200, "display.max_colwidth", 60):
-        print(table.to_string(index=False))
     from . import costs
 
+    table = status(papers, **kwargs)
+    profile = kwargs["profile"]
+    if table.empty:
+        print(f"[study] every run of {', '.join(papers) or 'these notebooks'} ({profile}) is recorded")
+        return 0
+    possible = table[table.status != IMPOSSIBLE]
+    print(f"[study] {profile} profile: {len(possible)} runs without a record: {_part(table)}")
+    print("[study] by paper:")
+    width = max(len(p) for p in table.paper)
+    for paper, rows in table.groupby("paper", sort=False):
+        print(f"  {paper + ':':<{width + 1}} {_part(rows)}")
     impossible = table[table.status == IMPOSSIBLE]
-    table = table[table.status != IMPOSSIBLE]
-    here, gpu = table[~table.needs_gpu], table[table.needs_gpu]
-    counts = ", ".join(f"{n} {state}" for state, n in here.status.value_counts().items())
-    sources = ", ".join(f"{n} from {src}" for src, n in here.estimate.value_counts().items())
-    gpu_sources = ", ".join(f"{n} from {src}" for src, n in gpu.h100_estimate.value_counts().items())
-    print(f"[study] {len(table)} runs without a record: {len(here)} to compute here ({counts or 'none'}; "
-          f"about {here.estimated_min.sum() / 60:.1f} hours where estimated ({sources or 'none'}), "
-          f"{int(here.estimated_min.isna().sum())} without an estimate), {len(gpu)} left for a GPU (about "
-          f"{gpu.h100_min.sum():,.0f} H100-minutes where estimated ({gpu_sources or 'none'}), "
-          f"{int(gpu.h100_min.isna().sum())} without)"
-          + (f"; {len(impossible)} {IMPOSSIBLE} (their studies say the data is not here)" if len(impossible) else ""))
-    if gpu_sources:
+    if len(impossible):
+        print(f"[study] {IMPOSSIBLE}:")
+        for paper, rows in impossible.groupby("paper", sort=False):
+            study = studies.get(paper)
+            titles = sorted({study.dataset_title(d) for d in rows.dataset if d is not None})
+            print(f"  {paper}: {len(rows)} runs on {', '.join(titles)}: {study.unavailable_why(titles)}")
+    if show_all:
+        with pd.option_context("display.max_rows", None, "display.width", 200, "display.max_colwidth", 60):
+            print(table.drop(columns=["paper", "dataset"]).to_string(index=False))
+    else:
+        notable = table[table.status.isin(_NOTABLE)]
+        for _, row in notable.iterrows():
+            print(f"  {row.run} [{row.setting}] {row.key}: {row.status}")
+        print("[study] every run, one row each: --status --all")
+    if possible.needs_gpu.any() and possible.h100_min.notna().any():
         print(f"[study] H100-minutes from flops are {costs.H100_LABEL}; from study: the study's own rule")
     return 0
 
@@ -549,8 +612,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-report", action="store_true",
                         help="do not regenerate figures/REPORT.md after the notebooks")
     parser.add_argument("--status", action="store_true",
-                        help="list the runs without a record (running, checkpointed, pending, left for a GPU) "
-                             "with their estimated minutes, and compute nothing")
+                        help="plan, computing nothing: the runs without a record (to compute here, left for a "
+                             "GPU, impossible here) in totals, by paper, with their estimated minutes")
+    parser.add_argument("--all", action="store_true", dest="show_all",
+                        help="with --status: also every run without a record, one row each")
     args = parser.parse_args(argv)
     if not args.notebooks:
         args.notebooks = sorted((project_root() / "notebooks").glob("*.ipynb"))
@@ -576,7 +641,7 @@ def main(argv: list[str] | None = None) -> int:
     datasets = None if args.datasets is None else args.datasets.split(",")
     if args.status:
         return _print_status(papers, profile=args.profile, device=args.device, datasets=datasets,
-                             include_gpu_runs=args.include_gpu_runs)
+                             include_gpu_runs=args.include_gpu_runs, show_all=args.show_all)
     if unknown:
         print(f"[study] no study module for {', '.join(unknown)}: executed without precomputed runs", flush=True)
     start = time.perf_counter()

@@ -229,9 +229,17 @@ def build_tabular_parties(
     groups = (part.partition if isinstance(part, PartsPartition) else part).slices
     device = torch.device(device)
     splits = {"train": (table.x_train, table.y_train), "test": (table.x_test, table.y_test)}
+    if getattr(config, "partition", "strips_width") != "strips_width":  # RunConfig's default: not stored as a choice
+        raise ConfigError(f"partition={config.partition!r} cuts images; {config.dataset!r} is a table, whose columns "
+                          "are dealt to the parties in order: leave partition at its default (feature_parts picks "
+                          "column groups)")
     for split, key in (("train", "n_train"), ("test", "n_test")):
         x, y = splits[split]
-        keep = _subsample(len(y), getattr(config, key, None), config.seed)
+        k = getattr(config, key, None)
+        if k is not None and k > len(y):  # never kept silently in the record while all rows train
+            raise ConfigError(f"{config.dataset}: {key}={k} rows asked for, but the table's {split} split has "
+                              f"{len(y)}; choose 1..{len(y)} or None for all")
+        keep = _subsample(len(y), k, config.seed)
         if keep is not None:
             splits[split] = (x[keep], y[keep])
     position = {name: i for i, name in enumerate(table.feature_names)}
