@@ -781,3 +781,22 @@ def test_a_stand_in_datasets_values_are_shown_but_not_counted(empty: Path) -> No
     assert mnist["counted"].tolist() == [True] and criteo["counted"].tolist() == [False]
     assert "45 M" in criteo["not_counted"].item() and criteo["status"].item() == reproduction.COMPARED
     assert reproduction.table_summary(cells).set_index("table").loc["II", "compared"] == 1
+
+
+def test_readme_times_are_the_measured_ones(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's command times come from scripts/time_commands.py's file, with the machine and
+    commit they were measured on; without the file the block says they are not measured."""
+    import json as json_mod
+
+    from vflkit import costs
+
+    monkeypatch.setattr(costs, "committed_root", lambda: tmp_path)
+    assert "Not measured yet" in reproduction.readme_times()
+    (tmp_path / "device").mkdir()
+    (tmp_path / reproduction.COMMAND_TIMES).write_text(json_mod.dumps({"commands": {"make test": {
+        "command": "make test", "seconds": 780, "exit_status": 0, "closing_line": "1300 passed in 770.00s",
+        "tree_clean_after": True, "commit": "abc1234", "when": "2026-12-06",
+        "machine": {"cpu": "AMD EPYC", "cores": 2, "load_average_at_start": 0.4}}}}))
+    block = reproduction.readme_times()
+    assert "`make test` took 13 min on a fresh clone (AMD EPYC, 2 cores, load average 0.4" in block
+    assert "`abc1234`" in block and "1300 passed" in block and "tree clean after it" in block
