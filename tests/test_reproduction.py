@@ -653,6 +653,11 @@ def test_a_verdict_another_reading_changes_is_marked_with_both_verdicts() -> Non
     same = reproduction.findings_section(_judged(main, [twin[0][:3] + (claims.DISAGREE,) + twin[0][4:]]),
                                          ["paper", "quick"])
     assert "the same under every reading" in next(x for x in same if "EASTER beats PyVertical" in x)
+    # a twin with no records yet says nothing: "not recorded", and the clause is not marked
+    unrecorded = reproduction.findings_section(
+        _judged(main, [twin[0][:3] + (claims.NOT_TESTABLE, "no recorded pair", "no 1/C", False)]), ["paper", "quick"])
+    line = next(x for x in unrecorded if "EASTER beats PyVertical" in x)
+    assert "*not recorded* under no 1/C" in line and "contingent" not in line
 
 
 def test_the_report_counts_how_often_quick_decides_as_the_paper_profile() -> None:

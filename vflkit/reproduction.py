@@ -851,8 +851,12 @@ def _reading_note(row: Any, alternatives: pd.DataFrame) -> str:
     own = f"under {row.reading}" if row.reading else "under the default reading"
     if alt.empty:
         return f" [{own}]"
-    others = "; ".join(f"*{a.status}* under {a.reading or a.artefact}" for a in alt.itertuples())
-    flag = "contingent on the reading" if (alt["status"] != row.status).any() else "the same under every reading"
+    # an alternative without records says nothing yet: shown as such, never as a different verdict
+    tested = alt[alt["tested"].astype(bool)]
+    others = "; ".join(f"*{a.status if a.tested else 'not recorded'}* under {a.reading or a.artefact}"
+                       for a in alt.itertuples())
+    flag = ("contingent on the reading" if (tested["status"] != row.status).any()
+            else "the same under every reading recorded")
     return f" [{flag}: *{row.status}* {own}; {others}]"
 
 
@@ -924,13 +928,14 @@ def _readme_line(line: str) -> str:
         rest, notes = rest[:rest.rindex(" (ahead in ")], rest[rest.rindex(" (ahead in ") + 2:-1]
         split = notes.split(",", 1)[0]
     short = lambda text: text.replace(claimlib.NOT_TESTABLE, "not testable")  # noqa: E731
-    if not reading.startswith("contingent on the reading: "):
+    verdicts = re.findall(r"\*([^*]+)\* under ([^;]+)", reading.split(": ", 1)[1]) if ": " in reading else []
+    if not verdicts:
         return f"  - *{short(status)}* — {rest}" + (f" ({split})" if split else "")
-    # "*S* under R; *S2* under R2; ...": the first is this verdict's reading, then the others
-    verdicts = re.findall(r"\*([^*]+)\* under ([^;]+)", reading.split(": ", 1)[1])
+    # "*S* under R; *S2* under R2; ...": the first is this verdict's reading, then the others,
+    # named where they give another verdict or have no records yet
     (own, label), others = verdicts[0], verdicts[1:]
     changed = "; ".join(f"*{short(s)}* under {r}" for s, r in others if s != own)
-    return f"  - *{short(own)}* under {label} — {rest}" + (f" ({split})" if split else "") + f"; {changed}"
+    return f"  - *{short(own)}* under {label} — {rest}" + (f" ({split})" if split else "") + (f"; {changed}" if changed else "")
 
 
 def readme_findings(report: str) -> str:
@@ -950,11 +955,10 @@ def readme_findings(report: str) -> str:
     beyond = re.findall(r"^### (.+)$", report.split("## Beyond the papers", 1)[1].split("\n## ", 1)[0], re.M)
     return "\n".join([README_START,
                       "**What was found** at the paper profile: each clause the records contradict, and each whose "
-                      "verdict another reading of the paper changes, with the verdict under each reading "
-                      "([figures/REPORT.md](figures/REPORT.md) has every verdict with its evidence; every count here "
-                      "is computed from the records). Statistic: paired differences with the seed as the replicate, "
-                      "95 % two-sided, Holm-corrected across a clause's parts, two one-sided tests for \"about the "
-                      "same\" ([how claims are judged](docs/studies.md)).\n",
+                      "verdict another reading of the paper changes, under each reading ([the report](figures/REPORT.md) "
+                      "has every verdict and its evidence, computed from the records). Statistic: paired, the seed as "
+                      "the replicate, 95 %, Holm across a clause's parts, two one-sided tests for \"about the same\" "
+                      "([how claims are judged](docs/studies.md)).\n",
                       *papers, "",
                       f"Beyond the papers: {len(beyond)} findings the papers do not report, each computed from the "
                       "records ([the report](figures/REPORT.md#beyond-the-papers)).",

@@ -857,7 +857,7 @@ def _at_scale(dataset: str, verdict: claims.Verdict, note: Callable[[], str]) ->
 
 #: The readings our own runs are judged under where the paper admits another (each named where a
 #: verdict is shown, :func:`vflkit.claims.readings`), and the labelled alternatives.
-DEFAULT_READING = "1/C (Eq. 7's mean), C-VFL at lr / Q"
+DEFAULT_READING = "1/C (Eq. 7), C-VFL at lr/Q"
 FULL_GRADIENT_READING = "h gets ∂L/∂E, no 1/C"
 CVFL_HOST_READING = "C-VFL at the dataset's lr, Q = 10"
 

@@ -1166,7 +1166,7 @@ def _blinding(records: claims.Records) -> claims.Verdict:
 #: The readings our own runs are judged under where the paper admits another (each named where a
 #: verdict is shown, :func:`vflkit.claims.readings`): Eq. 7's gradient with its 1/C, and C-VFL at
 #: the rate its analysis allows for Q = 10 local iterations.
-DEFAULT_READING = "1/C (Eq. 7's mean), C-VFL at 0.05 / Q"
+DEFAULT_READING = "1/C (Eq. 7), C-VFL at 0.05/Q"
 FULL_GRADIENT_READING = "h gets ∂L/∂E, no 1/C"
 
 
