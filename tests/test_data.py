@@ -626,8 +626,8 @@ def test_containers_check_their_contents():
     x, y = torch.zeros(4, 1, 2, 2, dtype=torch.uint8), torch.zeros(4, dtype=torch.int64)
     with pytest.raises(ValueError, match="y_train"):
         ImageData("toy", x, y[:3], x, y, ("a",), (0.5,), (0.5,))
-    with pytest.raises(ValueError, match="uint8"):
-        ImageData("toy", x.float(), y, x, y, ("a",), (0.5,), (0.5,))
+    with pytest.raises(ValueError, match="uint8"):  # floats outside [0, 1] are no ToTensor output
+        ImageData("toy", x.float() - 0.5, y, x, y, ("a",), (0.5,), (0.5,))
     with pytest.raises(ValueError, match="task"):
         TabularData("toy", pd.DataFrame({"a": [1, 2]}), pd.Series([0, 1]), "regression")
 

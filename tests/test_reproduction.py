@@ -469,7 +469,7 @@ def test_readme_notebooks_table_links_each_paper_and_states_its_runs(committed: 
                                     for s in [*reproduction._reported(), studies.get("demo")]]
     overview = reproduction._overview_rows(committed)
     for study, row in zip(reproduction._reported(), rows):
-        assert bibliography.link(study.name) in row[1] and f"](figures/REPORT.md#{study.title.lower()})" in row[1]
+        assert bibliography.link(study.cites) in row[1] and f"](figures/REPORT.md#{study.title.lower()})" in row[1]
         assert row[3] == overview[study.title]["runs (quick)"] and row[4] == overview[study.title]["runs (paper)"]
         assert "pending" not in row[4] or "est." in row[4], "a pending cost is marked as estimated"
     assert _block("README.md", reproduction.README_NOTEBOOKS_START, reproduction.README_NOTEBOOKS_END) == block, \
@@ -538,8 +538,8 @@ def test_each_paper_section_opens_with_its_citation() -> None:
 
     for study in reproduction._reported():
         lines = reproduction.paper_lines(study)
-        assert lines[0] == f"Paper: {bibliography.citation(study.name)}\n"
-        assert bibliography.get(study.name).url in lines[0] and study.notebook in lines[1]
+        assert lines[0] == f"Paper: {bibliography.citation(study.cites)}\n"
+        assert bibliography.get(study.cites).url in lines[0] and study.notebook in lines[1]
 
 
 def test_the_stamp_covers_the_committed_records_when_results_point_elsewhere(

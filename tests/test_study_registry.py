@@ -174,7 +174,7 @@ def test_a_toy_study_is_scheduled_and_reported_from_its_declaration_alone(toy, t
     assert "[quick/table1.csv](toy/quick/table1.csv)" in row
     assert "Toy prints no table of numbers" in section
     claims_part = section.split("### Claims", 1)[1]
-    assert "| Table 1 | SplitNN's run is recorded | agree | 1 record |" in claims_part
+    assert "| Table 1 | SplitNN's run is recorded |  | agree | 1 record |" in claims_part
     assert "### Toy: what is recorded\n\n1 runs at the quick profile ([toy notebook](../notebooks/toy.ipynb)" in text
 
     studies.unregister("toy")

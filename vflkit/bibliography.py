@@ -1,7 +1,8 @@
 """The papers vflkit reproduces and the baselines it implements from other papers: one entry each,
 with where a reader opens it.
 
-This module is the project's one bibliography. The README's table of notebooks and the report's
+This module is the project's one bibliography, keyed by BibTeX keys; each study names the entry
+it reproduces in its declaration (``Study.cites``), so no table here is kept by paper. The README's table of notebooks and the report's
 paper sections (:mod:`vflkit.reproduction`), each notebook's first cell (checked by
 ``tests/test_bibliography.py``), ``CITATION.cff``'s references and the book's references page
 all take their titles, authors and links from here. It is Python rather than a BibTeX or YAML
@@ -49,45 +50,45 @@ class Paper:
 
 PAPERS: dict[str, Paper] = {p.key: p for p in (
     # the five papers, in the report's order
-    Paper("vfedmh", "VFedMH",
+    Paper("wang2023vfedmh", "VFedMH",
           "VFedMH: Vertical Federated Learning for Training Multiple Heterogeneous Models",
           ("Shuo Wang", "Keke Gai", "Jing Yu", "Liehuang Zhu", "Kim-Kwang Raymond Choo", "Bin Xiao"),
           "arXiv preprint", 2023, "https://arxiv.org/abs/2310.13367v2", arxiv="2310.13367v2"),
-    Paper("easter", "EASTER",
+    Paper("wang2025easter", "EASTER",
           "EASTER: Embedding Aggregation-based Heterogeneous Models Training in Vertical Federated Learning",
           ("Shuo Wang", "Keke Gai", "Jing Yu", "Liehuang Zhu", "Weizhi Meng", "Bin Xiao"),
           "IEEE Transactions on Mobile Computing 24(12), 12903-12917", 2025,
           "https://arxiv.org/abs/2310.13367v3", arxiv="2310.13367v3",
           note="the journal version's DOI is not confirmed here; the link is its arXiv version"),
-    Paper("multi_vfl", "Multi-VFL",
+    Paper("mugunthan2021multivfl", "Multi-VFL",
           "Multi-VFL: A Vertical Federated Learning System for Multiple Data and Label Owners",
           ("Vaikkunth Mugunthan", "Pawan Goyal", "Lalana Kagal"),
           "arXiv preprint", 2021, "https://arxiv.org/abs/2106.05468", arxiv="2106.05468"),
-    Paper("apc_vfl", "APC-VFL",
+    Paper("irureta2024apcvfl", "APC-VFL",
           "Towards Active Participant Centric Vertical Federated Learning: Some Representations May Be All You Need",
           ("Jon Irureta", "Jon Imaz", "Aizea Lojo", "Javier Fernandez-Marques", "Iñigo Perona", "Marco González"),
           "arXiv preprint", 2024, "https://arxiv.org/abs/2410.17648", arxiv="2410.17648"),
-    Paper("adptvfedconv", "AdptVFedConv",
+    Paper("li2024adptvfedconv", "AdptVFedConv",
           "Adaptive Vertical Federated Learning via Feature Map Transferring in Mobile Edge Computing",
           ("Yuanzhang Li", "Tianchi Sha", "Thar Baker", "Xiao Yu", "Zhiwei Shi", "Sikang Hu"),
           "Computing (Springer) 106(4), 1081-1097", 2024,
           "https://research.brighton.ac.uk/en/publications/adaptive-vertical-federated-learning-via-feature-map-transferring",
           note="publication page (University of Brighton); its DOI is not confirmed here"),
     # the baselines the papers compare with, implemented in vflkit/methods/
-    Paper("c_vfl", "C-VFL",
+    Paper("castiglia2022cvfl", "C-VFL",
           "Compressed-VFL: Communication-Efficient Learning with Vertically Partitioned Data",
           ("Timothy Castiglia", "Anirban Das", "Shiqiang Wang", "Stacy Patterson"),
           "ICML 2022 (PMLR 162)", 2022, "https://arxiv.org/abs/2206.08330", arxiv="2206.08330"),
-    Paper("pyvertical", "PyVertical",
+    Paper("romanini2021pyvertical", "PyVertical",
           "PyVertical: A Vertical Federated Learning Framework for Multi-headed SplitNN",
           ("Daniele Romanini", "Adam James Hall", "Pavlos Papadopoulos", "Tom Titcombe", "Abbas Ismail",
            "Tudor Cebere", "Robert Sandmann", "Robin Roehm", "Michael A. Hoeh"),
           "arXiv preprint", 2021, "https://arxiv.org/abs/2104.00489", arxiv="2104.00489"),
-    Paper("vfedtrans", "VFedTrans",
+    Paper("huang2023vfedtrans", "VFedTrans",
           "Vertical Federated Knowledge Transfer via Representation Distillation for Healthcare Collaboration Networks",
           ("Chung-ju Huang", "Leye Wang", "Xiao Han"),
           "arXiv preprint", 2023, "https://arxiv.org/abs/2302.05675", arxiv="2302.05675"),
-    Paper("fedsvd", "FedSVD",
+    Paper("chai2022fedsvd", "FedSVD",
           "Practical Lossless Federated Singular Vector Decomposition over Billion-Scale Data",
           ("Di Chai", "Leye Wang", "Junxue Zhang", "Liu Yang", "Shuowei Cai", "Kai Chen", "Qiang Yang"),
           "KDD 2022", 2022, "https://doi.org/10.1145/3534678.3539402", doi="10.1145/3534678.3539402",
@@ -96,7 +97,7 @@ PAPERS: dict[str, Paper] = {p.key: p for p in (
 
 
 def get(key: str) -> Paper:
-    """The entry of ``key`` (a study's name such as ``"vfedmh"``, or a baseline's)."""
+    """The entry of ``key`` (its BibTeX key, such as a study's ``cites``)."""
     try:
         return PAPERS[key]
     except KeyError:

@@ -720,7 +720,8 @@ def _paper_section(paper: str, profiles: Sequence[str], recs: _Records, out_dir:
 def paper_lines(study: Study) -> list[str]:
     """The lines under a paper's heading in the report: the paper as a reader cites and opens it
     (:mod:`vflkit.bibliography`), and the notebook that reproduces it."""
-    return [f"Paper: {bibliography.citation(study.name)}\n", f"Notebook: [{study.notebook}](../{study.notebook})\n"]
+    cited = [f"Paper: {bibliography.citation(study.cites)}\n"] if study.cites else []
+    return [*cited, f"Notebook: [{study.notebook}](../{study.notebook})\n"]
 
 
 def build_report(profile_order: Sequence[str] = ("paper", "quick"), out_dir: Path | None = None,
@@ -1002,11 +1003,11 @@ def readme_notebooks(report: str) -> str:
         row = rows.get(study.title, {})
         arts = ", ".join(a.label for a in study.artefacts)
         lines.append(f"| [{Path(study.notebook).stem}]({study.notebook}) | [{study.title}](figures/REPORT.md#"
-                     f"{study.title.lower()}), {bibliography.link(study.name)} | {arts} | "
+                     f"{study.title.lower()}){', ' + bibliography.link(study.cites) if study.cites else ''} | {arts} | "
                      f"{row.get('runs (quick)', '—')} | {row.get('runs (paper)', '—')} |")
     demo = studies.get("demo")
-    lines.append(f"| [{Path(demo.notebook).stem}]({demo.notebook}) | SplitNN as in {bibliography.get('pyvertical').short}, "
-                 f"{bibliography.link('pyvertical')} | SplitNN against Local, the smallest use of vflkit | "
+    lines.append(f"| [{Path(demo.notebook).stem}]({demo.notebook}) | SplitNN as in {bibliography.get(demo.cites).short}, "
+                 f"{bibliography.link(demo.cites)} | SplitNN against Local, the smallest use of vflkit | "
                  f"{runs_status('demo', 'quick')} | — |")
     return "\n".join([README_NOTEBOOKS_START, *lines, README_NOTEBOOKS_END])
 

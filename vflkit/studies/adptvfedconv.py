@@ -618,6 +618,7 @@ def beyond(evidence: base.Evidence) -> list[tuple[str, str]]:
 
 STUDY = register(Study(
     name=PAPER, title="AdptVFedConv", family="tiles", configs=configs, order=5, reference_csv="adptvfedconv.csv",
+    cites="li2024adptvfedconv",
     artefacts=(
         Artefact("Table 2", base.groups("table2"), ("table2.*",)),
         Artefact("Fig. 3", base.groups("table2"), ("fig3.*",)),

@@ -998,6 +998,7 @@ def beyond(evidence: base.Evidence) -> list[tuple[str, str]]:
 # per dataset, kind and method instead (``artefacts_note``).
 STUDY = register(Study(
     name=PAPER, title="APC-VFL", family="one_shot", configs=configs, order=4, reference_csv="apc_vfl.csv",
+    cites="irureta2024apcvfl",
     artefacts=(
         Artefact("Fig. 5", _artefact("fig5"), ("fig5.*",)),
         Artefact("Fig. 6", _artefact("fig5", methods=("apc_vfl_mse", "vfedtrans")), ("fig6.*",)),

@@ -153,6 +153,9 @@ class Study:
     #: the numbers the paper prints, a file of ``vflkit/reference/`` in the long format of
     #: :func:`vflkit.report.load_reference` ("" for a paper that prints none)
     reference_csv: str = ""
+    #: The paper a reader opens beside its verdicts: its key in :mod:`vflkit.bibliography` ("" for a
+    #: study that reproduces no paper).
+    cites: str = ""
     #: tables the study writes (file names under ``figures/<name>/<profile>/``) whose rows are
     #: shown beside the paper's numbers but not counted as comparisons of them, each with why
     #: (a sensitivity, our own pricing): :func:`vflkit.reproduction.compare`

@@ -122,4 +122,5 @@ def figure(records: Sequence[dict[str, Any]]) -> tuple[plt.Figure, pd.DataFrame]
 
 
 # The pipeline's demonstration, not a paper: scheduled like the studies, no section in the report.
-STUDY = register(Study(name="demo", title="Demo", family="split", configs=configs, in_report=False, order=0))
+STUDY = register(Study(name="demo", title="Demo", family="split", configs=configs, in_report=False, order=0,
+                       cites="romanini2021pyvertical"))  # SplitNN as PyVertical runs it

@@ -1224,6 +1224,7 @@ def _quick_against_paper(evidence: base.Evidence) -> str:
 
 STUDY = register(Study(
     name=PAPER, title="EASTER", family="split", configs=configs, order=2, reference_csv="easter.csv",
+    cites="wang2025easter",
     artefacts=(
         Artefact("Table II", base.groups("table2"), ("table2.*",)),
         Artefact("Table IV", base.groups("table4"), ("table4.*",)),

@@ -688,6 +688,7 @@ def beyond(evidence: base.Evidence) -> list[tuple[str, str]]:
 
 STUDY = register(Study(
     name=PAPER, title="Multi-VFL", family="multi_owner", configs=configs, order=3,
+    cites="mugunthan2021multivfl",
     artefacts=(
         Artefact("Fig. 2", base.every_run(lambda c: c.server_optimizer == "fedavg"), ("fig2.*", "final_accuracy.csv")),
         Artefact("Fig. 3", base.every_run(lambda c: c.scenario == "4niid"), ("fig3.*", "final_accuracy.csv")),

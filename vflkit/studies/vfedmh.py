@@ -1337,6 +1337,7 @@ def beyond(evidence: base.Evidence) -> list[tuple[str, str]]:
 
 STUDY = register(Study(
     name="vfedmh", title="VFedMH", family="split", configs=configs, order=1, reference_csv="vfedmh.csv",
+    cites="wang2023vfedmh",
     artefacts=(
         Artefact("Table II", base.groups("table2"), ("table2.*",)),
         Artefact("Table III", base.groups("table3"), ("table3.*",)),
