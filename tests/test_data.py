@@ -747,3 +747,24 @@ def test_your_own_images_from_scikit_learn_or_torchvision_train_with_computed_st
     finally:
         unregister_dataset("digits_mine")
     assert rec["final"]["active"]["test_accuracy"] > 0.5  # learns well above chance (0.1)
+
+
+def test_a_registered_image_set_edited_by_torch_is_keyed_anew_at_once(monkeypatch):
+    """An in-place torch edit of a registered image set's labels (torch counts it) gives the
+    next key a new digest, with a warning; an edit that breaks the labels' range is refused as
+    at registration; unchanged data reads no pixels for its key."""
+    data = _toy_images(name="reg_edit")
+    name = vdata.register_dataset(data)
+    try:
+        digest = vdata.registered_digest(name)
+        with monkeypatch.context() as m:
+            m.setattr(vdata, "content_digest", lambda d: pytest.fail("read the unchanged pixels"))
+            assert vdata.registered_digest(name) == digest
+        data.y_train[:] = 1 - data.y_train
+        with pytest.warns(UserWarning, match="'reg_edit' changed since its content digest was taken"):
+            assert vdata.registered_digest(name) not in (None, digest)
+        data.y_train[0] = 7
+        with pytest.raises(ConfigError, match="y_train holds label 7"):
+            vdata.registered_digest(name)
+    finally:
+        vdata.unregister_dataset(name)

@@ -248,9 +248,10 @@ def _default_texts(cls: type) -> dict[str, str]:
     return out
 
 
-def registered_data_digest(dataset: str) -> str | None:
+def registered_data_digest(dataset: str, *, recheck: bool = False) -> str | None:
     """The content digest of a dataset of your own registered under ``dataset``
-    (:func:`vflkit.data.registered_digest`), None for a built-in or unregistered name.
+    (:func:`vflkit.data.registered_digest`, ``recheck`` as there), None for a built-in or
+    unregistered name.
 
     Run keys add it, so a record is never reused for other data under the same name. Nothing
     can be registered before :mod:`vflkit.data` is imported, so a key computed without it
@@ -259,7 +260,7 @@ def registered_data_digest(dataset: str) -> str | None:
     import sys
 
     data = sys.modules.get("vflkit.data")
-    return data.registered_digest(dataset) if data is not None else None
+    return data.registered_digest(dataset, recheck=recheck) if data is not None else None
 
 
 #: How a researcher brings data of each kind (the end of every "needs ... data" error).

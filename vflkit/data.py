@@ -431,8 +431,11 @@ def load_dataset(
 
 #: Datasets handed to vflkit in memory with :func:`register_dataset`, by name.
 _REGISTERED: dict[str, ImageData | TabularData] = {}
-#: The content digest of each registered dataset (:func:`content_digest`), computed once.
+#: The content digest of each registered dataset (:func:`content_digest`), taken at
+#: registration and again whenever the data may have changed (:func:`registered_digest`).
 _DIGESTS: dict[str, str] = {}
+#: What each registered image set's tensors were when its digest was taken (:func:`_fingerprint`).
+_FINGERPRINTS: dict[str, Any] = {}
 
 
 def content_digest(data: ImageData | TabularData) -> str:
@@ -462,7 +465,18 @@ def content_digest(data: ImageData | TabularData) -> str:
     return h.hexdigest()[:16]
 
 
-def registered_digest(name: str) -> str | None:
+def _fingerprint(data: ImageData | TabularData) -> Any:
+    """What tells, without reading the data, that a registered image set is unchanged: each
+    tensor's identity, storage and torch's count of its in-place edits, and the classes and
+    statistics; None for a table (no such count: its digest, cheap, is taken again)."""
+    if not isinstance(data, ImageData):
+        return None
+    tensors = (data.x_train, data.y_train, data.x_test, data.y_test)
+    return (tuple((id(t), t.data_ptr(), tuple(t.shape), t._version) for t in tensors), tuple(data.classes),
+            tuple(map(float, data.mean)), tuple(map(float, data.std)))
+
+
+def registered_digest(name: str, *, recheck: bool = False) -> str | None:
     """The content digest of the dataset registered under ``name`` when that name is not a
     built-in dataset's, else None.
 
@@ -470,9 +484,33 @@ def registered_digest(name: str) -> str | None:
     which data it was (fix a bug in it and register it again: same name), so run keys hash
     this digest too and a record is never reused for other data. Built-in names keep their
     keys (a registered copy of MNIST on a machine without the files is meant to be MNIST).
+
+    The digest is of the data as it is now: a table's is taken again at every call, an image
+    set's when its tensors were replaced or edited in place by torch (:func:`_fingerprint`),
+    and with ``recheck`` always (the record store asks so before it looks a run's record up:
+    an edit through a numpy view escapes torch's count). Data that changed since its digest
+    was taken is checked as at registration and keyed anew, with a warning.
     """
     key = _dataset_key(name) if isinstance(name, str) else name
-    return _DIGESTS.get(key) if key not in _LOADERS else None
+    if key in _LOADERS or key not in _REGISTERED:
+        return None
+    data = _REGISTERED[key]
+    fingerprint = _fingerprint(data)
+    if not recheck and fingerprint is not None and fingerprint == _FINGERPRINTS.get(key):
+        return _DIGESTS[key]
+    digest = content_digest(data)
+    if digest != _DIGESTS.get(key):
+        _check_registrable(data)  # an edit may have broken what the data's checks guaranteed
+        warnings.warn(f"dataset {key!r} changed since its content digest was taken ({_DIGESTS.get(key)}; now "
+                      f"{digest}): runs on it get new keys and are trained afresh", stacklevel=2)
+        _DIGESTS[key] = digest
+    _FINGERPRINTS[key] = fingerprint
+    return digest
+
+
+def _check_registrable(data: ImageData | TabularData) -> None:
+    """Run a dataset's own checks again (its ``__post_init__``: labels, statistics, shapes)."""
+    data.__post_init__()
 
 
 def _dataset_key(name: str) -> str:
@@ -511,6 +549,7 @@ def register_dataset(data: ImageData | TabularData, *, name: str | None = None, 
                       f"data ({digest}): runs on it get new keys and are trained afresh", stacklevel=2)
     _REGISTERED[key] = data
     _DIGESTS[key] = digest
+    _FINGERPRINTS[key] = _fingerprint(data)
     return key
 
 
@@ -523,6 +562,7 @@ def unregister_dataset(name: str) -> None:
     """Forget a dataset given to :func:`register_dataset` (a built-in name loads from files again)."""
     _REGISTERED.pop(ALIASES.get(name.strip().lower(), name.strip().lower()), None)
     _DIGESTS.pop(ALIASES.get(name.strip().lower(), name.strip().lower()), None)
+    _FINGERPRINTS.pop(ALIASES.get(name.strip().lower(), name.strip().lower()), None)
 
 
 # --------------------------------------------------------------------------- errors

@@ -41,8 +41,8 @@ import torch
 from tqdm.auto import tqdm
 
 from . import __version__
-from .config import (RESULTS_ENV, check_device_name, check_paper, check_record_profile, project_root, resolve_device,
-                     results_dir)
+from .config import (RESULTS_ENV, check_device_name, check_paper, check_record_profile, project_root,
+                     registered_data_digest, resolve_device, results_dir)
 from .errors import ConfigError, DiskSpaceError, DivergenceError, RecordWriteError
 from . import files as _files
 from .files import TMP_MARK, clean_stale_tmp
@@ -478,7 +478,12 @@ def _lookup(run: Run, *, profile: str, results: str | Path | None, force: bool, 
     A file there that is not the run's record is moved aside (``<key>.json.bad``) with a
     warning; a record older than ``recompute_after`` is not reused; a diverged record made
     under ``on_divergence="record"`` is a DivergenceError for a run asked for with "raise".
+    A run on a dataset of your own is keyed by that data as it is now, read whole
+    (:func:`vflkit.config.registered_data_digest`): one edited in place since is another run.
     """
+    dataset = getattr(run, "dataset", None)
+    if isinstance(dataset, str):
+        registered_data_digest(dataset, recheck=True)
     path = record_path(run, profile, results)
     if path.parent.is_dir():
         clean_stale_tmp(path.parent)
