@@ -768,3 +768,16 @@ def test_a_registered_image_set_edited_by_torch_is_keyed_anew_at_once(monkeypatc
             vdata.registered_digest(name)
     finally:
         vdata.unregister_dataset(name)
+
+
+def test_a_target_indexed_otherwise_than_its_features_is_refused():
+    """T05: a target taken from a re-sorted frame (its index reversed, its values to match) was
+    paired with the features by position, silently mislabelled; now the indexes must agree."""
+    features = pd.DataFrame({"a": [1.0, 2.0, 3.0, 4.0]}, index=[10, 11, 12, 13])
+    target = pd.Series([0, 1, 1, 0], index=[10, 11, 12, 13])
+    TabularData("toy", features, target, "binary")  # the same index: paired row by row
+    with pytest.raises(ConfigError, match=r"toy: the target's index is not the features' .*"
+                                          r"target\.reindex\(features\.index\)"):
+        TabularData("toy", features, target.iloc[::-1], "binary")
+    with pytest.raises(ConfigError, match="the target's index is not the features'"):
+        TabularData("toy", features, target.reset_index(drop=True), "binary")

@@ -320,6 +320,12 @@ class TabularData:
                               f"{type(self.features).__name__} and {type(self.target).__name__}")
         if len(self.features) != len(self.target):
             raise ConfigError(f"{self.name}: {len(self.features)} feature rows but {len(self.target)} targets")
+        if not self.features.index.equals(self.target.index):
+            # rows are paired by position: a target from a re-sorted frame would be mislabelled
+            at = next((i for i, (a, b) in enumerate(zip(self.features.index, self.target.index)) if a != b), 0)
+            raise ConfigError(f"{self.name}: the target's index is not the features' (row {at}: features "
+                              f"{self.features.index[at]!r}, target {self.target.index[at]!r}); pair them with "
+                              "target.reindex(features.index), or reset both indexes if the order is right")
         if len(self.target) == 0 or self.features.shape[1] == 0:
             raise ConfigError(f"{self.name}: the table is empty ({len(self.target)} rows, {self.features.shape[1]} "
                               "feature columns); give at least one row and one column")
