@@ -781,3 +781,42 @@ def test_a_target_indexed_otherwise_than_its_features_is_refused():
         TabularData("toy", features, target.iloc[::-1], "binary")
     with pytest.raises(ConfigError, match="the target's index is not the features'"):
         TabularData("toy", features, target.reset_index(drop=True), "binary")
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: TabularData("one_class", pd.DataFrame({"a": [1.0, 2.0, 3.0, 4.0]}), pd.Series([0, 0, 0, 0]), "binary"),
+     r"one_class: the target holds one class \(0\); a classifier needs at least two"),
+    (lambda: TabularData("one_class", pd.DataFrame({"a": [1.0, 2.0, 3.0, 4.0]}), pd.Series([0, 0, 0, 0]),
+                         "multiclass"), r"the target holds one class \(0\)"),
+    (lambda: _toy_images(name="one_class", classes=("only",), y_train=torch.zeros(8, dtype=torch.int64),
+                         y_test=torch.zeros(4, dtype=torch.int64)), r"one_class: 1 class \('only',\)"),
+    (lambda: _toy_images(name="one_class", y_train=torch.ones(8, dtype=torch.int64)),
+     r"one_class: the training labels are all 1"),
+])
+def test_a_dataset_of_fewer_than_two_classes_is_refused_at_registration(make, match):
+    """T03, T04, T11: a binary table of all 0, a K = 1 table and an image set of one class
+    trained to 100 % without a word; registering one is now a ConfigError (a subset of a
+    registered dataset may hold one class: only what is handed over is checked)."""
+    with pytest.raises(ConfigError, match=match):
+        vdata.register_dataset(make())
+    assert not vdata.is_registered("one_class")
+
+
+def test_an_infinite_feature_is_named_not_left_to_read_as_divergence():
+    """T02: an inf cell once poisoned its column's scaling and the run was recorded as diverged
+    ("lower the learning rate"); now the table names the column, at once or when an edit in
+    place is next seen; NaN stays a missing value (imputed) and a categorical column is codes."""
+    features = pd.DataFrame({"a": [1.0, 2.0, 3.0, 4.0], "b": [0.5, -np.inf, 1.0, np.inf]}, index=[7, 8, 9, 10])
+    target = pd.Series([0, 1, 1, 0], index=features.index)
+    with pytest.raises(ConfigError, match=r"toy: feature column 'b' holds 2 infinite value\(s\) \(first at index 8\)"):
+        TabularData("toy", features, target, "binary")
+    TabularData("toy", features.assign(b=[0.5, np.nan, 1.0, 2.0]), target, "binary")  # missing: imputed
+    TabularData("toy", features.astype({"b": str}), target, "binary", categorical=("b",))
+    table = TabularData("inf_later", features.assign(b=[0.5, 0.1, 1.0, 2.0]), target, "binary")
+    name = vdata.register_dataset(table)
+    try:
+        table.features.loc[9, "a"] = np.inf
+        with pytest.raises(ConfigError, match="feature column 'a' holds 1 infinite"):
+            vdata.registered_digest(name)
+    finally:
+        vdata.unregister_dataset(name)

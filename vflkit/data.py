@@ -324,8 +324,9 @@ class TabularData:
             # rows are paired by position: a target from a re-sorted frame would be mislabelled
             at = next((i for i, (a, b) in enumerate(zip(self.features.index, self.target.index)) if a != b), 0)
             raise ConfigError(f"{self.name}: the target's index is not the features' (row {at}: features "
-                              f"{self.features.index[at]!r}, target {self.target.index[at]!r}); pair them with "
-                              "target.reindex(features.index), or reset both indexes if the order is right")
+                              f"{_label(self.features.index, at)!r}, target {_label(self.target.index, at)!r}); "
+                              "pair them with target.reindex(features.index), or reset both indexes if the order "
+                              "is right")
         if len(self.target) == 0 or self.features.shape[1] == 0:
             raise ConfigError(f"{self.name}: the table is empty ({len(self.target)} rows, {self.features.shape[1]} "
                               "feature columns); give at least one row and one column")
@@ -350,6 +351,18 @@ class TabularData:
                               "more classes, or map the labels to 0/1")
         if lo < 0:
             raise ConfigError(f"{self.name}: target holds {lo}; class indices are 0..K-1")
+        # an infinite value poisons its column's scaling (encode_generic's mean) and read as
+        # "training diverged"; NaN is a missing value, imputed there (documented)
+        for col in self.features.columns:
+            column = self.features[col]
+            if col in self.categorical or not pd.api.types.is_numeric_dtype(column) \
+                    or pd.api.types.is_bool_dtype(column):
+                continue
+            inf = np.isinf(column.to_numpy(dtype=np.float64, na_value=np.nan))
+            if inf.any():
+                raise ConfigError(f"{self.name}: feature column {col!r} holds {int(inf.sum())} infinite value(s) "
+                                  f"(first at index {_label(self.features.index, int(np.argmax(inf)))!r}); replace them with "
+                                  "a finite number, or NaN (a missing value, imputed as the column's mean)")
 
     def __repr__(self) -> str:
         return (f"TabularData(name={self.name!r}, n={len(self.target)}, n_features={self.features.shape[1]}, "
@@ -367,6 +380,15 @@ class TabularData:
             raise ConfigError(f"{self.name}: n={n} rows asked for, but there are {total}; choose 1..{total}")
         idx = torch.randperm(total, generator=torch.Generator().manual_seed(seed))[:n].sort().values.numpy()
         return TabularData(self.name, self.features.iloc[idx], self.target.iloc[idx], self.task, self.categorical)
+
+
+def _label(index: pd.Index, i: int) -> Any:
+    """The ``i``-th label of ``index`` as Python writes it (``8``, not ``np.int64(8)``), or None
+    past its end."""
+    if i >= len(index):
+        return None
+    v = index[i]
+    return v.item() if isinstance(v, np.generic) else v
 
 
 def _pick(x: torch.Tensor, y: torch.Tensor, n: int | None, seed: int, what: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -515,8 +537,24 @@ def registered_digest(name: str, *, recheck: bool = False) -> str | None:
 
 
 def _check_registrable(data: ImageData | TabularData) -> None:
-    """Run a dataset's own checks again (its ``__post_init__``: labels, statistics, shapes)."""
+    """A dataset's own checks (its ``__post_init__``: labels, statistics, shapes, finite
+    features), run again, and that it holds at least two classes: with one, every prediction
+    is right and a run "learns" to 100 %. (Here, not in ``__post_init__``: a small subset of a
+    dataset, drawn for a run, may hold one class.)"""
     data.__post_init__()
+    if isinstance(data, ImageData):
+        if len(data.classes) < 2:
+            raise ConfigError(f"{data.name}: {len(data.classes)} class {data.classes!r}; a classifier needs at least "
+                              "two classes (with one, every prediction is right)")
+        seen = torch.unique(data.y_train)
+        if len(seen) < 2:
+            raise ConfigError(f"{data.name}: the training labels are all {int(seen[0])}; a classifier needs "
+                              "training examples of at least two classes")
+    else:
+        seen = pd.unique(data.target)
+        if len(seen) < 2:
+            raise ConfigError(f"{data.name}: the target holds one class ({seen[0]}); a classifier needs at least "
+                              "two (with one, every prediction is right)")
 
 
 def _dataset_key(name: str) -> str:
@@ -549,6 +587,7 @@ def register_dataset(data: ImageData | TabularData, *, name: str | None = None, 
     key = _dataset_key(given)
     if key in _LOADERS and not replace:
         raise ConfigError(f"dataset name {key!r} is taken; choose another name or pass replace=True")
+    _check_registrable(data)
     digest = content_digest(data)
     if key in _REGISTERED and not replace and _DIGESTS.get(key) != digest:
         warnings.warn(f"dataset {key!r} was registered with other data ({_DIGESTS.get(key)}); it now means this "
