@@ -358,7 +358,8 @@ class TabularData:
             if col in self.categorical or not pd.api.types.is_numeric_dtype(column) \
                     or pd.api.types.is_bool_dtype(column):
                 continue
-            inf = np.isinf(column.to_numpy(dtype=np.float64, na_value=np.nan))
+            kind = np.complex128 if pd.api.types.is_complex_dtype(column) else np.float64
+            inf = np.isinf(column.to_numpy(dtype=kind, na_value=np.nan))
             if inf.any():
                 raise ConfigError(f"{self.name}: feature column {col!r} holds {int(inf.sum())} infinite value(s) "
                                   f"(first at index {_label(self.features.index, int(np.argmax(inf)))!r}); replace them with "
@@ -388,6 +389,8 @@ def _label(index: pd.Index, i: int) -> Any:
     if i >= len(index):
         return None
     v = index[i]
+    if isinstance(v, tuple):  # a MultiIndex's label
+        return tuple(x.item() if isinstance(x, np.generic) else x for x in v)
     return v.item() if isinstance(v, np.generic) else v
 
 

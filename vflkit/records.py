@@ -641,6 +641,8 @@ def run_together(runs: Sequence[Run], *, train_all: GroupTrainer, profile: str, 
     written. Records are looked up as by :func:`run_one` (a record finished before
     ``recompute_after`` is not reused); the reused ones are appended to ``reused``, each with its
     run. A record names its family's :data:`RESULTS_VERSION` (``environment["results_version"]``).
+    A diverged run's final scores (:data:`FINAL_FIELDS`) are written as NaN: its broken models'
+    scores (a NaN model's arg-max, about chance) measure nothing; its history keeps them.
     """
     _check_on_divergence(on_divergence)
     runs = list(runs)
@@ -680,6 +682,11 @@ def run_together(runs: Sequence[Run], *, train_all: GroupTrainer, profile: str, 
         if clash:
             raise RuntimeError(f"the trainer's result uses the envelope's names {clash}")
     peak, kind = _peak_memory(dev, rss_reset)
+    for result in trained:
+        if result.get("diverged"):  # its models are broken: no score (the history keeps what they scored)
+            for field in FINAL_FIELDS:
+                if field in result:
+                    result[field] = _no_score(result[field])
     for run, result, ckpt in zip(todo, trained, checkpoints):
         record = {
             "key": run.key,
@@ -700,6 +707,15 @@ def run_together(runs: Sequence[Run], *, train_all: GroupTrainer, profile: str, 
         ckpt.unlink(missing_ok=True)
         found[run.key] = record
     return [found[r.key] for r in runs]
+
+
+def _no_score(value: Any) -> Any:
+    """``value`` (a final score, or a dict of them, nested) with every number NaN."""
+    if isinstance(value, dict):
+        return {k: _no_score(v) for k, v in value.items()}
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float("nan")
+    return value
 
 
 def run_many(runs: Iterable[Run], *, train: Trainer, profile: str, device: str | torch.device = "auto",
