@@ -280,3 +280,25 @@ def test_a_pack_with_a_diverged_run_still_checkpoints_and_stops_at_the_deadline(
         _assert_same_run(split.train(c, device=CPU, progress=False, on_divergence="record", checkpoint=q), w)
     with pytest.raises(DivergenceError, match="the loss of active is nan at epoch 1"):  # as the run alone raises
         split.train(configs[1], device=CPU, progress=False, checkpoint=alone[1])
+
+
+def test_a_checkpoint_saved_as_diverged_without_its_result_is_set_aside(float64, tmp_path, monkeypatch):
+    """A checkpoint saved as diverged whose final metrics were removed (a hand edit) is moved
+    aside with a warning, by a pack and by the run alone, never half used (it was a KeyError)."""
+    configs = _case("splitnn, momentum, exponential")
+    paths = _paths(tmp_path, configs)
+    with monkeypatch.context() as m:
+        _poisoned(m)
+        with pytest.raises(BudgetExhausted):
+            packed.train_pack(configs, device="cpu", on_divergence="record", checkpoints=paths, deadline=time.time())
+    state = torch.load(paths[1], weights_only=True)
+    del state["final"]
+    torch.save(state, paths[1])
+    copy = tmp_path / "alone.ckpt.pt"
+    copy.write_bytes(paths[1].read_bytes())
+    with pytest.warns(UserWarning, match="saved as diverged but lacks"):
+        got = packed.train_pack(configs, device="cpu", on_divergence="record", checkpoints=paths)
+    assert [g["diverged"] for g in got] == [None, None]  # started over, without the poison
+    with pytest.warns(UserWarning, match="saved as diverged but lacks"):
+        alone = split.train(configs[1], device=CPU, progress=False, on_divergence="record", checkpoint=copy)
+    _assert_same_run(alone, got[1])

@@ -1102,7 +1102,8 @@ def _resume(methods: Sequence[VFLMethod], configs: Sequence[RunConfig], checkpoi
     one of the same epoch (:func:`~vflkit.training.checkpoint.load_all`): the first epoch to
     train and the seconds already spent; else (1, 0). A run saved as diverged gets its
     divergence and final metrics back into ``diverged`` and ``finals``."""
-    states = checkpoint_io.load_all(checkpoints, configs, device=device, unit="epoch") if checkpoints else None
+    states = (checkpoint_io.load_all(checkpoints, configs, device=device, unit="epoch", check=split.check_checkpoint)
+              if checkpoints else None)
     if states is None:
         return 1, 0.0
     for k, state in enumerate(states):

@@ -259,7 +259,7 @@ def train(
     first_epoch, offset = 1, 0.0
     ledger_log = checkpoint_io.LedgerLog(channel)
     if checkpoint is not None:
-        state = checkpoint_io.load(checkpoint, config, device=device, fresh="epoch 1")
+        state = checkpoint_io.load(checkpoint, config, device=device, fresh="epoch 1", check=check_checkpoint)
         if state is not None:
             restore_checkpoint(state, method=method, ledger_log=ledger_log, gen=gen, device=device)
             history, first_epoch, offset = state["history"], state["epoch"] + 1, state["elapsed_s"]
@@ -386,6 +386,15 @@ def save_checkpoint(path: Path, *, config: RunConfig, epoch: int, elapsed_s: flo
     }, device=device)
 
 
+def check_checkpoint(state: dict[str, Any]) -> None:
+    """A ValueError where a checkpoint saved as diverged (:func:`save_checkpoint`) lacks what
+    :func:`train` returns of it (a hand edit: it is then moved aside, never half used)."""
+    diverged = state.get("diverged")
+    if diverged is not None and not (isinstance(diverged, dict) and isinstance(diverged.get("message"), str)
+                                     and isinstance(state.get("final"), dict)):
+        raise ValueError("it is saved as diverged but lacks the divergence's message or the final metrics")
+
+
 def restore_checkpoint(state: dict[str, Any], *, method: Any, ledger_log: checkpoint_io.LedgerLog,
                        gen: torch.Generator, device: torch.device) -> None:
     """Load what :func:`save_checkpoint` wrote into ``method`` (built and set up afresh), its
@@ -435,4 +444,4 @@ def history_frame(recs: Sequence[dict[str, Any]]) -> "pd.DataFrame":
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-__all__ = ["LossWindow", "build_parties", "checkpoint_path", "evaluate", "history_frame", "run", "run_many", "train"]
+__all__ = ["LossWindow", "build_parties", "check_checkpoint", "checkpoint_path", "evaluate", "history_frame", "run", "run_many", "train"]
