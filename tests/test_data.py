@@ -784,3 +784,77 @@ def test_a_tables_n_train_beyond_its_rows_is_an_error_not_stored():
         build_tabular_parties(config.replace(n_train=None, partition="grid"), device="cpu", channel=Channel(), data=table)
     parties, k = build_tabular_parties(config.replace(n_train=100), device="cpu", channel=Channel(), data=table)
     assert k == 3 and len(parties[0]._features["train"]) == 100
+
+
+def test_a_registered_image_set_edited_by_torch_is_keyed_anew_at_once(monkeypatch):
+    """An in-place torch edit of a registered image set's labels (torch counts it) gives the
+    next key a new digest, with a warning; an edit that breaks the labels' range is refused as
+    at registration; unchanged data reads no pixels for its key."""
+    data = _toy_images(name="reg_edit")
+    name = vdata.register_dataset(data)
+    try:
+        digest = vdata.registered_digest(name)
+        with monkeypatch.context() as m:
+            m.setattr(vdata, "content_digest", lambda d: pytest.fail("read the unchanged pixels"))
+            assert vdata.registered_digest(name) == digest
+        data.y_train[:] = 1 - data.y_train
+        with pytest.warns(UserWarning, match="'reg_edit' changed since its content digest was taken"):
+            assert vdata.registered_digest(name) not in (None, digest)
+        data.y_train[0] = 7
+        with pytest.raises(ConfigError, match="y_train holds label 7"):
+            vdata.registered_digest(name)
+    finally:
+        vdata.unregister_dataset(name)
+
+
+def test_a_target_indexed_otherwise_than_its_features_is_refused():
+    """T05: a target taken from a re-sorted frame (its index reversed, its values to match) was
+    paired with the features by position, silently mislabelled; now the indexes must agree."""
+    features = pd.DataFrame({"a": [1.0, 2.0, 3.0, 4.0]}, index=[10, 11, 12, 13])
+    target = pd.Series([0, 1, 1, 0], index=[10, 11, 12, 13])
+    TabularData("toy", features, target, "binary")  # the same index: paired row by row
+    with pytest.raises(ConfigError, match=r"toy: the target's index is not the features' .*"
+                                          r"target\.reindex\(features\.index\)"):
+        TabularData("toy", features, target.iloc[::-1], "binary")
+    with pytest.raises(ConfigError, match="the target's index is not the features'"):
+        TabularData("toy", features, target.reset_index(drop=True), "binary")
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: TabularData("one_class", pd.DataFrame({"a": [1.0, 2.0, 3.0, 4.0]}), pd.Series([0, 0, 0, 0]), "binary"),
+     r"one_class: the target holds one class \(0\); a classifier needs at least two"),
+    (lambda: TabularData("one_class", pd.DataFrame({"a": [1.0, 2.0, 3.0, 4.0]}), pd.Series([0, 0, 0, 0]),
+                         "multiclass"), r"the target holds one class \(0\)"),
+    (lambda: _toy_images(name="one_class", classes=("only",), y_train=torch.zeros(8, dtype=torch.int64),
+                         y_test=torch.zeros(4, dtype=torch.int64)), r"one_class: 1 class \('only',\)"),
+    (lambda: _toy_images(name="one_class", y_train=torch.ones(8, dtype=torch.int64)),
+     r"one_class: the training labels are all 1"),
+])
+def test_a_dataset_of_fewer_than_two_classes_is_refused_at_registration(make, match):
+    """T03, T04, T11: a binary table of all 0, a K = 1 table and an image set of one class
+    trained to 100 % without a word; registering one is now a ConfigError (a subset of a
+    registered dataset may hold one class: only what is handed over is checked)."""
+    with pytest.raises(ConfigError, match=match):
+        vdata.register_dataset(make())
+    assert not vdata.is_registered("one_class")
+
+
+def test_an_infinite_feature_is_named_not_left_to_read_as_divergence():
+    """T02: an inf cell once poisoned its column's scaling and the run was recorded as diverged
+    ("lower the learning rate"); now the table names the column, at once or when an edit in
+    place is next seen; NaN stays a missing value (imputed) and a categorical column is codes."""
+    features = pd.DataFrame({"a": [1.0, 2.0, 3.0, 4.0], "b": [0.5, -np.inf, 1.0, np.inf]}, index=[7, 8, 9, 10])
+    target = pd.Series([0, 1, 1, 0], index=features.index)
+    with pytest.raises(ConfigError, match=r"toy: feature column 'b' holds 2 infinite value\(s\) \(first at index 8\)"):
+        TabularData("toy", features, target, "binary")
+    TabularData("toy", features.assign(b=[0.5, np.nan, 1.0, 2.0]), target, "binary")  # missing: imputed
+    TabularData("toy", features.astype({"b": str}), target, "binary", categorical=("b",))
+    table = TabularData("inf_later", features.assign(b=[0.5, 0.1, 1.0, 2.0]), target, "binary")
+    name = vdata.register_dataset(table)
+    try:
+        table.features.loc[9, "a"] = np.inf
+        with pytest.raises(ConfigError, match="feature column 'a' holds 1 infinite"):
+            vdata.registered_digest(name)
+    finally:
+        vdata.unregister_dataset(name)
+

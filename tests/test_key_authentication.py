@@ -280,3 +280,16 @@ def test_committed_vfedmh_records_keep_their_keys() -> None:
     signed = RunConfig.from_dict({**records[0]["config"],
                                   "options": {**records[0]["config"]["options"], "authenticate_keys": True}})
     assert signed.key != records[0]["key"]
+
+
+@pytest.mark.parametrize("method", ["vfedmh", "easter"])
+def test_authenticate_keys_without_blinding_is_refused(method: str) -> None:
+    """A13: blinding=False exchanges no key, so authenticate_keys=True authenticates nothing;
+    it was accepted and recorded as authenticated, and is now a ConfigError saying so."""
+    from vflkit.errors import ConfigError
+
+    base = dict(paper="demo", dataset="mnist", method=method, models=("mlp",) * 4, embedding_dim=16)
+    with pytest.raises(ConfigError, match="authenticate_keys=True signs blinding's key exchange, and blinding=False"):
+        RunConfig(**base, options={"authenticate_keys": True, "blinding": False})
+    RunConfig(**base, options={"authenticate_keys": True})  # with blinding (the default): accepted
+    RunConfig(**base, options={"authenticate_keys": False, "blinding": False})

@@ -14,7 +14,7 @@ import torch
 from test_training_packed import _assert_same_run, _configs
 
 from vflkit import scheduler
-from vflkit.errors import BudgetExhausted
+from vflkit.errors import BudgetExhausted, DivergenceError
 from vflkit.records import checkpoint_path
 from vflkit.training import packed, split
 from vflkit.training.checkpoint import saved_progress
@@ -229,3 +229,76 @@ def test_a_stopped_multi_vfl_pack_resumes_and_its_runs_alone_too(float64, tmp_pa
         assert p.stat().st_size < 1.1 * q.stat().st_size
         resumed = multi_owner.train(c, device=CPU, progress=False, checkpoint=p)
         same(resumed, multi_owner.train(c, device=CPU, progress=False))
+
+
+def _poisoned(monkeypatch) -> None:
+    """From now on, a pack's run 1 diverges at the second step of every pack trained (its loss
+    set to NaN there): a divergence no seed or rate reproduces, so a resumed pack that got it
+    right restored it from the checkpoint rather than meeting it again."""
+    real = packed.Pack.train_step
+    calls: dict[int, int] = {}
+
+    def poisoned(self, ids):
+        out = real(self, ids)
+        calls[id(self)] = calls.get(id(self), 0) + 1
+        if calls[id(self)] == 2:
+            out["active"] = out["active"].clone()
+            out["active"][1] = float("nan")
+        return out
+
+    monkeypatch.setattr(packed.Pack, "train_step", poisoned)
+
+
+def test_a_pack_with_a_diverged_run_still_checkpoints_and_stops_at_the_deadline(float64, tmp_path, monkeypatch):
+    """Once a run of a pack diverged, the pack still stops at the deadline with every run
+    checkpointed (the diverged one as diverged); resumed, the healthy run trains epochs 2-3 to
+    what a pack never stopped gives and the diverged one keeps its divergence; each run alone
+    resumes its checkpoint to the same results (the diverged one raising where told to)."""
+    configs = _case("splitnn, momentum, exponential")
+    with monkeypatch.context() as m:
+        _poisoned(m)
+        want = packed.train_pack(configs, device="cpu", on_divergence="record")
+        assert want[0]["diverged"] is None and want[1]["diverged"]["epoch"] == 1
+        paths = _paths(tmp_path, configs)
+        with pytest.raises(BudgetExhausted, match="after epoch 1 of 3"):
+            packed.train_pack(configs, device="cpu", on_divergence="record", checkpoints=paths,
+                              deadline=time.time())
+    saved = [torch.load(p, weights_only=True) for p in paths]
+    assert [s["epoch"] for s in saved] == [1, 1]
+    assert saved[0].get("diverged") is None and saved[1]["diverged"] == want[1]["diverged"]
+    alone = [tmp_path / "alone" / p.name for p in paths]
+    alone[0].parent.mkdir()
+    for p, q in zip(paths, alone):
+        q.write_bytes(p.read_bytes())
+    finish, epochs = packed._finish_epoch, []
+    monkeypatch.setattr(packed, "_finish_epoch", lambda pack, runs, *a: epochs.append(list(runs)) or finish(pack, runs, *a))
+    got = packed.train_pack(configs, device="cpu", on_divergence="record", checkpoints=paths)
+    assert epochs == [[0], [0]]  # epochs 2 and 3, of the healthy run only
+    for g, w in zip(got, want):
+        _assert_same_run(g, w)
+    for c, q, w in zip(configs, alone, want):
+        _assert_same_run(split.train(c, device=CPU, progress=False, on_divergence="record", checkpoint=q), w)
+    with pytest.raises(DivergenceError, match="the loss of active is nan at epoch 1"):  # as the run alone raises
+        split.train(configs[1], device=CPU, progress=False, checkpoint=alone[1])
+
+
+def test_a_checkpoint_saved_as_diverged_without_its_result_is_set_aside(float64, tmp_path, monkeypatch):
+    """A checkpoint saved as diverged whose final metrics were removed (a hand edit) is moved
+    aside with a warning, by a pack and by the run alone, never half used (it was a KeyError)."""
+    configs = _case("splitnn, momentum, exponential")
+    paths = _paths(tmp_path, configs)
+    with monkeypatch.context() as m:
+        _poisoned(m)
+        with pytest.raises(BudgetExhausted):
+            packed.train_pack(configs, device="cpu", on_divergence="record", checkpoints=paths, deadline=time.time())
+    state = torch.load(paths[1], weights_only=True)
+    del state["final"]
+    torch.save(state, paths[1])
+    copy = tmp_path / "alone.ckpt.pt"
+    copy.write_bytes(paths[1].read_bytes())
+    with pytest.warns(UserWarning, match="saved as diverged but lacks"):
+        got = packed.train_pack(configs, device="cpu", on_divergence="record", checkpoints=paths)
+    assert [g["diverged"] for g in got] == [None, None]  # started over, without the poison
+    with pytest.warns(UserWarning, match="saved as diverged but lacks"):
+        alone = split.train(configs[1], device=CPU, progress=False, on_divergence="record", checkpoint=copy)
+    _assert_same_run(alone, got[1])

@@ -320,6 +320,47 @@ def test_a_registered_datasets_records_are_keyed_by_its_content(tmp_path):
         unregister_dataset(name)
 
 
+def _wine(name: str):
+    """scikit-learn's wine table (13 numeric columns, 3 classes) as a TabularData."""
+    from sklearn.datasets import load_wine
+
+    from vflkit.data import TabularData
+
+    wine = load_wine(as_frame=True)
+    return TabularData(name, wine.data, wine.target, "multiclass")
+
+
+def _shuffle_labels_in_place(data) -> None:
+    """Shuffle a registered dataset's training labels where they are, as a notebook cell fixing
+    its labels would: the same objects, other values."""
+    perm = torch.randperm(len(data.target if hasattr(data, "target") else data.y_train),
+                          generator=torch.Generator().manual_seed(1))
+    if hasattr(data, "target"):
+        data.target.iloc[:] = data.target.to_numpy()[perm.numpy()]
+    else:
+        data.y_train.numpy()[:] = data.y_train.numpy()[perm.numpy()]  # through a view torch does not count
+
+
+@pytest.mark.parametrize("kind", ["table", "images"])
+def test_a_registered_dataset_edited_in_place_is_not_handed_its_old_record(tmp_path, kind):
+    """T08: a registered dataset whose labels were shuffled in place after a run is another run:
+    the next lookup says the data changed (a warning), keys it anew and trains it afresh."""
+    data = _wine("own_t08_table") if kind == "table" else _images("own_t08_images")
+    name = register_dataset(data)
+    try:
+        changes = {"models": "mlp", "n_parties": 3, "n_train": None, "n_test": None, "batch_size": 16} \
+            if kind == "table" else {}
+        run = _split_run(name, epochs=1, **changes)
+        first = split.run(run, profile="smoke", device="cpu", results=tmp_path, progress=False)
+        _shuffle_labels_in_place(data)
+        with pytest.warns(UserWarning, match=f"dataset {name!r} changed since its content digest was taken"):
+            again = split.run(run, profile="smoke", device="cpu", results=tmp_path, progress=False)
+        assert again["key"] != first["key"] and again["key"] == run.key  # the run is keyed by the data now
+        assert len(list((tmp_path / "smoke" / "demo").glob("*.json"))) == 2  # trained afresh, both kept
+    finally:
+        unregister_dataset(name)
+
+
 def test_built_in_datasets_keep_their_committed_keys_while_own_data_is_registered():
     """Only a dataset of your own adds a content digest to the key: the committed records of the
     built-in datasets keep theirs (a few of each family checked with a dataset registered)."""

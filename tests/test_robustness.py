@@ -711,6 +711,32 @@ def test_one_shot_divergence_is_recorded(tmp_path):
     assert "lower lr" in rec["diverged"]["message"] and math.isnan(rec["final"]["accuracy"])
 
 
+def test_a_diverged_runs_record_holds_nan_as_its_final_scores(tmp_path):
+    """V06: a diverged run's record held its NaN model's arg-max (about 0.1) as its final
+    accuracy, a number a reader could take for a measurement; its final scores are now NaN
+    (its history keeps what was measured), and the tables, the sentence worded from them and
+    the diverged-runs list take such a record without error."""
+    from vflkit import analysis
+    from vflkit.studies import demo, vfedmh
+    from vflkit.training import split
+
+    cfg = _cfg(lr=1e6, optimizers="sgd", epochs=2)
+    rec = split.run(cfg, profile="smoke", device="cpu", results=tmp_path, progress=False, on_divergence="record")
+    assert rec["diverged"]["epoch"] == 1
+    assert set(rec["final"]) == {"active"} and set(rec["final"]["active"]) == {"test_accuracy"}
+    assert math.isnan(rec["final"]["active"]["test_accuracy"])
+    assert math.isfinite(rec["history"][-1]["test_accuracy"])  # what the broken model scored, as measured
+    assert math.isnan(records.load_record(cfg, "smoke", tmp_path)["final"]["active"]["test_accuracy"])
+    local = split.run(cfg.replace(method="local", lr=0.05), profile="smoke", device="cpu", results=tmp_path,
+                      progress=False)
+    table = demo.summary([rec, local])
+    assert math.isnan(table.loc[table["method"] == "splitnn", "test_accuracy_pct"].item())
+    assert "SplitNN reaches nan %" in demo.comparison(table)
+    assert len(vfedmh.diverged_runs([rec, local])) == 1
+    pair = analysis.variant_pairs([(local, rec)], labels=("a", "b"), metric="test_accuracy")
+    assert math.isnan(pair["difference (points)"].item())
+
+
 def test_a_diverged_epochs_loss_is_the_mean_over_the_batches_seen(tmp_path, monkeypatch):
     """Two batches of loss 1.0, then a divergence: the epoch's loss is 1.0, not 2 x 64 / 256."""
     from vflkit.methods.splitnn import SplitNN

@@ -42,6 +42,17 @@ def test_every_study_module_registers_one_study():
         studies.get("nosuch")
 
 
+@pytest.mark.parametrize("name", ["../../escape", "a/b", "..", "", " spaced", "x" * 65, 5])
+def test_a_study_name_that_is_no_simple_name_is_refused(name):
+    """Y01: a study's name is its records' folder (<results>/<profile>/<name>/), so like a
+    profile it is a simple name: one with '..' or '/' once wrote records outside results/."""
+    with pytest.raises(ConfigError, match="Invalid study name .*letters, digits, '_' and '-'"):
+        studies.register(Study(name=name, title="x", family="split", configs=lambda p, **k: []))
+    assert name not in studies.REGISTRY
+    with pytest.raises(ConfigError, match="Invalid paper"):
+        RunConfig(paper="../../escape", dataset="mnist", method="splitnn", models="mlp")
+
+
 def test_run_class_names_each_familys_run_class_and_refuses_an_unknown_one():
     """study.run_class is the one public way from a family name to its run class (the launcher
     and the cost model use it); an unknown family is a ConfigError listing the known ones."""

@@ -182,3 +182,32 @@ def test_a_round_pack_held_across_rounds_keeps_every_run_as_alone(float64):
         # the packed evaluation's messages are in the ledger as the unpacked one's (16 images each)
         assert a.channel.ledger.frame(phase="eval").equals(p.channel.ledger.frame(phase="eval"))
         _assert_same_run(a, p)
+
+
+def test_after_a_pack_diverged_a_run_finished_alone_is_kept_when_the_deadline_stops_the_next(monkeypatch, tmp_path):
+    """A diverged pack's runs are trained alone, each recorded as it finishes: the deadline
+    stopping the second (simulated) loses nothing of the first, and a rerun trains only the
+    second (the first was retrained in every budget window before)."""
+    import time
+
+    from vflkit.errors import BudgetExhausted
+    from vflkit.training import multi_owner
+    from vflkit.training.multi_owner_packed import run_pack
+
+    monkeypatch.setattr(multi_owner, "dataset", lambda name: _tiny_data())
+    cfgs = _pack_configs(local_lr=1e30)
+    real, trained = multi_owner.train, []
+
+    def second_stopped(config, **kwargs):
+        trained.append(config)
+        if config == cfgs[1] and len(trained) == 2:
+            raise BudgetExhausted("stopped at the budget")
+        return real(config, **kwargs)
+
+    monkeypatch.setattr(multi_owner, "train", second_stopped)
+    with pytest.raises(BudgetExhausted):
+        run_pack(cfgs, profile="smoke", device="cpu", results=tmp_path, on_divergence="record",
+                 deadline=time.time() + 3600)
+    assert record_path(cfgs[0], "smoke", tmp_path).exists() and not record_path(cfgs[1], "smoke", tmp_path).exists()
+    recs = run_pack(cfgs, profile="smoke", device="cpu", results=tmp_path, on_divergence="record")
+    assert trained == [cfgs[0], cfgs[1], cfgs[1]] and all(r["diverged"] is not None for r in recs)

@@ -255,7 +255,8 @@ def variant_pairs(pairs: Iterable[tuple[Mapping[str, Any], Mapping[str, Any]]], 
 
     ``pairs`` are ``(record, variant_record)``; ``labels`` name the two sides (e.g. "∂L/∂E / C"
     and "∂L/∂E"); ``metric`` is a metric name or a function of the record's config giving it
-    (AUC on Criteo). A run that diverged keeps its row, with its final metric as recorded.
+    (AUC on Criteo). A run that diverged keeps its row, with its final metric as recorded (NaN in
+    a record written since diverged runs' final scores are NaN).
     """
     rows = []
     for base, variant in pairs:

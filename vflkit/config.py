@@ -37,13 +37,20 @@ def check_profile(profile: str) -> str:
     return profile
 
 
+def is_simple_name(name: Any) -> bool:
+    """Whether ``name`` is a name that is also one folder: 1-64 letters, digits, ``_`` and
+    ``-``, not starting with ``_`` or ``-`` (a profile's or a study's: records go to
+    ``<results>/<profile>/<paper>/``, and ``..`` or ``/`` would put them elsewhere)."""
+    import re
+
+    return isinstance(name, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}", name) is not None
+
+
 def check_record_profile(profile: str) -> str:
     """A profile name for records, tables and figures: one of :data:`PROFILES`, or a name of
     your own for ad-hoc runs (letters, digits, ``_`` and ``-``, e.g. ``"mine"``), whose records
     go to ``results/<name>/`` (not committed: ``.gitignore`` keeps only quick and paper)."""
-    import re
-
-    if isinstance(profile, str) and (profile in PROFILES or re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}", profile)):
+    if isinstance(profile, str) and (profile in PROFILES or is_simple_name(profile)):
         return profile
     raise ConfigError(f"Invalid profile {profile!r}; choose one of {', '.join(PROFILES)}, or a name of your own "
                       "made of letters, digits, '_' and '-' for ad-hoc runs")
@@ -56,7 +63,7 @@ def check_paper(paper: str) -> str:
     # check their paper below the study layer, and a study registers itself before it builds runs
     from .studies import is_registered, module_names
 
-    if isinstance(paper, str) and (paper in module_names() or is_registered(paper)):
+    if is_simple_name(paper) and (paper in module_names() or is_registered(paper)):
         return paper
     raise ConfigError(f"Invalid paper {paper!r}; choose one of {', '.join(module_names())} (paper='demo' for "
                       "runs of your own; a study of your own: vflkit.studies.register)")
@@ -248,9 +255,10 @@ def _default_texts(cls: type) -> dict[str, str]:
     return out
 
 
-def registered_data_digest(dataset: str) -> str | None:
+def registered_data_digest(dataset: str, *, recheck: bool = False) -> str | None:
     """The content digest of a dataset of your own registered under ``dataset``
-    (:func:`vflkit.data.registered_digest`), None for a built-in or unregistered name.
+    (:func:`vflkit.data.registered_digest`, ``recheck`` as there), None for a built-in or
+    unregistered name.
 
     Run keys add it, so a record is never reused for other data under the same name. Nothing
     can be registered before :mod:`vflkit.data` is imported, so a key computed without it
@@ -259,7 +267,7 @@ def registered_data_digest(dataset: str) -> str | None:
     import sys
 
     data = sys.modules.get("vflkit.data")
-    return data.registered_digest(dataset) if data is not None else None
+    return data.registered_digest(dataset, recheck=recheck) if data is not None else None
 
 
 #: How a researcher brings data of each kind (the end of every "needs ... data" error).

@@ -329,6 +329,13 @@ class TabularData:
                               f"{type(self.features).__name__} and {type(self.target).__name__}")
         if len(self.features) != len(self.target):
             raise ConfigError(f"{self.name}: {len(self.features)} feature rows but {len(self.target)} targets")
+        if not self.features.index.equals(self.target.index):
+            # rows are paired by position: a target from a re-sorted frame would be mislabelled
+            at = next((i for i, (a, b) in enumerate(zip(self.features.index, self.target.index)) if a != b), 0)
+            raise ConfigError(f"{self.name}: the target's index is not the features' (row {at}: features "
+                              f"{_label(self.features.index, at)!r}, target {_label(self.target.index, at)!r}); "
+                              "pair them with target.reindex(features.index), or reset both indexes if the order "
+                              "is right")
         if len(self.target) == 0 or self.features.shape[1] == 0:
             raise ConfigError(f"{self.name}: the table is empty ({len(self.target)} rows, {self.features.shape[1]} "
                               "feature columns); give at least one row and one column")
@@ -353,6 +360,19 @@ class TabularData:
                               "more classes, or map the labels to 0/1")
         if lo < 0:
             raise ConfigError(f"{self.name}: target holds {lo}; class indices are 0..K-1")
+        # an infinite value poisons its column's scaling (encode_generic's mean) and read as
+        # "training diverged"; NaN is a missing value, imputed there (documented)
+        for col in self.features.columns:
+            column = self.features[col]
+            if col in self.categorical or not pd.api.types.is_numeric_dtype(column) \
+                    or pd.api.types.is_bool_dtype(column):
+                continue
+            kind = np.complex128 if pd.api.types.is_complex_dtype(column) else np.float64
+            inf = np.isinf(column.to_numpy(dtype=kind, na_value=np.nan))
+            if inf.any():
+                raise ConfigError(f"{self.name}: feature column {col!r} holds {int(inf.sum())} infinite value(s) "
+                                  f"(first at index {_label(self.features.index, int(np.argmax(inf)))!r}); replace them with "
+                                  "a finite number, or NaN (a missing value, imputed as the column's mean)")
 
     def __repr__(self) -> str:
         return (f"TabularData(name={self.name!r}, n={len(self.target)}, n_features={self.features.shape[1]}, "
@@ -384,6 +404,18 @@ def as_uint8_images(x: Any, what: str) -> torch.Tensor:
                           f"{float(x.nan_to_num().max()):.3g}); give ToTensor's [0, 1] output or uint8 pixels, "
                           "without Normalize: vflkit normalises by the training images' own mean and std")
     return (x * 255).round().to(torch.uint8)
+
+
+def _label(index: pd.Index, i: int) -> Any:
+    """The ``i``-th label of ``index`` as Python writes it (``8``, not ``np.int64(8)``), or None
+    past its end."""
+    if i >= len(index):
+        return None
+    v = index[i]
+    if isinstance(v, tuple):  # a MultiIndex's label
+        return tuple(x.item() if isinstance(x, np.generic) else x for x in v)
+    return v.item() if isinstance(v, np.generic) else v
+
 
 
 def _pick(x: torch.Tensor, y: torch.Tensor, n: int | None, seed: int, what: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -454,8 +486,11 @@ def load_dataset(
 
 #: Datasets handed to vflkit in memory with :func:`register_dataset`, by name.
 _REGISTERED: dict[str, ImageData | TabularData] = {}
-#: The content digest of each registered dataset (:func:`content_digest`), computed once.
+#: The content digest of each registered dataset (:func:`content_digest`), taken at
+#: registration and again whenever the data may have changed (:func:`registered_digest`).
 _DIGESTS: dict[str, str] = {}
+#: What each registered image set's tensors were when its digest was taken (:func:`_fingerprint`).
+_FINGERPRINTS: dict[str, Any] = {}
 
 
 def content_digest(data: ImageData | TabularData) -> str:
@@ -485,7 +520,18 @@ def content_digest(data: ImageData | TabularData) -> str:
     return h.hexdigest()[:16]
 
 
-def registered_digest(name: str) -> str | None:
+def _fingerprint(data: ImageData | TabularData) -> Any:
+    """What tells, without reading the data, that a registered image set is unchanged: each
+    tensor's identity, storage and torch's count of its in-place edits, and the classes and
+    statistics; None for a table (no such count: its digest, cheap, is taken again)."""
+    if not isinstance(data, ImageData):
+        return None
+    tensors = (data.x_train, data.y_train, data.x_test, data.y_test)
+    return (tuple((id(t), t.data_ptr(), tuple(t.shape), t._version) for t in tensors), tuple(data.classes),
+            tuple(map(float, data.mean)), tuple(map(float, data.std)))
+
+
+def registered_digest(name: str, *, recheck: bool = False) -> str | None:
     """The content digest of the dataset registered under ``name`` when that name is not a
     built-in dataset's, else None.
 
@@ -493,9 +539,49 @@ def registered_digest(name: str) -> str | None:
     which data it was (fix a bug in it and register it again: same name), so run keys hash
     this digest too and a record is never reused for other data. Built-in names keep their
     keys (a registered copy of MNIST on a machine without the files is meant to be MNIST).
+
+    The digest is of the data as it is now: a table's is taken again at every call, an image
+    set's when its tensors were replaced or edited in place by torch (:func:`_fingerprint`),
+    and with ``recheck`` always (the record store asks so before it looks a run's record up:
+    an edit through a numpy view escapes torch's count). Data that changed since its digest
+    was taken is checked as at registration and keyed anew, with a warning.
     """
     key = _dataset_key(name) if isinstance(name, str) else name
-    return _DIGESTS.get(key) if key not in _LOADERS else None
+    if key in _LOADERS or key not in _REGISTERED:
+        return None
+    data = _REGISTERED[key]
+    fingerprint = _fingerprint(data)
+    if not recheck and fingerprint is not None and fingerprint == _FINGERPRINTS.get(key):
+        return _DIGESTS[key]
+    digest = content_digest(data)
+    if digest != _DIGESTS.get(key):
+        _check_registrable(data)  # an edit may have broken what the data's checks guaranteed
+        warnings.warn(f"dataset {key!r} changed since its content digest was taken ({_DIGESTS.get(key)}; now "
+                      f"{digest}): runs on it get new keys and are trained afresh", stacklevel=2)
+        _DIGESTS[key] = digest
+    _FINGERPRINTS[key] = fingerprint
+    return digest
+
+
+def _check_registrable(data: ImageData | TabularData) -> None:
+    """A dataset's own checks (its ``__post_init__``: labels, statistics, shapes, finite
+    features), run again, and that it holds at least two classes: with one, every prediction
+    is right and a run "learns" to 100 %. (Here, not in ``__post_init__``: a small subset of a
+    dataset, drawn for a run, may hold one class.)"""
+    data.__post_init__()
+    if isinstance(data, ImageData):
+        if len(data.classes) < 2:
+            raise ConfigError(f"{data.name}: {len(data.classes)} class {data.classes!r}; a classifier needs at least "
+                              "two classes (with one, every prediction is right)")
+        seen = torch.unique(data.y_train)
+        if len(seen) < 2:
+            raise ConfigError(f"{data.name}: the training labels are all {int(seen[0])}; a classifier needs "
+                              "training examples of at least two classes")
+    else:
+        seen = pd.unique(data.target)
+        if len(seen) < 2:
+            raise ConfigError(f"{data.name}: the target holds one class ({seen[0]}); a classifier needs at least "
+                              "two (with one, every prediction is right)")
 
 
 def _dataset_key(name: str) -> str:
@@ -528,12 +614,14 @@ def register_dataset(data: ImageData | TabularData, *, name: str | None = None, 
     key = _dataset_key(given)
     if key in _LOADERS and not replace:
         raise ConfigError(f"dataset name {key!r} is taken; choose another name or pass replace=True")
+    _check_registrable(data)
     digest = content_digest(data)
     if key in _REGISTERED and not replace and _DIGESTS.get(key) != digest:
         warnings.warn(f"dataset {key!r} was registered with other data ({_DIGESTS.get(key)}); it now means this "
                       f"data ({digest}): runs on it get new keys and are trained afresh", stacklevel=2)
     _REGISTERED[key] = data
     _DIGESTS[key] = digest
+    _FINGERPRINTS[key] = _fingerprint(data)
     return key
 
 
@@ -546,6 +634,7 @@ def unregister_dataset(name: str) -> None:
     """Forget a dataset given to :func:`register_dataset` (a built-in name loads from files again)."""
     _REGISTERED.pop(ALIASES.get(name.strip().lower(), name.strip().lower()), None)
     _DIGESTS.pop(ALIASES.get(name.strip().lower(), name.strip().lower()), None)
+    _FINGERPRINTS.pop(ALIASES.get(name.strip().lower(), name.strip().lower()), None)
 
 
 # --------------------------------------------------------------------------- errors

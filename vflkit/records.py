@@ -42,8 +42,8 @@ import torch
 from tqdm.auto import tqdm
 
 from . import __version__
-from .config import (RESULTS_ENV, check_device_name, check_paper, check_record_profile, project_root, resolve_device,
-                     results_dir)
+from .config import (RESULTS_ENV, check_device_name, check_paper, check_record_profile, project_root,
+                     registered_data_digest, resolve_device, results_dir)
 from .errors import ConfigError, DiskSpaceError, DivergenceError, RecordWriteError
 from . import files as _files
 from .files import TMP_MARK, clean_stale_tmp
@@ -501,7 +501,12 @@ def _lookup(run: Run, *, profile: str, results: str | Path | None, force: bool, 
     A file there that is not the run's record is moved aside (``<key>.json.bad``) with a
     warning; a record older than ``recompute_after`` is not reused; a diverged record made
     under ``on_divergence="record"`` is a DivergenceError for a run asked for with "raise".
+    A run on a dataset of your own is keyed by that data as it is now, read whole
+    (:func:`vflkit.config.registered_data_digest`): one edited in place since is another run.
     """
+    dataset = getattr(run, "dataset", None)
+    if isinstance(dataset, str):
+        registered_data_digest(dataset, recheck=True)
     path = record_path(run, profile, results)
     if path.parent.is_dir():
         clean_stale_tmp(path.parent)
@@ -659,6 +664,8 @@ def run_together(runs: Sequence[Run], *, train_all: GroupTrainer, profile: str, 
     written. Records are looked up as by :func:`run_one` (a record finished before
     ``recompute_after`` is not reused); the reused ones are appended to ``reused``, each with its
     run. A record names its family's :data:`RESULTS_VERSION` (``environment["results_version"]``).
+    A diverged run's final scores (:data:`FINAL_FIELDS`) are written as NaN: its broken models'
+    scores (a NaN model's arg-max, about chance) measure nothing; its history keeps them.
     """
     _check_on_divergence(on_divergence)
     runs = list(runs)
@@ -698,6 +705,11 @@ def run_together(runs: Sequence[Run], *, train_all: GroupTrainer, profile: str, 
         if clash:
             raise RuntimeError(f"the trainer's result uses the envelope's names {clash}")
     peak, kind = _peak_memory(dev, rss_reset)
+    for result in trained:
+        if result.get("diverged"):  # its models are broken: no score (the history keeps what they scored)
+            for field in FINAL_FIELDS:
+                if field in result:
+                    result[field] = _no_score(result[field])
     for run, result, ckpt in zip(todo, trained, checkpoints):
         record = {
             "key": run.key,
@@ -718,6 +730,15 @@ def run_together(runs: Sequence[Run], *, train_all: GroupTrainer, profile: str, 
         ckpt.unlink(missing_ok=True)
         found[run.key] = record
     return [found[r.key] for r in runs]
+
+
+def _no_score(value: Any) -> Any:
+    """``value`` (a final score, or a dict of them, nested) with every number NaN."""
+    if isinstance(value, dict):
+        return {k: _no_score(v) for k, v in value.items()}
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float("nan")
+    return value
 
 
 def run_many(runs: Iterable[Run], *, train: Trainer, profile: str, device: str | torch.device = "auto",

@@ -135,6 +135,7 @@ class RunConfig(KeyedRun):
         from . import METHODS  # the registry imports this module; a registered method's
         if self.method in METHODS:  # options are checked here, before any data is loaded
             check_options(self.method, METHODS[self.method].defaults, self.options)
+            METHODS[self.method].check_option_values(self.options)
         if isinstance(self.el_pl, (list, tuple)) and len(self.el_pl) == 2:
             for part in self.el_pl:
                 check_int("each of el_pl", part, minimum=0)
@@ -349,11 +350,18 @@ class VFLMethod(ABC):
     #: trainer that reads them with the losses (:meth:`defer_checks`). None: read at once.
     checks: DeferredChecks | None = None
 
+    @classmethod
+    def check_option_values(cls, options: dict[str, Any]) -> None:
+        """A ConfigError for option values that contradict each other (``options`` as given,
+        each of a known name and type: :func:`check_options`); a method with such options
+        overrides it. Called where the options are, before any data is loaded."""
+
     def __init__(self, config: RunConfig, parties: Sequence[Party], *, num_classes: int) -> None:
         holders = [p for p in parties if p.holds_labels]
         if len(holders) != 1:
             raise ConfigError(f"{self.name} needs exactly one party with labels, got {len(holders)}")
         check_options(self.name, self.defaults, config.options)
+        self.check_option_values(config.options)
         if self.model_mix is not None:
             n_arch = len(set(config.party_value("models", k) for k in range(len(parties))))
             if (self.model_mix == "homogeneous") != (n_arch == 1):

@@ -27,7 +27,7 @@ test global embedding, built by the same protocol, through p(θ_k, ·).
 from __future__ import annotations
 
 import secrets
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -86,6 +86,15 @@ class VFedMH(VFLMethod):
     #: steps 59.5 against 71.5 ms on a loaded 2-core CPU). Both give the same record bit for bit
     #: (tests/test_secure.py trains with each), so it is no option and in no key.
     ring_backend: ClassVar[str] = "auto"
+
+    @classmethod
+    def check_option_values(cls, options: dict[str, Any]) -> None:
+        """``authenticate_keys`` needs ``blinding``: without it no key is exchanged, and a
+        record saying its keys were authenticated would claim what nothing did."""
+        merged = {**cls.defaults, **options}
+        if merged["authenticate_keys"] and not merged["blinding"]:
+            raise ConfigError("authenticate_keys=True signs blinding's key exchange, and blinding=False exchanges no "
+                              "key; turn blinding on, or leave authenticate_keys off")
 
     def build(self) -> None:
         if self.options["embedding_gradient"] not in self.EMBEDDING_GRADIENTS:

@@ -27,9 +27,14 @@ _NOT_STUDIES = frozenset({"base"})
 
 def register(study: Study) -> Study:
     """Add ``study`` to the registry and return it; a second study of the same name is an error
-    (two modules claiming one paper), as is a family :data:`~vflkit.studies.base.FAMILIES` lacks."""
+    (two modules claiming one paper), as is a family :data:`~vflkit.studies.base.FAMILIES` lacks
+    and a name that is no simple name (:func:`vflkit.config.is_simple_name`)."""
+    from ..config import is_simple_name
     from ..errors import ConfigError
 
+    if not is_simple_name(study.name):  # its records' folder: <results>/<profile>/<name>/
+        raise ConfigError(f"Invalid study name {study.name!r}; a study's name is its records' folder: use letters, "
+                          "digits, '_' and '-' (at most 64, starting with a letter or digit)")
     if study.family not in FAMILIES:
         raise ConfigError(f"study {study.name!r}: unknown family {study.family!r}; known: {', '.join(FAMILIES)}")
     old = _REGISTRY.get(study.name)

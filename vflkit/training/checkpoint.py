@@ -28,7 +28,7 @@ import random
 import warnings
 import zlib
 from pathlib import Path
-from typing import Any, Iterable, Protocol, Sequence
+from typing import Any, Callable, Iterable, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -307,12 +307,12 @@ def saved_progress(path: Path) -> tuple[str, int] | None:
 
 
 def load_all(paths: Sequence[Path], runs: Sequence[Run], *, device: torch.device,
-             unit: str) -> list[dict[str, Any]] | None:
+             unit: str, check: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]] | None:
     """The checkpoints of a pack's runs (:func:`load`, each its own) when every run has one
     saved after the same ``unit`` ("epoch" or "round"): a pack resumes all its runs or none.
     None where no run has one; where only some do, or after different ones, None too, with a
-    warning that the pack starts over and replaces them."""
-    states = [load(Path(p), run, device=device, fresh=f"{unit} 1") for p, run in zip(paths, runs)]
+    warning that the pack starts over and replaces them. ``check`` as for :func:`load`."""
+    states = [load(Path(p), run, device=device, fresh=f"{unit} 1", check=check) for p, run in zip(paths, runs)]
     done = sorted({s[unit] for s in states if s is not None})
     if not done:
         return None
@@ -325,14 +325,16 @@ def load_all(paths: Sequence[Path], runs: Sequence[Run], *, device: torch.device
     return states
 
 
-def load(path: Path, run: Run, *, device: torch.device, fresh: str = "epoch 1") -> dict[str, Any] | None:
+def load(path: Path, run: Run, *, device: torch.device, fresh: str = "epoch 1",
+         check: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any] | None:
     """The checkpoint at ``path`` if there is one and it belongs to ``run``, else None.
 
     An unreadable or foreign checkpoint (another key, a config that is not the run's, one
     computed by other code, on another kind of machine than ``device`` or at another torch
     thread count: :func:`computed_by`), or one holding anything but tensors, containers and
-    plain values (:func:`read`: never unpickled), is moved to ``<name>.bad`` (numbered if
-    taken) with a warning that the run starts from ``fresh`` instead.
+    plain values (:func:`read`: never unpickled), or one the trainer's ``check`` refuses (a
+    ``ValueError`` saying why), is moved to ``<name>.bad`` (numbered if taken) with a warning
+    that the run starts from ``fresh`` instead.
     """
     if not path.exists():
         return None
@@ -343,6 +345,8 @@ def load(path: Path, run: Run, *, device: torch.device, fresh: str = "epoch 1") 
         if state.get("key") != run.key or state.get("config") != run.to_dict():
             raise ValueError("its config is not this run's")
         check_computed_by(state, device)
+        if check is not None:
+            check(state)
         return state
     except Exception as exc:  # a bad checkpoint costs time, never a wrong record
         bad = move_aside(path, ".bad")

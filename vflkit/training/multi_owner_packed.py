@@ -527,20 +527,32 @@ def run_pack(configs: Sequence[MultiVFLConfig], *, profile: str, device: torch.d
     one pack (:func:`train_pack`) and written through the record store's one path
     (:func:`vflkit.records.run_together`). Where the pack diverges, each of its runs is trained
     alone instead (:func:`vflkit.training.multi_owner.train`, from round 1), so that every
-    record, a diverged one included, is the unpacked trainer's. Each run is checkpointed beside
-    its record where the run alone is (:func:`train_pack`; ``deadline`` stops the pack there)."""
+    record, a diverged one included, is the unpacked trainer's; each is recorded as it finishes,
+    so a deadline that stops a later one (with :class:`~vflkit.errors.BudgetExhausted`) loses
+    none finished. Each run is checkpointed beside its record where the run alone is
+    (:func:`train_pack`; ``deadline`` stops the pack there)."""
 
     def train_all(todo: list[MultiVFLConfig], dev: torch.device, checkpoints: list[Path]) -> list[dict[str, Any]]:
         try:
             return train_pack(todo, device=dev, progress=progress, checkpoints=checkpoints, deadline=deadline)
-        except DivergenceError:
+        except DivergenceError as err:
             for ckpt in checkpoints:  # the pack's: alone, every run starts over, as the unpacked trainer
                 ckpt.unlink(missing_ok=True)
-            return [multi_owner.train(c, device=dev, checkpoint=ckpt, progress=progress, on_divergence=on_divergence,
-                                      deadline=deadline) for c, ckpt in zip(todo, checkpoints)]
+            raise _PackDiverged() from err
 
-    return records.run_together(configs, train_all=train_all, profile=profile, device=device, results=results,
-                                force=force, on_divergence=on_divergence)
+    try:
+        return records.run_together(configs, train_all=train_all, profile=profile, device=device, results=results,
+                                    force=force, on_divergence=on_divergence)
+    except _PackDiverged:
+        # one run at a time through the record store: each record is written before the next
+        # run starts (a pack's records are written together, after all of its runs)
+        return [multi_owner.run(c, profile=profile, device=device, results=results, force=force, progress=progress,
+                                on_divergence=on_divergence, deadline=deadline) for c in configs]
+
+
+class _PackDiverged(Exception):
+    """A pack's divergence, as :func:`run_pack` trains its runs alone after it (a record found
+    diverged stays the record store's :class:`~vflkit.errors.DivergenceError`)."""
 
 
 def compute_pack(payloads: Sequence[Mapping[str, Any]], *, device: torch.device | str = "auto",

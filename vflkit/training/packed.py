@@ -937,10 +937,11 @@ def train_pack(configs: Sequence[RunConfig], *, device: torch.device | str = "cp
     ``checkpoints`` (one path per run): after every epoch but the last, each run's state is
     saved at its path as the run alone saves it (:func:`vflkit.training.split.save_checkpoint`),
     and a pack whose runs all find a checkpoint of the same epoch continues after it, so either
-    trainer resumes the other's runs (else it starts from epoch 1, with a warning). No checkpoint
-    is written once a run of the pack has diverged. With ``deadline`` (a ``time.time()`` value)
-    too, a pack whose next epoch would end after it stops there, checkpointed, with
-    :class:`~vflkit.errors.BudgetExhausted`, as a run alone does.
+    trainer resumes the other's runs (else it starts from epoch 1, with a warning). A run that
+    diverged is checkpointed as diverged (:func:`vflkit.training.split.save_checkpoint`) while
+    its siblings train on. With ``deadline`` (a ``time.time()`` value) too, a pack whose next
+    epoch would end after it stops there, checkpointed, with
+    :class:`~vflkit.errors.BudgetExhausted`, as a run alone does (whatever its runs diverged).
 
     Timings (``wall_time_s``, each history row's ``elapsed_s``) are the pack's. A run whose loss
     is not finite or exceeds ``max_loss`` raises :class:`DivergenceError` (naming the run), or
@@ -991,8 +992,16 @@ def train_pack(configs: Sequence[RunConfig], *, device: torch.device | str = "cp
     gens = [torch.Generator().manual_seed(c.seed) for c in configs]
     ledger_logs = [checkpoint_io.LedgerLog(m.active.channel) for m in methods]
     histories: list[list[dict[str, Any]]] = [[] for _ in configs]
-    first_epoch, offset = _resume(methods, configs, checkpoints, ledger_logs, gens, histories, device)
+    finals: list[dict[str, Any]] = [{} for _ in configs]
+    diverged: list[dict[str, Any] | None] = [None] * len(configs)
+    first_epoch, offset = _resume(methods, configs, checkpoints, ledger_logs, gens, histories, finals, diverged,
+                                  device)
     pack = Pack(methods, stacking=stacking, compile=compile)  # stacks the resumed models and optimizers
+    for k, d in enumerate(diverged):  # a run that diverged before the checkpoint sends no more messages
+        if d is not None and on_divergence == "raise":
+            raise DivergenceError(f"run {configs[k].key} (seed {configs[k].seed}) of the pack: {d['message']}")
+        if d is not None:
+            pack.channel.live[k] = False
     # the runs' precision (split.precision_context): steps and evaluation under bf16 autocast, as alone
     compute = split.precision_context(configs[0], device)
     if graphs == "auto":
@@ -1003,8 +1012,6 @@ def train_pack(configs: Sequence[RunConfig], *, device: torch.device | str = "cp
     n = len(methods[0].active.ids["train"])
     n_steps = math.ceil(n / cfg0.batch_size)
     every = split.SYNC_EVERY_CUDA if device.type == "cuda" else 1
-    finals: list[dict[str, Any]] = [{} for _ in configs]
-    diverged: list[dict[str, Any] | None] = [None] * len(configs)
     datasets = "+".join(dict.fromkeys(c.dataset for c in configs))
     bar = tqdm(total=cfg0.epochs * n_steps, initial=(first_epoch - 1) * n_steps,
                desc=f"{cfg0.method} {datasets} x{len(configs)}", disable=not progress, leave=False)
@@ -1054,12 +1061,16 @@ def train_pack(configs: Sequence[RunConfig], *, device: torch.device | str = "cp
         going = [k for k in live if k not in stopped]
         with compute:
             _finish_epoch(pack, going, configs, epoch, window, histories, finals, start)
-        if checkpoints is not None and epoch < cfg0.epochs and not any(diverged):
+        # every run is checkpointed and the deadline looked at whatever its siblings did: a run
+        # that diverged is saved as diverged (its result is final), so a pack stopped here
+        # resumes its healthy runs after this epoch and keeps the divergence as it happened
+        if checkpoints is not None and epoch < cfg0.epochs and any(d is None for d in diverged):
             pack.write_back_optimizers()  # the models were written back to evaluate them
             for k, m in enumerate(methods):
                 split.save_checkpoint(checkpoints[k], config=configs[k], epoch=epoch,
                                       elapsed_s=time.perf_counter() - start, history=histories[k], method=m,
-                                      ledger_log=ledger_logs[k], gen=gens[k], device=device)
+                                      ledger_log=ledger_logs[k], gen=gens[k], device=device,
+                                      diverged=diverged[k], final=finals[k] if diverged[k] else None)
             epoch_s = (time.perf_counter() - start - offset) / (epoch - first_epoch + 1)
             if deadline is not None and time.time() + epoch_s > deadline:
                 bar.close()
@@ -1085,16 +1096,21 @@ def train_pack(configs: Sequence[RunConfig], *, device: torch.device | str = "cp
 
 def _resume(methods: Sequence[VFLMethod], configs: Sequence[RunConfig], checkpoints: Sequence[Path] | None,
             ledger_logs: Sequence[checkpoint_io.LedgerLog], gens: Sequence[torch.Generator],
-            histories: list[list[dict[str, Any]]], device: torch.device) -> tuple[int, float]:
+            histories: list[list[dict[str, Any]]], finals: list[dict[str, Any]],
+            diverged: list[dict[str, Any] | None], device: torch.device) -> tuple[int, float]:
     """Restore every run of a pack from its checkpoint (each run's own, as alone) when all have
     one of the same epoch (:func:`~vflkit.training.checkpoint.load_all`): the first epoch to
-    train and the seconds already spent; else (1, 0)."""
-    states = checkpoint_io.load_all(checkpoints, configs, device=device, unit="epoch") if checkpoints else None
+    train and the seconds already spent; else (1, 0). A run saved as diverged gets its
+    divergence and final metrics back into ``diverged`` and ``finals``."""
+    states = (checkpoint_io.load_all(checkpoints, configs, device=device, unit="epoch", check=split.check_checkpoint)
+              if checkpoints else None)
     if states is None:
         return 1, 0.0
     for k, state in enumerate(states):
         split.restore_checkpoint(state, method=methods[k], ledger_log=ledger_logs[k], gen=gens[k], device=device)
         histories[k] = state["history"]
+        if state.get("diverged") is not None:
+            diverged[k], finals[k] = state["diverged"], state["final"]
     return states[0]["epoch"] + 1, max(s["elapsed_s"] for s in states)
 
 

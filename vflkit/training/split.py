@@ -259,10 +259,15 @@ def train(
     first_epoch, offset = 1, 0.0
     ledger_log = checkpoint_io.LedgerLog(channel)
     if checkpoint is not None:
-        state = checkpoint_io.load(checkpoint, config, device=device, fresh="epoch 1")
+        state = checkpoint_io.load(checkpoint, config, device=device, fresh="epoch 1", check=check_checkpoint)
         if state is not None:
             restore_checkpoint(state, method=method, ledger_log=ledger_log, gen=gen, device=device)
             history, first_epoch, offset = state["history"], state["epoch"] + 1, state["elapsed_s"]
+            if state.get("diverged") is not None:  # diverged in a pack that trained on: its result is final
+                if on_divergence == "raise":
+                    raise DivergenceError(state["diverged"]["message"])
+                return {"models": method.trained_models(), "history": history, "final": state["final"],
+                        "wall_time_s": offset, "comm": comm_summary(channel.ledger), "diverged": state["diverged"]}
     start = time.perf_counter() - offset
     bar = tqdm(total=config.epochs * n_steps, initial=(first_epoch - 1) * n_steps,
                desc=f"{config.method} {config.dataset}", disable=not progress, leave=False)
@@ -365,17 +370,29 @@ _VOLATILE_STATE = ("keys", "E")
 
 def save_checkpoint(path: Path, *, config: RunConfig, epoch: int, elapsed_s: float,
                     history: list[dict[str, Any]], method: Any, ledger_log: checkpoint_io.LedgerLog,
-                    gen: torch.Generator, device: torch.device) -> None:
+                    gen: torch.Generator, device: torch.device, diverged: dict[str, Any] | None = None,
+                    final: dict[str, Any] | None = None) -> None:
     """Everything a run needs to continue after ``epoch`` as if never stopped, written atomically
     (also a packed run's, :func:`vflkit.training.packed.train_pack`: one format, so either
-    trainer resumes the other's)."""
+    trainer resumes the other's). A packed run that diverged while its pack trains on is saved
+    with its ``diverged`` and ``final`` metrics: its result, which :func:`train` returns as it is."""
     checkpoint_io.save(path, config, {
         "epoch": epoch, "elapsed_s": elapsed_s, "history": history,
         **checkpoint_io.parties_state(method.parties, volatile=_VOLATILE_STATE),
         "generators": {k: g.get_state() for k, g in checkpoint_io.generators(method).items()},
         "ledger": ledger_log.pack(),
         "gen": gen.get_state(),
+        **({"diverged": diverged, "final": final} if diverged is not None else {}),
     }, device=device)
+
+
+def check_checkpoint(state: dict[str, Any]) -> None:
+    """A ValueError where a checkpoint saved as diverged (:func:`save_checkpoint`) lacks what
+    :func:`train` returns of it (a hand edit: it is then moved aside, never half used)."""
+    diverged = state.get("diverged")
+    if diverged is not None and not (isinstance(diverged, dict) and isinstance(diverged.get("message"), str)
+                                     and isinstance(state.get("final"), dict)):
+        raise ValueError("it is saved as diverged but lacks the divergence's message or the final metrics")
 
 
 def restore_checkpoint(state: dict[str, Any], *, method: Any, ledger_log: checkpoint_io.LedgerLog,
@@ -427,4 +444,4 @@ def history_frame(recs: Sequence[dict[str, Any]]) -> "pd.DataFrame":
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-__all__ = ["LossWindow", "build_parties", "checkpoint_path", "evaluate", "history_frame", "run", "run_many", "train"]
+__all__ = ["LossWindow", "build_parties", "check_checkpoint", "checkpoint_path", "evaluate", "history_frame", "run", "run_many", "train"]
