@@ -1093,7 +1093,7 @@ def shared_gpu_hours(total_min: float, how: str = "") -> list[str]:
 
 
 def measured_gpu_rates() -> list[str]:
-    """docs/own-gpu.md's lines on what the lent GPUs measured, each computed from the committed
+    """docs/own-gpu.md's lines on what the GPU machines measured, each computed from the committed
     measurement files under ``results/device/`` (:mod:`vflkit.costs`)."""
     import statistics
 
