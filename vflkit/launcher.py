@@ -4,12 +4,12 @@ windows on a bare machine, and executed there through the same engine as ``make 
 A *window* is one time-limited job on a GPU machine (a notebook-hosted or preemptible GPU, a
 cluster job with a wall-time limit): a bare machine, held from its first call until it goes
 back, reached only by calls of at most :data:`CALL_LIMIT_S` seconds that each re-send the
-working tree and carry at most :data:`CARRY_LIMIT_BYTES` beside it, with no network there. This module is a
-thin layer over the engine, not a second one: a run is computed by :func:`vflkit.study.compute`
-(the scheduler's task function, which ``make study PROFILE=paper DEVICE=cuda`` and a notebook
-with ``device="cuda"`` use too), or, for runs that differ in seed and dataset alone, by
-:func:`vflkit.training.packed.compute_pack` (the scheduler's task function of a pack, which
-``make study`` uses on a GPU too). What the layer adds:
+working tree and carry at most :data:`CARRY_LIMIT_BYTES` beside it, with no network there.
+This module is a thin layer over the engine, not a second one: a run is computed by
+:func:`vflkit.study.compute` (the scheduler's task function, which
+``make study PROFILE=paper DEVICE=cuda`` and a notebook with ``device="cuda"`` use too), or, for
+runs that differ in seed and dataset alone, by :func:`vflkit.training.packed.compute_pack` (the scheduler's task function of a
+pack, which ``make study`` uses on a GPU too). What the layer adds:
 
 * :func:`plan` -- the pending GPU runs of every registered study (a study's ``needs_gpu``; a run
   with a whole record, judged by :func:`vflkit.records.check_record` as the record store judges

@@ -414,10 +414,11 @@ def estimate_costs(tasks: Sequence[Task], device: str) -> list[Task]:
     recorded runs that differ from it only in the seed, made on the same kind of device (``cpu``
     or ``cuda``); where none is recorded, those that differ in the seed and the dataset's twin
     (:data:`TWIN_DATASETS`: MNIST for FashionMNIST and back); where neither is, those of the same
-    run at another learning rate, for a run with an ``lr`` (a step costs the same at any
-    rate, while its FLOPs can miss the wall time several-fold); where none is, its training FLOPs over the FLOP/s the committed records of
-    its family measured on that kind (:mod:`vflkit.costs`). ``payload["cost_source"]`` says
-    which: "seeds", "twin seeds", "rate seeds", "ops" (a launch-bound GPU estimate) or "flops".
+    run at another learning rate, for a run with an ``lr`` (a step costs the same at any rate, while
+    its FLOPs can miss the wall time several-fold); where none is, its training FLOPs over the
+    FLOP/s the committed records of its family measured on that kind (:mod:`vflkit.costs`).
+    ``payload["cost_source"]`` says which: "seeds", "twin seeds", "rate seeds", "ops" (a
+    launch-bound GPU estimate) or "flops".
     Seeds made on this machine's kind of CPU (its name and instruction set; on a GPU, the card's
     name) come first, the run's own, then its twin's, then its other rates'; seeds made
     elsewhere only where none was made here: one run's time differs between CPU kinds (an AVX2

@@ -47,11 +47,11 @@ DATASETS: tuple[str, ...] = ("mnist", "fashion_mnist")
 
 #: Test images the label owner's model takes at once on the CPU when it evaluates. A 1000-image
 #: message's activations after the first conv (173 MB) overflow the CPU's last-level cache, those
-#: of 100 images (17 MB) fit a 32 MB one, so chunks of 100 evaluate markedly faster than the
-#: whole message at once. The messages do not depend on the chunk, nor the accuracy; each
-#: image's logits can be bit-identical on an AVX2 CPU, while on an AVX-512 one the kernels torch
-#: picks for 3 rows and for 16 sum in another order, and the test loss differs in float32's last
-#: bits (relative 1e-7 or so: tests/test_multi_vfl.py holds it to 1e-6). On a GPU the model takes the whole message.
+#: of 100 images (17 MB) fit a 32 MB one, so chunks of 100 evaluate markedly faster than the whole
+#: message at once. The messages do not depend on the chunk, nor the accuracy; each image's logits
+#: can be bit-identical on an AVX2 CPU, while on an AVX-512 one the kernels torch picks for 3 rows
+#: and for 16 sum in another order, and the test loss differs in float32's last bits (relative 1e-7
+#: or so: tests/test_multi_vfl.py holds it to 1e-6). On a GPU the model takes the whole message.
 EVAL_CHUNK: int = 100
 
 

@@ -103,8 +103,9 @@ CVFL_LR = cvfl_step_size(PAPER_LR)
 #: GPU, so bf16 cannot speed them: the ResNets are where it could be adopted), and all three bf16
 #: seeds inside one wall-time-limited GPU job with the launcher's margins: Local's take about a
 #: minute and a half each on an H200. The narrower cell, PyVertical on MNIST (fp32 seeds
-#: 99.07-99.17 %), takes several times that a seed and fits no such job. So this check sees only a loss of accuracy beyond the fp32
-#: seeds' own spread (72.86-76.59 %, one image strip of four): a gross failure, not a fine one.
+#: 99.07-99.17 %), takes several times that a seed and fits no such job. So this check sees only
+#: a loss of accuracy beyond the fp32 seeds' own spread (72.86-76.59 %, one image strip of four):
+#: a gross failure, not a fine one.
 PRECISION_CHECK: tuple[str, str, str] = ("fashion_mnist", "local", "resnet18")
 
 #: Our registry names -> the names the paper's tables print.
