@@ -86,8 +86,8 @@ _log = logging.getLogger(__name__)
 #: One job's device time: every call, the machine's start, idle waits and the give-back
 #: together. A job runs one window, so the windows a plan needs are the jobs it needs.
 DEVICE_TIME_S = 15 * 60
-#: The device time a window leaves for giving the machine back (``give_back``, or the half
-#: minute it stays warm after the last call, which counts the same).
+#: The device time a window leaves for giving the machine back (an explicit release, or the
+#: idle time before the machine is reclaimed after the last call, which counts the same).
 GIVE_BACK_S = 60
 #: A window's default length: a job's device time less the give-back.
 DEFAULT_DEADLINE_S = DEVICE_TIME_S - GIVE_BACK_S
