@@ -14,12 +14,13 @@ records of one device kind (``cpu``/``cuda``) and protocol family, diverged runs
 than :data:`MIN_WALL_S` left out.
 :func:`estimate_s` divides a run's FLOPs by it.
 
-How far to trust it: on the split family's committed CPU records (those of a minute or more) half
-the estimates are within a factor 1.5 of the measured wall time and nine in ten within 3. The
-``cuda`` rate comes from VFedMH's CIFAR-10 ResNet records, made with nine processes sharing one
-H100: against ``results/device/h100-vfedmh-resnets-calibration.json`` (one process alone) its
-minutes are 2-3x for Local and Agg_VFL and 4-10x for SplitNN and C-VFL, whose bottom ResNets
-(large convolutions) run at more FLOP/s than the 1x1 top stages that the count weighs equally.
+How far to trust it: a rough guide, not a prediction to the minute: on the split family's
+committed CPU records (those of a minute or more) about half the estimates are within a factor
+1.5 of the measured wall time, the margin :data:`vflkit.scheduler.SAFETY` keeps. The ``cuda``
+rate comes from VFedMH's CIFAR-10 ResNet records, made with nine processes sharing one H100:
+against ``results/device/h100-vfedmh-resnets-calibration.json`` (one process alone) its minutes
+are several times longer, most for SplitNN and C-VFL, whose bottom ResNets (large convolutions)
+run at more FLOP/s than the 1x1 top stages that the count weighs equally.
 That rate is a process's while nine shared the card, what a scheduler running several workers
 on one GPU needs; the H100-minutes that ``--status``, the report, the notebooks and the launcher
 print come from :func:`price`, which divides the same FLOPs by :func:`h100_rate`, measured on one
