@@ -37,12 +37,12 @@ already the same under both counts):
 
 A record whose figures do not have the shape these rules assume is reported and left as it is.
 
-Third (issue 40: every byte of the committed tree travels to a lent GPU beside the data, 64 MiB
-in all), the encoding: ``comm.per_link`` as columns and rows (``{"columns", "data"}``, what the
-split trainer now writes; a dict per row was most of a record's bytes), and the whole record as
-compact JSON (the record store's format now; indentation was a third of the bytes). The values
-are the same: the rows keep their order and numbers, in the ledger's column order (a record
-from before the ledger's ``round`` column keeps the columns it has).
+Third (issue 40: every byte of the committed tree travels to a time-limited GPU machine beside the
+data, under a transfer limit), the encoding: ``comm.per_link`` as columns and rows (``{"columns",
+"data"}``, what the split trainer now writes; a dict per row was most of a record's bytes), and the
+whole record as compact JSON (the record store's format now; indentation was a third of the bytes).
+The values are the same: the rows keep their order and numbers, in the ledger's column order (a
+record from before the ledger's ``round`` column keeps the columns it has).
 """
 
 from __future__ import annotations

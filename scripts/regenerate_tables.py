@@ -5,7 +5,7 @@ only (nothing is trained), the CSVs the notebooks write to ``figures/<paper>/<pr
 the committed quick records of every study into ``OUT`` (default: a temporary folder), and
 lists every committed CSV that differs. The paper profile's CSVs, written as far as recorded,
 are redrawn and compared by ``tests/test_reproduction.py`` (one place, since they grow with
-every session's records). It is how a change to the record format or the analysis code is
+every new record). It is how a change to the record format or the analysis code is
 checked against the committed numbers (exit status 1 when one differs). The blinding figure's data comes from a
 seeded demonstration, not from records, and is compared as well.
 """

@@ -340,7 +340,7 @@ def graphs_check(method: str, model: str, *, pack_size: int, batch: int, device:
     pack stepped eagerly, both built from the same seeds and stepped on the same batches: the
     largest difference of any parameter (``graphs_max_abs_diff``), beside the same measure for
     a second eager pack (``eager_max_abs_diff``: the eager step's own run-to-run noise, 0 unless
-    a kernel is not deterministic). What a GPU's first window reads before CUDA graphs are
+    a kernel is not deterministic). What a GPU job's first call reads before CUDA graphs are
     trusted with records (:func:`vflkit.launcher.graphs_verdict`); 0 and 0 on a CPU's tape."""
     from .training.graphs import WARMUP_STEPS
     from .training.packed import Pack

@@ -14,12 +14,13 @@ records of one device kind (``cpu``/``cuda``) and protocol family, diverged runs
 than :data:`MIN_WALL_S` left out.
 :func:`estimate_s` divides a run's FLOPs by it.
 
-How far to trust it: on the split family's committed CPU records (those of a minute or more) half
-the estimates are within a factor 1.5 of the measured wall time and nine in ten within 3. The
-``cuda`` rate comes from VFedMH's CIFAR-10 ResNet records, made with nine processes sharing one
-H100: against ``results/device/h100-vfedmh-resnets-calibration.json`` (one process alone) its
-minutes are 2-3x for Local and Agg_VFL and 4-10x for SplitNN and C-VFL, whose bottom ResNets
-(large convolutions) run at more FLOP/s than the 1x1 top stages that the count weighs equally.
+How far to trust it: a rough guide, not a prediction to the minute: on the split family's
+committed CPU records (those of a minute or more) about half the estimates are within a factor
+1.5 of the measured wall time, the margin :data:`vflkit.scheduler.SAFETY` keeps. The ``cuda``
+rate comes from VFedMH's CIFAR-10 ResNet records, made with nine processes sharing one H100:
+against ``results/device/h100-vfedmh-resnets-calibration.json`` (one process alone) its minutes
+are several times longer, most for SplitNN and C-VFL, whose bottom ResNets (large convolutions)
+run at more FLOP/s than the 1x1 top stages that the count weighs equally.
 That rate is a process's while nine shared the card, what a scheduler running several workers
 on one GPU needs; the H100-minutes that ``--status``, the report, the notebooks and the launcher
 print come from :func:`price`, which divides the same FLOPs by :func:`h100_rate`, measured on one
@@ -383,10 +384,9 @@ def count_step_ops(run: Any, batch: int = OP_COUNT_BATCH, *, pack: int | None = 
     vmapped packs, so the vmapped count is the one they support until a GPU times the grouped
     step (``python -m vflkit.bench --packed`` prints both).
 
-    Why operations: on a GPU these runs are launch-bound, not FLOP-bound. On the lent H200
-    (2026-11-26) each of the five benchmarked settings took 16-21 us per dispatched operation
-    (C-VFL with 4 MLPs: 3,514 a step, 69 ms), and on the H100 calibration (2026-11-22) all
-    twelve single-architecture Table II settings 20-31 us, while their FLOP/s spread 5-24 TFLOP/s.
+    Why operations: on a GPU these runs are launch-bound, not FLOP-bound. The GPU measurements
+    under ``results/device/`` (the H100 calibration, the H200 benchmark) find a nearly constant
+    time per dispatched operation across settings whose FLOP/s differ several-fold.
     A run of ``precision="bf16"`` is counted under its autocast, casts included.
     """
     from .training.split import precision_context
@@ -473,8 +473,8 @@ def step_ops(run: Any, root: Path | None = None) -> int | None:
 #: The pack a packed op count is taken at: the paper profiles' three seeds.
 PACK_COUNTED = 3
 #: The methods whose packed step the op table counts too: C-VFL, 72 % of the GPU remainder's
-#: H100-minutes, whose seed packs the lent H200 ran at the per-op time of its runs alone (the
-#: gains their op counts predict, 1.73x and 1.54x, against 1.52x and 1.61x measured).
+#: H100-minutes, whose seed packs a GPU ran at the per-op time of its runs alone (the packing
+#: gain their op counts predict agreed with the measured one within about 15 %).
 PACKED_COUNTED: tuple[str, ...] = ("c_vfl",)
 
 
@@ -785,7 +785,7 @@ def rate(kind: str, family: str, root: Path | None = None) -> float | None:
 # --------------------------------------------------------------------------- H100-minutes
 
 #: The H100 rate's evidence, under ``results/``: seconds per training step of each of VFedMH's 13
-#: Table II CIFAR-10 ResNet configurations (``scripts/gpu_runs.py calibrate``, 2026-11-22), one
+#: Table II CIFAR-10 ResNet configurations (``scripts/gpu_runs.py calibrate``), one
 #: process alone on one H100 80GB, through the ordinary engine (epoch 2 of 2, 20 steps each).
 H100_CALIBRATION = "device/h100-vfedmh-resnets-calibration.json"
 #: What the H100 estimates are, said wherever they are printed.
@@ -835,7 +835,7 @@ def _h100_rate(root: str) -> float | None:
     return sum(step_flops(c) for c, _ in got) / seconds if seconds else None
 
 
-#: The lent H200 window of 2026-11-26, under ``results/``: its packed benchmark (each setting
+#: One time-limited H200 job's measurements, under ``results/``: its packed benchmark (each setting
 #: alone on the GPU, samples/s of three seeds stepped one after another) measures the H200's
 #: seconds per operation (as any benchmark file there does), and its stopped Multi-VFL run the
 #: seconds of a Multi-VFL round.
@@ -853,7 +853,7 @@ def bench_setting(method: str, model: str, batch: int) -> Any:
 
 def benchmarks(root: str) -> tuple[tuple[Path, str | None, dict[str, Any]], ...]:
     """The packed benchmarks a GPU wrote under ``root/device/`` (``python -m vflkit.bench --packed
-    --json``; a window's file that holds one too), in name order: each file, its GPU kind
+    --json``; a GPU job's file that holds one too), in name order: each file, its GPU kind
     (:func:`_gpu_kind` of its ``device``; None for another GPU) and its document. The one reader
     of these files for the cost model, the launcher and the README (not cached: the cost model
     caches what it derives, :func:`_op_seconds`, :func:`_graph_gains`)."""
@@ -931,8 +931,8 @@ def op_seconds(kind: str = "h100", root: Path | None = None) -> float | None:
 
 
 def multi_vfl_minutes(run: Any, kind: str = "h100", root: Path | None = None) -> float | None:
-    """Minutes a Multi-VFL run needs on one GPU of ``kind`` alone, from the paper run the H200
-    window trained part of (:data:`H200_WINDOW`: its rounds done in its seconds, 13 processes
+    """Minutes a Multi-VFL run needs on one GPU of ``kind`` alone, from the paper run an H200
+    job trained part of (:data:`H200_WINDOW`: its rounds done in its seconds, 13 processes
     sharing the GPU): over :func:`sharing_slowdown` (the split family's), at ``kind``'s seconds
     per op against the H200's (:func:`op_seconds`), scaled by ``run``'s FLOPs against that run's.
     None without the measurement. Its least certain link is the sharing factor, measured on the
@@ -948,7 +948,7 @@ def multi_vfl_minutes(run: Any, kind: str = "h100", root: Path | None = None) ->
 
 @functools.cache
 def _multi_vfl_round(root: str) -> tuple[Any, float] | None:
-    """(config, seconds per round) of the Multi-VFL paper run the H200 window stopped; None
+    """(config, seconds per round) of the Multi-VFL paper run the H200 job stopped; None
     without it."""
     from .studies import multi_vfl
 

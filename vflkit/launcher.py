@@ -1,14 +1,15 @@
-"""The lent-GPU window launcher: every pending GPU run of every study, planned into short windows
-on a bare machine, and executed there through the same engine as ``make study`` (issue 40).
+"""The time-limited GPU launcher: every pending GPU run of every study, planned into short
+windows on a bare machine, and executed there through the same engine as ``make study`` (issue 40).
 
-A lent GPU comes as a *window*: a bare machine, held from its first call until it goes back,
-reached only by calls of at most :data:`CALL_LIMIT_S` seconds that each re-send the working tree
-and carry at most :data:`CARRY_LIMIT_BYTES` beside it, with no network there. This module is a
-thin layer over the engine, not a second one: a run is computed by :func:`vflkit.study.compute`
-(the scheduler's task function, which ``make study PROFILE=paper DEVICE=cuda`` and a notebook
-with ``device="cuda"`` use too), or, for runs that differ in seed and dataset alone, by
-:func:`vflkit.training.packed.compute_pack` (the scheduler's task function of a pack, which
-``make study`` uses on a GPU too). What the layer adds:
+A *window* is one time-limited job on a GPU machine (a notebook-hosted or preemptible GPU, a
+cluster job with a wall-time limit): a bare machine, held from its first call until it goes
+back, reached only by calls of at most :data:`CALL_LIMIT_S` seconds that each re-send the
+working tree and carry at most :data:`CARRY_LIMIT_BYTES` beside it, with no network there.
+This module is a thin layer over the engine, not a second one: a run is computed by
+:func:`vflkit.study.compute` (the scheduler's task function, which
+``make study PROFILE=paper DEVICE=cuda`` and a notebook with ``device="cuda"`` use too), or, for
+runs that differ in seed and dataset alone, by :func:`vflkit.training.packed.compute_pack` (the scheduler's task function of a
+pack, which ``make study`` uses on a GPU too). What the layer adds:
 
 * :func:`plan` -- the pending GPU runs of every registered study (a study's ``needs_gpu``; a run
   with a whole record, judged by :func:`vflkit.records.check_record` as the record store judges
@@ -17,13 +18,13 @@ with ``device="cuda"`` use too), or, for runs that differ in seed and dataset al
   GPU kind measured, where :func:`expect_graphs` says so) and laid into windows that each end,
   with a margin, before a hard deadline: nothing is started that its estimate says cannot finish,
   so no run is left part-done. A run that cannot finish inside any window is listed as needing a
-  longer session (an own GPU), with its cost and why (a run cannot go on in the next window: its
-  checkpoint never leaves the lent machine); none is dropped silently. The summary gives the
-  windows needed (one per lent task: :data:`DEVICE_TIME_S`), the own-GPU hours of the rest and the
-  rates assumed. ``--include-slow-cpu`` takes in the CPU-sized runs that cost a CPU hours
+  longer job (an own GPU), with its cost and why (a run cannot go on in the next window: its
+  checkpoint never leaves the GPU machine); none is dropped silently. The summary gives the
+  windows needed (one per time-limited job: :data:`DEVICE_TIME_S`), the own-GPU hours of the
+  rest and the rates assumed. ``--include-slow-cpu`` takes in the CPU-sized runs that cost a CPU hours
   (C-VFL's), packed by seed and planned first.
 * the window's calls (:func:`window_calls`): the first checks which Python packages the machine
-  lacks (:data:`CHECK_PACKAGES`; the wheels of those the device docs list as absent travel with
+  lacks (:data:`CHECK_PACKAGES`; the wheels of those :data:`DEVICE_LACKS` names travel with
   it), data travels in chunks that fit beside the working tree, the call carrying the last chunk
   starts the lanes (one process each, detached with ``setsid`` so they outlive the call, under
   CUDA MPS when there are several), and every call ends by returning the records finished so
@@ -42,7 +43,7 @@ with ``device="cuda"`` use too), or, for runs that differ in seed and dataset al
   instead of each planned run) and the records received back; a stand-in that fails fails it.
 
 Command line: ``python -m vflkit.launcher plan|prepare|dry-run`` here; ``check``, ``unpack``,
-``start``, ``lane``, ``collect`` on the lent machine (the call scripts say which); ``receive``
+``start``, ``lane``, ``collect`` on the GPU machine (the call scripts say which); ``receive``
 here, on the files a call brought back; ``pack`` (here) writes CIFAR-10's packed arrays, which
 ``prepare --packed`` cuts into chunks.
 
@@ -78,20 +79,21 @@ from .scheduler import MAX_PACK, SAFETY, ends_before
 #: library caller sees them where it configures :mod:`logging` to.
 _log = logging.getLogger(__name__)
 
-# --------------------------------------------------------------------------- the lending rules
+# --------------------------------------------------------------------------- the machine's limits
+# A time-limited GPU machine's limits, as parameters: the defaults below describe one such
+# machine (a job of a quarter of an hour, short calls, a capped carry); another fits by changing them.
 
-#: A lent task's device time, every call, the machine's start, idle waits and the give-back
-#: together (the device tool's README, read 2026-11-26: 15 minutes a task, on one chip): a task
-#: is lent one window, so the windows a plan needs are lent tasks.
+#: One job's device time: every call, the machine's start, idle waits and the give-back
+#: together. A job runs one window, so the windows a plan needs are the jobs it needs.
 DEVICE_TIME_S = 15 * 60
-#: The device time a window leaves for giving the machine back (``give_back``, or the half
-#: minute it stays warm after the last call, which counts the same).
+#: The device time a window leaves for giving the machine back (an explicit release, or the
+#: idle time before the machine is reclaimed after the last call, which counts the same).
 GIVE_BACK_S = 60
-#: A window's default length: a task's device time less the give-back.
+#: A window's default length: a job's device time less the give-back.
 DEFAULT_DEADLINE_S = DEVICE_TIME_S - GIVE_BACK_S
-#: No machine is started with less device time left than this (the device tool's rule).
+#: No machine is started with less device time left than this (a limit of the machine's provider).
 MIN_START_LEFT_S = 4 * 60
-#: One call's command may run this long (the device tool's per-call limit).
+#: One call's command may run this long (a per-call wall-time limit).
 CALL_LIMIT_S = 600
 #: What travels with one call: the working tree plus the carried paths.
 CARRY_LIMIT_BYTES = 64 * 2**20
@@ -101,7 +103,7 @@ TREE_BLOCK = 4096
 RETURN_FILES = 8
 #: A call's command line, at most this many characters.
 COMMAND_CHARS = 2000
-#: A bare machine's start, spent before the first call's command runs (seen: 1-2 minutes).
+#: A bare machine's start, spent before the first call's command runs (a cold start: minutes).
 MACHINE_START_S = 120.0
 #: Each call's own cost besides its command: the tree's transfer there and the files' back.
 CALL_OVERHEAD_S = 45.0
@@ -113,8 +115,8 @@ LANE_START_S = 30.0
 #: benchmark first): at most this long, its rows written as they are measured.
 BENCH_S = 150.0
 #: The settings that benchmark steps, in order: C-VFL first. Its seed packs are most of the GPU
-#: work left and the ones the plan prices with graphs, and on 2026-11-27 the H200 window's 150 s
-#: ran out before its rows when it came last (Local, SplitNN and Agg_VFL were measured twice).
+#: work left and the ones the plan prices with graphs, so its rows must be measured before
+#: :data:`BENCH_S` can run out.
 BENCH_SETTINGS = "--methods c_vfl local splitnn agg_vfl --models mlp cnn resnet18"
 #: That benchmark's command (``{device}`` filled in); ``receive`` files its JSON under results/device/.
 BENCH_COMMAND = ("timeout {s} python3 -m vflkit.bench --device {device} --packed --pack-size 3 --steps 10 "
@@ -201,7 +203,7 @@ RESERVE_MAX = 24
 #: per-run times (which the costs divide by) are times under sharing.
 DEFAULT_WORKERS = 8
 #: ``--include-slow-cpu``'s default: a CPU-sized run estimated above this many CPU-minutes is
-#: worth a window (C-VFL's paper runs on MNIST and FashionMNIST: an estimated 40-110 min each on
+#: worth a window (C-VFL's paper runs on MNIST and FashionMNIST: about an hour or more each on
 #: one core).
 SLOW_CPU_MIN = 30.0
 #: The machine's own folder for data, records and logs: outside the working tree, which every
@@ -212,11 +214,11 @@ CARRY_DIR = ".launch"
 
 #: The Python packages a run imports (the project's dependencies that training touches).
 CHECK_PACKAGES = ("torch", "torchvision", "numpy", "pandas", "scipy", "sklearn", "cryptography", "tqdm", "PIL")
-#: Packages the lent machine's image lacks, as its docs list them (their package list, read
-#: 2026-11-17, has no cryptography, which vflkit.secure imports, nor its cffi and pycparser):
-#: their wheels ride with each window's first call.
+#: Packages a bare GPU machine's image may lack (a stock PyTorch image has no cryptography,
+#: which vflkit.secure imports, nor its cffi and pycparser): their wheels ride with each
+#: window's first call, so a machine without network can still import them.
 DEVICE_LACKS = ("cryptography", "cffi", "pycparser")
-#: The machine's Python (python3 there, KINDS.md) and the platforms its wheels may be built for.
+#: The machine's Python (python3 there) and the platforms its wheels may be built for.
 DEVICE_PYTHON = "3.12"
 WHEEL_PLATFORMS = ("manylinux_2_34_x86_64", "manylinux_2_28_x86_64", "manylinux_2_27_x86_64",
                    "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64")
@@ -360,7 +362,7 @@ class Call:
 
 @dataclass
 class Window:
-    """One lent machine's time: its lanes (packs per process), its calls, and its timing."""
+    """One time-limited GPU job: its lanes (packs per process), its calls, and its timing."""
 
     index: int
     deadline_s: float
@@ -470,7 +472,7 @@ def pending_gpu_runs(profile: str = "paper", *, results: Path | None = None,
 
     With ``slow_cpu_min``, also the pending runs a study sizes for a CPU whose CPU estimate
     (:func:`vflkit.study.estimate_costs` on ``cpu``: their seeds' times, else FLOPs over the CPU
-    rate) exceeds that many minutes, with that estimate in ``cpu_cost_s``: a lent window is
+    rate) exceeds that many minutes, with that estimate in ``cpu_cost_s``: a GPU window is
     their best home (issue 39's C-VFL runs, hours of one core each). A run a CPU scheduler is
     computing now (a live lock) or has part-done (a checkpoint, which resumes only here) is left
     to it; neither is listed as recorded."""
@@ -751,9 +753,8 @@ def download_wheels(dest: Path, names: Sequence[str] = DEVICE_LACKS) -> int:
 
 def tree_bytes(root: Path | None = None) -> int:
     """What the working tree sends with every call: tracked files and untracked ones git does not
-    ignore (the device tool's rule), each counted in whole 4 KiB blocks. The tool refused a call
-    (2026-11-27) whose tree (46.4 MB in bytes, 52.2 MB in blocks, 2,596 files, most of them small
-    records) and carry (19.8 MB) fitted 64 MiB by bytes but not by blocks."""
+    ignore, each counted in whole 4 KiB blocks: a transfer limit counted in blocks refuses a tree
+    of many small records that fits by bytes, so the plan counts as it does."""
     from .config import project_root
 
     root = root or project_root()
@@ -900,9 +901,9 @@ def plan(deadline_s: float, device_kind: str = "h100", *, profile: str = "paper"
          wheels_bytes: int | None = None, runs: Sequence[GpuRun] | None = None,
          slow_cpu_min: float | None = None) -> Plan:
     """Every pending GPU run laid into windows of ``deadline_s`` seconds each (from a window's
-    first call to the end of its last), or listed as needing a longer session (an own GPU), with
+    first call to the end of its last), or listed as needing a longer job (an own GPU), with
     why: a run longer than a window cannot go on in the next one, since its checkpoint never
-    leaves the lent machine. ``slow_cpu_min``: also the CPU-sized runs estimated above that many
+    leaves the GPU machine. ``slow_cpu_min``: also the CPU-sized runs estimated above that many
     CPU-minutes (:func:`pending_gpu_runs`), planned first (:func:`value_order`).
 
     ``workers`` lanes share the GPU; a window's lanes start once its data is there (after its
@@ -1071,7 +1072,7 @@ def rate_names(p: Plan) -> list[str]:
 
 def plan_table(p: Plan) -> str:
     """The plan: each window's calls, then its packs (runs, estimated minutes and where each ends
-    against the deadline), then the runs that need a longer session (an own GPU) with why, then
+    against the deadline), then the runs that need a longer job (an own GPU) with why, then
     the summary: windows needed, own-GPU hours, and the rates assumed."""
     lines = [f"{'window':>6} {'call':>4} {'runs':>5} {'est min':>8} {'carry MiB':>9}  what"]
     for w in p.windows:
@@ -1418,8 +1419,8 @@ def left_to_do(run: Mapping[str, Any], results: Path) -> float:
     """The share of ``run`` (``plan.json``'s form) still to train: 1 less the epochs (or rounds)
     its checkpoint under ``results`` holds, over the config's; 1 without a readable one. A run
     the deadline stopped resumes in a later call on the same machine (its checkpoint is there),
-    so a lane gates it on what is left, not on the whole run (on 2026-11-26 the whole-run gate
-    refused five runs 85-95 % done)."""
+    so a lane gates it on what is left, not on the whole run (a whole-run gate would refuse a
+    run that is nearly done)."""
     from .records import checkpoint_path, record_path
     from .study import run_class
     from .training.checkpoint import read
@@ -1479,7 +1480,7 @@ def lane(plan_path: Path, window: int, lane_index: int, *, work: Path, device: s
     (:func:`left_to_do`; the engine stops it at the deadline, keeping its checkpoint); a packed
     pack starts only if :func:`packed_need_s` ends before it. In a window a pack is all or
     nothing: the engine would stop it at the deadline with its runs checkpointed
-    (:func:`vflkit.training.packed.run_pack`), but a checkpoint never leaves the lent machine,
+    (:func:`vflkit.training.packed.run_pack`), but a checkpoint never leaves the GPU machine,
     so one that would overrun is not started at all, and its runs are noted as such.
 
     Once its own packs are done the lane takes the reserve's packs (:attr:`Window.reserve`) in
@@ -1717,7 +1718,7 @@ def receive(files_at: Path, results: Path) -> tuple[list[str], list[str]]:
             tmp.parent.rmdir()
         if not has_record(run, profile, [results]):
             dest.parent.mkdir(parents=True, exist_ok=True)
-            # a record the lent machine itself received keeps its first mark: where it was made
+            # a record the GPU machine itself received keeps its first mark: where it was made
             write_json_atomic(dest, rec if RECEIVED in rec else {**rec, RECEIVED: mark})  # the store's own writer
         taken.append(rec["key"])
     return taken, refused
@@ -1815,7 +1816,7 @@ def write_carry(p: Plan, carry: Path, *, data_root: Path | None = None, packed: 
 
 def call_sequence(p: Plan) -> str:
     """Each window's calls as they are to be made: the carry, a timeout that covers the call's
-    estimate, and the command (the device tool's ``run`` arguments)."""
+    estimate, and the command (the arguments of a call to the GPU machine)."""
     lines = []
     for w in p.windows:
         for c in w.calls:
@@ -1942,7 +1943,7 @@ def parser() -> argparse.ArgumentParser:
     for name, what in helps.items():
         p = sub.add_parser(name, help=what)
         p.add_argument("--deadline-min", type=float, default=DEFAULT_DEADLINE_S / 60,
-                       help=f"a window's length in minutes (default {DEFAULT_DEADLINE_S / 60:.0f}: a lent task's "
+                       help=f"a window's length in minutes (default {DEFAULT_DEADLINE_S / 60:.0f}: a job's "
                             f"{DEVICE_TIME_S / 60:.0f} minutes of device time less {GIVE_BACK_S / 60:.0f} to give it back)")
         p.add_argument("--include-slow-cpu", type=float, nargs="?", const=SLOW_CPU_MIN, default=None, metavar="MIN",
                        help="also plan the CPU-sized runs estimated above MIN CPU-minutes (default "
@@ -2000,7 +2001,7 @@ def main(argv: list[str] | None = None) -> int:
     found, a bad setting, a records archive or rate file that is not whole) or a
     :class:`~vflkit.errors.DatasetCorruptError` (a carried chunk damaged) is one line on stderr,
     what is wrong and what to do, and exit code 2,
-    as ``python -m vflkit.study`` does; other errors keep their traceback (a lane's, on the lent
+    as ``python -m vflkit.study`` does; other errors keep their traceback (a lane's, on the GPU
     machine, is what its log has to show)."""
     from .errors import ConfigError, DatasetCorruptError
 

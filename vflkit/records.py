@@ -322,7 +322,7 @@ def record_roots() -> list[Path]:
 
 def load_available(runs: Iterable[Run], *, profile: str) -> list[dict[str, Any]]:
     """The records that exist for ``runs``, checked like :func:`load_recorded`, the missing
-    ones skipped: for a profile whose records accumulate over many sessions (``paper``)."""
+    ones skipped: for a profile whose records accumulate over many invocations (``paper``)."""
     check_record_profile(profile)
     out = []
     for run in runs:

@@ -187,7 +187,7 @@ def _pending_text(cost: pd.DataFrame) -> str:
 def _provenance(profile: str, runs: Sequence[Any], recs: Sequence[dict[str, Any]]) -> str:
     """One line: runs recorded, seeds, when they finished, commits and devices (from the records),
     and how many were received from another machine (the mark :func:`vflkit.launcher.receive`
-    puts on a lent GPU's records: made elsewhere, checked here by key and config only)."""
+    puts on records made on a GPU machine: made elsewhere, checked here by key and config only)."""
     seeds = sorted({r["config"].get("seed") for r in recs if r["config"].get("seed") is not None})
     days = sorted(r["finished"][:10] for r in recs if r.get("finished"))
     when = ("" if not days else days[0] if days[0] == days[-1] else f"{days[0]} to {days[-1]}")
@@ -1094,7 +1094,7 @@ def shared_gpu_hours(total_min: float, how: str = "") -> list[str]:
 
 
 def measured_gpu_rates() -> list[str]:
-    """docs/own-gpu.md's lines on what the lent GPUs measured, each computed from the committed
+    """docs/own-gpu.md's lines on what the GPU machines measured, each computed from the committed
     measurement files under ``results/device/`` (:mod:`vflkit.costs`)."""
     import statistics
 
@@ -1120,7 +1120,7 @@ def measured_gpu_rates() -> list[str]:
         lines.append(f"- packing {bench['pack_size']} seeds as one vmapped step (`vflkit.training.packed`), against "
                      f"the same runs stepped one after another ({doc['device']}, `{path.name}`): {', '.join(gains)}.")
         graphed = [r for r in bench["rows"] if r.get("graphs_samples_per_s")]
-        if graphed:  # the packed step captured in CUDA graphs (benchmarks since 2026-11-27)
+        if graphed:  # the packed step captured in CUDA graphs (older benchmarks lack it)
             def tflops(r: dict) -> str:
                 per_sample = r["flops_per_step"] / bench["batch"]  # one run's step, per sample
                 return f"{r['graphs_samples_per_s'] * per_sample / 1e12:.1f}"

@@ -450,8 +450,8 @@ def run_task(task: Task, device: str, deadline: float | None, threads: int | Non
 
 #: A pack starts only if its estimate times this ends before the deadline: the estimates are a
 #: factor 1.5 off for half the runs (:mod:`vflkit.costs`), and under a budget a pack that
-#: pauses goes on unpacked. The launcher plans its windows with the same margin (a lent
-#: machine's checkpoints are lost with it).
+#: pauses goes on unpacked. The launcher plans its windows with the same margin (a time-limited
+#: GPU machine's checkpoints are lost with it).
 SAFETY = 1.5
 #: At most this many runs in one pack (the scheduler's and the launcher's).
 MAX_PACK = 8
@@ -711,7 +711,7 @@ def schedule(
     def fits(t: Task) -> bool:
         # Past the deadline nothing starts, estimated or not: a run without an estimate would
         # still train one epoch before its deadline check pauses it, and every such run would
-        # overrun the budget by an epoch (measured: an hour of C-VFL epochs after a budget).
+        # overrun the budget by an epoch (a C-VFL epoch of the paper profile can take an hour).
         if deadline is None:
             return True
         now = time.time()

@@ -404,8 +404,8 @@ def _rateless_key(family: str, config: dict[str, Any]) -> str | None:
 
 #: Datasets of one shape and size (60,000 training and 10,000 test images of 28x28x1, 10
 #: classes): a run costs the same on either, so where a run has no recorded seed its twin's
-#: seeds price it better than its FLOPs (measured: C-VFL's LeNet and CNN paper runs on
-#: FashionMNIST took 212 and 286 CPU-minutes where FLOPs say 118 on MNIST).
+#: seeds price it better than its FLOPs (for these small networks a FLOP count can miss the
+#: wall time by a factor of two or more).
 TWIN_DATASETS: dict[str, str] = {"mnist": "fashion_mnist", "fashion_mnist": "mnist"}
 
 
@@ -414,15 +414,15 @@ def estimate_costs(tasks: Sequence[Task], device: str) -> list[Task]:
     recorded runs that differ from it only in the seed, made on the same kind of device (``cpu``
     or ``cuda``); where none is recorded, those that differ in the seed and the dataset's twin
     (:data:`TWIN_DATASETS`: MNIST for FashionMNIST and back); where neither is, those of the same
-    run at another learning rate, for a run with an ``lr`` (a step costs the same at any
-    rate: C-VFL's CIFAR-10 MLPs at the lr 0.05 sensitivity row took 11-14 CPU-min where their
-    FLOPs said 60); where none is, its training FLOPs over the FLOP/s the committed records of
-    its family measured on that kind (:mod:`vflkit.costs`). ``payload["cost_source"]`` says
-    which: "seeds", "twin seeds", "rate seeds", "ops" (a launch-bound GPU estimate) or "flops".
+    run at another learning rate, for a run with an ``lr`` (a step costs the same at any rate, while
+    its FLOPs can miss the wall time several-fold); where none is, its training FLOPs over the
+    FLOP/s the committed records of its family measured on that kind (:mod:`vflkit.costs`).
+    ``payload["cost_source"]`` says which: "seeds", "twin seeds", "rate seeds", "ops" (a
+    launch-bound GPU estimate) or "flops".
     Seeds made on this machine's kind of CPU (its name and instruction set; on a GPU, the card's
     name) come first, the run's own, then its twin's, then its other rates'; seeds made
-    elsewhere only where none was made here: a C-VFL LeNet run took 212 min on an AVX2 host
-    under load and about 40 on an AVX-512 one, far more than the datasets differ.
+    elsewhere only where none was made here: one run's time differs between CPU kinds (an AVX2
+    host against an AVX-512 one) several-fold, far more than the datasets differ.
 
     The budget then starts no run that its estimate says will not fit: a one-shot run (APC-VFL)
     cannot pause and would overrun the budget by its length. A run with a checkpoint keeps no

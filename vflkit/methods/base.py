@@ -102,8 +102,8 @@ class RunConfig(KeyedRun):
     #: convolution weights). bf16 changes the numbers, so it is part of the key (the default is
     #: not, so existing keys stay) and a bf16 record never stands in for an fp32 one. Messages
     #: between parties keep float32 (:mod:`vflkit.comm` widens bf16 on the wire), so ledgers do
-    #: not change. Not the default: that waits for a GPU window's check that bf16 seeds land
-    #: inside the fp32/TF32 seed spread.
+    #: not change. Not the default: that waits for a GPU check that bf16 seeds land inside the
+    #: fp32/TF32 seed spread.
     precision: str = "fp32"
 
     def __post_init__(self) -> None:

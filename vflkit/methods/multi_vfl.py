@@ -47,12 +47,11 @@ DATASETS: tuple[str, ...] = ("mnist", "fashion_mnist")
 
 #: Test images the label owner's model takes at once on the CPU when it evaluates. A 1000-image
 #: message's activations after the first conv (173 MB) overflow the CPU's last-level cache, those
-#: of 100 images (17 MB) fit a 32 MB one: 500 test images take 0.40 s in chunks of 100 against
-#: 0.68 s at once (one torch thread, the project's 2-core AMD EPYC, 2026-11-26). The messages do
-#: not depend on the chunk, nor the accuracy; each image's logits were bit-identical on that
-#: CPU, while on an AVX-512 one (2026-11-26, a later session) the kernels torch picks for 3 rows
-#: and for 16 sum in another order, and the test loss differs in float32's last bits (4e-8
-#: relative: tests/test_multi_vfl.py holds it to 1e-6). On a GPU the model takes the whole message.
+#: of 100 images (17 MB) fit a 32 MB one, so chunks of 100 evaluate markedly faster than the whole
+#: message at once. The messages do not depend on the chunk, nor the accuracy; each image's logits
+#: can be bit-identical on an AVX2 CPU, while on an AVX-512 one the kernels torch picks for 3 rows
+#: and for 16 sum in another order, and the test loss differs in float32's last bits (relative 1e-7
+#: or so: tests/test_multi_vfl.py holds it to 1e-6). On a GPU the model takes the whole message.
 EVAL_CHUNK: int = 100
 
 

@@ -46,22 +46,22 @@ EXTENSIONS = ("oneshot", "no_finetune", "bn_stats")
 #: * smoke (CI, seconds): width 1/16, 64 training and 32 test images, one epoch per stage.
 #: * quick (a shared 2-core CPU): **width 1/8, not the paper's model** (conv widths 8..64, FC
 #:   512). Images and epochs are the paper profile's divided by one common factor k, the
-#:   smallest that keeps whole epochs and fits the study in about 15 CPU-minutes: k = 15, so
+#:   smallest that keeps whole epochs and fits the study in about a quarter of an hour of CPU
+#:   time: k = 15, so
 #:   3333 training / 667 test CIFAR-10 images (50,000 / 10,000 over 15; one subset for every
 #:   seed) and 4 epochs per supervised stage (60 over 15); the autoencoder's 10 epochs over 15
-#:   round up to 1. k = 12 (5 epochs, 4167 images) would cost about 20 CPU-minutes (the
-#:   measured k = 15 time scaled by images x epochs).
+#:   round up to 1. k = 12 (5 epochs, 4167 images) would cost about a third more (time scales
+#:   with images x epochs).
 #:   Centralized trains 8 epochs on the same images: the epochs of AdptVFedConv's two
 #:   supervised stages together (stage 1 + stage 3, both on these labels). The paper profile's
 #:   60 epochs per model are meant to bring each near convergence, where equal epochs are a
 #:   fair budget; at 4 none is, and a 4-epoch Centralized model (the earlier profile: 1000
 #:   images, 4 epochs) ended below Non-cooperation.
-#:   Batch 32 (measured: with batch 128 a 2000-image tile network reached 17 % in 4 epochs,
-#:   with batch 32 22 %: more steps matter more than larger batches here); the optimizers,
+#:   Batch 32 (with batch 128 a 2000-image tile network reached 17 % in 4 epochs, with batch
+#:   32 22 %: more steps matter more than larger batches here); the optimizers,
 #:   learning rates and schedules are the paper profile's. Table 2 and three cuts (2C, 2C+1M,
-#:   4C+2M: the first max-pool and a deeper extractor) on 3 seeds, the extensions on one.
-#:   Measured: the 24 runs take 12.5 CPU-minutes (user + system 752 s; 2 workers at nice 5 on
-#:   a 2-core AMD EPYC shared with other jobs: 23 minutes' wall), before the notebook.
+#:   4C+2M: the first max-pool and a deeper extractor) on 3 seeds, the extensions on one:
+#:   24 runs within that CPU budget, before the notebook.
 #: * paper: width 1, all of CIFAR-10, 60 epochs per stage (the spec's choice; the paper gives
 #:   none), 10 autoencoder epochs, batch 128, all ten cuts, one seed (the paper prints no std).
 #:   GPU only; the notebook lists what is pending with its estimated cost.

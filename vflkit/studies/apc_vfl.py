@@ -164,7 +164,7 @@ def run(profile: str, *, device: str | torch.device = "auto", seeds: Sequence[in
 def recorded(profile: str = "quick", datasets: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """The records an earlier run of ``profile`` committed for :func:`configs` on ``datasets``
     (default: the profile's that are present here); nothing is trained. What the notebook
-    shows beside its own run. The paper profile's records accumulate over sessions: those that
+    shows beside its own run. The paper profile's records accumulate over invocations: those that
     exist are returned (:func:`pending` lists the rest); any other profile's must all exist."""
     if datasets is None:
         datasets, _ = available_datasets(PROFILE_SETTINGS[check_profile(profile)]["datasets"])

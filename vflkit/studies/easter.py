@@ -21,7 +21,7 @@ Choices where the paper is silent (``shared/specs/easter.md`` argues each):
   moves DeepFM). C-VFL runs at each rate divided by its Q = 10 (0.001 on MNIST/FMNIST, which
   is also the rate of C-VFL's own code at Q = 10): its analysis bounds the step by 1/Q
   (:func:`vflkit.methods.cvfl.step_size`). C-VFL at the dataset's rate with Q = 10, the
-  setting of the records made before 2026-11-25, is kept as a labelled sensitivity group
+  setting of its earlier records, is kept as a labelled sensitivity group
   (``cvfl_host_lr``).
 - The 1/C question: each party's embedding network gets ∂L_k/∂E / C (Eq. 7's mean, the
   paper's letter; the default) or ∂L_k/∂E ("full"): group ``embedding_gradient`` runs the
@@ -113,16 +113,15 @@ PROFILE_SETTINGS: dict[str, dict[str, Any]] = {
     # ``cvfl_epochs`` also sets Criteo's C-VFL runs, so it stays 1): at its 0.001 = 0.01/Q it
     # advances per batch about as PyVertical does per step (paper scale, seed 0: 54 % after 47
     # batches, 64 % after 94), so it learns but ends near Local (seed 0: 55-56 % against
-    # 57-59 %); a second epoch would add about 6 CPU-minutes. Measured (2026-11-25, 2-core CPU,
-    # at nice 5 beside other jobs): the FMNIST part's 63 runs (3 seeds) 1,008 CPU-s, i.e. 16.8
-    # CPU-minutes (one worker, 24.7 minutes' wall time at a load of about 6); seed 0's 21 runs
-    # alone 278 CPU-s, C-VFL's 6 of them 118 s. The former 1,200 images x 3 epochs (30 steps,
-    # about 2.6 CPU-minutes) left EASTER at 24-31 %, below Local.
+    # 57-59 %); a second epoch would nearly double C-VFL's share of the budget. The FMNIST
+    # part (63 runs over 3 seeds) is sized to take well under half an hour of one core, C-VFL
+    # about two fifths of it. A smaller cut (1,200 images x 3 epochs, 30 steps) left EASTER at
+    # 24-31 %, below Local, and decided nothing.
     # Criteo: the whole sample, 3 epochs of Adam.
     # Table IV on Criteo only and Table VI with C = 2, 6, 10 (Criteo), on Criteo's 5 seeds: with
     # 3, a paired difference needs 4.3 standard errors to leave the claims' noise band, and
-    # Criteo's 400 test rows make its AUC noisy. Fig. 6 (FMNIST) on 3 seeds. Those 48 Criteo
-    # runs (seeds 3-4) added 168 s on 2 workers (2026-11-24, background jobs at nice 19).
+    # Criteo's 400 test rows make its AUC noisy. Fig. 6 (FMNIST) on 3 seeds. Criteo runs are
+    # cheap (a few seconds each), so the 48 runs of seeds 3-4 add only minutes.
     "quick": {"datasets": ("fashion_mnist", "criteo"), "n_train": 6000, "n_test": 1000,
               "criteo_n_train": None, "epochs": 5, "cvfl_epochs": 1, "criteo_epochs": 3,
               "seeds": (0, 1, 2), "criteo_seeds": (0, 1, 2, 3, 4), "cvfl_seeds": None,
@@ -150,7 +149,7 @@ THETA = ("party1", "party2", "party3")
 FIG4_BANDWIDTHS: tuple[float, ...] = (5, 10, 50, 100, 500, 1000)
 FIG4_LATENCY_MS = 10.0
 #: Fig. 5: latency draws per class (the mean over them is reported; each draw is a full
-#: pricing of the run, and 5 keep the notebook's pricing under a minute on the 2-core CPU).
+#: pricing of the run, and 5 keep the notebook's pricing under a minute on a 2-core CPU).
 FIG5_DRAWS = 5
 
 
@@ -254,7 +253,7 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
 
 
 def needs_gpu(config: RunConfig) -> bool:
-    """ResNet runs: about 60 ms per 32x8 sample on this 2-core CPU, so a GPU's work."""
+    """ResNet runs: tens of milliseconds per 32x8 sample on a laptop-class CPU, so a GPU's work."""
     return any(m.startswith("resnet") for m in config.models)
 
 
@@ -264,7 +263,7 @@ def run(profile: str, *, device: str | torch.device = "auto", seeds: Sequence[in
     """Train (or load) every run of :func:`configs` once and return the records there are.
 
     On a CPU the ResNet runs (:func:`needs_gpu`) are not trained: their records are used where
-    they exist (e.g. made on a lent GPU) and the rest are listed by :func:`pending`."""
+    they exist (e.g. made on a GPU machine) and the rest are listed by :func:`pending`."""
     return split.run_many(unique(configs(profile, seeds=seeds, overrides=overrides)), profile=profile,
                           device=device, results=results, progress=progress, on_divergence="record",
                           recompute_before=recompute_before, needs_gpu=needs_gpu)
@@ -299,7 +298,7 @@ def paper_so_far() -> tuple[dict[str, pd.DataFrame], pd.DataFrame, list[dict[str
     its recorded runs beside the paper's (``n_runs`` = seeds so far; Table V and VII are drawn
     from the recorded Table II runs, so a method without them is missing there), its pending
     runs (with the ResNets' estimated H100 minutes) and the records found. Its CPU-sized part
-    (MNIST, FashionMNIST, Criteo) accumulates over sessions: ``python -m vflkit.study --profile
+    (MNIST, FashionMNIST, Criteo) accumulates over invocations: ``python -m vflkit.study --profile
     paper --device cpu notebooks/easter.ipynb`` (the ResNets are left for a GPU)."""
     groups, records = _load("paper")
     if not records:

@@ -41,30 +41,28 @@ PAPER_ROUNDS = 500
 
 #: The quick profile's reduction: enough local steps for FedAvg to leave chance, at the fewest
 #: CPU seconds. At the paper's plain SGD with lr 1e-3, FedAvg needs about 400 local steps per
-#: label owner before 1niid MNIST is well clear of chance (measured 2026-11-25, seed 0, 500 test
-#: images, 2 batches a round: 20.0 % after 128 steps, 36.6 after 256, 56.8 after 384, 69.0 after
-#: 512); until 2026-11-27 the profile gave 16 (2 batches x 8 rounds) and every run ended
-#: near chance, deciding no claim. It now gives 400: each label owner holds ``QUICK_SAMPLES``
-#: samples (its local epoch: 4 batches of 64, one full pass as in Algorithm 1) for
-#: ``QUICK_ROUNDS`` rounds. The budget goes to rounds more than to local batches because the
-#: server optimizers' behaviour (bias correction, Demon's schedule) unfolds over rounds; 256
-#: samples rather than 128 give a non-IID owner's two labels about 128 images each. Test
+#: label owner before 1niid MNIST is well clear of chance (on 500 test images, seed 0, test accuracy
+#: climbs from about 20 % after 128 steps to about 70 % after 512); with far fewer (2 batches x 8
+#: rounds, 16 steps) every run ends near chance and decides no claim. The profile gives 400: each
+#: label owner holds ``QUICK_SAMPLES`` samples (its local epoch: 4 batches of 64, one full pass as
+#: in Algorithm 1) for ``QUICK_ROUNDS`` rounds. The budget goes to rounds more than to local batches
+#: because the server optimizers' behaviour (bias correction, Demon's schedule) unfolds over rounds;
+#: 256 samples rather than 128 give a non-IID owner's two labels about 128 images each. Test
 #: accuracy is taken every ``QUICK_EVAL_EVERY`` rounds on ``QUICK_TEST`` test images (evaluation
-#: does not change training; 20 points a curve). Cost: a split step is 85 ms of one core
-#: (`python -m vflkit.bench --multi-vfl`), so a run is 100 x 20 steps, about 3 CPU-minutes, and
-#: the 42 runs about an hour on 2 workers; at the paper's 79 batches a round not even one round
-#: of a run would fit in that. The 500-round clauses stay with the paper profile (a GPU).
+#: does not change training; 20 points a curve). Cost: a run is 100 x 20 split steps (`python -m
+#: vflkit.bench --multi-vfl` times one), a few CPU-minutes, so the 42 runs fit in about an hour on 2
+#: workers; at the paper's 79 batches a round not even one round of a run would fit in that. The
+#: 500-round clauses stay with the paper profile (a GPU).
 QUICK_SAMPLES = 256
 QUICK_ROUNDS = 100
 QUICK_EVAL_EVERY = 5
 QUICK_TEST = 500
 
-#: Measured on this project's 2-core CPU with :func:`round_seconds` (its ``cpu_s``: one torch
-#: thread, as a scheduler worker runs): CPU seconds per round of one run, training and one
-#: evaluation together. ``paper``: one round of the paper profile (5 x 79 batches of 64,
-#: evaluation on 10,000 test images; measured 2026-11-23 while the machine ran other work: the
-#: wall clock said 1498 s); ``quick``: one round of the quick profile (5 x 4 batches, 500 test
-#: images; measured 2026-11-27, 2.14 s on MNIST 4niid FedAdam and 1.92 on FashionMNIST 1niid).
+#: CPU seconds per round of one run, training and one evaluation together, as
+#: :func:`round_seconds` reports them (its ``cpu_s``: one torch thread, as a scheduler worker
+#: runs); rerun it to recalibrate. ``paper``: one round of the paper profile (5 x 79 batches of
+#: 64, evaluation on 10,000 test images); ``quick``: one round of the quick profile (5 x 4
+#: batches, 500 test images; MNIST 4niid FedAdam and FashionMNIST 1niid come out alike).
 #: The quick profile evaluates every fifth round only, so its estimate runs about 10 % high.
 ROUND_CPU_SECONDS: dict[str, float] = {"paper": 127.4, "quick": 2.0}
 
@@ -661,7 +659,7 @@ def figure3(records: Sequence[dict[str, Any]]) -> tuple[plt.Figure, pd.DataFrame
 def pending_cost(runs: Sequence[MultiVFLConfig]) -> pd.DataFrame:
     """The report's price of pending paper-profile runs, run by run: :func:`pending`'s CPU hours,
     and the H100 minutes of :func:`vflkit.costs.multi_vfl_minutes` (from the rounds one paper
-    run made on a lent H200) where that measurement is committed."""
+    run made on an H200) where that measurement is committed."""
     from .. import costs
 
     df = pending("paper").set_index(["dataset", "scenario", "optimizer", "seed"])

@@ -62,10 +62,10 @@ PROFILE_SETTINGS: dict[str, dict[str, Any]] = {
               "epochs": 1, "cvfl_epochs": None, "all_artefacts_on": ("mnist",), "seeds": (0,)},
     # The paper's protocol and hyperparameters (4 parties, batch 128, lr 0.05, the small
     # networks), reduced: seeded subsets of the training and test images, fewer epochs, three
-    # seeds for error bars. Sized for about 12 minutes on 2 scheduler workers of an idle 2-core
-    # CPU by an estimate; measured there (2026-11-24, all 144 runs from an empty results root):
-    # 1,004 s, 32 CPU-minutes, 19 of them C-VFL's 27 runs at 6 epochs. Tables IV, Figs. 4-5
-    # and the blinding comparison run on MNIST only; no CIFAR-10, no ResNets.
+    # seeds for error bars. Sized so that all 144 runs finish within half an hour on 2
+    # scheduler workers of a 2-core CPU; C-VFL's 27 runs at 6 epochs are most of that (its
+    # Q = 10 local iterations). Tables IV, Figs. 4-5 and the blinding comparison run on MNIST
+    # only; no CIFAR-10, no ResNets.
     "quick": {"datasets": ("mnist", "fashion_mnist"), "model_sets": (SMALL_MODELS,),
               "n_train": 4000, "n_test": 1500, "epochs": 6, "cvfl_epochs": None,
               "all_artefacts_on": ("mnist",), "seeds": (0, 1, 2)},
@@ -101,10 +101,11 @@ CVFL_LR = cvfl_step_size(PAPER_LR)
 #: architecture) trained again under bf16, every seed. Chosen before any bf16 run, by two rules:
 #: a ResNet cell with its three fp32 seeds committed (the small networks are launch-bound on a
 #: GPU, so bf16 cannot speed them: the ResNets are where it could be adopted), and all three bf16
-#: seeds inside one lent window with the launcher's margins: Local's took 95-97 s each on the H200.
-#: The narrower cell, PyVertical on MNIST (fp32 seeds 99.07-99.17 %), takes about 7 minutes a
-#: seed there and fits no window. So this check sees only a loss of accuracy beyond the fp32
-#: seeds' own spread (72.86-76.59 %, one image strip of four): a gross failure, not a fine one.
+#: seeds inside one wall-time-limited GPU job with the launcher's margins: Local's take about a
+#: minute and a half each on an H200. The narrower cell, PyVertical on MNIST (fp32 seeds
+#: 99.07-99.17 %), takes several times that a seed and fits no such job. So this check sees only
+#: a loss of accuracy beyond the fp32 seeds' own spread (72.86-76.59 %, one image strip of four):
+#: a gross failure, not a fine one.
 PRECISION_CHECK: tuple[str, str, str] = ("fashion_mnist", "local", "resnet18")
 
 #: Our registry names -> the names the paper's tables print.
@@ -224,8 +225,8 @@ _METHOD_ORDER = {"agg_vfl": 1, "splitnn": 2, "local": 3}  # after the study's ow
 def run_priority(config: RunConfig, rank: int) -> tuple:
     """The order the scheduler computes the runs in (issue "Faithful reproductions"): Table II
     (rank 0) for every seed, then the other artefacts seed by seed, and C-VFL with its Q = 10
-    local iterations last: it costs about ten times a SplitNN run (an epoch of the CNN on MNIST
-    took 460-520 s on one core, SplitNN's 60-80 s). Within a seed MNIST before FashionMNIST, VFedMH
+    local iterations last: it costs several times a SplitNN run (Q = 10 local iterations per
+    batch against one step). Within a seed MNIST before FashionMNIST, VFedMH
     first (the study's own method: EASTER's study uses this order too, for the same costs)."""
     costly = config.method == "c_vfl" and int(config.options.get("local_iterations", 10)) > 1
     return (costly, rank > 0, config.seed, rank, _DATASET_ORDER.get(config.dataset, 9),

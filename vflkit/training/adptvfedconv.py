@@ -581,7 +581,7 @@ def train(config: AdptVFedConvConfig, *, device: str | torch.device = "auto",
     stop_after
         ``(stage, epoch)``: return after that epoch's checkpoint (``complete=False``).
     max_seconds
-        Return after the first checkpoint past this many seconds (short GPU windows).
+        Return after the first checkpoint past this many seconds (time-limited GPU jobs).
     deadline
         A ``time.time()`` value: return after the last checkpoint whose next epoch (as long as
         the last one) would not end before it.

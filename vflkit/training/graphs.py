@@ -1,7 +1,7 @@
 """A packed step captured once per batch shape and replayed: CUDA graphs, and their CPU stand-in.
 
 Issue 40 (C). A small party model's packed step is launch-bound on a GPU: C-VFL's dispatches a
-few thousand operations at 13-22 us each (``results/device/``), whatever their FLOPs. Captured
+few thousand operations, each a kernel launch (``results/device/``), whatever their FLOPs. Captured
 in a CUDA graph, the step's kernels are replayed by the driver without Python or the dispatcher
 in between. Replay reruns the *same* kernels on the *same* memory, so a step may be captured
 only if it reads everything that changes from one step to the next out of device memory that

@@ -4,8 +4,8 @@ Issue 40, "Packing ... (``torch.func`` stacking + ``vmap``, or grouped convoluti
 ResNet18 moves its K runs in and out of the batch dimension around every layer: counted on a CPU,
 one step of three ResNet18 embedding networks of a 1x28x7 MNIST strip dispatches 667 torch
 operations vmapped (views, permutes, copies and BatchNorm's rescaling among them), against 158
-for one network alone. On a GPU those runs are launch-bound (the lent H200 measured 17-22 us an
-operation), which is why packing ResNets gained nothing there (0.97-1.11x).
+for one network alone. On a GPU those runs are launch-bound (a near-constant time per
+operation), which is why vmapped packs of ResNets gain next to nothing there.
 
 Here the K runs live side by side in the channel dimension instead: run k's channels are
 ``k*C .. (k+1)*C - 1`` of every feature map, and each layer is one call for all K runs:

@@ -40,12 +40,11 @@ def _data(config: MultiVFLConfig) -> Any:
 
 #: Seconds of training between two checkpoints: a round ends with one when at least this much
 #: time has passed since the last (or when the deadline stops the run). A checkpoint holds five
-#: label-owner models, the server's model and its two moments: 43 MB whatever the profile,
-#: 0.05 s of CPU and 0.3-0.5 s of wall time to write and fsync on the shared 2-core machine
-#: (measured at load 15). A paper-profile round takes minutes (8 of its 79 steps per label
-#: owner: 10 s of CPU), so each one is checkpointed (under 0.5 % of it); a quick-profile round
-#: takes 1.4 s of CPU (4.8 s of wall time at that load), where one per round would add 5-10 %.
-#: Every 10 s bounds the cost near 5 % and loses at most 10 s and a round to a kill.
+#: label-owner models, the server's model and its two moments: tens of MB whatever the
+#: profile, a fraction of a second to write and fsync. A paper-profile round takes minutes, so
+#: each one is checkpointed (a negligible share of it); a quick-profile round takes seconds,
+#: where one checkpoint per round would add a sizeable share. Every 10 s bounds the cost near
+#: 5 % and loses at most 10 s and a round to a kill.
 CHECKPOINT_EVERY_S: float = 10.0
 
 

@@ -352,11 +352,9 @@ def train(cfg: OneShotRun, *, device: torch.device | None = None, checkpoint: Pa
     (NaN metrics, ``diverged`` saying why).
 
     ``checkpoint`` is not used: this family restarts a stopped run rather than resuming it. Its
-    runs are short: the committed records' take 0.1-13 s (quick profile) and at most 5 s (paper
-    profile, Breast Cancer); timed on the shared 2-core machine, a Credit Card APC-VFL run took
-    45 s of CPU at the quick profile (four autoencoders of 10 epochs, about 1 s each, and the
-    10-fold CV) and 105 s at the paper profile (early stopping ended the autoencoders after 12,
-    33, 15 and 35 of their 200 epochs). A killed run thus loses two minutes at most, while
+    runs are short, seconds to a couple of minutes of CPU (four autoencoders, which early
+    stopping ends well before their 200 epochs, and a 10-fold CV), so a killed run loses
+    little, while
     per-epoch checkpoints would reach into every method's nested autoencoder loops (which
     stage, best weights, early-stopping count). The budget holds without them:
     ``deadline`` is checked before training starts (a run handed a deadline already passed

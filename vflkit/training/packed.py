@@ -13,9 +13,9 @@ record. A record of a packed run differs from the unpacked one only in its timin
 ``execution`` (``{"packed": K, "pack": [keys]}``); its key is the config's.
 
 Equivalence is claimed in float64, to a tolerance: a vmapped kernel may reduce in another order
-than the unpacked one, so in float32 two trajectories drift apart after a few steps (the GPU
-audit measured 7e-6 after one step and 0.28 after three for ResNet18 with BatchNorm on 1x1
-maps), while in float64 they agree to ~1e-13 (tests/test_training_packed.py).
+than the unpacked one, so in float32 two trajectories drift apart after a few steps (fastest
+for ResNet18 with BatchNorm on 1x1 maps, where the drift is visible after three steps), while
+in float64 they agree to ~1e-13 (tests/test_training_packed.py).
 
 Which runs pack (:func:`pack_key`): image data, and a method whose ``train_step`` has a packed
 mirror here (:data:`PACKED_STEPS`): Local, SplitNN/PyVertical, C-VFL and the Agg_VFL family.
@@ -41,11 +41,11 @@ float32, on a CPU), and the loop computes each slice as the run alone does, unde
 
 C-VFL's parties are packed too (:meth:`Pack._group_parties`): its parties' Q local
 iterations are independent of one another, so parties with alike bottom models (VFedMH's
-Table II: all four) run them as one stacked model of [parties x K] copies. Counted on a CPU
-(``vflkit.costs.count_step_ops``), a pack of 3 runs of C-VFL with four MLPs dispatches 2,529
-operations a step with its parties stacked, 6,073 with them apart, against 3 x 3,498 for the
-three runs alone; on the lent H200 both the runs alone and the seed packs took 13-22 us per
-operation (``results/device/``), so the step's operations set its time.
+Table II: all four) run them as one stacked model of [parties x K] copies: a step then
+dispatches far fewer operations than with the parties apart, and either fewer than the K runs
+alone (``vflkit.costs.count_step_ops`` counts each). On a GPU these steps are launch-bound:
+runs alone and seed packs spend about the same time per operation (``results/device/``), so
+the step's operations set its time.
 
 A pack's step may be captured once per batch shape and replayed (``graphs``: CUDA graphs,
 :mod:`vflkit.training.graphs`; its CPU stand-in, the tape, proves the replayed pack equal to the
@@ -868,8 +868,8 @@ def compute_pack(payloads: Sequence[Mapping[str, Any]], *, device: torch.device 
     ``deadline``: the pack checkpoints its runs after every epoch (a Multi-VFL pack: round) and
     stops at the end of the last one that ends before it (:class:`~vflkit.errors.BudgetExhausted`),
     as a run alone does. Whoever starts a pack still checks first that its estimate ends before
-    the deadline (:func:`vflkit.scheduler.ends_before`): on a lent machine a checkpoint is lost
-    with it. CUDA graphs as ``$VFLKIT_GRAPHS`` says (:data:`GRAPHS_ENV`)."""
+    the deadline (:func:`vflkit.scheduler.ends_before`): on a time-limited GPU machine a
+    checkpoint is lost with it. CUDA graphs as ``$VFLKIT_GRAPHS`` says (:data:`GRAPHS_ENV`)."""
     payloads = list(payloads)
     if payloads and all(p.get("family") == "multi_owner" for p in payloads):
         from .multi_owner_packed import compute_pack as multi_owner_pack
