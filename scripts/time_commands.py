@@ -46,7 +46,11 @@ def time_command(target: str) -> dict:
         done = subprocess.run(["make", target], cwd=clone, capture_output=True, text=True)
         seconds = time.perf_counter() - t0
         dirty = subprocess.run(["git", "status", "--porcelain"], cwd=clone, capture_output=True, text=True).stdout
-    tail = [line for line in done.stdout.splitlines() if re.search(r"\d+ (passed|failed)", line)]
+    tail = [line for line in done.stdout.splitlines() if re.search(r"\d+ passed", line)]
+    if done.returncode:  # what failed, where the timing is kept (not committed then: fix it first)
+        log = OUT.with_name(f"command-times-{target}.log")
+        log.write_text(done.stdout[-20000:] + done.stderr[-5000:])
+        print(f"make {target} failed: its output's tail is in {log}", file=sys.stderr)
     return {"command": f"make {target}", "seconds": round(seconds), "exit_status": done.returncode,
             "closing_line": tail[-1].strip("= ") if tail else "", "tree_clean_after": not dirty.strip(),
             "commit": commit, "when": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
