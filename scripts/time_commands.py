@@ -39,7 +39,7 @@ def time_command(target: str) -> dict:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                             check=True).stdout.strip()
     with tempfile.TemporaryDirectory() as tmp:
-        clone = Path(tmp) / "vflkit"
+        clone = Path(tmp) / "checkout"  # not "vflkit": a test relativises paths at the package name
         subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
         load = os.getloadavg()[0]
         t0 = time.perf_counter()

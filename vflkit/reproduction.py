@@ -1198,6 +1198,7 @@ def readme_times(report: str = "") -> str:
 
     path = committed_root() / COMMAND_TIMES
     rows = json.loads(path.read_text())["commands"].values() if path.exists() else []
+    rows = [r for r in rows if r.get("exit_status") == 0]  # a failed command's time says nothing
     lines = [f"`{r['command']}` took {r['seconds'] / 60:.0f} min on a fresh clone ({r['machine']['cpu']}, "
              f"{r['machine']['cores']} cores, load average {r['machine']['load_average_at_start']:g} at the start; "
              f"`{r['commit']}`, {r['when']}" + (f"; {r['closing_line']}" if r.get("closing_line") else "")
