@@ -492,8 +492,7 @@ def resolve_device(device: "str | torch.device" = "auto") -> "torch.device":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     check_device_name(device)  # the one parse of a device name, and its error
     if str(device).startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(
-            f"device {device!r} was asked for but CUDA is not available here; "
-            "use device='auto' or 'cpu'."
-        )
+        from .gpu import cuda_unavailable_message
+
+        raise ConfigError(cuda_unavailable_message(str(device)))
     return torch.device(device)

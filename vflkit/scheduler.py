@@ -63,6 +63,7 @@ from tqdm.auto import tqdm
 
 from .errors import BudgetExhausted, ConfigError
 from .files import not_writable, pid_alive
+from .gpu import release_cached_memory
 
 __all__ = ["BudgetExhausted", "Task", "Summary", "schedule", "execute", "execute_pack", "pack_cost_s", "pack_tasks", "use_packs",
            "ends_before", "SAFETY", "MAX_PACK", "acquire", "release", "lock_path", "lock_is_stale",
@@ -398,6 +399,7 @@ def execute(task: Task, device: str, deadline: float | None, threads: int | None
         return task.key, "done"
     finally:
         release(task.path)
+        release_cached_memory(device)
 
 
 def execute_pack(task: Task, device: str, deadline: float | None,
@@ -436,6 +438,7 @@ def execute_pack(task: Task, device: str, deadline: float | None,
     finally:
         for m in mine:
             release(m.path)
+        release_cached_memory(device)
     return [(m.key, out[m.key]) for m in task.members]
 
 

@@ -29,7 +29,8 @@ from typing import Any, Sequence
 from .config import PROFILES, KeyedRun, project_root, results_dir
 from .errors import ConfigError
 from .files import move_aside
-from .scheduler import Summary, Task, schedule, status_table
+from .gpu import shared_gpu
+from .scheduler import Summary, Task, default_workers, schedule, status_table
 from . import studies
 from .studies.base import FAMILIES as _FAMILIES
 
@@ -355,13 +356,14 @@ def compute_pending(papers: list[str], *, profile: str, device: str = "auto", wo
                     budget_minutes: float | None = None, executor: str = "local",
                     progress: bool = True, recompute_before: str | None = None,
                     datasets: Sequence[str] | None = None, include_gpu_runs: bool = False,
-                    lock_wait_minutes: float | None = None, pack: bool | str = "auto") -> Summary:
+                    lock_wait_minutes: float | None = None, pack: bool | str = "auto", mps: bool = True) -> Summary:
     """Compute the runs of ``papers`` under ``profile`` that have no record yet (with
     ``datasets``, only the runs on those datasets). On a CPU the runs a study says need a GPU
     (ResNets, CIFAR-10 at full width, 500 rounds) are not started but listed in the summary's
     ``needs_gpu``, unless ``include_gpu_runs``: a paper profile's CPU-sized part is then simply
     what a CPU computes. ``pack``: train the runs that differ in seed and dataset alone as packs ("auto": on
-    a CUDA device only; :func:`vflkit.scheduler.pack_tasks`)."""
+    a CUDA device only; :func:`vflkit.scheduler.pack_tasks`). ``mps``: on a CUDA device with several
+    workers, start CUDA MPS for them where it can, or say why not (:func:`vflkit.gpu.shared_gpu`)."""
     from .config import resolve_device
 
     from .records import is_valid_record
@@ -369,8 +371,12 @@ def compute_pending(papers: list[str], *, profile: str, device: str = "auto", wo
     dev = str(resolve_device(device))
     tasks, gpu = select_tasks(papers, profile, dev, datasets=datasets, include_gpu_runs=include_gpu_runs,
                               recompute_before=recompute_before)
-    summary = schedule(tasks, device=dev, workers=workers, budget_minutes=budget_minutes, executor=executor,
-                       progress=progress, lock_wait_minutes=lock_wait_minutes, pack=pack)
+    lanes = (workers or default_workers(dev)) if mps and executor == "local" and tasks else 1
+    with shared_gpu(lanes, dev) as said:
+        if said:
+            print(f"[study] {said}", flush=True)
+        summary = schedule(tasks, device=dev, workers=workers, budget_minutes=budget_minutes, executor=executor,
+                           progress=progress, lock_wait_minutes=lock_wait_minutes, pack=pack)
     summary.needs_gpu = [t.key for t in gpu if not is_valid_record(t.path, key=t.key)]
     left = [t for t in tasks if not is_valid_record(t.path, key=t.key)]
     summary.left_estimated_s = sum(t.cost_s for t in left if t.cost_s is not None)
@@ -599,6 +605,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pack", action=argparse.BooleanOptionalAction, default="auto",
                         help="train the runs that differ in seed and dataset alone as one batched pack each (default: on a "
                              "CUDA device only; on a CPU it gains little)")
+    parser.add_argument("--no-mps", action="store_true",
+                        help="on a CUDA device, do not start CUDA MPS for the workers (default: started where it can be)")
     parser.add_argument("--no-notebooks", action="store_true", help="compute the runs only")
     parser.add_argument("--datasets", default=None, metavar="NAME[,NAME]",
                         help="compute only the runs on these datasets (e.g. a paper profile's CPU-sized "
@@ -649,7 +657,7 @@ def main(argv: list[str] | None = None) -> int:
                               budget_minutes=args.budget, executor=args.executor,
                               recompute_before=args.recompute_before,
                               datasets=datasets, include_gpu_runs=args.include_gpu_runs,
-                              lock_wait_minutes=args.lock_wait, pack=args.pack)
+                              lock_wait_minutes=args.lock_wait, pack=args.pack, mps=not args.no_mps)
     print(f"[study] runs: {summary}", flush=True)
     for key, holder in summary.still_locked.items():
         print(f"[study] run {key} is still locked by {holder}: left pending", flush=True)
