@@ -458,8 +458,7 @@ def load_dataset(
     -------
     :class:`ImageData` for image datasets, :class:`TabularData` for tables.
     """
-    key = name.strip().lower() if isinstance(name, str) else name
-    key = ALIASES.get(key, key)
+    key = _dataset_key(name) if isinstance(name, str) else name
     if key in _REGISTERED:
         if options:
             raise ConfigError(f"dataset {key!r} was registered in memory; it takes no options, got {sorted(options)}")
@@ -627,14 +626,14 @@ def register_dataset(data: ImageData | TabularData, *, name: str | None = None, 
 
 def is_registered(name: str) -> bool:
     """Whether ``name`` (or its alias) was given to :func:`register_dataset` (it is in memory)."""
-    return ALIASES.get(name.strip().lower(), name.strip().lower()) in _REGISTERED
+    return _dataset_key(name) in _REGISTERED
 
 
 def unregister_dataset(name: str) -> None:
     """Forget a dataset given to :func:`register_dataset` (a built-in name loads from files again)."""
-    _REGISTERED.pop(ALIASES.get(name.strip().lower(), name.strip().lower()), None)
-    _DIGESTS.pop(ALIASES.get(name.strip().lower(), name.strip().lower()), None)
-    _FINGERPRINTS.pop(ALIASES.get(name.strip().lower(), name.strip().lower()), None)
+    key = _dataset_key(name)
+    for table in (_REGISTERED, _DIGESTS, _FINGERPRINTS):
+        table.pop(key, None)
 
 
 # --------------------------------------------------------------------------- errors
@@ -676,8 +675,8 @@ def _unverified(dataset: str) -> None:
     )
 
 
-def _md5(path: Path) -> str:
-    h = hashlib.md5()
+def _file_digest(path: Path, algorithm: str) -> str:
+    h = hashlib.new(algorithm)
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
@@ -786,7 +785,7 @@ def _load_idx_dataset(
         # A .gz is checked against torchvision's md5; an uncompressed file against the sha256
         # of the decompressed original, so verify=True means the same for both forms.
         if verify and gz:
-            actual = _md5(path)
+            actual = _file_digest(path, "md5")
             if actual != md5:
                 raise _corrupt(path, f"md5 is {actual}, the original's (torchvision) is {md5}")
         plain_sha = None
@@ -849,7 +848,7 @@ class _ArrayUnpickler(pickle.Unpickler):
 
 def _read_pickle(path: Path, md5: str, *, verify: bool) -> dict[str, Any]:
     if verify:
-        actual = _md5(path)
+        actual = _file_digest(path, "md5")
         if actual != md5:
             raise _corrupt(path, f"md5 is {actual}, the original's (torchvision) is {md5}")
     try:
@@ -905,14 +904,13 @@ def _load_cifar_pickles(dataset: str, cls: type, root: Path, *, verify: bool, la
     return ImageData(dataset, *train, *test, classes, mean, std)
 
 
-def _pickles_present(cls: type, root: Path) -> bool:
-    names = [f for f, _ in cls.train_list + cls.test_list] + [cls.meta["filename"]]
-    return all((root / cls.base_folder / n).is_file() for n in names)
-
-
 def _pickle_expected(cls: type) -> list[str]:
     names = [f for f, _ in cls.train_list + cls.test_list] + [cls.meta["filename"]]
     return [f"{cls.base_folder}/{n}" for n in names]
+
+
+def _pickles_present(cls: type, root: Path) -> bool:
+    return all((root / rel).is_file() for rel in _pickle_expected(cls))
 
 
 # --------------------------------------------------------------------------- PNG trees (cached)
@@ -1002,7 +1000,7 @@ def _decode_png_split(
             raise _corrupt(split_dir, f"files differ from {manifest.name}: missing {len(missing)} "
                            f"(first {missing[:5]}), not listed {len(extra)} (first {extra[:5]})")
 
-    # plain strings: pathlib per file cost more than the decoding in profiles
+    # plain strings: a pathlib object per file costs more than decoding it
     prefix = split_dir.relative_to(root).as_posix() + "/"
     rels = [f"{prefix}{classes[label]}/{e.name}" for label, e in files]
     base = str(root) + os.sep
@@ -1021,9 +1019,8 @@ def _decode_png_split(
 
     decode = _png_decoder(rgb)
     x = torch.empty((len(rels), 3, 32, 32), dtype=torch.uint8)
-    # Reading and hashing release the GIL, so each chunk of files is read by threads (fast on a
-    # cold disk); decode_png holds the GIL, so decoding runs afterwards in this thread alone:
-    # overlapping the two made the whole 3x slower in measurements (GIL contention).
+    # Reading and hashing release the GIL, so each chunk of files is read by threads; decode_png
+    # holds the GIL, so decoding runs afterwards in this thread alone (overlapping them contends).
     chunk, per_task = 4096, 256
     with ThreadPoolExecutor(max_workers=4) as pool, tqdm(
         total=len(rels), desc=f"decoding {tag}/{split_dir.name}", unit="img", disable=not progress, leave=False
@@ -1047,7 +1044,7 @@ def _decode_png_split(
 
 
 def _tensor_digest(*tensors: torch.Tensor) -> str:
-    """sha256 of tensors' dtypes, shapes and bytes (about 0.2 s for CIFAR-10's training images)."""
+    """sha256 of tensors' dtypes, shapes and bytes."""
     h = hashlib.sha256()
     for t in tensors:
         arr = np.ascontiguousarray(t.detach().cpu().numpy())
@@ -1057,7 +1054,7 @@ def _tensor_digest(*tensors: torch.Tensor) -> str:
 
 
 def _png_decoder(rgb: bool) -> Callable[[bytes], torch.Tensor]:
-    """bytes -> uint8 [C, H, W]: torchvision's libpng decoder, else Pillow (about 1.4x slower).
+    """bytes -> uint8 [C, H, W]: torchvision's libpng decoder, else Pillow (slower).
 
     torchvision 0.29 deprecates its image codecs (warning on every call) in favour of
     TorchCodec; the warning is silenced here and Pillow takes over once they are removed.
@@ -1256,7 +1253,7 @@ def _load_credit_card(root: Path, download: bool, *, file: str | None = None, ve
 
 def _verify_credit_card(path: Path, features: pd.DataFrame, target: pd.Series) -> None:
     """The file is the published CSV, or holds exactly its values (IDs 1..30000 if it has IDs)."""
-    if _sha256(path) == _CREDIT_SHA256:
+    if _file_digest(path, "sha256") == _CREDIT_SHA256:
         return
     values = np.column_stack([features.to_numpy(np.float64), target.to_numpy(np.float64)])
     if not np.array_equal(values, np.round(values)):
@@ -1270,14 +1267,6 @@ def _verify_credit_card(path: Path, features: pd.DataFrame, target: pd.Series) -
         raise _corrupt(path, "IDs are not 1..30000 in order as in the original")
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _load_criteo(root: Path, download: bool, *, file: str | None = None, nrows: int | None = None,
                  verify: bool = True) -> TabularData:
     if nrows is not None and nrows < 1:
@@ -1289,7 +1278,7 @@ def _load_criteo(root: Path, download: bool, *, file: str | None = None, nrows: 
                          how=f"vflkit does not download it: get {_CRITEO_URL}. Any one of these files suffices; "
                              "pick one with file=.")
     if verify:
-        actual = _sha256(path)
+        actual = _file_digest(path, "sha256")
         if actual not in _CRITEO_SHA256.values():
             known = _CRITEO_SHA256.get(path.name)
             raise _corrupt(path, f"sha256 is {actual}, the published {path.name}'s is {known}" if known else
