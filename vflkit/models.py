@@ -31,16 +31,15 @@ Criteo models the counted layers of *h* are ``model.embedding.deep``).
   ``embedding_dim`` features. When that layer is a convolution it spans its whole input map
   (kernel = map size, no padding), as LeNet-5's C5 does, so its output is ``1 x 1 x
   embedding_dim``; it is computed as Flatten + Linear, the same map, because a map-sized
-  kernel is several times slower on CPU. (Average-pooling the map down to ``embedding_dim``
-  numbers instead, globally or to 2x2, cost CNN 15-54 test-accuracy points against this
-  after 2 epochs on 12k MNIST images, full or 28x7 strips, in a trial.)
+  kernel is slow on CPU. (Average-pooling the map down to ``embedding_dim`` numbers instead,
+  globally or to 2x2, trained CNN to a far lower test accuracy.)
 * ResNets, two readings of "layers" (``cut``). ``"layers"`` (the studies' choice): EASTER
   Sec. V-A says "the number of layers in both the local embedding and predicting models was
   the same", and a ResNet-N has N weighted layers (stem, 2 or 3 per residual block, the
   classifier), so *h* takes the stem and the first k blocks whose layer count is nearest to
   EL / (EL + PL) of N (a tie to the smaller k): 9 | 9 for ResNet18, 17 | 17 for ResNet34,
   25 | 25 for ResNet50 and 49 | 52 for ResNet101 at 1:1, the cut inside a stage where it falls
-  there. ``"stages"`` (the default, the reading of the records made before it): six units, the
+  there. ``"stages"`` (the default, which the committed records use): six units, the
   3x3 stem, the four residual stages and the classifier, 1:1 -> 3 | 3, 2:1 -> 4 | 2, 1:2 ->
   2 | 4 exact, other ratios a ConfigError; it gives ResNet50 and ResNet101 the same *h* (they
   differ only in their third stage, all in *p*), so SplitNN's and C-VFL's two columns would
@@ -767,11 +766,9 @@ def _vgg16_bn(num_classes: int, in_channels: int, width: float = 1.0) -> torchvi
     net = net.to_empty(device="cpu")
     # torchvision draws the FC weights from N(0, 0.01). Its per-layer signal gain is
     # 0.01 * sqrt(fan_in), so a narrower head shrinks the logits (and the gradients reaching
-    # the convs) by sqrt(width) per layer: at width 1/8 the quick profile's VGG stayed at chance
-    # (10.4 % test accuracy after 4 epochs on a 2000-image CIFAR-10 tile, where this choice
-    # reached 17.2 %, He initialisation 15.0 %; measured once, seed 0, batch 128). Scaling the
-    # std by 1/sqrt(width) keeps torchvision's gains at every width; at width 1 it is
-    # torchvision's initialisation exactly.
+    # the convs) by sqrt(width) per layer: at width 1/8 the quick profile's VGG stayed at
+    # chance. Scaling the std by 1/sqrt(width) keeps torchvision's gains at every width; at
+    # width 1 it is torchvision's initialisation exactly.
     _init_like_torchvision(net, linear_std=0.01 / math.sqrt(width))
     return net
 

@@ -32,14 +32,12 @@ ring elements are ``torch.int64`` tensors (the bits of Z_(2^64) read as two's co
 int64 add/sub happen to wrap on CPU, but that is C++ signed overflow, undefined behaviour that
 torch does not document, so nothing here relies on it: sums modulo 2^64 are taken on 32-bit
 halves (:func:`_wrapping_sum`), where no intermediate value leaves int64's range. The masks
-``r_k`` come from the host PRG as before (AES-CTR through ``cryptography``, summed in numpy
-``uint64``, whose wraparound is defined), drawn ahead by the prefetch thread into pinned memory
-and copied to the device without a wait. The checks the arithmetic needs (NaN/inf, overflow,
-masks that did not cancel) are computed on the device; by default they are read at once, and a
-trainer may collect them (:class:`DeferredChecks`) and read them with the losses, every N steps.
-The earlier host implementation in numpy ``uint64`` is kept as ``backend="numpy"``: the
-reference the tests compare the torch path with, bit for bit, and VFedMH's choice on a CPU
-(``VFedMH.ring_backend="auto"``), where the host is the device and numpy is faster.
+``r_k`` come from the host PRG (AES-CTR through ``cryptography``, summed in numpy ``uint64``,
+whose wraparound is defined), drawn ahead by a prefetch thread into pinned memory. The checks
+(NaN/inf, overflow, masks that did not cancel) are computed on the device and read at once, or
+collected (:class:`DeferredChecks`) and read with the losses. ``backend="numpy"`` (host
+``uint64``) is the reference the torch path is tested against bit for bit, and VFedMH's choice
+on a CPU (``VFedMH.ring_backend="auto"``), where the host is the device.
 
 Misuse that would break cancellation is refused rather than decoded into noise: every ring
 tensor is a :class:`RingTensor` carrying a :class:`RingTag` (its ring's parameters and, once
@@ -71,18 +69,16 @@ A malicious active party (outside the paper's model) relays the keys, so it can:
 
 * without signed key bundles (the default): relay key pairs of its own as party j's. Party k
   then shares ``CK_{k,j}`` with the active party, which computes ``r_k`` and reads ``E_k`` from a
-  single blinded message (reliability review case X42; ``tests/test_key_authentication.py``
-  reproduces it). It can also drop peers from the set it relays, shrinking ``r_k``.
+  single blinded message (``tests/test_key_authentication.py`` reproduces it). It can also drop peers from the set it relays, shrinking ``r_k``.
 * with signed key bundles (:class:`IdentityKey`, :class:`KeyDirectory`,
-  :meth:`BlindingKeys.signed_public_key`; VFedMH's option ``authenticate_keys``): not any more.
+  :meth:`BlindingKeys.signed_public_key`; VFedMH's option ``authenticate_keys``): it cannot.
   Each passive party signs its key-agreement public key with its Ed25519 identity key, over the
   scheme, its index, the run's identifier and the key agreement's index; its peers verify the
   signature against identity keys they hold from before training, from a directory (a PKI, or
   keys exchanged out of band) that does not pass through the active party. A substituted,
   altered or replayed key (another run, agreement or party) and a dropped or added peer raise
   :class:`~vflkit.errors.SecurityError`. The masks, hence training, are identical; the setup
-  messages carry a 64-byte signature per key. Off by default so that existing records keep their
-  ledgers.
+  messages carry a 64-byte signature per key. Off by default so that records keep their ledgers.
 * either way: send a wrong global embedding or crafted gradients (corrupting the passive models
   or probing them, e.g. for model inversion), or stop aggregating. Masking protects the
   confidentiality of the embeddings, not the integrity of training.
@@ -212,8 +208,8 @@ _TAG_KEEPING = frozenset({
     torch.Tensor.contiguous, torch.Tensor.detach_, torch.clone, torch.detach,
 })
 
-#: Ring backends: "torch" computes on the embeddings' device; "numpy" is the earlier host
-#: implementation in numpy uint64, kept as the reference the torch path is tested against.
+#: Ring backends: "torch" computes on the embeddings' device; "numpy" on the host in uint64,
+#: the reference the torch path is tested against.
 BACKENDS = ("torch", "numpy")
 
 #: A check's reader: given the check's values read back to the host, raise if they are bad.
@@ -936,7 +932,7 @@ class BlindingKeys:
             y = int.from_bytes(pk, "big")
             # For a safe-prime group the range check is the required validation (RFC 7919
             # sec. 5.1): it excludes the elements of order 1 and 2 that would fix the secret. The
-            # full subgroup test y^q = 1 costs a 2047-bit exponentiation per peer (~60 ms) and
+            # full subgroup test y^q = 1 costs a 2047-bit exponentiation per peer and
             # would guard only the parity of the private exponent.
             if not 2 <= y <= _MODP14_P - 2:
                 raise ValueError("not in [2, p-2]")
