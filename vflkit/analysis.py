@@ -35,10 +35,12 @@ from .network import link_rows
 BLINDED_METHODS: tuple[str, ...] = ("vfedmh", "homo_vfedmh", "easter")
 
 
-def _history(history: Any) -> pd.DataFrame:
+def _history(history: Any, metric: str | None = None) -> pd.DataFrame:
     df = history if isinstance(history, pd.DataFrame) else pd.DataFrame(list(history))
     if df.empty or not {"epoch", "model"} <= set(df.columns):
         raise ConfigError("history needs rows with 'epoch', 'model' and a metric column")
+    if metric is not None and metric not in df.columns:
+        raise ConfigError(f"history has no {metric!r} column; it has {sorted(df.columns)}")
     return df
 
 
@@ -53,9 +55,7 @@ def convergence_epochs(history: Any, *, metric: str = "test_accuracy", tolerance
     """
     if not tolerance >= 0:
         raise ConfigError(f"tolerance must be >= 0 percentage points, got {tolerance!r}")
-    df = _history(history)
-    if metric not in df.columns:
-        raise ConfigError(f"history has no {metric!r} column; it has {sorted(df.columns)}")
+    df = _history(history, metric)
     if models is not None:
         unknown = sorted(set(models) - set(df["model"]))
         if unknown:
@@ -95,9 +95,7 @@ TARGET_SHARE = 0.99
 
 def metric_curve(history: Any, *, metric: str = "test_accuracy", models: Sequence[str] | None = None) -> pd.Series:
     """Epoch -> ``metric`` (a fraction) averaged over ``models`` (default: every model of the run)."""
-    df = _history(history)
-    if metric not in df.columns:
-        raise ConfigError(f"history has no {metric!r} column; it has {sorted(df.columns)}")
+    df = _history(history, metric)
     if models is not None:
         df = df[df["model"].isin(list(models))]
     return df[df[metric].notna()].groupby("epoch")[metric].mean().sort_index()
