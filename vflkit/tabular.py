@@ -12,11 +12,9 @@ float32 tensor ``[N, n_dense_k + n_sparse_k]``: its dense columns first (``log1p
 the Criteo party models take (``_CriteoEmbedding._inputs`` splits it back into a float and an
 int64 part). Codes are exact in float32 below 2**24; :func:`encode_table` checks that.
 
-Each party also carries ``model_kwargs`` (``n_dense`` and ``vocab_sizes`` of its own columns):
-the Criteo models need them and ``VFLMethod.party_model`` does not pass them yet.
-:class:`TabularModels` is the mixin that does (EASTER uses it; :func:`tabular_method` adds it to
-any other method class). Once the engine's ``party_model`` forwards
-``getattr(party, "model_kwargs", {})`` itself, the mixin has nothing left to do.
+Each party also carries ``model_kwargs`` (``n_dense`` and ``vocab_sizes`` of its own columns),
+which the Criteo models need; ``VFLMethod.party_model`` passes them (:func:`model_kwargs`).
+:class:`TabularModels` marks a method class as tabular (EASTER; :func:`tabular_method`).
 
 Choices where the paper is silent (EASTER Sec. V-A1 gives only "80% / 20%")
 -----------------------------------------------------------------------
@@ -280,12 +278,11 @@ def model_kwargs(party: Party, architecture: str) -> dict[str, Any]:
 
 
 class TabularModels:
-    """Mixin for a :class:`~vflkit.methods.base.VFLMethod`: ``party_model`` also passes the
-    party's ``model_kwargs`` (its columns' ``n_dense`` and ``vocab_sizes``) to the Criteo models.
+    """Mixin marking a :class:`~vflkit.methods.base.VFLMethod` as one for tabular parties, whose
+    ``model_kwargs`` (their columns' ``n_dense`` and ``vocab_sizes``) reach the Criteo models.
 
-    Put it before the method class: ``class X(TabularModels, SplitNN)``. (The base class's
-    ``party_model`` passes ``model_kwargs`` itself, and the ResNet cut, so nothing is
-    overridden here: one place builds every party's model.)
+    Put it before the method class: ``class X(TabularModels, SplitNN)``. The base class's
+    ``party_model`` passes ``model_kwargs`` itself, so nothing is overridden here.
     """
 
 

@@ -10,9 +10,8 @@ EASTER). Two additions, both for EASTER's experiments rather than its algorithm:
   refuses that; the option lets key agreement and aggregation go ahead (through
   ``VFedMH.allow_insecure``), and since it is a config option the record says so.
 * per-party model options (Criteo): a party built by :func:`vflkit.tabular.build_tabular_parties`
-  carries the keyword arguments its model needs (``vocab_sizes``, ``n_dense``), and
-  :class:`~vflkit.tabular.TabularModels` passes them to :func:`vflkit.models.get_model`. Image
-  parties carry none, so nothing changes for them.
+  carries the keyword arguments its model needs (``vocab_sizes``, ``n_dense``), which
+  ``party_model`` passes to :func:`vflkit.models.get_model`. Image parties carry none.
 
 Eq. (8) is written as binary cross-entropy with log2. We keep natural-log cross-entropy on
 C logits (two for Criteo: that is BCE on the logit difference); log2 only rescales the
