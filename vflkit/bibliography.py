@@ -2,7 +2,7 @@
 with where a reader opens it.
 
 This module is the project's one bibliography, keyed by BibTeX keys; each study names the entry
-it reproduces in its declaration (``Study.cites``), so no table here is kept by paper. The README's table of notebooks and the report's
+it reproduces in its declaration (``Study.cites``). The README's table of notebooks and the report's
 paper sections (:mod:`vflkit.reproduction`), each notebook's first cell (checked by
 ``tests/test_bibliography.py``), ``CITATION.cff``'s references and the book's references page
 all take their titles, authors and links from here. It is Python rather than a BibTeX or YAML

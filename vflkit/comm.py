@@ -228,10 +228,10 @@ class Ledger:
 
         Rounds (protocol phases, :meth:`rounds`) happen one after another; every message pays
         its link's latency plus its bytes over the link's bandwidth. ``topology="parallel"``:
-        within a round, different links
-        carry their messages at once and one link back to back, so a round lasts as long as its
-        busiest link. ``topology="shared_uplink"``: all of a round's transfers queue on one
-        shared link (the active party's NIC), so a round lasts the sum over its messages.
+        within a round, different links carry their messages at once and one link back to back,
+        so a round lasts as long as its busiest link. ``topology="shared_uplink"``: all of a
+        round's transfers queue on one shared link (the active party's NIC), so a round lasts the
+        sum over its messages.
         """
         check_topology(topology)
         df = self.frame(phase=phase)

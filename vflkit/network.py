@@ -72,7 +72,7 @@ class NetworkModel:
 # * every message pays its link's one-way latency plus bytes / bandwidth (a transfer is a
 #   request the receiver must see before the protocol moves on: no pipelining across rounds);
 # * "parallel": the active party talks to every passive party at once over independent links,
-#   so a round lasts as long as its busiest link (``Ledger.price``'s original semantics);
+#   so a round lasts as long as its busiest link;
 # * "shared_uplink": the active party's one network interface carries the round's transfers
 #   one after another (all passive uploads queue on it, and so do its downloads), so a round
 #   lasts the sum over its transfers. Each transfer still runs at its own link's speed (the
