@@ -108,7 +108,7 @@ STAGES: tuple[str, ...] = ("pretrain", "transfer", "finetune", "classifier")
 @dataclass(frozen=True)
 class AdptVFedConvConfig:
     """Everything that decides one AdptVFedConv run. Defaults: the paper where it speaks, the
-    spec's choices (``shared/specs/adptvfedconv.md`` Sec. 1) where it is silent.
+    choices listed in the module docstring where it is silent.
 
     Data: ``dataset`` ("cifar10", another built-in image dataset, or images of your own
     registered with :func:`vflkit.data.register_dataset`: any channel count, even sides for the

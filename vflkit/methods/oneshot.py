@@ -30,8 +30,8 @@ DISTILL_LOSSES: tuple[str, ...] = ("mse", "mae")
 
 #: Adam's learning rate in every APC-VFL experiment. Appendix B: Adam "with the parameters
 #: proposed in the original paper", i.e. Kingma & Ba's defaults (lr 1e-3, betas 0.9/0.999,
-#: eps 1e-8), which are also torch's. An earlier version used 0.01 on no written ground; the
-#: notebook keeps it as a labelled sensitivity row (it trains the teacher autoencoders badly).
+#: eps 1e-8), which are also torch's. The notebook keeps 0.01 as a labelled sensitivity row
+#: (it trains the teacher autoencoders badly).
 ADAM_LR: float = 1e-3
 
 

@@ -82,8 +82,8 @@ class VFedMH(VFLMethod):
     #: Where the ring arithmetic runs: "torch" on the embeddings' device (a GPU step then
     #: never waits for the host), "numpy" on the host (the reference), or "auto": torch on an
     #: accelerator, numpy on the CPU, where the host is the device (its reads wait for nothing)
-    #: and numpy's single uint64 operations beat torch's split 64-bit arithmetic (a VFedMH MLP
-    #: step is faster with numpy's ring). Both give the same record bit for bit
+    #: and numpy's single uint64 operations beat torch's split 64-bit arithmetic. Both give the
+    #: same record bit for bit
     #: (tests/test_secure.py trains with each), so it is no option and in no key.
     ring_backend: ClassVar[str] = "auto"
 
