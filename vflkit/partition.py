@@ -320,6 +320,13 @@ def _image_shape(image_shape: Sequence[int]) -> tuple[int, int, int]:
     return shape  # type: ignore[return-value]
 
 
+def _axis_length(shape: tuple[int, int, int], axis: str) -> int:
+    """The length of ``shape``'s (C, H, W) image axis that strips cut."""
+    if axis not in AXES:
+        raise PartitionError(f"Invalid strip axis {axis!r}; choose one of {', '.join(AXES)}")
+    return shape[2] if axis == "width" else shape[1]
+
+
 def strips(n_parties: int, *, image_shape: Sequence[int], axis: str = "width", active: int = 0) -> Partition:
     """Cut images into ``n_parties`` strips along the width (default) or the height.
 
@@ -338,10 +345,7 @@ def strips(n_parties: int, *, image_shape: Sequence[int], axis: str = "width", a
         Index of the party holding the labels (strip 0 is the leftmost / top one).
     """
     shape = _image_shape(image_shape)
-    if axis not in AXES:
-        raise PartitionError(f"Invalid strip axis {axis!r}; choose one of {', '.join(AXES)}")
-    length = shape[2] if axis == "width" else shape[1]
-    bounds = _even_bounds(length, n_parties, f"pixels of {axis}")
+    bounds = _even_bounds(_axis_length(shape, axis), n_parties, f"pixels of {axis}")
     return Partition("strips", tuple(bounds), shape, active=active, axis=axis)
 
 
@@ -526,10 +530,7 @@ def first_parts(
         )
     if image_shape is not None:
         shape = _image_shape(image_shape)
-        if axis not in AXES:
-            raise PartitionError(f"Invalid strip axis {axis!r}; choose one of {', '.join(AXES)}")
-        length = shape[2] if axis == "width" else shape[1]
-        bounds = _even_bounds(length, n_parts, f"pixels of {axis}")[:n_parties]
+        bounds = _even_bounds(_axis_length(shape, axis), n_parts, f"pixels of {axis}")[:n_parties]
         stop = bounds[-1][1]
         kept_shape = (shape[0], shape[1], stop) if axis == "width" else (shape[0], stop, shape[2])
         inner = Partition("strips", tuple(bounds), kept_shape, active=active, axis=axis)
