@@ -738,6 +738,14 @@ def _vgg16_features_meta(width: float) -> nn.Sequential:
         return torchvision.models.vgg.make_layers(cfg, batch_norm=True)
 
 
+def _checked_vgg16_bn(num_classes: int, in_channels: int, width: float, padding_mode: str) -> torchvision.models.VGG:
+    if padding_mode not in _PADDING_MODES:
+        raise ConfigError(f"Invalid padding_mode {padding_mode!r}; "
+                          f"choose one of {', '.join(_PADDING_MODES)}")
+    return _vgg16_bn(_positive_int("num_classes", num_classes),
+                     _positive_int("in_channels", in_channels), _vgg_width(width))
+
+
 def _vgg16_bn(num_classes: int, in_channels: int, width: float = 1.0) -> torchvision.models.VGG:
     """torchvision's VGG-16-BN with a 512-input head (1x1 maps) and ceil-mode max-pools.
 
@@ -831,11 +839,7 @@ def vgg16_bn_split(*, num_classes: int, cut: int | str = 1, padding_mode: str = 
         The classifier's max-pools use ceil mode, so it also takes a single tile's map
         (e.g. 64x8x8), the server's pre-training classifier on its own tile.
     """
-    if padding_mode not in _PADDING_MODES:
-        raise ConfigError(f"Invalid padding_mode {padding_mode!r}; "
-                          f"choose one of {', '.join(_PADDING_MODES)}")
-    net = _vgg16_bn(_positive_int("num_classes", num_classes),
-                    _positive_int("in_channels", in_channels), _vgg_width(width))
+    net = _checked_vgg16_bn(num_classes, in_channels, width, padding_mode)
     end = _feature_cut(net.features, cut)
     extractor = net.features[:end]
     for m in extractor.modules():
@@ -881,11 +885,7 @@ def vgg16_bn_centralized(*, num_classes: int, padding_mode: str = "zeros",
     ``padding_mode`` ("zeros" default, or "replicate") applies to every convolution; ``width``
     is the channel multiplier of :func:`vgg16_bn_split` (1 = the paper's model).
     """
-    if padding_mode not in _PADDING_MODES:
-        raise ConfigError(f"Invalid padding_mode {padding_mode!r}; "
-                          f"choose one of {', '.join(_PADDING_MODES)}")
-    net = _vgg16_bn(_positive_int("num_classes", num_classes),
-                    _positive_int("in_channels", in_channels), _vgg_width(width))
+    net = _checked_vgg16_bn(num_classes, in_channels, width, padding_mode)
     for m in net.features.modules():
         if isinstance(m, nn.Conv2d):
             m.padding_mode = padding_mode
