@@ -142,8 +142,8 @@ _MIMIC3_TARGETS: tuple[str, ...] = ("LOSgroupNum", "target", "label", "y", "Y")
 CRITEO_DENSE: tuple[str, ...] = tuple(f"I{i}" for i in range(1, 14))
 CRITEO_SPARSE: tuple[str, ...] = tuple(f"C{i}" for i in range(1, 27))
 _CRITEO_FILES: tuple[str, ...] = ("train.txt", "dac_sample.txt", "train.csv", "train.tiny.csv", "criteo_sample.txt")
-# sha256 of the two public samples (data README). No checksum of Criteo's own train.txt or
-# dac_sample.txt was at hand, so verify=True cannot vouch for those and refuses them.
+# sha256 of the two public samples (data README). No published checksum of Criteo's own
+# train.txt or dac_sample.txt is known, so verify=True cannot vouch for those and refuses them.
 _CRITEO_SHA256: dict[str, str] = {
     "train.tiny.csv": "68f7852149b089e7929ba9e1acd6debbc986cbd498107a7c4dc9f2e716500b18",
     "criteo_sample.txt": "08b84f12a22438fb534e989a5e4fa245726b2bda001983556bc2aea2f094f724",

@@ -43,9 +43,8 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
 
 def dumps(data: Any, *, compact: bool = False) -> str:
     """``data`` as key-sorted JSON: indented, or ``compact`` (no whitespace), as run records are
-    written: every byte of the committed tree travels to a time-limited GPU machine beside its
-    data (under a transfer limit), and
-    indentation was a third of a record's bytes."""
+    written: the committed records travel with the tree to every machine that runs it, and
+    indentation would be a large share of their bytes."""
     if compact:
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
     return json.dumps(data, indent=1, sort_keys=True)
