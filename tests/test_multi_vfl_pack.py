@@ -8,10 +8,12 @@ import time
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from vflkit.data import ImageData
 from vflkit.errors import BudgetExhausted, ConfigError, DivergenceError
-from vflkit.methods.multi_vfl import MultiVFL, MultiVFLConfig, RoundPack
+from vflkit.methods.multi_vfl import EVAL_CHUNK, MultiVFL, MultiVFLConfig, RoundPack, local_optimizer
+from vflkit.methods.server_opt import server_step
 from vflkit.records import checkpoint_path, record_path
 from vflkit.training import multi_owner
 from vflkit.training.checkpoint import saved_progress
@@ -63,6 +65,73 @@ def _assert_same_round(alone: MultiVFL, want: dict, packed: MultiVFL, got: dict,
     assert s_want.keys() == s_got.keys() and all(_close(s_want[k], s_got[k]) for k in s_want)
 
 
+def _plain_round(m: MultiVFL, r: int) -> dict[str, float]:
+    """Round ``r`` of ``m`` (never packed) as Algorithm 1 reads: label owner after label owner,
+    batch after batch, each party's own modules and optimizers."""
+    c, server = m.config, m.server
+    start = {n: t.clone() for n, t in server.models["global"].state_dict().items()}
+    losses, updates = {}, []
+    for k, lo in enumerate(m.label_owners):
+        top, copies = lo.models["top"], [d.models[f"copy_{k + 1}"] for d in m.data_owners]
+        opts = [local_optimizer(c, list(x.parameters())) for x in (top, *copies)]
+        order, sizes = m.round_order(k, r)
+        total = 0.0
+        for ids in order.split(sizes):
+            for o in opts:
+                o.zero_grad(set_to_none=True)
+            acts = [x(d.features("train", ids=ids)) for x, d in zip(copies, m.data_owners)]
+            parts = [a.detach().clone().requires_grad_(True) for a in acts]
+            loss = F.cross_entropy(top(torch.cat(parts, dim=2)), lo.labels("train", ids=ids))
+            loss.backward()
+            opts[0].step()
+            for a, p, o in zip(acts, parts, opts[1:]):
+                a.backward(p.grad.clone())
+                o.step()
+            total += loss.item()
+        losses[lo.name] = total / len(sizes)
+        updates.append({n: t - start[n] for n, t in top.state_dict().items()})
+    mean = {n: torch.stack([u[n] for u in updates]).mean(0) for n in start}
+    new, server.state["opt"] = server_step(start, mean, server.state["opt"], m.server_optimizer, r)
+    for model in (server.models["global"], *(lo.models["top"] for lo in m.label_owners)):
+        model.load_state_dict(new)
+    for d in m.data_owners:
+        states = [x.state_dict() for name, x in d.models.items() if name.startswith("copy_")]
+        avg = {n: torch.stack([s[n] for s in states]).mean(0) for n in states[0]}
+        for model in d.models.values():
+            model.load_state_dict(avg)
+    return losses
+
+
+def _plain_evaluation(m: MultiVFL, batch_size: int = 16) -> dict[str, float]:
+    lo, n, correct, loss_sum = m.evaluator, m.evaluator.n_samples("test"), 0.0, 0.0
+    with torch.no_grad():
+        for s in range(0, n, batch_size):
+            rows = torch.arange(s, min(s + batch_size, n))
+            parts = [d.models["global"](d.features("test", rows=rows)) for d in m.data_owners]
+            logits = torch.cat([lo.models["top"](torch.cat([p[i:i + EVAL_CHUNK] for p in parts], dim=2))
+                                for i in range(0, len(rows), EVAL_CHUNK)])
+            y = lo.labels("test", rows=rows)
+            correct += (logits.argmax(dim=1) == y).float().mean().item() * len(rows)
+            loss_sum += F.cross_entropy(logits, y, reduction="sum").item()
+    return {"test_accuracy": correct / n, "test_loss": loss_sum / n}
+
+
+@pytest.mark.parametrize("cfg", [{"scenario": "4niid", "server_optimizer": "fedavg", "samples_per_owner": 20},
+                                 {"scenario": "iid", "server_optimizer": "fedadam", "local_optimizer": "adam"}])
+def test_a_run_alone_computes_what_the_protocol_computes_to_the_bit(cfg):
+    """A run alone (a pack of one, looped: MultiVFL.round) in float32 gives exactly, bit for
+    bit, what the protocol written plainly gives: each round's losses, every model, the
+    evaluation. The committed records were made by such a plain round."""
+    plain, alone = _method(**cfg), _method(**cfg)
+    for r in (1, 2):
+        assert _plain_round(plain, r) == alone.round(r)
+    for p_plain, p_alone in zip(plain.parties, alone.parties):
+        for name, model in p_plain.models.items():
+            for a, b in zip(model.state_dict().values(), p_alone.models[name].state_dict().values()):
+                assert torch.equal(a, b), (p_plain.name, name)
+    assert _plain_evaluation(plain) == alone.evaluate(batch_size=16)
+
+
 @pytest.mark.parametrize("stacking", ["grouped", "vmap"])
 @pytest.mark.parametrize("cfg", [{"scenario": "4niid", "server_optimizer": "fedavg"},
                                  {"scenario": "iid", "server_optimizer": "fedadam", "local_optimizer": "adam"}])
@@ -106,7 +175,8 @@ def test_a_pack_of_runs_equals_each_run_alone(float64, stacking):
 
 def test_a_run_is_held_by_one_pack_at_a_time():
     """A run trained alone after its pack's rounds leaves that pack, which then refuses to go on;
-    the run's models are views of its own pack of one."""
+    the run's models are views of its own pack of one; a run whose server moments were
+    replaced under its pack is refused."""
     runs = [_method(seed=0, local_steps=1), _method(seed=1, local_steps=1)]
     pack = RoundPack(runs)
     pack.round(1)
@@ -116,6 +186,11 @@ def test_a_run_is_held_by_one_pack_at_a_time():
     assert w.untyped_storage().data_ptr() == runs[0].pack.top.params["0.weight"].untyped_storage().data_ptr()
     with pytest.raises(ConfigError, match="taken by another pack"):
         pack.round(2)
+    # the server's moments are views of the stack too: replacing them (a late restore) is refused
+    alone = RoundPack([runs[1]])
+    runs[1].server.state["opt"] = {w: dict(ms) for w, ms in runs[1].server.state["opt"].items()}
+    with pytest.raises(ConfigError, match="restore checkpoints before"):
+        alone.round(2)
 
 
 def test_runs_that_differ_in_a_step_shape_do_not_pack():

@@ -18,7 +18,8 @@ Test accuracy is the aggregated label-owner model on the averaged data-owner mod
 owners send their activations of the test images to ``label_owner_1``, which holds the test
 labels (``phase="eval"``). The protocol does not fit :class:`~vflkit.methods.base.VFLMethod`
 (several label owners, rounds, a server), so it has its own small interface:
-:meth:`MultiVFL.setup`, :meth:`MultiVFL.round`, :meth:`MultiVFL.evaluate`.
+:meth:`MultiVFL.setup`, :meth:`MultiVFL.round`, :meth:`MultiVFL.evaluate`. A round is written
+once, over the label-owner chains of K >= 1 runs (:class:`RoundPack`); a run alone is K = 1.
 """
 
 from __future__ import annotations
@@ -45,13 +46,10 @@ LOCAL_OPTIMIZERS: tuple[str, ...] = ("sgd", "adam")
 #: runs too (its images are cut into the data owners' strips of rows whatever their size).
 DATASETS: tuple[str, ...] = ("mnist", "fashion_mnist")
 
-#: Test images the label owner's model takes at once on the CPU when it evaluates. A 1000-image
-#: message's activations after the first conv (173 MB) overflow the CPU's last-level cache, those
-#: of 100 images (17 MB) fit a 32 MB one, so chunks of 100 evaluate markedly faster than the whole
-#: message at once. The messages do not depend on the chunk, nor the accuracy; each image's logits
-#: can be bit-identical on an AVX2 CPU, while on an AVX-512 one the kernels torch picks for 3 rows
-#: and for 16 sum in another order, and the test loss differs in float32's last bits (relative 1e-7
-#: or so: tests/test_multi_vfl.py holds it to 1e-6). On a GPU the model takes the whole message.
+#: Test images each run's label-owner model takes at once where the runs are looped (the CPU):
+#: chunks whose activations fit a CPU's last-level cache. The messages and the accuracy do not
+#: depend on the chunk; the loss may, in float32's last bits, where kernels for other row counts
+#: sum in another order. Part of what a committed record computed: never change it.
 EVAL_CHUNK: int = 100
 
 
@@ -445,6 +443,7 @@ class RoundPack:
         for j, m in enumerate(runs):
             m.server.state["opt"] = {w: {n: t[j] for n, t in moments.items()} for w, moments in self.moments.items()}
             m.pack = self
+        self._opt = [m.server.state["opt"] for m in runs]
         # the runs with one server rule step together (FedAvg, FedAdam, ...: a run's own hyperparameters)
         groups: dict[Any, list[int]] = {}
         for j, m in enumerate(runs):
@@ -463,6 +462,9 @@ class RoundPack:
     def _check_held(self) -> None:
         if any(m.pack is not self for m in self.runs):
             raise ConfigError("a run of this pack was taken by another pack; make a new RoundPack")
+        if any(m.server.state["opt"] is not opt for m, opt in zip(self.runs, self._opt)):
+            raise ConfigError("a run's server moments were replaced (a checkpoint restored into a run in a pack); "
+                              "restore checkpoints before the run's first round")
 
     def round(self, r: int) -> list[dict[str, float]]:
         """Global round ``r`` of every run; the mean training loss per label owner, one dict per run.
