@@ -339,9 +339,9 @@ def test_multi_vfl_minutes_give_back_the_measured_rounds():
 def test_a_multi_vfl_pack_is_priced_from_its_counted_rounds(tmp_path):
     """A Multi-VFL pack of k runs takes its round's counted operations (per batch step and once
     a round, k = 1, 2, 8, the line through 2 and 8 between) plus k evaluations, over one run's
-    round alone; the study's 42 paper runs are priced as one pack (multi_owner_packed.MAX_RUNS)."""
+    round alone; the study's 42 paper runs are priced as one pack (multi_owner.MAX_RUNS)."""
     from vflkit.studies import multi_vfl
-    from vflkit.training.multi_owner_packed import MAX_RUNS
+    from vflkit.training.multi_owner import MAX_RUNS
 
     rows = [{"dataset": "mnist", "n_data_owners": 4, "n_label_owners": 5, "k": k, "per_step": ps, "fixed": fx}
             for k, ps, fx in ((1, 900.0, 600.0), (2, 1000.0, 1500.0), (8, 2800.0, 6000.0))]
@@ -386,7 +386,7 @@ def test_a_multi_vfl_packs_evaluation_counts_alike_at_any_call_size():
     """count_multi_vfl counts a pack's evaluation message on calls of 2 images (the real message
     of 42 runs would not fit a CPU's memory): the premise, that a call's operations do not
     depend on its size, holds (four runs, one message in four calls, of 8 and of 40 images)."""
-    from vflkit.training.multi_owner_packed import RoundPack
+    from vflkit.training.multi_owner import RoundPack
 
     counts = []
     for n_test in (8, 40):

@@ -183,39 +183,42 @@ def test_server_and_label_owners_agree_and_data_owner_copies_are_averaged():
             assert all(torch.equal(base[n], t) for n, t in d.models[f"copy_{k}"].state_dict().items())
 
 
-def test_fedavg_global_model_is_the_mean_of_the_local_models():
+def test_fedavg_global_model_is_the_mean_of_the_local_models(monkeypatch):
     """With FedAvg the new label-owner model is the average of the five locally trained models."""
+    from vflkit.methods.multi_vfl import RoundPack
+
     m = _method(local_steps=1)
     local = []
-    original = m._aggregate
+    end_round = RoundPack._end_round
 
-    def spy(r, step):
+    def spy(self, *args):
         local.append([{n: t.clone() for n, t in lo.models["top"].state_dict().items()} for lo in m.label_owners])
-        original(r, step)
+        end_round(self, *args)
 
-    m._aggregate = spy
+    monkeypatch.setattr(RoundPack, "_end_round", spy)
     m.round(1)
     got = m.server.models["global"].state_dict()
     for name, tensor in got.items():
         assert torch.allclose(tensor, torch.stack([s[name] for s in local[0]]).mean(0), atol=1e-6)
 
 
-def test_data_owners_learn_only_from_gradient_messages():
+def test_data_owners_learn_only_from_gradient_messages(monkeypatch):
     """Zeroing every gradient message leaves the data owners' models unchanged; the label owners still learn."""
+    from vflkit.methods import multi_vfl
+
     m = _method(local_steps=2)
     before_d = [_params(d) for d in m.data_owners]
     before_s = _params(m.server)
-    send = m.channel.send
+    post = multi_vfl._post
 
-    def zero_gradients(sender, receiver, kind, payload, **kw):
-        if kind == "gradient":
-            payload = torch.zeros_like(payload)
-        send(sender, receiver, kind, payload, **kw)
+    def zero_gradients(payloads, kind, *args, **kw):
+        got = post(payloads, kind, *args, **kw)
+        return [torch.zeros_like(g) for g in got] if kind == "gradient" else got
 
     control = _method(local_steps=2)
     control.round(1)
     assert any(not torch.allclose(before_d[0][n], p) for n, p in _params(control.data_owners[0]).items())
-    m.channel.send = zero_gradients
+    monkeypatch.setattr(multi_vfl, "_post", zero_gradients)
     m.round(1)
     for d, before in zip(m.data_owners, before_d):
         # averaging five identical copies may round in the last bit; a learning step moves far more
@@ -570,9 +573,9 @@ def test_learning_sentence_counts_cells_near_chance():
                                  {"samples_per_owner": 20, "batch_size": 8, "local_epochs": 2, "local_steps": 4},
                                  {"samples_per_owner": 16, "batch_size": 8, "local_steps": 5}])
 def test_a_label_owners_batches_are_its_round_order_cut_in_batches(cfg):
-    """_batches: each local epoch a permutation of the label owner's ids drawn from the (seed,
-    round, owner) generator, cut in batches (the last one short), the first local_steps kept;
-    _round_order (the packed round's) is the same ids end to end with their batch sizes."""
+    """round_order: each local epoch a permutation of the label owner's ids drawn from the (seed,
+    round, owner) generator, cut in batches (the last one short), the first local_steps kept,
+    end to end with their batch sizes."""
     m = _method(**cfg)
     c = m.config
     ids = m.label_owners[1].ids["train"]
@@ -582,9 +585,7 @@ def test_a_label_owners_batches_are_its_round_order_cut_in_batches(cfg):
         order = ids[torch.randperm(len(ids), generator=g)]
         want += [order[b:b + c.batch_size] for b in range(0, len(ids), c.batch_size)]
     want = want[:c.local_steps]
-    got = m._batches(1, 2)
-    assert [b.tolist() for b in got] == [b.tolist() for b in want]
-    order, sizes = m._round_order(1, 2)
+    order, sizes = m.round_order(1, 2)
     assert sizes == [len(b) for b in want] and order.tolist() == torch.cat(want).tolist()
 
 

@@ -1,5 +1,5 @@
-"""Tests for a pack's checkpoints (vflkit.training.packed.train_pack, and Multi-VFL's
-multi_owner_packed.train_pack): a pack stopped after an epoch (a round) and resumed gives what
+"""Tests for a pack's checkpoints (vflkit.training.packed.train_pack; Multi-VFL's are in
+test_multi_vfl_pack.py): a pack stopped after an epoch and resumed gives what
 a pack never stopped gives, a run alone resumes its packed checkpoint and a pack its runs' own
 (float64, to the packed trainers' tolerance; ledgers exactly), and the scheduler pauses a pack
 the deadline stopped and packs its runs again."""
@@ -17,7 +17,6 @@ from vflkit import scheduler
 from vflkit.errors import BudgetExhausted, DivergenceError
 from vflkit.records import checkpoint_path
 from vflkit.training import packed, split
-from vflkit.training.checkpoint import saved_progress
 
 CPU = torch.device("cpu")
 
@@ -192,43 +191,6 @@ def test_a_stopped_pack_is_packed_again_by_the_next_schedule(float64, tmp_path, 
         assert got["execution"] == want["execution"] == {"packed": 2, "pack": [t.key for t in stopped]}
         _assert_same_run(got, want)
         assert not checkpoint_path(a.path).exists()
-
-
-def test_a_stopped_multi_vfl_pack_resumes_and_its_runs_alone_too(float64, tmp_path, monkeypatch):
-    """Multi-VFL: a pack stopped after round 1 resumes (trains rounds 2-3 only) to the results of
-    a pack never stopped; a run alone resumes the packed checkpoint to its unpacked results; and
-    a run's packed checkpoint holds its own models, not its pack's whole stack (about the bytes
-    the run alone writes)."""
-    from test_training_multi_owner_packed import _close, _pack_configs, _tiny_data
-
-    from vflkit.training import multi_owner, multi_owner_packed
-
-    monkeypatch.setattr(multi_owner, "dataset", lambda name: _tiny_data())
-    configs = _pack_configs()  # three rounds, two runs of two server rules
-
-    def same(got, want):
-        assert [r["round"] for r in got["history"]] == [r["round"] for r in want["history"]]
-        for g, w in zip(got["history"], want["history"]):
-            assert g.keys() == w.keys() and all(_close(g[k], w[k]) for k in g if k != "elapsed_s")
-        assert got["comm"] == want["comm"]
-
-    want = multi_owner_packed.train_pack(configs, device="cpu")
-    paths = _paths(tmp_path / "packed", configs)
-    with pytest.raises(BudgetExhausted, match="after round 1 of 3"):
-        multi_owner_packed.train_pack(configs, device="cpu", checkpoints=paths, deadline=time.time())
-    assert [saved_progress(p) for p in paths] == [("round", 1)] * 2  # what the scheduler packs them by
-    rounds, step = [], multi_owner_packed.RoundPack.round
-    monkeypatch.setattr(multi_owner_packed.RoundPack, "round", lambda self, r: rounds.append(r) or step(self, r))
-    for g, w in zip(multi_owner_packed.train_pack(configs, device="cpu", checkpoints=paths), want):
-        same(g, w)
-    assert rounds == [2, 3]
-    alone_paths = _paths(tmp_path / "alone", configs)
-    for c, p, q in zip(configs, paths, alone_paths):
-        with pytest.raises(BudgetExhausted):
-            multi_owner.train(c, device=CPU, progress=False, checkpoint=q, deadline=time.time())
-        assert p.stat().st_size < 1.1 * q.stat().st_size
-        resumed = multi_owner.train(c, device=CPU, progress=False, checkpoint=p)
-        same(resumed, multi_owner.train(c, device=CPU, progress=False))
 
 
 def _poisoned(monkeypatch) -> None:

@@ -11,7 +11,7 @@ import torch
 
 from vflkit.data import ImageData
 from vflkit.errors import BudgetExhausted
-from vflkit.methods.multi_vfl import MultiVFL, MultiVFLConfig
+from vflkit.methods.multi_vfl import MultiVFLConfig, RoundPack
 from vflkit.records import checkpoint_path, record_path
 from vflkit.training import multi_owner
 
@@ -70,7 +70,7 @@ class _Interrupt(Exception):
     pass
 
 
-_ROUND = MultiVFL.round
+_ROUND = RoundPack.round
 
 
 def _count_rounds(monkeypatch, *, die_at=None):
@@ -83,7 +83,7 @@ def _count_rounds(monkeypatch, *, die_at=None):
         trained.append(r)
         return _ROUND(self, r)
 
-    monkeypatch.setattr(MultiVFL, "round", round_)
+    monkeypatch.setattr(RoundPack, "round", round_)
     return trained
 
 

@@ -404,7 +404,7 @@ def bench_multi_vfl(*, rounds: int = 3, scenario: str = "4niid", server_optimize
     from .data import ImageData
     from .methods.multi_vfl import MultiVFL
     from .studies.multi_vfl import configs
-    from .training.multi_owner_packed import RoundPack
+    from .training.multi_owner import RoundPack
 
     config, = [c for c in configs("quick", seeds=[seed], overrides=overrides)
                if (c.dataset, c.scenario, c.server_optimizer) == ("mnist", scenario, server_optimizer)]
@@ -421,16 +421,8 @@ def bench_multi_vfl(*, rounds: int = 3, scenario: str = "4niid", server_optimize
         m.setup()
     held = {s: RoundPack([m], stacking=s) for s, m in packs.items()}
     packed = {s: [] for s in packs}
-    steps = {"n": 0, "s": 0.0}
-    split_step = method._split_step
-
-    def timed_step(*a: Any, **k: Any) -> float:
-        t0 = time.process_time()
-        out = split_step(*a, **k)
-        steps["n"], steps["s"] = steps["n"] + 1, steps["s"] + time.process_time() - t0
-        return out
-
-    method._split_step = timed_step  # type: ignore[method-assign]
+    # a round's split steps: every label owner's batches (its chains step together)
+    steps = {"n": sum(len(method.round_order(k, 1)[1]) for k in range(config.n_label_owners))}
     n_test = config.n_test
     train, whole, chunked = [], [], []
     for r in range(1, rounds + 2):
@@ -446,7 +438,6 @@ def bench_multi_vfl(*, rounds: int = 3, scenario: str = "4niid", server_optimize
             held[stacking].round(r)
             packed[stacking].append(time.process_time() - t4)
         if r == 1:  # warm-up: first calls, allocations
-            steps["n"], steps["s"] = 0, 0.0
             packed = {s: [] for s in packs}
             continue
         train.append(t1 - t0), whole.append(t2 - t1), chunked.append(t3 - t2)
@@ -454,7 +445,8 @@ def bench_multi_vfl(*, rounds: int = 3, scenario: str = "4niid", server_optimize
     # the same step as plain PyTorch: label owner 1 and the data owners' copies 1, one batch
     lo = method.label_owners[0]
     bottoms, top = [d.models["copy_1"] for d in method.data_owners], lo.models["top"]
-    ids = method._batches(0, 1)[0]
+    order, sizes = method.round_order(0, 1)
+    ids = order[:sizes[0]]
     xs, y = [d.features("train", ids=ids) for d in method.data_owners], lo.labels("train", ids=ids)
     opt = torch.optim.SGD([p for m in (*bottoms, top) for p in m.parameters()], lr=config.local_lr)
 
@@ -472,9 +464,9 @@ def bench_multi_vfl(*, rounds: int = 3, scenario: str = "4niid", server_optimize
     for _ in range(steps["n"]):
         plain_step()
     plain = (time.process_time() - t0) / steps["n"]
-    step = steps["s"] / steps["n"]
-    per_round = steps["n"] / rounds
+    per_round = steps["n"]
     t, w, c = (statistics.median(v) for v in (train, whole, chunked))
+    step = t / per_round  # the round's training per split step, its server's aggregation included
     return {"steps_per_round": per_round, "step_s": step, "plain_step_s": plain,
             "train_s": t, "other_train_s": t - per_round * step,
             "eval_whole_s": w, "eval_chunked_s": c, "round_before_s": t + w, "round_after_s": t + c,
@@ -615,7 +607,7 @@ def _print_multi_vfl(args: argparse.Namespace) -> None:
     print(f"{'evaluation':<34} {r['eval_whole_s']:>8.2f} {r['eval_chunked_s']:>8.2f}")
     print(f"{'round':<34} {r['round_before_s']:>8.2f} {r['round_after_s']:>8.2f}   "
           f"({r['round_before_s'] / r['round_after_s']:.2f}x)")
-    print("training with the 5 label-owner chains packed (multi_owner_packed.RoundPack): "
+    print("training with the 5 label-owner chains packed (multi_vfl.RoundPack): "
           + ", ".join(f"{k} {r[f'train_packed_{k}_s']:.2f} s ({r['train_s'] / r[f'train_packed_{k}_s']:.2f}x)"
                       for k in ("vmap", "loop")))
 

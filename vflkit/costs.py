@@ -591,7 +591,7 @@ def _multi_vfl_round_ops(dataset: str, n_data_owners: int, n_label_owners: int, 
     owner adds, and ``fixed``, the rest (the server's aggregation, the data owners' averaging);
     for a pack also ``eval_per_message``, one evaluation message of
     :data:`MULTI_VFL_EVAL_BATCH` test images for all k runs."""
-    from .training.multi_owner_packed import EVAL_IMAGES, RoundPack
+    from .training.multi_owner import EVAL_IMAGES, RoundPack
 
     def build(steps: int, n_test: int = 8) -> tuple[Callable[[int], Any], Any]:
         runs = [_multi_vfl_method(dataset, n_data_owners, n_label_owners, OP_COUNT_BATCH, steps, seed=s, n_test=n_test)

@@ -18,26 +18,27 @@ Test accuracy is the aggregated label-owner model on the averaged data-owner mod
 owners send their activations of the test images to ``label_owner_1``, which holds the test
 labels (``phase="eval"``). The protocol does not fit :class:`~vflkit.methods.base.VFLMethod`
 (several label owners, rounds, a server), so it has its own small interface:
-:meth:`MultiVFL.setup`, :meth:`MultiVFL.round`, :meth:`MultiVFL.evaluate`.
+:meth:`MultiVFL.setup`, :meth:`MultiVFL.round`, :meth:`MultiVFL.evaluate`. A round is written
+once, over the label-owner chains of K >= 1 runs (:class:`RoundPack`); a run alone is K = 1.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..comm import Channel, Party
+from ..comm import Channel, Party, wire_copy
 from ..config import KeyedRun, check_dataset, check_int, check_name, check_rate
 from ..errors import ConfigError, DivergenceError
 from ..models import MultiVFLDataOwner, MultiVFLLabelOwner
 from ..partition import NIID_SCENARIOS, LABEL_SCENARIOS, label_owner_split, strips
-from .base import accuracy
 from .server_opt import SERVER_OPTIMIZERS, VARIANTS, ServerOptimizer, init_state, server_step
 
 LOCAL_OPTIMIZERS: tuple[str, ...] = ("sgd", "adam")
@@ -45,13 +46,10 @@ LOCAL_OPTIMIZERS: tuple[str, ...] = ("sgd", "adam")
 #: runs too (its images are cut into the data owners' strips of rows whatever their size).
 DATASETS: tuple[str, ...] = ("mnist", "fashion_mnist")
 
-#: Test images the label owner's model takes at once on the CPU when it evaluates. A 1000-image
-#: message's activations after the first conv (173 MB) overflow the CPU's last-level cache, those
-#: of 100 images (17 MB) fit a 32 MB one, so chunks of 100 evaluate markedly faster than the whole
-#: message at once. The messages do not depend on the chunk, nor the accuracy; each image's logits
-#: can be bit-identical on an AVX2 CPU, while on an AVX-512 one the kernels torch picks for 3 rows
-#: and for 16 sum in another order, and the test loss differs in float32's last bits (relative 1e-7
-#: or so: tests/test_multi_vfl.py holds it to 1e-6). On a GPU the model takes the whole message.
+#: Test images each run's label-owner model takes at once where the runs are looped (the CPU):
+#: chunks whose activations fit a CPU's last-level cache. The messages and the accuracy do not
+#: depend on the chunk; the loss may, in float32's last bits, where kernels for other row counts
+#: sum in another order. Part of what a committed record computed: never change it.
 EVAL_CHUNK: int = 100
 
 
@@ -201,6 +199,14 @@ def _weights(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
+def local_optimizer(config: MultiVFLConfig, params: list[torch.Tensor]) -> torch.optim.Optimizer:
+    """A label owner's or a copy's optimizer (``config.local_optimizer``). Made afresh each
+    round: its state does not survive the server's replacement of the weights (plain SGD has none)."""
+    if config.local_optimizer == "sgd":
+        return torch.optim.SGD(params, lr=config.local_lr)
+    return torch.optim.Adam(params, lr=config.local_lr)
+
+
 class MultiVFL:
     """One Multi-VFL run: D data owners, K label owners and a server on one channel.
 
@@ -216,7 +222,8 @@ class MultiVFL:
     channel
         The channel (default: a new one with its own ledger).
 
-    Usage: ``m = MultiVFL(cfg, data); m.setup(); for r in 1..R: m.round(r); m.evaluate()``.
+    Usage: ``m = MultiVFL(cfg, data); m.setup(); for r in 1..R: m.round(r); m.evaluate()``. A
+    round is that of a :class:`RoundPack` of this run alone; several runs train as one pack.
     """
 
     def __init__(self, config: MultiVFLConfig, data: Any, *, device: torch.device | str = "cpu",
@@ -263,13 +270,13 @@ class MultiVFL:
         self.rounds_done = 0
         #: Per round, what the server's aggregation did (:meth:`server_stats`).
         self.server_log: dict[int, dict[str, float]] = {}
+        #: The pack whose stacked tensors this run's models view (None before its first round).
+        self.pack: RoundPack | None = None
 
     @property
     def parties(self) -> list[Party]:
         """Every party: data owners, label owners, server."""
         return [*self.data_owners, *self.label_owners, self.server]
-
-    # -- protocol ------------------------------------------------------------------------
 
     def setup(self) -> None:
         """Initialise every model (Xavier) and send the server's initial weights to the label owners."""
@@ -294,25 +301,13 @@ class MultiVFL:
             lo.models["top"] = MultiVFLLabelOwner(self.num_classes, input_hw=hw).to(self.device)
             lo.models["top"].load_state_dict(lo.recv(self.server, "model_weights"))
 
-    def _local_optimizer(self, params: list[nn.Parameter]) -> torch.optim.Optimizer:
-        # Created afresh each round: a label owner's and a copy's optimizer state does not
-        # survive the server's replacement of the weights (plain SGD has none anyway).
-        if self.config.local_optimizer == "sgd":
-            return torch.optim.SGD(params, lr=self.config.local_lr)
-        return torch.optim.Adam(params, lr=self.config.local_lr)
+    def round_order(self, k: int, r: int) -> tuple[torch.Tensor, list[int]]:
+        """Label owner k's sample ids of round r in their order, and its batches' sizes.
 
-    def _batches(self, k: int, r: int) -> list[torch.Tensor]:
-        """Label owner k's batches (sample ids) of round r.
-
-        The order is drawn from a generator seeded by (seed, round, owner): a public protocol
-        parameter, so data owners need no message to agree on it.
+        Each local epoch is a permutation drawn from a generator seeded by (seed, round, owner):
+        a public protocol parameter, so data owners need no message to agree on it. The first
+        ``local_steps`` batches are kept.
         """
-        order, sizes = self._round_order(k, r)
-        return list(order.split(sizes))
-
-    def _round_order(self, k: int, r: int) -> tuple[torch.Tensor, list[int]]:
-        """Label owner k's sample ids of round r in their order, and its batches' sizes: the
-        batches of :meth:`_batches` end to end (a packed round takes them at once)."""
         c = self.config
         ids = self.label_owners[k].ids["train"]
         g = torch.Generator().manual_seed(c.seed * 1_000_003 + r * 101 + k)
@@ -323,128 +318,21 @@ class MultiVFL:
         order = torch.cat(orders) if len(orders) > 1 else orders[0]
         return order[:sum(sizes)], sizes
 
-    def _split_step(self, k: int, ids: torch.Tensor, optimizers: dict[str, torch.optim.Optimizer]) -> float:
-        """One split-learning step between label owner k and every data owner's copy k."""
-        lo = self.label_owners[k]
-        copy = f"copy_{k + 1}"
-        for d in self.data_owners:
-            optimizers[d.name].zero_grad(set_to_none=True)
-            a = d.models[copy](d.features("train", ids=ids))
-            d.state["activation"] = a
-            d.send(lo, "embedding", a)
-        parts = [lo.recv(d, "embedding").requires_grad_(True) for d in self.data_owners]
-        optimizers[lo.name].zero_grad(set_to_none=True)
-        # A_k = Concatenate A_{d,k}: strips of rows re-join along the height (dim 2).
-        logits = lo.models["top"](torch.cat(parts, dim=2))
-        loss = F.cross_entropy(logits, lo.labels("train", ids=ids))
-        loss.backward()
-        optimizers[lo.name].step()
-        for d, a in zip(self.data_owners, parts):
-            lo.send(d, "gradient", a.grad)
-        for d in self.data_owners:
-            d.state.pop("activation").backward(d.recv(lo, "gradient"))
-            optimizers[d.name].step()
-        return loss.item()
+    def _alone(self) -> RoundPack:
+        if self.pack is None or self.pack.n_runs > 1:
+            RoundPack([self])  # binds this run's models to a stack of its own
+        assert self.pack is not None
+        return self.pack
 
     def round(self, r: int) -> dict[str, float]:
         """Global round ``r`` (from 1) of Algorithm 1; returns the mean training loss per label owner."""
-        if r != self.rounds_done + 1:
-            raise ConfigError(f"round {r} called after round {self.rounds_done}; rounds run in order 1, 2, ...")
-        if "global" not in self.server.models:
-            raise ConfigError("call setup() before round()")
-        losses: dict[str, float] = {}
-        step = 0
-        for k, lo in enumerate(self.label_owners):
-            copy = f"copy_{k + 1}"
-            start = _weights(lo.models["top"])
-            optimizers = {lo.name: self._local_optimizer(list(lo.models["top"].parameters()))}
-            for d in self.data_owners:
-                optimizers[d.name] = self._local_optimizer(list(d.models[copy].parameters()))
-            total = 0.0
-            batches = self._batches(k, r)
-            for ids in batches:
-                self.channel.at(epoch=r, step=step, phase="train")
-                value = self._split_step(k, ids, optimizers)
-                if not math.isfinite(value):
-                    raise DivergenceError(f"{lo.name}'s loss is {value} in round {r}: training diverged; "
-                                          "lower local_lr or the server lr")
-                total += value
-                step += 1
-            losses[lo.name] = total / len(batches)
-            # Line 9: t_k = W_k^{S,r+1} - W^{S,r}, sent to the server.
-            now = _weights(lo.models["top"])
-            self.channel.at(epoch=r, step=step, phase="train")
-            lo.send(self.server, "model_weights", {n: now[n] - start[n] for n in now})
-        self._aggregate(r, step)
-        for d in self.data_owners:
-            self._average_copies(d)
-        self.rounds_done = r
-        return losses
-
-    def _aggregate(self, r: int, step: int) -> None:
-        """Line 10: the server aggregates the label owners' updates and returns the new weights.
-
-        Algorithm 1 calls ServerAggregation(t_k) inside the loop over label owners; we read it as
-        FedOpt does (Reddi et al., Algorithm 2), which the paper cites for it: the server
-        averages the K updates of the round and takes one optimizer step with their mean.
-        """
-        self.channel.at(epoch=r, step=step + 1, phase="train")
-        server = self.server
-        updates = [server.recv(lo, "model_weights") for lo in self.label_owners]
-        weights = _weights(server.models["global"])
-        mean = {n: torch.stack([u[n] for u in updates]).mean(0) for n in weights}
-        new, server.state["opt"] = server_step(weights, mean, server.state["opt"], self.server_optimizer, r)
-        self.server_log[r] = self._step_stats(weights, mean, new, server.state["opt"], server.state["initial"])
-        server.models["global"].load_state_dict(new)
-        self.channel.at(epoch=r, step=step + 2, phase="train")
-        for lo in self.label_owners:
-            server.send(lo, "model_weights", new)
-            lo.models["top"].load_state_dict(lo.recv(server, "model_weights"))
-
-    def _step_stats(self, weights: dict[str, torch.Tensor], update: dict[str, torch.Tensor],
-                    new: dict[str, torch.Tensor], state: dict[str, dict[str, torch.Tensor]],
-                    initial: dict[str, torch.Tensor]) -> dict[str, float]:
-        """The sizes that decide how far a server optimizer moves the model in one round.
-
-        ``update_norm`` is ||t|| (the mean label-owner update), ``server_step_norm`` is
-        ||W^{r+1} - W^r|| (FedAvg: equal to ``update_norm``), ``distance_from_init`` is
-        ||W^{r+1} - W^0||; ``median_sqrt_v`` and ``p99_sqrt_v`` are the median and 99th percentile
-        of the adaptive rules' sqrt(v) over all parameters, beside their stability constant tau
-        (NaN for FedAvg, which keeps no v). Norms are Euclidean over every parameter, in float64.
-        """
-        def norm(parts: list[torch.Tensor]) -> float:
-            return math.sqrt(sum(float(p.double().pow(2).sum()) for p in parts))
-
-        names = list(weights)
-        out = {"update_norm": norm([update[n] for n in names]),
-               "server_step_norm": norm([new[n] - weights[n] for n in names]),
-               "distance_from_init": norm([new[n] - initial[n] for n in names]),
-               "median_sqrt_v": float("nan"), "p99_sqrt_v": float("nan")}
-        if self.server_optimizer.name != "fedavg":
-            sqrt_v = torch.cat([state["v"][n].flatten() for n in names]).clamp_min(0).sqrt()
-            # a fixed stride keeps torch.quantile under its input-size limit for any model
-            sqrt_v = sqrt_v[:: max(1, sqrt_v.numel() // 4_000_000)]
-            out["median_sqrt_v"] = float(sqrt_v.median())
-            out["p99_sqrt_v"] = float(torch.quantile(sqrt_v.double(), 0.99))
-        return out
+        return self._alone().round(r)[0]
 
     def server_stats(self, r: int) -> dict[str, float]:
-        """What the server's aggregation of round ``r`` did (see :meth:`_step_stats`); empty
+        """What the server's aggregation of round ``r`` did (see :meth:`RoundPack.round`); empty
         before that round has run."""
         return dict(self.server_log.get(r, {}))
 
-    @staticmethod
-    @torch.no_grad()
-    def _average_copies(d: Party) -> None:
-        """Lines 11-13: W^C_d = mean_k W^C_{d,k}, then every copy restarts from it."""
-        copies = [m for name, m in d.models.items() if name.startswith("copy_")]
-        states = [c.state_dict() for c in copies]
-        mean = {n: torch.stack([s[n] for s in states]).mean(0) for n in states[0]}
-        d.models["global"].load_state_dict(mean)
-        for c in copies:
-            c.load_state_dict(mean)
-
-    @torch.no_grad()
     def evaluate(self, *, batch_size: int = 1000, eval_chunk: int | None = None) -> dict[str, float]:
         """Test accuracy and loss of the aggregated label-owner model on the averaged data-owner
         models, computed by ``label_owner_1`` from its test labels (messages in phase "eval").
@@ -453,23 +341,369 @@ class MultiVFL:
         ``eval_chunk`` of them at a time (default: :data:`EVAL_CHUNK` on the CPU, the whole
         message elsewhere; the result is the same).
         """
-        if eval_chunk is not None and (not isinstance(eval_chunk, int) or eval_chunk < 1):
-            raise ConfigError(f"eval_chunk must be a positive integer or None, got {eval_chunk!r}")
-        if eval_chunk is None and self.device.type == "cpu":
-            eval_chunk = EVAL_CHUNK
-        lo = self.evaluator
-        self.channel.at(epoch=self.rounds_done, step=0, phase="eval")
-        n = lo.n_samples("test")
-        correct, loss_sum = 0.0, 0.0
+        return self._alone().evaluate(batch_size=batch_size, chunk=eval_chunk)[0]
+
+
+#: What the runs of one pack must share: the shapes of a step and the local optimizer.
+STEP_SHARED = ("n_data_owners", "n_label_owners", "batch_size", "local_optimizer", "local_lr")
+
+#: Test images the label owners' stacked model takes at once over all runs of a pack, on an
+#: accelerator and on a CPU, where the runs are stacked (looped runs take :data:`EVAL_CHUNK` each).
+EVAL_IMAGES: tuple[int, int] = (16_384, 4_096)
+
+
+class _Stack:
+    """One role's models of every chain (or run) as stacked tensors ``[n, ...]`` that each
+    module's parameters view. ``"loop"`` runs each module on its slice, with the kernels of a
+    model alone (the modules' parameters are the leaves that train); ``"vmap"`` and
+    ``"grouped"`` run the stack as one call (its stacked parameters train)."""
+
+    def __init__(self, modules: Sequence[nn.Module], stacking: str) -> None:
+        self.modules = list(modules)
+        if any(True for m in self.modules for _ in m.buffers()):
+            raise ConfigError("a Multi-VFL pack holds models without buffers")
+        self.model: Any = None
+        if stacking == "loop":
+            with torch.no_grad():
+                params = [dict(m.named_parameters()) for m in self.modules]
+                self.params = {n: torch.stack([p[n].detach() for p in params]) for n in params[0]}
+        else:
+            self.model = _stacked_model(self.modules, stacking)
+            self.params = self.model.params
+        for k, module in enumerate(self.modules):
+            for name, p in module.named_parameters():
+                p.data = self.params[name].detach()[k]
+        self.leaves = (list(self.params.values()) if self.model is not None
+                       else [p for m in self.modules for p in m.parameters()])
+
+    def __call__(self, x: torch.Tensor, every: int = 1) -> torch.Tensor:
+        """Models ``0, every, 2 every, ...`` on their slices of ``x``."""
+        if self.model is None:
+            return torch.stack([m(xi) for m, xi in zip(self.modules[::every], x)])
+        if every == 1:
+            return self.model(x)
+        return self.model.call_with({n: p[::every] for n, p in self.params.items()}, x)
+
+
+def _stacked_model(modules: Sequence[nn.Module], stacking: str) -> Any:
+    try:  # the stacking module of the engine, where it has landed
+        from ..training.stacked import StackedModel  # type: ignore[import-not-found]
+    except ImportError:
+        from ..training.packed import StackedModel
+    return StackedModel(modules, stacking=stacking)
+
+
+class RoundPack:
+    """Multi-VFL runs (set up), one or several, trained round by round as one computation.
+
+    Within a round of Algorithm 1 the K label owners train independently: chain k touches only
+    label owner k's model and copy k of every data owner's model. So step i of every chain of
+    every run runs at once: each role's models are one :class:`_Stack`, of which the runs' own
+    models (and the server's moments) are views, current after every round with no copy. A run
+    alone is a pack of one (:meth:`MultiVFL.round`). The runs must share :data:`STEP_SHARED`
+    and have run the same rounds; a run is held by one pack at a time (a new pack takes it).
+
+    Every message is a row in its own run's ledger, with its sender, receiver, size and the
+    step of the protocol's order (chain by chain), and travels as a detached copy (:func:`_post`).
+    ``stacking``: ``"loop"`` (the CPU's under ``"auto"``: each model on its slice, with the
+    kernels of one run's models), ``"vmap"`` or ``"grouped"`` (an accelerator's).
+    """
+
+    def __init__(self, methods: Sequence[MultiVFL], *, stacking: str = "auto") -> None:
+        runs = list(methods)
+        if not runs:
+            raise ConfigError("a pack needs at least one run")
+        for m in runs:
+            if "global" not in m.server.models:
+                raise ConfigError("call setup() before round()")
+        differ = [f for f in STEP_SHARED if len({getattr(m.config, f) for m in runs}) > 1]
+        if differ:
+            raise ConfigError(f"runs packed in one round must share {', '.join(STEP_SHARED)}; they differ in {differ}")
+        if len({m.rounds_done for m in runs}) > 1:
+            raise ConfigError("runs packed together must have run the same rounds")
+        self.runs = runs
+        self.n_runs, self.n_owners = len(runs), len(runs[0].label_owners)
+        self.device = device = runs[0].device
+        if stacking == "auto" and device.type == "cpu":
+            stacking = "loop"
+        self.looped = stacking == "loop"
+        # chain (j, k): run j's label owner k with copy k of each of run j's data owners
+        self.chains = [(j, k) for j in range(self.n_runs) for k in range(self.n_owners)]
+        n_do = len(runs[0].data_owners)
+        self.top = _Stack([runs[j].label_owners[k].models["top"] for j, k in self.chains], stacking)
+        self.bottoms = [_Stack([runs[j].data_owners[d].models[f"copy_{k + 1}"] for j, k in self.chains], stacking)
+                        for d in range(n_do)]
+        self.globals = [_Stack([m.data_owners[d].models["global"] for m in runs], stacking) for d in range(n_do)]
+        self.server = _Stack([m.server.models["global"] for m in runs], "loop")  # never called
+        with torch.no_grad():
+            names = list(self.server.params)
+            self.moments = {which: {n: torch.stack([m.server.state["opt"][which][n] for m in runs]) for n in names}
+                            for which in ("m", "v")}
+            self.initial = {n: torch.stack([m.server.state["initial"][n] for m in runs]) for n in names}
+        for j, m in enumerate(runs):
+            m.server.state["opt"] = {w: {n: t[j] for n, t in moments.items()} for w, moments in self.moments.items()}
+            m.pack = self
+        self._opt = [m.server.state["opt"] for m in runs]
+        # the runs with one server rule step together (FedAvg, FedAdam, ...: a run's own hyperparameters)
+        groups: dict[Any, list[int]] = {}
+        for j, m in enumerate(runs):
+            groups.setdefault(m.server_optimizer, []).append(j)
+        self.groups = [(opt, torch.tensor(idx, device=device)) for opt, idx in groups.items()]
+        self._test: Sequence[torch.Tensor] | None = None
+        # each data owner's training strips, transformed once: runs of one dataset hold the same
+        # images, so a strip is kept once and each chain points at its run's ([distinct, N, ...])
+        self._train, self._strip_of = zip(*[_distinct([runs[j].data_owners[d] for j, _ in self.chains], "train", device)
+                                           for d in range(n_do)])
+        held = [runs[j].label_owners[k].held_labels("train") for j, k in self.chains]
+        if len({len(y) for y in held}) > 1:
+            raise ConfigError("label owners packed together must hold as many samples each")
+        self._labels = torch.stack(held)  # each chain's label owner's own, [chains, samples]
+
+    def _check_held(self) -> None:
+        if any(m.pack is not self for m in self.runs):
+            raise ConfigError("a run of this pack was taken by another pack; make a new RoundPack")
+        if any(m.server.state["opt"] is not opt for m, opt in zip(self.runs, self._opt)):
+            raise ConfigError("a run's server moments were replaced (a checkpoint restored into a run in a pack); "
+                              "restore checkpoints before the run's first round")
+
+    def round(self, r: int) -> list[dict[str, float]]:
+        """Global round ``r`` of every run; the mean training loss per label owner, one dict per run.
+
+        A non-finite loss of any chain raises :class:`~vflkit.errors.DivergenceError` after the
+        chains' steps (the losses are summed on the device and read once a round)."""
+        runs, chains = self.runs, self.chains
+        self._check_held()
+        for m in runs:
+            if r != m.rounds_done + 1:
+                raise ConfigError(f"round {r} called after round {m.rounds_done}; rounds run in order 1, 2, ...")
+        orders = {(j, k): m.round_order(k, r) for j, m in enumerate(runs) for k in range(self.n_owners)}
+        sizes = orders[chains[0]][1]
+        if any(orders[c][1] != sizes for c in chains):
+            raise ConfigError(f"label owners' batches differ in number or size in round {r}; "
+                              "a packed round needs them alike")
+        n = len(sizes)
+        lo_of = {(j, k): runs[j].label_owners[k] for j, k in chains}
+        n_do = len(runs[0].data_owners)
+        first_rows = [len(m.channel.ledger) for m in runs]
+        with torch.no_grad():
+            starts = {name: p.clone() for name, p in self.top.params.items()}  # W^{S,r} of every chain
+        top, bottoms = self.top, self.bottoms
+        # one optimizer per role over its models of every chain: SGD and Adam update elementwise
+        top_opt = local_optimizer(runs[0].config, top.leaves)
+        bottom_opts = [local_optimizer(runs[0].config, b.leaves) for b in bottoms]
+        totals = torch.zeros(len(chains), dtype=torch.float64, device=self.device)
+        offsets = [0, *itertools.accumulate(sizes)]
+        ids = {c: order for c, (order, _) in orders.items()}
+        # where each party holds its chain's samples, found on the host and sent over at once
+        held_at = torch.stack([torch.stack([runs[j].data_owners[d].positions("train", ids[j, k]) for j, k in chains])
+                               for d in range(n_do)] + [torch.stack([lo_of[c].positions("train", ids[c]) for c in chains])])
+        held_at = held_at.to(self.device, non_blocking=True)
+        features = [x[u[:, None], at] for x, u, at in zip(self._train, self._strip_of, held_at)]
+        labels = torch.gather(self._labels, 1, held_at[-1])
+        data_owner = [[runs[j].data_owners[d].name for j, _ in chains] for d in range(n_do)]
+        label_owner = [lo_of[c].name for c in chains]
+        ledgers = [runs[j].channel.ledger for j, _ in chains]
+        for i in range(n):
+            rows = slice(offsets[i], offsets[i + 1])
+            steps = [k * n + i for _, k in chains]
+            acts = []
+            for bottom, opt, x in zip(bottoms, bottom_opts, features):
+                opt.zero_grad(set_to_none=True)
+                acts.append(bottom(x[:, rows]))
+            parts = [p.requires_grad_(True) for p in _post(acts, "embedding", ledgers, data_owner,
+                                                            [label_owner] * n_do, r, steps)]
+            top_opt.zero_grad(set_to_none=True)
+            # A_k = Concatenate A_{d,k}: strips of rows re-join along the height (dim 3 of [chains, B, C, h, W])
+            losses = _losses(top(torch.cat(parts, dim=3)), labels[:, rows], self.looped)
+            losses.sum().backward()  # the chains share no parameter: each gets its own loss's gradient
+            top_opt.step()
+            grads = _post([p.grad for p in parts], "gradient", ledgers, [label_owner] * n_do, data_owner, r, steps)
+            for a, g, opt in zip(acts, grads, bottom_opts):
+                a.backward(g)
+                opt.step()
+            totals += losses.detach().to(torch.float64)
+        sums = totals.tolist()
+        for (j, k), value in zip(chains, sums):
+            if not math.isfinite(value):
+                where = f" of run {j} of the pack" if self.n_runs > 1 else ""
+                raise DivergenceError(f"{lo_of[j, k].name}'s loss is not finite in round {r}{where} (its sum: {value}): "
+                                      "training diverged; lower local_lr or the server lr")
+        self._end_round(r, n, starts, label_owner, ledgers)
+        for j, m in enumerate(runs):
+            m.channel.ledger.sort_since(first_rows[j], _protocol_order)
+            m.rounds_done = r
+        return [{lo_of[j, k].name: sums[j * self.n_owners + k] / n for k in range(self.n_owners)}
+                for j in range(self.n_runs)]
+
+    @torch.no_grad()
+    def _end_round(self, r: int, n: int, starts: dict[str, torch.Tensor], label_owner: list[str],
+                   ledgers: list[Any]) -> None:
+        """Lines 9-13 for every run: updates to the server, its step, the new weights back, the
+        data owners' averaging.
+
+        Algorithm 1 calls ServerAggregation(t_k) inside the loop over label owners; we read it as
+        FedOpt does (Reddi et al., Algorithm 2), which the paper cites for it: the server
+        averages the K updates of the round and takes one optimizer step with their mean."""
+        runs, n_runs, n_owners = self.runs, self.n_runs, self.n_owners
+
+        def per_run(t: torch.Tensor) -> torch.Tensor:  # [chains, ...] -> [runs, label owners, ...]
+            return t.view(n_runs, n_owners, *t.shape[1:])
+
+        # Line 9: t_k = W_k^{S,r+1} - W^{S,r}, sent to the server when chain k ends
+        names = list(self.server.params)
+        t = {name: self.top.params[name] - starts[name] for name in names}
+        server = [runs[j].server.name for j, _ in self.chains]
+        got = _post(t, "model_weights", ledgers, label_owner, server, r, [(k + 1) * n for _, k in self.chains])
+        # Line 10: each run's server averages its K updates and steps
+        mean = {name: per_run(got[name]).mean(1) for name in names}
+        weights = {name: p.clone() for name, p in self.server.params.items()}
+        for opt, idx in self.groups:
+            every = len(idx) == n_runs  # one rule for all runs (a run alone): no gather, no scatter
+
+            def pick(x: torch.Tensor) -> torch.Tensor:
+                return x if every else x[idx]
+
+            new, state = server_step({name: pick(w) for name, w in weights.items()},
+                                     {name: pick(u) for name, u in mean.items()},
+                                     {which: {name: pick(x) for name, x in ms.items()} for which, ms in self.moments.items()},
+                                     opt, r)
+            for name in names:
+                for into, got in [(self.server.params[name], new[name]),
+                                  *((self.moments[which][name], state[which][name]) for which in self.moments)]:
+                    into.copy_(got) if every else into.index_copy_(0, idx, got)
+        self._server_stats(r, weights, mean)
+        # the new weights to every label owner (one message per label owner)
+        wire = {name: p.repeat_interleave(n_owners, dim=0) for name, p in self.server.params.items()}
+        new = _post(wire, "model_weights", ledgers, server, label_owner, r, [n_owners * n + 2] * len(self.chains))
+        for name, p in self.top.params.items():
+            p.copy_(new[name])
+        # Lines 11-13: W^C_d = mean_k W^C_{d,k}, then every copy restarts from it
+        for bottom, global_ in zip(self.bottoms, self.globals):
+            for name, p in bottom.params.items():
+                avg = per_run(p).mean(1)
+                global_.params[name].copy_(avg)
+                per_run(p).copy_(avg.unsqueeze(1).expand_as(per_run(p)))
+
+    def _server_stats(self, r: int, weights: dict[str, torch.Tensor], update: dict[str, torch.Tensor]) -> None:
+        """Each run's :meth:`MultiVFL.server_stats` of round ``r``, read in one transfer.
+
+        ``update_norm`` is ||t|| (the mean label-owner update), ``server_step_norm`` is
+        ||W^{r+1} - W^r|| (FedAvg: equal to ``update_norm``), ``distance_from_init`` is
+        ||W^{r+1} - W^0||; ``median_sqrt_v`` and ``p99_sqrt_v`` are the median and 99th percentile
+        of the adaptive rules' sqrt(v) over all parameters, beside their stability constant tau
+        (NaN for FedAvg, which keeps no v). Norms are Euclidean over every parameter, in float64."""
+        names = list(weights)
+
+        def sq(parts: Sequence[torch.Tensor]) -> torch.Tensor:  # [runs]: each run's squared norm, float64
+            return torch.stack([sum(p[j].double().pow(2).sum() for p in parts) for j in range(self.n_runs)])
+
+        new = self.server.params
+        norms = [sq([update[n] for n in names]), sq([new[n] - weights[n] for n in names]),
+                 sq([new[n] - self.initial[n] for n in names])]
+        adaptive = [j for j, m in enumerate(self.runs) if m.server_optimizer.name != "fedavg"]
+        quantiles = []
+        if adaptive:  # sqrt(v) of the runs whose rule keeps v
+            rows = torch.tensor(adaptive, device=self.device)
+            sqrt_v = torch.cat([self.moments["v"][n][rows].flatten(1) for n in names], dim=1).clamp_min(0).sqrt()
+            stride = max(1, sqrt_v.shape[1] // 4_000_000)  # keeps torch.quantile under its input-size limit
+            for one in sqrt_v[:, ::stride]:
+                quantiles.append(torch.stack([one.median().double(), torch.quantile(one.double(), 0.99)]))
+        values = torch.cat([torch.stack(norms).flatten(), *quantiles]).tolist()
+        n_runs = self.n_runs
+        values[:3 * n_runs] = map(math.sqrt, values[:3 * n_runs])  # the host's square root, correctly rounded
+        q = dict(zip(adaptive, zip(values[3 * n_runs::2], values[3 * n_runs + 1::2])))
+        for j, m in enumerate(self.runs):
+            median, p99 = q.get(j, (float("nan"), float("nan")))
+            m.server_log[r] = {"update_norm": values[j], "server_step_norm": values[n_runs + j],
+                               "distance_from_init": values[2 * n_runs + j],
+                               "median_sqrt_v": median, "p99_sqrt_v": p99}
+
+    @torch.no_grad()
+    def evaluate(self, *, batch_size: int = 1000, chunk: int | None = None) -> list[dict[str, float]]:
+        """Every run's :meth:`MultiVFL.evaluate`: its data owners' averaged models send the
+        embeddings of ``batch_size`` of its test images per message to its ``label_owner_1``,
+        whose model (the server's, just received) scores ``chunk`` of them at a time (default:
+        :data:`EVAL_CHUNK` per run where looped, else as many as keep [runs x chunk] near
+        :data:`EVAL_IMAGES`)."""
+        if chunk is not None and (not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1):
+            raise ConfigError(f"eval_chunk must be a positive integer or None, got {chunk!r}")
+        runs = self.runs
+        self._check_held()
+        if self._test is None:  # each run's test strips, as its data owners hold them (each distinct one once)
+            self._test, self._test_of = zip(*[_distinct([m.data_owners[d] for m in runs], "test", self.device)
+                                              for d in range(len(runs[0].data_owners))])
+            self._test_labels = torch.stack([m.evaluator.labels("test") for m in runs])
+        n = self._test_labels.shape[1]
+        if chunk is None:
+            chunk = EVAL_CHUNK if self.looped else max(1, EVAL_IMAGES[self.device.type == "cpu"] // self.n_runs)
+        ledgers = [m.channel.ledger for m in runs]
+        senders = [[m.data_owners[d].name for m in runs] for d in range(len(self._test))]
+        receivers = [[m.evaluator.name for m in runs]] * len(self._test)
+        correct = torch.zeros(self.n_runs, dtype=torch.float64, device=self.device)
+        loss_sum = torch.zeros_like(correct)
         for start in range(0, n, batch_size):
-            rows = torch.arange(start, min(start + batch_size, n))
-            for d in self.data_owners:
-                d.send(lo, "embedding", d.models["global"](d.features("test", rows=rows)))
-            parts = [lo.recv(d, "embedding") for d in self.data_owners]
-            chunk = eval_chunk or len(rows)
-            logits = torch.cat([lo.models["top"](torch.cat([p[i:i + chunk] for p in parts], dim=2))
-                                for i in range(0, len(rows), chunk)])
-            y = lo.labels("test", rows=rows)
-            correct += accuracy(logits, y) * len(rows)
-            loss_sum += F.cross_entropy(logits, y, reduction="sum").item()
-        return {"test_accuracy": correct / n, "test_loss": loss_sum / n}
+            rows = slice(start, min(start + batch_size, n))
+            size = rows.stop - rows.start
+            acts = [g(x[u, rows]) for g, x, u in zip(self.globals, self._test, self._test_of)]
+            # the runs of a pack have run the same rounds: each message at that round, step 0
+            parts = _post(acts, "embedding", ledgers, senders, receivers, runs[0].rounds_done, [0] * self.n_runs,
+                          phase="eval")
+            # label owner 1's model of each run: chain (j, 0)
+            logits = torch.cat([self.top(torch.cat([p[:, i:i + chunk] for p in parts], dim=3), every=self.n_owners)
+                                for i in range(0, size, chunk)], dim=1)
+            y = self._test_labels[:, rows]
+            correct += (logits.argmax(dim=2) == y).float().mean(1).double() * size
+            loss_sum += torch.stack([F.cross_entropy(lg, t, reduction="sum") for lg, t in zip(logits, y)]).double()
+        return [{"test_accuracy": c / n, "test_loss": s / n} for c, s in zip(correct.tolist(), loss_sum.tolist())]
+
+
+def _losses(logits: torch.Tensor, labels: torch.Tensor, looped: bool) -> torch.Tensor:
+    """Each chain's mean cross-entropy, [chains]: ``F.cross_entropy`` of each chain where the
+    chains are looped (the kernel of one run alone), one call for all where stacked."""
+    if looped:
+        return torch.stack([F.cross_entropy(lg, y) for lg, y in zip(logits, labels)])
+    k, b = labels.shape
+    return F.cross_entropy(logits.reshape(k * b, -1), labels.reshape(-1), reduction="none").view(k, b).mean(1)
+
+
+def _protocol_order(row: tuple[str, str, str, int, int, int, str]) -> tuple[int, int]:
+    # rows by step; within the step a chain ends on (its update to the server), the update
+    # comes first, as the protocol sends it before the next chain's first batch
+    return row[5], 0 if row[2] == "model_weights" else 1
+
+
+def _distinct(parties: Sequence[Party], split: str, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``split`` features of ``parties`` (the same data owner of each chain or run),
+    transformed, each distinct strip once: ``([distinct, N, ...], which strip each party holds)``."""
+    held: list[torch.Tensor] = []
+    strips_: list[torch.Tensor] = []
+    which = []
+    for party in parties:
+        x = party.held_features(split)
+        u = next((i for i, h in enumerate(held) if h is x or (h.shape == x.shape and torch.equal(h, x))), None)
+        if u is None:
+            held.append(x)
+            strips_.append(party.features(split))
+            u = len(held) - 1
+        which.append(u)
+    return torch.stack(strips_), torch.tensor(which, device=device)
+
+
+def _post(payloads: Any, kind: str, ledgers: Sequence[Any], senders: Any, receivers: Any, r: int,
+          steps: Sequence[int], phase: str = "train") -> Any:
+    """Send ``payloads`` (a list of stacked tensors [slices, ...], one per data owner, or a
+    dict of them: one model's weights) as one stacked message: slice c (a chain; a run, for the
+    evaluation) travels from ``senders[..][c]`` to ``receivers[..][c]`` and is a row in
+    ``ledgers[c]``, stamped with round ``r``, ``steps[c]`` and ``phase`` (chain by chain, then
+    data owner by data owner); the receivers get a detached copy, as through
+    :class:`~vflkit.comm.Channel` (each slice only to its chain)."""
+    if isinstance(payloads, dict):  # one message of several tensors per slice
+        one = sum(p.numel() // p.shape[0] * p.element_size() for p in payloads.values())
+        for c, ledger in enumerate(ledgers):
+            ledger.add(senders[c], receivers[c], kind, one, r, steps[c], phase)
+        return {name: wire_copy(p) for name, p in payloads.items()}
+    for c, ledger in enumerate(ledgers):
+        for d, p in enumerate(payloads):
+            one = p.numel() // p.shape[0] * p.element_size()  # chain c's slice, as it travels
+            ledger.add(senders[d][c], receivers[d][c], kind, one, r, steps[c], phase)
+    return [wire_copy(p) for p in payloads]

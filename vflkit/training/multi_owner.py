@@ -1,14 +1,14 @@
 """The trainer of the multi-label-owner family: data owners, several label owners and a server.
 
-Multi-VFL (:class:`~vflkit.methods.multi_vfl.MultiVFL`) runs round by round: every label owner
-trains with the data owners by split learning, the server aggregates the label owners' updates
-with its optimizer, the data owners average their copies. :func:`train` runs one
-:class:`~vflkit.methods.multi_vfl.MultiVFLConfig` for its rounds and returns the per-round
-loss and accuracy and the ledger's traffic; the record store wraps them in the common envelope.
+:func:`train` runs Multi-VFL (:class:`~vflkit.methods.multi_vfl.MultiVFL`) round by round for
+one :class:`~vflkit.methods.multi_vfl.MultiVFLConfig` or for a pack of them trained as one
+computation (:class:`~vflkit.methods.multi_vfl.RoundPack`; a run alone is a pack of one) and
+returns each run's per-round loss and accuracy and its ledger's traffic; the record store wraps
+them in the common envelope (:func:`run`, :func:`run_many`, :func:`run_pack`).
 
-Rounds are checkpointed beside the record (:func:`save_checkpoint`, through the shared
-:mod:`.checkpoint`; at most every :data:`CHECKPOINT_EVERY_S` seconds): an interrupted run resumes
-after its last checkpointed round and ends with the record of an uninterrupted run.
+Each run is checkpointed beside its record on a time interval (``checkpoint_every_s``), as a
+run alone whether it trains alone or packed, so either resumes the other's: an interrupted run
+resumes after its last checkpointed round and ends with the record of an uninterrupted run.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 from tqdm.auto import tqdm
@@ -24,8 +24,8 @@ from tqdm.auto import tqdm
 from .. import records
 from ..comm import ROUNDS_COUNTED_AS, Channel
 from ..config import check_dataset, resolve_device
-from ..errors import BudgetExhausted, DivergenceError
-from ..methods.multi_vfl import DATASETS, MultiVFL, MultiVFLConfig
+from ..errors import BudgetExhausted, ConfigError, DivergenceError
+from ..methods.multi_vfl import DATASETS, EVAL_IMAGES, MultiVFL, MultiVFLConfig, RoundPack
 from . import checkpoint as checkpoint_io
 from . import dataset
 
@@ -38,90 +38,129 @@ def _data(config: MultiVFLConfig) -> Any:
     return dataset(config.dataset).subset(n_test=config.n_test, seed=config.seed)
 
 
-#: Seconds of training between two checkpoints: a round ends with one when at least this much
-#: time has passed since the last (or when the deadline stops the run). A checkpoint holds five
-#: label-owner models, the server's model and its two moments: tens of MB whatever the
-#: profile, a fraction of a second to write and fsync. A paper-profile round takes minutes, so
-#: each one is checkpointed (a negligible share of it); a quick-profile round takes seconds,
-#: where one checkpoint per round would add a sizeable share. Every 10 s bounds the cost near
-#: 5 % and loses at most 10 s and a round to a kill.
+#: Seconds of training between two checkpoints of a run (a pack of K runs: K times as many,
+#: since it writes K checkpoints); a round ends with one when at least this much time has
+#: passed since the last, or when the deadline stops the run.
 CHECKPOINT_EVERY_S: float = 10.0
 
+#: What the runs of one pack must share (the step's shapes, the local optimizer, the rounds
+#: and when they evaluate); they may differ in anything else (dataset, scenario, server
+#: optimizer, seed).
+SHARED = ("n_data_owners", "n_label_owners", "batch_size", "samples_per_owner", "local_epochs", "local_steps",
+          "local_optimizer", "local_lr", "rounds", "eval_every", "n_test", "variant")
 
-def train(config: MultiVFLConfig, *, device: torch.device, checkpoint: Path | None = None,
-          progress: bool = True, on_divergence: str = "raise",
-          deadline: float | None = None) -> dict[str, Any]:
-    """Train ``config`` for its rounds and return its results: per-round training loss, the
-    server's step sizes (:meth:`~vflkit.methods.multi_vfl.MultiVFL.server_stats`) and test
-    accuracy (every ``eval_every`` rounds and after the last), the final and best accuracy, and
-    bytes per round and per message kind.
+#: The most runs in one Multi-VFL pack: the paper profile's 42.
+MAX_RUNS = 42
 
-    With ``checkpoint`` set, the state after a round (every round but the last, at most every
-    :data:`CHECKPOINT_EVERY_S` seconds) is saved there: every party's models, the server's
-    optimizer moments, the ledger, the history, the elapsed time and the random states. A run
-    finding its own checkpoint continues after that round and ends with the record of an
-    uninterrupted run. With ``deadline`` (a ``time.time()`` value) too, a run whose next round
-    would end after it checkpoints and raises :class:`~vflkit.errors.BudgetExhausted`.
-    ``on_divergence``: Multi-VFL's label owners raise :class:`~vflkit.errors.DivergenceError`
-    themselves; with ``"record"`` the run stops at that round, the models are evaluated as they
-    are (NaN where they cannot be) and the results say where it diverged (``diverged``).
+
+def pack_key(config: MultiVFLConfig) -> tuple[Any, ...]:
+    """What Multi-VFL runs must share to train as one pack (:data:`SHARED`)."""
+    return ("multi_owner_packed", *(getattr(config, f) for f in SHARED))
+
+
+def train(configs: MultiVFLConfig | Sequence[MultiVFLConfig], *, device: torch.device | str = "cpu",
+          checkpoint: Path | Sequence[Path] | None = None, progress: bool = True, on_divergence: str = "raise",
+          deadline: float | None = None, ephemeral: bool = False, checkpoint_every_s: float | None = None,
+          stacking: str = "auto") -> Any:
+    """Train one run (a config: its results) or a pack of runs of one :func:`pack_key` (a
+    sequence: each run's results, in order, with ``execution`` naming the pack).
+
+    A run's results: per round its training loss, the server's step sizes
+    (:meth:`~vflkit.methods.multi_vfl.MultiVFL.server_stats`) and test accuracy and loss (every
+    ``eval_every`` rounds and after the last); the final and best accuracy; bytes per round,
+    kind and party. Timings are the pack's.
+
+    ``checkpoint`` (one path per run): after a round, at most every ``checkpoint_every_s``
+    seconds per run (default :data:`CHECKPOINT_EVERY_S`), each run is saved there: its
+    parties' models, the server's moments, the ledger, the history, the elapsed time and the
+    random states; runs that all hold a checkpoint of one round continue after it.
+    ``deadline`` (a ``time.time()`` value): a run whose next round would end after it stops
+    with :class:`~vflkit.errors.BudgetExhausted`, checkpointed unless ``ephemeral`` (the
+    machine's disk ends with the deadline: no checkpoint is written at all).
+    ``on_divergence``: a non-finite loss raises :class:`~vflkit.errors.DivergenceError`; a run
+    alone with ``"record"`` stops at that round instead, its models evaluated as they are (NaN
+    where they cannot be) and its results say where (``diverged``). A pack always raises
+    (:func:`run_pack` then trains its runs alone).
     """
-    data = _data(config)
-    channel = Channel()
-    method = MultiVFL(config, data, device=device, channel=channel)
+    alone = isinstance(configs, MultiVFLConfig)
+    cfgs = [configs] if alone else list(configs)
+    paths = None if checkpoint is None or ephemeral else [Path(checkpoint)] if alone else list(checkpoint)
+    if not cfgs or len({pack_key(c) for c in cfgs}) != 1 or len({c.key for c in cfgs}) != len(cfgs):
+        raise ConfigError("a Multi-VFL pack holds distinct runs that share " + ", ".join(SHARED))
+    if paths is not None and len(paths) != len(cfgs):
+        raise ConfigError(f"a pack of {len(cfgs)} runs needs as many checkpoint paths; got {len(paths)}")
+    device = resolve_device(device)
+    every = (CHECKPOINT_EVERY_S if checkpoint_every_s is None else checkpoint_every_s) * len(cfgs)
     start = time.perf_counter()
-    method.setup()
-    history: list[dict[str, Any]] = []
+    methods = []
+    for cfg in cfgs:
+        m = MultiVFL(cfg, _data(cfg), device=device, channel=Channel())
+        m.setup()
+        methods.append(m)
+    rounds, eval_every = cfgs[0].rounds, cfgs[0].eval_every
+    histories: list[list[dict[str, Any]]] = [[] for _ in cfgs]
+    logs = [checkpoint_io.LedgerLog(m.channel) for m in methods]
     first = 1
-    ledger_log = checkpoint_io.LedgerLog(channel)
-    if checkpoint is not None:
-        state = checkpoint_io.load(checkpoint, config, device=device, fresh="round 1")
-        if state is not None:
-            restore_checkpoint(state, method=method, ledger_log=ledger_log, device=device)
-            history, first = state["history"], state["round"] + 1
-            start = time.perf_counter() - state["elapsed_s"]
-    bar = tqdm(range(first, config.rounds + 1), total=config.rounds, initial=first - 1,
-               desc=f"{config.dataset} {config.scenario} {config.server_optimizer}",
-               disable=not progress, leave=False)
+    states = None if paths is None else checkpoint_io.load_all(paths, cfgs, device=device, unit="round")
+    if states is not None:  # before the pack binds the runs' models to its stack
+        for j, (m, state, log) in enumerate(zip(methods, states, logs)):
+            restore_checkpoint(state, method=m, ledger_log=log, device=device)
+            histories[j] = state["history"]
+        first, start = states[0]["round"] + 1, time.perf_counter() - max(s["elapsed_s"] for s in states)
+    pack = RoundPack(methods, stacking=stacking)
+    desc = (f"{cfgs[0].dataset} {cfgs[0].scenario} {cfgs[0].server_optimizer}" if alone
+            else f"Multi-VFL x{len(cfgs)}")
+    bar = tqdm(range(first, rounds + 1), total=rounds, initial=first - 1, desc=desc, disable=not progress, leave=False)
     diverged: dict[str, Any] | None = None
     resumed_at = last_saved = time.perf_counter()
     for r in bar:
         try:
-            losses = method.round(r)
+            losses = pack.round(r)
         except DivergenceError as err:
-            if on_divergence == "raise":
+            if on_divergence == "raise" or len(cfgs) > 1:
+                bar.close()
                 raise
-            diverged = {"round": r, "message": str(err)}
-            losses = {}
-        row = round_row(method, r, losses, evaluate=bool(diverged))
-        if "test_accuracy" in row:
-            bar.set_postfix(acc=round(row["test_accuracy"], 3))
-        row["elapsed_s"] = time.perf_counter() - start
-        history.append(row)
-        if diverged:
+            diverged, losses = {"round": r, "message": str(err)}, [{}]
+        due = diverged is not None or r % eval_every == 0 or r == rounds
+        evaluations = _evaluate(pack) if due else [{}] * len(cfgs)
+        for m, loss, evaluation, history in zip(methods, losses, evaluations, histories):
+            history.append({"round": r, "train_loss": sum(loss.values()) / len(loss) if loss else float("nan"),
+                            **m.server_stats(r), **evaluation, "elapsed_s": time.perf_counter() - start})
+        if "test_accuracy" in histories[0][-1]:
+            bar.set_postfix(acc=round(histories[0][-1]["test_accuracy"], 3))
+        if diverged is not None or r == rounds:
             break
-        if checkpoint is None or r == config.rounds:
-            continue
         now = time.perf_counter()
-        round_s = (now - resumed_at) / (r - first + 1)
-        stop = deadline is not None and time.time() + round_s > deadline
-        if stop or now - last_saved >= CHECKPOINT_EVERY_S:
-            save_checkpoint(checkpoint, config=config, r=r, elapsed_s=now - start, history=history,
-                            method=method, ledger_log=ledger_log, device=device)
+        stop = deadline is not None and time.time() + (now - resumed_at) / (r - first + 1) > deadline
+        if paths is not None and (stop or now - last_saved >= every):
+            for m, cfg, path, history, log in zip(methods, cfgs, paths, histories, logs):
+                save_checkpoint(path, config=cfg, r=r, elapsed_s=now - start, history=history, method=m,
+                                ledger_log=log, device=device)
             last_saved = time.perf_counter()
         if stop:
             bar.close()
-            raise BudgetExhausted(f"Multi-VFL {config.dataset} {config.scenario} {config.server_optimizer} "
-                                  f"({config.key}) stopped after round {r} of {config.rounds} at the budget; "
-                                  "rerun to resume it")
+            what = f"Multi-VFL {desc} ({cfgs[0].key})" if alone else f"a pack of {len(cfgs)} Multi-VFL runs"
+            then = "rerun to resume it" if paths is not None else "no checkpoint kept: a rerun starts over"
+            raise BudgetExhausted(f"{what} stopped after round {r} of {rounds} at the deadline; {then}")
     bar.close()
-    return results(history, channel, time.perf_counter() - start, diverged)
+    wall = time.perf_counter() - start
+    out = [results(h, m.channel, wall, diverged) for m, h in zip(methods, histories)]
+    if alone:
+        return out[0]
+    return [{**o, "execution": {"packed": len(cfgs), "pack": [c.key for c in cfgs]}} for o in out]
+
+
+def _evaluate(pack: RoundPack) -> list[dict[str, float]]:
+    try:
+        return pack.evaluate()
+    except (ValueError, DivergenceError):  # a diverged run's models
+        return [{"test_accuracy": float("nan"), "test_loss": float("nan")}] * pack.n_runs
 
 
 def results(history: list[dict[str, Any]], channel: Channel, wall_time_s: float,
             diverged: dict[str, Any] | None) -> dict[str, Any]:
     """A run's results as :func:`train` returns them, from its per-round ``history`` and its
-    channel's ledger (the packed trainer's too, :mod:`.multi_owner_packed`)."""
+    channel's ledger."""
     ledger = channel.ledger
     per_round_kind = (ledger.frame().groupby(["epoch", "kind"])["nbytes"].sum().rename("bytes").reset_index()
                       .rename(columns={"epoch": "round"}))
@@ -143,33 +182,14 @@ def results(history: list[dict[str, Any]], channel: Channel, wall_time_s: float,
     }
 
 
-def round_row(method: MultiVFL, r: int, losses: dict[str, float], *, evaluate: bool = False,
-              evaluation: dict[str, float] | None = None) -> dict[str, Any]:
-    """Round ``r``'s history row: its mean training loss over the label owners (NaN without
-    losses), the server's step sizes, and the test accuracy and loss where the run evaluates
-    (every ``eval_every`` rounds, after the last, or ``evaluate``). ``evaluation``: the run's
-    evaluation, made already (by a pack of runs, :meth:`~.multi_owner_packed.RoundPack.evaluate`)."""
-    config = method.config
-    row: dict[str, Any] = {"round": r, "train_loss": sum(losses.values()) / len(losses) if losses else float("nan"),
-                           **method.server_stats(r)}  # the server's step sizes of this round
-    if evaluation is not None:
-        row.update(evaluation)
-    elif evaluate or r % config.eval_every == 0 or r == config.rounds:
-        try:
-            row.update(method.evaluate())
-        except (ValueError, DivergenceError):
-            row.update({"test_accuracy": float("nan"), "test_loss": float("nan")})
-    return row
-
-
 def save_checkpoint(path: Path, *, config: MultiVFLConfig, r: int, elapsed_s: float,
                     history: list[dict[str, Any]], method: MultiVFL, ledger_log: checkpoint_io.LedgerLog,
                     device: torch.device) -> None:
     """Everything a run needs to continue after round ``r`` as if never stopped, written atomically.
 
     The local optimizers need no saving: Algorithm 1 starts each round's from the server's
-    weights, and :class:`MultiVFL` makes them afresh every round. The batch order needs none
-    either: it is drawn from a generator seeded by (seed, round, owner).
+    weights, and they are made afresh every round. The batch order needs none either: it is
+    drawn from a generator seeded by (seed, round, owner).
     """
     if method.channel.pending():  # a message in flight would be lost across a resume
         raise RuntimeError(f"round {r} left {method.channel.pending()} messages unread; "
@@ -204,6 +224,55 @@ def run_many(configs: Sequence[MultiVFLConfig], **kwargs: Any) -> list[dict[str,
     return records.run_many(configs, train=train, desc="Multi-VFL runs", **kwargs)
 
 
+class _PackDiverged(Exception):
+    """A pack's divergence, after which :func:`run_pack` trains its runs alone."""
+
+
+def run_pack(configs: Sequence[MultiVFLConfig], *, profile: str, device: torch.device | str = "auto",
+             results: str | Path | None = None, force: bool = False, progress: bool = False,
+             on_divergence: str = "raise", deadline: float | None = None,
+             ephemeral: bool = False) -> list[dict[str, Any]]:
+    """The records of ``configs``, in their order: recorded ones loaded, the others trained as
+    one pack (:func:`train`) and written through the record store
+    (:func:`vflkit.records.run_together`). Where the pack diverges, each of its runs is trained
+    alone from round 1 (so a diverged record is a run alone's) and recorded as it finishes, so
+    a deadline that stops a later one loses none finished."""
+
+    def train_all(todo: list[MultiVFLConfig], dev: torch.device, checkpoints: list[Path]) -> list[dict[str, Any]]:
+        try:
+            return train(todo, device=dev, progress=progress, checkpoint=checkpoints, on_divergence=on_divergence,
+                         deadline=deadline, ephemeral=ephemeral)
+        except DivergenceError as err:
+            if len(todo) == 1:
+                raise
+            for ckpt in checkpoints:  # the pack's: alone, every run starts over
+                ckpt.unlink(missing_ok=True)
+            raise _PackDiverged() from err
+
+    try:
+        return records.run_together(configs, train_all=train_all, profile=profile, device=device, results=results,
+                                    force=force, on_divergence=on_divergence)
+    except _PackDiverged:
+        return [records.run_one(c, train=train, profile=profile, device=device, results=results, force=force,
+                                progress=progress, on_divergence=on_divergence, deadline=deadline) for c in configs]
+
+
+def compute_pack(payloads: Sequence[Mapping[str, Any]], *, device: torch.device | str = "auto",
+                 deadline: float | None = None, ephemeral: bool = False) -> list[dict[str, Any]]:
+    """The records of Multi-VFL study payloads (``{"family": "multi_owner", "config",
+    "profile", "results"}``) trained as one pack by :func:`run_pack`: a pack's task function."""
+    from ..studies.base import FAMILIES  # here: the studies import the trainers
+
+    payloads = list(payloads)
+    places = {(p["profile"], str(p["results"])) for p in payloads}
+    if len(places) != 1 or any(p.get("family") != "multi_owner" for p in payloads):
+        raise ConfigError("a Multi-VFL pack writes Multi-VFL records under one profile and results folder")
+    profile, results_dir = next(iter(places))
+    configs = [MultiVFLConfig.from_dict(dict(p["config"])) for p in payloads]
+    return run_pack(configs, profile=profile, device=device, results=Path(results_dir),
+                    on_divergence=FAMILIES["multi_owner"].on_divergence, deadline=deadline, ephemeral=ephemeral)
+
+
 def update_scale(config: MultiVFLConfig, *, device: str | torch.device = "auto") -> dict[str, Any]:
     """The size of round 1's aggregated update t under ``config``'s local training, beside the
     server optimizers' stability constant tau.
@@ -228,4 +297,5 @@ def update_scale(config: MultiVFLConfig, *, device: str | torch.device = "auto")
             "median sqrt(v)": float(sqrt_v.median()), "tau": cfg.tau}
 
 
-__all__ = ["results", "round_row", "run", "run_many", "train", "update_scale"]
+__all__ = ["CHECKPOINT_EVERY_S", "EVAL_IMAGES", "MAX_RUNS", "SHARED", "RoundPack", "compute_pack", "pack_key",
+           "results", "run", "run_many", "run_pack", "train", "update_scale"]

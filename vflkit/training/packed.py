@@ -765,7 +765,7 @@ def pack_key(config: Any) -> Hashable | None:
     from ..methods.multi_vfl import MultiVFLConfig
 
     if isinstance(config, MultiVFLConfig):
-        from .multi_owner_packed import pack_key as multi_owner_key
+        from .multi_owner import pack_key as multi_owner_key
 
         return multi_owner_key(config)
     if not isinstance(config, RunConfig):
@@ -816,7 +816,7 @@ def pack_limit(config: Any, max_size: int | None) -> int | None:
     from ..methods.multi_vfl import MultiVFLConfig
 
     if isinstance(config, MultiVFLConfig) and max_size is not None:
-        from .multi_owner_packed import MAX_RUNS
+        from .multi_owner import MAX_RUNS
 
         return max(max_size, MAX_RUNS)
     return max_size
@@ -872,7 +872,7 @@ def compute_pack(payloads: Sequence[Mapping[str, Any]], *, device: torch.device 
     checkpoint is lost with it. CUDA graphs as ``$VFLKIT_GRAPHS`` says (:data:`GRAPHS_ENV`)."""
     payloads = list(payloads)
     if payloads and all(p.get("family") == "multi_owner" for p in payloads):
-        from .multi_owner_packed import compute_pack as multi_owner_pack
+        from .multi_owner import compute_pack as multi_owner_pack
 
         return multi_owner_pack(payloads, device=device, deadline=deadline)
     profiles = {(p["profile"], str(p["results"])) for p in payloads}
