@@ -9,18 +9,18 @@ from vflkit.errors import ConfigError
 from vflkit.training.split import run
 from vflkit.methods import get_method
 from vflkit import claims
-from vflkit.studies import vfedmh
+from vflkit.studies import _split, vfedmh
 
 
 def test_assign_models_uses_every_architecture_and_is_seeded():
     """Every architecture of the set appears at least once; the same seed gives the same draw."""
-    draws = {vfedmh.assign_models(vfedmh.SMALL_MODELS, seed=s) for s in range(20)}
+    draws = {_split.assign_models(vfedmh.SMALL_MODELS, seed=s) for s in range(20)}
     for d in draws:
         assert len(d) == 4 and set(d) == set(vfedmh.SMALL_MODELS)
     assert len(draws) > 1
-    assert vfedmh.assign_models(vfedmh.RESNETS, seed=3) == vfedmh.assign_models(vfedmh.RESNETS, seed=3)
+    assert _split.assign_models(vfedmh.RESNETS, seed=3) == _split.assign_models(vfedmh.RESNETS, seed=3)
     with pytest.raises(ConfigError, match="do not fit"):
-        vfedmh.assign_models(("mlp", "cnn", "lenet"), n_parties=2, seed=0)
+        _split.assign_models(("mlp", "cnn", "lenet"), n_parties=2, seed=0)
 
 
 def test_smoke_configs_cover_every_table_and_share_runs():

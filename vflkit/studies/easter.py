@@ -57,8 +57,9 @@ from ..report import join_reference, side_by_side
 from ..training import split
 # run_priority: the order the scheduler computes this study's runs in, VFedMH's (C-VFL last)
 from . import base, register
+from . import _split
+from ._split import GRADIENT_READINGS, RESNET_CUT, assign_models, by_key, run_priority, unique
 from .base import Artefact, Study
-from .vfedmh import GRADIENT_READINGS, RESNET_CUT, assign_models, run_priority, unique
 
 PAPER = "easter"
 #: θ1..θ3 per dataset (see the module docstring for the order).
@@ -286,7 +287,7 @@ def embedding_gradient(groups: dict[str, list[RunConfig]], records: Sequence[dic
     """The 1/C comparison (:func:`vflkit.studies.vfedmh.embedding_gradient`): EASTER's Table II
     runs with each h given ∂L_k/∂E beside the same runs with ∂L_k/∂E / C (the default); AUC on
     Criteo. Pairs not recorded yet are left out."""
-    rec = _by_key(records)
+    rec = by_key(records)
     pairs = [(rec[c.replace(options={}).key], rec[c.key]) for c in groups["embedding_gradient"]
              if c.key in rec and c.replace(options={}).key in rec]
     out = analysis.variant_pairs(pairs, labels=GRADIENT_READINGS, metric=lambda cfg: metric_of(cfg["dataset"]))
@@ -373,10 +374,6 @@ def missing_datasets() -> pd.DataFrame:
 # --------------------------------------------------------------------------- results
 
 
-def _by_key(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {r["key"]: r for r in records}
-
-
 def _recorded(runs: Iterable[RunConfig], by_key: dict[str, dict[str, Any]]) -> Iterator[tuple[RunConfig, dict[str, Any]]]:
     """(config, record) for each of ``runs`` that has a record (tables draw what is recorded)."""
     for c in runs:
@@ -415,7 +412,7 @@ def accuracy_rows(groups: dict[str, list[RunConfig]], records: Sequence[dict[str
                   table: str) -> pd.DataFrame:
     """Per seed: the θ columns (and their average) of Table II (``table="II"``, heterogeneous)
     or IV (homogeneous), one row per (dataset, method, θ, seed), metric in %."""
-    rec = _by_key(records)
+    rec = by_key(records)
     group, setting = ("table2", "heterogeneous") if table == "II" else ("table4", "homogeneous")
     rows = []
     for c, r in _recorded(groups[group], rec):
@@ -466,7 +463,7 @@ def convergence(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, 
                 datasets: Sequence[str]) -> pd.DataFrame:
     """Per Table V run: e* (every model within 0.5 points of its best), the θ2 metric at e* (%),
     bytes to e* as sent and float32-equivalent (MB = 2**20 B), and per sample-epoch."""
-    rec = _by_key(records)
+    rec = by_key(records)
     rows = []
     for c, r in _recorded(_table5_runs(groups, datasets), rec):
         metric = metric_of(c.dataset)
@@ -530,7 +527,7 @@ def cvfl_rates(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, A
     beside the same run at the dataset's own rate (the sensitivity group ``cvfl_host_lr``), per
     Table II/IV run: the final metric (%, AUC on Criteo) of each, NaN where not recorded yet. A
     pair with neither recorded is left out."""
-    rec = _by_key(records)
+    rec = by_key(records)
     rows = []
     for c in groups["cvfl_host_lr"]:
         defended = c.replace(lr=cvfl_step_size(c.lr))
@@ -599,7 +596,7 @@ _TIMES: dict[tuple[Any, ...], pd.DataFrame] = {}
 
 def _comm_times(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]],
                 datasets: Sequence[str], bandwidths: Sequence[float]) -> pd.DataFrame:
-    rec = _by_key(records)
+    rec = by_key(records)
     conv = convergence(groups, records, datasets)
     rows = []
     for _, x in conv.iterrows():
@@ -648,7 +645,7 @@ def table6(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]
     mean over its C models), training time (measured wall time, min) and the run's peak memory
     (MB, as the record's ``peak_memory_kind`` says: on a CPU the process's peak resident set
     during the run, which includes the data the worker holds: an upper bound of the run's own)."""
-    rec = _by_key(records)
+    rec = by_key(records)
     rows = []
     for c, r in _recorded(groups["table6"], rec):
         metric = metric_of(c.dataset)
@@ -665,7 +662,7 @@ def table6(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]
 def table6_security(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """Per EASTER run of Table VI: passive parties and whether its record holds the insecure
     single-passive flag (C = 2 only: the active party then sees the one passive embedding)."""
-    rec = _by_key(records)
+    rec = by_key(records)
     rows = []
     for c, r in _recorded(groups["table6"], rec):
         if c.method != "easter":
@@ -688,7 +685,7 @@ def table7(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]
     device's ``compute_factor``) + communication (priced per link under the mix).
 
     Returns the reference-joined rows with a ``topology`` column (parallel, shared_uplink)."""
-    rec = _by_key(records)
+    rec = by_key(records)
     acc = accuracy_rows(groups, records, "II")
     frames = []
     for topology in network.TOPOLOGIES:
@@ -737,7 +734,7 @@ def _el_pl_label(el_pl: Sequence[int]) -> str:
 def fig6(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> tuple[plt.Figure, pd.DataFrame]:
     """(a) test accuracy against embedding size, (b) against the EL:PL layer ratio: EASTER's
     heterogeneous run, per architecture and the mean over the parties."""
-    rec = _by_key(records)
+    rec = by_key(records)
     rows = []
     for c, r in _recorded(groups["fig6"], rec):
         metric = metric_of(c.dataset)
@@ -879,13 +876,10 @@ VARIANTS: dict[str, tuple[str, str]] = {
 }
 
 
+
 def with_variant(groups: dict[str, list[RunConfig]], variant: str | None) -> dict[str, list[RunConfig]]:
-    """``groups`` with :data:`VARIANTS` ``variant`` swapped in (None: unchanged): each of the
-    method's runs replaced by its twin in the variant's group (:func:`vflkit.analysis.swap_in_variant`)."""
-    if variant is None:
-        return groups
-    method, group = VARIANTS[variant]
-    return analysis.swap_in_variant(groups, method, group, ("table2", "table4"), keep_unmatched=True)
+    """``groups`` with :data:`VARIANTS` ``variant`` swapped in (None: unchanged)."""
+    return _split.with_variant(groups, VARIANTS, variant, ("table2", "table4"), keep_unmatched=True)
 
 
 def _beats(table: str, other: str, variant: str | None = None, label: str = "") -> claims.Claim:
@@ -933,7 +927,7 @@ def to_target(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, An
     dataset's Table V runs of that seed, 99 % of the best of their final θ2 metrics, and the
     float32-equivalent MB sent until then; NaN for a run that never reaches it within its epochs
     (censored) or diverged."""
-    rec = _by_key(records)
+    rec = by_key(records)
     runs = []
     for c, r in _recorded(_table5_runs(groups, datasets), rec):
         if r.get("diverged"):
@@ -1071,7 +1065,7 @@ def _table6_beats(records: claims.Records) -> claims.Verdict:
 
 def table6_rows(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """Per Table VI run and seed: dataset, method, C and the test metric (%)."""
-    rec = _by_key(records)
+    rec = by_key(records)
     rows = []
     for c, r in _recorded(groups["table6"], rec):
         metric = metric_of(c.dataset)

@@ -43,6 +43,8 @@ from ..report import join_reference
 from ..training import split
 from ..training.split import history_frame
 from . import base, register
+from . import _split
+from ._split import GRADIENT_READINGS, RESNET_CUT, assign_models, by_key, run_priority, unique
 from .base import Artefact, Study
 
 #: Model sets of Table II: the three small networks and the three ResNets.
@@ -76,12 +78,6 @@ PROFILE_SETTINGS: dict[str, dict[str, Any]] = {
               "all_artefacts_on": ("mnist", "fashion_mnist", "cifar10"), "seeds": (0, 1, 2)},
 }
 
-#: How the ResNets are cut into h and p: half their weighted layers each (EASTER Sec. V-A, the
-#: same authors: "the number of layers in both the local embedding and predicting models was
-#: the same"; :mod:`vflkit.models`). The earlier six-unit reading gave ResNet50 and ResNet101
-#: the same h, so SplitNN's and C-VFL's two columns trained one network; ResNet18 is cut alike
-#: by both, and its records stand.
-RESNET_CUT = "layers"
 #: The paper's one learning rate (Sec. VI-C: "the learning rate for all networks 0.05").
 PAPER_LR = 0.05
 #: Each optimizer at its standard rate, for Table IV's second set of rows: Adam at 1e-3 (Kingma
@@ -124,17 +120,6 @@ def settings(profile: str, overrides: dict[str, Any] | None = None) -> dict[str,
     an unknown key is an error that lists the valid ones (:func:`vflkit.config.apply_overrides`)."""
     s, _ = split_run_overrides(PROFILE_SETTINGS[check_profile(profile)], overrides, RunConfig)
     return s
-
-
-def assign_models(models: Sequence[str], n_parties: int = 4, *, seed: int) -> tuple[str, ...]:
-    """Architectures for the parties, drawn by seed: every one of ``models`` at least once, the
-    remaining parties drawing uniformly from ``models``, then shuffled (party 0 is active)."""
-    if len(models) > n_parties:
-        raise ConfigError(f"{len(models)} architectures do not fit {n_parties} parties")
-    rng = random.Random(seed)
-    out = list(models) + [rng.choice(list(models)) for _ in range(n_parties - len(models))]
-    rng.shuffle(out)
-    return tuple(out)
 
 
 def assign_optimizers(n_parties: int = 4, *, seed: int) -> tuple[str, ...]:
@@ -218,21 +203,6 @@ def needs_gpu(config: RunConfig) -> bool:
     return any(m in RESNETS for m in config.models)
 
 
-_DATASET_ORDER = {"mnist": 0, "fashion_mnist": 1, "cifar10": 2}
-_METHOD_ORDER = {"agg_vfl": 1, "splitnn": 2, "local": 3}  # after the study's own method (0)
-
-
-def run_priority(config: RunConfig, rank: int) -> tuple:
-    """The order the scheduler computes the runs in (issue "Faithful reproductions"): Table II
-    (rank 0) for every seed, then the other artefacts seed by seed, and C-VFL with its Q = 10
-    local iterations last: it costs several times a SplitNN run (Q = 10 local iterations per
-    batch against one step). Within a seed MNIST before FashionMNIST, VFedMH
-    first (the study's own method: EASTER's study uses this order too, for the same costs)."""
-    costly = config.method == "c_vfl" and int(config.options.get("local_iterations", 10)) > 1
-    return (costly, rank > 0, config.seed, rank, _DATASET_ORDER.get(config.dataset, 9),
-            0 if config.method == config.paper else _METHOD_ORDER.get(config.method, 5), config.models)
-
-
 def run(profile: str, *, device: str | torch.device = "auto", seeds: Sequence[int] | None = None,
         overrides: dict[str, Any] | None = None, results: Path | None = None,
         progress: bool = True, recompute_before: str | None = None) -> list[dict[str, Any]]:
@@ -267,18 +237,9 @@ def recorded_groups(profile: str, names: Sequence[str]) -> tuple[dict[str, list[
     if unknown:
         raise ConfigError(f"recorded_groups: unknown run groups {unknown}; choose from {', '.join(groups)}")
     wanted = {g: groups[g] for g in names}
-    rec = _by_key(store.load_available(unique(wanted), profile=profile))  # only the named groups' records
+    rec = by_key(store.load_available(unique(wanted), profile=profile))  # only the named groups' records
     cut = with_records(wanted, list(rec.values()))
     return cut, [rec[c.key] for c in unique(cut)]
-
-
-def unique(groups: dict[str, list[RunConfig]]) -> list[RunConfig]:
-    """All configs of :func:`configs` once each, in first-use order."""
-    seen: dict[str, RunConfig] = {}
-    for group in groups.values():
-        for c in group:
-            seen.setdefault(c.key, c)
-    return list(seen.values())
 
 
 def assignment_table(groups: dict[str, list[RunConfig]]) -> pd.DataFrame:
@@ -298,10 +259,6 @@ def assignment_table(groups: dict[str, list[RunConfig]]) -> pd.DataFrame:
 
 
 # --------------------------------------------------------------------------- results
-
-
-def _by_key(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {r["key"]: r for r in records}
 
 
 def _recorded_pairs(variants: Sequence[RunConfig], rec: dict[str, dict[str, Any]]) -> list[tuple[RunConfig, RunConfig]]:
@@ -328,7 +285,7 @@ def _summarise(rows: list[dict[str, Any]], profile: str) -> pd.DataFrame:
 
 def table2(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]], profile: str) -> pd.DataFrame:
     """Table II in the reference long format: test accuracy (%) per dataset, method and model."""
-    rec = _by_key(records)
+    rec = by_key(records)
     rows = []
     sensitivity = [c for c in groups.get("cvfl_host_lr", []) if c.key in rec]
     for c in groups["table2"] + sensitivity:
@@ -349,7 +306,7 @@ def table2(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]
 
 def table3(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]], profile: str) -> pd.DataFrame:
     """Table III: embedding aggregation vs prediction aggregation (test accuracy, %)."""
-    rec = _by_key(records)
+    rec = by_key(records)
     rows = []
     for c in groups["table3"]:
         r = rec[c.key]
@@ -400,7 +357,7 @@ def table4(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]
     rows ``optimizer=X, lr=...`` use the optimizer's standard rate (:data:`STANDARD_LR`; only
     where it differs from 0.05) and carry the paper's number for that optimizer beside them:
     the paper's claim, tested at a rate each optimizer is meant to run at."""
-    rec = _by_key(records)
+    rec = by_key(records)
     rows = []
     seen: set[str] = set()
     for c in groups["table4"] + groups.get("table4_standard", []):
@@ -433,7 +390,7 @@ def cvfl_local_iterations(groups: dict[str, list[RunConfig]], records: Sequence[
     at the paper's 0.05 (the sensitivity row) and Q = 1 at 0.05 (as many gradient steps as the
     other methods: the equal-compute control). A run not recorded yet (a paper profile
     part-computed) shows as missing (NaN); a row with fewer than two recorded is left out."""
-    rec = _by_key(records)
+    rec = by_key(records)
     columns = [f"Q={q}, lr={lr:g}" for q, lr in CVFL_VARIANTS]
     rows = []
     for c in groups["cvfl_q1"]:
@@ -446,17 +403,13 @@ def cvfl_local_iterations(groups: dict[str, list[RunConfig]], records: Sequence[
     return pd.DataFrame(rows, columns=["dataset", "seed", "model", *columns])
 
 
-#: The two readings of the gradient each party's embedding network receives (the 1/C question).
-GRADIENT_READINGS: tuple[str, str] = ("∂L/∂E / C (default)", "∂L/∂E")
-
-
 def embedding_gradient(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]],
                        group: str = "embedding_gradient") -> pd.DataFrame:
     """The 1/C comparison: each run of ``group`` (h given ∂L_k/∂E) beside the study's own run
     (h given ∂L_k/∂E / C, Eq. 7's exact gradient), the same seed, data and initialisation:
     final accuracy (mean over the party models), e* and the paired difference. Pairs with a
     run not recorded yet are left out."""
-    rec = _by_key(records)
+    rec = by_key(records)
     pairs = [(rec[c.replace(options={}).key], rec[c.key]) for c in groups[group]
              if c.key in rec and c.replace(options={}).key in rec]
     out = analysis.variant_pairs(pairs, labels=GRADIENT_READINGS)
@@ -468,7 +421,7 @@ def precision_check(groups: dict[str, list[RunConfig]], records: Sequence[dict[s
     fp32 (the committed Table II run: TF32 convolutions on a GPU) and under bf16 autocast, the
     device each was trained on and its wall time (s: a speed hint only, as other runs may have
     shared the GPU); NaN where a run is not recorded yet."""
-    rec = _by_key(records)
+    rec = by_key(records)
     rows = []
     for c in groups["precision"]:
         row: dict[str, Any] = {"seed": c.seed}
@@ -598,7 +551,7 @@ def fig3(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) 
     over the run's epochs); totals are those per-epoch figures times the study's epoch count
     (the same for every method unless ``cvfl_epochs`` says otherwise).
     """
-    rec = _by_key(records)
+    rec = by_key(records)
     epochs = max(c.epochs for c in groups["table2"])
     rows = []
     for c in groups["table2"]:
@@ -654,7 +607,7 @@ def _steps(c: RunConfig) -> int:
 
 def fig4(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> tuple[plt.Figure, pd.DataFrame]:
     """Test accuracy per epoch of each party's model, with every party on one optimizer."""
-    rec = _by_key(records)
+    rec = by_key(records)
     frames = []
     seen: set[str] = set()
     for c in groups["table4"] + groups.get("table4_standard", []):
@@ -683,7 +636,7 @@ def fig4(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) 
 
 def fig5(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> tuple[plt.Figure, pd.DataFrame]:
     """Heterogeneous models and heterogeneous optimizers together: test accuracy per epoch."""
-    rec = _by_key(records)
+    rec = by_key(records)
     frames = []
     for c in groups["fig5"]:
         df = history_frame([rec[c.key]])
@@ -793,7 +746,7 @@ def blinding_figure(demo: dict[str, Any]) -> tuple[plt.Figure, pd.DataFrame]:
 def blinding_accuracy(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """Final test accuracy (%) of each party's model in VFedMH with and without blinding (a pair
     with a run not recorded yet is left out)."""
-    rec = _by_key(records)
+    rec = by_key(records)
     rows = []
     for c, standard in _recorded_pairs(groups["blinding"], rec):
         for blinding, cfg in (("on", standard), ("off", c)):
@@ -901,14 +854,11 @@ VARIANTS: dict[str, tuple[str, str]] = {
 }
 
 
+
 def with_variant(groups: dict[str, list[RunConfig]], variant: str | None) -> dict[str, list[RunConfig]]:
-    """``groups`` with :data:`VARIANTS` ``variant`` swapped in (None: unchanged): each of the
-    method's runs replaced by its twin in the variant's group (:func:`vflkit.analysis.swap_in_variant`)."""
-    if variant is None:
-        return groups
-    method, group = VARIANTS[variant]
+    """``groups`` with :data:`VARIANTS` ``variant`` swapped in (None: unchanged)."""
     # the variant is defined on the small networks only: the method's other cells leave the table
-    return analysis.swap_in_variant(groups, method, group, ("table2", "table3"), keep_unmatched=False)
+    return _split.with_variant(groups, VARIANTS, variant, ("table2", "table3"), keep_unmatched=False)
 
 
 def _ordering_check(table: str, a: str, b: str, model_set: str | None = None, variant: str | None = None) -> Any:
@@ -1287,7 +1237,6 @@ def paper_so_far(artefact: str = "table2") -> tuple[pd.DataFrame, pd.DataFrame, 
                         "seed": c.seed, "needs": "GPU" if gpu else "CPU",
                         "estimated_h100_min": None if minutes is None else round(minutes, 1)})
     return table, pd.DataFrame(pending), found
-
 
 
 # --------------------------------------------------------------------------- the study's declaration
