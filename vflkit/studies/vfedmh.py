@@ -24,7 +24,6 @@ Choices where the paper is silent, in :data:`PROFILE_SETTINGS`:
 from __future__ import annotations
 
 import random
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import matplotlib.pyplot as plt
@@ -33,13 +32,11 @@ import pandas as pd
 import seaborn as sns
 import torch
 
-from .. import analysis, claims, costs
-from .. import records as store
+from .. import analysis, claims
 from ..config import check_profile, check_seeds, check_seeds_once, override_runs, split_run_overrides
-from ..errors import ConfigError
 from ..methods import OPTIMIZERS, RunConfig
 from ..methods.cvfl import step_size as cvfl_step_size
-from ..report import join_reference
+from ..report import join_reference, side_by_side
 from ..training import split
 from ..training.split import history_frame
 from . import base, register
@@ -167,11 +164,9 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
                             out["cvfl_host_lr"].append(_config(dataset, method, (m,) * 4, seed, s, epochs=epochs))
                 out["table2"].append(vfedmh)
                 if models != SMALL_MODELS:
-                    continue
+                    continue  # the 1/C question, Tables III-IV and Figs. 4-5 use the small networks only
                 # the 1/C question: the same run with each h getting ∂L_k/∂E, not ∂L_k/∂E / C
                 out["embedding_gradient"].append(vfedmh.replace(options={"embedding_gradient": "full"}))
-                if models != SMALL_MODELS:
-                    continue  # Tables III-IV and Figs. 4-5 use the small networks only
                 for m in models:
                     i = het.index(m)
                     out["table3"] += [_config(dataset, "local", (m,) * 4, seed, s),
@@ -203,45 +198,6 @@ def needs_gpu(config: RunConfig) -> bool:
     return any(m in RESNETS for m in config.models)
 
 
-def run(profile: str, *, device: str | torch.device = "auto", seeds: Sequence[int] | None = None,
-        overrides: dict[str, Any] | None = None, results: Path | None = None,
-        progress: bool = True, recompute_before: str | None = None) -> list[dict[str, Any]]:
-    """Train (or load) every run of :func:`configs` once and return their records. A run that
-    diverges at the paper's settings is recorded as such (``record["diverged"]``), not raised:
-    the tables report it (:func:`diverged_runs`). On a CPU the ResNet runs (:func:`needs_gpu`)
-    are not trained: their records are used where they exist."""
-    return split.run_many(unique(configs(profile, seeds=seeds, overrides=overrides)), profile=profile,
-                          device=device, results=results, progress=progress, on_divergence="record",
-                          recompute_before=recompute_before, needs_gpu=needs_gpu)
-
-
-def recorded(profile: str = "quick") -> tuple[dict[str, list[RunConfig]], list[dict[str, Any]]]:
-    """The study's runs under ``profile`` with the records an earlier run committed (nothing is
-    trained): what the notebook shows as that profile's results beside its own run."""
-    groups = configs(profile)
-    return groups, store.load_recorded(unique(groups), profile=profile)
-
-
-def with_records(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> dict[str, list[RunConfig]]:
-    """``groups`` cut to the runs that have a record: the paper profile on a CPU leaves its
-    ResNet runs pending (:func:`run`), and its tables and figures show what is recorded."""
-    have = {r["key"] for r in records}
-    return {name: [c for c in group if c.key in have] for name, group in groups.items()}
-
-
-def recorded_groups(profile: str, names: Sequence[str]) -> tuple[dict[str, list[RunConfig]], list[dict[str, Any]]]:
-    """The profile's run groups ``names`` cut to their recorded runs, and those records (nothing
-    is trained): how the quick notebook draws the paper profile's figures as far as recorded."""
-    groups = configs(profile)
-    unknown = sorted(set(names) - set(groups))
-    if unknown:
-        raise ConfigError(f"recorded_groups: unknown run groups {unknown}; choose from {', '.join(groups)}")
-    wanted = {g: groups[g] for g in names}
-    rec = by_key(store.load_available(unique(wanted), profile=profile))  # only the named groups' records
-    cut = with_records(wanted, list(rec.values()))
-    return cut, [rec[c.key] for c in unique(cut)]
-
-
 def assignment_table(groups: dict[str, list[RunConfig]]) -> pd.DataFrame:
     """Which architecture (and optimizer) each party holds in the heterogeneous runs."""
     rows = []
@@ -251,7 +207,7 @@ def assignment_table(groups: dict[str, list[RunConfig]]) -> pd.DataFrame:
                 continue
             row = {"runs": "Table II-IV" if name == "table2" else "Fig. 5", "dataset": c.dataset, "seed": c.seed}
             for k in range(c.n_parties):
-                party = "active" if k == c.active else f"passive_{k if k < c.active else k}"
+                party = "active" if k == c.active else f"passive_{k}"
                 opt = c.party_value("optimizers", k)
                 row[party] = c.party_value("models", k) + ("" if name == "table2" else f" + {opt}")
             rows.append(row)
@@ -435,14 +391,6 @@ def precision_check(groups: dict[str, list[RunConfig]], records: Sequence[dict[s
                                        "fp32 wall (s)", "bf16 wall (s)"])
 
 
-def precision_so_far() -> pd.DataFrame:
-    """The paper profile's bf16 check (:func:`precision_check`) as far as it is recorded, every
-    seed a row (nothing is trained)."""
-    groups = configs("paper")
-    runs = groups["precision"] + [c.replace(precision="fp32") for c in groups["precision"]]
-    return precision_check(groups, store.load_available(runs, profile="paper"))
-
-
 def precision_verdict(table: pd.DataFrame) -> tuple[str | None, str]:
     """Whether bf16 may become the GPU default, from :func:`precision_check`'s table: "bf16"
     when every seed is recorded in both precisions and the bf16 seeds' mean lies inside the
@@ -465,7 +413,7 @@ def precision_verdict(table: pd.DataFrame) -> tuple[str | None, str]:
 
 def baselines_beside_paper(table: pd.DataFrame) -> str:
     """How our Table II baselines stand against the paper's printed cells, worded from the table
-    (:func:`table2` or :func:`paper_so_far`): per baseline, in how many cells with a printed
+    (:func:`table2`): per baseline, in how many cells with a printed
     number ours is above the paper's, and the median gap in points."""
     rows = table[table["method"].isin(["Local", "PyVertical", "C_VFL", "Agg_VFL"])
                  & table["value"].notna() & table["paper_value"].notna()]
@@ -854,7 +802,6 @@ VARIANTS: dict[str, tuple[str, str]] = {
 }
 
 
-
 def with_variant(groups: dict[str, list[RunConfig]], variant: str | None) -> dict[str, list[RunConfig]]:
     """``groups`` with :data:`VARIANTS` ``variant`` swapped in (None: unchanged)."""
     # the variant is defined on the small networks only: the method's other cells leave the table
@@ -1185,59 +1132,6 @@ VARIANT_CLAIMS: list[claims.Claim] = [
 
 # --------------------------------------------------------------------------- paper profile so far
 
-#: The paper profile's tables the quick notebook writes as far as recorded: the run groups
-#: each is drawn from, and the function that draws it.
-PAPER_TABLES: dict[str, tuple[tuple[str, ...], Callable[..., pd.DataFrame]]] = {
-    "table2": (("table2", "cvfl_host_lr"), table2), "table3": (("table3",), table3),
-    "table4": (("table4", "table4_standard"), table4)}
-
-
-#: The paper profile's figures the quick notebook draws as far as recorded: the run groups each
-#: is drawn from, and the function that draws it.
-PAPER_FIGURES: dict[str, tuple[tuple[str, ...], Callable[..., tuple[plt.Figure, pd.DataFrame]]]] = {
-    "3": (("table2",), fig3), "4": (("table4", "table4_standard"), fig4), "5": (("fig5",), fig5)}
-
-
-def paper_figure(number: str) -> tuple[plt.Figure | None, pd.DataFrame]:
-    """Fig. ``number`` (3, 4 or 5) of the paper profile as far as it is recorded (nothing is
-    trained), with the data it plots; ``(None, empty frame)`` while none of its runs is recorded
-    (``report.save_recorded_figure`` then says so)."""
-    if number not in PAPER_FIGURES:
-        raise ConfigError(f"paper_figure: unknown figure {number!r}; choose one of {', '.join(PAPER_FIGURES)}")
-    names, draw = PAPER_FIGURES[number]
-    groups, recs = recorded_groups("paper", names)
-    return draw(groups, recs) if recs else (None, pd.DataFrame())
-
-
-def paper_so_far(artefact: str = "table2") -> tuple[pd.DataFrame, pd.DataFrame, list[dict[str, Any]]]:
-    """The paper profile's ``artefact`` (``table2``, ``table3`` or ``table4``) as far as it is
-    recorded (nothing is trained).
-
-    Returns the table of the recorded cells beside the paper's (``n_runs`` says over how many
-    seeds each is), the pending runs with their estimated cost (H100 minutes for the CIFAR-10
-    ResNets, :func:`vflkit.costs.h100_minutes`: FLOPs over the rate one H100 measured; CPU runs
-    as "CPU"), and the records found.
-    """
-    if artefact not in PAPER_TABLES:
-        raise ConfigError(f"paper_so_far: unknown artefact {artefact!r}; choose one of {', '.join(PAPER_TABLES)}")
-    groups = configs("paper")
-    names, build = PAPER_TABLES[artefact]
-    runs = unique({g: groups[g] for g in names})
-    found = store.load_available(runs, profile="paper")
-    have = {r["key"] for r in found}
-    done = with_records({g: groups[g] for g in names}, found)
-    table = build(done, found, "paper") if any(done.values()) else pd.DataFrame()
-    pending = []
-    for c in runs:
-        if c.key in have:
-            continue
-        gpu = needs_gpu(c)
-        minutes = costs.h100_minutes(c, STUDY.family) if gpu else None
-        pending.append({"dataset": DATASET_NAMES[c.dataset], "method": c.method, "models": "/".join(c.models),
-                        "seed": c.seed, "needs": "GPU" if gpu else "CPU",
-                        "estimated_h100_min": None if minutes is None else round(minutes, 1)})
-    return table, pd.DataFrame(pending), found
-
 
 # --------------------------------------------------------------------------- the study's declaration
 
@@ -1285,17 +1179,34 @@ def beyond(evidence: base.Evidence) -> list[tuple[str, str]]:
     return out
 
 
+def _view(columns: str = "model", index: tuple[str, ...] = ("dataset", "method")) -> Callable[[pd.DataFrame], pd.DataFrame]:
+    """A table shown as ours beside the paper's, one column per ``columns``."""
+    return lambda t: side_by_side(t, index=list(index), columns=columns)
+
+
+def _figure(draw: Callable[..., tuple[plt.Figure, pd.DataFrame]]) -> Callable[..., tuple[plt.Figure, pd.DataFrame]]:
+    """A figure drawn from (groups, records), whatever the profile."""
+    return lambda groups, records, profile: draw(groups, records)
+
+
+def describe(run: RunConfig) -> dict[str, Any]:
+    """A pending run as the notebook lists it."""
+    return {"dataset": DATASET_NAMES[run.dataset], "method": run.method, "models": "/".join(run.models),
+            "seed": run.seed}
+
+
 STUDY = register(Study(
     name="vfedmh", title="VFedMH", family="split", configs=configs, order=1, reference_csv="vfedmh.csv",
     cites="wang2023vfedmh",
     artefacts=(
-        Artefact("Table II", base.groups("table2"), ("table2.*",)),
-        Artefact("Table III", base.groups("table3"), ("table3.*",)),
-        Artefact("Table IV", base.groups("table4", "table4_standard"), ("table4.*",)),
-        Artefact("Fig. 3", base.groups("table2"), ("fig3.*",)),
-        Artefact("Fig. 4", base.groups("table4", "table4_standard"), ("fig4.*",)),
-        Artefact("Fig. 5", base.groups("fig5"), ("fig5.*",)),
+        Artefact("Table II", base.groups("table2"), ("table2.*",), table2, _view()),
+        Artefact("Table III", base.groups("table3"), ("table3.*",), table3, _view()),
+        Artefact("Table IV", base.groups("table4", "table4_standard"), ("table4.*",), table4,
+                 _view(index=("dataset", "setting"))),
+        Artefact("Fig. 3", base.groups("table2"), ("fig3.*",), _figure(fig3)),
+        Artefact("Fig. 4", base.groups("table4", "table4_standard"), ("fig4.*",), _figure(fig4)),
+        Artefact("Fig. 5", base.groups("fig5"), ("fig5.*",), _figure(fig5)),
     ),
     claims=CLAIMS, variant_claims=VARIANT_CLAIMS, needs_gpu=needs_gpu, run_priority=run_priority,
-    beyond=beyond,
+    beyond=beyond, describe=describe,
 ))
