@@ -3,8 +3,10 @@ the tests read from it (:data:`vflkit.studies.REGISTRY`).
 
 A study module builds one :class:`Study` at its end and registers it
 (``STUDY = register(Study(...))``); ``python -m vflkit.study`` schedules its runs and
-``python -m vflkit.reproduction`` writes its section from that declaration alone, so a new paper
-is one new module under ``vflkit/studies/``. This module imports nothing heavy (no torch, no
+``python -m vflkit.reproduction`` writes its section from that declaration alone; its notebook
+trains with :meth:`Study.run` and draws every artefact with :func:`vflkit.report.draw` (each
+:class:`Artefact` knows how it is drawn from records), so a new paper is one new module under
+``vflkit/studies/`` and a thin notebook. This module imports nothing heavy (no torch, no
 pandas): ``python -m vflkit.study --help`` reads the family table without loading a trainer.
 """
 

@@ -118,7 +118,7 @@ PROFILE_SETTINGS: dict[str, dict[str, Any]] = {
     # Table IV on Criteo only and Table VI with C = 2, 6, 10 (Criteo), on Criteo's 5 seeds: with
     # 3, a paired difference needs 4.3 standard errors to leave the claims' noise band, and
     # Criteo's 400 test rows make its AUC noisy. Fig. 6 (FMNIST) on 3 seeds. Criteo runs are
-    # cheap (a few seconds each), so the 48 runs of seeds 3-4 add only minutes.
+    # cheap, so seeds 3-4 add little.
     "quick": {"datasets": ("fashion_mnist", "criteo"), "n_train": 6000, "n_test": 1000,
               "criteo_n_train": None, "epochs": 5, "cvfl_epochs": 1, "criteo_epochs": 3,
               "seeds": (0, 1, 2), "criteo_seeds": (0, 1, 2, 3, 4), "cvfl_seeds": None,
@@ -882,10 +882,16 @@ def _times_cells(records: claims.Records) -> set[str]:
             for c in _table5_runs(groups, settings(records.profile)["table5_datasets"])}
 
 
-def _fig4_check(records: claims.Records) -> claims.Verdict:
-    t = _times(records)
-    if t.empty:
-        return claims.not_testable("no records")
+def _times_check(check: Callable[[pd.DataFrame, claims.Records], claims.Verdict]) -> Callable[..., claims.Verdict]:
+    """A Figs. 4-5 clause judged on :func:`_times` of the records (not testable without them)."""
+    def judged(records: claims.Records) -> claims.Verdict:
+        t = _times(records)
+        return claims.not_testable("no records") if t.empty else check(t, records)
+    return judged
+
+
+@_times_check
+def _fig4_check(t: pd.DataFrame, records: claims.Records) -> claims.Verdict:
     t = t[t["figure"] == "4"]
     lo, hi = min(FIG4_BANDWIDTHS), max(FIG4_BANDWIDTHS)
     t = t[t["bandwidth_mbps"].isin([lo, hi])].assign(bw=lambda d: np.where(d["bandwidth_mbps"] == lo, "low", "high"))
@@ -894,10 +900,8 @@ def _fig4_check(records: claims.Records) -> claims.Verdict:
                            expected=_times_cells(records))
 
 
-def _fig5_check(records: claims.Records) -> claims.Verdict:
-    t = _times(records)
-    if t.empty:
-        return claims.not_testable("no records")
+@_times_check
+def _fig5_check(t: pd.DataFrame, records: claims.Records) -> claims.Verdict:
     t = t[t["figure"] == "5"]
     return claims.ordering(claims.paired(t, by="latency", a="high", b="low", value="seconds",
                                          cell=["dataset", "method"]),
@@ -905,10 +909,8 @@ def _fig5_check(records: claims.Records) -> claims.Verdict:
                            expected=_times_cells(records))
 
 
-def _fig5_agg_check(records: claims.Records) -> claims.Verdict:
-    t = _times(records)
-    if t.empty:
-        return claims.not_testable("no records")
+@_times_check
+def _fig5_agg_check(t: pd.DataFrame, records: claims.Records) -> claims.Verdict:
     t = t[t["figure"] == "5"].pivot_table(index=["dataset", "method", "seed"], columns="latency", values="seconds")
     growth = (t["high"] - t["low"]).rename("growth").reset_index()
     runs = _table5_runs(_inputs(records)[0], settings(records.profile)["table5_datasets"])

@@ -47,10 +47,9 @@ PAPER_ROUNDS = 500
 #: because the server optimizers' behaviour (bias correction, Demon's schedule) unfolds over rounds;
 #: 256 samples rather than 128 give a non-IID owner's two labels about 128 images each. Test
 #: accuracy is taken every ``QUICK_EVAL_EVERY`` rounds on ``QUICK_TEST`` test images (evaluation
-#: does not change training; 20 points a curve). Cost: a run is 100 x 20 split steps (`python -m
-#: vflkit.bench --multi-vfl` times one), a few CPU-minutes, so the 42 runs fit in about an hour on 2
-#: workers; at the paper's 79 batches a round not even one round of a run would fit in that. The
-#: 500-round clauses stay with the paper profile (a GPU).
+#: does not change training; 20 points a curve). A run is 100 x 20 split steps, sized for a 2-core
+#: CPU (the paper's 79 batches a round are not); the 500-round clauses stay with the paper
+#: profile (a GPU).
 QUICK_SAMPLES = 256
 QUICK_ROUNDS = 100
 QUICK_EVAL_EVERY = 5
@@ -121,8 +120,8 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
 
 
 def needs_gpu(config: MultiVFLConfig) -> bool:
-    """The paper's 500 rounds: at :data:`ROUND_CPU_SECONDS` ``["paper"]`` a run is about 18 hours
-    of one core, so a GPU's work; fewer rounds run on a CPU."""
+    """The paper's 500 rounds (at :data:`ROUND_CPU_SECONDS` ``["paper"]``, hours of one core): a
+    GPU's work; fewer rounds run on a CPU."""
     return config.rounds >= PAPER_ROUNDS
 
 
