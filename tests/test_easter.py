@@ -304,8 +304,11 @@ def test_paper_profile_without_records_lists_every_run_pending(tmp_path, monkeyp
     monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path))  # outside any checkout: no committed record
     groups, recs = easter.STUDY.recorded("paper")
     assert recs == [] and not any(groups.values())
-    assert all(report.draw(easter.STUDY, a.label, "paper", root=tmp_path, display=False) is None
-               for a in easter.STUDY.artefacts)
+    for a in easter.STUDY.artefacts:
+        drawn = report.draw(easter.STUDY, a.label, "paper", root=tmp_path, display=False)
+        parts = drawn.values() if isinstance(drawn, dict) else [drawn]
+        assert all(len(p) == 0 if not isinstance(p, tuple) else p[0] is None and p[1].empty for p in parts)
+    assert not any(tmp_path.rglob("*.csv"))
     todo = easter.STUDY.pending("paper")
     assert len(todo) == len(easter.unique(easter.configs("paper")))
     gpu = todo[todo["needs"] == "GPU"]

@@ -141,14 +141,14 @@ def test_pending_summary_counts_runs_and_minutes_or_keeps_its_columns():
 def test_draw_writes_an_artefact_from_its_records_or_says_none_is_recorded(tmp_path):
     """``report.draw`` draws an artefact from the records given, writes its files and returns the
     drawing (a figure closed when not shown); with none of its runs recorded it writes nothing and
-    returns None; an artefact the study lacks is an error naming those it has."""
+    returns an empty drawing (no figure); an artefact the study lacks is an error naming those it has."""
     from vflkit.studies import demo
 
     _, recs = demo.STUDY.recorded("quick")
     fig, data = report.draw(demo.STUDY, "Fig. 1", "quick", records=recs, root=tmp_path, display=False)
     assert len(data) and {p.name for p in (tmp_path / "demo" / "quick").iterdir()} == {"fig1.png", "fig1.csv"}
     assert not plt.fignum_exists(fig.number)
-    assert report.draw(demo.STUDY, "Fig. 1", "quick", records=[], root=tmp_path / "none", display=False) is None
+    assert report.draw(demo.STUDY, "Fig. 1", "quick", records=[], root=tmp_path / "none", display=False)[0] is None
     assert not (tmp_path / "none").exists()
     with pytest.raises(KeyError, match="no artefact 'Table 9'; it has Fig. 1"):
         report.draw(demo.STUDY, "Table 9", "quick", display=False)

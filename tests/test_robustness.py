@@ -673,7 +673,7 @@ def test_paper_profile_with_no_paper_record(tmp_path, monkeypatch, outside_check
     assert project_root() == tmp_path
     _, found = vfedmh.STUDY.recorded("paper")
     assert found == [] and len(vfedmh.STUDY.pending("paper", label="Table II"))
-    assert report.draw(vfedmh.STUDY, "Table II", "paper", root=tmp_path, display=False) is None
+    assert report.draw(vfedmh.STUDY, "Table II", "paper", root=tmp_path, display=False).empty
     assert report.provenance(found).empty
 
 

@@ -301,6 +301,11 @@ def test_fig3_of_the_paper_profile_shows_a_baseline_only_with_its_three_runs():
         report.draw(vfedmh.STUDY, "Fig. 7", "paper", display=False)
 
 
+def _is_empty(drawn):
+    """A drawing of nothing: an empty table, or no figure and no data."""
+    return drawn.empty if isinstance(drawn, pd.DataFrame) else drawn[0] is None and drawn[1].empty
+
+
 def test_each_artefact_without_records_is_pending_and_draws_nothing(tmp_path, monkeypatch, outside_checkout):
     """Without records every run of an artefact is pending (Table IV's standard-rate rows
     included), nothing is drawn and no file is written."""
@@ -309,7 +314,7 @@ def test_each_artefact_without_records_is_pending_and_draws_nothing(tmp_path, mo
     for art in vfedmh.STUDY.artefacts:
         todo = vfedmh.STUDY.pending("paper", label=art.label)
         assert len(todo) == len(art.runs(groups, "paper")) and set(todo["needs"]) <= {"GPU", "CPU"}
-        assert report.draw(vfedmh.STUDY, art.label, "paper", root=tmp_path / "figures", display=False) is None
+        assert _is_empty(report.draw(vfedmh.STUDY, art.label, "paper", root=tmp_path / "figures", display=False))
     assert not any((tmp_path / "figures").rglob("*.*"))
 
 

@@ -295,21 +295,22 @@ def draw(study: Study, label: str, profile: str, *, records: Sequence[dict] | No
     ``figures/<paper>/<profile>/`` and, with ``display``, shown in the notebook (a table as its
     artefact's ``view``, a figure with where it was saved). ``also`` (e.g. ``"paper"``) draws that
     profile's first, as far as recorded. A drawing none of whose runs is recorded writes nothing
-    (a committed file stays) and shows a note saying so. Returns ``profile``'s drawing (None
-    while nothing is recorded)."""
+    (a committed file stays) and shows a note saying so. Returns ``profile``'s drawing; while
+    nothing is recorded an empty one of the same shape (a table with :data:`TABLE_COLUMNS` and
+    no row, a figure as ``(None, empty frame)``, several files as a dict of those)."""
     art = study.artefact(label)
     if art.draw is None:
         raise ConfigError(f"{study.title}'s {label} declares no drawing")
     if also is not None and also != profile:
         draw(study, label, also, root=root, display=display)
     groups, recs = study.recorded(profile, seeds=seeds, overrides=overrides, records=records)
-    drawn = art.draw(groups, recs, profile) if art.runs(groups, profile) else None
+    drawn = art.draw(groups, recs, profile) if art.runs(groups, profile) else _nothing(art)
     parts = drawn if isinstance(drawn, dict) else {art.stem: drawn}
-    shown: list[Any] = []
+    shown: list[Any] = [] if parts else [Note(f"No {profile}-profile run of {label} recorded yet.")]
     for stem, part in parts.items():
         if len(parts) > 1:
             shown.append(Note(f"*{stem}*"))
-        if part is None or (isinstance(part, pd.DataFrame) and part.empty) or (isinstance(part, tuple) and part[1].empty):
+        if (isinstance(part, pd.DataFrame) and part.empty) or (isinstance(part, tuple) and part[1].empty):
             shown.append(Note(f"No {profile}-profile run of {label} recorded yet."))
             if isinstance(part, tuple) and part[0] is not None:
                 plt.close(part[0])
@@ -327,3 +328,13 @@ def draw(study: Study, label: str, profile: str, *, records: Sequence[dict] | No
 
         show_now(Markdown(f"**{label}, {profile} profile**"), *shown)
     return drawn
+
+
+def _nothing(art: Any) -> Any:
+    """What :func:`draw` returns for ``art`` while none of its runs is recorded."""
+    def empty(stem: str) -> Any:
+        return (None, pd.DataFrame()) if stem.startswith("fig") else pd.DataFrame(columns=list(TABLE_COLUMNS))
+    stems = [f.split(".")[0] for f in art.files if "*" not in f.split(".")[0]]
+    if len(art.files) > 1 and len(stems) == len(art.files) and all(f.endswith(".csv") for f in art.files):
+        return {stem: empty(stem) for stem in stems}  # several tables, named
+    return {} if "*" in art.files[0].split(".")[0] else empty(art.stem)

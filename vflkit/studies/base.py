@@ -255,12 +255,19 @@ class Study:
             results: Any = None, progress: bool = True, recompute_before: str | None = None) -> list[dict[str, Any]]:
         """Train (or load) every run of the profile once and return their records: the family's
         ``run_many`` under its divergence policy. On a CPU the runs :attr:`needs_gpu` names are not
-        trained; their records are used where they exist."""
+        trained; their records are used where they exist (a profile that is all GPU runs, e.g. a
+        paper profile, trains nothing there and returns the records made elsewhere)."""
         import importlib
+
+        from .. import records as store
+        from ..config import check_device_name, resolve_device
 
         family = FAMILIES[self.family]
         trainer = importlib.import_module(family.trainer)
         runs = every_run()(self.groups(profile, seeds=seeds, overrides=overrides), profile)
+        check_device_name(device)
+        if resolve_device(device).type != "cuda" and all(self.needs_gpu(r) for r in runs):
+            return store.load_available(runs, profile=profile)
         return trainer.run_many(runs, profile=profile, device=device, results=results, progress=progress,
                                 on_divergence=family.on_divergence, recompute_before=recompute_before,
                                 needs_gpu=self.needs_gpu)
