@@ -23,83 +23,20 @@ matplotlib.use("Agg")
 
 
 def regenerate(out: Path) -> None:
-    """Write the tables and figure data of the committed records under ``out/<paper>/<profile>/``."""
+    """Write the tables and figure data of the committed quick records under ``out/<paper>/<profile>/``:
+    every artefact of every study (the paper's and the study's own extras) as its notebook draws
+    it (:func:`vflkit.report.draw`), and VFedMH's blinding demonstration."""
     import matplotlib.pyplot as plt
 
-    from vflkit import report
-    from vflkit.studies import adptvfedconv, apc_vfl, demo, easter, multi_vfl, vfedmh
-    from vflkit.records import load_recorded
+    from vflkit import report, studies
+    from vflkit.studies import vfedmh
 
-    def fig(result, paper, profile, number):
-        figure, data = result
-        report.save_figure(figure, data, paper, profile, number, root=out)
-        plt.close(figure)
-
-    # VFedMH, quick
-    groups, recs = vfedmh.recorded("quick")
-    for n, fn in (("2", vfedmh.table2), ("3", vfedmh.table3), ("4", vfedmh.table4)):
-        report.write_table(fn(groups, recs, "quick"), "vfedmh", "quick", n, root=out)
-    for n, fn in (("3", vfedmh.fig3), ("4", vfedmh.fig4), ("5", vfedmh.fig5)):
-        fig(fn(groups, recs), "vfedmh", "quick", n)
-    fig(vfedmh.blinding_figure(vfedmh.blinding_demo()), "vfedmh", "quick", "blinding")
-
-    # Multi-VFL, quick
-    recs = multi_vfl.recorded("quick")
-    summary = multi_vfl.summary(recs)
-    report.write_table(multi_vfl.long_table(summary, "quick"), "multi_vfl", "quick", name="final_accuracy", root=out)
-    report.write_table(multi_vfl.long_traffic(multi_vfl.bytes_per_round(recs), "quick"), "multi_vfl", "quick",
-                       name="traffic", root=out)
-    fig(multi_vfl.figure2(recs), "multi_vfl", "quick", "2")
-    fig(multi_vfl.figure3(recs), "multi_vfl", "quick", "3")
-
-    # EASTER, quick (as notebooks/easter.ipynb draws them)
-    groups, recs = easter.recorded("quick")
-    s = easter.settings("quick")
-    report.write_table(easter.table2(groups, recs, "quick"), "easter", "quick", "2", root=out)
-    report.write_table(easter.table4(groups, recs, "quick"), "easter", "quick", "4", root=out)
-    report.write_table(easter.table5(groups, recs, "quick", s["table5_datasets"]), "easter", "quick", "5", root=out)
-    times = easter.comm_times(groups, recs, s["table5_datasets"])
-    fig(easter.fig4(times), "easter", "quick", "4")
-    fig(easter.fig5(times), "easter", "quick", "5")
-    report.write_table(easter.table6(groups, recs, "quick"), "easter", "quick", "6", root=out)
-    t7 = easter.table7(groups, recs, "quick")
-    for topology in ("parallel", "shared_uplink"):
-        report.write_table(t7[t7["topology"] == topology], "easter", "quick", name=f"table7_{topology}", root=out)
-    fig(easter.fig6(groups, recs), "easter", "quick", "6")
-
-    # AdptVFedConv, quick (as notebooks/adptvfedconv.ipynb draws them)
-    recs = adptvfedconv.recorded("quick")
-    t2 = adptvfedconv.table2(recs, profile="quick")
-    report.write_table(t2, "adptvfedconv", "quick", "2", root=out)
-    curve = adptvfedconv.curves(recs)
-    report.save_figure(adptvfedconv.plot_fig3(curve, t2), curve, "adptvfedconv", "quick", "3", root=out)
-    t3 = adptvfedconv.table3(recs, profile="quick")
-    report.write_table(t3, "adptvfedconv", "quick", "3", root=out)
-    report.save_figure(adptvfedconv.plot_fig4(t3), t3, "adptvfedconv", "quick", "4", root=out)
-    report.write_table(adptvfedconv.extensions(recs, profile="quick"), "adptvfedconv", "quick", name="extensions",
-                       root=out)
-    plt.close("all")
-
-    # Demo, quick
-    recs = load_recorded(demo.configs("quick"), profile="quick")
-    fig(demo.figure(recs), "demo", "quick", "1")
-
-    # APC-VFL, quick
-    profile = "quick"
-    recs, lr_recs = apc_vfl.split_lr(apc_vfl.recorded(profile))
-    if lr_recs:  # the lr-0.01 sensitivity runs: their Table 2 only
-        report.write_table(apc_vfl.table2(lr_recs, profile=profile), "apc_vfl", profile, name="table2_lr0.01",
-                           root=out)
-    f5 = apc_vfl.fig5_frame(recs)
-    report.save_figure(apc_vfl.plot_fig5(f5), apc_vfl.fig5_long(f5, profile=profile), "apc_vfl", profile, "5",
-                       root=out)
-    f6 = apc_vfl.fig6_frame(recs)
-    report.save_figure(apc_vfl.plot_fig6(f6), f6, "apc_vfl", profile, "6", root=out)
-    detail = apc_vfl.detail_frame(recs)
-    for ds in dict.fromkeys(detail["dataset"]):
-        report.save_figure(apc_vfl.plot_detail(detail, ds), detail[detail["dataset"] == ds], "apc_vfl",
-                           profile, f"7_{ds}", root=out)
-    report.write_table(apc_vfl.table2(recs, profile=profile), "apc_vfl", profile, "2", root=out)
+    for study in studies.studies():
+        _, records = study.recorded("quick")
+        for art in (*study.artefacts, *study.extras):
+            report.draw(study, art.label, "quick", records=records, root=out, display=False)
+    fig, data = vfedmh.blinding_figure(vfedmh.blinding_demo())
+    report.save_figure(fig, data, "vfedmh", "quick", "blinding", root=out)
     plt.close("all")
 
 

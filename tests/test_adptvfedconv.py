@@ -403,16 +403,17 @@ def test_communication_words_compare_with_raw_tiles_and_fl():
 
 
 def test_pending_lists_the_paper_runs_not_recorded_and_nothing_for_quick():
-    """``pending`` (the notebook's second call beside ``run``) lists each unrecorded paper run
-    with its H100 estimate, trains nothing, and is empty for a profile that trains everything."""
+    """``STUDY.pending`` lists each unrecorded paper run with its H100 estimate (a shared
+    pre-training counted once), trains nothing, and is empty for a profile whose runs are recorded."""
+    from vflkit import records
     from vflkit.studies import adptvfedconv as study
 
-    todo = study.pending("paper")
+    todo = study.STUDY.pending("paper")
     runs = study.all_runs(study.configs("paper"))
-    recorded = {r["key"] for r in study.store.load_available(runs, profile="paper")}
+    recorded = {r["key"] for r in records.load_available(runs, profile="paper")}
     assert len(todo) == len([r for r in runs if r.key not in recorded]) > 0
-    assert (todo["estimated_h100_min"] > 0).all()
-    assert study.pending("quick").empty
+    assert (todo["h100_min"] > 0).all() and set(todo["needs"]) == {"GPU"}
+    assert study.STUDY.pending("quick").empty
 
 
 def test_communication_claim_says_what_the_ledger_shows_not_a_fixed_sentence(monkeypatch):

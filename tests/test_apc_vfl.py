@@ -414,12 +414,17 @@ def test_table2_claims_with_one_method_recorded_are_not_testable():
     assert mb.status == claims.NOT_TESTABLE and "nan" not in mb.evidence
 
 
-def test_pending_keeps_the_learning_rate(monkeypatch):
-    """The pending table rounds the CPU hours, not the lr: the paper's 1e-3 must not print as 0.0."""
-    monkeypatch.setattr(study.store, "load_available", lambda runs, profile: [])
-    table = study.pending("paper", datasets=("breast_cancer",))
-    assert len(table) and (table["lr"] > 0).all()
-    assert set(table["lr"]) >= {1e-3}
+def test_pending_runs_keep_their_learning_rate_and_an_upper_cpu_price(monkeypatch):
+    """A pending run is listed with its lr (the paper's 1e-3 and the sensitivity's 0.01, never
+    rounded away) and an upper bound of its CPU hours from the quick profile's recorded times."""
+    from vflkit import records
+
+    real = records.load_available
+    monkeypatch.setattr(records, "load_available",
+                        lambda runs, profile: [] if profile == "paper" else real(runs, profile=profile))
+    table = study.STUDY.pending("paper")
+    assert len(table) and (table["lr"] > 0).all() and set(table["lr"]) >= {1e-3, study.SENSITIVITY_LR}
+    assert set(table["needs"]) == {"CPU"} and table["cpu_h"].notna().any() and (table["cpu_h"].dropna() > 0).all()
 
 
 def test_fig5_helpers_of_no_record_are_empty_with_their_columns():

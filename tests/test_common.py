@@ -23,25 +23,29 @@ def _flat(groups):
 
 @pytest.mark.parametrize("paper", sorted(STUDY_FAMILY))
 def test_study_contract(paper):
-    """configs(profile, seeds=, overrides=) gives runs of its family's class, one key per distinct
-    config, each rebuilt from its dict with the same key; needs_gpu is a bool and run_priority
-    orders every run; run(profile, device=, seeds=, overrides=) exists; an unknown override and
-    an unknown profile are ConfigErrors."""
+    """The study's STUDY: its runs (``configs(profile, seeds=, overrides=)``) are of its family's
+    class, one key per distinct config, each rebuilt from its dict with the same key; needs_gpu
+    is a bool and run_priority orders every run; ``STUDY.run(profile, device=, seeds=,
+    overrides=)`` trains them; every artefact names its runs, its files and how it is drawn; an
+    unknown override and an unknown profile are ConfigErrors."""
     import inspect
 
-    study = importlib.import_module(f"vflkit.studies.{paper}")
-    cls = RUN_CLASSES[STUDY_FAMILY[paper]]
-    runs = _flat(study.configs("smoke"))
+    study = studies.get(paper)
+    cls = RUN_CLASSES[study.family]
+    runs = study.runs("smoke")
     assert runs and all(isinstance(r, cls) for r in runs)
     by_key = {}
     for r in runs:
         assert by_key.setdefault(r.key, r) == r, f"{paper}: two different configs share key {r.key}"
         again = cls.from_dict(json.loads(json.dumps(r.to_dict())))
         assert again.key == r.key and again == r
-    assert all(isinstance(getattr(study, "needs_gpu", lambda r: False)(r), bool) for r in runs)
-    if hasattr(study, "run_priority"):
-        sorted(runs, key=lambda r: study.run_priority(r, 0))  # comparable for every run
+    assert all(isinstance(study.needs_gpu(r), bool) for r in runs)
+    sorted(runs, key=lambda r: study.run_priority(r, 0))  # comparable for every run
     assert {"profile", "device", "seeds", "overrides"} <= set(inspect.signature(study.run).parameters)
+    for art in (*study.artefacts, *study.extras):
+        assert callable(art.draw) and art.files and art.stem, f"{paper}: {art.label} declares no drawing"
+        assert {r.key for r in art.runs(study.groups("smoke"), "smoke")} <= set(by_key)
+        assert study.artefact(art.label) is art
     with pytest.raises(ConfigError, match="unknown overrides"):
         study.configs("smoke", overrides={"no_such_setting": 1})
     with pytest.raises(ConfigError):

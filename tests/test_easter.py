@@ -271,8 +271,8 @@ def test_study_tables_from_the_committed_quick_records():
     import matplotlib.pyplot as plt
     from vflkit.studies import easter
 
-    groups, recs = easter.recorded("quick")
-    assert len(recs) == len(easter.unique(groups)), "every quick record must be committed (make study)"
+    groups, recs = easter.STUDY.recorded("quick")
+    assert len(recs) == len(easter.unique(easter.configs("quick"))), "every quick record must be committed (make study)"
     t2 = easter.table2(groups, recs, "quick")
     fm = t2[(t2["dataset"] == "FMNIST") & (t2["method"] == "EASTER")]
     assert set(fm["model"]) == {"party1", "party2", "party3", "avg"} and fm["paper_value"].notna().all()
@@ -295,18 +295,24 @@ def test_study_tables_from_the_committed_quick_records():
     assert set(data["embedding_dim"]) == set(easter.settings("quick")["embedding_dims"])
 
 
-def test_paper_so_far_without_records_lists_every_run_pending(tmp_path, monkeypatch, outside_checkout):
-    """With no paper-profile record the tables are empty and every run is pending; only the
-    CIFAR-10 (ResNet) runs need a GPU, each with its estimated H100 minutes."""
+def test_paper_profile_without_records_lists_every_run_pending(tmp_path, monkeypatch, outside_checkout):
+    """With no paper-profile record nothing is drawn and every run is pending; only the CIFAR-10
+    (ResNet) runs need a GPU, each with its estimated H100 minutes."""
+    from vflkit import report
     from vflkit.studies import easter
 
     monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path))  # outside any checkout: no committed record
-    tables, todo, recs = easter.paper_so_far()
-    assert recs == [] and all(t.empty for t in tables.values())
-    assert set(tables) == set(easter.PAPER_TABLE_NUMBERS)  # every table the notebook writes has a file name
+    groups, recs = easter.STUDY.recorded("paper")
+    assert recs == [] and not any(groups.values())
+    for a in easter.STUDY.artefacts:
+        drawn = report.draw(easter.STUDY, a.label, "paper", root=tmp_path, display=False)
+        parts = drawn.values() if isinstance(drawn, dict) else [drawn]
+        assert all(len(p) == 0 if not isinstance(p, tuple) else p[0] is None and p[1].empty for p in parts)
+    assert not any(tmp_path.rglob("*.csv"))
+    todo = easter.STUDY.pending("paper")
     assert len(todo) == len(easter.unique(easter.configs("paper")))
     gpu = todo[todo["needs"] == "GPU"]
-    assert set(gpu["dataset"]) == {"CIFAR-10"} and gpu["estimated_h100_min"].notna().all()
+    assert set(gpu["dataset"]) == {"CIFAR-10"} and gpu["h100_min"].notna().all()
     assert set(todo[todo["needs"] == "CPU"]["dataset"]) == {"MNIST", "FMNIST", "CRITEO"}
 
 

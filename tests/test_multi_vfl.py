@@ -498,10 +498,12 @@ def test_explain_with_one_seed_prints_no_nan():
 
 def test_pending_lists_unrecorded_paper_runs_with_their_cost(monkeypatch):
     """Every paper run without a record is pending, at rounds x the measured seconds per round."""
-    monkeypatch.setattr(study.store, "load_available", lambda runs, profile: [])
-    table = study.pending("paper")
-    assert len(table) == 42
-    assert table["estimated_cpu_hours"].iloc[0] == pytest.approx(500 * study.ROUND_CPU_SECONDS["paper"] / 3600)
+    from vflkit import records
+
+    monkeypatch.setattr(records, "load_available", lambda runs, profile: [])
+    table = study.STUDY.pending("paper")
+    assert len(table) == 42 and set(table["rounds"]) == {500}
+    assert table["cpu_h"].iloc[0] == pytest.approx(500 * study.ROUND_CPU_SECONDS["paper"] / 3600)
 
 
 @pytest.mark.parametrize("gains, status", [
@@ -537,7 +539,7 @@ def test_a_diverged_run_is_counted_not_averaged_in_the_summary(tmp_path):
 
     from vflkit import report
 
-    recs = study.recorded("quick")
+    _, recs = study.STUDY.recorded("quick")
     clean = study.summary(recs)
     assert (clean["diverged"] == 0).all()
     path = report.write_table(study.long_table(clean, "quick"), "multi_vfl", "quick", name="final_accuracy",

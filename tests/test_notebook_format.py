@@ -8,6 +8,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from vflkit import studies
 from vflkit.study import normalize_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,8 +43,8 @@ def test_committed_notebook_shows_its_figures(path):
     calls first, draws inline in a kernel, and this catches a notebook committed without its figures."""
     nb = nbformat.read(path, as_version=4)
     code = [cell for cell in nb.cells if cell.cell_type == "code"]
-    if not any("save_figure(" in cell.source for cell in code):
-        pytest.fail(f"{path.name} saves no figure: every study draws at least one")
+    if not any("report.draw(" in cell.source or "save_figure(" in cell.source for cell in code):
+        pytest.fail(f"{path.name} draws no artefact: every study draws at least one figure")
     shown = sum("image/png" in out.get("data", {}) for cell in code for out in cell.get("outputs", []))
     assert shown > 0, (f"{path.name} was committed without its figures: does its first code "
                        f"cell call report.set_style()? Then re-execute it (`python -m vflkit.study "
@@ -103,15 +104,25 @@ def test_no_committed_progress_bar_at_zero(path):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_every_notebook_calls_its_study_one_way(path):
-    """Issue 41: one call shape in every notebook: ``<study>.run(profile, device=device,
-    seeds=seeds, overrides=overrides)`` returns the records, and no notebook reaches past it to
-    another entry point (``results``) that trains and lists pending runs in one call."""
+    """One call shape in every notebook: ``<study>.STUDY.run(profile, device=device, seeds=seeds,
+    overrides=overrides)`` returns the records; every table and figure of the paper's is drawn by
+    ``report.draw(<study>.STUDY, label, profile, ...)`` (which writes its files), never written by
+    hand; pending runs come from ``STUDY.pending``. No notebook reaches past these to a per-study
+    twin (``results``, ``paper_so_far``, ``recorded``, ``pending``)."""
     import re
 
     code = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code")
-    calls = re.findall(r"records = (\w+)\.run\(profile, device=device, seeds=seeds, overrides=overrides\)", code)
-    assert len(calls) == 1, f"{path.name}: expected one `records = <study>.run(profile, device=device, seeds=seeds, overrides=overrides)`"
-    assert ".results(" not in code, f"{path.name} calls a study's results(); use run() and pending()"
+    calls = re.findall(r"records = (\w+)\.STUDY\.run\(profile, device=device, seeds=seeds, overrides=overrides\)", code)
+    assert len(calls) == 1, (f"{path.name}: expected one "
+                             "`records = <study>.STUDY.run(profile, device=device, seeds=seeds, overrides=overrides)`")
+    drawn = set(re.findall(r"report\.draw\(\w+\.STUDY, \"([^\"]+)\"", code))
+    for group in re.findall(r"for (?:label|extra) in \(([^)]*)\)", code):  # a loop over labels
+        drawn |= set(re.findall(r'"([^"]+)"', group))
+    study = studies.get(path.stem)
+    assert {a.label for a in study.artefacts} <= drawn, f"{path.name} draws {sorted(drawn)}"
+    assert "write_table(" not in code, f"{path.name} writes a table by hand; report.draw writes an artefact's files"
+    for twin in (".results(", "paper_so_far(", "paper_figure", ".recorded(\"", "pending(groups"):
+        assert twin not in code.replace("STUDY.recorded(", ""), f"{path.name} calls a per-study twin {twin}"
 
 
 def test_normalize_merges_a_stream_split_by_flushing(tmp_path):

@@ -247,10 +247,10 @@ def test_a_study_run_on_a_cpu_trains_no_run_its_study_says_needs_a_gpu(tmp_path,
 
 @pytest.mark.parametrize("study", [vfedmh, easter, multi_vfl])
 def test_each_studys_run_hands_the_run_loop_its_needs_gpu(study, monkeypatch):
-    """vfedmh, easter and multi_vfl name GPU runs; their in-notebook ``run`` passes that rule on."""
+    """vfedmh, easter and multi_vfl name GPU runs; their STUDY's ``run`` passes that rule on."""
     seen = {}
     monkeypatch.setattr(records, "run_many", lambda runs, **kw: seen.update(kw) or [])
-    study.run("smoke", device="cpu", progress=False)
+    study.STUDY.run("smoke", device="cpu", progress=False)
     assert seen["needs_gpu"] is study.needs_gpu
 
 

@@ -130,7 +130,7 @@ def test_pending_summary_counts_runs_and_minutes_or_keeps_its_columns():
     """Pending runs are counted with their H100 minutes per dataset and need; none gives an empty
     frame with the same columns and index names."""
     pending = pd.DataFrame({"dataset": ["CIFAR10", "CIFAR10", "MNIST"], "method": ["a", "b", "c"],
-                            "needs": ["GPU", "GPU", "CPU"], "estimated_h100_min": [10.0, 5.0, None]})
+                            "needs": ["GPU", "GPU", "CPU"], "h100_min": [10.0, 5.0, None]})
     out = report.pending_summary(pending)
     assert out.loc[("CIFAR10", "GPU"), "runs"] == 2 and out.loc[("CIFAR10", "GPU"), "h100_minutes"] == 15.0
     empty = report.pending_summary(pd.DataFrame())
@@ -138,16 +138,17 @@ def test_pending_summary_counts_runs_and_minutes_or_keeps_its_columns():
     assert list(empty.index.names) == ["dataset", "needs"]
 
 
-def test_save_recorded_figure_saves_or_says_nothing_is_recorded(tmp_path, monkeypatch):
-    """With data the figure and its CSV are written and the note names the PNG; with none (no
-    figure, or an empty frame) nothing is written and the note is the one given."""
-    monkeypatch.setenv("VFLKIT_FIGURES", str(tmp_path))
-    fig, ax = plt.subplots()
-    ax.plot([1, 2], [3, 4])
-    note = report.save_recorded_figure(fig, pd.DataFrame({"x": [1, 2]}), "demo", "smoke", "1", empty="none")
-    assert note == "saved $VFLKIT_FIGURES/demo/smoke/fig1.png" and (tmp_path / "demo" / "smoke" / "fig1.csv").exists()
-    fig2, _ = plt.subplots()
-    assert report.save_recorded_figure(fig2, pd.DataFrame(), "demo", "smoke", "2", empty="none yet") == "none yet"
-    assert report.save_recorded_figure(None, pd.DataFrame(), "demo", "smoke", "2", empty="none yet") == "none yet"
-    assert not (tmp_path / "demo" / "smoke" / "fig2.png").exists()
-    assert not plt.fignum_exists(fig2.number), "the unsaved figure is closed, not drawn inline"
+def test_draw_writes_an_artefact_from_its_records_or_says_none_is_recorded(tmp_path):
+    """``report.draw`` draws an artefact from the records given, writes its files and returns the
+    drawing (a figure closed when not shown); with none of its runs recorded it writes nothing and
+    returns an empty drawing (no figure); an artefact the study lacks is an error naming those it has."""
+    from vflkit.studies import demo
+
+    _, recs = demo.STUDY.recorded("quick")
+    fig, data = report.draw(demo.STUDY, "Fig. 1", "quick", records=recs, root=tmp_path, display=False)
+    assert len(data) and {p.name for p in (tmp_path / "demo" / "quick").iterdir()} == {"fig1.png", "fig1.csv"}
+    assert not plt.fignum_exists(fig.number)
+    assert report.draw(demo.STUDY, "Fig. 1", "quick", records=[], root=tmp_path / "none", display=False)[0] is None
+    assert not (tmp_path / "none").exists()
+    with pytest.raises(KeyError, match="no artefact 'Table 9'; it has Fig. 1"):
+        report.draw(demo.STUDY, "Table 9", "quick", display=False)

@@ -308,28 +308,28 @@ def test_make_study_ends_by_writing_the_report(monkeypatch: pytest.MonkeyPatch, 
 
 
 def _paper_tables_from_records() -> dict[tuple[str, str], pd.DataFrame]:
-    """What the quick notebooks write under figures/<paper>/paper/, from the committed records."""
-    from vflkit.studies import apc_vfl, easter, vfedmh
+    """What the quick notebooks write under figures/<paper>/paper/, from the committed records:
+    every artefact of VFedMH and EASTER, APC-VFL's Fig. 5 and Table 2, as each is drawn."""
+    import tempfile
 
     import matplotlib.pyplot as plt
 
-    out = {("vfedmh", f"{a}.csv"): vfedmh.paper_so_far(a)[0] for a in vfedmh.PAPER_TABLES}
-    for number in vfedmh.PAPER_FIGURES:  # the data each paper-profile figure plots
-        fig, data = vfedmh.paper_figure(number)
-        if fig is not None:
-            plt.close(fig)
-            out[("vfedmh", f"fig{number}.csv")] = data
-    for name, table in easter.paper_so_far()[0].items():
-        out[("easter", f"table{easter.PAPER_TABLE_NUMBERS[name]}.csv")] = table
-    for number, (fig, data) in easter.paper_figures().items():
-        plt.close(fig)
-        out[("easter", f"fig{number}.csv")] = data
-    recs, lr_recs = apc_vfl.split_lr(apc_vfl.recorded("paper"))
-    out[("apc_vfl", "table2.csv")] = apc_vfl.table2([r for r in recs if r["config"]["kind"] == "table2"], profile="paper")
-    out[("apc_vfl", "table2_lr0.01.csv")] = apc_vfl.table2(
-        [r for r in lr_recs if r["config"]["kind"] == "table2"], profile="paper")
-    out[("apc_vfl", "fig5.csv")] = apc_vfl.fig5_long(
-        apc_vfl.fig5_frame([r for r in recs if r["config"]["kind"] == "fig5"]), profile="paper")
+    from vflkit import studies
+
+    out = {}
+    with tempfile.TemporaryDirectory() as root:
+        for name, labels in (("vfedmh", None), ("easter", None), ("apc_vfl", ("Fig. 5", "Table 2"))):
+            st = studies.get(name)
+            _, recs = st.recorded("paper")
+            for label in labels or [a.label for a in st.artefacts]:
+                drawn = report.draw(st, label, "paper", records=recs, root=root, display=False)
+                parts = drawn if isinstance(drawn, dict) else {st.artefact(label).stem: drawn}
+                for stem, part in parts.items():
+                    if isinstance(part, tuple):
+                        plt.close(part[0])
+                        part = part[1]
+                    if part is not None:
+                        out[(name, f"{stem}.csv")] = part
     return {k: v for k, v in out.items() if len(v)}
 
 

@@ -657,11 +657,11 @@ def test_a_notebook_run_outside_the_checkout_reads_the_checkouts_records(tmp_pat
     monkeypatch.chdir(tmp_path)
     assert config.project_root() == root == config.package_checkout()
     assert config.figures_dir() == root / "figures"
-    _, _, found = vfedmh.paper_so_far("table2")
+    _, found = vfedmh.STUDY.recorded("paper")
     assert found, "the committed Table II paper records were not found from outside the checkout"
 
 
-def test_paper_so_far_with_no_paper_record(tmp_path, monkeypatch, outside_checkout):
+def test_paper_profile_with_no_paper_record(tmp_path, monkeypatch, outside_checkout):
     """With no checkout around (an installed wheel, run elsewhere) no paper record is found: the
     paper section shows empty tables, not a pandas KeyError from report.provenance([])."""
     from vflkit import report
@@ -671,8 +671,9 @@ def test_paper_so_far_with_no_paper_record(tmp_path, monkeypatch, outside_checko
                                                    "runs", "first_finished", "last_finished"]
     monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path / "results"))
     assert project_root() == tmp_path
-    table, pending, found = vfedmh.paper_so_far("table2")
-    assert found == [] and table.empty and len(pending)
+    _, found = vfedmh.STUDY.recorded("paper")
+    assert found == [] and len(vfedmh.STUDY.pending("paper", label="Table II"))
+    assert report.draw(vfedmh.STUDY, "Table II", "paper", root=tmp_path, display=False).empty
     assert report.provenance(found).empty
 
 
@@ -831,5 +832,5 @@ def test_a_bad_device_name_is_refused_even_when_every_run_is_recorded():
 
     for bad in ("tpu", "gpu"):
         with pytest.raises(ConfigError, match=f"Invalid device '{bad}'"):
-            demo.run("quick", device=bad)
-    assert len(demo.run("quick", device="cpu")) > 0  # the same call with a real device loads them
+            demo.STUDY.run("quick", device=bad)
+    assert len(demo.STUDY.run("quick", device="cpu")) > 0  # the same call with a real device loads them

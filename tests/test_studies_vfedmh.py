@@ -8,19 +8,19 @@ import pytest
 from vflkit.errors import ConfigError
 from vflkit.training.split import run
 from vflkit.methods import get_method
-from vflkit import claims
-from vflkit.studies import vfedmh
+from vflkit import claims, report
+from vflkit.studies import _split, vfedmh
 
 
 def test_assign_models_uses_every_architecture_and_is_seeded():
     """Every architecture of the set appears at least once; the same seed gives the same draw."""
-    draws = {vfedmh.assign_models(vfedmh.SMALL_MODELS, seed=s) for s in range(20)}
+    draws = {_split.assign_models(vfedmh.SMALL_MODELS, seed=s) for s in range(20)}
     for d in draws:
         assert len(d) == 4 and set(d) == set(vfedmh.SMALL_MODELS)
     assert len(draws) > 1
-    assert vfedmh.assign_models(vfedmh.RESNETS, seed=3) == vfedmh.assign_models(vfedmh.RESNETS, seed=3)
+    assert _split.assign_models(vfedmh.RESNETS, seed=3) == _split.assign_models(vfedmh.RESNETS, seed=3)
     with pytest.raises(ConfigError, match="do not fit"):
-        vfedmh.assign_models(("mlp", "cnn", "lenet"), n_parties=2, seed=0)
+        _split.assign_models(("mlp", "cnn", "lenet"), n_parties=2, seed=0)
 
 
 def test_smoke_configs_cover_every_table_and_share_runs():
@@ -151,7 +151,7 @@ def test_claims_judge_the_records_clause_by_clause(monkeypatch):
     """With records where VFedMH leads every baseline by seed-varying margins, Adam fails at lr 0.05
     and blinding changes nothing, each clause gets the verdict the numbers imply; clauses on the
     ResNets, which smoke does not run, are not testable."""
-    from vflkit import claims
+    from vflkit import claims, report
 
     groups = vfedmh.configs("smoke", seeds=(0, 1, 2))
     base = {"local": 30.0, "splitnn": 80.0, "c_vfl": 70.0, "agg_vfl": 85.0, "heter_aggvfl": 84.0,
@@ -223,7 +223,7 @@ def test_a_diverged_run_counts_its_protocol_rounds_not_its_early_stop(monkeypatc
 def test_a_diverged_run_has_no_convergence_epoch(monkeypatch):
     """A run stuck at chance "converges" at epoch 1 by the first-epoch-near-the-end rule; a run
     that diverged never converged, so it leaves its cell unpaired and the clause cannot agree."""
-    from vflkit import claims
+    from vflkit import claims, report
 
     groups = vfedmh.configs("smoke", seeds=(0, 1, 2))
     records = _fake_records(groups, lambda c, party, arch: 90.0)
@@ -248,7 +248,7 @@ def test_a_run_that_collapses_to_chance_has_no_convergence_epoch(monkeypatch):
     """A run that learns, then falls to chance and trains on there to the end (no NaN, so not
     stopped) "converges" at its first epoch at chance by the first-epoch-near-the-end rule; it
     never converged: no row, named among the runs left out, and listed with the epoch it fell."""
-    from vflkit import claims
+    from vflkit import claims, report
 
     groups = vfedmh.configs("smoke", seeds=(0, 1, 2))
     records = _fake_records(groups, lambda c, party, arch: 90.0)
@@ -281,8 +281,8 @@ def test_fig3_of_the_paper_profile_shows_a_baseline_only_with_its_three_runs():
     of its three runs, so a seed missing one of them is left out rather than shown cheaper."""
     import matplotlib.pyplot as plt
 
-    groups, recs = vfedmh.recorded_groups("paper", ["table2", "cvfl_host_lr"])
-    assert {r["key"] for r in recs} == {c.key for c in groups["table2"] + groups["cvfl_host_lr"]}
+    groups, recs = vfedmh.STUDY.recorded("paper")
+    assert {c.key for c in groups["table2"] + groups["cvfl_host_lr"]} <= {r["key"] for r in recs}
     # C_VFL's MNIST runs at the paper's rate (the sensitivity group) stand in for Table II's,
     # which are recorded over several sessions
     groups = {"table2": groups["table2"] + groups["cvfl_host_lr"]}
@@ -297,26 +297,25 @@ def test_fig3_of_the_paper_profile_shows_a_baseline_only_with_its_three_runs():
     fig, data = vfedmh.fig3(cut, [r for r in recs if r["key"] not in drop])
     plt.close(fig)
     assert not ((data["dataset"] == "MNIST") & (data["method"] == "C_VFL")).any()
-    with pytest.raises(ConfigError, match="unknown run groups"):
-        vfedmh.recorded_groups("paper", ["table9"])
-    with pytest.raises(ConfigError, match="unknown figure '7'"):
-        vfedmh.paper_figure("7")
+    with pytest.raises(KeyError, match="no artefact 'Fig. 7'"):
+        report.draw(vfedmh.STUDY, "Fig. 7", "paper", display=False)
 
 
-def test_paper_so_far_draws_each_table_from_its_own_runs(tmp_path, monkeypatch, outside_checkout):
-    """Without records every run of a table is pending (Table IV's standard-rate rows included)
-    and its table is empty; an unknown table is a clear error."""
+def _is_empty(drawn):
+    """A drawing of nothing: an empty table, or no figure and no data."""
+    return drawn.empty if isinstance(drawn, pd.DataFrame) else drawn[0] is None and drawn[1].empty
+
+
+def test_each_artefact_without_records_is_pending_and_draws_nothing(tmp_path, monkeypatch, outside_checkout):
+    """Without records every run of an artefact is pending (Table IV's standard-rate rows
+    included), nothing is drawn and no file is written."""
     monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path))
     groups = vfedmh.configs("paper")
-    for artefact, (names, _) in vfedmh.PAPER_TABLES.items():
-        table, todo, found = vfedmh.paper_so_far(artefact)
-        assert found == [] and table.empty
-        assert len(todo) == len(vfedmh.unique({g: groups[g] for g in names}))
-    with pytest.raises(ConfigError, match="unknown artefact 'table9'"):
-        vfedmh.paper_so_far("table9")
-    for number in vfedmh.PAPER_FIGURES:  # no figure while nothing is recorded, and no None to test for
-        fig, data = vfedmh.paper_figure(number)
-        assert fig is None and data.empty
+    for art in vfedmh.STUDY.artefacts:
+        todo = vfedmh.STUDY.pending("paper", label=art.label)
+        assert len(todo) == len(art.runs(groups, "paper")) and set(todo["needs"]) <= {"GPU", "CPU"}
+        assert _is_empty(report.draw(vfedmh.STUDY, art.label, "paper", root=tmp_path / "figures", display=False))
+    assert not any((tmp_path / "figures").rglob("*.*"))
 
 
 def test_pair_tables_leave_out_pairs_not_recorded_yet():
@@ -439,11 +438,7 @@ def test_diverged_runs_are_never_a_plain_number_in_the_tables(tmp_path):
         recs = [json.loads(p.read_text()) for p in sorted((root / profile / "vfedmh").glob("*.json"))]
         n_diverged = sum(bool(r.get("diverged")) for r in recs)  # the committed records
         assert n_diverged >= at_least
-        if profile == "paper":
-            table, _, _ = vfedmh.paper_so_far("table2")
-        else:
-            groups, found = vfedmh.recorded("quick")
-            table = vfedmh.table2(groups, found, "quick")
+        table = vfedmh.table2(*vfedmh.STUDY.recorded(profile), profile)
         assert table["diverged"].sum() == n_diverged
         gone = table[(table["n_runs"] == 0)]
         assert len(gone) and gone["value"].isna().all() and (gone["diverged"] > 0).all()

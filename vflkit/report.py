@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 from importlib import resources
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -24,6 +24,9 @@ import seaborn as sns
 from .config import check_paper, check_record_profile, figures_dir
 from .errors import ConfigError
 from .files import atomic_path
+
+if TYPE_CHECKING:
+    from .studies.base import Study
 
 KEY_COLUMNS: tuple[str, ...] = ("paper", "table", "dataset", "method", "setting", "model", "metric")
 TABLE_COLUMNS: tuple[str, ...] = KEY_COLUMNS + ("value", "std", "n_runs", "profile", "paper_value", "paper_std")
@@ -274,24 +277,64 @@ def show(table: pd.DataFrame, *, empty: str) -> pd.DataFrame | Note:
 
 
 def pending_summary(pending: pd.DataFrame, by: Sequence[str] = ("dataset", "needs")) -> pd.DataFrame:
-    """Pending runs (one row each, with ``method`` and ``estimated_h100_min``) counted per
-    ``by``: ``runs`` and their summed ``h100_minutes``. No pending run gives an empty frame with
-    the same columns."""
+    """Pending runs (one row each, as :meth:`vflkit.studies.base.Study.pending` lists them)
+    counted per ``by``: ``runs`` and their summed ``h100_minutes``. No pending run gives an
+    empty frame with the same columns."""
     if pending.empty:
         return pd.DataFrame(columns=["runs", "h100_minutes"],
                             index=pd.MultiIndex.from_tuples([], names=list(by)) if len(by) > 1 else
                             pd.Index([], name=by[0]))
-    return pending.groupby(list(by)).agg(runs=("method", "size"), h100_minutes=("estimated_h100_min", "sum"))
+    return pending.groupby(list(by)).agg(runs=("needs", "size"), h100_minutes=("h100_min", "sum"))
 
 
-def save_recorded_figure(fig: plt.Figure | None, data: pd.DataFrame, paper: str, profile: str, number: str,
-                         *, empty: str, point: Sequence[str] | None = None,
-                         root: Path | str | None = None) -> Note:
-    """:func:`save_figure` for a figure drawn from the records found so far: with data, saves it
-    and says where ("saved figures/…/fig3.png"); with none (``fig`` None or ``data`` empty),
-    writes nothing, so a committed figure stays, and returns ``empty``."""
-    if fig is None or data.empty:
-        if fig is not None:
-            plt.close(fig)  # an empty canvas would otherwise be drawn inline under the note
-        return Note(empty)
-    return Note(f"saved {shown_path(save_figure(fig, data, paper, profile, number, point=point, root=root))}")
+def draw(study: Study, label: str, profile: str, *, records: Sequence[dict] | None = None, seeds: Any = None,
+         overrides: dict | None = None, also: str | None = None, root: Path | str | None = None,
+         display: bool = True) -> Any:
+    """Artefact ``label`` of ``study`` drawn from the records of ``profile`` (``records``, a
+    notebook's own run; without them, those on disk: nothing is trained), its files written under
+    ``figures/<paper>/<profile>/`` and, with ``display``, shown in the notebook (a table as its
+    artefact's ``view``, a figure with where it was saved). ``also`` (e.g. ``"paper"``) draws that
+    profile's first, as far as recorded. A drawing none of whose runs is recorded writes nothing
+    (a committed file stays) and shows a note saying so. Returns ``profile``'s drawing; while
+    nothing is recorded an empty one of the same shape (a table with :data:`TABLE_COLUMNS` and
+    no row, a figure as ``(None, empty frame)``, several files as a dict of those)."""
+    art = study.artefact(label)
+    if art.draw is None:
+        raise ConfigError(f"{study.title}'s {label} declares no drawing")
+    if also is not None and also != profile:
+        draw(study, label, also, root=root, display=display)
+    groups, recs = study.recorded(profile, seeds=seeds, overrides=overrides, records=records)
+    drawn = art.draw(groups, recs, profile) if art.runs(groups, profile) else _nothing(art)
+    parts = drawn if isinstance(drawn, dict) else {art.stem: drawn}
+    shown: list[Any] = [] if parts else [Note(f"No {profile}-profile run of {label} recorded yet.")]
+    for stem, part in parts.items():
+        if len(parts) > 1:
+            shown.append(Note(f"*{stem}*"))
+        if (isinstance(part, pd.DataFrame) and part.empty) or (isinstance(part, tuple) and part[1].empty):
+            shown.append(Note(f"No {profile}-profile run of {label} recorded yet."))
+            if isinstance(part, tuple) and part[0] is not None:
+                plt.close(part[0])
+        elif isinstance(part, tuple):
+            path = save_figure(part[0], part[1], study.name, profile, stem.removeprefix("fig"), point=art.point or None,
+                               root=root)
+            shown.append(Note(f"saved {shown_path(path)}"))
+            if not display:
+                plt.close(part[0])
+        else:
+            write_table(part, study.name, profile, name=stem, root=root)
+            shown.append(art.view(part) if art.view else part)
+    if display:
+        from IPython.display import Markdown, display as show_now
+
+        show_now(Markdown(f"**{label}, {profile} profile**"), *shown)
+    return drawn
+
+
+def _nothing(art: Any) -> Any:
+    """What :func:`draw` returns for ``art`` while none of its runs is recorded."""
+    def empty(stem: str) -> Any:
+        return (None, pd.DataFrame()) if stem.startswith("fig") else pd.DataFrame(columns=list(TABLE_COLUMNS))
+    stems = [f.split(".")[0] for f in art.files if "*" not in f.split(".")[0]]
+    if len(art.files) > 1 and len(stems) == len(art.files) and all(f.endswith(".csv") for f in art.files):
+        return {stem: empty(stem) for stem in stems}  # several tables, named
+    return {} if "*" in art.files[0].split(".")[0] else empty(art.stem)

@@ -1135,7 +1135,8 @@ def measured_gpu_rates() -> list[str]:
     if mins:
         lines.append(f"- Multi-VFL: one paper run's rounds on the H200 price each of its runs at about "
                      f"{statistics.median(mins):.0f} H100-minutes alone (`vflkit.costs.multi_vfl_minutes`).")
-    lines.append(f"- {vfedmh.precision_verdict(vfedmh.precision_so_far())[1]} (`vfedmh.precision_so_far`; the "
+    lines.append(f"- {vfedmh.precision_verdict(vfedmh.precision_check(*vfedmh.STUDY.recorded('paper')))[1]} "
+                 "(`vfedmh.precision_check`; the "
                  "launcher plans these runs first).")
     return lines
 

@@ -16,17 +16,14 @@ their records, and states the paper's claims clause by clause (:data:`CLAIMS`). 
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Sequence
 
 import matplotlib.pyplot as plt
 from matplotlib.ticker import MaxNLocator
 import numpy as np
 import pandas as pd
-import torch
 
 from .. import claims
-from .. import records as store
 from ..config import apply_overrides, check_profile, check_seeds, check_seeds_once
 from ..methods.adptvfedconv import _PRETRAIN_FIELDS, CUTS, AdptVFedConvConfig, cost_model
 from ..report import join_reference, side_by_side
@@ -134,59 +131,6 @@ def estimated_h100_minutes(run: TilesRun, *, pretrained: bool = False) -> float:
         ae = 0 if c.finetune == "none" else c.finetune_epochs * 3 * s["finetune_per_client"]
         sec += ae + c.classifier_epochs * s["classifier"]
     return sec / 60
-
-
-def results(profile: str, *, device: str | torch.device = "auto", seeds: Sequence[int] | None = None,
-            overrides: dict[str, Any] | None = None, progress: bool = True,
-            recompute_before: str | None = None) -> tuple[list[dict[str, Any]], pd.DataFrame]:
-    """The records of ``profile`` and what is pending.
-
-    smoke and quick (and profiles of your own): every run is trained (or loaded); nothing is
-    pending. paper: GPU only, so nothing is trained here: the recorded runs are loaded and the
-    others listed with their estimated H100 minutes (``make study PROFILE=paper DEVICE=cuda``
-    on a GPU computes them).
-    """
-    runs = all_runs(configs(profile, seeds=seeds, overrides=overrides))
-    if profile != "paper":
-        recs = tiles.run_many(runs, profile=profile, device=device, progress=progress,
-                              recompute_before=recompute_before)
-        return recs, pd.DataFrame(columns=["variant", "cut", "seed", "estimated_h100_min"])
-    found = store.load_available(runs, profile="paper")
-    have = {r["key"] for r in found}
-    seen_pre: set[str] = set()
-    pending = []
-    for r in runs:
-        if r.key in have:
-            continue
-        pre = r.adpt.key(_PRETRAIN_FIELDS)
-        pending.append({"variant": r.variant, "cut": r.adpt.cut, "seed": r.seed,
-                        "estimated_h100_min": round(estimated_h100_minutes(r, pretrained=pre in seen_pre), 1)})
-        if r.variant != "centralized":
-            seen_pre.add(pre)
-    return found, pd.DataFrame(pending, columns=["variant", "cut", "seed", "estimated_h100_min"])
-
-
-def run(profile: str, *, device: str | torch.device = "auto", seeds: Sequence[int] | None = None,
-        overrides: dict[str, Any] | None = None, progress: bool = True,
-        recompute_before: str | None = None) -> list[dict[str, Any]]:
-    """The records of ``profile`` (every study's call shape; :func:`results` also lists what
-    the paper profile leaves for a GPU)."""
-    return results(profile, device=device, seeds=seeds, overrides=overrides, progress=progress,
-                   recompute_before=recompute_before)[0]
-
-
-def pending(profile: str, *, seeds: Sequence[int] | None = None,
-            overrides: dict[str, Any] | None = None) -> pd.DataFrame:
-    """The runs of ``profile`` left for a GPU, with their estimated H100 minutes (nothing is
-    trained; only the paper profile leaves any: the others train everything on :func:`run`)."""
-    if profile != "paper":
-        return pd.DataFrame(columns=["variant", "cut", "seed", "estimated_h100_min"])
-    return results("paper", seeds=seeds, overrides=overrides, progress=False)[1]
-
-
-def recorded(profile: str = "quick") -> list[dict[str, Any]]:
-    """The records an earlier run of ``profile`` committed (nothing is trained)."""
-    return store.load_recorded(all_runs(configs(profile)), profile=profile)
 
 
 # ------------------------------------------------------------------------------ frames
@@ -581,19 +525,39 @@ def side(table: pd.DataFrame, digits: int = 2) -> pd.DataFrame:
 
 __all__ = ["CLAIMS", "STUDY", "VARIANT_CLAIMS", "DATASET_NAMES", "EXTENSIONS", "H100_S_PER_EPOCH", "PROFILE_SETTINGS", "TABLE2_VARIANTS",
            "all_runs", "communication", "compute", "configs", "curves", "estimated_h100_minutes", "extensions",
-           "plot_fig3", "plot_fig4", "recorded", "results", "runs_frame", "side", "table2", "table3"]
+           "plot_fig3", "plot_fig4", "runs_frame", "side", "table2", "table3"]
 
 
 # --------------------------------------------------------------------------- the study's declaration
 
 
 def pending_cost(runs: Sequence[TilesRun]) -> pd.DataFrame:
-    """The report's price of pending paper-profile runs: GPU only, at :func:`results`' H100
-    minutes (which share a pre-training between runs)."""
-    df = results("paper")[1].set_index(["variant", "cut", "seed"])
-    idx = [(c.variant, c.adpt.cut, c.seed) for c in runs]
-    return pd.DataFrame({"needs": "GPU", "h100_min": df["estimated_h100_min"].reindex(idx).to_numpy(),
-                         "cpu_h": np.nan})
+    """The price of pending paper-profile runs: GPU only, at :func:`estimated_h100_minutes`,
+    a pre-training shared between the profile's pending runs counted once (at its first)."""
+    from .. import records as store
+
+    paper = all_runs(configs("paper"))
+    have = {r["key"] for r in store.load_available(paper, profile="paper")}
+    seen_pre: set[str] = set()
+    minutes: dict[str, float] = {}
+    for r in (r for r in [*paper, *runs] if r.key not in have):
+        pre = r.adpt.key(_PRETRAIN_FIELDS)
+        minutes.setdefault(r.key, round(estimated_h100_minutes(r, pretrained=pre in seen_pre), 1))
+        if r.variant != "centralized":
+            seen_pre.add(pre)
+    return pd.DataFrame({"needs": "GPU", "h100_min": [minutes.get(r.key, np.nan) for r in runs], "cpu_h": np.nan})
+
+
+def _fig3(groups: Any, records: Sequence[dict[str, Any]], profile: str) -> tuple[plt.Figure, pd.DataFrame]:
+    """Fig. 3 and the curves it plots."""
+    curve = curves(records)
+    return plot_fig3(curve, table2(records, profile=profile)), curve
+
+
+def _fig4(groups: Any, records: Sequence[dict[str, Any]], profile: str) -> tuple[plt.Figure, pd.DataFrame]:
+    """Fig. 4 and Table 3, which it plots."""
+    t3 = table3(records, profile=profile)
+    return plot_fig4(t3), t3
 
 
 def beyond(evidence: base.Evidence) -> list[tuple[str, str]]:
@@ -620,10 +584,13 @@ STUDY = register(Study(
     name=PAPER, title="AdptVFedConv", family="tiles", configs=configs, order=5, reference_csv="adptvfedconv.csv",
     cites="li2024adptvfedconv",
     artefacts=(
-        Artefact("Table 2", base.groups("table2"), ("table2.*",)),
-        Artefact("Fig. 3", base.groups("table2"), ("fig3.*",)),
-        Artefact("Table 3", base.groups("table3"), ("table3.*",)),
-        Artefact("Fig. 4", base.groups("table3"), ("fig4.*",)),
+        Artefact("Table 2", base.groups("table2"), ("table2.*",), lambda g, r, p: table2(r, profile=p), side),
+        Artefact("Fig. 3", base.groups("table2"), ("fig3.*",), _fig3),
+        Artefact("Table 3", base.groups("table3"), ("table3.*",), lambda g, r, p: table3(r, profile=p), side),
+        Artefact("Fig. 4", base.groups("table3"), ("fig4.*",), _fig4),
     ),
+    extras=(Artefact("Extensions", base.groups("extensions"), ("extensions.csv",),
+                     lambda g, r, p: extensions(r, profile=p), side),),
+    describe=lambda run: {"variant": run.variant, "cut": run.adpt.cut, "seed": run.seed},
     claims=CLAIMS, variant_claims=VARIANT_CLAIMS, needs_gpu=needs_gpu, pending_cost=pending_cost, beyond=beyond,
 ))

@@ -16,17 +16,14 @@ from __future__ import annotations
 
 import functools
 import math
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
-import torch
 
 from .. import claims
-from .. import records as store
 from ..config import apply_overrides, check_profile, check_seeds, check_seeds_once, data_root
 from ..partition import APC_VFL_N_ACTIVE
 from ..report import join_reference, side_by_side
@@ -150,26 +147,6 @@ def _one_lr(records: Sequence[dict[str, Any]]) -> None:
     if len(rates) > 1:
         raise ValueError(f"the records mix learning rates {sorted(rates)}; draw each from its own "
                          f"records (study.split_lr(records) separates them)")
-
-
-def run(profile: str, *, device: str | torch.device = "auto", seeds: Sequence[int] | None = None,
-        overrides: dict[str, Any] | None = None, results: Path | None = None,
-        progress: bool = True, recompute_before: str | None = None) -> list[dict[str, Any]]:
-    """Train (or load) every run of :func:`configs` and return their records. The models are
-    tiny and run on one CPU thread whatever ``device`` says (see :func:`one_shot.train`)."""
-    return one_shot.run_many(configs(profile, seeds=seeds, overrides=overrides), profile=profile,
-                             device=device, results=results, progress=progress, recompute_before=recompute_before)
-
-
-def recorded(profile: str = "quick", datasets: Sequence[str] | None = None) -> list[dict[str, Any]]:
-    """The records an earlier run of ``profile`` committed for :func:`configs` on ``datasets``
-    (default: the profile's that are present here); nothing is trained. What the notebook
-    shows beside its own run. The paper profile's records accumulate over invocations: those that
-    exist are returned (:func:`pending` lists the rest); any other profile's must all exist."""
-    if datasets is None:
-        datasets, _ = available_datasets(PROFILE_SETTINGS[check_profile(profile)]["datasets"])
-    load = store.load_available if profile == "paper" else store.load_recorded
-    return load(configs(profile, overrides={"datasets": datasets}), profile=profile)
 
 
 # ------------------------------------------------------------------------------ footprints
@@ -432,7 +409,7 @@ def fig5_long(frame: pd.DataFrame, *, profile: str, number: str = "5") -> pd.Dat
 
 def fig5_figure(records: Sequence[dict[str, Any]], *, profile: str) -> tuple[plt.Figure | None, pd.DataFrame]:
     """Fig. 5 drawn from the Fig. 5 runs among ``records`` and the data it plots (the reference
-    long format); ``(None, empty frame)`` while none is recorded (``report.save_recorded_figure``
+    long format); ``(None, empty frame)`` while none is recorded (:func:`vflkit.report.draw`
     then says so)."""
     frame = fig5_frame(records)
     if frame.empty:
@@ -579,39 +556,6 @@ def lr_sensitivity(main: Sequence[dict[str, Any]], sensitivity: Sequence[dict[st
                 row[f"{ae}_val_loss_0.01"] = g[f"val_{ae}_0.01"].mean()
         rows.append(row)
     return pd.DataFrame(rows).round(4)
-
-
-def pending(profile: str = "paper", datasets: Sequence[str] = ("credit_card",),
-            reference: str = "quick") -> pd.DataFrame:
-    """The runs of ``profile`` on ``datasets`` that have no record, per dataset, kind and
-    method, with an upper bound of their CPU cost: the ``reference`` profile's recorded time of
-    the same run (same dataset, method, |D_A|) scaled from its epoch cap to this profile's
-    (early stopping usually ends sooner). Nothing is trained."""
-    runs = configs(profile, overrides={"datasets": list(datasets)})
-    have = {r["key"] for r in store.load_available(runs, profile=profile)}
-    ref_runs = [c for c in configs(reference, overrides={"datasets": list(datasets)}) if c.lr != SENSITIVITY_LR]
-    ref = store.load_available(ref_runs, profile=reference)
-    # seconds per epoch of cap, per (dataset, kind, method, |D_A|) and, for counts the
-    # reference does not run (Fig. 8 / D.3's), per (dataset, kind, method)
-    exact: dict[tuple, list[float]] = {}
-    for r in ref:
-        c = r["config"]
-        exact.setdefault((c["dataset"], c["kind"], c["method"], c["n_aligned"]), []).append(r["wall_time_s"] / c["epochs"])
-        exact.setdefault((c["dataset"], c["kind"], c["method"]), []).append(r["wall_time_s"] / c["epochs"])
-    rows = []
-    for c in runs:
-        if c.key in have:
-            continue
-        per_epoch = exact.get((c.dataset, c.kind, c.method, c.n_aligned)) or exact.get((c.dataset, c.kind, c.method))
-        scale = 1 if c.method == "local" else c.epochs  # Local trains nothing
-        rows.append({"dataset": DATASETS[c.dataset].label, "kind": c.kind, "method": c.method, "lr": c.lr,
-                     "cpu_s_upper": float(np.mean(per_epoch)) * scale if per_epoch else np.nan})
-    if not rows:
-        return pd.DataFrame(columns=["dataset", "kind", "method", "lr", "runs", "cpu_hours_upper"])
-    df = pd.DataFrame(rows)
-    return (df.groupby(["dataset", "kind", "method", "lr"], as_index=False)
-            .agg(runs=("cpu_s_upper", "size"), cpu_hours_upper=("cpu_s_upper", lambda v: v.sum() / 3600))
-            .round({"cpu_hours_upper": 2}))  # not the lr: 1e-3 would print as 0.0
 
 
 # ------------------------------------------------------------------------------- claims
@@ -959,15 +903,15 @@ def unavailable_why(titles: Sequence[str]) -> str:
 
 def artefacts_note(profiles: Sequence[str]) -> str:
     """The report's note under the artefacts: the study prices its pending paper-profile runs
-    per dataset, kind and method (:func:`pending`), not per artefact."""
+    per dataset, kind and method (:func:`pending_cost`), not per artefact."""
     if "paper" not in profiles:
         return ""
-    cost = pending("paper", datasets=present(PROFILE_SETTINGS["paper"]["datasets"]))
+    cost = STUDY.pending("paper")
     if not len(cost):
         return ""
     return (f"The study prices its pending paper-profile runs per dataset, kind and method, not per "
-            f"artefact: {int(cost['runs'].sum())} runs, at most {cost['cpu_hours_upper'].sum():,.1f} CPU hours "
-            "where the quick profile's run times give a price (`apc_vfl.pending`).\n")
+            f"artefact: {len(cost)} runs, at most {cost['cpu_h'].sum():,.1f} CPU hours "
+            "where the quick profile's run times give a price (`apc_vfl.pending_cost`).\n")
 
 
 def beyond(evidence: base.Evidence) -> list[tuple[str, str]]:
@@ -996,18 +940,75 @@ def beyond(evidence: base.Evidence) -> list[tuple[str, str]]:
 
 # Pending runs keep the default price (a CPU each, unpriced per artefact): the study prices them
 # per dataset, kind and method instead (``artefacts_note``).
+def pending_cost(runs: Sequence[OneShotRun], reference: str = "quick") -> pd.DataFrame:
+    """An upper bound of pending runs' CPU cost, run by run: the ``reference`` profile's recorded
+    time of the same run (same dataset, kind, method, |D_A|; for counts the reference does not
+    run, the same dataset, kind and method) scaled from its epoch cap to the run's (early
+    stopping usually ends sooner)."""
+    from .. import records as store
+
+    datasets = sorted({c.dataset for c in runs})
+    ref_runs = [c for c in configs(reference, overrides={"datasets": datasets}) if c.lr != SENSITIVITY_LR]
+    exact: dict[tuple, list[float]] = {}
+    for r in store.load_available(ref_runs, profile=reference):
+        c = r["config"]
+        exact.setdefault((c["dataset"], c["kind"], c["method"], c["n_aligned"]), []).append(r["wall_time_s"] / c["epochs"])
+        exact.setdefault((c["dataset"], c["kind"], c["method"]), []).append(r["wall_time_s"] / c["epochs"])
+    hours = []
+    for c in runs:
+        per_epoch = exact.get((c.dataset, c.kind, c.method, c.n_aligned)) or exact.get((c.dataset, c.kind, c.method))
+        scale = 1 if c.method == "local" else c.epochs  # Local trains nothing
+        hours.append(float(np.mean(per_epoch)) * scale / 3600 if per_epoch else np.nan)
+    return pd.DataFrame({"needs": "CPU", "h100_min": np.nan, "cpu_h": hours})
+
+
+def _main(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    return split_lr(records)[0]
+
+
+def _fig6(groups: Any, records: Sequence[dict[str, Any]], profile: str) -> tuple[plt.Figure, pd.DataFrame]:
+    frame = fig6_frame(_main(records))
+    return plot_fig6(frame), frame
+
+
+def _fig7(groups: Any, records: Sequence[dict[str, Any]], profile: str) -> dict[str, tuple[plt.Figure, pd.DataFrame]]:
+    """Fig. 7 (Appendix C), one figure per dataset."""
+    detail = detail_frame(_main(records))
+    return {f"fig7_{ds}": (plot_detail(detail, ds), detail[detail["dataset"] == ds])
+            for ds in dict.fromkeys(detail["dataset"])}
+
+
+def _table2(groups: Any, records: Sequence[dict[str, Any]], profile: str) -> dict[str, pd.DataFrame]:
+    """Table 2 at Appendix B's learning rate, and the same runs at :data:`SENSITIVITY_LR`."""
+    main, lr = split_lr(records)
+    return {"table2": table2(main, profile=profile), "table2_lr0.01": table2(lr, profile=profile)}
+
+
+def _table4(groups: Any, records: Sequence[dict[str, Any]], profile: str) -> pd.DataFrame:
+    t2 = table2(_main(records), profile=profile)
+    return t2[t2["table"] == "4"]
+
+
+def _fig8(groups: Any, records: Sequence[dict[str, Any]], profile: str) -> tuple[plt.Figure | None, pd.DataFrame]:
+    return fig8_figure(fig5_frame(_main(records)), profile=profile)
+
+
 STUDY = register(Study(
     name=PAPER, title="APC-VFL", family="one_shot", configs=configs, order=4, reference_csv="apc_vfl.csv",
     cites="irureta2024apcvfl",
     artefacts=(
-        Artefact("Fig. 5", _artefact("fig5"), ("fig5.*",)),
-        Artefact("Fig. 6", _artefact("fig5", methods=("apc_vfl_mse", "vfedtrans")), ("fig6.*",)),
-        Artefact("Fig. 7", _artefact("fig5"), ("fig7_*",)),
-        Artefact("Fig. 8", _artefact("fig5", datasets=("mimic3",), few=True), ("fig8.*",)),
-        Artefact("App. D.3", _artefact("fig5", datasets=("credit_card",), few=True), ("fig8.*",)),
-        Artefact("Table 2", _artefact("table2"), ("table2.csv", "table2_lr0.01.csv")),
-        Artefact("Table 4", _artefact("table2", datasets=("mimic3",)), ("table4.*",)),
+        Artefact("Fig. 5", _artefact("fig5"), ("fig5.*",), lambda g, r, p: fig5_figure(_main(r), profile=p)),
+        Artefact("Fig. 6", _artefact("fig5", methods=("apc_vfl_mse", "vfedtrans")), ("fig6.*",), _fig6),
+        Artefact("Fig. 7", _artefact("fig5"), ("fig7_*",), _fig7),
+        Artefact("Fig. 8", _artefact("fig5", datasets=("mimic3",), few=True), ("fig8.*",), _fig8),
+        Artefact("App. D.3", _artefact("fig5", datasets=("credit_card",), few=True), ("fig8.*",), _fig8),
+        Artefact("Table 2", _artefact("table2"), ("table2.csv", "table2_lr0.01.csv"), _table2, table2_view),
+        Artefact("Table 4", _artefact("table2", datasets=("mimic3",)), ("table4.*",), _table4,
+                 lambda t4: side_by_side(t4, index=["setting", "method"], columns="metric")),
     ),
+    describe=lambda run: {"dataset": DATASETS[run.dataset].label, "kind": run.kind, "method": run.method,
+                          "lr": run.lr},
+    pending_cost=pending_cost,
     claims=CLAIMS, unavailable=unavailable, unavailable_why=unavailable_why,
     # the notebook writes the lr-0.01 rows under the same keys as Appendix B's 1e-3 rows
     uncounted_tables={"table2_lr0.01.csv": f"Adam at lr {SENSITIVITY_LR:g}, a sensitivity to Appendix B's 1e-3"},

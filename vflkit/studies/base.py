@@ -3,8 +3,10 @@ the tests read from it (:data:`vflkit.studies.REGISTRY`).
 
 A study module builds one :class:`Study` at its end and registers it
 (``STUDY = register(Study(...))``); ``python -m vflkit.study`` schedules its runs and
-``python -m vflkit.reproduction`` writes its section from that declaration alone, so a new paper
-is one new module under ``vflkit/studies/``. This module imports nothing heavy (no torch, no
+``python -m vflkit.reproduction`` writes its section from that declaration alone; its notebook
+trains with :meth:`Study.run` and draws every artefact with :func:`vflkit.report.draw` (each
+:class:`Artefact` knows how it is drawn from records), so a new paper is one new module under
+``vflkit/studies/`` and a thin notebook. This module imports nothing heavy (no torch, no
 pandas): ``python -m vflkit.study --help`` reads the family table without loading a trainer.
 """
 
@@ -70,13 +72,30 @@ class Evidence(Protocol):
         """``df`` as a markdown table, as the report prints tables."""
 
 
+#: What an artefact's ``draw`` returns: a table joined with the paper's numbers
+#: (:func:`vflkit.report.join_reference`), a (figure, the data it plots) pair, or several of
+#: them by file stem (``"table7_parallel"``, ``"fig7_mnist"``).
+Drawn = Any
+
+
 @dataclass(frozen=True)
 class Artefact:
-    """One table or figure a paper prints: the runs behind it and the files its notebook writes."""
+    """One table or figure a paper prints: the runs behind it, the files it writes and how it is
+    drawn from records (:func:`vflkit.report.draw` draws, writes and shows it)."""
 
     label: str  # as the paper names it: "Table II", "Fig. 3"
     runs: Callable[[Mapping[str, list[Any]], str], list[Any]]  # (the study's groups, profile) -> its runs
-    files: tuple[str, ...]  # glob patterns under figures/<paper>/<profile>/
+    files: tuple[str, ...]  # glob patterns under figures/<paper>/<profile>/; the first names a single drawing
+    #: (the study's groups cut to their recorded runs, those records, profile) -> :data:`Drawn`
+    draw: Callable[[Mapping[str, list[Any]], Sequence[dict[str, Any]], str], Drawn] | None = None
+    #: how a drawn table is shown (e.g. ours beside the paper's, one column per model); None: as drawn
+    view: Callable[[pd.DataFrame], pd.DataFrame] | None = None
+    point: tuple[str, ...] = ()  # a figure's columns that name one plotted point (report.save_figure)
+
+    @property
+    def stem(self) -> str:
+        """The file a single drawing is written to, without its suffix (``table2``, ``fig3``)."""
+        return self.files[0].split(".")[0].rstrip("_*")
 
 
 _KEY_OF: dict[int, tuple[Any, str]] = {}
@@ -163,6 +182,11 @@ class Study:
     #: datasets (as the tables name them) whose values are shown beside the paper's but not
     #: counted, each with why (a stand-in far smaller than the paper's data)
     uncounted_datasets: Mapping[str, str] = field(default_factory=dict)
+    #: tables and figures of ours the notebook draws beside the paper's (a sensitivity, a
+    #: demonstration): drawn and written as :attr:`artefacts` are, not listed as the paper's
+    extras: tuple[Artefact, ...] = ()
+    #: a pending run's columns in :meth:`pending` (what a reader tells runs apart by)
+    describe: Callable[[Any], dict[str, Any]] = lambda run: {"run": run.key}
     _groups: dict[str, dict[str, list[Any]]] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -220,12 +244,68 @@ class Study:
         return artefact.runs(self.groups(profile), profile)
 
     def artefact(self, label: str) -> Artefact:
-        """The artefact the paper names ``label``."""
-        for art in self.artefacts:
+        """The artefact ``label`` names: the paper's (:attr:`artefacts`) or ours (:attr:`extras`)."""
+        for art in (*self.artefacts, *self.extras):
             if art.label == label:
                 return art
-        raise KeyError(f"{self.title} has no artefact {label!r}; it has {', '.join(a.label for a in self.artefacts)}")
+        raise KeyError(f"{self.title} has no artefact {label!r}; it has "
+                       f"{', '.join(a.label for a in (*self.artefacts, *self.extras))}")
+
+    def run(self, profile: str, *, device: Any = "auto", seeds: Any = None, overrides: dict[str, Any] | None = None,
+            results: Any = None, progress: bool = True, recompute_before: str | None = None) -> list[dict[str, Any]]:
+        """Train (or load) every run of the profile once and return their records: the family's
+        ``run_many`` under its divergence policy. On a CPU the runs :attr:`needs_gpu` names are not
+        trained; their records are used where they exist (a profile that is all GPU runs, e.g. a
+        paper profile, trains nothing there and returns the records made elsewhere)."""
+        import importlib
+
+        from .. import records as store
+        from ..config import check_device_name, resolve_device
+
+        family = FAMILIES[self.family]
+        trainer = importlib.import_module(family.trainer)
+        runs = every_run()(self.groups(profile, seeds=seeds, overrides=overrides), profile)
+        check_device_name(device)
+        if resolve_device(device).type != "cuda" and all(self.needs_gpu(r) for r in runs):
+            return store.load_available(runs, profile=profile)
+        return trainer.run_many(runs, profile=profile, device=device, results=results, progress=progress,
+                                on_divergence=family.on_divergence, recompute_before=recompute_before,
+                                needs_gpu=self.needs_gpu)
+
+    def recorded(self, profile: str, *, seeds: Any = None, overrides: dict[str, Any] | None = None,
+                 records: Sequence[dict[str, Any]] | None = None) -> tuple[dict[str, list[Any]], list[dict[str, Any]]]:
+        """The profile's run groups cut to the runs that have a record, and those records:
+        ``records`` (a notebook's own run) or, without them, those on disk (nothing is trained).
+        What every artefact is drawn from, as far as recorded."""
+        from .. import records as store
+
+        groups = self.groups(profile, seeds=seeds, overrides=overrides)
+        if records is None:
+            records = store.load_available(every_run()(groups, profile), profile=profile)
+        have = {r["key"] for r in records}
+        return {g: [c for c in runs if key_of(c) in have] for g, runs in groups.items()}, list(records)
+
+    def pending(self, profile: str, *, label: str | None = None, seeds: Any = None,
+                overrides: dict[str, Any] | None = None) -> pd.DataFrame:
+        """The runs of the profile (of artefact ``label``'s only, where given) that have no record
+        and can be made here (not :attr:`unavailable`), one row each: :attr:`describe`'s columns and their price (:func:`vflkit.costs.price`:
+        ``needs``, ``h100_min``, ``cpu_h``). Nothing is trained."""
+        import pandas as pd
+
+        from .. import costs
+        from .. import records as store
+
+        groups = self.groups(profile, seeds=seeds, overrides=overrides)
+        runs = self.artefact(label).runs(groups, profile) if label else every_run()(groups, profile)
+        have = {r["key"] for r in store.load_available(runs, profile=profile)}
+        todo = [c for c in runs if key_of(c) not in have]
+        skip = {key_of(c) for c in self.unavailable(todo)}
+        todo = [c for c in todo if key_of(c) not in skip]
+        if not todo:
+            return pd.DataFrame(columns=["needs", "h100_min", "cpu_h"])
+        priced = costs.price(self, todo).reset_index(drop=True)[["needs", "h100_min", "cpu_h"]]
+        return pd.concat([pd.DataFrame([self.describe(c) for c in todo]), priced], axis=1)
 
 
-__all__ = ["FAMILIES", "RUNS", "Artefact", "Evidence", "Family", "RunSelector", "Study", "every_run", "groups",
+__all__ = ["FAMILIES", "RUNS", "Artefact", "Drawn", "Evidence", "Family", "RunSelector", "Study", "every_run", "groups",
            "headline_first", "key_of", "unique"]

@@ -6,13 +6,11 @@ runner, records, figure) on the smallest real task, until the paper notebooks ta
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Sequence
 
 import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
-import torch
 
 from ..config import check_profile, check_seeds, check_seeds_once, override_runs, split_run_overrides
 from ..methods import RunConfig
@@ -20,7 +18,7 @@ from ..report import load_reference
 from ..training import split
 from ..training.split import history_frame
 from . import register
-from .base import Study
+from .base import Artefact, Study, every_run
 
 #: Per profile: training/test subset sizes and epochs. MLP party models, plain SGD at
 #: VFedMH's learning rate 0.05 and batch 128 (VFedMH Sec. VI-C).
@@ -51,14 +49,6 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
                   batch_size=128, seed=seed, n_train=s["n_train"], n_test=s["n_test"], epochs=s["epochs"])
         for method in ("local", "splitnn") for seed in seeds
     ], run_fields)
-
-
-def run(profile: str, *, device: str | torch.device = "auto", seeds: Sequence[int] | None = None,
-        overrides: dict[str, Any] | None = None, results: Path | None = None,
-        progress: bool = True, recompute_before: str | None = None) -> list[dict[str, Any]]:
-    """Train (or load) every run of :func:`configs` and return their records."""
-    return split.run_many(configs(profile, seeds=seeds, overrides=overrides), profile=profile, device=device,
-                          results=results, progress=progress, recompute_before=recompute_before)
 
 
 #: Where VFedMH's Table II prints the nearest setting (MNIST, MLP, 4 width strips) of each method.
@@ -123,4 +113,5 @@ def figure(records: Sequence[dict[str, Any]]) -> tuple[plt.Figure, pd.DataFrame]
 
 # The pipeline's demonstration, not a paper: scheduled like the studies, no section in the report.
 STUDY = register(Study(name="demo", title="Demo", family="split", configs=configs, in_report=False, order=0,
-                       cites="romanini2021pyvertical"))  # SplitNN as PyVertical runs it
+                       cites="romanini2021pyvertical",
+                       artefacts=(Artefact("Fig. 1", every_run(), ("fig1.*",), lambda g, r, p: figure(r)),)))  # SplitNN as PyVertical runs it

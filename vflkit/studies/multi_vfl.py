@@ -13,18 +13,16 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
-from matplotlib.ticker import MaxNLocator
 import torch
+from matplotlib.ticker import MaxNLocator
 
 from .. import claims
-from .. import records as store
 from ..config import apply_overrides, check_profile, check_seeds, check_seeds_once
 from ..methods.multi_vfl import MultiVFL, MultiVFLConfig
 from ..methods.server_opt import SERVER_OPTIMIZERS, init_state, server_step
@@ -49,10 +47,9 @@ PAPER_ROUNDS = 500
 #: because the server optimizers' behaviour (bias correction, Demon's schedule) unfolds over rounds;
 #: 256 samples rather than 128 give a non-IID owner's two labels about 128 images each. Test
 #: accuracy is taken every ``QUICK_EVAL_EVERY`` rounds on ``QUICK_TEST`` test images (evaluation
-#: does not change training; 20 points a curve). Cost: a run is 100 x 20 split steps (`python -m
-#: vflkit.bench --multi-vfl` times one), a few CPU-minutes, so the 42 runs fit in about an hour on 2
-#: workers; at the paper's 79 batches a round not even one round of a run would fit in that. The
-#: 500-round clauses stay with the paper profile (a GPU).
+#: does not change training; 20 points a curve). A run is 100 x 20 split steps, sized for a 2-core
+#: CPU (the paper's 79 batches a round are not); the 500-round clauses stay with the paper
+#: profile (a GPU).
 QUICK_SAMPLES = 256
 QUICK_ROUNDS = 100
 QUICK_EVAL_EVERY = 5
@@ -123,25 +120,9 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
 
 
 def needs_gpu(config: MultiVFLConfig) -> bool:
-    """The paper's 500 rounds: at :data:`ROUND_CPU_SECONDS` ``["paper"]`` a run is about 18 hours
-    of one core, so a GPU's work; fewer rounds run on a CPU."""
+    """The paper's 500 rounds (at :data:`ROUND_CPU_SECONDS` ``["paper"]``, hours of one core): a
+    GPU's work; fewer rounds run on a CPU."""
     return config.rounds >= PAPER_ROUNDS
-
-
-def run(profile: str, *, device: str | torch.device = "auto", seeds: Sequence[int] | None = None,
-        overrides: dict[str, Any] | None = None, results: Path | None = None,
-        progress: bool = True, recompute_before: str | None = None) -> list[dict[str, Any]]:
-    """Train (or load) every run of :func:`configs` and return their records. On a CPU the
-    500-round runs (:func:`needs_gpu`) are not trained: their records are used where they exist."""
-    return multi_owner.run_many(configs(profile, seeds=seeds, overrides=overrides), profile=profile,
-                                device=device, results=results, progress=progress, recompute_before=recompute_before,
-                                needs_gpu=needs_gpu)
-
-
-def recorded(profile: str = "quick") -> list[dict[str, Any]]:
-    """The records an earlier run of ``profile`` committed for :func:`configs` (nothing is
-    trained): what the notebook shows as that profile's results beside its own run."""
-    return store.load_recorded(configs(profile), profile=profile)
 
 
 # ------------------------------------------------------------------------------- reading
@@ -599,20 +580,6 @@ def round_seconds(config: MultiVFLConfig, *, rounds: int = 1) -> dict[str, float
     return {"cpu_s": (time.process_time() - cpu) / rounds, "wall_s": (time.perf_counter() - wall) / rounds}
 
 
-def pending(profile: str = "paper") -> pd.DataFrame:
-    """The runs of ``profile`` without a record, with their estimated cost on this project's
-    2-core CPU (one worker per core): rounds x the measured seconds per round
-    (:data:`ROUND_CPU_SECONDS`)."""
-    rows = []
-    for c in configs(profile):
-        if store.load_available([c], profile=profile):
-            continue
-        rows.append({"dataset": DATASET_LABELS[c.dataset], "scenario": c.scenario,
-                     "optimizer": OPTIMIZER_LABELS[c.server_optimizer], "seed": c.seed, "rounds": c.rounds,
-                     "estimated_cpu_hours": c.rounds * ROUND_CPU_SECONDS[profile] / 3600})
-    return pd.DataFrame(rows, columns=["dataset", "scenario", "optimizer", "seed", "rounds", "estimated_cpu_hours"])
-
-
 def _panels(df: pd.DataFrame, hue: str, order: Sequence[str], title: str, legend_title: str) -> plt.Figure:
     datasets = list(dict.fromkeys(df["dataset"]))
     fig, axes = plt.subplots(1, len(datasets), figsize=(5.2 * len(datasets), 3.8), squeeze=False, sharey=True)
@@ -657,17 +624,22 @@ def figure3(records: Sequence[dict[str, Any]]) -> tuple[plt.Figure, pd.DataFrame
 
 
 def pending_cost(runs: Sequence[MultiVFLConfig]) -> pd.DataFrame:
-    """The report's price of pending paper-profile runs, run by run: :func:`pending`'s CPU hours,
-    and the H100 minutes of :func:`vflkit.costs.multi_vfl_minutes` (from the rounds one paper
-    run made on an H200) where that measurement is committed."""
+    """The price of pending paper-profile runs, run by run: rounds x :data:`ROUND_CPU_SECONDS`
+    (this project's CPU, one worker per core) in CPU hours, and the H100 minutes of
+    :func:`vflkit.costs.multi_vfl_minutes` (from the rounds one paper run made on an H200) where
+    that measurement is committed."""
     from .. import costs
 
-    df = pending("paper").set_index(["dataset", "scenario", "optimizer", "seed"])
-    idx = [(DATASET_LABELS[c.dataset], c.scenario, OPTIMIZER_LABELS[c.server_optimizer], c.seed) for c in runs]
     minutes = [costs.multi_vfl_minutes(c) for c in runs]
     return pd.DataFrame({"needs": ["GPU" if m is not None else "CPU" for m in minutes],
                          "h100_min": [np.nan if m is None else m for m in minutes],
-                         "cpu_h": df["estimated_cpu_hours"].reindex(idx).to_numpy()})
+                         "cpu_h": [c.rounds * ROUND_CPU_SECONDS["paper"] / 3600 for c in runs]})
+
+
+def describe(run: MultiVFLConfig) -> dict[str, Any]:
+    """A pending run as the notebook lists it."""
+    return {"dataset": DATASET_LABELS[run.dataset], "scenario": run.scenario,
+            "optimizer": OPTIMIZER_LABELS[run.server_optimizer], "seed": run.seed, "rounds": run.rounds}
 
 
 def beyond(evidence: base.Evidence) -> list[tuple[str, str]]:
@@ -688,8 +660,16 @@ STUDY = register(Study(
     name=PAPER, title="Multi-VFL", family="multi_owner", configs=configs, order=3,
     cites="mugunthan2021multivfl",
     artefacts=(
-        Artefact("Fig. 2", base.every_run(lambda c: c.server_optimizer == "fedavg"), ("fig2.*", "final_accuracy.csv")),
-        Artefact("Fig. 3", base.every_run(lambda c: c.scenario == "4niid"), ("fig3.*", "final_accuracy.csv")),
+        Artefact("Fig. 2", base.every_run(lambda c: c.server_optimizer == "fedavg"), ("fig2.*", "final_accuracy.csv"),
+                 lambda groups, records, profile: figure2(records)),
+        Artefact("Fig. 3", base.every_run(lambda c: c.scenario == "4niid"), ("fig3.*", "final_accuracy.csv"),
+                 lambda groups, records, profile: figure3(records)),
     ),
-    claims=CLAIMS, needs_gpu=needs_gpu, pending_cost=pending_cost, beyond=beyond,
+    extras=(
+        Artefact("Final accuracy", base.every_run(), ("final_accuracy.csv",),
+                 lambda groups, records, profile: long_table(summary(records), profile)),
+        Artefact("Traffic", base.every_run(), ("traffic.csv",),
+                 lambda groups, records, profile: long_traffic(bytes_per_round(records), profile)),
+    ),
+    claims=CLAIMS, needs_gpu=needs_gpu, pending_cost=pending_cost, beyond=beyond, describe=describe,
 ))

@@ -24,7 +24,6 @@ Choices where the paper is silent, in :data:`PROFILE_SETTINGS`:
 from __future__ import annotations
 
 import random
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import matplotlib.pyplot as plt
@@ -33,16 +32,16 @@ import pandas as pd
 import seaborn as sns
 import torch
 
-from .. import analysis, claims, costs
-from .. import records as store
+from .. import analysis, claims
 from ..config import check_profile, check_seeds, check_seeds_once, override_runs, split_run_overrides
-from ..errors import ConfigError
 from ..methods import OPTIMIZERS, RunConfig
 from ..methods.cvfl import step_size as cvfl_step_size
-from ..report import join_reference
+from ..report import join_reference, side_by_side
 from ..training import split
 from ..training.split import history_frame
 from . import base, register
+from . import _split
+from ._split import GRADIENT_READINGS, RESNET_CUT, assign_models, by_key, run_priority, unique
 from .base import Artefact, Study
 
 #: Model sets of Table II: the three small networks and the three ResNets.
@@ -76,12 +75,6 @@ PROFILE_SETTINGS: dict[str, dict[str, Any]] = {
               "all_artefacts_on": ("mnist", "fashion_mnist", "cifar10"), "seeds": (0, 1, 2)},
 }
 
-#: How the ResNets are cut into h and p: half their weighted layers each (EASTER Sec. V-A, the
-#: same authors: "the number of layers in both the local embedding and predicting models was
-#: the same"; :mod:`vflkit.models`). The earlier six-unit reading gave ResNet50 and ResNet101
-#: the same h, so SplitNN's and C-VFL's two columns trained one network; ResNet18 is cut alike
-#: by both, and its records stand.
-RESNET_CUT = "layers"
 #: The paper's one learning rate (Sec. VI-C: "the learning rate for all networks 0.05").
 PAPER_LR = 0.05
 #: Each optimizer at its standard rate, for Table IV's second set of rows: Adam at 1e-3 (Kingma
@@ -100,12 +93,9 @@ CVFL_LR = cvfl_step_size(PAPER_LR)
 #: only if its seeds land inside the fp32 seeds' spread): this Table II cell (dataset, method,
 #: architecture) trained again under bf16, every seed. Chosen before any bf16 run, by two rules:
 #: a ResNet cell with its three fp32 seeds committed (the small networks are launch-bound on a
-#: GPU, so bf16 cannot speed them: the ResNets are where it could be adopted), and all three bf16
-#: seeds inside one wall-time-limited GPU job with the launcher's margins: Local's take about a
-#: minute and a half each on an H200. The narrower cell, PyVertical on MNIST (fp32 seeds
-#: 99.07-99.17 %), takes several times that a seed and fits no such job. So this check sees only
-#: a loss of accuracy beyond the fp32 seeds' own spread (72.86-76.59 %, one image strip of four):
-#: a gross failure, not a fine one.
+#: GPU, so bf16 cannot speed them: the ResNets are where it could be adopted), and the cheapest
+#: such cell, so that all three bf16 seeds fit one time-limited GPU job. Its fp32 seeds spread
+#: wide (one image strip of four), so this check sees only a gross loss of accuracy, not a fine one.
 PRECISION_CHECK: tuple[str, str, str] = ("fashion_mnist", "local", "resnet18")
 
 #: Our registry names -> the names the paper's tables print.
@@ -124,17 +114,6 @@ def settings(profile: str, overrides: dict[str, Any] | None = None) -> dict[str,
     an unknown key is an error that lists the valid ones (:func:`vflkit.config.apply_overrides`)."""
     s, _ = split_run_overrides(PROFILE_SETTINGS[check_profile(profile)], overrides, RunConfig)
     return s
-
-
-def assign_models(models: Sequence[str], n_parties: int = 4, *, seed: int) -> tuple[str, ...]:
-    """Architectures for the parties, drawn by seed: every one of ``models`` at least once, the
-    remaining parties drawing uniformly from ``models``, then shuffled (party 0 is active)."""
-    if len(models) > n_parties:
-        raise ConfigError(f"{len(models)} architectures do not fit {n_parties} parties")
-    rng = random.Random(seed)
-    out = list(models) + [rng.choice(list(models)) for _ in range(n_parties - len(models))]
-    rng.shuffle(out)
-    return tuple(out)
 
 
 def assign_optimizers(n_parties: int = 4, *, seed: int) -> tuple[str, ...]:
@@ -182,11 +161,9 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
                             out["cvfl_host_lr"].append(_config(dataset, method, (m,) * 4, seed, s, epochs=epochs))
                 out["table2"].append(vfedmh)
                 if models != SMALL_MODELS:
-                    continue
+                    continue  # the 1/C question, Tables III-IV and Figs. 4-5 use the small networks only
                 # the 1/C question: the same run with each h getting ∂L_k/∂E, not ∂L_k/∂E / C
                 out["embedding_gradient"].append(vfedmh.replace(options={"embedding_gradient": "full"}))
-                if models != SMALL_MODELS:
-                    continue  # Tables III-IV and Figs. 4-5 use the small networks only
                 for m in models:
                     i = het.index(m)
                     out["table3"] += [_config(dataset, "local", (m,) * 4, seed, s),
@@ -218,69 +195,6 @@ def needs_gpu(config: RunConfig) -> bool:
     return any(m in RESNETS for m in config.models)
 
 
-_DATASET_ORDER = {"mnist": 0, "fashion_mnist": 1, "cifar10": 2}
-_METHOD_ORDER = {"agg_vfl": 1, "splitnn": 2, "local": 3}  # after the study's own method (0)
-
-
-def run_priority(config: RunConfig, rank: int) -> tuple:
-    """The order the scheduler computes the runs in (issue "Faithful reproductions"): Table II
-    (rank 0) for every seed, then the other artefacts seed by seed, and C-VFL with its Q = 10
-    local iterations last: it costs several times a SplitNN run (Q = 10 local iterations per
-    batch against one step). Within a seed MNIST before FashionMNIST, VFedMH
-    first (the study's own method: EASTER's study uses this order too, for the same costs)."""
-    costly = config.method == "c_vfl" and int(config.options.get("local_iterations", 10)) > 1
-    return (costly, rank > 0, config.seed, rank, _DATASET_ORDER.get(config.dataset, 9),
-            0 if config.method == config.paper else _METHOD_ORDER.get(config.method, 5), config.models)
-
-
-def run(profile: str, *, device: str | torch.device = "auto", seeds: Sequence[int] | None = None,
-        overrides: dict[str, Any] | None = None, results: Path | None = None,
-        progress: bool = True, recompute_before: str | None = None) -> list[dict[str, Any]]:
-    """Train (or load) every run of :func:`configs` once and return their records. A run that
-    diverges at the paper's settings is recorded as such (``record["diverged"]``), not raised:
-    the tables report it (:func:`diverged_runs`). On a CPU the ResNet runs (:func:`needs_gpu`)
-    are not trained: their records are used where they exist."""
-    return split.run_many(unique(configs(profile, seeds=seeds, overrides=overrides)), profile=profile,
-                          device=device, results=results, progress=progress, on_divergence="record",
-                          recompute_before=recompute_before, needs_gpu=needs_gpu)
-
-
-def recorded(profile: str = "quick") -> tuple[dict[str, list[RunConfig]], list[dict[str, Any]]]:
-    """The study's runs under ``profile`` with the records an earlier run committed (nothing is
-    trained): what the notebook shows as that profile's results beside its own run."""
-    groups = configs(profile)
-    return groups, store.load_recorded(unique(groups), profile=profile)
-
-
-def with_records(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> dict[str, list[RunConfig]]:
-    """``groups`` cut to the runs that have a record: the paper profile on a CPU leaves its
-    ResNet runs pending (:func:`run`), and its tables and figures show what is recorded."""
-    have = {r["key"] for r in records}
-    return {name: [c for c in group if c.key in have] for name, group in groups.items()}
-
-
-def recorded_groups(profile: str, names: Sequence[str]) -> tuple[dict[str, list[RunConfig]], list[dict[str, Any]]]:
-    """The profile's run groups ``names`` cut to their recorded runs, and those records (nothing
-    is trained): how the quick notebook draws the paper profile's figures as far as recorded."""
-    groups = configs(profile)
-    unknown = sorted(set(names) - set(groups))
-    if unknown:
-        raise ConfigError(f"recorded_groups: unknown run groups {unknown}; choose from {', '.join(groups)}")
-    wanted = {g: groups[g] for g in names}
-    rec = _by_key(store.load_available(unique(wanted), profile=profile))  # only the named groups' records
-    cut = with_records(wanted, list(rec.values()))
-    return cut, [rec[c.key] for c in unique(cut)]
-
-
-def unique(groups: dict[str, list[RunConfig]]) -> list[RunConfig]:
-    """All configs of :func:`configs` once each, in first-use order."""
-    seen: dict[str, RunConfig] = {}
-    for group in groups.values():
-        for c in group:
-            seen.setdefault(c.key, c)
-    return list(seen.values())
-
-
 def assignment_table(groups: dict[str, list[RunConfig]]) -> pd.DataFrame:
     """Which architecture (and optimizer) each party holds in the heterogeneous runs."""
     rows = []
@@ -290,7 +204,7 @@ def assignment_table(groups: dict[str, list[RunConfig]]) -> pd.DataFrame:
                 continue
             row = {"runs": "Table II-IV" if name == "table2" else "Fig. 5", "dataset": c.dataset, "seed": c.seed}
             for k in range(c.n_parties):
-                party = "active" if k == c.active else f"passive_{k if k < c.active else k}"
+                party = "active" if k == c.active else f"passive_{k}"
                 opt = c.party_value("optimizers", k)
                 row[party] = c.party_value("models", k) + ("" if name == "table2" else f" + {opt}")
             rows.append(row)
@@ -298,10 +212,6 @@ def assignment_table(groups: dict[str, list[RunConfig]]) -> pd.DataFrame:
 
 
 # --------------------------------------------------------------------------- results
-
-
-def _by_key(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {r["key"]: r for r in records}
 
 
 def _recorded_pairs(variants: Sequence[RunConfig], rec: dict[str, dict[str, Any]]) -> list[tuple[RunConfig, RunConfig]]:
@@ -328,7 +238,7 @@ def _summarise(rows: list[dict[str, Any]], profile: str) -> pd.DataFrame:
 
 def table2(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]], profile: str) -> pd.DataFrame:
     """Table II in the reference long format: test accuracy (%) per dataset, method and model."""
-    rec = _by_key(records)
+    rec = by_key(records)
     rows = []
     sensitivity = [c for c in groups.get("cvfl_host_lr", []) if c.key in rec]
     for c in groups["table2"] + sensitivity:
@@ -349,7 +259,7 @@ def table2(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]
 
 def table3(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]], profile: str) -> pd.DataFrame:
     """Table III: embedding aggregation vs prediction aggregation (test accuracy, %)."""
-    rec = _by_key(records)
+    rec = by_key(records)
     rows = []
     for c in groups["table3"]:
         r = rec[c.key]
@@ -393,6 +303,11 @@ def _lr(c: RunConfig) -> float:
     return float(c.lr if isinstance(c.lr, (int, float)) else c.lr[0])
 
 
+def _table4_runs(groups: dict[str, list[RunConfig]]) -> list[RunConfig]:
+    """Table IV's runs at the paper's rate and at each optimizer's standard rate, once each."""
+    return base.unique(groups["table4"] + groups.get("table4_standard", []))
+
+
 def table4(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]], profile: str) -> pd.DataFrame:
     """Table IV: VFedMH with every party on one optimizer, per architecture (test accuracy, %).
 
@@ -400,13 +315,9 @@ def table4(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]
     rows ``optimizer=X, lr=...`` use the optimizer's standard rate (:data:`STANDARD_LR`; only
     where it differs from 0.05) and carry the paper's number for that optimizer beside them:
     the paper's claim, tested at a rate each optimizer is meant to run at."""
-    rec = _by_key(records)
+    rec = by_key(records)
     rows = []
-    seen: set[str] = set()
-    for c in groups["table4"] + groups.get("table4_standard", []):
-        if c.key in seen:
-            continue
-        seen.add(c.key)
+    for c in _table4_runs(groups):
         lr = _lr(c)
         setting = f"optimizer={_optimizer(c)}" + ("" if lr == PAPER_LR else f", lr={lr:g}")
         for arch, v in _arch_accuracy(rec[c.key]).items():
@@ -433,7 +344,7 @@ def cvfl_local_iterations(groups: dict[str, list[RunConfig]], records: Sequence[
     at the paper's 0.05 (the sensitivity row) and Q = 1 at 0.05 (as many gradient steps as the
     other methods: the equal-compute control). A run not recorded yet (a paper profile
     part-computed) shows as missing (NaN); a row with fewer than two recorded is left out."""
-    rec = _by_key(records)
+    rec = by_key(records)
     columns = [f"Q={q}, lr={lr:g}" for q, lr in CVFL_VARIANTS]
     rows = []
     for c in groups["cvfl_q1"]:
@@ -446,17 +357,13 @@ def cvfl_local_iterations(groups: dict[str, list[RunConfig]], records: Sequence[
     return pd.DataFrame(rows, columns=["dataset", "seed", "model", *columns])
 
 
-#: The two readings of the gradient each party's embedding network receives (the 1/C question).
-GRADIENT_READINGS: tuple[str, str] = ("∂L/∂E / C (default)", "∂L/∂E")
-
-
 def embedding_gradient(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]],
                        group: str = "embedding_gradient") -> pd.DataFrame:
     """The 1/C comparison: each run of ``group`` (h given ∂L_k/∂E) beside the study's own run
     (h given ∂L_k/∂E / C, Eq. 7's exact gradient), the same seed, data and initialisation:
     final accuracy (mean over the party models), e* and the paired difference. Pairs with a
     run not recorded yet are left out."""
-    rec = _by_key(records)
+    rec = by_key(records)
     pairs = [(rec[c.replace(options={}).key], rec[c.key]) for c in groups[group]
              if c.key in rec and c.replace(options={}).key in rec]
     out = analysis.variant_pairs(pairs, labels=GRADIENT_READINGS)
@@ -468,7 +375,7 @@ def precision_check(groups: dict[str, list[RunConfig]], records: Sequence[dict[s
     fp32 (the committed Table II run: TF32 convolutions on a GPU) and under bf16 autocast, the
     device each was trained on and its wall time (s: a speed hint only, as other runs may have
     shared the GPU); NaN where a run is not recorded yet."""
-    rec = _by_key(records)
+    rec = by_key(records)
     rows = []
     for c in groups["precision"]:
         row: dict[str, Any] = {"seed": c.seed}
@@ -480,14 +387,6 @@ def precision_check(groups: dict[str, list[RunConfig]], records: Sequence[dict[s
         rows.append(row)
     return pd.DataFrame(rows, columns=["seed", "fp32 accuracy (%)", "bf16 accuracy (%)", "fp32 device", "bf16 device",
                                        "fp32 wall (s)", "bf16 wall (s)"])
-
-
-def precision_so_far() -> pd.DataFrame:
-    """The paper profile's bf16 check (:func:`precision_check`) as far as it is recorded, every
-    seed a row (nothing is trained)."""
-    groups = configs("paper")
-    runs = groups["precision"] + [c.replace(precision="fp32") for c in groups["precision"]]
-    return precision_check(groups, store.load_available(runs, profile="paper"))
 
 
 def precision_verdict(table: pd.DataFrame) -> tuple[str | None, str]:
@@ -512,7 +411,7 @@ def precision_verdict(table: pd.DataFrame) -> tuple[str | None, str]:
 
 def baselines_beside_paper(table: pd.DataFrame) -> str:
     """How our Table II baselines stand against the paper's printed cells, worded from the table
-    (:func:`table2` or :func:`paper_so_far`): per baseline, in how many cells with a printed
+    (:func:`table2`): per baseline, in how many cells with a printed
     number ours is above the paper's, and the median gap in points."""
     rows = table[table["method"].isin(["Local", "PyVertical", "C_VFL", "Agg_VFL"])
                  & table["value"].notna() & table["paper_value"].notna()]
@@ -598,7 +497,7 @@ def fig3(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) 
     over the run's epochs); totals are those per-epoch figures times the study's epoch count
     (the same for every method unless ``cvfl_epochs`` says otherwise).
     """
-    rec = _by_key(records)
+    rec = by_key(records)
     epochs = max(c.epochs for c in groups["table2"])
     rows = []
     for c in groups["table2"]:
@@ -654,13 +553,9 @@ def _steps(c: RunConfig) -> int:
 
 def fig4(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> tuple[plt.Figure, pd.DataFrame]:
     """Test accuracy per epoch of each party's model, with every party on one optimizer."""
-    rec = _by_key(records)
+    rec = by_key(records)
     frames = []
-    seen: set[str] = set()
-    for c in groups["table4"] + groups.get("table4_standard", []):
-        if c.key in seen:
-            continue
-        seen.add(c.key)
+    for c in _table4_runs(groups):
         df = history_frame([rec[c.key]])
         df["optimizer"] = _optimizer(c)
         df["learning rate"] = "paper's 0.05" if _lr(c) == PAPER_LR else f"standard {_lr(c):g}"
@@ -683,7 +578,7 @@ def fig4(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) 
 
 def fig5(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> tuple[plt.Figure, pd.DataFrame]:
     """Heterogeneous models and heterogeneous optimizers together: test accuracy per epoch."""
-    rec = _by_key(records)
+    rec = by_key(records)
     frames = []
     for c in groups["fig5"]:
         df = history_frame([rec[c.key]])
@@ -793,7 +688,7 @@ def blinding_figure(demo: dict[str, Any]) -> tuple[plt.Figure, pd.DataFrame]:
 def blinding_accuracy(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """Final test accuracy (%) of each party's model in VFedMH with and without blinding (a pair
     with a run not recorded yet is left out)."""
-    rec = _by_key(records)
+    rec = by_key(records)
     rows = []
     for c, standard in _recorded_pairs(groups["blinding"], rec):
         for blinding, cfg in (("on", standard), ("off", c)):
@@ -902,13 +797,9 @@ VARIANTS: dict[str, tuple[str, str]] = {
 
 
 def with_variant(groups: dict[str, list[RunConfig]], variant: str | None) -> dict[str, list[RunConfig]]:
-    """``groups`` with :data:`VARIANTS` ``variant`` swapped in (None: unchanged): each of the
-    method's runs replaced by its twin in the variant's group (:func:`vflkit.analysis.swap_in_variant`)."""
-    if variant is None:
-        return groups
-    method, group = VARIANTS[variant]
+    """``groups`` with :data:`VARIANTS` ``variant`` swapped in (None: unchanged)."""
     # the variant is defined on the small networks only: the method's other cells leave the table
-    return analysis.swap_in_variant(groups, method, group, ("table2", "table3"), keep_unmatched=False)
+    return _split.with_variant(groups, VARIANTS, variant, ("table2", "table3"), keep_unmatched=False)
 
 
 def _ordering_check(table: str, a: str, b: str, model_set: str | None = None, variant: str | None = None) -> Any:
@@ -1235,60 +1126,6 @@ VARIANT_CLAIMS: list[claims.Claim] = [
 
 # --------------------------------------------------------------------------- paper profile so far
 
-#: The paper profile's tables the quick notebook writes as far as recorded: the run groups
-#: each is drawn from, and the function that draws it.
-PAPER_TABLES: dict[str, tuple[tuple[str, ...], Callable[..., pd.DataFrame]]] = {
-    "table2": (("table2", "cvfl_host_lr"), table2), "table3": (("table3",), table3),
-    "table4": (("table4", "table4_standard"), table4)}
-
-
-#: The paper profile's figures the quick notebook draws as far as recorded: the run groups each
-#: is drawn from, and the function that draws it.
-PAPER_FIGURES: dict[str, tuple[tuple[str, ...], Callable[..., tuple[plt.Figure, pd.DataFrame]]]] = {
-    "3": (("table2",), fig3), "4": (("table4", "table4_standard"), fig4), "5": (("fig5",), fig5)}
-
-
-def paper_figure(number: str) -> tuple[plt.Figure | None, pd.DataFrame]:
-    """Fig. ``number`` (3, 4 or 5) of the paper profile as far as it is recorded (nothing is
-    trained), with the data it plots; ``(None, empty frame)`` while none of its runs is recorded
-    (``report.save_recorded_figure`` then says so)."""
-    if number not in PAPER_FIGURES:
-        raise ConfigError(f"paper_figure: unknown figure {number!r}; choose one of {', '.join(PAPER_FIGURES)}")
-    names, draw = PAPER_FIGURES[number]
-    groups, recs = recorded_groups("paper", names)
-    return draw(groups, recs) if recs else (None, pd.DataFrame())
-
-
-def paper_so_far(artefact: str = "table2") -> tuple[pd.DataFrame, pd.DataFrame, list[dict[str, Any]]]:
-    """The paper profile's ``artefact`` (``table2``, ``table3`` or ``table4``) as far as it is
-    recorded (nothing is trained).
-
-    Returns the table of the recorded cells beside the paper's (``n_runs`` says over how many
-    seeds each is), the pending runs with their estimated cost (H100 minutes for the CIFAR-10
-    ResNets, :func:`vflkit.costs.h100_minutes`: FLOPs over the rate one H100 measured; CPU runs
-    as "CPU"), and the records found.
-    """
-    if artefact not in PAPER_TABLES:
-        raise ConfigError(f"paper_so_far: unknown artefact {artefact!r}; choose one of {', '.join(PAPER_TABLES)}")
-    groups = configs("paper")
-    names, build = PAPER_TABLES[artefact]
-    runs = unique({g: groups[g] for g in names})
-    found = store.load_available(runs, profile="paper")
-    have = {r["key"] for r in found}
-    done = with_records({g: groups[g] for g in names}, found)
-    table = build(done, found, "paper") if any(done.values()) else pd.DataFrame()
-    pending = []
-    for c in runs:
-        if c.key in have:
-            continue
-        gpu = needs_gpu(c)
-        minutes = costs.h100_minutes(c, STUDY.family) if gpu else None
-        pending.append({"dataset": DATASET_NAMES[c.dataset], "method": c.method, "models": "/".join(c.models),
-                        "seed": c.seed, "needs": "GPU" if gpu else "CPU",
-                        "estimated_h100_min": None if minutes is None else round(minutes, 1)})
-    return table, pd.DataFrame(pending), found
-
-
 
 # --------------------------------------------------------------------------- the study's declaration
 
@@ -1336,17 +1173,34 @@ def beyond(evidence: base.Evidence) -> list[tuple[str, str]]:
     return out
 
 
+def _view(columns: str = "model", index: tuple[str, ...] = ("dataset", "method")) -> Callable[[pd.DataFrame], pd.DataFrame]:
+    """A table shown as ours beside the paper's, one column per ``columns``."""
+    return lambda t: side_by_side(t, index=list(index), columns=columns)
+
+
+def _figure(draw: Callable[..., tuple[plt.Figure, pd.DataFrame]]) -> Callable[..., tuple[plt.Figure, pd.DataFrame]]:
+    """A figure drawn from (groups, records), whatever the profile."""
+    return lambda groups, records, profile: draw(groups, records)
+
+
+def describe(run: RunConfig) -> dict[str, Any]:
+    """A pending run as the notebook lists it."""
+    return {"dataset": DATASET_NAMES[run.dataset], "method": run.method, "models": "/".join(run.models),
+            "seed": run.seed}
+
+
 STUDY = register(Study(
     name="vfedmh", title="VFedMH", family="split", configs=configs, order=1, reference_csv="vfedmh.csv",
     cites="wang2023vfedmh",
     artefacts=(
-        Artefact("Table II", base.groups("table2"), ("table2.*",)),
-        Artefact("Table III", base.groups("table3"), ("table3.*",)),
-        Artefact("Table IV", base.groups("table4", "table4_standard"), ("table4.*",)),
-        Artefact("Fig. 3", base.groups("table2"), ("fig3.*",)),
-        Artefact("Fig. 4", base.groups("table4", "table4_standard"), ("fig4.*",)),
-        Artefact("Fig. 5", base.groups("fig5"), ("fig5.*",)),
+        Artefact("Table II", base.groups("table2"), ("table2.*",), table2, _view()),
+        Artefact("Table III", base.groups("table3"), ("table3.*",), table3, _view()),
+        Artefact("Table IV", base.groups("table4", "table4_standard"), ("table4.*",), table4,
+                 _view(index=("dataset", "setting"))),
+        Artefact("Fig. 3", base.groups("table2"), ("fig3.*",), _figure(fig3)),
+        Artefact("Fig. 4", base.groups("table4", "table4_standard"), ("fig4.*",), _figure(fig4)),
+        Artefact("Fig. 5", base.groups("fig5"), ("fig5.*",), _figure(fig5)),
     ),
     claims=CLAIMS, variant_claims=VARIANT_CLAIMS, needs_gpu=needs_gpu, run_priority=run_priority,
-    beyond=beyond,
+    beyond=beyond, describe=describe,
 ))
