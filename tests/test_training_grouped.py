@@ -15,9 +15,9 @@ from vflkit import costs
 from vflkit.errors import ConfigError
 from vflkit.methods import RunConfig
 from vflkit.models import get_model
-from vflkit.training import packed, split
-from vflkit.training.grouped import why_not_grouped
-from vflkit.training.packed import StackedModel, device_stacking
+from vflkit.training import split
+
+from vflkit.training.stacked import StackedModel, device_stacking, why_not_grouped
 
 K = 3
 
@@ -124,6 +124,6 @@ def test_a_grouped_pack_on_the_graphs_tape_equals_the_runs_alone(float64, case):
     run its unpacked losses, metrics and ledger: the GPU's path, eager and graphed, on a CPU."""
     method, models, changes = CASES[case]
     configs = _configs(method, models, seeds=(0, 1), **changes)
-    got = packed.train_pack(configs, device="cpu", stacking="grouped", graphs="tape")
+    got = split.train(configs, device="cpu", stacking="grouped", graphs="tape")
     for g, c in zip(got, configs):
         _assert_same_run(g, split.train(c, device=torch.device("cpu"), progress=False))

@@ -112,7 +112,7 @@ def test_the_packed_trainer_gives_each_run_its_unpacked_results(float64, monkeyp
     """train_pack (rounds of packed_round, each run's rows, evaluation and ledger its own) gives
     every run what multi_owner.train gives it alone: history to 1e-9, traffic exactly; the
     scheduler's pack key groups them, and a run with other rounds packs apart."""
-    from vflkit.training import multi_owner, packed as split_packed
+    from vflkit.training import multi_owner, split as split_packed
     from vflkit.training.multi_owner_packed import train_pack
 
     monkeypatch.setattr(multi_owner, "dataset", lambda name: _tiny_data())

@@ -25,7 +25,7 @@ state, BatchNorm statistics) and reads nothing back to the host. What changes on
   every tensor is a host tensor); :func:`graph_blocker` refuses the optimizers that keep one,
   and Adam's ``capturable`` form, which torch runs on a GPU only, is not tested here.
 
-:class:`GraphedStep` applies it to a :class:`~vflkit.training.packed.Pack`: one graph per batch
+:class:`GraphedStep` applies it to a :class:`~vflkit.training.split.Pack`: one graph per batch
 shape, captured after :data:`WARMUP_STEPS` eager steps of that shape; the ids copied into the
 captured buffer, C-VFL's dither into the captured pieces, the ledger rows of the captured step's
 messages added per replay (to the runs still live, at the runs' current clock). A learning-rate
@@ -45,7 +45,7 @@ from torch.utils._pytree import tree_flatten
 from ..errors import ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .packed import Pack
+    from .split import Pack
 
 #: How a step is captured: a CUDA graph, or the CPU stand-in that keeps its contract (module doc).
 GRAPH_BACKENDS: tuple[str, ...] = ("cuda", "tape")
@@ -188,11 +188,11 @@ class GraphedStep:
         pack = self.pack
         self.counts["eager"] += 1
         if self._side is None:
-            return pack._step(pack, ids)
+            return pack.eager_step(ids)
         # the CUDA graph documentation's warm-up: on a side stream, ordered after the work before it
         self._side.wait_stream(torch.cuda.current_stream(pack.device))
         with torch.cuda.stream(self._side):
-            out = pack._step(pack, ids)
+            out = pack.eager_step(ids)
         torch.cuda.current_stream(pack.device).wait_stream(self._side)
         return out
 
@@ -201,19 +201,19 @@ class GraphedStep:
         pack, n = self.pack, self._n_dither
         if not n:
             return []
-        if len(pack._dither) < n:
+        if len(pack.dither) < n:
             pack.draw_dither([b])
-        pieces, pack._dither[:] = pack._dither[:n], pack._dither[n:]
+        pieces, pack.dither[:] = pack.dither[:n], pack.dither[n:]
         return pieces
 
     def _capture(self, b: int, ids: torch.Tensor) -> dict[str, torch.Tensor]:
         pack = self.pack
         dither = [d.clone() for d in self._dither_pieces(b)]
         captured = _Captured(StepGraph(self.backend), ids.clone(), dither)
-        pack._dither[:0] = dither  # the step takes its dither from the captured pieces
+        pack.dither[:0] = dither  # the step takes its dither from the captured pieces
         pack.channel.sends = captured.sends
         try:
-            captured.out = captured.graph.capture(lambda: pack._step(pack, captured.ids))
+            captured.out = captured.graph.capture(lambda: pack.eager_step(captured.ids))
         finally:
             pack.channel.sends = None
         self._graphs[b] = captured

@@ -67,7 +67,7 @@ from ..methods.multi_vfl import MultiVFL, MultiVFLConfig
 from ..methods.server_opt import server_step
 from . import checkpoint as checkpoint_io
 from . import multi_owner
-from .packed import StackedModel, _cross_entropy
+from .stacked import StackedModel, _cross_entropy
 
 
 def _protocol_order(row: tuple[str, str, str, int, int, int, str]) -> tuple[int, int]:
