@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .base import VFLMethod, stacked_cross_entropy
+from .base import VFLMethod, backward_runs, stacked_cross_entropy
 
 if TYPE_CHECKING:
     from ..training.split import Pack
@@ -43,7 +43,7 @@ def step(pack: Pack, ids: torch.Tensor) -> dict[str, torch.Tensor]:
     own = pack.model(a, "model")(pack.x(a, ids))
     total = own + torch.stack(received).sum(0) if received else own
     loss = stacked_cross_entropy(total, pack.y(ids))
-    loss.sum().backward()
+    backward_runs(loss)
     for n, r in zip(passive, received):
         ch.send(a, n, "gradient", r.grad)
     pack.optimizers[(a, "local")].step()

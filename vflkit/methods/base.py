@@ -327,11 +327,18 @@ def backward_each(pairs: Sequence[tuple[torch.Tensor, torch.Tensor | None]]) -> 
 
 def stacked_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Each run's mean cross-entropy, ``[K]``, of K runs' logits ``[K, b, classes]`` and labels
-    ``[K, b]``: ``F.cross_entropy`` of one run for K at once (for K = 1 that very call)."""
+    ``[K, b]``: ``F.cross_entropy`` of one run for K at once; a run alone's (a pack of one holds
+    its tensors without the run dimension): that very call, 0-d."""
+    if labels.dim() == 1:
+        return F.cross_entropy(logits, labels)
     k, b = labels.shape
-    if k == 1:
-        return F.cross_entropy(logits[0], labels[0]).unsqueeze(0)
     return F.cross_entropy(logits.reshape(k * b, -1), labels.reshape(-1), reduction="none").view(k, b).mean(1)
+
+
+def backward_runs(loss: torch.Tensor) -> None:
+    """Back-propagate each run's loss (``[K]``, or a run alone's 0-d): run k's slice of every
+    stacked parameter gets the gradient of run k's loss alone."""
+    (loss if loss.dim() == 0 else loss.sum()).backward()
 
 
 def accuracy(logits: torch.Tensor, labels: torch.Tensor) -> float:
@@ -438,7 +445,7 @@ class VFLMethod(ABC):
             from ..training.split import Pack  # the trainer's pack, around this run alone
 
             self._alone = Pack([self])
-        return {k: v[0] for k, v in self._alone.train_step(ids[None]).items()}
+        return self._alone.train_step(ids)
 
     @abstractmethod
     def predict(self, ids: torch.Tensor, split: str = "test") -> dict[str, torch.Tensor]:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Hashable, Sequence
 import torch
 
 from ..errors import ConfigError
-from .base import VFLMethod, make_optimizer, stacked_cross_entropy
+from .base import VFLMethod, backward_runs, make_optimizer, stacked_cross_entropy
 from .splitnn import top_model
 
 if TYPE_CHECKING:
@@ -129,6 +129,11 @@ def compress(pack: Pack, x: torch.Tensor) -> tuple[torch.Tensor, int]:
     x = x.detach()
     if x.dtype == torch.bfloat16:  # an embedding under bf16 autocast: quantised in float32
         x = x.float()
+    if pack.k == 1:  # a run alone: its tensor, its dither drawn from its generator as it goes
+        gen = pack.methods[0].generator
+        if kind in ("vector", "scalar"):
+            return (vector_quantize if kind == "vector" else scalar_quantize)(x, bits, generator=gen)
+        return topk_sparsify(x, bits) if kind == "topk" else (x, x.numel() * x.element_size())
     n, k = x[0].numel(), x.shape[0]
     if kind == "none":
         return x, n * x.element_size()
@@ -172,7 +177,7 @@ def step(pack: Pack, ids: torch.Tensor) -> dict[str, torch.Tensor]:
     passive = [n for n in pack.names if n != a]
     q = int(pack.options["local_iterations"])
     top = pack.model(a, "top")
-    if not pack.dither:  # no draw ahead (a caller stepping by itself): this step's only
+    if pack.k > 1 and not pack.dither:  # no draw ahead (a caller stepping by itself): this step's only
         CVFL.draw_ahead(pack, [ids.shape[1]])
     sizes: dict[str, int] = {}
     xs = {group: pack.x(group[0], ids) if len(group) == 1 else torch.cat([pack.x(n, ids) for n in group])
@@ -181,7 +186,10 @@ def step(pack: Pack, ids: torch.Tensor) -> dict[str, torch.Tensor]:
         fresh: dict[str, torch.Tensor] = {}  # each party's embedding, computed by its group's call
         for group in pack.groups:
             out = pack.models[(group[0] if len(group) == 1 else group, "bottom")](xs[group])
-            fresh.update((n, out[g * pack.k:(g + 1) * pack.k]) for g, n in enumerate(group))
+            if len(group) == 1:
+                fresh[group[0]] = out
+            else:  # party-major slices
+                fresh.update((n, out[g * pack.k:(g + 1) * pack.k]) for g, n in enumerate(group))
         for n in passive:
             h, sizes[n] = compress(pack, fresh[n])
             ch.send(n, a, "embedding", h, nbytes=sizes[n])
@@ -214,8 +222,8 @@ def step(pack: Pack, ids: torch.Tensor) -> dict[str, torch.Tensor]:
             for _ in range(q):
                 opt.zero_grad(set_to_none=True)
                 own = bottom(x)
-                z = torch.cat([own if m == n else embeddings[m] for m in pack.names], 2)
-                stacked_cross_entropy(top.call_with(frozen, z), labels).sum().backward()
+                z = torch.cat([own if m == n else embeddings[m] for m in pack.names], -1)
+                backward_runs(stacked_cross_entropy(top.call_with(frozen, z), labels))
                 opt.step()
             continue
         # G parties as one stacked model, party-major [G x K]: slice g*K+k is party g's run k,
@@ -232,14 +240,14 @@ def step(pack: Pack, ids: torch.Tensor) -> dict[str, torch.Tensor]:
             opt.zero_grad(set_to_none=True)
             own = bottom(x)
             z = torch.where(mask, own.repeat(1, 1, len(pack.names)), fixed)
-            stacked_cross_entropy(top.call_with(frozen, z), labels).sum().backward()
+            backward_runs(stacked_cross_entropy(top.call_with(frozen, z), labels))
             opt.step()
-    z = torch.cat([stale[m] for m in pack.names], 2)
+    z = torch.cat([stale[m] for m in pack.names], -1)
     opt = pack.optimizers[(a, "top")]
     for _ in range(q):
         opt.zero_grad(set_to_none=True)
         loss = stacked_cross_entropy(top(z), y)
-        loss.sum().backward()
+        backward_runs(loss)
         opt.step()
     return {"active": loss.detach()}
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .base import VFLMethod, stacked_cross_entropy
+from .base import VFLMethod, backward_runs, stacked_cross_entropy
 
 if TYPE_CHECKING:
     from ..training.split import Pack
@@ -22,7 +22,7 @@ def step(pack: Pack, ids: torch.Tensor) -> dict[str, torch.Tensor]:
     a = pack.active
     pack.zero_grad((a, "local"))
     loss = stacked_cross_entropy(pack.model(a, "model")(pack.x(a, ids)), pack.y(ids))
-    loss.sum().backward()  # run k's slice gets the gradient of run k's loss alone
+    backward_runs(loss)
     pack.optimizers[(a, "local")].step()
     return {"active": loss.detach()}
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from .base import VFLMethod, stacked_cross_entropy
+from .base import VFLMethod, backward_runs, stacked_cross_entropy
 
 if TYPE_CHECKING:
     from ..training.split import Pack
@@ -40,8 +40,8 @@ def step(pack: Pack, ids: torch.Tensor) -> dict[str, torch.Tensor]:
         ch.send(n, a, "embedding", sent[n])
     embeddings = [pack.model(n, "bottom")(pack.x(n, ids)) if n == a
                   else ch.recv(a, n, "embedding").requires_grad_(True) for n in pack.names]
-    loss = stacked_cross_entropy(pack.model(a, "top")(torch.cat(embeddings, dim=2)), pack.y(ids))
-    loss.sum().backward()
+    loss = stacked_cross_entropy(pack.model(a, "top")(torch.cat(embeddings, dim=-1)), pack.y(ids))
+    backward_runs(loss)
     for n, e in zip(pack.names, embeddings):
         if n != a:
             ch.send(a, n, "gradient", e.grad)

@@ -541,7 +541,7 @@ def save_checkpoint(path: Path, *, config: RunConfig, epoch: int, elapsed_s: flo
                     gen: torch.Generator, device: torch.device, diverged: dict[str, Any] | None = None,
                     final: dict[str, Any] | None = None) -> None:
     """Everything a run needs to continue after ``epoch`` as if never stopped, written atomically
-    (also a packed run's, :func:`vflkit.training.packed.train_pack`: one format, so either
+    (a packed run's too, :func:`train` of a pack: one format, so either
     trainer resumes the other's). A packed run that diverged while its pack trains on is saved
     with its ``diverged`` and ``final`` metrics: its result, which :func:`train` returns as it is."""
     checkpoint_io.save(path, config, {
@@ -634,7 +634,8 @@ class Pack:
     each party model is a :class:`~vflkit.training.stacked.StackedModel`, each optimizer the
     same ``torch.optim`` class over the stacked parameters (it updates elementwise, so slice k
     follows run k alone). A pack of one takes the run's batches from its parties and steps its
-    own models and optimizers: the run's own kernels.
+    own models and optimizers, its tensors without the run dimension (``ids`` ``[b]``, each
+    loss 0-d): the run's own kernels.
     """
 
     def __init__(self, methods: Sequence[VFLMethod], *, stacking: str = "auto",
@@ -721,7 +722,7 @@ class Pack:
         """The K runs' batches of ``party``'s features, ``[K, b, ...]``, each normalised as its
         run alone normalises it (its dataset's statistics)."""
         if self.k == 1:
-            return self.methods[0].parties[self.names.index(party)].features("train", ids=ids[0]).unsqueeze(0)
+            return self.methods[0].parties[self.names.index(party)].features("train", ids=ids)
         batch = self.features[party][self._rows, ids]
         stretches = self._transforms[party]
         if len(stretches) == 1:
@@ -731,7 +732,7 @@ class Pack:
     def y(self, ids: torch.Tensor) -> torch.Tensor:
         """The K runs' batches of labels, ``[K, b]``."""
         if self.k == 1:
-            return self.methods[0].active.labels("train", ids=ids[0]).unsqueeze(0)
+            return self.methods[0].active.labels("train", ids=ids)
         return self.labels[self._rows, ids]
 
     def model(self, party: str, name: str) -> StackedModel:

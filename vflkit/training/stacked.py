@@ -5,8 +5,8 @@ each party model of theirs is a :class:`StackedModel` of its K copies. Stacking 
 ``grouped`` (the K runs side by side in the channels: a convolution is one grouped convolution, a
 BatchNorm one over K x C channels, a linear layer one batched matrix product), ``vmap`` (one
 batched kernel per layer, the runs moved in and out of the batch around each), or ``loop`` (a call
-per run on its slice of the stacked parameters). A stack of one module calls the module itself,
-with its own parameters: a run alone computes exactly the kernels it computes without a pack.
+per run on its slice of the stacked parameters). A stack of one module is the module itself: a
+run alone (a pack of one, whose tensors carry no run dimension) computes its own kernels.
 """
 
 from __future__ import annotations
@@ -183,7 +183,7 @@ class StackedModel:
     """K copies of one party model (one per run) as one call on ``[K, b, ...]``: stacked
     parameters (the leaves that train) and buffers, run as ``stacking`` says.
 
-    One module (K = 1) is called itself, on its own parameters. ``compile``: keyword arguments of
+    One module (K = 1, a run alone) is called itself on ``[b, ...]``, with its own parameters. ``compile``: keyword arguments of
     :func:`torch.compile` for the stacked call (``fullgraph``: a graph break is an error).
     ``bf16``: the runs compute under bfloat16 autocast, which does not reach inside ``vmap``:
     "auto" takes the loop where it would vmap, and ``vmap`` is refused.
@@ -231,19 +231,19 @@ class StackedModel:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.k == 1:
-            return self.module(x[0]).unsqueeze(0)
+            return self.module(x)
         return self._forward(self.params, self.buffers, x)
 
     def stacked_params(self) -> dict[str, torch.Tensor]:
-        """The parameters, ``[K, ...]`` each (for one module: views of its own)."""
+        """The parameters, ``[K, ...]`` each (one module's: its own)."""
         if self.k == 1:
-            return {n: p.unsqueeze(0) for n, p in self.module.named_parameters()}
+            return dict(self.module.named_parameters())
         return self.params
 
     def call_with(self, params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-        """The architecture run with other stacked parameters, e.g. a frozen or received copy."""
+        """The architecture run with other (stacked) parameters, e.g. a frozen or received copy."""
         if self.k == 1:
-            return functional_call(self.module, {n: p[0] for n, p in params.items()}, (x[0],)).unsqueeze(0)
+            return functional_call(self.module, params, (x,))
         return self._forward(params, self.buffers, x)
 
     @torch.no_grad()
