@@ -55,8 +55,7 @@ def step_size(host_lr: float, local_iterations: int = LOCAL_ITERATIONS) -> float
     Q = 1 the rule gives the host's rate unchanged (the equal-compute control).
 
     The host's rate at Q = 10 (VFedMH: 0.05 for a total step of 0.5 per batch, a regime no
-    C-VFL experiment ran) is kept by the studies as a labelled sensitivity row; at it 9 of
-    VFedMH's 18 MNIST/FashionMNIST C-VFL runs diverged or stayed at chance.
+    C-VFL experiment ran) is kept by the studies as a labelled sensitivity row.
     """
     if int(local_iterations) < 1:
         raise ConfigError(f"local_iterations must be >= 1, got {local_iterations!r}")
