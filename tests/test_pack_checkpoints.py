@@ -218,14 +218,14 @@ def test_a_stopped_multi_vfl_pack_resumes_and_its_runs_alone_too(float64, tmp_pa
             assert g.keys() == w.keys() and all(_close(g[k], w[k]) for k in g if k != "elapsed_s")
         assert got["comm"] == want["comm"]
 
-    want = multi_owner_split.train(configs, device="cpu")
+    want = multi_owner_packed.train_pack(configs, device="cpu")
     paths = _paths(tmp_path / "packed", configs)
     with pytest.raises(BudgetExhausted, match="after round 1 of 3"):
-        multi_owner_split.train(configs, device="cpu", checkpoint=paths, deadline=time.time())
+        multi_owner_packed.train_pack(configs, device="cpu", checkpoints=paths, deadline=time.time())
     assert [saved_progress(p) for p in paths] == [("round", 1)] * 2  # what the scheduler packs them by
     rounds, step = [], multi_owner_packed.RoundPack.round
     monkeypatch.setattr(multi_owner_packed.RoundPack, "round", lambda self, r: rounds.append(r) or step(self, r))
-    for g, w in zip(multi_owner_split.train(configs, device="cpu", checkpoint=paths), want):
+    for g, w in zip(multi_owner_packed.train_pack(configs, device="cpu", checkpoints=paths), want):
         same(g, w)
     assert rounds == [2, 3]
     alone_paths = _paths(tmp_path / "alone", configs)
