@@ -133,7 +133,7 @@ def test_a_stack_of_one_is_the_module_itself():
     """K = 1 (a run alone): the module is called itself, on its own parameters, so a run alone
     computes its own kernels bit for bit and its own optimizer steps its own parameters."""
     net = MODELS["lenet"]()
-    one = StackedModel([net], stacking="vmap")
+    one = StackedModel([net], stacking="vmap", alone=True)
     x = _input("lenet")[0]
     out = one(x)
     assert one.module is net and torch.equal(out, net(x))

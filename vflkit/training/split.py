@@ -663,7 +663,7 @@ class Pack:
         self.optimizers: dict[tuple[Any, str], torch.optim.Optimizer] = {}
         if self.k == 1:
             for p in first.parties:
-                self.models.update(((p.name, name), StackedModel([model])) for name, model in p.models.items())
+                self.models.update(((p.name, name), StackedModel([model], alone=True)) for name, model in p.models.items())
                 self.optimizers.update(((p.name, name), opt) for name, opt in p.optimizers.items())
         else:
             self._stack_runs()

@@ -183,19 +183,22 @@ class StackedModel:
     """K copies of one party model (one per run) as one call on ``[K, b, ...]``: stacked
     parameters (the leaves that train) and buffers, run as ``stacking`` says.
 
-    One module (K = 1, a run alone) is called itself on ``[b, ...]``, with its own parameters. ``compile``: keyword arguments of
+    ``alone`` (one module: a run alone, whose tensors carry no run dimension): the module itself
+    is called on ``[b, ...]``, with its own parameters. ``compile``: keyword arguments of
     :func:`torch.compile` for the stacked call (``fullgraph``: a graph break is an error).
     ``bf16``: the runs compute under bfloat16 autocast, which does not reach inside ``vmap``:
     "auto" takes the loop where it would vmap, and ``vmap`` is refused.
     """
 
     def __init__(self, modules: Sequence[nn.Module], *, stacking: str = "auto",
-                 compile: dict[str, Any] | None = None, bf16: bool = False) -> None:
+                 compile: dict[str, Any] | None = None, bf16: bool = False, alone: bool = False) -> None:
         if stacking not in STACKINGS:
             raise ConfigError(f"Invalid stacking {stacking!r}; choose one of {', '.join(STACKINGS)}")
-        self.k = len(modules)
-        if self.k == 1:
-            self.module, self.stacking = modules[0], "one"
+        if alone and len(modules) != 1:
+            raise ConfigError(f"a run alone has one copy of each model, not {len(modules)}")
+        self.k, self.alone = len(modules), alone
+        if alone:
+            self.module, self.stacking = modules[0], "alone"
             return
         self.params, self.buffers = stack_module_state(list(modules))
         self.base = copy.deepcopy(modules[0]).to("meta")  # the architecture; functional_call runs it
@@ -230,26 +233,26 @@ class StackedModel:
                             for k in range(len(x))])
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.k == 1:
+        if self.alone:
             return self.module(x)
         return self._forward(self.params, self.buffers, x)
 
     def stacked_params(self) -> dict[str, torch.Tensor]:
         """The parameters, ``[K, ...]`` each (one module's: its own)."""
-        if self.k == 1:
+        if self.alone:
             return dict(self.module.named_parameters())
         return self.params
 
     def call_with(self, params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
         """The architecture run with other (stacked) parameters, e.g. a frozen or received copy."""
-        if self.k == 1:
+        if self.alone:
             return functional_call(self.module, params, (x,))
         return self._forward(params, self.buffers, x)
 
     @torch.no_grad()
     def write_back(self, modules: Sequence[nn.Module]) -> None:
         """Copy run k's slice into ``modules[k]`` (for its evaluation and its checkpoint)."""
-        if self.k == 1:
+        if self.alone:
             return
         for k, m in enumerate(modules):
             for name, t in m.named_parameters():
