@@ -538,7 +538,7 @@ def test_lanes_capture_their_packs_only_when_the_window_benchmark_says_so(tmp_pa
     """A window's lanes get VFLKIT_GRAPHS=auto only when its benchmark's captured steps equal the
     eager pack's (max |dW| within GRAPHS_MAX_DIFF) and run faster (median gain GRAPHS_MIN_GAIN),
     with no failed capture; no benchmark, a difference, a failure or no gain: eager."""
-    from vflkit.training.packed import GRAPHS_ENV
+    from vflkit.training.split import GRAPHS_ENV
 
     def bench(*rows):
         path = tmp_path / "bench.json"
@@ -722,7 +722,7 @@ def test_packs_priced_with_graphs_are_gated_at_their_eager_gain_without_them(mon
     priced at its op-count ratio over the measured graphs gain; plan.json also carries its eager
     gain, at which a lane gates it when its window's own benchmark leaves graphs off."""
     from vflkit import costs
-    from vflkit.training.packed import GRAPHS_ENV
+    from vflkit.training.split import GRAPHS_ENV
 
     seeds = _cvfl_seeds()
     runs = [_slow(c, 600.0) for c in seeds]

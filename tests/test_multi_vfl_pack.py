@@ -229,7 +229,7 @@ def test_the_loop_trains_a_pack_as_each_run_alone(float64, monkeypatch):
     """train of a pack (each run's rows, evaluation and ledger its own) gives every run what
     train gives it alone: history to 1e-9, traffic exactly; the scheduler's pack key groups
     them, and a run with other rounds packs apart."""
-    from vflkit.training import packed as split_packed
+    from vflkit.training import split as split_packed
 
     monkeypatch.setattr(multi_owner, "dataset", lambda name: _tiny_data())
     cfgs = _pack_configs()

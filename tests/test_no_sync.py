@@ -159,15 +159,16 @@ def test_periodic_loss_read_is_outside_the_step(monkeypatch):
     drained: list[int] = []
     real_drain = split.LossWindow.drain
 
-    def counting_drain(self: Any) -> None:
+    def counting_drain(self: Any) -> Any:
         drained.append(len(self._pending))
-        real_drain(self)
+        return real_drain(self)
 
     monkeypatch.setattr(split.LossWindow, "drain", counting_drain)
     monkeypatch.setattr(split, "SYNC_EVERY_CUDA", 50)
     real_init = split.LossWindow.__init__
     monkeypatch.setattr(split.LossWindow, "__init__",
-                        lambda self, *, epoch, limit, every: real_init(self, epoch=epoch, limit=limit, every=50))
+                        lambda self, *, epoch, limit, every, runs=1: real_init(self, epoch=epoch, limit=limit, every=50,
+                                                                             runs=runs))
     _, batched = _guarded_run(monkeypatch, cfg)
     assert drained == [4]  # one read for the epoch's 4 steps
     strip = lambda h: [{k: v for k, v in r.items() if k != "elapsed_s"} for r in h]  # noqa: E731

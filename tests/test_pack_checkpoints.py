@@ -1,4 +1,4 @@
-"""Tests for a pack's checkpoints (vflkit.training.packed.train_pack; Multi-VFL's are in
+"""Tests for a pack's checkpoints (vflkit.training.split.train of K > 1 runs; Multi-VFL's are in
 test_multi_vfl_pack.py): a pack stopped after an epoch and resumed gives what
 a pack never stopped gives, a run alone resumes its packed checkpoint and a pack its runs' own
 (float64, to the packed trainers' tolerance; ledgers exactly), and the scheduler pauses a pack
@@ -16,7 +16,7 @@ from test_training_packed import _assert_same_run, _configs
 from vflkit import scheduler
 from vflkit.errors import BudgetExhausted, DivergenceError
 from vflkit.records import checkpoint_path
-from vflkit.training import packed, split
+from vflkit.training import split
 
 CPU = torch.device("cpu")
 
@@ -36,6 +36,12 @@ def _case(name: str, seeds=(0, 1)):
     return _configs(method, ("mlp",) * 4, seeds=seeds, epochs=3, **changes)
 
 
+@pytest.fixture(autouse=True)
+def every_epoch(monkeypatch):
+    """A checkpoint after every epoch (these runs take less than the interval)."""
+    monkeypatch.setattr(split, "CHECKPOINT_EVERY_S", 0.0)
+
+
 def _paths(tmp_path: Path, configs) -> list[Path]:
     return [checkpoint_path(tmp_path / f"{c.key}.json") for c in configs]
 
@@ -43,7 +49,7 @@ def _paths(tmp_path: Path, configs) -> list[Path]:
 def _stop_pack_after_epoch_1(configs, paths, graphs=None) -> None:
     """Train the pack until the deadline (already past) stops it at the end of epoch 1."""
     with pytest.raises(BudgetExhausted, match="after epoch 1 of 3"):
-        packed.train_pack(configs, device="cpu", checkpoints=paths, deadline=time.time(), graphs=graphs)
+        split.train(configs, device="cpu", checkpoint=paths, deadline=time.time(), graphs=graphs)
     assert all(p.exists() for p in paths)
 
 
@@ -54,10 +60,10 @@ def test_a_stopped_pack_resumes_as_if_never_stopped(float64, tmp_path, case, gra
     stopped gives: losses and metrics of all three epochs, final scores, the ledger exactly
     (also with its steps captured: the tape, CUDA graphs' CPU stand-in, captures the resumed pack)."""
     configs = _case(case)
-    want = packed.train_pack(configs, device="cpu")
+    want = split.train(configs, device="cpu")
     paths = _paths(tmp_path, configs)
     _stop_pack_after_epoch_1(configs, paths, graphs)
-    got = packed.train_pack(configs, device="cpu", checkpoints=paths, graphs=graphs)
+    got = split.train(configs, device="cpu", checkpoint=paths, graphs=graphs)
     for g, w in zip(got, want):
         _assert_same_run(g, w)
         assert [r["epoch"] for r in g["history"]] == [r["epoch"] for r in w["history"]]
@@ -82,7 +88,7 @@ def test_packed_and_alone_checkpoints_are_one_format(float64, tmp_path, case):
             split.train(c, device=CPU, progress=False, checkpoint=p, deadline=time.time())
     # a run's slice of the stacked optimizer state is copied out on write, not its whole stack
     assert all(p.stat().st_size < 1.1 * q.stat().st_size for p, q in zip(packed_ckpts, alone_ckpts))
-    for g, w in zip(packed.train_pack(configs, device="cpu", checkpoints=alone_ckpts), want):
+    for g, w in zip(split.train(configs, device="cpu", checkpoint=alone_ckpts), want):
         _assert_same_run(g, w)
 
 
@@ -106,11 +112,11 @@ def test_a_stopped_pack_resumes_under_cuda_graphs_on_a_gpu(float64, tmp_path):
     (Adam made capturable after its state was loaded from the checkpoints) gives the eager
     pack's results."""
     configs = _case("splitnn, adam")
-    want = packed.train_pack(configs, device="cuda", stacking="vmap")
+    want = split.train(configs, device="cuda", stacking="vmap")
     paths = _paths(tmp_path, configs)
     with pytest.raises(BudgetExhausted):
-        packed.train_pack(configs, device="cuda", stacking="vmap", checkpoints=paths, deadline=time.time())
-    got = packed.train_pack(configs, device="cuda", stacking="vmap", checkpoints=paths, graphs="cuda")
+        split.train(configs, device="cuda", stacking="vmap", checkpoint=paths, deadline=time.time())
+    got = split.train(configs, device="cuda", stacking="vmap", checkpoint=paths, graphs="cuda")
     for g, w in zip(got, want):
         _assert_same_run(g, w)
 
@@ -123,8 +129,8 @@ def test_a_pack_whose_runs_stopped_apart_starts_over(float64, tmp_path):
     with pytest.raises(BudgetExhausted):
         split.train(configs[0], device=CPU, progress=False, checkpoint=paths[0], deadline=time.time())
     with pytest.warns(UserWarning, match="1 of this pack's 2 runs have a checkpoint"):
-        got = packed.train_pack(configs, device="cpu", checkpoints=paths)
-    for g, w in zip(got, packed.train_pack(configs, device="cpu")):
+        got = split.train(configs, device="cpu", checkpoint=paths)
+    for g, w in zip(got, split.train(configs, device="cpu")):
         _assert_same_run(g, w)
 
 
@@ -133,12 +139,12 @@ def test_run_pack_checkpoints_beside_each_record_and_removes_them(tmp_path):
     then finishes the pack from them, writes the records and removes the checkpoints."""
     configs = _case("splitnn, momentum, exponential")
     with pytest.raises(BudgetExhausted):
-        packed.run_pack(configs, profile="smoke", device="cpu", results=tmp_path, deadline=time.time())
+        split.run_pack(configs, profile="smoke", device="cpu", results=tmp_path, deadline=time.time())
     from vflkit.records import record_path
 
     ckpts = [checkpoint_path(record_path(c, "smoke", tmp_path)) for c in configs]
     assert all(p.exists() for p in ckpts) and not any(record_path(c, "smoke", tmp_path).exists() for c in configs)
-    recs = packed.run_pack(configs, profile="smoke", device="cpu", results=tmp_path)
+    recs = split.run_pack(configs, profile="smoke", device="cpu", results=tmp_path)
     assert [r["history"][-1]["epoch"] for r in recs] == [3, 3]
     assert not any(p.exists() for p in ckpts)
 
@@ -169,17 +175,17 @@ def test_a_stopped_pack_is_packed_again_by_the_next_schedule(float64, tmp_path, 
 
     stopped = [t for t in tasks(tmp_path / "stopped") if t.payload["config"]["method"] == "splitnn"]
     with pytest.raises(BudgetExhausted):
-        packed.compute_pack([t.payload for t in stopped], device="cpu", deadline=time.time())
+        split.compute_pack([t.payload for t in stopped], device="cpu", deadline=time.time())
     assert all(checkpoint_path(t.path).exists() for t in stopped)
     fresh = [t for t in tasks(tmp_path / "fresh") if t.payload["config"]["method"] == "splitnn"]
-    finish, epochs = packed._finish_epoch, []
+    real, epochs = split.evaluate, []
 
-    def counted(pack, runs, configs, epoch, *args):
-        epochs.append((epoch, len(runs)))
-        return finish(pack, runs, configs, epoch, *args)
+    def counted(method, config):
+        epochs.append(method.active.channel.epoch)
+        return real(method, config)
 
-    monkeypatch.setattr(packed, "_finish_epoch", counted)
-    for runs, trained in ((stopped, [(2, 2), (3, 2)]), (fresh, [(1, 2), (2, 2), (3, 2)])):
+    monkeypatch.setattr(split, "evaluate", counted)
+    for runs, trained in ((stopped, [2, 2, 3, 3]), (fresh, [1, 1, 2, 2, 3, 3])):
         epochs.clear()
         s = scheduler.schedule(runs, device="cpu", executor="serial", progress=False, pack=True)
         assert sorted(s.computed) == sorted(t.key for t in runs) and not s.failed
@@ -197,7 +203,7 @@ def _poisoned(monkeypatch) -> None:
     """From now on, a pack's run 1 diverges at the second step of every pack trained (its loss
     set to NaN there): a divergence no seed or rate reproduces, so a resumed pack that got it
     right restored it from the checkpoint rather than meeting it again."""
-    real = packed.Pack.train_step
+    real = split.Pack.train_step
     calls: dict[int, int] = {}
 
     def poisoned(self, ids):
@@ -208,7 +214,7 @@ def _poisoned(monkeypatch) -> None:
             out["active"][1] = float("nan")
         return out
 
-    monkeypatch.setattr(packed.Pack, "train_step", poisoned)
+    monkeypatch.setattr(split.Pack, "train_step", poisoned)
 
 
 def test_a_pack_with_a_diverged_run_still_checkpoints_and_stops_at_the_deadline(float64, tmp_path, monkeypatch):
@@ -219,11 +225,11 @@ def test_a_pack_with_a_diverged_run_still_checkpoints_and_stops_at_the_deadline(
     configs = _case("splitnn, momentum, exponential")
     with monkeypatch.context() as m:
         _poisoned(m)
-        want = packed.train_pack(configs, device="cpu", on_divergence="record")
+        want = split.train(configs, device="cpu", on_divergence="record")
         assert want[0]["diverged"] is None and want[1]["diverged"]["epoch"] == 1
         paths = _paths(tmp_path, configs)
         with pytest.raises(BudgetExhausted, match="after epoch 1 of 3"):
-            packed.train_pack(configs, device="cpu", on_divergence="record", checkpoints=paths,
+            split.train(configs, device="cpu", on_divergence="record", checkpoint=paths,
                               deadline=time.time())
     saved = [torch.load(p, weights_only=True) for p in paths]
     assert [s["epoch"] for s in saved] == [1, 1]
@@ -232,10 +238,10 @@ def test_a_pack_with_a_diverged_run_still_checkpoints_and_stops_at_the_deadline(
     alone[0].parent.mkdir()
     for p, q in zip(paths, alone):
         q.write_bytes(p.read_bytes())
-    finish, epochs = packed._finish_epoch, []
-    monkeypatch.setattr(packed, "_finish_epoch", lambda pack, runs, *a: epochs.append(list(runs)) or finish(pack, runs, *a))
-    got = packed.train_pack(configs, device="cpu", on_divergence="record", checkpoints=paths)
-    assert epochs == [[0], [0]]  # epochs 2 and 3, of the healthy run only
+    real, evaluated = split.evaluate, []
+    monkeypatch.setattr(split, "evaluate", lambda m, c: evaluated.append((m.active.channel.epoch, c.seed)) or real(m, c))
+    got = split.train(configs, device="cpu", on_divergence="record", checkpoint=paths)
+    assert evaluated == [(2, configs[0].seed), (3, configs[0].seed)]  # epochs 2 and 3, of the healthy run only
     for g, w in zip(got, want):
         _assert_same_run(g, w)
     for c, q, w in zip(configs, alone, want):
@@ -252,15 +258,54 @@ def test_a_checkpoint_saved_as_diverged_without_its_result_is_set_aside(float64,
     with monkeypatch.context() as m:
         _poisoned(m)
         with pytest.raises(BudgetExhausted):
-            packed.train_pack(configs, device="cpu", on_divergence="record", checkpoints=paths, deadline=time.time())
+            split.train(configs, device="cpu", on_divergence="record", checkpoint=paths, deadline=time.time())
     state = torch.load(paths[1], weights_only=True)
     del state["final"]
     torch.save(state, paths[1])
     copy = tmp_path / "alone.ckpt.pt"
     copy.write_bytes(paths[1].read_bytes())
     with pytest.warns(UserWarning, match="saved as diverged but lacks"):
-        got = packed.train_pack(configs, device="cpu", on_divergence="record", checkpoints=paths)
+        got = split.train(configs, device="cpu", on_divergence="record", checkpoint=paths)
     assert [g["diverged"] for g in got] == [None, None]  # started over, without the poison
     with pytest.warns(UserWarning, match="saved as diverged but lacks"):
         alone = split.train(configs[1], device=CPU, progress=False, on_divergence="record", checkpoint=copy)
     _assert_same_run(alone, got[1])
+
+
+def test_checkpoints_follow_their_interval_a_deadline_stop_and_durability(tmp_path, monkeypatch):
+    """A run alone or a pack checkpoints once ``checkpoint_every_s`` has passed since its last
+    checkpoint (not after every epoch), always when the deadline stops it, and never where the
+    checkpoint would not outlive the machine (``durable=False``: the deadline still stops it)."""
+    configs = _case("splitnn, adam")
+    saves: list[int] = []
+    real = split.save_checkpoint
+    monkeypatch.setattr(split, "save_checkpoint", lambda path, **kw: saves.append(kw["epoch"]) or real(path, **kw))
+    for runs in (configs[0], configs):
+        paths = _paths(tmp_path / str(len(saves)), [runs] if runs is configs[0] else runs)
+        ckpt = paths[0] if runs is configs[0] else paths
+        saves.clear()
+        split.train(runs, device="cpu", progress=False, checkpoint=ckpt, checkpoint_every_s=1e9)
+        assert saves == []
+        split.train(runs, device="cpu", progress=False, checkpoint=ckpt, checkpoint_every_s=0.0)
+        assert sorted(saves) == [1] * len(paths) + [2] * len(paths)
+        for p in paths:
+            p.unlink()
+        saves.clear()
+        with pytest.raises(BudgetExhausted, match="after epoch 1 of 3"):
+            split.train(runs, device="cpu", progress=False, checkpoint=ckpt, checkpoint_every_s=1e9,
+                        deadline=time.time())
+        assert saves == [1] * len(paths) and all(p.exists() for p in paths)
+        for p in paths:
+            p.unlink()
+        with pytest.raises(BudgetExhausted, match="after epoch 1 of 3"):
+            split.train(runs, device="cpu", progress=False, checkpoint=ckpt, durable=False, deadline=time.time())
+        assert saves == [1] * len(paths) and not any(p.exists() for p in paths)
+
+
+def test_the_deadline_stops_a_pack_whose_run_diverged_without_checkpoints(float64, monkeypatch):
+    """The deadline is looked at after every epoch whatever a run of the pack did, also with no
+    checkpoint to write."""
+    configs = _case("splitnn, momentum, exponential")
+    _poisoned(monkeypatch)
+    with pytest.raises(BudgetExhausted, match="after epoch 1 of 3"):
+        split.train(configs, device="cpu", on_divergence="record", deadline=time.time())

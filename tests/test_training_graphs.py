@@ -12,7 +12,7 @@ import torch
 from test_training_packed import CASES, _assert_same_run, _configs
 
 from vflkit.errors import ConfigError
-from vflkit.training import graphs, packed
+from vflkit.training import graphs, split
 
 #: C-VFL (every compressor, parties grouped, the active party elsewhere), SplitNN with the
 #: exponential schedule (graphs dropped and captured again each epoch), BatchNorm, Agg_VFL: each
@@ -37,15 +37,15 @@ def _taped(configs: list[Any], monkeypatch: pytest.MonkeyPatch, *, device: str =
     """``configs`` trained as a pack on ``backend``, captured after one eager step per batch
     shape (so a test's few steps include replays); the results and the graphed step's counts."""
     monkeypatch.setattr(graphs, "WARMUP_STEPS", 1)
-    built: list[packed.Pack] = []
-    real = packed.Pack.capture
+    built: list[split.Pack] = []
+    real = split.Pack.capture
 
-    def keep(self: packed.Pack, backend: str) -> None:
+    def keep(self: split.Pack, backend: str) -> None:
         real(self, backend)
         built.append(self)
 
-    monkeypatch.setattr(packed.Pack, "capture", keep)
-    got = packed.train_pack(configs, device=device, stacking=stacking, graphs=backend)
+    monkeypatch.setattr(split.Pack, "capture", keep)
+    got = split.train(configs, device=device, stacking=stacking, graphs=backend)
     return got, built[0].graphed.counts
 
 
@@ -59,7 +59,7 @@ def test_replayed_pack_equals_eager(float64, monkeypatch, case):
     pack's (hence the run's alone: test_training_packed), with steps replayed."""
     method, models, changes = GRAPHED[case]
     configs = _configs(method, models, **changes)
-    eager = packed.train_pack(configs, device="cpu", stacking="vmap")
+    eager = split.train(configs, device="cpu", stacking="vmap")
     got, counts = _taped(configs, monkeypatch)
     for g, w in zip(got, eager):
         assert g["execution"] == {**w["execution"], "graphs": "tape"}
@@ -75,7 +75,7 @@ def test_cuda_graphs_equal_eager_on_a_gpu(float64, monkeypatch, case):
     (float64; the first check of a lent window: ``pytest tests/test_training_graphs.py``)."""
     method, models, changes = GRAPHED[case]
     configs = _configs(method, models, **changes)
-    eager = packed.train_pack(configs, device="cuda", stacking="vmap")
+    eager = split.train(configs, device="cuda", stacking="vmap")
     got, counts = _taped(configs, monkeypatch, device="cuda", backend="cuda")
     for g, w in zip(got, eager):
         assert g["execution"] == {**w["execution"], "graphs": "cuda"}
@@ -93,7 +93,7 @@ def test_bf16_cuda_graphs_equal_eager_on_a_gpu(monkeypatch, case):
 
     method, models, changes = GRAPHED[case]
     configs = _configs(method, models, precision="bf16", **changes)
-    eager = packed.train_pack(configs, device="cuda")
+    eager = split.train(configs, device="cuda")
     got, counts = _taped(configs, monkeypatch, device="cuda", backend="cuda", stacking="auto")
     for g, w in zip(got, eager):
         assert g["execution"] == {**w["execution"], "graphs": "cuda"} and g["comm"] == w["comm"]
@@ -109,7 +109,7 @@ def test_tape_fails_where_a_graph_would(float64, monkeypatch):
     (``forget`` skipped) train at the old rate, and the runs differ from the eager pack. So the
     equality above is a test that can fail."""
     configs = _configs("splitnn", ("mlp",) * 4, lr_schedule="exponential", lr_gamma=0.5, seeds=(0, 1), epochs=3)
-    eager = packed.train_pack(configs, device="cpu", stacking="vmap")
+    eager = split.train(configs, device="cpu", stacking="vmap")
     monkeypatch.setattr(graphs.GraphedStep, "forget", lambda self: None)
     got, counts = _taped(configs, monkeypatch)
     assert counts["replayed"] >= 2
@@ -140,15 +140,15 @@ def test_steps_that_cannot_be_captured_are_refused():
     configs = _configs("splitnn", ("mlp",) * 2, n_parties=2, n_train=96, n_test=32, epochs=1, seeds=(0, 1))
     for name in ("adagrad", "adam"):
         with pytest.raises(ConfigError, match=r"cannot be captured: (Adagrad|Adam) keeps its step count on the host"):
-            packed.train_pack([c.replace(optimizers=name) for c in configs], device="cpu", graphs="tape")
-    auto = packed.train_pack(configs, device="cpu", graphs="auto")
+            split.train([c.replace(optimizers=name) for c in configs], device="cpu", graphs="tape")
+    auto = split.train(configs, device="cpu", graphs="auto")
     assert "graphs" not in auto[0]["execution"]
     with pytest.raises(ConfigError, match="CUDA graphs need a pack on a CUDA device"):
-        packed.train_pack(configs, device="cpu", graphs="cuda")
+        split.train(configs, device="cpu", graphs="cuda")
     with pytest.raises(ConfigError, match="Invalid graphs 'yes'"):
-        packed.train_pack(configs, device="cpu", graphs="yes")
+        split.train(configs, device="cpu", graphs="yes")
     with pytest.raises(ConfigError, match="graphs and compile both capture the step"):
-        packed.train_pack(configs, device="cpu", graphs="tape", compile={"backend": "aot_eager"})
+        split.train(configs, device="cpu", graphs="tape", compile={"backend": "aot_eager"})
 
 
 def test_scheduled_packs_follow_the_graphs_setting(tmp_path, monkeypatch):
@@ -161,9 +161,9 @@ def test_scheduled_packs_follow_the_graphs_setting(tmp_path, monkeypatch):
         return [{"family": "split", "config": c.to_dict(), "profile": "smoke", "results": str(results)}
                 for c in configs]
 
-    monkeypatch.setenv(packed.GRAPHS_ENV, "tape")
-    assert [r["execution"].get("graphs") for r in packed.compute_pack(payloads(tmp_path / "a"), device="cpu")] == \
+    monkeypatch.setenv(split.GRAPHS_ENV, "tape")
+    assert [r["execution"].get("graphs") for r in split.compute_pack(payloads(tmp_path / "a"), device="cpu")] == \
         ["tape", "tape"]
-    monkeypatch.delenv(packed.GRAPHS_ENV)
-    assert [r["execution"].get("graphs") for r in packed.compute_pack(payloads(tmp_path / "b"), device="cpu")] == \
+    monkeypatch.delenv(split.GRAPHS_ENV)
+    assert [r["execution"].get("graphs") for r in split.compute_pack(payloads(tmp_path / "b"), device="cpu")] == \
         [None, None]

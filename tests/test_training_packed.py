@@ -1,6 +1,6 @@
-"""Tests for vflkit.training.packed: a pack of K runs equals K unpacked runs (float64, to a
-tolerance; ledgers exactly), refuses what it cannot pack, keeps record keys, reads nothing back
-inside a step."""
+"""Tests for packs (vflkit.training.split.train of K > 1 runs): a pack of K runs equals K runs
+alone through the one engine (float64, to a tolerance; ledgers exactly), refuses what it cannot
+pack, keeps record keys, reads nothing back inside a step."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from test_no_sync import HostReadCounter
 from vflkit import records
 from vflkit.errors import ConfigError, DivergenceError
 from vflkit.methods import RunConfig
-from vflkit.training import packed, split
+from vflkit.training import split
 
 #: Relative tolerance of a packed run's losses and metrics against the unpacked run, in float64
 #: (vmapped kernels may reduce in another order; measured differences are ~1e-15).
@@ -83,7 +83,7 @@ def test_pack_equals_separate_runs(float64, case, stacking):
     """K = 3 runs packed give each run's unpacked losses, metrics and ledger."""
     method, models, changes = CASES[case]
     configs = _configs(method, models, **changes)
-    got = packed.train_pack(configs, device="cpu", stacking=stacking)
+    got = split.train(configs, device="cpu", stacking=stacking)
     want = [split.train(c, device=torch.device("cpu"), progress=False) for c in configs]
     for g, w in zip(got, want):
         _assert_same_run(g, w)
@@ -109,9 +109,9 @@ def test_bf16_pack_equals_bf16_runs_alone(case, graphs):
     autocast (its losses differ from the fp32 pack's)."""
     method, models, changes = CASES[case]
     configs = _configs(method, models, seeds=(0, 1), precision="bf16", **changes)
-    got = packed.train_pack(configs, device="cpu", graphs=graphs)
+    got = split.train(configs, device="cpu", graphs=graphs)
     want = [split.train(c, device=torch.device("cpu"), progress=False) for c in configs]
-    fp32 = packed.train_pack([c.replace(precision="fp32") for c in configs], device="cpu")
+    fp32 = split.train([c.replace(precision="fp32") for c in configs], device="cpu")
     for g, w, f in zip(got, want, fp32):
         assert g["comm"] == w["comm"] == f["comm"]
         rows = list(zip(_strip(g["history"]), _strip(w["history"])))
@@ -119,6 +119,35 @@ def test_bf16_pack_equals_bf16_runs_alone(case, graphs):
         assert all(gr[k] == (pytest.approx(wr[k], rel=BF16_REL) if isinstance(wr[k], float) else wr[k])
                    for gr, wr in rows for k in wr)
         assert g["history"][-1]["loss"] != f["history"][-1]["loss"]
+
+
+@pytest.mark.parametrize("case", ["local", "c_vfl scalar, active 2"])
+def test_bf16_pack_stacks_grouped_under_autocast(case):
+    """A bf16 pack of convolutional models runs grouped (plain grouped convolutions, BatchNorm
+    and batched products, which autocast covers): each run's losses and metrics are its bf16 run's
+    alone to BF16_REL, its ledger exactly; the grouped network computes in bfloat16, and vmap,
+    which autocast does not reach, is refused."""
+    from vflkit.models import get_model
+    from vflkit.training.stacked import StackedModel
+
+    method, models, changes = CASES[case]
+    configs = _configs(method, models, seeds=(0, 1), precision="bf16", **changes)
+    got = split.train(configs, device="cpu", progress=False, stacking="grouped")
+    want = [split.train(c, device=torch.device("cpu"), progress=False) for c in configs]
+    for g, w in zip(got, want):
+        assert g["comm"] == w["comm"]
+        rows = list(zip(_strip(g["history"]), _strip(w["history"])))
+        assert len(rows) == len(w["history"])
+        assert all(gr[k] == (pytest.approx(wr[k], rel=BF16_REL) if isinstance(wr[k], float) else wr[k])
+                   for gr, wr in rows for k in wr)
+    nets = [get_model("lenet", input_shape=(1, 28, 7), num_classes=10, embedding_dim=16) for _ in range(2)]
+    stacked = StackedModel(nets, stacking="auto", bf16=True)
+    assert stacked.stacking == "loop"  # a CPU's choice for convolutions
+    grouped = StackedModel(nets, stacking="grouped", bf16=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False):
+        assert grouped(torch.randn(2, 4, 1, 28, 7)).dtype == torch.bfloat16
+    with pytest.raises(ConfigError, match="bf16 runs do not pack with vmap"):
+        StackedModel(nets, stacking="vmap", bf16=True)
 
 
 def test_cvfl_stacks_alike_parties_together(monkeypatch):
@@ -129,16 +158,16 @@ def test_cvfl_stacks_alike_parties_together(monkeypatch):
     from vflkit import costs
 
     built = []
-    real = packed.Pack.__init__
+    real = split.Pack.__init__
 
     def keep(self, *a, **k):
         real(self, *a, **k)
         built.append(self)
 
-    monkeypatch.setattr(packed.Pack, "__init__", keep)
+    monkeypatch.setattr(split.Pack, "__init__", keep)
     configs = _configs("c_vfl", ("lenet", "mlp", "lenet", "mlp"), options={"local_iterations": 1}, n_train=64,
                        n_test=32, epochs=1, seeds=(0, 1))
-    packed.train_pack(configs, device="cpu", stacking="loop")
+    split.train(configs, device="cpu", stacking="loop")
     names = built[0].names
     assert built[0].groups == [(names[0], names[2]), (names[1], names[3])]
     run = configs[0].replace(models=("mlp",) * 4, options={})  # C-VFL's Q = 10
@@ -151,7 +180,7 @@ def test_divergence_recorded_per_run_as_alone(float64):
     """With on_divergence="record" each run of a pack stops where it would alone: same epoch,
     step and steps run, same ledger (no message counted after it stopped)."""
     configs = _configs("splitnn", ("mlp",) * 4, lr=1e6, optimizers="sgd", seeds=(0, 1))
-    got = packed.train_pack(configs, device="cpu", on_divergence="record")
+    got = split.train(configs, device="cpu", on_divergence="record")
     want = [split.train(c, device=torch.device("cpu"), progress=False, on_divergence="record") for c in configs]
     for g, w in zip(got, want):
         assert g["diverged"] is not None
@@ -160,31 +189,31 @@ def test_divergence_recorded_per_run_as_alone(float64):
         assert g["comm"] == w["comm"]
         assert [r["epoch"] for r in g["history"]] == [r["epoch"] for r in w["history"]]
     with pytest.raises(DivergenceError, match=r"run [0-9a-f]{16} \(seed 0\) of the pack: the loss of active"):
-        packed.train_pack(configs, device="cpu")
+        split.train(configs, device="cpu")
 
 
 def test_unpackable_configs_are_refused():
     """A method without a packed step, tabular data, runs differing in more than the seed, a bf16
     pack asked to vmap, or a run given twice: a ConfigError saying which."""
     vfedmh = _configs("vfedmh", ("mlp", "lenet", "mlp", "lenet"))
-    assert packed.pack_key(vfedmh[0]) is None
+    assert split.pack_key(vfedmh[0]) is None
     with pytest.raises(ConfigError, match="method 'vfedmh' has no packed step \\(packable: agg_vfl, c_vfl"):
-        packed.train_pack(vfedmh, device="cpu")
+        split.train(vfedmh, device="cpu")
     criteo = RunConfig(paper="easter", dataset="criteo", method="splitnn", models=("deepfm",) * 2, n_parties=2)
-    assert packed.pack_key(criteo) is None
+    assert split.pack_key(criteo) is None
     with pytest.raises(ConfigError, match="dataset 'criteo' is not image data"):
-        packed.check_pack([criteo])
+        split.check_pack([criteo])
     a, b = _configs("splitnn", ("mlp",) * 4, seeds=(0, 1))
-    assert packed.pack_key(a.replace(precision="bf16")) not in (None, packed.pack_key(a))
-    with pytest.raises(ConfigError, match="a bf16 pack runs its slices one by one"):
-        packed.train_pack([a.replace(precision="bf16"), b.replace(precision="bf16")], device="cpu", stacking="vmap")
+    assert split.pack_key(a.replace(precision="bf16")) not in (None, split.pack_key(a))
+    with pytest.raises(ConfigError, match="bf16 runs do not pack with vmap"):
+        split.train([a.replace(precision="bf16"), b.replace(precision="bf16")], device="cpu", stacking="vmap")
     with pytest.raises(ConfigError, match="differ in seed and dataset alone"):
-        packed.check_pack([a, b.replace(lr=0.01)])
+        split.check_pack([a, b.replace(lr=0.01)])
     with pytest.raises(ConfigError, match="differ in seed and dataset alone, on datasets of one image shape"):
-        packed.check_pack([a, b.replace(dataset="cifar10")])
+        split.check_pack([a, b.replace(dataset="cifar10")])
     with pytest.raises(ConfigError, match="given twice"):
-        packed.check_pack([a, a])
-    assert packed.pack_key(a) == packed.pack_key(b) != packed.pack_key(b.replace(epochs=3))
+        split.check_pack([a, a])
+    assert split.pack_key(a) == split.pack_key(b) != split.pack_key(b.replace(epochs=3))
 
 
 #: Runs of MNIST and FashionMNIST in one pack, in an order where the datasets alternate (each
@@ -204,14 +233,14 @@ def test_pack_across_datasets_equals_separate_runs(float64, case, order, graphs)
     method, models, changes = CASES[case]
     base = _configs(method, models, seeds=(0,), **changes)[0]
     configs = [base.replace(dataset=d, seed=k) for k, d in enumerate(MIXED[order])]
-    assert len({packed.pack_key(c) for c in configs}) == 1
-    got = packed.train_pack(configs, device="cpu", graphs=graphs)
+    assert len({split.pack_key(c) for c in configs}) == 1
+    got = split.train(configs, device="cpu", graphs=graphs)
     for g, c in zip(got, configs):
         _assert_same_run(g, split.train(c, device=torch.device("cpu"), progress=False))
     # trained with the runs of one dataset side by side (one normalisation call each), returned as given
     assert all(g["execution"]["pack"] == [c.key for c in sorted(configs, key=lambda c: c.dataset)] for g in got)
     # one seed on each dataset: its own data (FashionMNIST's images are not MNIST's)
-    same_seed = packed.train_pack([base, base.replace(dataset="fashion_mnist")], device="cpu")
+    same_seed = split.train([base, base.replace(dataset="fashion_mnist")], device="cpu")
     assert same_seed[0]["history"][-1]["loss"] != same_seed[1]["history"][-1]["loss"]
 
 
@@ -222,17 +251,17 @@ def test_pack_key_spans_datasets_of_one_shape():
     from vflkit.data import ImageData, register_dataset, unregister_dataset
 
     a = _configs("splitnn", ("mlp",) * 4, seeds=(0,), n_train=None)[0]
-    assert packed.pack_key(a) == packed.pack_key(a.replace(dataset="fashion_mnist", seed=5))
-    assert packed.pack_key(a) != packed.pack_key(a.replace(dataset="cifar10"))
-    assert packed.pack_key(a) != packed.pack_key(a.replace(dataset="fashion_mnist", lr=0.01))
+    assert split.pack_key(a) == split.pack_key(a.replace(dataset="fashion_mnist", seed=5))
+    assert split.pack_key(a) != split.pack_key(a.replace(dataset="cifar10"))
+    assert split.pack_key(a) != split.pack_key(a.replace(dataset="fashion_mnist", lr=0.01))
     g = torch.Generator().manual_seed(0)
     register_dataset(ImageData("tiny28", torch.randint(0, 256, (50, 1, 28, 28), dtype=torch.uint8, generator=g),
                                torch.arange(50) % 10, torch.zeros(10, 1, 28, 28, dtype=torch.uint8),
                                torch.arange(10), tuple("abcdefghij")))
     try:
         tiny = a.replace(dataset="tiny28")
-        assert packed.pack_key(tiny) != packed.pack_key(a)  # 50 training images against 60,000
-        assert packed.pack_key(tiny.replace(n_train=40)) == packed.pack_key(a.replace(n_train=40))
+        assert split.pack_key(tiny) != split.pack_key(a)  # 50 training images against 60,000
+        assert split.pack_key(tiny.replace(n_train=40)) == split.pack_key(a.replace(n_train=40))
     finally:
         unregister_dataset("tiny28")
 
@@ -242,7 +271,7 @@ def test_group_packs_splits_by_pack_key_and_size():
     split_runs = _configs("splitnn", ("mlp",) * 4, seeds=range(5))
     cvfl = _configs("c_vfl", ("mlp",) * 4, seeds=range(2))
     vfedmh = _configs("vfedmh", ("mlp", "lenet", "mlp", "lenet"), seeds=range(1))
-    packs, single = packed.group_packs(split_runs + vfedmh + cvfl, max_size=2)
+    packs, single = split.group_packs(split_runs + vfedmh + cvfl, max_size=2)
     assert [[c.seed for c in p] for p in packs] == [[0, 1], [2, 3], [4], [0, 1]]
     assert [p[0].method for p in packs] == ["splitnn"] * 3 + ["c_vfl"]
     assert single == vfedmh
@@ -252,7 +281,7 @@ def test_run_pack_writes_records_under_their_own_keys(tmp_path):
     """run_pack writes each run's record at its own key (packing changes no key); the record
     store then finds them like any other record, and a second call trains nothing."""
     configs = _configs("splitnn", ("mlp",) * 4, seeds=(3, 4), epochs=1)
-    recs = packed.run_pack(configs, profile="smoke", device="cpu", results=tmp_path)
+    recs = split.run_pack(configs, profile="smoke", device="cpu", results=tmp_path)
     for cfg, rec in zip(configs, recs):
         path = records.record_path(cfg, "smoke", tmp_path)
         assert rec["key"] == cfg.key and path.exists()
@@ -260,7 +289,7 @@ def test_run_pack_writes_records_under_their_own_keys(tmp_path):
         assert set(records.ENVELOPE) <= set(rec)
         # the unpacked record store reuses it (it would train, and differ in execution, if not)
         assert split.run(cfg, profile="smoke", device="cpu", results=tmp_path, progress=False) == rec
-    again = packed.run_pack(configs, profile="smoke", device="cpu", results=tmp_path)
+    again = split.run_pack(configs, profile="smoke", device="cpu", results=tmp_path)
     assert again == recs
 
 
@@ -272,9 +301,9 @@ def test_a_packed_result_may_not_overwrite_the_envelope(tmp_path, monkeypatch):
     def clashing(todo, **kw):
         return [{"final": {}, "wall_time_s": 0.0, "diverged": None, "config": {}} for _ in todo]
 
-    monkeypatch.setattr(packed, "train_pack", clashing)
+    monkeypatch.setattr(split, "train", clashing)
     with pytest.raises(RuntimeError, match=r"envelope's names \['config'\]"):
-        packed.run_pack(configs, profile="smoke", device="cpu", results=tmp_path)
+        split.run_pack(configs, profile="smoke", device="cpu", results=tmp_path)
     assert not any(records.record_path(c, "smoke", tmp_path).exists() for c in configs)
 
 
@@ -282,7 +311,7 @@ def test_a_packed_result_may_not_overwrite_the_envelope(tmp_path, monkeypatch):
 def test_packed_step_makes_no_host_read(monkeypatch, stacking, model):
     """Inside a packed step (SplitNN and C-VFL; vmapped MLPs, and grouped LeNets as a GPU runs
     them) nothing is read back to the host; C-VFL's dither is drawn ahead, outside the step."""
-    real = packed.Pack.train_step
+    real = split.Pack.train_step
     reads: list[Any] = []
 
     def guarded(self, ids):
@@ -291,10 +320,10 @@ def test_packed_step_makes_no_host_read(monkeypatch, stacking, model):
         reads.append(counter.reads)
         return out
 
-    monkeypatch.setattr(packed.Pack, "train_step", guarded)
+    monkeypatch.setattr(split.Pack, "train_step", guarded)
     for method in ("splitnn", "c_vfl"):
         reads.clear()
-        packed.train_pack(_configs(method, (model,) * 4, seeds=(0, 1), epochs=1), device="cpu", stacking=stacking)
+        split.train(_configs(method, (model,) * 4, seeds=(0, 1), epochs=1), device="cpu", stacking=stacking)
         assert len(reads) == 3 and not any(reads), f"{method}: {reads}"
 
 
@@ -302,24 +331,24 @@ def test_compiled_pack_equals_eager(float64):
     """With ``compile`` (torch.compile, whole graphs) a pack trains as the eager one; on a CPU the
     test compiles with the aot_eager backend (graph capture and AOT autograd, no code generation)."""
     configs = _configs("splitnn", ("mlp",) * 2, n_parties=2, n_train=192, n_test=64, epochs=1, seeds=(0, 1))
-    eager = packed.train_pack(configs, device="cpu", stacking="vmap")
+    eager = split.train(configs, device="cpu", stacking="vmap")
     torch._dynamo.reset()
-    compiled = packed.train_pack(configs, device="cpu", stacking="vmap", compile={"backend": "aot_eager"})
+    compiled = split.train(configs, device="cpu", stacking="vmap", compile={"backend": "aot_eager"})
     for g, w in zip(compiled, eager):
         _assert_same_run(g, w)
     torch._dynamo.reset()
-    grouped = packed.train_pack(configs, device="cpu", stacking="grouped", compile={"backend": "aot_eager"})
+    grouped = split.train(configs, device="cpu", stacking="grouped", compile={"backend": "aot_eager"})
     for g, w in zip(grouped, eager):
         _assert_same_run(g, w)
     with pytest.raises(ConfigError, match="compile applies to the vmapped or grouped call"):
-        packed.train_pack(configs, device="cpu", stacking="loop", compile={"backend": "aot_eager"})
+        split.train(configs, device="cpu", stacking="loop", compile={"backend": "aot_eager"})
 
 
 def test_one_diverged_run_stops_alone(float64, monkeypatch):
     """A run of the pack whose loss turns NaN (injected at its second step) stops there with
     on_divergence="record": no later message in its ledger; the other runs are the runs alone."""
     configs = _configs("splitnn", ("mlp",) * 4)
-    real = packed.Pack.train_step
+    real = split.Pack.train_step
     calls = {"n": 0}
 
     def poisoned(self, ids):
@@ -330,8 +359,8 @@ def test_one_diverged_run_stops_alone(float64, monkeypatch):
             out["active"][1] = float("nan")
         return out
 
-    monkeypatch.setattr(packed.Pack, "train_step", poisoned)
-    got = packed.train_pack(configs, device="cpu", on_divergence="record")
+    monkeypatch.setattr(split.Pack, "train_step", poisoned)
+    got = split.train(configs, device="cpu", on_divergence="record")
     want = [split.train(c, device=torch.device("cpu"), progress=False) for c in configs]
     for k in (0, 2):
         _assert_same_run(got[k], want[k])

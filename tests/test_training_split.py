@@ -137,6 +137,7 @@ class _Interrupt(Exception):
 def test_interrupted_run_resumes_from_checkpoint_with_identical_record(tmp_path, monkeypatch, method, models, options):
     """A run stopped after epoch 2 of 3 continues from its checkpoint, not from scratch, and ends
     with the record of an uninterrupted run (metrics, losses and ledger)."""
+    monkeypatch.setattr(split, "CHECKPOINT_EVERY_S", 0.0)  # after every epoch: a run here takes less
     cfg = _config(method=method, models=models, epochs=3, options=options, paper="vfedmh")
     whole = run(cfg, profile="smoke", results=tmp_path / "a", device="cpu", progress=False)
 
@@ -202,7 +203,8 @@ def test_kill_9_mid_run_resumes_from_checkpoint_with_identical_record(tmp_path):
     whole = run(cfg, profile="smoke", results=tmp_path / "a", device="cpu", progress=False)
     path = record_path(cfg, "smoke", tmp_path / "b")
     ckpt = split.checkpoint_path(path)
-    code = ("import json, sys; from vflkit.methods import RunConfig; from vflkit.training.split import run; "
+    code = ("import json, sys; from vflkit.methods import RunConfig; from vflkit.training import split; "
+            "split.CHECKPOINT_EVERY_S = 0.0; run = split.run; "
             f"run(RunConfig.from_dict(json.loads({json.dumps(json.dumps(cfg.to_dict()))})), profile='smoke', "
             f"results=__import__('pathlib').Path({str(tmp_path / 'b')!r}), device='cpu', progress=False)")
     kill_at_first_checkpoint(code, ckpt, path)
@@ -235,12 +237,23 @@ def test_losses_read_back_in_batches_catch_divergence_at_its_own_step():
     reported at its own batch, and only the steps before it are counted."""
     window = split.LossWindow(epoch=2, limit=1e4, every=5)
     for step, v in enumerate([1.0, 2.0, 3.0]):
-        window.add(step, 10, {"active": torch.tensor(v)})
+        assert window.add(step, 10, {"active": torch.tensor(v)}) == {}
     assert window.seen == 0  # nothing read back yet
-    with pytest.raises(DivergenceError, match="epoch 2, batch 4") as err:
-        window.add(3, 10, {"active": torch.tensor(4.0)})
-        window.add(4, 10, {"active": torch.tensor(float("nan"))})
-    assert err.value.step == 4 and window.seen == 40 and window.sums == {"active": 100.0}
+    assert window.add(3, 10, {"active": torch.tensor(4.0)}) == {}
+    failed = window.add(4, 10, {"active": torch.tensor(float("nan"))})
+    assert list(failed) == [0] and isinstance(failed[0], DivergenceError) and "epoch 2, batch 4" in str(failed[0])
+    assert failed[0].step == 4 and window.seen == 40 and window.sums == {"active": 100.0}
+
+
+def test_a_loss_window_reads_each_run_of_a_pack_apart():
+    """K runs' losses ([K] a step): a run that diverges is returned with its own step and counted
+    no further; the others' sums go on, each as its run alone's."""
+    window = split.LossWindow(epoch=1, limit=1e4, every=3, runs=3)
+    window.add(0, 10, {"active": torch.tensor([1.0, 2.0, 3.0])})
+    window.add(1, 10, {"active": torch.tensor([1.0, float("inf"), 3.0])})
+    failed = window.add(2, 5, {"active": torch.tensor([1.0, 2.0, 1e5])})
+    assert {k: e.step for k, e in failed.items()} == {1: 1, 2: 2}
+    assert window.sums_of == [{"active": 25.0}, {"active": 20.0}, {"active": 60.0}] and window.seen_of == [25, 10, 20]
 
 
 def test_tensor_and_float_losses_give_the_same_record(tmp_path, monkeypatch):
@@ -277,10 +290,10 @@ def test_deferred_checks_are_read_with_the_losses_at_their_own_step():
     window = split.LossWindow(epoch=1, limit=1e4, every=5)
     for step in range(3):
         window.add(step, 10, {"active": torch.tensor(1.0)}, [(torch.tensor([0.0, 7.0]), lambda v: None)])
-    with pytest.raises(NonFiniteEmbeddingError, match="3 NaN entries") as err:
-        window.add(3, 10, {"active": torch.tensor(float("nan"))}, [(torch.tensor([3.0]), reader)])
-        window.add(4, 10, {"active": torch.tensor(1.0)})
-    assert err.value.step == 3 and window.seen == 30 and window.sums == {"active": 30.0}
+    window.add(3, 10, {"active": torch.tensor(float("nan"))}, [(torch.tensor([3.0]), reader)])
+    failed = window.add(4, 10, {"active": torch.tensor(1.0)})
+    assert isinstance(failed[0], NonFiniteEmbeddingError) and "3 NaN entries" in str(failed[0])
+    assert failed[0].step == 3 and window.seen == 30 and window.sums == {"active": 30.0}
 
 
 def test_precision_keys_only_a_non_default_setting():

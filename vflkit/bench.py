@@ -254,9 +254,9 @@ def _packed_methods() -> tuple[str, ...]:
     step mirrored in :data:`vflkit.training.packed.PACKED_STEPS` is benchmarked without an edit
     here (its subclasses that keep the step, PyVertical say, would time the same code)."""
     from .methods import METHODS
-    from .training.packed import PACKED_STEPS
+    from .training.split import PACKED_STEPS
 
-    return tuple(next(n for n, cls in METHODS.items() if cls.train_step is step) for step in PACKED_STEPS)
+    return tuple(next(n for n, cls in METHODS.items() if cls.step is step) for step in PACKED_STEPS)
 
 
 #: The methods the packed trainer mirrors, derived from vflkit.training.packed.PACKED_STEPS.
@@ -275,7 +275,7 @@ def bench_packed(models: list[str], *, methods: Sequence[str] = PACKED_METHODS, 
     captured and replayed (:mod:`vflkit.training.graphs`: CUDA graphs on a GPU; on a CPU the
     tape, a stand-in with no speed-up), where it can be."""
     from .training.graphs import WARMUP_STEPS, graph_blocker
-    from .training.packed import Pack
+    from .training.split import Pack
 
     rows = []
     for name in methods:
@@ -343,7 +343,7 @@ def graphs_check(method: str, model: str, *, pack_size: int, batch: int, device:
     a kernel is not deterministic). What a GPU job's first call reads before CUDA graphs are
     trusted with records (:func:`vflkit.launcher.graphs_verdict`); 0 and 0 on a CPU's tape."""
     from .training.graphs import WARMUP_STEPS
-    from .training.packed import Pack
+    from .training.split import Pack
 
     def build() -> Pack:
         return Pack([_setup(model, 4, batch, batch * 8, 128, seed=k, method=method, device=device)[0]

@@ -395,7 +395,7 @@ def count_step_ops(run: Any, batch: int = OP_COUNT_BATCH, *, pack: int | None = 
         method = _random_run(run, batch)
         step, ids = method.train_step, torch.arange(4 * batch)
     else:
-        from .training.packed import Pack
+        from .training.split import Pack
 
         packed = Pack([_random_run(run.replace(seed=k), batch) for k in range(pack)], stacking=stacking,
                       group_parties=group_parties)
@@ -1044,7 +1044,7 @@ def packed_shares(runs: Sequence[Any]) -> dict[int, float]:
     a pack): ``pack_ratio / k`` for a pack of k >= 2 whose packed step the op table counts
     (:func:`pack_ratio`); runs without are left out (alone, share 1)."""
     from .scheduler import MAX_PACK
-    from .training.packed import group_packs
+    from .training.split import group_packs
 
     index = {id(r): i for i, r in enumerate(runs)}
     counted = [r for r in runs if pack_ratio(r) is not None]

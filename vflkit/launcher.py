@@ -317,7 +317,7 @@ class Pack:
         if not (self.packed and self.by_ops and self.runs):
             return None
         from . import costs
-        from .training import packed as trainer
+        from .training import split as trainer
 
         config = trainer.packable_config(self.runs[0].family, self.runs[0].config)
         ratio = costs.pack_ratio(config, k=len(self.runs))
@@ -669,7 +669,7 @@ def pack_key(run: GpuRun) -> tuple[str, Any]:
     (:func:`~vflkit.training.packed.packable_config`, as the scheduler judges a study's runs)
     where it packs (("packed", ...)), else runs of one family, method, dataset and party models
     (("serial", ...): one lane trains them one after the other)."""
-    from .training import packed
+    from .training import split as packed
 
     config = packed.packable_config(run.family, run.config)  # None: a plan's stand-in, another family
     key = packed.pack_key(config) if config is not None else None
@@ -691,7 +691,7 @@ def group_packs(runs: Sequence[GpuRun], *, max_cost_s: float | Callable[[set[str
     given (a measured gain), else one run's times the packed step's op-count ratio
     (:func:`vflkit.costs.pack_ratio`) where the op table has it, over the measured CUDA-graphs
     gain on GPU kind ``graphs`` where one is named, else its runs' sum."""
-    from .training import packed as trainer
+    from .training import split as trainer
 
     open_packs: dict[Any, Pack] = {}
     packs: list[Pack] = []
@@ -1341,7 +1341,7 @@ def start(plan_path: Path, window: int, *, work: Path, device: str, deadline_in:
     (work / "window.json").write_text(json.dumps({"window": window, "deadline": deadline}))
     n = len(spec["lanes"])
     env = dict(os.environ)
-    from .training.packed import GRAPHS_ENV
+    from .training.split import GRAPHS_ENV
 
     if device.startswith("cuda") and GRAPHS_ENV not in env:  # a setting given on the command line wins
         on, why = graphs_verdict(work / "bench.json")
@@ -1408,7 +1408,7 @@ def packed_need_s(pack: Mapping[str, Any], graphs: bool | None = None) -> float:
     A pack priced with CUDA graphs counts at its eager gain where this window runs without them
     (``graphs``; by default whether :data:`vflkit.training.packed.GRAPHS_ENV` is set, as
     :func:`start` sets it for its lanes when the window's benchmark turns graphs on)."""
-    from .training.packed import GRAPHS_ENV
+    from .training.split import GRAPHS_ENV
 
     graphs = bool(os.environ.get(GRAPHS_ENV)) if graphs is None else graphs
     speedup = pack.get("speedup", 1.0) if graphs else pack.get("eager_speedup", pack.get("speedup", 1.0))
@@ -1572,7 +1572,7 @@ def _train(pack: Mapping[str, Any], profile: str, results: Path, device: str, de
         fresh = not any(_recorded(r, results) for r in runs)
         t0 = time.time()
         try:
-            from .training.packed import compute_pack  # the scheduler's task function of a pack
+            from .training.split import compute_pack  # the scheduler's task function of a pack
 
             compute_pack([{"family": r["family"], "config": r["config"], "profile": profile,
                            "results": str(results)} for r in runs], device=device, deadline=deadline)

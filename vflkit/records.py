@@ -18,7 +18,7 @@ result``) and wraps the result in one envelope for every family::
 written atomically; a record made on another machine also holds :data:`RECEIVED` once
 :func:`vflkit.launcher.receive` took it in. :func:`run_together` is the one path from results to records: ``run_one``
 and ``run_many`` go through it a run at a time, the packed trainer
-(:func:`vflkit.training.packed.run_pack`) a pack of runs at a time. This module imports no
+(:func:`vflkit.training.split.run_pack`) a pack of runs at a time. This module imports no
 method and no trainer (they are handed in), so the plotting layer (:mod:`vflkit.report`) can
 read records without pulling in the runner.
 """
@@ -657,7 +657,7 @@ def run_together(runs: Sequence[Run], *, train_all: GroupTrainer, profile: str, 
 
     The one path from a trainer's results to a written record: :func:`run_one` and
     :func:`run_many` train one run per call through it, the packed trainer
-    (:func:`vflkit.training.packed.run_pack`) a whole pack. Every run trained in one call shares
+    (:func:`vflkit.training.split.run_pack`) a whole pack. Every run trained in one call shares
     its environment, its ``peak_memory_mb`` (they hold the memory together) and, where a result
     does not report its own ``wall_time_s``, the call's wall time. A result that uses an
     envelope name (other than ``wall_time_s`` and ``diverged``) is refused before anything is

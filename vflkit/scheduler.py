@@ -499,7 +499,7 @@ def pack_tasks(tasks: Sequence[Task], *, budgeted: bool = False, max_size: int =
     ``budgeted``, a run without an estimate (a checkpointed one has none): a pack starts only
     when its estimate ends before the deadline."""
     from .records import checkpoint_path
-    from .training import packed
+    from .training import split as packed
     from .training.checkpoint import saved_progress
 
     # one pack writes one profile, one folder; its runs resume from one epoch or round (None: none)

@@ -20,16 +20,45 @@ models required to be identical, or mixed.
 
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
+from typing import TYPE_CHECKING
 
-from .base import VFLMethod, backward_each
+import torch
+
+from .base import VFLMethod, backward_runs, stacked_cross_entropy
+
+if TYPE_CHECKING:
+    from ..training.split import Pack
+
+
+def step(pack: Pack, ids: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Agg_VFL's step over K runs (:attr:`VFLMethod.step`): predictions up, summed, cut gradients back."""
+    a, ch = pack.active, pack.channel
+    passive = [n for n in pack.names if n != a]
+    pack.zero_grad(*((n, "local") for n in pack.names))
+    sent = {}
+    for n in passive:
+        sent[n] = pack.model(n, "model")(pack.x(n, ids))
+        ch.send(n, a, "prediction", sent[n])
+    received = [ch.recv(a, n, "prediction").requires_grad_(True) for n in passive]
+    own = pack.model(a, "model")(pack.x(a, ids))
+    total = own + torch.stack(received).sum(0) if received else own
+    loss = stacked_cross_entropy(total, pack.y(ids))
+    backward_runs(loss)
+    for n, r in zip(passive, received):
+        ch.send(a, n, "gradient", r.grad)
+    pack.optimizers[(a, "local")].step()
+    if passive:  # disjoint graphs: one autograd call back-propagates every passive party's gradient
+        torch.autograd.backward([sent[n] for n in passive], [ch.recv(n, a, "gradient") for n in passive])
+    for n in passive:
+        pack.optimizers[(n, "local")].step()
+    return {"active": loss.detach()}
 
 
 class AggVFL(VFLMethod):
     """Agg_VFL: summed party predictions, cut gradients back; any model mix."""
 
     name = "agg_vfl"
+    step = staticmethod(step)
 
     def build(self) -> None:
         for party in self.parties:
@@ -45,34 +74,14 @@ class AggVFL(VFLMethod):
         """Round 1 as the active party ends up holding it: the sum, its own R_a and each R_k received."""
         a = self.active
         for p in self.passive:
-            r = p.models["model"](p.features(split, ids=ids))
-            p.state["R"] = r
-            p.send(a, "prediction", r)
+            p.send(a, "prediction", p.models["model"](p.features(split, ids=ids)))
         received = [a.recv(p, "prediction").requires_grad_(torch.is_grad_enabled()) for p in self.passive]
         own = a.models["model"](a.features(split, ids=ids))
         return own + torch.stack(received).sum(0), own, received
 
-    def train_step(self, ids: torch.Tensor) -> dict[str, torch.Tensor]:
-        a = self.active
-        for party in self.parties:
-            party.optimizers["local"].zero_grad(set_to_none=True)
-        total, received = self._aggregate(ids, "train")
-        loss = F.cross_entropy(total, a.labels("train", ids=ids))
-        loss.backward()
-        for p, r in zip(self.passive, received):
-            a.send(p, "gradient", r.grad)
-        a.optimizers["local"].step()
-        # disjoint graphs: one autograd call back-propagates every passive party's gradient
-        backward_each([(p.state.pop("R"), p.recv(a, "gradient")) for p in self.passive])
-        for p in self.passive:
-            p.optimizers["local"].step()
-        return {"active": loss.detach()}
-
     @torch.no_grad()
     def predict(self, ids: torch.Tensor, split: str = "test") -> dict[str, torch.Tensor]:
         total, _ = self._aggregate(ids, split)
-        for p in self.passive:
-            p.state.pop("R", None)
         return {"active": total}
 
     def trained_models(self) -> dict[str, str]:
@@ -105,8 +114,6 @@ class HeterAggVFL(AggVFL):
     @torch.no_grad()
     def predict(self, ids: torch.Tensor, split: str = "test") -> dict[str, torch.Tensor]:
         total, mine, received = self._predictions(ids, split)
-        for p in self.passive:
-            p.state.pop("R", None)
         if self._own is not None:  # keep each party's own R_k from the same round 1
             self._own[self.active.name].append(mine.float())
             for p, r in zip(self.passive, received):

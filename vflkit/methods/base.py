@@ -10,6 +10,10 @@ public keys) -> per epoch: ``train()``, ``train_step(ids)`` per batch, ``evaluat
 
 ``train_step`` and ``predict`` act as each party in turn; everything one party learns of
 another arrives through ``Party.send``/``Party.recv``, i.e. through the counted channel.
+
+A method whose step packs writes it once, as :attr:`VFLMethod.step`, over K runs' stacked party
+models (:class:`vflkit.training.split.Pack`, K >= 1); its ``train_step`` is that step on a pack of
+one, which computes the run's own kernels on its own models and optimizers.
 """
 
 from __future__ import annotations
@@ -18,9 +22,10 @@ import copy
 import dataclasses
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..comm import Party
@@ -30,6 +35,7 @@ from ..errors import ConfigError
 if TYPE_CHECKING:
     from ..models import PartyModel
     from ..secure import DeferredChecks
+    from ..training.split import Pack
 
 OPTIMIZERS: tuple[str, ...] = ("sgd", "sgd_momentum", "adagrad", "adam")
 #: How image datasets are cut into party slices (:func:`vflkit.training.split.build_parties`).
@@ -319,6 +325,22 @@ def backward_each(pairs: Sequence[tuple[torch.Tensor, torch.Tensor | None]]) -> 
         torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
 
 
+def stacked_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Each run's mean cross-entropy, ``[K]``, of K runs' logits ``[K, b, classes]`` and labels
+    ``[K, b]``: ``F.cross_entropy`` of one run for K at once; a run alone's (a pack of one holds
+    its tensors without the run dimension): that very call, 0-d."""
+    if labels.dim() == 1:
+        return F.cross_entropy(logits, labels)
+    k, b = labels.shape
+    return F.cross_entropy(logits.reshape(k * b, -1), labels.reshape(-1), reduction="none").view(k, b).mean(1)
+
+
+def backward_runs(loss: torch.Tensor) -> None:
+    """Back-propagate each run's loss (``[K]``, or a run alone's 0-d): run k's slice of every
+    stacked parameter gets the gradient of run k's loss alone."""
+    (loss if loss.dim() == 0 else loss.sum()).backward()
+
+
 def accuracy(logits: torch.Tensor, labels: torch.Tensor) -> float:
     """Fraction of correct arg-max predictions."""
     return (logits.argmax(dim=1) == labels).float().mean().item()
@@ -349,6 +371,33 @@ class VFLMethod(ABC):
     #: (VFedMH's ring: NaN/inf and overflow of embeddings, masks that did not cancel); set by a
     #: trainer that reads them with the losses (:meth:`defer_checks`). None: read at once.
     checks: DeferredChecks | None = None
+
+    #: The method's training step over K >= 1 runs' stacked party models, written once:
+    #: ``step(pack, ids)`` with ``ids`` ``[K, b]`` returns each trained model's loss per run, a
+    #: detached ``[K]`` tensor. None: the method steps with its own ``train_step`` and does not pack.
+    step: ClassVar[Callable[[Pack, torch.Tensor], dict[str, torch.Tensor]] | None] = None
+
+    _alone: Pack | None = None
+
+    @classmethod
+    def packs(cls) -> bool:
+        """Whether runs of this method train as packs: it has a :attr:`step` and its
+        ``train_step`` is that step (a subclass overriding ``train_step`` does not pack)."""
+        return cls.step is not None and cls.train_step is VFLMethod.train_step
+
+    @classmethod
+    def pack_parties(cls, pack: Pack, *, together: bool) -> None:
+        """Rearrange a pack's stacked models once it is built (C-VFL stacks alike parties); default none."""
+
+    @classmethod
+    def draw_ahead(cls, pack: Pack, batch_sizes: Sequence[int]) -> None:
+        """Draw on the host what the coming steps (of ``batch_sizes``) take at random (C-VFL's
+        dither), so that a step copies nothing to the device; default none."""
+
+    @classmethod
+    def draws_per_step(cls, pack: Pack) -> int:
+        """How many drawn tensors one step takes (:meth:`draw_ahead`)."""
+        return 0
 
     @classmethod
     def check_option_values(cls, options: dict[str, Any]) -> None:
@@ -386,11 +435,17 @@ class VFLMethod(ABC):
     def setup(self) -> None:
         """One-off protocol messages before training (default: none)."""
 
-    @abstractmethod
     def train_step(self, ids: torch.Tensor) -> dict[str, torch.Tensor | float]:
         """One protocol step on the samples ``ids``; returns the loss of each trained model as a
         detached 0-d tensor (the trainer reads losses back in batches: a ``.item()`` per step
-        would make a GPU wait) or a float."""
+        would make a GPU wait) or a float. Default: :attr:`step` on a pack of this run alone."""
+        if type(self).step is None:
+            raise NotImplementedError(f"{self.name} defines neither step nor train_step")
+        if self._alone is None:
+            from ..training.split import Pack  # the trainer's pack, around this run alone
+
+            self._alone = Pack([self])
+        return self._alone.train_step(ids)
 
     @abstractmethod
     def predict(self, ids: torch.Tensor, split: str = "test") -> dict[str, torch.Tensor]:

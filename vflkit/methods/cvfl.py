@@ -23,15 +23,17 @@ for top-k ``k`` float32 values with 2-byte indices.
 
 from __future__ import annotations
 
-import copy
 import math
+from typing import TYPE_CHECKING, Hashable, Sequence
 
 import torch
-import torch.nn.functional as F
 
 from ..errors import ConfigError
-from .base import VFLMethod
+from .base import VFLMethod, backward_runs, make_optimizer, stacked_cross_entropy
 from .splitnn import top_model
+
+if TYPE_CHECKING:
+    from ..training.split import Pack
 
 COMPRESSORS: tuple[str, ...] = ("vector", "scalar", "topk", "none")
 
@@ -53,8 +55,7 @@ def step_size(host_lr: float, local_iterations: int = LOCAL_ITERATIONS) -> float
     Q = 1 the rule gives the host's rate unchanged (the equal-compute control).
 
     The host's rate at Q = 10 (VFedMH: 0.05 for a total step of 0.5 per batch, a regime no
-    C-VFL experiment ran) is kept by the studies as a labelled sensitivity row; at it 9 of
-    VFedMH's 18 MNIST/FashionMNIST C-VFL runs diverged or stayed at chance.
+    C-VFL experiment ran) is kept by the studies as a labelled sensitivity row.
     """
     if int(local_iterations) < 1:
         raise ConfigError(f"local_iterations must be >= 1, got {local_iterations!r}")
@@ -120,6 +121,136 @@ def topk_sparsify(x: torch.Tensor, bits: int) -> tuple[torch.Tensor, int]:
     return out.reshape(x.shape), rows.shape[0] * k * 6
 
 
+def compress(pack: Pack, x: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """The run's compressor on K runs' tensors ``[K, ...]``: each slice over its own range with
+    its own dither (drawn ahead, :meth:`CVFL.draw_ahead`); the tensor and one run's bytes on the wire."""
+    bits, kind = int(pack.options["bits"]), pack.options["compressor"]
+    x = x.detach()
+    if x.dtype == torch.bfloat16:  # an embedding under bf16 autocast: quantised in float32
+        x = x.float()
+    if pack.k == 1:  # a run alone: its tensor, its dither drawn from its generator as it goes
+        gen = pack.methods[0].generator
+        if kind in ("vector", "scalar"):
+            return (vector_quantize if kind == "vector" else scalar_quantize)(x, bits, generator=gen)
+        return topk_sparsify(x, bits) if kind == "topk" else (x, x.numel() * x.element_size())
+    n, k = x[0].numel(), x.shape[0]
+    if kind == "none":
+        return x, n * x.element_size()
+    if kind == "topk":
+        rows = x.reshape(k, x.shape[1], -1) if x.dim() > 2 else x.reshape(k, 1, -1)
+        keep = max(1, int(rows.shape[2] * bits / 32))
+        idx = rows.abs().topk(keep, dim=2).indices
+        out = torch.zeros_like(rows).scatter_(2, idx, rows.gather(2, idx))
+        return out.reshape(x.shape), rows.shape[1] * keep * 6
+    dims = tuple(range(1, x.dim()))
+    lo = x.amin(dim=dims, keepdim=True)
+    span = torch.clamp(x.amax(dim=dims, keepdim=True) - lo, min=1e-12)
+    dither = pack.dither.pop(0)
+    size = math.ceil(n * bits / 8) + 8
+    if kind == "scalar":
+        levels = 2**bits
+        u = (x - lo) / span * (levels - 1)
+        d = dither - 0.5
+        q = torch.clamp(torch.round(u + d), 0, levels - 1) - d
+        return (q / (levels - 1) * span + lo).to(x.dtype), size
+    flat = ((x - lo) / span).reshape(k, -1)
+    if n % 2:
+        flat = torch.cat([flat, flat.new_zeros(k, 1)], 1)
+    s = math.sqrt(2 / math.sqrt(3)) / 2**bits
+    d = (dither - 0.5) * s
+    q = a2_nearest((flat.reshape(k, -1, 2) + d).reshape(-1, 2), s).reshape(k, -1, 2) - d
+    out = q.reshape(k, -1)[:, :n].reshape(x.shape)
+    return (out * span + lo).to(x.dtype), size
+
+
+def step(pack: Pack, ids: torch.Tensor) -> dict[str, torch.Tensor]:
+    """C-VFL's step over K runs (:attr:`VFLMethod.step`).
+
+    1. every party's embedding goes compressed to the server (the active party's own is
+       compressed too: it is forwarded to the passive parties); 2. the server sends each passive
+    party the others' embeddings, the compressed server model and the labels; 3. every party runs
+    Q local iterations on its own bottom model against those stale embeddings and the server
+    model's snapshot, and the server Q iterations on its model over the compressed embeddings.
+    """
+    a, ch = pack.active, pack.channel
+    passive = [n for n in pack.names if n != a]
+    q = int(pack.options["local_iterations"])
+    top = pack.model(a, "top")
+    if pack.k > 1 and not pack.dither:  # no draw ahead (a caller stepping by itself): this step's only
+        CVFL.draw_ahead(pack, [ids.shape[1]])
+    sizes: dict[str, int] = {}
+    xs = {group: pack.x(group[0], ids) if len(group) == 1 else torch.cat([pack.x(n, ids) for n in group])
+          for group in pack.groups}
+    with torch.no_grad():
+        fresh: dict[str, torch.Tensor] = {}  # each party's embedding, computed by its group's call
+        for group in pack.groups:
+            out = pack.models[(group[0] if len(group) == 1 else group, "bottom")](xs[group])
+            if len(group) == 1:
+                fresh[group[0]] = out
+            else:  # party-major slices
+                fresh.update((n, out[g * pack.k:(g + 1) * pack.k]) for g, n in enumerate(group))
+        for n in passive:
+            h, sizes[n] = compress(pack, fresh[n])
+            ch.send(n, a, "embedding", h, nbytes=sizes[n])
+        stale = {n: ch.recv(a, n, "embedding") for n in passive}
+        stale[a], sizes[a] = compress(pack, fresh[a])
+        top_state, top_bytes = {}, 0
+        for name, value in top.stacked_params().items():  # state_dict order: the top has no buffers
+            top_state[name], nb = compress(pack, value)
+            top_bytes += nb
+    y = pack.y(ids)
+    for n in passive:
+        others = {m: e for m, e in stale.items() if m != n}
+        ch.send(a, n, "embedding", others, nbytes=sum(sizes[m] for m in others))
+        ch.send(a, n, "model_weights", top_state, nbytes=top_bytes)
+        ch.send(a, n, "labels", y)
+    # what each party computes from: its own features and model, and what it received (the
+    # active party: its own top, not yet updated, the server's iterations coming after)
+    got: dict[str, tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], torch.Tensor]] = {}
+    for n in pack.names:
+        if n == a:
+            got[n] = ({k: v.detach() for k, v in top.stacked_params().items()}, stale, y)
+        else:
+            got[n] = (ch.recv(n, a, "model_weights"), ch.recv(n, a, "embedding"), ch.recv(n, a, "labels"))
+    for group in pack.groups:
+        x = xs[group]
+        if len(group) == 1:
+            n = group[0]
+            frozen, embeddings, labels = got[n]
+            bottom, opt = pack.model(n, "bottom"), pack.optimizers[(n, "local")]
+            for _ in range(q):
+                opt.zero_grad(set_to_none=True)
+                own = bottom(x)
+                z = torch.cat([own if m == n else embeddings[m] for m in pack.names], -1)
+                backward_runs(stacked_cross_entropy(top.call_with(frozen, z), labels))
+                opt.step()
+            continue
+        # G parties as one stacked model, party-major [G x K]: slice g*K+k is party g's run k,
+        # fed party g's features and computing against party g's own messages
+        frozen = {k: torch.cat([got[n][0][k] for n in group]) for k in got[group[0]][0]}
+        labels = torch.cat([got[n][2] for n in group])
+        # the top's input with each party's own slot left open (zeros), filled each iteration
+        # with its fresh embedding by a select: exact, and its gradient reaches that slot only
+        fixed = torch.cat([torch.cat([torch.zeros_like(stale[m]) if m == n else got[n][1][m] for m in pack.names], 2)
+                           for n in group])
+        mask = pack.slots[group]
+        bottom, opt = pack.models[(group, "bottom")], pack.optimizers[(group, "local")]
+        for _ in range(q):
+            opt.zero_grad(set_to_none=True)
+            own = bottom(x)
+            z = torch.where(mask, own.repeat(1, 1, len(pack.names)), fixed)
+            backward_runs(stacked_cross_entropy(top.call_with(frozen, z), labels))
+            opt.step()
+    z = torch.cat([stale[m] for m in pack.names], -1)
+    opt = pack.optimizers[(a, "top")]
+    for _ in range(q):
+        opt.zero_grad(set_to_none=True)
+        loss = stacked_cross_entropy(top(z), y)
+        backward_runs(loss)
+        opt.step()
+    return {"active": loss.detach()}
+
+
 class CVFL(VFLMethod):
     """C-VFL with Q local iterations and compressed embeddings and server model.
 
@@ -157,75 +288,82 @@ class CVFL(VFLMethod):
         """The compressor's random draws (its dither), seeded with the run's seed."""
         return self._gen
 
-    def compress(self, x: torch.Tensor) -> tuple[torch.Tensor, int]:
-        """The configured compressor: (decompressed tensor, bytes on the wire)."""
-        bits, kind = int(self.options["bits"]), self.options["compressor"]
-        x = x.detach()
-        if x.dtype == torch.bfloat16:  # an embedding under bf16 autocast: quantised in float32
-            x = x.float()
-        if kind == "vector":
-            return vector_quantize(x, bits, generator=self._gen)
-        if kind == "scalar":
-            return scalar_quantize(x, bits, generator=self._gen)
-        if kind == "topk":
-            return topk_sparsify(x, bits)
-        return x, x.numel() * x.element_size()
+    step = staticmethod(step)
 
-    def _compressed_top(self) -> tuple[dict[str, torch.Tensor], int]:
-        state, size = {}, 0
-        for name, value in self.active.models["top"].state_dict().items():
-            state[name], n = self.compress(value)
-            size += n
-        return state, size
+    @classmethod
+    def pack_parties(cls, pack: Pack, *, together: bool) -> None:
+        """C-VFL's parties whose bottom models are alike, trained as one stacked model.
 
-    def train_step(self, ids: torch.Tensor) -> dict[str, torch.Tensor]:
-        a = self.active
-        q = int(self.options["local_iterations"])
-        # 1. Compressed embeddings to the server. The active party's own is compressed too, as
-        # it is forwarded to the passive parties (C-VFL's server sees only compressed ones).
-        sizes: dict[str, int] = {}
-        with torch.no_grad():
-            for p in self.passive:
-                h, sizes[p.name] = self.compress(p.models["bottom"](p.features("train", ids=ids)))
-                p.send(a, "embedding", h, nbytes=sizes[p.name])
-            stale = {p.name: a.recv(p, "embedding") for p in self.passive}
-            stale[a.name], sizes[a.name] = self.compress(a.models["bottom"](a.features("train", ids=ids)))
-        y = a.labels("train", ids=ids)
-        # 2. Server -> each passive party: the others' embeddings, the server model, the labels.
-        top_state, top_bytes = self._compressed_top()
-        for p in self.passive:
-            others = {name: e for name, e in stale.items() if name != p.name}
-            a.send(p, "embedding", others, nbytes=sum(sizes[name] for name in others))
-            a.send(p, "model_weights", top_state, nbytes=top_bytes)
-            a.send(p, "labels", y)
-        # 3. Q local iterations at every party on its own bottom model.
-        losses: dict[str, torch.Tensor] = {}
-        for p in self.parties:
-            if p is a:
-                top = copy.deepcopy(a.models["top"])
-                embeddings, labels = stale, y
-            else:
-                top = copy.deepcopy(a.models["top"])  # architecture only; weights from the message
-                top.load_state_dict(p.recv(a, "model_weights"))
-                embeddings, labels = p.recv(a, "embedding"), p.recv(a, "labels")
-            top.requires_grad_(False)
-            x = p.features("train", ids=ids)
-            for _ in range(q):
-                p.optimizers["local"].zero_grad(set_to_none=True)
-                own = p.models["bottom"](x)
-                z = torch.cat([own if party is p else embeddings[party.name] for party in self.parties], 1)
-                loss = F.cross_entropy(top(z), labels)
-                loss.backward()
-                p.optimizers["local"].step()
-        # The server's Q iterations on its model over the embeddings it received.
-        z = torch.cat([stale[party.name] for party in self.parties], 1)
-        for _ in range(q):
-            a.optimizers["top"].zero_grad(set_to_none=True)
-            loss = F.cross_entropy(a.models["top"](z), y)
-            loss.backward()
-            a.optimizers["top"].step()
-        losses["active"] = loss.detach()
-        return losses
+        A party's Q local iterations use only its own features and bottom model and what it
+        received, so they are independent of the other parties'. Parties with the same
+        architecture, input shape, optimizer and rate are stacked once more, party-major
+        ([G x K] copies: party g's K runs, then the next party's), and their iterations run as one
+        call a layer, each slice computing from its own party's data and messages only. A pack of
+        one run keeps every party apart (its own models, the run's kernels); so does
+        ``together=False``.
+        """
+        pack.groups = [(n,) for n in pack.names]
+        if pack.k == 1 or not together:
+            return
+        first = pack.methods[0]
+        cfg = first.config
+
+        def alike(j: int) -> Hashable:
+            bottom = first.parties[j].models["bottom"]
+            return (repr(bottom), tuple((n, tuple(t.shape)) for n, t in bottom.state_dict().items()),
+                    tuple(pack.features[pack.names[j]].shape[2:]), cfg.party_value("optimizers", j),
+                    float(cfg.party_value("lr", j)))
+
+        groups: dict[Hashable, list[int]] = {}
+        for j in range(len(pack.names)):
+            groups.setdefault(alike(j), []).append(j)
+        pack.groups = []
+        for members in groups.values():
+            names = tuple(pack.names[j] for j in members)
+            pack.groups.append(names)
+            if len(names) == 1:  # alone: its own stacked model and optimizer
+                continue
+            for n in names:  # replaced by the group's
+                del pack.models[(n, "bottom")], pack.optimizers[(n, "local")]
+            modules = [m.parties[j].models["bottom"] for j in members for m in pack.methods]
+            stacked = pack.stack(modules)
+            pack.models[(names, "bottom")] = stacked
+            # where each slice's own embedding goes in the top's input: built once, here (a
+            # tensor made from host values inside a step would be a copy to the device each step)
+            slot = torch.tensor([[m == n for m in pack.names] for n in names])
+            pack.slots[names] = slot.repeat_interleave(pack.k, 0).repeat_interleave(cfg.embedding_dim, 1)[:, None, :].to(
+                pack.device)
+            # the run alone's optimizer parameter order (built over bottom.parameters())
+            params = [stacked.params[n] for n, _ in modules[0].named_parameters()]
+            pack.optimizers[(names, "local")] = make_optimizer(cfg.party_value("optimizers", members[0]), params,
+                                                               float(cfg.party_value("lr", members[0])))
+
+    @classmethod
+    def draws_per_step(cls, pack: Pack) -> int:
+        """Dither tensors one step takes: every party's embedding and each of the top's
+        parameters (the dithered compressors only)."""
+        if pack.options["compressor"] not in ("vector", "scalar"):
+            return 0
+        return len(pack.names) + len(pack.methods[0].active.models["top"].state_dict())
+
+    @classmethod
+    def draw_ahead(cls, pack: Pack, batch_sizes: Sequence[int]) -> None:
+        """Draw the dither of the coming steps from each run's own generator, in the order the
+        step takes it, and move it to the device in one copy."""
+        if pack.options["compressor"] not in ("vector", "scalar"):
+            return
+        vector = pack.options["compressor"] == "vector"
+        e = pack.methods[0].config.embedding_dim
+        top = [tuple(t.shape) for t in pack.methods[0].active.models["top"].state_dict().values()]
+        shapes = []  # per step: every party's embedding (passive ones, then the active one), the top
+        for b in batch_sizes:
+            for shape in [(b, e)] * len(pack.names) + top:
+                n = math.prod(shape)
+                shapes.append(((n + n % 2) // 2, 2) if vector else shape)  # vector: values in pairs
+        flat = torch.stack([torch.cat([torch.rand(shape, generator=m.generator).reshape(-1) for shape in shapes])
+                            for m in pack.methods]).to(pack.device, non_blocking=True)
+        pieces = torch.split(flat, [math.prod(s) for s in shapes], dim=1)
+        pack.dither = [d.reshape(pack.k, *shape) for d, shape in zip(pieces, shapes)]
 
     @torch.no_grad()
     def predict(self, ids: torch.Tensor, split: str = "test") -> dict[str, torch.Tensor]:
@@ -239,3 +377,4 @@ class CVFL(VFLMethod):
 
     def trained_models(self) -> dict[str, str]:
         return {"active": self.config.party_value("models", self.party_index(self.active))}
+

@@ -7,30 +7,36 @@ No message crosses the channel.
 
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
+from typing import TYPE_CHECKING
 
-from .base import VFLMethod
+import torch
+
+from .base import VFLMethod, backward_runs, stacked_cross_entropy
+
+if TYPE_CHECKING:
+    from ..training.split import Pack
+
+
+def step(pack: Pack, ids: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Local's step over K runs (:attr:`VFLMethod.step`)."""
+    a = pack.active
+    pack.zero_grad((a, "local"))
+    loss = stacked_cross_entropy(pack.model(a, "model")(pack.x(a, ids)), pack.y(ids))
+    backward_runs(loss)
+    pack.optimizers[(a, "local")].step()
+    return {"active": loss.detach()}
 
 
 class Local(VFLMethod):
     """The active party's model h then p, trained on its own strip with its own labels."""
 
     name = "local"
+    step = staticmethod(step)
 
     def build(self) -> None:
         a = self.active
         a.models["model"] = self.party_model(a)
         a.optimizers["local"] = self.make_optimizer(a, a.models["model"].parameters())
-
-    def train_step(self, ids: torch.Tensor) -> dict[str, torch.Tensor]:
-        a = self.active
-        opt = a.optimizers["local"]
-        opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(a.models["model"](a.features("train", ids=ids)), a.labels("train", ids=ids))
-        loss.backward()
-        opt.step()
-        return {"active": loss.detach()}
 
     @torch.no_grad()
     def predict(self, ids: torch.Tensor, split: str = "test") -> dict[str, torch.Tensor]:

@@ -386,10 +386,8 @@ class _Stack:
 
 
 def _stacked_model(modules: Sequence[nn.Module], stacking: str) -> Any:
-    try:  # the stacking module of the engine, where it has landed
-        from ..training.stacked import StackedModel  # type: ignore[import-not-found]
-    except ImportError:
-        from ..training.packed import StackedModel
+    from ..training.stacked import StackedModel
+
     return StackedModel(modules, stacking=stacking)
 
 

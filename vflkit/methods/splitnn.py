@@ -12,17 +12,47 @@ cut-layer gradient). Two communication rounds per step.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from .base import VFLMethod, backward_each
+from .base import VFLMethod, backward_runs, stacked_cross_entropy
+
+if TYPE_CHECKING:
+    from ..training.split import Pack
 
 
 def top_model(n_parties: int, embedding_dim: int, num_classes: int) -> nn.Sequential:
     """The active party's top model on the concatenated embeddings (see :class:`SplitNN`)."""
     return nn.Sequential(nn.Linear(n_parties * embedding_dim, embedding_dim), nn.ReLU(),
                          nn.Linear(embedding_dim, num_classes))
+
+
+def step(pack: Pack, ids: torch.Tensor) -> dict[str, torch.Tensor]:
+    """SplitNN's step over K runs (:attr:`VFLMethod.step`): embeddings up, cut gradients back."""
+    a, ch = pack.active, pack.channel
+    passive = [n for n in pack.names if n != a]
+    pack.zero_grad(*((n, "local") for n in pack.names))
+    sent = {}
+    for n in passive:
+        sent[n] = pack.model(n, "bottom")(pack.x(n, ids))
+        ch.send(n, a, "embedding", sent[n])
+    embeddings = [pack.model(n, "bottom")(pack.x(n, ids)) if n == a
+                  else ch.recv(a, n, "embedding").requires_grad_(True) for n in pack.names]
+    loss = stacked_cross_entropy(pack.model(a, "top")(torch.cat(embeddings, dim=-1)), pack.y(ids))
+    backward_runs(loss)
+    for n, e in zip(pack.names, embeddings):
+        if n != a:
+            ch.send(a, n, "gradient", e.grad)
+    pack.optimizers[(a, "local")].step()
+    # each passive party back-propagates the gradient it received through its own bottom model;
+    # the graphs are disjoint, so one autograd call does all of them
+    if passive:
+        torch.autograd.backward([sent[n] for n in passive], [ch.recv(n, a, "gradient") for n in passive])
+    for n in passive:
+        pack.optimizers[(n, "local")].step()
+    return {"active": loss.detach()}
 
 
 class SplitNN(VFLMethod):
@@ -35,6 +65,7 @@ class SplitNN(VFLMethod):
     """
 
     name = "splitnn"
+    step = staticmethod(step)
 
     def build(self) -> None:
         cfg = self.config
@@ -49,9 +80,7 @@ class SplitNN(VFLMethod):
     def _embeddings_at_active(self, ids: torch.Tensor, split: str) -> list[torch.Tensor]:
         """Each passive party sends h_k(x_k); the active party adds its own, in party order."""
         for p in self.passive:
-            e = p.models["bottom"](p.features(split, ids=ids))
-            p.state["embedding"] = e
-            p.send(self.active, "embedding", e)
+            p.send(self.active, "embedding", p.models["bottom"](p.features(split, ids=ids)))
         out = []
         for p in self.parties:
             if p is self.active:
@@ -60,30 +89,9 @@ class SplitNN(VFLMethod):
                 out.append(self.active.recv(p, "embedding").requires_grad_(torch.is_grad_enabled()))
         return out
 
-    def train_step(self, ids: torch.Tensor) -> dict[str, torch.Tensor]:
-        for party in self.parties:
-            party.optimizers["local"].zero_grad(set_to_none=True)
-        a = self.active
-        embeddings = self._embeddings_at_active(ids, "train")
-        logits = a.models["top"](torch.cat(embeddings, dim=1))
-        loss = F.cross_entropy(logits, a.labels("train", ids=ids))
-        loss.backward()
-        for p, e in zip(self.parties, embeddings):
-            if p is not a:
-                a.send(p, "gradient", e.grad)
-        a.optimizers["local"].step()
-        # Each passive party back-propagates the gradient it received through its own bottom
-        # model; the graphs are disjoint, so one autograd call does all of them at once.
-        backward_each([(p.state.pop("embedding"), p.recv(a, "gradient")) for p in self.passive])
-        for p in self.passive:
-            p.optimizers["local"].step()
-        return {"active": loss.detach()}
-
     @torch.no_grad()
     def predict(self, ids: torch.Tensor, split: str = "test") -> dict[str, torch.Tensor]:
         embeddings = self._embeddings_at_active(ids, split)
-        for p in self.passive:
-            p.state.pop("embedding", None)
         return {"active": self.active.models["top"](torch.cat(embeddings, dim=1))}
 
     def trained_models(self) -> dict[str, str]:

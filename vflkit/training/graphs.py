@@ -1,37 +1,30 @@
-"""A packed step captured once per batch shape and replayed: CUDA graphs, and their CPU stand-in.
+"""A pack's step captured once per batch shape and replayed: CUDA graphs, and their CPU stand-in.
 
-Issue 40 (C). A small party model's packed step is launch-bound on a GPU: C-VFL's dispatches a
-few thousand operations, each a kernel launch (``results/device/``), whatever their FLOPs. Captured
-in a CUDA graph, the step's kernels are replayed by the driver without Python or the dispatcher
-in between. Replay reruns the *same* kernels on the *same* memory, so a step may be captured
-only if it reads everything that changes from one step to the next out of device memory that
-stays put (the batch's ids, C-VFL's dither), writes its results in place (parameters, optimizer
-state, BatchNorm statistics) and reads nothing back to the host. What changes on the host
-(the ledger's rows) is counted outside the graph.
+Replay reruns the same kernels on the same memory, so a step may be captured only if it reads
+everything that changes from one step to the next out of device memory that stays put (the
+batch's ids, C-VFL's dither), writes its results in place (parameters, optimizer state, BatchNorm
+statistics) and reads nothing back to the host. What changes on the host (the ledger's rows) is
+counted outside the graph.
 
 :class:`StepGraph` holds one captured step. Its backends keep one contract:
 
 - ``"cuda"``: :class:`torch.cuda.CUDAGraph`, after warm-up steps on a side stream (cuBLAS and
-  cuDNN choose their algorithms, optimizers make their state), as the CUDA graph documentation's
-  whole-network capture does; each graph in its own memory pool.
+  cuDNN choose their algorithms, optimizers make their state); each graph in its own memory pool.
 - ``"tape"`` (CPU, for tests and dry runs; no speed-up): every aten operation the step
-  dispatches is recorded while it runs; a replay runs the recorded operations again on the
-  recorded tensors, writing each result into the tensor the capture produced (a view or an
-  in-place result is that tensor already). So what a CUDA graph would get wrong, the tape gets
-  wrong too: a Python number baked into the step (a learning rate changed later), a new input
-  passed as another tensor instead of copied into the captured one, a result read after the
-  next replay overwrote it, state kept on the host. A host read inside the capture is an
-  error. What the tape cannot show: an operation on a host tensor inside a GPU step (on a CPU
-  every tensor is a host tensor); :func:`graph_blocker` refuses the optimizers that keep one,
-  and Adam's ``capturable`` form, which torch runs on a GPU only, is not tested here.
+  dispatches is recorded while it runs; a replay runs them again on the recorded tensors,
+  writing each result into the tensor the capture produced. What a CUDA graph would get wrong
+  (a Python number baked into the step, a new input passed as another tensor instead of copied
+  into the captured one, a result read after the next replay overwrote it, state kept on the
+  host), the tape gets wrong too; a host read inside the capture is an error. It cannot show an
+  operation on a host tensor inside a GPU step: :func:`graph_blocker` refuses the optimizers
+  that keep one.
 
-:class:`GraphedStep` applies it to a :class:`~vflkit.training.packed.Pack`: one graph per batch
-shape, captured after :data:`WARMUP_STEPS` eager steps of that shape; the ids copied into the
-captured buffer, C-VFL's dither into the captured pieces, the ledger rows of the captured step's
-messages added per replay (to the runs still live, at the runs' current clock). A learning-rate
-change (:meth:`GraphedStep.forget`, called by ``Pack.epoch_lr``) drops the graphs: they are
-captured again at the new rate. Float64 equality with the eager pack (hence with each run alone)
-is tested on the tape (tests/test_training_graphs.py).
+:class:`GraphedStep` applies it to a :class:`~vflkit.training.split.Pack` (its public
+:meth:`~vflkit.training.split.Pack.eager_step`): one graph per batch shape, captured after
+:data:`WARMUP_STEPS` eager steps of that shape; the ids copied into the captured buffer, the
+drawn dither into the captured pieces, the captured step's messages counted per replay (to the
+runs still live, at their current clock). A learning-rate change (:meth:`GraphedStep.forget`)
+drops the graphs.
 """
 
 from __future__ import annotations
@@ -45,7 +38,7 @@ from torch.utils._pytree import tree_flatten
 from ..errors import ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .packed import Pack
+    from .split import Pack
 
 #: How a step is captured: a CUDA graph, or the CPU stand-in that keeps its contract (module doc).
 GRAPH_BACKENDS: tuple[str, ...] = ("cuda", "tape")
@@ -188,11 +181,11 @@ class GraphedStep:
         pack = self.pack
         self.counts["eager"] += 1
         if self._side is None:
-            return pack._step(pack, ids)
+            return pack.eager_step(ids)
         # the CUDA graph documentation's warm-up: on a side stream, ordered after the work before it
         self._side.wait_stream(torch.cuda.current_stream(pack.device))
         with torch.cuda.stream(self._side):
-            out = pack._step(pack, ids)
+            out = pack.eager_step(ids)
         torch.cuda.current_stream(pack.device).wait_stream(self._side)
         return out
 
@@ -201,19 +194,19 @@ class GraphedStep:
         pack, n = self.pack, self._n_dither
         if not n:
             return []
-        if len(pack._dither) < n:
+        if len(pack.dither) < n:
             pack.draw_dither([b])
-        pieces, pack._dither[:] = pack._dither[:n], pack._dither[n:]
+        pieces, pack.dither[:] = pack.dither[:n], pack.dither[n:]
         return pieces
 
     def _capture(self, b: int, ids: torch.Tensor) -> dict[str, torch.Tensor]:
         pack = self.pack
         dither = [d.clone() for d in self._dither_pieces(b)]
         captured = _Captured(StepGraph(self.backend), ids.clone(), dither)
-        pack._dither[:0] = dither  # the step takes its dither from the captured pieces
+        pack.dither[:0] = dither  # the step takes its dither from the captured pieces
         pack.channel.sends = captured.sends
         try:
-            captured.out = captured.graph.capture(lambda: pack._step(pack, captured.ids))
+            captured.out = captured.graph.capture(lambda: pack.eager_step(captured.ids))
         finally:
             pack.channel.sends = None
         self._graphs[b] = captured

@@ -3,22 +3,25 @@
 Local, SplitNN/PyVertical, C-VFL, Agg_VFL and VFedMH (:mod:`vflkit.methods`) all train the
 same way: the parties hold vertical slices of an image dataset (:func:`build_parties`), a
 seeded shuffle (a public protocol parameter) orders the samples, and per batch the method's
-``train_step`` exchanges its messages through the counted channel. :func:`train` runs one
-:class:`~vflkit.methods.base.RunConfig` that way and returns its results; the record store
-(:func:`vflkit.records.run_one`) wraps them in the common envelope and writes them.
-
-Every epoch is checkpointed beside the record (:func:`save_checkpoint`, through the shared
-:mod:`.checkpoint`): an interrupted run resumes after its last finished epoch and ends with the
-record of an uninterrupted run.
+step exchanges its messages through the counted channel. :func:`train` is the one loop (resume,
+checkpoints, deadline, divergence, rate schedule, evaluation) for K >= 1 runs: a run alone, or a
+:class:`Pack` of runs that differ in seed and dataset alone, trained as one batched computation
+whose runs each get the record they get alone (equal in float64; ``execution`` names the pack).
+The record store (:func:`vflkit.records.run_one`, :func:`run_pack`) wraps the results in the
+common envelope and writes them; :func:`pack_key`, :func:`group_packs` and :func:`compute_pack`
+are a scheduler's and a launcher's interface to packs.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
+import json
 import math
+import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Mapping, Sequence
 
 import torch
 from tqdm.auto import tqdm
@@ -26,14 +29,18 @@ from tqdm.auto import tqdm
 from .. import records
 from ..comm import ROUNDS_COUNTED_AS, Channel, Ledger, Party, checked_batches
 from ..errors import BudgetExhausted, ConfigError, DivergenceError
-from ..methods.base import RunConfig
+from ..config import resolve_device
+from ..methods.base import RunConfig, VFLMethod, make_optimizer
 from ..records import checkpoint_path
 from ..secure import CheckReader, DeferredChecks
 from . import checkpoint as checkpoint_io
 from . import dataset
+from .stacked import PackChannel, StackedModel
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from .graphs import GraphedStep
 
 
 def _check_finite(losses: dict[str, float], *, epoch: int, step: int, limit: float) -> None:
@@ -54,48 +61,77 @@ SYNC_EVERY_CUDA = 50
 
 
 class LossWindow:
-    """The losses of the steps not yet read back, and the epoch's running sums.
+    """The losses of K runs' steps not yet read back, and each run's running sums for the epoch.
 
-    ``add`` keeps a step's losses (0-d tensors, possibly on a GPU, or floats) and the checks
-    its ``train_step`` left on the device (:class:`vflkit.secure.DeferredChecks`, e.g.
-    VFedMH's ring overflow); ``drain`` reads them all with one transfer, checks them in step
-    order, a step's own checks before its losses (raising at the first bad step, with its
-    ``step``; the steps before it counted), and adds the losses to ``sums`` as
-    ``loss * batch size`` in double precision, as a per-step ``.item()`` would.
+    ``add`` keeps a step's losses (per trained model a ``[K]`` tensor, possibly on a GPU, a 0-d
+    tensor or a float for a run alone) and the checks its step left on the device (a run alone's,
+    :class:`vflkit.secure.DeferredChecks`, e.g. VFedMH's ring overflow); every ``every`` steps
+    ``drain`` reads them all with one transfer and checks them in step order, a step's own checks
+    before its losses. A run whose check fails or whose loss is not finite (or exceeds ``limit``)
+    is returned with its error (its ``step`` set to the bad batch) and counted no further; the
+    others add ``loss * batch size`` in double precision to their sums, as a per-step ``.item()``
+    would. ``sums`` and ``seen`` are run 0's (a run alone's).
     """
 
-    def __init__(self, *, epoch: int, limit: float, every: int) -> None:
+    def __init__(self, *, epoch: int, limit: float, every: int, runs: int = 1) -> None:
         self.epoch, self.limit, self.every = epoch, limit, every
-        self.sums: dict[str, float] = {}
-        self.seen = 0
+        self.sums_of: list[dict[str, float]] = [{} for _ in range(runs)]
+        self.seen_of = [0] * runs
+        #: runs no longer read (diverged)
+        self.stopped: set[int] = set()
         self._pending: list[tuple[int, int, dict[str, Any], list[tuple[torch.Tensor, CheckReader]]]] = []
 
-    def add(self, step: int, n: int, losses: dict[str, Any],
-            checks: list[tuple[torch.Tensor, CheckReader]] | None = None) -> None:
-        self._pending.append((step, n, losses, checks or []))
-        if len(self._pending) >= self.every:
-            self.drain()
+    @property
+    def sums(self) -> dict[str, float]:
+        return self.sums_of[0]
 
-    def drain(self) -> None:
+    @property
+    def seen(self) -> int:
+        return self.seen_of[0]
+
+    def add(self, step: int, n: int, losses: dict[str, Any],
+            checks: list[tuple[torch.Tensor, CheckReader]] | None = None) -> dict[int, DivergenceError]:
+        """Keep a step's losses; the runs that diverged, with their errors, once they are read."""
+        self._pending.append((step, n, losses, checks or []))
+        return self.drain() if len(self._pending) >= self.every else {}
+
+    def drain(self) -> dict[int, DivergenceError]:
+        """Read the pending steps; the runs that diverged among them, with their errors."""
         pending, self._pending = self._pending, []
+        runs = len(self.seen_of)
         # one transfer, in the order read below: per step its checks' values, then its losses
         parts: list[torch.Tensor] = []
         for _, _, losses, step_checks in pending:
             parts += [values.reshape(-1).double() for values, _ in step_checks]
-            parts += [v.detach().reshape(1).double() for v in losses.values() if isinstance(v, torch.Tensor)]
+            parts += [v.detach().reshape(-1).double() for v in losses.values() if isinstance(v, torch.Tensor)]
         read = iter(torch.cat(parts).tolist() if parts else [])
+        failed: dict[int, DivergenceError] = {}
         for step, n, losses, step_checks in pending:
-            for values, reader in step_checks:
+            for values, reader in step_checks:  # a run alone's
+                got = [next(read) for _ in range(values.numel())]
+                if 0 in failed or 0 in self.stopped:
+                    continue
                 try:
-                    reader([next(read) for _ in range(values.numel())])
+                    reader(got)
                 except DivergenceError as err:
                     err.step = step  # read back in batches on a GPU: the batch it happened at
-                    raise
-            values = {k: next(read) if isinstance(v, torch.Tensor) else float(v) for k, v in losses.items()}
-            _check_finite(values, epoch=self.epoch, step=step, limit=self.limit)
-            for k, v in values.items():
-                self.sums[k] = self.sums.get(k, 0.0) + v * n
-            self.seen += n
+                    failed[0] = err
+            values = {k: [next(read) for _ in range(runs)] if isinstance(v, torch.Tensor) else [float(v)]
+                      for k, v in losses.items()}
+            for r in range(runs):
+                if r in failed or r in self.stopped:
+                    continue
+                mine = {k: v[r] for k, v in values.items()}
+                try:
+                    _check_finite(mine, epoch=self.epoch, step=step, limit=self.limit)
+                except DivergenceError as err:
+                    failed[r] = err
+                    continue
+                sums = self.sums_of[r]
+                for k, v in mine.items():
+                    sums[k] = sums.get(k, 0.0) + v * n
+                self.seen_of[r] += n
+        return failed
 
 
 def precision_context(config: RunConfig, device: torch.device) -> contextlib.AbstractContextManager:
@@ -212,151 +248,283 @@ def comm_summary(ledger: Ledger) -> dict[str, Any]:
             "per_link": ledger.per_link().to_dict(orient="split", index=False),
             "eval_total": ledger.totals(phase="eval"), "setup_total": ledger.totals(phase="setup")}
 
+#: Seconds between a run's checkpoints (:func:`train`'s ``checkpoint_every_s``): a checkpoint
+#: is written after the first epoch that ends this long after the last one (or the start), and
+#: always at a stop for the deadline, not after every epoch (a pack's may be large).
+CHECKPOINT_EVERY_S = 300.0
+
+
 def train(
-    config: RunConfig,
+    configs: RunConfig | Sequence[RunConfig],
     *,
-    device: torch.device,
-    checkpoint: Path | None = None,
+    device: torch.device | str = "cpu",
+    checkpoint: Path | Sequence[Path] | None = None,
     progress: bool = True,
     on_divergence: str = "raise",
     max_loss: float = 1e4,
     deadline: float | None = None,
-) -> dict[str, Any]:
-    """Train ``config`` and return its results: the models each party trained, per-epoch
-    training loss, test metrics and elapsed seconds of every model, bytes/messages/rounds per
-    epoch, party and kind, and the wall time of training (setup included, data loading not).
+    checkpoint_every_s: float | None = None,
+    durable: bool = True,
+    stacking: str = "auto",
+    compile: dict[str, Any] | None = None,
+    graphs: str | None = None,
+) -> Any:
+    """Train ``configs``, K >= 1 runs trained together (a :class:`Pack`: they differ in seed and
+    dataset alone, :func:`check_pack`), and return each run's results: the models each party
+    trained, per-epoch training loss, test metrics and elapsed seconds of every model, bytes,
+    messages and rounds per epoch, party and kind, and the wall time of training (setup
+    included, data loading not). One config (not in a list) gives its results alone; a pack of
+    K > 1 adds ``execution`` (``{"packed": K, "pack": [keys]}``, and ``graphs``) to each.
+
+    A run alone steps with its method's ``train_step`` (for a method that packs, its step on a
+    pack of one), and its results are those of the code it runs; a packed run's equal them in
+    float64 (its timings apart).
 
     A loss that is not finite or exceeds ``max_loss`` raises :class:`DivergenceError`; with
-    ``on_divergence="record"`` the run stops there instead, its models are evaluated as they
-    are, and the results say where it diverged (``diverged``): a study then reports a method
-    that diverges at the paper's settings rather than stopping. With ``checkpoint`` set, the
-    state after every epoch but the last is saved there, and a run finding its own
-    checkpoint continues after that epoch. With ``deadline`` (a ``time.time()`` value) too, a
-    run whose next epoch would end after it checkpoints and raises :class:`BudgetExhausted`.
-    """
-    from ..methods import get_method
+    ``on_divergence="record"`` that run stops there (the others train on), its models are
+    evaluated as they are, and its results say where it diverged (``diverged``).
 
-    torch.manual_seed(config.seed)
-    channel = Channel()
-    parties, n_classes = build_parties(config, device=device, channel=channel)
-    method = get_method(config.method)(config, parties, num_classes=n_classes)
-    use_precision(config, method)
-    compute = precision_context(config, device)
-    active = method.active
+    ``checkpoint`` (a path per run): the state after an epoch but the last is saved there, every
+    ``checkpoint_every_s`` (:data:`CHECKPOINT_EVERY_S`) and at a stop for the ``deadline`` (a
+    ``time.time()`` value: a pack whose next epoch would end after it stops with
+    :class:`BudgetExhausted`), none where ``durable`` is False (the checkpoint would not outlive
+    the machine). Runs that all find a checkpoint of one epoch continue after it, a run alone
+    or a pack resuming either's. ``stacking`` and ``compile``: how a pack runs each party model's
+    K copies (:class:`~vflkit.training.stacked.StackedModel`); ``graphs``: a pack's step captured
+    per batch shape and replayed (:mod:`vflkit.training.graphs`: "cuda", "tape" or "auto").
+    """
+    from .graphs import GRAPH_BACKENDS
+
+    alone = isinstance(configs, RunConfig)
+    configs = [configs] if alone else list(configs)
+    paths = None if checkpoint is None else [checkpoint] if isinstance(checkpoint, (str, Path)) else list(checkpoint)
+    if len(configs) > 1:
+        check_pack(configs)
+    elif not configs:
+        raise ConfigError("train needs at least one run config")
+    if on_divergence not in ("raise", "record"):
+        raise ConfigError(f"Invalid on_divergence {on_divergence!r}; choose raise or record")
+    if graphs is not None and graphs not in (*GRAPH_BACKENDS, "auto"):
+        raise ConfigError(f"Invalid graphs {graphs!r}; choose None, auto or one of {', '.join(GRAPH_BACKENDS)}")
+    if graphs is not None and compile is not None:
+        raise ConfigError("graphs and compile both capture the step: choose one")
+    if paths is not None and len(paths) != len(configs):
+        raise ConfigError(f"{len(configs)} runs need as many checkpoint paths; got {len(paths)}")
+    options = dict(device=device, progress=progress, on_divergence=on_divergence, max_loss=max_loss,
+                   deadline=deadline, durable=durable, stacking=stacking, compile=compile, graphs=graphs,
+                   every_s=CHECKPOINT_EVERY_S if checkpoint_every_s is None else checkpoint_every_s)
+    by_dataset = sorted(range(len(configs)), key=lambda k: configs[k].dataset)  # stable: seeds keep their order
+    got = _train([configs[k] for k in by_dataset], None if paths is None else [paths[k] for k in by_dataset],
+                 **options)  # runs of one dataset side by side: one stretch each (Pack.x)
+    of_run = dict(zip(by_dataset, got))
+    results = [of_run[k] for k in range(len(configs))]
+    return results[0] if alone else results
+
+
+def _train(configs: list[RunConfig], paths: list[Path] | None, *, device: torch.device | str, progress: bool,
+           on_divergence: str, max_loss: float, deadline: float | None, every_s: float, durable: bool,
+           stacking: str, compile: dict[str, Any] | None, graphs: str | None) -> list[dict[str, Any]]:
+    from ..methods import get_method
+    from .graphs import graph_blocker
+
+    device = resolve_device(device)
+    k_runs, cfg0 = len(configs), configs[0]
+    deferred = DeferredChecks()  # the checks a run alone's step computes on the device (VFedMH's ring)
+    methods = []
+    for cfg in configs:  # each run built as it is alone: its init, data and ids
+        torch.manual_seed(cfg.seed)
+        channel = Channel()
+        parties, n_classes = build_parties(cfg, device=device, channel=channel)
+        method = get_method(cfg.method)(cfg, parties, num_classes=n_classes)
+        use_precision(cfg, method)
+        if k_runs == 1:
+            method.defer_checks(deferred)
+        channel.at(epoch=0, step=0, phase="setup")
+        method.setup()
+        methods.append(method)
     if device.type == "cuda":  # the peak of training, not of loading the data onto the device
         torch.cuda.reset_peak_memory_stats(device)
-
-    # the checks a step computes on the device (VFedMH's ring) are read with its losses, below
-    deferred = DeferredChecks()
-    method.defer_checks(deferred)
-    channel.at(epoch=0, step=0, phase="setup")
-    method.setup()
-    history: list[dict[str, Any]] = []
-    gen = torch.Generator().manual_seed(config.seed)
-    train_ids = active.ids["train"]
-    n_steps = math.ceil(len(train_ids) / config.batch_size)
-    diverged: dict[str, Any] | None = None
+    gens = [torch.Generator().manual_seed(c.seed) for c in configs]
+    ledger_logs = [checkpoint_io.LedgerLog(m.active.channel) for m in methods]
+    histories: list[list[dict[str, Any]]] = [[] for _ in configs]
+    finals: list[dict[str, Any]] = [{} for _ in configs]
+    diverged: list[dict[str, Any] | None] = [None] * k_runs
     first_epoch, offset = 1, 0.0
-    ledger_log = checkpoint_io.LedgerLog(channel)
-    if checkpoint is not None:
-        state = checkpoint_io.load(checkpoint, config, device=device, fresh="epoch 1", check=check_checkpoint)
-        if state is not None:
-            restore_checkpoint(state, method=method, ledger_log=ledger_log, gen=gen, device=device)
-            history, first_epoch, offset = state["history"], state["epoch"] + 1, state["elapsed_s"]
+    if paths is not None:
+        if k_runs == 1:
+            state = checkpoint_io.load(paths[0], cfg0, device=device, fresh="epoch 1", check=check_checkpoint)
+            states = None if state is None else [state]
+        else:
+            states = checkpoint_io.load_all(paths, configs, device=device, unit="epoch", check=check_checkpoint)
+        for k, state in enumerate(states or []):
+            restore_checkpoint(state, method=methods[k], ledger_log=ledger_logs[k], gen=gens[k], device=device)
+            histories[k] = state["history"]
             if state.get("diverged") is not None:  # diverged in a pack that trained on: its result is final
-                if on_divergence == "raise":
-                    raise DivergenceError(state["diverged"]["message"])
-                return {"models": method.trained_models(), "history": history, "final": state["final"],
-                        "wall_time_s": offset, "comm": comm_summary(channel.ledger), "diverged": state["diverged"]}
+                diverged[k], finals[k] = state["diverged"], state["final"]
+        if states:
+            first_epoch, offset = states[0]["epoch"] + 1, max(s["elapsed_s"] for s in states)
+
+    def named(k: int, err: Exception) -> DivergenceError:
+        if k_runs == 1:
+            return err if isinstance(err, DivergenceError) else DivergenceError(str(err))
+        return DivergenceError(f"run {configs[k].key} (seed {configs[k].seed}) of the pack: {err}")
+
+    for k, d in enumerate(diverged):
+        if d is not None and on_divergence == "raise":
+            raise named(k, DivergenceError(d["message"]))
+    pack = Pack(methods, stacking=stacking, compile=compile) if k_runs > 1 else None  # stacks the resumed runs
+    if pack is not None:
+        for k, d in enumerate(diverged):  # a run that diverged before the checkpoint sends no more messages
+            pack.channel.live[k] = d is None
+        if graphs == "auto":
+            graphs = "cuda" if device.type == "cuda" and graph_blocker(pack, "cuda") is None else None
+        if graphs is not None:
+            pack.capture(graphs)
+        step_fn = pack.train_step
+    else:
+        method = methods[0]
+
+        def step_fn(ids: torch.Tensor) -> dict[str, Any]:
+            return method.train_step(ids[0])
+    compute = precision_context(cfg0, device)  # the runs' precision: steps and evaluation
+    n = len(methods[0].active.ids["train"])
+    n_steps = math.ceil(n / cfg0.batch_size)
+    sizes = [min(cfg0.batch_size, n - s * cfg0.batch_size) for s in range(n_steps)]
+    every = SYNC_EVERY_CUDA if device.type == "cuda" else 1
+    datasets = "+".join(dict.fromkeys(c.dataset for c in configs))
+    bar = tqdm(total=cfg0.epochs * n_steps, initial=(first_epoch - 1) * n_steps,
+               desc=f"{cfg0.method} {datasets}" + (f" x{k_runs}" if k_runs > 1 else ""), disable=not progress,
+               leave=False)
     start = time.perf_counter() - offset
-    bar = tqdm(total=config.epochs * n_steps, initial=(first_epoch - 1) * n_steps,
-               desc=f"{config.method} {config.dataset}", disable=not progress, leave=False)
-    metrics: dict[str, dict[str, float]] = {}
-    for epoch in range(first_epoch, config.epochs + 1):
+    saved = time.perf_counter()
+
+    def finish(runs: Sequence[int], epoch: int, window: LossWindow) -> None:
+        """Evaluate ``runs`` after ``epoch`` (each its own models, through its own channel)."""
+        if pack is not None:
+            pack.write_back()
+        for k in runs:
+            m = methods[k]
+            m.active.channel.at(epoch=epoch, step=0, phase="eval")
+            with compute:
+                metrics = evaluate(m, configs[k])
+            sums, seen = window.sums_of[k], window.seen_of[k]
+            for model_key, values in metrics.items():
+                # the mean over the batches actually trained (a diverged epoch stops early)
+                row = {"epoch": epoch, "model": model_key, "elapsed_s": time.perf_counter() - start,
+                       "loss": sums[model_key] / seen if seen and model_key in sums else float("nan")}
+                row.update(values)
+                histories[k].append(row)
+            finals[k] = dict(metrics)
+        if k_runs == 1:
+            bar.set_postfix({key: round(v.get("test_accuracy", float("nan")), 3) for key, v in finals[0].items()})
+
+    parties = [p for m in methods for p in m.parties]
+    for epoch in range(first_epoch, cfg0.epochs + 1):
+        live = [k for k in range(k_runs) if diverged[k] is None]
+        if not live:
+            break
         # The shuffle is a public protocol parameter (seeded), so parties need no message to
-        # agree on the batch order.
-        order = train_ids[torch.randperm(len(train_ids), generator=gen)]
-        # Every party's ids are checked once per epoch on this host copy, then the order goes to
-        # the device in one copy: the steps take their batches by device-side indexing, with no
-        # per-batch index copy nor check that would make a GPU wait (checked_batches).
-        for party in method.parties:
-            if "train" in party.ids:
-                party.check_ids("train", order)
-        order = order.to(device)
-        window = LossWindow(epoch=epoch, limit=max_loss,
-                             every=SYNC_EVERY_CUDA if device.type == "cuda" else 1)
-        method.train()
+        # agree on the batch order. Every party's ids are checked once per epoch on this host
+        # copy, then the order goes to the device in one copy: the steps take their batches by
+        # device-side indexing, with no per-batch index copy nor check (checked_batches).
+        orders = []
+        for k, m in enumerate(methods):
+            order = m.active.ids["train"][torch.randperm(n, generator=gens[k])]
+            for party in m.parties:
+                if "train" in party.ids:
+                    party.check_ids("train", order)
+            orders.append(order)
+        order = torch.stack(orders).to(device)
+        window = LossWindow(epoch=epoch, limit=max_loss, every=every, runs=k_runs)
+        window.stopped.update(k for k in range(k_runs) if k not in live)
+        for m in methods:
+            m.train()
+        evaluated: set[int] = set()
         returned = 0
-        with checked_batches(method.parties):  # the ids were checked above, once
+        with checked_batches(parties):  # the ids were checked above, once
             for step in range(n_steps):
-                channel.at(epoch=epoch, step=step, phase="train")
-                ids = order[step * config.batch_size:(step + 1) * config.batch_size]
+                if pack is not None and step % every == 0:
+                    pack.draw_dither(sizes[step:step + every])
+                for m in methods:
+                    m.active.channel.at(epoch=epoch, step=step, phase="train")
+                ids = order[:, step * cfg0.batch_size:(step + 1) * cfg0.batch_size]
                 try:
-                    # inside: a method may detect the divergence itself (e.g. VFedMH's encoder
-                    # refusing a NaN embedding, NonFiniteEmbeddingError), and "record" holds for it too
+                    # inside: a run alone's method may detect the divergence itself (e.g. VFedMH's
+                    # encoder refusing a NaN embedding, NonFiniteEmbeddingError)
                     with compute:
-                        losses = method.train_step(ids)
+                        losses = step_fn(ids)
                     returned = step + 1  # this epoch's steps that sent all their messages
-                    window.add(step, len(ids), losses, deferred.take())
+                    failed = window.add(step, ids.shape[1], losses, deferred.take() if pack is None else None)
                     if step == n_steps - 1:
-                        window.drain()
+                        failed.update(window.drain())
                 except DivergenceError as err:
-                    try:  # a step before this one may have diverged unread (on a GPU): it comes first
-                        window.drain()
-                    except DivergenceError as earlier:
-                        err = earlier
+                    if pack is not None:
+                        raise
+                    # a step before this one may have diverged unread (on a GPU): it comes first
+                    failed = window.drain() or {0: err}
+                for k, err in failed.items():
                     if on_divergence == "raise":
-                        raise err from None
-                    # steps_run: the steps whose train_step returned, so sent all their messages (on a
-                    # GPU the bad step may be an earlier one, read back late); a per-step traffic figure
-                    # divides the epoch's ledger by it
-                    diverged = {"epoch": epoch, "step": getattr(err, "step", step), "steps_run": returned,
-                                "message": str(err)}
-                    break
+                        bar.close()
+                        raise named(k, err) from None
+                    # steps_run: the steps that sent all their messages (on a GPU the bad step may be
+                    # an earlier one, read back late); a per-step traffic figure divides by it
+                    diverged[k] = {"epoch": epoch, "step": getattr(err, "step", step), "steps_run": returned,
+                                   "message": str(err)}
+                    window.stopped.add(k)
+                    if pack is not None:
+                        pack.channel.live[k] = False
+                going = [k for k in live if diverged[k] is None]
+                if failed and going:  # evaluated as they diverged: the pack trains on
+                    finish(list(failed), epoch, window)
+                    evaluated.update(failed)
                 bar.update(1)
-        sums, seen = window.sums, window.seen
-        if config.lr_schedule == "exponential":
+                if not going:
+                    break
+        if cfg0.lr_schedule == "exponential":
             # after the epoch, as torch's ExponentialLR; the lr lives in the optimizer's state,
             # so a checkpoint carries it and a resumed run continues the schedule
-            for party in method.parties:
-                for opt in party.optimizers.values():
-                    for group in opt.param_groups:
-                        group["lr"] *= config.lr_gamma
-        channel.at(epoch=epoch, step=0, phase="eval")
-        with compute:
-            metrics = evaluate(method, config)
-        for model_key, m in metrics.items():
-            # the mean over the batches actually trained (a diverged epoch stops early)
-            row = {"epoch": epoch, "model": model_key, "elapsed_s": time.perf_counter() - start,
-                   "loss": sums[model_key] / seen if seen and model_key in sums else float("nan")}
-            row.update(m)
-            history.append(row)
-        bar.set_postfix({k: round(v.get("test_accuracy", float("nan")), 3) for k, v in metrics.items()})
-        if diverged:
-            break
-        if checkpoint is not None and epoch < config.epochs:
-            save_checkpoint(checkpoint, config=config, epoch=epoch, elapsed_s=time.perf_counter() - start,
-                            history=history, method=method, ledger_log=ledger_log, gen=gen, device=device)
-            epoch_s = (time.perf_counter() - start - offset) / (epoch - first_epoch + 1)
-            if deadline is not None and time.time() + epoch_s > deadline:
-                bar.close()
-                raise BudgetExhausted(f"{config.method} {config.dataset} ({config.key}) stopped after epoch "
-                                      f"{epoch} of {config.epochs} at the budget; rerun to resume it")
-    if not metrics:  # resumed from the last epoch's checkpoint: nothing left to train
-        metrics = {r["model"]: {k: v for k, v in r.items() if k.startswith("test_")}
-                   for r in history if r["epoch"] == history[-1]["epoch"]}
+            if pack is not None:
+                pack.epoch_lr(cfg0.lr_gamma)
+            else:
+                for party in methods[0].parties:
+                    for opt in party.optimizers.values():
+                        for group in opt.param_groups:
+                            group["lr"] *= cfg0.lr_gamma
+        finish([k for k in live if k not in evaluated], epoch, window)
+        if epoch == cfg0.epochs or all(d is not None for d in diverged):
+            continue
+        # every run is checkpointed and the deadline looked at whatever its siblings did: a run
+        # that diverged is saved as diverged (its result is final)
+        now = time.perf_counter()
+        epoch_s = (now - start - offset) / (epoch - first_epoch + 1)
+        stop = deadline is not None and time.time() + epoch_s > deadline
+        if paths is not None and durable and (stop or now - saved >= every_s):
+            if pack is not None:
+                pack.write_back_optimizers()  # the models were written back to evaluate them
+            for k, m in enumerate(methods):
+                save_checkpoint(paths[k], config=configs[k], epoch=epoch, elapsed_s=now - start,
+                                history=histories[k], method=m, ledger_log=ledger_logs[k], gen=gens[k],
+                                device=device, diverged=diverged[k], final=finals[k] if diverged[k] else None)
+            saved = time.perf_counter()
+        if stop:
+            bar.close()
+            what = (f"{cfg0.method} {cfg0.dataset} ({cfg0.key})" if k_runs == 1
+                    else f"a pack of {k_runs} {cfg0.method} {datasets} runs")
+            raise BudgetExhausted(f"{what} stopped after epoch {epoch} of {cfg0.epochs} at the budget; "
+                                  "rerun to resume it")
     bar.close()
     wall = time.perf_counter() - start
-
-    ledger = channel.ledger
-    return {
-        "models": method.trained_models(),
-        "history": history,
-        "final": {k: v for k, v in metrics.items()},
-        "wall_time_s": wall,
-        "comm": comm_summary(ledger),
-        "diverged": diverged,
-    }
+    results = []
+    for k, m in enumerate(methods):
+        if not finals[k]:  # resumed from the last epoch's checkpoint: nothing left to train
+            finals[k] = {r["model"]: {key: v for key, v in r.items() if key.startswith("test_")}
+                         for r in histories[k] if r["epoch"] == histories[k][-1]["epoch"]}
+        results.append({"models": m.trained_models(), "history": histories[k], "final": finals[k],
+                        "wall_time_s": wall, "comm": comm_summary(m.active.channel.ledger), "diverged": diverged[k]})
+        if k_runs > 1:
+            results[-1]["execution"] = {"packed": k_runs, "pack": [c.key for c in configs],
+                                        **({"graphs": graphs} if graphs else {})}
+    return results
 
 
 # --------------------------------------------------------------------------- checkpoints
@@ -373,7 +541,7 @@ def save_checkpoint(path: Path, *, config: RunConfig, epoch: int, elapsed_s: flo
                     gen: torch.Generator, device: torch.device, diverged: dict[str, Any] | None = None,
                     final: dict[str, Any] | None = None) -> None:
     """Everything a run needs to continue after ``epoch`` as if never stopped, written atomically
-    (also a packed run's, :func:`vflkit.training.packed.train_pack`: one format, so either
+    (a packed run's too, :func:`train` of a pack: one format, so either
     trainer resumes the other's). A packed run that diverged while its pack trains on is saved
     with its ``diverged`` and ``final`` metrics: its result, which :func:`train` returns as it is."""
     checkpoint_io.save(path, config, {
@@ -444,4 +612,405 @@ def history_frame(recs: Sequence[dict[str, Any]]) -> "pd.DataFrame":
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-__all__ = ["LossWindow", "build_parties", "check_checkpoint", "checkpoint_path", "evaluate", "history_frame", "run", "run_many", "train"]
+# --------------------------------------------------------------------------- packs
+
+
+#: The setting that captures the packs the scheduler and the launcher train (:func:`compute_pack`)
+#: in CUDA graphs (:mod:`vflkit.training.graphs`): ``VFLKIT_GRAPHS=auto`` (on a GPU, when the
+#: step can be captured) or ``cuda``; unset, they run eagerly.
+GRAPHS_ENV = "VFLKIT_GRAPHS"
+
+#: Image datasets by name (a registered :class:`~vflkit.data.ImageData` packs too).
+_IMAGE_DATASETS = ("mnist", "fashion_mnist", "cifar10", "cifar100", "cinic10")
+
+
+class Pack:
+    """K >= 1 built runs of one method whose step packs (:attr:`VFLMethod.step`), trained as one
+    computation: what the step takes (``names``, ``active``, ``x``, ``y``, ``model``,
+    ``optimizers``, ``channel``) for the K runs at once.
+
+    The runs differ only in seed and dataset (:func:`pack_key`). For K > 1 each party's training
+    features and the labels are stacked ``[K, N, ...]`` (the runs' parties hold views of them),
+    each party model is a :class:`~vflkit.training.stacked.StackedModel`, each optimizer the
+    same ``torch.optim`` class over the stacked parameters (it updates elementwise, so slice k
+    follows run k alone). A pack of one takes the run's batches from its parties and steps its
+    own models and optimizers, its tensors without the run dimension (``ids`` ``[b]``, each
+    loss 0-d): the run's own kernels.
+    """
+
+    def __init__(self, methods: Sequence[VFLMethod], *, stacking: str = "auto",
+                 compile: dict[str, Any] | None = None, group_parties: bool = True) -> None:
+        methods = list(methods)
+        if not methods:
+            raise ConfigError("a pack needs at least one run")
+        first = methods[0]
+        self.cls = type(first)
+        if self.cls.step is None:
+            raise ConfigError(f"{first.name} does not pack; packable methods: {', '.join(_packable_names())}")
+        if any(type(m) is not self.cls for m in methods):
+            raise ConfigError("a pack holds runs of one method; got " + ", ".join(sorted({m.name for m in methods})))
+        self.methods, self.k = methods, len(methods)
+        self.names = [p.name for p in first.parties]
+        self.active = first.active.name
+        self.device = first.active.device
+        self.options = first.options
+        self._stacking = {"stacking": stacking, "compile": compile, "bf16": first.config.precision == "bf16"}
+        # a run alone's messages go through its own channel, as every party of it sends them
+        self.channel: PackChannel | Channel = (first.active.channel if self.k == 1
+                                               else PackChannel([m.active.channel for m in methods]))
+        self.features: dict[str, torch.Tensor] = {}
+        self.models: dict[tuple[Any, str], StackedModel] = {}
+        self.optimizers: dict[tuple[Any, str], torch.optim.Optimizer] = {}
+        if self.k == 1:
+            for p in first.parties:
+                self.models.update(((p.name, name), StackedModel([model], alone=True)) for name, model in p.models.items())
+                self.optimizers.update(((p.name, name), opt) for name, opt in p.optimizers.items())
+        else:
+            self._stack_runs()
+        #: parties trained as one stacked model (C-VFL's alike parties: ``cls.pack_parties``)
+        self.groups: list[tuple[str, ...]] = [(n,) for n in self.names]
+        self.slots: dict[tuple[str, ...], torch.Tensor] = {}
+        self.cls.pack_parties(self, together=group_parties)
+        if self.k > 1:  # a resumed run's optimizer state (its checkpoint's) and its rate
+            for key, own in self._run_optimizers().items():
+                _stack_state(self.optimizers[key], own)
+        self._rows = torch.arange(self.k, device=self.device)[:, None]
+        #: what the coming steps draw at random, drawn ahead (:meth:`draw_dither`)
+        self.dither: list[torch.Tensor] = []
+        #: the step captured per batch shape (:meth:`capture`), or None: eager
+        self.graphed: GraphedStep | None = None
+
+    def _stack_runs(self) -> None:
+        methods = self.methods
+        # each run's features normalised as alone, by its own party's transform: the runs of one
+        # dataset, a stretch of the pack, in one call
+        stretches = [list(ks) for _, ks in itertools.groupby(range(self.k), key=lambda k: methods[k].config.dataset)]
+        self._transforms: dict[str, list[tuple[int, int, Callable[[torch.Tensor], torch.Tensor]]]] = {
+            name: [(ks[0], ks[-1] + 1, methods[ks[0]].parties[j].transform) for ks in stretches]
+            for j, name in enumerate(self.names)}
+        for j, name in enumerate(self.names):
+            runs = [m.parties[j] for m in methods]
+            if not all(p.aligned("train") for p in runs):
+                raise ConfigError("a pack needs parties whose sample ids are their rows (aligned image parties)")
+            self.features[name] = torch.stack([p.held_features("train") for p in runs])
+            for k, p in enumerate(runs):  # the run's party sees its slice: the data is held once
+                p.hold("train", features=self.features[name][k])
+        self.labels = torch.stack([m.active.held_labels("train") for m in methods])
+        for k, m in enumerate(methods):
+            m.active.hold("train", labels=self.labels[k])
+        cfg = methods[0].config
+        for j, name in enumerate(self.names):
+            runs = [m.parties[j] for m in methods]
+            owner: dict[int, torch.Tensor] = {}
+            for model_name in runs[0].models:
+                stacked = self.stack([p.models[model_name] for p in runs])
+                self.models[(name, model_name)] = stacked
+                for pname, t in runs[0].models[model_name].named_parameters():
+                    owner[id(t)] = stacked.params[pname]
+            for opt_name, opt in runs[0].optimizers.items():
+                params = [owner[id(t)] for group in opt.param_groups for t in group["params"]]
+                self.optimizers[(name, opt_name)] = make_optimizer(cfg.party_value("optimizers", j), params,
+                                                                   float(cfg.party_value("lr", j)))
+
+    def stack(self, modules: Sequence[torch.nn.Module]) -> StackedModel:
+        """``modules`` as one stacked model, stacked as this pack stacks its models."""
+        return StackedModel(modules, **self._stacking)
+
+    # -- what a step takes -------------------------------------------------------------------
+
+    def x(self, party: str, ids: torch.Tensor) -> torch.Tensor:
+        """The K runs' batches of ``party``'s features, ``[K, b, ...]``, each normalised as its
+        run alone normalises it (its dataset's statistics)."""
+        if self.k == 1:
+            return self.methods[0].parties[self.names.index(party)].features("train", ids=ids)
+        batch = self.features[party][self._rows, ids]
+        stretches = self._transforms[party]
+        if len(stretches) == 1:
+            return stretches[0][2](batch)
+        return torch.cat([transform(batch[a:b]) for a, b, transform in stretches])
+
+    def y(self, ids: torch.Tensor) -> torch.Tensor:
+        """The K runs' batches of labels, ``[K, b]``."""
+        if self.k == 1:
+            return self.methods[0].active.labels("train", ids=ids)
+        return self.labels[self._rows, ids]
+
+    def model(self, party: str, name: str) -> StackedModel:
+        return self.models[(party, name)]
+
+    def zero_grad(self, *keys: tuple[str, str]) -> None:
+        for key in keys:
+            self.optimizers[key].zero_grad(set_to_none=True)
+
+    # -- training ----------------------------------------------------------------------------
+
+    def train_step(self, ids: torch.Tensor) -> dict[str, torch.Tensor]:
+        """One protocol step of every run on its batch ``ids[k]`` (``[K, b]`` sample ids on the
+        device); each trained model's loss per run, a detached ``[K]`` tensor (replayed after
+        :meth:`capture`)."""
+        if self.graphed is not None:
+            return self.graphed(ids)
+        return self.eager_step(ids)
+
+    def eager_step(self, ids: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The method's step, run now (what :meth:`capture` captures)."""
+        return self.cls.step(self, ids)
+
+    def capture(self, backend: str) -> None:
+        """From now on, each batch shape's step is captured once and replayed
+        (:class:`~vflkit.training.graphs.GraphedStep`; ``backend`` "cuda", or "tape" on a CPU)."""
+        from .graphs import GraphedStep
+
+        self.graphed = GraphedStep(self, backend)
+
+    def epoch_lr(self, gamma: float) -> None:
+        """The exponential schedule's step after an epoch, as a run alone applies it."""
+        for opt in self.optimizers.values():
+            for group in opt.param_groups:
+                group["lr"] *= gamma
+        if self.graphed is not None:  # the old rate is baked into the captured steps
+            self.graphed.forget()
+
+    def write_back(self) -> None:
+        """Every run's models as the pack trained them (before evaluating or recording)."""
+        for (party, model_name), stacked in self.models.items():
+            parties = party if isinstance(party, tuple) else (party,)  # a group of parties: party-major
+            stacked.write_back([m.parties[self.names.index(n)].models[model_name]
+                                for n in parties for m in self.methods])
+
+    def _run_optimizers(self) -> dict[tuple[Any, str], list[torch.optim.Optimizer]]:
+        """Each stacked optimizer's runs' own optimizers, in the order of its slices."""
+        out = {}
+        for party, name in self.optimizers:
+            parties = party if isinstance(party, tuple) else (party,)
+            out[(party, name)] = [m.parties[self.names.index(n)].optimizers[name] for n in parties for m in self.methods]
+        return out
+
+    def write_back_optimizers(self) -> None:
+        """Every run's own optimizers given their slice of the pack's state and its rate (before
+        a checkpoint: a packed run's checkpoint is the one the run alone writes)."""
+        if self.k > 1:
+            for key, own in self._run_optimizers().items():
+                _split_state(self.optimizers[key], own)
+
+    def dither_per_step(self) -> int:
+        """How many drawn tensors one step takes (C-VFL's dither)."""
+        return self.cls.draws_per_step(self)
+
+    def draw_dither(self, batch_sizes: Sequence[int]) -> None:
+        """Draw what the coming steps (of ``batch_sizes``) take at random, each run from its own
+        generator in the order its step draws it, onto the device in one copy."""
+        self.cls.draw_ahead(self, batch_sizes)
+
+
+def _sliced(value: Any) -> bool:
+    """An optimizer state entry that holds one slice per run (momentum, Adam's moments), not a
+    count shared by all (Adam's and Adagrad's ``step``: every run takes the same steps)."""
+    return isinstance(value, torch.Tensor) and value.dim() > 0
+
+
+def _stack_state(stacked: torch.optim.Optimizer, own: Sequence[torch.optim.Optimizer]) -> None:
+    """Load the runs' own optimizer state into ``stacked`` (slice k from ``own[k]``) and their rate."""
+    theirs = [o.state_dict() for o in own]
+    sd = stacked.state_dict()
+    sd["state"] = {i: {name: torch.stack([t["state"][i][name] for t in theirs]) if _sliced(v) else v
+                       for name, v in st.items()}
+                   for i, st in theirs[0]["state"].items()}
+    for group in sd["param_groups"]:
+        group["lr"] = theirs[0]["param_groups"][0]["lr"]
+    stacked.load_state_dict(sd)
+
+
+def _split_state(stacked: torch.optim.Optimizer, own: Sequence[torch.optim.Optimizer]) -> None:
+    """The reverse of :func:`_stack_state`: ``own[k]`` gets slice k of the stacked state and its rate."""
+    sd = stacked.state_dict()
+    lr = sd["param_groups"][0]["lr"]
+    for k, opt in enumerate(own):
+        mine = opt.state_dict()
+        mine["state"] = {i: {name: v[k] if _sliced(v) else v for name, v in st.items()}
+                         for i, st in sd["state"].items()}
+        for group in mine["param_groups"]:
+            group["lr"] = lr
+        opt.load_state_dict(mine)
+
+
+def _packable_names() -> list[str]:
+    from ..methods import METHODS
+
+    return sorted(n for n, cls in METHODS.items() if cls.packs())
+
+
+def _packed_steps() -> tuple[Callable[..., Any], ...]:
+    from ..methods import METHODS
+
+    return tuple(dict.fromkeys(cls.step for cls in METHODS.values() if cls.packs()))
+
+
+#: The methods' steps that pack (:attr:`VFLMethod.step`), each once.
+PACKED_STEPS: tuple[Callable[..., Any], ...] = _packed_steps()
+
+
+def _is_image_dataset(name: str) -> bool:
+    from ..data import ALIASES, ImageData, is_registered, load_dataset
+
+    if is_registered(name):
+        return isinstance(load_dataset(name), ImageData)  # in memory: no files read
+    return ALIASES.get(name, name) in _IMAGE_DATASETS
+
+
+def _data_shape(config: RunConfig) -> tuple[tuple[int, ...], int, int]:
+    """What a run's image data must share with the other runs of its pack: one image's shape,
+    the number of classes and of training images (after ``n_train``)."""
+    from ..costs import IMAGE_DATASETS
+    from ..data import ALIASES, is_registered
+
+    name = ALIASES.get(config.dataset, config.dataset)
+    if is_registered(config.dataset) or name not in IMAGE_DATASETS:
+        data = dataset(config.dataset)
+        shape, n_classes, n_train = data.image_shape, data.num_classes, len(data.y_train)
+    else:
+        shape, n_classes, n_train = IMAGE_DATASETS[name]
+    return tuple(shape), n_classes, config.n_train or n_train
+
+
+def pack_key(config: Any) -> Hashable | None:
+    """What runs must share to be packed with ``config``: its key's fields but the seed and the
+    dataset, and its data's shape, so equal pack keys differ in seed and dataset alone (MNIST's
+    runs pack with FashionMNIST's, CIFAR-10's with neither); or None when ``config`` cannot be
+    packed (a method whose step does not pack, or tabular data). A Multi-VFL run packs with the
+    runs that share its step's shapes (:func:`vflkit.training.multi_owner.pack_key`)."""
+    from ..methods import METHODS
+    from ..methods.multi_vfl import MultiVFLConfig
+
+    if isinstance(config, MultiVFLConfig):
+        from .multi_owner import pack_key as multi_owner_key
+
+        return multi_owner_key(config)
+    if not isinstance(config, RunConfig):
+        return None
+    cls = METHODS.get(config.method)
+    if cls is None or not cls.packs() or not _is_image_dataset(config.dataset):
+        return None
+    shared = config.replace(seed=0).key_dict()  # the fields a record's key hashes, as they are hashed
+    del shared["dataset"]
+    shared.pop("data_digest", None)  # a registered dataset's content
+    return ("packed", json.dumps(shared, sort_keys=True), _data_shape(config))
+
+
+def check_pack(configs: Sequence[RunConfig]) -> None:
+    """A ConfigError unless ``configs`` can be trained as one pack: each packable, all with one
+    :func:`pack_key`, no run twice."""
+    from ..methods import METHODS
+
+    if not configs:
+        raise ConfigError("a pack needs at least one run config")
+    keys = []
+    for c in configs:
+        key = pack_key(c)
+        if key is None:
+            why = (f"dataset {c.dataset!r} is not image data" if c.method in METHODS and METHODS[c.method].packs()
+                   else f"method {c.method!r} has no packed step (packable: {', '.join(_packable_names())})")
+            raise ConfigError(f"run {c.key} cannot be packed: {why}")
+        keys.append(key)
+    if len(set(keys)) > 1:
+        raise ConfigError("a pack holds runs that differ in seed and dataset alone, on datasets of one image "
+                          "shape, classes and training size; these differ in more (group them with "
+                          "vflkit.training.split.group_packs)")
+    seen = [c.key for c in configs]
+    if len(set(seen)) != len(seen):
+        raise ConfigError("a pack holds each run once; the same config was given twice")
+
+
+def pack_limit(config: Any, max_size: int | None) -> int | None:
+    """The most runs a pack of ``config`` holds: ``max_size``, or a Multi-VFL run's own
+    (:data:`~vflkit.training.multi_owner.MAX_RUNS`, where it is larger)."""
+    from ..methods.multi_vfl import MultiVFLConfig
+
+    if isinstance(config, MultiVFLConfig) and max_size is not None:
+        from .multi_owner import MAX_RUNS
+
+        return max(max_size, MAX_RUNS)
+    return max_size
+
+
+def group_packs(configs: Sequence[Any], *, max_size: int | None = None) -> tuple[list[list[Any]], list[Any]]:
+    """``configs`` grouped into packs (equal :func:`pack_key`, at most :func:`pack_limit` runs
+    each, in the order given) and the configs that cannot be packed."""
+    groups: dict[Hashable, list[list[RunConfig]]] = {}
+    single: list[RunConfig] = []
+    for c in configs:
+        key = pack_key(c)
+        if key is None:
+            single.append(c)
+            continue
+        packs = groups.setdefault(key, [[]])
+        limit = pack_limit(c, max_size)
+        if limit is not None and len(packs[-1]) >= limit:
+            packs.append([])
+        packs[-1].append(c)
+    return [p for packs in groups.values() for p in packs], single
+
+
+def packable_config(family: str, config: Mapping[str, Any]) -> Any:
+    """The run config of a study payload (its protocol ``family`` and its config as a dict)
+    when :func:`pack_key` may pack it: the split family's and the multi-label-owner family's, a
+    whole config; else None."""
+    from ..methods.multi_vfl import MultiVFLConfig
+
+    cls = {"split": RunConfig, "multi_owner": MultiVFLConfig}.get(family)
+    if cls is None:
+        return None
+    try:
+        return cls.from_dict(dict(config))
+    except (TypeError, ValueError, KeyError, ConfigError):
+        return None
+
+
+def run_pack(configs: Sequence[RunConfig], *, profile: str, device: torch.device | str = "auto",
+             results: str | Path | None = None, force: bool = False, progress: bool = False,
+             on_divergence: str = "raise", graphs: str | None = None,
+             deadline: float | None = None) -> list[dict[str, Any]]:
+    """The records of ``configs`` (one pack, :func:`check_pack`), in their order: those already
+    recorded are loaded, the others trained together by :func:`train` and written by the record
+    store's one path (:func:`vflkit.records.run_together`), each under its own key and
+    checkpointed beside its record; ``peak_memory_mb`` is the pack's."""
+    check_pack(configs)
+
+    def train_all(todo: list[RunConfig], dev: torch.device, checkpoints: list[Path]) -> list[dict[str, Any]]:
+        return train(todo, device=dev, progress=progress, on_divergence=on_divergence, graphs=graphs,
+                     checkpoint=checkpoints, deadline=deadline)
+
+    return records.run_together(configs, train_all=train_all, profile=profile, device=device, results=results,
+                                force=force, on_divergence=on_divergence)
+
+
+def compute_pack(payloads: Sequence[Mapping[str, Any]], *, device: torch.device | str = "auto",
+                 deadline: float | None = None) -> list[dict[str, Any]]:
+    """The records of study payloads (``{"family": "split", "config", "profile", "results"}``)
+    trained as one pack by :func:`run_pack`, a diverging run handled as its family says: the
+    task function of a pack for the scheduler and the launcher's lanes, as
+    :func:`vflkit.study.compute` is of one run. Multi-VFL's payloads go to its packed trainer.
+    ``deadline``: as :func:`train`'s. CUDA graphs as ``$VFLKIT_GRAPHS`` says (:data:`GRAPHS_ENV`)."""
+    payloads = list(payloads)
+    if payloads and all(p.get("family") == "multi_owner" for p in payloads):
+        from .multi_owner import compute_pack as multi_owner_pack
+
+        return multi_owner_pack(payloads, device=device, deadline=deadline)
+    profiles = {(p["profile"], str(p["results"])) for p in payloads}
+    if len(profiles) != 1:
+        raise ConfigError(f"a pack writes its records under one profile and results folder; got {sorted(profiles)}")
+    configs = [packable_config(p["family"], p["config"]) for p in payloads]
+    if any(c is None for c in configs):
+        bad = [p["config"].get("method", "?") for p, c in zip(payloads, configs) if c is None]
+        raise ConfigError(f"a pack holds split-family runs of whole configs; these are not: {bad}")
+    from ..studies.base import FAMILIES  # here: the studies import the trainers
+
+    profile, results = next(iter(profiles))
+    return run_pack(configs, profile=profile, device=device, results=Path(results),
+                    on_divergence=FAMILIES["split"].on_divergence, graphs=os.environ.get(GRAPHS_ENV) or None,
+                    deadline=deadline)
+
+
+__all__ = ["CHECKPOINT_EVERY_S", "GRAPHS_ENV", "LossWindow", "PACKED_STEPS", "Pack", "build_parties", "check_checkpoint",
+           "check_pack", "checkpoint_path", "compute_pack", "evaluate", "group_packs", "history_frame", "pack_key",
+           "pack_limit", "packable_config", "run", "run_many", "run_pack", "train"]

@@ -1,6 +1,7 @@
-"""Tests for vflkit.training.grouped: K party models as one network with the runs side by side in
-the channels equal the K models alone (float64: outputs, gradients, BatchNorm statistics), refuse
-what they cannot keep apart, and dispatch fewer operations than vmap where the GPU takes them."""
+"""Tests for vflkit.training.stacked: a stack of one is the module itself; K party models as one
+network with the runs side by side in the channels equal the K models alone (float64: outputs,
+gradients, BatchNorm statistics), refuse what they cannot keep apart, and dispatch fewer
+operations than vmap where the GPU takes them."""
 
 from __future__ import annotations
 
@@ -15,9 +16,8 @@ from vflkit import costs
 from vflkit.errors import ConfigError
 from vflkit.methods import RunConfig
 from vflkit.models import get_model
-from vflkit.training import packed, split
-from vflkit.training.grouped import why_not_grouped
-from vflkit.training.packed import StackedModel, device_stacking
+from vflkit.training import split
+from vflkit.training.stacked import StackedModel, device_stacking, why_not_grouped
 
 K = 3
 
@@ -124,6 +124,21 @@ def test_a_grouped_pack_on_the_graphs_tape_equals_the_runs_alone(float64, case):
     run its unpacked losses, metrics and ledger: the GPU's path, eager and graphed, on a CPU."""
     method, models, changes = CASES[case]
     configs = _configs(method, models, seeds=(0, 1), **changes)
-    got = packed.train_pack(configs, device="cpu", stacking="grouped", graphs="tape")
+    got = split.train(configs, device="cpu", stacking="grouped", graphs="tape")
     for g, c in zip(got, configs):
         _assert_same_run(g, split.train(c, device=torch.device("cpu"), progress=False))
+
+
+def test_a_stack_of_one_is_the_module_itself():
+    """K = 1 (a run alone): the module is called itself, on its own parameters, so a run alone
+    computes its own kernels bit for bit and its own optimizer steps its own parameters."""
+    net = MODELS["lenet"]()
+    one = StackedModel([net], stacking="vmap", alone=True)
+    x = _input("lenet")[0]
+    out = one(x)
+    assert one.module is net and torch.equal(out, net(x))
+    out.sum().backward()
+    assert all(p.grad is not None for p in net.parameters())
+    assert all(s is p for s, p in zip(one.stacked_params().values(), net.parameters()))
+    frozen = {n: torch.zeros_like(t) for n, t in one.stacked_params().items()}
+    assert torch.count_nonzero(one.call_with(frozen, x)) == 0  # other parameters, same architecture
