@@ -61,6 +61,7 @@ __all__ = [
     "registered_digest",
     "DATASETS",
     "IMAGE_DATASETS",
+    "IMAGE_METADATA",
     "TABULAR_DATASETS",
     "ALIASES",
     "ImageData",
@@ -77,6 +78,15 @@ __all__ = [
 IMAGE_DATASETS: tuple[str, ...] = ("mnist", "fashion_mnist", "cifar10", "cifar100", "cinic10")
 TABULAR_DATASETS: tuple[str, ...] = ("breast_cancer", "credit_card", "criteo", "mimic3")
 DATASETS: tuple[str, ...] = (*IMAGE_DATASETS, *TABULAR_DATASETS)
+#: Per built-in image dataset: one image's shape, the classes, and the official training split's
+#: size, so that a run's steps are known with no data loaded (counting, pricing, packing).
+IMAGE_METADATA: dict[str, tuple[tuple[int, int, int], int, int]] = {
+    "mnist": ((1, 28, 28), 10, 60_000),
+    "fashion_mnist": ((1, 28, 28), 10, 60_000),
+    "cifar10": ((3, 32, 32), 10, 50_000),
+    "cifar100": ((3, 32, 32), 100, 50_000),
+    "cinic10": ((3, 32, 32), 10, 90_000),
+}
 ALIASES: dict[str, str] = {"fmnist": "fashion_mnist"}
 OFFLINE_ENV = "VFLKIT_OFFLINE"
 

@@ -824,10 +824,10 @@ def provenance() -> str:
     """The variables that name, on the machine, the commit whose ``vflkit/`` the calls carry and
     whether it differs from it (the copy there has no ``.git``: without them its records would
     name no commit). Read here when the calls are written, from this checkout
-    (:func:`vflkit.records._git_state`); empty outside a git checkout."""
-    from .records import _git_state
+    (:func:`vflkit.records.git_state`); empty outside a git checkout."""
+    from .records import git_state
 
-    state = _git_state()
+    state = git_state()
     if "git_commit" not in state:
         return ""
     return (f" VFLKIT_GIT_COMMIT={shlex.quote(str(state['git_commit']))}"
@@ -1677,7 +1677,7 @@ def receive(files_at: Path, results: Path) -> tuple[list[str], list[str]]:
     config are unchanged. A ``files_at`` that does not exist or holds no ``records.tar.gz``
     (every call's ``collect`` writes one), or an archive that is not whole, is a ConfigError."""
     from .errors import ConfigError
-    from .records import RECEIVED, BadRecord, _read_record, check_record, record_path, write_json_atomic
+    from .records import RECEIVED, BadRecord, read_record, check_record, record_path, write_json_atomic
     from . import studies
 
     taken, refused = [], []
@@ -1704,7 +1704,7 @@ def receive(files_at: Path, results: Path) -> tuple[list[str], list[str]]:
         tmp = Path(tempfile.mkdtemp(prefix="vflkit-incoming-")) / Path(name).name
         tmp.write_bytes(raw)
         try:
-            rec = _read_record(tmp)
+            rec = read_record(tmp)
             run = _run_class(studies.get(paper).family).from_dict(rec["config"])
             check_record(tmp, run, profile)
             dest = record_path(run, profile, results)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
 import shutil
 import statistics
 import sys
@@ -26,16 +25,13 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from .config import PROFILES, KeyedRun, project_root, results_dir
+from .config import PROFILES, project_root, results_dir
 from .errors import ConfigError
 from .files import move_aside
 from .scheduler import Summary, Task, schedule, status_table
 from . import studies
-from .studies.base import FAMILIES as _FAMILIES
+from .training import FAMILIES, load, run_class
 
-#: The protocol families by name: trainer module, run class and what a diverging run does
-#: (:data:`vflkit.studies.base.FAMILIES`; each study names its own, :attr:`Study.family`).
-FAMILIES = _FAMILIES
 
 
 def __getattr__(name: str) -> Any:
@@ -52,32 +48,13 @@ def _notebook_studies(notebooks: Sequence[Path]) -> dict[Path, str]:
     return {nb: by_name[nb.name] for nb in notebooks if nb.name in by_name}
 
 
-def _load(spec: str) -> Any:
-    module, _, name = spec.partition(":")
-    obj = importlib.import_module(module)
-    return getattr(obj, name) if name else obj
-
-
-def run_class(family: str) -> type[KeyedRun]:
-    """The run class of protocol ``family`` (:data:`FAMILIES`), e.g. ``RunConfig`` for "split":
-    a :class:`~vflkit.config.KeyedRun`, so its records are named by the one key scheme. An
-    unknown family is a ConfigError listing the known ones."""
-    if family not in FAMILIES:
-        raise ConfigError(f"Invalid family {family!r}; choose one of {', '.join(FAMILIES)}")
-    cls = _load(FAMILIES[family][1])
-    if not (isinstance(cls, type) and issubclass(cls, KeyedRun)):
-        raise ConfigError(f"family {family!r}: run class {FAMILIES[family][1]} is not a vflkit.config.KeyedRun "
-                          "(the one key scheme its records are filed by)")
-    return cls
-
-
 def compute(payload: dict[str, Any], *, device: str, deadline: float | None) -> None:
     """One run of a study, in a worker process (the scheduler's task function)."""
     from . import records
 
     trainer, _, on_div = FAMILIES[payload["family"]]
     run = run_class(payload["family"]).from_dict(payload["config"])
-    records.run_one(run, train=_load(trainer).train, profile=payload["profile"], device=device,
+    records.run_one(run, train=load(trainer).train, profile=payload["profile"], device=device,
                     results=Path(payload["results"]), progress=False, on_divergence=on_div, deadline=deadline)
 
 
@@ -93,7 +70,7 @@ def study_tasks(paper: str, profile: str, *, seeds: Any = None, overrides: dict[
 
     from . import records
 
-    stale_after = records._commit_date(recompute_before) if recompute_before is not None else None
+    stale_after = records.commit_date(recompute_before) if recompute_before is not None else None
 
     study = studies.get(paper)
     family = study.family
@@ -112,7 +89,7 @@ def study_tasks(paper: str, profile: str, *, seeds: Any = None, overrides: dict[
                 problem = records.record_problem(path, key=run.key, profile=profile)
                 if problem is not None:  # not a record at all: it is recomputed in any case
                     records.move_aside(path, problem)
-                elif records._older_than(json.loads(path.read_text()), stale_after):
+                elif records.older_than(json.loads(path.read_text()), stale_after):
                     move_aside(path, ".old")
             label = " ".join(str(v) for v in (getattr(run, "method", ""), getattr(run, "dataset", ""),
                                               getattr(run, "seed", "")) if v != "")

@@ -17,6 +17,7 @@ import pkgutil
 from types import MappingProxyType
 from typing import Any, Mapping
 
+from ..config import add_papers, drop_paper
 from .base import FAMILIES, Artefact, Study
 
 _REGISTRY: dict[str, Study] = {}
@@ -41,11 +42,14 @@ def register(study: Study) -> Study:
     if old is not None and old is not study:
         raise ConfigError(f"a study named {study.name!r} is registered already ({old.title})")
     _REGISTRY[study.name] = study
+    add_papers(study.name)
     return study
 
 
 def unregister(name: str) -> Study | None:
     """Remove the study ``name`` (a test's toy study); returns it, or None if none was registered."""
+    if name not in module_names():
+        drop_paper(name)
     return _REGISTRY.pop(name, None)
 
 
@@ -55,6 +59,9 @@ def module_names() -> tuple[str, ...]:
     of its name (the records' ``paper``)."""
     return tuple(sorted(info.name for info in pkgutil.iter_modules(__path__)
                         if info.name not in _NOT_STUDIES and not info.name.startswith("_")))
+
+
+add_papers(*module_names())  # a run may name a study module before it is imported
 
 
 def _load_all() -> None:

@@ -11,31 +11,16 @@ pandas): ``python -m vflkit.study --help`` reads the family table without loadin
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, NamedTuple, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, Sequence
+
+from ..errors import ConfigError
+from ..training import FAMILIES, Family, load
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from ..claims import Claim
 
-
-class Family(NamedTuple):
-    """A protocol family: its trainer module, its run class (``module:Name``) and what a run that
-    diverges does (``"record"``: the run's record says so; ``"raise"``: an error)."""
-
-    trainer: str
-    run_class: str
-    on_divergence: str = "raise"
-
-
-#: The protocol families by name. VFedMH's tables report the runs that diverge at the paper's
-#: settings, so the split family records divergence instead of raising.
-FAMILIES: dict[str, Family] = {
-    "split": Family("vflkit.training.split", "vflkit.methods.base:RunConfig", "record"),
-    "multi_owner": Family("vflkit.training.multi_owner", "vflkit.methods.multi_vfl:MultiVFLConfig", "raise"),
-    "one_shot": Family("vflkit.training.one_shot", "vflkit.training.one_shot:OneShotRun", "raise"),
-    "tiles": Family("vflkit.training.tiles", "vflkit.training.tiles:TilesRun", "raise"),
-}
 
 #: A study's runs under one profile, by group (artefact): ``configs`` may return a flat list,
 #: which :meth:`Study.groups` files under this one name.
@@ -184,12 +169,8 @@ class Study:
         """``cfg`` (what ``configs`` returned) as group -> runs, each run checked to be one of the
         family's run class: anything else is a ConfigError naming the study and what it returned
         (the scheduler and the report would otherwise fail far away, on a missing ``key``)."""
-        import importlib
-
-        from ..errors import ConfigError
-
-        module, name = FAMILIES[self.family].run_class.split(":")
-        cls = getattr(importlib.import_module(module), name)
+        name = FAMILIES[self.family].run_class.partition(":")[2]
+        cls = load(FAMILIES[self.family].run_class)
         where = f"study {self.name!r}: configs({profile!r}) returned"
         want = f"return a list of {name} runs (the {self.family!r} family's), or a dict of group -> such lists"
         def listed(runs: Any) -> list[Any] | None:  # a list, tuple or generator of runs; None otherwise

@@ -560,7 +560,7 @@ def compute_pack(payloads: Sequence[Mapping[str, Any]], *, device: torch.device 
     """The records of Multi-VFL study payloads (``{"family": "multi_owner", "config",
     "profile", "results"}``) trained as one pack by :func:`run_pack`: a pack's task function,
     as :func:`vflkit.training.packed.compute_pack` is for the split family's."""
-    from ..studies.base import FAMILIES  # here: the studies import the trainers
+    from . import FAMILIES
 
     payloads = list(payloads)
     places = {(p["profile"], str(p["results"])) for p in payloads}

@@ -739,9 +739,9 @@ def _is_image_dataset(name: str) -> bool:
 def _data_shape(config: RunConfig) -> tuple[tuple[int, ...], int, int]:
     """What a run's image data must share with the other runs of its pack: one image's shape,
     the number of classes and of training images (after ``n_train``). A built-in dataset's
-    come from :data:`vflkit.costs.IMAGE_DATASETS` (nothing is loaded), a registered one's from
+    come from :data:`vflkit.data.IMAGE_METADATA` (nothing is loaded), a registered one's from
     the data in memory."""
-    from ..costs import IMAGE_DATASETS
+    from ..data import IMAGE_METADATA as IMAGE_DATASETS
     from ..data import ALIASES, is_registered
     from . import dataset
 
@@ -860,7 +860,7 @@ def compute_pack(payloads: Sequence[Mapping[str, Any]], *, device: torch.device 
                  deadline: float | None = None) -> list[dict[str, Any]]:
     """The records of study payloads (``{"family": "split", "config", "profile", "results"}``,
     what :func:`vflkit.study.compute` takes for one run) trained as one pack by :func:`run_pack`,
-    a diverging run handled as its family says (:data:`vflkit.studies.base.FAMILIES`): the
+    a diverging run handled as its family says (:data:`vflkit.training.FAMILIES`): the
     task function of a pack, for the scheduler and the launcher's lanes, as
     :func:`vflkit.study.compute` is of one run. Multi-VFL's payloads go to its packed trainer
     (:func:`vflkit.training.multi_owner_packed.compute_pack`).
@@ -882,7 +882,7 @@ def compute_pack(payloads: Sequence[Mapping[str, Any]], *, device: torch.device 
     if any(c is None for c in configs):
         bad = [p["config"].get("method", "?") for p, c in zip(payloads, configs) if c is None]
         raise ConfigError(f"a pack holds split-family runs of whole configs; these are not: {bad}")
-    from ..studies.base import FAMILIES  # here: the studies import the trainers
+    from . import FAMILIES
 
     profile, results = next(iter(profiles))
     return run_pack(configs, profile=profile, device=device, results=Path(results),
