@@ -41,16 +41,24 @@ def register(study: Study) -> Study:
     old = _REGISTRY.get(study.name)
     if old is not None and old is not study:
         raise ConfigError(f"a study named {study.name!r} is registered already ({old.title})")
+    from ..claims import declare  # here: a study module imports the claims anyway
+
     _REGISTRY[study.name] = study
     add_papers(study.name)
+    declare(study)
     return study
 
 
 def unregister(name: str) -> Study | None:
     """Remove the study ``name`` (a test's toy study); returns it, or None if none was registered."""
+    from ..claims import forget
+
     if name not in module_names():
         drop_paper(name)
-    return _REGISTRY.pop(name, None)
+    study = _REGISTRY.pop(name, None)
+    if study is not None:
+        forget(study)
+    return study
 
 
 @functools.cache
