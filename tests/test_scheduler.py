@@ -681,7 +681,8 @@ def test_pack_tasks_packs_multi_vfls_runs_of_one_round_shape(tmp_path):
     """Multi-VFL's paper runs (datasets, scenarios, server optimizers, seeds: one round shape)
     are one pack of all 42 (multi_owner_packed.MAX_RUNS), trained by the packed trainer's task
     function and priced by its counted rounds (one run's estimate x the pack's ratio)."""
-    from vflkit import costs, study
+    from vflkit import study
+    from vflkit.ops import pricing as costs
     from vflkit.training import packed
 
     tasks = [dataclasses.replace(t, cost_s=600.0) for t in study.study_tasks("multi_vfl", "paper", results=tmp_path)]

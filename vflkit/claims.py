@@ -70,14 +70,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 import numpy as np
 import pandas as pd
 from scipy import stats
-
-if TYPE_CHECKING:
-    from .studies.base import Study
 
 AGREE, DISAGREE, NOT_TESTABLE = "agree", "disagree", "not testable at this profile"
 STATUSES = (AGREE, DISAGREE, NOT_TESTABLE)
@@ -485,6 +482,17 @@ def all_of(verdicts: Iterable[Verdict]) -> Verdict:
     p_against = min((min(1.0, v.p_against * len(vs)) for v in vs if v.p_against is not None), default=None)
     return Verdict(status, "; ".join(v.evidence for v in vs), p_for=p_for, p_against=p_against,
                    tested=any(v.tested for v in vs))
+
+
+class Study(Protocol):
+    """What this module needs of a study (:class:`vflkit.studies.base.Study` is one): its name,
+    its clauses, and its runs under a profile."""
+
+    name: str
+    claims: Sequence[Claim]
+    variant_claims: Sequence[Claim]
+
+    def runs(self, profile: str) -> list[Any]: ...
 
 
 #: The study that declares each claim, by the claim's identity: told by the study registry

@@ -62,6 +62,7 @@ __all__ = [
     "DATASETS",
     "IMAGE_DATASETS",
     "IMAGE_METADATA",
+    "criteo_file",
     "TABULAR_DATASETS",
     "ALIASES",
     "ImageData",
@@ -1202,6 +1203,11 @@ def _load_breast_cancer(root: Path, download: bool) -> TabularData:
                                   "reinstall scikit-learn")
     # scikit-learn's coding: 0 = malignant, 1 = benign
     return TabularData("breast_cancer", features, target.rename("target"), "binary")
+
+
+def criteo_file(root: Path) -> Path | None:
+    """The Criteo file under ``root`` that :func:`load_dataset` would read; None where there is none."""
+    return _resolve_file(root, "criteo", None, _CRITEO_FILES)
 
 
 def _resolve_file(root: Path, folder: str, file: str | None, defaults: tuple[str, ...]) -> Path | None:

@@ -120,8 +120,11 @@ class Study:
     variant_claims: Sequence[Claim] = ()  # the same clauses on our variants (VARIANT_CLAIMS)
     needs_gpu: Callable[[Any], bool] = lambda run: False
     run_priority: Callable[[Any, int], tuple] = headline_first  # (run, rank of its group) -> sort key
+    #: the runs a GPU measurement under ``results/device/`` timed (a calibration file's rows, a
+    #: stopped run), for pricing to read the measurement against (:mod:`vflkit.ops.pricing`)
+    calibration: Callable[[], Sequence[Any]] = lambda: ()
     #: the study's own measured-cost rule for pending paper-profile runs that the FLOP count
-    #: cannot price (:func:`vflkit.costs.price` asks it only for those; columns ``needs``
+    #: cannot price (:func:`vflkit.ops.pricing.price` asks it only for those; columns ``needs``
     #: "GPU"/"CPU", ``h100_min``, ``cpu_h``); None: no rule, such a run has no estimate
     pending_cost: Callable[[Sequence[Any]], pd.DataFrame] | None = None
     unavailable: Callable[[Sequence[Any]], list[Any]] = lambda runs: []  # runs on data that is not here

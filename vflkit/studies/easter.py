@@ -48,7 +48,8 @@ import pandas as pd
 import seaborn as sns
 import torch
 
-from .. import analysis, claims, costs, network
+from .. import analysis, claims, network
+from ..ops import pricing as costs
 from .. import records as store
 from ..config import check_profile, check_seeds, check_seeds_once, override_runs, split_run_overrides
 from ..methods import RunConfig
@@ -350,13 +351,13 @@ def paper_figures() -> dict[str, tuple[plt.Figure, pd.DataFrame]]:
 
 def pending(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """Runs without a record, with what they need and (ResNets) their estimated H100 minutes
-    (:func:`vflkit.costs.h100_minutes`: FLOPs over the rate one H100 measured)."""
+    (:func:`vflkit.ops.pricing.minutes`: FLOPs over the rate one H100 measured)."""
     have = {r["key"] for r in records}
     rows = []
     for c in unique(groups):
         if c.key in have:
             continue
-        minutes = costs.h100_minutes(c, "split") if needs_gpu(c) else None
+        minutes = costs.minutes(c) if needs_gpu(c) else None
         rows.append({"dataset": DATASET_NAMES[c.dataset], "method": METHOD_NAMES[c.method],
                      "models": "/".join(c.models), "n_parties": c.n_parties, "seed": c.seed,
                      "needs": "GPU" if needs_gpu(c) else "CPU",

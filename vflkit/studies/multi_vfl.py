@@ -50,7 +50,7 @@ PAPER_ROUNDS = 500
 #: 256 samples rather than 128 give a non-IID owner's two labels about 128 images each. Test
 #: accuracy is taken every ``QUICK_EVAL_EVERY`` rounds on ``QUICK_TEST`` test images (evaluation
 #: does not change training; 20 points a curve). Cost: a run is 100 x 20 split steps (`python -m
-#: vflkit.bench --multi-vfl` times one), a few CPU-minutes, so the 42 runs fit in about an hour on 2
+#: vflkit.ops.bench --multi-vfl` times one), a few CPU-minutes, so the 42 runs fit in about an hour on 2
 #: workers; at the paper's 79 batches a round not even one round of a run would fit in that. The
 #: 500-round clauses stay with the paper profile (a GPU).
 QUICK_SAMPLES = 256
@@ -658,13 +658,13 @@ def figure3(records: Sequence[dict[str, Any]]) -> tuple[plt.Figure, pd.DataFrame
 
 def pending_cost(runs: Sequence[MultiVFLConfig]) -> pd.DataFrame:
     """The report's price of pending paper-profile runs, run by run: :func:`pending`'s CPU hours,
-    and the H100 minutes of :func:`vflkit.costs.multi_vfl_minutes` (from the rounds one paper
+    and the H100 minutes of :func:`vflkit.ops.pricing.minutes` (from the rounds one paper
     run made on an H200) where that measurement is committed."""
-    from .. import costs
+    from ..ops import pricing as costs
 
     df = pending("paper").set_index(["dataset", "scenario", "optimizer", "seed"])
     idx = [(DATASET_LABELS[c.dataset], c.scenario, OPTIMIZER_LABELS[c.server_optimizer], c.seed) for c in runs]
-    minutes = [costs.multi_vfl_minutes(c) for c in runs]
+    minutes = [costs.minutes(c) for c in runs]
     return pd.DataFrame({"needs": ["GPU" if m is not None else "CPU" for m in minutes],
                          "h100_min": [np.nan if m is None else m for m in minutes],
                          "cpu_h": df["estimated_cpu_hours"].reindex(idx).to_numpy()})
@@ -691,5 +691,5 @@ STUDY = register(Study(
         Artefact("Fig. 2", base.every_run(lambda c: c.server_optimizer == "fedavg"), ("fig2.*", "final_accuracy.csv")),
         Artefact("Fig. 3", base.every_run(lambda c: c.scenario == "4niid"), ("fig3.*", "final_accuracy.csv")),
     ),
-    claims=CLAIMS, needs_gpu=needs_gpu, pending_cost=pending_cost, beyond=beyond,
+    claims=CLAIMS, needs_gpu=needs_gpu, pending_cost=pending_cost, beyond=beyond, calibration=lambda: configs("paper"),
 ))

@@ -33,7 +33,8 @@ import pandas as pd
 import seaborn as sns
 import torch
 
-from .. import analysis, claims, costs
+from .. import analysis, claims
+from ..ops import pricing as costs
 from .. import records as store
 from ..config import check_profile, check_seeds, check_seeds_once, override_runs, split_run_overrides
 from ..errors import ConfigError
@@ -214,7 +215,7 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
 
 
 def needs_gpu(config: RunConfig) -> bool:
-    """The ResNet runs (Table II's second model set): a GPU's work (:func:`vflkit.costs.h100_minutes`)."""
+    """The ResNet runs (Table II's second model set): a GPU's work (:func:`vflkit.ops.pricing.minutes`)."""
     return any(m in RESNETS for m in config.models)
 
 
@@ -1265,7 +1266,7 @@ def paper_so_far(artefact: str = "table2") -> tuple[pd.DataFrame, pd.DataFrame, 
 
     Returns the table of the recorded cells beside the paper's (``n_runs`` says over how many
     seeds each is), the pending runs with their estimated cost (H100 minutes for the CIFAR-10
-    ResNets, :func:`vflkit.costs.h100_minutes`: FLOPs over the rate one H100 measured; CPU runs
+    ResNets, :func:`vflkit.ops.pricing.minutes`: FLOPs over the rate one H100 measured; CPU runs
     as "CPU"), and the records found.
     """
     if artefact not in PAPER_TABLES:
@@ -1282,7 +1283,7 @@ def paper_so_far(artefact: str = "table2") -> tuple[pd.DataFrame, pd.DataFrame, 
         if c.key in have:
             continue
         gpu = needs_gpu(c)
-        minutes = costs.h100_minutes(c, STUDY.family) if gpu else None
+        minutes = costs.minutes(c) if gpu else None
         pending.append({"dataset": DATASET_NAMES[c.dataset], "method": c.method, "models": "/".join(c.models),
                         "seed": c.seed, "needs": "GPU" if gpu else "CPU",
                         "estimated_h100_min": None if minutes is None else round(minutes, 1)})
@@ -1348,5 +1349,5 @@ STUDY = register(Study(
         Artefact("Fig. 5", base.groups("fig5"), ("fig5.*",)),
     ),
     claims=CLAIMS, variant_claims=VARIANT_CLAIMS, needs_gpu=needs_gpu, run_priority=run_priority,
-    beyond=beyond,
+    beyond=beyond, calibration=lambda: [c for c in configs("paper")["table2"] if c.dataset == "cifar10" and c.seed == 0 and needs_gpu(c)],
 ))

@@ -29,7 +29,7 @@ back and the data owners' averaging are stacked operations, the server's step si
 once a round for all runs, and :meth:`RoundPack.evaluate` scores every run's test images in
 one stacked pass; the runs' own models are views of the stack meanwhile, so they are current
 after every round with no copy. What a round dispatches then hardly grows with the runs
-(counted: :func:`vflkit.costs.count_multi_vfl`).
+(counted: :func:`vflkit.training.counting.count_round`).
 
 The trainer around it (:func:`train_pack`, :func:`run_pack`, :func:`compute_pack`) trains a
 pack of runs round by round and writes each run's record as the run alone would (its key, its
@@ -107,7 +107,7 @@ class RoundPack:
     aggregated model at once on its own test images.
 
     So the operations of a round do not grow with the runs beyond the stacked computation
-    (counted in :func:`vflkit.costs.count_multi_vfl`). :meth:`release` gives each run's models
+    (counted in :func:`vflkit.training.counting.count_round`). :meth:`release` gives each run's models
     their own storage again (a view would pin the whole stack: a checkpoint of it would hold
     every run).
     """

@@ -31,7 +31,7 @@ How the K copies run (:data:`STACKINGS`): ``grouped`` (the K runs side by side i
 one grouped layer per layer: :mod:`vflkit.training.grouped`, the GPU's path for every model it
 covers), ``vmap`` (one batched kernel per layer too, with the K runs moved in and out of the batch
 around every layer: about 4x the operations for a ResNet), or a loop over the slices of the
-stacked parameters, which a CPU prefers for convolutions (``python -m vflkit.bench --packed``
+stacked parameters, which a CPU prefers for convolutions (``python -m vflkit.ops.bench --packed``
 prints them beside the runs stepped alone).
 ``compile`` hands the stacked call to :func:`torch.compile` (e.g. CUDA graphs with
 ``mode="reduce-overhead"``); on a CPU it is tested with the ``aot_eager`` backend only.
@@ -43,7 +43,7 @@ C-VFL's parties are packed too (:meth:`Pack._group_parties`): its parties' Q loc
 iterations are independent of one another, so parties with alike bottom models (VFedMH's
 Table II: all four) run them as one stacked model of [parties x K] copies: a step then
 dispatches far fewer operations than with the parties apart, and either fewer than the K runs
-alone (``vflkit.costs.count_step_ops`` counts each). On a GPU these steps are launch-bound:
+alone (``vflkit.training.counting.count_step_ops`` counts each). On a GPU these steps are launch-bound:
 runs alone and seed packs spend about the same time per operation (``results/device/``), so
 the step's operations set its time.
 
@@ -102,7 +102,7 @@ if TYPE_CHECKING:  # pragma: no cover (graphs imports this module's Pack)
 #: The setting that captures the packs the scheduler and the launcher train (:func:`compute_pack`)
 #: in CUDA graphs (:mod:`vflkit.training.graphs`): ``VFLKIT_GRAPHS=auto`` (on a GPU, when the
 #: step can be captured) or ``cuda``; unset, they run eagerly. Off by default until a GPU has
-#: measured it (``python -m vflkit.bench --packed`` prints the graphed step beside the eager one).
+#: measured it (``python -m vflkit.ops.bench --packed`` prints the graphed step beside the eager one).
 GRAPHS_ENV = "VFLKIT_GRAPHS"
 
 #: Image datasets by name (a registered :class:`~vflkit.data.ImageData` packs too).
@@ -184,10 +184,10 @@ def device_stacking(module: nn.Module, device: torch.device | str) -> str:
     """What ``stacking="auto"`` runs ``module``'s K copies with on ``device``. A model with
     convolutions: on a GPU grouped where :mod:`vflkit.training.grouped` covers every layer, else
     vmap; on a CPU the loop. A model without: vmap (measured ~1.1x on a CPU,
-    ``python -m vflkit.bench --packed``).
+    ``python -m vflkit.ops.bench --packed``).
 
     Why: on a GPU these packs are launch-bound, so the stacking with the fewest operations wins.
-    Counted for a pack of 3 (:func:`vflkit.costs._count_ops` of one packed step), grouped
+    Counted for a pack of 3 (:func:`vflkit.training.counting.count` of one packed step), grouped
     dispatches 0.4-0.6x the operations vmap does for ResNet18s (SplitNN's: 1,270 against 2,912)
     and 0.75-1.0x for CNNs and LeNets, but 1.0-1.1x for MLPs, whose flat features it moves in and
     out of the runs' layout around every linear layer."""
