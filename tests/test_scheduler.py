@@ -686,7 +686,9 @@ def test_pack_tasks_packs_multi_vfls_runs_of_one_round_shape(tmp_path):
     from vflkit.training import packed
 
     tasks = [dataclasses.replace(t, cost_s=600.0) for t in study.study_tasks("multi_vfl", "paper", results=tmp_path)]
-    (pack,) = scheduler.pack_tasks(tasks, budgeted=True)
+    (alone,) = scheduler.pack_tasks(tasks, budgeted=True)  # priced as its runs one after another
+    assert alone.cost_s == 42 * 600.0
+    (pack,) = scheduler.pack_tasks(tasks, budgeted=True, pack_cost=costs.pack_cost_s)
     assert len(pack.members) == len(tasks) == 42 and pack.fn is packed.compute_pack
     config = packed.packable_config("multi_owner", tasks[0].payload["config"])
     ratio = costs.pack_ratio(config, k=42)

@@ -80,7 +80,7 @@ from ..methods import get_method
 from ..partition import strips
 from ..secure import DeferredChecks, benchmark_masking
 from ..data import ImageData
-from ..methods import METHODS
+from ..methods import METHODS as METHOD_CLASSES
 from ..methods.multi_vfl import MultiVFL
 from ..studies.multi_vfl import configs
 from ..training import counting
@@ -262,7 +262,7 @@ def _packed_methods() -> tuple[str, ...]:
     step mirrored in :data:`vflkit.training.packed.PACKED_STEPS` is benchmarked without an edit
     here (its subclasses that keep the step, PyVertical say, would time the same code)."""
 
-    return tuple(next(n for n, cls in METHODS.items() if cls.train_step is step) for step in PACKED_STEPS)
+    return tuple(next(n for n, cls in METHOD_CLASSES.items() if cls.train_step is step) for step in PACKED_STEPS)
 
 
 #: The methods the packed trainer mirrors, derived from vflkit.training.packed.PACKED_STEPS.

@@ -1384,7 +1384,7 @@ def start(plan_path: Path, window: int, *, work: Path, device: str, deadline_in:
     # the lanes run a copy of the code: every call replaces the working tree under them
     code = work / "code"
     shutil.rmtree(code, ignore_errors=True)
-    shutil.copytree(Path(__file__).resolve().parent, code / "vflkit")
+    shutil.copytree(Path(__file__).resolve().parents[1], code / "vflkit")  # the whole package
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(code), env.get("PYTHONPATH", "")) if p)
     (work / "logs").mkdir(exist_ok=True)
     pids = []
