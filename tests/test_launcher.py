@@ -427,8 +427,8 @@ def test_every_pending_run_is_in_a_window_or_needs_an_own_gpu():
     assert "warning" not in table
     assert "warning" in L.plan_table(L.dataclasses.replace(p, deadline_s=28 * 60))
     assert L.own_gpu_s(runs, 2) == (10_010.0, 10_000.0)
-    # a cluster job with a wall-time limit: the long run fits its window, and no warning
-    wall = L.MACHINES["wall-time"]
+    # a cluster job with a wall-time limit (here of 8 h): the long run fits its window, no warning
+    wall = L.dataclasses.replace(L.MACHINES["wall-time"], job_s=8 * 3600)
     p = L.plan(wall.deadline_s, runs=runs[:2], opened={("vfedmh", "Table II"): 1}, tree=30 * MIB, workers=2,
                machine=wall)
     table = L.plan_table(p)
@@ -475,7 +475,6 @@ def test_a_lane_gates_a_stopped_run_on_what_its_checkpoint_leaves(tmp_path, monk
     whole run would not; without the checkpoint the same run is not started."""
     import torch
 
-    from vflkit import study
     from vflkit.studies import demo
 
     config = demo.configs("smoke")[0].replace(epochs=20)
@@ -484,7 +483,7 @@ def test_a_lane_gates_a_stopped_run_on_what_its_checkpoint_leaves(tmp_path, monk
     spec = {"profile": "smoke", "windows": [{"lanes": [[{"key": "p", "packed": False, "runs": [run]}]]}]}
     (tmp_path / "plan.json").write_text(json.dumps(spec))
     started = []
-    monkeypatch.setattr(study, "compute", lambda payload, **kw: started.append(payload["config"]["epochs"]))
+    monkeypatch.setattr(L, "compute", lambda payload, **kw: started.append(payload["config"]["epochs"]))
     work = tmp_path / "machine"
 
     def go():
@@ -634,10 +633,8 @@ def _reserve_plan(tmp_path, lanes, reserve):
 def fake_compute(monkeypatch):
     """study.compute recording which runs it was asked for (no training; each run is told by its
     seed, :func:`_reserve_plan`) and a record check that says a run has a record once it ran."""
-    from vflkit import study
-
     started = []
-    monkeypatch.setattr(study, "compute", lambda payload, **kw: started.append(payload["config"]["seed"]))
+    monkeypatch.setattr(L, "compute", lambda payload, **kw: started.append(payload["config"]["seed"]))
     monkeypatch.setattr(L, "_recorded", lambda run, results: run["config"]["seed"] in started)
     return started
 
