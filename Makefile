@@ -66,7 +66,7 @@ docs-check: docs
 ## Throughput of a VFL step vs the same models without VFL machinery, masking's share, and
 ## samples/s of every method per model (with GPU utilisation on CUDA): make bench DEVICE=cuda
 bench: $(STAMP)
-	$(BIN)/python -m vflkit.bench --device $(DEVICE)
+	$(BIN)/python -m vflkit.ops.bench --device $(DEVICE)
 
 ## Open the notebooks in JupyterLab, in the project's environment (its kernel is "Python 3 (ipykernel)").
 ## Autosave is off (jupyter/labconfig/default_setting_overrides.json, found through JUPYTER_CONFIG_PATH,

@@ -1,13 +1,13 @@
-"""Superseded by ``python -m vflkit.launcher`` (issue 40), which plans every study's pending GPU
+"""Superseded by ``python -m vflkit.ops.launcher`` (issue 40), which plans every study's pending GPU
 runs into deadline-bounded windows and runs them through the study engine; this name forwards
 there. The former ``calibrate``, ``launch`` and ``pool`` (VFedMH's CIFAR-10 Table II only) are in
 this file's history (``git log --follow scripts/gpu_runs.py``). Measured rates reach the plan
-as a rate file (``plan --rates FILE``, format in ``vflkit.launcher.load_rate_file``), written by
+as a rate file (``plan --rates FILE``, format in ``vflkit.ops.launcher.load_rate_file``), written by
 hand: no tool writes one yet."""
 
 import sys
 
-from vflkit.launcher import main
+from vflkit.ops.launcher import main
 
 if __name__ == "__main__":
     sys.exit(main())

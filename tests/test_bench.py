@@ -2,7 +2,7 @@
 
 import pytest
 
-from vflkit import bench
+from vflkit.ops import bench
 
 
 def test_bench_methods_reports_samples_per_second_for_every_method_and_model():
@@ -23,7 +23,7 @@ def test_bench_on_cuda_without_a_gpu_is_a_clear_error(monkeypatch):
 
 
 def test_bench_packed_reports_alone_and_packed_for_every_packed_method():
-    """`python -m vflkit.bench --packed` times every method the packed trainer mirrors, K runs
+    """`python -m vflkit.ops.bench --packed` times every method the packed trainer mirrors, K runs
     alone against the same K runs vmapped and looped, and vmapped with the step captured and
     replayed (on a CPU the tape), with the pack size it was asked for."""
     rows = bench.bench_packed(["mlp"], pack_size=2, batch=16, steps=2, blocks=1, device="cpu")
@@ -49,11 +49,12 @@ def test_bench_multi_vfl_splits_a_quick_round_into_training_and_both_evaluations
 def test_bench_packed_writes_rows_the_cost_model_reads(tmp_path, capsys):
     """`--packed --json FILE` writes each row with its step's op count and FLOPs (the cost model's
     own counts); a file whose device names a GPU kind gives that kind its seconds per operation
-    (costs.op_seconds), a CPU's gives none."""
+    (pricing.op_seconds), a CPU's gives none."""
     import json
     import shutil
 
-    from vflkit import costs
+    from vflkit.ops import pricing
+    from vflkit.training import counting
 
     out = tmp_path / "device" / "bench.json"
     out.parent.mkdir()
@@ -62,16 +63,16 @@ def test_bench_packed_writes_rows_the_cost_model_reads(tmp_path, capsys):
     printed = capsys.readouterr().out
     doc = json.loads(out.read_text())
     (row,) = doc["bench_packed"]["rows"]
-    setting = costs.bench_setting("c_vfl", "mlp", 16)
-    assert row["ops_per_step"] == costs.count_step_ops(setting) > 1000 and row["flops_per_step"] > 0
-    assert row["packed_ops_per_step"] == costs.count_step_ops(setting, pack=2) < row["packed_apart_ops_per_step"]
+    setting = counting.bench_setting("c_vfl", "mlp", 16)
+    assert row["ops_per_step"] == counting.count_step_ops(setting) > 1000 and row["flops_per_step"] > 0
+    assert row["packed_ops_per_step"] == counting.count_step_ops(setting, pack=2) < row["packed_apart_ops_per_step"]
     assert "us/op" in printed and f"{row['ops_per_step']:>7.0f}" in printed
     assert f"{row['packed_ops_per_step']:>10.0f}" in printed
-    shutil.copy(costs.committed_root() / costs.OP_COUNTS, tmp_path / costs.OP_COUNTS)
-    assert costs._op_seconds(str(tmp_path)) == {}  # measured on a CPU: no GPU kind
+    shutil.copy(pricing.committed_root() / pricing.OP_COUNTS, tmp_path / pricing.OP_COUNTS)
+    assert pricing.op_seconds("h100", tmp_path) is None  # measured on a CPU: no GPU kind
     doc["device"] = "NVIDIA H100 80GB HBM3"
     out.write_text(json.dumps(doc))
-    costs._op_seconds.cache_clear()
-    got = costs._op_seconds(str(tmp_path))["h100"]
-    assert got == [pytest.approx(16 / row["alone_samples_per_s"] / costs.step_ops(setting))]
-    costs._op_seconds.cache_clear()
+    pricing.measurements.cache_clear()
+    got = pricing.op_seconds("h100", tmp_path)
+    assert got == pytest.approx(16 / row["alone_samples_per_s"] / pricing.step_ops(setting))
+    pricing.measurements.cache_clear()

@@ -1,4 +1,4 @@
-"""Tests for vflkit.launcher: the GPU window plan, its calls, and the record-return path."""
+"""Tests for vflkit.ops.launcher: the GPU window plan, its calls, and the record-return path."""
 
 import dataclasses
 import json
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from vflkit import launcher as L
+from vflkit.ops import launcher as L
 from vflkit.records import checkpoint_path, record_path
 from vflkit.studies import multi_vfl
 
@@ -40,12 +40,13 @@ def planted(tmp_path_factory):
 
 @pytest.fixture
 def placeholder_rate(monkeypatch):
-    """Multi-VFL priced at a placeholder FLOP rate, as before a window measured its rounds: at
-    the measured rounds (costs.multi_vfl_minutes) no run fits a window, and these tests exercise
-    the windows' mechanics."""
-    from vflkit import costs
+    """Multi-VFL priced at a placeholder FLOP rate, as before a GPU measured it: at its measured
+    price no run fits a window, and these tests exercise the windows' mechanics."""
+    from vflkit.ops import pricing
 
-    monkeypatch.setattr(costs, "multi_vfl_minutes", lambda *a, **k: None)
+    alone = pricing.alone
+    monkeypatch.setattr(pricing, "alone", lambda run, *a, **k: None if type(run).__name__ == "MultiVFLConfig"
+                        else alone(run, *a, **k))
     # twice the placeholder rate: some runs then fit the room a window's benchmark leaves
     monkeypatch.setitem(L.PLACEHOLDER_RATES, "multi_owner", 2 * L.PLACEHOLDER_RATES["multi_owner"])
 
@@ -254,7 +255,7 @@ def test_prepare_refuses_cifar10_unpacked(tmp_path):
 
 
 def test_every_launcher_command_of_the_calls_parses():
-    """Each `python3 -m vflkit.launcher ...` a call runs is accepted by the launcher's own command
+    """Each `python3 -m vflkit.ops.launcher ...` a call runs is accepted by the launcher's own command
     line (an option the machine side does not take, like a dead --workers, fails here), and the
     wheels' site folder sits under the calls' work folder."""
     import shlex
@@ -268,7 +269,7 @@ def test_every_launcher_command_of_the_calls_parses():
         assert "/tmp/site" not in c.command and "/w/site" in c.command
         for part in c.command.replace("&&", ";").replace("||", ";").split(";"):
             words = shlex.split(part)
-            if words[:3] == ["python3", "-m", "vflkit.launcher"]:
+            if words[:3] == ["python3", "-m", "vflkit.ops.launcher"]:
                 ap.parse_args(words[3:])
                 parsed += 1
     assert parsed >= 4  # check, unpack, start, collect
@@ -309,7 +310,7 @@ def test_a_packed_pack_that_would_overrun_is_not_started(tmp_path):
 
 
 def test_a_lane_trains_a_packed_pack_through_the_schedulers_pack_function(tmp_path):
-    """A lane's packed pack is computed by vflkit.training.packed.compute_pack, the scheduler's
+    """A lane's packed pack is computed by vflkit.training.split.compute_pack, the scheduler's
     task function of a pack: each run's record in the machine's results, under its own key,
     with ``execution`` naming the pack."""
     from vflkit.studies import demo
@@ -368,7 +369,7 @@ def test_slow_cpu_runs_lead_the_plan_packed_by_seed_within_the_deadline():
     first, *rest = p.windows[0].lanes[0]
     assert first.packed and sorted(r.key for r in first.runs) == sorted(c.key for c in seeds)
     # priced as the engine trains it: one packed step (parties stacked) per step, by its op count
-    from vflkit import costs
+    from vflkit.ops import pricing as costs
 
     assert first.cost_s == pytest.approx(90.0 * costs.pack_ratio(seeds[0])) and first.cost_s < 90.0
     assert p.to_dict()["windows"][0]["lanes"][0][0]["speedup"] == pytest.approx(len(seeds) / costs.pack_ratio(seeds[0]))
@@ -405,7 +406,8 @@ def test_slow_cpu_runs_are_pending_only_when_asked(tmp_path):
 def test_every_pending_run_is_in_a_window_or_needs_an_own_gpu():
     """The plan's summary names the windows needed, the own-GPU hours of the runs that fit none
     (each listed with its estimate and why: a run cannot go on in the next window) and the rate
-    assumed; the default window is a lent task's device time less its give-back."""
+    assumed; the default window is the default machine's job time less its give-back, and a plan
+    for another named machine (a cluster job's wall time) has windows of that machine's length."""
     runs = [_run("vfedmh", "long", 10_000.0, (0,)), _run("vfedmh", "short", 10.0, (1,)),
             L.dataclasses.replace(_run("vfedmh", "unpriced", 0.0, (2,)), cost_s=None, config={"dataset": "mnist", "x": 1})]
     runs = [L.dataclasses.replace(r, cost_source="placeholder") for r in runs]
@@ -414,17 +416,25 @@ def test_every_pending_run_is_in_a_window_or_needs_an_own_gpu():
     assert L.DEFAULT_DEADLINE_S + L.GIVE_BACK_S == L.DEVICE_TIME_S == 15 * 60
     table = L.plan_table(p)
     assert "needs a longer session (own GPU)" in table
-    assert "long (long): 166.7 min" in table and "checkpoint never leaves the lent machine" in table
-    assert "windows needed for what fits: 1" in table
+    assert "long (long): 166.7 min" in table and "checkpoint never leaves the GPU machine" in table
+    assert "windows needed for what fits: 1, one per short-calls job" in table
     assert "own-GPU hours for the rest: 1 runs, 2.8 run-hours" in table
     assert "rate assumed: split 2.00 TFLOP/s" in table and "not measured" in table
     # runs priced launch-bound name the per-op time and the sharing slowdown, not a FLOP rate
     ops = L.dataclasses.replace(p, windows=[], not_fitting=[(L.dataclasses.replace(runs[0], cost_source="ops"), "x")])
     names = L.rate_names(ops)
-    assert len(names) == 1 and names[0].startswith("split: launch-bound") and "TFLOP/s" not in names[0]
+    assert len(names) == 1 and names[0].startswith("GPU runs: launch-bound") and "the best measured" in names[0]
     assert "warning" not in table
     assert "warning" in L.plan_table(L.dataclasses.replace(p, deadline_s=28 * 60))
     assert L.own_gpu_s(runs, 2) == (10_010.0, 10_000.0)
+    # a cluster job with a wall-time limit (here of 8 h): the long run fits its window, no warning
+    wall = L.dataclasses.replace(L.MACHINES["wall-time"], job_s=8 * 3600)
+    p = L.plan(wall.deadline_s, runs=runs[:2], opened={("vfedmh", "Table II"): 1}, tree=30 * MIB, workers=2,
+               machine=wall)
+    table = L.plan_table(p)
+    assert not p.not_fitting and "one per wall-time job" in table and "warning" not in table
+    assert all(c.wait_s <= wall.call_limit_s for w in p.windows for c in w.calls)
+    assert L.parser().parse_args(["plan", "--machine", "wall-time"]).machine == "wall-time"
 
 
 @pytest.fixture
@@ -436,7 +446,7 @@ def quick_plan(monkeypatch):
 
 
 def test_plan_says_each_stage_as_it_goes(quick_plan, monkeypatch, capsys):
-    """`python -m vflkit.launcher plan` prints a line per planning stage on stderr, the plan on stdout."""
+    """`python -m vflkit.ops.launcher plan` prints a line per planning stage on stderr, the plan on stdout."""
     monkeypatch.setattr(L, "data_files", lambda *a, **k: [])
     assert L.main(["plan", "--deadline-min", "14"]) == 0
     out = capsys.readouterr()
@@ -455,7 +465,7 @@ def test_plan_without_the_data_is_one_line_and_exit_code_2(quick_plan, monkeypat
     monkeypatch.setenv("VFLKIT_DATA", str(tmp_path))
     assert L.main(["plan", "--deadline-min", "14"]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert err.startswith("vflkit.launcher: ConfigError: ") and "Set VFLKIT_DATA" in err
+    assert err.startswith("vflkit.ops.launcher: ConfigError: ") and "Set VFLKIT_DATA" in err
     assert "Traceback" not in capsys.readouterr().err
 
 
@@ -465,7 +475,6 @@ def test_a_lane_gates_a_stopped_run_on_what_its_checkpoint_leaves(tmp_path, monk
     whole run would not; without the checkpoint the same run is not started."""
     import torch
 
-    from vflkit import study
     from vflkit.studies import demo
 
     config = demo.configs("smoke")[0].replace(epochs=20)
@@ -474,7 +483,7 @@ def test_a_lane_gates_a_stopped_run_on_what_its_checkpoint_leaves(tmp_path, monk
     spec = {"profile": "smoke", "windows": [{"lanes": [[{"key": "p", "packed": False, "runs": [run]}]]}]}
     (tmp_path / "plan.json").write_text(json.dumps(spec))
     started = []
-    monkeypatch.setattr(study, "compute", lambda payload, **kw: started.append(payload["config"]["epochs"]))
+    monkeypatch.setattr(L, "compute", lambda payload, **kw: started.append(payload["config"]["epochs"]))
     work = tmp_path / "machine"
 
     def go():
@@ -497,8 +506,8 @@ def test_a_windows_first_call_benchmarks_the_gpu_and_receive_files_the_rows(tmp_
     gpu = L.plan(L.DEFAULT_DEADLINE_S, runs=runs, opened={("vfedmh", "Table II"): 1}, tree=30 * MIB, workers=2)
     cpu = L.plan(L.DEFAULT_DEADLINE_S, "cpu", runs=runs, opened={("vfedmh", "Table II"): 1}, tree=30 * MIB, workers=2)
     first = gpu.windows[0].calls[0]
-    assert "vflkit.bench --device cuda --packed" in first.command and "bench.json" in first.command
-    assert not any("vflkit.bench" in c.command for w in cpu.windows for c in w.calls)
+    assert "vflkit.ops.bench --device cuda --packed" in first.command and "bench.json" in first.command
+    assert not any("vflkit.ops.bench" in c.command for w in cpu.windows for c in w.calls)
     assert gpu.windows[0].start_s >= cpu.windows[0].start_s + L.BENCH_S
     # with several data calls it runs detached beside their transfers, the lanes waiting only for the rest
     assert L.bench_wait_s(1) == L.BENCH_S and L.bench_wait_s(2) < L.BENCH_S and L.bench_wait_s(9) == 0
@@ -624,10 +633,8 @@ def _reserve_plan(tmp_path, lanes, reserve):
 def fake_compute(monkeypatch):
     """study.compute recording which runs it was asked for (no training; each run is told by its
     seed, :func:`_reserve_plan`) and a record check that says a run has a record once it ran."""
-    from vflkit import study
-
     started = []
-    monkeypatch.setattr(study, "compute", lambda payload, **kw: started.append(payload["config"]["seed"]))
+    monkeypatch.setattr(L, "compute", lambda payload, **kw: started.append(payload["config"]["seed"]))
     monkeypatch.setattr(L, "_recorded", lambda run, results: run["config"]["seed"] in started)
     return started
 
@@ -701,7 +708,7 @@ def test_tree_bytes_counts_whole_blocks(tmp_path):
 def test_graphs_gain_is_read_from_the_committed_benchmarks():
     """The captured step's gain over the eager vmapped one, per GPU kind, method and model: the
     committed H200 benchmarks' rows, none for a kind without one or for mixed party models."""
-    from vflkit import costs
+    from vflkit.ops import pricing as costs
 
     rows = [r for p in sorted((costs.committed_root() / "device").glob("h200-*.json"))
             for r in json.loads(p.read_text()).get("bench_packed", {}).get("rows", [])
@@ -721,7 +728,7 @@ def test_packs_priced_with_graphs_are_gated_at_their_eager_gain_without_them(mon
     """On a GPU kind whose committed benchmark passed the graphs verdict, a C-VFL seed pack is
     priced at its op-count ratio over the measured graphs gain; plan.json also carries its eager
     gain, at which a lane gates it when its window's own benchmark leaves graphs off."""
-    from vflkit import costs
+    from vflkit.ops import pricing as costs
     from vflkit.training.split import GRAPHS_ENV
 
     seeds = _cvfl_seeds()
@@ -771,7 +778,7 @@ def _one_line_error(capsys) -> str:
     """The one line a refused command printed on stderr (asserting no traceback came with it)."""
     err = capsys.readouterr().err
     assert "Traceback" not in err, err
-    lines = [line for line in err.splitlines() if line.startswith("vflkit.launcher: ")]
+    lines = [line for line in err.splitlines() if line.startswith("vflkit.ops.launcher: ")]
     assert len(lines) == 1, err
     return lines[0]
 

@@ -413,10 +413,10 @@ def test_runs_status_of_a_reduced_profile_adds_up_its_records_wall_times() -> No
 
 def test_readme_own_gpu_block_adds_up_the_estimator_and_names_its_evidence(monkeypatch: pytest.MonkeyPatch,
                                                                           tmp_path: Path) -> None:
-    """The README's own-GPU block is generated from own_gpu_minutes (costs.price per paper): its
+    """The README's own-GPU block is generated from own_gpu_minutes (pricing.price per paper): its
     total is the papers' sum, the FLOP estimate names the records of its rate, and update_readme
     writes it between its markers."""
-    from vflkit import costs
+    from vflkit.ops import pricing as costs
 
     rows = pd.DataFrame([
         {"paper": "A", "name": "a", "runs": 3, "h100_min": 100.4, "h100_min_packed": 40.2, "unpriced": 0,
@@ -429,7 +429,7 @@ def test_readme_own_gpu_block_adds_up_the_estimator_and_names_its_evidence(monke
     assert "| B | 2 | — | — | none (its own rule, `b.pending_cost`, prices them at 7 CPU-hours) |" in block
     assert "about 100 H100-minutes (1.7 hours)" in block and "2 runs without an H100 estimate" in block
     assert "about 40 H100-minutes (0.7 hours); predicted from op counts" in block
-    assert costs.H100_LABEL in block and costs.H100_CALIBRATION in costs.H100_LABEL
+    assert costs.GPU_LABEL in block and costs.OP_COUNTS in costs.GPU_LABEL
     readme = tmp_path / "README.md"
     readme.write_text(f"{reproduction.README_START}\n{reproduction.README_END}\nx\n"
                       f"{reproduction.README_GPU_START}\nold\n{reproduction.README_GPU_END}\ny\n")
@@ -583,11 +583,11 @@ def test_the_report_says_each_paper_as_it_goes(monkeypatch: pytest.MonkeyPatch, 
 
 
 def test_the_shared_gpu_hours_follow_the_measured_sharing_slowdown():
-    from vflkit import costs, reproduction
-    from vflkit.launcher import DEFAULT_WORKERS
+    from vflkit import reproduction
+    from vflkit.ops import pricing
 
-    (_, line), share = reproduction.shared_gpu_hours(6000.0), costs.sharing_slowdown()
-    assert f"{6000.0 * share / DEFAULT_WORKERS / 60:,.0f} hours" in line and f"{share:.1f}x slower" in line
+    (_, line), share = reproduction.shared_gpu_hours(6000.0), pricing.slowdown(pricing.DEFAULT_LANES)
+    assert f"{6000.0 * share / pricing.DEFAULT_LANES / 60:,.0f} hours" in line and f"{share:.1f}x slower" in line
     assert reproduction.shared_gpu_hours(float("nan")) == []
 
 
@@ -596,7 +596,7 @@ def test_measured_gpu_lines_report_cuda_graphs_from_the_benchmarks() -> None:
     vmapped step and the TFLOP/s of the pack, computed from its rows."""
     import json
 
-    from vflkit import costs
+    from vflkit.ops import pricing as costs
 
     lines = reproduction.measured_gpu_rates()
     for path in sorted((costs.committed_root() / "device").glob("*bench*.json")):
@@ -671,7 +671,7 @@ def test_the_report_counts_how_often_quick_decides_as_the_paper_profile() -> Non
 
 def test_provenance_counts_the_records_received_from_another_machine() -> None:
     """The report's provenance line of an artefact says how many of its records were received
-    from another machine (vflkit.launcher.receive's mark); with none received it says nothing of it."""
+    from another machine (vflkit.ops.launcher.receive's mark); with none received it says nothing of it."""
     def rec(seed: int, received: bool) -> dict:
         out = {"config": {"seed": seed}, "finished": "2026-12-06T10:00:00+0000",
                "environment": {"device": "cuda", "device_name": "NVIDIA H100", "git_commit": "abc1234"}}
@@ -793,7 +793,7 @@ def test_readme_times_are_the_measured_ones(tmp_path: Path, monkeypatch: pytest.
     commit they were measured on; without the file the block says they are not measured."""
     import json as json_mod
 
-    from vflkit import costs
+    from vflkit.ops import pricing as costs
 
     monkeypatch.setattr(costs, "committed_root", lambda: tmp_path)
     assert "Not measured yet" in reproduction.readme_times()

@@ -44,7 +44,7 @@ class FakeTrainer:
 @pytest.fixture(autouse=True)
 def fixed_git(monkeypatch):
     """Records made here name a fixed, clean commit (the worktree may be dirty)."""
-    monkeypatch.setattr(records, "_git_state", lambda: dict(GIT))
+    monkeypatch.setattr(records, "git_state", lambda: dict(GIT))
 
 
 def _one(run, tmp_path, train=None, **kw):

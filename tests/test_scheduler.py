@@ -608,7 +608,7 @@ def _demo_tasks(results, seeds=(0, 1)):
 
 def test_pack_tasks_makes_one_task_of_the_seeds_of_a_run(tmp_path):
     """pack_tasks groups a study's runs that differ in seed alone into one task with its runs as
-    members (the launcher's grouping, vflkit.training.packed.group_packs), keeps a run that has
+    members (the launcher's grouping, vflkit.training.split.group_packs), keeps a run that has
     no sibling as it is, and packs no run with a checkpoint (it resumes alone), nor, under a
     budget, one without an estimate."""
     tasks = _demo_tasks(tmp_path)
@@ -681,11 +681,14 @@ def test_pack_tasks_packs_multi_vfls_runs_of_one_round_shape(tmp_path):
     """Multi-VFL's paper runs (datasets, scenarios, server optimizers, seeds: one round shape)
     are one pack of all 42 (multi_owner_packed.MAX_RUNS), trained by the packed trainer's task
     function and priced by its counted rounds (one run's estimate x the pack's ratio)."""
-    from vflkit import costs, study
+    from vflkit import study
+    from vflkit.ops import pricing as costs
     from vflkit.training import split as packed
 
     tasks = [dataclasses.replace(t, cost_s=600.0) for t in study.study_tasks("multi_vfl", "paper", results=tmp_path)]
-    (pack,) = scheduler.pack_tasks(tasks, budgeted=True)
+    (alone,) = scheduler.pack_tasks(tasks, budgeted=True)  # priced as its runs one after another
+    assert alone.cost_s == 42 * 600.0
+    (pack,) = scheduler.pack_tasks(tasks, budgeted=True, pack_cost=costs.pack_cost_s)
     assert len(pack.members) == len(tasks) == 42 and pack.fn is packed.compute_pack
     config = packed.packable_config("multi_owner", tasks[0].payload["config"])
     ratio = costs.pack_ratio(config, k=42)

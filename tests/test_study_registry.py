@@ -69,9 +69,7 @@ def test_run_class_names_each_familys_run_class_and_refuses_an_unknown_one():
 NAMED_AS_THEIR_PAPER: dict[str, tuple[set[str], str]] = {
     "analysis.py": ({'"vfedmh"', '"easter"'}, "BLINDED_METHODS: the methods whose embeddings are blinded ring "
                     "elements (homo_vfedmh with them): method names"),
-    "costs.py": ({'"vfedmh"', '"easter"'}, "the methods whose every party trains its own model (FLOPs per "
-                 "step): method names"),
-    "bench.py": ({'"vfedmh"'}, "benchmark rows of the VFedMH method's secure ring, by method name"),
+    "ops/bench.py": ({'"vfedmh"'}, "benchmark rows of the VFedMH method's secure ring, by method name"),
     "methods/__init__.py": ({'"vfedmh"', '"easter"'}, "the registry of methods by name (get_method)"),
     "methods/apc_vfl.py": ({'"apc_vfl"'}, "the method class's own name"),
     "methods/easter.py": ({'"easter"'}, "the method class's own name"),
@@ -179,7 +177,7 @@ def test_a_toy_study_is_scheduled_and_reported_from_its_declaration_alone(toy, t
     section = text.split("\n## Toy\n", 1)[1]
     assert "Notebook: [notebooks/toy.ipynb](../notebooks/toy.ipynb)" in section
     row = next(line for line in section.splitlines() if line.startswith("| Table 1 |"))
-    # the paper profile's two runs, priced by the one estimator (costs.price) from the toy's own
+    # the paper profile's two runs, priced by the one estimator (pricing.price) from the toy's own
     # GPU rule: SplitNN needs a GPU, Local does not
     assert "quick in part (1 of 2 runs)" in row and "pending: GPU (1 run, est. " in row and "CPU (1 run)" in row
     assert "[quick/table1.csv](toy/quick/table1.csv)" in row

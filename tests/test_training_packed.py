@@ -155,7 +155,7 @@ def test_cvfl_stacks_alike_parties_together(monkeypatch):
     iterations are independent): one group per architecture, in party order (that they train as
     the runs alone: the "c_vfl mixed, parties grouped" case above); the grouped step dispatches
     far fewer torch operations than the same pack with every party apart."""
-    from vflkit import costs
+    from vflkit.training import counting as costs
 
     built = []
     real = split.Pack.__init__

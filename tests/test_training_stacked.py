@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from test_training_packed import CASES, _assert_same_run, _configs
 
-from vflkit import costs
+from vflkit.training import counting as costs
 from vflkit.errors import ConfigError
 from vflkit.methods import RunConfig
 from vflkit.models import get_model

@@ -11,3 +11,7 @@ family), :mod:`vflkit.records` (the one run loop and record store of every paper
 """
 
 __version__ = "0.2.0"
+
+# the study registry tells the lower layers which papers exist (vflkit.config.check_paper): wired
+# here, at the package's face, so that no lower module reads the study layer
+from . import studies as _studies  # noqa: E402,F401

@@ -70,14 +70,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 import numpy as np
 import pandas as pd
 from scipy import stats
-
-if TYPE_CHECKING:
-    from .studies.base import Study
 
 AGREE, DISAGREE, NOT_TESTABLE = "agree", "disagree", "not testable at this profile"
 STATUSES = (AGREE, DISAGREE, NOT_TESTABLE)
@@ -487,12 +484,40 @@ def all_of(verdicts: Iterable[Verdict]) -> Verdict:
                    tested=any(v.tested for v in vs))
 
 
+class Study(Protocol):
+    """What this module needs of a study (:class:`vflkit.studies.base.Study` is one): its name,
+    its clauses, and its runs under a profile."""
+
+    name: str
+    claims: Sequence[Claim]
+    variant_claims: Sequence[Claim]
+
+    def runs(self, profile: str) -> list[Any]: ...
+
+
+#: The study that declares each claim, by the claim's identity: told by the study registry
+#: (:func:`vflkit.studies.register` calls :func:`declare`), so this module reads no layer above it.
+_OWNERS: dict[int, tuple[Claim, Study]] = {}
+
+
+def declare(study: Study) -> None:
+    """Record ``study`` as the owner of its ``claims`` and ``variant_claims``."""
+    for c in (*study.claims, *study.variant_claims):
+        _OWNERS[id(c)] = (c, study)
+
+
+def forget(study: Study) -> None:
+    """Undo :func:`declare` (a test's toy study, unregistered)."""
+    for c in (*study.claims, *study.variant_claims):
+        if _OWNERS.get(id(c), (None, None))[1] is study:
+            del _OWNERS[id(c)]
+
+
 def owner(claim: Claim) -> Study | None:
     """The registered study that declares ``claim`` (in its ``claims`` or ``variant_claims``, by
     identity); None when none does."""
-    from . import studies
-
-    return next((s for s in studies.studies() if any(c is claim for c in (*s.claims, *s.variant_claims))), None)
+    got = _OWNERS.get(id(claim))
+    return got[1] if got is not None and got[0] is claim else None
 
 
 def _study_records(study: Study | None, claim: Claim, profile: str) -> Records:

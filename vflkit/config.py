@@ -56,16 +56,28 @@ def check_record_profile(profile: str) -> str:
                       "made of letters, digits, '_' and '-' for ad-hoc runs")
 
 
-def check_paper(paper: str) -> str:
-    """Return ``paper`` if it names a study module of :mod:`vflkit.studies` or a registered study
-    (:func:`vflkit.studies.register`), else raise a ConfigError."""
-    # the study modules are listed, not imported, and the registry consulted, not loaded: records
-    # check their paper below the study layer, and a study registers itself before it builds runs
-    from .studies import is_registered, module_names
+#: The papers a run may name: filled from above by :mod:`vflkit.studies` (its study modules,
+#: listed at its import, and every study registered), so this module reads no layer above it.
+_PAPERS: set[str] = set()
 
-    if is_simple_name(paper) and (paper in module_names() or is_registered(paper)):
+
+def add_papers(*names: str) -> None:
+    """Make ``names`` valid values of a run's ``paper`` (:func:`check_paper`)."""
+    _PAPERS.update(names)
+
+
+def drop_paper(name: str) -> None:
+    """Make ``name`` no longer a valid ``paper`` (a test's toy study, unregistered)."""
+    _PAPERS.discard(name)
+
+
+def check_paper(paper: str) -> str:
+    """Return ``paper`` if it names a study the project knows (a study module of
+    :mod:`vflkit.studies`, or a study registered by :func:`vflkit.studies.register`), else raise
+    a ConfigError."""
+    if is_simple_name(paper) and paper in _PAPERS:
         return paper
-    raise ConfigError(f"Invalid paper {paper!r}; choose one of {', '.join(module_names())} (paper='demo' for "
+    raise ConfigError(f"Invalid paper {paper!r}; choose one of {', '.join(sorted(_PAPERS))} (paper='demo' for "
                       "runs of your own; a study of your own: vflkit.studies.register)")
 
 

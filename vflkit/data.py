@@ -61,6 +61,8 @@ __all__ = [
     "registered_digest",
     "DATASETS",
     "IMAGE_DATASETS",
+    "IMAGE_METADATA",
+    "criteo_file",
     "TABULAR_DATASETS",
     "ALIASES",
     "ImageData",
@@ -77,6 +79,15 @@ __all__ = [
 IMAGE_DATASETS: tuple[str, ...] = ("mnist", "fashion_mnist", "cifar10", "cifar100", "cinic10")
 TABULAR_DATASETS: tuple[str, ...] = ("breast_cancer", "credit_card", "criteo", "mimic3")
 DATASETS: tuple[str, ...] = (*IMAGE_DATASETS, *TABULAR_DATASETS)
+#: Per built-in image dataset: one image's shape, the classes, and the official training split's
+#: size, so that a run's steps are known with no data loaded (counting, pricing, packing).
+IMAGE_METADATA: dict[str, tuple[tuple[int, int, int], int, int]] = {
+    "mnist": ((1, 28, 28), 10, 60_000),
+    "fashion_mnist": ((1, 28, 28), 10, 60_000),
+    "cifar10": ((3, 32, 32), 10, 50_000),
+    "cifar100": ((3, 32, 32), 100, 50_000),
+    "cinic10": ((3, 32, 32), 10, 90_000),
+}
 ALIASES: dict[str, str] = {"fmnist": "fashion_mnist"}
 OFFLINE_ENV = "VFLKIT_OFFLINE"
 
@@ -1189,6 +1200,11 @@ def _load_breast_cancer(root: Path, download: bool) -> TabularData:
                                   "reinstall scikit-learn")
     # scikit-learn's coding: 0 = malignant, 1 = benign
     return TabularData("breast_cancer", features, target.rename("target"), "binary")
+
+
+def criteo_file(root: Path) -> Path | None:
+    """The Criteo file under ``root`` that :func:`load_dataset` would read; None where there is none."""
+    return _resolve_file(root, "criteo", None, _CRITEO_FILES)
 
 
 def _resolve_file(root: Path, folder: str, file: str | None, defaults: tuple[str, ...]) -> Path | None:

@@ -16,7 +16,7 @@ result``) and wraps the result in one envelope for every family::
      peak_memory_kind, diverged, **result}
 
 written atomically; a record made on another machine also holds :data:`RECEIVED` once
-:func:`vflkit.launcher.receive` took it in. :func:`run_together` is the one path from results to records: ``run_one``
+:func:`vflkit.ops.launcher.receive` took it in. :func:`run_together` is the one path from results to records: ``run_one``
 and ``run_many`` go through it a run at a time, the packed trainer
 (:func:`vflkit.training.split.run_pack`) a pack of runs at a time. This module imports no
 method and no trainer (they are handed in), so the plotting layer (:mod:`vflkit.report`) can
@@ -52,7 +52,7 @@ from .files import TMP_MARK, clean_stale_tmp
 #: ``wall_time_s`` and ``diverged``, which a trainer that resumes or stops early reports itself).
 ENVELOPE: tuple[str, ...] = ("key", "profile", "config", "environment", "finished", "wall_time_s",
                              "peak_memory_mb", "peak_memory_kind", "diverged")
-#: The mark a record made on another machine carries once :func:`vflkit.launcher.receive` took it
+#: The mark a record made on another machine carries once :func:`vflkit.ops.launcher.receive` took it
 #: in: ``{"from": <the machine's name>, "at": <when it was received, as "finished" is written>}``.
 #: Not part of the envelope: a record made here has none. It is not part of the key or config.
 RECEIVED = "received"
@@ -60,7 +60,7 @@ RECEIVED = "received"
 
 class Run(Protocol):
     """What the record store needs of a run config. Every run class of
-    :data:`vflkit.study.FAMILIES` is a :class:`~vflkit.config.KeyedRun`, which gives ``key``
+    :data:`vflkit.training.FAMILIES` is a :class:`~vflkit.config.KeyedRun`, which gives ``key``
     (the one key scheme) and declares ``to_dict``; the class gives ``paper`` and ``seed``."""
 
     paper: str
@@ -95,7 +95,7 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def _git_state() -> dict[str, Any]:
+def git_state() -> dict[str, Any]:
     """The checkout's commit and whether vflkit's own files differ from it.
 
     ``vflkit_modified`` is what tells a reader whether the committed code produced a record: a
@@ -165,7 +165,7 @@ def environment_info(device: torch.device) -> dict[str, Any]:
         # allows it for convolutions by default, not for matmuls. Recorded, not changed: whether
         # it moves results beyond seed noise has not been measured here.
         info["tf32"] = {"matmul": torch.backends.cuda.matmul.allow_tf32, "cudnn": torch.backends.cudnn.allow_tf32}
-    info.update(_git_state())
+    info.update(git_state())
     return info
 
 
@@ -211,7 +211,7 @@ def _same_config(run: Run, config: Any) -> bool:
 FINAL_FIELDS: tuple[str, ...] = ("final", "final_accuracy")
 
 
-def _read_record(path: Path) -> dict[str, Any]:
+def read_record(path: Path) -> dict[str, Any]:
     """The record at ``path`` if it is a whole record (valid JSON, the whole envelope and a final
     score), else :class:`BadRecord` saying what is wrong with it."""
     try:
@@ -261,7 +261,7 @@ def record_problem(path: str | Path, *, key: str | None = None, profile: str | N
     if not path.exists():
         return "no record"
     try:
-        rec = _read_record(path)
+        rec = read_record(path)
     except BadRecord as exc:
         return str(exc)
     if key is not None and rec["key"] != key:
@@ -279,7 +279,7 @@ def is_valid_record(path: str | Path, *, key: str | None = None, profile: str | 
 def check_record(path: Path, run: Run, profile: str) -> dict[str, Any]:
     """The record at ``path`` if it is ``run``'s record under ``profile``, else :class:`BadRecord`
     saying what is wrong with it (never a bare JSONDecodeError)."""
-    rec = _read_record(path)
+    rec = read_record(path)
     if rec["key"] != run.key:
         raise BadRecord(f"{path} holds the record of key {rec['key']!r}, not of this run ({run.key!r})")
     if rec["profile"] != profile:
@@ -420,7 +420,7 @@ def _peak_memory(device: torch.device, rss_reset: bool = False) -> tuple[float, 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "process_max_rss"
 
 
-def _commit_date(commit: str) -> datetime:
+def commit_date(commit: str) -> datetime:
     """The committer date of ``commit`` in this checkout (for ``recompute_before``)."""
     here = Path(__file__).resolve().parent
     if not isinstance(commit, str) or not commit.strip() or commit.startswith("-"):
@@ -436,7 +436,7 @@ def _commit_date(commit: str) -> datetime:
     return datetime.fromisoformat(out.stdout.strip())
 
 
-def _older_than(rec: dict[str, Any], when: datetime) -> bool:
+def older_than(rec: dict[str, Any], when: datetime) -> bool:
     """Whether ``rec`` was finished before ``when`` (an undatable record counts as older)."""
     try:
         return datetime.strptime(rec["finished"], "%Y-%m-%dT%H:%M:%S%z") < when
@@ -517,7 +517,7 @@ def _lookup(run: Run, *, profile: str, results: str | Path | None, force: bool, 
     except BadRecord as exc:
         _move_aside(path, str(exc))
         return path, None
-    if recompute_after is not None and _older_than(rec, recompute_after):
+    if recompute_after is not None and older_than(rec, recompute_after):
         return path, None
     if rec.get("diverged") and on_divergence == "raise":
         where = rec["diverged"].get("message", rec["diverged"]) if isinstance(rec["diverged"], dict) else rec["diverged"]
@@ -528,7 +528,7 @@ def _lookup(run: Run, *, profile: str, results: str | Path | None, force: bool, 
     return path, rec
 
 
-#: The results version of each protocol family (:data:`vflkit.studies.base.FAMILIES`): what its
+#: The results version of each protocol family (:data:`vflkit.training.FAMILIES`): what its
 #: runs compute. Raise a family's by one, by hand, in the commit that changes its numbers (a
 #: protocol step, an optimiser, an initialisation, a partition: whatever moves a committed record's
 #: scores or ledger), and never for a change that computes the same numbers (a refactor, a new
@@ -544,9 +544,9 @@ FIRST_RESULTS_VERSION = 1
 
 
 def run_family(run: Run) -> str | None:
-    """The protocol family (:data:`vflkit.studies.base.FAMILIES`) whose run class ``run`` is, or
+    """The protocol family (:data:`vflkit.training.FAMILIES`) whose run class ``run`` is, or
     None for a run class of no family."""
-    from .studies.base import FAMILIES  # a light module (no torch); read here, not at import
+    from .training import FAMILIES  # the registry beside the trainers, which import this module
 
     spec = f"{type(run).__module__}:{type(run).__qualname__}"
     return next((name for name, fam in FAMILIES.items() if fam.run_class == spec), None)
@@ -618,7 +618,7 @@ def run_one(run: Run, *, train: Trainer, profile: str, device: str | torch.devic
     writability before training starts.
     """
     _check_on_divergence(on_divergence)
-    after = _commit_date(recompute_before) if recompute_before is not None else None
+    after = commit_date(recompute_before) if recompute_before is not None else None
     reused: list[tuple[Run, dict[str, Any]]] = []
     rec = _run_one(run, train=train, profile=profile, device=device, results=results, force=force,
                    progress=progress, on_divergence=on_divergence, deadline=deadline, recompute_after=after,
@@ -761,7 +761,7 @@ def run_many(runs: Iterable[Run], *, train: Trainer, profile: str, device: str |
     check_record_profile(profile)
     check_device_name(device)
     runs = list(runs)
-    after = _commit_date(recompute_before) if recompute_before is not None else None
+    after = commit_date(recompute_before) if recompute_before is not None else None
     gpu_here = needs_gpu is None or resolve_device(device).type == "cuda"
     todo, left, elsewhere = [], set(), {}
     for r in runs:
@@ -807,4 +807,4 @@ __all__ = ["ENVELOPE", "FINAL_FIELDS", "FIRST_RESULTS_VERSION", "MIN_FREE_BYTES"
            "received_problem", "record_roots", "Trainer", "checkpoint_path",
            "environment_info", "json_default", "load_record", "load_available", "load_recorded", "record_path",
            "recorded_results_version", "results_version", "run_family", "run_many", "run_one", "run_together",
-           "write_json_atomic"]
+           "write_json_atomic", "commit_date", "git_state", "older_than", "read_record"]

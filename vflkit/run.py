@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, Sequence
 
 from .errors import ConfigError, VFLKitError
-from .studies.base import FAMILIES
+from .training import FAMILIES, load, run_class
 
 #: Fields a split-family run gets unless given: the demo study's paper tag (records of ad-hoc
 #: runs go to results/<profile>/demo/).
@@ -271,8 +271,6 @@ def listing() -> str:
 
 def build(family: str, fields: dict[str, Any]) -> Any:
     """The family's run config from ``fields`` (an unknown field is the run class's error)."""
-    from .study import run_class
-
     cls = run_class(family)  # an unknown family: a ConfigError listing the known ones
     if family == "split":
         fields = {**SPLIT_DEFAULTS, **fields}
@@ -338,12 +336,11 @@ def main(argv: list[str] | None = None) -> int:
         family = fields.pop("family", "split")
         check_fields(family, fields)  # before torch: unknown, missing, a method no one has
         from . import records
-        from .study import _load
 
         run = build(family, fields)
         path = records.record_path(run, args.profile, args.results)
         before = path.stat().st_mtime_ns if path.exists() else None
-        trainer = _load(FAMILIES[family][0])
+        trainer = load(FAMILIES[family].trainer)
         record = trainer.run(run, profile=args.profile, device=args.device, results=args.results, force=args.force)
     except VFLKitError as exc:  # what is wrong and what to do, without a traceback
         print(f"vflkit.run: {exc}", file=sys.stderr)

@@ -25,9 +25,9 @@ study are tasks of this one kind, so one scheduler serves every paper.
 - **A dead worker** (kill -9, out of memory) costs its runs one retry in a fresh pool, not the
   scheduler.
 - **Packed** (``pack``; by default on a GPU only, where it pays: ~1.0-1.2x on a CPU): the runs
-  of a study that differ in seed and dataset alone and that :mod:`vflkit.training.packed` can train as one
+  of a study that differ in seed and dataset alone and that :mod:`vflkit.training.split` can train as one
   batched computation (Multi-VFL's: the runs that share a round's shapes,
-  :mod:`vflkit.training.multi_owner_packed`) are one task (:func:`pack_tasks`), which writes each run's record as the
+  :mod:`vflkit.training.multi_owner`) are one task (:func:`pack_tasks`), which writes each run's record as the
   run alone would (its key, its path), its ``execution`` naming the pack. A pack checkpoints
   each of its runs as the run alone does (after every epoch, or Multi-VFL's round), and
   pauses at the deadline as a run does; the next call packs them again, or under a budget
@@ -65,8 +65,8 @@ from .errors import BudgetExhausted, ConfigError
 from .files import not_writable, pid_alive
 from .gpu import release_cached_memory
 
-__all__ = ["BudgetExhausted", "Task", "Summary", "schedule", "execute", "execute_pack", "pack_cost_s", "pack_tasks", "use_packs",
-           "ends_before", "SAFETY", "MAX_PACK", "acquire", "release", "lock_path", "lock_is_stale",
+__all__ = ["BudgetExhausted", "Task", "Summary", "schedule", "execute", "execute_pack", "PackCost", "sum_cost_s", "pack_tasks", "use_packs",
+           "ends_before", "SAFETY", "MAX_PACK", "GPU_WORKERS", "acquire", "release", "lock_path", "lock_is_stale",
            "lock_stale_reason", "recorded", "status_table", "worker_env", "default_workers", "check_workers"]
 
 
@@ -407,7 +407,7 @@ def execute_pack(task: Task, device: str, deadline: float | None,
     """Compute a pack's runs in this process, each under its own lock, as :func:`execute` does
     one run; its members' (key, status), in order. A run found recorded or locked by another
     process is left out of the pack; a lone run left computes alone. A pack the deadline stops
-    (checkpointed: :func:`vflkit.training.packed.train_pack`) is ``paused``, all its runs."""
+    (checkpointed: :func:`vflkit.training.split.train`) is ``paused``, all its runs."""
     if threads is not None:
         _init_worker(threads)
     out: dict[str, str] = {}
@@ -452,12 +452,14 @@ def run_task(task: Task, device: str, deadline: float | None, threads: int | Non
 # --------------------------------------------------------------------------- packs
 
 #: A pack starts only if its estimate times this ends before the deadline: the estimates are a
-#: factor 1.5 off for half the runs (:mod:`vflkit.costs`), and under a budget a pack that
+#: factor 1.5 off for half the runs (:mod:`vflkit.ops.pricing`), and under a budget a pack that
 #: pauses goes on unpacked. The launcher plans its windows with the same margin (a time-limited
 #: GPU machine's checkpoints are lost with it).
 SAFETY = 1.5
 #: At most this many runs in one pack (the scheduler's and the launcher's).
 MAX_PACK = 8
+#: Worker processes per GPU by default: a small-model run leaves most of a GPU idle.
+GPU_WORKERS = 8
 def ends_before(need_s: float, deadline: float | None) -> bool:
     """Whether work that needs ``need_s`` seconds, started now, ends before ``deadline`` (epoch
     seconds; None: no deadline)."""
@@ -467,31 +469,30 @@ def ends_before(need_s: float, deadline: float | None) -> bool:
 def use_packs(pack: bool | str, device: str) -> bool:
     """Whether the scheduler packs on ``device``: ``pack`` (True or False), or with "auto" on a
     CUDA device only (on a CPU a pack was measured at ~1.0-1.2x its runs one by one, ``python -m
-    vflkit.bench --packed``). Anything else is a ConfigError."""
+    vflkit.ops.bench --packed``). Anything else is a ConfigError."""
     if not (pack is True or pack is False or pack == "auto"):
         raise ConfigError(f"Invalid pack {pack!r}; choose True, False or 'auto' (pack on a CUDA device only)")
     return str(device).startswith("cuda") if pack == "auto" else bool(pack)
 
 
-def pack_cost_s(costs: Sequence[float | None], config: Any) -> float | None:
-    """A pack's estimate from its runs' estimates alone: its longest run's time times the packed
-    step's :func:`vflkit.costs.pack_ratio` for a pack of that many where the op table counts it
-    (C-VFL's seeds, Multi-VFL's runs: of one length), else their sum (no gain assumed); None if
-    one is unknown."""
-    from . import costs as cost_model
-
-    if not costs or None in costs:
-        return None
-    ratio = cost_model.pack_ratio(config, k=len(costs))
-    return max(costs) * ratio if ratio is not None else float(sum(costs))
+#: How a pack is priced from its runs' prices (seconds each, None: unknown) and its first run's
+#: config: the caller's (:func:`vflkit.ops.pricing.pack_cost_s`); by default their sum, what the
+#: runs take one after another.
+PackCost = Callable[[Sequence["float | None"], Any], "float | None"]
 
 
-def pack_tasks(tasks: Sequence[Task], *, budgeted: bool = False, max_size: int = MAX_PACK) -> list[Task]:
+def sum_cost_s(costs: Sequence[float | None], config: Any = None) -> float | None:
+    """A pack's seconds as its runs' one after another; None if one is unknown."""
+    return None if not costs or None in costs else float(sum(costs))  # type: ignore[arg-type]
+
+
+def pack_tasks(tasks: Sequence[Task], *, budgeted: bool = False, max_size: int = MAX_PACK,
+               pack_cost: PackCost = sum_cost_s) -> list[Task]:
     """``tasks`` with the runs that can be trained together replaced by one task per pack, at
     the place of its first run: a study's runs (payload ``family``/``config``/``profile``/
-    ``results``) that :func:`vflkit.training.packed.group_packs` groups (they differ in seed
+    ``results``) that :func:`vflkit.training.split.group_packs` groups (they differ in seed
     and dataset alone; Multi-VFL's, in anything but a round's shapes), at most ``max_size`` a pack. A pack's
-    fn is :func:`vflkit.training.packed.compute_pack`, its ``cost_s`` :func:`pack_cost_s` (None
+    fn is :func:`vflkit.training.split.compute_pack`, its ``cost_s`` ``pack_cost`` of its runs' (None
     if a run's is unknown), its priority its first run's. A run with a checkpoint packs only
     with runs checkpointed after the same epoch or round (a stopped pack's runs: the pack
     resumes them all), as a pack of runs checkpointed at other points would start over; one
@@ -526,7 +527,7 @@ def pack_tasks(tasks: Sequence[Task], *, budgeted: bool = False, max_size: int =
             pack = Task(key=f"pack:{members[0].key}x{len(members)}", path=members[0].path, fn=packed.compute_pack,
                         payload=[m.payload for m in members], priority=members[0].priority,
                         label=f"{members[0].label} and {len(members) - 1} more runs, packed",
-                        cost_s=pack_cost_s([m.cost_s for m in members], group[0]), members=members)
+                        cost_s=pack_cost([m.cost_s for m in members], group[0]), members=members)
             pack_of.update((m.key, pack) for m in members)
     out: list[Task] = []
     for t in tasks:
@@ -545,7 +546,7 @@ def default_workers(device: str) -> int:
     if str(device).startswith("cuda"):
         import torch
 
-        return 8 * max(1, torch.cuda.device_count())
+        return GPU_WORKERS * max(1, torch.cuda.device_count())
     return max(1, os.cpu_count() or 1)
 
 
@@ -665,11 +666,13 @@ def schedule(
     runs_per_worker: int | None = None,
     lock_wait_minutes: float | None = None,
     pack: bool | str = "auto",
+    pack_cost: PackCost = sum_cost_s,
 ) -> Summary:
     """Compute every task without a record, in priority order, ``workers`` at a time.
 
     ``pack``: train the runs that differ in seed and dataset alone as packs (:func:`pack_tasks`), one task
-    each; "auto" (the default) on a CUDA device only (:func:`use_packs`).
+    each; "auto" (the default) on a CUDA device only (:func:`use_packs`), priced by ``pack_cost``
+    from its runs' ``cost_s`` (the caller's prices: this module imports none).
 
     ``runs_per_worker``: how many runs a local worker process computes before it is replaced
     (``None``: no limit; ``1``: a fresh process per run).
@@ -706,7 +709,7 @@ def schedule(
         else:
             todo.append(t)
     if packing:
-        todo = pack_tasks(todo, budgeted=deadline is not None)
+        todo = pack_tasks(todo, budgeted=deadline is not None, pack_cost=pack_cost)
     by_key = {t.key: t for t in tasks} | {t.key: t for t in todo if t.members}
     bar = tqdm(total=len(tasks), initial=len(summary.recorded), desc="runs", disable=not progress)
     waiting: list[Task] = []  # locked by another process: wait for its record

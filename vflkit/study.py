@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
 import shutil
 import statistics
 import sys
@@ -26,17 +25,14 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from .config import PROFILES, KeyedRun, project_root, results_dir
+from .config import PROFILES, project_root, results_dir
 from .errors import ConfigError
 from .files import move_aside
 from .gpu import shared_gpu
 from .scheduler import Summary, Task, default_workers, schedule, status_table
 from . import studies
-from .studies.base import FAMILIES as _FAMILIES
+from .training import FAMILIES, load, run_class
 
-#: The protocol families by name: trainer module, run class and what a diverging run does
-#: (:data:`vflkit.studies.base.FAMILIES`; each study names its own, :attr:`Study.family`).
-FAMILIES = _FAMILIES
 
 
 def __getattr__(name: str) -> Any:
@@ -53,32 +49,13 @@ def _notebook_studies(notebooks: Sequence[Path]) -> dict[Path, str]:
     return {nb: by_name[nb.name] for nb in notebooks if nb.name in by_name}
 
 
-def _load(spec: str) -> Any:
-    module, _, name = spec.partition(":")
-    obj = importlib.import_module(module)
-    return getattr(obj, name) if name else obj
-
-
-def run_class(family: str) -> type[KeyedRun]:
-    """The run class of protocol ``family`` (:data:`FAMILIES`), e.g. ``RunConfig`` for "split":
-    a :class:`~vflkit.config.KeyedRun`, so its records are named by the one key scheme. An
-    unknown family is a ConfigError listing the known ones."""
-    if family not in FAMILIES:
-        raise ConfigError(f"Invalid family {family!r}; choose one of {', '.join(FAMILIES)}")
-    cls = _load(FAMILIES[family][1])
-    if not (isinstance(cls, type) and issubclass(cls, KeyedRun)):
-        raise ConfigError(f"family {family!r}: run class {FAMILIES[family][1]} is not a vflkit.config.KeyedRun "
-                          "(the one key scheme its records are filed by)")
-    return cls
-
-
 def compute(payload: dict[str, Any], *, device: str, deadline: float | None) -> None:
     """One run of a study, in a worker process (the scheduler's task function)."""
     from . import records
 
     trainer, _, on_div = FAMILIES[payload["family"]]
     run = run_class(payload["family"]).from_dict(payload["config"])
-    records.run_one(run, train=_load(trainer).train, profile=payload["profile"], device=device,
+    records.run_one(run, train=load(trainer).train, profile=payload["profile"], device=device,
                     results=Path(payload["results"]), progress=False, on_divergence=on_div, deadline=deadline)
 
 
@@ -94,7 +71,7 @@ def study_tasks(paper: str, profile: str, *, seeds: Any = None, overrides: dict[
 
     from . import records
 
-    stale_after = records._commit_date(recompute_before) if recompute_before is not None else None
+    stale_after = records.commit_date(recompute_before) if recompute_before is not None else None
 
     study = studies.get(paper)
     family = study.family
@@ -113,7 +90,7 @@ def study_tasks(paper: str, profile: str, *, seeds: Any = None, overrides: dict[
                 problem = records.record_problem(path, key=run.key, profile=profile)
                 if problem is not None:  # not a record at all: it is recomputed in any case
                     records.move_aside(path, problem)
-                elif records._older_than(json.loads(path.read_text()), stale_after):
+                elif records.older_than(json.loads(path.read_text()), stale_after):
                     move_aside(path, ".old")
             label = " ".join(str(v) for v in (getattr(run, "method", ""), getattr(run, "dataset", ""),
                                               getattr(run, "seed", "")) if v != "")
@@ -298,7 +275,7 @@ def status(papers: Sequence[str], *, profile: str, device: str = "auto", dataset
     resumes from a checkpoint or nothing estimates it), where that estimate comes from
     (``estimate``: "seeds", "ops" or "flops"), whether it is left for a GPU, and for those its estimated
     H100 minutes (``h100_min``) and their source (``h100_estimate``: "ops", "flops" or "study"), from
-    :func:`vflkit.costs.price`, the estimator the report's pending cells use."""
+    :func:`vflkit.ops.pricing.price`, the estimator the report's pending cells use."""
     from .config import resolve_device
 
     dev = str(resolve_device(device))
@@ -332,13 +309,13 @@ def _task_runs(tasks: Sequence[Task]) -> dict[str, list[tuple[int, Any]]]:
 
 
 def _h100_prices(tasks: Sequence[Task]) -> list[tuple[float | None, str | None]]:
-    """Each task's H100 minutes and their source, from :func:`vflkit.costs.price` (H100 minutes
+    """Each task's H100 minutes and their source, from :func:`vflkit.ops.pricing.price` (H100 minutes
     only: a study's CPU-hour rule prices no GPU)."""
-    from . import costs
+    from .ops import pricing
 
     out: list[tuple[float | None, str | None]] = [(None, None)] * len(tasks)
     for paper, runs in _task_runs(tasks).items():
-        priced = costs.price(studies.get(paper), [r for _, r in runs])
+        priced = pricing.price(studies.get(paper), [r for _, r in runs])
         for (i, _), m, src in zip(runs, priced["h100_min"], priced["source"]):
             if m == m and m is not None:  # not NaN
                 out[i] = (float(m), src)
@@ -366,6 +343,7 @@ def compute_pending(papers: list[str], *, profile: str, device: str = "auto", wo
     workers, start CUDA MPS for them where it can, or say why not (:func:`vflkit.gpu.shared_gpu`)."""
     from .config import resolve_device
 
+    from .ops.pricing import pack_cost_s
     from .records import is_valid_record
 
     dev = str(resolve_device(device))
@@ -376,7 +354,7 @@ def compute_pending(papers: list[str], *, profile: str, device: str = "auto", wo
         if said:
             print(f"[study] {said}", flush=True)
         summary = schedule(tasks, device=dev, workers=workers, budget_minutes=budget_minutes, executor=executor,
-                           progress=progress, lock_wait_minutes=lock_wait_minutes, pack=pack)
+                           progress=progress, lock_wait_minutes=lock_wait_minutes, pack=pack, pack_cost=pack_cost_s)
     summary.needs_gpu = [t.key for t in gpu if not is_valid_record(t.path, key=t.key)]
     left = [t for t in tasks if not is_valid_record(t.path, key=t.key)]
     summary.left_estimated_s = sum(t.cost_s for t in left if t.cost_s is not None)
@@ -415,14 +393,16 @@ def _rateless_key(family: str, config: dict[str, Any]) -> str | None:
 TWIN_DATASETS: dict[str, str] = {"mnist": "fashion_mnist", "fashion_mnist": "mnist"}
 
 
-def estimate_costs(tasks: Sequence[Task], device: str) -> list[Task]:
+def estimate_costs(tasks: Sequence[Task], device: str, *, lanes: int | None = None) -> list[Task]:
     """``tasks`` with ``cost_s`` set for each one without a record: the median wall time of the
     recorded runs that differ from it only in the seed, made on the same kind of device (``cpu``
     or ``cuda``); where none is recorded, those that differ in the seed and the dataset's twin
     (:data:`TWIN_DATASETS`: MNIST for FashionMNIST and back); where neither is, those of the same
     run at another learning rate, for a run with an ``lr`` (a step costs the same at any rate, while
     its FLOPs can miss the wall time several-fold); where none is, its training FLOPs over the
-    FLOP/s the committed records of its family measured on that kind (:mod:`vflkit.costs`).
+    FLOP/s the committed records of its family measured on that kind, or on a GPU its
+    launch-bound price with ``lanes`` processes sharing it (:func:`vflkit.ops.pricing.estimate`).
+    ``device``: ``cpu``, ``cuda[:N]`` or a GPU kind (``h100``, ``h200``: priced as that card).
     ``payload["cost_source"]`` says which: "seeds", "twin seeds", "rate seeds", "ops" (a
     launch-bound GPU estimate) or "flops".
     Seeds made on this machine's kind of CPU (its name and instruction set; on a GPU, the card's
@@ -438,7 +418,8 @@ def estimate_costs(tasks: Sequence[Task], device: str) -> list[Task]:
 
     from .records import checkpoint_path, is_valid_record, record_roots
 
-    kind = device.split(":")[0]
+    model_kind = device.split(":")[0]
+    kind = "cpu" if model_kind == "cpu" else "cuda"  # records name the device, not the card
     pending = [t for t in tasks if not is_valid_record(t.path, key=t.key) and not checkpoint_path(t.path).exists()]
     families = {t.path.parent: t.payload["family"] for t in pending}
     # and the same study's records in the other record root (the committed ones)
@@ -475,7 +456,7 @@ def estimate_costs(tasks: Sequence[Task], device: str) -> list[Task]:
                 if walls := [w for w, same in found[key][source].values() if same or not here_only]:
                     estimates[key] = (statistics.median(walls), source)
     for t in pending:
-        if t.key not in estimates and (got := _model_estimate(t, kind)) is not None:
+        if t.key not in estimates and (got := _model_estimate(t, model_kind, lanes)) is not None:
             estimates[t.key] = got
     return [dataclasses.replace(t, cost_s=estimates[t.key][0], payload={**t.payload, "cost_source": estimates[t.key][1]})
             if t.key in estimates else t for t in tasks]
@@ -496,17 +477,17 @@ def _machine_kind(kind: str, env: dict[str, Any] | None = None) -> tuple[Any, ..
     return (env.get("device_name"),) if kind == "cuda" else (env.get("cpu"), env.get("cpu_capability"))
 
 
-def _model_estimate(task: Task, kind: str) -> tuple[float, str] | None:
-    """(seconds, "ops" or "flops") from the cost model (:func:`vflkit.costs.estimate`), None
-    where it has no count or no rate for ``kind``."""
-    from . import costs
+def _model_estimate(task: Task, kind: str, lanes: int | None = None) -> tuple[float, str] | None:
+    """(seconds, "ops" or "flops") from the prices (:func:`vflkit.ops.pricing.estimate`), None
+    where they have no count or no rate for ``kind``."""
+    from .ops import pricing  # the operating wing above: this CLI prints its prices
 
     family = task.payload["family"]
     try:
         run = run_class(family).from_dict(task.payload["config"])
     except Exception:  # a config its class refuses has no estimate (running it will say why)
         return None
-    return costs.estimate(run, kind, family)
+    return pricing.estimate(run, kind, family, lanes)
 
 
 def only_datasets(tasks: Sequence[Task], datasets: Sequence[str]) -> list[Task]:
@@ -556,7 +537,7 @@ def _print_status(papers: Sequence[str], *, show_all: bool = False, **kwargs: An
     (running, checkpointed, broken); every run, one row each, with ``show_all``."""
     import pandas as pd
 
-    from . import costs
+    from .ops.pricing import GPU_LABEL
 
     table = status(papers, **kwargs)
     profile = kwargs["profile"]
@@ -585,7 +566,7 @@ def _print_status(papers: Sequence[str], *, show_all: bool = False, **kwargs: An
             print(f"  {row.run} [{row.setting}] {row.key}: {row.status}")
         print("[study] every run, one row each: --status --all")
     if possible.needs_gpu.any() and possible.h100_min.notna().any():
-        print(f"[study] H100-minutes from flops are {costs.H100_LABEL}; from study: the study's own rule")
+        print(f"[study] H100-minutes from ops or flops are {GPU_LABEL}; from study: the study's own rule")
     return 0
 
 

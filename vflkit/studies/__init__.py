@@ -17,6 +17,7 @@ import pkgutil
 from types import MappingProxyType
 from typing import Any, Mapping
 
+from ..config import add_papers, drop_paper
 from .base import FAMILIES, Artefact, Study
 
 _REGISTRY: dict[str, Study] = {}
@@ -40,13 +41,24 @@ def register(study: Study) -> Study:
     old = _REGISTRY.get(study.name)
     if old is not None and old is not study:
         raise ConfigError(f"a study named {study.name!r} is registered already ({old.title})")
+    from ..claims import declare  # here: a study module imports the claims anyway
+
     _REGISTRY[study.name] = study
+    add_papers(study.name)
+    declare(study)
     return study
 
 
 def unregister(name: str) -> Study | None:
     """Remove the study ``name`` (a test's toy study); returns it, or None if none was registered."""
-    return _REGISTRY.pop(name, None)
+    from ..claims import forget
+
+    if name not in module_names():
+        drop_paper(name)
+    study = _REGISTRY.pop(name, None)
+    if study is not None:
+        forget(study)
+    return study
 
 
 @functools.cache
@@ -55,6 +67,9 @@ def module_names() -> tuple[str, ...]:
     of its name (the records' ``paper``)."""
     return tuple(sorted(info.name for info in pkgutil.iter_modules(__path__)
                         if info.name not in _NOT_STUDIES and not info.name.startswith("_")))
+
+
+add_papers(*module_names())  # a run may name a study module before it is imported
 
 
 def _load_all() -> None:

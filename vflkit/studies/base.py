@@ -13,31 +13,16 @@ pandas): ``python -m vflkit.study --help`` reads the family table without loadin
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, NamedTuple, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, Sequence
+
+from ..errors import ConfigError
+from ..training import FAMILIES, Family, load
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from ..claims import Claim
 
-
-class Family(NamedTuple):
-    """A protocol family: its trainer module, its run class (``module:Name``) and what a run that
-    diverges does (``"record"``: the run's record says so; ``"raise"``: an error)."""
-
-    trainer: str
-    run_class: str
-    on_divergence: str = "raise"
-
-
-#: The protocol families by name. VFedMH's tables report the runs that diverge at the paper's
-#: settings, so the split family records divergence instead of raising.
-FAMILIES: dict[str, Family] = {
-    "split": Family("vflkit.training.split", "vflkit.methods.base:RunConfig", "record"),
-    "multi_owner": Family("vflkit.training.multi_owner", "vflkit.methods.multi_vfl:MultiVFLConfig", "raise"),
-    "one_shot": Family("vflkit.training.one_shot", "vflkit.training.one_shot:OneShotRun", "raise"),
-    "tiles": Family("vflkit.training.tiles", "vflkit.training.tiles:TilesRun", "raise"),
-}
 
 #: A study's runs under one profile, by group (artefact): ``configs`` may return a flat list,
 #: which :meth:`Study.groups` files under this one name.
@@ -154,8 +139,11 @@ class Study:
     variant_claims: Sequence[Claim] = ()  # the same clauses on our variants (VARIANT_CLAIMS)
     needs_gpu: Callable[[Any], bool] = lambda run: False
     run_priority: Callable[[Any, int], tuple] = headline_first  # (run, rank of its group) -> sort key
+    #: the runs a GPU measurement under ``results/device/`` timed (a calibration file's rows, a
+    #: stopped run), for pricing to read the measurement against (:mod:`vflkit.ops.pricing`)
+    calibration: Callable[[], Sequence[Any]] = lambda: ()
     #: the study's own measured-cost rule for pending paper-profile runs that the FLOP count
-    #: cannot price (:func:`vflkit.costs.price` asks it only for those; columns ``needs``
+    #: cannot price (:func:`vflkit.ops.pricing.price` asks it only for those; columns ``needs``
     #: "GPU"/"CPU", ``h100_min``, ``cpu_h``); None: no rule, such a run has no estimate
     pending_cost: Callable[[Sequence[Any]], pd.DataFrame] | None = None
     unavailable: Callable[[Sequence[Any]], list[Any]] = lambda runs: []  # runs on data that is not here
@@ -208,12 +196,8 @@ class Study:
         """``cfg`` (what ``configs`` returned) as group -> runs, each run checked to be one of the
         family's run class: anything else is a ConfigError naming the study and what it returned
         (the scheduler and the report would otherwise fail far away, on a missing ``key``)."""
-        import importlib
-
-        from ..errors import ConfigError
-
-        module, name = FAMILIES[self.family].run_class.split(":")
-        cls = getattr(importlib.import_module(module), name)
+        name = FAMILIES[self.family].run_class.partition(":")[2]
+        cls = load(FAMILIES[self.family].run_class)
         where = f"study {self.name!r}: configs({profile!r}) returned"
         want = f"return a list of {name} runs (the {self.family!r} family's), or a dict of group -> such lists"
         def listed(runs: Any) -> list[Any] | None:  # a list, tuple or generator of runs; None otherwise
@@ -288,11 +272,11 @@ class Study:
     def pending(self, profile: str, *, label: str | None = None, seeds: Any = None,
                 overrides: dict[str, Any] | None = None) -> pd.DataFrame:
         """The runs of the profile (of artefact ``label``'s only, where given) that have no record
-        and can be made here (not :attr:`unavailable`), one row each: :attr:`describe`'s columns and their price (:func:`vflkit.costs.price`:
+        and can be made here (not :attr:`unavailable`), one row each: :attr:`describe`'s columns and their price (:func:`vflkit.ops.pricing.price`:
         ``needs``, ``h100_min``, ``cpu_h``). Nothing is trained."""
         import pandas as pd
 
-        from .. import costs
+        from ..ops import pricing as costs
         from .. import records as store
 
         groups = self.groups(profile, seeds=seeds, overrides=overrides)

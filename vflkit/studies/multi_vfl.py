@@ -626,11 +626,11 @@ def figure3(records: Sequence[dict[str, Any]]) -> tuple[plt.Figure, pd.DataFrame
 def pending_cost(runs: Sequence[MultiVFLConfig]) -> pd.DataFrame:
     """The price of pending paper-profile runs, run by run: rounds x :data:`ROUND_CPU_SECONDS`
     (this project's CPU, one worker per core) in CPU hours, and the H100 minutes of
-    :func:`vflkit.costs.multi_vfl_minutes` (from the rounds one paper run made on an H200) where
+    :func:`vflkit.ops.pricing.minutes` (from the rounds one paper run made on an H200) where
     that measurement is committed."""
-    from .. import costs
+    from ..ops import pricing as costs
 
-    minutes = [costs.multi_vfl_minutes(c) for c in runs]
+    minutes = [costs.minutes(c) for c in runs]
     return pd.DataFrame({"needs": ["GPU" if m is not None else "CPU" for m in minutes],
                          "h100_min": [np.nan if m is None else m for m in minutes],
                          "cpu_h": [c.rounds * ROUND_CPU_SECONDS["paper"] / 3600 for c in runs]})
@@ -672,4 +672,5 @@ STUDY = register(Study(
                  lambda groups, records, profile: long_traffic(bytes_per_round(records), profile)),
     ),
     claims=CLAIMS, needs_gpu=needs_gpu, pending_cost=pending_cost, beyond=beyond, describe=describe,
+    calibration=lambda: configs("paper"),
 ))

@@ -191,7 +191,7 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
 
 
 def needs_gpu(config: RunConfig) -> bool:
-    """The ResNet runs (Table II's second model set): a GPU's work (:func:`vflkit.costs.h100_minutes`)."""
+    """The ResNet runs (Table II's second model set): a GPU's work (:func:`vflkit.ops.pricing.minutes`)."""
     return any(m in RESNETS for m in config.models)
 
 
@@ -1203,4 +1203,5 @@ STUDY = register(Study(
     ),
     claims=CLAIMS, variant_claims=VARIANT_CLAIMS, needs_gpu=needs_gpu, run_priority=run_priority,
     beyond=beyond, describe=describe,
+    calibration=lambda: [c for c in configs("paper")["table2"] if c.dataset == "cifar10" and c.seed == 0 and needs_gpu(c)],
 ))

@@ -26,7 +26,52 @@ start.
 from __future__ import annotations
 
 import functools
-from typing import Any
+import importlib
+from typing import Any, NamedTuple
+
+from ..config import KeyedRun
+from ..errors import ConfigError
+
+
+class Family(NamedTuple):
+    """A protocol family: its trainer module, its run class (``module:Name``) and what a run that
+    diverges does (``"record"``: the run's record says so; ``"raise"``: an error)."""
+
+    trainer: str
+    run_class: str
+    on_divergence: str = "raise"
+
+
+#: The protocol families by name, beside their trainers (each study names its own,
+#: :attr:`vflkit.studies.base.Study.family`). VFedMH's tables report the runs that diverge at
+#: the paper's settings, so the split family records divergence instead of raising.
+FAMILIES: dict[str, Family] = {
+    "split": Family("vflkit.training.split", "vflkit.methods.base:RunConfig", "record"),
+    "multi_owner": Family("vflkit.training.multi_owner", "vflkit.methods.multi_vfl:MultiVFLConfig", "raise"),
+    "one_shot": Family("vflkit.training.one_shot", "vflkit.training.one_shot:OneShotRun", "raise"),
+    "tiles": Family("vflkit.training.tiles", "vflkit.training.tiles:TilesRun", "raise"),
+}
+
+
+def load(spec: str) -> Any:
+    """The module ``module``, or the object ``name`` in it, of a ``module[:name]`` spec (a
+    family's trainer or run class), imported on first use: the registry stays light."""
+    module, _, name = spec.partition(":")
+    obj = importlib.import_module(module)
+    return getattr(obj, name) if name else obj
+
+
+def run_class(family: str) -> type[KeyedRun]:
+    """The run class of protocol ``family`` (:data:`FAMILIES`), e.g. ``RunConfig`` for "split":
+    a :class:`~vflkit.config.KeyedRun`, so its records are named by the one key scheme. An
+    unknown family is a ConfigError listing the known ones."""
+    if family not in FAMILIES:
+        raise ConfigError(f"Invalid family {family!r}; choose one of {', '.join(FAMILIES)}")
+    cls = load(FAMILIES[family].run_class)
+    if not (isinstance(cls, type) and issubclass(cls, KeyedRun)):
+        raise ConfigError(f"family {family!r}: run class {FAMILIES[family].run_class} is not a "
+                          "vflkit.config.KeyedRun (the one key scheme its records are filed by)")
+    return cls
 
 
 def dataset(name: str) -> Any:

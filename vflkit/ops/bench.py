@@ -1,4 +1,4 @@
-"""Benchmark: what the VFL machinery costs. ``python -m vflkit.bench`` (or ``make bench``).
+"""Benchmark: what the VFL machinery costs. ``python -m vflkit.ops.bench`` (or ``make bench``).
 
 Prints samples per second of a SplitNN training step run through vflkit's parties, channel
 and ledger, against the same party models trained as one plain PyTorch model (the bottoms on
@@ -8,7 +8,7 @@ embedding and back-propagated separately), splits that difference into what spli
 costs anyway and what vflkit's parties, channel and ledger add. The target is an overhead of
 at most 15 % of a step on CPU.
 
-With ``--packed`` it prints instead, per method that packs (:mod:`vflkit.training.packed`),
+With ``--packed`` it prints instead, per method that packs (:mod:`vflkit.training.split`),
 samples/s of K runs stepped one after another against the same K runs as one packed step (and
 that step captured in a CUDA graph and replayed, on a GPU). With
 ``--multi-vfl``, the CPU seconds of a Multi-VFL quick-profile round, split into split-learning
@@ -45,7 +45,7 @@ METHODS: dict[str, tuple[str, dict]] = {
 
 def _parser() -> argparse.ArgumentParser:
     """The command line, defined before the heavy imports below."""
-    parser = argparse.ArgumentParser(prog="python -m vflkit.bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m vflkit.ops.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["mlp", "cnn", "lenet"], help="party models to time")
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS), metavar="METHOD",
                         help=f"methods to time (default all; quote a name with spaces): {', '.join(METHODS)}")
@@ -53,7 +53,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeats", type=int, default=100, help="timed steps per setting")
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda[:N]")
     parser.add_argument("--packed", action="store_true",
-                        help="samples/s of K runs one after another vs packed (vflkit.training.packed)")
+                        help="samples/s of K runs one after another vs packed (vflkit.training.split)")
     parser.add_argument("--pack-size", type=int, default=4, help="K, the runs per pack (with --packed)")
     parser.add_argument("--json", type=Path, default=None,
                         help="with --packed: also write the rows here (a GPU's file under results/device/ gives the "
@@ -67,18 +67,26 @@ def _parser() -> argparse.ArgumentParser:
 
 
 if __name__ == "__main__":
-    # `python -m vflkit.bench --help` (or a bad argument) answers here, before the imports below
+    # `python -m vflkit.ops.bench --help` (or a bad argument) answers here, before the imports below
     # load torch and the methods: seconds, a minute on a loaded machine
     _parser().parse_args()
 
 import torch
 import torch.nn.functional as F
 
-from .comm import Channel, Party
-from .methods import RunConfig
-from .methods import get_method
-from .partition import strips
-from .secure import DeferredChecks, benchmark_masking
+from ..comm import Channel, Party
+from ..methods import RunConfig
+from ..methods import get_method
+from ..partition import strips
+from ..secure import DeferredChecks, benchmark_masking
+from ..data import ImageData
+from ..methods import METHODS as METHOD_CLASSES
+from ..methods.multi_vfl import MultiVFL
+from ..studies.multi_vfl import configs
+from ..training import counting
+from ..training.graphs import graph_blocker, WARMUP_STEPS
+from ..training.multi_owner import RoundPack
+from ..training.split import Pack, PACKED_STEPS
 
 
 def _setup(model: str, n_parties: int, batch: int, n: int, embedding_dim: int, seed: int = 0, *,
@@ -251,15 +259,12 @@ def bench_methods(models: list[str], *, methods: dict[str, tuple[str, dict]] | N
 
 def _packed_methods() -> tuple[str, ...]:
     """One method per step the packed trainer mirrors, the first registered with that step: a
-    step mirrored in :data:`vflkit.training.packed.PACKED_STEPS` is benchmarked without an edit
+    step mirrored in :data:`vflkit.training.split.PACKED_STEPS` is benchmarked without an edit
     here (its subclasses that keep the step, PyVertical say, would time the same code)."""
-    from .methods import METHODS
-    from .training.split import PACKED_STEPS
-
-    return tuple(next(n for n, cls in METHODS.items() if cls.step is step) for step in PACKED_STEPS)
+    return tuple(next(n for n, cls in METHOD_CLASSES.items() if cls.step is step) for step in PACKED_STEPS)
 
 
-#: The methods the packed trainer mirrors, derived from vflkit.training.packed.PACKED_STEPS.
+#: The methods the packed trainer mirrors, derived from vflkit.training.split.PACKED_STEPS.
 PACKED_METHODS: tuple[str, ...] = _packed_methods()
 
 
@@ -269,13 +274,11 @@ def bench_packed(models: list[str], *, methods: Sequence[str] = PACKED_METHODS, 
                  device: str = "cpu") -> list[dict[str, float | str]]:
     """Samples/s of ``pack_size`` runs (seeds 0..K-1) trained step by step one after another
     (``alone``), and of the same runs as one packed step per way of stacking them
-    (:data:`vflkit.training.packed.STACKINGS`; ``auto``: as the trainer stacks them on this
+    (:data:`vflkit.training.split.STACKINGS`; ``auto``: as the trainer stacks them on this
     device); medians over ``blocks`` blocks of ``steps`` steps, alternated block by block so that
     drifts in machine load hit all alike. ``graphs``: the trainer's pack (``auto``) with its step
     captured and replayed (:mod:`vflkit.training.graphs`: CUDA graphs on a GPU; on a CPU the
     tape, a stand-in with no speed-up), where it can be."""
-    from .training.graphs import WARMUP_STEPS, graph_blocker
-    from .training.split import Pack
 
     rows = []
     for name in methods:
@@ -341,9 +344,7 @@ def graphs_check(method: str, model: str, *, pack_size: int, batch: int, device:
     largest difference of any parameter (``graphs_max_abs_diff``), beside the same measure for
     a second eager pack (``eager_max_abs_diff``: the eager step's own run-to-run noise, 0 unless
     a kernel is not deterministic). What a GPU job's first call reads before CUDA graphs are
-    trusted with records (:func:`vflkit.launcher.graphs_verdict`); 0 and 0 on a CPU's tape."""
-    from .training.graphs import WARMUP_STEPS
-    from .training.split import Pack
+    trusted with records (:func:`vflkit.ops.launcher.graphs_verdict`); 0 and 0 on a CPU's tape."""
 
     def build() -> Pack:
         return Pack([_setup(model, 4, batch, batch * 8, 128, seed=k, method=method, device=device)[0]
@@ -367,19 +368,18 @@ def graphs_check(method: str, model: str, *, pack_size: int, batch: int, device:
 
 def step_cost(method: str, model: str, batch: int, pack_size: int | None = None) -> dict[str, float]:
     """One run's training step in the benchmark's setting: the torch operations it dispatches
-    and the FLOPs it computes (:mod:`vflkit.costs`, the cost model's own counts), so that a
+    and the FLOPs it computes (:mod:`vflkit.training.counting`), so that a
     timed row gives seconds per operation and FLOP/s; with ``pack_size``, also the operations of
     one vmapped packed step of that many runs (``packed_ops_per_step``; C-VFL's with its parties
     apart too, ``packed_apart_ops_per_step``), whose time per operation tells whether a pack is
     launch-bound as the runs alone are."""
-    from . import costs
 
-    setting = costs.bench_setting(method, model, batch)
-    out = {"ops_per_step": float(costs.count_step_ops(setting)), "flops_per_step": costs.step_flops(setting)}
+    setting = counting.bench_setting(method, model, batch)
+    out = {"ops_per_step": float(counting.count_step_ops(setting)), "flops_per_step": counting.step_flops(setting)}
     if pack_size:
-        out["packed_ops_per_step"] = float(costs.count_step_ops(setting, pack=pack_size))
+        out["packed_ops_per_step"] = float(counting.count_step_ops(setting, pack=pack_size))
         if method == "c_vfl":
-            out["packed_apart_ops_per_step"] = float(costs.count_step_ops(setting, pack=pack_size, group_parties=False))
+            out["packed_apart_ops_per_step"] = float(counting.count_step_ops(setting, pack=pack_size, group_parties=False))
     return out
 
 
@@ -396,15 +396,11 @@ def bench_multi_vfl(*, rounds: int = 3, scenario: str = "4niid", server_optimize
     split-learning step of the same models written as one plain model (the embeddings cut from
     the graph, as by hand), which splits a step into model compute and vflkit's parties, channel
     and ledger. The training of a round is also timed with its K label-owner chains packed
-    (a :class:`~vflkit.training.multi_owner_packed.RoundPack` held across rounds, as the packed
+    (a :class:`~vflkit.training.multi_owner.RoundPack` held across rounds, as the packed
     trainer holds it; vmapped and looped), on runs of their own. Process CPU time: other work
     on the machine inflates it less than the wall clock (through shared caches, not at all
     through waiting).
     """
-    from .data import ImageData
-    from .methods.multi_vfl import MultiVFL
-    from .studies.multi_vfl import configs
-    from .training.multi_owner import RoundPack
 
     config, = [c for c in configs("quick", seeds=[seed], overrides=overrides)
                if (c.dataset, c.scenario, c.server_optimizer) == ("mnist", scenario, server_optimizer)]
@@ -513,7 +509,7 @@ def _in_process(env: dict[str, str], args: list[str]) -> Any:
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-m", "vflkit.bench", *args], env={**os.environ, **env},
+    out = subprocess.run([sys.executable, "-m", "vflkit.ops.bench", *args], env={**os.environ, **env},
                          capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -619,7 +615,7 @@ def _print_packed(args: argparse.Namespace, where: str) -> None:
     print(f"torch {torch.__version__}, {where}, {torch.get_num_threads()} threads; batch {args.batch} per run, "
           f"4 parties on 28x7 MNIST strips, embedding 128; K = {args.pack_size} runs (seeds 0..{args.pack_size - 1})")
     print("samples/s of all K runs: stepped one after another (alone) vs one packed step, as the trainer stacks it "
-          "here (auto), grouped, vmapped or looped over the stacked slices (vflkit.training.packed.STACKINGS); medians of 3 "
+          "here (auto), grouped, vmapped or looped over the stacked slices (vflkit.training.split.STACKINGS); medians of 3 "
           f"blocks of {args.steps} steps, alternated; ops: torch operations one run's step dispatches, "
           "us/op: a step alone over them (launch-bound when steady across models); TFLOP/s of all K runs")
     print("C-VFL's packs stack its alike parties too (vmap, loop); 'apart': vmapped with each party apart. "

@@ -1,5 +1,5 @@
 """The time-limited GPU launcher: every pending GPU run of every study, planned into short
-windows on a bare machine, and executed there through the same engine as ``make study`` (issue 40).
+windows on a bare machine, and executed there through the same engine as ``make study``.
 
 A *window* is one time-limited job on a GPU machine (a notebook-hosted or preemptible GPU, a
 cluster job with a wall-time limit): a bare machine, held from its first call until it goes
@@ -8,7 +8,7 @@ working tree and carry at most :data:`CARRY_LIMIT_BYTES` beside it, with no netw
 This module is a thin layer over the engine, not a second one: a run is computed by
 :func:`vflkit.study.compute` (the scheduler's task function, which
 ``make study PROFILE=paper DEVICE=cuda`` and a notebook with ``device="cuda"`` use too), or, for
-runs that differ in seed and dataset alone, by :func:`vflkit.training.packed.compute_pack` (the scheduler's task function of a
+runs that differ in seed and dataset alone, by :func:`vflkit.training.split.compute_pack` (the scheduler's task function of a
 pack, which ``make study`` uses on a GPU too). What the layer adds:
 
 * :func:`plan` -- the pending GPU runs of every registered study (a study's ``needs_gpu``; a run
@@ -42,7 +42,7 @@ pack, which ``make study`` uses on a GPU too). What the layer adds:
   command executed with a stand-in (a smoke-profile run of the same study on the same dataset
   instead of each planned run) and the records received back; a stand-in that fails fails it.
 
-Command line: ``python -m vflkit.launcher plan|prepare|dry-run`` here; ``check``, ``unpack``,
+Command line: ``python -m vflkit.ops.launcher plan|prepare|dry-run`` here; ``check``, ``unpack``,
 ``start``, ``lane``, ``collect`` on the GPU machine (the call scripts say which); ``receive``
 here, on the files a call brought back; ``pack`` (here) writes CIFAR-10's packed arrays, which
 ``prepare --packed`` cuts into chunks.
@@ -73,45 +73,80 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 # The engine's rules, shared with `make study`: a run is planned (and, on the machine, started)
 # only if its estimate times SAFETY ends before the deadline (ends_before), and a pack holds at
 # most MAX_PACK runs. The scheduler imports no torch: --help stays quick.
-from .scheduler import MAX_PACK, SAFETY, ends_before
+from ..scheduler import GPU_WORKERS, MAX_PACK, SAFETY, ends_before
+from .. import studies
+from ..config import data_root as default_root, project_root, results_dir
+from ..errors import ConfigError, DatasetCorruptError
+from ..files import pid_alive, write_json
+from ..scheduler import lock_is_stale, lock_path, Task
+from ..study import compute, estimate_costs, run_class, study_tasks
 
 #: The planning stages, a line each (:func:`plan`): the command line shows them on stderr; a
 #: library caller sees them where it configures :mod:`logging` to.
 _log = logging.getLogger(__name__)
 
 # --------------------------------------------------------------------------- the machine's limits
-# A time-limited GPU machine's limits, as parameters: the defaults below describe one such
-# machine (a job of a quarter of an hour, short calls, a capped carry); another fits by changing them.
 
-#: One job's device time: every call, the machine's start, idle waits and the give-back
-#: together. A job runs one window, so the windows a plan needs are the jobs it needs.
-DEVICE_TIME_S = 15 * 60
-#: The device time a window leaves for giving the machine back (an explicit release, or the
-#: idle time before the machine is reclaimed after the last call, which counts the same).
-GIVE_BACK_S = 60
-#: A window's default length: a job's device time less the give-back.
-DEFAULT_DEADLINE_S = DEVICE_TIME_S - GIVE_BACK_S
-#: No machine is started with less device time left than this (a limit of the machine's provider).
-MIN_START_LEFT_S = 4 * 60
-#: One call's command may run this long (a per-call wall-time limit).
-CALL_LIMIT_S = 600
-#: What travels with one call: the working tree plus the carried paths.
-CARRY_LIMIT_BYTES = 64 * 2**20
+
+@dataclass(frozen=True)
+class Machine:
+    """The limits of one kind of time-limited GPU machine, as a plan needs them: how long a job
+    holds it, how it is reached (calls of a limited length, each carrying the working tree and at
+    most ``carry_bytes`` beside it, each returning at most ``return_files`` files), and what its
+    start and each call cost. A job runs one window."""
+
+    name: str
+    job_s: float  # one job's time: every call, the machine's start and its give-back together
+    give_back_s: float  # what a window leaves for handing the machine back (or its idle reclaim)
+    min_start_left_s: float  # no machine starts with less of a job's time left
+    call_limit_s: float  # one call's command may run this long
+    carry_bytes: int  # what travels with one call: the working tree plus the carried paths
+    return_files: int  # files that come back from one call's $OUT
+    command_chars: int  # a call's command line, at most
+    start_s: float  # a bare machine's start, before the first call's command runs
+    call_overhead_s: float  # each call's own cost besides its command: transfers there and back
+
+    @property
+    def deadline_s(self) -> float:
+        """A window's default length: a job's time less its give-back."""
+        return self.job_s - self.give_back_s
+
+
+#: Named machines. ``short-calls``: a quarter-hour job reached by ten-minute calls that carry
+#: 64 MiB (a shared accelerator pool); ``notebook``: a notebook-hosted GPU session of a few
+#: hours whose cells are the calls; ``preemptible``: an hour on a spot instance reached over ssh;
+#: ``wall-time``: a cluster job with a wall-time limit, its files on a shared disk.
+MACHINES: dict[str, Machine] = {m.name: m for m in (
+    Machine("short-calls", job_s=15 * 60, give_back_s=60, min_start_left_s=4 * 60, call_limit_s=600,
+            carry_bytes=64 * 2**20, return_files=8, command_chars=2000, start_s=120.0, call_overhead_s=45.0),
+    Machine("notebook", job_s=4 * 3600, give_back_s=120, min_start_left_s=10 * 60, call_limit_s=3600,
+            carry_bytes=2**30, return_files=1000, command_chars=100_000, start_s=180.0, call_overhead_s=60.0),
+    Machine("preemptible", job_s=3600, give_back_s=120, min_start_left_s=5 * 60, call_limit_s=3600,
+            carry_bytes=8 * 2**30, return_files=10_000, command_chars=100_000, start_s=300.0, call_overhead_s=30.0),
+    Machine("wall-time", job_s=4 * 3600, give_back_s=300, min_start_left_s=0, call_limit_s=4 * 3600,
+            carry_bytes=64 * 2**30, return_files=10**6, command_chars=100_000, start_s=300.0, call_overhead_s=30.0),
+)}
+#: The machine a plan is made for unless told otherwise (``--machine``).
+DEFAULT_MACHINE = MACHINES["short-calls"]
+
+# The default machine's limits, by name: what the planning functions read unless given a machine.
+DEVICE_TIME_S = DEFAULT_MACHINE.job_s
+GIVE_BACK_S = DEFAULT_MACHINE.give_back_s
+DEFAULT_DEADLINE_S = DEFAULT_MACHINE.deadline_s
+MIN_START_LEFT_S = DEFAULT_MACHINE.min_start_left_s
+CALL_LIMIT_S = DEFAULT_MACHINE.call_limit_s
+CARRY_LIMIT_BYTES = DEFAULT_MACHINE.carry_bytes
 #: The working tree is counted in blocks of this size (a file of 1 byte takes one): see :func:`tree_bytes`.
 TREE_BLOCK = 4096
-#: What comes back from one call's $OUT: at most this many files.
-RETURN_FILES = 8
-#: A call's command line, at most this many characters.
-COMMAND_CHARS = 2000
-#: A bare machine's start, spent before the first call's command runs (a cold start: minutes).
-MACHINE_START_S = 120.0
-#: Each call's own cost besides its command: the tree's transfer there and the files' back.
-CALL_OVERHEAD_S = 45.0
+RETURN_FILES = DEFAULT_MACHINE.return_files
+COMMAND_CHARS = DEFAULT_MACHINE.command_chars
+MACHINE_START_S = DEFAULT_MACHINE.start_s
+CALL_OVERHEAD_S = DEFAULT_MACHINE.call_overhead_s
 #: Room left for the last call's return before the deadline.
 RETURN_MARGIN_S = 60.0
 #: A lane's process imports torch, builds its CUDA context and loads its data before a run.
 LANE_START_S = 30.0
-#: A window's first call benchmarks the GPU before the lanes start (issue 40: the packed
+#: A window's first call benchmarks the GPU before the lanes start (the packed
 #: benchmark first): at most this long, its rows written as they are measured.
 BENCH_S = 150.0
 #: The settings that benchmark steps, in order: C-VFL first. Its seed packs are most of the GPU
@@ -119,7 +154,7 @@ BENCH_S = 150.0
 #: :data:`BENCH_S` can run out.
 BENCH_SETTINGS = "--methods c_vfl local splitnn agg_vfl --models mlp cnn resnet18"
 #: That benchmark's command (``{device}`` filled in); ``receive`` files its JSON under results/device/.
-BENCH_COMMAND = ("timeout {s} python3 -m vflkit.bench --device {device} --packed --pack-size 3 --steps 10 "
+BENCH_COMMAND = ("timeout {s} python3 -m vflkit.ops.bench --device {device} --packed --pack-size 3 --steps 10 "
                  + BENCH_SETTINGS + " --json {work}/bench.json > {work}/bench.txt 2>&1; touch {work}/bench.done")
 
 
@@ -136,11 +171,11 @@ GRAPHS_MIN_GAIN = 1.1
 
 def graphs_verdict(bench_json: Path) -> tuple[bool, str]:
     """Whether a window's lanes capture their packs in CUDA graphs, and why, from the rows of
-    the window's benchmark (``python -m vflkit.bench --packed --json``: each row's captured
-    step's rate, ``graphs_max_abs_diff`` and ``eager_max_abs_diff``, :func:`vflkit.bench.graphs_check`)."""
+    the window's benchmark (``python -m vflkit.ops.bench --packed --json``: each row's captured
+    step's rate, ``graphs_max_abs_diff`` and ``eager_max_abs_diff``, :func:`vflkit.ops.bench.graphs_check`)."""
     import statistics
 
-    from . import costs
+    from .pricing import captured_gain
 
     try:
         rows = json.loads(bench_json.read_text())["bench_packed"]["rows"]
@@ -157,7 +192,7 @@ def graphs_verdict(bench_json: Path) -> tuple[bool, str]:
     if off:  # NaN is off too
         return False, f"captured steps differ from the eager pack ({', '.join(off)}): the packs run eagerly"
     worst = max(float(r["graphs_max_abs_diff"]) for r in timed)
-    gain = statistics.median(costs.captured_gain(r) for r in timed)
+    gain = statistics.median(captured_gain(r) for r in timed)
     if gain < GRAPHS_MIN_GAIN:
         return False, (f"captured steps ran {gain:.2f}x the eager pack's rate (< {GRAPHS_MIN_GAIN}x): "
                        "the packs run eagerly")
@@ -170,7 +205,7 @@ def expect_graphs(device_kind: str, root: Path | None = None) -> tuple[str | Non
     where the committed benchmarks of that kind (``results/device/``) timed captured steps and
     each passes :func:`graphs_verdict` (a window decides again from its own benchmark, and its
     lanes then gate the packs at their eager gain: :func:`packed_need_s`); else None."""
-    from .costs import benchmarks, committed_root
+    from .pricing import benchmarks, committed_root
 
     if device_kind == "cpu":
         return None, "packs priced eagerly: no CUDA graphs on a CPU"
@@ -199,12 +234,10 @@ def bench_wait_s(n_data_calls: int) -> float:
 #: data it does not plan, which a lane starts once its own are done and the window's measured
 #: speed (:func:`window_speed`) says one ends before the deadline.
 RESERVE_MAX = 24
-#: Processes sharing the GPU: the committed H100 records were made by 9 at once, so their
-#: per-run times (which the costs divide by) are times under sharing.
-DEFAULT_WORKERS = 8
+#: Processes sharing the GPU (lanes), as the prices assume by default.
+DEFAULT_WORKERS = GPU_WORKERS
 #: ``--include-slow-cpu``'s default: a CPU-sized run estimated above this many CPU-minutes is
-#: worth a window (C-VFL's paper runs on MNIST and FashionMNIST: about an hour or more each on
-#: one core).
+#: worth a window (C-VFL's paper runs on MNIST and FashionMNIST).
 SLOW_CPU_MIN = 30.0
 #: The machine's own folder for data, records and logs: outside the working tree, which every
 #: call replaces, and kept while the machine stays warm between calls.
@@ -222,9 +255,8 @@ DEVICE_LACKS = ("cryptography", "cffi", "pycparser")
 DEVICE_PYTHON = "3.12"
 WHEEL_PLATFORMS = ("manylinux_2_34_x86_64", "manylinux_2_28_x86_64", "manylinux_2_27_x86_64",
                    "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64")
-#: Placeholder FLOP/s for a family without a committed GPU record, until a window measures it:
-#: Multi-VFL ported as it is, ~15 min per 1.19-PFLOP run (the GPU audit: 197,500 steps of
-#: ~179 aten ops at ~25 us per op), i.e. ~1.3 TFLOP/s.
+#: Placeholder FLOP/s for a family the prices cannot cover, until a GPU measures it: an
+#: assumption, named as a placeholder wherever the plan prints its rates.
 PLACEHOLDER_RATES = {"multi_owner": 1.3e12}
 #: The device kinds the plan knows, as the cost model names them.
 DEVICE_KINDS = {"h100": "cuda", "h200": "cuda", "cpu": "cpu"}
@@ -304,9 +336,9 @@ class Pack:
     runs: list[GpuRun]
     packed: bool = False
     speedup: float = 1.0  # the packed trainer's measured gain (1: none assumed)
-    #: price the pack by its op counts (vflkit.costs.pack_ratio) where no measured speedup is given
+    #: price the pack by its op counts (vflkit.ops.pricing.pack_ratio) where no measured speedup is given
     by_ops: bool = False
-    #: the GPU kind whose measured CUDA-graphs gain (vflkit.costs.graphs_gain) the pack is priced
+    #: the GPU kind whose measured CUDA-graphs gain (vflkit.ops.pricing.graphs_gain) the pack is priced
     #: with, where the plan expects the window to capture its packs (:func:`expect_graphs`)
     graphs: str | None = None
 
@@ -316,13 +348,13 @@ class Pack:
         over the captured step's measured gain where the pack is priced with graphs."""
         if not (self.packed and self.by_ops and self.runs):
             return None
-        from . import costs
-        from .training import split as trainer
+        from . import pricing
+        from ..training import split as trainer
 
         config = trainer.packable_config(self.runs[0].family, self.runs[0].config)
-        ratio = costs.pack_ratio(config, k=len(self.runs))
+        ratio = pricing.pack_ratio(config, k=len(self.runs))
         if ratio is not None and self.graphs and type(config).__name__ == "RunConfig":  # split family benchmarked
-            ratio /= costs.graphs_gain(config.method, config.models, self.graphs) or 1.0
+            ratio /= pricing.graphs_gain(config.method, config.models, self.graphs) or 1.0
         return ratio
 
     @property
@@ -409,6 +441,7 @@ class Plan:
     rates: dict[str, tuple[float, str]]  # family -> (FLOP/s, source)
     chunk_room: int  # bytes a call may carry beside the tree
     wheels_bytes: int = 0  # the wheels riding with each window's first call
+    machine: Machine = DEFAULT_MACHINE  # the kind of machine each window is a job on
 
     @property
     def planned(self) -> list[GpuRun]:
@@ -440,7 +473,6 @@ def _pack_dict(p: Pack) -> dict[str, Any]:
 
 def _run_class(family: str) -> Any:
     """:func:`vflkit.study.run_class`, imported when first needed (``--help`` imports no torch)."""
-    from .study import run_class
 
     return run_class(family)
 
@@ -449,7 +481,7 @@ def has_record(run: Any, profile: str, roots: Sequence[Path]) -> bool:
     """Whether ``run`` has a whole record under ``profile`` in one of ``roots``: the record
     store's own check (:func:`vflkit.records.check_record`: valid JSON, envelope, final scores,
     the run's key, profile and config)."""
-    from .records import BadRecord, check_record, record_path
+    from ..records import BadRecord, check_record, record_path
 
     for root in roots:
         path = record_path(run, profile, root)
@@ -476,10 +508,7 @@ def pending_gpu_runs(profile: str = "paper", *, results: Path | None = None,
     their best home (issue 39's C-VFL runs, hours of one core each). A run a CPU scheduler is
     computing now (a live lock) or has part-done (a checkpoint, which resumes only here) is left
     to it; neither is listed as recorded."""
-    from . import studies
-    from .records import checkpoint_path, record_roots
-    from .scheduler import lock_is_stale, lock_path
-    from .study import estimate_costs, study_tasks
+    from ..records import checkpoint_path, record_roots
 
     roots = [Path(results)] if results is not None else record_roots()
     pending: list[GpuRun] = []
@@ -528,7 +557,6 @@ def load_rate_file(path: Path | None) -> dict[str, Any]:
     ``flop_per_s``: per process, while ``workers`` share the GPU (overrides the committed
     records' rate); ``minutes_factor``: scales a study's own minutes for a family without a FLOP
     count; ``pack_speedup``: a packed trainer's gain over its runs one by one."""
-    from .errors import ConfigError
 
     if path is None:
         return {}
@@ -549,20 +577,21 @@ def load_rate_file(path: Path | None) -> dict[str, Any]:
     return data
 
 
-def cost_runs(runs: Sequence[GpuRun], device_kind: str = "h100", *, rate_file: Mapping[str, Any] | None = None
-              ) -> tuple[list[GpuRun], dict[str, tuple[float, str]]]:
+def cost_runs(runs: Sequence[GpuRun], device_kind: str = "h100", *, rate_file: Mapping[str, Any] | None = None,
+              lanes: int | None = None) -> tuple[list[GpuRun], dict[str, tuple[float, str]]]:
     """``runs`` with their estimated seconds on ``device_kind`` and where each estimate comes
     from, and the FLOP/s used per family.
 
-    In order: a rate file's FLOP/s for the family (training FLOPs from :func:`vflkit.costs.run_flops`
+    In order: a rate file's FLOP/s for the family (training FLOPs from :func:`vflkit.training.counting.run_flops`
     over it); else the engine's own estimate (:func:`vflkit.study.estimate_costs`: the median
     wall time of the run's other seeds on this kind of device, else FLOPs over the committed
     records' rate); else FLOPs over :data:`PLACEHOLDER_RATES`; else, for a run class the FLOP
-    count does not cover (AdptVFedConv's tiles), the H100 minutes :func:`vflkit.costs.price` gives
-    them (the study's own rule), times the rate file's ``minutes_factor``."""
-    from . import costs, studies
-    from .scheduler import Task
-    from .study import estimate_costs
+    count does not cover (AdptVFedConv's tiles), the H100 minutes :func:`vflkit.ops.pricing.price` gives
+    them (the study's own rule), times the rate file's ``minutes_factor``. A GPU kind is priced
+    from its own measurements with ``lanes`` processes sharing it (None: as the records were
+    made), and no FLOP price is faster than the best rate measured on that kind."""
+    from . import pricing as costs
+    from ..training.counting import run_flops, uncounted
 
     kind = DEVICE_KINDS[device_kind]
     measured = dict((rate_file or {}).get("flop_per_s", {}))
@@ -577,16 +606,17 @@ def cost_runs(runs: Sequence[GpuRun], device_kind: str = "h100", *, rate_file: M
             used[fam] = (PLACEHOLDER_RATES[fam], "placeholder")
     tasks = [Task(key=r.key, path=Path(os.devnull), fn=print, payload={"family": r.family, "config": r.config})
              for r in runs]
-    engine = {t.key: t for t in estimate_costs(tasks, kind)}
+    engine = {t.key: t for t in estimate_costs(tasks, device_kind, lanes=lanes)}
+    best = costs.best_rate(device_kind) if device_kind in costs.GPU_KINDS else None
     out: list[GpuRun] = []
     no_flops: dict[str, list[int]] = {}
     for i, r in enumerate(runs):
         cost, source = None, ""
         run = _run_class(r.family).from_dict(r.config)
         if r.family in measured or engine[r.key].cost_s is None:
-            flops = costs.run_flops(run) if costs.uncounted(run) is None else None
+            flops = run_flops(run) if uncounted(run) is None else None
             if flops is not None and r.family in used:
-                cost, source = flops / used[r.family][0], used[r.family][1]
+                cost, source = max(flops / used[r.family][0], flops / best if best else 0.0), used[r.family][1]
         else:
             cost, source = engine[r.key].cost_s, str(engine[r.key].payload.get("cost_source"))
         if cost is None:
@@ -595,7 +625,8 @@ def cost_runs(runs: Sequence[GpuRun], device_kind: str = "h100", *, rate_file: M
     for paper, idx in no_flops.items():
         study = studies.get(paper)
         # the one estimator the report and --status print (for these runs: the study's own rule)
-        minutes = costs.price(study, [_run_class(out[i].family).from_dict(out[i].config) for i in idx])["h100_min"]
+        minutes = costs.price(study, [_run_class(out[i].family).from_dict(out[i].config) for i in idx],
+                              kind=device_kind if device_kind in costs.GPU_KINDS else costs.REFERENCE_GPU)["h100_min"]
         for i, m in zip(idx, minutes):
             if m == m and m is not None:  # not NaN
                 f = float(factor.get(out[i].family, 1.0))
@@ -609,7 +640,7 @@ def cost_runs(runs: Sequence[GpuRun], device_kind: str = "h100", *, rate_file: M
 def open_clauses(profile: str = "paper", papers: Sequence[str] | None = None) -> dict[tuple[str, str], int]:
     """Per (paper, artefact): how many of its claims' clauses the records of ``profile`` leave
     not testable (:func:`vflkit.claims.evaluate`). Reads every record: tens of seconds."""
-    from . import claims, studies
+    from .. import claims, studies
 
     out: dict[tuple[str, str], int] = {}
     for study in studies.studies():
@@ -665,11 +696,11 @@ def value_order(runs: Sequence[GpuRun], opened: Mapping[tuple[str, str], int]) -
 
 
 def pack_key(run: GpuRun) -> tuple[str, Any]:
-    """The group a run packs with: :func:`vflkit.training.packed.pack_key` of its config
-    (:func:`~vflkit.training.packed.packable_config`, as the scheduler judges a study's runs)
+    """The group a run packs with: :func:`vflkit.training.split.pack_key` of its config
+    (:func:`~vflkit.training.split.packable_config`, as the scheduler judges a study's runs)
     where it packs (("packed", ...)), else runs of one family, method, dataset and party models
     (("serial", ...): one lane trains them one after the other)."""
-    from .training import split as packed
+    from ..training import split as packed
 
     config = packed.packable_config(run.family, run.config)  # None: a plan's stand-in, another family
     key = packed.pack_key(config) if config is not None else None
@@ -689,9 +720,9 @@ def group_packs(runs: Sequence[GpuRun], *, max_cost_s: float | Callable[[set[str
     most valuable run. A run that alone exceeds it gets a pack of its own (the planner then
     lists it as not fitting). A packed pack's cost: its runs' over ``speedup`` where one is
     given (a measured gain), else one run's times the packed step's op-count ratio
-    (:func:`vflkit.costs.pack_ratio`) where the op table has it, over the measured CUDA-graphs
+    (:func:`vflkit.ops.pricing.pack_ratio`) where the op table has it, over the measured CUDA-graphs
     gain on GPU kind ``graphs`` where one is named, else its runs' sum."""
-    from .training import split as trainer
+    from ..training import split as trainer
 
     open_packs: dict[Any, Pack] = {}
     packs: list[Pack] = []
@@ -727,7 +758,6 @@ def download_wheels(dest: Path, names: Sequence[str] = DEVICE_LACKS) -> int:
     Any other wheel in ``dest`` is removed first: two versions of one package stop the install."""
     from importlib.metadata import PackageNotFoundError, version
 
-    from .errors import ConfigError
 
     try:
         pins = [f"{n}=={version(n)}" for n in names]
@@ -755,7 +785,6 @@ def tree_bytes(root: Path | None = None) -> int:
     """What the working tree sends with every call: tracked files and untracked ones git does not
     ignore, each counted in whole 4 KiB blocks: a transfer limit counted in blocks refuses a tree
     of many small records that fits by bytes, so the plan counts as it does."""
-    from .config import project_root
 
     root = root or project_root()
     out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=root,
@@ -769,8 +798,6 @@ def data_files(datasets: Iterable[str], data_root: Path | None = None, packed: P
     """(dataset, file, bytes, measured) of what ``datasets`` need on the machine: the raw files
     MNIST and FashionMNIST are read from, CIFAR-10's packed arrays (``packed``: the folder
     :func:`pack_cifar10` wrote; without it, the size :data:`CIFAR10_PACKED_BYTES_ESTIMATE`)."""
-    from .config import data_root as default_root
-    from .errors import ConfigError
 
     root = data_root or default_root()
     out = []
@@ -798,7 +825,6 @@ def chunk_files(files: Sequence[tuple[str, str, int, bool]], room: int, *, first
     offset, length) pieces (a large file spans several calls)."""
     first_room = room if first_room is None else first_room
     if room <= 0 or first_room < 0:
-        from .errors import ConfigError
 
         raise ConfigError("the working tree leaves no room to carry data beside it (64 MiB a call)")
     chunks: list[list[tuple[str, int, int]]] = [[]]
@@ -824,10 +850,10 @@ def provenance() -> str:
     """The variables that name, on the machine, the commit whose ``vflkit/`` the calls carry and
     whether it differs from it (the copy there has no ``.git``: without them its records would
     name no commit). Read here when the calls are written, from this checkout
-    (:func:`vflkit.records._git_state`); empty outside a git checkout."""
-    from .records import _git_state
+    (:func:`vflkit.records.git_state`); empty outside a git checkout."""
+    from ..records import git_state
 
-    state = _git_state()
+    state = git_state()
     if "git_commit" not in state:
         return ""
     return (f" VFLKIT_GIT_COMMIT={shlex.quote(str(state['git_commit']))}"
@@ -835,7 +861,8 @@ def provenance() -> str:
 
 
 def window_calls(window: Window, chunks: list[list[tuple[str, int, int]]], *, wheels_bytes: int,
-                 tree: int, device: str = "cuda", work: str = DEFAULT_WORK) -> list[Call]:
+                 tree: int, device: str = "cuda", work: str = DEFAULT_WORK,
+                 machine: Machine = DEFAULT_MACHINE) -> list[Call]:
     """The calls of ``window``: the first installs the carried wheels (if any) and checks the
     packages; the data calls carry a chunk each (the first also the plan); the one carrying the
     last chunk starts the lanes; every call then returns the records finished so far, and calls
@@ -845,7 +872,7 @@ def window_calls(window: Window, chunks: list[list[tuple[str, int, int]]], *, wh
     wheel = (f"python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "
              f"{work}/site {CARRY_DIR}/whl/*.whl && export PYTHONPATH={work}/site:$PYTHONPATH || exit; ")
     site = f"export PYTHONPATH={work}/site:$PYTHONPATH; "
-    w, calls, t = window.index, [], MACHINE_START_S
+    w, calls, t = window.index, [], machine.start_s
     n_data = max(len(chunks), 1)
     for i in range(n_data):
         first, starts = i == 0, i == n_data - 1
@@ -853,7 +880,7 @@ def window_calls(window: Window, chunks: list[list[tuple[str, int, int]]], *, wh
         cmd = prefix + (wheel if first and wheels_bytes else site)
         gpu = device.startswith("cuda")
         if first:
-            cmd += f"python3 -m vflkit.launcher check --out $OUT || exit; "
+            cmd += f"python3 -m vflkit.ops.launcher check --out $OUT || exit; "
         bench = BENCH_COMMAND.format(s=int(BENCH_S), device=device, work=work)
         if first and gpu and starts:  # the lanes must not share the GPU with it: it runs first
             cmd += f"mkdir -p {work}; {bench}; "
@@ -864,17 +891,17 @@ def window_calls(window: Window, chunks: list[list[tuple[str, int, int]]], *, wh
             cmd += (f"for i in $(seq {int(bench_s)}); do [ -e {work}/bench.done ] && break; sleep 1; done; ")
         if chunks:
             carries.append(_carry_name(w, i + 1))
-            cmd += f"python3 -m vflkit.launcher unpack {_carry_name(w, i + 1)} --work {work} || exit; "
+            cmd += f"python3 -m vflkit.ops.launcher unpack {_carry_name(w, i + 1)} --work {work} || exit; "
         size = sum(n for ch in chunks[i:i + 1] for _, _, n in ch) + (wheels_bytes if first else 0)
         wait = 0.0
         if starts:
-            cmd += (f"python3 -m vflkit.launcher start {CARRY_DIR}/plan.json --window {w} --work {work} "
+            cmd += (f"python3 -m vflkit.ops.launcher start {CARRY_DIR}/plan.json --window {w} --work {work} "
                     f"--device {device} --deadline-in "
                     f"{int(window.deadline_s - t - bench_s - RETURN_MARGIN_S)}; ")
             window.start_s = t + 20.0 + bench_s  # the call's own commands before the lanes start
-            wait = min(CALL_LIMIT_S - 60.0, window.work_s)
-        cmd += f"python3 -m vflkit.launcher collect --work {work} --out $OUT --wait {int(wait)}"
-        est = CALL_OVERHEAD_S + 20.0 + wait + bench_s
+            wait = min(machine.call_limit_s - 60.0, window.work_s)
+        cmd += f"python3 -m vflkit.ops.launcher collect --work {work} --out $OUT --wait {int(wait)}"
+        est = machine.call_overhead_s + 20.0 + wait + bench_s
         calls.append(Call(index=i + 1, carries=carries, carry_bytes=size + tree, command=cmd, wait_s=wait,
                           est_s=est, starts=starts))
         t += est
@@ -882,12 +909,12 @@ def window_calls(window: Window, chunks: list[list[tuple[str, int, int]]], *, wh
     # (a collect returns as soon as no lane runs, so a window that ends early costs little more)
     end = window.deadline_s - RETURN_MARGIN_S if window.reserve else window.start_s + window.work_s
     while t < end:
-        wait = min(CALL_LIMIT_S - 60.0, end - t)
-        cmd = (prefix + site + f"python3 -m vflkit.launcher collect --work {work} --out $OUT --wait {int(wait) + 1}"
+        wait = min(machine.call_limit_s - 60.0, end - t)
+        cmd = (prefix + site + f"python3 -m vflkit.ops.launcher collect --work {work} --out $OUT --wait {int(wait) + 1}"
                + " --stop-mps-when-idle")
         calls.append(Call(index=len(calls) + 1, carries=[], carry_bytes=tree, command=cmd, wait_s=wait,
-                          est_s=CALL_OVERHEAD_S + wait))
-        t += CALL_OVERHEAD_S + wait
+                          est_s=machine.call_overhead_s + wait))
+        t += machine.call_overhead_s + wait
     return calls
 
 
@@ -899,7 +926,7 @@ def plan(deadline_s: float, device_kind: str = "h100", *, profile: str = "paper"
          opened: Mapping[tuple[str, str], int] | None = None, tree: int | None = None,
          data_root: Path | None = None, packed_data: Path | None = None,
          wheels_bytes: int | None = None, runs: Sequence[GpuRun] | None = None,
-         slow_cpu_min: float | None = None) -> Plan:
+         slow_cpu_min: float | None = None, machine: Machine = DEFAULT_MACHINE) -> Plan:
     """Every pending GPU run laid into windows of ``deadline_s`` seconds each (from a window's
     first call to the end of its last), or listed as needing a longer job (an own GPU), with
     why: a run longer than a window cannot go on in the next one, since its checkpoint never
@@ -914,8 +941,6 @@ def plan(deadline_s: float, device_kind: str = "h100", *, profile: str = "paper"
     pending runs, already costed) let a caller reuse what it computed. ``wheels_bytes``: the
     wheels the first call carries (default: those :func:`prepare` left in ``.launch/whl``; none,
     and the first call installs nothing)."""
-    from .config import project_root
-    from .errors import ConfigError
 
     if wheels_bytes is None:
         wheels_bytes = wheels_size(project_root() / CARRY_DIR / "whl")
@@ -923,9 +948,8 @@ def plan(deadline_s: float, device_kind: str = "h100", *, profile: str = "paper"
     if not (isinstance(deadline_s, (int, float)) and math.isfinite(deadline_s) and deadline_s > 0):
         shown = f"{deadline_s / 60:g} minutes" if isinstance(deadline_s, (int, float)) else repr(deadline_s)
         raise ConfigError(f"a window's deadline must be a positive time, got {shown} "
-                          f"(--deadline-min); give the lent window's length, e.g. {DEFAULT_DEADLINE_S / 60:g}")
+                          f"(--deadline-min); give the machine's window length, e.g. {DEFAULT_DEADLINE_S / 60:g}")
     if papers is not None:
-        from . import studies
 
         for name in papers:
             studies.get(name)  # an unknown name (a typo) is an error listing the registered studies
@@ -941,7 +965,7 @@ def plan(deadline_s: float, device_kind: str = "h100", *, profile: str = "paper"
         _log.info("%d pending runs of the %s profile found (%.0f s)", len(runs), profile, time.perf_counter() - t0)
     # runs that come priced (a caller's own estimate) keep their price
     t0 = time.perf_counter()
-    fresh, used = cost_runs([r for r in runs if r.cost_s is None], device_kind, rate_file=rates_in)
+    fresh, used = cost_runs([r for r in runs if r.cost_s is None], device_kind, rate_file=rates_in, lanes=workers)
     _log.info("%d runs priced on %s (%.0f s)", len(fresh), device_kind, time.perf_counter() - t0)
     costed = [r for r in runs if r.cost_s is not None] + fresh
     if opened is None:
@@ -950,7 +974,7 @@ def plan(deadline_s: float, device_kind: str = "h100", *, profile: str = "paper"
         _log.info("the claims each run could decide read from the records (%.0f s)", time.perf_counter() - t0)
     ordered = value_order(costed, opened)
     tree = tree_bytes() if tree is None else tree
-    room = CARRY_LIMIT_BYTES - tree - 2**20  # a MiB for the plan and the call's own files
+    room = machine.carry_bytes - tree - 2**20  # a MiB for the plan and the call's own files
     not_fitting: list[tuple[GpuRun, str]] = [(r, "no cost estimate: neither its FLOPs, its seeds nor its study "
                                                  "price it, so no window can promise it ends before the deadline")
                                              for r in ordered if r.cost_s is None]
@@ -964,7 +988,7 @@ def plan(deadline_s: float, device_kind: str = "h100", *, profile: str = "paper"
         # every data call but the starting one runs in full before the lanes start, and the
         # GPU benchmark of the first call (bench_wait_s) before them too
         bench = bench_wait_s(max(n, 1)) if device_kind != "cpu" else 0.0
-        return MACHINE_START_S + (max(n, 1) - 1) * (CALL_OVERHEAD_S + 20.0) + 20.0 + bench
+        return machine.start_s + (max(n, 1) - 1) * (machine.call_overhead_s + 20.0) + 20.0 + bench
 
     def usable(datasets: set[str]) -> float:
         return deadline_s - start_s(datasets) - RETURN_MARGIN_S - LANE_START_S
@@ -993,7 +1017,7 @@ def plan(deadline_s: float, device_kind: str = "h100", *, profile: str = "paper"
                 not_fitting.append((r, f"does not fit a window: {r.cost_s / 60:.1f} min estimated "
                                        f"({r.cost_source}), x{SAFETY} safety > {max(room_s, 0) / 60:.1f} usable "
                                        f"minutes of a {deadline_s / 60:.0f}-minute window, and it cannot go on in "
-                                       f"the next window (its checkpoint never leaves the lent machine); it fits "
+                                       f"the next window (its checkpoint never leaves the GPU machine); it fits "
                                        f"once the rate is {r.cost_s * SAFETY / max(room_s, 1):.1f}x today's"))
     while left:
         win = Window(index=len(windows) + 1, deadline_s=deadline_s, lanes=[[] for _ in range(workers)])
@@ -1015,10 +1039,11 @@ def plan(deadline_s: float, device_kind: str = "h100", *, profile: str = "paper"
         w.reserve = [p for p in packs if id(p) not in mine and p.datasets <= w.datasets][:RESERVE_MAX]
     out = Plan(profile=profile, device_kind=device_kind, deadline_s=deadline_s, workers=workers, windows=windows,
                not_fitting=not_fitting, recorded=recorded, rates=used, chunk_room=room,
-               wheels_bytes=wheels_bytes)
+               wheels_bytes=wheels_bytes, machine=machine)
     for w in windows:
         chunks = chunks_of(w.datasets) if w.datasets else []
-        w.calls = window_calls(w, chunks, wheels_bytes=wheels_bytes, tree=tree, device=DEVICE_KINDS[device_kind])
+        w.calls = window_calls(w, chunks, wheels_bytes=wheels_bytes, tree=tree, device=DEVICE_KINDS[device_kind],
+                               machine=machine)
     _log.info("%d windows laid out, %d runs left for a GPU of one's own", len(windows), len(not_fitting))
     return out
 
@@ -1043,24 +1068,23 @@ def rate_names(p: Plan) -> list[str]:
     launch-bound model's seconds per op and sharing slowdown (``ops``), Multi-VFL's measured
     rounds (``rounds``), and a FLOP/s rate with what it is: measured (which records), a rate
     file's, or a placeholder (an assumption, not measured)."""
-    from . import costs
+    from . import pricing
 
     kind = DEVICE_KINDS[p.device_kind]
     runs = [r for w in p.windows for r in w.runs] + [r for r, _ in p.not_fitting]
     used = {(r.family, r.cost_source) for r in runs}
     out = []
-    share = costs.sharing_slowdown()
-    if any(src == costs.FROM_OPS for _, src in used) and share:
-        out.append(f"split: launch-bound, {1e6 * costs.op_seconds('h100'):.1f} us per operation on an H100 alone "
-                   f"(the calibration), x{share:.1f} while processes share the GPU (the median of the cuda records)")
-    if any(src == costs.FROM_ROUNDS for _, src in used) and share:
-        out.append(f"multi_owner: one paper run's rounds measured on the H200 window (costs.multi_vfl_minutes), "
-                   f"x{share:.1f} while processes share the GPU")
+    gpu = p.device_kind if p.device_kind in pricing.GPU_KINDS else pricing.REFERENCE_GPU
+    per_op, best = pricing.op_seconds(gpu), pricing.best_rate(gpu)
+    if any(src in (pricing.FROM_OPS, pricing.FROM_FLOPS) for _, src in used) and per_op and best:
+        out.append(f"GPU runs: launch-bound, {1e6 * per_op:.1f} us per operation on one {gpu.upper()} alone, never "
+                   f"faster than {best / 1e12:.1f} TFLOP/s (the best measured on it), x{pricing.slowdown(p.workers):.1f} "
+                   f"while {p.workers} processes share the GPU")
     for fam, (r, src) in sorted(p.rates.items()):
         if not any(f == fam and s in ("committed records", "placeholder", "rate file", "flops") for f, s in used):
             continue  # no run of this family was priced by its FLOP rate
         if src == "committed records":
-            n = len(costs.record_rates().get((kind, fam), []))
+            n = len(pricing.record_rates().get((kind, fam), []))
             what = f"measured: the median of {n} committed {kind} records of the {fam} family"
         elif src == "placeholder":
             what = "a placeholder, not measured: an assumption until a window measures it"
@@ -1112,13 +1136,15 @@ def plan_table(p: Plan) -> str:
                  + (f"; {len(slow)} of them CPU-sized runs taken in as slow, {sum(r.cpu_cost_s or 0 for r in slow) / 3600:.1f}"
                     " CPU-hours here" if slow else "") + f"), {len(p.recorded)} skipped (recorded)")
     if p.windows:
-        lines.append(f"[launcher] windows needed for what fits: {len(p.windows)}, one per lent task (a task has "
-                     f"{DEVICE_TIME_S / 60:.0f} min of device time, the machine's start included; "
-                     f"{GIVE_BACK_S / 60:.0f} min is left to give it back)")
-    if p.deadline_s > DEVICE_TIME_S - GIVE_BACK_S or p.deadline_s < MIN_START_LEFT_S:
-        lines.append(f"[launcher] warning: a {p.deadline_s / 60:.0f}-minute window does not match the device tool's "
-                     f"limits ({DEVICE_TIME_S / 60:.0f} min a task, less {GIVE_BACK_S / 60:.0f} to give it back; no "
-                     f"start under {MIN_START_LEFT_S / 60:.0f} min): these windows need a longer lease")
+        m = p.machine
+        lines.append(f"[launcher] windows needed for what fits: {len(p.windows)}, one per {m.name} job (a job has "
+                     f"{m.job_s / 60:.0f} min, the machine's start included; {m.give_back_s / 60:.0f} min is left "
+                     "to give it back)")
+    if p.deadline_s > p.machine.deadline_s or p.deadline_s < p.machine.min_start_left_s:
+        m = p.machine
+        lines.append(f"[launcher] warning: a {p.deadline_s / 60:.0f}-minute window does not match the {m.name} "
+                     f"machine's limits ({m.job_s / 60:.0f} min a job, less {m.give_back_s / 60:.0f} to give it back; "
+                     f"no start under {m.min_start_left_s / 60:.0f} min): these windows need a longer job")
     own = [r for r, _ in p.not_fitting]
     if own:
         run_s, wall_s = own_gpu_s(own, p.workers)
@@ -1215,12 +1241,11 @@ def unpack(folder: Path, work: Path) -> list[str]:
     file and the chunk, the ``.part`` removed (the lanes must not start on it); CIFAR-10's packed
     arrays are decompressed once whole. A manifest that is not whole is the same error, naming
     it. Returns the files now complete."""
-    from .errors import ConfigError, DatasetCorruptError
 
     if not folder.is_dir():
         raise ConfigError(f"no carried chunk at {folder}: name the chunk folder the call carries (its carry lists it)")
     data = work / "data"
-    again = ("carry the window's chunks again from its first call (here: `python -m vflkit.launcher prepare` "
+    again = ("carry the window's chunks again from its first call (here: `python -m vflkit.ops.launcher prepare` "
              "rewrites them)")
     try:
         manifest = json.loads((folder / "manifest.json").read_text())
@@ -1272,7 +1297,7 @@ def unpack(folder: Path, work: Path) -> list[str]:
         if hashlib.sha256(blob).hexdigest() != CIFAR10_SHA256:
             (data / CIFAR10_PACKED).unlink()  # a bad copy must not be taken as whole by the next call
             raise SystemExit("CIFAR-10's unpacked arrays do not match their sha256: the carried chunks are not "
-                             "the verified load. Here, run `python -m vflkit.launcher pack DIR` and `prepare "
+                             "the verified load. Here, run `python -m vflkit.ops.launcher pack DIR` and `prepare "
                              "--packed DIR` again, then carry the new chunks (every call of the window again)")
         (data / "cifar10.u8").write_bytes(blob)
     print(f"[launcher] unpacked {folder.name}: complete now {', '.join(done) or 'nothing yet'}")
@@ -1286,7 +1311,7 @@ def pack_cifar10(out: Path) -> Path:
 
     import numpy as np
 
-    from .data import load_dataset
+    from ..data import load_dataset
 
     d = load_dataset("cifar10", progress=False)
     blob = b"".join(a.numpy().astype(np.uint8).tobytes() for a in (d.x_train, d.y_train, d.x_test, d.y_test))
@@ -1305,7 +1330,7 @@ def register_cifar10(work: Path) -> None:
     import numpy as np
     import torch
 
-    from .data import CIFAR10_CLASSES, ImageData, register_dataset
+    from ..data import CIFAR10_CLASSES, ImageData, register_dataset
 
     raw = np.fromfile(raw_path, dtype=np.uint8)
     parts, at = {}, 0
@@ -1341,7 +1366,7 @@ def start(plan_path: Path, window: int, *, work: Path, device: str, deadline_in:
     (work / "window.json").write_text(json.dumps({"window": window, "deadline": deadline}))
     n = len(spec["lanes"])
     env = dict(os.environ)
-    from .training.split import GRAPHS_ENV
+    from ..training.split import GRAPHS_ENV
 
     if device.startswith("cuda") and GRAPHS_ENV not in env:  # a setting given on the command line wins
         on, why = graphs_verdict(work / "bench.json")
@@ -1359,12 +1384,12 @@ def start(plan_path: Path, window: int, *, work: Path, device: str, deadline_in:
     # the lanes run a copy of the code: every call replaces the working tree under them
     code = work / "code"
     shutil.rmtree(code, ignore_errors=True)
-    shutil.copytree(Path(__file__).resolve().parent, code / "vflkit")
+    shutil.copytree(Path(__file__).resolve().parents[1], code / "vflkit")  # the whole package
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(code), env.get("PYTHONPATH", "")) if p)
     (work / "logs").mkdir(exist_ok=True)
     pids = []
     for lane in range(n):
-        cmd = [sys.executable, "-m", "vflkit.launcher", "lane", str(plan_path.resolve()), "--window", str(window),
+        cmd = [sys.executable, "-m", "vflkit.ops.launcher", "lane", str(plan_path.resolve()), "--window", str(window),
                "--lane", str(lane), "--work", str(work), "--device", device, "--deadline", str(deadline)]
         if stand_in:
             cmd.append("--stand-in")
@@ -1382,7 +1407,6 @@ def stand_in_run(run: Mapping[str, Any]) -> dict[str, Any]:
     smoke profile's own run on it, else its first run moved onto it, since a window carries only
     its planned runs' data (a FashionMNIST window has no MNIST for a smoke run on MNIST). A
     planned run of another precision (a bf16 check) keeps it, so that the rehearsal trains bf16."""
-    from .study import run_class, study_tasks
 
     tasks = study_tasks(run["paper"], "smoke")
     dataset = run.get("config", {}).get("dataset")
@@ -1406,9 +1430,9 @@ def packed_need_s(pack: Mapping[str, Any], graphs: bool | None = None) -> float:
     its runs' costs over the packed trainer's speed-up, times :data:`SAFETY`, as :func:`plan`
     placed it (:attr:`Pack.cost_s`), so a pack the plan fitted is not refused on the machine.
     A pack priced with CUDA graphs counts at its eager gain where this window runs without them
-    (``graphs``; by default whether :data:`vflkit.training.packed.GRAPHS_ENV` is set, as
+    (``graphs``; by default whether :data:`vflkit.training.split.GRAPHS_ENV` is set, as
     :func:`start` sets it for its lanes when the window's benchmark turns graphs on)."""
-    from .training.split import GRAPHS_ENV
+    from ..training.split import GRAPHS_ENV
 
     graphs = bool(os.environ.get(GRAPHS_ENV)) if graphs is None else graphs
     speedup = pack.get("speedup", 1.0) if graphs else pack.get("eager_speedup", pack.get("speedup", 1.0))
@@ -1421,9 +1445,8 @@ def left_to_do(run: Mapping[str, Any], results: Path) -> float:
     the deadline stopped resumes in a later call on the same machine (its checkpoint is there),
     so a lane gates it on what is left, not on the whole run (a whole-run gate would refuse a
     run that is nearly done)."""
-    from .records import checkpoint_path, record_path
-    from .study import run_class
-    from .training.checkpoint import read
+    from ..records import checkpoint_path, record_path
+    from ..training.checkpoint import read
 
     path = checkpoint_path(record_path(run_class(run["family"]).from_dict(run["config"]), run["profile"], results))
     if not path.exists():
@@ -1480,7 +1503,7 @@ def lane(plan_path: Path, window: int, lane_index: int, *, work: Path, device: s
     (:func:`left_to_do`; the engine stops it at the deadline, keeping its checkpoint); a packed
     pack starts only if :func:`packed_need_s` ends before it. In a window a pack is all or
     nothing: the engine would stop it at the deadline with its runs checkpointed
-    (:func:`vflkit.training.packed.run_pack`), but a checkpoint never leaves the GPU machine,
+    (:func:`vflkit.training.split.run_pack`), but a checkpoint never leaves the GPU machine,
     so one that would overrun is not started at all, and its runs are noted as such.
 
     Once its own packs are done the lane takes the reserve's packs (:attr:`Window.reserve`) in
@@ -1543,8 +1566,7 @@ def _run_estimate_s(run: Mapping[str, Any], results: Path, stand_in: bool) -> fl
 def _recorded(run: Mapping[str, Any], results: Path) -> bool:
     """Whether ``run`` (``plan.json``'s form, with its profile) has a whole record under
     ``results``; False for a config its run class refuses (computing it will say why)."""
-    from .records import is_valid_record, record_path
-    from .study import run_class
+    from ..records import is_valid_record, record_path
 
     try:
         path = record_path(run_class(run["family"]).from_dict(run["config"]), run["profile"], results)
@@ -1560,7 +1582,6 @@ def _train(pack: Mapping[str, Any], profile: str, results: Path, device: str, de
     each start gated by ``fits`` (seconds needed at the plan's rate -> whether it ends before
     the deadline at the window's measured speed); what it took beside what was estimated goes to
     ``timed`` (a run whose record already existed is not timed: it took nothing)."""
-    from .study import compute
 
     runs = [stand_in_run({**r, "profile": profile}) if stand_in else {**r, "profile": profile}
             for r in pack["runs"]]
@@ -1572,7 +1593,7 @@ def _train(pack: Mapping[str, Any], profile: str, results: Path, device: str, de
         fresh = not any(_recorded(r, results) for r in runs)
         t0 = time.time()
         try:
-            from .training.split import compute_pack  # the scheduler's task function of a pack
+            from ..training.split import compute_pack  # the scheduler's task function of a pack
 
             compute_pack([{"family": r["family"], "config": r["config"], "profile": profile,
                            "results": str(results)} for r in runs], device=device, deadline=deadline)
@@ -1602,7 +1623,6 @@ def _train(pack: Mapping[str, Any], profile: str, results: Path, device: str, de
 
 
 def _lanes_alive(work: Path) -> bool:
-    from .files import pid_alive
 
     try:
         return any(pid_alive(int(p)) for p in json.loads((work / "lanes.json").read_text()))
@@ -1652,7 +1672,6 @@ def _archive_members(tar_path: Path) -> list[tuple[str, bytes | None]]:
     :class:`~vflkit.errors.ConfigError` naming it, and nothing of it is taken."""
     import zlib
 
-    from .errors import ConfigError
 
     try:
         with tarfile.open(tar_path) as tar:
@@ -1676,9 +1695,7 @@ def receive(files_at: Path, results: Path) -> tuple[list[str], list[str]]:
     (the host ``collect`` names in ``status.json``) and when it was received here; its key and
     config are unchanged. A ``files_at`` that does not exist or holds no ``records.tar.gz``
     (every call's ``collect`` writes one), or an archive that is not whole, is a ConfigError."""
-    from .errors import ConfigError
-    from .records import RECEIVED, BadRecord, _read_record, check_record, record_path, write_json_atomic
-    from . import studies
+    from ..records import RECEIVED, BadRecord, read_record, check_record, record_path, write_json_atomic
 
     taken, refused = [], []
     if not files_at.is_dir():
@@ -1704,7 +1721,7 @@ def receive(files_at: Path, results: Path) -> tuple[list[str], list[str]]:
         tmp = Path(tempfile.mkdtemp(prefix="vflkit-incoming-")) / Path(name).name
         tmp.write_bytes(raw)
         try:
-            rec = _read_record(tmp)
+            rec = read_record(tmp)
             run = _run_class(studies.get(paper).family).from_dict(rec["config"])
             check_record(tmp, run, profile)
             dest = record_path(run, profile, results)
@@ -1738,16 +1755,15 @@ def _collected_on(files_at: Path) -> str:
 
 def keep_benchmark(files_at: Path, results: Path) -> Path | None:
     """File the GPU benchmark a window's first call brought back (``bench.json``, written by
-    ``python -m vflkit.bench --packed --json``) under ``results/device/``, named by its GPU and
-    today's date, where :func:`vflkit.costs.op_seconds` reads it; None if there is none, or it
+    ``python -m vflkit.ops.bench --packed --json``) under ``results/device/``, named by its GPU and
+    today's date, where :func:`vflkit.ops.pricing.op_seconds` reads it; None if there is none, or it
     was made on no GPU the cost model knows."""
-    from . import costs
-    from .files import write_json
+    from . import pricing as costs
 
     src = files_at / "bench.json"
     try:
         doc = json.loads(src.read_text())
-        kind = costs._gpu_kind(str(doc["device"]))
+        kind = costs.gpu_kind(str(doc["device"]))
         rows = doc["bench_packed"]["rows"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -1777,8 +1793,6 @@ def write_carry(p: Plan, carry: Path, *, data_root: Path | None = None, packed: 
     tree): then only the other files are cut, and its calls carry no chunk folder."""
     import shutil
 
-    from .config import data_root as default_root
-    from .errors import ConfigError
 
     root = data_root or default_root()
     carry.mkdir(parents=True, exist_ok=True)
@@ -1799,7 +1813,7 @@ def write_carry(p: Plan, carry: Path, *, data_root: Path | None = None, packed: 
         if len(measured) < len(files):
             if not unpacked_ok:
                 raise ConfigError(f"window {w.index} needs CIFAR-10, which is not packed: run `python -m "
-                                  "vflkit.launcher pack DIR` here (minutes), then prepare again with --packed DIR")
+                                  "vflkit.ops.launcher pack DIR` here (minutes), then prepare again with --packed DIR")
             chunks = chunk_files(measured, p.chunk_room, first_room=p.chunk_room - p.wheels_bytes)
         src = {name: (packed if ds == "cifar10" and packed is not None else root) / name for ds, name, _, _ in measured}
         if measured:
@@ -1837,7 +1851,6 @@ def prepare(deadline_s: float, device_kind: str = "h100", *, carry: Path | None 
     the working tree's ``.launch/``, the folder the calls name."""
     import shutil
 
-    from .config import project_root
 
     carry = carry or project_root() / CARRY_DIR
     if wheels:
@@ -1861,8 +1874,6 @@ def dry_run(p: Plan, folder: Path, *, windows: int = 1, data_root: Path | None =
     (each script's commands, ``python3`` replaced by this Python, on the CPU, each planned run
     replaced by its stand-in: :func:`stand_in_run`), a fake ``$OUT`` per call, and receive every
     call's records into ``folder/results``. Returns what it did."""
-    from .config import data_root as default_root, project_root
-    from .errors import ConfigError
 
     folder.mkdir(parents=True, exist_ok=True)
     root = data_root or default_root()
@@ -1906,7 +1917,7 @@ def dry_run(p: Plan, folder: Path, *, windows: int = 1, data_root: Path | None =
             if c.starts:
                 cmd = cmd.replace(" --deadline-in", " --stand-in --deadline-in")
             if "unpack" in cmd and not (carry / f"w{w.index}c{c.index}").exists():
-                cmd = cmd.replace(f"{shlex.quote(python)} -m vflkit.launcher unpack", "true")  # CIFAR-10 not packed
+                cmd = cmd.replace(f"{shlex.quote(python)} -m vflkit.ops.launcher unpack", "true")  # CIFAR-10 not packed
             # a rehearsal's collect waits for the stand-ins, not the planned minutes
             cmd = cmd.replace("--wait ", "--wait-cap 120 --wait ")
             done = subprocess.run(["bash", "-c", cmd], env=env, capture_output=True, text=True,
@@ -1935,16 +1946,18 @@ def dry_run(p: Plan, folder: Path, *, windows: int = 1, data_root: Path | None =
 
 def parser() -> argparse.ArgumentParser:
     """The command line, here and on the machine (every call's commands parse with it)."""
-    ap = argparse.ArgumentParser(prog="python -m vflkit.launcher", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m vflkit.ops.launcher", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     helps = {"plan": "plan every pending GPU run into windows",
              "prepare": "plan, then write what a real window's calls carry (.launch/) and print the calls",
              "dry-run": "plan, then rehearse the first window's calls on the CPU"}
     for name, what in helps.items():
         p = sub.add_parser(name, help=what)
-        p.add_argument("--deadline-min", type=float, default=DEFAULT_DEADLINE_S / 60,
-                       help=f"a window's length in minutes (default {DEFAULT_DEADLINE_S / 60:.0f}: a job's "
-                            f"{DEVICE_TIME_S / 60:.0f} minutes of device time less {GIVE_BACK_S / 60:.0f} to give it back)")
+        p.add_argument("--machine", default=DEFAULT_MACHINE.name, choices=sorted(MACHINES),
+                       help=f"the kind of time-limited GPU machine a window is a job on (default {DEFAULT_MACHINE.name}; "
+                            "its limits: vflkit.ops.launcher.MACHINES)")
+        p.add_argument("--deadline-min", type=float, default=None,
+                       help="a window's length in minutes (default: the machine's job time less its give-back)")
         p.add_argument("--include-slow-cpu", type=float, nargs="?", const=SLOW_CPU_MIN, default=None, metavar="MIN",
                        help="also plan the CPU-sized runs estimated above MIN CPU-minutes (default "
                             f"{SLOW_CPU_MIN:.0f}), first: C-VFL's paper runs")
@@ -1997,13 +2010,12 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m vflkit.launcher <command>``: a :class:`~vflkit.errors.ConfigError` (the data not
+    """``python -m vflkit.ops.launcher <command>``: a :class:`~vflkit.errors.ConfigError` (the data not
     found, a bad setting, a records archive or rate file that is not whole) or a
     :class:`~vflkit.errors.DatasetCorruptError` (a carried chunk damaged) is one line on stderr,
     what is wrong and what to do, and exit code 2,
     as ``python -m vflkit.study`` does; other errors keep their traceback (a lane's, on the GPU
     machine, is what its log has to show)."""
-    from .errors import ConfigError, DatasetCorruptError
 
     a = parser().parse_args(argv)
     # the planning stages' lines (:data:`_log`), on stderr: planning reads every record for minutes
@@ -2015,7 +2027,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _command(a)
     except (ConfigError, DatasetCorruptError) as exc:
-        print(f"vflkit.launcher: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"vflkit.ops.launcher: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     finally:
         _log.removeHandler(handler)
@@ -2026,13 +2038,15 @@ def _command(a: argparse.Namespace) -> int:
     """Run the parsed command ``a``; its exit code."""
     if a.cmd in ("plan", "prepare", "dry-run"):
         papers = a.papers.split(",") if a.papers else None
+        machine = MACHINES[a.machine]
         kw = dict(profile=a.profile, workers=a.workers, papers=papers, rate_file=a.rates,
-                  slow_cpu_min=a.include_slow_cpu)
+                  slow_cpu_min=a.include_slow_cpu, machine=machine)
+        deadline_s = machine.deadline_s if a.deadline_min is None else a.deadline_min * 60
         if a.cmd == "prepare":
-            pl = prepare(a.deadline_min * 60, a.device_kind, carry=a.carry, wheels=not a.no_wheels,
+            pl = prepare(deadline_s, a.device_kind, carry=a.carry, wheels=not a.no_wheels,
                          packed=a.packed, **kw)
         else:
-            pl = plan(a.deadline_min * 60, a.device_kind, **kw)
+            pl = plan(deadline_s, a.device_kind, **kw)
         print(plan_table(pl))
         if a.json:
             a.json.write_text(json.dumps(pl.to_dict(), indent=1))
@@ -2063,7 +2077,6 @@ def _command(a: argparse.Namespace) -> int:
         wait = a.wait if a.wait_cap is None else min(a.wait, a.wait_cap)
         collect(a.work, a.out, wait=wait, stop_mps=a.stop_mps_when_idle)
     elif a.cmd == "receive":
-        from .config import results_dir
 
         taken, refused = receive(a.files_at, a.results or results_dir())
         print(f"[launcher] {len(taken)} records taken, {len(refused)} refused" +

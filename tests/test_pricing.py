@@ -1,6 +1,7 @@
-"""The cost model (:mod:`vflkit.costs`): FLOPs counted by torch against the analytic count,
-their scaling with a run's length, the method factors, the measured rates, and --status
-estimating every pending run. No test times anything."""
+"""Counting (:mod:`vflkit.training.counting`: a step's operations and FLOPs, counted by running
+it) and pricing (:mod:`vflkit.ops.pricing`: counts times measured rates): FLOPs against the
+analytic count, their scaling with a run's length, the measured rates, honest GPU prices, and
+--status estimating every pending run. No test times anything."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import math
 
 import pytest
 
-from vflkit import costs
 from vflkit.methods.base import RunConfig
+from vflkit.ops import pricing
+from vflkit.training import counting
 
 
 def _run(**changes):
@@ -19,62 +21,63 @@ def _run(**changes):
     return RunConfig(**{**base, **changes})
 
 
+#: One time-limited H200 job's measurements: its packed benchmark and a stopped Multi-VFL run.
+H200_WINDOW = "device/h200-2026-11-26-window.json"
+
+
 def _mlp_linears(n_in: int, classes: int = 10) -> list[tuple[int, int]]:
     """The MLP party model's Linear layers (vflkit.models.mlp at EL:PL 1:1, embedding 128)."""
     return [(n_in, 256), (256, 128), (128, 128), (128, classes)]
 
 
 def test_mlp_step_matches_the_analytic_count():
-    """One forward+backward step of an MLP party model: 2*B*in*out per Linear forward, the same
-    again for each weight gradient and for each input gradient but the first layer's (the data
-    needs none), so about 3x the forward. Counted on meta tensors, it matches to 1 %."""
-    b, n_in = 64, 28 * 7  # an MNIST strip of 4 parties
-    forward = sum(2 * b * i * o for i, o in _mlp_linears(n_in))
-    first = 2 * b * n_in * 256
-    analytic = forward + forward + (forward - first)
-    pieces = costs._party_flops("mlp", (1, 28, 7), 10, 128, (1, 1), None, None, b, "meta")
-    assert sum(pieces.values()) == pytest.approx(analytic, rel=0.01)
-    assert pieces["h_fwd"] == pytest.approx(2 * b * (n_in * 256 + 256 * 128), rel=0.01)
-    # Local trains the active party's whole model: the same count as one step of the run
-    assert costs.step_flops(_run(batch_size=b)) == pytest.approx(analytic, rel=0.01)
-    assert 2.5 < analytic / forward < 3.0  # backward about twice the forward
+    """One step of Local with an MLP party model, counted by running the method's step: 2*B*in*out
+    per Linear forward, the same again for each weight gradient and for each input gradient but
+    the first layer's (the data needs none). It matches to 1 %."""
+    b = 64
+    layers = _mlp_linears(28 * 7)  # MNIST's width strips of 4 parties: 28 x 7 pixels each
+    forward = sum(2 * b * i * o for i, o in layers)
+    analytic = forward + forward + (forward - 2 * b * layers[0][0] * layers[0][1])
+    assert counting.step_flops(_run(batch_size=b)) == pytest.approx(analytic, rel=0.01)
 
 
-def test_meta_and_cpu_counts_agree():
-    """The meta device (no compute) counts what a real CPU batch counts, linear in the batch."""
-    meta = costs._party_flops("cnn", (1, 28, 7), 10, 128, (1, 1), None, None, 64, "meta")
-    cpu = costs._party_flops("cnn", (1, 28, 7), 10, 128, (1, 1), None, None, 2, "cpu")
-    assert meta == {k: v * 32 for k, v in cpu.items()}
+def test_a_steps_flops_grow_with_its_batch_and_its_operations_do_not():
+    """Counted on the CPU at batch 4 and 8: twice the FLOPs, the same operations; the meta
+    device's count (shapes only) is the CPU's."""
+    run = _run(method="splitnn", models=("cnn",) * 4)
+    four, eight = counting.count_step(run, 4), counting.count_step(run, 8)
+    assert eight.flops == pytest.approx(2 * four.flops) and eight.ops == four.ops > 50
+    assert counting.step_flops(run) == pytest.approx(four.flops / 4 * run.batch_size)
 
 
 def test_flops_scale_linearly_with_epochs_and_training_size():
-    one = costs.run_flops(_run())
+    one = counting.run_flops(_run())
     assert one > 0
-    assert costs.run_flops(_run(epochs=3)) == pytest.approx(3 * one)
-    assert costs.run_flops(_run(n_train=6400)) == pytest.approx(10 * one)
+    assert counting.run_flops(_run(epochs=3)) == pytest.approx(3 * one)
+    assert counting.run_flops(_run(n_train=6400)) == pytest.approx(10 * one)
     # n_train None is the dataset's whole training split (MNIST: 60,000), read from no data
-    assert costs.train_size(_run(n_train=None)) == 60_000
-    assert costs.run_flops(_run(n_train=None)) == pytest.approx(one * 60_000 / 640)
+    assert counting.train_size(_run(n_train=None)) == 60_000
+    assert counting.run_flops(_run(n_train=None)) == pytest.approx(one * 60_000 / 640)
 
 
 def test_method_factors():
     """C-VFL's Q local iterations cost about Q times a step; VFedMH trains every party's whole
     model (as Agg_VFL), four times Local's one model; SplitNN trains the bottoms and a top."""
-    q1 = costs.run_flops(_run(method="c_vfl", options={"local_iterations": 1}))
-    q10 = costs.run_flops(_run(method="c_vfl", options={"local_iterations": 10}))
+    q1 = counting.run_flops(_run(method="c_vfl", options={"local_iterations": 1}))
+    q10 = counting.run_flops(_run(method="c_vfl", options={"local_iterations": 10}))
     assert q10 > 5 * q1
-    local = costs.run_flops(_run())
-    assert costs.run_flops(_run(method="vfedmh")) == pytest.approx(4 * local)
-    assert costs.run_flops(_run(method="agg_vfl")) == pytest.approx(4 * local)
-    assert costs.run_flops(_run(method="splitnn")) < costs.run_flops(_run(method="agg_vfl"))
+    local = counting.run_flops(_run())
+    assert counting.run_flops(_run(method="vfedmh")) == pytest.approx(4 * local)
+    assert counting.run_flops(_run(method="agg_vfl")) == pytest.approx(4 * local)
+    assert counting.run_flops(_run(method="splitnn")) < counting.run_flops(_run(method="agg_vfl"))
 
 
 def test_criteo_parties_are_counted_from_the_column_partition():
     """Criteo's models check their codes (no meta tensors): counted on a CPU batch of 2, scaled."""
     run = RunConfig(paper="easter", dataset="criteo", method="easter",
                     models=("deepfm", "wide_deep", "cnn_tabular", "deepfm"), n_train=400)
-    assert costs.run_flops(run) > 0
-    assert costs.run_flops(run.replace(n_train=800)) == pytest.approx(2 * costs.run_flops(run))
+    assert counting.run_flops(run) > 0
+    assert counting.run_flops(run.replace(n_train=800)) == pytest.approx(2 * counting.run_flops(run))
 
 
 def _first_run(paper: str):
@@ -85,21 +88,19 @@ def _first_run(paper: str):
 
 
 def test_multi_vfl_rounds_are_counted():
-    """Multi-VFL: a training sample costs about three forwards (the conv layers' backward), and a
-    run grows linearly with its rounds and label owners' samples (evaluation beside them)."""
-    per = costs.multi_vfl_flops("mnist", 4, 64)
-    assert 2.5 < per["train"] / per["eval"] < 3.0
+    """Multi-VFL: a round's batch step costs about three forwards of its label owners' batches
+    (the conv layers' backward), and a run grows linearly with its rounds."""
+    steps = counting.count_round("mnist", 4, 5)["per_step"]
+    forward = counting.count_evaluation("mnist", 4, n_test=counting.OP_COUNT_BATCH)
+    assert 2.5 < steps.flops / (5 * forward.flops) < 3.0
     run = _first_run("multi_vfl")
-    train = run.rounds * run.n_label_owners * min(run.local_epochs * run.samples_per_owner,
-                                                  (run.local_steps or 10**9) * run.batch_size) * per["train"]
-    assert costs.run_flops(run) > train
-    assert costs.run_flops(run.replace(rounds=2 * run.rounds)) == pytest.approx(2 * costs.run_flops(run), rel=0.05)
+    assert counting.run_flops(run.replace(rounds=2 * run.rounds)) == pytest.approx(2 * counting.run_flops(run), rel=0.05)
 
 
 def test_other_families_say_why_they_are_not_counted():
     for paper in ("apc_vfl", "adptvfedconv"):
         run = _first_run(paper)
-        assert costs.run_flops(run) is None and costs.uncounted(run)
+        assert counting.run_flops(run) is None and counting.uncounted(run)
 
 
 def test_rates_come_from_the_committed_records():
@@ -107,14 +108,14 @@ def test_rates_come_from_the_committed_records():
     kind (CPU records of many configs; a few H100 records of VFedMH's CIFAR-10 ResNets)."""
     import statistics
 
-    measured = costs.record_rates()
+    measured = pricing.record_rates()
     assert len(measured[("cpu", "split")]) > 100 and len(measured[("cuda", "split")]) >= 1
     for kind in ("cpu", "cuda"):
-        r = costs.rate(kind, "split")
+        r = pricing.rate(kind, "split")
         assert r is not None and r > 0 and r == statistics.median(measured[(kind, "split")])
-    assert costs.rate("cuda:0", "split") == costs.rate("cuda", "split")
-    assert costs.rate("cuda", "split") > costs.rate("cpu", "split")
-    assert costs.rate("cpu", "one_shot") is None  # no FLOP count, no rate
+    assert pricing.rate("cuda:0", "split") == pricing.rate("cuda", "split")
+    assert pricing.rate("cuda", "split") > pricing.rate("cpu", "split")
+    assert pricing.rate("cpu", "one_shot") is None  # no FLOP count, no rate
 
 
 def test_every_pending_vfedmh_paper_run_has_an_estimate(tmp_path, monkeypatch):
@@ -131,35 +132,24 @@ def test_every_pending_vfedmh_paper_run_has_an_estimate(tmp_path, monkeypatch):
     here, gpu = pending[~pending.needs_gpu], pending[pending.needs_gpu]
     assert len(here) > 100 and here.estimated_min.notna().all()
     assert set(here.estimate) <= {"seeds", "twin seeds", "rate seeds", "flops"}
-    assert gpu.h100_min.notna().all() and set(gpu.h100_estimate) == {"ops"}
+    assert gpu.h100_min.notna().all() and set(gpu.h100_estimate) <= {"ops", "flops"}
     assert (here.estimated_min > 0).all() and not any(math.isnan(v) for v in gpu.h100_min)
 
 
-def test_h100_rate_gives_back_the_calibrations_own_minutes():
-    """The H100 rate (the FLOP fallback) is the calibration's FLOPs over its seconds, so the FLOP
-    estimate of its 13 configurations at 20 epochs adds up to the minutes the calibration itself
-    measured; the shared-GPU records' per-process rate is slower."""
-    import json
-
-    from vflkit.studies import vfedmh
-
-    rows = json.loads((costs.committed_root() / costs.H100_CALIBRATION).read_text())
-    runs = [c for c in vfedmh.configs("paper")["table2"] if c.dataset == "cifar10" and c.seed == 0
-            and vfedmh.needs_gpu(c)]
-    ours = theirs = 0.0
-    for row in rows:
-        run = next(c for c in runs if c.method == row["method"] and "/".join(sorted(set(c.models))) == row["models"])
-        # the calibration's run: 391 steps an epoch, 20 epochs
-        ours += costs.run_flops(run) / costs.h100_rate("split") / 60 * 391 / (50_000 / run.batch_size) * 20 / run.epochs
-        theirs += row["est_run_20ep_min"]
-    assert len(rows) == 13 and ours == pytest.approx(theirs, rel=1e-6)
-    assert costs.h100_rate("split") > costs.rate("cuda", "split")
-    assert costs.h100_rate("multi_owner") is None
+def test_the_studies_calibration_runs_meet_every_measured_row():
+    """Each H100 calibration row names one of VFedMH's declared calibration runs, and the
+    Multi-VFL run a GPU job stopped is Multi-VFL's; the calibrated rate is their FLOPs over their
+    seconds, and a run without an op count is priced at it (never under the FLOP floor)."""
+    measured = pricing.measurements(str(pricing.committed_root()))
+    calibrated = [m for m in measured if m.kind == "h100" and m.source == "calibration"]
+    assert len(calibrated) == 13 and all(m.ops for m in calibrated)
+    assert pricing.flop_rate("h100") == pytest.approx(sum(m.flops for m in calibrated) / sum(m.seconds for m in calibrated))
+    assert any(type(m.run).__name__ == "MultiVFLConfig" and m.source == "stopped" and not m.alone for m in measured)
 
 
 @pytest.mark.parametrize("paper", ["vfedmh", "easter"])
 def test_status_and_the_report_price_pending_gpu_runs_alike(paper):
-    """--status's H100-minutes and the report's pending cell come from costs.price: the same
+    """--status's H100-minutes and the report's pending cell come from pricing.price: the same
     runs, the same total."""
     import re
 
@@ -169,7 +159,7 @@ def test_status_and_the_report_price_pending_gpu_runs_alike(paper):
     gpu = table[table.needs_gpu & (table.status == "pending")]
     s = studies.get(paper)
     by_key = {r.key: r for r in s.runs("paper")}
-    priced = costs.price(s, [by_key[k] for k in gpu.key])
+    priced = pricing.price(s, [by_key[k] for k in gpu.key])
     assert gpu.h100_min.sum() == pytest.approx(priced.h100_min.round(1).sum())
     text = reproduction.runs_status(paper, "paper")
     got = re.search(r"GPU \((\d+) runs, est\. ([\d,]+) H100 min\)", text)
@@ -226,10 +216,10 @@ def _cheap_settings():
 def test_an_op_count_does_not_depend_on_the_batch_and_the_committed_table_holds_todays():
     """The op count of a step is the same at batch 4 and 16, and equal to the committed table's
     (results/device/op-counts.json): a change of a method's step that the table has not caught
-    up with fails here (regenerate: python -m vflkit.costs --count-ops)."""
+    up with fails here (regenerate: python -m vflkit.ops.pricing --count-ops)."""
     for run in _cheap_settings():
-        n = costs.count_step_ops(run)
-        assert n > 50 and n == costs.count_step_ops(run, batch=16) == costs.step_ops(run), run.method
+        n = counting.count_step_ops(run)
+        assert n > 50 and n == counting.count_step_ops(run, batch=16) == pricing.step_ops(run), run.method
 
 
 def test_a_packed_cvfl_step_is_counted_and_prices_its_pack():
@@ -237,18 +227,18 @@ def test_a_packed_cvfl_step_is_counted_and_prices_its_pack():
     today, and a pack of its seeds is priced at one run's time times that ratio: the paper
     profile's three MNIST MLP seeds cost ratio / 3 each; a run without seeds to pack with, and
     a method whose packed step the table does not count, cost their time alone."""
-    from vflkit.scheduler import pack_cost_s
+    from vflkit.ops.pricing import pack_cost_s
 
     cvfl = _cheap_settings()[0]
-    ratio = costs.pack_ratio(cvfl)
-    assert ratio == costs.count_step_ops(cvfl, pack=costs.PACK_COUNTED) / costs.count_step_ops(cvfl)
+    ratio = pricing.pack_ratio(cvfl)
+    assert ratio == counting.count_step_ops(cvfl, pack=pricing.PACK_COUNTED) / counting.count_step_ops(cvfl)
     assert 0.5 < ratio < 1.0  # four MLPs stacked: fewer operations for 3 runs than for one alone
     seeds = [cvfl.replace(seed=s) for s in range(3)]
     local = _cheap_settings()[2]
     runs = [*seeds, cvfl.replace(seed=0, models=("lenet",) * 4), local, local.replace(seed=1)]
-    shares = costs.packed_shares(runs)
+    shares = pricing.packed_shares(runs)
     assert shares == {0: ratio / 3, 1: ratio / 3, 2: ratio / 3}
-    assert costs.pack_ratio(local) is None
+    assert pricing.pack_ratio(local) is None
     assert pack_cost_s([60.0, 60.0, 60.0], cvfl) == 60.0 * ratio
     assert pack_cost_s([60.0, 60.0], local) == 120.0 and pack_cost_s([60.0, None], cvfl) is None
 
@@ -257,14 +247,14 @@ def test_the_launch_bound_model_predicts_the_h200s_seed_packs():
     """The lent H200's packed C-VFL rows (3 seeds vmapped, each party apart as that code stacked
     them): the gain their op counts predict (K x one run's operations over the packed step's)
     is within 25 % of the gain measured, as for the runs alone (what pack_ratio relies on)."""
-    doc = json.loads((costs.committed_root() / costs.H200_WINDOW).read_text())
+    doc = json.loads((pricing.committed_root() / H200_WINDOW).read_text())
     bench = doc["bench_packed"]
     rows = [r for r in bench["rows"] if r["method"] == "c_vfl"]
     assert len(rows) == 2
     k = bench["pack_size"]
     for row in rows:
-        setting = costs.bench_setting("c_vfl", row["model"], bench["batch"])
-        predicted = k * costs.count_step_ops(setting) / costs.count_step_ops(setting, pack=k, group_parties=False)
+        setting = counting.bench_setting("c_vfl", row["model"], bench["batch"])
+        predicted = k * counting.count_step_ops(setting) / counting.count_step_ops(setting, pack=k, group_parties=False)
         measured = row["vmap_samples_per_s"] / row["alone_samples_per_s"]
         assert abs(predicted / measured - 1) < 0.25, (row["model"], predicted, measured)
 
@@ -274,29 +264,25 @@ def test_every_split_image_paper_setting_has_a_committed_op_count():
 
     missing = [f"{s.name}: {r.method} {r.dataset}" for s in studies.studies() if s.family == "split"
                for g in s.groups("paper").values() for r in g
-               if r.dataset in costs.IMAGE_DATASETS and costs.step_ops(r) is None]
-    assert not missing, f"no op count (python -m vflkit.costs --count-ops): {missing[:5]}"
+               if r.dataset in counting.IMAGE_METADATA and pricing.step_ops(r) is None]
+    assert not missing, f"no op count (python -m vflkit.ops.pricing --count-ops): {missing[:5]}"
 
 
 def test_the_launch_bound_model_against_what_the_gpus_measured():
     """Op count x seconds per op against each measured step: the H100 calibration's 13 Table II
     settings within 0.3-3x (their FLOP/s spread 5-24 TFLOP/s), and the C-VFL settings the H200
-    benchmarked alone within 1.25x (the FLOP model had them 15-30x too fast)."""
-    import json
-
-    root = str(costs.committed_root())
-    per = costs.op_seconds("h100")
-    ratios = [costs.step_ops(c) * per / s for c, s in costs._calibrated(root)]
+    benchmarked alone within 1.25x, at the H200's own seconds per operation."""
+    measured = pricing.measurements(str(pricing.committed_root()))
+    per = pricing.op_seconds("h100")
+    ratios = [m.ops * per / m.seconds for m in measured if m.kind == "h100" and m.alone and m.ops]
     assert len(ratios) == 13 and all(0.3 < r < 3 for r in ratios)
-    bench = json.loads((costs.committed_root() / costs.H200_WINDOW).read_text())["bench_packed"]
+    bench = json.loads((pricing.committed_root() / H200_WINDOW).read_text())["bench_packed"]
     cvfl = [r for r in bench["rows"] if r["method"] == "c_vfl"]
     assert cvfl
     for row in cvfl:
-        setting = costs.bench_setting("c_vfl", row["model"], bench["batch"])
-        measured = bench["batch"] / row["alone_samples_per_s"]
-        assert costs.step_ops(setting) * costs.op_seconds("h200") == pytest.approx(measured, rel=0.25)
-        flop_model = costs.step_flops(setting) / costs.h100_rate("split")
-        assert flop_model < measured / 10
+        setting = counting.bench_setting("c_vfl", row["model"], bench["batch"])
+        measured_s = bench["batch"] / row["alone_samples_per_s"]
+        assert pricing.step_ops(setting) * pricing.op_seconds("h200") == pytest.approx(measured_s, rel=0.25)
 
 
 def test_the_sharing_slowdown_is_each_cuda_records_time_over_its_time_alone(tmp_path):
@@ -305,8 +291,8 @@ def test_the_sharing_slowdown_is_each_cuda_records_time_over_its_time_alone(tmp_
     import json
 
     run = _cheap_settings()[0]
-    alone = costs.launch_bound_s(run, "h200")
-    assert alone and costs.launch_bound_s(run, "h100") > alone  # the H200 window's host ran ops faster
+    alone = pricing.launch_bound_s(run, "h200")
+    assert alone and pricing.launch_bound_s(run, "h100") > alone  # the H200 window's host ran ops faster
     folder = tmp_path / "paper" / "vfedmh"
     folder.mkdir(parents=True)
     for name, device, gpu, wall in [("a", "cuda", "NVIDIA H200", 3 * alone), ("b", "cpu", "", 99 * alone),
@@ -314,26 +300,7 @@ def test_the_sharing_slowdown_is_each_cuda_records_time_over_its_time_alone(tmp_
         env = {"device": device, "device_name": gpu}
         (folder / f"{name}.json").write_text(json.dumps({"config": run.to_dict(), "environment": env,
                                                          "wall_time_s": wall, "diverged": None}))
-    assert costs.sharing_slowdown(tmp_path) == pytest.approx(3.0)
-
-
-def test_multi_vfl_minutes_give_back_the_measured_rounds():
-    """The Multi-VFL run the H200 window trained part of: its estimate on the H200, times the
-    sharing slowdown, is its measured seconds per round times its rounds; every paper run has one."""
-    import json
-
-    from vflkit.studies import multi_vfl
-
-    stopped = json.loads((costs.committed_root() / costs.H200_WINDOW).read_text())["stopped_runs"]
-    r = next(x for x in stopped if x["unit"] == "round")
-    run = next(c for c in multi_vfl.configs("paper") if c.key == r["key"])
-    got = costs.multi_vfl_minutes(run, "h200") * 60 * costs.sharing_slowdown()
-    assert got == pytest.approx(r["elapsed_s"] / r["done"] * run.rounds)
-    assert all(costs.multi_vfl_minutes(c) for c in multi_vfl.configs("paper") if multi_vfl.needs_gpu(c))
-    # the scheduler's and the launcher's cuda estimate: that, while processes share the GPU
-    seconds, source = costs.estimate(run, "cuda", "multi_owner")
-    assert source == costs.FROM_ROUNDS and seconds == pytest.approx(costs.multi_vfl_minutes(run) * 60
-                                                                    * costs.sharing_slowdown())
+    assert pricing.sharing_slowdown(tmp_path) == pytest.approx(3.0)
 
 
 def test_a_multi_vfl_pack_is_priced_from_its_counted_rounds(tmp_path):
@@ -346,40 +313,41 @@ def test_a_multi_vfl_pack_is_priced_from_its_counted_rounds(tmp_path):
     rows = [{"dataset": "mnist", "n_data_owners": 4, "n_label_owners": 5, "k": k, "per_step": ps, "fixed": fx}
             for k, ps, fx in ((1, 900.0, 600.0), (2, 1000.0, 1500.0), (8, 2800.0, 6000.0))]
     (tmp_path / "device").mkdir()
-    (tmp_path / costs.OP_COUNTS).write_text(json.dumps(
+    (tmp_path / pricing.OP_COUNTS).write_text(json.dumps(
         {"steps": [], "multi_owner": {"rounds": rows, "eval": [{"dataset": "mnist", "n_data_owners": 4,
                                                               "per_message": 70.0}]}}))
     run = next(c for c in multi_vfl.configs("paper") if c.dataset == "mnist")
     n = math.ceil(run.samples_per_owner / run.batch_size)  # 79 batches per label owner
     one = 600 + n * 900 + 10 * 70.0  # 10,000 test images in messages of 1,000
-    assert costs.multi_vfl_pack_ratio(run, 1, tmp_path) == 1.0
-    assert costs.multi_vfl_pack_ratio(run, 8, tmp_path) == pytest.approx((6000 + n * 2800 + 8 * 700) / one)
-    assert costs.multi_vfl_pack_ratio(run, 5, tmp_path) == pytest.approx((3750 + n * 1900 + 5 * 700) / one)
-    assert costs.multi_vfl_pack_ratio(run, 12, tmp_path) == pytest.approx((9000 + n * 4000 + 12 * 700) / one)
-    assert costs.multi_vfl_pack_ratio(run.replace(dataset="fashion_mnist"), 2, tmp_path) is None
+    assert pricing.pack_ratio(run, tmp_path, 1, tmp_path) == 1.0
+    assert pricing.pack_ratio(run, tmp_path, 8, tmp_path) == pytest.approx((6000 + n * 2800 + 8 * 700) / one)
+    assert pricing.pack_ratio(run, tmp_path, 5, tmp_path) == pytest.approx((3750 + n * 1900 + 5 * 700) / one)
+    assert pricing.pack_ratio(run, tmp_path, 12, tmp_path) == pytest.approx((9000 + n * 4000 + 12 * 700) / one)
+    assert pricing.pack_ratio(run.replace(dataset="fashion_mnist"), tmp_path, 2, tmp_path) is None
     # where a pack's evaluation was counted, its messages take the pack's count, not k runs' alone
     rows[2]["eval_per_message"] = 300.0
-    (tmp_path / costs.OP_COUNTS).write_text(json.dumps(
+    (tmp_path / pricing.OP_COUNTS).write_text(json.dumps(
         {"steps": [], "multi_owner": {"rounds": rows, "eval": [{"dataset": "mnist", "n_data_owners": 4,
                                                               "per_message": 70.0}]}}))
-    costs._read_multi_vfl_table.cache_clear()
-    assert costs.multi_vfl_pack_ratio(run, 8, tmp_path) == pytest.approx((6000 + n * 2800 + 10 * 300) / one)
+    pricing._op_table.cache_clear()
+    assert pricing.pack_ratio(run, tmp_path, 8, tmp_path) == pytest.approx((6000 + n * 2800 + 10 * 300) / one)
     runs = multi_vfl.configs("paper")
     assert len(runs) == MAX_RUNS == 42
-    assert costs.packed_shares(runs) == {i: costs.pack_ratio(runs[0], k=42) / 42 for i in range(42)}
+    assert pricing.packed_shares(runs) == {i: pricing.pack_ratio(runs[0], k=42) / 42 for i in range(42)}
 
 
 @pytest.mark.slow
 def test_the_committed_multi_vfl_round_counts_are_todays():
     """The committed Multi-VFL rows (a round alone and two runs packed with their evaluation
-    message, one run's evaluation message) equal a count of today's code (regenerate: python -m vflkit.costs --count-ops)."""
-    doc = json.loads((costs.committed_root() / costs.OP_COUNTS).read_text())["multi_owner"]
+    message, one run's evaluation message) equal a count of today's code (regenerate: python -m vflkit.ops.pricing --count-ops)."""
+    doc = json.loads((pricing.committed_root() / pricing.OP_COUNTS).read_text())["multi_owner"]
     committed = {r["k"]: {f: r[f] for f in ("per_step", "fixed", "eval_per_message") if f in r} for r in doc["rounds"]
                  if (r["dataset"], r["n_data_owners"], r["n_label_owners"]) == ("mnist", 4, 5)}
     for k in (1, 2):
-        assert committed[k] == costs._multi_vfl_round_ops("mnist", 4, 5, costs.OP_COUNT_BATCH, k), k
+        got = counting.count_round("mnist", 4, 5, k=k)
+        assert committed[k] == {f: float(c.ops) for f, c in got.items()}, k
     committed_eval = {(r["dataset"], r["n_data_owners"]): r["per_message"] for r in doc["eval"]}
-    assert committed_eval[("mnist", 4)] == costs._multi_vfl_eval_ops("mnist", 4)
+    assert committed_eval[("mnist", 4)] == counting.count_evaluation("mnist", 4, n_test=counting.MULTI_VFL_EVAL_BATCH).ops
 
 
 def test_a_multi_vfl_packs_evaluation_counts_alike_at_any_call_size():
@@ -390,10 +358,10 @@ def test_a_multi_vfl_packs_evaluation_counts_alike_at_any_call_size():
 
     counts = []
     for n_test in (8, 40):
-        runs = [costs._multi_vfl_method("mnist", 4, 5, 4, 1, seed=s, n_test=n_test) for s in range(4)]
+        runs = [counting._multi_vfl_method("mnist", 4, 5, 4, 1, seed=s, n_test=n_test) for s in range(4)]
         pack = RoundPack(runs, stacking="vmap")
         pack.round(1)
-        counts.append(costs._count_ops(lambda: pack.evaluate(batch_size=n_test, chunk=n_test // 4)))
+        counts.append(counting.count(lambda: pack.evaluate(batch_size=n_test, chunk=n_test // 4)).ops)
     assert counts[0] == counts[1] > 0
 
 
@@ -402,7 +370,7 @@ def test_a_multi_vfl_pack_ends_its_rounds_and_evaluates_for_all_runs_at_once():
     what a pack of the paper's 42 runs adds once a round (the servers' steps, the averaging) and
     per evaluation message is under a third of what the 42 runs add alone, so a packed round is
     mostly its stacked steps (a pack that ended rounds run by run counted 1.2 times the runs')."""
-    doc = json.loads((costs.committed_root() / costs.OP_COUNTS).read_text())["multi_owner"]
+    doc = json.loads((pricing.committed_root() / pricing.OP_COUNTS).read_text())["multi_owner"]
     for shape in {(r["dataset"], r["n_data_owners"], r["n_label_owners"]) for r in doc["rounds"]}:
         rows = {r["k"]: r for r in doc["rounds"] if (r["dataset"], r["n_data_owners"], r["n_label_owners"]) == shape}
         alone = next(e["per_message"] for e in doc["eval"] if (e["dataset"], e["n_data_owners"]) == shape[:2])
@@ -524,3 +492,61 @@ def test_a_runs_seeds_made_on_this_kind_of_cpu_price_it_before_other_machines(tm
     (est,) = study.estimate_costs([target], "cpu")
     assert est.payload["cost_source"] == "seeds"
     assert est.cost_s == pytest.approx(2400.0)  # not the median of the two machines (7200)
+
+
+def _gpu_paper_runs():
+    from vflkit import studies
+
+    return [(s, r) for s in studies.studies() for r in s.runs("paper") if s.needs_gpu(r)]
+
+
+@pytest.mark.parametrize("kind", ["h100", "h200"])
+def test_no_gpu_price_implies_a_rate_above_the_best_measured_on_that_kind(kind):
+    """Every paper run left for a GPU that has a price: its FLOPs over its price alone is at most
+    the best FLOP/s anything measured on that GPU kind (results/device/)."""
+    best = pricing.best_rate(kind)
+    assert best and best < 50e12  # a measured rate, not a card's peak
+    checked = 0
+    for _, run in _gpu_paper_runs():
+        got, flops = pricing.alone(run, kind), counting.run_flops(run)
+        if got is None or not flops:
+            continue
+        assert flops / got[0] <= best * (1 + 1e-9), (run.key, flops / got[0] / 1e12)
+        checked += 1
+    assert checked > 100
+
+
+def test_a_price_faster_than_the_best_measured_rate_is_raised_to_the_floor(monkeypatch):
+    """Were the launch-bound model to price a run faster than the best measured FLOP/s (here: an
+    op time a thousand times too short), its price is the FLOP floor instead, and says so."""
+    run = next(r for _, r in _gpu_paper_runs() if pricing.step_ops(r) is not None)
+    honest = pricing.alone(run, "h100")
+    assert honest is not None
+    monkeypatch.setattr(pricing, "op_seconds", lambda kind="h100", root=None: 1e-9)
+    seconds, source = pricing.alone(run, "h100")
+    assert source == pricing.FROM_FLOPS
+    assert seconds == pytest.approx(counting.run_flops(run) / pricing.best_rate("h100"))
+    assert counting.run_flops(run) / seconds <= pricing.best_rate("h100") * (1 + 1e-9)
+
+
+def test_an_h200_is_priced_from_h200_measurements():
+    """The H200's own seconds per operation (from its committed benchmarks) price an H200 run;
+    an H100 run is priced from the H100's; the launcher's and the scheduler's estimate for a GPU
+    kind use that kind's."""
+    run = next(r for _, r in _gpu_paper_runs() if pricing.step_ops(r) is not None)
+    h100, h200 = pricing.op_seconds("h100"), pricing.op_seconds("h200")
+    assert h100 and h200 and h100 != h200
+    assert pricing.launch_bound_s(run, "h200") == pytest.approx(pricing.run_ops(run) * h200)
+    assert pricing.estimate(run, "h200", "split", lanes=1)[0] == pricing.alone(run, "h200")[0]
+    assert pricing.estimate(run, "h100", "split", lanes=1)[0] == pricing.alone(run, "h100")[0]
+    assert pricing.estimate(run, "h200", "split", lanes=1)[0] != pricing.estimate(run, "h100", "split", lanes=1)[0]
+
+
+def test_a_window_is_priced_at_its_own_lane_count():
+    """Alone a run takes its time alone; at the lane count the records were made at, the measured
+    sharing slowdown; fewer lanes, less; so a 3-lane window prices a run shorter than an 8-lane one."""
+    run = next(r for _, r in _gpu_paper_runs() if pricing.step_ops(r) is not None)
+    assert pricing.slowdown(1) == 1.0
+    assert pricing.slowdown(pricing.SHARED_LANES) == pytest.approx(pricing.sharing_slowdown())
+    three, eight = (pricing.estimate(run, "h100", "split", lanes=n)[0] for n in (3, 8))
+    assert pricing.alone(run)[0] < three < eight
