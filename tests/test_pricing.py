@@ -217,9 +217,13 @@ def test_an_op_count_does_not_depend_on_the_batch_and_the_committed_table_holds_
     """The op count of a step is the same at batch 4 and 16, and equal to the committed table's
     (results/device/op-counts.json): a change of a method's step that the table has not caught
     up with fails here (regenerate: python -m vflkit.ops.pricing --count-ops)."""
+    committed = counting._committed()
     for run in _cheap_settings():
         n = counting.count_step_ops(run)
         assert n > 50 and n == counting.count_step_ops(run, batch=16) == pricing.step_ops(run), run.method
+        # and its FLOPs, which price a fresh checkout's runs without counting them (counting.COMMITTED)
+        flops = counting.count_step(run).flops / counting.OP_COUNT_BATCH
+        assert committed[f"step {counting.step_key(run)}"] == pytest.approx(flops, rel=1e-12), run.method
 
 
 def test_a_packed_cvfl_step_is_counted_and_prices_its_pack():

@@ -514,6 +514,12 @@ def write_op_counts(root: Path | None = None) -> Path:
             rows[-1]["packed_ops"] = counting.count_step_ops(run, pack=PACK_COUNTED)
         print(f"[pricing] {i + 1}/{len(settings)} {run.method} {'/'.join(run.models)} {run.dataset}: {rows[-1]}",
               file=sys.stderr, flush=True)
+    counting.forget_committed()
+    for run in settings.values():  # FLOPs too (counting.COMMITTED): a fresh checkout prices without counting
+        counting.step_flops(run)
+    for study in studies.studies():
+        for run in study.runs("paper") if study.family == "multi_owner" else ():
+            counting.run_flops(run)
     multi: dict[str, list[dict[str, Any]]] = {"rounds": [], "eval": []}
     shapes = {(c.dataset, c.n_data_owners, c.n_label_owners)
               for study in studies.studies() if study.family == "multi_owner" for c in study.runs("paper")}
@@ -531,7 +537,8 @@ def write_op_counts(root: Path | None = None) -> Path:
                                        f"(vflkit.training.counting at batch {counting.OP_COUNT_BATCH}); packed_ops: one "
                                        f"step of a pack of {PACK_COUNTED}; multi_owner: a Multi-VFL round's operations "
                                        "per batch step and once a round, alone and packed, and an evaluation message's",
-                               "torch": torch.__version__, "steps": rows, "multi_owner": multi}, indent=1) + "\n")
+                               "torch": torch.__version__, "steps": rows, "multi_owner": multi,
+                               "flops": dict(sorted(counting.known_flops().items()))}, indent=1) + "\n")
     tmp.replace(path)
     _op_table.cache_clear()
     measurements.cache_clear()

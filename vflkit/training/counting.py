@@ -113,13 +113,50 @@ def _cache_stamp() -> str:
     return h.hexdigest()[:16]
 
 
+#: The committed counts (``results/device/op-counts.json``'s ``flops``, written by
+#: ``python -m vflkit.ops.pricing --count-ops`` with the op counts, and checked against today's
+#: code by the slow tests): a fresh checkout prices its studies without counting every setting.
+COMMITTED = "results/device/op-counts.json"
+
+
+def _committed() -> dict[str, Any]:
+    try:
+        doc = json.loads((project_root() / COMMITTED).read_text())
+        return dict(doc.get("flops", {})) if doc.get("torch") == torch.__version__ else {}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return {}
+
+
 @functools.cache
 def _disk_cache() -> dict[str, Any]:
+    """The counts known: the committed ones, overlaid by the user's cache of this code's."""
+    counts = _committed()
+    _FROM_COMMITTED.update(counts)
     try:
         data = json.loads(_cache_path().read_text())
-        return data["counts"] if data.get("stamp") == _cache_stamp() else {}
+        if data.get("stamp") == _cache_stamp():
+            counts.update(data["counts"])
+            _FROM_COMMITTED.difference_update(data["counts"])
     except (OSError, ValueError, KeyError, TypeError):
-        return {}
+        pass
+    return counts
+
+
+#: Keys whose count came from :data:`COMMITTED` alone.
+_FROM_COMMITTED: set[str] = set()
+
+
+def forget_committed() -> None:
+    """Count again what only the committed table knew (before that table is rewritten)."""
+    cache = _disk_cache()
+    for key in _FROM_COMMITTED:
+        cache.pop(key, None)
+    _FROM_COMMITTED.clear()
+
+
+def known_flops() -> dict[str, Any]:
+    """Every FLOP count known now, by its cache key (what :data:`COMMITTED` keeps)."""
+    return {k: v for k, v in _disk_cache().items() if k.startswith(("step ", "multi_vfl "))}
 
 
 def cached(key: str, compute: Callable[[], Any], *, save: bool = True) -> Any:
@@ -392,4 +429,4 @@ def bench_setting(method: str, model: str, batch: int) -> Any:
 
 __all__ = ["Counts", "MULTI_VFL_EVAL_BATCH", "NOT_IN_STEP", "OP_COUNT_BATCH", "UNCOUNTED", "bench_setting", "cached",
            "count", "count_evaluation", "count_round", "count_step", "count_step_ops", "multi_vfl_flops",
-           "random_method", "run_flops", "save_cache", "step_flops", "step_key", "steps", "train_size", "uncounted"]
+           "random_method", "known_flops", "run_flops", "save_cache", "step_flops", "step_key", "steps", "train_size", "uncounted"]
