@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from vflkit.comm import Channel
+from vflkit.ops import pricing
 from vflkit.data import ImageData, load_dataset
 from vflkit.errors import ConfigError
 from vflkit.methods import adptvfedconv as A
@@ -408,12 +409,12 @@ def test_pending_lists_the_paper_runs_not_recorded_and_nothing_for_quick():
     from vflkit import records
     from vflkit.studies import adptvfedconv as study
 
-    todo = study.STUDY.pending("paper")
+    todo = pricing.pending(study.STUDY, "paper")
     runs = study.all_runs(study.configs("paper"))
     recorded = {r["key"] for r in records.load_available(runs, profile="paper")}
     assert len(todo) == len([r for r in runs if r.key not in recorded]) > 0
     assert (todo["h100_min"] > 0).all() and set(todo["needs"]) == {"GPU"}
-    assert study.STUDY.pending("quick").empty
+    assert pricing.pending(study.STUDY, "quick").empty
 
 
 def test_communication_claim_says_what_the_ledger_shows_not_a_fixed_sentence(monkeypatch):

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from vflkit.comm import Channel
+from vflkit.ops import pricing
 from vflkit.data import CRITEO_DENSE, CRITEO_SPARSE, load_dataset
 from vflkit.errors import SecurityError
 from vflkit.methods import RunConfig
@@ -309,7 +310,7 @@ def test_paper_profile_without_records_lists_every_run_pending(tmp_path, monkeyp
         parts = drawn.values() if isinstance(drawn, dict) else [drawn]
         assert all(len(p) == 0 if not isinstance(p, tuple) else p[0] is None and p[1].empty for p in parts)
     assert not any(tmp_path.rglob("*.csv"))
-    todo = easter.STUDY.pending("paper")
+    todo = pricing.pending(easter.STUDY, "paper")
     assert len(todo) == len(easter.unique(easter.configs("paper")))
     gpu = todo[todo["needs"] == "GPU"]
     assert set(gpu["dataset"]) == {"CIFAR-10"} and gpu["h100_min"].notna().all()

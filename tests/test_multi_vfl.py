@@ -10,6 +10,7 @@ import torch
 from matplotlib.colors import to_hex
 
 from vflkit.comm import Channel
+from vflkit.ops import pricing
 from vflkit.data import ImageData
 from vflkit.errors import ConfigError
 from vflkit.methods.multi_vfl import MultiVFL, MultiVFLConfig
@@ -501,7 +502,7 @@ def test_pending_lists_unrecorded_paper_runs_with_their_cost(monkeypatch):
     from vflkit import records
 
     monkeypatch.setattr(records, "load_available", lambda runs, profile: [])
-    table = study.STUDY.pending("paper")
+    table = pricing.pending(study.STUDY, "paper")
     assert len(table) == 42 and set(table["rounds"]) == {500}
     assert table["cpu_h"].iloc[0] == pytest.approx(500 * study.ROUND_CPU_SECONDS["paper"] / 3600)
 

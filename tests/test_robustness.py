@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from vflkit import config, records
+from vflkit.ops import pricing
 from vflkit.config import project_root
 from vflkit.errors import ConfigError, DivergenceError
 from vflkit.methods import RunConfig
@@ -672,7 +673,7 @@ def test_paper_profile_with_no_paper_record(tmp_path, monkeypatch, outside_check
     monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path / "results"))
     assert project_root() == tmp_path
     _, found = vfedmh.STUDY.recorded("paper")
-    assert found == [] and len(vfedmh.STUDY.pending("paper", label="Table II"))
+    assert found == [] and len(pricing.pending(vfedmh.STUDY, "paper", label="Table II"))
     assert report.draw(vfedmh.STUDY, "Table II", "paper", root=tmp_path, display=False).empty
     assert report.provenance(found).empty
 

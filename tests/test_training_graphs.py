@@ -38,13 +38,12 @@ def _taped(configs: list[Any], monkeypatch: pytest.MonkeyPatch, *, device: str =
     shape (so a test's few steps include replays); the results and the graphed step's counts."""
     monkeypatch.setattr(graphs, "WARMUP_STEPS", 1)
     built: list[split.Pack] = []
-    real = split.Pack.capture
 
-    def keep(self: split.Pack, backend: str) -> None:
-        real(self, backend)
-        built.append(self)
+    def keep(pack: split.Pack, backend: str) -> None:
+        graphs.capture(pack, backend)
+        built.append(pack)
 
-    monkeypatch.setattr(split.Pack, "capture", keep)
+    monkeypatch.setattr(split, "capture", keep)
     got = split.train(configs, device=device, stacking=stacking, graphs=backend)
     return got, built[0].graphed.counts
 

@@ -128,7 +128,7 @@ def test_bf16_pack_stacks_grouped_under_autocast(case):
     alone to BF16_REL, its ledger exactly; the grouped network computes in bfloat16, and vmap,
     which autocast does not reach, is refused."""
     from vflkit.models import get_model
-    from vflkit.training.stacked import StackedModel
+    from vflkit.stacked import StackedModel
 
     method, models, changes = CASES[case]
     configs = _configs(method, models, seeds=(0, 1), precision="bf16", **changes)

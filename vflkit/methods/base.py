@@ -31,11 +31,12 @@ from torch import nn
 from ..comm import Party
 from ..config import KeyedRun, check_int, check_name, check_paper, check_rate
 from ..errors import ConfigError
+from ..stacked import stacked_cross_entropy  # noqa: F401 (the methods' steps take it from here)
 
 if TYPE_CHECKING:
     from ..models import PartyModel
     from ..secure import DeferredChecks
-    from ..training.split import Pack
+    from .pack import Pack
 
 OPTIMIZERS: tuple[str, ...] = ("sgd", "sgd_momentum", "adagrad", "adam")
 #: How image datasets are cut into party slices (:func:`vflkit.training.split.build_parties`).
@@ -325,14 +326,6 @@ def backward_each(pairs: Sequence[tuple[torch.Tensor, torch.Tensor | None]]) -> 
         torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
 
 
-def stacked_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Each run's mean cross-entropy, ``[K]``, of K runs' logits ``[K, b, classes]`` and labels
-    ``[K, b]``: ``F.cross_entropy`` of one run for K at once; a run alone's (a pack of one holds
-    its tensors without the run dimension): that very call, 0-d."""
-    if labels.dim() == 1:
-        return F.cross_entropy(logits, labels)
-    k, b = labels.shape
-    return F.cross_entropy(logits.reshape(k * b, -1), labels.reshape(-1), reduction="none").view(k, b).mean(1)
 
 
 def backward_runs(loss: torch.Tensor) -> None:
@@ -442,7 +435,7 @@ class VFLMethod(ABC):
         if type(self).step is None:
             raise NotImplementedError(f"{self.name} defines neither step nor train_step")
         if self._alone is None:
-            from ..training.split import Pack  # the trainer's pack, around this run alone
+            from .pack import Pack  # the engine's pack, around this run alone
 
             self._alone = Pack([self])
         return self._alone.train_step(ids)

@@ -33,7 +33,7 @@ from .base import VFLMethod, backward_runs, make_optimizer, stacked_cross_entrop
 from .splitnn import top_model
 
 if TYPE_CHECKING:
-    from ..training.split import Pack
+    from .pack import Pack
 
 COMPRESSORS: tuple[str, ...] = ("vector", "scalar", "topk", "none")
 

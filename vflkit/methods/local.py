@@ -14,7 +14,7 @@ import torch
 from .base import VFLMethod, backward_runs, stacked_cross_entropy
 
 if TYPE_CHECKING:
-    from ..training.split import Pack
+    from .pack import Pack
 
 
 def step(pack: Pack, ids: torch.Tensor) -> dict[str, torch.Tensor]:

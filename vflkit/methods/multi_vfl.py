@@ -39,6 +39,7 @@ from ..config import KeyedRun, check_dataset, check_int, check_name, check_rate
 from ..errors import ConfigError, DivergenceError
 from ..models import MultiVFLDataOwner, MultiVFLLabelOwner
 from ..partition import NIID_SCENARIOS, LABEL_SCENARIOS, label_owner_split, strips
+from ..stacked import StackedModel
 from .server_opt import SERVER_OPTIMIZERS, VARIANTS, ServerOptimizer, init_state, server_step
 
 LOCAL_OPTIMIZERS: tuple[str, ...] = ("sgd", "adam")
@@ -386,8 +387,6 @@ class _Stack:
 
 
 def _stacked_model(modules: Sequence[nn.Module], stacking: str) -> Any:
-    from ..training.stacked import StackedModel
-
     return StackedModel(modules, stacking=stacking)
 
 

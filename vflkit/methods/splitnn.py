@@ -20,7 +20,7 @@ from torch import nn
 from .base import VFLMethod, backward_runs, stacked_cross_entropy
 
 if TYPE_CHECKING:
-    from ..training.split import Pack
+    from .pack import Pack
 
 
 def top_model(n_parties: int, embedding_dim: int, num_classes: int) -> nn.Sequential:

@@ -84,7 +84,7 @@ from ..methods import METHODS as METHOD_CLASSES
 from ..methods.multi_vfl import MultiVFL
 from ..studies.multi_vfl import configs
 from ..training import counting
-from ..training.graphs import graph_blocker, WARMUP_STEPS
+from ..training.graphs import WARMUP_STEPS, capture, graph_blocker
 from ..training.multi_owner import RoundPack
 from ..training.split import Pack, PACKED_STEPS
 
@@ -291,7 +291,7 @@ def bench_packed(models: list[str], *, methods: Sequence[str] = PACKED_METHODS, 
             backend = "cuda" if torch.device(device).type == "cuda" else "tape"
             graphed = Pack(runs)  # as the trainer stacks it on this device
             if graph_blocker(graphed, backend) is None:
-                graphed.capture(backend)
+                capture(graphed, backend)
                 packs["graphs"] = graphed
             order = torch.arange(batch * 8)  # ids on the CPU for a run alone, as in the trainer
             packed_order = order.to(device).expand(pack_size, -1)  # a pack's [K, N] on its device
@@ -351,7 +351,7 @@ def graphs_check(method: str, model: str, *, pack_size: int, batch: int, device:
                      for k in range(pack_size)])  # as the trainer stacks it on this device
 
     eager, again, graphed = build(), build(), build()
-    graphed.capture("cuda" if torch.device(device).type == "cuda" else "tape")
+    capture(graphed, "cuda" if torch.device(device).type == "cuda" else "tape")
     order = torch.arange(batch * 8, device=device).expand(pack_size, -1)
     for i in range(WARMUP_STEPS + 1 + replays):
         ids = order[:, (i % 8) * batch:(i % 8 + 1) * batch]

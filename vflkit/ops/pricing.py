@@ -428,6 +428,12 @@ def price(study: Any, runs: Sequence[Any], kind: str = REFERENCE_GPU) -> pd.Data
     return pd.DataFrame(rows, columns=cols)
 
 
+def pending(study: Any, profile: str, **kwargs: Any) -> pd.DataFrame:
+    """``study``'s pending runs of ``profile``, one row each, priced (:meth:`Study.pending
+    <vflkit.studies.base.Study.pending>` with :func:`price`)."""
+    return study.pending(profile, price=price, **kwargs)
+
+
 def packed_shares(runs: Sequence[Any]) -> dict[int, float]:
     """Index -> the share of its time alone that ``runs[i]`` costs trained packed on a GPU:
     ``pack_ratio / k`` for a pack of k >= 2 whose packed step is counted; others are left out."""
@@ -536,7 +542,9 @@ def write_op_counts(root: Path | None = None) -> Path:
     tmp.write_text(json.dumps({"what": "torch operations one training step dispatches, by split-family setting "
                                        f"(vflkit.training.counting at batch {counting.OP_COUNT_BATCH}); packed_ops: one "
                                        f"step of a pack of {PACK_COUNTED}; multi_owner: a Multi-VFL round's operations "
-                                       "per batch step and once a round, alone and packed, and an evaluation message's",
+                                       "per batch step and once a round, alone and packed, and an evaluation message's; flops: "
+                                       "FLOPs per sample of each setting's step and each Multi-VFL shape's round "
+                                       "(python -m vflkit.ops.pricing --count-ops)",
                                "torch": torch.__version__, "steps": rows, "multi_owner": multi,
                                "flops": dict(sorted(counting.known_flops().items()))}, indent=1) + "\n")
     tmp.replace(path)

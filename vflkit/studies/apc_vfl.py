@@ -906,7 +906,10 @@ def artefacts_note(profiles: Sequence[str]) -> str:
     per dataset, kind and method (:func:`pending_cost`), not per artefact."""
     if "paper" not in profiles:
         return ""
-    cost = STUDY.pending("paper")
+    todo = STUDY.pending_runs("paper")
+    if not todo:
+        return ""
+    cost = pending_cost(todo)
     if not len(cost):
         return ""
     return (f"The study prices its pending paper-profile runs per dataset, kind and method, not per "

@@ -269,14 +269,10 @@ class Study:
         have = {r["key"] for r in records}
         return {g: [c for c in runs if key_of(c) in have] for g, runs in groups.items()}, list(records)
 
-    def pending(self, profile: str, *, label: str | None = None, seeds: Any = None,
-                overrides: dict[str, Any] | None = None) -> pd.DataFrame:
+    def pending_runs(self, profile: str, *, label: str | None = None, seeds: Any = None,
+                     overrides: dict[str, Any] | None = None) -> list[Any]:
         """The runs of the profile (of artefact ``label``'s only, where given) that have no record
-        and can be made here (not :attr:`unavailable`), one row each: :attr:`describe`'s columns and their price (:func:`vflkit.ops.pricing.price`:
-        ``needs``, ``h100_min``, ``cpu_h``). Nothing is trained."""
-        import pandas as pd
-
-        from ..ops import pricing as costs
+        and can be made here (not :attr:`unavailable`). Nothing is trained."""
         from .. import records as store
 
         groups = self.groups(profile, seeds=seeds, overrides=overrides)
@@ -284,12 +280,24 @@ class Study:
         have = {r["key"] for r in store.load_available(runs, profile=profile)}
         todo = [c for c in runs if key_of(c) not in have]
         skip = {key_of(c) for c in self.unavailable(todo)}
-        todo = [c for c in todo if key_of(c) not in skip]
-        if not todo:
-            return pd.DataFrame(columns=["needs", "h100_min", "cpu_h"])
-        priced = costs.price(self, todo).reset_index(drop=True)[["needs", "h100_min", "cpu_h"]]
-        return pd.concat([pd.DataFrame([self.describe(c) for c in todo]), priced], axis=1)
+        return [c for c in todo if key_of(c) not in skip]
 
+    def pending(self, profile: str, *, label: str | None = None, seeds: Any = None,
+                overrides: dict[str, Any] | None = None,
+                price: Callable[["Study", list[Any]], pd.DataFrame] | None = None) -> pd.DataFrame:
+        """:meth:`pending_runs`, one row each: :attr:`describe`'s columns, and with ``price`` (the
+        operations wing's :func:`vflkit.ops.pricing.price`, which :func:`vflkit.ops.pricing.pending`
+        passes) their price: ``needs``, ``h100_min``, ``cpu_h``. Nothing is trained."""
+        import pandas as pd
+
+        todo = self.pending_runs(profile, label=label, seeds=seeds, overrides=overrides)
+        cols = ["needs", "h100_min", "cpu_h"] if price is not None else []
+        if not todo:
+            return pd.DataFrame(columns=cols)
+        rows = pd.DataFrame([self.describe(c) for c in todo])
+        if price is None:
+            return rows
+        return pd.concat([rows, price(self, todo).reset_index(drop=True)[cols]], axis=1)
 
 __all__ = ["FAMILIES", "RUNS", "Artefact", "Drawn", "Evidence", "Family", "RunSelector", "Study", "every_run", "groups",
            "headline_first", "key_of", "unique"]

@@ -29,16 +29,14 @@ drops the graphs.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from ..errors import ConfigError
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .split import Pack
+from ..methods.pack import Pack
 
 #: How a step is captured: a CUDA graph, or the CPU stand-in that keeps its contract (module doc).
 GRAPH_BACKENDS: tuple[str, ...] = ("cuda", "tape")
@@ -224,3 +222,9 @@ class GraphedStep:
 
 
 __all__ = ["GRAPH_BACKENDS", "GraphCaptureError", "GraphedStep", "StepGraph", "WARMUP_STEPS", "graph_blocker"]
+
+
+def capture(pack: Pack, backend: str) -> None:
+    """From now on, each batch shape of ``pack``'s step is captured once and replayed
+    (:class:`GraphedStep`; ``backend`` "cuda", or "tape" on a CPU)."""
+    pack.graphed = GraphedStep(pack, backend)

@@ -26,6 +26,7 @@ from ..comm import ROUNDS_COUNTED_AS, Channel
 from ..config import check_dataset, resolve_device
 from ..errors import BudgetExhausted, ConfigError, DivergenceError
 from ..methods.multi_vfl import DATASETS, EVAL_IMAGES, MultiVFL, MultiVFLConfig, RoundPack
+from . import FAMILIES
 from . import checkpoint as checkpoint_io
 from . import dataset
 
@@ -261,7 +262,6 @@ def compute_pack(payloads: Sequence[Mapping[str, Any]], *, device: torch.device 
                  deadline: float | None = None, ephemeral: bool = False) -> list[dict[str, Any]]:
     """The records of Multi-VFL study payloads (``{"family": "multi_owner", "config",
     "profile", "results"}``) trained as one pack by :func:`run_pack`: a pack's task function."""
-    from ..studies.base import FAMILIES  # here: the studies import the trainers
 
     payloads = list(payloads)
     places = {(p["profile"], str(p["results"])) for p in payloads}

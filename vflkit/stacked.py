@@ -1,6 +1,6 @@
 """K copies of a party model run as one call, and the channel of K runs' parties.
 
-A pack (:class:`vflkit.training.split.Pack`) trains K runs that differ in seed and dataset alone;
+A pack (:class:`vflkit.methods.pack.Pack`) trains K runs that differ in seed and dataset alone;
 each party model of theirs is a :class:`StackedModel` of its K copies. Stacking (``STACKINGS``):
 ``grouped`` (the K runs side by side in the channels: a convolution is one grouped convolution, a
 BatchNorm one over K x C channels, a linear layer one batched matrix product), ``vmap`` (one
@@ -20,10 +20,22 @@ from torch import nn
 from torch.func import functional_call, stack_module_state, vmap
 from torchvision.models.resnet import BasicBlock, Bottleneck
 
-from ..comm import KINDS, Channel, payload_nbytes, wire_copy
-from ..errors import ConfigError
-from ..methods.base import stacked_cross_entropy as _cross_entropy
-from ..models import PartyModel
+from .comm import KINDS, Channel, payload_nbytes, wire_copy
+from .errors import ConfigError
+from .models import PartyModel
+
+
+def stacked_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Each run's mean cross-entropy, ``[K]``, of K runs' logits ``[K, b, classes]`` and labels
+    ``[K, b]``: ``F.cross_entropy`` of one run for K at once; a run alone's (a pack of one holds
+    its tensors without the run dimension): that very call, 0-d."""
+    if labels.dim() == 1:
+        return F.cross_entropy(logits, labels)
+    k, b = labels.shape
+    return F.cross_entropy(logits.reshape(k * b, -1), labels.reshape(-1), reduction="none").view(k, b).mean(1)
+
+
+_cross_entropy = stacked_cross_entropy
 
 #: How a :class:`StackedModel` runs its K copies; "auto": :func:`device_stacking`.
 STACKINGS: tuple[str, ...] = ("auto", "grouped", "vmap", "loop")

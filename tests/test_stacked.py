@@ -1,4 +1,4 @@
-"""Tests for vflkit.training.stacked: a stack of one is the module itself; K party models as one
+"""Tests for vflkit.stacked: a stack of one is the module itself; K party models as one
 network with the runs side by side in the channels equal the K models alone (float64: outputs,
 gradients, BatchNorm statistics), refuse what they cannot keep apart, and dispatch fewer
 operations than vmap where the GPU takes them."""
@@ -17,7 +17,7 @@ from vflkit.errors import ConfigError
 from vflkit.methods import RunConfig
 from vflkit.models import get_model
 from vflkit.training import split
-from vflkit.training.stacked import StackedModel, device_stacking, why_not_grouped
+from vflkit.stacked import StackedModel, device_stacking, why_not_grouped
 
 K = 3
 
