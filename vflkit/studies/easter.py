@@ -55,6 +55,7 @@ from ..report import join_reference, side_by_side
 from . import base, register
 from . import _split
 from ._split import GRADIENT_READINGS, RESNET_CUT, assign_models, by_key, run_priority, unique
+from ._split import figure as _figure, view as _view
 from .base import Artefact, Study
 
 PAPER = "easter"
@@ -1108,11 +1109,6 @@ def _quick_against_paper(evidence: base.Evidence) -> str:
             f"records; {evidence.notebook('Table II')}).")
 
 
-def _view(index: tuple[str, ...] = ("dataset", "method"), columns: str = "model") -> Callable[[pd.DataFrame], pd.DataFrame]:
-    """A table shown as ours beside the paper's."""
-    return lambda t: side_by_side(t, index=list(index), columns=columns)
-
-
 def _table7_view(t7: pd.DataFrame) -> pd.DataFrame:
     """A Table VII topology shown as ours beside the paper's: one column per party's accuracy
     and one for the time to e*."""
@@ -1147,10 +1143,10 @@ STUDY = register(Study(
         Artefact("Table V", table5_runs, ("table5.*",), table5, _view(columns="metric")),
         Artefact("Fig. 4", table5_runs, ("fig4.*",), _times_figure(fig4), point=("dataset", "method", "bandwidth_mbps")),
         Artefact("Fig. 5", table5_runs, ("fig5.*",), _times_figure(fig5), point=("dataset", "method", "latency")),
-        Artefact("Table VI", base.groups("table6"), ("table6.*",), table6, _view(("dataset", "method", "metric"), "setting")),
+        Artefact("Table VI", base.groups("table6"), ("table6.*",), table6, _view("setting", ("dataset", "method", "metric"))),
         Artefact("Table VII", base.groups("table2", keep=lambda c: c.method == "easter"), ("table7_*",), _table7_files,
                  _table7_view),
-        Artefact("Fig. 6", base.groups("fig6"), ("fig6.*",), lambda groups, records, profile: fig6(groups, records),
+        Artefact("Fig. 6", base.groups("fig6"), ("fig6.*",), _figure(fig6),
                  point=("embedding_dim", "el_pl", "model")),
     ),
     # VFedMH's run order: the same costs (C-VFL's Q = 10 last)

@@ -391,6 +391,9 @@ def explain(table: pd.DataFrame) -> list[str]:
 # ------------------------------------------------------------------------------- claims
 
 
+Check = Callable[[claims.Records], claims.Verdict]
+
+
 def _available(records: claims.Records) -> tuple[list[dict[str, Any]], int]:
     """The recorded runs among ``records`` in the order of the profile's runs, and the profile's
     rounds; nothing is read."""
@@ -398,34 +401,36 @@ def _available(records: claims.Records) -> tuple[list[dict[str, Any]], int]:
     return records.of(cfgs), cfgs[0].rounds
 
 
-def _no_records(profile: str) -> claims.Verdict:
-    return claims.not_testable(f"no records of the {profile} profile yet")
-
-
-def _short(profile: str, rounds: int) -> claims.Verdict | None:
-    """Not testable when the profile runs fewer rounds than the paper's 500."""
-    if rounds < PAPER_ROUNDS:
-        return claims.not_testable(f"needs the paper's {PAPER_ROUNDS} rounds; the {profile} profile runs {rounds}")
-    return None
+def _check(*, full: bool = False) -> Callable[[Callable[[list[dict[str, Any]], int], claims.Verdict | None]], Check]:
+    """A clause's check from ``f(*_available(records))``: not testable when ``full`` and the
+    profile runs fewer rounds than the paper's 500, or when ``f`` finds no records (returns None)."""
+    def wrap(f: Callable[[list[dict[str, Any]], int], claims.Verdict | None]) -> Check:
+        def check(records: claims.Records) -> claims.Verdict:
+            profile, (recs, rounds) = records.profile, _available(records)
+            if full and rounds < PAPER_ROUNDS:
+                return claims.not_testable(f"needs the paper's {PAPER_ROUNDS} rounds; the {profile} profile runs {rounds}")
+            v = f(recs, rounds)
+            return claims.not_testable(f"no records of the {profile} profile yet") if v is None else v
+        return check
+    return wrap
 
 
 def _ordering_check(by: str, a: str, b: str, value: str, *, scenario: str | None = None,
-                    optimizer: str | None = None) -> Callable[[claims.Records], claims.Verdict]:
+                    optimizer: str | None = None) -> Check:
     """``a`` > ``b`` in ``value`` on every dataset (paired over seeds; :func:`vflkit.claims.all_of`
     over the datasets, each judged by :func:`vflkit.claims.ordering`)."""
     what = {"final_accuracy_pct": "points of final accuracy",
             "mean_accuracy_pct": "points of accuracy averaged over the rounds"}[value]
 
-    def check(records: claims.Records) -> claims.Verdict:
-        profile = records.profile
-        recs, rounds = _available(records)
+    @_check()
+    def check(recs: list[dict[str, Any]], rounds: int) -> claims.Verdict | None:
         runs = per_run(recs)
         if scenario is not None:
             runs = runs[runs["scenario"] == scenario]
         if optimizer is not None:
             runs = runs[runs["optimizer"] == optimizer]
         if runs.empty:
-            return _no_records(profile)
+            return None
         # a model near chance decides nothing (claims.paired's gate); Multi-VFL has no Local
         verdicts = [claims.ordering(claims.paired(g, by=by, a=a, b=b, value=value, cell=["dataset"],
                                                   chance=CHANCE_PCT),
@@ -436,20 +441,16 @@ def _ordering_check(by: str, a: str, b: str, value: str, *, scenario: str | None
     return check
 
 
-def _not_converged_check(dataset: str | None) -> Callable[[claims.Records], claims.Verdict]:
+def _not_converged_check(dataset: str | None) -> Check:
     """FedAvg on 4niid does not converge (:func:`converged`) within the paper's 500 rounds."""
-    def check(records: claims.Records) -> claims.Verdict:
-        profile = records.profile
-        recs, rounds = _available(records)
-        short = _short(profile, rounds)
-        if short:
-            return short
+    @_check(full=True)
+    def check(recs: list[dict[str, Any]], rounds: int) -> claims.Verdict | None:
         h = history_frame(recs)
         h = h[(h["optimizer"] == "FedAvg") & (h["scenario"] == "4niid")]
         if dataset is not None:
             h = h[h["dataset"] == DATASET_LABELS[dataset]]
         if h.empty:
-            return _no_records(profile)
+            return None
         flat = {(d, s): converged(g) for (d, s), g in h.groupby(["dataset", "seed"], sort=False)}
         ev = (f"{sum(not v for v in flat.values())} of {len(flat)} FedAvg 4niid runs still rising or swinging "
               f"over their last {CONVERGENCE_WINDOW:.0%} of rounds (converged: "
@@ -471,13 +472,12 @@ def _gains(runs: pd.DataFrame) -> pd.DataFrame:
     return (niid[present].mean(axis=1) - niid["FedAvg"]).rename("gain").reset_index()
 
 
-def _fmnist_greater_check(records: claims.Records) -> claims.Verdict:
+@_check()
+def _fmnist_greater_check(recs: list[dict[str, Any]], rounds: int) -> claims.Verdict | None:
     """The adaptive optimizers' gain over FedAvg is larger on FashionMNIST than on MNIST."""
-    profile = records.profile
-    recs, rounds = _available(records)
     runs = per_run(recs)
     if runs.empty:
-        return _no_records(profile)
+        return None
     # a gain between models at chance is noise: the gate names the 4niid runs near chance
     niid = runs[runs["scenario"] == "4niid"].assign(cell=lambda d: d["dataset"])
     untrained = [u for opt in ADAPTIVE if opt in set(niid["optimizer"]) for u in claims.untrained_runs(
@@ -498,21 +498,17 @@ def _fmnist_greater_check(records: claims.Records) -> claims.Verdict:
 FMNIST_GAIN_PCT = (2.0, 3.0)
 
 
-def _fmnist_gain_check(records: claims.Records) -> claims.Verdict:
+@_check(full=True)
+def _fmnist_gain_check(recs: list[dict[str, Any]], rounds: int) -> claims.Verdict | None:
     """On FashionMNIST each adaptive optimizer's final gain over FedAvg is 2-3 points: agree when
     the paired mean's noise band over seeds (:func:`claims.noise_band`) overlaps [2, 3] and
     excludes no gain, disagree when it lies wholly outside [2, 3], else not testable. Overlap,
     not containment: a 1-point range is narrower than a few seeds can resolve, so "consistent
     with 2-3 points, and a gain" is what the records can show."""
-    profile = records.profile
-    recs, rounds = _available(records)
-    short = _short(profile, rounds)
-    if short:
-        return short
     runs = per_run(recs)
     runs = runs[(runs["dataset"] == "FashionMNIST") & (runs["scenario"] == "4niid")]
     if runs.empty:
-        return _no_records(profile)
+        return None
     lo, hi = FMNIST_GAIN_PCT
     verdicts = []
     for opt in ADAPTIVE:

@@ -42,6 +42,7 @@ from ..training.split import history_frame
 from . import base, register
 from . import _split
 from ._split import GRADIENT_READINGS, RESNET_CUT, assign_models, by_key, run_priority, unique
+from ._split import figure as _figure, view as _view
 from .base import Artefact, Study
 
 #: Model sets of Table II: the three small networks and the three ResNets.
@@ -1124,9 +1125,6 @@ VARIANT_CLAIMS: list[claims.Claim] = [
 ]
 
 
-# --------------------------------------------------------------------------- paper profile so far
-
-
 # --------------------------------------------------------------------------- the study's declaration
 
 
@@ -1171,16 +1169,6 @@ def beyond(evidence: base.Evidence) -> list[tuple[str, str]]:
                         f"Q = 10 at {CVFL_LR:g}, the rate C-VFL's analysis allows; "
                         "`vfedmh.cvfl_local_iterations`)."))
     return out
-
-
-def _view(columns: str = "model", index: tuple[str, ...] = ("dataset", "method")) -> Callable[[pd.DataFrame], pd.DataFrame]:
-    """A table shown as ours beside the paper's, one column per ``columns``."""
-    return lambda t: side_by_side(t, index=list(index), columns=columns)
-
-
-def _figure(draw: Callable[..., tuple[plt.Figure, pd.DataFrame]]) -> Callable[..., tuple[plt.Figure, pd.DataFrame]]:
-    """A figure drawn from (groups, records), whatever the profile."""
-    return lambda groups, records, profile: draw(groups, records)
 
 
 def describe(run: RunConfig) -> dict[str, Any]:
