@@ -23,7 +23,7 @@ from matplotlib.ticker import MaxNLocator
 import numpy as np
 import pandas as pd
 
-from .. import claims
+from .. import claims, records as store
 from ..config import apply_overrides, check_profile, check_seeds, check_seeds_once
 from ..methods.adptvfedconv import _PRETRAIN_FIELDS, CUTS, AdptVFedConvConfig, cost_model
 from ..report import join_reference, side_by_side
@@ -523,10 +523,6 @@ def side(table: pd.DataFrame, digits: int = 2) -> pd.DataFrame:
     return side_by_side(table, index=["method", "setting"], columns="metric", digits=digits)
 
 
-__all__ = ["CLAIMS", "STUDY", "VARIANT_CLAIMS", "DATASET_NAMES", "EXTENSIONS", "H100_S_PER_EPOCH", "PROFILE_SETTINGS", "TABLE2_VARIANTS",
-           "all_runs", "communication", "compute", "configs", "curves", "estimated_h100_minutes", "extensions",
-           "plot_fig3", "plot_fig4", "runs_frame", "side", "table2", "table3"]
-
 
 # --------------------------------------------------------------------------- the study's declaration
 
@@ -534,8 +530,6 @@ __all__ = ["CLAIMS", "STUDY", "VARIANT_CLAIMS", "DATASET_NAMES", "EXTENSIONS", "
 def pending_cost(runs: Sequence[TilesRun]) -> pd.DataFrame:
     """The price of pending paper-profile runs: GPU only, at :func:`estimated_h100_minutes`,
     a pre-training shared between the profile's pending runs counted once (at its first)."""
-    from .. import records as store
-
     paper = all_runs(configs("paper"))
     have = {r["key"] for r in store.load_available(paper, profile="paper")}
     seen_pre: set[str] = set()

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from .. import claims
+from .. import claims, records as store
 from ..config import apply_overrides, check_profile, check_seeds, check_seeds_once, data_root
 from ..partition import APC_VFL_N_ACTIVE
 from ..report import join_reference, side_by_side
@@ -847,15 +847,6 @@ CLAIMS: list[claims.Claim] = [
 ]
 
 
-__all__ = [
-    "CLAIMS", "STUDY", "DATASETS", "DISPLAY_ORDER", "FIG5_METHODS", "LOCAL_METHODS", "METHOD_LABELS", "PROFILE_SETTINGS",
-    "SENSITIVITY_LR", "SENSITIVITY_METHODS", "VARIANTS", "OneShotRun", "lr_sensitivity", "pending", "split_lr",
-    "available_datasets", "beats_local", "configs", "settings", "detail_frame", "fig5_frame", "fig5_long", "fig6_frame",
-    "footprint_apc_vfl", "footprint_formula", "footprint_splitnn", "footprint_vfedtrans", "ledger_check",
-    "paired_difference", "plot_detail", "plot_fig5", "plot_fig6", "recorded", "run", "runs_frame", "table2",
-    "table2_view", "wins",
-]
-
 
 # --------------------------------------------------------------------------- the study's declaration
 
@@ -945,8 +936,6 @@ def pending_cost(runs: Sequence[OneShotRun], reference: str = "quick") -> pd.Dat
     time of the same run (same dataset, kind, method, |D_A|; for counts the reference does not
     run, the same dataset, kind and method) scaled from its epoch cap to the run's (early
     stopping usually ends sooner)."""
-    from .. import records as store
-
     datasets = sorted({c.dataset for c in runs})
     ref_runs = [c for c in configs(reference, overrides={"datasets": datasets}) if c.lr != SENSITIVITY_LR]
     exact: dict[tuple, list[float]] = {}

@@ -27,6 +27,7 @@ from ..config import apply_overrides, check_profile, check_seeds, check_seeds_on
 from ..methods.multi_vfl import MultiVFL, MultiVFLConfig
 from ..methods.server_opt import SERVER_OPTIMIZERS, init_state, server_step
 from ..partition import NIID_SCENARIOS
+from ..report import join_reference
 from ..training import dataset as training_dataset, multi_owner
 from ..training.multi_owner import update_scale  # noqa: F401  (round 1's |t| and sqrt(v) beside tau, by name)
 from . import base, register
@@ -232,8 +233,6 @@ def summary(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
 def long_table(summ: pd.DataFrame, profile: str) -> pd.DataFrame:
     """:func:`summary` in the long format of ``report.write_table`` (no paper values: Multi-VFL
     prints none); ``std`` is the standard deviation over seeds where :func:`summary` has one."""
-    from ..report import join_reference
-
     sds = {"final_accuracy_pct": "final_accuracy_sd", "mean_accuracy_pct": "mean_accuracy_sd"}
     rows = []
     for _, r in summ.iterrows():
@@ -266,8 +265,6 @@ def _local_steps(cfg: dict[str, Any]) -> int:
 
 def long_traffic(traffic: pd.DataFrame, profile: str) -> pd.DataFrame:
     """:func:`bytes_per_round` in the long format of ``report.write_table``."""
-    from ..report import join_reference
-
     rows = [{"table": "traffic", "dataset": r["dataset"], "method": "all runs", "setting": r["kind"],
              "model": f"{r['local_steps_per_owner']} batches per label owner and round",
              "metric": "MB_per_round", "value": r["MB_per_round"], "std": float("nan"), "n_runs": 1}

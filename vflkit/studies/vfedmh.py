@@ -36,7 +36,8 @@ from .. import analysis, claims
 from ..config import check_profile, check_seeds, check_seeds_once, override_runs, split_run_overrides
 from ..methods import OPTIMIZERS, RunConfig
 from ..methods.cvfl import step_size as cvfl_step_size
-from ..report import join_reference, side_by_side
+from ..report import join_reference, load_reference, side_by_side
+from ..secure import BlindingKeys, FixedPointRing, aggregate, blind
 from ..training import split
 from ..training.split import history_frame
 from . import base, register
@@ -432,8 +433,6 @@ def baseline_evidence() -> pd.DataFrame:
     4-strip split. C_VFL (SplitNN plus 3-bit compression and stale local steps) printed far
     above plain PyVertical by VFedMH is one inconsistency; PyVertical and heterogeneous Agg_VFL
     printed by the same authors' EASTER paper are another. Read from ``vflkit/reference``."""
-    from ..report import load_reference
-
     rows = []
     picks = [("vfedmh", "II", "PyVertical", "homogeneous"), ("vfedmh", "II", "C_VFL", "homogeneous"),
              ("vfedmh", "III", "Heter_aggVFL", ""), ("easter", "II", "PyVertical", "heterogeneous"),
@@ -626,8 +625,6 @@ def blinding_demo(*, n_passive: int = 3, shape: tuple[int, int] = (128, 128), se
     mean with its bound, and the correlation between the true centred embedding and what each
     variant reveals after the active party subtracts the first entry.
     """
-    from ..secure import BlindingKeys, FixedPointRing, aggregate, blind
-
     gen = torch.Generator().manual_seed(seed)
     ring = FixedPointRing()
     keys = {k: BlindingKeys(k, seed=seed * 100 + k) for k in range(1, n_passive + 1)}
