@@ -294,6 +294,12 @@ def _arch_metric(record: dict[str, Any], metric: str) -> dict[str, float]:
     return {a: float(np.mean(v)) for a, v in out.items()}
 
 
+def _run_metric(c: RunConfig, r: dict[str, Any]) -> float:
+    """A run's final test metric (%): EASTER's the mean over its C party models, a baseline's its one model's."""
+    models = list(r["models"]) if c.method == "easter" else ["active"]
+    return float(np.mean([100 * r["final"][k].get(metric_of(c.dataset), float("nan")) for k in models]))
+
+
 def _theta(dataset: str, arch: str) -> str:
     return THETA[MODEL_SETS[dataset].index(arch)]
 
@@ -550,9 +556,7 @@ def table6(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]
         metric = metric_of(c.dataset)
         base = {"table": "VI", "dataset": DATASET_NAMES[c.dataset], "method": METHOD_NAMES[c.method],
                 "setting": f"C={c.n_parties}", "model": "", "seed": c.seed, "diverged": bool(r.get("diverged"))}
-        models = list(r["models"]) if c.method == "easter" else ["active"]
-        value = float(np.mean([100 * r["final"][k].get(metric, float("nan")) for k in models]))
-        rows += [{**base, "metric": f"{metric}_pct", "value": value},
+        rows += [{**base, "metric": f"{metric}_pct", "value": _run_metric(c, r)},
                  {**base, "metric": "train_time_min", "value": r["wall_time_s"] / 60},
                  {**base, "metric": "memory_MB", "value": r["peak_memory_mb"]}]
     return _summarise(rows, profile)
@@ -638,7 +642,7 @@ def fig6(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) 
     for c, r in _recorded(groups["fig6"], rec):
         metric = metric_of(c.dataset)
         vals = _arch_metric(r, metric)
-        vals["mean"] = float(np.mean([100 * r["final"][k].get(metric, float("nan")) for k in r["models"]]))
+        vals["mean"] = _run_metric(c, r)
         for arch, v in vals.items():
             rows.append({"dataset": DATASET_NAMES[c.dataset], "seed": c.seed, "embedding_dim": c.embedding_dim,
                          "el_pl": _el_pl_label(c.el_pl), "model": arch, f"{metric}_pct": v})
@@ -959,14 +963,8 @@ def _table6_beats(records: claims.Records) -> claims.Verdict:
 
 def table6_rows(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """Per Table VI run and seed: dataset, method, C and the test metric (%)."""
-    rec = by_key(records)
-    rows = []
-    for c, r in _recorded(groups["table6"], rec):
-        metric = metric_of(c.dataset)
-        models = list(r["models"]) if c.method == "easter" else ["active"]
-        rows.append({"dataset": DATASET_NAMES[c.dataset], "method": METHOD_NAMES[c.method], "C": c.n_parties,
-                     "seed": c.seed, "value": float(np.mean([100 * r["final"][k].get(metric, np.nan) for k in models]))})
-    return pd.DataFrame(rows)
+    return pd.DataFrame([{"dataset": DATASET_NAMES[c.dataset], "method": METHOD_NAMES[c.method], "C": c.n_parties,
+                          "seed": c.seed, "value": _run_metric(c, r)} for c, r in _recorded(groups["table6"], by_key(records))])
 
 
 def _table7_check(topology: str) -> Any:

@@ -24,7 +24,7 @@ Choices where the paper is silent, in :data:`PROFILE_SETTINGS`:
 from __future__ import annotations
 
 import random
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -107,6 +107,8 @@ MODEL_NAMES = {"cnn": "CNN", "lenet": "LeNet", "mlp": "MLP", "resnet18": "ResNet
 OPTIMIZER_NAMES = {"sgd": "SGD", "sgd_momentum": "SGD_Momentum", "adagrad": "Adagrad", "adam": "Adam"}
 TABLE2_METHODS = {"local": ("Local", "local"), "splitnn": ("PyVertical", "homogeneous"),
                   "c_vfl": ("C_VFL", "homogeneous"), "agg_vfl": ("Agg_VFL", "homogeneous")}
+#: Table II's methods by the names the paper prints (VFedMH's own run included).
+TABLE2_NAMES = {k: v[0] for k, v in TABLE2_METHODS.items()} | {"vfedmh": "VFedMH"}
 TABLE3_METHODS = {"local": "Local", "heter_aggvfl": "Heter_aggVFL", "agg_vfl": "Homo_aggVFL",
                   "homo_vfedmh": "Homo_VFedMH", "vfedmh": "VFedMH"}
 
@@ -505,7 +507,7 @@ def fig3(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) 
             continue
         per_epoch = analysis.full_epoch_traffic(rec[c.key], _steps(c))
         rows.append({"dataset": DATASET_NAMES[c.dataset], "seed": c.seed, "model": c.models[0],
-                     "method": "VFedMH" if c.method == "vfedmh" else TABLE2_METHODS[c.method][0],
+                     "method": TABLE2_NAMES[c.method],
                      "messages_per_epoch": per_epoch["messages"].mean(),
                      "MB_per_epoch": per_epoch["bytes"].mean() / 2**20,
                      "rounds_per_epoch": per_epoch["rounds"].mean(),
@@ -745,7 +747,7 @@ _AGGREGATING = ("vfedmh", "homo_vfedmh")
 
 
 def _method_names(table: str) -> dict[str, str]:
-    return ({k: v[0] for k, v in TABLE2_METHODS.items()} | {"vfedmh": "VFedMH"}) if table == "table2" else TABLE3_METHODS
+    return TABLE2_NAMES if table == "table2" else TABLE3_METHODS
 
 
 def expected_cells(groups: dict[str, list[RunConfig]], table: str, a: str, b: str,
@@ -776,13 +778,11 @@ def accuracy_frame(groups: dict[str, list[RunConfig]], records: dict[str, dict[s
             continue
         accs = (_arch_accuracy(r) if c.method in _AGGREGATING
                 else {c.models[c.active]: 100 * r["final"]["active"]["test_accuracy"]})
-        for arch, v in accs.items():
-            rows.append({"dataset": DATASET_NAMES[c.dataset], "method": names[c.method], "model": MODEL_NAMES[arch],
-                         "model_set": _model_set(arch), "seed": c.seed, "value": v})
+        cells = [(names[c.method], arch, v) for arch, v in accs.items()]
         if c.method == "heter_aggvfl" and (own := _own_accuracy(c, r)) is not None:
-            arch = c.models[c.active]
-            rows.append({"dataset": DATASET_NAMES[c.dataset], "method": OWN_LOGITS, "model": MODEL_NAMES[arch],
-                         "model_set": _model_set(arch), "seed": c.seed, "value": own})
+            cells.append((OWN_LOGITS, c.models[c.active], own))
+        rows += [{"dataset": DATASET_NAMES[c.dataset], "method": m, "model": MODEL_NAMES[arch],
+                  "model_set": _model_set(arch), "seed": c.seed, "value": v} for m, arch, v in cells]
     return pd.DataFrame(rows, columns=["dataset", "method", "model", "model_set", "seed", "value"])
 
 
@@ -907,7 +907,7 @@ def _rounds_per_step(records: claims.Records) -> claims.Verdict:
         if c.method == "local" or c.key not in rec:
             continue
         per_epoch = analysis.full_epoch_traffic(rec[c.key], _steps(c))  # a diverged run's last epoch ran fewer steps
-        name = "VFedMH" if c.method == "vfedmh" else TABLE2_METHODS[c.method][0]
+        name = TABLE2_NAMES[c.method]
         seen.setdefault(name, set()).add(round(float(per_epoch["rounds"].sum()) / (_steps(c) * len(per_epoch)), 3))
     if "VFedMH" not in seen or len(seen) < 2:
         return claims.not_testable("no recorded pair of VFedMH and a baseline")
@@ -925,7 +925,7 @@ def _total_rounds(records: claims.Records) -> claims.Verdict:
     for c in groups["table2"]:
         if c.method == "local" or c.key not in rec or _model_set(c.models[0]) != "small":
             continue
-        rows.append({"method": "VFedMH" if c.method == "vfedmh" else TABLE2_METHODS[c.method][0],
+        rows.append({"method": TABLE2_NAMES[c.method],
                      "dataset": DATASET_NAMES[c.dataset], "seed": c.seed,
                      "runs": 1, "rounds": float(analysis.full_epoch_traffic(rec[c.key], _steps(c))["rounds"].mean()) * c.epochs})
     df = pd.DataFrame(rows, columns=["method", "dataset", "seed", "runs", "rounds"])
@@ -938,17 +938,23 @@ def _total_rounds(records: claims.Records) -> claims.Verdict:
         for b in ("PyVertical", "C_VFL", "Agg_VFL"))
 
 
+def _curves(groups: dict[str, list[RunConfig]],
+            records: dict[str, dict[str, Any]]) -> Iterator[tuple[RunConfig, dict[str, Any]]]:
+    """Table II's recorded runs with a curve to read, Local's aside: none that diverged and stopped
+    early (``record["diverged"]``) or trained to the end but collapsed to chance (:func:`collapsed_epoch`)."""
+    for c in groups["table2"]:
+        r = records.get(c.key)
+        if r is not None and c.method != "local" and not r.get("diverged") and collapsed_epoch(r) is None:
+            yield c, r
+
+
 def convergence_epochs(groups: dict[str, list[RunConfig]], records: dict[str, dict[str, Any]]) -> pd.DataFrame:
     """Per Table II run and architecture: the first epoch whose test accuracy is within
     :data:`CONVERGED_WITHIN_POINTS` of the run's final one (VFedMH: the mean over the parties
-    that hold the architecture). A run that diverged and stopped early (``record["diverged"]``),
-    or trained to the end but collapsed to chance (:func:`collapsed_epoch`), never converged: it
-    has no row, where the rule would give its first epoch at chance."""
+    that hold the architecture). A run that diverged or collapsed never converged: it has no row
+    (:func:`_curves`), where the rule would give its first epoch at chance."""
     rows = []
-    for c in groups["table2"]:
-        r = records.get(c.key)
-        if r is None or c.method == "local" or r.get("diverged") or collapsed_epoch(r) is not None:
-            continue
+    for c, r in _curves(groups, records):
         hist = pd.DataFrame(r["history"])
         by_arch: dict[str, list[int]] = {}
         for party, arch in r["models"].items():
@@ -958,7 +964,7 @@ def convergence_epochs(groups: dict[str, list[RunConfig]], records: dict[str, di
             by_arch.setdefault(arch, []).append(int(h["epoch"].to_numpy()[first]))
         for arch, epochs in by_arch.items():
             rows.append({"dataset": DATASET_NAMES[c.dataset], "seed": c.seed, "model": MODEL_NAMES[arch],
-                         "method": "VFedMH" if c.method == "vfedmh" else TABLE2_METHODS[c.method][0],
+                         "method": TABLE2_NAMES[c.method],
                          "epoch": float(np.mean(epochs)), "epochs": c.epochs})
     return pd.DataFrame(rows, columns=["dataset", "seed", "model", "method", "epoch", "epochs"])
 
@@ -968,14 +974,11 @@ def time_to_target(groups: dict[str, list[RunConfig]], records: dict[str, dict[s
     architecture, seed) and baseline, the epoch at which VFedMH (the mean over the parties that
     hold the architecture) and the baseline first reach a common target,
     :data:`vflkit.analysis.TARGET_SHARE` of the better of their final accuracies
-    (:func:`vflkit.analysis.epoch_to_target`; NaN where a run never reaches it: censored). Runs
-    that diverged or collapsed have no curve (:func:`convergence_epochs` says why)."""
+    (:func:`vflkit.analysis.epoch_to_target`; NaN where a run never reaches it: censored), of
+    the runs :func:`_curves` reads."""
     curves: dict[tuple[str, str, int, str], pd.Series] = {}
-    for c in groups["table2"]:
-        r = records.get(c.key)
-        if r is None or c.method == "local" or r.get("diverged") or collapsed_epoch(r) is not None:
-            continue
-        method = "VFedMH" if c.method == "vfedmh" else TABLE2_METHODS[c.method][0]
+    for c, r in _curves(groups, records):
+        method = TABLE2_NAMES[c.method]
         by_arch: dict[str, list[str]] = {}
         for party, arch in r["models"].items():
             by_arch.setdefault(arch, []).append(party)
@@ -1028,7 +1031,7 @@ def _same_epoch(variant: str | None = None) -> Any:
         gone = diverged_runs([rec[c.key] for c in groups["table2"] if c.key in rec and c.method != "local"])
         if gone.empty:
             return verdict
-        names = gone["method"].map(lambda m: "VFedMH" if m == "vfedmh" else TABLE2_METHODS[m][0])
+        names = gone["method"].map(TABLE2_NAMES)
         which = ", ".join(f"{m} ({n})" for m, n in names.value_counts().sort_index().items())
         # a run that never converged cannot support "converge at about the same epoch"
         status = claims.NOT_TESTABLE if verdict.status == claims.AGREE else verdict.status
