@@ -6,12 +6,8 @@ each cut costs a client: upload bytes per sample from the ledger, extractor MACs
 and the edge-device communication the paper claims but never measures (model transfer and
 feature maps against raw tiles and against parameter-sharing FL of the same VGG-16). Our
 extensions (labelled "ours"): one-shot extraction (Algorithm 1 literally), transfer without
-fine-tuning, BatchNorm statistics only.
-
-This module declares the runs per profile (:func:`configs`), draws the tables and figures from
-their records, and states the paper's claims clause by clause (:data:`CLAIMS`). The runs are
-:mod:`vflkit.training.tiles`' (one :class:`~vflkit.training.tiles.TilesRun` per record in
-``results/<profile>/adptvfedconv/``).
+fine-tuning, BatchNorm statistics only. The runs are :mod:`vflkit.training.tiles`' (a
+:class:`~vflkit.training.tiles.TilesRun` per record).
 """
 
 from __future__ import annotations
@@ -42,23 +38,16 @@ EXTENSIONS = ("oneshot", "no_finetune", "bn_stats")
 #:
 #: * smoke (CI, seconds): width 1/16, 64 training and 32 test images, one epoch per stage.
 #: * quick (a shared 2-core CPU): **width 1/8, not the paper's model** (conv widths 8..64, FC
-#:   512). Images and epochs are the paper profile's divided by one common factor k, the
-#:   smallest that keeps whole epochs and fits the study in about a quarter of an hour of CPU
-#:   time: k = 15, so
-#:   3333 training / 667 test CIFAR-10 images (50,000 / 10,000 over 15; one subset for every
-#:   seed) and 4 epochs per supervised stage (60 over 15); the autoencoder's 10 epochs over 15
-#:   round up to 1. k = 12 (5 epochs, 4167 images) would cost about a third more (time scales
-#:   with images x epochs).
-#:   Centralized trains 8 epochs on the same images: the epochs of AdptVFedConv's two
-#:   supervised stages together (stage 1 + stage 3, both on these labels). The paper profile's
-#:   60 epochs per model are meant to bring each near convergence, where equal epochs are a
-#:   fair budget; at 4 none is, and a 4-epoch Centralized model (the earlier profile: 1000
-#:   images, 4 epochs) ended below Non-cooperation.
-#:   Batch 32 (with batch 128 a 2000-image tile network reached 17 % in 4 epochs, with batch
-#:   32 22 %: more steps matter more than larger batches here); the optimizers,
-#:   learning rates and schedules are the paper profile's. Table 2 and three cuts (2C, 2C+1M,
-#:   4C+2M: the first max-pool and a deeper extractor) on 3 seeds, the extensions on one:
-#:   24 runs within that CPU budget, before the notebook.
+#:   512). Images and epochs are the paper profile's divided by one common factor k = 15, the
+#:   smallest that keeps whole epochs and fits the study in about a quarter of an hour of CPU:
+#:   3333 training / 667 test CIFAR-10 images (one subset for every seed), 4 epochs per
+#:   supervised stage, the autoencoder's 10 rounded up to 1. Centralized trains 8 epochs, those
+#:   of AdptVFedConv's two supervised stages together (stages 1 and 3, both on these labels): at
+#:   4 epochs no model is near convergence, where equal epochs would be a fair budget, and a
+#:   4-epoch Centralized ended below Non-cooperation. Batch 32: more steps matter more than
+#:   larger batches here. Optimizers, learning rates and schedules are the paper profile's.
+#:   Table 2 and three cuts (2C, 2C+1M, 4C+2M: the first max-pool and a deeper extractor) on 3
+#:   seeds, the extensions on one.
 #: * paper: width 1, all of CIFAR-10, 60 epochs per stage (the spec's choice; the paper gives
 #:   none), 10 autoencoder epochs, batch 128, all ten cuts, one seed (the paper prints no std).
 #:   GPU only; the notebook lists what is pending with its estimated cost.

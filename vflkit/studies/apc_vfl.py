@@ -4,12 +4,8 @@ Reproduces Figs 5-8 / Appendices C-D (Local, Ablation, APC-VFL with MSE and MAE 
 VFedTrans over aligned-sample counts and feature partitions), Table 2 (SplitNN vs APC-VFL on
 aligned data only) and Table 4 (MIMIC-III macro/weighted F1, when the data is present), with
 every method's communication from the channel's ledger beside the paper's footprint formulas
-(Eqs. 6-10).
-
-This module declares the runs per profile (:func:`configs`) and draws the tables and figures
-from their records. The runs (parties, the one-shot methods, the classifier of step ④ and the
-scoring) are :mod:`vflkit.training.one_shot`'s; :mod:`vflkit.records` writes one record each
-to ``results/<profile>/apc_vfl/<key>.json`` and skips runs whose record exists.
+(Eqs. 6-10). The runs (parties, the one-shot methods, the classifier of step ④ and the
+scoring) are :mod:`vflkit.training.one_shot`'s.
 """
 
 from __future__ import annotations

@@ -2,10 +2,9 @@
 
 The algorithm is VFedMH's (method ``easter``, :mod:`vflkit.methods.easter`); the study differs
 in its experiments. Four parties hold the four vertical strips of an image (Criteo: four
-consecutive column groups), the active party the first and the labels. Runs are declared per
-profile by :func:`configs`; every table and figure is drawn from the run records, and the
-communication artefacts (Table V, Figs. 4-5, Table VII) are priced from the recorded
-per-link traffic (``comm.per_link``) without retraining.
+consecutive column groups), the active party the first and the labels. The communication
+artefacts (Table V, Figs. 4-5, Table VII) are priced from the recorded per-link traffic
+(``comm.per_link``) without retraining.
 
 Choices where the paper is silent (``shared/specs/easter.md`` argues each):
 

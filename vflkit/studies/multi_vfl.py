@@ -3,9 +3,7 @@
 Fig. 2: test accuracy per round with FedAvg as 1, 2, 3 and 4 of the 5 label owners become
 non-IID (Table 3). Fig. 3: the 4niid scenario under the four server optimizers. The paper
 prints no numbers; its claims (the reference README) are about the order and convergence of
-the curves. The runs are trained by :mod:`vflkit.training.multi_owner` and recorded by
-:mod:`vflkit.records` (``results/<profile>/multi_vfl/<key>.json``); this module declares the
-runs per profile and draws the figures and tables from the records.
+the curves. The runs are trained by :mod:`vflkit.training.multi_owner`.
 """
 
 from __future__ import annotations
@@ -39,18 +37,15 @@ PAPER = "multi_vfl"
 PAPER_ROUNDS = 500
 
 #: The quick profile's reduction: enough local steps for FedAvg to leave chance, at the fewest
-#: CPU seconds. At the paper's plain SGD with lr 1e-3, FedAvg needs about 400 local steps per
-#: label owner before 1niid MNIST is well clear of chance (on 500 test images, seed 0, test accuracy
-#: climbs from about 20 % after 128 steps to about 70 % after 512); with far fewer (2 batches x 8
-#: rounds, 16 steps) every run ends near chance and decides no claim. The profile gives 400: each
-#: label owner holds ``QUICK_SAMPLES`` samples (its local epoch: 4 batches of 64, one full pass as
-#: in Algorithm 1) for ``QUICK_ROUNDS`` rounds. The budget goes to rounds more than to local batches
-#: because the server optimizers' behaviour (bias correction, Demon's schedule) unfolds over rounds;
-#: 256 samples rather than 128 give a non-IID owner's two labels about 128 images each. Test
-#: accuracy is taken every ``QUICK_EVAL_EVERY`` rounds on ``QUICK_TEST`` test images (evaluation
-#: does not change training; 20 points a curve). A run is 100 x 20 split steps, sized for a 2-core
-#: CPU (the paper's 79 batches a round are not); the 500-round clauses stay with the paper
-#: profile (a GPU).
+#: CPU seconds. At the paper's plain SGD with lr 1e-3 FedAvg needs about 400 local steps per
+#: label owner before 1niid MNIST is well clear of chance; with far fewer every run ends near
+#: chance and decides no claim. Each label owner holds ``QUICK_SAMPLES`` samples (its local
+#: epoch: 4 batches of 64, one full pass as in Algorithm 1) for ``QUICK_ROUNDS`` rounds: the
+#: budget goes to rounds more than to local batches because the server optimizers' behaviour
+#: (bias correction, Demon's schedule) unfolds over rounds; 256 samples rather than 128 give a
+#: non-IID owner's two labels about 128 images each. Test accuracy every ``QUICK_EVAL_EVERY``
+#: rounds on ``QUICK_TEST`` test images (evaluation does not change training). The 500-round
+#: clauses stay with the paper profile (a GPU).
 QUICK_SAMPLES = 256
 QUICK_ROUNDS = 100
 QUICK_EVAL_EVERY = 5
