@@ -102,18 +102,13 @@ PROFILE_SETTINGS: dict[str, dict[str, Any]] = {
     # Images: half of one paper epoch in SGD steps, at the paper's plain SGD, lr 0.01, batch 128:
     # a tenth of its training images over a quarter of its epochs (6,000 of 60,000 x 5 of 20 =
     # 235 steps, the paper's epoch being 469), 1,000 test images. Rule: enough steps that the
-    # paper-scale EASTER curve is well above chance and above Local; fewer than one paper epoch,
-    # for the budget. That curve (full data, seeds 0-2, evaluated every 47 steps; its recorded
-    # epoch 1 is 72.8-73.3 %) stands at 66-69 % after 235 steps (chance 10 %; Local, seed 0,
-    # 57-62 %), where after 94 it was level with Local (51-56 % against 53-56 %). C-VFL trains 1
-    # epoch (47 batches x Q = 10 local iterations, about twice the others' compute;
-    # ``cvfl_epochs`` also sets Criteo's C-VFL runs, so it stays 1): at its 0.001 = 0.01/Q it
-    # advances per batch about as PyVertical does per step (paper scale, seed 0: 54 % after 47
-    # batches, 64 % after 94), so it learns but ends near Local (seed 0: 55-56 % against
-    # 57-59 %); a second epoch would nearly double C-VFL's share of the budget. The FMNIST
-    # part (63 runs over 3 seeds) is sized to take well under half an hour of one core, C-VFL
-    # about two fifths of it. A smaller cut (1,200 images x 3 epochs, 30 steps) left EASTER at
-    # 24-31 %, below Local, and decided nothing.
+    # paper-scale EASTER curve is well above chance and above Local (after 94 steps it is level
+    # with Local; a 30-step cut decided nothing); fewer than one paper epoch, for the budget.
+    # C-VFL trains 1 epoch (47 batches x Q = 10 local iterations, about twice the others'
+    # compute; ``cvfl_epochs`` also sets Criteo's C-VFL runs, so it stays 1): at its
+    # 0.001 = 0.01/Q it advances per batch about as PyVertical does per step, so it learns but
+    # ends near Local; a second epoch would nearly double C-VFL's share of the budget. The FMNIST
+    # part (63 runs over 3 seeds) is sized to take well under half an hour of one core.
     # Criteo: the whole sample, 3 epochs of Adam.
     # Table IV on Criteo only and Table VI with C = 2, 6, 10 (Criteo), on Criteo's 5 seeds: with
     # 3, a paired difference needs 4.3 standard errors to leave the claims' noise band, and
