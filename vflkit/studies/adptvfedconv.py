@@ -380,10 +380,11 @@ def _pairs(records: claims.Records, a: tuple[str, str], b: tuple[str, str], *, v
 CHANCE_PCT = 10.0
 
 
-def _untrained(pairs: pd.DataFrame) -> claims.Verdict | None:
-    """Not testable (did not learn) when :func:`_pairs` found a run that did not learn."""
+def _diffs(records: claims.Records, a: tuple[str, str], b: tuple[str, str]) -> pd.Series | claims.Verdict:
+    """:func:`_pairs`' differences over seeds; not testable (did not learn) where a run did not learn."""
+    pairs = _pairs(records, a, b)
     runs = claims.untrained_runs(pairs)
-    return claims.not_testable(f"{claims.DID_NOT_LEARN}: {'; '.join(runs)}") if runs else None
+    return claims.not_testable(f"{claims.DID_NOT_LEARN}: {'; '.join(runs)}") if runs else pairs["diff"].dropna()
 
 
 def _order(a: tuple[str, str], b: tuple[str, str], names: tuple[str, str]):
@@ -396,10 +397,8 @@ def _within(records: claims.Records, a: tuple[str, str], b: tuple[str, str], lo:
     """The clause "a - b lies in [lo, hi] points": agree when the mean's noise band
     (:func:`claims.noise_band`, the 95 % t interval over seeds) lies inside, disagree when it
     lies wholly outside, else not testable."""
-    pairs = _pairs(records, a, b)
-    if (gate := _untrained(pairs)) is not None:
-        return gate
-    d = pairs["diff"].dropna()
+    if isinstance(d := _diffs(records, a, b), claims.Verdict):
+        return d
     if d.empty:
         return claims.not_testable(f"no recorded pair for {what}")
     if len(d) < 2:
@@ -426,10 +425,8 @@ def _no_loss(records: claims.Records, a: tuple[str, str], b: tuple[str, str], wh
     """The clause "a is no worse than b": agree when the data rule out a loss of more than
     ``margin`` points (mean - band > -margin, with :func:`claims.noise_band` over seeds), disagree
     when a is below b beyond the noise (mean + band < 0), else not testable."""
-    pairs = _pairs(records, a, b)
-    if (gate := _untrained(pairs)) is not None:
-        return gate
-    d = pairs["diff"].dropna()
+    if isinstance(d := _diffs(records, a, b), claims.Verdict):
+        return d
     if len(d) < 2:
         return claims.not_testable(f"{what}: {len(d)} recorded pair(s), need 2 seeds for an error bar")
     mean, se, band = claims.interval(d)

@@ -878,25 +878,25 @@ def _converged(groups: dict[str, list[RunConfig]], rec: dict[str, dict[str, Any]
     return verdicts
 
 
-def _fig4_check(standard: bool) -> Any:
+def _converges(group: str, label: Callable[[RunConfig], str], missing: Callable[[list[str]], str]) -> Any:
+    """Figs. 4-5: every party model of ``group``'s runs converges (:func:`_converged`), judged per
+    ``label(run)``; every run must be judged: one without records makes the clause not testable,
+    with ``missing(sorted labels of those runs)`` saying so."""
     def check(records: claims.Records) -> claims.Verdict:
         groups, rec = _available(records)
-        runs = groups["table4_standard" if standard else "table4"]
-        verdicts = _converged(groups, rec, runs, lambda c, party: f"{_optimizer(c)} (lr {_lr(c):g})")
-        # every optimizer must be judged: one without records makes the clause not testable
-        missing = sorted({f"{_optimizer(c)} (lr {_lr(c):g})" for c in runs if c.key not in rec})
-        if missing:
-            verdicts.append(claims.not_testable(f"no records of {', '.join(missing)}"))
+        verdicts = _converged(groups, rec, groups[group], lambda c, party: label(c))
+        if gone := sorted({label(c) for c in groups[group] if c.key not in rec}):
+            verdicts.append(claims.not_testable(missing(gone)))
         return claims.all_of(verdicts)
     return check
 
 
-def _fig5_check(records: claims.Records) -> claims.Verdict:
-    groups, rec = _available(records)
-    verdicts = _converged(groups, rec, groups["fig5"], lambda c, party: "mixed models and optimizers")
-    if any(c.key not in rec for c in groups["fig5"]):
-        verdicts.append(claims.not_testable("runs of Fig. 5 without records"))
-    return claims.all_of(verdicts)
+def _fig4_check(standard: bool) -> Any:
+    return _converges("table4_standard" if standard else "table4", lambda c: f"{_optimizer(c)} (lr {_lr(c):g})",
+                      lambda gone: f"no records of {', '.join(gone)}")
+
+
+_fig5_check = _converges("fig5", lambda c: "mixed models and optimizers", lambda gone: "runs of Fig. 5 without records")
 
 
 def _rounds_per_step(records: claims.Records) -> claims.Verdict:
