@@ -17,7 +17,8 @@ import pkgutil
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from ..config import add_papers, drop_paper
+from ..config import add_papers, drop_paper, is_simple_name
+from ..errors import ConfigError
 from .base import FAMILIES, Artefact, Study
 
 _REGISTRY: dict[str, Study] = {}
@@ -30,9 +31,6 @@ def register(study: Study) -> Study:
     """Add ``study`` to the registry and return it; a second study of the same name is an error
     (two modules claiming one paper), as is a family :data:`~vflkit.studies.base.FAMILIES` lacks
     and a name that is no simple name (:func:`vflkit.config.is_simple_name`)."""
-    from ..config import is_simple_name
-    from ..errors import ConfigError
-
     if not is_simple_name(study.name):  # its records' folder: <results>/<profile>/<name>/
         raise ConfigError(f"Invalid study name {study.name!r}; a study's name is its records' folder: use letters, "
                           "digits, '_' and '-' (at most 64, starting with a letter or digit)")
@@ -90,8 +88,6 @@ def studies() -> list[Study]:
 
 def get(name: str) -> Study:
     """The study ``name``; an unknown name is an error listing the known ones."""
-    from ..errors import ConfigError
-
     if name not in _REGISTRY:
         _load_all()
     if name not in _REGISTRY:

@@ -5,11 +5,14 @@ labelled twin of their own method's runs. Not a study (its name starts with ``_`
 from __future__ import annotations
 
 import random
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
+
+import pandas as pd
 
 from .. import analysis
 from ..errors import ConfigError
 from ..methods import RunConfig
+from ..report import side_by_side
 from .base import unique as _unique
 
 #: How the ResNets are cut into h and p: half their weighted layers each (EASTER Sec. V-A, the
@@ -66,3 +69,13 @@ def with_variant(groups: dict[str, list[RunConfig]], variants: dict[str, tuple[s
         return groups
     method, group = variants[variant]
     return analysis.swap_in_variant(groups, method, group, tables, keep_unmatched=keep_unmatched)
+
+
+def view(columns: str = "model", index: tuple[str, ...] = ("dataset", "method")) -> Callable[[pd.DataFrame], pd.DataFrame]:
+    """A table shown as ours beside the paper's, one column per ``columns``."""
+    return lambda t: side_by_side(t, index=list(index), columns=columns)
+
+
+def figure(draw: Callable[[Any, Any], Any]) -> Callable[[Any, Any, str], Any]:
+    """A figure drawn from (groups, records), whatever the profile."""
+    return lambda groups, records, profile: draw(groups, records)

@@ -6,12 +6,8 @@ each cut costs a client: upload bytes per sample from the ledger, extractor MACs
 and the edge-device communication the paper claims but never measures (model transfer and
 feature maps against raw tiles and against parameter-sharing FL of the same VGG-16). Our
 extensions (labelled "ours"): one-shot extraction (Algorithm 1 literally), transfer without
-fine-tuning, BatchNorm statistics only.
-
-This module declares the runs per profile (:func:`configs`), draws the tables and figures from
-their records, and states the paper's claims clause by clause (:data:`CLAIMS`). The runs are
-:mod:`vflkit.training.tiles`' (one :class:`~vflkit.training.tiles.TilesRun` per record in
-``results/<profile>/adptvfedconv/``).
+fine-tuning, BatchNorm statistics only. The runs are :mod:`vflkit.training.tiles`' (a
+:class:`~vflkit.training.tiles.TilesRun` per record).
 """
 
 from __future__ import annotations
@@ -23,7 +19,7 @@ from matplotlib.ticker import MaxNLocator
 import numpy as np
 import pandas as pd
 
-from .. import claims
+from .. import claims, records as store
 from ..config import apply_overrides, check_profile, check_seeds, check_seeds_once
 from ..methods.adptvfedconv import _PRETRAIN_FIELDS, CUTS, AdptVFedConvConfig, cost_model
 from ..report import join_reference, side_by_side
@@ -42,23 +38,16 @@ EXTENSIONS = ("oneshot", "no_finetune", "bn_stats")
 #:
 #: * smoke (CI, seconds): width 1/16, 64 training and 32 test images, one epoch per stage.
 #: * quick (a shared 2-core CPU): **width 1/8, not the paper's model** (conv widths 8..64, FC
-#:   512). Images and epochs are the paper profile's divided by one common factor k, the
-#:   smallest that keeps whole epochs and fits the study in about a quarter of an hour of CPU
-#:   time: k = 15, so
-#:   3333 training / 667 test CIFAR-10 images (50,000 / 10,000 over 15; one subset for every
-#:   seed) and 4 epochs per supervised stage (60 over 15); the autoencoder's 10 epochs over 15
-#:   round up to 1. k = 12 (5 epochs, 4167 images) would cost about a third more (time scales
-#:   with images x epochs).
-#:   Centralized trains 8 epochs on the same images: the epochs of AdptVFedConv's two
-#:   supervised stages together (stage 1 + stage 3, both on these labels). The paper profile's
-#:   60 epochs per model are meant to bring each near convergence, where equal epochs are a
-#:   fair budget; at 4 none is, and a 4-epoch Centralized model (the earlier profile: 1000
-#:   images, 4 epochs) ended below Non-cooperation.
-#:   Batch 32 (with batch 128 a 2000-image tile network reached 17 % in 4 epochs, with batch
-#:   32 22 %: more steps matter more than larger batches here); the optimizers,
-#:   learning rates and schedules are the paper profile's. Table 2 and three cuts (2C, 2C+1M,
-#:   4C+2M: the first max-pool and a deeper extractor) on 3 seeds, the extensions on one:
-#:   24 runs within that CPU budget, before the notebook.
+#:   512). Images and epochs are the paper profile's divided by one common factor k = 15, the
+#:   smallest that keeps whole epochs and fits the study in about a quarter of an hour of CPU:
+#:   3333 training / 667 test CIFAR-10 images (one subset for every seed), 4 epochs per
+#:   supervised stage, the autoencoder's 10 rounded up to 1. Centralized trains 8 epochs, those
+#:   of AdptVFedConv's two supervised stages together (stages 1 and 3, both on these labels): at
+#:   4 epochs no model is near convergence, where equal epochs would be a fair budget, and a
+#:   4-epoch Centralized ended below Non-cooperation. Batch 32: more steps matter more than
+#:   larger batches here. Optimizers, learning rates and schedules are the paper profile's.
+#:   Table 2 and three cuts (2C, 2C+1M, 4C+2M: the first max-pool and a deeper extractor) on 3
+#:   seeds, the extensions on one.
 #: * paper: width 1, all of CIFAR-10, 60 epochs per stage (the spec's choice; the paper gives
 #:   none), 10 autoencoder epochs, batch 128, all ten cuts, one seed (the paper prints no std).
 #:   GPU only; the notebook lists what is pending with its estimated cost.
@@ -391,10 +380,11 @@ def _pairs(records: claims.Records, a: tuple[str, str], b: tuple[str, str], *, v
 CHANCE_PCT = 10.0
 
 
-def _untrained(pairs: pd.DataFrame) -> claims.Verdict | None:
-    """Not testable (did not learn) when :func:`_pairs` found a run that did not learn."""
+def _diffs(records: claims.Records, a: tuple[str, str], b: tuple[str, str]) -> pd.Series | claims.Verdict:
+    """:func:`_pairs`' differences over seeds; not testable (did not learn) where a run did not learn."""
+    pairs = _pairs(records, a, b)
     runs = claims.untrained_runs(pairs)
-    return claims.not_testable(f"{claims.DID_NOT_LEARN}: {'; '.join(runs)}") if runs else None
+    return claims.not_testable(f"{claims.DID_NOT_LEARN}: {'; '.join(runs)}") if runs else pairs["diff"].dropna()
 
 
 def _order(a: tuple[str, str], b: tuple[str, str], names: tuple[str, str]):
@@ -407,10 +397,8 @@ def _within(records: claims.Records, a: tuple[str, str], b: tuple[str, str], lo:
     """The clause "a - b lies in [lo, hi] points": agree when the mean's noise band
     (:func:`claims.noise_band`, the 95 % t interval over seeds) lies inside, disagree when it
     lies wholly outside, else not testable."""
-    pairs = _pairs(records, a, b)
-    if (gate := _untrained(pairs)) is not None:
-        return gate
-    d = pairs["diff"].dropna()
+    if isinstance(d := _diffs(records, a, b), claims.Verdict):
+        return d
     if d.empty:
         return claims.not_testable(f"no recorded pair for {what}")
     if len(d) < 2:
@@ -437,10 +425,8 @@ def _no_loss(records: claims.Records, a: tuple[str, str], b: tuple[str, str], wh
     """The clause "a is no worse than b": agree when the data rule out a loss of more than
     ``margin`` points (mean - band > -margin, with :func:`claims.noise_band` over seeds), disagree
     when a is below b beyond the noise (mean + band < 0), else not testable."""
-    pairs = _pairs(records, a, b)
-    if (gate := _untrained(pairs)) is not None:
-        return gate
-    d = pairs["diff"].dropna()
+    if isinstance(d := _diffs(records, a, b), claims.Verdict):
+        return d
     if len(d) < 2:
         return claims.not_testable(f"{what}: {len(d)} recorded pair(s), need 2 seeds for an error bar")
     mean, se, band = claims.interval(d)
@@ -523,10 +509,6 @@ def side(table: pd.DataFrame, digits: int = 2) -> pd.DataFrame:
     return side_by_side(table, index=["method", "setting"], columns="metric", digits=digits)
 
 
-__all__ = ["CLAIMS", "STUDY", "VARIANT_CLAIMS", "DATASET_NAMES", "EXTENSIONS", "H100_S_PER_EPOCH", "PROFILE_SETTINGS", "TABLE2_VARIANTS",
-           "all_runs", "communication", "compute", "configs", "curves", "estimated_h100_minutes", "extensions",
-           "plot_fig3", "plot_fig4", "runs_frame", "side", "table2", "table3"]
-
 
 # --------------------------------------------------------------------------- the study's declaration
 
@@ -534,8 +516,6 @@ __all__ = ["CLAIMS", "STUDY", "VARIANT_CLAIMS", "DATASET_NAMES", "EXTENSIONS", "
 def pending_cost(runs: Sequence[TilesRun]) -> pd.DataFrame:
     """The price of pending paper-profile runs: GPU only, at :func:`estimated_h100_minutes`,
     a pre-training shared between the profile's pending runs counted once (at its first)."""
-    from .. import records as store
-
     paper = all_runs(configs("paper"))
     have = {r["key"] for r in store.load_available(paper, profile="paper")}
     seen_pre: set[str] = set()

@@ -4,12 +4,8 @@ Reproduces Figs 5-8 / Appendices C-D (Local, Ablation, APC-VFL with MSE and MAE 
 VFedTrans over aligned-sample counts and feature partitions), Table 2 (SplitNN vs APC-VFL on
 aligned data only) and Table 4 (MIMIC-III macro/weighted F1, when the data is present), with
 every method's communication from the channel's ledger beside the paper's footprint formulas
-(Eqs. 6-10).
-
-This module declares the runs per profile (:func:`configs`) and draws the tables and figures
-from their records. The runs (parties, the one-shot methods, the classifier of step ④ and the
-scoring) are :mod:`vflkit.training.one_shot`'s; :mod:`vflkit.records` writes one record each
-to ``results/<profile>/apc_vfl/<key>.json`` and skips runs whose record exists.
+(Eqs. 6-10). The runs (parties, the one-shot methods, the classifier of step ④ and the
+scoring) are :mod:`vflkit.training.one_shot`'s.
 """
 
 from __future__ import annotations
@@ -23,7 +19,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from .. import claims
+from .. import claims, records as store
 from ..config import apply_overrides, check_profile, check_seeds, check_seeds_once, data_root
 from ..partition import APC_VFL_N_ACTIVE
 from ..report import join_reference, side_by_side
@@ -813,48 +809,34 @@ _ALL = ("breast_cancer", "credit_card", "mimic3")
 #: Where a clause names all three datasets it is judged on those recorded here (MIMIC-III cannot
 #: be redistributed) and the evidence says which are missing; "APC-VFL" is each distillation
 #: loss recorded (quick: MSE; paper: MSE and MAE), and a clause agrees only if every one does.
-CLAIMS: list[claims.Claim] = [
-    claims.Claim("APC-VFL", "Fig. 5", "APC-VFL beats Local on every dataset and every |D_A|",
-                 _beats("local", _ALL)),
-    claims.Claim("APC-VFL", "Fig. 5", "APC-VFL beats the Ablation (the same encoder without distillation) "
-                 "on every dataset and every |D_A|", _beats("ablation", _ALL)),
-    claims.Claim("APC-VFL", "Fig. 5", "APC-VFL beats VFedTrans on MIMIC-III and Breast Cancer at every |D_A|",
-                 _beats("vfedtrans", ("mimic3", "breast_cancer"))),
-    claims.Claim("APC-VFL", "Fig. 6", "APC-VFL communicates less than VFedTrans at every |D_A|", _fig6_less),
-    claims.Claim("APC-VFL", "Fig. 6", "APC-VFL's communication grows linearly with |D_A|, VFedTrans's "
-                 "quadratically", _fig6_growth),
-    claims.Claim("APC-VFL", "Fig. 6", "up to 78.30x less communication than VFedTrans", _fig6_ratio),
-    claims.Claim("APC-VFL", "Fig. 7", "the fewer features the active participant holds, the more federation "
-                 "helps (APC-VFL's gain over Local grows)", _fig7_fewer_features),
-    claims.Claim("APC-VFL", "Fig. 7", "the Ablation outperforms VFedTrans in some settings (MIMIC-III)",
-                 _ablation_beats_vfedtrans_somewhere),
-    claims.Claim("APC-VFL", "Fig. 8", "with 100-750 aligned samples on MIMIC-III APC-VFL still beats Local",
-                 _beats("local", ("mimic3",), counts="few")),
-    claims.Claim("APC-VFL", "Fig. 8", "with 100-750 aligned samples on MIMIC-III VFedTrans falls below the "
-                 "enhanced local model (Ablation)",
-                 _fig8_vfedtrans_below_ablation),
-    claims.Claim("APC-VFL", "App. D.3", "with 100-750 aligned samples on Credit Card APC-VFL still beats Local",
-                 _beats("local", ("credit_card",), counts="few")),
-    claims.Claim("APC-VFL", "App. D.3", "from 10000 to 100 aligned samples on Credit Card VFedTrans loses more "
-                 "than APC-VFL (about 2.7 vs 1.3 F1 points)", _decay),
-    claims.Claim("APC-VFL", "Table 2", "on aligned data only APC-VFL is on par with or better than SplitNN "
-                 "(judged as APC-VFL > SplitNN; a difference within noise is not testable)", _table2_on_par),
-    claims.Claim("APC-VFL", "Table 2", "APC-VFL needs one communication round, SplitNN hundreds to thousands",
-                 _table2_rounds),
-    claims.Claim("APC-VFL", "Table 2", "APC-VFL sends fewer MB than SplitNN", _table2_mb),
-    claims.Claim("APC-VFL", "Sec. 7", "with limited data APC-VFL does relatively better than SplitNN "
-                 "(its difference to SplitNN is larger at the smallest |D_A| than at the largest)", _table2_small_data),
-]
+CLAIMS: list[claims.Claim] = [claims.Claim("APC-VFL", artefact, clause, check) for artefact, clause, check in [
+    ("Fig. 5", "APC-VFL beats Local on every dataset and every |D_A|", _beats("local", _ALL)),
+    ("Fig. 5", "APC-VFL beats the Ablation (the same encoder without distillation) on every dataset and every |D_A|",
+     _beats("ablation", _ALL)),
+    ("Fig. 5", "APC-VFL beats VFedTrans on MIMIC-III and Breast Cancer at every |D_A|",
+     _beats("vfedtrans", ("mimic3", "breast_cancer"))),
+    ("Fig. 6", "APC-VFL communicates less than VFedTrans at every |D_A|", _fig6_less),
+    ("Fig. 6", "APC-VFL's communication grows linearly with |D_A|, VFedTrans's quadratically", _fig6_growth),
+    ("Fig. 6", "up to 78.30x less communication than VFedTrans", _fig6_ratio),
+    ("Fig. 7", "the fewer features the active participant holds, the more federation helps (APC-VFL's gain over "
+     "Local grows)", _fig7_fewer_features),
+    ("Fig. 7", "the Ablation outperforms VFedTrans in some settings (MIMIC-III)", _ablation_beats_vfedtrans_somewhere),
+    ("Fig. 8", "with 100-750 aligned samples on MIMIC-III APC-VFL still beats Local",
+     _beats("local", ("mimic3",), counts="few")),
+    ("Fig. 8", "with 100-750 aligned samples on MIMIC-III VFedTrans falls below the enhanced local model (Ablation)",
+     _fig8_vfedtrans_below_ablation),
+    ("App. D.3", "with 100-750 aligned samples on Credit Card APC-VFL still beats Local",
+     _beats("local", ("credit_card",), counts="few")),
+    ("App. D.3", "from 10000 to 100 aligned samples on Credit Card VFedTrans loses more than APC-VFL (about 2.7 vs "
+     "1.3 F1 points)", _decay),
+    ("Table 2", "on aligned data only APC-VFL is on par with or better than SplitNN (judged as APC-VFL > SplitNN; "
+     "a difference within noise is not testable)", _table2_on_par),
+    ("Table 2", "APC-VFL needs one communication round, SplitNN hundreds to thousands", _table2_rounds),
+    ("Table 2", "APC-VFL sends fewer MB than SplitNN", _table2_mb),
+    ("Sec. 7", "with limited data APC-VFL does relatively better than SplitNN (its difference to SplitNN is larger "
+     "at the smallest |D_A| than at the largest)", _table2_small_data),
+]]
 
-
-__all__ = [
-    "CLAIMS", "STUDY", "DATASETS", "DISPLAY_ORDER", "FIG5_METHODS", "LOCAL_METHODS", "METHOD_LABELS", "PROFILE_SETTINGS",
-    "SENSITIVITY_LR", "SENSITIVITY_METHODS", "VARIANTS", "OneShotRun", "lr_sensitivity", "pending", "split_lr",
-    "available_datasets", "beats_local", "configs", "settings", "detail_frame", "fig5_frame", "fig5_long", "fig6_frame",
-    "footprint_apc_vfl", "footprint_formula", "footprint_splitnn", "footprint_vfedtrans", "ledger_check",
-    "paired_difference", "plot_detail", "plot_fig5", "plot_fig6", "recorded", "run", "runs_frame", "table2",
-    "table2_view", "wins",
-]
 
 
 # --------------------------------------------------------------------------- the study's declaration
@@ -948,8 +930,6 @@ def pending_cost(runs: Sequence[OneShotRun], reference: str = "quick") -> pd.Dat
     time of the same run (same dataset, kind, method, |D_A|; for counts the reference does not
     run, the same dataset, kind and method) scaled from its epoch cap to the run's (early
     stopping usually ends sooner)."""
-    from .. import records as store
-
     datasets = sorted({c.dataset for c in runs})
     ref_runs = [c for c in configs(reference, overrides={"datasets": datasets}) if c.lr != SENSITIVITY_LR]
     exact: dict[tuple, list[float]] = {}

@@ -2,10 +2,9 @@
 
 The algorithm is VFedMH's (method ``easter``, :mod:`vflkit.methods.easter`); the study differs
 in its experiments. Four parties hold the four vertical strips of an image (Criteo: four
-consecutive column groups), the active party the first and the labels. Runs are declared per
-profile by :func:`configs`; every table and figure is drawn from the run records, and the
-communication artefacts (Table V, Figs. 4-5, Table VII) are priced from the recorded
-per-link traffic (``comm.per_link``) without retraining.
+consecutive column groups), the active party the first and the labels. The communication
+artefacts (Table V, Figs. 4-5, Table VII) are priced from the recorded per-link traffic
+(``comm.per_link``) without retraining.
 
 Choices where the paper is silent (``shared/specs/easter.md`` argues each):
 
@@ -55,6 +54,7 @@ from ..report import join_reference, side_by_side
 from . import base, register
 from . import _split
 from ._split import GRADIENT_READINGS, RESNET_CUT, assign_models, by_key, run_priority, unique
+from ._split import figure as _figure, view as _view
 from .base import Artefact, Study
 
 PAPER = "easter"
@@ -102,18 +102,13 @@ PROFILE_SETTINGS: dict[str, dict[str, Any]] = {
     # Images: half of one paper epoch in SGD steps, at the paper's plain SGD, lr 0.01, batch 128:
     # a tenth of its training images over a quarter of its epochs (6,000 of 60,000 x 5 of 20 =
     # 235 steps, the paper's epoch being 469), 1,000 test images. Rule: enough steps that the
-    # paper-scale EASTER curve is well above chance and above Local; fewer than one paper epoch,
-    # for the budget. That curve (full data, seeds 0-2, evaluated every 47 steps; its recorded
-    # epoch 1 is 72.8-73.3 %) stands at 66-69 % after 235 steps (chance 10 %; Local, seed 0,
-    # 57-62 %), where after 94 it was level with Local (51-56 % against 53-56 %). C-VFL trains 1
-    # epoch (47 batches x Q = 10 local iterations, about twice the others' compute;
-    # ``cvfl_epochs`` also sets Criteo's C-VFL runs, so it stays 1): at its 0.001 = 0.01/Q it
-    # advances per batch about as PyVertical does per step (paper scale, seed 0: 54 % after 47
-    # batches, 64 % after 94), so it learns but ends near Local (seed 0: 55-56 % against
-    # 57-59 %); a second epoch would nearly double C-VFL's share of the budget. The FMNIST
-    # part (63 runs over 3 seeds) is sized to take well under half an hour of one core, C-VFL
-    # about two fifths of it. A smaller cut (1,200 images x 3 epochs, 30 steps) left EASTER at
-    # 24-31 %, below Local, and decided nothing.
+    # paper-scale EASTER curve is well above chance and above Local (after 94 steps it is level
+    # with Local; a 30-step cut decided nothing); fewer than one paper epoch, for the budget.
+    # C-VFL trains 1 epoch (47 batches x Q = 10 local iterations, about twice the others'
+    # compute; ``cvfl_epochs`` also sets Criteo's C-VFL runs, so it stays 1): at its
+    # 0.001 = 0.01/Q it advances per batch about as PyVertical does per step, so it learns but
+    # ends near Local; a second epoch would nearly double C-VFL's share of the budget. The FMNIST
+    # part (63 runs over 3 seeds) is sized to take well under half an hour of one core.
     # Criteo: the whole sample, 3 epochs of Adam.
     # Table IV on Criteo only and Table VI with C = 2, 6, 10 (Criteo), on Criteo's 5 seeds: with
     # 3, a paired difference needs 4.3 standard errors to leave the claims' noise band, and
@@ -291,6 +286,12 @@ def _arch_metric(record: dict[str, Any], metric: str) -> dict[str, float]:
     for model_key, arch in record["models"].items():
         out.setdefault(arch, []).append(100 * record["final"][model_key].get(metric, float("nan")))
     return {a: float(np.mean(v)) for a, v in out.items()}
+
+
+def _run_metric(c: RunConfig, r: dict[str, Any]) -> float:
+    """A run's final test metric (%): EASTER's the mean over its C party models, a baseline's its one model's."""
+    models = list(r["models"]) if c.method == "easter" else ["active"]
+    return float(np.mean([100 * r["final"][k].get(metric_of(c.dataset), float("nan")) for k in models]))
 
 
 def _theta(dataset: str, arch: str) -> str:
@@ -549,9 +550,7 @@ def table6(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]
         metric = metric_of(c.dataset)
         base = {"table": "VI", "dataset": DATASET_NAMES[c.dataset], "method": METHOD_NAMES[c.method],
                 "setting": f"C={c.n_parties}", "model": "", "seed": c.seed, "diverged": bool(r.get("diverged"))}
-        models = list(r["models"]) if c.method == "easter" else ["active"]
-        value = float(np.mean([100 * r["final"][k].get(metric, float("nan")) for k in models]))
-        rows += [{**base, "metric": f"{metric}_pct", "value": value},
+        rows += [{**base, "metric": f"{metric}_pct", "value": _run_metric(c, r)},
                  {**base, "metric": "train_time_min", "value": r["wall_time_s"] / 60},
                  {**base, "metric": "memory_MB", "value": r["peak_memory_mb"]}]
     return _summarise(rows, profile)
@@ -637,7 +636,7 @@ def fig6(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) 
     for c, r in _recorded(groups["fig6"], rec):
         metric = metric_of(c.dataset)
         vals = _arch_metric(r, metric)
-        vals["mean"] = float(np.mean([100 * r["final"][k].get(metric, float("nan")) for k in r["models"]]))
+        vals["mean"] = _run_metric(c, r)
         for arch, v in vals.items():
             rows.append({"dataset": DATASET_NAMES[c.dataset], "seed": c.seed, "embedding_dim": c.embedding_dim,
                          "el_pl": _el_pl_label(c.el_pl), "model": arch, f"{metric}_pct": v})
@@ -958,14 +957,8 @@ def _table6_beats(records: claims.Records) -> claims.Verdict:
 
 def table6_rows(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """Per Table VI run and seed: dataset, method, C and the test metric (%)."""
-    rec = by_key(records)
-    rows = []
-    for c, r in _recorded(groups["table6"], rec):
-        metric = metric_of(c.dataset)
-        models = list(r["models"]) if c.method == "easter" else ["active"]
-        rows.append({"dataset": DATASET_NAMES[c.dataset], "method": METHOD_NAMES[c.method], "C": c.n_parties,
-                     "seed": c.seed, "value": float(np.mean([100 * r["final"][k].get(metric, np.nan) for k in models]))})
-    return pd.DataFrame(rows)
+    return pd.DataFrame([{"dataset": DATASET_NAMES[c.dataset], "method": METHOD_NAMES[c.method], "C": c.n_parties,
+                          "seed": c.seed, "value": _run_metric(c, r)} for c, r in _recorded(groups["table6"], by_key(records))])
 
 
 def _table7_check(topology: str) -> Any:
@@ -1108,11 +1101,6 @@ def _quick_against_paper(evidence: base.Evidence) -> str:
             f"records; {evidence.notebook('Table II')}).")
 
 
-def _view(index: tuple[str, ...] = ("dataset", "method"), columns: str = "model") -> Callable[[pd.DataFrame], pd.DataFrame]:
-    """A table shown as ours beside the paper's."""
-    return lambda t: side_by_side(t, index=list(index), columns=columns)
-
-
 def _table7_view(t7: pd.DataFrame) -> pd.DataFrame:
     """A Table VII topology shown as ours beside the paper's: one column per party's accuracy
     and one for the time to e*."""
@@ -1147,10 +1135,10 @@ STUDY = register(Study(
         Artefact("Table V", table5_runs, ("table5.*",), table5, _view(columns="metric")),
         Artefact("Fig. 4", table5_runs, ("fig4.*",), _times_figure(fig4), point=("dataset", "method", "bandwidth_mbps")),
         Artefact("Fig. 5", table5_runs, ("fig5.*",), _times_figure(fig5), point=("dataset", "method", "latency")),
-        Artefact("Table VI", base.groups("table6"), ("table6.*",), table6, _view(("dataset", "method", "metric"), "setting")),
+        Artefact("Table VI", base.groups("table6"), ("table6.*",), table6, _view("setting", ("dataset", "method", "metric"))),
         Artefact("Table VII", base.groups("table2", keep=lambda c: c.method == "easter"), ("table7_*",), _table7_files,
                  _table7_view),
-        Artefact("Fig. 6", base.groups("fig6"), ("fig6.*",), lambda groups, records, profile: fig6(groups, records),
+        Artefact("Fig. 6", base.groups("fig6"), ("fig6.*",), _figure(fig6),
                  point=("embedding_dim", "el_pl", "model")),
     ),
     # VFedMH's run order: the same costs (C-VFL's Q = 10 last)

@@ -3,9 +3,7 @@
 Fig. 2: test accuracy per round with FedAvg as 1, 2, 3 and 4 of the 5 label owners become
 non-IID (Table 3). Fig. 3: the 4niid scenario under the four server optimizers. The paper
 prints no numbers; its claims (the reference README) are about the order and convergence of
-the curves. The runs are trained by :mod:`vflkit.training.multi_owner` and recorded by
-:mod:`vflkit.records` (``results/<profile>/multi_vfl/<key>.json``); this module declares the
-runs per profile and draws the figures and tables from the records.
+the curves. The runs are trained by :mod:`vflkit.training.multi_owner`.
 """
 
 from __future__ import annotations
@@ -27,6 +25,7 @@ from ..config import apply_overrides, check_profile, check_seeds, check_seeds_on
 from ..methods.multi_vfl import MultiVFL, MultiVFLConfig
 from ..methods.server_opt import SERVER_OPTIMIZERS, init_state, server_step
 from ..partition import NIID_SCENARIOS
+from ..report import join_reference
 from ..training import dataset as training_dataset, multi_owner
 from ..training.multi_owner import update_scale  # noqa: F401  (round 1's |t| and sqrt(v) beside tau, by name)
 from . import base, register
@@ -38,18 +37,15 @@ PAPER = "multi_vfl"
 PAPER_ROUNDS = 500
 
 #: The quick profile's reduction: enough local steps for FedAvg to leave chance, at the fewest
-#: CPU seconds. At the paper's plain SGD with lr 1e-3, FedAvg needs about 400 local steps per
-#: label owner before 1niid MNIST is well clear of chance (on 500 test images, seed 0, test accuracy
-#: climbs from about 20 % after 128 steps to about 70 % after 512); with far fewer (2 batches x 8
-#: rounds, 16 steps) every run ends near chance and decides no claim. The profile gives 400: each
-#: label owner holds ``QUICK_SAMPLES`` samples (its local epoch: 4 batches of 64, one full pass as
-#: in Algorithm 1) for ``QUICK_ROUNDS`` rounds. The budget goes to rounds more than to local batches
-#: because the server optimizers' behaviour (bias correction, Demon's schedule) unfolds over rounds;
-#: 256 samples rather than 128 give a non-IID owner's two labels about 128 images each. Test
-#: accuracy is taken every ``QUICK_EVAL_EVERY`` rounds on ``QUICK_TEST`` test images (evaluation
-#: does not change training; 20 points a curve). A run is 100 x 20 split steps, sized for a 2-core
-#: CPU (the paper's 79 batches a round are not); the 500-round clauses stay with the paper
-#: profile (a GPU).
+#: CPU seconds. At the paper's plain SGD with lr 1e-3 FedAvg needs about 400 local steps per
+#: label owner before 1niid MNIST is well clear of chance; with far fewer every run ends near
+#: chance and decides no claim. Each label owner holds ``QUICK_SAMPLES`` samples (its local
+#: epoch: 4 batches of 64, one full pass as in Algorithm 1) for ``QUICK_ROUNDS`` rounds: the
+#: budget goes to rounds more than to local batches because the server optimizers' behaviour
+#: (bias correction, Demon's schedule) unfolds over rounds; 256 samples rather than 128 give a
+#: non-IID owner's two labels about 128 images each. Test accuracy every ``QUICK_EVAL_EVERY``
+#: rounds on ``QUICK_TEST`` test images (evaluation does not change training). The 500-round
+#: clauses stay with the paper profile (a GPU).
 QUICK_SAMPLES = 256
 QUICK_ROUNDS = 100
 QUICK_EVAL_EVERY = 5
@@ -232,8 +228,6 @@ def summary(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
 def long_table(summ: pd.DataFrame, profile: str) -> pd.DataFrame:
     """:func:`summary` in the long format of ``report.write_table`` (no paper values: Multi-VFL
     prints none); ``std`` is the standard deviation over seeds where :func:`summary` has one."""
-    from ..report import join_reference
-
     sds = {"final_accuracy_pct": "final_accuracy_sd", "mean_accuracy_pct": "mean_accuracy_sd"}
     rows = []
     for _, r in summ.iterrows():
@@ -266,8 +260,6 @@ def _local_steps(cfg: dict[str, Any]) -> int:
 
 def long_traffic(traffic: pd.DataFrame, profile: str) -> pd.DataFrame:
     """:func:`bytes_per_round` in the long format of ``report.write_table``."""
-    from ..report import join_reference
-
     rows = [{"table": "traffic", "dataset": r["dataset"], "method": "all runs", "setting": r["kind"],
              "model": f"{r['local_steps_per_owner']} batches per label owner and round",
              "metric": "MB_per_round", "value": r["MB_per_round"], "std": float("nan"), "n_runs": 1}
@@ -391,6 +383,9 @@ def explain(table: pd.DataFrame) -> list[str]:
 # ------------------------------------------------------------------------------- claims
 
 
+Check = Callable[[claims.Records], claims.Verdict]
+
+
 def _available(records: claims.Records) -> tuple[list[dict[str, Any]], int]:
     """The recorded runs among ``records`` in the order of the profile's runs, and the profile's
     rounds; nothing is read."""
@@ -398,34 +393,36 @@ def _available(records: claims.Records) -> tuple[list[dict[str, Any]], int]:
     return records.of(cfgs), cfgs[0].rounds
 
 
-def _no_records(profile: str) -> claims.Verdict:
-    return claims.not_testable(f"no records of the {profile} profile yet")
-
-
-def _short(profile: str, rounds: int) -> claims.Verdict | None:
-    """Not testable when the profile runs fewer rounds than the paper's 500."""
-    if rounds < PAPER_ROUNDS:
-        return claims.not_testable(f"needs the paper's {PAPER_ROUNDS} rounds; the {profile} profile runs {rounds}")
-    return None
+def _check(*, full: bool = False) -> Callable[[Callable[[list[dict[str, Any]], int], claims.Verdict | None]], Check]:
+    """A clause's check from ``f(*_available(records))``: not testable when ``full`` and the
+    profile runs fewer rounds than the paper's 500, or when ``f`` finds no records (returns None)."""
+    def wrap(f: Callable[[list[dict[str, Any]], int], claims.Verdict | None]) -> Check:
+        def check(records: claims.Records) -> claims.Verdict:
+            profile, (recs, rounds) = records.profile, _available(records)
+            if full and rounds < PAPER_ROUNDS:
+                return claims.not_testable(f"needs the paper's {PAPER_ROUNDS} rounds; the {profile} profile runs {rounds}")
+            v = f(recs, rounds)
+            return claims.not_testable(f"no records of the {profile} profile yet") if v is None else v
+        return check
+    return wrap
 
 
 def _ordering_check(by: str, a: str, b: str, value: str, *, scenario: str | None = None,
-                    optimizer: str | None = None) -> Callable[[claims.Records], claims.Verdict]:
+                    optimizer: str | None = None) -> Check:
     """``a`` > ``b`` in ``value`` on every dataset (paired over seeds; :func:`vflkit.claims.all_of`
     over the datasets, each judged by :func:`vflkit.claims.ordering`)."""
     what = {"final_accuracy_pct": "points of final accuracy",
             "mean_accuracy_pct": "points of accuracy averaged over the rounds"}[value]
 
-    def check(records: claims.Records) -> claims.Verdict:
-        profile = records.profile
-        recs, rounds = _available(records)
+    @_check()
+    def check(recs: list[dict[str, Any]], rounds: int) -> claims.Verdict | None:
         runs = per_run(recs)
         if scenario is not None:
             runs = runs[runs["scenario"] == scenario]
         if optimizer is not None:
             runs = runs[runs["optimizer"] == optimizer]
         if runs.empty:
-            return _no_records(profile)
+            return None
         # a model near chance decides nothing (claims.paired's gate); Multi-VFL has no Local
         verdicts = [claims.ordering(claims.paired(g, by=by, a=a, b=b, value=value, cell=["dataset"],
                                                   chance=CHANCE_PCT),
@@ -436,20 +433,16 @@ def _ordering_check(by: str, a: str, b: str, value: str, *, scenario: str | None
     return check
 
 
-def _not_converged_check(dataset: str | None) -> Callable[[claims.Records], claims.Verdict]:
+def _not_converged_check(dataset: str | None) -> Check:
     """FedAvg on 4niid does not converge (:func:`converged`) within the paper's 500 rounds."""
-    def check(records: claims.Records) -> claims.Verdict:
-        profile = records.profile
-        recs, rounds = _available(records)
-        short = _short(profile, rounds)
-        if short:
-            return short
+    @_check(full=True)
+    def check(recs: list[dict[str, Any]], rounds: int) -> claims.Verdict | None:
         h = history_frame(recs)
         h = h[(h["optimizer"] == "FedAvg") & (h["scenario"] == "4niid")]
         if dataset is not None:
             h = h[h["dataset"] == DATASET_LABELS[dataset]]
         if h.empty:
-            return _no_records(profile)
+            return None
         flat = {(d, s): converged(g) for (d, s), g in h.groupby(["dataset", "seed"], sort=False)}
         ev = (f"{sum(not v for v in flat.values())} of {len(flat)} FedAvg 4niid runs still rising or swinging "
               f"over their last {CONVERGENCE_WINDOW:.0%} of rounds (converged: "
@@ -471,13 +464,12 @@ def _gains(runs: pd.DataFrame) -> pd.DataFrame:
     return (niid[present].mean(axis=1) - niid["FedAvg"]).rename("gain").reset_index()
 
 
-def _fmnist_greater_check(records: claims.Records) -> claims.Verdict:
+@_check()
+def _fmnist_greater_check(recs: list[dict[str, Any]], rounds: int) -> claims.Verdict | None:
     """The adaptive optimizers' gain over FedAvg is larger on FashionMNIST than on MNIST."""
-    profile = records.profile
-    recs, rounds = _available(records)
     runs = per_run(recs)
     if runs.empty:
-        return _no_records(profile)
+        return None
     # a gain between models at chance is noise: the gate names the 4niid runs near chance
     niid = runs[runs["scenario"] == "4niid"].assign(cell=lambda d: d["dataset"])
     untrained = [u for opt in ADAPTIVE if opt in set(niid["optimizer"]) for u in claims.untrained_runs(
@@ -498,21 +490,17 @@ def _fmnist_greater_check(records: claims.Records) -> claims.Verdict:
 FMNIST_GAIN_PCT = (2.0, 3.0)
 
 
-def _fmnist_gain_check(records: claims.Records) -> claims.Verdict:
+@_check(full=True)
+def _fmnist_gain_check(recs: list[dict[str, Any]], rounds: int) -> claims.Verdict | None:
     """On FashionMNIST each adaptive optimizer's final gain over FedAvg is 2-3 points: agree when
     the paired mean's noise band over seeds (:func:`claims.noise_band`) overlaps [2, 3] and
     excludes no gain, disagree when it lies wholly outside [2, 3], else not testable. Overlap,
     not containment: a 1-point range is narrower than a few seeds can resolve, so "consistent
     with 2-3 points, and a gain" is what the records can show."""
-    profile = records.profile
-    recs, rounds = _available(records)
-    short = _short(profile, rounds)
-    if short:
-        return short
     runs = per_run(recs)
     runs = runs[(runs["dataset"] == "FashionMNIST") & (runs["scenario"] == "4niid")]
     if runs.empty:
-        return _no_records(profile)
+        return None
     lo, hi = FMNIST_GAIN_PCT
     verdicts = []
     for opt in ADAPTIVE:
@@ -624,15 +612,12 @@ def figure3(records: Sequence[dict[str, Any]]) -> tuple[plt.Figure, pd.DataFrame
 
 
 def pending_cost(runs: Sequence[MultiVFLConfig]) -> pd.DataFrame:
-    """The price of pending paper-profile runs, run by run: rounds x :data:`ROUND_CPU_SECONDS`
-    (this project's CPU, one worker per core) in CPU hours, and the H100 minutes of
-    :func:`vflkit.ops.pricing.minutes` (from the rounds one paper run made on an H200) where
-    that measurement is committed."""
-    from ..ops import pricing as costs
-
-    minutes = [costs.minutes(c) for c in runs]
-    return pd.DataFrame({"needs": ["GPU" if m is not None else "CPU" for m in minutes],
-                         "h100_min": [np.nan if m is None else m for m in minutes],
+    """The study's own price of pending paper-profile runs, run by run: rounds x
+    :data:`ROUND_CPU_SECONDS` (this project's CPU, one worker per core) in CPU hours. Their GPU
+    minutes come from the operations wing's count of a round (:func:`vflkit.ops.pricing.price`),
+    which takes this rule only for a run it cannot price."""
+    return pd.DataFrame({"needs": ["GPU" if needs_gpu(c) else "CPU" for c in runs],
+                         "h100_min": [np.nan] * len(runs),
                          "cpu_h": [c.rounds * ROUND_CPU_SECONDS["paper"] / 3600 for c in runs]})
 
 
