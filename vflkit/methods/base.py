@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..comm import Party

@@ -15,7 +15,6 @@ are a scheduler's and a launcher's interface to packs.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 import math
 import os
@@ -27,10 +26,15 @@ import torch
 from tqdm.auto import tqdm
 
 from .. import records
+from ..data import ALIASES, IMAGE_METADATA, ImageData, is_registered, load_dataset
 from ..comm import ROUNDS_COUNTED_AS, Channel, Ledger, Party, checked_batches
 from ..errors import BudgetExhausted, ConfigError, DivergenceError
 from ..config import resolve_device
-from ..methods.base import RunConfig, VFLMethod, make_optimizer
+from ..methods import METHODS, get_method
+from ..methods.base import RunConfig
+from ..methods.multi_vfl import MultiVFLConfig
+from ..partition import first_parts, grid, strips
+from ..tabular import build_tabular_parties
 from ..records import checkpoint_path
 from ..secure import CheckReader, DeferredChecks
 from . import FAMILIES
@@ -39,6 +43,9 @@ from .graphs import GRAPH_BACKENDS, capture, graph_blocker
 from . import dataset
 from ..methods.pack import Pack, _packable_names
 from ..stacked import StackedModel  # noqa: F401 (the pack's models, named from here too)
+from .multi_owner import MAX_RUNS
+from .multi_owner import compute_pack as multi_owner_pack
+from .multi_owner import pack_key as multi_owner_key
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -163,7 +170,6 @@ def use_precision(config: RunConfig, method: Any) -> None:
 def image_partition(config: RunConfig, shape: tuple[int, ...]) -> Any:
     """The partitioner that cuts images of ``shape`` among ``config``'s parties (strips, a
     grid, or EASTER Table VI's first C of n fixed strips)."""
-    from ..partition import first_parts, grid, strips
 
     if config.feature_parts is not None:  # EASTER Table VI: the first C of n fixed strips
         if config.partition not in ("strips_width", "strips_height"):
@@ -192,7 +198,6 @@ def build_parties(config: RunConfig, *, device: torch.device, channel: Channel) 
     """
     data = dataset(config.dataset)
     if hasattr(data, "target"):  # a table (Criteo): column groups, each party's model options
-        from ..tabular import build_tabular_parties
 
         return build_tabular_parties(config, device=device, channel=channel, data=data)
     if hasattr(data, "x_train"):
@@ -325,7 +330,6 @@ def train(
 def _train(configs: list[RunConfig], paths: list[Path] | None, *, device: torch.device | str, progress: bool,
            on_divergence: str, max_loss: float, deadline: float | None, every_s: float, durable: bool,
            stacking: str, compile: dict[str, Any] | None, graphs: str | None) -> list[dict[str, Any]]:
-    from ..methods import get_method
 
     device = resolve_device(device)
     k_runs, cfg0 = len(configs), configs[0]
@@ -625,7 +629,6 @@ _IMAGE_DATASETS = ("mnist", "fashion_mnist", "cifar10", "cifar100", "cinic10")
 
 
 def _packed_steps() -> tuple[Callable[..., Any], ...]:
-    from ..methods import METHODS
 
     return tuple(dict.fromkeys(cls.step for cls in METHODS.values() if cls.packs()))
 
@@ -635,7 +638,6 @@ PACKED_STEPS: tuple[Callable[..., Any], ...] = _packed_steps()
 
 
 def _is_image_dataset(name: str) -> bool:
-    from ..data import ALIASES, ImageData, is_registered, load_dataset
 
     if is_registered(name):
         return isinstance(load_dataset(name), ImageData)  # in memory: no files read
@@ -645,7 +647,6 @@ def _is_image_dataset(name: str) -> bool:
 def _data_shape(config: RunConfig) -> tuple[tuple[int, ...], int, int]:
     """What a run's image data must share with the other runs of its pack: one image's shape,
     the number of classes and of training images (after ``n_train``)."""
-    from ..data import ALIASES, IMAGE_METADATA, is_registered
 
     name = ALIASES.get(config.dataset, config.dataset)
     if is_registered(config.dataset) or name not in IMAGE_METADATA:
@@ -662,11 +663,8 @@ def pack_key(config: Any) -> Hashable | None:
     runs pack with FashionMNIST's, CIFAR-10's with neither); or None when ``config`` cannot be
     packed (a method whose step does not pack, or tabular data). A Multi-VFL run packs with the
     runs that share its step's shapes (:func:`vflkit.training.multi_owner.pack_key`)."""
-    from ..methods import METHODS
-    from ..methods.multi_vfl import MultiVFLConfig
 
     if isinstance(config, MultiVFLConfig):
-        from .multi_owner import pack_key as multi_owner_key
 
         return multi_owner_key(config)
     if not isinstance(config, RunConfig):
@@ -683,7 +681,6 @@ def pack_key(config: Any) -> Hashable | None:
 def check_pack(configs: Sequence[RunConfig]) -> None:
     """A ConfigError unless ``configs`` can be trained as one pack: each packable, all with one
     :func:`pack_key`, no run twice."""
-    from ..methods import METHODS
 
     if not configs:
         raise ConfigError("a pack needs at least one run config")
@@ -707,10 +704,8 @@ def check_pack(configs: Sequence[RunConfig]) -> None:
 def pack_limit(config: Any, max_size: int | None) -> int | None:
     """The most runs a pack of ``config`` holds: ``max_size``, or a Multi-VFL run's own
     (:data:`~vflkit.training.multi_owner.MAX_RUNS`, where it is larger)."""
-    from ..methods.multi_vfl import MultiVFLConfig
 
     if isinstance(config, MultiVFLConfig) and max_size is not None:
-        from .multi_owner import MAX_RUNS
 
         return max(max_size, MAX_RUNS)
     return max_size
@@ -738,7 +733,6 @@ def packable_config(family: str, config: Mapping[str, Any]) -> Any:
     """The run config of a study payload (its protocol ``family`` and its config as a dict)
     when :func:`pack_key` may pack it: the split family's and the multi-label-owner family's, a
     whole config; else None."""
-    from ..methods.multi_vfl import MultiVFLConfig
 
     cls = {"split": RunConfig, "multi_owner": MultiVFLConfig}.get(family)
     if cls is None:
@@ -776,7 +770,6 @@ def compute_pack(payloads: Sequence[Mapping[str, Any]], *, device: torch.device 
     ``deadline``: as :func:`train`'s. CUDA graphs as ``$VFLKIT_GRAPHS`` says (:data:`GRAPHS_ENV`)."""
     payloads = list(payloads)
     if payloads and all(p.get("family") == "multi_owner" for p in payloads):
-        from .multi_owner import compute_pack as multi_owner_pack
 
         return multi_owner_pack(payloads, device=device, deadline=deadline)
     profiles = {(p["profile"], str(p["results"])) for p in payloads}
