@@ -422,7 +422,9 @@ def test_pending_runs_keep_their_learning_rate_and_an_upper_cpu_price(monkeypatc
     real = records.load_available
     monkeypatch.setattr(records, "load_available",
                         lambda runs, profile: [] if profile == "paper" else real(runs, profile=profile))
-    table = study.STUDY.pending("paper")
+    from vflkit.ops import pricing
+
+    table = pricing.pending(study.STUDY, "paper")
     assert len(table) and (table["lr"] > 0).all() and set(table["lr"]) >= {1e-3, study.SENSITIVITY_LR}
     assert set(table["needs"]) == {"CPU"} and table["cpu_h"].notna().any() and (table["cpu_h"].dropna() > 0).all()
 

@@ -199,7 +199,8 @@ def test_exponential_lr_schedule_decays_after_each_epoch_and_is_checkpointed(tmp
     config = RunConfig(paper="easter", dataset="mnist", method="easter", models=("mlp", "lenet", "cnn", "mlp"),
                        lr=0.1, lr_schedule="exponential", lr_gamma=0.5, epochs=2, n_train=64, n_test=64)
     ckpt = tmp_path / "run.ckpt.pt"
-    split.train(config, device=torch.device("cpu"), checkpoint=ckpt, progress=False)
+    # a checkpoint after every epoch (the default writes one at most every few minutes)
+    split.train(config, device=torch.device("cpu"), checkpoint=ckpt, progress=False, checkpoint_every_s=0)
     state = torch.load(ckpt, weights_only=False)
     lrs = {g["lr"] for party in state["optimizers"] for o in party.values() for g in o["param_groups"]}
     assert lrs == {0.05}

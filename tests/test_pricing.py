@@ -520,6 +520,19 @@ def test_no_gpu_price_implies_a_rate_above_the_best_measured_on_that_kind(kind):
     assert checked > 100
 
 
+def test_no_packed_price_implies_a_rate_above_the_best_measured():
+    """A pack's share is priced no faster than the best FLOP/s measured on the kind either:
+    Multi-VFL's 42 paper runs, one pack, whose packed count alone would imply far more."""
+    from vflkit import studies
+
+    study = studies.get("multi_vfl")
+    runs = [r for r in study.runs("paper") if study.needs_gpu(r)]
+    priced = pricing.price(study, runs)
+    flops = sum(counting.run_flops(r) for r in runs)
+    assert priced["h100_min_packed"].notna().all()
+    assert flops / (priced["h100_min_packed"].sum() * 60) <= pricing.best_rate() * (1 + 1e-9)
+
+
 def test_a_price_faster_than_the_best_measured_rate_is_raised_to_the_floor(monkeypatch):
     """Were the launch-bound model to price a run faster than the best measured FLOP/s (here: an
     op time a thousand times too short), its price is the FLOP floor instead, and says so."""

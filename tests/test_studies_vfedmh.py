@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from vflkit.errors import ConfigError
+from vflkit.ops import pricing
 from vflkit.training.split import run
 from vflkit.methods import get_method
 from vflkit import claims, report
@@ -312,7 +313,7 @@ def test_each_artefact_without_records_is_pending_and_draws_nothing(tmp_path, mo
     monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path))
     groups = vfedmh.configs("paper")
     for art in vfedmh.STUDY.artefacts:
-        todo = vfedmh.STUDY.pending("paper", label=art.label)
+        todo = pricing.pending(vfedmh.STUDY, "paper", label=art.label)
         assert len(todo) == len(art.runs(groups, "paper")) and set(todo["needs"]) <= {"GPU", "CPU"}
         assert _is_empty(report.draw(vfedmh.STUDY, art.label, "paper", root=tmp_path / "figures", display=False))
     assert not any((tmp_path / "figures").rglob("*.*"))

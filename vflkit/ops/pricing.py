@@ -420,9 +420,15 @@ def price(study: Any, runs: Sequence[Any], kind: str = REFERENCE_GPU) -> pd.Data
             priced = pd.notna(got["h100_min"]) or pd.notna(got["cpu_h"])
             rows[i] = {"needs": got["needs"], "h100_min": got["h100_min"], "cpu_h": got["cpu_h"],
                        "source": FROM_STUDY if priced else None}
+    best = best_rate(kind)
     for i, share in packed_shares(runs).items():
         if rows[i]["source"] is not None and rows[i]["h100_min"] == rows[i]["h100_min"]:
-            rows[i]["h100_min_packed"] = rows[i]["h100_min"] * share
+            # a pack is priced no faster than the best FLOP/s measured on the kind, as a run alone
+            try:
+                floor = (run_flops(runs[i]) or 0.0) / best / 60 if best else 0.0
+            except Exception:  # noqa: BLE001 (as alone(): a config the counter cannot build)
+                floor = 0.0
+            rows[i]["h100_min_packed"] = max(rows[i]["h100_min"] * share, floor)
     for row in rows:
         row.setdefault("h100_min_packed", row["h100_min"])
     return pd.DataFrame(rows, columns=cols)
@@ -526,6 +532,7 @@ def write_op_counts(root: Path | None = None) -> Path:
     for study in studies.studies():
         for run in study.runs("paper") if study.family == "multi_owner" else ():
             counting.run_flops(run)
+    record_rates(root)  # the committed records' settings too: their rates are read from their FLOPs
     multi: dict[str, list[dict[str, Any]]] = {"rounds": [], "eval": []}
     shapes = {(c.dataset, c.n_data_owners, c.n_label_owners)
               for study in studies.studies() if study.family == "multi_owner" for c in study.runs("paper")}

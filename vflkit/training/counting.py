@@ -121,7 +121,8 @@ COMMITTED = "results/device/op-counts.json"
 
 def _committed() -> dict[str, Any]:
     try:
-        doc = json.loads((project_root() / COMMITTED).read_text())
+        # the counts committed beside this code (its checkout's, wherever the working directory is)
+        doc = json.loads((Path(__file__).resolve().parents[2] / COMMITTED).read_text())
         return dict(doc.get("flops", {})) if doc.get("torch") == torch.__version__ else {}
     except (OSError, ValueError, TypeError, AttributeError):
         return {}
