@@ -493,6 +493,7 @@ def test_generated_blocks_are_written_where_their_markers_are(tmp_path: Path, mo
     import vflkit.config
 
     monkeypatch.setattr(vflkit.config, "project_root", lambda: tmp_path)
+    monkeypatch.setattr(reproduction, "project_root", lambda: tmp_path)  # imported by name there
     written = reproduction.update_generated("")
     assert written == [tmp_path / "README.md", tmp_path / "docs" / "x.md"]
     assert "[r](figures/REPORT.md#x)" in (tmp_path / "README.md").read_text()
