@@ -498,13 +498,17 @@ def test_explain_with_one_seed_prints_no_nan():
 
 
 def test_pending_lists_unrecorded_paper_runs_with_their_cost(monkeypatch):
-    """Every paper run without a record is pending, at rounds x the measured seconds per round."""
+    """Every paper run without a record is pending, priced for a GPU from its counted rounds; the
+    study's own rule (for a run the operations wing cannot price) is rounds x the measured
+    seconds per round on this CPU."""
     from vflkit import records
 
     monkeypatch.setattr(records, "load_available", lambda runs, profile: [])
     table = pricing.pending(study.STUDY, "paper")
     assert len(table) == 42 and set(table["rounds"]) == {500}
-    assert table["cpu_h"].iloc[0] == pytest.approx(500 * study.ROUND_CPU_SECONDS["paper"] / 3600)
+    assert set(table["needs"]) == {"GPU"} and (table["h100_min"] > 0).all()
+    own = study.pending_cost(study.STUDY.pending_runs("paper"))
+    assert own["cpu_h"].iloc[0] == pytest.approx(500 * study.ROUND_CPU_SECONDS["paper"] / 3600)
 
 
 @pytest.mark.parametrize("gains, status", [

@@ -323,18 +323,18 @@ def test_a_multi_vfl_pack_is_priced_from_its_counted_rounds(tmp_path):
     run = next(c for c in multi_vfl.configs("paper") if c.dataset == "mnist")
     n = math.ceil(run.samples_per_owner / run.batch_size)  # 79 batches per label owner
     one = 600 + n * 900 + 10 * 70.0  # 10,000 test images in messages of 1,000
-    assert pricing.pack_ratio(run, tmp_path, 1, tmp_path) == 1.0
-    assert pricing.pack_ratio(run, tmp_path, 8, tmp_path) == pytest.approx((6000 + n * 2800 + 8 * 700) / one)
-    assert pricing.pack_ratio(run, tmp_path, 5, tmp_path) == pytest.approx((3750 + n * 1900 + 5 * 700) / one)
-    assert pricing.pack_ratio(run, tmp_path, 12, tmp_path) == pytest.approx((9000 + n * 4000 + 12 * 700) / one)
-    assert pricing.pack_ratio(run.replace(dataset="fashion_mnist"), tmp_path, 2, tmp_path) is None
+    assert pricing.pack_ratio(run, tmp_path, 1) == 1.0
+    assert pricing.pack_ratio(run, tmp_path, 8) == pytest.approx((6000 + n * 2800 + 8 * 700) / one)
+    assert pricing.pack_ratio(run, tmp_path, 5) == pytest.approx((3750 + n * 1900 + 5 * 700) / one)
+    assert pricing.pack_ratio(run, tmp_path, 12) == pytest.approx((9000 + n * 4000 + 12 * 700) / one)
+    assert pricing.pack_ratio(run.replace(dataset="fashion_mnist"), tmp_path, 2) is None
     # where a pack's evaluation was counted, its messages take the pack's count, not k runs' alone
     rows[2]["eval_per_message"] = 300.0
     (tmp_path / pricing.OP_COUNTS).write_text(json.dumps(
         {"steps": [], "multi_owner": {"rounds": rows, "eval": [{"dataset": "mnist", "n_data_owners": 4,
                                                               "per_message": 70.0}]}}))
     pricing._op_table.cache_clear()
-    assert pricing.pack_ratio(run, tmp_path, 8, tmp_path) == pytest.approx((6000 + n * 2800 + 10 * 300) / one)
+    assert pricing.pack_ratio(run, tmp_path, 8) == pytest.approx((6000 + n * 2800 + 10 * 300) / one)
     runs = multi_vfl.configs("paper")
     assert len(runs) == MAX_RUNS == 42
     assert pricing.packed_shares(runs) == {i: pricing.pack_ratio(runs[0], k=42) / 42 for i in range(42)}

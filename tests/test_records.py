@@ -89,7 +89,7 @@ def test_every_study_reads_overrides_the_same_way(study):
     an error that lists it (and the valid ones)."""
     import inspect
 
-    params = inspect.signature(study.run).parameters
+    params = inspect.signature(study.STUDY.run).parameters
     assert {"profile", "device", "seeds", "overrides"} <= set(params)
     with pytest.raises(ConfigError, match=r"unknown overrides \['not_a_setting'\]; valid: profile settings"):
         study.configs("smoke", overrides={"not_a_setting": 1})

@@ -794,12 +794,10 @@ def test_readme_times_are_the_measured_ones(tmp_path: Path, monkeypatch: pytest.
     commit they were measured on; without the file the block says they are not measured."""
     import json as json_mod
 
-    from vflkit.ops import pricing as costs
-
-    monkeypatch.setattr(costs, "committed_root", lambda: tmp_path)
+    monkeypatch.setattr(reproduction, "project_root", lambda: tmp_path)  # the file: <root>/results/device/
     assert "Not measured yet" in reproduction.readme_times()
-    (tmp_path / "device").mkdir()
-    (tmp_path / reproduction.COMMAND_TIMES).write_text(json_mod.dumps({"commands": {"make test": {
+    (tmp_path / "results" / "device").mkdir(parents=True)
+    (tmp_path / "results" / reproduction.COMMAND_TIMES).write_text(json_mod.dumps({"commands": {"make test": {
         "command": "make test", "seconds": 780, "exit_status": 0, "closing_line": "1300 passed in 770.00s",
         "tree_clean_after": True, "commit": "abc1234", "when": "2026-12-06",
         "machine": {"cpu": "AMD EPYC", "cores": 2, "load_average_at_start": 0.4}}}}))
