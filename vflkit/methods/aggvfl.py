@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .base import VFLMethod, backward_runs, stacked_cross_entropy
+from .base import VFLMethod, backward_runs, return_cut_gradients, stacked_cross_entropy
 
 if TYPE_CHECKING:
     from .pack import Pack
@@ -39,18 +39,12 @@ def step(pack: Pack, ids: torch.Tensor) -> dict[str, torch.Tensor]:
     for n in passive:
         sent[n] = pack.model(n, "model")(pack.x(n, ids))
         ch.send(n, a, "prediction", sent[n])
-    received = [ch.recv(a, n, "prediction").requires_grad_(True) for n in passive]
+    received = {n: ch.recv(a, n, "prediction").requires_grad_(True) for n in passive}
     own = pack.model(a, "model")(pack.x(a, ids))
-    total = own + torch.stack(received).sum(0) if received else own
+    total = own + torch.stack(list(received.values())).sum(0) if received else own
     loss = stacked_cross_entropy(total, pack.y(ids))
     backward_runs(loss)
-    for n, r in zip(passive, received):
-        ch.send(a, n, "gradient", r.grad)
-    pack.optimizers[(a, "local")].step()
-    if passive:  # disjoint graphs: one autograd call back-propagates every passive party's gradient
-        torch.autograd.backward([sent[n] for n in passive], [ch.recv(n, a, "gradient") for n in passive])
-    for n in passive:
-        pack.optimizers[(n, "local")].step()
+    return_cut_gradients(pack, sent, received)
     return {"active": loss.detach()}
 
 

@@ -325,6 +325,19 @@ def backward_each(pairs: Sequence[tuple[torch.Tensor, torch.Tensor | None]]) -> 
         torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
 
 
+def return_cut_gradients(pack: Any, sent: dict[str, torch.Tensor], received: dict[str, torch.Tensor]) -> None:
+    """The down-leg of a split step after the active party's backward: it sends each passive
+    party the gradient of what it received from that party and steps its own optimizer; each
+    passive party back-propagates its gradient through what it ``sent`` and steps its own."""
+    a, ch = pack.active, pack.channel
+    for n, r in received.items():
+        ch.send(a, n, "gradient", r.grad)
+    pack.optimizers[(a, "local")].step()
+    backward_each([(sent[n], ch.recv(n, a, "gradient")) for n in sent])
+    for n in sent:
+        pack.optimizers[(n, "local")].step()
+
+
 
 
 def backward_runs(loss: torch.Tensor) -> None:

@@ -369,7 +369,7 @@ class _Stack:
                 params = [dict(m.named_parameters()) for m in self.modules]
                 self.params = {n: torch.stack([p[n].detach() for p in params]) for n in params[0]}
         else:
-            self.model = _stacked_model(self.modules, stacking)
+            self.model = StackedModel(self.modules, stacking=stacking)
             self.params = self.model.params
         for k, module in enumerate(self.modules):
             for name, p in module.named_parameters():
@@ -384,10 +384,6 @@ class _Stack:
         if every == 1:
             return self.model(x)
         return self.model.call_with({n: p[::every] for n, p in self.params.items()}, x)
-
-
-def _stacked_model(modules: Sequence[nn.Module], stacking: str) -> Any:
-    return StackedModel(modules, stacking=stacking)
 
 
 class RoundPack:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from .base import VFLMethod, backward_runs, stacked_cross_entropy
+from .base import VFLMethod, backward_runs, return_cut_gradients, stacked_cross_entropy
 
 if TYPE_CHECKING:
     from .pack import Pack
@@ -38,20 +38,11 @@ def step(pack: Pack, ids: torch.Tensor) -> dict[str, torch.Tensor]:
     for n in passive:
         sent[n] = pack.model(n, "bottom")(pack.x(n, ids))
         ch.send(n, a, "embedding", sent[n])
-    embeddings = [pack.model(n, "bottom")(pack.x(n, ids)) if n == a
-                  else ch.recv(a, n, "embedding").requires_grad_(True) for n in pack.names]
+    received = {n: ch.recv(a, n, "embedding").requires_grad_(True) for n in passive}
+    embeddings = [pack.model(n, "bottom")(pack.x(n, ids)) if n == a else received[n] for n in pack.names]
     loss = stacked_cross_entropy(pack.model(a, "top")(torch.cat(embeddings, dim=-1)), pack.y(ids))
     backward_runs(loss)
-    for n, e in zip(pack.names, embeddings):
-        if n != a:
-            ch.send(a, n, "gradient", e.grad)
-    pack.optimizers[(a, "local")].step()
-    # each passive party back-propagates the gradient it received through its own bottom model;
-    # the graphs are disjoint, so one autograd call does all of them
-    if passive:
-        torch.autograd.backward([sent[n] for n in passive], [ch.recv(n, a, "gradient") for n in passive])
-    for n in passive:
-        pack.optimizers[(n, "local")].step()
+    return_cut_gradients(pack, sent, received)
     return {"active": loss.detach()}
 
 
