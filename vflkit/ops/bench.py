@@ -344,7 +344,7 @@ def graphs_check(method: str, model: str, *, pack_size: int, batch: int, device:
     largest difference of any parameter (``graphs_max_abs_diff``), beside the same measure for
     a second eager pack (``eager_max_abs_diff``: the eager step's own run-to-run noise, 0 unless
     a kernel is not deterministic). What a GPU job's first call reads before CUDA graphs are
-    trusted with records (:func:`vflkit.ops.launcher.graphs_verdict`); 0 and 0 on a CPU's tape."""
+    trusted with records (:func:`vflkit.ops.windows.graphs_verdict`); 0 and 0 on a CPU's tape."""
 
     def build() -> Pack:
         return Pack([_setup(model, 4, batch, batch * 8, 128, seed=k, method=method, device=device)[0]
