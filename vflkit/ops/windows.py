@@ -6,6 +6,7 @@ works: docs/own-gpu.md, "On a time-limited GPU"; the command line: :mod:`vflkit.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -72,11 +73,9 @@ BENCH_COMMAND = ("timeout {s} python3 -m vflkit.ops.bench --device {device} --pa
                  + BENCH_SETTINGS + " --json {work}/bench.json > {work}/bench.txt 2>&1; touch {work}/bench.done")
 
 
-#: The window's packs are captured in CUDA graphs (``VFLKIT_GRAPHS=auto`` in its lanes,
-#: :mod:`vflkit.training.graphs`) only when its own benchmark shows them replaying the eager
-#: step: every captured setting's parameters, after the same steps as an eager pack's, within
-#: this of them, or within twice what a second eager pack differs by (a kernel that is not
-#: deterministic: the eager step's own noise) ...
+#: A window's lanes capture their packs in CUDA graphs only when its own benchmark shows every
+#: captured setting's parameters, after the same steps as an eager pack's, within this of them
+#: or within twice what a second eager pack differs by (the eager step's own noise) ...
 GRAPHS_MAX_DIFF = 1e-4
 #: ... and faster: the median over its settings of the captured step's rate over the eager
 #: pack's at least this; with no failed capture. Otherwise the lanes run eagerly, as before.
@@ -158,13 +157,11 @@ CIFAR10_SHAPES = {"x_train": (50000, 3, 32, 32), "y_train": (50000,), "x_test": 
                   "y_test": (10000,)}
 CIFAR10_PACKED = "cifar10.u8.xz"
 #: The files each dataset is read from, relative to the data root (CIFAR-10: the packed arrays).
-DATA_FILES: dict[str, tuple[str, ...]] = {
-    "mnist": tuple(f"MNIST/raw/{n}" for n in ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
-                                              "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")),
-    "fashion_mnist": tuple(f"FashionMNIST/raw/{n}" for n in ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
-                                                             "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")),
-    "cifar10": (CIFAR10_PACKED,),
-}
+_IDX = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
+        "t10k-labels-idx1-ubyte.gz")
+DATA_FILES: dict[str, tuple[str, ...]] = {"mnist": tuple(f"MNIST/raw/{n}" for n in _IDX),
+                                          "fashion_mnist": tuple(f"FashionMNIST/raw/{n}" for n in _IDX),
+                                          "cifar10": (CIFAR10_PACKED,)}
 
 
 # --------------------------------------------------------------------------- runs, packs, windows
@@ -207,8 +204,8 @@ class GpuRun:
     @property
     def leads(self) -> bool:
         """Planned before every other run (:func:`value_order`): a slow CPU run that decides an
-        open clause, or a precision check (issue 40: the first window decides whether bf16
-        becomes the default of every later one)."""
+        open clause, or a precision check (the first window decides whether bf16 becomes the
+        default of every later one)."""
         return (self.slow_cpu and self.open_clauses > 0) or self.precision_check
 
     def payload(self, profile: str, results: str) -> dict[str, Any]:
@@ -288,11 +285,9 @@ class Window:
     datasets: set[str] = field(default_factory=set)
     start_s: float = 0.0  # when the lanes start, from the window's first call
     calls: list[Call] = field(default_factory=list)
-    #: Packs on the window's data that it does not plan (too long at the estimated rate, or
-    #: planned for a later window), in value order: a lane that has finished its own starts one
-    #: when the rate the window measures says it ends before the deadline (:func:`lane`). The
-    #: estimates are the least certain part of a plan (a first window measures them), so a
-    #: window that runs faster than priced goes on working instead of idling.
+    #: Packs on the window's data that it does not plan, in value order: a lane that has finished
+    #: its own starts one when the window's measured rate says it ends before the deadline
+    #: (:func:`lane`), so a window faster than priced goes on working instead of idling.
     reserve: list[Pack] = field(default_factory=list)
 
     @property
@@ -376,16 +371,13 @@ def pending_gpu_runs(profile: str = "paper", *, results: Path | None = None,
                      papers: Sequence[str] | None = None, slow_cpu_min: float | None = None
                      ) -> tuple[list[GpuRun], list[str]]:
     """The GPU runs (a study's ``needs_gpu``) of every registered study (or of ``papers``)
-    without a whole record, and the keys of those with one. Records are looked for where the
-    record store looks (``VFLKIT_RESULTS``, then the committed ``results/``), or in ``results``
-    alone.
+    without a whole record, and the keys of those with one, looked for where the record store
+    looks (:func:`vflkit.records.record_roots`), or in ``results`` alone.
 
     With ``slow_cpu_min``, also the pending runs a study sizes for a CPU whose CPU estimate
-    (:func:`vflkit.study.estimate_costs` on ``cpu``: their seeds' times, else FLOPs over the CPU
-    rate) exceeds that many minutes, with that estimate in ``cpu_cost_s``: a GPU window is
-    their best home (issue 39's C-VFL runs, hours of one core each). A run a CPU scheduler is
-    computing now (a live lock) or has part-done (a checkpoint, which resumes only here) is left
-    to it; neither is listed as recorded."""
+    (:func:`vflkit.study.estimate_costs`) exceeds that many minutes, with it in ``cpu_cost_s``
+    (C-VFL's, hours of one core each). A run a CPU scheduler is computing (a live lock) or has
+    part-done (a checkpoint, which resumes only there) is left to it, and not listed as recorded."""
     roots = [Path(results)] if results is not None else record_roots()
     pending: list[GpuRun] = []
     recorded: list[str] = []
@@ -425,7 +417,7 @@ def pending_gpu_runs(profile: str = "paper", *, results: Path | None = None,
 
 
 def load_rate_file(path: Path | None) -> dict[str, Any]:
-    """A measured rate file, written by hand from what a window measured (no tool writes one yet)::
+    """A measured rate file, written by hand from what a window measured::
 
         {"device": "h100", "workers": 8, "flop_per_s": {"split": 2.0e13, "multi_owner": 5e12},
          "minutes_factor": {"tiles": 0.5}, "pack_speedup": 2.0}
@@ -456,16 +448,12 @@ def load_rate_file(path: Path | None) -> dict[str, Any]:
 def cost_runs(runs: Sequence[GpuRun], device_kind: str = "h100", *, rate_file: Mapping[str, Any] | None = None,
               lanes: int | None = None) -> tuple[list[GpuRun], dict[str, tuple[float, str]]]:
     """``runs`` with their estimated seconds on ``device_kind`` and where each estimate comes
-    from, and the FLOP/s used per family.
-
-    In order: a rate file's FLOP/s for the family (training FLOPs from :func:`vflkit.training.counting.run_flops`
-    over it); else the engine's own estimate (:func:`vflkit.study.estimate_costs`: the median
-    wall time of the run's other seeds on this kind of device, else FLOPs over the committed
-    records' rate); else FLOPs over :data:`PLACEHOLDER_RATES`; else, for a run class the FLOP
-    count does not cover (AdptVFedConv's tiles), the H100 minutes :func:`vflkit.ops.pricing.price` gives
-    them (the study's own rule), times the rate file's ``minutes_factor``. A GPU kind is priced
-    from its own measurements with ``lanes`` processes sharing it (None: as the records were
-    made), and no FLOP price is faster than the best rate measured on that kind."""
+    from, and the FLOP/s used per family. In order: a rate file's FLOP/s for the family (over
+    :func:`vflkit.training.counting.run_flops`); else :func:`vflkit.study.estimate_costs` (with
+    ``lanes`` sharing the GPU; None: as the records were made); else FLOPs over
+    :data:`PLACEHOLDER_RATES`; else, where FLOPs are not counted (AdptVFedConv's tiles), the
+    minutes :func:`vflkit.ops.pricing.price` gives them times the rate file's ``minutes_factor``.
+    No FLOP price is faster than the best rate measured on that GPU kind."""
     kind = DEVICE_KINDS[device_kind]
     measured = dict((rate_file or {}).get("flop_per_s", {}))
     factor = dict((rate_file or {}).get("minutes_factor", {}))
@@ -527,19 +515,14 @@ def value_order(runs: Sequence[GpuRun], opened: Mapping[tuple[str, str], int]) -
     """``runs`` in the order that moves the most verdicts first.
 
     A run's *open clauses* are the clauses of the artefacts it is drawn from that are now judged
-    "not testable" (``opened``, from :func:`open_clauses`). Within a study the study's own order
-    is kept (its ``run_priority``: the headline table first, a seed of every cell before the next
-    seed, C-VFL's Q = 10 runs last: what each study chose to decide its clauses soonest). Across
-    studies, GPU time goes to each study in proportion to its open clauses: a run's value is the
-    GPU seconds its study has spent, in its own order up to and including it, per open clause of
-    that study (lower first), so a paper with many undecided clauses advances faster and no paper
-    waits for another to finish. Runs that no open clause reads come last, in the same order.
-
-    Slow CPU runs that decide an open clause (:attr:`GpuRun.leads`: C-VFL's defended rate, issue
-    39) come before all of these, ordered among themselves by the same rule: issue 40's "When a
-    GPU is available" puts the fidelity issue's C-VFL rate first, and their cells move VFedMH's
-    "VFedMH > C_VFL" and Fig. 3 clauses, which the CPU would take a day to decide. A precision
-    check (bf16) leads too, first of all: it decides how every later run is computed.
+    "not testable" (``opened``, from :func:`open_clauses`). Within a study its own order is kept
+    (``run_priority``). Across studies, GPU time goes to each in proportion to its open clauses:
+    a run's value is the GPU seconds its study has spent, in its own order up to and including
+    it, per open clause of that study (lower first), so no paper waits for another to finish.
+    Runs that no open clause reads come last. Precision checks (bf16: they decide how every later
+    run is computed), then slow CPU runs that decide an open clause (C-VFL's defended rate, which
+    moves VFedMH's "VFedMH > C_VFL" and Fig. 3 clauses) come before all of these, each group
+    ordered by the same rule.
     """
     def ranked(rs_all: Sequence[GpuRun]) -> list[GpuRun]:
         by_study: dict[str, list[GpuRun]] = {}
@@ -585,12 +568,9 @@ def group_packs(runs: Sequence[GpuRun], *, max_cost_s: float | Callable[[set[str
                 speedup: float | None = None, graphs: str | None = None) -> list[Pack]:
     """``runs`` (in value order) grouped by :func:`pack_key` into packs of at most ``max_runs``
     runs whose cost (times :data:`SAFETY`) stays within ``max_cost_s`` (seconds, or a function
-    of the pack's datasets: the room a window that carries them has); packs in the order of their
-    most valuable run. A run that alone exceeds it gets a pack of its own (the planner then
-    lists it as not fitting). A packed pack's cost: its runs' over ``speedup`` where one is
-    given (a measured gain), else one run's times the packed step's op-count ratio
-    (:func:`vflkit.ops.pricing.pack_ratio`) where the op table has it, over the measured CUDA-graphs
-    gain on GPU kind ``graphs`` where one is named, else its runs' sum."""
+    of the pack's datasets); packs in the order of their most valuable run. A run that alone
+    exceeds it gets a pack of its own. A pack's cost: :attr:`Pack.cost_s` (``speedup``: a measured
+    gain; else the op-count ratio, over the CUDA-graphs gain on GPU kind ``graphs``)."""
     open_packs: dict[Any, Pack] = {}
     packs: list[Pack] = []
     by_ops = speedup is None
@@ -711,10 +691,9 @@ def _carry_name(window: int, call: int) -> str:
 
 
 def provenance() -> str:
-    """The variables that name, on the machine, the commit whose ``vflkit/`` the calls carry and
-    whether it differs from it (the copy there has no ``.git``: without them its records would
-    name no commit). Read here when the calls are written, from this checkout
-    (:func:`vflkit.records.git_state`); empty outside a git checkout."""
+    """The variables that name, on the machine (whose copy has no ``.git``), the commit whose
+    ``vflkit/`` the calls carry and whether it differs from it (:func:`vflkit.records.git_state`
+    here); empty outside a git checkout."""
     state = git_state()
     if "git_commit" not in state:
         return ""
@@ -791,19 +770,15 @@ def plan(deadline_s: float, device_kind: str = "h100", *, profile: str = "paper"
          slow_cpu_min: float | None = None, machine: Machine = DEFAULT_MACHINE) -> Plan:
     """Every pending GPU run laid into windows of ``deadline_s`` seconds each (from a window's
     first call to the end of its last), or listed as needing a longer job (an own GPU), with
-    why: a run longer than a window cannot go on in the next one, since its checkpoint never
-    leaves the GPU machine. ``slow_cpu_min``: also the CPU-sized runs estimated above that many
-    CPU-minutes (:func:`pending_gpu_runs`), planned first (:func:`value_order`).
+    why (its checkpoint never leaves the GPU machine). ``slow_cpu_min``: also the CPU-sized runs
+    above that many CPU-minutes (:func:`pending_gpu_runs`), planned first.
 
-    ``workers`` lanes share the GPU; a window's lanes start once its data is there (after its
-    data calls) and every pack must end, its estimate times :data:`SAFETY`, before the deadline
-    less :data:`RETURN_MARGIN_S`. Packs are placed in value order (:func:`value_order`), each on
-    the lane that frees first; a window is closed when no remaining pack fits it. ``opened``
-    (the open clauses; default :func:`open_clauses`, which reads every record) and ``runs`` (the
-    pending runs, already costed) let a caller reuse what it computed. ``wheels_bytes``: the
-    wheels the first call carries (default: those :func:`prepare` left in ``.launch/whl``; none,
-    and the first call installs nothing)."""
-
+    ``workers`` lanes share the GPU; a window's lanes start once its data is there and every pack
+    must end, its estimate times :data:`SAFETY`, before the deadline less :data:`RETURN_MARGIN_S`.
+    Packs are placed in :func:`value_order`, each on the lane that frees first; a window is closed
+    when no remaining pack fits it. ``opened`` (default :func:`open_clauses`, which reads every
+    record) and ``runs`` (already costed) let a caller reuse what it computed. ``wheels_bytes``:
+    the wheels the first call carries (default: those :func:`prepare` left in ``.launch/whl``)."""
     if wheels_bytes is None:
         wheels_bytes = wheels_size(project_root() / CARRY_DIR / "whl")
 
@@ -858,13 +833,10 @@ def plan(deadline_s: float, device_kind: str = "h100", *, profile: str = "paper"
     speedup = float(rates_in["pack_speedup"]) if "pack_speedup" in rates_in else None
     # a pack is sized to a window that carries its datasets' data calls (MNIST's runs pack with
     # FashionMNIST's), else a pack that fits an empty window is refused whole below
-    rooms: dict[frozenset[str], float] = {}
+    usable_of = functools.cache(lambda datasets: usable(set(datasets)))
 
     def room_for(datasets: set[str]) -> float:
-        key = frozenset(datasets)
-        if key not in rooms:
-            rooms[key] = usable(set(key))
-        return rooms[key]
+        return usable_of(frozenset(datasets))
 
     graphs, why = expect_graphs(device_kind)
     _log.info("%s", why)
@@ -911,11 +883,9 @@ def plan(deadline_s: float, device_kind: str = "h100", *, profile: str = "paper"
 
 
 def own_gpu_s(runs: Sequence[GpuRun], workers: int) -> tuple[float, float]:
-    """(run-seconds, wall seconds) of ``runs`` on a GPU of one's own, from their estimates, the
-    runs grouped into the packs the engine trains (:func:`group_packs`, no deadline): the sum of
-    the packs' times, and the longest of ``workers`` lanes (each pack on the lane that frees
-    first, longest first: processes sharing the GPU as the estimates assume). Unestimated runs
-    count 0."""
+    """(run-seconds, wall seconds) of ``runs`` on a GPU of one's own, grouped into the packs the
+    engine trains (:func:`group_packs`, no deadline): the packs' sum, and the longest of
+    ``workers`` lanes (longest pack first, on the lane that frees first). Unestimated runs count 0."""
     packs = [c for p in group_packs(runs, max_cost_s=math.inf)  # a serial pack's runs may take lanes of their own
              for c in ([p.cost_s] if p.packed else [r.cost_s or 0.0 for r in p.runs])]
     ends = [0.0] * max(workers, 1)
@@ -1176,10 +1146,9 @@ def mps_commands(work: str) -> tuple[str, str]:
 def start(plan_path: Path, window: int, *, work: Path, device: str, deadline_in: float,
           stand_in: bool = False) -> list[int]:
     """Start ``window``'s lanes as detached processes (their own session: they outlive the call),
-    under MPS when there are several on a GPU; returns their pids. One process per lane of the
-    plan: the plan packed each lane to end before the deadline, so the number of processes is
-    the plan's (``plan --workers``), never chosen here. On a GPU the lanes capture their packs
-    in CUDA graphs when the window's benchmark says so (:func:`graphs_verdict`)."""
+    one per lane of the plan (``plan --workers``, never chosen here), under MPS when there are
+    several on a GPU, capturing their packs in CUDA graphs when the window's benchmark says so
+    (:func:`graphs_verdict`); returns their pids."""
     spec = json.loads(plan_path.read_text())["windows"][window - 1]
     work.mkdir(parents=True, exist_ok=True)
     deadline = time.time() + deadline_in
@@ -1220,11 +1189,9 @@ def start(plan_path: Path, window: int, *, work: Path, device: str, deadline_in:
 
 
 def stand_in_run(run: Mapping[str, Any]) -> dict[str, Any]:
-    """The rehearsal's stand-in for a planned run: its study's first smoke-profile run on the
-    planned run's dataset (same family, trainer, data and record path, seconds on a CPU): the
-    smoke profile's own run on it, else its first run moved onto it, since a window carries only
-    its planned runs' data (a FashionMNIST window has no MNIST for a smoke run on MNIST). A
-    planned run of another precision (a bf16 check) keeps it, so that the rehearsal trains bf16."""
+    """The rehearsal's stand-in for a planned run: its study's smoke-profile run on the planned
+    run's dataset, else its first smoke run moved onto it (a window carries only its planned
+    runs' data); a planned run of another precision (a bf16 check) keeps it."""
 
     tasks = study_tasks(run["paper"], "smoke")
     dataset = run.get("config", {}).get("dataset")
@@ -1245,11 +1212,9 @@ def stand_in_run(run: Mapping[str, Any]) -> dict[str, Any]:
 
 def packed_need_s(pack: Mapping[str, Any], graphs: bool | None = None) -> float:
     """Seconds a lane must have left to start a packed pack of the plan (``plan.json``'s form):
-    its runs' costs over the packed trainer's speed-up, times :data:`SAFETY`, as :func:`plan`
-    placed it (:attr:`Pack.cost_s`), so a pack the plan fitted is not refused on the machine.
-    A pack priced with CUDA graphs counts at its eager gain where this window runs without them
-    (``graphs``; by default whether :data:`vflkit.training.split.GRAPHS_ENV` is set, as
-    :func:`start` sets it for its lanes when the window's benchmark turns graphs on)."""
+    its runs' costs over its speed-up, times :data:`SAFETY`, as :func:`plan` placed it; at its
+    eager gain where the window runs without CUDA graphs (``graphs``; by default whether
+    :data:`vflkit.training.split.GRAPHS_ENV` is set, as :func:`start` sets it)."""
     graphs = bool(os.environ.get(GRAPHS_ENV)) if graphs is None else graphs
     speedup = pack.get("speedup", 1.0) if graphs else pack.get("eager_speedup", pack.get("speedup", 1.0))
     return sum(r["cost_s"] or 0 for r in pack["runs"]) / float(speedup) * SAFETY
@@ -1257,10 +1222,8 @@ def packed_need_s(pack: Mapping[str, Any], graphs: bool | None = None) -> float:
 
 def left_to_do(run: Mapping[str, Any], results: Path) -> float:
     """The share of ``run`` (``plan.json``'s form) still to train: 1 less the epochs (or rounds)
-    its checkpoint under ``results`` holds, over the config's; 1 without a readable one. A run
-    the deadline stopped resumes in a later call on the same machine (its checkpoint is there),
-    so a lane gates it on what is left, not on the whole run (a whole-run gate would refuse a
-    run that is nearly done)."""
+    its checkpoint under ``results`` holds, over the config's; 1 without a readable one (a run
+    the deadline stopped resumes in a later call on the same machine)."""
     path = checkpoint_path(record_path(run_class(run["family"]).from_dict(run["config"]), run["profile"], results))
     if not path.exists():
         return 1.0
@@ -1276,10 +1239,9 @@ def left_to_do(run: Mapping[str, Any], results: Path) -> float:
 
 
 def window_speed(work: Path) -> float | None:
-    """How much longer than estimated the window's work takes: the largest ``took / est`` over
-    every pack or run its lanes have trained so far (``work/status/times<N>.json``), or ``None``
-    before one has. The largest, not the mean: a start gated on it must still end before the
-    deadline, and the first packs of a window share the GPU with fewer lanes than later ones."""
+    """How much longer than estimated the window's work takes: the largest ``took / est`` so far
+    (``work/status/times<N>.json``), or ``None`` before one; the largest, not the mean, as the
+    first packs of a window share the GPU with fewer lanes than later ones."""
     worst = None
     for f in sorted((work / "status").glob("times*.json")) if (work / "status").exists() else []:
         try:
@@ -1309,19 +1271,14 @@ def lane(plan_path: Path, window: int, lane_index: int, *, work: Path, device: s
     records land atomically in ``work/results``. Returns each run's outcome by key (also in
     ``work/status/lane<N>.json``).
 
-    ``deadline`` is the window's (epoch seconds), and every start is checked against it the way
-    :func:`plan` placed the work, at the speed the window has measured (:func:`window_speed`;
-    the plan's estimates until a pack or run has finished): a run one by one starts only if its
-    estimate times :data:`SAFETY` ends before it, counting only what its checkpoint leaves to do
-    (:func:`left_to_do`; the engine stops it at the deadline, keeping its checkpoint); a packed
-    pack starts only if :func:`packed_need_s` ends before it. In a window a pack is all or
-    nothing: the engine would stop it at the deadline with its runs checkpointed
-    (:func:`vflkit.training.split.run_pack`), but a checkpoint never leaves the GPU machine,
-    so one that would overrun is not started at all, and its runs are noted as such.
-
-    Once its own packs are done the lane takes the reserve's packs (:attr:`Window.reserve`) in
-    value order, each claimed by one lane (:func:`_claim`) and only if it ends before the
-    deadline at the measured speed; a pack that would not is passed over for a shorter one."""
+    Every start is checked against ``deadline`` (the window's, epoch seconds) as :func:`plan`
+    placed the work, at the speed the window has measured (:func:`window_speed`): a run starts
+    only if its estimate times :data:`SAFETY`, for what its checkpoint leaves to do
+    (:func:`left_to_do`), ends before it; a packed pack only if :func:`packed_need_s` does. A pack
+    is all or nothing: its checkpoints never leave the GPU machine, so one that would overrun is
+    not started, and its runs are noted as such. Then the lane takes the reserve's packs
+    (:attr:`Window.reserve`) in value order, each claimed by one lane (:func:`_claim`), passing
+    over one that would not end before the deadline at the measured speed."""
     spec = json.loads(plan_path.read_text())
     profile = spec["profile"]
     win = spec["windows"][window - 1]
@@ -1390,9 +1347,8 @@ def _train(pack: Mapping[str, Any], profile: str, results: Path, device: str, de
            fits: Callable[[float], bool], note: Callable[[str, str], None],
            timed: Callable[[float, float], None]) -> None:
     """Train one pack of a lane (:func:`lane`): packed where the plan packed it, else run by run,
-    each start gated by ``fits`` (seconds needed at the plan's rate -> whether it ends before
-    the deadline at the window's measured speed); what it took beside what was estimated goes to
-    ``timed`` (a run whose record already existed is not timed: it took nothing)."""
+    each start gated by ``fits`` (seconds needed at the plan's rate); what a fresh run or pack
+    took beside its estimate goes to ``timed``."""
 
     runs = [stand_in_run({**r, "profile": profile}) if stand_in else {**r, "profile": profile}
             for r in pack["runs"]]
@@ -1490,14 +1446,10 @@ def _archive_members(tar_path: Path) -> list[tuple[str, bytes | None]]:
 
 def receive(files_at: Path, results: Path) -> tuple[list[str], list[str]]:
     """Take the records a call brought back (``records.tar.gz`` under ``files_at``) into
-    ``results``: each checked as the record store checks it (its key, profile and config, through
-    its family's run class) and written atomically; one that is not whole is refused. Returns the
-    keys taken and the names refused.
-
-    Each record taken carries the mark :data:`vflkit.records.RECEIVED`: the machine it came from
-    (the host ``collect`` names in ``status.json``) and when it was received here; its key and
-    config are unchanged. A ``files_at`` that does not exist or holds no ``records.tar.gz``
-    (every call's ``collect`` writes one), or an archive that is not whole, is a ConfigError."""
+    ``results``, each checked as the record store checks it and written atomically with the mark
+    :data:`vflkit.records.RECEIVED` (the host ``collect`` named, and when); one that is not whole
+    is refused. Returns the keys taken and the names refused. No such folder or archive, or an
+    archive that is not whole, is a ConfigError."""
     taken, refused = [], []
     if not files_at.is_dir():
         raise ConfigError(f"{files_at} does not exist (or is not a folder); give the folder a call's files were "
@@ -1555,10 +1507,9 @@ def _collected_on(files_at: Path) -> str:
 
 
 def keep_benchmark(files_at: Path, results: Path) -> Path | None:
-    """File the GPU benchmark a window's first call brought back (``bench.json``, written by
-    ``python -m vflkit.ops.bench --packed --json``) under ``results/device/``, named by its GPU and
-    today's date, where :func:`vflkit.ops.pricing.op_seconds` reads it; None if there is none, or it
-    was made on no GPU the cost model knows."""
+    """File the GPU benchmark a window's first call brought back (``bench.json``) under
+    ``results/device/`` as ``<gpu>-<date>-bench.json``, where :mod:`vflkit.ops.pricing` reads it;
+    None if there is none, or it was made on no GPU the cost model knows."""
     src = files_at / "bench.json"
     try:
         doc = json.loads(src.read_text())
@@ -1583,13 +1534,10 @@ def keep_benchmark(files_at: Path, results: Path) -> Path | None:
 
 def write_carry(p: Plan, carry: Path, *, data_root: Path | None = None, packed: Path | None = None,
                 unpacked_ok: bool = False) -> list[dict[str, Any]]:
-    """Write under ``carry`` (a real window's: ``.launch/``) what ``p``'s calls read there:
-    ``plan.json`` and each window's data chunks (``w<N>c<M>/``, as :func:`window_calls` names
-    them), after removing those of an earlier plan. Returns the chunk list.
-
-    CIFAR-10 travels as its packed arrays (``packed``: the folder :func:`pack_cifar10` wrote);
-    unpacked, it is an error unless ``unpacked_ok`` (the dry run, whose stand-ins read the PNG
-    tree): then only the other files are cut, and its calls carry no chunk folder."""
+    """Write under ``carry`` (a real window's: ``.launch/``) ``plan.json`` and each window's data
+    chunks (``w<N>c<M>/``), after removing those of an earlier plan; returns the chunk list.
+    CIFAR-10 travels as its packed arrays (``packed``: :func:`pack_cifar10`'s folder); unpacked,
+    it is an error unless ``unpacked_ok`` (the dry run's stand-ins read the PNG tree)."""
     root = data_root or default_root()
     carry.mkdir(parents=True, exist_ok=True)
     for old in [carry / "plan.json", *carry.glob("w*c*")]:
@@ -1641,10 +1589,8 @@ def call_sequence(p: Plan) -> str:
 def prepare(deadline_s: float, device_kind: str = "h100", *, carry: Path | None = None, wheels: bool = True,
             packed: Path | None = None, data_root: Path | None = None, **plan_kw: Any) -> Plan:
     """Make a real window ready: the machine's wheels downloaded into ``carry/whl``
-    (:func:`download_wheels`; ``wheels=False``: none, and the folder removed, so the first call
-    installs nothing), the plan made for those wheels and data (:func:`plan`, ``plan_kw`` passed
-    on), and its ``plan.json`` and chunks written (:func:`write_carry`). ``carry`` defaults to
-    the working tree's ``.launch/``, the folder the calls name."""
+    (``wheels=False``: none, the folder removed), the plan made for them (:func:`plan` with
+    ``plan_kw``) and written (:func:`write_carry`). ``carry`` defaults to ``.launch/``."""
     carry = carry or project_root() / CARRY_DIR
     if wheels:
         size = download_wheels(carry / "whl")
@@ -1661,12 +1607,11 @@ def prepare(deadline_s: float, device_kind: str = "h100", *, carry: Path | None 
 
 def dry_run(p: Plan, folder: Path, *, windows: int = 1, data_root: Path | None = None,
             execute: bool = True, python: str = sys.executable) -> dict[str, Any]:
-    """Rehearse ``p`` on the CPU: write its carried files as :func:`prepare` does
-    (:func:`write_carry`, into ``folder/carry``), each window's call scripts, chunk list, package
-    check and MPS commands under ``folder``; with ``execute``, run the first ``windows`` windows' calls
-    (each script's commands, ``python3`` replaced by this Python, on the CPU, each planned run
-    replaced by its stand-in: :func:`stand_in_run`), a fake ``$OUT`` per call, and receive every
-    call's records into ``folder/results``. Returns what it did."""
+    """Rehearse ``p`` on the CPU: its carried files (:func:`write_carry`, into ``folder/carry``),
+    call scripts, chunk list, package check and MPS commands under ``folder``; with ``execute``,
+    the first ``windows`` windows' calls run here (``python`` for ``python3``, each planned run by
+    its :func:`stand_in_run`, a fake ``$OUT`` per call) and every call's records received into
+    ``folder/results``. Returns what it did."""
 
     folder.mkdir(parents=True, exist_ok=True)
     root = data_root or default_root()
