@@ -35,8 +35,8 @@ def parser() -> argparse.ArgumentParser:
     for name, what in helps.items():
         p = sub.add_parser(name, help=what)
         p.add_argument("--machine", default=DEFAULT_MACHINE.name, choices=sorted(MACHINES),
-                       help=f"the kind of time-limited GPU machine a window is a job on (default {DEFAULT_MACHINE.name}; "
-                            "its limits: vflkit.ops.machines.MACHINES)")
+                       help="the kind of time-limited GPU machine a window is a job on (default "
+                            f"{DEFAULT_MACHINE.name}; its limits: vflkit.ops.machines.MACHINES)")
         p.add_argument("--deadline-min", type=float, default=None,
                        help="a window's length in minutes (default: the machine's job time less its give-back)")
         p.add_argument("--include-slow-cpu", type=float, nargs="?", const=SLOW_CPU_MIN, default=None, metavar="MIN",

@@ -550,10 +550,8 @@ def value_order(runs: Sequence[GpuRun], opened: Mapping[tuple[str, str], int]) -
 
 
 def pack_key(run: GpuRun) -> tuple[str, Any]:
-    """The group a run packs with: :func:`vflkit.training.split.pack_key` of its config
-    (:func:`~vflkit.training.split.packable_config`, as the scheduler judges a study's runs)
-    where it packs (("packed", ...)), else runs of one family, method, dataset and party models
-    (("serial", ...): one lane trains them one after the other)."""
+    """The group a run packs with: ("packed", :func:`vflkit.training.split.pack_key` of its
+    config) where it packs, else ("serial", its family, method, dataset and party models)."""
     config = trainer.packable_config(run.family, run.config)  # None: a plan's stand-in, another family
     key = trainer.pack_key(config) if config is not None else None
     if key is not None:
@@ -626,9 +624,8 @@ def download_wheels(dest: Path, names: Sequence[str] = DEVICE_LACKS) -> int:
 
 
 def tree_bytes(root: Path | None = None) -> int:
-    """What the working tree sends with every call: tracked files and untracked ones git does not
-    ignore, each counted in whole 4 KiB blocks: a transfer limit counted in blocks refuses a tree
-    of many small records that fits by bytes, so the plan counts as it does."""
+    """What the working tree sends with every call: the files git does not ignore, each counted in
+    whole :data:`TREE_BLOCK` blocks, as a transfer limit counted in blocks counts them."""
 
     root = root or project_root()
     out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=root,
@@ -784,10 +781,9 @@ def plan(deadline_s: float, device_kind: str = "h100", *, profile: str = "paper"
 
     if not (isinstance(deadline_s, (int, float)) and math.isfinite(deadline_s) and deadline_s > 0):
         shown = f"{deadline_s / 60:g} minutes" if isinstance(deadline_s, (int, float)) else repr(deadline_s)
-        raise ConfigError(f"a window's deadline must be a positive time, got {shown} "
-                          f"(--deadline-min); give the machine's window length, e.g. {DEFAULT_MACHINE.deadline_s / 60:g}")
+        raise ConfigError(f"a window's deadline must be a positive time, got {shown} (--deadline-min); "
+                          f"give the machine's window length, e.g. {DEFAULT_MACHINE.deadline_s / 60:g}")
     if papers is not None:
-
         for name in papers:
             studies.get(name)  # an unknown name (a typo) is an error listing the registered studies
     if device_kind not in DEVICE_KINDS:
@@ -896,10 +892,8 @@ def own_gpu_s(runs: Sequence[GpuRun], workers: int) -> tuple[float, float]:
 
 
 def rate_names(p: Plan) -> list[str]:
-    """What each family's estimates assumed, for the sources the plan's runs used: the
-    launch-bound model's seconds per op and sharing slowdown (``ops``), Multi-VFL's measured
-    rounds (``rounds``), and a FLOP/s rate with what it is: measured (which records), a rate
-    file's, or a placeholder (an assumption, not measured)."""
+    """What the plan's estimates assumed: the launch-bound model's seconds per op and sharing
+    slowdown, and each FLOP/s rate used with what it is (measured, a rate file's, a placeholder)."""
     kind = DEVICE_KINDS[p.device_kind]
     runs = [r for w in p.windows for r in w.runs] + [r for r, _ in p.not_fitting]
     used = {(r.family, r.cost_source) for r in runs}
@@ -925,9 +919,8 @@ def rate_names(p: Plan) -> list[str]:
 
 
 def plan_table(p: Plan) -> str:
-    """The plan: each window's calls, then its packs (runs, estimated minutes and where each ends
-    against the deadline), then the runs that need a longer job (an own GPU) with why, then
-    the summary: windows needed, own-GPU hours, and the rates assumed."""
+    """The plan: each window's calls and packs (where each ends against the deadline), the runs
+    that need a longer job with why, then windows needed, own-GPU hours and the rates assumed."""
     lines = [f"{'window':>6} {'call':>4} {'runs':>5} {'est min':>8} {'carry MiB':>9}  what"]
     for w in p.windows:
         for c in w.calls:
