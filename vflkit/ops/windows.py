@@ -1235,16 +1235,19 @@ def window_speed(work: Path) -> float | None:
     """How much longer than estimated the window's work takes: the largest ``took / est`` so far
     (``work/status/times<N>.json``), or ``None`` before one; the largest, not the mean, as the
     first packs of a window share the GPU with fewer lanes than later ones."""
-    worst = None
-    for f in sorted((work / "status").glob("times*.json")) if (work / "status").exists() else []:
+    return max((took / est for rows in _status(work, "times*.json") for est, took in rows if est > 0), default=None)
+
+
+def _status(work: Path, pattern: str) -> list[Any]:
+    """The lanes' files ``work/status/<pattern>`` as they read now (one being replaced this
+    instant is skipped: the next reader reads it)."""
+    out = []
+    for f in sorted((work / "status").glob(pattern)):
         try:
-            rows = json.loads(f.read_text())
+            out.append(json.loads(f.read_text()))
         except ValueError:
-            continue  # being replaced this instant
-        for est, took in rows:
-            if est > 0:
-                worst = max(worst or 0.0, took / est)
-    return worst
+            pass
+    return out
 
 
 def _claim(work: Path, key: str) -> bool:
@@ -1400,12 +1403,7 @@ def collect(work: Path, out: Path, *, wait: float = 0.0, stop_mps: bool = False)
     out.mkdir(parents=True, exist_ok=True)
     results = work / "results"
     recs = sorted(results.glob("*/*/*.json")) if results.exists() else []
-    status: dict[str, str] = {}
-    for f in sorted((work / "status").glob("lane*.json")) if (work / "status").exists() else []:
-        try:
-            status.update(json.loads(f.read_text()))
-        except ValueError:
-            pass  # being replaced this instant: the next call reads it
+    status = {k: v for lane_status in _status(work, "lane*.json") for k, v in lane_status.items()}
     # the host names the machine the records were made on: receive marks each record with it
     (out / "status.json").write_text(json.dumps({"lanes_running": _lanes_alive(work), "host": platform.node(),
                                                  "runs": status}, indent=1))
@@ -1663,10 +1661,8 @@ def dry_run(p: Plan, folder: Path, *, windows: int = 1, data_root: Path | None =
     (folder / "chunks.json").write_text(json.dumps(chunk_list, indent=1))
     # a stand-in that failed in a lane (its data absent, an error) fails the rehearsal: the
     # calls themselves exit 0 whatever their lanes' runs did
-    report["failed_runs"] = {}
-    for f in sorted((work / "status").glob("lane*.json")) if (work / "status").exists() else []:
-        report["failed_runs"].update({k: v for k, v in json.loads(f.read_text()).items()
-                                      if not v.startswith(("recorded", "not started"))})
+    report["failed_runs"] = {k: v for lane_status in _status(work, "lane*.json") for k, v in lane_status.items()
+                             if not v.startswith(("recorded", "not started"))}
     report["missing_packages"] = check_packages(folder)
     (folder / "dry_run.json").write_text(json.dumps(report, indent=1))
     return report
