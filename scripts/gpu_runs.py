@@ -2,7 +2,7 @@
 runs into deadline-bounded windows and runs them through the study engine; this name forwards
 there. The former ``calibrate``, ``launch`` and ``pool`` (VFedMH's CIFAR-10 Table II only) are in
 this file's history (``git log --follow scripts/gpu_runs.py``). Measured rates reach the plan
-as a rate file (``plan --rates FILE``, format in ``vflkit.ops.launcher.load_rate_file``), written by
+as a rate file (``plan --rates FILE``, format in ``vflkit.ops.windows.load_rate_file``), written by
 hand: no tool writes one yet."""
 
 import sys

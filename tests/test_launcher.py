@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from vflkit.ops import launcher as L
+from vflkit.ops import launcher, machines, windows as L
 from vflkit.records import checkpoint_path, record_path
 from vflkit.studies import multi_vfl
 
@@ -72,11 +72,11 @@ def test_plan_accounts_for_every_pending_run_within_the_limits(planted, placehol
     assert p.windows, "some Multi-VFL runs fit a 28-minute window at the placeholder rate"
     for w in p.windows:
         assert w.end_s <= deadline
-        assert sum(c.est_s for c in w.calls) + L.MACHINE_START_S <= deadline + L.CALL_LIMIT_S
+        assert sum(c.est_s for c in w.calls) + L.DEFAULT_MACHINE.start_s <= deadline + L.DEFAULT_MACHINE.call_limit_s
         for c in w.calls:
-            assert c.wait_s + 60 <= L.CALL_LIMIT_S
-            assert c.carry_bytes <= L.CARRY_LIMIT_BYTES
-            assert len(c.command) <= L.COMMAND_CHARS
+            assert c.wait_s + 60 <= L.DEFAULT_MACHINE.call_limit_s
+            assert c.carry_bytes <= L.DEFAULT_MACHINE.carry_bytes
+            assert len(c.command) <= L.DEFAULT_MACHINE.command_chars
         assert sum(c.starts for c in w.calls) == 1
 
 
@@ -263,7 +263,7 @@ def test_every_launcher_command_of_the_calls_parses():
     runs = [_run("vfedmh", f"s{i}", 100.0, (i,)) for i in range(3)]
     p = L.plan(14 * 60, runs=runs, opened={("vfedmh", "Table II"): 1}, tree=30 * MIB, workers=2, wheels_bytes=MIB)
     calls = L.window_calls(p.windows[0], [[("f", 0, 10)]], wheels_bytes=MIB, tree=30 * MIB, work="/w")
-    ap = L.parser()
+    ap = launcher.parser()
     parsed = 0
     for c in calls:
         assert "/tmp/site" not in c.command and "/w/site" in c.command
@@ -362,7 +362,7 @@ def test_slow_cpu_runs_lead_the_plan_packed_by_seed_within_the_deadline():
     assert len(seeds) >= 2
     gpu = [_run("vfedmh", f"g{i}", 60.0, (False, False, i)) for i in range(3)]
     runs = gpu + [_slow(c, 90.0) for c in seeds]
-    deadline = L.DEFAULT_DEADLINE_S
+    deadline = L.DEFAULT_MACHINE.deadline_s
     p = L.plan(deadline, runs=runs, opened={("vfedmh", "Table II"): 2, ("vfedmh", "Fig. 3"): 1}, tree=30 * MIB,
                workers=1)
     assert not p.not_fitting and {r.key for r in p.planned} == {r.key for r in runs}
@@ -389,17 +389,17 @@ def test_slow_cpu_runs_are_pending_only_when_asked(tmp_path):
     runs, each with a CPU estimate above the threshold and none that a study sizes for a GPU."""
     without, _ = L.pending_gpu_runs("paper", results=tmp_path, papers=["vfedmh"])
     assert not any(r.slow_cpu for r in without)
-    asked, _ = L.pending_gpu_runs("paper", results=tmp_path, papers=["vfedmh"], slow_cpu_min=L.SLOW_CPU_MIN)
+    asked, _ = L.pending_gpu_runs("paper", results=tmp_path, papers=["vfedmh"], slow_cpu_min=machines.SLOW_CPU_MIN)
     slow = [r for r in asked if r.slow_cpu]
     assert {c.key for c in _cvfl_seeds()} <= {r.key for r in slow}
-    assert all(r.cpu_cost_s > L.SLOW_CPU_MIN * 60 for r in slow)
+    assert all(r.cpu_cost_s > machines.SLOW_CPU_MIN * 60 for r in slow)
     from vflkit.studies.vfedmh import needs_gpu
 
-    assert not any(needs_gpu(L._run_class("split").from_dict(r.config)) for r in slow)
+    assert not any(needs_gpu(L.run_class("split").from_dict(r.config)) for r in slow)
     assert {r.key for r in asked} - {r.key for r in slow} == {r.key for r in without}
-    ap = L.parser()
+    ap = launcher.parser()
     assert ap.parse_args(["plan"]).include_slow_cpu is None
-    assert ap.parse_args(["plan", "--include-slow-cpu"]).include_slow_cpu == L.SLOW_CPU_MIN
+    assert ap.parse_args(["plan", "--include-slow-cpu"]).include_slow_cpu == machines.SLOW_CPU_MIN
     assert ap.parse_args(["dry-run", "--folder", "x", "--include-slow-cpu", "45"]).include_slow_cpu == 45.0
 
 
@@ -411,9 +411,9 @@ def test_every_pending_run_is_in_a_window_or_needs_an_own_gpu():
     runs = [_run("vfedmh", "long", 10_000.0, (0,)), _run("vfedmh", "short", 10.0, (1,)),
             L.dataclasses.replace(_run("vfedmh", "unpriced", 0.0, (2,)), cost_s=None, config={"dataset": "mnist", "x": 1})]
     runs = [L.dataclasses.replace(r, cost_source="placeholder") for r in runs]
-    p = L.plan(L.DEFAULT_DEADLINE_S, runs=runs[:2], opened={("vfedmh", "Table II"): 1}, tree=30 * MIB, workers=2)
+    p = L.plan(L.DEFAULT_MACHINE.deadline_s, runs=runs[:2], opened={("vfedmh", "Table II"): 1}, tree=30 * MIB, workers=2)
     p.rates = {"split": (2.0e12, "placeholder")}
-    assert L.DEFAULT_DEADLINE_S + L.GIVE_BACK_S == L.DEVICE_TIME_S == 15 * 60
+    assert L.DEFAULT_MACHINE.deadline_s + L.DEFAULT_MACHINE.give_back_s == L.DEFAULT_MACHINE.job_s == 15 * 60
     table = L.plan_table(p)
     assert "needs a longer session (own GPU)" in table
     assert "long (long): 166.7 min" in table and "checkpoint never leaves the GPU machine" in table
@@ -434,7 +434,7 @@ def test_every_pending_run_is_in_a_window_or_needs_an_own_gpu():
     table = L.plan_table(p)
     assert not p.not_fitting and "one per wall-time job" in table and "warning" not in table
     assert all(c.wait_s <= wall.call_limit_s for w in p.windows for c in w.calls)
-    assert L.parser().parse_args(["plan", "--machine", "wall-time"]).machine == "wall-time"
+    assert launcher.parser().parse_args(["plan", "--machine", "wall-time"]).machine == "wall-time"
 
 
 @pytest.fixture
@@ -448,7 +448,7 @@ def quick_plan(monkeypatch):
 def test_plan_says_each_stage_as_it_goes(quick_plan, monkeypatch, capsys):
     """`python -m vflkit.ops.launcher plan` prints a line per planning stage on stderr, the plan on stdout."""
     monkeypatch.setattr(L, "data_files", lambda *a, **k: [])
-    assert L.main(["plan", "--deadline-min", "14"]) == 0
+    assert launcher.main(["plan", "--deadline-min", "14"]) == 0
     out = capsys.readouterr()
     lines = [line for line in out.err.splitlines() if line.startswith("[launcher] ")]
     assert [line.split(" (")[0] for line in lines[:3]] == [
@@ -463,7 +463,7 @@ def test_plan_without_the_data_is_one_line_and_exit_code_2(quick_plan, monkeypat
     """Without the data (VFLKIT_DATA unset or elsewhere), `plan` ends in one line that says what to
     set, exit code 2, no traceback."""
     monkeypatch.setenv("VFLKIT_DATA", str(tmp_path))
-    assert L.main(["plan", "--deadline-min", "14"]) == 2
+    assert launcher.main(["plan", "--deadline-min", "14"]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("vflkit.ops.launcher: ConfigError: ") and "Set VFLKIT_DATA" in err
     assert "Traceback" not in capsys.readouterr().err
@@ -503,8 +503,8 @@ def test_a_windows_first_call_benchmarks_the_gpu_and_receive_files_the_rows(tmp_
     kind, where the cost model reads its seconds per operation. A CPU window runs none, and a
     benchmark made on a CPU is not filed."""
     runs = [_run("vfedmh", "short", 10.0, (0,))]
-    gpu = L.plan(L.DEFAULT_DEADLINE_S, runs=runs, opened={("vfedmh", "Table II"): 1}, tree=30 * MIB, workers=2)
-    cpu = L.plan(L.DEFAULT_DEADLINE_S, "cpu", runs=runs, opened={("vfedmh", "Table II"): 1}, tree=30 * MIB, workers=2)
+    gpu = L.plan(L.DEFAULT_MACHINE.deadline_s, runs=runs, opened={("vfedmh", "Table II"): 1}, tree=30 * MIB, workers=2)
+    cpu = L.plan(L.DEFAULT_MACHINE.deadline_s, "cpu", runs=runs, opened={("vfedmh", "Table II"): 1}, tree=30 * MIB, workers=2)
     first = gpu.windows[0].calls[0]
     assert "vflkit.ops.bench --device cuda --packed" in first.command and "bench.json" in first.command
     assert not any("vflkit.ops.bench" in c.command for w in cpu.windows for c in w.calls)
@@ -537,7 +537,7 @@ def test_the_calls_name_the_commit_they_carry(monkeypatch):
     monkeypatch.delenv("VFLKIT_GIT_COMMIT", raising=False)
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                           cwd=Path(L.__file__).parent).stdout.strip()
-    p = L.plan(L.DEFAULT_DEADLINE_S, runs=[_run("vfedmh", "short", 10.0, (0,))], opened={("vfedmh", "Table II"): 1},
+    p = L.plan(L.DEFAULT_MACHINE.deadline_s, runs=[_run("vfedmh", "short", 10.0, (0,))], opened={("vfedmh", "Table II"): 1},
                tree=30 * MIB, workers=2)
     for c in p.windows[0].calls:
         assert f"VFLKIT_GIT_COMMIT={head} VFLKIT_GIT_MODIFIED=" in c.command
@@ -603,8 +603,8 @@ def test_a_window_reserves_the_packs_on_its_data_it_does_not_plan():
     assert later and later <= set(reserved)
     carried = p.to_dict()["windows"][0]
     assert [r["key"] for pk in carried["reserve"] for r in pk["runs"]] == reserved
-    assert sum(c.est_s for c in first.calls) + L.MACHINE_START_S >= first.deadline_s - 2 * L.RETURN_MARGIN_S
-    assert sum(c.est_s for c in first.calls) + L.MACHINE_START_S <= first.deadline_s
+    assert sum(c.est_s for c in first.calls) + L.DEFAULT_MACHINE.start_s >= first.deadline_s - 2 * L.RETURN_MARGIN_S
+    assert sum(c.est_s for c in first.calls) + L.DEFAULT_MACHINE.start_s <= first.deadline_s
 
 
 def _reserve_plan(tmp_path, lanes, reserve):
@@ -733,7 +733,7 @@ def test_packs_priced_with_graphs_are_gated_at_their_eager_gain_without_them(mon
 
     seeds = _cvfl_seeds()
     runs = [_slow(c, 600.0) for c in seeds]
-    p = L.plan(L.DEFAULT_DEADLINE_S, "h200", runs=runs, opened={("vfedmh", "Table II"): 2}, tree=30 * MIB,
+    p = L.plan(L.DEFAULT_MACHINE.deadline_s, "h200", runs=runs, opened={("vfedmh", "Table II"): 2}, tree=30 * MIB,
                workers=1)
     pack = next(pk for w in p.windows for lane in w.lanes for pk in lane)
     gain = costs.graphs_gain(seeds[0].method, seeds[0].models, "h200")
@@ -767,7 +767,7 @@ def test_the_bf16_check_is_planned_first(tmp_path):
     assert all(r.slow_cpu for r in order[3:3 + len(runs) - len(gpu) - len(checks)])
     # priced by the cost model, all of it fits the first lent window (the check's rule)
     priced, _ = L.cost_runs([r for r in pending if r.precision_check], "h200")
-    p = L.plan(L.DEFAULT_DEADLINE_S, "h200", runs=priced, opened={}, tree=30 * MIB, workers=L.DEFAULT_WORKERS)
+    p = L.plan(L.DEFAULT_MACHINE.deadline_s, "h200", runs=priced, opened={}, tree=30 * MIB, workers=L.DEFAULT_WORKERS)
     assert not p.not_fitting and len(p.windows) == 1
 
 
@@ -798,7 +798,7 @@ def test_receive_of_a_damaged_archive_is_one_line_naming_it(tmp_path, capsys, da
     blob = (out / "records.tar.gz").read_bytes()
     (out / "records.tar.gz").write_bytes(blob[:len(blob) // 2] if damage == "truncated"
                                          else bytes(range(256)) * 8)
-    assert L.main(["receive", str(out), "--results", str(results)]) == 2
+    assert launcher.main(["receive", str(out), "--results", str(results)]) == 2
     line = _one_line_error(capsys)
     assert str(out / "records.tar.gz") in line and "fetch" in line
     assert not results.exists() or not list(results.rglob("*.json"))
@@ -812,7 +812,7 @@ def test_receive_of_the_wrong_folder_is_an_error(tmp_path, capsys, case):
     if case == "no archive":
         folder.mkdir()
         (folder / "status.json").write_text("{}")
-    assert L.main(["receive", str(folder), "--results", str(tmp_path / "results")]) == 2
+    assert launcher.main(["receive", str(folder), "--results", str(tmp_path / "results")]) == 2
     line = _one_line_error(capsys)
     assert str(folder) in line and ("does not exist" if case == "no folder" else "no records.tar.gz") in line
 
@@ -831,7 +831,7 @@ def test_a_damaged_chunk_is_an_error_and_its_part_removed(tmp_path, capsys):
     assert L.unpack(folders[0], machine) == []  # half there: not complete yet, no error
     piece = folders[1] / "piece0"
     piece.write_bytes(b"\xff" + piece.read_bytes()[1:])  # one byte damaged in transfer
-    assert L.main(["unpack", str(folders[1]), "--work", str(machine)]) == 2
+    assert launcher.main(["unpack", str(folders[1]), "--work", str(machine)]) == 2
     line = _one_line_error(capsys)
     assert "a.bin" in line and "sha256" in line and folders[1].name in line
     assert not list((machine / "data").iterdir())  # neither the .part nor what tracked it is left
@@ -848,9 +848,9 @@ def test_a_garbled_manifest_is_one_line_naming_it(tmp_path, capsys):
     folder = tmp_path / "w1c1"
     folder.mkdir()
     (folder / "manifest.json").write_text("{pieces: [")
-    assert L.main(["unpack", str(folder), "--work", str(tmp_path / "machine")]) == 2
+    assert launcher.main(["unpack", str(folder), "--work", str(tmp_path / "machine")]) == 2
     assert str(folder / "manifest.json") in _one_line_error(capsys)
-    assert L.main(["unpack", str(tmp_path / "w1c2"), "--work", str(tmp_path / "machine")]) == 2  # not carried
+    assert launcher.main(["unpack", str(tmp_path / "w1c2"), "--work", str(tmp_path / "machine")]) == 2  # not carried
     assert f"no carried chunk at {tmp_path / 'w1c2'}" in _one_line_error(capsys)
 
 
@@ -859,13 +859,13 @@ def test_a_garbled_rate_file_is_one_line_naming_it(quick_plan, tmp_path, capsys)
     rates = tmp_path / "rates.json"
     for text in ("{flop_per_s: 1", "[1, 2]"):
         rates.write_text(text)
-        assert L.main(["plan", "--rates", str(rates)]) == 2
+        assert launcher.main(["plan", "--rates", str(rates)]) == 2
         assert str(rates) in _one_line_error(capsys)
 
 
 def test_plan_of_an_unknown_paper_is_an_error(quick_plan, capsys):
     """`plan --papers nosuch` (a typo) is an error listing the registered studies, not an empty plan."""
-    assert L.main(["plan", "--papers", "vfedmh,nosuch"]) == 2
+    assert launcher.main(["plan", "--papers", "vfedmh,nosuch"]) == 2
     line = _one_line_error(capsys)
     assert "'nosuch'" in line and "vfedmh" in line
 
@@ -873,7 +873,7 @@ def test_plan_of_an_unknown_paper_is_an_error(quick_plan, capsys):
 @pytest.mark.parametrize("minutes", ["-5", "0", "nan"])
 def test_a_deadline_that_is_not_positive_is_an_error(quick_plan, capsys, minutes):
     """`plan --deadline-min -5` is an error saying what a deadline must be, not a plan of no windows."""
-    assert L.main(["plan", "--deadline-min", minutes]) == 2
+    assert launcher.main(["plan", "--deadline-min", minutes]) == 2
     assert "--deadline-min" in _one_line_error(capsys)
 
 

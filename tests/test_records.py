@@ -412,7 +412,7 @@ def test_a_generic_table_registers_and_trains_with_a_tabular_method(tmp_path):
                                   {"from": "gpu", "at": "yesterday"}, {"from": "gpu"},
                                   {"from": "gpu", "at": "2026-12-06T18:00:00+0000", "extra": 1}])
 def test_a_received_mark_that_names_no_machine_or_time_is_not_a_record(tmp_path, mark):
-    """A record's ``received`` mark (vflkit.ops.launcher.receive) must name the machine and the time:
+    """A record's ``received`` mark (vflkit.ops.windows.receive) must name the machine and the time:
     a mark that does not is a broken record, named as such; a whole mark loads, and a record
     without one (made here, every committed record) loads as before."""
     run = demo.configs("smoke")[0]

@@ -672,7 +672,7 @@ def test_the_report_counts_how_often_quick_decides_as_the_paper_profile() -> Non
 
 def test_provenance_counts_the_records_received_from_another_machine() -> None:
     """The report's provenance line of an artefact says how many of its records were received
-    from another machine (vflkit.ops.launcher.receive's mark); with none received it says nothing of it."""
+    from another machine (vflkit.ops.windows.receive's mark); with none received it says nothing of it."""
     def rec(seed: int, received: bool) -> dict:
         out = {"config": {"seed": seed}, "finished": "2026-12-06T10:00:00+0000",
                "environment": {"device": "cuda", "device_name": "NVIDIA H100", "git_commit": "abc1234"}}

@@ -16,7 +16,7 @@ result``) and wraps the result in one envelope for every family::
      peak_memory_kind, diverged, **result}
 
 written atomically; a record made on another machine also holds :data:`RECEIVED` once
-:func:`vflkit.ops.launcher.receive` took it in. :func:`run_together` is the one path from results to records: ``run_one``
+:func:`vflkit.ops.windows.receive` took it in. :func:`run_together` is the one path from results to records: ``run_one``
 and ``run_many`` go through it a run at a time, the packed trainer
 (:func:`vflkit.training.split.run_pack`) a pack of runs at a time. This module imports no
 method and no trainer (they are handed in), so the plotting layer (:mod:`vflkit.report`) can
@@ -52,7 +52,7 @@ from .files import TMP_MARK, clean_stale_tmp
 #: ``wall_time_s`` and ``diverged``, which a trainer that resumes or stops early reports itself).
 ENVELOPE: tuple[str, ...] = ("key", "profile", "config", "environment", "finished", "wall_time_s",
                              "peak_memory_mb", "peak_memory_kind", "diverged")
-#: The mark a record made on another machine carries once :func:`vflkit.ops.launcher.receive` took it
+#: The mark a record made on another machine carries once :func:`vflkit.ops.windows.receive` took it
 #: in: ``{"from": <the machine's name>, "at": <when it was received, as "finished" is written>}``.
 #: Not part of the envelope: a record made here has none. It is not part of the key or config.
 RECEIVED = "received"

@@ -187,7 +187,7 @@ def _pending_text(cost: pd.DataFrame) -> str:
 
 def _provenance(profile: str, runs: Sequence[Any], recs: Sequence[dict[str, Any]]) -> str:
     """One line: runs recorded, seeds, when they finished, commits and devices (from the records),
-    and how many were received from another machine (the mark :func:`vflkit.ops.launcher.receive`
+    and how many were received from another machine (the mark :func:`vflkit.ops.windows.receive`
     puts on records made on a GPU machine: made elsewhere, checked here by key and config only)."""
     seeds = sorted({r["config"].get("seed") for r in recs if r["config"].get("seed") is not None})
     days = sorted(r["finished"][:10] for r in recs if r.get("finished"))

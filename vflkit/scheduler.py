@@ -2,44 +2,9 @@
 
 A :class:`Task` is one run: the record it will write (its ``path``) and a picklable function
 ``fn(payload, device=..., deadline=...)`` that computes and writes that record. The runs of every
-study are tasks of this one kind, so one scheduler serves every paper.
-
-- **Parallel.** ``workers`` processes (default: one per core on a CPU, several per GPU) with
-  their torch threads and OpenMP wait policy set deliberately (see :func:`worker_env`). A
-  worker computes run after run (``runs_per_worker``: ``None``, as many as it is given): a
-  fresh process per run spends seconds importing torch and decoding its dataset, as long as many
-  quick runs take (README: 403 s against 1174 s on 70 short runs). Each record's peak memory is still its own run's (the process's peak
-  resident set is reset when a run starts, see :func:`vflkit.records._reset_peak_rss`).
-- **Budget.** With ``budget_minutes`` no run is started after the deadline, nor one that its
-  estimated cost says would not finish, and runs in flight get a ``deadline``: they checkpoint
-  at the end of the last epoch that fits and stop (:class:`BudgetExhausted`). A later call
-  resumes them from their checkpoints.
-- **Nothing computed twice.** A run holds a lock file beside its record while it computes; a
-  second scheduler (another ``make study``) finding it locked waits for the record instead of
-  computing it. The holder refreshes its lock every :data:`HEARTBEAT_S`; a lock whose process
-  is gone, whose pid now names another process, or that nobody refreshed for
-  :data:`LOCK_STALE_S` (a lost node) is stale and taken over by one process
-  (:func:`lock_stale_reason`, :func:`acquire`).
-- **Recorded** means a whole record (:func:`recorded`): a truncated or incomplete file at a
-  record's path is moved aside and its run computed again.
-- **A dead worker** (kill -9, out of memory) costs its runs one retry in a fresh pool, not the
-  scheduler.
-- **Packed** (``pack``; by default on a GPU only, where it pays: ~1.0-1.2x on a CPU): the runs
-  of a study that differ in seed and dataset alone and that :mod:`vflkit.training.split` can train as one
-  batched computation (Multi-VFL's: the runs that share a round's shapes,
-  :mod:`vflkit.training.multi_owner`) are one task (:func:`pack_tasks`), which writes each run's record as the
-  run alone would (its key, its path), its ``execution`` naming the pack. A pack checkpoints
-  each of its runs as the run alone does (after every epoch, or Multi-VFL's round), and
-  pauses at the deadline as a run does; the next call packs them again, or under a budget
-  (where a checkpointed run has no estimate) resumes them alone, each from its checkpoint.
-  Under a budget a pack starts only if its estimate ends before the deadline, with
-  :data:`SAFETY`'s margin (the launcher's rule), and a run without an estimate is not packed.
-- **Scale-out** on dask.distributed: ``executor="dask"`` starts a ``LocalCluster``; any other
-  ``"tcp://host:port"`` address connects to a running scheduler (e.g. one dask-jobqueue started
-  on SLURM or PBS). Records go to one shared results folder that every worker can write. Either
-  way the scheduler's dashboard link is printed, each dask task is named after its run
-  (:func:`dask_key`), and a finished study closes its cluster without distributed's expected
-  shutdown warnings (:func:`close_dask`).
+study are tasks of this one kind, so one scheduler serves every paper. What it promises (workers
+and their threads, the budget, locks, whole records, a dead worker's retry, packs, dask):
+docs/profiles-and-scheduler.md, "The scheduler", and docs/scale-out-dask.md.
 """
 
 from __future__ import annotations
@@ -47,15 +12,17 @@ from __future__ import annotations
 import concurrent.futures as cf
 import functools
 import json
+import logging
 import multiprocessing as mp
 import os
+import re
 import socket
 import threading
 import time
 import uuid
 import warnings
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
@@ -368,8 +335,6 @@ def _exit_with_parent(parent: int, poll_s: float = 1.0) -> None:
     closed): a pool worker would otherwise train on, unattended, with the code it imported,
     while the checkout may change under it. Its run's checkpoint and stale lock let the next
     scheduler resume the run."""
-    import threading
-
     def watch() -> None:
         while True:
             time.sleep(poll_s)
@@ -380,26 +345,10 @@ def _exit_with_parent(parent: int, poll_s: float = 1.0) -> None:
 
 
 def execute(task: Task, device: str, deadline: float | None, threads: int | None = None) -> tuple[str, str]:
-    """Compute one task in this process, under its lock. Returns (key, status):
-    ``done``, ``recorded`` (found finished), ``locked`` (another process computes it),
-    ``paused`` (deadline reached, checkpointed)."""
-    if threads is not None:  # on dask workers: set here, the worker process is long-lived
-        _init_worker(threads)
-    if recorded(task):
-        return task.key, "recorded"
-    if not acquire(task.path):
-        return task.key, "locked"
-    try:
-        if recorded(task):  # finished between our check and our lock
-            return task.key, "recorded"
-        try:
-            task.fn(task.payload, device=device, deadline=deadline)
-        except BudgetExhausted:
-            return task.key, "paused"
-        return task.key, "done"
-    finally:
-        release(task.path)
-        release_cached_memory(device)
+    """Compute one run in this process, under its lock (:func:`execute_pack` of a pack of one).
+    Returns (key, status): ``done``, ``recorded`` (found finished), ``locked`` (another process
+    computes it), ``paused`` (deadline reached, checkpointed)."""
+    return execute_pack(replace(task, members=(task,)), device, deadline, threads)[0]
 
 
 def execute_pack(task: Task, device: str, deadline: float | None,
@@ -408,7 +357,7 @@ def execute_pack(task: Task, device: str, deadline: float | None,
     one run; its members' (key, status), in order. A run found recorded or locked by another
     process is left out of the pack; a lone run left computes alone. A pack the deadline stops
     (checkpointed: :func:`vflkit.training.split.train`) is ``paused``, all its runs."""
-    if threads is not None:
+    if threads is not None:  # on dask workers: set here, the worker process is long-lived
         _init_worker(threads)
     out: dict[str, str] = {}
     mine: list[Task] = []
@@ -488,17 +437,12 @@ def sum_cost_s(costs: Sequence[float | None], config: Any = None) -> float | Non
 
 def pack_tasks(tasks: Sequence[Task], *, budgeted: bool = False, max_size: int = MAX_PACK,
                pack_cost: PackCost = sum_cost_s) -> list[Task]:
-    """``tasks`` with the runs that can be trained together replaced by one task per pack, at
-    the place of its first run: a study's runs (payload ``family``/``config``/``profile``/
-    ``results``) that :func:`vflkit.training.split.group_packs` groups (they differ in seed
-    and dataset alone; Multi-VFL's, in anything but a round's shapes), at most ``max_size`` a pack. A pack's
-    fn is :func:`vflkit.training.split.compute_pack`, its ``cost_s`` ``pack_cost`` of its runs' (None
-    if a run's is unknown), its priority its first run's. A run with a checkpoint packs only
-    with runs checkpointed after the same epoch or round (a stopped pack's runs: the pack
-    resumes them all), as a pack of runs checkpointed at other points would start over; one
-    whose checkpoint cannot be read is not packed (alone it resumes or starts over). Nor, with
-    ``budgeted``, a run without an estimate (a checkpointed one has none): a pack starts only
-    when its estimate ends before the deadline."""
+    """``tasks`` with the runs that :func:`vflkit.training.split.group_packs` groups (a study's
+    runs that differ in seed and dataset alone) replaced by one task per pack of at most
+    ``max_size``, at the place of its first run: its fn :func:`vflkit.training.split.compute_pack`,
+    its ``cost_s`` ``pack_cost`` of its runs', its priority its first run's. A run with a
+    checkpoint packs only with runs checkpointed after the same epoch or round; one whose
+    checkpoint cannot be read is not packed, nor, with ``budgeted``, one without an estimate."""
     from .records import checkpoint_path
     from .training import split as packed
     from .training.checkpoint import saved_progress
@@ -605,8 +549,6 @@ def dask_key(task: Task) -> str:
     """The dask key of ``task``: its label as a name the dashboard groups by (dask's
     ``key_split`` keeps the words before the hex digest), then the run's key, so the task
     stream and the progress bars name the runs (``vfedmh_c_vfl_mnist_0-<key>``), not ``run``."""
-    import re
-
     name = re.sub(r"[^A-Za-z0-9]+", "_", task.label or "run").strip("_").lower() or "run"
     return f"{name[:80]}-{task.key}"
 
@@ -622,8 +564,6 @@ _SHUTDOWN_LOGGERS = ("distributed", "distributed.nanny", "distributed.core", "di
 
 def _quiet_dask_logs() -> None:
     """Silence :data:`_SHUTDOWN_LOGGERS` in this process (run in each worker before it closes)."""
-    import logging
-
     for name in _SHUTDOWN_LOGGERS:
         logging.getLogger(name).setLevel(logging.CRITICAL + 1)
 
@@ -632,8 +572,6 @@ def close_dask(client: Any, cluster: Any) -> None:
     """Close a study's dask client, then its LocalCluster (workers before the scheduler), with
     the expected shutdown messages silenced: a LocalCluster's workers are ours and go quiet
     first; a remote cluster's workers are not ours, so only this process's client is quietened."""
-    import logging
-
     saved = {name: logging.getLogger(name).level for name in _SHUTDOWN_LOGGERS}
     try:
         if cluster is not None:
@@ -670,23 +608,14 @@ def schedule(
 ) -> Summary:
     """Compute every task without a record, in priority order, ``workers`` at a time.
 
-    ``pack``: train the runs that differ in seed and dataset alone as packs (:func:`pack_tasks`), one task
-    each; "auto" (the default) on a CUDA device only (:func:`use_packs`), priced by ``pack_cost``
-    from its runs' ``cost_s`` (the caller's prices: this module imports none).
-
-    ``runs_per_worker``: how many runs a local worker process computes before it is replaced
-    (``None``: no limit; ``1``: a fresh process per run).
-
-    ``executor``: ``"local"`` (a process pool here), ``"serial"`` (this process, one at a time:
-    debugging), ``"dask"`` (a dask LocalCluster) or a dask scheduler address.
-
-    A run another process holds the lock of is waited for while that process keeps its lock
-    fresh (:func:`lock_stale_reason`); with ``lock_wait_minutes`` at most that long, then it is
-    left pending. Who holds it is reported every few minutes (with ``progress``).
-
-    A local worker that dies (killed, out of memory) breaks the process pool: the runs it was
-    computing are retried once in a fresh pool, and a run whose retry dies too is reported
-    failed with the reason; the other runs go on.
+    ``pack``: train the runs that differ in seed and dataset alone as packs (:func:`pack_tasks`);
+    "auto" on a CUDA device only (:func:`use_packs`), priced by ``pack_cost`` from its runs'
+    ``cost_s``. ``runs_per_worker``: runs a local worker computes before it is replaced (``None``:
+    no limit). ``executor``: ``"local"`` (a process pool here), ``"serial"`` (this process, one at
+    a time), ``"dask"`` (a dask LocalCluster) or a dask scheduler address. A run another process
+    holds the lock of is waited for while that lock stays fresh, with ``lock_wait_minutes`` at
+    most that long, its holder reported every few minutes. The runs of a local worker that dies
+    are retried once in a fresh pool; a run whose retry dies too is reported failed.
     """
     if budget_minutes is not None and not budget_minutes > 0:
         raise ConfigError(f"budget_minutes must be a positive number of minutes, got {budget_minutes!r}")

@@ -1,31 +1,23 @@
 """Benchmark: what the VFL machinery costs. ``python -m vflkit.ops.bench`` (or ``make bench``).
 
-Prints samples per second of a SplitNN training step run through vflkit's parties, channel
-and ledger, against the same party models trained as one plain PyTorch model (the bottoms on
-their strips, concatenation, top model, one backward pass). The difference is the machinery.
-A third column, split learning written by hand without vflkit (each party's graph cut at its
-embedding and back-propagated separately), splits that difference into what split learning
-costs anyway and what vflkit's parties, channel and ledger add. The target is an overhead of
-at most 15 % of a step on CPU.
-
-With ``--packed`` it prints instead, per method that packs (:mod:`vflkit.training.split`),
-samples/s of K runs stepped one after another against the same K runs as one packed step (and
-that step captured in a CUDA graph and replayed, on a GPU). With
-``--multi-vfl``, the CPU seconds of a Multi-VFL quick-profile round, split into split-learning
-steps (model compute and vflkit's share), aggregation and evaluation, with its test images
-evaluated as one message at once (before) and in chunks (now) side by side, and the round's
-training with its label-owner chains packed.
-
-It also times VFedMH's secure aggregation for one step (fixed-point encoding, the blinding
-factors of every passive party from AES-CTR mask streams, the ring sum) and prints its share
-of a step. Inputs are random tensors of MNIST's shape: the benchmark needs no dataset.
+Samples per second of a SplitNN step through vflkit's parties, channel and ledger against the
+same models as one plain PyTorch model and against split learning written by hand; ``--packed``:
+K runs one after another against one packed step (and its CUDA-graph replay); ``--multi-vfl``:
+where a Multi-VFL round's CPU seconds go; and VFedMH's secure aggregation's share of a step.
+Inputs are random tensors of MNIST's shape. What each prints and the target: docs/benchmark.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import os
+import shutil
 import statistics
+import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -194,14 +186,10 @@ class _GPUUtilisation:
     (None where there is no nvidia-smi)."""
 
     def __init__(self, device: str) -> None:
-        import shutil
-
         self.enabled = device.startswith("cuda") and shutil.which("nvidia-smi") is not None
         self.samples: list[float] = []
 
     def __enter__(self) -> "_GPUUtilisation":
-        import threading
-
         self._stop = threading.Event()
         if self.enabled:
             self._thread = threading.Thread(target=self._sample, daemon=True)
@@ -209,8 +197,6 @@ class _GPUUtilisation:
         return self
 
     def _sample(self) -> None:
-        import subprocess
-
         while not self._stop.wait(0.2):
             out = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
                                  capture_output=True, text=True)
@@ -339,12 +325,10 @@ def bench_packed(models: list[str], *, methods: Sequence[str] = PACKED_METHODS, 
 
 def graphs_check(method: str, model: str, *, pack_size: int, batch: int, device: str,
                  replays: int = 3) -> dict[str, float]:
-    """How far a pack captured and replayed (:mod:`vflkit.training.graphs`) ends from the same
-    pack stepped eagerly, both built from the same seeds and stepped on the same batches: the
-    largest difference of any parameter (``graphs_max_abs_diff``), beside the same measure for
-    a second eager pack (``eager_max_abs_diff``: the eager step's own run-to-run noise, 0 unless
-    a kernel is not deterministic). What a GPU job's first call reads before CUDA graphs are
-    trusted with records (:func:`vflkit.ops.launcher.graphs_verdict`); 0 and 0 on a CPU's tape."""
+    """The largest parameter difference between a pack captured and replayed
+    (:mod:`vflkit.training.graphs`) and the same pack stepped eagerly on the same seeds and
+    batches (``graphs_max_abs_diff``), beside a second eager pack's (``eager_max_abs_diff``: the
+    eager step's own noise); :func:`vflkit.ops.windows.graphs_verdict` reads them."""
 
     def build() -> Pack:
         return Pack([_setup(model, 4, batch, batch * 8, 128, seed=k, method=method, device=device)[0]
@@ -368,11 +352,8 @@ def graphs_check(method: str, model: str, *, pack_size: int, batch: int, device:
 
 def step_cost(method: str, model: str, batch: int, pack_size: int | None = None) -> dict[str, float]:
     """One run's training step in the benchmark's setting: the torch operations it dispatches
-    and the FLOPs it computes (:mod:`vflkit.training.counting`), so that a
-    timed row gives seconds per operation and FLOP/s; with ``pack_size``, also the operations of
-    one vmapped packed step of that many runs (``packed_ops_per_step``; C-VFL's with its parties
-    apart too, ``packed_apart_ops_per_step``), whose time per operation tells whether a pack is
-    launch-bound as the runs alone are."""
+    and its FLOPs (:mod:`vflkit.training.counting`); with ``pack_size``, also the operations of
+    one vmapped packed step of that many runs (C-VFL's with its parties apart too)."""
 
     setting = counting.bench_setting(method, model, batch)
     out = {"ops_per_step": float(counting.count_step_ops(setting)), "flops_per_step": counting.step_flops(setting)}
@@ -385,22 +366,13 @@ def step_cost(method: str, model: str, batch: int, pack_size: int | None = None)
 
 def bench_multi_vfl(*, rounds: int = 3, scenario: str = "4niid", server_optimizer: str = "fedadam",
                     seed: int = 0, overrides: dict[str, Any] | None = None) -> dict[str, float]:
-    """CPU seconds of one Multi-VFL quick-profile round and where they go, with the test images
-    evaluated as one message at once (as before :data:`~vflkit.methods.multi_vfl.EVAL_CHUNK`) and
-    in chunks (now), side by side on the same models.
-
-    Runs the quick profile's config of ``scenario`` and ``server_optimizer`` on random images of
-    MNIST's shape (cost does not depend on pixel values) for ``rounds`` rounds after one warm-up
-    round (``overrides``: profile settings changed, as in the study's ``configs``); each round
-    is timed as training, evaluation at once, evaluation in chunks. Also times one
-    split-learning step of the same models written as one plain model (the embeddings cut from
-    the graph, as by hand), which splits a step into model compute and vflkit's parties, channel
-    and ledger. The training of a round is also timed with its K label-owner chains packed
-    (a :class:`~vflkit.training.multi_owner.RoundPack` held across rounds, as the packed
-    trainer holds it; vmapped and looped), on runs of their own. Process CPU time: other work
-    on the machine inflates it less than the wall clock (through shared caches, not at all
-    through waiting).
-    """
+    """CPU seconds (process time: load inflates it less than the wall clock) of one Multi-VFL
+    quick-profile round of ``scenario`` and ``server_optimizer`` on random images of MNIST's
+    shape, medians of ``rounds`` rounds after a warm-up (``overrides``: as in the study's
+    ``configs``): its training, its evaluation as one message (as before
+    :data:`~vflkit.methods.multi_vfl.EVAL_CHUNK`) and in chunks, one split step against the same
+    models as one plain model, and the round's training with its label-owner chains packed
+    (:class:`~vflkit.training.multi_owner.RoundPack`, vmapped and looped)."""
 
     config, = [c for c in configs("quick", seeds=[seed], overrides=overrides)
                if (c.dataset, c.scenario, c.server_optimizer) == ("mnist", scenario, server_optimizer)]
@@ -504,20 +476,12 @@ def _one_setting(models: list[str], batch: int, repeats: int, device: str = "cpu
 def _in_process(env: dict[str, str], args: list[str]) -> Any:
     """Run one part of the benchmark in a fresh process with ``env`` (OpenMP reads its
     environment once, when torch is imported) and return what it printed as JSON."""
-    import json
-    import os
-    import subprocess
-    import sys
-
     out = subprocess.run([sys.executable, "-m", "vflkit.ops.bench", *args], env={**os.environ, **env},
                          capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main(argv: list[str] | None = None) -> None:
-    import json
-    import os
-
     args = _parser().parse_args(argv)
     if args.device == "auto":
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -582,8 +546,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _print_multi_vfl(args: argparse.Namespace) -> None:
-    import os
-
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as a scheduler worker runs it
     try:
@@ -609,8 +571,6 @@ def _print_multi_vfl(args: argparse.Namespace) -> None:
 
 
 def _print_packed(args: argparse.Namespace, where: str) -> None:
-    import json
-
     methods = [m for m in args.methods if m in PACKED_METHODS] or list(PACKED_METHODS)
     print(f"torch {torch.__version__}, {where}, {torch.get_num_threads()} threads; batch {args.batch} per run, "
           f"4 parties on 28x7 MNIST strips, embedding 128; K = {args.pack_size} runs (seeds 0..{args.pack_size - 1})")

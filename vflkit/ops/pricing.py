@@ -1,19 +1,9 @@
 """Prices of runs: the counts of their steps (:mod:`vflkit.training.counting`) times the rates
-measured on each kind of device.
-
-The measurements are files: the committed records (their wall times, per device kind and
-protocol family) and what GPUs measured under ``results/device/`` (a study's calibration runs,
-timed step by step; the packed benchmark ``python -m vflkit.ops.bench --packed --json`` writes;
-runs a time-limited job stopped part-way). A study names its own calibration runs
-(:attr:`vflkit.studies.base.Study.calibration`); a measured row names its run by key, or by
-method and party models.
-
-On a GPU a step of these runs is launch-bound: a run alone takes its dispatched operations
-(:data:`OP_COUNTS`, committed counts) times the seconds per operation measured on that GPU
-kind. No price is faster than the best FLOP/s ever measured on that kind (:func:`best_rate`):
-FLOPs over that rate bound every GPU price from below. Several processes sharing one GPU slow
-each run down by :func:`slowdown` of their lane count. On the CPU a run's FLOPs go over the rate
-the committed CPU records measured (:func:`rate`).
+measured on each kind of device (the committed records; ``results/device/``: a study's
+calibration runs, :attr:`vflkit.studies.base.Study.calibration`, and the packed benchmark). On a
+GPU a run is launch-bound: its operations (:data:`OP_COUNTS`) times the seconds per operation of
+that GPU kind, never faster than :func:`best_rate`, slowed by :func:`slowdown` of the lanes
+sharing it; on the CPU its FLOPs over :func:`rate`. The model: docs/own-gpu.md.
 """
 
 from __future__ import annotations
