@@ -72,9 +72,8 @@ def train(configs: MultiVFLConfig | Sequence[MultiVFLConfig], *, device: torch.d
     kind and party. Timings are the pack's.
 
     ``checkpoint`` (one path per run): after a round, at most every ``checkpoint_every_s``
-    seconds per run (default :data:`CHECKPOINT_EVERY_S`), each run is saved there: its
-    parties' models, the server's moments, the ledger, the history, the elapsed time and the
-    random states; runs that all hold a checkpoint of one round continue after it.
+    seconds (default :data:`CHECKPOINT_EVERY_S`), each run is saved there
+    (:func:`save_checkpoint`); runs that all hold a checkpoint of one round continue after it.
     ``deadline`` (a ``time.time()`` value): a run whose next round would end after it stops
     with :class:`~vflkit.errors.BudgetExhausted`, checkpointed unless ``ephemeral`` (the
     machine's disk ends with the deadline: no checkpoint is written at all).
@@ -186,12 +185,9 @@ def results(history: list[dict[str, Any]], channel: Channel, wall_time_s: float,
 def save_checkpoint(path: Path, *, config: MultiVFLConfig, r: int, elapsed_s: float,
                     history: list[dict[str, Any]], method: MultiVFL, ledger_log: checkpoint_io.LedgerLog,
                     device: torch.device) -> None:
-    """Everything a run needs to continue after round ``r`` as if never stopped, written atomically.
-
-    The local optimizers need no saving: Algorithm 1 starts each round's from the server's
-    weights, and they are made afresh every round. The batch order needs none either: it is
-    drawn from a generator seeded by (seed, round, owner).
-    """
+    """Everything a run needs to continue after round ``r`` as if never stopped, written atomically:
+    not the local optimizers, made afresh every round from the server's weights (Algorithm 1),
+    nor the batch order, drawn from a generator seeded by (seed, round, owner)."""
     if method.channel.pending():  # a message in flight would be lost across a resume
         raise RuntimeError(f"round {r} left {method.channel.pending()} messages unread; "
                            "cannot checkpoint mid-protocol")
