@@ -179,10 +179,8 @@ class MultiVFLConfig(KeyedRun):
 
 
 def xavier_init(module: nn.Module) -> nn.Module:
-    """Xavier (Glorot) normal weights and zero biases for every conv and linear layer.
-
-    Algorithm 1 initialises with "Gaussian/Xavier"; we read that as Glorot's Gaussian.
-    """
+    """Xavier (Glorot) normal weights and zero biases for every conv and linear layer: Algorithm 1
+    initialises with "Gaussian/Xavier", which we read as Glorot's Gaussian."""
     for layer in module.modules():
         if isinstance(layer, (nn.Conv2d, nn.Linear)):
             nn.init.xavier_normal_(layer.weight)
@@ -288,12 +286,9 @@ class MultiVFL:
             lo.models["top"].load_state_dict(lo.recv(self.server, "model_weights"))
 
     def round_order(self, k: int, r: int) -> tuple[torch.Tensor, list[int]]:
-        """Label owner k's sample ids of round r in their order, and its batches' sizes.
-
-        Each local epoch is a permutation drawn from a generator seeded by (seed, round, owner):
-        a public protocol parameter, so data owners need no message to agree on it. The first
-        ``local_steps`` batches are kept.
-        """
+        """Label owner k's sample ids of round r in their order (the first ``local_steps`` batches),
+        and its batches' sizes. Each local epoch is a permutation drawn from a generator seeded by
+        (seed, round, owner): a public protocol parameter, so data owners need no message to agree."""
         c = self.config
         ids = self.label_owners[k].ids["train"]
         g = torch.Generator().manual_seed(c.seed * 1_000_003 + r * 101 + k)
@@ -378,8 +373,7 @@ class RoundPack:
 
     Every message is a row in its own run's ledger, with its sender, receiver, size and the
     step of the protocol's order (chain by chain), and travels as a detached copy (:func:`_post`).
-    ``stacking``: ``"loop"`` (the CPU's under ``"auto"``: each model on its slice, with the
-    kernels of one run's models), ``"vmap"`` or ``"grouped"`` (an accelerator's).
+    ``stacking`` (:class:`_Stack`): ``"loop"`` (the CPU's under ``"auto"``), ``"vmap"`` or ``"grouped"``.
     """
 
     def __init__(self, methods: Sequence[MultiVFL], *, stacking: str = "auto") -> None:
@@ -441,7 +435,6 @@ class RoundPack:
 
     def round(self, r: int) -> list[dict[str, float]]:
         """Global round ``r`` of every run; the mean training loss per label owner, one dict per run.
-
         A non-finite loss of any chain raises :class:`~vflkit.errors.DivergenceError` after the
         chains' steps (the losses are summed on the device and read once a round)."""
         runs, chains = self.runs, self.chains
@@ -556,7 +549,6 @@ class RoundPack:
 
     def _server_stats(self, r: int, weights: dict[str, torch.Tensor], update: dict[str, torch.Tensor]) -> None:
         """Each run's :meth:`MultiVFL.server_stats` of round ``r``, read in one transfer.
-
         ``update_norm`` is ||t|| (the mean label-owner update), ``server_step_norm`` is
         ||W^{r+1} - W^r|| (FedAvg: equal to ``update_norm``), ``distance_from_init`` is
         ||W^{r+1} - W^0||; ``median_sqrt_v`` and ``p99_sqrt_v`` are the median and 99th percentile
