@@ -6,9 +6,8 @@ computation (:class:`~vflkit.methods.multi_vfl.RoundPack`; a run alone is a pack
 returns each run's per-round loss and accuracy and its ledger's traffic; the record store wraps
 them in the common envelope (:func:`run`, :func:`run_many`, :func:`run_pack`).
 
-Each run is checkpointed beside its record on a time interval (``checkpoint_every_s``), as a
-run alone whether it trains alone or packed, so either resumes the other's: an interrupted run
-resumes after its last checkpointed round and ends with the record of an uninterrupted run.
+Each run is checkpointed beside its record as a run alone, whether it trains alone or packed,
+so either resumes the other's (:func:`train`).
 """
 
 from __future__ import annotations
