@@ -39,8 +39,8 @@ Coordinated augmentation ("per_epoch")
     approximate: each tile is shifted with replicate fill at its own edges, since the pixels
     that would enter from the neighbouring tile are not shared.
 
-``width`` (channel multiplier) below 1 builds a smaller VGG-16 for quick CPU runs and tests;
-it is **not the paper's model** (results carry ``paper_model: False``).
+``width`` below 1 builds a smaller VGG-16 for quick CPU runs: **not the paper's model**
+(results carry ``paper_model: False``).
 
 Choices where the paper is silent (ours; all are config fields or stated here)
     * The server holds the top-left tile (``server_tile=0``).
@@ -53,17 +53,15 @@ Choices where the paper is silent (ours; all are config fields or stated here)
     * SGD momentum 0.9, lr 0.05, weight decay 5e-4, batch 128, cosine annealing per stage
       ("simulated annealing"); autoencoder: Adam, 10 epochs, cosine; No model transfer trains
       the random extractor at 1e-3 (1e-5 cannot train one from scratch).
-    * ``finetune="bn_stats"`` runs the client's tiles through its extractor in train mode
-      without gradients for the autoencoder's epochs: only BatchNorm running statistics move.
-    * Test accuracy runs the protocol on the test tiles at every stage-3 epoch; clients
-      re-send their test maps each time (ledger phase ``eval``, reported apart from training
-      traffic) rather than the server caching them, so a resumed run needs no cache.
+    * ``finetune="bn_stats"``: the client's tiles run through its extractor in train mode
+      without gradients for the autoencoder's epochs (only BatchNorm statistics move).
+    * Test accuracy is taken at every stage-3 epoch; clients re-send their test maps each time
+      (phase ``eval``, reported apart) rather than the server caching them: resuming needs no cache.
     * ``extraction="once"``: the server stores the received maps on its disk beside the
       checkpoint, so resuming does not ask the clients again.
 
-The trainer (the stages' loops, checkpoints and resume, Non-cooperation and Centralized
-VGG-16) is :mod:`vflkit.training.adptvfedconv`; this module defines the method: its config, the
-augmentation and stitching every participant applies, and the cost model.
+The trainer (stages, checkpoints, resume, the two baselines) is
+:mod:`vflkit.training.adptvfedconv`; this module holds the config, augmentation, stitching and cost model.
 """
 
 from __future__ import annotations
@@ -96,8 +94,7 @@ CUTS: tuple[str, ...] = ("1C", "2C", "2C+1M", "3C+1M", "4C+1M", "4C+2M", "5C+2M"
 PADDINGS: tuple[str, ...] = ("replicate", "zeros")
 FINETUNES: tuple[str, ...] = ("autoencoder", "none", "bn_stats")
 EXTRACTIONS: tuple[str, ...] = ("per_epoch", "once")
-#: Stage 1 trains all 13 convs as "extractor" so that ``padding`` applies to every conv: then one
-#: pre-training serves every cut (the cut only decides how many leading layers are sent).
+#: Stage 1 trains all 13 convs as "extractor" (why: the module docstring's choices).
 PRETRAIN_CUT = "13C+5M"
 STAGES: tuple[str, ...] = ("pretrain", "transfer", "finetune", "classifier")
 
@@ -108,34 +105,23 @@ STAGES: tuple[str, ...] = ("pretrain", "transfer", "finetune", "classifier")
 @dataclass(frozen=True)
 class AdptVFedConvConfig:
     """Everything that decides one AdptVFedConv run. Defaults: the paper where it speaks, the
-    choices listed in the module docstring where it is silent.
+    choices listed in the module docstring where it is silent (variants: there too).
 
-    Data: ``dataset`` ("cifar10", another built-in image dataset, or images of your own
-    registered with :func:`vflkit.data.register_dataset`: any channel count, even sides for the
-    2x2 grid), ``n_train``/``n_test`` (None = all; a subset
-    drawn with ``subset_seed`` so training seeds share it), ``seed`` (model init, shuffles,
-    augmentation, dropout), ``server_tile`` (which grid tile the server holds; 0 = top-left,
-    the paper is silent).
+    Data: ``dataset`` (a built-in image dataset or images registered with
+    :func:`vflkit.data.register_dataset`: any channel count, even sides for the 2x2 grid),
+    ``n_train``/``n_test`` (None = all; a subset drawn with ``subset_seed`` so training seeds
+    share it), ``seed`` (model init, shuffles, augmentation, dropout).
 
-    Model: ``width`` (channel multiplier; 1 = the paper's VGG-16-BN, anything else is not the
-    paper's model), ``cut`` (one of :data:`CUTS` or any VGG-16 prefix such as "2C+1M"),
-    ``padding`` ("replicate" = the paper's trick, "zeros" = its ablation; applied to every conv
-    of the tile networks, stage 1 included; the server classifier and the centralized model pad
+    Model: ``width`` (1 = the paper's VGG-16-BN), ``cut`` (one of :data:`CUTS` or any VGG-16
+    prefix), ``padding`` ("replicate" = the paper's trick, "zeros" = its ablation; every conv of
+    the tile networks, stage 1 included; the server classifier and the centralized model pad
     with zeros).
 
-    Variants: ``model_transfer`` (False = No model transfer: clients start from random
-    extractors), ``finetune`` ("autoencoder" paper / "none" / "bn_stats": only BatchNorm
-    statistics adapt, weights frozen), ``extraction`` ("per_epoch" with coordinated
-    augmentation / "once": Algorithm 1 literally, maps of un-augmented tiles sent once).
-
-    Training (paper silent unless noted): ``pretrain_epochs``, ``finetune_epochs``,
-    ``classifier_epochs``, ``centralized_epochs``; SGD (momentum 0.9 via
-    :func:`~vflkit.methods.base.make_optimizer`) with ``lr``, ``weight_decay``, ``batch_size``
-    and a cosine-annealed lr per stage (our reading of "simulated annealing"); the autoencoder
-    uses Adam with ``ae_lr_extractor`` (1e-5, paper) and ``ae_lr_generator`` (1e-3, paper),
-    and ``ae_lr_extractor_scratch`` (1e-3) for a random extractor (No model transfer: 1e-5
-    cannot train one from scratch); ``augment`` (flip + shift by up to ``tile_shift`` pixels on
-    tiles, ``centralized_crop_pad`` on whole images).
+    Training: SGD (momentum 0.9 via :func:`~vflkit.methods.base.make_optimizer`) with ``lr``,
+    ``weight_decay``, ``batch_size``, cosine-annealed per stage; the autoencoder: Adam with
+    ``ae_lr_extractor`` (1e-5, paper), ``ae_lr_generator`` (1e-3, paper) and
+    ``ae_lr_extractor_scratch`` for a random extractor; ``augment``: flip + shift by up to
+    ``tile_shift`` pixels on tiles, ``centralized_crop_pad`` on whole images.
     """
 
     dataset: str = "cifar10"
@@ -228,11 +214,8 @@ def _generator(*key: Any) -> torch.Generator:
 
 
 def augmentation_params(n: int, shift: int, *key: Any) -> tuple[torch.Tensor, ...]:
-    """(flip, dy, dx) for rows 0..n-1, drawn from a generator seeded with ``key``.
-
-    Stage 3 calls it with the public key (seed, "classifier", epoch), so every participant
-    draws the same transform for a sample without any message.
-    """
+    """(flip, dy, dx) for rows 0..n-1, seeded with ``key``: stage 3 passes the public key
+    (seed, "classifier", epoch), so every participant draws the same transform without a message."""
     g = _generator(*key)
     flip = torch.rand(n, generator=g) < 0.5
     dy = torch.randint(-shift, shift + 1, (n,), generator=g)
@@ -280,11 +263,8 @@ def augment_tiles(x: torch.Tensor, flip: torch.Tensor, dy: torch.Tensor, dx: tor
 
 def stitch(partition: Partition, maps: Sequence[torch.Tensor],
            flip: torch.Tensor | None = None) -> torch.Tensor:
-    """The server's Eq. 4: put the participants' maps (partition order) in their positions.
-
-    For samples whose tiles were mirrored, the left and right positions are swapped too, so the
-    stitched map is the one of the mirrored whole image's tiles.
-    """
+    """The server's Eq. 4: the participants' maps (partition order) in their positions; for
+    mirrored samples left and right swap too, giving the mirrored whole image's map."""
     plain = partition.assemble(maps)
     if flip is None or not bool(flip.any()):
         return plain
@@ -343,12 +323,9 @@ def _state_nbytes(module: nn.Module) -> int:
 
 def cost_model(config: AdptVFedConvConfig, *, num_classes: int = 10,
                image_shape: Sequence[int] = (3, 32, 32), n_train: int = 50_000) -> dict[str, Any]:
-    """What a cut costs a client, from the architecture alone (no training).
-
-    Returns per-tile extractor MACs and parameters, the feature map's shape and float32 bytes,
-    the transferred extractor's bytes (its state_dict: weights and BatchNorm buffers), the raw
-    tile's bytes (uint8), and parameter-sharing FL of the same (centralized) VGG-16 per round.
-    """
+    """What a cut costs a client, from the architecture alone: the transferred extractor's
+    bytes are its state_dict (weights and BatchNorm buffers), raw tiles are uint8, feature maps
+    float32, and FL is parameter sharing of the centralized VGG-16 per round."""
     part = grid(2, 2, image_shape=image_shape)
     tile = part.party_shape(0)
     ext, cls = vgg16_bn_split(num_classes=num_classes, cut=config.cut, padding_mode=config.padding,

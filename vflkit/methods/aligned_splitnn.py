@@ -6,8 +6,9 @@ by reusing its encoders: the extractors are the encoders of g1A ([a, 64, 128]) a
 ([p, 128, 256]), the head is g2A's encoder ([384, 256, 256]) plus a linear layer to the
 classes. Per mini-batch the passive participant sends its embedding (kind ``"embedding"``)
 and receives the gradient with respect to it (kind ``"gradient"``): two communication rounds
-per batch. Adam with Kingma & Ba's defaults (lr 1e-3, Appendix B), at most 200 epochs, early stopping (patience 10) on the
-cross-entropy of a held-out 10 % of the training samples, best weights restored.
+per batch. Adam with Kingma & Ba's defaults (lr 1e-3, Appendix B), at most 200 epochs, early
+stopping (patience 10) on the cross-entropy of a held-out 10 % of the training samples, best
+weights restored.
 
 The image-strip SplitNN in :mod:`vflkit.methods.splitnn` is trained batch by batch by
 :mod:`vflkit.training.split`; this one is the tabular, aligned-only variant with early stopping
@@ -32,18 +33,8 @@ from .oneshot import ADAM_LR
 
 
 class AlignedSplitNN:
-    """SplitNN between an active and a passive participant holding the same aligned samples.
-
-    Parameters (keyword-only)
-    ----------
-    num_classes : int
-    epochs : int, default 200
-    patience : int, default 10
-    lr : float, default 1e-3 (Appendix B: Adam's original parameters)
-    batch_size : int, default 128 (8 for Breast Cancer)
-    val_fraction : float, default 0.1
-    seed : int, default 0
-    """
+    """SplitNN between an active and a passive participant holding the same aligned samples;
+    keyword-only parameters: ``num_classes`` and those of :class:`~vflkit.methods.oneshot.OneShotMethod`."""
 
     name: ClassVar[str] = "aligned_splitnn"
 

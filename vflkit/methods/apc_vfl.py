@@ -61,8 +61,7 @@ class APCVFL(OneShotMethod):
     distill_loss : {"mse", "mae"}, default "mse"
         Eq. 5's distance; Fig. 5 shows both.
     **kwargs
-        :class:`~vflkit.methods.oneshot.OneShotMethod`'s epochs, patience, lr, batch_size,
-        val_fraction, seed.
+        :class:`~vflkit.methods.oneshot.OneShotMethod`'s.
     """
 
     name: ClassVar[str] = "apc_vfl"
@@ -113,11 +112,8 @@ class APCVFL(OneShotMethod):
     # -- protocol -----------------------------------------------------------------------------
 
     def teacher_representations(self, active: Party, passive: Party) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """Steps ① and ②: the joint representation of every aligned sample.
-
-        Returns ``(rows, z)``: the active participant's own row of each aligned sample and
-        ``g2A``'s latent for it; None when there is nothing to distil (the Ablation).
-        """
+        """Steps ① and ②: ``(rows, z)``, the active participant's own row of each aligned sample
+        and ``g2A``'s latent for it; None when there is nothing to distil (the Ablation)."""
         aligned = self.aligned_ids(active, passive)
         if aligned.numel() == 0:
             raise ConfigError("APC-VFL needs at least one aligned sample (Sec. 3: D_A is non-empty)")

@@ -98,18 +98,14 @@ class RunConfig(KeyedRun):
     #: The decay factor per epoch of the exponential schedule (the paper gives none; 0.95).
     lr_gamma: float = 0.95
     #: How a ResNet is cut into h and p (:mod:`vflkit.models`): "stages" (the stem and whole
-    #: residual stages, the records made before the other reading) or "layers" (half the
-    #: weighted layers at a block boundary, EASTER's "the number of layers ... was the same").
-    #: A config whose ResNets both readings cut alike holds "stages", so its key stays.
+    #: residual stages) or "layers" (half the weighted layers at a block boundary, EASTER's "the
+    #: number of layers ... was the same"). Where both readings cut alike it holds "stages" (one key).
     resnet_cut: str = "stages"
-    #: Compute precision of the split trainer (issue 40): "fp32" (PyTorch's defaults: float32,
-    #: cuDNN convolutions in TF32 on a GPU; every committed record) or "bf16" (bfloat16 autocast
-    #: on the run's device, CPU included, with float32 master weights, and channels_last
-    #: convolution weights). bf16 changes the numbers, so it is part of the key (the default is
-    #: not, so existing keys stay) and a bf16 record never stands in for an fp32 one. Messages
-    #: between parties keep float32 (:mod:`vflkit.comm` widens bf16 on the wire), so ledgers do
-    #: not change. Not the default: that waits for a GPU check that bf16 seeds land inside the
-    #: fp32/TF32 seed spread.
+    #: Compute precision of the split trainer: "fp32" (PyTorch's defaults: float32, cuDNN convolutions
+    #: in TF32 on a GPU) or "bf16" (bfloat16 autocast on the run's device with float32 master weights
+    #: and channels_last convolution weights). bf16 changes the numbers, so it is keyed: a bf16 record
+    #: never stands in for an fp32 one. Messages keep float32 (:mod:`vflkit.comm` widens bf16 on the
+    #: wire). Not the default until a GPU check shows bf16 seeds inside the fp32/TF32 seed spread.
     precision: str = "fp32"
 
     def __post_init__(self) -> None:
@@ -250,11 +246,8 @@ class RunConfig(KeyedRun):
 
 
 def make_optimizer(name: str, params: Iterable[nn.Parameter], lr: float) -> torch.optim.Optimizer:
-    """One of VFedMH Table IV's local optimizers.
-
-    ``sgd_momentum`` uses momentum 0.9, the common default (the paper gives no value); the
-    others use PyTorch's defaults besides ``lr``.
-    """
+    """One of VFedMH Table IV's local optimizers: ``sgd_momentum`` uses momentum 0.9, the common
+    default (the paper gives no value); the others PyTorch's defaults besides ``lr``."""
     params = list(params)
     if name == "sgd":
         return torch.optim.SGD(params, lr=lr)
@@ -315,12 +308,8 @@ def _kind_name(default: Any) -> str:
 
 def backward_each(pairs: Sequence[tuple[torch.Tensor, torch.Tensor | None]]) -> None:
     """Back-propagate several parties' outputs with their gradients (None for a scalar loss)
-    in one autograd call.
-
-    Each party's graph is its own (what it received came through the channel, detached), so
-    one call computes exactly what a ``backward`` per party would, without paying autograd's
-    fixed cost per call: a Python loop over parties where one batched call does.
-    """
+    in one autograd call: each party's graph is its own (what it received came through the
+    channel, detached), so this is exactly a ``backward`` per party, at one call's fixed cost."""
     if pairs:
         torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
 
@@ -352,17 +341,7 @@ def accuracy(logits: torch.Tensor, labels: torch.Tensor) -> float:
 
 
 class VFLMethod(ABC):
-    """Base class of all VFL methods.
-
-    Parameters
-    ----------
-    config
-        The run's :class:`RunConfig`.
-    parties
-        The parties in partition order; exactly one of them holds the labels.
-    num_classes
-        Number of classes of the task.
-    """
+    """Base class of all VFL methods; ``parties`` in partition order, exactly one holding the labels."""
 
     #: Registry name of the method.
     name: ClassVar[str]
@@ -508,11 +487,8 @@ class VFLMethod(ABC):
 
     @torch.no_grad()
     def evaluate(self, *, split: str = "test", batch_size: int = 512) -> dict[str, dict[str, float]]:
-        """Test metrics of every trained model, computed by the active party from its labels.
-
-        Accuracy for every task; for two classes also F1 of the positive class (APC-VFL on
-        Credit Card) and ROC AUC (EASTER on Criteo).
-        """
+        """Test metrics of every trained model, computed by the active party from its labels:
+        accuracy; for two classes also F1 of the positive class (APC-VFL) and ROC AUC (EASTER)."""
         self.eval()
         ids = self.active.ids[split]
         logits: dict[str, list[torch.Tensor]] = {}

@@ -68,11 +68,8 @@ def _range(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def scalar_quantize(x: torch.Tensor, bits: int, *, generator: torch.Generator | None = None) -> tuple[torch.Tensor, int]:
-    """Uniform scalar quantisation to ``2**bits`` levels over x's range, with subtractive dither.
-
-    Returns the decompressed tensor and its size on the wire in bytes (``bits`` per value plus
-    two float32 for the range).
-    """
+    """Uniform scalar quantisation to ``2**bits`` levels over x's range, with subtractive dither;
+    the decompressed tensor and its bytes on the wire (``bits`` per value, two float32 for the range)."""
     levels = 2**bits
     lo, span = _range(x)
     u = (x - lo) / span * (levels - 1)
@@ -95,7 +92,7 @@ def vector_quantize(x: torch.Tensor, bits: int, *, generator: torch.Generator | 
 
     Values are scaled to [0, 1] by x's range and taken in pairs; the lattice spacing makes one
     hexagonal cell ``1 / 4**bits`` of the unit square, i.e. ``2 * bits`` bits per pair as for
-    scalar quantisation. Returns the decompressed tensor and its size in bytes.
+    scalar quantisation. Returns what :func:`scalar_quantize` does.
     """
     lo, span = _range(x)
     flat = ((x - lo) / span).reshape(-1)
@@ -164,14 +161,8 @@ def compress(pack: Pack, x: torch.Tensor) -> tuple[torch.Tensor, int]:
 
 
 def step(pack: Pack, ids: torch.Tensor) -> dict[str, torch.Tensor]:
-    """C-VFL's step over K runs (:attr:`VFLMethod.step`).
-
-    1. every party's embedding goes compressed to the server (the active party's own is
-       compressed too: it is forwarded to the passive parties); 2. the server sends each passive
-    party the others' embeddings, the compressed server model and the labels; 3. every party runs
-    Q local iterations on its own bottom model against those stale embeddings and the server
-    model's snapshot, and the server Q iterations on its model over the compressed embeddings.
-    """
+    """C-VFL's step over K runs (:attr:`VFLMethod.step`): the module docstring's steps 1-3. The
+    active party's own embedding is compressed too: it is forwarded to the passive parties."""
     a, ch = pack.active, pack.channel
     passive = [n for n in pack.names if n != a]
     q = int(pack.options["local_iterations"])
@@ -252,7 +243,7 @@ def step(pack: Pack, ids: torch.Tensor) -> dict[str, torch.Tensor]:
 
 
 class CVFL(VFLMethod):
-    """C-VFL with Q local iterations and compressed embeddings and server model.
+    """C-VFL (module docstring).
 
     Options
     -------
@@ -294,13 +285,11 @@ class CVFL(VFLMethod):
     def pack_parties(cls, pack: Pack, *, together: bool) -> None:
         """C-VFL's parties whose bottom models are alike, trained as one stacked model.
 
-        A party's Q local iterations use only its own features and bottom model and what it
-        received, so they are independent of the other parties'. Parties with the same
-        architecture, input shape, optimizer and rate are stacked once more, party-major
-        ([G x K] copies: party g's K runs, then the next party's), and their iterations run as one
-        call a layer, each slice computing from its own party's data and messages only. A pack of
-        one run keeps every party apart (its own models, the run's kernels); so does
-        ``together=False``.
+        A party's Q local iterations use only its own features, bottom model and messages, so they
+        are independent of the other parties'. Parties with the same architecture, input shape,
+        optimizer and rate are stacked party-major ([G x K]: party g's K runs, then the next
+        party's) and iterate as one call a layer. A pack of one run keeps every party apart (its
+        own models, the run's kernels); so does ``together=False``.
         """
         pack.groups = [(n,) for n in pack.names]
         if pack.k == 1 or not together:

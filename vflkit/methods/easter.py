@@ -32,9 +32,7 @@ class EASTER(TabularModels, VFedMH):
     blinding, scheme, scale_bits, authenticate_keys
         As :class:`~vflkit.methods.vfedmh.VFedMH`.
     allow_single_passive : bool, default False
-        Permit blinding with a single passive party (C = 2), whose mask is then zero: the
-        active party sees that party's embedding. Needed for Table VI's C = 2 column; the
-        option is part of the run's config, so the record shows it was set.
+        Table VI's C = 2 column: the active party then sees the passive embedding (module docstring).
     """
 
     name = "easter"

@@ -67,14 +67,12 @@ class MultiVFLConfig(KeyedRun):
         takes any). Tables are refused: the data owners' models are convolutions over strips.
     scenario : {"iid", "1niid", "2niid", "3niid", "4niid"}, default "4niid"
         Labels each label owner sees (Table 3).
-    server_optimizer : {"fedavg", "fedadam", "fedyogi", "feddemonadam"}, default "fedavg"
-    variant : {"paper", "reddi"}, default "paper"
+    server_optimizer : {"fedavg", "fedadam", "fedyogi", "feddemonadam"}; variant : {"paper", "reddi"}
         The paper's ServerAggregation or Reddi et al.'s (see :mod:`.server_opt`).
     n_data_owners : int, default 4
         D; images are cut into D strips of rows (4: 7x28).
     n_label_owners : int, default 5
         K (the niid scenarios need 5).
-    samples_per_owner : int, default 5000
     disjoint : bool, default True
         No training sample belongs to two label owners (the paper does not say).
     rounds : int, default 500
@@ -85,8 +83,6 @@ class MultiVFLConfig(KeyedRun):
     local_steps : int or None, default None
         Cap on the batches per label owner and round (None: ``local_epochs`` full passes). Only
         the small profiles set it, to fit a CPU budget.
-    batch_size : int, default 64
-    local_lr : float, default 1e-3
     local_optimizer : {"sgd", "adam"}, default "sgd"
         Algorithm 1 line 7 is a plain gradient step, ``W <- W - eta_k grad``.
     beta1, beta2, server_lr, tau : float
@@ -95,7 +91,6 @@ class MultiVFLConfig(KeyedRun):
         Test images used for the accuracy (None: the full test set).
     eval_every : int, default 1
         Evaluate every this many rounds (and always after the last).
-    seed : int, default 0
     """
 
     dataset: str = "mnist"
@@ -184,10 +179,8 @@ class MultiVFLConfig(KeyedRun):
 
 
 def xavier_init(module: nn.Module) -> nn.Module:
-    """Xavier (Glorot) normal weights and zero biases for every conv and linear layer.
-
-    Algorithm 1 initialises with "Gaussian/Xavier"; we read that as Glorot's Gaussian.
-    """
+    """Xavier (Glorot) normal weights and zero biases for every conv and linear layer: Algorithm 1
+    initialises with "Gaussian/Xavier", which we read as Glorot's Gaussian."""
     for layer in module.modules():
         if isinstance(layer, (nn.Conv2d, nn.Linear)):
             nn.init.xavier_normal_(layer.weight)
@@ -209,19 +202,9 @@ def local_optimizer(config: MultiVFLConfig, params: list[torch.Tensor]) -> torch
 
 
 class MultiVFL:
-    """One Multi-VFL run: D data owners, K label owners and a server on one channel.
-
-    Parameters
-    ----------
-    config
-        The run's settings.
-    data
-        An :class:`~vflkit.data.ImageData` (MNIST, FashionMNIST or images of your own); its test
-        split may already be a subset.
-    device
-        Where every party's models live.
-    channel
-        The channel (default: a new one with its own ledger).
+    """One Multi-VFL run: D data owners, K label owners and a server on one channel (default: a
+    new one with its own ledger). ``data`` is an :class:`~vflkit.data.ImageData` whose test split
+    may already be a subset.
 
     Usage: ``m = MultiVFL(cfg, data); m.setup(); for r in 1..R: m.round(r); m.evaluate()``. A
     round is that of a :class:`RoundPack` of this run alone; several runs train as one pack.
@@ -303,12 +286,9 @@ class MultiVFL:
             lo.models["top"].load_state_dict(lo.recv(self.server, "model_weights"))
 
     def round_order(self, k: int, r: int) -> tuple[torch.Tensor, list[int]]:
-        """Label owner k's sample ids of round r in their order, and its batches' sizes.
-
-        Each local epoch is a permutation drawn from a generator seeded by (seed, round, owner):
-        a public protocol parameter, so data owners need no message to agree on it. The first
-        ``local_steps`` batches are kept.
-        """
+        """Label owner k's sample ids of round r in their order (the first ``local_steps`` batches),
+        and its batches' sizes. Each local epoch is a permutation drawn from a generator seeded by
+        (seed, round, owner): a public protocol parameter, so data owners need no message to agree."""
         c = self.config
         ids = self.label_owners[k].ids["train"]
         g = torch.Generator().manual_seed(c.seed * 1_000_003 + r * 101 + k)
@@ -335,13 +315,8 @@ class MultiVFL:
         return dict(self.server_log.get(r, {}))
 
     def evaluate(self, *, batch_size: int = 1000, eval_chunk: int | None = None) -> dict[str, float]:
-        """Test accuracy and loss of the aggregated label-owner model on the averaged data-owner
-        models, computed by ``label_owner_1`` from its test labels (messages in phase "eval").
-
-        ``batch_size`` test images travel per message; the label owner runs its model on
-        ``eval_chunk`` of them at a time (default: :data:`EVAL_CHUNK` on the CPU, the whole
-        message elsewhere; the result is the same).
-        """
+        """Test accuracy and loss, computed by ``label_owner_1`` (see :meth:`RoundPack.evaluate`;
+        the module docstring says what is scored)."""
         return self._alone().evaluate(batch_size=batch_size, chunk=eval_chunk)[0]
 
 
@@ -398,8 +373,7 @@ class RoundPack:
 
     Every message is a row in its own run's ledger, with its sender, receiver, size and the
     step of the protocol's order (chain by chain), and travels as a detached copy (:func:`_post`).
-    ``stacking``: ``"loop"`` (the CPU's under ``"auto"``: each model on its slice, with the
-    kernels of one run's models), ``"vmap"`` or ``"grouped"`` (an accelerator's).
+    ``stacking`` (:class:`_Stack`): ``"loop"`` (the CPU's under ``"auto"``), ``"vmap"`` or ``"grouped"``.
     """
 
     def __init__(self, methods: Sequence[MultiVFL], *, stacking: str = "auto") -> None:
@@ -461,7 +435,6 @@ class RoundPack:
 
     def round(self, r: int) -> list[dict[str, float]]:
         """Global round ``r`` of every run; the mean training loss per label owner, one dict per run.
-
         A non-finite loss of any chain raises :class:`~vflkit.errors.DivergenceError` after the
         chains' steps (the losses are summed on the device and read once a round)."""
         runs, chains = self.runs, self.chains
@@ -531,11 +504,8 @@ class RoundPack:
     @torch.no_grad()
     def _end_round(self, r: int, n: int, starts: dict[str, torch.Tensor], label_owner: list[str],
                    ledgers: list[Any]) -> None:
-        """Lines 9-13 for every run: updates to the server, its step, the new weights back, the
-        data owners' averaging.
-
-        Algorithm 1 calls ServerAggregation(t_k) inside the loop over label owners; we read it as
-        FedOpt does (Reddi et al., Algorithm 2), which the paper cites for it: the server
+        """Lines 9-13 for every run. Algorithm 1 calls ServerAggregation(t_k) inside the loop over
+        label owners; we read it as FedOpt does (Reddi et al., Algorithm 2), which the paper cites for it: the server
         averages the K updates of the round and takes one optimizer step with their mean."""
         runs, n_runs, n_owners = self.runs, self.n_runs, self.n_owners
 
@@ -579,7 +549,6 @@ class RoundPack:
 
     def _server_stats(self, r: int, weights: dict[str, torch.Tensor], update: dict[str, torch.Tensor]) -> None:
         """Each run's :meth:`MultiVFL.server_stats` of round ``r``, read in one transfer.
-
         ``update_norm`` is ||t|| (the mean label-owner update), ``server_step_norm`` is
         ||W^{r+1} - W^r|| (FedAvg: equal to ``update_norm``), ``distance_from_init`` is
         ||W^{r+1} - W^0||; ``median_sqrt_v`` and ``p99_sqrt_v`` are the median and 99th percentile

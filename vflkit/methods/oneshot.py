@@ -44,14 +44,13 @@ class OneShotMethod(ABC):
         Most epochs of any autoencoder (APC-VFL Appendix B).
     patience : int, default 10
         Early stopping on the validation loss (Appendix B).
-    lr : float, default 1e-3 (:data:`ADAM_LR`)
-        Adam's learning rate: Kingma & Ba's default, as Appendix B prescribes.
+    lr : float, default :data:`ADAM_LR`
     batch_size : int, default 128
         128 for MIMIC-III and Credit Card, 8 for Breast Cancer (Appendix B).
     val_fraction : float, default 0.1
         Share of a participant's samples held out for early stopping (Appendix A).
     seed : int, default 0
-        Seeds every initialisation, shuffle and mask of the run.
+        Every initialisation, shuffle and mask of the run.
     """
 
     name: ClassVar[str] = "one_shot"
@@ -81,10 +80,8 @@ class OneShotMethod(ABC):
 
     @torch.no_grad()
     def transform(self, x_active: torch.Tensor) -> torch.Tensor:
-        """The active participant's enhanced features for its own rows ``x_active`` [N, a].
-
-        Needs no other participant (APC-VFL Sec. 4.4: inference is independent).
-        """
+        """The active participant's enhanced features for its own rows ``x_active`` [N, a]: needs
+        no other participant (APC-VFL Sec. 4.4: inference is independent)."""
         if not self._fitted:
             raise ConfigError(f"{type(self).__name__}.transform called before fit(active, passive)")
         return self._transform(torch.as_tensor(x_active, dtype=torch.float32))
@@ -222,11 +219,8 @@ def train_autoencoder(
 
 
 def standardize(x: torch.Tensor) -> torch.Tensor:
-    """Z-score each column with the party's own statistics (constant columns become 0).
-
-    Every participant scales its own features before any model sees them; the paper does not
-    say, and unscaled Credit Card amounts (up to 10^6) would swamp a SELU network.
-    """
+    """Z-score each column with the party's own statistics (constant columns become 0): the
+    paper does not say, and unscaled Credit Card amounts (up to 10^6) would swamp a SELU network."""
     x = torch.as_tensor(x, dtype=torch.float32)
     if len(x) < 2:
         return torch.zeros_like(x)

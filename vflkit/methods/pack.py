@@ -1,7 +1,4 @@
-"""A pack: K >= 1 built runs of one method trained as one computation, what every packable
-method's step (:attr:`~vflkit.methods.base.VFLMethod.step`) takes. A run alone is a pack of one
-(:meth:`~vflkit.methods.base.VFLMethod.train_step`); the trainer (:mod:`vflkit.training.split`)
-steps packs of any size through the same step."""
+"""A pack (:class:`Pack`), what every packable method's step takes; :mod:`vflkit.training.split` steps it."""
 
 from __future__ import annotations
 
@@ -22,11 +19,11 @@ class Pack:
 
     The runs differ only in seed and dataset (:func:`pack_key`). For K > 1 each party's training
     features and the labels are stacked ``[K, N, ...]`` (the runs' parties hold views of them),
-    each party model is a :class:`~vflkit.stacked.StackedModel`, each optimizer the
-    same ``torch.optim`` class over the stacked parameters (it updates elementwise, so slice k
-    follows run k alone). A pack of one takes the run's batches from its parties and steps its
-    own models and optimizers, its tensors without the run dimension (``ids`` ``[b]``, each
-    loss 0-d): the run's own kernels.
+    each party model is a :class:`~vflkit.stacked.StackedModel`, each optimizer the same
+    ``torch.optim`` class over the stacked parameters (elementwise: slice k follows run k alone).
+    A run alone (:meth:`~vflkit.methods.base.VFLMethod.train_step`) is a pack of one: it takes
+    its batches from its parties and steps its own models and optimizers, its tensors without
+    the run dimension (``ids`` ``[b]``, each loss 0-d): the run's own kernels.
     """
 
     def __init__(self, methods: Sequence[Any], *, stacking: str = "auto",

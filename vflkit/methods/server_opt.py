@@ -50,10 +50,8 @@ class ServerOptimizer:
 
     Parameters
     ----------
-    name : {"fedavg", "fedadam", "fedyogi", "feddemonadam"}, default "fedavg"
     beta1 : float, default 0.9
         First-moment decay (Demon's initial value for FedDemonAdam).
-    beta2 : float, default 0.99
     lr : float, default 1e-3
         Server learning rate eta_s (not used by FedAvg).
     tau : float, default 1e-3
@@ -90,12 +88,9 @@ class ServerOptimizer:
 
 
 def demon_beta1(beta1: float, r: int, total_rounds: int) -> float:
-    """Demon's momentum at round ``r`` of ``R``: ``beta1 (1 - r/R) / ((1 - beta1) + beta1 (1 - r/R))``.
-
-    Computed from the initial ``beta1`` every round, as Demon defines it. Algorithm 1 writes
-    ``beta1 <- ...`` inside ServerAggregation, which read literally would compound the decay
-    round after round; we take it as Demon's schedule, which the paper cites for it.
-    """
+    """Demon's momentum at round ``r`` of ``R`` (module docstring), from the initial ``beta1``
+    every round as Demon defines it. Algorithm 1 writes ``beta1 <- ...`` inside ServerAggregation,
+    which read literally would compound the decay; we take it as Demon's schedule, which it cites."""
     left = 1.0 - r / total_rounds
     return beta1 * left / ((1.0 - beta1) + beta1 * left)
 
@@ -132,8 +127,6 @@ def server_step(weights: Weights, update: Weights, state: dict[str, Weights], op
         The aggregated update ``t``: the mean over label owners of ``W_k^{S,r+1} - W^{S,r}``.
     state
         ``{"m": ..., "v": ...}`` from :func:`init_state` or the previous step (not modified).
-    opt
-        The rule and its hyperparameters.
     r
         The round, counted from 1 (bias correction and Demon's schedule depend on it).
     """

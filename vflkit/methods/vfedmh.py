@@ -83,8 +83,7 @@ class VFedMH(VFLMethod):
     #: never waits for the host), "numpy" on the host (the reference), or "auto": torch on an
     #: accelerator, numpy on the CPU, where the host is the device (its reads wait for nothing)
     #: and numpy's single uint64 operations beat torch's split 64-bit arithmetic. Both give the
-    #: same record bit for bit
-    #: (tests/test_secure.py trains with each), so it is no option and in no key.
+    #: same record bit for bit (tests/test_secure.py trains with each), so it is no option and in no key.
     ring_backend: ClassVar[str] = "auto"
 
     @classmethod
@@ -145,14 +144,11 @@ class VFedMH(VFLMethod):
                                   directory=directory, agreement=agreement)
 
     def _key_directory(self) -> KeyDirectory:
-        """The passive parties' identity keys and their directory, made once per method.
-
-        This stands for what happens before training and outside the channel (a PKI or a
-        pre-shared directory), so none of it is sent or counted: the active party relays keys
-        but has no say in which identities vouch for them. The run identifier is the config's
-        key plus a random nonce, so a resumed run (a new method) refuses the bundles of the run
-        it resumes.
-        """
+        """The passive parties' identity keys and their directory, made once per method: what
+        happens before training and outside the channel (a PKI or a pre-shared directory), so none
+        of it is sent or counted; the active party relays keys but has no say in which identities
+        vouch for them. The run identifier is the config's key plus a random nonce, so a resumed
+        run (a new method) refuses the bundles of the run it resumes."""
         if self._directory is None:
             self._identities = {n: IdentityKey(n) for n in range(1, len(self.passive) + 1)}
             self._directory = KeyDirectory({n: ik.public_key() for n, ik in self._identities.items()},
@@ -182,12 +178,9 @@ class VFedMH(VFLMethod):
 
     def _global_embedding(self, ids: torch.Tensor, split: str,
                           checks: DeferredChecks | None = None) -> dict[str, torch.Tensor]:
-        """Rounds 1-2: local embeddings up (blinded), the global embedding E down.
-
-        Returns each party's own local embedding E_k (with its graph when training); each
-        party's copy of E is left in ``party.state["E"]``. The ring's checks go to ``checks``
-        (None: read at once, raising here).
-        """
+        """Rounds 1-2: local embeddings up (blinded), the global embedding E down. Returns each
+        party's own E_k (with its graph when training); each party's copy of E is left in
+        ``party.state["E"]``; the ring's checks go to ``checks`` (None: read at once, raising here)."""
         a = self.active
         own: dict[str, torch.Tensor] = {}
         for p in self.passive:

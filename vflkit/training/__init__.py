@@ -15,12 +15,10 @@
 The method contracts differ because the protocols do; how runs are configured, scheduled,
 recorded and resumed does not: :func:`vflkit.records.run_one` runs every family.
 
-Checkpoints (:mod:`.checkpoint`, shared): :mod:`.split` saves every epoch and :mod:`.multi_owner`
-every round (at most one per :data:`~.multi_owner.CHECKPOINT_EVERY_S` seconds), and
-:mod:`.adptvfedconv` every epoch of every stage; a run of these families stopped at any point resumes from its last checkpoint and ends with the record of
-an uninterrupted run, and a deadline stops it after checkpointing. :mod:`.one_shot` runs take
-seconds to two minutes and restart instead; they check the deadline before they
-start.
+Checkpoints (:mod:`.checkpoint`, shared): :mod:`.split` saves after epochs, :mod:`.multi_owner`
+after rounds, :mod:`.adptvfedconv` after every epoch of every stage; a run stopped at any point
+(a deadline stops it after checkpointing) resumes from its last checkpoint and ends with the
+record of an uninterrupted run. :mod:`.one_shot` runs restart instead (:func:`.one_shot.train`).
 """
 
 from __future__ import annotations

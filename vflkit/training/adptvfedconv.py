@@ -292,12 +292,9 @@ class _Run:
 
     def _tiles(self, party: Party, split: str, ids: torch.Tensor,
                aug: tuple[torch.Tensor, ...] | None) -> torch.Tensor:
-        """A party's normalised tiles for ``ids``, augmented with ``aug`` = (flip, dy, dx) rows.
-
-        Stage 1 and the autoencoder draw ``aug`` from the party's own key (local, no message);
-        stage 3 from the public key. The same family everywhere (shift with replicate fill at
-        the tile's edges + flip), so each extractor trains on the kind of tile it later sees.
-        """
+        """A party's normalised tiles for ``ids``, augmented with ``aug`` = (flip, dy, dx) rows:
+        drawn from the party's own key in stage 1 and the autoencoder (no message), from the public
+        key in stage 3, one family everywhere so each extractor trains on the tiles it later sees."""
         x = party.features(split, ids=ids)
         if aug is not None:
             x = augment_tiles(x, *(a[ids] for a in aug), fill="replicate")
@@ -561,18 +558,14 @@ def train(config: AdptVFedConvConfig, *, device: str | torch.device = "auto",
 
     Parameters
     ----------
-    config
-        The run.
     device
         "auto" (CUDA if available), "cpu", "cuda[:N]".
     checkpoint_dir
         Where the per-epoch checkpoint (and, for ``extraction="once"``, the server's received
         maps) live; None: no checkpoints. A completed run's checkpoint returns its result
         without training.
-    data
-        An :class:`ImageData` to use instead of ``load_dataset(config.dataset)``.
-    channel
-        The channel to count messages on (default a new one); pass one to inspect the ledger.
+    data, channel
+        Instead of ``load_dataset(config.dataset)`` and a new :class:`~vflkit.comm.Channel`.
     pretrain_dir
         Where stage 1's network is kept and looked for (default ``checkpoint_dir``): runs that
         agree on stage 1's fields (e.g. every cut of Table 3) share one pre-training.
@@ -583,8 +576,7 @@ def train(config: AdptVFedConvConfig, *, device: str | torch.device = "auto",
     max_seconds
         Return after the first checkpoint past this many seconds (time-limited GPU jobs).
     deadline
-        A ``time.time()`` value: return after the last checkpoint whose next epoch (as long as
-        the last one) would not end before it.
+        A ``time.time()`` value (:func:`_stopper`).
 
     Returns
     -------
@@ -617,11 +609,9 @@ def train(config: AdptVFedConvConfig, *, device: str | torch.device = "auto",
 
 
 def train_noncooperation(config: AdptVFedConvConfig, **kwargs: Any) -> dict[str, Any]:
-    """Non-cooperation (Table 2): the server's stage 1 alone, VGG-16 on its own tile.
-
-    Same arguments as :func:`train`; its pre-training file is the one a full run with the same
-    stage-1 fields reuses. Returns ``curve`` (test accuracy per epoch) and its summary.
-    """
+    """Non-cooperation (Table 2): the server's stage 1 alone, VGG-16 on its own tile. Arguments
+    as :func:`train`, whose runs with the same stage-1 fields reuse its pre-training file.
+    Returns ``curve`` (test accuracy per epoch) and its summary."""
     out = train(config, stages=("pretrain",), **kwargs)
     return {"method": "noncooperation", "config": config.to_dict(), "paper_model": config.paper_model,
             "complete": out["complete"], "curve": out["history"]["pretrain"]["test_accuracy"],
@@ -639,8 +629,7 @@ def train_centralized(config: AdptVFedConvConfig, *, device: str | torch.device 
     """Centralized VGG-16 (Table 2's upper bound): one party, whole 32x32 images, zero padding,
     standard augmentation (RandomCrop(32, pad ``centralized_crop_pad``) + flip), SGD as stage 1
     for ``centralized_epochs``. Checkpointed per epoch like :func:`train`; ``stop_after`` is an
-    epoch; ``deadline`` as in :func:`train`.
-    """
+    epoch."""
     cfg = config
     dev = resolve_device(device)
     d = _load_data(cfg, data)

@@ -5,14 +5,11 @@ everything its run needs to go on as if never stopped: its parties' models, opti
 state (:func:`parties_state`), the ledger's rows (:class:`LedgerLog`), its history and elapsed
 time, its own position (epoch or round) and any generator it draws from; :func:`save` adds the
 run's key and config and every global random state (torch, CUDA, numpy, Python), and writes the
-file atomically (:func:`vflkit.files.atomic_path`), so a kill mid-write leaves the previous
-checkpoint whole. :func:`load` gives the checkpoint back only if it is the run's own; an
-unreadable or foreign one is moved aside (``.bad``) with a warning and the run starts afresh:
-a bad checkpoint may cost time, never a wrong record. A checkpoint is also foreign when it was
-written by other code or on another kind of machine (:func:`computed_by`: vflkit's source, the
-PyTorch version and the instruction set or GPU): a record names one environment, so every epoch
-of it must have been computed there (a checkpoint may be carried to, or left on, a machine that
-differs from the one that goes on with it).
+file atomically (:func:`vflkit.files.atomic_path`): a kill mid-write leaves the previous one whole.
+:func:`load` gives the checkpoint back only if it is the run's own; an unreadable or foreign one
+is moved aside (``.bad``) with a warning and the run starts afresh: a bad checkpoint may cost
+time, never a wrong record. One written by other code or on another kind of machine is foreign
+too (:func:`computed_by`): a record names one environment, so every epoch of it was computed there.
 
 The file lives beside the run's record (:func:`vflkit.records.checkpoint_path`), is never
 committed, and :func:`vflkit.records.run_one` deletes it once the record is written.
@@ -67,7 +64,7 @@ def restore_parties(parties: Iterable[Party], state: dict[str, Any]) -> None:
     A checkpoint is read onto the CPU (:func:`read`); models and optimizers move their tensors
     back themselves, but a party's ``state`` (Multi-VFL's server moments, say) is plain tensors:
     each goes back to the device of the tensor it replaces in the fresh party, else to the
-    party's device. (Left on the CPU, a run resumed on a GPU would stop at its first round.)"""
+    party's device (left on the CPU, a run resumed on a GPU would stop at its first round)."""
     for party, models, optims, extra in zip(parties, state["models"], state["optimizers"], state["party_state"]):
         for k, sd in models.items():
             party.models[k].load_state_dict(sd)
@@ -96,13 +93,9 @@ def generators(obj: Any) -> dict[str, torch.Generator]:
 
 class LedgerLog:
     """A channel's ledger as a checkpoint holds it: its rows in compressed chunks, each packed
-    once, at the checkpoint after its rows were sent (a ledger only grows: rows are appended,
-    never changed).
-
-    A checkpoint then costs the rows since the previous one, not all of them: Multi-VFL's paper
-    profile logs about 3200 messages a round, 1.6 million by round 500: pickling them whole at
-    every checkpoint costs seconds of CPU, a round's chunk (pickle + zlib) milliseconds, and all
-    500 rounds compress to a few MB.
+    once, at the checkpoint after its rows were sent (a ledger only grows). A checkpoint then
+    costs the rows since the previous one: Multi-VFL's paper profile logs 1.6 million messages by
+    round 500, seconds of CPU to serialise whole at every checkpoint, milliseconds a round's chunk.
     """
 
     def __init__(self, channel: Channel) -> None:
@@ -124,10 +117,8 @@ class LedgerLog:
         return {"rows": self._packed, "chunks": list(self._chunks), "format": "json"}
 
     def restore(self, saved: dict[str, Any] | list[Iterable[Any]]) -> None:
-        """Make the ledger what it was when ``saved`` was packed. A run set up afresh before
-        restoring has logged its setup messages a second time: they go. (A list of rows is a
-        checkpoint written before rows were packed in chunks.) Chunks are JSON: a checkpoint
-        holds nothing that runs code when read."""
+        """Make the ledger what it was when ``saved`` was packed (a list of rows: the unchunked
+        form). A run set up afresh before restoring has logged its setup messages twice: they go."""
         if isinstance(saved, dict):
             if saved.get("format") != "json":  # pickled chunks (an older vflkit's): never unpickled
                 raise ValueError("its ledger is packed in the pickled form of an older vflkit")
@@ -155,8 +146,7 @@ def rng_state(device: torch.device) -> dict[str, Any]:
 
 
 def restore_rng(state: dict[str, Any], device: torch.device) -> None:
-    """Set the global random states :func:`rng_state` saved (those a checkpoint holds: one
-    written before numpy's and Python's were saved restores torch's only)."""
+    """Set the global random states :func:`rng_state` saved (those the checkpoint holds)."""
     torch.set_rng_state(state["torch_rng"])
     if state.get("cuda_rng") is not None and device.type == "cuda":
         torch.cuda.set_rng_state(state["cuda_rng"], device)
@@ -199,14 +189,11 @@ def computed_by(device: torch.device) -> dict[str, str]:
     where the numbers are computed (the GPU's name, or the CPU instruction set PyTorch
     dispatches to, whose kernels round differently) and torch's thread count.
 
-    The thread count is here because a CPU kernel splits its sums by thread, so 1 and 2 threads
-    round differently: a run paused by the scheduler (1 thread) and resumed by a notebook
-    (torch's default) would give a record that neither an uninterrupted 1-thread nor 2-thread
-    run reproduces, while the README promises bit-identical results at one thread count,
-    whole or resumed. Such a checkpoint is therefore foreign: it is moved aside and the run
-    recomputed from the start at this thread count (its record then names that count). Setting
-    the checkpoint's thread count instead would change the process's threads for everything
-    else it runs and make ``environment.torch_threads``, taken before training, untrue.
+    The thread count because a CPU kernel splits its sums by thread: a run paused at 1 thread and
+    resumed at 2 would give a record no uninterrupted run reproduces, while the README promises
+    bit-identical results at one thread count, whole or resumed. Such a checkpoint is foreign and
+    the run recomputed at this count; adopting the checkpoint's count instead would change the
+    process's threads for all else and make ``environment.torch_threads`` untrue.
     """
     where = (torch.cuda.get_device_name(device) if device.type == "cuda"
              else f"cpu {torch.backends.cpu.get_cpu_capability()}")
@@ -224,9 +211,7 @@ def check_computed_by(state: dict[str, Any], device: torch.device) -> None:
 
 
 def save(path: Path, run: Run, state: dict[str, Any], *, device: torch.device) -> None:
-    """Write ``state`` with the run's key and config, what computed it (:func:`computed_by`) and
-    the global random states to ``path``, atomically (the previous checkpoint stays whole until
-    the new one is on disk)."""
+    """Write ``state`` with what the module docstring lists to ``path``, atomically."""
     full = {"key": run.key, "config": run.to_dict(), "computed_by": computed_by(device), **rng_state(device),
             **state}
     write(path, full, what=f"the checkpoint of run {run.key}")
@@ -328,12 +313,9 @@ def load(path: Path, run: Run, *, device: torch.device, fresh: str = "epoch 1",
          check: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any] | None:
     """The checkpoint at ``path`` if there is one and it belongs to ``run``, else None.
 
-    An unreadable or foreign checkpoint (another key, a config that is not the run's, one
-    computed by other code, on another kind of machine than ``device`` or at another torch
-    thread count: :func:`computed_by`), or one holding anything but tensors, containers and
-    plain values (:func:`read`: never unpickled), or one the trainer's ``check`` refuses (a
-    ``ValueError`` saying why), is moved to ``<name>.bad`` (numbered if taken) with a warning
-    that the run starts from ``fresh`` instead.
+    An unreadable or foreign one (another key or config, :func:`computed_by` differs from
+    ``device``'s, :func:`read` refuses it, or the trainer's ``check`` raises ``ValueError``) is
+    moved to ``<name>.bad`` (numbered if taken) with a warning that the run starts from ``fresh``.
     """
     if not path.exists():
         return None

@@ -1,12 +1,9 @@
 """What one training step of a run costs, counted by running it: torch operations and FLOPs.
 
-One function counts (:func:`count`): it runs a callable once under a dispatch counter and
-returns the operations torch dispatched and their FLOPs by torch's own formulas
-(:data:`torch.utils.flop_counter.flop_registry`) (matrix products and convolutions,
-forward and backward; element-wise work is an operation but no FLOP). What is counted is the
-method's own ``train_step`` (a Multi-VFL run's ``round`` and ``evaluate``), set up on random data
-of the run's shapes on the CPU, so a change to a method's step changes its count with no second
-description of the step to keep in line.
+One function counts (:func:`count`): it runs a callable once under a dispatch counter
+(:class:`_Counter`; element-wise work is an operation but no FLOP). What is counted is the
+method's own ``train_step`` (a Multi-VFL run's ``round`` and ``evaluate``) on random data of the
+run's shapes, so a change to a method's step changes its count with no second description to keep.
 
 Operations do not depend on the batch size and FLOPs grow linearly with it (both tested), so a
 step is counted at :data:`OP_COUNT_BATCH` samples and its FLOPs scaled to the run's batch.

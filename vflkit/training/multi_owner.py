@@ -6,9 +6,8 @@ computation (:class:`~vflkit.methods.multi_vfl.RoundPack`; a run alone is a pack
 returns each run's per-round loss and accuracy and its ledger's traffic; the record store wraps
 them in the common envelope (:func:`run`, :func:`run_many`, :func:`run_pack`).
 
-Each run is checkpointed beside its record on a time interval (``checkpoint_every_s``), as a
-run alone whether it trains alone or packed, so either resumes the other's: an interrupted run
-resumes after its last checkpointed round and ends with the record of an uninterrupted run.
+Each run is checkpointed beside its record as a run alone, whether it trains alone or packed,
+so either resumes the other's (:func:`train`).
 """
 
 from __future__ import annotations
@@ -72,9 +71,8 @@ def train(configs: MultiVFLConfig | Sequence[MultiVFLConfig], *, device: torch.d
     kind and party. Timings are the pack's.
 
     ``checkpoint`` (one path per run): after a round, at most every ``checkpoint_every_s``
-    seconds per run (default :data:`CHECKPOINT_EVERY_S`), each run is saved there: its
-    parties' models, the server's moments, the ledger, the history, the elapsed time and the
-    random states; runs that all hold a checkpoint of one round continue after it.
+    seconds (default :data:`CHECKPOINT_EVERY_S`), each run is saved there
+    (:func:`save_checkpoint`); runs that all hold a checkpoint of one round continue after it.
     ``deadline`` (a ``time.time()`` value): a run whose next round would end after it stops
     with :class:`~vflkit.errors.BudgetExhausted`, checkpointed unless ``ephemeral`` (the
     machine's disk ends with the deadline: no checkpoint is written at all).
@@ -186,12 +184,9 @@ def results(history: list[dict[str, Any]], channel: Channel, wall_time_s: float,
 def save_checkpoint(path: Path, *, config: MultiVFLConfig, r: int, elapsed_s: float,
                     history: list[dict[str, Any]], method: MultiVFL, ledger_log: checkpoint_io.LedgerLog,
                     device: torch.device) -> None:
-    """Everything a run needs to continue after round ``r`` as if never stopped, written atomically.
-
-    The local optimizers need no saving: Algorithm 1 starts each round's from the server's
-    weights, and they are made afresh every round. The batch order needs none either: it is
-    drawn from a generator seeded by (seed, round, owner).
-    """
+    """Everything a run needs to continue after round ``r`` as if never stopped, written atomically:
+    not the local optimizers, made afresh every round from the server's weights (Algorithm 1),
+    nor the batch order, drawn from a generator seeded by (seed, round, owner)."""
     if method.channel.pending():  # a message in flight would be lost across a resume
         raise RuntimeError(f"round {r} left {method.channel.pending()} messages unread; "
                            "cannot checkpoint mid-protocol")

@@ -72,10 +72,8 @@ DATASETS: dict[str, DatasetSpec] = {
 
 
 def dataset_spec(dataset: str) -> DatasetSpec:
-    """How APC-VFL uses ``dataset``: :data:`DATASETS` for the paper's three, else one derived
-    from a table of your own registered with :func:`vflkit.data.register_dataset`.
-
-    For your own table every row belongs to the active participant (as Credit Card's 20000 do),
+    """How APC-VFL uses ``dataset``: :data:`DATASETS` for the paper's three. For a table of your
+    own (:func:`vflkit.data.register_dataset`) every row belongs to the active participant (as Credit Card's 20000 do),
     batches are 8 rows below 5000 rows and 128 from there (the paper's Breast Cancer and Credit
     Card sizes), Table 2 holds out 10 % of the rows (at least one per class) as its test set, and
     the metric is accuracy. Images and unknown names are a ConfigError saying what APC-VFL takes.
@@ -102,9 +100,8 @@ class OneShotRun(KeyedRun):
     """One APC-VFL run: a (dataset, method, aligned count, feature partition, repetition).
 
     ``kind`` is "fig5" (one-shot method, 10-fold CV on the active participant's data) or
-    "table2" (aligned data only, fixed test set). Keyword-only; unknown keys are an error. Its
-    key (:class:`~vflkit.config.KeyedRun`) is a readable prefix and 10 hex digits of SHA-1, the
-    format of its first committed records.
+    "table2" (aligned data only, fixed test set). Its key (:class:`~vflkit.config.KeyedRun`) is a
+    readable prefix and 10 hex digits of SHA-1.
     """
 
     #: Which paper the record belongs to (results/<profile>/<paper>/); not part of the key.
@@ -312,11 +309,10 @@ def scores(y_true: np.ndarray, y_pred: np.ndarray, dataset: str) -> dict[str, fl
 
 def classifier() -> Any:
     """The active participant's classifier of step ④ (unfitted)."""
-    # Step ④: scikit-learn's logistic regression with its defaults (Sec. 5 names no
-    # settings). Standardising inside the pipeline (fitted on the training folds) only helps
-    # lbfgs; on 256 nearly collinear SELU features it may still stop at the default 100
-    # iterations (a ConvergenceWarning, silenced in cross_validate): a higher limit barely
-    # changes the F1 and costs far more time.
+    # Step ④: scikit-learn's logistic regression with its defaults (Sec. 5 names no settings),
+    # standardised inside the pipeline (fitted on the training folds) to help lbfgs; on 256 nearly
+    # collinear SELU features it may still stop at 100 iterations (a ConvergenceWarning, silenced
+    # in cross_validate): a higher limit barely changes the F1 and costs far more time.
     return make_pipeline(StandardScaler(), LogisticRegression())
 
 
@@ -352,15 +348,11 @@ def train(cfg: OneShotRun, *, device: torch.device | None = None, checkpoint: Pa
     (NaN metrics, ``diverged`` saying why).
 
     ``checkpoint`` is not used: this family restarts a stopped run rather than resuming it. Its
-    runs are short, seconds to a couple of minutes of CPU (four autoencoders, which early
-    stopping ends well before their 200 epochs, and a 10-fold CV), so a killed run loses
-    little, while
-    per-epoch checkpoints would reach into every method's nested autoencoder loops (which
-    stage, best weights, early-stopping count). The budget holds without them:
-    ``deadline`` is checked before training starts (a run handed a deadline already passed
-    raises :class:`~vflkit.errors.BudgetExhausted` at once, unstarted), the scheduler starts no
-    run after its deadline, and a run it started finishes, overrunning the budget by at most
-    one run's length.
+    runs take seconds to a couple of minutes of CPU, so a killed run loses little, while per-epoch
+    checkpoints would reach into every method's nested autoencoder loops. The budget holds
+    without them: a run handed a ``deadline`` already passed raises
+    :class:`~vflkit.errors.BudgetExhausted` unstarted, and one started finishes (overrunning the
+    budget by at most one run's length).
     """
     if deadline is not None and time.time() >= deadline:
         raise BudgetExhausted(f"{cfg.key} not started: the budget is spent; rerun to compute it")

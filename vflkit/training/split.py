@@ -144,9 +144,8 @@ class LossWindow:
 
 
 def precision_context(config: RunConfig, device: torch.device) -> contextlib.AbstractContextManager:
-    """Where the run's steps and evaluation compute: bfloat16 autocast on ``device`` for
-    ``precision="bf16"`` (the CPU included, where it runs but proves nothing about a GPU's
-    accuracy), nothing for "fp32".
+    """bfloat16 autocast on ``device`` for ``precision="bf16"`` (the CPU included, where it runs
+    but proves nothing about a GPU's accuracy), nothing for "fp32".
 
     Autocast's cache of weight casts is off: it keeps a weight's bfloat16 copy for the whole
     region, and a step that updates a weight in place and uses it again (C-VFL's Q local
@@ -168,8 +167,7 @@ def use_precision(config: RunConfig, method: Any) -> None:
 
 
 def image_partition(config: RunConfig, shape: tuple[int, ...]) -> Any:
-    """The partitioner that cuts images of ``shape`` among ``config``'s parties (strips, a
-    grid, or EASTER Table VI's first C of n fixed strips)."""
+    """The partitioner that cuts images of ``shape`` among ``config``'s parties."""
 
     if config.feature_parts is not None:  # EASTER Table VI: the first C of n fixed strips
         if config.partition not in ("strips_width", "strips_height"):
@@ -187,14 +185,10 @@ def image_partition(config: RunConfig, shape: tuple[int, ...]) -> Any:
 
 
 def build_parties(config: RunConfig, *, device: torch.device, channel: Channel) -> tuple[list[Party], int]:
-    """Load the dataset, partition it and give each party its slice; returns (parties, n_classes).
-
-    Images are cut into strips or a grid (with ``config.feature_parts``: the first C of that
-    many fixed strips, EASTER Table VI); tables (Criteo) into column groups by
-    :func:`vflkit.tabular.build_tabular_parties`, which also gives each party its model options.
-
-    Party names: ``active`` for the party that holds the labels, ``passive_1`` ...
-    ``passive_K`` for the others in partition order.
+    """The parties, each with its slice of the dataset (images: :func:`image_partition`; tables:
+    :func:`vflkit.tabular.build_tabular_parties`, which also gives each party its model options),
+    and the number of classes. Names: ``active`` (holds the labels), then ``passive_1`` ...
+    ``passive_K`` in partition order.
     """
     data = dataset(config.dataset)
     if hasattr(data, "target"):  # a table (Criteo): column groups, each party's model options
@@ -250,8 +244,8 @@ def comm_summary(ledger: Ledger) -> dict[str, Any]:
             "per_party": ledger.per_party().reset_index().to_dict(orient="records"),
             "per_kind": ledger.per_kind().reset_index().to_dict(orient="records"),
             # traffic per (epoch, kind, sender, receiver): prices the run under any network
-            # afterwards (network.price_record; EASTER Figs 4-5, Table VII) without retraining.
-            # As columns and rows (network.link_rows reads them): a dict per row was most of a record
+            # afterwards (network.price_record; EASTER Figs 4-5, Table VII) without retraining;
+            # as columns and rows (network.link_rows reads them), which keeps a record small
             "per_link": ledger.per_link().to_dict(orient="split", index=False),
             "eval_total": ledger.totals(phase="eval"), "setup_total": ledger.totals(phase="setup")}
 
@@ -283,9 +277,8 @@ def train(
     included, data loading not). One config (not in a list) gives its results alone; a pack of
     K > 1 adds ``execution`` (``{"packed": K, "pack": [keys]}``, and ``graphs``) to each.
 
-    A run alone steps with its method's ``train_step`` (for a method that packs, its step on a
-    pack of one), and its results are those of the code it runs; a packed run's equal them in
-    float64 (its timings apart).
+    A packed run's results equal those of the run alone (its method's ``train_step``) in float64,
+    its timings apart.
 
     A loss that is not finite or exceeds ``max_loss`` raises :class:`DivergenceError`; with
     ``on_divergence="record"`` that run stops there (the others train on), its models are
@@ -544,9 +537,8 @@ def save_checkpoint(path: Path, *, config: RunConfig, epoch: int, elapsed_s: flo
                     history: list[dict[str, Any]], method: Any, ledger_log: checkpoint_io.LedgerLog,
                     gen: torch.Generator, device: torch.device, diverged: dict[str, Any] | None = None,
                     final: dict[str, Any] | None = None) -> None:
-    """Everything a run needs to continue after ``epoch`` as if never stopped, written atomically
-    (a packed run's too, :func:`train` of a pack: one format, so either
-    trainer resumes the other's). A packed run that diverged while its pack trains on is saved
+    """Everything a run needs to continue after ``epoch`` as if never stopped, in one format for
+    packed and lone runs (either resumes the other's). A packed run that diverged while its pack trains on is saved
     with its ``diverged`` and ``final`` metrics: its result, which :func:`train` returns as it is."""
     checkpoint_io.save(path, config, {
         "epoch": epoch, "elapsed_s": elapsed_s, "history": history,
@@ -590,8 +582,7 @@ def evaluate(method: Any, config: RunConfig) -> dict[str, dict[str, float]]:
 
 def run(config: RunConfig, **kwargs: Any) -> dict[str, Any]:
     """The record of ``config`` (trained now or loaded): :func:`vflkit.records.run_one` with
-    this family's :func:`train`; ``kwargs`` as there (``profile``, ``device``, ``results``,
-    ``force``, ``progress``, ``on_divergence``)."""
+    this family's :func:`train`."""
     return records.run_one(config, train=train, **kwargs)
 
 
@@ -764,10 +755,9 @@ def run_pack(configs: Sequence[RunConfig], *, profile: str, device: torch.device
 def compute_pack(payloads: Sequence[Mapping[str, Any]], *, device: torch.device | str = "auto",
                  deadline: float | None = None) -> list[dict[str, Any]]:
     """The records of study payloads (``{"family": "split", "config", "profile", "results"}``)
-    trained as one pack by :func:`run_pack`, a diverging run handled as its family says: the
-    task function of a pack for the scheduler and the launcher's lanes, as
-    :func:`vflkit.study.compute` is of one run. Multi-VFL's payloads go to its packed trainer.
-    ``deadline``: as :func:`train`'s. CUDA graphs as ``$VFLKIT_GRAPHS`` says (:data:`GRAPHS_ENV`)."""
+    trained as one pack by :func:`run_pack` (Multi-VFL's by its packed trainer), a diverging run
+    handled as its family says: the scheduler's and the launcher's task function of a pack, as
+    :func:`vflkit.study.compute` is of one run. CUDA graphs as :data:`GRAPHS_ENV` says."""
     payloads = list(payloads)
     if payloads and all(p.get("family") == "multi_owner" for p in payloads):
 

@@ -11,9 +11,8 @@ Checkpoints. A run's per-epoch checkpoint (every stage) lives in ``<key>.ckpt.d/
 record and is deleted once the run is complete. Stage 1 (the server's pre-training) depends only
 on the stage-1 fields, so every run agreeing on them (Non-cooperation, AdptVFedConv at every
 cut, No model transfer, the extensions) shares one pre-training, kept in ``_pretrain/`` beside
-the records (never committed). Runs in parallel workers take a file lock while they pre-train,
-so a second worker waits for the first's pre-training instead of repeating it. A pre-training is
-seeded by its stage and epoch alone, so a shared one equals the one a run would have trained.
+the records (never committed; a file lock makes a second worker wait for it, not repeat it).
+A pre-training is seeded by its stage and epoch alone: a shared one equals a run's own.
 """
 
 from __future__ import annotations
@@ -63,8 +62,7 @@ class TilesRun(KeyedRun):
 
     Build one with :meth:`make`, which applies the variant's fields; a run whose config
     contradicts its variant is a ConfigError. Its key (:class:`~vflkit.config.KeyedRun`) is a
-    readable prefix and 10 hex digits of SHA-1 of the flat ``to_dict()``, the format of its
-    first committed records.
+    readable prefix and 10 hex digits of SHA-1 of the flat ``to_dict()``.
     """
 
     #: Which paper the record belongs to (results/<profile>/<paper>/).
