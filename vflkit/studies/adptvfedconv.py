@@ -23,7 +23,6 @@ from .. import claims, records as store
 from ..config import apply_overrides, check_profile, check_seeds, check_seeds_once
 from ..methods.adptvfedconv import _PRETRAIN_FIELDS, CUTS, AdptVFedConvConfig, cost_model
 from ..report import join_reference, side_by_side
-from ..training import tiles
 from ..training.tiles import LABELS, TilesRun
 from . import base, register
 from .base import Artefact, Study

@@ -23,7 +23,6 @@ from .. import claims, records as store
 from ..config import apply_overrides, check_profile, check_seeds, check_seeds_once, data_root
 from ..partition import APC_VFL_N_ACTIVE
 from ..report import join_reference, side_by_side
-from ..training import one_shot
 from ..training.one_shot import (DATASETS, FIG5_METHODS, LOCAL_METHODS, TABLE2_METHODS, OneShotRun,
                                  available_datasets)
 from . import base, register
@@ -482,28 +481,6 @@ def splitnn_beside_paper(table: pd.DataFrame) -> str:
                      f"{low['paper_std']:.3f}")
         lines.append(line + ".")
     return "\n".join(lines) if lines else "No Table 2 run recorded yet."
-
-
-def beats_local(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per dataset and |D_A|: APC-VFL (best of MSE/MAE and each) minus Local, in metric points."""
-    p = frame.pivot_table(index=["dataset", "n_aligned"], columns="method", values="value")
-    out = pd.DataFrame({f"{METHOD_LABELS[m]} - Local": p[m] - p["local"]
-                        for m in ("apc_vfl_mse", "apc_vfl_mae", "vfedtrans", "vfedtrans_repr", "ablation") if m in p})
-    return (100 * out).round(2).sort_index(ascending=[True, False])
-
-
-def wins(gain: pd.DataFrame, method: str = "APC-VFL (MSE)") -> pd.DataFrame:
-    """Per dataset, at how many aligned counts ``method`` beats Local, the Ablation and
-    VFedTrans (from :func:`beats_local`'s differences to Local)."""
-    col = f"{method} - Local"
-    rows = []
-    for ds, g in gain.groupby(level="dataset"):
-        row = {"dataset": ds, "aligned_counts": len(g), "beats_Local": int((g[col] > 0).sum())}
-        for other in ("Ablation", "VFedTrans"):
-            if f"{other} - Local" in g:
-                row[f"beats_{other}"] = int((g[col] > g[f"{other} - Local"]).sum())
-        rows.append(row)
-    return pd.DataFrame(rows)
 
 
 def ledger_check(records: Sequence[dict[str, Any]]) -> pd.DataFrame:

@@ -12,9 +12,11 @@ pandas): ``python -m vflkit.study --help`` reads the family table without loadin
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, Sequence
 
+from ..config import check_device_name, resolve_device
 from ..errors import ConfigError
 from ..training import FAMILIES, Family, load
 
@@ -241,10 +243,7 @@ class Study:
         ``run_many`` under its divergence policy. On a CPU the runs :attr:`needs_gpu` names are not
         trained; their records are used where they exist (a profile that is all GPU runs, e.g. a
         paper profile, trains nothing there and returns the records made elsewhere)."""
-        import importlib
-
-        from .. import records as store
-        from ..config import check_device_name, resolve_device
+        from .. import records as store  # here: it imports torch, and this module stays light
 
         family = FAMILIES[self.family]
         trainer = importlib.import_module(family.trainer)

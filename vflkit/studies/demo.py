@@ -15,7 +15,6 @@ import seaborn as sns
 from ..config import check_profile, check_seeds, check_seeds_once, override_runs, split_run_overrides
 from ..methods import RunConfig
 from ..report import load_reference
-from ..training import split
 from ..training.split import history_frame
 from . import register
 from .base import Artefact, Study, every_run

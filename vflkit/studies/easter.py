@@ -53,7 +53,8 @@ from ..report import join_reference, side_by_side
 # run_priority: the order the scheduler computes this study's runs in, VFedMH's (C-VFL last)
 from . import base, register
 from . import _split
-from ._split import GRADIENT_READINGS, RESNET_CUT, assign_models, by_key, run_priority, unique
+from ._split import (FULL_GRADIENT_READING, GRADIENT_READINGS, RESNET_CUT, arch_metric, assign_models, by_key,
+                     run_priority, unique)
 from ._split import figure as _figure, view as _view
 from .base import Artefact, Study
 
@@ -146,8 +147,7 @@ FIG5_DRAWS = 5
 
 def settings(profile: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """The profile's settings, with any of them overridden (an unknown key is an error)."""
-    s, _ = split_run_overrides(PROFILE_SETTINGS[check_profile(profile)], overrides, RunConfig)
-    return s
+    return _split.settings(PROFILE_SETTINGS, profile, overrides)
 
 
 def _seeds(dataset: str, s: dict[str, Any], seeds: Sequence[int] | None) -> tuple[int, ...]:
@@ -249,14 +249,8 @@ def needs_gpu(config: RunConfig) -> bool:
 
 
 def embedding_gradient(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    """The 1/C comparison (:func:`vflkit.studies.vfedmh.embedding_gradient`): EASTER's Table II
-    runs with each h given ∂L_k/∂E beside the same runs with ∂L_k/∂E / C (the default); AUC on
-    Criteo. Pairs not recorded yet are left out."""
-    rec = by_key(records)
-    pairs = [(rec[c.replace(options={}).key], rec[c.key]) for c in groups["embedding_gradient"]
-             if c.key in rec and c.replace(options={}).key in rec]
-    out = analysis.variant_pairs(pairs, labels=GRADIENT_READINGS, metric=lambda cfg: metric_of(cfg["dataset"]))
-    return out.assign(dataset=out["dataset"].map(DATASET_NAMES))
+    """The 1/C comparison (:func:`vflkit.studies._split.embedding_gradient`), AUC on Criteo."""
+    return _split.embedding_gradient(groups, records, DATASET_NAMES, lambda cfg: metric_of(cfg["dataset"]))
 
 
 def missing_datasets() -> pd.DataFrame:
@@ -278,14 +272,6 @@ def _recorded(runs: Iterable[RunConfig], by_key: dict[str, dict[str, Any]]) -> I
 def metric_of(dataset: str) -> str:
     """The test metric the paper reports: AUC on Criteo, accuracy elsewhere."""
     return "test_auc" if dataset == "criteo" else "test_accuracy"
-
-
-def _arch_metric(record: dict[str, Any], metric: str) -> dict[str, float]:
-    """Final test metric (%) per architecture: the mean over the party models holding it."""
-    out: dict[str, list[float]] = {}
-    for model_key, arch in record["models"].items():
-        out.setdefault(arch, []).append(100 * record["final"][model_key].get(metric, float("nan")))
-    return {a: float(np.mean(v)) for a, v in out.items()}
 
 
 def _run_metric(c: RunConfig, r: dict[str, Any]) -> float:
@@ -319,7 +305,7 @@ def accuracy_rows(groups: dict[str, list[RunConfig]], records: Sequence[dict[str
         base = {"table": table, "dataset": DATASET_NAMES[c.dataset], "method": METHOD_NAMES[c.method],
                 "setting": setting, "metric": f"{metric}_pct", "seed": c.seed, "diverged": bool(r.get("diverged"))}
         if c.method == "easter":
-            vals = _arch_metric(r, metric)
+            vals = arch_metric(r, metric)
             if table == "IV":  # every party holds θ_m: the column is the mean over the four
                 vals = {c.models[0]: float(np.mean(list(vals.values())))}
             for arch, v in vals.items():
@@ -635,7 +621,7 @@ def fig6(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) 
     rows = []
     for c, r in _recorded(groups["fig6"], rec):
         metric = metric_of(c.dataset)
-        vals = _arch_metric(r, metric)
+        vals = arch_metric(r, metric)
         vals["mean"] = _run_metric(c, r)
         for arch, v in vals.items():
             rows.append({"dataset": DATASET_NAMES[c.dataset], "seed": c.seed, "embedding_dim": c.embedding_dim,
@@ -745,7 +731,6 @@ def _at_scale(dataset: str, verdict: claims.Verdict, note: Callable[[], str]) ->
 #: The readings our own runs are judged under where the paper admits another (each named where a
 #: verdict is shown, :func:`vflkit.claims.readings`), and the labelled alternatives.
 DEFAULT_READING = "1/C (Eq. 7), C-VFL at lr/Q"
-FULL_GRADIENT_READING = "h gets ∂L/∂E, no 1/C"
 CVFL_HOST_READING = "C-VFL at the dataset's lr, Q = 10"
 
 

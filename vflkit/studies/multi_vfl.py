@@ -26,8 +26,7 @@ from ..methods.multi_vfl import MultiVFL, MultiVFLConfig
 from ..methods.server_opt import SERVER_OPTIMIZERS, init_state, server_step
 from ..partition import NIID_SCENARIOS
 from ..report import join_reference
-from ..training import dataset as training_dataset, multi_owner
-from ..training.multi_owner import update_scale  # noqa: F401  (round 1's |t| and sqrt(v) beside tau, by name)
+from ..training import dataset as training_dataset
 from . import base, register
 from .base import Artefact, Study
 

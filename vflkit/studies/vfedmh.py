@@ -36,13 +36,13 @@ from .. import analysis, claims
 from ..config import check_profile, check_seeds, check_seeds_once, override_runs, split_run_overrides
 from ..methods import OPTIMIZERS, RunConfig
 from ..methods.cvfl import step_size as cvfl_step_size
-from ..report import join_reference, load_reference, side_by_side
+from ..report import join_reference, load_reference
 from ..secure import BlindingKeys, FixedPointRing, aggregate, blind
-from ..training import split
 from ..training.split import history_frame
 from . import base, register
 from . import _split
-from ._split import GRADIENT_READINGS, RESNET_CUT, assign_models, by_key, run_priority, unique
+from ._split import (FULL_GRADIENT_READING, GRADIENT_READINGS, RESNET_CUT, arch_metric, assign_models, by_key,
+                     recorded_pairs, run_priority, unique)
 from ._split import figure as _figure, view as _view
 from .base import Artefact, Study
 
@@ -114,10 +114,8 @@ TABLE3_METHODS = {"local": "Local", "heter_aggvfl": "Heter_aggVFL", "agg_vfl": "
 
 
 def settings(profile: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The profile's settings, with any of them overridden (e.g. a tiny slice of ``paper``);
-    an unknown key is an error that lists the valid ones (:func:`vflkit.config.apply_overrides`)."""
-    s, _ = split_run_overrides(PROFILE_SETTINGS[check_profile(profile)], overrides, RunConfig)
-    return s
+    """The profile's settings, with any of them overridden (e.g. a tiny slice of ``paper``)."""
+    return _split.settings(PROFILE_SETTINGS, profile, overrides)
 
 
 def assign_optimizers(n_parties: int = 4, *, seed: int) -> tuple[str, ...]:
@@ -218,21 +216,6 @@ def assignment_table(groups: dict[str, list[RunConfig]]) -> pd.DataFrame:
 # --------------------------------------------------------------------------- results
 
 
-def _recorded_pairs(variants: Sequence[RunConfig], rec: dict[str, dict[str, Any]]) -> list[tuple[RunConfig, RunConfig]]:
-    """Each variant run (an option set: no blinding, Q = 1) with its standard run (no options),
-    where both are recorded: a paper profile part-computed has half-recorded pairs."""
-    pairs = [(c, c.replace(options={})) for c in variants]
-    return [(c, s) for c, s in pairs if c.key in rec and s.key in rec]
-
-
-def _arch_accuracy(record: dict[str, Any]) -> dict[str, float]:
-    """Final test accuracy (%) per architecture: the mean over the models of that architecture."""
-    acc: dict[str, list[float]] = {}
-    for model_key, arch in record["models"].items():
-        acc.setdefault(arch, []).append(100 * record["final"][model_key]["test_accuracy"])
-    return {arch: float(np.mean(v)) for arch, v in acc.items()}
-
-
 def _summarise(rows: list[dict[str, Any]], profile: str) -> pd.DataFrame:
     """The cells beside the paper's; a diverged run (its row's ``diverged``) is counted in the
     cell's ``diverged`` column and kept out of its number (:func:`vflkit.analysis.summarise_runs`)."""
@@ -240,45 +223,45 @@ def _summarise(rows: list[dict[str, Any]], profile: str) -> pd.DataFrame:
     return join_reference(analysis.summarise_runs(rows, keys), "vfedmh", profile=profile)
 
 
-def table2(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]], profile: str) -> pd.DataFrame:
-    """Table II in the reference long format: test accuracy (%) per dataset, method and model."""
+def _cells(c: RunConfig, r: dict[str, Any], table: str) -> list[tuple[str, str, str, float]]:
+    """(method, setting, architecture, test accuracy %) of a recorded run of Table II or III: one
+    per architecture of a run that trains a model per party, else its active party's global model
+    (and Heter_aggVFL's own-logits reading beside it)."""
+    name = _method_names(table)[c.method]
+    if c.method in _AGGREGATING:
+        setting = "heterogeneous" if table == "table2" else ""
+        return [(name, setting, arch, v) for arch, v in arch_metric(r).items()]
+    setting = TABLE2_METHODS[c.method][1] if table == "table2" else ""
+    if c.method == "c_vfl" and _lr(c) != CVFL_LR:  # labelled: not the paper's cell
+        setting = f"{setting}, lr={_lr(c):g} (sensitivity)"
+    arch = c.models[c.active]
+    out = [(name, setting, arch, 100 * r["final"]["active"]["test_accuracy"])]
+    if c.method == "heter_aggvfl" and (own := _own_accuracy(c, r)) is not None:
+        out.append((OWN_LOGITS, setting, arch, own))
+    return out
+
+
+def _accuracy_table(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]], profile: str,
+                    table: str) -> pd.DataFrame:
+    """Table II or III in the reference long format: test accuracy (%) per dataset, method and model
+    (Table II with C-VFL's recorded sensitivity rows)."""
     rec = by_key(records)
-    rows = []
-    sensitivity = [c for c in groups.get("cvfl_host_lr", []) if c.key in rec]
-    for c in groups["table2"] + sensitivity:
-        r = rec[c.key]
-        base = {"table": "II", "dataset": DATASET_NAMES[c.dataset], "metric": "test_accuracy_pct",
-                "diverged": bool(r.get("diverged"))}
-        if c.method == "vfedmh":
-            for arch, v in _arch_accuracy(r).items():
-                rows.append({**base, "method": "VFedMH", "setting": "heterogeneous", "model": MODEL_NAMES[arch], "value": v})
-        else:
-            name, setting = TABLE2_METHODS[c.method]
-            if c.method == "c_vfl" and _lr(c) != CVFL_LR:  # labelled: not the paper's cell
-                setting = f"{setting}, lr={_lr(c):g} (sensitivity)"
-            rows.append({**base, "method": name, "setting": setting, "model": MODEL_NAMES[c.models[0]],
-                         "value": 100 * r["final"]["active"]["test_accuracy"]})
+    runs = groups[table] + ([c for c in groups.get("cvfl_host_lr", []) if c.key in rec] if table == "table2" else [])
+    rows = [{"table": "II" if table == "table2" else "III", "dataset": DATASET_NAMES[c.dataset], "method": m,
+             "setting": setting, "model": MODEL_NAMES[arch], "metric": "test_accuracy_pct", "value": v,
+             "diverged": bool(rec[c.key].get("diverged"))}
+            for c in runs for m, setting, arch, v in _cells(c, rec[c.key], table)]
     return _summarise(rows, profile)
+
+
+def table2(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]], profile: str) -> pd.DataFrame:
+    """Table II: test accuracy (%) per dataset, method and model."""
+    return _accuracy_table(groups, records, profile, "table2")
 
 
 def table3(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]], profile: str) -> pd.DataFrame:
     """Table III: embedding aggregation vs prediction aggregation (test accuracy, %)."""
-    rec = by_key(records)
-    rows = []
-    for c in groups["table3"]:
-        r = rec[c.key]
-        base = {"table": "III", "dataset": DATASET_NAMES[c.dataset], "metric": "test_accuracy_pct",
-                "method": TABLE3_METHODS[c.method], "setting": "", "diverged": bool(r.get("diverged"))}
-        if c.method == "vfedmh":
-            for arch, v in _arch_accuracy(r).items():
-                rows.append({**base, "model": MODEL_NAMES[arch], "value": v})
-        elif c.method == "homo_vfedmh":
-            rows.append({**base, "model": MODEL_NAMES[c.models[0]], "value": _arch_accuracy(r)[c.models[0]]})
-        else:
-            rows.append({**base, "model": MODEL_NAMES[c.models[0]], "value": 100 * r["final"]["active"]["test_accuracy"]})
-            if c.method == "heter_aggvfl" and (own := _own_accuracy(c, r)) is not None:
-                rows.append({**base, "method": OWN_LOGITS, "model": MODEL_NAMES[c.models[0]], "value": own})
-    return _summarise(rows, profile)
+    return _accuracy_table(groups, records, profile, "table3")
 
 
 #: Table III's second reading of Heter_aggVFL: each party's own prediction scored alone.
@@ -286,10 +269,9 @@ OWN_LOGITS = "Heter_aggVFL (own logits)"
 
 
 def _own_accuracy(config: RunConfig, record: dict[str, Any]) -> float | None:
-    """Heter_aggVFL's column for the active party's architecture read as each party's own
-    model (:class:`~vflkit.methods.aggvfl.HeterAggVFL`): the mean test accuracy (%) of the
-    parties holding that architecture, each scoring its own R_k alone; None for a record made
-    before the method scored them."""
+    """Heter_aggVFL's column read as each party's own model: the mean test accuracy (%) of the
+    parties holding the active party's architecture, each scoring its own R_k alone; None for a
+    record made before the method scored them."""
     final = record["final"]["active"]
     names = ["active"] + [f"passive_{k}" for k in range(1, config.n_parties)]
     arch = config.models[config.active]
@@ -324,7 +306,7 @@ def table4(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]
     for c in _table4_runs(groups):
         lr = _lr(c)
         setting = f"optimizer={_optimizer(c)}" + ("" if lr == PAPER_LR else f", lr={lr:g}")
-        for arch, v in _arch_accuracy(rec[c.key]).items():
+        for arch, v in arch_metric(rec[c.key]).items():
             rows.append({"table": "IV", "dataset": DATASET_NAMES[c.dataset], "method": "VFedMH",
                          "setting": setting, "model": MODEL_NAMES[arch], "metric": "test_accuracy_pct", "value": v,
                          "diverged": bool(rec[c.key].get("diverged"))})
@@ -361,17 +343,9 @@ def cvfl_local_iterations(groups: dict[str, list[RunConfig]], records: Sequence[
     return pd.DataFrame(rows, columns=["dataset", "seed", "model", *columns])
 
 
-def embedding_gradient(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]],
-                       group: str = "embedding_gradient") -> pd.DataFrame:
-    """The 1/C comparison: each run of ``group`` (h given ∂L_k/∂E) beside the study's own run
-    (h given ∂L_k/∂E / C, Eq. 7's exact gradient), the same seed, data and initialisation:
-    final accuracy (mean over the party models), e* and the paired difference. Pairs with a
-    run not recorded yet are left out."""
-    rec = by_key(records)
-    pairs = [(rec[c.replace(options={}).key], rec[c.key]) for c in groups[group]
-             if c.key in rec and c.replace(options={}).key in rec]
-    out = analysis.variant_pairs(pairs, labels=GRADIENT_READINGS)
-    return out.assign(dataset=out["dataset"].map(DATASET_NAMES))
+def embedding_gradient(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """The 1/C comparison (:func:`vflkit.studies._split.embedding_gradient`)."""
+    return _split.embedding_gradient(groups, records, DATASET_NAMES)
 
 
 def precision_check(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> pd.DataFrame:
@@ -690,7 +664,7 @@ def blinding_accuracy(groups: dict[str, list[RunConfig]], records: Sequence[dict
     with a run not recorded yet is left out)."""
     rec = by_key(records)
     rows = []
-    for c, standard in _recorded_pairs(groups["blinding"], rec):
+    for c, standard in recorded_pairs(groups["blinding"], rec):
         for blinding, cfg in (("on", standard), ("off", c)):
             r = rec[cfg.key]
             for model_key, arch in r["models"].items():
@@ -723,8 +697,6 @@ BLINDING_TOLERANCE_POINTS = 1.0
 #: (test accuracy under plain SGD at 0.05 moves by a point or two between epochs even on a
 #: plateau: the quick records of FashionMNIST swing by up to 4 points).
 PLATEAU_POINTS = 2.0
-#: A run's convergence epoch: the first whose test accuracy is within this of its final one.
-CONVERGED_WITHIN_POINTS = 1.0
 #: A model that ends below this test accuracy (one and a half times chance on the study's
 #: ten-class datasets, MNIST, FashionMNIST and CIFAR-10) learned nothing that lasted. Runs that
 #: collapse end at chance; the weakest model that learned, Local on a quarter of each image, ends
@@ -770,19 +742,9 @@ def accuracy_frame(groups: dict[str, list[RunConfig]], records: dict[str, dict[s
                    table: str) -> pd.DataFrame:
     """One row per (dataset, method, architecture, seed) of Table II or III with its final test
     accuracy (%): the long frame the claims pair on (missing records are left out)."""
-    names = _method_names(table)
-    rows = []
-    for c in groups[table]:
-        r = records.get(c.key)
-        if r is None:
-            continue
-        accs = (_arch_accuracy(r) if c.method in _AGGREGATING
-                else {c.models[c.active]: 100 * r["final"]["active"]["test_accuracy"]})
-        cells = [(names[c.method], arch, v) for arch, v in accs.items()]
-        if c.method == "heter_aggvfl" and (own := _own_accuracy(c, r)) is not None:
-            cells.append((OWN_LOGITS, c.models[c.active], own))
-        rows += [{"dataset": DATASET_NAMES[c.dataset], "method": m, "model": MODEL_NAMES[arch],
-                  "model_set": _model_set(arch), "seed": c.seed, "value": v} for m, arch, v in cells]
+    rows = [{"dataset": DATASET_NAMES[c.dataset], "method": m, "model": MODEL_NAMES[arch],
+             "model_set": _model_set(arch), "seed": c.seed, "value": v}
+            for c in groups[table] if c.key in records for m, _, arch, v in _cells(c, records[c.key], table)]
     return pd.DataFrame(rows, columns=["dataset", "method", "model", "model_set", "seed", "value"])
 
 
@@ -833,7 +795,7 @@ def _optimizer_spread(standard: bool) -> Any:
         rows = []
         for c in runs:
             if c.key in rec:
-                for arch, v in _arch_accuracy(rec[c.key]).items():
+                for arch, v in arch_metric(rec[c.key]).items():
                     rows.append({"cell": f"{DATASET_NAMES[c.dataset]}/{MODEL_NAMES[arch]}", "seed": c.seed,
                                  "optimizer": _optimizer(c), "value": v})
         df = pd.DataFrame(rows, columns=["cell", "seed", "optimizer", "value"])
@@ -948,27 +910,6 @@ def _curves(groups: dict[str, list[RunConfig]],
             yield c, r
 
 
-def convergence_epochs(groups: dict[str, list[RunConfig]], records: dict[str, dict[str, Any]]) -> pd.DataFrame:
-    """Per Table II run and architecture: the first epoch whose test accuracy is within
-    :data:`CONVERGED_WITHIN_POINTS` of the run's final one (VFedMH: the mean over the parties
-    that hold the architecture). A run that diverged or collapsed never converged: it has no row
-    (:func:`_curves`), where the rule would give its first epoch at chance."""
-    rows = []
-    for c, r in _curves(groups, records):
-        hist = pd.DataFrame(r["history"])
-        by_arch: dict[str, list[int]] = {}
-        for party, arch in r["models"].items():
-            h = hist[hist["model"] == party].sort_values("epoch")
-            acc = 100 * h["test_accuracy"].to_numpy()
-            first = int(np.argmax(acc >= acc[-1] - CONVERGED_WITHIN_POINTS))
-            by_arch.setdefault(arch, []).append(int(h["epoch"].to_numpy()[first]))
-        for arch, epochs in by_arch.items():
-            rows.append({"dataset": DATASET_NAMES[c.dataset], "seed": c.seed, "model": MODEL_NAMES[arch],
-                         "method": TABLE2_NAMES[c.method],
-                         "epoch": float(np.mean(epochs)), "epochs": c.epochs})
-    return pd.DataFrame(rows, columns=["dataset", "seed", "model", "method", "epoch", "epochs"])
-
-
 def time_to_target(groups: dict[str, list[RunConfig]], records: dict[str, dict[str, Any]]) -> pd.DataFrame:
     """Fig. 3's "converge at the same epoch", pair by pair: per Table II cell (dataset,
     architecture, seed) and baseline, the epoch at which VFedMH (the mean over the parties that
@@ -1044,14 +985,9 @@ def _blinding(records: claims.Records) -> claims.Verdict:
     """Blinding's masks cancel: each party's accuracy with and without them agree within
     :data:`BLINDING_TOLERANCE_POINTS`."""
     groups, rec = _available(records)
-    rows = []
-    for c in groups["blinding"]:
-        on, off = rec.get(c.replace(options={}).key), rec.get(c.key)
-        if on is None or off is None:
-            continue
-        for party in on["models"]:
-            rows.append({"cell": f"{DATASET_NAMES[c.dataset]}/{party}", "seed": c.seed,
-                         "diff": 100 * (on["final"][party]["test_accuracy"] - off["final"][party]["test_accuracy"])})
+    rows = [{"cell": f"{DATASET_NAMES[c.dataset]}/{party}", "seed": c.seed,
+             "diff": 100 * (rec[on.key]["final"][party]["test_accuracy"] - rec[c.key]["final"][party]["test_accuracy"])}
+            for c, on in recorded_pairs(groups["blinding"], rec) for party in rec[on.key]["models"]]
     return claims.equivalent(pd.DataFrame(rows, columns=["cell", "seed", "diff"]), tolerance=BLINDING_TOLERANCE_POINTS,
                              what="accuracy with blinding - without")
 
@@ -1060,7 +996,6 @@ def _blinding(records: claims.Records) -> claims.Verdict:
 #: verdict is shown, :func:`vflkit.claims.readings`): Eq. 7's gradient with its 1/C, and C-VFL at
 #: the rate its analysis allows for Q = 10 local iterations.
 DEFAULT_READING = "1/C (Eq. 7), C-VFL at 0.05/Q"
-FULL_GRADIENT_READING = "h gets ∂L/∂E, no 1/C"
 
 
 def _claim(artefact: str, clause: str, check: Any, reading: str = "") -> claims.Claim:
