@@ -1,13 +1,9 @@
-"""The study contract: what each paper's study declares once, and what the CLI, the report and
-the tests read from it (:data:`vflkit.studies.REGISTRY`).
-
-A study module builds one :class:`Study` at its end and registers it
-(``STUDY = register(Study(...))``); ``python -m vflkit.study`` schedules its runs and
-``python -m vflkit.reproduction`` writes its section from that declaration alone; its notebook
-trains with :meth:`Study.run` and draws every artefact with :func:`vflkit.report.draw` (each
-:class:`Artefact` knows how it is drawn from records), so a new paper is one new module under
-``vflkit/studies/`` and a thin notebook. This module imports nothing heavy (no torch, no
-pandas): ``python -m vflkit.study --help`` reads the family table without loading a trainer.
+"""The study contract: what each paper's study declares once (``STUDY = register(Study(...))``),
+and what the CLI, the report, the notebooks and the tests read from it: ``python -m vflkit.study``
+schedules its runs, ``python -m vflkit.reproduction`` writes its section, its notebook trains with
+:meth:`Study.run` and draws each :class:`Artefact` with :func:`vflkit.report.draw`. A new paper is
+one module under ``vflkit/studies/`` and a thin notebook. This module imports neither torch nor
+pandas (``python -m vflkit.study --help`` stays light).
 """
 
 from __future__ import annotations
@@ -32,8 +28,8 @@ RUNS = "runs"
 
 
 class Evidence(Protocol):
-    """The records of one study as the report loaded them (each profile's once), handed to the
-    study's :attr:`Study.beyond`; implemented by :mod:`vflkit.reproduction`."""
+    """The records of one study as the report loaded them, handed to :attr:`Study.beyond`
+    (implemented by :mod:`vflkit.reproduction`)."""
 
     profiles: Sequence[str]
 
@@ -59,16 +55,14 @@ class Evidence(Protocol):
         """``df`` as a markdown table, as the report prints tables."""
 
 
-#: What an artefact's ``draw`` returns: a table joined with the paper's numbers
-#: (:func:`vflkit.report.join_reference`), a (figure, the data it plots) pair, or several of
-#: them by file stem (``"table7_parallel"``, ``"fig7_mnist"``).
+#: What an artefact's ``draw`` returns: a table joined with the paper's numbers, a (figure, data)
+#: pair, or several of them by file stem (``"table7_parallel"``).
 Drawn = Any
 
 
 @dataclass(frozen=True)
 class Artefact:
-    """One table or figure a paper prints: the runs behind it, the files it writes and how it is
-    drawn from records (:func:`vflkit.report.draw` draws, writes and shows it)."""
+    """One table or figure a paper prints: its runs, its files and how it is drawn from records."""
 
     label: str  # as the paper names it: "Table II", "Fig. 3"
     runs: Callable[[Mapping[str, list[Any]], str], list[Any]]  # (the study's groups, profile) -> its runs
@@ -89,9 +83,8 @@ _KEY_OF: dict[int, tuple[Any, str]] = {}
 
 
 def key_of(run: Any) -> str:
-    """``run.key``, hashed once per run object (a config's key hashes its whole dict: the report's
-    thousands of lookups would take seconds). The run is kept beside its key, so its id is never
-    reused."""
+    """``run.key``, hashed once per run object (the report looks up thousands); the run is kept
+    beside its key, so its id is never reused."""
     hit = _KEY_OF.get(id(run))
     if hit is None or hit[0] is not run:
         hit = _KEY_OF[id(run)] = (run, run.key)
@@ -185,9 +178,8 @@ class Study:
 
     def groups(self, profile: str, *, seeds: Any = None, overrides: dict[str, Any] | None = None,
                cache: bool = True) -> dict[str, list[Any]]:
-        """``configs(profile)`` as a dict of group -> runs; the profile's own runs are built once
-        (the artefacts and the report share them), those with ``seeds``/``overrides`` or without
-        ``cache`` (the scheduler's: a study's settings may have changed since) each time."""
+        """``configs(profile)`` as group -> runs; the profile's own built once, those with
+        ``seeds``/``overrides`` or without ``cache`` (the scheduler's) each time."""
         if seeds is not None or overrides is not None or not cache:
             return self._as_groups(self.configs(profile, seeds=seeds, overrides=overrides), profile)
         if profile not in self._groups:
@@ -195,9 +187,8 @@ class Study:
         return self._groups[profile]
 
     def _as_groups(self, cfg: Any, profile: str) -> dict[str, list[Any]]:
-        """``cfg`` (what ``configs`` returned) as group -> runs, each run checked to be one of the
-        family's run class: anything else is a ConfigError naming the study and what it returned
-        (the scheduler and the report would otherwise fail far away, on a missing ``key``)."""
+        """``cfg`` (what ``configs`` returned) as group -> runs, each checked to be of the family's run
+        class (else a ConfigError naming the study and what it returned, not a far-away missing ``key``)."""
         name = FAMILIES[self.family].run_class.partition(":")[2]
         cls = load(FAMILIES[self.family].run_class)
         where = f"study {self.name!r}: configs({profile!r}) returned"
@@ -239,10 +230,9 @@ class Study:
 
     def run(self, profile: str, *, device: Any = "auto", seeds: Any = None, overrides: dict[str, Any] | None = None,
             results: Any = None, progress: bool = True, recompute_before: str | None = None) -> list[dict[str, Any]]:
-        """Train (or load) every run of the profile once and return their records: the family's
-        ``run_many`` under its divergence policy. On a CPU the runs :attr:`needs_gpu` names are not
-        trained; their records are used where they exist (a profile that is all GPU runs, e.g. a
-        paper profile, trains nothing there and returns the records made elsewhere)."""
+        """Train (or load) every run of the profile once and return their records (the family's
+        ``run_many`` under its divergence policy). On a CPU the runs :attr:`needs_gpu` names are not
+        trained; their records are used where they exist."""
         from .. import records as store  # here: it imports torch, and this module stays light
 
         family = FAMILIES[self.family]
@@ -257,9 +247,8 @@ class Study:
 
     def recorded(self, profile: str, *, seeds: Any = None, overrides: dict[str, Any] | None = None,
                  records: Sequence[dict[str, Any]] | None = None) -> tuple[dict[str, list[Any]], list[dict[str, Any]]]:
-        """The profile's run groups cut to the runs that have a record, and those records:
-        ``records`` (a notebook's own run) or, without them, those on disk (nothing is trained).
-        What every artefact is drawn from, as far as recorded."""
+        """The profile's run groups cut to the recorded runs, and those records (``records``, a
+        notebook's own run, or those on disk; nothing is trained)."""
         from .. import records as store
 
         groups = self.groups(profile, seeds=seeds, overrides=overrides)
@@ -270,8 +259,7 @@ class Study:
 
     def pending_runs(self, profile: str, *, label: str | None = None, seeds: Any = None,
                      overrides: dict[str, Any] | None = None) -> list[Any]:
-        """The runs of the profile (of artefact ``label``'s only, where given) that have no record
-        and can be made here (not :attr:`unavailable`). Nothing is trained."""
+        """The runs of the profile (or of artefact ``label``) with no record that can be made here."""
         from .. import records as store
 
         groups = self.groups(profile, seeds=seeds, overrides=overrides)
@@ -284,9 +272,8 @@ class Study:
     def pending(self, profile: str, *, label: str | None = None, seeds: Any = None,
                 overrides: dict[str, Any] | None = None,
                 price: Callable[["Study", list[Any]], pd.DataFrame] | None = None) -> pd.DataFrame:
-        """:meth:`pending_runs`, one row each: :attr:`describe`'s columns, and with ``price`` (the
-        operations wing's :func:`vflkit.ops.pricing.price`, which :func:`vflkit.ops.pricing.pending`
-        passes) their price: ``needs``, ``h100_min``, ``cpu_h``. Nothing is trained."""
+        """:meth:`pending_runs`, one row each (:attr:`describe`), with ``price``
+        (:func:`vflkit.ops.pricing.price`) their ``needs``, ``h100_min``, ``cpu_h``."""
         import pandas as pd
 
         todo = self.pending_runs(profile, label=label, seeds=seeds, overrides=overrides)
