@@ -237,12 +237,9 @@ def missing_datasets() -> pd.DataFrame:
 # --------------------------------------------------------------------------- results
 
 
-def _recorded(runs: Iterable[RunConfig], by_key: dict[str, dict[str, Any]]) -> Iterator[tuple[RunConfig, dict[str, Any]]]:
+def _recorded(runs: Iterable[RunConfig], by_key: dict[str, dict[str, Any]]) -> list[tuple[RunConfig, dict[str, Any]]]:
     """(config, record) for each of ``runs`` that has a record."""
-    for c in runs:
-        r = by_key.get(c.key)
-        if r is not None:
-            yield c, r
+    return [(c, by_key[c.key]) for c in runs if c.key in by_key]
 
 
 def metric_of(dataset: str) -> str:
@@ -310,13 +307,8 @@ def table4(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]
 
 def _table5_runs(groups: dict[str, list[RunConfig]], datasets: Sequence[str]) -> list[RunConfig]:
     """Table V's runs: the baselines' Table II θ2 run (active party holds θ2), EASTER's one run."""
-    out = []
-    for c in groups["table2"]:
-        if c.dataset not in datasets or c.method == "local":
-            continue
-        if c.method == "easter" or c.models[0] == MODEL_SETS[c.dataset][1]:
-            out.append(c)
-    return out
+    return [c for c in groups["table2"] if c.dataset in datasets and c.method != "local"
+            and (c.method == "easter" or c.models[0] == MODEL_SETS[c.dataset][1])]
 
 
 def convergence(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]],
