@@ -497,14 +497,9 @@ def table6(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]
 
 def table6_security(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """Per EASTER run of Table VI: whether its record holds the insecure single-passive flag (C = 2)."""
-    rec = by_key(records)
-    rows = []
-    for c, r in _recorded(groups["table6"], rec):
-        if c.method != "easter":
-            continue
-        rows.append({"dataset": DATASET_NAMES[c.dataset], "C": c.n_parties, "seed": c.seed,
-                     "passive_parties": c.n_parties - 1,
-                     "allow_single_passive (recorded)": bool(r["config"]["options"].get("allow_single_passive", False))})
+    rows = [{"dataset": DATASET_NAMES[c.dataset], "C": c.n_parties, "seed": c.seed, "passive_parties": c.n_parties - 1,
+             "allow_single_passive (recorded)": bool(r["config"]["options"].get("allow_single_passive", False))}
+            for c, r in _recorded(groups["table6"], by_key(records)) if c.method == "easter"]
     return pd.DataFrame(rows).drop_duplicates(["dataset", "C", "allow_single_passive (recorded)"])
 
 
@@ -522,9 +517,7 @@ def table7(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]
     frames = []
     for topology in network.TOPOLOGIES:
         rows = []
-        for c, r in _recorded(groups["table2"], rec):
-            if c.method != "easter":
-                continue
+        for c, r in _recorded((c for c in groups["table2"] if c.method == "easter"), rec):
             metric = metric_of(c.dataset)
             e_star = analysis.convergence_epoch(r["history"], metric=metric)
             links = network.link_rows(r["comm"]["per_link"])
