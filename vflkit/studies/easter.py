@@ -31,7 +31,7 @@ Choices where the paper is silent (``shared/specs/easter.md`` argues each):
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
