@@ -882,11 +882,6 @@ def _table2(groups: Any, records: Sequence[dict[str, Any]], profile: str) -> dic
     return {"table2": table2(main, profile=profile), "table2_lr0.01": table2(lr, profile=profile)}
 
 
-def _table4(groups: Any, records: Sequence[dict[str, Any]], profile: str) -> pd.DataFrame:
-    t2 = table2(_main(records), profile=profile)
-    return t2[t2["table"] == "4"]
-
-
 def _fig8(groups: Any, records: Sequence[dict[str, Any]], profile: str) -> tuple[plt.Figure | None, pd.DataFrame]:
     return fig8_figure(fig5_frame(_main(records)), profile=profile)
 
@@ -901,7 +896,8 @@ STUDY = register(Study(
         Artefact("Fig. 8", _artefact("fig5", datasets=("mimic3",), few=True), ("fig8.*",), _fig8),
         Artefact("App. D.3", _artefact("fig5", datasets=("credit_card",), few=True), ("fig8.*",), _fig8),
         Artefact("Table 2", _artefact("table2"), ("table2.csv", "table2_lr0.01.csv"), _table2, table2_view),
-        Artefact("Table 4", _artefact("table2", datasets=("mimic3",)), ("table4.*",), _table4,
+        Artefact("Table 4", _artefact("table2", datasets=("mimic3",)), ("table4.*",),
+                 lambda g, r, p: (t2 := table2(_main(r), profile=p))[t2["table"] == "4"],
                  lambda t4: side_by_side(t4, index=["setting", "method"], columns="metric")),
     ),
     describe=lambda run: {"dataset": DATASETS[run.dataset].label, "kind": run.kind, "method": run.method,

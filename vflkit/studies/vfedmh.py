@@ -811,6 +811,29 @@ def _curves(groups: dict[str, list[RunConfig]],
             yield c, r
 
 
+#: A run's convergence epoch: the first whose test accuracy is within this of its final one.
+CONVERGED_WITHIN_POINTS = 1.0
+
+
+def convergence_epochs(groups: dict[str, list[RunConfig]], records: dict[str, dict[str, Any]]) -> pd.DataFrame:
+    """Per Table II run and architecture: the first epoch within :data:`CONVERGED_WITHIN_POINTS` of
+    the run's final accuracy (VFedMH: the mean over the parties holding it); a run that diverged or
+    collapsed never converged and has no row (:func:`_curves`)."""
+    rows = []
+    for c, r in _curves(groups, records):
+        hist = pd.DataFrame(r["history"])
+        by_arch: dict[str, list[int]] = {}
+        for party, arch in r["models"].items():
+            h = hist[hist["model"] == party].sort_values("epoch")
+            acc = 100 * h["test_accuracy"].to_numpy()
+            first = int(np.argmax(acc >= acc[-1] - CONVERGED_WITHIN_POINTS))
+            by_arch.setdefault(arch, []).append(int(h["epoch"].to_numpy()[first]))
+        rows += [{"dataset": DATASET_NAMES[c.dataset], "seed": c.seed, "model": MODEL_NAMES[arch],
+                  "method": TABLE2_NAMES[c.method], "epoch": float(np.mean(epochs)), "epochs": c.epochs}
+                 for arch, epochs in by_arch.items()]
+    return pd.DataFrame(rows, columns=["dataset", "seed", "model", "method", "epoch", "epochs"])
+
+
 def time_to_target(groups: dict[str, list[RunConfig]], records: dict[str, dict[str, Any]]) -> pd.DataFrame:
     """Fig. 3's "converge at the same epoch", pair by pair: per Table II cell and seed and baseline,
     the epochs at which VFedMH (mean over the parties holding the architecture) and the baseline
