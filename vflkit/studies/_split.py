@@ -1,6 +1,5 @@
-"""What VFedMH's and EASTER's studies share: both draw the parties' architectures by seed from
-one model set, order their runs alike (C-VFL's Q = 10 runs last) and judge some clauses on a
-labelled twin of their own method's runs. Not a study (its name starts with ``_``)."""
+"""What VFedMH's and EASTER's studies share (the same authors' two papers): architectures drawn by
+seed, the run order, the 1/C twins and their tables. Not a study (its name starts with ``_``)."""
 
 from __future__ import annotations
 
@@ -17,11 +16,8 @@ from ..methods import RunConfig
 from ..report import side_by_side
 from .base import unique as _unique
 
-#: How the ResNets are cut into h and p: half their weighted layers each (EASTER Sec. V-A, the
-#: same authors: "the number of layers in both the local embedding and predicting models was
-#: the same"; :mod:`vflkit.models`). The earlier six-unit reading gave ResNet50 and ResNet101
-#: the same h, so SplitNN's and C-VFL's two columns trained one network; ResNet18 is cut alike
-#: by both, and its records stand.
+#: How the ResNets are cut into h and p: half their weighted layers each (EASTER Sec. V-A: "the
+#: number of layers in both the local embedding and predicting models was the same"; :mod:`vflkit.models`).
 RESNET_CUT = "layers"
 
 #: The two readings of Eq. 7's gradient to each embedding network, as the 1/C tables label them.
@@ -45,10 +41,8 @@ def assign_models(models: Sequence[str], n_parties: int = 4, *, seed: int) -> tu
 
 
 def run_priority(config: RunConfig, rank: int) -> tuple:
-    """The order the scheduler computes the runs in: the headline table (rank 0) for every seed,
-    then the other artefacts seed by seed, and C-VFL with its Q = 10 local iterations last (Q
-    steps per batch against one). Within a seed MNIST before FashionMNIST, the study's own
-    method first."""
+    """The scheduler's order: the headline table (rank 0) for every seed, then the other artefacts
+    seed by seed, C-VFL's Q = 10 runs last (Q steps a batch); within a seed by dataset, own method first."""
     costly = config.method == "c_vfl" and int(config.options.get("local_iterations", 10)) > 1
     return (costly, rank > 0, config.seed, rank, _DATASET_ORDER.get(config.dataset, 9),
             0 if config.method == config.paper else _METHOD_ORDER.get(config.method, 5), config.models)

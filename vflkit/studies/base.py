@@ -134,12 +134,10 @@ class Study:
     variant_claims: Sequence[Claim] = ()  # the same clauses on our variants (VARIANT_CLAIMS)
     needs_gpu: Callable[[Any], bool] = lambda run: False
     run_priority: Callable[[Any, int], tuple] = headline_first  # (run, rank of its group) -> sort key
-    #: the runs a GPU measurement under ``results/device/`` timed (a calibration file's rows, a
-    #: stopped run), for pricing to read the measurement against (:mod:`vflkit.ops.pricing`)
+    #: the runs a GPU measurement under ``results/device/`` timed, for :mod:`vflkit.ops.pricing`
     calibration: Callable[[], Sequence[Any]] = lambda: ()
-    #: the study's own measured-cost rule for pending paper-profile runs that the FLOP count
-    #: cannot price (:func:`vflkit.ops.pricing.price` asks it only for those; columns ``needs``
-    #: "GPU"/"CPU", ``h100_min``, ``cpu_h``); None: no rule, such a run has no estimate
+    #: the study's price of pending runs the FLOP count cannot price (columns ``needs``, ``h100_min``,
+    #: ``cpu_h``; :func:`vflkit.ops.pricing.price`); None: such a run has no estimate
     pending_cost: Callable[[Sequence[Any]], pd.DataFrame] | None = None
     unavailable: Callable[[Sequence[Any]], list[Any]] = lambda runs: []  # runs on data that is not here
     #: why those runs cannot be made, given their datasets' titles
@@ -152,21 +150,16 @@ class Study:
     in_report: bool = True  # the demo is not a paper: no section of its own
     order: int = 100  # the report's order of papers (then by name)
     notebook: str = ""  # relative to the project root; default notebooks/<name>.ipynb
-    #: the numbers the paper prints, a file of ``vflkit/reference/`` in the long format of
-    #: :func:`vflkit.report.load_reference` ("" for a paper that prints none)
+    #: the numbers the paper prints, a file of ``vflkit/reference/`` ("" for none)
     reference_csv: str = ""
-    #: The paper a reader opens beside its verdicts: its key in :mod:`vflkit.bibliography` ("" for a
-    #: study that reproduces no paper).
+    #: the paper's key in :mod:`vflkit.bibliography` ("" for a study that reproduces none)
     cites: str = ""
-    #: tables the study writes (file names under ``figures/<name>/<profile>/``) whose rows are
-    #: shown beside the paper's numbers but not counted as comparisons of them, each with why
-    #: (a sensitivity, our own pricing): :func:`vflkit.reproduction.compare`
+    #: tables written (file names) whose rows are shown beside the paper's but not counted as
+    #: comparisons, each with why (:func:`vflkit.reproduction.compare`)
     uncounted_tables: Mapping[str, str] = field(default_factory=dict)
-    #: datasets (as the tables name them) whose values are shown beside the paper's but not
-    #: counted, each with why (a stand-in far smaller than the paper's data)
+    #: datasets (as the tables name them) shown beside the paper's but not counted, each with why
     uncounted_datasets: Mapping[str, str] = field(default_factory=dict)
-    #: tables and figures of ours the notebook draws beside the paper's (a sensitivity, a
-    #: demonstration): drawn and written as :attr:`artefacts` are, not listed as the paper's
+    #: our tables and figures, drawn as :attr:`artefacts` are but not listed as the paper's
     extras: tuple[Artefact, ...] = ()
     #: a pending run's columns in :meth:`pending` (what a reader tells runs apart by)
     describe: Callable[[Any], dict[str, Any]] = lambda run: {"run": run.key}
