@@ -43,7 +43,6 @@ from ..config import check_profile, check_seeds, check_seeds_once, override_runs
 from ..methods import RunConfig
 from ..methods.cvfl import step_size as cvfl_step_size
 from ..report import join_reference, side_by_side
-# run_priority: the order the scheduler computes this study's runs in, VFedMH's (C-VFL last)
 from . import base, register
 from . import _split
 from ._split import (FULL_GRADIENT_READING, GRADIENT_READINGS, RESNET_CUT, arch_metric, assign_models, by_key,
@@ -695,11 +694,8 @@ def _beats(table: str, other: str, variant: str | None = None, label: str = "") 
         if every.empty:
             return claims.not_testable("no records")
         acc = every[every["model"] != "avg"]
-        # Judged dataset by dataset, then combined (all_of: agree only if every dataset of the
-        # profile agrees, disagree if any disagrees): the paper says EASTER is "consistently"
-        # superior "across a variety of datasets" (Sec. VI-B); the datasets carry different
-        # numbers of seeds (Criteo 5), which one pooled test would reduce to the fewest; and a
-        # dataset not yet recorded (CIFAR-10 before a GPU) cannot be shown by the others.
+        # Per dataset, then all_of: the paper says "consistently" superior "across a variety of
+        # datasets" (Sec. VI-B); datasets carry different seeds (Criteo 5); an unrecorded one stays open.
         s = settings(profile)
         group = "table2" if table == "II" else "table4"
 
@@ -725,12 +721,9 @@ def _beats(table: str, other: str, variant: str | None = None, label: str = "") 
 
 def to_target(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]],
               datasets: Sequence[str]) -> pd.DataFrame:
-    """Table V's communication "to convergence" as the compared rule times it
-    (:data:`vflkit.analysis.TARGET_SHARE`): per Table V run, the first epoch at which its θ2
-    metric (EASTER: the mean over the parties holding θ2) reaches a target common to the
-    dataset's Table V runs of that seed, 99 % of the best of their final θ2 metrics, and the
-    float32-equivalent MB sent until then; NaN for a run that never reaches it within its epochs
-    (censored) or diverged."""
+    """Table V's communication "to convergence" by the compared rule: per Table V run, the first
+    epoch its θ2 metric reaches :data:`vflkit.analysis.TARGET_SHARE` of the best final θ2 metric of
+    the dataset's runs of that seed, and the float32-equivalent MB until then (NaN: never, or diverged)."""
     rec = by_key(records)
     runs = []
     for c, r in _recorded(_table5_runs(groups, datasets), rec):
@@ -783,20 +776,20 @@ def _less_comm(other: str, variant: str | None = None, label: str = "") -> claim
 
 
 def _times(records: claims.Records) -> pd.DataFrame:
-    """Figs. 4-5's times to convergence, priced once for every clause that reads them."""
+    """Figs. 4-5's times to convergence, priced once for every clause."""
     groups, recs = _inputs(records)
     return records.derived("times", lambda: comm_times(groups, recs, settings(records.profile)["table5_datasets"]))
 
 
 def _times_cells(records: claims.Records) -> set[str]:
-    """Figs. 4-5's cells ("dataset/method"): every Table V run the profile has, recorded or not."""
+    """Figs. 4-5's cells ("dataset/method") of every Table V run, recorded or not."""
     groups, _ = _inputs(records)
     return {f"{DATASET_NAMES[c.dataset]}/{METHOD_NAMES[c.method]}"
             for c in _table5_runs(groups, settings(records.profile)["table5_datasets"])}
 
 
 def _times_check(check: Callable[[pd.DataFrame, claims.Records], claims.Verdict]) -> Callable[..., claims.Verdict]:
-    """A Figs. 4-5 clause judged on :func:`_times` of the records (not testable without them)."""
+    """A Figs. 4-5 clause judged on :func:`_times` (not testable without records)."""
     def judged(records: claims.Records) -> claims.Verdict:
         t = _times(records)
         return claims.not_testable("no records") if t.empty else check(t, records)
@@ -888,7 +881,7 @@ def _table7_check(topology: str) -> Any:
         for n in range(1, 4):
             a, b = t[t["setting"] == DEVICE_MIXES[n]], t[t["setting"] == DEVICE_MIXES[n - 1]]
             d = a.set_index("dataset")["value"] - b.set_index("dataset")["value"]
-            # one row per dataset: the mean over seeds (the times of one seed are priced, not noisy)
+            # one row per dataset, the mean over seeds (priced, not noisy)
             steps.append(claims.ordering(pd.DataFrame({"cell": d.index, "seed": 0, "diff": d.to_numpy()}),
                                          a=f"{n} slow", b=f"{n - 1} slow", what="min", expected=datasets,
                                          exact=True))

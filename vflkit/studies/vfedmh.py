@@ -57,8 +57,7 @@ PROFILE_SETTINGS: dict[str, dict[str, Any]] = {
     "quick": {"datasets": ("mnist", "fashion_mnist"), "model_sets": (SMALL_MODELS,),
               "n_train": 4000, "n_test": 1500, "epochs": 6, "cvfl_epochs": None,
               "all_artefacts_on": ("mnist",), "seeds": (0, 1, 2)},
-    # GPU: the paper's datasets at full size with all six networks, every artefact everywhere,
-    # three seeds (the paper's tables print mean ± std; it does not say over how many runs).
+    # GPU: full data, all six networks, every artefact, three seeds (the paper's mean ± std gives no count)
     "paper": {"datasets": ("mnist", "fashion_mnist", "cifar10"), "model_sets": (SMALL_MODELS, RESNETS),
               "n_train": None, "n_test": None, "epochs": 20, "cvfl_epochs": None,
               "all_artefacts_on": ("mnist", "fashion_mnist", "cifar10"), "seeds": (0, 1, 2)},
@@ -697,9 +696,8 @@ def _ordering_check(table: str, a: str, b: str, model_set: str | None = None, va
         df = accuracy_frame(groups, rec, table)
         if model_set is not None:
             df = df[df["model_set"] == model_set]
-        # a run near chance or below Local decides nothing (claims.paired's gate). Not for the
-        # own-logits reading: it scores a part of a trained run (the ensemble, gated in its own
-        # clause) that was never trained to stand alone, so a low score is the reading's answer
+        # a run near chance or below Local decides nothing (claims.paired's gate); not for the
+        # own-logits reading, a part never trained to stand alone: a low score is its answer
         gate = {} if OWN_LOGITS in (a, b) else {"chance": CHANCE_PCT, "local": "Local"}
         return claims.ordering(claims.paired(df, by="method", a=a, b=b, value="value",
                                              cell=["dataset", "model"], **gate), a=a, b=b,
