@@ -306,22 +306,15 @@ def communication_words(table: pd.DataFrame) -> str:
 def compute(recs: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """Forward MACs per sample: a client's extractor on its tile against the whole VGG-16 on the
     image, at the recorded width and the paper's."""
-    rows = []
-    per = [r for r in recs if r["config"]["variant"] == "adptvfedconv"]
-    seen = set()
-    for r in per:
-        c = r["costs"]
-        if c["cut"] in seen:
-            continue
-        seen.add(c["cut"])
-        rows.append({"scale": "this run", "cut": c["cut"], "extractor_macs_per_tile": c["extractor_macs_per_tile"],
-                     "centralized_macs_per_image": c["centralized_macs_per_image"],
-                     "ratio": c["extractor_macs_per_tile"] / c["centralized_macs_per_image"]})
-    for cut in sorted(seen, key=CUTS.index):
-        c = cost_model(AdptVFedConvConfig(width=1.0, cut=cut))
-        rows.append({"scale": "paper's VGG-16", "cut": cut, "extractor_macs_per_tile": c["extractor_macs_per_tile"],
-                     "centralized_macs_per_image": c["centralized_macs_per_image"],
-                     "ratio": c["extractor_macs_per_tile"] / c["centralized_macs_per_image"]})
+    ours = {}  # each cut's first recorded costs
+    for r in recs:
+        if r["config"]["variant"] == "adptvfedconv":
+            ours.setdefault(r["costs"]["cut"], r["costs"])
+    paper = {cut: cost_model(AdptVFedConvConfig(width=1.0, cut=cut)) for cut in sorted(ours, key=CUTS.index)}
+    rows = [{"scale": scale, "cut": cut, "extractor_macs_per_tile": c["extractor_macs_per_tile"],
+             "centralized_macs_per_image": c["centralized_macs_per_image"],
+             "ratio": c["extractor_macs_per_tile"] / c["centralized_macs_per_image"]}
+            for scale, costs in (("this run", ours), ("paper's VGG-16", paper)) for cut, c in costs.items()]
     return pd.DataFrame(rows, columns=["scale", "cut", "extractor_macs_per_tile", "centralized_macs_per_image", "ratio"])
 
 

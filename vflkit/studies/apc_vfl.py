@@ -456,15 +456,12 @@ def lr_sensitivity(main: Sequence[dict[str, Any]], sensitivity: Sequence[dict[st
     both rates: the mean score at each, their paired difference (points, standard error) and the
     teacher autoencoders' mean best validation loss at each."""
     def frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
-        rows = []
-        for r in records:
-            c = r["config"]
-            rows.append({"kind": c["kind"], "dataset": c["dataset"], "method": c["method"],
-                         "n_aligned": c["n_aligned"] or 0, "n_active_features": c["n_active_features"],
-                         "seed": c["seed"], "score": r["final"][DATASETS[c["dataset"]].metric],
-                         **{f"val_{ae}": h["best_val_loss"] for ae, h in r["history"].items()
-                            if ae in ("g1P", "g2A", "g3A")}})
-        return pd.DataFrame(rows)
+        return pd.DataFrame([{**{k: r["config"][k] for k in ("kind", "dataset", "method")},
+                              "n_aligned": r["config"]["n_aligned"] or 0,
+                              "n_active_features": r["config"]["n_active_features"], "seed": r["config"]["seed"],
+                              "score": r["final"][DATASETS[r["config"]["dataset"]].metric],
+                              **{f"val_{ae}": h["best_val_loss"] for ae, h in r["history"].items()
+                                 if ae in ("g1P", "g2A", "g3A")}} for r in records])
 
     keys = ["kind", "dataset", "method", "n_aligned", "n_active_features", "seed"]
     if not main or not sensitivity:

@@ -425,16 +425,8 @@ def comm_times(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, A
     """Figs. 4-5: communication seconds to convergence of each Table V run against bandwidth (10 ms,
     parallel links) and latency class (50 Mbps, :data:`FIG5_DRAWS` draws); priced once per records."""
     memo = (tuple(sorted((r["key"], r.get("finished") or "") for r in records)), tuple(datasets), tuple(bandwidths))
-    if memo not in _TIMES:
-        _TIMES[memo] = _comm_times(groups, records, datasets, bandwidths)
-    return _TIMES[memo].copy()
-
-
-_TIMES: dict[tuple[Any, ...], pd.DataFrame] = {}
-
-
-def _comm_times(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]],
-                datasets: Sequence[str], bandwidths: Sequence[float]) -> pd.DataFrame:
+    if memo in _TIMES:
+        return _TIMES[memo].copy()
     rec = by_key(records)
     conv = convergence(groups, records, datasets)
     rows = []
@@ -451,7 +443,11 @@ def _comm_times(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, 
                          for d in range(FIG5_DRAWS)])
             rows.append({"figure": "5", "dataset": x["dataset"], "method": x["method"], "seed": x["seed"],
                          "bandwidth_mbps": network.FIG5_BANDWIDTH_MBPS, "latency": cls, "seconds": float(t)})
-    return pd.DataFrame(rows)
+    _TIMES[memo] = pd.DataFrame(rows)
+    return _TIMES[memo].copy()
+
+
+_TIMES: dict[tuple[Any, ...], pd.DataFrame] = {}
 
 
 def fig4(times: pd.DataFrame) -> tuple[plt.Figure, pd.DataFrame]:

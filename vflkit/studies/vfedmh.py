@@ -475,13 +475,9 @@ def _steps(c: RunConfig) -> int:
 def fig4(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> tuple[plt.Figure, pd.DataFrame]:
     """Test accuracy per epoch of each party's model, with every party on one optimizer."""
     rec = by_key(records)
-    frames = []
-    for c in _table4_runs(groups):
-        df = history_frame([rec[c.key]])
-        df["optimizer"] = _optimizer(c)
-        df["learning rate"] = "paper's 0.05" if _lr(c) == PAPER_LR else f"standard {_lr(c):g}"
-        frames.append(df)
-    df = pd.concat(frames, ignore_index=True)
+    df = pd.concat([history_frame([rec[c.key]]).assign(**{
+        "optimizer": _optimizer(c), "learning rate": "paper's 0.05" if _lr(c) == PAPER_LR else f"standard {_lr(c):g}"})
+        for c in _table4_runs(groups)], ignore_index=True)
     df["dataset"] = df["dataset"].map(DATASET_NAMES)
     df["party model"] = df["model"] + " (" + df["architecture"].map(MODEL_NAMES) + ")"
     df["test accuracy (%)"] = 100 * df["test_accuracy"]
