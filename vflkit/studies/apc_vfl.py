@@ -618,13 +618,18 @@ def _fig7_fewer_features(records: claims.Records) -> claims.Verdict:
     return claims.all_of(verdicts) if verdicts else claims.not_testable("fewer than two feature partitions recorded")
 
 
-def _ablation_beats_vfedtrans_somewhere(records: claims.Records) -> claims.Verdict:
+def _mimic_ablation_pairs(records: claims.Records, few: bool) -> pd.DataFrame | claims.Verdict:
+    """The Ablation against VFedTrans on MIMIC-III, at Fig. 8's few aligned counts or Fig. 7's."""
     df = _points(records)
-    sub = df[(df["dataset"] == "mimic3") & ~df["n_aligned"].isin(DATASETS["mimic3"].few_aligned)]
+    sub = df[(df["dataset"] == "mimic3") & (df["n_aligned"].isin(DATASETS["mimic3"].few_aligned) == few)]
     if sub.empty:
         return claims.not_testable("MIMIC-III is not present (it cannot be redistributed)")
-    d = _pair(sub, by="method", a="ablation", b="vfedtrans", value="points",
-                      cell=["n_aligned", "n_active_features"])
+    return _pair(sub, by="method", a="ablation", b="vfedtrans", value="points", cell=["n_aligned", "n_active_features"])
+
+
+def _ablation_beats_vfedtrans_somewhere(records: claims.Records) -> claims.Verdict:
+    if isinstance(d := _mimic_ablation_pairs(records, few=False), claims.Verdict):
+        return d
     per = [claims.ordering(g, a="Ablation", b="VFedTrans") for _, g in d.groupby("cell")]
     n_agree = sum(v.status == claims.AGREE for v in per)
     return claims.Verdict(claims.AGREE if n_agree else claims.DISAGREE,
@@ -632,13 +637,8 @@ def _ablation_beats_vfedtrans_somewhere(records: claims.Records) -> claims.Verdi
 
 
 def _fig8_vfedtrans_below_ablation(records: claims.Records) -> claims.Verdict:
-    df = _points(records)
-    sub = df[(df["dataset"] == "mimic3") & df["n_aligned"].isin(DATASETS["mimic3"].few_aligned)]
-    if sub.empty:
-        return claims.not_testable("MIMIC-III is not present (it cannot be redistributed)")
-    d = _pair(sub, by="method", a="ablation", b="vfedtrans", value="points",
-                      cell=["n_aligned", "n_active_features"])
-    return claims.ordering(d, a="Ablation", b="VFedTrans")
+    d = _mimic_ablation_pairs(records, few=True)
+    return d if isinstance(d, claims.Verdict) else claims.ordering(d, a="Ablation", b="VFedTrans")
 
 
 def _decay(records: claims.Records) -> claims.Verdict:

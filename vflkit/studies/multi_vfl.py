@@ -522,7 +522,11 @@ def round_seconds(config: MultiVFLConfig, *, rounds: int = 1) -> dict[str, float
     return {"cpu_s": (time.process_time() - cpu) / rounds, "wall_s": (time.perf_counter() - wall) / rounds}
 
 
-def _panels(df: pd.DataFrame, hue: str, order: Sequence[str], title: str, legend_title: str) -> plt.Figure:
+def _panels(records: Sequence[dict[str, Any]], keep: tuple[str, str], hue: str, order: Sequence[str], title: str,
+            legend_title: str) -> tuple[plt.Figure, pd.DataFrame]:
+    """The runs whose ``keep[0]`` is ``keep[1]``, one panel per dataset (mean and sd over seeds), and their data."""
+    df = history_frame(records)
+    df = df[df[keep[0]] == keep[1]]
     datasets = list(dict.fromkeys(df["dataset"]))
     fig, axes = plt.subplots(1, len(datasets), figsize=(5.2 * len(datasets), 3.8), squeeze=False, sharey=True)
     # every panel's levels: a curve keeps its colour and marker, the one legend lists it
@@ -540,25 +544,19 @@ def _panels(df: pd.DataFrame, hue: str, order: Sequence[str], title: str, legend
     sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1, 1), title=legend_title)
     fig.suptitle(title)
     fig.tight_layout()
-    return fig
+    return fig, df
 
 
 def figure2(records: Sequence[dict[str, Any]]) -> tuple[plt.Figure, pd.DataFrame]:
-    """Fig. 2: FedAvg, 1niid..4niid, one panel per dataset (mean and sd over seeds)."""
-    df = history_frame(records)
-    df = df[df["optimizer"] == "FedAvg"]
-    fig = _panels(df, "scenario", SCENARIOS, "Fig. 2: FedAvg as more label owners see only two labels",
-                  "non-IID label owners")
-    return fig, df
+    """Fig. 2: FedAvg, 1niid..4niid."""
+    return _panels(records, ("optimizer", "FedAvg"), "scenario", SCENARIOS,
+                   "Fig. 2: FedAvg as more label owners see only two labels", "non-IID label owners")
 
 
 def figure3(records: Sequence[dict[str, Any]]) -> tuple[plt.Figure, pd.DataFrame]:
-    """Fig. 3: 4niid under the four server optimizers, one panel per dataset."""
-    df = history_frame(records)
-    df = df[df["scenario"] == "4niid"]
-    fig = _panels(df, "optimizer", list(OPTIMIZER_LABELS.values()),
-                  "Fig. 3: 4niid (4 of 5 label owners non-IID) by server optimizer", "server optimizer")
-    return fig, df
+    """Fig. 3: 4niid under the four server optimizers."""
+    return _panels(records, ("scenario", "4niid"), "optimizer", list(OPTIMIZER_LABELS.values()),
+                   "Fig. 3: 4niid (4 of 5 label owners non-IID) by server optimizer", "server optimizer")
 
 
 # --------------------------------------------------------------------------- the study's declaration
