@@ -333,16 +333,6 @@ def test_paper_profile_runs_end_to_end_on_a_tiny_slice(tmp_path):
     assert study.paired_difference(recs, "apc_vfl_mae").empty
 
 
-def test_wins_counts_aligned_counts_where_apc_vfl_is_ahead():
-    """wins() counts, per dataset, the aligned counts where APC-VFL's gain over Local is
-    positive and above the Ablation's and VFedTrans's gains."""
-    idx = pd.MultiIndex.from_tuples([("bc", 250), ("bc", 100), ("cc", 10000)], names=["dataset", "n_aligned"])
-    gain = pd.DataFrame({"APC-VFL (MSE) - Local": [1.0, -0.5, 2.0], "Ablation - Local": [0.5, 0.0, 3.0],
-                         "VFedTrans - Local": [2.0, -1.0, 1.0]}, index=idx)
-    w = study.wins(gain).set_index("dataset")
-    assert w.loc["bc"].tolist() == [2, 1, 1, 1] and w.loc["cc"].tolist() == [1, 1, 0, 1]
-
-
 def test_a_run_handed_a_spent_deadline_is_not_started(tmp_path, monkeypatch):
     """One-shot runs do not checkpoint; a run whose deadline has passed raises BudgetExhausted
     before any training (the scheduler lists it as paused; its next call computes it) and writes

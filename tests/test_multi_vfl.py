@@ -348,7 +348,7 @@ def test_update_scale_measures_round_one_against_tau(monkeypatch):
     and sqrt(v) follows from it by the paper's moments."""
     monkeypatch.setattr(multi_owner, "dataset", lambda name: _data(n_train=600))
     cfg = study.configs("paper", seeds=[0], overrides=SLICE)[-1]
-    s = study.update_scale(cfg, device="cpu")
+    s = multi_owner.update_scale(cfg, device="cpu")
     assert s["local steps per owner"] == 2 and s["tau"] == cfg.tau
     assert 0 < s["median |t|"] <= s["99th percentile |t|"]
     assert s["median sqrt(v)"] == pytest.approx(0.1 * 0.1 * s["median |t|"], rel=1e-5)

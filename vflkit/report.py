@@ -1,17 +1,16 @@
 """Tables and figures beside the papers' numbers.
 
-The papers' printed numbers ship with the package (``vflkit/reference/*.csv``, one long format:
-``paper, table, dataset, method, setting, model, metric, value, std, note``). A reproduced table
-is written as ``figures/<paper>/<profile>/table<N>.csv`` (or a name of its own where the paper
-has no such table) in the same long format with our
-``value, std, n_runs, profile`` and the paper's ``paper_value, paper_std`` beside them (and
-``diverged`` where some run of a cell diverged: the count of such runs, kept out of the cell's
-value, which is NaN where every run diverged); every
-figure as ``fig<N>.png`` with the data it plots as ``fig<N>.csv``.
+The papers' printed numbers ship in ``vflkit/reference/*.csv`` (long format: ``paper, table,
+dataset, method, setting, model, metric, value, std, note``). A reproduced table is written as
+``figures/<paper>/<profile>/table<N>.csv`` (or its own name) in that format with our ``value,
+std, n_runs, profile``, the paper's ``paper_value, paper_std`` and, where some run of a cell
+diverged, ``diverged`` (their count, kept out of the value); a figure as ``fig<N>.png`` with the
+data it plots as ``fig<N>.csv``.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from importlib import resources
 from pathlib import Path
@@ -21,7 +20,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
-from .config import check_paper, check_record_profile, figures_dir
+from .config import FIGURES_ENV, check_paper, check_record_profile, figures_dir
 from .errors import ConfigError
 from .files import atomic_path
 
@@ -35,10 +34,8 @@ TABLE_COLUMNS: tuple[str, ...] = KEY_COLUMNS + ("value", "std", "n_runs", "profi
 def set_style() -> None:
     """The one plot style of every figure: seaborn whitegrid, colour-blind palette, readable sizes;
     in a notebook, figures drawn inline."""
-    # A backend forced through MPLBACKEND (Agg is common on headless machines) would keep every
-    # figure out of an executed notebook, the one a reader opens and nbval compares; in a Jupyter
-    # kernel, however it was started (JupyterLab, papermill, nbval), figures are drawn inline. A
-    # kernel has IPython imported already; a plain script need not import it at all.
+    # a backend forced through MPLBACKEND (Agg) would keep every figure out of an executed notebook:
+    # in a Jupyter kernel (IPython imported already) figures are drawn inline
     ipython = sys.modules.get("IPython")
     shell = ipython.get_ipython() if ipython is not None else None
     if getattr(shell, "kernel", None) is not None:
@@ -93,11 +90,8 @@ def output_dir(paper: str, profile: str, root: Path | str | None = None) -> Path
 
 def write_table(table: pd.DataFrame, paper: str, profile: str, number: str | None = None, *,
                 name: str | None = None, root: Path | str | None = None) -> Path | None:
-    """Write a joined table as ``table<number>.csv`` (the paper's table ``number``), or as
-    ``<name>.csv`` for a table the paper does not print; returns its path.
-
-    A table with no rows (none of its runs recorded yet) writes nothing and returns None, so a
-    notebook section calls it unconditionally and a committed table is never emptied."""
+    """Write a joined table as ``table<number>.csv`` or ``<name>.csv``; returns its path. A table with
+    no rows writes nothing and returns None: a committed table is never emptied."""
     if (number is None) == (name is None):
         raise ConfigError("write_table needs either the paper's table number or a name, not both")
     if table.empty:
@@ -112,21 +106,16 @@ def write_table(table: pd.DataFrame, paper: str, profile: str, number: str | Non
 
 
 def table_columns(table: pd.DataFrame) -> list[str]:
-    """The columns :func:`write_table` writes: :data:`TABLE_COLUMNS`, and ``diverged`` (runs of
-    a cell that diverged, kept out of its value) where some cell has one; a table none of whose
-    runs diverged keeps the columns it always had."""
+    """The columns :func:`write_table` writes: :data:`TABLE_COLUMNS`, and ``diverged`` where some
+    cell has a diverged run."""
     has_diverged = "diverged" in table and bool((table["diverged"].fillna(0) > 0).any())
     return list(TABLE_COLUMNS) + (["diverged"] if has_diverged else [])
 
 
 def seeds_stamp(data: pd.DataFrame, point: Sequence[str] | None = None) -> str:
-    """How many seeds stand behind a figure drawn from ``data``: "3 seeds", or, with ``point``
-    (the columns that name one plotted point or curve, e.g. dataset and method), "1–5 seeds a
-    point" where points differ (a curve whose other seeds are not recorded yet); "" where
-    ``data`` has no ``seed`` column.
-
-    Which columns make a point only the plot knows (a curve may average parties whose network
-    changes with the seed), so without ``point`` the stamp counts the seeds in ``data``."""
+    """How many seeds stand behind a figure drawn from ``data``: "3 seeds", or, with ``point`` (the
+    columns naming one plotted point or curve), "1–5 seeds a point" where points differ; "" where
+    ``data`` has no ``seed`` column."""
     if "seed" not in data or data.empty:
         return ""
     if point:
@@ -146,17 +135,12 @@ def seeds_stamp(data: pd.DataFrame, point: Sequence[str] | None = None) -> str:
 def save_figure(fig: plt.Figure, data: pd.DataFrame, paper: str, profile: str, number: str,
                 *, point: Sequence[str] | None = None, root: Path | str | None = None) -> Path:
     """Save ``fig<number>.png`` and the data it plots as ``fig<number>.csv``; returns the PNG path.
-
-    The figure is stamped with what it shows (paper, profile and, where the data has a ``seed``
-    column, how many seeds: :func:`seeds_stamp`, a range where the columns ``point`` names
-    have points with fewer seeds than others), so a PNG read on its own says which runs it
-    comes from.
-    """
+    The figure is stamped with paper, profile and seeds (:func:`seeds_stamp`): a PNG read on its
+    own says which runs it comes from."""
     out = output_dir(paper, profile, root)
     seeds = seeds_stamp(data, point)
     stamp = f"{paper} · {profile} profile" + (f" · {seeds}" if seeds else "")
-    # Under everything the figure draws (its tight box, outside legends included), so the stamp
-    # never covers an axis label or a legend entry; savefig's tight box then takes it in.
+    # under the figure's tight box (outside legends included): it never covers a label
     box = fig.get_tightbbox(fig.canvas.get_renderer())
     width, height = fig.get_size_inches()
     fig.text(box.x1 / width, box.y0 / height - 0.01, stamp, ha="right", va="top", fontsize=7, color="0.45")
@@ -173,10 +157,9 @@ PROVENANCE_COMMITS = 3
 
 
 def provenance(records: Sequence[dict]) -> pd.DataFrame:
-    """Where a set of run records comes from: one row per (device, CPU, torch, whether vflkit had
-    uncommitted changes) with the commits that made its runs (the first
-    :data:`PROVENANCE_COMMITS` by run count, then how many more: each record names its own), the
-    number of runs, and when the first and the last finished."""
+    """Where a set of run records comes from: per (uncommitted changes, device, CPU, torch) the
+    commits that made its runs (the first :data:`PROVENANCE_COMMITS` by count, then how many
+    more), the number of runs, and when the first and the last finished."""
     rows = []
     for r in records:
         env = r.get("environment", {})
@@ -184,8 +167,7 @@ def provenance(records: Sequence[dict]) -> pd.DataFrame:
                      "vflkit_modified": env.get("vflkit_modified", "not recorded"),
                      "device": env.get("device", "?"), "cpu": env.get("cpu", "not recorded"),
                      "torch": env.get("torch", "?"),
-                     # records migrated from a format that kept no time hold null: left out of
-                     # first/last (None, not "", which min() would pick as the first)
+                     # None, not "" (which min() would pick first), where a record kept no time
                      "finished": r.get("finished") or None})
     keys = ["vflkit_modified", "device", "cpu", "torch"]
     if not rows:  # nothing recorded yet (or no results folder found): an empty table, same columns
@@ -212,9 +194,7 @@ NOT_RECORDED = "not recorded"
 
 def side_by_side(table: pd.DataFrame, *, index: Sequence[str], columns: str, digits: int = 2) -> pd.DataFrame:
     """A readable pivot: each cell ``ours ± std (paper p ± s)``; '—' where the paper prints none;
-    "not recorded" for a cell the table has no row of (a run pending, or not in this profile),
-    never a bare NaN. An empty table (nothing recorded yet) gives an empty frame, which
-    :func:`show` words."""
+    :data:`NOT_RECORDED` for a cell the table has no row of. An empty table gives an empty frame."""
     if table.empty:
         return pd.DataFrame()
 
@@ -244,12 +224,8 @@ def side_by_side(table: pd.DataFrame, *, index: Sequence[str], columns: str, dig
 
 
 def shown_path(path: Path | str) -> str:
-    """``path`` as a reader should see it: relative to the figures folder, prefixed with
-    ``figures/`` (or ``$VFLKIT_FIGURES/`` when that moves them), never this machine's layout."""
-    import os
-
-    from .config import FIGURES_ENV
-
+    """``path`` as a reader should see it: ``figures/...`` (or ``$VFLKIT_FIGURES/...``), never this
+    machine's layout."""
     path = Path(path)
     root = figures_dir()
     try:
@@ -270,16 +246,13 @@ class Note(str):
 
 
 def show(table: pd.DataFrame, *, empty: str) -> pd.DataFrame | Note:
-    """``table`` where it has rows; otherwise ``empty`` (e.g. "No paper-profile run of Table II
-    recorded yet.") as a :class:`Note`, so a notebook section has one shape whatever is
-    recorded and an empty table never shows as a bare header."""
+    """``table`` where it has rows; otherwise ``empty`` as a :class:`Note` (never a bare header)."""
     return table if len(table) else Note(empty)
 
 
 def pending_summary(pending: pd.DataFrame, by: Sequence[str] = ("dataset", "needs")) -> pd.DataFrame:
-    """Pending runs (one row each, as :meth:`vflkit.studies.base.Study.pending` lists them)
-    counted per ``by``: ``runs`` and their summed ``h100_minutes``. No pending run gives an
-    empty frame with the same columns."""
+    """Pending runs (:meth:`vflkit.studies.base.Study.pending`) counted per ``by``: ``runs`` and
+    their summed ``h100_minutes`` (an empty frame of the same columns where none is pending)."""
     if pending.empty:
         return pd.DataFrame(columns=["runs", "h100_minutes"],
                             index=pd.MultiIndex.from_tuples([], names=list(by)) if len(by) > 1 else
@@ -290,14 +263,11 @@ def pending_summary(pending: pd.DataFrame, by: Sequence[str] = ("dataset", "need
 def draw(study: Study, label: str, profile: str, *, records: Sequence[dict] | None = None, seeds: Any = None,
          overrides: dict | None = None, also: str | None = None, root: Path | str | None = None,
          display: bool = True) -> Any:
-    """Artefact ``label`` of ``study`` drawn from the records of ``profile`` (``records``, a
-    notebook's own run; without them, those on disk: nothing is trained), its files written under
-    ``figures/<paper>/<profile>/`` and, with ``display``, shown in the notebook (a table as its
-    artefact's ``view``, a figure with where it was saved). ``also`` (e.g. ``"paper"``) draws that
-    profile's first, as far as recorded. A drawing none of whose runs is recorded writes nothing
-    (a committed file stays) and shows a note saying so. Returns ``profile``'s drawing; while
-    nothing is recorded an empty one of the same shape (a table with :data:`TABLE_COLUMNS` and
-    no row, a figure as ``(None, empty frame)``, several files as a dict of those)."""
+    """Artefact ``label`` of ``study`` drawn from ``profile``'s records (``records``, a notebook's
+    own run, or those on disk: nothing is trained), written under ``figures/<paper>/<profile>/``
+    and, with ``display``, shown (a table as its ``view``); ``also`` draws that profile's first.
+    A drawing with no recorded run writes nothing and says so; it returns an empty drawing of
+    the same shape (a table with no row, a figure as ``(None, empty frame)``, a dict of those)."""
     art = study.artefact(label)
     if art.draw is None:
         raise ConfigError(f"{study.title}'s {label} declares no drawing")

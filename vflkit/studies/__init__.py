@@ -1,12 +1,8 @@
-"""Per-paper study settings: which runs each profile makes, and the tables/figures drawn from them.
+"""Per-paper studies: which runs each profile makes, and the tables and figures drawn from them.
 
-Notebooks hold only a parameters cell and calls into these modules, so the small-data profiles
-are settings the package understands rather than branches inside notebooks.
-
-Each study module declares itself once (a :class:`~vflkit.studies.base.Study`, registered with
-:func:`register`); :data:`REGISTRY` holds them all, filled by importing every module of this
-package on first use, so a new paper is one new module here. Importing this package alone loads
-no study (nor torch): ``python -m vflkit.study --help`` stays instant.
+Each study module declares itself once (a :class:`~vflkit.studies.base.Study`, :func:`register`);
+:data:`REGISTRY` holds them all, filled by importing every module of this package on first use.
+Importing this package alone loads no study (nor torch).
 """
 
 from __future__ import annotations
@@ -28,9 +24,8 @@ _NOT_STUDIES = frozenset({"base"})
 
 
 def register(study: Study) -> Study:
-    """Add ``study`` to the registry and return it; a second study of the same name is an error
-    (two modules claiming one paper), as is a family :data:`~vflkit.studies.base.FAMILIES` lacks
-    and a name that is no simple name (:func:`vflkit.config.is_simple_name`)."""
+    """Add ``study`` to the registry and return it; a second study of one name, an unknown family
+    and a name that is no simple name (:func:`vflkit.config.is_simple_name`) are errors."""
     if not is_simple_name(study.name):  # its records' folder: <results>/<profile>/<name>/
         raise ConfigError(f"Invalid study name {study.name!r}; a study's name is its records' folder: use letters, "
                           "digits, '_' and '-' (at most 64, starting with a letter or digit)")
@@ -61,8 +56,7 @@ def unregister(name: str) -> Study | None:
 
 @functools.cache
 def module_names() -> tuple[str, ...]:
-    """The study modules of this package, found without importing them: each registers the study
-    of its name (the records' ``paper``)."""
+    """The study modules of this package, found without importing them."""
     return tuple(sorted(info.name for info in pkgutil.iter_modules(__path__)
                         if info.name not in _NOT_STUDIES and not info.name.startswith("_")))
 
@@ -96,8 +90,7 @@ def get(name: str) -> Study:
 
 
 def is_registered(name: str) -> bool:
-    """Whether a study ``name`` is registered already (loads no module: for validating a run's
-    ``paper`` from below the study layer)."""
+    """Whether a study ``name`` is registered already (loads no module)."""
     return name in _REGISTRY
 
 

@@ -1,29 +1,29 @@
-"""What VFedMH's and EASTER's studies share: both draw the parties' architectures by seed from
-one model set, order their runs alike (C-VFL's Q = 10 runs last) and judge some clauses on a
-labelled twin of their own method's runs. Not a study (its name starts with ``_``)."""
+"""What VFedMH's and EASTER's studies share (the same authors' two papers): architectures drawn by
+seed, the run order, the 1/C twins and their tables. Not a study (its name starts with ``_``)."""
 
 from __future__ import annotations
 
 import random
 from typing import Any, Callable, Sequence
 
+import numpy as np
 import pandas as pd
 
 from .. import analysis
+from ..config import check_profile, split_run_overrides
 from ..errors import ConfigError
 from ..methods import RunConfig
 from ..report import side_by_side
 from .base import unique as _unique
 
-#: How the ResNets are cut into h and p: half their weighted layers each (EASTER Sec. V-A, the
-#: same authors: "the number of layers in both the local embedding and predicting models was
-#: the same"; :mod:`vflkit.models`). The earlier six-unit reading gave ResNet50 and ResNet101
-#: the same h, so SplitNN's and C-VFL's two columns trained one network; ResNet18 is cut alike
-#: by both, and its records stand.
+#: How the ResNets are cut into h and p: half their weighted layers each (EASTER Sec. V-A: "the
+#: number of layers in both the local embedding and predicting models was the same"; :mod:`vflkit.models`).
 RESNET_CUT = "layers"
 
 #: The two readings of Eq. 7's gradient to each embedding network, as the 1/C tables label them.
 GRADIENT_READINGS: tuple[str, str] = ("∂L/∂E / C (default)", "∂L/∂E")
+#: The labelled reading of the 1/C twins (group ``embedding_gradient``).
+FULL_GRADIENT_READING = "h gets ∂L/∂E, no 1/C"
 
 _DATASET_ORDER = {"mnist": 0, "fashion_mnist": 1, "cifar10": 2}
 _METHOD_ORDER = {"agg_vfl": 1, "splitnn": 2, "local": 3}  # after the study's own method (0)
@@ -41,10 +41,8 @@ def assign_models(models: Sequence[str], n_parties: int = 4, *, seed: int) -> tu
 
 
 def run_priority(config: RunConfig, rank: int) -> tuple:
-    """The order the scheduler computes the runs in: the headline table (rank 0) for every seed,
-    then the other artefacts seed by seed, and C-VFL with its Q = 10 local iterations last (Q
-    steps per batch against one). Within a seed MNIST before FashionMNIST, the study's own
-    method first."""
+    """The scheduler's order: the headline table (rank 0) for every seed, then the other artefacts
+    seed by seed, C-VFL's Q = 10 runs last (Q steps a batch); within a seed by dataset, own method first."""
     costly = config.method == "c_vfl" and int(config.options.get("local_iterations", 10)) > 1
     return (costly, rank > 0, config.seed, rank, _DATASET_ORDER.get(config.dataset, 9),
             0 if config.method == config.paper else _METHOD_ORDER.get(config.method, 5), config.models)
@@ -58,6 +56,40 @@ def unique(groups: dict[str, list[RunConfig]]) -> list[RunConfig]:
 def by_key(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """``records`` by their run's key."""
     return {r["key"]: r for r in records}
+
+
+def settings(profiles: dict[str, dict[str, Any]], profile: str, overrides: dict[str, Any] | None) -> dict[str, Any]:
+    """A profile's settings, with any of them overridden (an unknown key is an error listing the
+    valid ones, :func:`vflkit.config.split_run_overrides`)."""
+    return split_run_overrides(profiles[check_profile(profile)], overrides, RunConfig)[0]
+
+
+def arch_metric(record: dict[str, Any], metric: str = "test_accuracy") -> dict[str, float]:
+    """Final test metric (%) per architecture: the mean over the party models holding it."""
+    out: dict[str, list[float]] = {}
+    for model_key, arch in record["models"].items():
+        out.setdefault(arch, []).append(100 * record["final"][model_key].get(metric, float("nan")))
+    return {a: float(np.mean(v)) for a, v in out.items()}
+
+
+def recorded_pairs(variants: Sequence[RunConfig], rec: dict[str, dict[str, Any]]) -> list[tuple[RunConfig, RunConfig]]:
+    """Each variant run (an option set: no blinding, Q = 1, the full gradient) with its standard
+    run (no options), where both are recorded: a paper profile part-computed has half-recorded pairs."""
+    pairs = [(c, c.replace(options={})) for c in variants]
+    return [(c, s) for c, s in pairs if c.key in rec and s.key in rec]
+
+
+def embedding_gradient(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]],
+                       names: dict[str, str], metric: Any = "test_accuracy") -> pd.DataFrame:
+    """The 1/C comparison: each run of group ``embedding_gradient`` (h given ∂L_k/∂E) beside the
+    study's own run (h given ∂L_k/∂E / C, Eq. 7's exact gradient), the same seed, data and
+    initialisation: final metric (mean over the party models), e* and the paired difference
+    (:func:`vflkit.analysis.variant_pairs`); pairs not recorded yet are left out. ``names``: the
+    datasets as the paper prints them."""
+    rec = by_key(records)
+    pairs = [(rec[s.key], rec[c.key]) for c, s in recorded_pairs(groups["embedding_gradient"], rec)]
+    out = analysis.variant_pairs(pairs, labels=GRADIENT_READINGS, metric=metric)
+    return out.assign(dataset=out["dataset"].map(names))
 
 
 def with_variant(groups: dict[str, list[RunConfig]], variants: dict[str, tuple[str, str]], variant: str | None,

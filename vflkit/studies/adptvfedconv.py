@@ -1,13 +1,10 @@
 """AdptVFedConv (Li et al.): VGG-16 across the 2x2 tiles of CIFAR images, by feature-map transfer.
 
-Reproduces Table 2 / Fig. 3 (AdptVFedConv, Centralized VGG-16, Non-cooperation, No model
-transfer, Zero-padding mode, with per-epoch curves), Table 3 / Fig. 4 (extractor depth, with what
-each cut costs a client: upload bytes per sample from the ledger, extractor MACs and parameters),
-and the edge-device communication the paper claims but never measures (model transfer and
-feature maps against raw tiles and against parameter-sharing FL of the same VGG-16). Our
-extensions (labelled "ours"): one-shot extraction (Algorithm 1 literally), transfer without
-fine-tuning, BatchNorm statistics only. The runs are :mod:`vflkit.training.tiles`' (a
-:class:`~vflkit.training.tiles.TilesRun` per record).
+Table 2 / Fig. 3 (AdptVFedConv, Centralized VGG-16, Non-cooperation, No model transfer,
+Zero-padding mode, with curves), Table 3 / Fig. 4 (extractor depth and what each cut costs a
+client), and the edge-device communication the paper claims but never measures. Our extensions:
+one-shot extraction (Algorithm 1 literally), transfer without fine-tuning, BatchNorm statistics
+only. The runs are :mod:`vflkit.training.tiles`'.
 """
 
 from __future__ import annotations
@@ -23,7 +20,6 @@ from .. import claims, records as store
 from ..config import apply_overrides, check_profile, check_seeds, check_seeds_once
 from ..methods.adptvfedconv import _PRETRAIN_FIELDS, CUTS, AdptVFedConvConfig, cost_model
 from ..report import join_reference, side_by_side
-from ..training import tiles
 from ..training.tiles import LABELS, TilesRun
 from . import base, register
 from .base import Artefact, Study
@@ -33,24 +29,17 @@ DATASET_NAMES = {"cifar10": "CIFAR-10", "cifar100": "CIFAR-100", "cinic10": "CIN
 TABLE2_VARIANTS = ("adptvfedconv", "centralized", "noncooperation", "no_transfer", "zero_padding")
 EXTENSIONS = ("oneshot", "no_finetune", "bn_stats")
 
-#: Per profile: the :class:`AdptVFedConvConfig` fields every run gets (``run``), the seeds, the
-#: Table 3 cuts, and the seeds of our extensions.
+#: Per profile: the :class:`AdptVFedConvConfig` fields of every run (``run``), the seeds, the
+#: Table 3 cuts and our extensions' seeds.
 #:
-#: * smoke (CI, seconds): width 1/16, 64 training and 32 test images, one epoch per stage.
-#: * quick (a shared 2-core CPU): **width 1/8, not the paper's model** (conv widths 8..64, FC
-#:   512). Images and epochs are the paper profile's divided by one common factor k = 15, the
-#:   smallest that keeps whole epochs and fits the study in about a quarter of an hour of CPU:
-#:   3333 training / 667 test CIFAR-10 images (one subset for every seed), 4 epochs per
-#:   supervised stage, the autoencoder's 10 rounded up to 1. Centralized trains 8 epochs, those
-#:   of AdptVFedConv's two supervised stages together (stages 1 and 3, both on these labels): at
-#:   4 epochs no model is near convergence, where equal epochs would be a fair budget, and a
-#:   4-epoch Centralized ended below Non-cooperation. Batch 32: more steps matter more than
-#:   larger batches here. Optimizers, learning rates and schedules are the paper profile's.
-#:   Table 2 and three cuts (2C, 2C+1M, 4C+2M: the first max-pool and a deeper extractor) on 3
-#:   seeds, the extensions on one.
+#: * smoke (CI): width 1/16, 64 training and 32 test images, one epoch per stage.
+#: * quick (2-core CPU): **width 1/8, not the paper's model**. Images and epochs are paper's / 15
+#:   (the smallest factor keeping whole epochs in a quarter hour): 3333 / 667 images, 4 epochs per
+#:   supervised stage, 1 autoencoder epoch. Centralized trains 8, AdptVFedConv's two supervised
+#:   stages together (at 4 no model is near convergence, and a 4-epoch Centralized ended below
+#:   Non-cooperation). Batch 32: more steps matter more here. Three cuts (2C, 2C+1M, 4C+2M).
 #: * paper: width 1, all of CIFAR-10, 60 epochs per stage (the spec's choice; the paper gives
 #:   none), 10 autoencoder epochs, batch 128, all ten cuts, one seed (the paper prints no std).
-#:   GPU only; the notebook lists what is pending with its estimated cost.
 PROFILE_SETTINGS: dict[str, dict[str, Any]] = {
     "smoke": {"run": {"width": 1 / 16, "n_train": 64, "n_test": 32, "pretrain_epochs": 1,
                       "finetune_epochs": 1, "classifier_epochs": 1, "centralized_epochs": 1,
@@ -70,21 +59,16 @@ _RUN_FIELDS = tuple(f for f in AdptVFedConvConfig.__dataclass_fields__
 
 def configs(profile: str, *, seeds: Sequence[int] | None = None,
             overrides: dict[str, Any] | None = None) -> dict[str, list[TilesRun]]:
-    """Every run of ``profile``, by artefact: ``table2`` (5 rows x seeds), ``table3`` (cuts x
-    seeds; its 2C+1M runs are Table 2's AdptVFedConv runs) and ``extensions`` (ours).
-
-    ``overrides`` replace profile settings (``seeds``, ``cuts``, ``extension_seeds``) or set an
-    :class:`AdptVFedConvConfig` field on every run (e.g. ``n_train``, ``classifier_epochs``);
-    an unknown key is an error listing the valid ones.
-    """
+    """Every run, by artefact: ``table2``, ``table3`` (its 2C+1M runs are Table 2's) and
+    ``extensions``. ``overrides`` replace profile settings or set an :class:`AdptVFedConvConfig`
+    field on every run."""
     settings = {k: v for k, v in PROFILE_SETTINGS[check_profile(profile)].items() if k != "run"}
     s, forced = apply_overrides(settings, overrides, run_fields=_RUN_FIELDS)
     base = {**PROFILE_SETTINGS[profile]["run"], **forced}
     check_seeds_once(seeds, overrides)
     seeds = check_seeds(s["seeds"] if seeds is None else seeds)
     ext_seeds = tuple(x for x in s["extension_seeds"] if x in seeds) or seeds[:1]
-    # Order matters for the scheduler's two workers: the runs that train a pre-training
-    # (Non-cooperation, Zero-padding) start before the runs that wait for it.
+    # the runs that train a pre-training (Non-cooperation, Zero-padding) start before those that wait
     t2 = [TilesRun.make(v, seed=seed, **base) for seed in seeds
           for v in ("noncooperation", "centralized", "zero_padding", "adptvfedconv", "no_transfer")]
     t3 = [TilesRun.make("adptvfedconv", seed=seed, cut=cut, **base) for seed in seeds for cut in s["cuts"]]
@@ -98,14 +82,12 @@ def all_runs(groups: dict[str, list[TilesRun]]) -> list[TilesRun]:
 
 
 def needs_gpu(run: TilesRun) -> bool:
-    """The paper's full-width VGG-16-BN (width 1) is a GPU's work; the reduced widths of the
-    smaller profiles train on a CPU."""
+    """The paper's full-width VGG-16-BN is a GPU's work; the reduced widths train on a CPU."""
     return run.adpt.width >= 1
 
 
-#: Estimated seconds per epoch of each stage on one H100 at width 1 on all of CIFAR-10 (the
-#: spec's estimates from FLOPs and launch overhead, +-2x; not measured here): what a pending
-#: paper-profile run will cost.
+#: Estimated H100 seconds per epoch of each stage at width 1 on CIFAR-10 (the spec's, from FLOPs
+#: and launch overhead, +-2x; not measured).
 H100_S_PER_EPOCH = {"pretrain": 2.5, "finetune_per_client": 1.0, "classifier": 7.0, "centralized": 5.0}
 
 
@@ -171,17 +153,15 @@ def _table(df: pd.DataFrame, *, table: str, method: pd.Series, setting: pd.Serie
 
 
 def table2(recs: Sequence[dict[str, Any]], *, profile: str) -> pd.DataFrame:
-    """Table 2 in the reference long format: final-epoch (the paper's metric, we read) and best
-    test accuracy (%) per row, mean and std over seeds, beside the paper's."""
+    """Table 2: final-epoch (the paper's metric, we read) and best test accuracy (%), beside the paper's."""
     df = runs_frame(recs)
     df = df[df["variant"].isin(TABLE2_VARIANTS) & ((df["cut"] == "2C+1M") | (df["variant"] == "centralized"))]
     return _table(df, table="2", method=df["label"], setting=pd.Series("", index=df.index), profile=profile)
 
 
 def table3(recs: Sequence[dict[str, Any]], *, profile: str) -> pd.DataFrame:
-    """Table 3: accuracy per extractor depth beside the paper's, with what the cut costs a client
-    (upload bytes per sample from the ledger, extractor MACs per tile and parameters) as rows of
-    their own (the paper prints none)."""
+    """Table 3: accuracy per extractor depth beside the paper's, and what the cut costs a client
+    (upload bytes per sample, extractor MACs and parameters) as rows of their own."""
     df = runs_frame(recs)
     df = df[(df["variant"] == "adptvfedconv")]
     out = _table(df, table="3", method=df["label"], setting="extractor=" + df["cut"], profile=profile)
@@ -204,8 +184,7 @@ def table3(recs: Sequence[dict[str, Any]], *, profile: str) -> pd.DataFrame:
 
 
 def extensions(recs: Sequence[dict[str, Any]], *, profile: str) -> pd.DataFrame:
-    """Our extensions beside AdptVFedConv on the same seeds: what the autoencoder adds over plain
-    transfer, and one-shot extraction (no stage-3 augmentation)."""
+    """Our extensions beside AdptVFedConv on the same seeds."""
     df = runs_frame(recs)
     ext_seeds = set(df[df["variant"].isin(EXTENSIONS)]["seed"])
     df = df[(df["variant"].isin(EXTENSIONS) | ((df["variant"] == "adptvfedconv") & (df["cut"] == "2C+1M")))
@@ -227,8 +206,7 @@ def curves(recs: Sequence[dict[str, Any]], variants: Sequence[str] = ("adptvfedc
 
 
 def plot_fig3(curve: pd.DataFrame, table: pd.DataFrame) -> plt.Figure:
-    """Test accuracy per epoch (mean over seeds, band = min..max), the paper's final accuracy
-    as a dashed line of the same colour."""
+    """Test accuracy per epoch (mean, band min..max over seeds), the paper's final one dashed."""
     fig, ax = plt.subplots(figsize=(6.5, 4))
     paper = table[table["metric"] == "top1_accuracy_pct"].set_index("method")["paper_value"]
     for lab, g in curve.groupby("label", sort=False):
@@ -273,15 +251,9 @@ def plot_fig4(table: pd.DataFrame) -> plt.Figure:
 
 
 def communication(recs: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    """Per client, over one whole run: what AdptVFedConv sends and receives against the
-    alternatives, at the recorded run's scale (from its ledger) and at the paper's (the same
-    protocol priced with the paper's model, 50,000 images and 60 epochs).
-
-    Rows: model transfer (once, received), feature maps (sent, per extraction: one per stage-3
-    epoch with our coordinated augmentation, once with Algorithm 1's one-shot extraction), the
-    raw tiles (sent once: what the protocol replaces), and parameter-sharing FL of the same
-    VGG-16 (FedAvg: the model up and down once per round; one round per epoch).
-    """
+    """Per client over one run: what AdptVFedConv sends and receives (model transfer, feature maps
+    per extraction: every stage-3 epoch or once) against the raw tiles and parameter-sharing FL
+    of the same VGG-16 (one round per epoch), at the recorded run's scale and the paper's."""
     out = []
     scales: list[tuple[str, dict[str, Any], int, int]] = []
     per_epoch = [r for r in recs if r["config"]["variant"] == "adptvfedconv" and r["config"]["cut"] == "2C+1M"]
@@ -314,9 +286,7 @@ def communication(recs: Sequence[dict[str, Any]]) -> pd.DataFrame:
 
 
 def communication_words(table: pd.DataFrame) -> str:
-    """:func:`communication`'s comparison worded from its rows: per scale, how many times its raw
-    tiles a client sends with AdptVFedConv (maps once, and re-extracted every epoch) and with
-    parameter-sharing FL."""
+    """:func:`communication` worded: per scale, how many times its raw tiles a client sends."""
     def times(x: float) -> str:
         return f"{x:.3g}" if x < 100 else f"{x:,.0f}"
 
@@ -334,25 +304,17 @@ def communication_words(table: pd.DataFrame) -> str:
 
 
 def compute(recs: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    """What a client computes per sample, forward only (MACs): AdptVFedConv's extractor on its
-    tile against the whole VGG-16 an FL client would train on the image, at the recorded width
-    and at the paper's."""
-    rows = []
-    per = [r for r in recs if r["config"]["variant"] == "adptvfedconv"]
-    seen = set()
-    for r in per:
-        c = r["costs"]
-        if c["cut"] in seen:
-            continue
-        seen.add(c["cut"])
-        rows.append({"scale": "this run", "cut": c["cut"], "extractor_macs_per_tile": c["extractor_macs_per_tile"],
-                     "centralized_macs_per_image": c["centralized_macs_per_image"],
-                     "ratio": c["extractor_macs_per_tile"] / c["centralized_macs_per_image"]})
-    for cut in sorted(seen, key=CUTS.index):
-        c = cost_model(AdptVFedConvConfig(width=1.0, cut=cut))
-        rows.append({"scale": "paper's VGG-16", "cut": cut, "extractor_macs_per_tile": c["extractor_macs_per_tile"],
-                     "centralized_macs_per_image": c["centralized_macs_per_image"],
-                     "ratio": c["extractor_macs_per_tile"] / c["centralized_macs_per_image"]})
+    """Forward MACs per sample: a client's extractor on its tile against the whole VGG-16 on the
+    image, at the recorded width and the paper's."""
+    ours = {}  # each cut's first recorded costs
+    for r in recs:
+        if r["config"]["variant"] == "adptvfedconv":
+            ours.setdefault(r["costs"]["cut"], r["costs"])
+    paper = {cut: cost_model(AdptVFedConvConfig(width=1.0, cut=cut)) for cut in sorted(ours, key=CUTS.index)}
+    rows = [{"scale": scale, "cut": cut, "extractor_macs_per_tile": c["extractor_macs_per_tile"],
+             "centralized_macs_per_image": c["centralized_macs_per_image"],
+             "ratio": c["extractor_macs_per_tile"] / c["centralized_macs_per_image"]}
+            for scale, costs in (("this run", ours), ("paper's VGG-16", paper)) for cut, c in costs.items()]
     return pd.DataFrame(rows, columns=["scale", "cut", "extractor_macs_per_tile", "centralized_macs_per_image", "ratio"])
 
 
@@ -394,9 +356,8 @@ def _order(a: tuple[str, str], b: tuple[str, str], names: tuple[str, str]):
 
 
 def _within(records: claims.Records, a: tuple[str, str], b: tuple[str, str], lo: float, hi: float, what: str) -> claims.Verdict:
-    """The clause "a - b lies in [lo, hi] points": agree when the mean's noise band
-    (:func:`claims.noise_band`, the 95 % t interval over seeds) lies inside, disagree when it
-    lies wholly outside, else not testable."""
+    """"a - b lies in [lo, hi] points": agree when the mean's noise band lies inside, disagree when
+    wholly outside, else not testable."""
     if isinstance(d := _diffs(records, a, b), claims.Verdict):
         return d
     if d.empty:
@@ -407,9 +368,7 @@ def _within(records: claims.Records, a: tuple[str, str], b: tuple[str, str], lo:
     mean, se, band = claims.interval(d)
     ev = (f"{what}: {mean:+.2f} ± {se:.2f} points (mean ± s.e., {len(d)} seeds; noise band ± {band:.2f}); "
           f"paper {lo:g} to {hi:g}")
-    # A gap's size belongs to the model and the training length: on a width-reduced VGG-16
-    # trained a few epochs (smoke, quick) it says nothing about the paper's, whichever side of
-    # the paper's range it falls. Only the paper's model can agree or disagree with it.
+    # a gap's size belongs to the model and training length: only the paper's model can judge it
     widths = set(runs_frame(_recorded(records))["width"])
     if widths != {1.0}:
         return claims.not_testable(ev + ": measured on a width-reduced VGG-16 (not the paper's model), "
@@ -422,9 +381,8 @@ def _within(records: claims.Records, a: tuple[str, str], b: tuple[str, str], lo:
 
 
 def _no_loss(records: claims.Records, a: tuple[str, str], b: tuple[str, str], what: str, margin: float = 1.0) -> claims.Verdict:
-    """The clause "a is no worse than b": agree when the data rule out a loss of more than
-    ``margin`` points (mean - band > -margin, with :func:`claims.noise_band` over seeds), disagree
-    when a is below b beyond the noise (mean + band < 0), else not testable."""
+    """"a is no worse than b": agree when a loss beyond ``margin`` points is ruled out, disagree
+    when a is below b beyond the noise, else not testable."""
     if isinstance(d := _diffs(records, a, b), claims.Verdict):
         return d
     if len(d) < 2:
@@ -462,8 +420,7 @@ _PRICED, _LEDGER = ("AdptVFedConv, maps re-extracted every epoch (ours, default)
 
 
 def _ledger_check(com: pd.DataFrame) -> str:
-    """Whether the recorded run's ledger gives the bytes the pricing gives at its scale, as
-    :func:`communication`'s rows show it (the paper-scale figure rests on that pricing)."""
+    """Whether the recorded run's ledger gives the bytes priced at its scale (the paper-scale figure rests on it)."""
     run = com[com["scale"] == "this run (recorded)"].set_index("what")["MiB"]
     if _PRICED not in run or _LEDGER not in run:
         return "no run recorded at this profile to check the pricing against its ledger"
@@ -493,10 +450,8 @@ CLAIMS: list[claims.Claim] = [
                  _comm_claim("AdptVFedConv, maps sent once (Algorithm 1)")),
 ]
 
-#: Clauses about vflkit's own variants, not the paper's claims: judged and shown apart (the
-#: report's "our variants" rows), never counted as the paper's. Re-extracting the maps every
-#: epoch is our choice (coordinated augmentation, see the trainer's docstring); Algorithm 1
-#: sends them once, and the paper's clause is judged on that above.
+#: Clauses on our variant, shown apart: re-extracting the maps every epoch is our choice (coordinated
+#: augmentation, see the trainer); Algorithm 1 sends them once, as the paper's clause is judged.
 VARIANT_CLAIMS: list[claims.Claim] = [
     claims.Claim(PAPER, "Sec. 5 (our variant)", "less communication than parameter-sharing FL with the maps "
                  "re-extracted every epoch (vflkit's default, for the augmentation of Sec. 4.1)",
@@ -514,8 +469,8 @@ def side(table: pd.DataFrame, digits: int = 2) -> pd.DataFrame:
 
 
 def pending_cost(runs: Sequence[TilesRun]) -> pd.DataFrame:
-    """The price of pending paper-profile runs: GPU only, at :func:`estimated_h100_minutes`,
-    a pre-training shared between the profile's pending runs counted once (at its first)."""
+    """Pending paper-profile runs' H100 minutes (:func:`estimated_h100_minutes`), a shared
+    pre-training counted once."""
     paper = all_runs(configs("paper"))
     have = {r["key"] for r in store.load_available(paper, profile="paper")}
     seen_pre: set[str] = set()

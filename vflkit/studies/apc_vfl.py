@@ -1,11 +1,9 @@
 """APC-VFL (Irureta et al. 2025): one-shot VFL with autoencoders and distillation.
 
-Reproduces Figs 5-8 / Appendices C-D (Local, Ablation, APC-VFL with MSE and MAE distillation,
-VFedTrans over aligned-sample counts and feature partitions), Table 2 (SplitNN vs APC-VFL on
-aligned data only) and Table 4 (MIMIC-III macro/weighted F1, when the data is present), with
-every method's communication from the channel's ledger beside the paper's footprint formulas
-(Eqs. 6-10). The runs (parties, the one-shot methods, the classifier of step ④ and the
-scoring) are :mod:`vflkit.training.one_shot`'s.
+Figs 5-8 / Appendices C-D (Local, Ablation, APC-VFL with MSE and MAE distillation, VFedTrans over
+aligned-sample counts and feature partitions), Table 2 (SplitNN vs APC-VFL on aligned data only)
+and Table 4 (MIMIC-III F1, where present), each method's ledger beside the paper's footprint
+formulas (Eqs. 6-10). The runs are :mod:`vflkit.training.one_shot`'s.
 """
 
 from __future__ import annotations
@@ -23,7 +21,6 @@ from .. import claims, records as store
 from ..config import apply_overrides, check_profile, check_seeds, check_seeds_once, data_root
 from ..partition import APC_VFL_N_ACTIVE
 from ..report import join_reference, side_by_side
-from ..training import one_shot
 from ..training.one_shot import (DATASETS, FIG5_METHODS, LOCAL_METHODS, TABLE2_METHODS, OneShotRun,
                                  available_datasets)
 from . import base, register
@@ -37,27 +34,20 @@ METHOD_LABELS: dict[str, str] = {
     "apc_vfl_mae": "APC-VFL (MAE)", "vfedtrans": "VFedTrans", "vfedtrans_repr": "VFedTrans (repr. only)",
     "splitnn": "SplitNN", "apc_vfl_joint": "APC-VFL",
 }
-#: Features a run scores beside its method's on the same encoder (``record["variants"]``), and
-#: the method name their rows take in the frames: VFedTrans's representation without the raw
-#: task features (APC-VFL Sec. 6's reading; the default follows VFedTrans's own pipeline).
+#: Features a run scores beside its method's on the same encoder (``record["variants"]``) -> their
+#: rows' method: VFedTrans's representation without the raw features (APC-VFL Sec. 6's reading).
 VARIANTS: dict[tuple[str, str], str] = {("vfedtrans", "representation_only"): "vfedtrans_repr"}
 #: Methods in the order the figures and tables show them.
 DISPLAY_ORDER: tuple[str, ...] = ("local", "ablation", "vfedtrans", "vfedtrans_repr", "apc_vfl_mse", "apc_vfl_mae")
-#: The learning rate of the sensitivity rows: what an earlier version used everywhere instead of
-#: Appendix B's Adam default (:data:`~vflkit.methods.oneshot.ADAM_LR`).
+#: The sensitivity rows' learning rate, against Appendix B's Adam default (:data:`~vflkit.methods.oneshot.ADAM_LR`).
 SENSITIVITY_LR = 0.01
-#: Per profile. Every profile trains with the paper's hyperparameters (Appendix B: Adam
-#: lr 1e-3, lambda 0.01, batch 8 / 128, early stopping with patience 10 on 10 % of the samples,
-#: 10-fold CV); profiles differ only in how much they run. ``epochs`` caps every autoencoder /
-#: SplitNN per dataset (the paper: 200, with early stopping); ``n_active_features`` are the
-#: Appendix A partitions run; ``methods`` the Fig. 5 methods; ``few_aligned`` adds Fig. 8 /
-#: D.3's small counts; ``lr_sensitivity`` the datasets whose Fig. 5 (Ablation, APC-VFL MSE) and
-#: Table 2 runs are repeated at lr 0.01, the labelled sensitivity rows.
-#: quick is a reduction for a shared 2-core CPU: each dataset at its extreme aligned counts
-#: (Breast Cancer 250 and 100, Credit Card 10000 and 2500) and its extreme partitions (2 and 5
-#: active features), APC-VFL with MSE only, 3 repetitions; Breast Cancer at the paper's epochs
-#: (up to 200, early stopping), Credit Card capped at 10 epochs of 157 batches (so its early
-#: stopping, patience 10, never acts). paper is the paper's full grid.
+#: Per profile, all at Appendix B's hyperparameters (Adam 1e-3, lambda 0.01, batch 8 / 128, early
+#: stopping with patience 10 on 10 % of the samples, 10-fold CV). ``epochs`` caps each autoencoder
+#: / SplitNN per dataset (paper: 200); ``n_active_features``: Appendix A's partitions run;
+#: ``few_aligned`` adds Fig. 8 / D.3's counts; ``lr_sensitivity``: datasets whose Fig. 5 (Ablation,
+#: APC-VFL MSE) and Table 2 runs are repeated at lr 0.01. quick (2-core CPU): each dataset's extreme
+#: aligned counts and partitions (2, 5), MSE only, 3 repetitions; Credit Card capped at 10 epochs
+#: of 157 batches (its early stopping never acts). paper: the full grid.
 PROFILE_SETTINGS: dict[str, dict[str, Any]] = {
     "smoke": {"datasets": ("breast_cancer",), "aligned": {"breast_cancer": (250, 100)},
               "n_active_features": (2, 5), "methods": ("local", "ablation", "vfedtrans", "apc_vfl_mse"),
@@ -74,28 +64,21 @@ PROFILE_SETTINGS: dict[str, dict[str, Any]] = {
               "epochs": {}, "folds": 10, "seeds": (0, 1, 2, 3, 4), "table2_aligned": {},
               "lr_sensitivity": ("breast_cancer",)},
 }
-#: The Fig. 5 methods repeated at :data:`SENSITIVITY_LR` (those whose teacher or encoder the
-#: learning rate changes most; Local trains nothing).
+#: The Fig. 5 methods repeated at :data:`SENSITIVITY_LR` (Local trains nothing).
 SENSITIVITY_METHODS: tuple[str, ...] = ("ablation", "apc_vfl_mse")
 
 
 def settings(profile: str) -> dict[str, Any]:
-    """The settings of ``profile``; an unknown profile is a ConfigError that lists the valid
-    ones (the notebook reads them through here, so ``-p profile fast`` fails clearly)."""
+    """The settings of ``profile`` (an unknown one is a ConfigError listing the valid ones)."""
     return PROFILE_SETTINGS[check_profile(profile)]
 
 
 def configs(profile: str, *, seeds: Sequence[int] | None = None,
             overrides: dict[str, Any] | None = None) -> list[OneShotRun]:
-    """Every run of ``profile``: Fig. 5 (+ Fig. 8 / D.3 in ``paper``) and Table 2 grids, then
-    the lr-0.01 sensitivity runs (:func:`split_lr` separates their records).
-
-    ``seeds``: repetitions (default: the profile's). ``overrides`` replace profile settings
-    (e.g. ``datasets``; ``epochs``, ``aligned`` and ``table2_aligned`` are per dataset in the
-    profiles, and an override may give one value for every dataset) or set a
-    :class:`OneShotRun` field on every run (``patience``, ``lr``, ``lam``, ``val_fraction``;
-    forcing ``lr`` drops the sensitivity runs); an unknown key is an error that lists the valid ones.
-    """
+    """Every run: Fig. 5 (+ Fig. 8 / D.3 in ``paper``) and Table 2 grids, then the lr-0.01
+    sensitivity runs (:func:`split_lr`). ``overrides`` replace profile settings (``epochs``,
+    ``aligned``, ``table2_aligned`` may give one value for every dataset) or set ``patience``,
+    ``lr`` (dropping the sensitivity runs), ``lam`` or ``val_fraction`` on every run."""
     run_fields = ("patience", "lr", "lam", "val_fraction")
     s, forced = apply_overrides(PROFILE_SETTINGS[check_profile(profile)], overrides, run_fields=run_fields)
     check_seeds_once(seeds, overrides)
@@ -118,8 +101,7 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
                         if m in s["methods"]:
                             out.append(OneShotRun(kind="fig5", dataset=ds, method=m, n_aligned=n,
                                                   n_active_features=a, seed=seed, **common))
-            # Table 2: the initial (5-feature) partition; the paper notes the split of features
-            # does not matter when training and inference are both collaborative.
+            # Table 2: the 5-feature partition (the split does not matter when both sides collaborate)
             for n in tuple(per["table2_aligned"]):
                 for m in TABLE2_METHODS:
                     out.append(OneShotRun(kind="table2", dataset=ds, method=m, n_aligned=n,
@@ -132,8 +114,8 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
 
 
 def split_lr(records: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """``(main, sensitivity)``: the records at Appendix B's learning rate and those at
-    :data:`SENSITIVITY_LR`. Every table and figure is drawn from one of the two, never both."""
+    """``(main, sensitivity)``: the records at Appendix B's rate and at :data:`SENSITIVITY_LR`
+    (every table and figure is drawn from one of the two)."""
     main = [r for r in records if r["config"]["lr"] != SENSITIVITY_LR]
     return main, [r for r in records if r["config"]["lr"] == SENSITIVITY_LR]
 
@@ -158,8 +140,8 @@ def footprint_apc_vfl(n_aligned: int, z_p: int = 256) -> int:
 
 def footprint_splitnn(epochs: int, n_aligned: int, batch_size: int, z_p: int = 256,
                       p: int = 128 * 256 + 256) -> int:
-    """Eqs. 7-9: epochs * |D_A| * z_p * 4 (forward) + epochs * ceil(|D_A|/B) * p * 4 (backward,
-    priced as one gradient per parameter of the passive encoder's last layer)."""
+    """Eqs. 7-9: epochs * |D_A| * z_p * 4 (forward) + epochs * ceil(|D_A|/B) * p * 4 (backward: one
+    gradient per parameter of the passive encoder's last layer)."""
     return epochs * n_aligned * z_p * 4 + epochs * math.ceil(n_aligned / batch_size) * p * 4
 
 
@@ -190,8 +172,7 @@ def footprint_formula(rec: dict[str, Any]) -> float:
 
 
 def runs_frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    """One row per run and metric: config columns, the run's mean-over-folds value, ledger
-    bytes and rounds, and the paper's formula for the same run."""
+    """One row per run and metric: config, mean-over-folds value, ledger bytes and rounds, formula."""
     _one_lr(records)
     rows = []
     for r in records:
@@ -207,48 +188,36 @@ def runs_frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _expand_local(df: pd.DataFrame, aligned: dict[str, Sequence[int]]) -> pd.DataFrame:
-    """Local and Ablation do not depend on |D_A|: repeat their rows at each aligned count."""
-    loc = df[df["n_aligned"].isna()]
-    parts = [df[df["n_aligned"].notna()]]
-    for ds, counts in aligned.items():
-        for n in counts:
-            parts.append(loc[loc["dataset"] == ds].assign(n_aligned=n))
-    out = pd.concat(parts, ignore_index=True)
-    out["n_aligned"] = out["n_aligned"].astype(int)
-    return out
-
-
 def _fig5_runs(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """Fig. 5's runs, one row each with its dataset's metric, Local and Ablation repeated at
     every aligned count of their dataset."""
     df = runs_frame([r for r in records if r["config"]["kind"] == "fig5"])
     aligned = {ds: sorted(df[df["dataset"] == ds]["n_aligned"].dropna().astype(int).unique())
                for ds in df["dataset"].unique()}
-    df = _expand_local(df, aligned)
+    loc = df[df["n_aligned"].isna()]  # Local and Ablation do not depend on |D_A|
+    df = pd.concat([df[df["n_aligned"].notna()]] + [loc[loc["dataset"] == ds].assign(n_aligned=n)
+                                                    for ds, counts in aligned.items() for n in counts],
+                   ignore_index=True).astype({"n_aligned": int})
     return df[df["metric"] == df["dataset"].map(lambda d: DATASETS[d].metric)]
 
 
 def fig5_frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    """Fig. 5's data: per dataset, |D_A| and method, the mean over feature partitions of the
-    per-partition mean over repetitions, and its std over partitions (the paper's bars); no
-    Fig. 5 run recorded gives an empty frame with the same columns."""
+    """Fig. 5's data: per dataset, |D_A| and method, the mean over partitions of the per-partition
+    mean over repetitions, and its std over partitions (the paper's bars)."""
     if not any(r["config"]["kind"] == "fig5" for r in records):
         return pd.DataFrame(columns=["dataset", "n_aligned", "method", "label", "metric", "value", "std",
                                      "n_partitions", "n_runs"])
     df = _fig5_runs(records)
     per_part = df.groupby(["dataset", "n_aligned", "method", "label", "metric", "n_active_features"],
                           as_index=False).agg(value=("value", "mean"), n_runs=("value", "size"))
-    out = per_part.groupby(["dataset", "n_aligned", "method", "label", "metric"], as_index=False).agg(
+    return per_part.groupby(["dataset", "n_aligned", "method", "label", "metric"], as_index=False).agg(
         value=("value", "mean"), std=("value", "std"), n_partitions=("value", "size"), n_runs=("n_runs", "sum"))
-    return out
 
 
 def paired_difference(records: Sequence[dict[str, Any]], method: str = "apc_vfl_mse",
                       baselines: Sequence[str] = ("local", "ablation", "vfedtrans", "vfedtrans_repr")) -> pd.DataFrame:
-    """``method`` minus each baseline on the same feature partition and repetition (so the
-    partition's own difficulty cancels), per dataset and |D_A|, in metric points: the mean
-    difference, its standard error over the pairs, and how many pairs ``method`` wins."""
+    """``method`` minus each baseline on the same partition and repetition, per dataset and |D_A|,
+    in metric points: the mean difference, its standard error and how many pairs it wins."""
     columns = ["dataset", "n_aligned", "baseline", "pairs", "mean_diff_points", "std_error", "wins", "ties"]
     if not any(r["config"]["kind"] == "fig5" for r in records):
         return pd.DataFrame(columns=columns)
@@ -268,25 +237,18 @@ def paired_difference(records: Sequence[dict[str, Any]], method: str = "apc_vfl_
 
 
 def fig6_frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    """Fig. 6's data: communication (MB) of APC-VFL and VFedTrans per |D_A|, from the ledger
-    and from the paper's formulas (Eqs. 6 and 10), averaged over partitions and repetitions."""
+    """Fig. 6's data: MB of APC-VFL and VFedTrans per |D_A|, ledger and Eqs. 6/10, mean over runs."""
     df = runs_frame([r for r in records if r["config"]["kind"] == "fig5"
                      and r["config"]["method"] in ("apc_vfl_mse", "vfedtrans")])
     df = df.drop_duplicates(["dataset", "method", "n_aligned", "n_active_features", "seed"])
-    out = df.groupby(["dataset", "n_aligned", "method", "label"], as_index=False).agg(
+    return df.groupby(["dataset", "n_aligned", "method", "label"], as_index=False).agg(
         ledger_MB=("bytes", lambda b: b.mean() / MB), formula_MB=("formula_bytes", lambda b: b.mean() / MB),
         rounds=("rounds", "mean"))
-    return out
 
 
 def detail_frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """Fig. 7 / Appendix C's data: per dataset, |D_A|, partition (active features) and method."""
-    df = runs_frame([r for r in records if r["config"]["kind"] == "fig5"])
-    aligned = {ds: sorted(df[(df["dataset"] == ds)]["n_aligned"].dropna().astype(int).unique())
-               for ds in df["dataset"].unique()}
-    df = _expand_local(df, aligned)
-    df = df[df["metric"] == df["dataset"].map(lambda d: DATASETS[d].metric)]
-    return df.groupby(["dataset", "n_aligned", "n_active_features", "method", "label", "metric"],
+    return _fig5_runs(records).groupby(["dataset", "n_aligned", "n_active_features", "method", "label", "metric"],
                       as_index=False).agg(value=("value", "mean"), std=("value", "std"), n_runs=("value", "size"))
 
 
@@ -356,9 +318,8 @@ def plot_detail(frame: pd.DataFrame, dataset: str) -> plt.Figure:
 
 
 def table2(records: Sequence[dict[str, Any]], *, profile: str) -> pd.DataFrame:
-    """Table 2 in the reference long format: metric, rounds and MB of SplitNN and APC-VFL
-    (mean ± std over repetitions) beside the paper's; our ``formula`` rows give Eqs. 6-9 for
-    the same runs."""
+    """Table 2: metric, rounds and MB of SplitNN and APC-VFL (mean ± std over repetitions) beside the
+    paper's, and Eqs. 6-9 for the same runs (``formula_MB``)."""
     recs = [r for r in records if r["config"]["kind"] == "table2"]
     _one_lr(recs)
     rows = []
@@ -385,8 +346,8 @@ def table2(records: Sequence[dict[str, Any]], *, profile: str) -> pd.DataFrame:
 
 
 def table2_view(table: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
-    """Table 2 laid out as in the paper: per dataset (its metric in brackets) and |D_A|, SplitNN
-    and APC-VFL with their score, rounds and MB, ours beside the paper's."""
+    """Table 2 laid out as the paper's: per dataset (its metric) and |D_A|, each method's score,
+    rounds and MB, ours beside the paper's."""
     metric_of = {spec.label: spec.metric for spec in DATASETS.values()}
     t = table[table["table"] == "2"]
     is_score = t["metric"] == t["dataset"].map(metric_of)
@@ -404,9 +365,7 @@ def fig5_long(frame: pd.DataFrame, *, profile: str, number: str = "5") -> pd.Dat
 
 
 def fig5_figure(records: Sequence[dict[str, Any]], *, profile: str) -> tuple[plt.Figure | None, pd.DataFrame]:
-    """Fig. 5 drawn from the Fig. 5 runs among ``records`` and the data it plots (the reference
-    long format); ``(None, empty frame)`` while none is recorded (:func:`vflkit.report.draw`
-    then says so)."""
+    """Fig. 5 and the data it plots (long format); ``(None, empty frame)`` while none is recorded."""
     frame = fig5_frame(records)
     if frame.empty:
         return None, pd.DataFrame()
@@ -414,9 +373,8 @@ def fig5_figure(records: Sequence[dict[str, Any]], *, profile: str) -> tuple[plt
 
 
 def fig8_figure(frame: pd.DataFrame, *, profile: str) -> tuple[plt.Figure | None, pd.DataFrame]:
-    """Fig. 8 / Fig. 16 (few aligned samples) from :func:`fig5_frame`'s data, for the datasets
-    whose few-aligned counts are all recorded, with the data it plots; ``(None, empty frame)``
-    where none is (the quick profile makes no such run)."""
+    """Fig. 8 / Fig. 16 (few aligned samples) from :func:`fig5_frame`, for the datasets whose
+    few-aligned counts are all recorded, and its data; ``(None, empty frame)`` where none is."""
     present = {}
     for ds in dict.fromkeys(frame["dataset"]):
         few = DATASETS[ds].few_aligned
@@ -429,8 +387,7 @@ def fig8_figure(frame: pd.DataFrame, *, profile: str) -> tuple[plt.Figure | None
 
 
 def fig5_means(frame: pd.DataFrame, digits: int = 4) -> pd.DataFrame:
-    """:func:`fig5_frame` laid out as the figure reads: per dataset and |D_A| (largest first), one
-    column per method; empty where the frame is."""
+    """:func:`fig5_frame` as the figure reads: per dataset and |D_A| (largest first), a column per method."""
     if frame.empty:
         return pd.DataFrame()
     return (frame.pivot_table(index=["dataset", "n_aligned"], columns="label", values="value")
@@ -438,8 +395,7 @@ def fig5_means(frame: pd.DataFrame, digits: int = 4) -> pd.DataFrame:
 
 
 def paired_differences(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    """:func:`paired_difference` for each APC-VFL distillation loss recorded (MSE, MAE) side by
-    side, one column group per loss; empty while no APC-VFL run is recorded with its baselines."""
+    """:func:`paired_difference` for each distillation loss recorded (MSE, MAE), side by side."""
     paired = {f"{METHOD_LABELS[m]} minus": paired_difference(records, m).set_index(["dataset", "n_aligned", "baseline"])
               for m in ("apc_vfl_mse", "apc_vfl_mae")}
     paired = {k: v for k, v in paired.items() if len(v)}
@@ -447,8 +403,7 @@ def paired_differences(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
 
 
 def ledger_words(check: pd.DataFrame) -> str:
-    """:func:`ledger_check`'s Fig. 5 rows worded: per method, the ledger's bytes over the
-    paper's formula (exactly it, or the range over the runs)."""
+    """:func:`ledger_check`'s Fig. 5 rows worded: per method, the ledger's bytes over the formula."""
     rows = check[check["kind"] == "fig5"]
     if rows.empty:
         return "No Fig. 5 run recorded yet."
@@ -460,9 +415,8 @@ def ledger_words(check: pd.DataFrame) -> str:
 
 
 def splitnn_beside_paper(table: pd.DataFrame) -> str:
-    """Table 2 worded from :func:`table2`'s table, per dataset: at how many aligned counts our
-    SplitNN scores above our APC-VFL, each method's score minus the paper's (range over the
-    counts), and the paper's SplitNN at its smallest count (mean ± std), a Markdown list."""
+    """Table 2 worded per dataset (a Markdown list): at how many counts our SplitNN beats our
+    APC-VFL, each method minus the paper's, and the paper's SplitNN at its smallest count."""
     metric_of = {spec.label: spec.metric for spec in DATASETS.values()}
     t = table[(table["table"] == "2") & (table["metric"] == table["dataset"].map(metric_of))]
     lines = []
@@ -484,28 +438,6 @@ def splitnn_beside_paper(table: pd.DataFrame) -> str:
     return "\n".join(lines) if lines else "No Table 2 run recorded yet."
 
 
-def beats_local(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per dataset and |D_A|: APC-VFL (best of MSE/MAE and each) minus Local, in metric points."""
-    p = frame.pivot_table(index=["dataset", "n_aligned"], columns="method", values="value")
-    out = pd.DataFrame({f"{METHOD_LABELS[m]} - Local": p[m] - p["local"]
-                        for m in ("apc_vfl_mse", "apc_vfl_mae", "vfedtrans", "vfedtrans_repr", "ablation") if m in p})
-    return (100 * out).round(2).sort_index(ascending=[True, False])
-
-
-def wins(gain: pd.DataFrame, method: str = "APC-VFL (MSE)") -> pd.DataFrame:
-    """Per dataset, at how many aligned counts ``method`` beats Local, the Ablation and
-    VFedTrans (from :func:`beats_local`'s differences to Local)."""
-    col = f"{method} - Local"
-    rows = []
-    for ds, g in gain.groupby(level="dataset"):
-        row = {"dataset": ds, "aligned_counts": len(g), "beats_Local": int((g[col] > 0).sum())}
-        for other in ("Ablation", "VFedTrans"):
-            if f"{other} - Local" in g:
-                row[f"beats_{other}"] = int((g[col] > g[f"{other} - Local"]).sum())
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
 def ledger_check(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """Per method: ledger bytes vs the paper's formula, ratio min/max over runs."""
     df = runs_frame(records).drop_duplicates(["kind", "dataset", "method", "n_aligned", "n_active_features", "seed"])
@@ -520,20 +452,16 @@ def ledger_check(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
 
 
 def lr_sensitivity(main: Sequence[dict[str, Any]], sensitivity: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    """What Appendix B's learning rate changes, per run kind and method: the mean score at lr
-    1e-3 and at :data:`SENSITIVITY_LR` over the runs recorded at both (same dataset, |D_A|,
-    partition and repetition), their paired difference in points with its standard error, and
-    the teacher autoencoders' mean best validation loss at each rate."""
+    """What Appendix B's learning rate changes, per run kind and method, over the runs recorded at
+    both rates: the mean score at each, their paired difference (points, standard error) and the
+    teacher autoencoders' mean best validation loss at each."""
     def frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
-        rows = []
-        for r in records:
-            c = r["config"]
-            rows.append({"kind": c["kind"], "dataset": c["dataset"], "method": c["method"],
-                         "n_aligned": c["n_aligned"] or 0, "n_active_features": c["n_active_features"],
-                         "seed": c["seed"], "score": r["final"][DATASETS[c["dataset"]].metric],
-                         **{f"val_{ae}": h["best_val_loss"] for ae, h in r["history"].items()
-                            if ae in ("g1P", "g2A", "g3A")}})
-        return pd.DataFrame(rows)
+        return pd.DataFrame([{**{k: r["config"][k] for k in ("kind", "dataset", "method")},
+                              "n_aligned": r["config"]["n_aligned"] or 0,
+                              "n_active_features": r["config"]["n_active_features"], "seed": r["config"]["seed"],
+                              "score": r["final"][DATASETS[r["config"]["dataset"]].metric],
+                              **{f"val_{ae}": h["best_val_loss"] for ae, h in r["history"].items()
+                                 if ae in ("g1P", "g2A", "g3A")}} for r in records])
 
     keys = ["kind", "dataset", "method", "n_aligned", "n_active_features", "seed"]
     if not main or not sensitivity:
@@ -558,14 +486,12 @@ def lr_sensitivity(main: Sequence[dict[str, Any]], sensitivity: Sequence[dict[st
 
 
 def _main_records(records: claims.Records) -> list[dict[str, Any]]:
-    """The main (Appendix B learning rate) records among ``records``, in the order of the
-    profile's runs (found once for every clause); nothing is read or trained."""
+    """The records at Appendix B's rate, in the order of the profile's runs (found once)."""
     return records.derived("main", lambda: records.of(c for c in configs(records.profile) if c.lr != SENSITIVITY_LR))
 
 
 def _points(records: claims.Records) -> pd.DataFrame:
-    """Fig. 5's runs among ``records`` in metric points, one row per run (and variant), Local and
-    the Ablation repeated at every |D_A| of their dataset."""
+    """:func:`_fig5_runs` of the main records, in metric points."""
     recs = [r for r in _main_records(records) if r["config"]["kind"] == "fig5"]
     if not recs:
         return pd.DataFrame(columns=["dataset", "method", "n_aligned", "n_active_features", "seed", "points"])
@@ -574,13 +500,9 @@ def _points(records: claims.Records) -> pd.DataFrame:
 
 
 def _pair(frame: pd.DataFrame, *, by: str, a: str, b: str, value: str, cell: Sequence[str]) -> pd.DataFrame:
-    """:func:`vflkit.claims.paired`, empty (so the clause is not testable) when ``a`` or ``b``
-    has no row. Gated as every study gates its clauses: where the frame holds Local (the active
-    party on its own features, which every method here exists to beat), a compared method ending
-    below Local in a cell did not learn anything from the passive party, and the clause is not
-    judged on it (a clause about Local itself is judged as usual). No chance gate: the metrics
-    are accuracy on a two-class table and F1, where a collapsed model (the majority class) ends
-    below Local's trained classifier and the Local gate already names it."""
+    """:func:`vflkit.claims.paired`, empty (not testable) when ``a`` or ``b`` has no row. Gated on
+    Local where the frame holds it (a method below Local learned nothing from the passive party).
+    No chance gate: on a two-class table and F1 a collapsed model ends below Local, which names it."""
     if not {a, b} <= set(frame[by]):
         return pd.DataFrame(columns=["cell", "seed", "diff"])
     local = "local" if value == "points" and (frame[by] == "local").any() else None  # scores only, not MB
@@ -592,10 +514,9 @@ def _apc_variants(df: pd.DataFrame) -> list[str]:
 
 
 def _beats(baseline: str, datasets: Sequence[str], counts: str = "fig5") -> Callable[[claims.Records], claims.Verdict]:
-    """Check "APC-VFL (each recorded distillation loss) beats ``baseline`` on ``datasets`` at
-    every |D_A|": paired on |D_A|, partition and repetition, judged per dataset and loss
-    (:func:`vflkit.claims.all_of`), on the datasets recorded at this profile. ``counts``: the
-    Fig. 5 counts, or "few" for Fig. 8 / D.3's 100-750."""
+    """"APC-VFL (each recorded loss) beats ``baseline`` on ``datasets`` at every |D_A|": paired on
+    |D_A|, partition and repetition, per dataset and loss, on the datasets recorded here.
+    ``counts``: Fig. 5's, or "few" for Fig. 8 / D.3's 100-750."""
     def check(records: claims.Records) -> claims.Verdict:
         df = _points(records)
         verdicts, absent = [], []
@@ -637,8 +558,8 @@ def _fig6_less(records: claims.Records) -> claims.Verdict:
 
 
 def _fig6_growth(records: claims.Records) -> claims.Verdict:
-    """Slope of log(ledger bytes) against log|D_A| between the smallest and largest count: 1
-    for a linear footprint, 2 for a square; "quadratic" is judged as a slope above 1.5."""
+    """Slope of log(ledger bytes) against log|D_A| between the extreme counts: 1 linear, 2 square;
+    "quadratic" judged as above 1.5."""
     df = _communication(records)
     if df.empty:
         return claims.not_testable("no APC-VFL or VFedTrans records at this profile")
@@ -662,8 +583,8 @@ def _fig6_growth(records: claims.Records) -> claims.Verdict:
 
 
 def _fig6_ratio(records: claims.Records) -> claims.Verdict:
-    """The paper's 78.30x is Credit Card / MIMIC-III at 10000 aligned samples: our ledger's
-    VFedTrans / APC-VFL ratio there (the ledger, not a formula), agreeing within 10 %."""
+    """The paper's 78.30x (Credit Card / MIMIC-III at |D_A| = 10000): our ledger's VFedTrans /
+    APC-VFL ratio there, agreeing within 10 %."""
     df = _communication(records)
     df = df[df["n_aligned"] == 10000]
     if df.empty:
@@ -676,8 +597,8 @@ def _fig6_ratio(records: claims.Records) -> claims.Verdict:
 
 
 def _fig7_fewer_features(records: claims.Records) -> claims.Verdict:
-    """APC-VFL's gain over Local with the fewest active features recorded minus its gain with
-    the most, paired on |D_A| and repetition, per dataset and distillation loss."""
+    """APC-VFL's gain over Local with the fewest active features minus with the most, paired on
+    |D_A| and repetition, per dataset and loss."""
     df = _points(records)
     verdicts = []
     for ds, sub in df.groupby("dataset"):
@@ -697,13 +618,18 @@ def _fig7_fewer_features(records: claims.Records) -> claims.Verdict:
     return claims.all_of(verdicts) if verdicts else claims.not_testable("fewer than two feature partitions recorded")
 
 
-def _ablation_beats_vfedtrans_somewhere(records: claims.Records) -> claims.Verdict:
+def _mimic_ablation_pairs(records: claims.Records, few: bool) -> pd.DataFrame | claims.Verdict:
+    """The Ablation against VFedTrans on MIMIC-III, at Fig. 8's few aligned counts or Fig. 7's."""
     df = _points(records)
-    sub = df[(df["dataset"] == "mimic3") & ~df["n_aligned"].isin(DATASETS["mimic3"].few_aligned)]
+    sub = df[(df["dataset"] == "mimic3") & (df["n_aligned"].isin(DATASETS["mimic3"].few_aligned) == few)]
     if sub.empty:
         return claims.not_testable("MIMIC-III is not present (it cannot be redistributed)")
-    d = _pair(sub, by="method", a="ablation", b="vfedtrans", value="points",
-                      cell=["n_aligned", "n_active_features"])
+    return _pair(sub, by="method", a="ablation", b="vfedtrans", value="points", cell=["n_aligned", "n_active_features"])
+
+
+def _ablation_beats_vfedtrans_somewhere(records: claims.Records) -> claims.Verdict:
+    if isinstance(d := _mimic_ablation_pairs(records, few=False), claims.Verdict):
+        return d
     per = [claims.ordering(g, a="Ablation", b="VFedTrans") for _, g in d.groupby("cell")]
     n_agree = sum(v.status == claims.AGREE for v in per)
     return claims.Verdict(claims.AGREE if n_agree else claims.DISAGREE,
@@ -711,18 +637,13 @@ def _ablation_beats_vfedtrans_somewhere(records: claims.Records) -> claims.Verdi
 
 
 def _fig8_vfedtrans_below_ablation(records: claims.Records) -> claims.Verdict:
-    df = _points(records)
-    sub = df[(df["dataset"] == "mimic3") & df["n_aligned"].isin(DATASETS["mimic3"].few_aligned)]
-    if sub.empty:
-        return claims.not_testable("MIMIC-III is not present (it cannot be redistributed)")
-    d = _pair(sub, by="method", a="ablation", b="vfedtrans", value="points",
-                      cell=["n_aligned", "n_active_features"])
-    return claims.ordering(d, a="Ablation", b="VFedTrans")
+    d = _mimic_ablation_pairs(records, few=True)
+    return d if isinstance(d, claims.Verdict) else claims.ordering(d, a="Ablation", b="VFedTrans")
 
 
 def _decay(records: claims.Records) -> claims.Verdict:
-    """D.3: VFedTrans's loss from |D_A| = 10000 to 100 minus APC-VFL's, paired on partition
-    and repetition (positive: VFedTrans decays more, as the paper reports, 2.7 vs 1.3 points)."""
+    """D.3: VFedTrans's loss from |D_A| = 10000 to 100 minus APC-VFL's, paired on partition and
+    repetition (the paper: 2.7 vs 1.3 points)."""
     df = _points(records)
     sub = df[df["dataset"] == "credit_card"]
     if not {10000, 100} <= set(sub["n_aligned"]):
@@ -788,8 +709,7 @@ def _table2_mb(records: claims.Records) -> claims.Verdict:
 
 
 def _table2_small_data(records: claims.Records) -> claims.Verdict:
-    """Sec. 7: APC-VFL minus SplitNN at the smallest |D_A| minus the same at the largest,
-    paired on repetition, per dataset."""
+    """Sec. 7: APC-VFL minus SplitNN at the smallest |D_A| minus at the largest, per dataset."""
     df = _table2_frame(records)
     vs = []
     for ds, g in df.groupby("dataset"):
@@ -805,10 +725,8 @@ def _table2_small_data(records: claims.Records) -> claims.Verdict:
 
 
 _ALL = ("breast_cancer", "credit_card", "mimic3")
-#: APC-VFL's claims, one clause each, judged on the records of a profile (:func:`vflkit.claims.evaluate`).
-#: Where a clause names all three datasets it is judged on those recorded here (MIMIC-III cannot
-#: be redistributed) and the evidence says which are missing; "APC-VFL" is each distillation
-#: loss recorded (quick: MSE; paper: MSE and MAE), and a clause agrees only if every one does.
+#: APC-VFL's claims. A clause naming all three datasets is judged on those recorded here (MIMIC-III
+#: cannot be redistributed); "APC-VFL" is each distillation loss recorded, and every one must agree.
 CLAIMS: list[claims.Claim] = [claims.Claim("APC-VFL", artefact, clause, check) for artefact, clause, check in [
     ("Fig. 5", "APC-VFL beats Local on every dataset and every |D_A|", _beats("local", _ALL)),
     ("Fig. 5", "APC-VFL beats the Ablation (the same encoder without distillation) on every dataset and every |D_A|",
@@ -844,9 +762,8 @@ CLAIMS: list[claims.Claim] = [claims.Claim("APC-VFL", artefact, clause, check) f
 
 def _artefact(kind: str, *, methods: Sequence[str] | None = None, datasets: Sequence[str] | None = None,
               few: bool = False) -> Callable[[dict[str, list[OneShotRun]], str], list[OneShotRun]]:
-    """An artefact's runs: those of one kind at Appendix B's learning rate; ``few``: Fig. 8 /
-    D.3's small aligned counts (with the Local and Ablation runs they are drawn beside), else
-    Fig. 5's."""
+    """An artefact's runs: one kind's at Appendix B's rate; ``few``: Fig. 8 / D.3's small counts
+    (with the Local and Ablation runs beside them), else Fig. 5's."""
     def runs(by_group: dict[str, list[OneShotRun]], profile: str) -> list[OneShotRun]:
         out = [c for g in by_group.values() for c in g
                if c.kind == kind and c.lr != SENSITIVITY_LR and (datasets is None or c.dataset in datasets)
@@ -884,8 +801,7 @@ def unavailable_why(titles: Sequence[str]) -> str:
 
 
 def artefacts_note(profiles: Sequence[str]) -> str:
-    """The report's note under the artefacts: the study prices its pending paper-profile runs
-    per dataset, kind and method (:func:`pending_cost`), not per artefact."""
+    """The report's note: pending paper-profile runs priced per run (:func:`pending_cost`), not per artefact."""
     if "paper" not in profiles:
         return ""
     todo = STUDY.pending_runs("paper")
@@ -923,13 +839,9 @@ def beyond(evidence: base.Evidence) -> list[tuple[str, str]]:
     return out
 
 
-# Pending runs keep the default price (a CPU each, unpriced per artefact): the study prices them
-# per dataset, kind and method instead (``artefacts_note``).
 def pending_cost(runs: Sequence[OneShotRun], reference: str = "quick") -> pd.DataFrame:
-    """An upper bound of pending runs' CPU cost, run by run: the ``reference`` profile's recorded
-    time of the same run (same dataset, kind, method, |D_A|; for counts the reference does not
-    run, the same dataset, kind and method) scaled from its epoch cap to the run's (early
-    stopping usually ends sooner)."""
+    """An upper bound of pending runs' CPU hours: the ``reference`` profile's recorded time per epoch
+    of the same run (dataset, kind, method, |D_A|; else dataset, kind, method) times the run's cap."""
     datasets = sorted({c.dataset for c in runs})
     ref_runs = [c for c in configs(reference, overrides={"datasets": datasets}) if c.lr != SENSITIVITY_LR]
     exact: dict[tuple, list[float]] = {}
@@ -967,11 +879,6 @@ def _table2(groups: Any, records: Sequence[dict[str, Any]], profile: str) -> dic
     return {"table2": table2(main, profile=profile), "table2_lr0.01": table2(lr, profile=profile)}
 
 
-def _table4(groups: Any, records: Sequence[dict[str, Any]], profile: str) -> pd.DataFrame:
-    t2 = table2(_main(records), profile=profile)
-    return t2[t2["table"] == "4"]
-
-
 def _fig8(groups: Any, records: Sequence[dict[str, Any]], profile: str) -> tuple[plt.Figure | None, pd.DataFrame]:
     return fig8_figure(fig5_frame(_main(records)), profile=profile)
 
@@ -986,7 +893,8 @@ STUDY = register(Study(
         Artefact("Fig. 8", _artefact("fig5", datasets=("mimic3",), few=True), ("fig8.*",), _fig8),
         Artefact("App. D.3", _artefact("fig5", datasets=("credit_card",), few=True), ("fig8.*",), _fig8),
         Artefact("Table 2", _artefact("table2"), ("table2.csv", "table2_lr0.01.csv"), _table2, table2_view),
-        Artefact("Table 4", _artefact("table2", datasets=("mimic3",)), ("table4.*",), _table4,
+        Artefact("Table 4", _artefact("table2", datasets=("mimic3",)), ("table4.*",),
+                 lambda g, r, p: (t2 := table2(_main(r), profile=p))[t2["table"] == "4"],
                  lambda t4: side_by_side(t4, index=["setting", "method"], columns="metric")),
     ),
     describe=lambda run: {"dataset": DATASETS[run.dataset].label, "kind": run.kind, "method": run.method,

@@ -1,20 +1,18 @@
-"""The study contract: what each paper's study declares once, and what the CLI, the report and
-the tests read from it (:data:`vflkit.studies.REGISTRY`).
-
-A study module builds one :class:`Study` at its end and registers it
-(``STUDY = register(Study(...))``); ``python -m vflkit.study`` schedules its runs and
-``python -m vflkit.reproduction`` writes its section from that declaration alone; its notebook
-trains with :meth:`Study.run` and draws every artefact with :func:`vflkit.report.draw` (each
-:class:`Artefact` knows how it is drawn from records), so a new paper is one new module under
-``vflkit/studies/`` and a thin notebook. This module imports nothing heavy (no torch, no
-pandas): ``python -m vflkit.study --help`` reads the family table without loading a trainer.
+"""The study contract: what each paper's study declares once (``STUDY = register(Study(...))``),
+and what the CLI, the report, the notebooks and the tests read from it: ``python -m vflkit.study``
+schedules its runs, ``python -m vflkit.reproduction`` writes its section, its notebook trains with
+:meth:`Study.run` and draws each :class:`Artefact` with :func:`vflkit.report.draw`. A new paper is
+one module under ``vflkit/studies/`` and a thin notebook. This module imports neither torch nor
+pandas (``python -m vflkit.study --help`` stays light).
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, Sequence
 
+from ..config import check_device_name, resolve_device
 from ..errors import ConfigError
 from ..training import FAMILIES, Family, load
 
@@ -30,8 +28,8 @@ RUNS = "runs"
 
 
 class Evidence(Protocol):
-    """The records of one study as the report loaded them (each profile's once), handed to the
-    study's :attr:`Study.beyond`; implemented by :mod:`vflkit.reproduction`."""
+    """The records of one study as the report loaded them, handed to :attr:`Study.beyond`
+    (implemented by :mod:`vflkit.reproduction`)."""
 
     profiles: Sequence[str]
 
@@ -57,16 +55,14 @@ class Evidence(Protocol):
         """``df`` as a markdown table, as the report prints tables."""
 
 
-#: What an artefact's ``draw`` returns: a table joined with the paper's numbers
-#: (:func:`vflkit.report.join_reference`), a (figure, the data it plots) pair, or several of
-#: them by file stem (``"table7_parallel"``, ``"fig7_mnist"``).
+#: What an artefact's ``draw`` returns: a table joined with the paper's numbers, a (figure, data)
+#: pair, or several of them by file stem (``"table7_parallel"``).
 Drawn = Any
 
 
 @dataclass(frozen=True)
 class Artefact:
-    """One table or figure a paper prints: the runs behind it, the files it writes and how it is
-    drawn from records (:func:`vflkit.report.draw` draws, writes and shows it)."""
+    """One table or figure a paper prints: its runs, its files and how it is drawn from records."""
 
     label: str  # as the paper names it: "Table II", "Fig. 3"
     runs: Callable[[Mapping[str, list[Any]], str], list[Any]]  # (the study's groups, profile) -> its runs
@@ -87,9 +83,8 @@ _KEY_OF: dict[int, tuple[Any, str]] = {}
 
 
 def key_of(run: Any) -> str:
-    """``run.key``, hashed once per run object (a config's key hashes its whole dict: the report's
-    thousands of lookups would take seconds). The run is kept beside its key, so its id is never
-    reused."""
+    """``run.key``, hashed once per run object (the report looks up thousands); the run is kept
+    beside its key, so its id is never reused."""
     hit = _KEY_OF.get(id(run))
     if hit is None or hit[0] is not run:
         hit = _KEY_OF[id(run)] = (run, run.key)
@@ -139,12 +134,10 @@ class Study:
     variant_claims: Sequence[Claim] = ()  # the same clauses on our variants (VARIANT_CLAIMS)
     needs_gpu: Callable[[Any], bool] = lambda run: False
     run_priority: Callable[[Any, int], tuple] = headline_first  # (run, rank of its group) -> sort key
-    #: the runs a GPU measurement under ``results/device/`` timed (a calibration file's rows, a
-    #: stopped run), for pricing to read the measurement against (:mod:`vflkit.ops.pricing`)
+    #: the runs a GPU measurement under ``results/device/`` timed, for :mod:`vflkit.ops.pricing`
     calibration: Callable[[], Sequence[Any]] = lambda: ()
-    #: the study's own measured-cost rule for pending paper-profile runs that the FLOP count
-    #: cannot price (:func:`vflkit.ops.pricing.price` asks it only for those; columns ``needs``
-    #: "GPU"/"CPU", ``h100_min``, ``cpu_h``); None: no rule, such a run has no estimate
+    #: the study's price of pending runs the FLOP count cannot price (columns ``needs``, ``h100_min``,
+    #: ``cpu_h``; :func:`vflkit.ops.pricing.price`); None: such a run has no estimate
     pending_cost: Callable[[Sequence[Any]], pd.DataFrame] | None = None
     unavailable: Callable[[Sequence[Any]], list[Any]] = lambda runs: []  # runs on data that is not here
     #: why those runs cannot be made, given their datasets' titles
@@ -157,21 +150,16 @@ class Study:
     in_report: bool = True  # the demo is not a paper: no section of its own
     order: int = 100  # the report's order of papers (then by name)
     notebook: str = ""  # relative to the project root; default notebooks/<name>.ipynb
-    #: the numbers the paper prints, a file of ``vflkit/reference/`` in the long format of
-    #: :func:`vflkit.report.load_reference` ("" for a paper that prints none)
+    #: the numbers the paper prints, a file of ``vflkit/reference/`` ("" for none)
     reference_csv: str = ""
-    #: The paper a reader opens beside its verdicts: its key in :mod:`vflkit.bibliography` ("" for a
-    #: study that reproduces no paper).
+    #: the paper's key in :mod:`vflkit.bibliography` ("" for a study that reproduces none)
     cites: str = ""
-    #: tables the study writes (file names under ``figures/<name>/<profile>/``) whose rows are
-    #: shown beside the paper's numbers but not counted as comparisons of them, each with why
-    #: (a sensitivity, our own pricing): :func:`vflkit.reproduction.compare`
+    #: tables written (file names) whose rows are shown beside the paper's but not counted as
+    #: comparisons, each with why (:func:`vflkit.reproduction.compare`)
     uncounted_tables: Mapping[str, str] = field(default_factory=dict)
-    #: datasets (as the tables name them) whose values are shown beside the paper's but not
-    #: counted, each with why (a stand-in far smaller than the paper's data)
+    #: datasets (as the tables name them) shown beside the paper's but not counted, each with why
     uncounted_datasets: Mapping[str, str] = field(default_factory=dict)
-    #: tables and figures of ours the notebook draws beside the paper's (a sensitivity, a
-    #: demonstration): drawn and written as :attr:`artefacts` are, not listed as the paper's
+    #: our tables and figures, drawn as :attr:`artefacts` are but not listed as the paper's
     extras: tuple[Artefact, ...] = ()
     #: a pending run's columns in :meth:`pending` (what a reader tells runs apart by)
     describe: Callable[[Any], dict[str, Any]] = lambda run: {"run": run.key}
@@ -183,9 +171,8 @@ class Study:
 
     def groups(self, profile: str, *, seeds: Any = None, overrides: dict[str, Any] | None = None,
                cache: bool = True) -> dict[str, list[Any]]:
-        """``configs(profile)`` as a dict of group -> runs; the profile's own runs are built once
-        (the artefacts and the report share them), those with ``seeds``/``overrides`` or without
-        ``cache`` (the scheduler's: a study's settings may have changed since) each time."""
+        """``configs(profile)`` as group -> runs; the profile's own built once, those with
+        ``seeds``/``overrides`` or without ``cache`` (the scheduler's) each time."""
         if seeds is not None or overrides is not None or not cache:
             return self._as_groups(self.configs(profile, seeds=seeds, overrides=overrides), profile)
         if profile not in self._groups:
@@ -193,9 +180,8 @@ class Study:
         return self._groups[profile]
 
     def _as_groups(self, cfg: Any, profile: str) -> dict[str, list[Any]]:
-        """``cfg`` (what ``configs`` returned) as group -> runs, each run checked to be one of the
-        family's run class: anything else is a ConfigError naming the study and what it returned
-        (the scheduler and the report would otherwise fail far away, on a missing ``key``)."""
+        """``cfg`` (what ``configs`` returned) as group -> runs, each checked to be of the family's run
+        class (else a ConfigError naming the study and what it returned, not a far-away missing ``key``)."""
         name = FAMILIES[self.family].run_class.partition(":")[2]
         cls = load(FAMILIES[self.family].run_class)
         where = f"study {self.name!r}: configs({profile!r}) returned"
@@ -237,14 +223,10 @@ class Study:
 
     def run(self, profile: str, *, device: Any = "auto", seeds: Any = None, overrides: dict[str, Any] | None = None,
             results: Any = None, progress: bool = True, recompute_before: str | None = None) -> list[dict[str, Any]]:
-        """Train (or load) every run of the profile once and return their records: the family's
-        ``run_many`` under its divergence policy. On a CPU the runs :attr:`needs_gpu` names are not
-        trained; their records are used where they exist (a profile that is all GPU runs, e.g. a
-        paper profile, trains nothing there and returns the records made elsewhere)."""
-        import importlib
-
-        from .. import records as store
-        from ..config import check_device_name, resolve_device
+        """Train (or load) every run of the profile once and return their records (the family's
+        ``run_many`` under its divergence policy). On a CPU the runs :attr:`needs_gpu` names are not
+        trained; their records are used where they exist."""
+        from .. import records as store  # here: it imports torch, and this module stays light
 
         family = FAMILIES[self.family]
         trainer = importlib.import_module(family.trainer)
@@ -258,9 +240,8 @@ class Study:
 
     def recorded(self, profile: str, *, seeds: Any = None, overrides: dict[str, Any] | None = None,
                  records: Sequence[dict[str, Any]] | None = None) -> tuple[dict[str, list[Any]], list[dict[str, Any]]]:
-        """The profile's run groups cut to the runs that have a record, and those records:
-        ``records`` (a notebook's own run) or, without them, those on disk (nothing is trained).
-        What every artefact is drawn from, as far as recorded."""
+        """The profile's run groups cut to the recorded runs, and those records (``records``, a
+        notebook's own run, or those on disk; nothing is trained)."""
         from .. import records as store
 
         groups = self.groups(profile, seeds=seeds, overrides=overrides)
@@ -271,8 +252,7 @@ class Study:
 
     def pending_runs(self, profile: str, *, label: str | None = None, seeds: Any = None,
                      overrides: dict[str, Any] | None = None) -> list[Any]:
-        """The runs of the profile (of artefact ``label``'s only, where given) that have no record
-        and can be made here (not :attr:`unavailable`). Nothing is trained."""
+        """The runs of the profile (or of artefact ``label``) with no record that can be made here."""
         from .. import records as store
 
         groups = self.groups(profile, seeds=seeds, overrides=overrides)
@@ -285,9 +265,8 @@ class Study:
     def pending(self, profile: str, *, label: str | None = None, seeds: Any = None,
                 overrides: dict[str, Any] | None = None,
                 price: Callable[["Study", list[Any]], pd.DataFrame] | None = None) -> pd.DataFrame:
-        """:meth:`pending_runs`, one row each: :attr:`describe`'s columns, and with ``price`` (the
-        operations wing's :func:`vflkit.ops.pricing.price`, which :func:`vflkit.ops.pricing.pending`
-        passes) their price: ``needs``, ``h100_min``, ``cpu_h``. Nothing is trained."""
+        """:meth:`pending_runs`, one row each (:attr:`describe`), with ``price``
+        (:func:`vflkit.ops.pricing.price`) their ``needs``, ``h100_min``, ``cpu_h``."""
         import pandas as pd
 
         todo = self.pending_runs(profile, label=label, seeds=seeds, overrides=overrides)

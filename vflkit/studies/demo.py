@@ -1,8 +1,5 @@
-"""The one-page demo: a 4-party SplitNN on real MNIST strips against the active party alone.
-
-Not a paper's experiment: it shows the whole pipeline (data, partition, parties, channel,
-runner, records, figure) on the smallest real task, until the paper notebooks take over.
-"""
+"""The one-page demo: a 4-party SplitNN on real MNIST strips against the active party alone (the
+whole pipeline on the smallest real task; not a paper's experiment)."""
 
 from __future__ import annotations
 
@@ -15,7 +12,6 @@ import seaborn as sns
 from ..config import check_profile, check_seeds, check_seeds_once, override_runs, split_run_overrides
 from ..methods import RunConfig
 from ..report import load_reference
-from ..training import split
 from ..training.split import history_frame
 from . import register
 from .base import Artefact, Study, every_run
@@ -37,9 +33,8 @@ METHOD_LABELS = {
 
 def configs(profile: str, *, seeds: Sequence[int] | None = None,
             overrides: dict[str, Any] | None = None) -> list[RunConfig]:
-    """Local and SplitNN on MNIST split into 4 width strips (28x7), one run per seed.
-    ``overrides`` replace the profile's settings (e.g. ``{"model": "cnn"}``) or set a run field on
-    every run (``{"lr": 0.01}``, :func:`vflkit.config.split_run_overrides`)."""
+    """Local and SplitNN on MNIST in 4 width strips (28x7), one run per seed. ``overrides`` replace
+    profile settings or set a run field on every run (:func:`vflkit.config.split_run_overrides`)."""
     s, run_fields = split_run_overrides(PROFILE_SETTINGS[check_profile(profile)], overrides, RunConfig)
     check_seeds_once(seeds, overrides)
     seeds = check_seeds(s["seeds"] if seeds is None else seeds)
@@ -56,9 +51,8 @@ PAPER_ROWS = {"local": ("Local", "local"), "splitnn": ("PyVertical", "homogeneou
 
 
 def summary(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    """Final test accuracy (%), bytes sent and rounds per run, beside VFedMH Table II's
-    number for the same method, dataset and model (a different training budget: context,
-    not a target)."""
+    """Final test accuracy (%), bytes sent and rounds per run, beside VFedMH Table II's number for the
+    same setting (a different training budget: context, not a target)."""
     ref = load_reference("vfedmh")
     ref = ref[(ref["table"] == "II") & (ref["dataset"] == "MNIST") & (ref["model"] == "MLP")]
     rows = []
@@ -82,8 +76,7 @@ def summary(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
 
 
 def comparison(table: pd.DataFrame) -> str:
-    """The demo's result in one sentence, worded from :func:`summary`'s table (never typed into
-    the notebook): SplitNN's and Local's test accuracy, mean over seeds, and the difference."""
+    """The demo's result in one sentence, worded from :func:`summary`'s table."""
     acc = table.groupby("method")["test_accuracy_pct"].mean()
     if not {"splitnn", "local"} <= set(acc.index):
         return "SplitNN and Local are not both recorded yet."

@@ -1,30 +1,23 @@
 """EASTER (the journal version of VFedMH): Tables II, IV-VII and Figs. 4-6.
 
-The algorithm is VFedMH's (method ``easter``, :mod:`vflkit.methods.easter`); the study differs
-in its experiments. Four parties hold the four vertical strips of an image (Criteo: four
-consecutive column groups), the active party the first and the labels. The communication
-artefacts (Table V, Figs. 4-5, Table VII) are priced from the recorded per-link traffic
-(``comm.per_link``) without retraining.
+The algorithm is VFedMH's (:mod:`vflkit.methods.easter`); the experiments differ. Four parties hold
+the four vertical strips of an image (Criteo: four column groups), the active party the first and
+the labels. Table V, Figs. 4-5 and Table VII are priced from the recorded per-link traffic.
 
 Choices where the paper is silent (``shared/specs/easter.md`` argues each):
 
 - θ1..θ3: CNN, LeNet, MLP on MNIST/FMNIST (the order under which EASTER's Local row equals
   VFedMH's); ResNet18/34/50 on CIFAR-10; DeepFM, Wide&Deep, CNN on Criteo.
-- Heterogeneous runs: architectures drawn by seed (:func:`vflkit.studies.vfedmh.assign_models`).
-  A baseline yields one global model, so its θ_m column is the run whose assignment is rotated
-  so that the active party holds m (3 runs); EASTER's θ_m is the mean over the parties holding
-  m in its one run. Table IV: every party holds m.
-- Optimisers: plain SGD at 0.01 on MNIST/FMNIST (stated lr); SGD with momentum 0.9 at 0.1,
-  decayed by 0.95 per epoch, on CIFAR-10 (the decay factor is not given; weight decay is not
-  modelled); Adam at 0.001 on Criteo (0.001 is Adam's default and plain SGD at 0.001 barely
-  moves DeepFM). C-VFL runs at each rate divided by its Q = 10 (0.001 on MNIST/FMNIST, which
-  is also the rate of C-VFL's own code at Q = 10): its analysis bounds the step by 1/Q
-  (:func:`vflkit.methods.cvfl.step_size`). C-VFL at the dataset's rate with Q = 10, the
-  setting of its earlier records, is kept as a labelled sensitivity group
-  (``cvfl_host_lr``).
-- The 1/C question: each party's embedding network gets ∂L_k/∂E / C (Eq. 7's mean, the
-  paper's letter; the default) or ∂L_k/∂E ("full"): group ``embedding_gradient`` runs the
-  heterogeneous Table II runs and Table IV's image runs the second way (:func:`embedding_gradient`).
+- Heterogeneous runs: architectures drawn by seed (:func:`vflkit.studies._split.assign_models`);
+  a baseline's θ_m column is the run rotated so that the active party holds m, EASTER's the mean
+  over its parties holding m. Table IV: every party holds m.
+- Optimisers: SGD at 0.01 on MNIST/FMNIST (stated); SGD-momentum 0.9 at 0.1, decayed 0.95 per
+  epoch, on CIFAR-10 (decay not given; no weight decay); Adam at 0.001 on Criteo (Adam's default;
+  plain SGD barely moves DeepFM). C-VFL at each rate / Q (0.001 on MNIST/FMNIST, also its own
+  code's rate), as its analysis bounds the step (:func:`vflkit.methods.cvfl.step_size`); at the
+  dataset's rate it is a labelled sensitivity group (``cvfl_host_lr``).
+- The 1/C question: each h gets ∂L_k/∂E / C (Eq. 7's letter, the default) or ∂L_k/∂E: group
+  ``embedding_gradient`` reruns Table II's EASTER runs and Table IV's image runs the second way.
 - Epochs: 20 for images and 10 for Criteo in ``paper`` (never stated); convergence e* is the
   first epoch within 0.5 points of the run's best (:mod:`vflkit.analysis`).
 - Table VI: the features are cut into 10 fixed parts and C parties hold the first C
@@ -38,7 +31,7 @@ Choices where the paper is silent (``shared/specs/easter.md`` argues each):
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -50,10 +43,10 @@ from ..config import check_profile, check_seeds, check_seeds_once, override_runs
 from ..methods import RunConfig
 from ..methods.cvfl import step_size as cvfl_step_size
 from ..report import join_reference, side_by_side
-# run_priority: the order the scheduler computes this study's runs in, VFedMH's (C-VFL last)
 from . import base, register
 from . import _split
-from ._split import GRADIENT_READINGS, RESNET_CUT, assign_models, by_key, run_priority, unique
+from ._split import (FULL_GRADIENT_READING, GRADIENT_READINGS, RESNET_CUT, arch_metric, assign_models, by_key,
+                     run_priority, unique)
 from ._split import figure as _figure, view as _view
 from .base import Artefact, Study
 
@@ -76,7 +69,7 @@ TRAINING: dict[str, dict[str, Any]] = {
     "cifar10": {"optimizers": "sgd_momentum", "lr": 0.1, "lr_schedule": "exponential", "lr_gamma": 0.95},
     "criteo": {"optimizers": "adam", "lr": 0.001},
 }
-#: The paper's datasets we do not have, and how to supply them (the study skips them visibly).
+#: The paper's datasets we do not have, and how to supply them.
 MISSING_DATASETS: dict[str, str] = {
     "CIFAR-100": "put cifar-100-python/ (the python pickle version) under $VFLKIT_DATA; the paper's "
                  "ImageNet-pre-trained ResNets also need their torchvision weights (no 3x3-stem "
@@ -88,8 +81,7 @@ MISSING_DATASETS: dict[str, str] = {
                      "train.tiny.csv sample is used",
 }
 
-#: Per profile. ``seeds`` for the image datasets, ``criteo_seeds`` for Criteo (its 400 test
-#: rows give AUC a standard error of about 3 points: 5 seeds).
+#: Per profile; ``criteo_seeds`` for Criteo (its 400 test rows give AUC a standard error of about 3 points).
 PROFILE_SETTINGS: dict[str, dict[str, Any]] = {
     # CI, seconds: 256 MNIST images, 256 Criteo rows, one epoch; every artefact at its smallest.
     "smoke": {"datasets": ("mnist", "criteo"), "n_train": 256, "n_test": 256, "criteo_n_train": 256,
@@ -98,22 +90,12 @@ PROFILE_SETTINGS: dict[str, dict[str, Any]] = {
               "table6_seeds": None, "fig6_seeds": None,
               "table5_datasets": ("mnist", "criteo"), "table6_datasets": ("criteo",), "table6_parties": (2, 4),
               "fig6_dataset": "mnist", "embedding_dims": (16, 128), "el_pls": ((1, 1), (1, 2))},
-    # 2-core CPU. FMNIST (Table V's image dataset) and Criteo; MNIST runs in smoke and paper only.
-    # Images: half of one paper epoch in SGD steps, at the paper's plain SGD, lr 0.01, batch 128:
-    # a tenth of its training images over a quarter of its epochs (6,000 of 60,000 x 5 of 20 =
-    # 235 steps, the paper's epoch being 469), 1,000 test images. Rule: enough steps that the
-    # paper-scale EASTER curve is well above chance and above Local (after 94 steps it is level
-    # with Local; a 30-step cut decided nothing); fewer than one paper epoch, for the budget.
-    # C-VFL trains 1 epoch (47 batches x Q = 10 local iterations, about twice the others'
-    # compute; ``cvfl_epochs`` also sets Criteo's C-VFL runs, so it stays 1): at its
-    # 0.001 = 0.01/Q it advances per batch about as PyVertical does per step, so it learns but
-    # ends near Local; a second epoch would nearly double C-VFL's share of the budget. The FMNIST
-    # part (63 runs over 3 seeds) is sized to take well under half an hour of one core.
-    # Criteo: the whole sample, 3 epochs of Adam.
-    # Table IV on Criteo only and Table VI with C = 2, 6, 10 (Criteo), on Criteo's 5 seeds: with
-    # 3, a paired difference needs 4.3 standard errors to leave the claims' noise band, and
-    # Criteo's 400 test rows make its AUC noisy. Fig. 6 (FMNIST) on 3 seeds. Criteo runs are
-    # cheap, so seeds 3-4 add little.
+    # 2-core CPU: FMNIST (Table V's image dataset) and Criteo. Images: 6,000 training images x 5
+    # epochs = 235 SGD steps (half a paper epoch), 1,000 test images: enough that EASTER is well
+    # above Local (after 94 steps it is level; 30 decided nothing). C-VFL 1 epoch (47 batches x
+    # Q = 10, twice the others' compute; also Criteo's): at 0.01/Q it learns but ends near Local.
+    # Criteo: the whole sample, 3 epochs of Adam; Tables IV and VI (C = 2, 6, 10) on Criteo's 5
+    # seeds (with 3 a paired difference needs 4.3 standard errors). Fig. 6 (FMNIST) on 3 seeds.
     "quick": {"datasets": ("fashion_mnist", "criteo"), "n_train": 6000, "n_test": 1000,
               "criteo_n_train": None, "epochs": 5, "cvfl_epochs": 1, "criteo_epochs": 3,
               "seeds": (0, 1, 2), "criteo_seeds": (0, 1, 2, 3, 4), "cvfl_seeds": None,
@@ -121,10 +103,8 @@ PROFILE_SETTINGS: dict[str, dict[str, Any]] = {
               "table5_datasets": ("fashion_mnist", "criteo"), "table6_datasets": ("criteo",),
               "table6_parties": (2, 6, 10), "fig6_dataset": "fashion_mnist",
               "embedding_dims": (16, 128, 256), "el_pls": ((2, 1), (1, 1), (1, 2))},
-    # The paper's settings: full data, 20 epochs (images) / 10 (Criteo). The ResNet runs
-    # (CIFAR-10) need a GPU and are listed as pending with their cost on a CPU. Fig. 6 on 5
-    # seeds: its neighbouring levels differ by tenths of a point, inside the noise band of 3
-    # seeds; 5 narrow it.
+    # Full data, 20 epochs (images) / 10 (Criteo); the CIFAR-10 ResNets need a GPU. Fig. 6 on 5
+    # seeds: its neighbouring levels differ by tenths of a point, inside 3 seeds' noise band.
     "paper": {"datasets": ("mnist", "fashion_mnist", "cifar10", "criteo"), "n_train": None, "n_test": None,
               "criteo_n_train": None, "epochs": 20, "cvfl_epochs": 20, "criteo_epochs": 10,
               "seeds": (0, 1, 2), "criteo_seeds": (0, 1, 2, 3, 4), "cvfl_seeds": None,
@@ -139,15 +119,13 @@ THETA = ("party1", "party2", "party3")
 #: Fig. 4's bandwidth sweep (Mbps; the paper's values are not given) at 10 ms latency.
 FIG4_BANDWIDTHS: tuple[float, ...] = (5, 10, 50, 100, 500, 1000)
 FIG4_LATENCY_MS = 10.0
-#: Fig. 5: latency draws per class (the mean over them is reported; each draw is a full
-#: pricing of the run, and 5 keep the notebook's pricing under a minute on a 2-core CPU).
+#: Fig. 5: latency draws per class, averaged (each a full pricing; 5 keep it under a minute).
 FIG5_DRAWS = 5
 
 
 def settings(profile: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """The profile's settings, with any of them overridden (an unknown key is an error)."""
-    s, _ = split_run_overrides(PROFILE_SETTINGS[check_profile(profile)], overrides, RunConfig)
-    return s
+    return _split.settings(PROFILE_SETTINGS, profile, overrides)
 
 
 def _seeds(dataset: str, s: dict[str, Any], seeds: Sequence[int] | None) -> tuple[int, ...]:
@@ -158,8 +136,7 @@ def _seeds(dataset: str, s: dict[str, Any], seeds: Sequence[int] | None) -> tupl
 
 def _config(dataset: str, method: str, models: Sequence[str], seed: int, s: dict[str, Any],
             *, host_lr: bool = False, **kw: Any) -> RunConfig:
-    """One run; C-VFL at its rate (the dataset's divided by Q) unless ``host_lr`` (the
-    sensitivity row at the dataset's own rate)."""
+    """One run; C-VFL at the dataset's rate / Q, or at the dataset's own rate with ``host_lr``."""
     criteo = dataset == "criteo"
     epochs = s["criteo_epochs"] if criteo else s["epochs"]
     training = dict(TRAINING[dataset])
@@ -186,8 +163,7 @@ def rotate(models: Sequence[str], m: str) -> tuple[str, ...]:
 
 def configs(profile: str, *, seeds: Sequence[int] | None = None,
             overrides: dict[str, Any] | None = None) -> dict[str, list[RunConfig]]:
-    """Every run of the study, grouped by artefact (a shared run appears in each group that
-    uses it and is trained once). ``seeds=None``: the profile's (Criteo has its own)."""
+    """Every run, by artefact (a shared run is trained once). ``seeds=None``: the profile's."""
     s, run_fields = split_run_overrides(PROFILE_SETTINGS[check_profile(profile)], overrides, RunConfig)
     # the seeds argument replaces every seed setting (Criteo's, Fig. 6's, ...)
     check_seeds_once(seeds, overrides, keys=[k for k in s if k.endswith("seeds")])
@@ -215,8 +191,7 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
                     out["table4"].append(_config(dataset, method, (m,) * 4, seed, s))
                     if method == "c_vfl" and not needs_gpu(out["table4"][-1]):
                         out["cvfl_host_lr"].append(_config(dataset, method, (m,) * 4, seed, s, host_lr=True))
-                    # Table IV's 1/C twin on the image datasets, where the clause can be decided
-                    # (a Criteo part is not testable at the sample's scale, _at_scale)
+                    # Table IV's 1/C twin on the images only (Criteo is not testable at its scale)
                     if method == "easter" and dataset != "criteo" and not needs_gpu(out["table4"][-1]):
                         out["embedding_gradient"].append(out["table4"][-1].replace(
                             options={"embedding_gradient": "full"}))
@@ -249,14 +224,8 @@ def needs_gpu(config: RunConfig) -> bool:
 
 
 def embedding_gradient(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    """The 1/C comparison (:func:`vflkit.studies.vfedmh.embedding_gradient`): EASTER's Table II
-    runs with each h given ∂L_k/∂E beside the same runs with ∂L_k/∂E / C (the default); AUC on
-    Criteo. Pairs not recorded yet are left out."""
-    rec = by_key(records)
-    pairs = [(rec[c.replace(options={}).key], rec[c.key]) for c in groups["embedding_gradient"]
-             if c.key in rec and c.replace(options={}).key in rec]
-    out = analysis.variant_pairs(pairs, labels=GRADIENT_READINGS, metric=lambda cfg: metric_of(cfg["dataset"]))
-    return out.assign(dataset=out["dataset"].map(DATASET_NAMES))
+    """The 1/C comparison (:func:`vflkit.studies._split.embedding_gradient`), AUC on Criteo."""
+    return _split.embedding_gradient(groups, records, DATASET_NAMES, lambda cfg: metric_of(cfg["dataset"]))
 
 
 def missing_datasets() -> pd.DataFrame:
@@ -267,12 +236,9 @@ def missing_datasets() -> pd.DataFrame:
 # --------------------------------------------------------------------------- results
 
 
-def _recorded(runs: Iterable[RunConfig], by_key: dict[str, dict[str, Any]]) -> Iterator[tuple[RunConfig, dict[str, Any]]]:
-    """(config, record) for each of ``runs`` that has a record (tables draw what is recorded)."""
-    for c in runs:
-        r = by_key.get(c.key)
-        if r is not None:
-            yield c, r
+def _recorded(runs: Iterable[RunConfig], by_key: dict[str, dict[str, Any]]) -> list[tuple[RunConfig, dict[str, Any]]]:
+    """(config, record) for each of ``runs`` that has a record."""
+    return [(c, by_key[c.key]) for c in runs if c.key in by_key]
 
 
 def metric_of(dataset: str) -> str:
@@ -280,16 +246,8 @@ def metric_of(dataset: str) -> str:
     return "test_auc" if dataset == "criteo" else "test_accuracy"
 
 
-def _arch_metric(record: dict[str, Any], metric: str) -> dict[str, float]:
-    """Final test metric (%) per architecture: the mean over the party models holding it."""
-    out: dict[str, list[float]] = {}
-    for model_key, arch in record["models"].items():
-        out.setdefault(arch, []).append(100 * record["final"][model_key].get(metric, float("nan")))
-    return {a: float(np.mean(v)) for a, v in out.items()}
-
-
 def _run_metric(c: RunConfig, r: dict[str, Any]) -> float:
-    """A run's final test metric (%): EASTER's the mean over its C party models, a baseline's its one model's."""
+    """A run's final test metric (%): EASTER's mean over its party models, a baseline's one model's."""
     models = list(r["models"]) if c.method == "easter" else ["active"]
     return float(np.mean([100 * r["final"][k].get(metric_of(c.dataset), float("nan")) for k in models]))
 
@@ -299,8 +257,7 @@ def _theta(dataset: str, arch: str) -> str:
 
 
 def _summarise(rows: list[dict[str, Any]], profile: str) -> pd.DataFrame:
-    """The cells beside the paper's; a diverged run (its row's ``diverged``) is counted in the
-    cell's ``diverged`` column and kept out of its number (:func:`vflkit.analysis.summarise_runs`)."""
+    """The cells beside the paper's (a diverged run counted apart, :func:`vflkit.analysis.summarise_runs`)."""
     cols = ["table", "dataset", "method", "setting", "model", "metric", "value", "seed", "diverged"]
     df = pd.DataFrame(rows, columns=cols)
     keys = ["table", "dataset", "method", "setting", "model", "metric"]
@@ -309,8 +266,8 @@ def _summarise(rows: list[dict[str, Any]], profile: str) -> pd.DataFrame:
 
 def accuracy_rows(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]],
                   table: str) -> pd.DataFrame:
-    """Per seed: the θ columns (and their average) of Table II (``table="II"``, heterogeneous)
-    or IV (homogeneous), one row per (dataset, method, θ, seed), metric in %."""
+    """Table II's (heterogeneous) or IV's (homogeneous) θ columns and their average, one row per
+    (dataset, method, θ, seed), metric in %."""
     rec = by_key(records)
     group, setting = ("table2", "heterogeneous") if table == "II" else ("table4", "homogeneous")
     rows = []
@@ -319,7 +276,7 @@ def accuracy_rows(groups: dict[str, list[RunConfig]], records: Sequence[dict[str
         base = {"table": table, "dataset": DATASET_NAMES[c.dataset], "method": METHOD_NAMES[c.method],
                 "setting": setting, "metric": f"{metric}_pct", "seed": c.seed, "diverged": bool(r.get("diverged"))}
         if c.method == "easter":
-            vals = _arch_metric(r, metric)
+            vals = arch_metric(r, metric)
             if table == "IV":  # every party holds θ_m: the column is the mean over the four
                 vals = {c.models[0]: float(np.mean(list(vals.values())))}
             for arch, v in vals.items():
@@ -349,19 +306,14 @@ def table4(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]
 
 def _table5_runs(groups: dict[str, list[RunConfig]], datasets: Sequence[str]) -> list[RunConfig]:
     """Table V's runs: the baselines' Table II θ2 run (active party holds θ2), EASTER's one run."""
-    out = []
-    for c in groups["table2"]:
-        if c.dataset not in datasets or c.method == "local":
-            continue
-        if c.method == "easter" or c.models[0] == MODEL_SETS[c.dataset][1]:
-            out.append(c)
-    return out
+    return [c for c in groups["table2"] if c.dataset in datasets and c.method != "local"
+            and (c.method == "easter" or c.models[0] == MODEL_SETS[c.dataset][1])]
 
 
 def convergence(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]],
                 datasets: Sequence[str]) -> pd.DataFrame:
-    """Per Table V run: e* (every model within 0.5 points of its best), the θ2 metric at e* (%),
-    bytes to e* as sent and float32-equivalent (MB = 2**20 B), and per sample-epoch."""
+    """Per Table V run: e*, the θ2 metric at e* (%), MB to e* as sent and float32-equivalent, and
+    kB per sample-epoch."""
     rec = by_key(records)
     rows = []
     for c, r in _recorded(_table5_runs(groups, datasets), rec):
@@ -390,10 +342,8 @@ def _n_train(record: dict[str, Any]) -> int:
 
 def table5(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]], profile: str,
            datasets: Sequence[str] | None = None) -> pd.DataFrame:
-    """Table V: the θ2 metric at convergence and the communication to convergence
-    (``communication_MB``: float32-equivalent, as the paper presumably counted; ``_as_sent``:
-    with blinded int64 embeddings), beside the paper's. Datasets the paper does not print for
-    Table V (e.g. MNIST) have no paper value."""
+    """Table V: the θ2 metric at convergence and the communication to it (``communication_MB``
+    float32-equivalent, as the paper presumably counted; ``_as_sent`` with blinded int64), beside the paper's."""
     datasets = datasets or settings(profile)["table5_datasets"]
     conv = convergence(groups, records, datasets)
     rows = []
@@ -408,8 +358,7 @@ def table5(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]
 
 
 def table5_ratios(t5: pd.DataFrame) -> pd.DataFrame:
-    """Each method's communication to convergence over EASTER's, ours (float32-equivalent)
-    beside the paper's (e.g. PyVertical/EASTER = 1.67 on FMNIST)."""
+    """Each method's communication to convergence over EASTER's, ours beside the paper's."""
     t = t5[t5["metric"] == "communication_MB"].set_index(["dataset", "method"])
     rows = []
     for (dataset, method), x in t.iterrows():
@@ -422,10 +371,8 @@ def table5_ratios(t5: pd.DataFrame) -> pd.DataFrame:
 
 
 def cvfl_rates(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    """C-VFL at the rate its analysis allows (the dataset's divided by Q: the tables' cells)
-    beside the same run at the dataset's own rate (the sensitivity group ``cvfl_host_lr``), per
-    Table II/IV run: the final metric (%, AUC on Criteo) of each, NaN where not recorded yet. A
-    pair with neither recorded is left out."""
+    """Per Table II/IV C-VFL run, the final metric (%) at the dataset's rate / Q (the tables' cells)
+    beside the dataset's own rate (``cvfl_host_lr``); NaN where not recorded, a pair with neither left out."""
     rec = by_key(records)
     rows = []
     for c in groups["cvfl_host_lr"]:
@@ -443,13 +390,9 @@ def cvfl_rates(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, A
 
 
 def implied_convergence(t5: pd.DataFrame, other: str = "PyVertical") -> pd.DataFrame:
-    """What the paper's Table V implies about how fast its EASTER converged, against ours.
-
-    The paper prints each method's traffic *to convergence*; our records give each method's
-    traffic per epoch. Whatever the paper's byte accounting, if it is the same for both methods
-    the ratio of its totals over the ratio of the per-epoch traffic is the ratio of the epochs
-    each needed: ``(paper MB_EASTER / MB_other) / (our MB per epoch_EASTER / _other)``, beside
-    our own ratio of convergence epochs e*. Per dataset where the paper prints both."""
+    """What the paper's Table V implies about how fast its EASTER converged: the ratio of its
+    totals to convergence over our ratio of per-epoch traffic is the ratio of epochs each needed
+    (whatever its byte accounting, if the same for both), beside our own e* ratio."""
     t = t5.set_index(["dataset", "method", "metric"])
     rows = []
     for dataset in dict.fromkeys(t5["dataset"]):
@@ -470,8 +413,7 @@ def implied_convergence(t5: pd.DataFrame, other: str = "PyVertical") -> pd.DataF
 
 
 def _links(record: dict[str, Any]) -> pd.DataFrame:
-    """A record's per-link rows, with C-VFL's downlink bundle (embeddings of the others, the top
-    model and the labels, sent together) as one round."""
+    """A record's per-link rows, C-VFL's downlink bundle (sent together) as one round."""
     df = network.link_rows(record["comm"]["per_link"])
     if record["config"]["method"] == "c_vfl":
         df = df.assign(kind=np.where(df["sender"] == "active", "downlink", df["kind"]))
@@ -480,21 +422,11 @@ def _links(record: dict[str, Any]) -> pd.DataFrame:
 
 def comm_times(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]],
                datasets: Sequence[str], *, bandwidths: Sequence[float] = FIG4_BANDWIDTHS) -> pd.DataFrame:
-    """Figs. 4-5: communication seconds to convergence of each Table V run, against bandwidth
-    (latency 10 ms, parallel links) and against latency class at 50 Mbps (latency drawn per
-    round, mean over :data:`FIG5_DRAWS` draws). Computed once per set of records (the notebook
-    and the claims ask for the same)."""
+    """Figs. 4-5: communication seconds to convergence of each Table V run against bandwidth (10 ms,
+    parallel links) and latency class (50 Mbps, :data:`FIG5_DRAWS` draws); priced once per records."""
     memo = (tuple(sorted((r["key"], r.get("finished") or "") for r in records)), tuple(datasets), tuple(bandwidths))
-    if memo not in _TIMES:
-        _TIMES[memo] = _comm_times(groups, records, datasets, bandwidths)
-    return _TIMES[memo].copy()
-
-
-_TIMES: dict[tuple[Any, ...], pd.DataFrame] = {}
-
-
-def _comm_times(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]],
-                datasets: Sequence[str], bandwidths: Sequence[float]) -> pd.DataFrame:
+    if memo in _TIMES:
+        return _TIMES[memo].copy()
     rec = by_key(records)
     conv = convergence(groups, records, datasets)
     rows = []
@@ -511,7 +443,11 @@ def _comm_times(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, 
                          for d in range(FIG5_DRAWS)])
             rows.append({"figure": "5", "dataset": x["dataset"], "method": x["method"], "seed": x["seed"],
                          "bandwidth_mbps": network.FIG5_BANDWIDTH_MBPS, "latency": cls, "seconds": float(t)})
-    return pd.DataFrame(rows)
+    _TIMES[memo] = pd.DataFrame(rows)
+    return _TIMES[memo].copy()
+
+
+_TIMES: dict[tuple[Any, ...], pd.DataFrame] = {}
 
 
 def fig4(times: pd.DataFrame) -> tuple[plt.Figure, pd.DataFrame]:
@@ -540,10 +476,8 @@ def fig5(times: pd.DataFrame) -> tuple[plt.Figure, pd.DataFrame]:
 
 
 def table6(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]], profile: str) -> pd.DataFrame:
-    """Table VI: C = 2..10 parties holding the first C of 10 feature parts. ACC/AUC (EASTER: the
-    mean over its C models), training time (measured wall time, min) and the run's peak memory
-    (MB, as the record's ``peak_memory_kind`` says: on a CPU the process's peak resident set
-    during the run, which includes the data the worker holds: an upper bound of the run's own)."""
+    """Table VI: C = 2..10 parties on the first C of 10 feature parts: ACC/AUC, wall time (min) and
+    peak memory (MB, per ``peak_memory_kind``: on a CPU the process's, an upper bound of the run's)."""
     rec = by_key(records)
     rows = []
     for c, r in _recorded(groups["table6"], rec):
@@ -557,16 +491,10 @@ def table6(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]
 
 
 def table6_security(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    """Per EASTER run of Table VI: passive parties and whether its record holds the insecure
-    single-passive flag (C = 2 only: the active party then sees the one passive embedding)."""
-    rec = by_key(records)
-    rows = []
-    for c, r in _recorded(groups["table6"], rec):
-        if c.method != "easter":
-            continue
-        rows.append({"dataset": DATASET_NAMES[c.dataset], "C": c.n_parties, "seed": c.seed,
-                     "passive_parties": c.n_parties - 1,
-                     "allow_single_passive (recorded)": bool(r["config"]["options"].get("allow_single_passive", False))})
+    """Per EASTER run of Table VI: whether its record holds the insecure single-passive flag (C = 2)."""
+    rows = [{"dataset": DATASET_NAMES[c.dataset], "C": c.n_parties, "seed": c.seed, "passive_parties": c.n_parties - 1,
+             "allow_single_passive (recorded)": bool(r["config"]["options"].get("allow_single_passive", False))}
+            for c, r in _recorded(groups["table6"], by_key(records)) if c.method == "easter"]
     return pd.DataFrame(rows).drop_duplicates(["dataset", "C", "allow_single_passive (recorded)"])
 
 
@@ -576,20 +504,15 @@ DEVICE_MIXES = {0: "devices(A,B,C)=high,high,high", 1: "devices(A,B,C)=high,high
 
 
 def table7(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]], profile: str) -> pd.DataFrame:
-    """Table VII from the Table II EASTER runs: per device mix and network topology, the θ
-    accuracies (those of the run: devices change no number in a synchronous protocol) and the
-    training time to e* (min) = compute (measured seconds per step, scaled by the slowest
-    device's ``compute_factor``) + communication (priced per link under the mix).
-
-    Returns the reference-joined rows with a ``topology`` column (parallel, shared_uplink)."""
+    """Table VII from the Table II EASTER runs, per device mix and topology (column ``topology``):
+    the run's θ accuracies and the time to e* (min) = measured compute per step, scaled by the
+    slowest device, + communication priced per link."""
     rec = by_key(records)
     acc = accuracy_rows(groups, records, "II")
     frames = []
     for topology in network.TOPOLOGIES:
         rows = []
-        for c, r in _recorded(groups["table2"], rec):
-            if c.method != "easter":
-                continue
+        for c, r in _recorded((c for c in groups["table2"] if c.method == "easter"), rec):
             metric = metric_of(c.dataset)
             e_star = analysis.convergence_epoch(r["history"], metric=metric)
             links = network.link_rows(r["comm"]["per_link"])
@@ -629,13 +552,12 @@ def _el_pl_label(el_pl: Sequence[int]) -> str:
 
 
 def fig6(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> tuple[plt.Figure, pd.DataFrame]:
-    """(a) test accuracy against embedding size, (b) against the EL:PL layer ratio: EASTER's
-    heterogeneous run, per architecture and the mean over the parties."""
+    """Test accuracy against (a) embedding size, (b) EL:PL ratio, per architecture and the mean."""
     rec = by_key(records)
     rows = []
     for c, r in _recorded(groups["fig6"], rec):
         metric = metric_of(c.dataset)
-        vals = _arch_metric(r, metric)
+        vals = arch_metric(r, metric)
         vals["mean"] = _run_metric(c, r)
         for arch, v in vals.items():
             rows.append({"dataset": DATASET_NAMES[c.dataset], "seed": c.seed, "embedding_dim": c.embedding_dim,
@@ -680,37 +602,29 @@ def fig6(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) 
 
 
 def _inputs(records: claims.Records) -> tuple[dict[str, list[RunConfig]], list[dict[str, Any]]]:
-    """The profile's run groups and ``records`` in the order of its runs: what every check reads
-    (found once per :class:`~vflkit.claims.Records`); nothing is read from disk."""
+    """The profile's run groups and ``records`` in the order of its runs, found once; nothing is read."""
     groups = records.derived("groups", lambda: configs(records.profile))
     return groups, records.derived("records", lambda: records.of(unique(groups)))
 
 
 def _cells(runs: Iterable[RunConfig], a: str, b: str, cell: Any) -> set[str]:
-    """The cells ``cell(config)`` (a set of names, as the check pairs them) in which the profile
-    runs both methods ``a`` and ``b`` (display names): what a clause "a > b" covers, recorded or
-    not (:func:`vflkit.claims.ordering`'s ``expected``)."""
-    found: dict[str, set[str]] = {a: set(), b: set()}
-    for c in runs:
-        if METHOD_NAMES[c.method] in found:
-            found[METHOD_NAMES[c.method]] |= set(cell(c))
-    return found[a] & found[b]
+    """The cells ``cell(config)`` in which the profile runs both methods ``a`` and ``b``: what a
+    clause "a > b" covers, recorded or not (:func:`vflkit.claims.ordering`'s ``expected``)."""
+    runs = list(runs)
+    return set.intersection(*({x for c in runs if METHOD_NAMES[c.method] == m for x in cell(c)} for m in (a, b)))
 
 
 #: Test metric (%) at chance: accuracy on 10 classes; AUC on Criteo.
 CHANCE_PCT: dict[str, float] = {"mnist": 10.0, "fashion_mnist": 10.0, "cifar10": 10.0, "criteo": 50.0}
-#: Datasets here only as a stand-in far smaller than the paper's: a clause they alone would
-#: decide is not testable at this scale (what their records show is kept in the evidence,
-#: :func:`stand_in_note`). Each maps to what the stand-in is, and the paper's scale.
+#: Datasets here only as a stand-in far smaller than the paper's (what it is, the paper's scale): a
+#: clause they alone would decide is not testable at this scale (:func:`stand_in_note` says why).
 STAND_INS: dict[str, tuple[str, str]] = {"criteo": ("Criteo here is the 1,999-row sample", "the paper's 45 M rows")}
 NOT_AT_THIS_SCALE = "not testable at this scale"
 
 
 def stand_in_note(dataset: str, acc: pd.DataFrame, runs: Iterable[RunConfig]) -> str:
-    """What a stand-in ``dataset`` (a :data:`STAND_INS` key) is and what its records show,
-    computed from them: the training rows of ``runs`` (the profile's runs on it) and, from
-    ``acc`` (:func:`accuracy_rows`' rows, any datasets), each VFL method's mean over its θ
-    columns and seeds set against Local's, named above or below it with the gap in points."""
+    """What a stand-in ``dataset`` is and what its records show: the training rows of ``runs`` and,
+    from ``acc`` (:func:`accuracy_rows`), each VFL method's mean over θ and seeds against Local's."""
     rows = sorted({c.n_train or TRAIN_SIZES[dataset] for c in runs if c.dataset == dataset})
     here, paper = STAND_INS[dataset]
     head = here + (f" ({', '.join(f'{n:,}' for n in rows)} training rows)" if rows else "") + f", {paper}"
@@ -734,24 +648,20 @@ def stand_in_note(dataset: str, acc: pd.DataFrame, runs: Iterable[RunConfig]) ->
 
 
 def _at_scale(dataset: str, verdict: claims.Verdict, note: Callable[[], str]) -> claims.Verdict:
-    """``verdict`` on ``dataset``, made not testable when the dataset is a stand-in
-    (:data:`STAND_INS`), with ``note()`` (:func:`stand_in_note`) saying what its records show."""
+    """``verdict`` on ``dataset``, not testable on a stand-in (:data:`STAND_INS`), with ``note()``."""
     if dataset not in STAND_INS:
         return verdict
     return claims.not_testable(f"{NOT_AT_THIS_SCALE} ({note()}; on the sample it reads "
                                f"{verdict.status}: {verdict.evidence})")
 
 
-#: The readings our own runs are judged under where the paper admits another (each named where a
-#: verdict is shown, :func:`vflkit.claims.readings`), and the labelled alternatives.
+#: The reading our own runs are judged under where the paper admits another, and C-VFL's alternative.
 DEFAULT_READING = "1/C (Eq. 7), C-VFL at lr/Q"
-FULL_GRADIENT_READING = "h gets ∂L/∂E, no 1/C"
 CVFL_HOST_READING = "C-VFL at the dataset's lr, Q = 10"
 
 
 def _table2_note(records: claims.Records, dataset: str) -> Callable[[], str]:
-    """:func:`stand_in_note` on Table II's records: the sample's reading for a clause (Table V,
-    VI) whose own runs have no Local."""
+    """:func:`stand_in_note` on Table II's records, for a clause whose own runs have no Local."""
     def note() -> str:
         groups, recs = _inputs(records)
         acc = records.derived("table2_rows", lambda: accuracy_rows(groups, recs, "II"))
@@ -759,8 +669,7 @@ def _table2_note(records: claims.Records, dataset: str) -> Callable[[], str]:
     return note
 
 
-#: The labelled variants a clause can be judged on instead of the study's own runs: the
-#: method's runs in Tables II and IV replaced by the same runs of another group.
+#: Labelled variants: the method's runs in Tables II and IV replaced by another group's.
 VARIANTS: dict[str, tuple[str, str]] = {
     "full_gradient": ("easter", "embedding_gradient"),  # h gets ∂L_k/∂E, not ∂L_k/∂E / C
     "cvfl_host_lr": ("c_vfl", "cvfl_host_lr"),  # C-VFL at the dataset's rate with Q = 10
@@ -781,11 +690,8 @@ def _beats(table: str, other: str, variant: str | None = None, label: str = "") 
         if every.empty:
             return claims.not_testable("no records")
         acc = every[every["model"] != "avg"]
-        # Judged dataset by dataset, then combined (all_of: agree only if every dataset of the
-        # profile agrees, disagree if any disagrees): the paper says EASTER is "consistently"
-        # superior "across a variety of datasets" (Sec. VI-B); the datasets carry different
-        # numbers of seeds (Criteo 5), which one pooled test would reduce to the fewest; and a
-        # dataset not yet recorded (CIFAR-10 before a GPU) cannot be shown by the others.
+        # Per dataset, then all_of: the paper says "consistently" superior "across a variety of
+        # datasets" (Sec. VI-B); datasets carry different seeds (Criteo 5); an unrecorded one stays open.
         s = settings(profile)
         group = "table2" if table == "II" else "table4"
 
@@ -811,12 +717,9 @@ def _beats(table: str, other: str, variant: str | None = None, label: str = "") 
 
 def to_target(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]],
               datasets: Sequence[str]) -> pd.DataFrame:
-    """Table V's communication "to convergence" as the compared rule times it
-    (:data:`vflkit.analysis.TARGET_SHARE`): per Table V run, the first epoch at which its θ2
-    metric (EASTER: the mean over the parties holding θ2) reaches a target common to the
-    dataset's Table V runs of that seed, 99 % of the best of their final θ2 metrics, and the
-    float32-equivalent MB sent until then; NaN for a run that never reaches it within its epochs
-    (censored) or diverged."""
+    """Table V's communication "to convergence" by the compared rule: per Table V run, the first
+    epoch its θ2 metric reaches :data:`vflkit.analysis.TARGET_SHARE` of the best final θ2 metric of
+    the dataset's runs of that seed, and the float32-equivalent MB until then (NaN: never, or diverged)."""
     rec = by_key(records)
     runs = []
     for c, r in _recorded(_table5_runs(groups, datasets), rec):
@@ -869,20 +772,20 @@ def _less_comm(other: str, variant: str | None = None, label: str = "") -> claim
 
 
 def _times(records: claims.Records) -> pd.DataFrame:
-    """Figs. 4-5's times to convergence, priced once for every clause that reads them."""
+    """Figs. 4-5's times to convergence, priced once for every clause."""
     groups, recs = _inputs(records)
     return records.derived("times", lambda: comm_times(groups, recs, settings(records.profile)["table5_datasets"]))
 
 
 def _times_cells(records: claims.Records) -> set[str]:
-    """Figs. 4-5's cells ("dataset/method"): every Table V run the profile has, recorded or not."""
+    """Figs. 4-5's cells ("dataset/method") of every Table V run, recorded or not."""
     groups, _ = _inputs(records)
     return {f"{DATASET_NAMES[c.dataset]}/{METHOD_NAMES[c.method]}"
             for c in _table5_runs(groups, settings(records.profile)["table5_datasets"])}
 
 
 def _times_check(check: Callable[[pd.DataFrame, claims.Records], claims.Verdict]) -> Callable[..., claims.Verdict]:
-    """A Figs. 4-5 clause judged on :func:`_times` of the records (not testable without them)."""
+    """A Figs. 4-5 clause judged on :func:`_times` (not testable without records)."""
     def judged(records: claims.Records) -> claims.Verdict:
         t = _times(records)
         return claims.not_testable("no records") if t.empty else check(t, records)
@@ -926,8 +829,7 @@ def _table6_rise(records: claims.Records) -> claims.Verdict:
     t = table6_rows(groups, recs)
     if t.empty:
         return claims.not_testable("no records")
-    # the profile's fewest and most parties, not the recorded ones: a C not recorded yet leaves
-    # the clause not testable rather than judged between two inner C
+    # the profile's fewest and most parties: an unrecorded C leaves it open, not judged on inner C
     few, many = min(settings(profile)["table6_parties"]), max(settings(profile)["table6_parties"])
     t = t[(t["method"] == "EASTER") & t["C"].isin([few, many])]
     t = t.assign(end=np.where(t["C"] == many, "many", "few"))
@@ -975,7 +877,7 @@ def _table7_check(topology: str) -> Any:
         for n in range(1, 4):
             a, b = t[t["setting"] == DEVICE_MIXES[n]], t[t["setting"] == DEVICE_MIXES[n - 1]]
             d = a.set_index("dataset")["value"] - b.set_index("dataset")["value"]
-            # one row per dataset: the mean over seeds (the times of one seed are priced, not noisy)
+            # one row per dataset, the mean over seeds (priced, not noisy)
             steps.append(claims.ordering(pd.DataFrame({"cell": d.index, "seed": 0, "diff": d.to_numpy()}),
                                          a=f"{n} slow", b=f"{n - 1} slow", what="min", expected=datasets,
                                          exact=True))
@@ -993,8 +895,7 @@ def _fig6_best(what: str) -> Any:
         plt.close("all")
         y = [c for c in data.columns if c.endswith("_pct")][0]
         data = data[data["model"] == "mean"]
-        # The levels to beat are the profile's, not the recorded ones: 128 is "best" only against
-        # every size the profile runs, so an unrecorded size leaves the clause not testable.
+        # the levels to beat are the profile's: an unrecorded one leaves the clause not testable
         if what == "embedding":
             d = data[data["el_pl"] == "1:1"].assign(level=lambda x: x["embedding_dim"].astype(str))
             levels = sorted({c.embedding_dim for c in groups["fig6"] if _el_pl_label(c.el_pl) == "1:1"})
@@ -1024,11 +925,8 @@ CLAIMS: list[claims.Claim] = [
     claims.Claim(PAPER, "Fig. 6", "EL:PL = 1:1 beats 2:1 and 1:2", _fig6_best("el_pl")),
 ]
 
-#: Clauses judged on vflkit's own variants, not the paper's claims (the report shows them
-#: apart): the 1/C question (each h given ∂L_k/∂E instead of Eq. 7's exact ∂L_k/∂E / C), C-VFL
-#: at the dataset's own rate with Q = 10 (the sensitivity row), and Table VII priced with
-#: parallel links, under which a synchronous step's time is the slowest device's by
-#: construction (the shared uplink above is the model comparable with the paper's devices).
+#: Clauses on our variants (:data:`VARIANTS`; shown apart), and Table VII priced with parallel
+#: links, where a synchronous step's time is the slowest device's by construction.
 VARIANT_CLAIMS: list[claims.Claim] = [
     *[_beats(t, m, "full_gradient", FULL_GRADIENT_READING) for t in ("II", "IV")
       for m in ("Local", "PyVertical", "C_VFL", "Agg_VFL")],
@@ -1072,10 +970,9 @@ def beyond(evidence: base.Evidence) -> list[tuple[str, str]]:
 
 
 def _quick_against_paper(evidence: base.Evidence) -> str:
-    """Table II's FashionMNIST gaps (EASTER's mean over θ minus each baseline's, points) at the
-    quick and the paper profile, under each reading of Eq. 7's gradient: why the quick profile
-    (235 SGD steps) can set EASTER several points behind methods it is level with after 20
-    epochs. "" while either profile lacks the records."""
+    """Table II's FashionMNIST gaps (EASTER minus each baseline) at the quick and the paper profile,
+    under each reading of Eq. 7: why 235 quick steps can set EASTER behind methods it is level with
+    after 20 epochs. "" while either profile lacks the records."""
     parts = []
     for profile in ("quick", "paper"):
         have = evidence.get(profile)
@@ -1102,8 +999,7 @@ def _quick_against_paper(evidence: base.Evidence) -> str:
 
 
 def _table7_view(t7: pd.DataFrame) -> pd.DataFrame:
-    """A Table VII topology shown as ours beside the paper's: one column per party's accuracy
-    and one for the time to e*."""
+    """A Table VII topology, ours beside the paper's: each party's accuracy and the time to e*."""
     return side_by_side(t7.assign(model=t7["model"].replace("", "time to e* (min)")), index=["dataset", "setting"],
                         columns="model")
 

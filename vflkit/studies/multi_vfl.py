@@ -1,9 +1,8 @@
 """Multi-VFL (Mugunthan et al.): Figs 2-3 on MNIST and FashionMNIST.
 
-Fig. 2: test accuracy per round with FedAvg as 1, 2, 3 and 4 of the 5 label owners become
-non-IID (Table 3). Fig. 3: the 4niid scenario under the four server optimizers. The paper
-prints no numbers; its claims (the reference README) are about the order and convergence of
-the curves. The runs are trained by :mod:`vflkit.training.multi_owner`.
+Fig. 2: test accuracy per round with FedAvg as 1-4 of the 5 label owners become non-IID (Table 3).
+Fig. 3: 4niid under the four server optimizers. The paper prints no numbers; its claims are about
+the order and convergence of the curves. Trained by :mod:`vflkit.training.multi_owner`.
 """
 
 from __future__ import annotations
@@ -26,8 +25,7 @@ from ..methods.multi_vfl import MultiVFL, MultiVFLConfig
 from ..methods.server_opt import SERVER_OPTIMIZERS, init_state, server_step
 from ..partition import NIID_SCENARIOS
 from ..report import join_reference
-from ..training import dataset as training_dataset, multi_owner
-from ..training.multi_owner import update_scale  # noqa: F401  (round 1's |t| and sqrt(v) beside tau, by name)
+from ..training import dataset as training_dataset
 from . import base, register
 from .base import Artefact, Study
 
@@ -36,36 +34,25 @@ PAPER = "multi_vfl"
 #: R of Sec. 4 ("all the experiments are run for 500 epochs", one local epoch per round).
 PAPER_ROUNDS = 500
 
-#: The quick profile's reduction: enough local steps for FedAvg to leave chance, at the fewest
-#: CPU seconds. At the paper's plain SGD with lr 1e-3 FedAvg needs about 400 local steps per
-#: label owner before 1niid MNIST is well clear of chance; with far fewer every run ends near
-#: chance and decides no claim. Each label owner holds ``QUICK_SAMPLES`` samples (its local
-#: epoch: 4 batches of 64, one full pass as in Algorithm 1) for ``QUICK_ROUNDS`` rounds: the
-#: budget goes to rounds more than to local batches because the server optimizers' behaviour
-#: (bias correction, Demon's schedule) unfolds over rounds; 256 samples rather than 128 give a
-#: non-IID owner's two labels about 128 images each. Test accuracy every ``QUICK_EVAL_EVERY``
-#: rounds on ``QUICK_TEST`` test images (evaluation does not change training). The 500-round
-#: clauses stay with the paper profile (a GPU).
+#: The quick profile's reduction: the fewest CPU seconds at which FedAvg leaves chance (at plain
+#: SGD, lr 1e-3, it needs about 400 local steps per label owner on 1niid MNIST). ``QUICK_SAMPLES``
+#: per owner (one local epoch of 4 batches of 64, as Algorithm 1; a non-IID owner's two labels get
+#: about 128 images each) for ``QUICK_ROUNDS`` rounds: the budget goes to rounds, over which the
+#: server optimizers' behaviour unfolds. Test accuracy every ``QUICK_EVAL_EVERY`` rounds on
+#: ``QUICK_TEST`` images. The 500-round clauses stay with the paper profile.
 QUICK_SAMPLES = 256
 QUICK_ROUNDS = 100
 QUICK_EVAL_EVERY = 5
 QUICK_TEST = 500
 
-#: CPU seconds per round of one run, training and one evaluation together, as
-#: :func:`round_seconds` reports them (its ``cpu_s``: one torch thread, as a scheduler worker
-#: runs); rerun it to recalibrate. ``paper``: one round of the paper profile (5 x 79 batches of
-#: 64, evaluation on 10,000 test images); ``quick``: one round of the quick profile (5 x 4
-#: batches, 500 test images; MNIST 4niid FedAdam and FashionMNIST 1niid come out alike).
-#: The quick profile evaluates every fifth round only, so its estimate runs about 10 % high.
+#: CPU seconds per round of one run (training and one evaluation, one torch thread), as
+#: :func:`round_seconds` reports them (rerun it to recalibrate): ``paper`` 5 x 79 batches and
+#: 10,000 test images; ``quick`` 5 x 4 batches and 500 (it evaluates every fifth round: ~10 % high).
 ROUND_CPU_SECONDS: dict[str, float] = {"paper": 127.4, "quick": 2.0}
 
-#: Per profile; every field not named here is the paper's (``MultiVFLConfig``'s defaults: Sec. 4
-#: and Table 2: one full local epoch per label owner and round, batch 64, plain SGD at 1e-3,
-#: Table 2's server optimizers). ``paper``: 500 rounds over 5000 samples per label owner, the
-#: full test set, 3 seeds. ``quick``: the same with fewer samples, rounds, test images and
-#: evaluations (above), 3 seeds; its curves are the start of the paper's, so the claims that need
-#: 500 rounds are not testable there (:data:`CLAIMS`). ``smoke`` only checks the pipeline (CI): two rounds of one
-#: batch of 32 per label owner.
+#: Per profile; every other field is the paper's (``MultiVFLConfig``'s defaults, Sec. 4 and Table 2).
+#: ``paper``: 500 rounds, 5000 samples per label owner, the full test set, 3 seeds. ``quick``: the
+#: start of the paper's curves (above; the 500-round claims are not testable there). ``smoke``: CI.
 PROFILE_SETTINGS: dict[str, dict[str, Any]] = {
     "smoke": {"datasets": ("mnist",), "seeds": (0,), "rounds": 2, "samples_per_owner": 32, "batch_size": 32,
               "n_test": 100, "eval_every": 1},
@@ -86,13 +73,9 @@ SCENARIOS: tuple[str, ...] = tuple(NIID_SCENARIOS)
 
 def configs(profile: str, *, seeds: Sequence[int] | None = None,
             overrides: dict[str, Any] | None = None) -> list[MultiVFLConfig]:
-    """The runs behind Figs 2-3: per dataset and seed, 1niid..4niid with FedAvg (Fig. 2) and
-    4niid with FedAdam, FedYogi, FedDemonAdam (Fig. 3; its FedAvg run is Fig. 2's).
-
-    ``seeds=None`` takes the profile's; ``overrides`` replace profile settings or set any
-    :class:`MultiVFLConfig` field on every run (e.g. a tiny slice of ``paper``); an unknown
-    key is an error that lists the valid ones.
-    """
+    """Per dataset and seed, 1niid..4niid with FedAvg (Fig. 2) and 4niid with the adaptive server
+    optimizers (Fig. 3). ``overrides`` replace profile settings or set any :class:`MultiVFLConfig`
+    field on every run."""
     # the study sets dataset, scenario, optimizer and seed per run; the other fields may be overridden
     fields = [f.name for f in dataclasses.fields(MultiVFLConfig)
               if f.name not in ("dataset", "scenario", "server_optimizer", "seed")]
@@ -116,8 +99,7 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
 
 
 def needs_gpu(config: MultiVFLConfig) -> bool:
-    """The paper's 500 rounds (at :data:`ROUND_CPU_SECONDS` ``["paper"]``, hours of one core): a
-    GPU's work; fewer rounds run on a CPU."""
+    """The paper's 500 rounds (hours of one core, :data:`ROUND_CPU_SECONDS`) are a GPU's work."""
     return config.rounds >= PAPER_ROUNDS
 
 
@@ -151,13 +133,9 @@ CONVERGENCE_WINDOW = 0.1
 
 
 def converged(run: pd.DataFrame, *, window: float = CONVERGENCE_WINDOW, tolerance_pct: float = 1.0) -> bool:
-    """Whether a run's accuracy curve has flattened at its end.
-
-    The paper says "fails to converge" of curves it only plots. Our reading: over the last
-    ``window`` of the rounds (the last 50 of 500) the accuracy neither rises by more than
-    ``tolerance_pct`` points against the window before (still climbing) nor swings with a
-    standard deviation above ``tolerance_pct`` points (oscillating).
-    """
+    """Whether a run's accuracy curve has flattened. The paper says "fails to converge" of curves it
+    only plots; our reading: over the last ``window`` of the rounds the accuracy neither rises by more
+    than ``tolerance_pct`` points against the window before nor swings with a std above it."""
     acc = run.sort_values("round")["test_accuracy_pct"].to_numpy()
     n = max(2, int(round(window * len(acc))))
     if len(acc) < 2 * n:
@@ -167,9 +145,8 @@ def converged(run: pd.DataFrame, *, window: float = CONVERGENCE_WINDOW, toleranc
 
 
 def per_run(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    """One row per run: final, best and mean test accuracy (%; the mean over the evaluated rounds
-    is the area under the accuracy curve, our measure of how fast a run converges), the first
-    round at 90 % of its best, and its number of rounds."""
+    """One row per run: final, best and mean test accuracy (%; the mean is the area under the curve,
+    our measure of speed), the first round at 90 % of its best, and its rounds."""
     h = history_frame(records)
     cols = ["dataset", "scenario", "optimizer", "seed", "rounds", "final_accuracy_pct", "best_accuracy_pct",
             "mean_accuracy_pct", "round_to_90pct_of_best"]
@@ -191,10 +168,8 @@ def per_run(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
 
 
 def learning(summary_table: pd.DataFrame) -> str:
-    """Whether this profile's models learn, worded from :func:`summary`: the range of final test
-    accuracy and how many scenario/optimizer cells end within ``claims.CHANCE_MARGIN`` points
-    of chance (such runs decide no claim: ``vflkit.claims`` reads their orderings *not testable
-    (did not learn)*)."""
+    """Whether this profile's models learn (:func:`summary` worded): the range of final accuracy and
+    how many cells end within ``claims.CHANCE_MARGIN`` points of chance (they decide no claim)."""
     if summary_table.empty:
         return "No run recorded yet."
     acc = summary_table["final_accuracy_pct"]
@@ -209,8 +184,7 @@ def learning(summary_table: pd.DataFrame) -> str:
 
 
 def summary(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    """Per dataset, scenario and optimizer, mean and standard deviation over seeds of the final,
-    best and mean test accuracy (%), and the mean first round at 90 % of a run's best."""
+    """Per dataset, scenario and optimizer: :func:`per_run`'s columns, mean and std over seeds."""
     runs = per_run(records)
     # a diverged run's accuracy is its broken model's: counted in ``diverged``, never averaged in
     metrics = ["final_accuracy_pct", "best_accuracy_pct", "mean_accuracy_pct", "round_to_90pct_of_best"]
@@ -226,8 +200,7 @@ def summary(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
 
 
 def long_table(summ: pd.DataFrame, profile: str) -> pd.DataFrame:
-    """:func:`summary` in the long format of ``report.write_table`` (no paper values: Multi-VFL
-    prints none); ``std`` is the standard deviation over seeds where :func:`summary` has one."""
+    """:func:`summary` in the long format (Multi-VFL prints no values), ``std`` over seeds where known."""
     sds = {"final_accuracy_pct": "final_accuracy_sd", "mean_accuracy_pct": "mean_accuracy_sd"}
     rows = []
     for _, r in summ.iterrows():
@@ -271,9 +244,8 @@ def long_traffic(traffic: pd.DataFrame, profile: str) -> pd.DataFrame:
 
 
 def server_steps(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    """Per run and round, the server's step sizes (recorded by the trainer): ||t|| (the mean
-    label-owner update), ||W^{r+1} - W^r||, their ratio ``step_ratio`` (1 for FedAvg, which adds
-    t), ||W^{r+1} - W^0|| and the adaptive rules' median sqrt(v) divided by tau."""
+    """Per run and round, the recorded server steps: ||t|| (the mean update), ||W^{r+1} - W^r||, their
+    ratio (1 for FedAvg), ||W^{r+1} - W^0|| and the adaptive rules' median sqrt(v) / tau."""
     rows = []
     for r in records:
         cfg = r["config"]
@@ -294,10 +266,8 @@ def server_steps(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
 
 
 def constant_update_steps(config: MultiVFLConfig, *, t: float = 1e-9) -> pd.DataFrame:
-    """Per round, the server's step as a multiple of the update when every round's update is
-    the same tiny ``t`` (so that sqrt(v) << tau, the regime :func:`server_steps` measures):
-    what each rule makes of ``config``'s hyperparameters and ``config.rounds``, by
-    :func:`~vflkit.methods.server_opt.server_step` itself."""
+    """Per round, each rule's server step over the update when every update is the same tiny ``t``
+    (sqrt(v) << tau, the regime :func:`server_steps` measures), by ``server_step`` itself."""
     rows = []
     for name in SERVER_OPTIMIZERS:
         opt = config.replace(server_optimizer=name).server()
@@ -312,15 +282,10 @@ def constant_update_steps(config: MultiVFLConfig, *, t: float = 1e-9) -> pd.Data
 
 
 def displacement(records: Sequence[dict[str, Any]], *, scenario: str = "4niid") -> pd.DataFrame:
-    """Fig. 3's runs: how far each server optimizer moved the label-owner model, beside its accuracy.
-
-    Per dataset and optimizer, mean and standard deviation over seeds of: the summed server
-    steps over the summed updates (``path_ratio``; 1 for FedAvg), the final distance from the
-    initial model as a multiple of FedAvg's in the same seed (``distance_vs_fedavg``), the
-    largest median sqrt(v)/tau of any round, and the final accuracy minus FedAvg's (points).
-    With the constant-update prediction (:func:`constant_update_steps`, summed over the rounds
-    and divided by their number) beside the measured ``path_ratio``.
-    """
+    """How far each server optimizer moved the model in Fig. 3's runs, beside its accuracy: per
+    dataset and optimizer (mean, std over seeds) the summed steps over the summed updates
+    (``path_ratio``, with :func:`constant_update_steps`' prediction), the final distance from the
+    initial model over FedAvg's, the largest median sqrt(v)/tau and the accuracy minus FedAvg's."""
     steps = server_steps(records)
     steps = steps[steps["scenario"] == scenario]
     runs = per_run(records)
@@ -349,8 +314,7 @@ def displacement(records: Sequence[dict[str, Any]], *, scenario: str = "4niid") 
 
 
 def same_order(table: pd.DataFrame, by: str, then: str) -> pd.Series:
-    """Per dataset of :func:`displacement`, whether ranking the optimizers by ``by`` ranks them
-    as ``then`` does (ties aside): the check that distance explains the accuracy order."""
+    """Per dataset of :func:`displacement`, whether ``by`` ranks the optimizers as ``then`` does."""
     def agree(g: pd.DataFrame) -> bool:
         a, b = g[by].to_numpy(), g[then].to_numpy()
         i, j = np.triu_indices(len(g), 1)
@@ -360,9 +324,7 @@ def same_order(table: pd.DataFrame, by: str, then: str) -> pd.Series:
 
 
 def explain(table: pd.DataFrame) -> list[str]:
-    """One sentence per dataset and adaptive optimizer of :func:`displacement`: how far it moved
-    the model against FedAvg (measured and predicted by the sqrt(v) << tau rule) and where its
-    accuracy ended against FedAvg's (mean ± sd over seeds)."""
+    """One sentence per dataset and adaptive optimizer of :func:`displacement`."""
     def pm(mean: float, sd: float, fmt: str) -> str:
         # one seed has no sd; "nan" would read like a failed run
         if np.isnan(mean):
@@ -387,15 +349,14 @@ Check = Callable[[claims.Records], claims.Verdict]
 
 
 def _available(records: claims.Records) -> tuple[list[dict[str, Any]], int]:
-    """The recorded runs among ``records`` in the order of the profile's runs, and the profile's
-    rounds; nothing is read."""
+    """The recorded runs in the order of the profile's, and its rounds; nothing is read."""
     cfgs = records.derived("configs", lambda: configs(records.profile))
     return records.of(cfgs), cfgs[0].rounds
 
 
 def _check(*, full: bool = False) -> Callable[[Callable[[list[dict[str, Any]], int], claims.Verdict | None]], Check]:
-    """A clause's check from ``f(*_available(records))``: not testable when ``full`` and the
-    profile runs fewer rounds than the paper's 500, or when ``f`` finds no records (returns None)."""
+    """A check from ``f(*_available(records))``: not testable with ``full`` under 500 rounds, or when
+    ``f`` finds no records (returns None)."""
     def wrap(f: Callable[[list[dict[str, Any]], int], claims.Verdict | None]) -> Check:
         def check(records: claims.Records) -> claims.Verdict:
             profile, (recs, rounds) = records.profile, _available(records)
@@ -409,8 +370,7 @@ def _check(*, full: bool = False) -> Callable[[Callable[[list[dict[str, Any]], i
 
 def _ordering_check(by: str, a: str, b: str, value: str, *, scenario: str | None = None,
                     optimizer: str | None = None) -> Check:
-    """``a`` > ``b`` in ``value`` on every dataset (paired over seeds; :func:`vflkit.claims.all_of`
-    over the datasets, each judged by :func:`vflkit.claims.ordering`)."""
+    """``a`` > ``b`` in ``value`` on every dataset (paired over seeds)."""
     what = {"final_accuracy_pct": "points of final accuracy",
             "mean_accuracy_pct": "points of accuracy averaged over the rounds"}[value]
 
@@ -492,11 +452,9 @@ FMNIST_GAIN_PCT = (2.0, 3.0)
 
 @_check(full=True)
 def _fmnist_gain_check(recs: list[dict[str, Any]], rounds: int) -> claims.Verdict | None:
-    """On FashionMNIST each adaptive optimizer's final gain over FedAvg is 2-3 points: agree when
-    the paired mean's noise band over seeds (:func:`claims.noise_band`) overlaps [2, 3] and
-    excludes no gain, disagree when it lies wholly outside [2, 3], else not testable. Overlap,
-    not containment: a 1-point range is narrower than a few seeds can resolve, so "consistent
-    with 2-3 points, and a gain" is what the records can show."""
+    """Each adaptive optimizer's final gain over FedAvg on FashionMNIST is 2-3 points: agree when the
+    paired mean's noise band overlaps [2, 3] and excludes no gain, disagree when wholly outside.
+    Overlap, not containment: a 1-point range is narrower than a few seeds can resolve."""
     runs = per_run(recs)
     runs = runs[(runs["dataset"] == "FashionMNIST") & (runs["scenario"] == "4niid")]
     if runs.empty:
@@ -524,9 +482,8 @@ def _fmnist_gain_check(recs: list[dict[str, Any]], rounds: int) -> claims.Verdic
     return claims.all_of(verdicts)
 
 
-#: The paper's claims (reference README and Sec. 4), one clause each, judged on the records of a
-#: profile: orderings on final accuracy ("higher") and on the accuracy averaged over the rounds
-#: ("converges faster": the area under the curve), paired over seeds on every dataset.
+#: The paper's claims (Sec. 4): orderings on final accuracy ("higher") and on the mean over the
+#: rounds ("converges faster"), paired over seeds on every dataset.
 CLAIMS: list[claims.Claim] = [
     *[claims.Claim(PAPER, "Fig. 2", f"with FedAvg, accuracy is lower with {worse} than with {better} "
                    "(it falls as more label owners are non-IID)",
@@ -552,12 +509,9 @@ CLAIMS: list[claims.Claim] = [
 
 
 def round_seconds(config: MultiVFLConfig, *, rounds: int = 1) -> dict[str, float]:
-    """Seconds per round of ``config`` on the CPU (training and one evaluation per round),
-    measured over ``rounds`` rounds after setup: how :data:`ROUND_CPU_SECONDS` was measured.
-
-    Returns ``cpu_s``, the process's CPU time per round (with one torch thread, what the round
-    takes on a core of its own), and ``wall_s``, which a machine shared with other work overstates.
-    """
+    """Seconds per round of ``config`` on the CPU (training and one evaluation), over ``rounds``
+    rounds after setup, as :data:`ROUND_CPU_SECONDS` was measured: ``cpu_s`` (one thread: a core
+    of its own) and ``wall_s`` (overstated on a shared machine)."""
     data = training_dataset(config.dataset).subset(n_test=config.n_test, seed=config.seed)
     method = MultiVFL(config.replace(rounds=max(rounds, 1)), data, device="cpu")
     method.setup()
@@ -568,11 +522,14 @@ def round_seconds(config: MultiVFLConfig, *, rounds: int = 1) -> dict[str, float
     return {"cpu_s": (time.process_time() - cpu) / rounds, "wall_s": (time.perf_counter() - wall) / rounds}
 
 
-def _panels(df: pd.DataFrame, hue: str, order: Sequence[str], title: str, legend_title: str) -> plt.Figure:
+def _panels(records: Sequence[dict[str, Any]], keep: tuple[str, str], hue: str, order: Sequence[str], title: str,
+            legend_title: str) -> tuple[plt.Figure, pd.DataFrame]:
+    """The runs whose ``keep[0]`` is ``keep[1]``, one panel per dataset (mean and sd over seeds), and their data."""
+    df = history_frame(records)
+    df = df[df[keep[0]] == keep[1]]
     datasets = list(dict.fromkeys(df["dataset"]))
     fig, axes = plt.subplots(1, len(datasets), figsize=(5.2 * len(datasets), 3.8), squeeze=False, sharey=True)
-    # the levels of every panel, so that a curve keeps its colour and marker across panels and
-    # the one legend lists it even where a panel's runs are not all recorded yet
+    # every panel's levels: a curve keeps its colour and marker, the one legend lists it
     levels = set(df[hue])
     present = [o for o in order if o in levels]
     for ax, name in zip(axes[0], datasets):
@@ -587,35 +544,27 @@ def _panels(df: pd.DataFrame, hue: str, order: Sequence[str], title: str, legend
     sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1, 1), title=legend_title)
     fig.suptitle(title)
     fig.tight_layout()
-    return fig
+    return fig, df
 
 
 def figure2(records: Sequence[dict[str, Any]]) -> tuple[plt.Figure, pd.DataFrame]:
-    """Fig. 2: FedAvg, 1niid..4niid, one panel per dataset (mean and sd over seeds)."""
-    df = history_frame(records)
-    df = df[df["optimizer"] == "FedAvg"]
-    fig = _panels(df, "scenario", SCENARIOS, "Fig. 2: FedAvg as more label owners see only two labels",
-                  "non-IID label owners")
-    return fig, df
+    """Fig. 2: FedAvg, 1niid..4niid."""
+    return _panels(records, ("optimizer", "FedAvg"), "scenario", SCENARIOS,
+                   "Fig. 2: FedAvg as more label owners see only two labels", "non-IID label owners")
 
 
 def figure3(records: Sequence[dict[str, Any]]) -> tuple[plt.Figure, pd.DataFrame]:
-    """Fig. 3: 4niid under the four server optimizers, one panel per dataset."""
-    df = history_frame(records)
-    df = df[df["scenario"] == "4niid"]
-    fig = _panels(df, "optimizer", list(OPTIMIZER_LABELS.values()),
-                  "Fig. 3: 4niid (4 of 5 label owners non-IID) by server optimizer", "server optimizer")
-    return fig, df
+    """Fig. 3: 4niid under the four server optimizers."""
+    return _panels(records, ("scenario", "4niid"), "optimizer", list(OPTIMIZER_LABELS.values()),
+                   "Fig. 3: 4niid (4 of 5 label owners non-IID) by server optimizer", "server optimizer")
 
 
 # --------------------------------------------------------------------------- the study's declaration
 
 
 def pending_cost(runs: Sequence[MultiVFLConfig]) -> pd.DataFrame:
-    """The study's own price of pending paper-profile runs, run by run: rounds x
-    :data:`ROUND_CPU_SECONDS` (this project's CPU, one worker per core) in CPU hours. Their GPU
-    minutes come from the operations wing's count of a round (:func:`vflkit.ops.pricing.price`),
-    which takes this rule only for a run it cannot price."""
+    """Pending paper-profile runs' CPU hours, rounds x :data:`ROUND_CPU_SECONDS` (their GPU minutes
+    are :func:`vflkit.ops.pricing.price`'s, which takes this rule only for a run it cannot price)."""
     return pd.DataFrame({"needs": ["GPU" if needs_gpu(c) else "CPU" for c in runs],
                          "h100_min": [np.nan] * len(runs),
                          "cpu_h": [c.rounds * ROUND_CPU_SECONDS["paper"] / 3600 for c in runs]})
