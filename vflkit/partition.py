@@ -14,6 +14,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from itertools import accumulate
 from typing import Any
 
 import torch
@@ -23,33 +24,19 @@ from .errors import PartitionError
 KINDS = ("strips", "grid", "columns")
 AXES = ("width", "height")
 
-# --------------------------------------------------------------------------------------------
-# Partition
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------- Partition
 
 
 @dataclass(frozen=True)
 class Partition:
-    """Which features each party holds; one party (``active``) also holds the labels.
+    """Which features each party holds; party ``active`` also holds the labels. Build it with
+    :func:`strips`, :func:`grid`, :func:`columns` or :func:`apc_vfl_partition` (the constructor
+    checks every field either way).
 
-    Build it with :func:`strips`, :func:`grid`, :func:`columns` or :func:`apc_vfl_partition`
-    rather than directly; the constructor checks every field either way.
-
-    Attributes
-    ----------
-    kind : {"strips", "grid", "columns"}
-    slices : tuple
-        Per party, what it holds: ``(start, stop)`` pixel range along ``axis`` for strips,
-        ``((top, bottom), (left, right))`` for grid tiles (row-major order), a tuple of column
-        names for columns.
-    input_shape : tuple of int
-        Shape of one full sample: ``(C, H, W)`` for images, ``(F,)`` for tabular data.
-    active : int
-        Index of the active party, which holds the labels. Default 0.
-    axis : {"width", "height"} or None
-        Strips only: the image axis that is cut.
-    feature_names : tuple of str
-        Columns only: every column of a full sample, in the order of ``input_shape``.
+    ``slices``: per party, a ``(start, stop)`` pixel range along ``axis`` (strips), ``((top,
+    bottom), (left, right))`` (grid tiles, row-major), or a tuple of column names (columns, whose
+    ``feature_names`` are every column of a full sample). ``input_shape``: one full sample,
+    ``(C, H, W)`` or ``(F,)``.
     """
 
     kind: str
@@ -69,8 +56,6 @@ class Partition:
             self._check_columns()
         else:
             self._check_image()
-
-    # -- validation ------------------------------------------------------------------------
 
     def _check_image(self) -> None:
         if len(self.input_shape) != 3 or any(int(s) < 1 for s in self.input_shape):
@@ -97,13 +82,11 @@ class Partition:
         names = self.feature_names
         if self.input_shape != (len(names),):
             raise PartitionError(f"input_shape {self.input_shape} does not match {len(names)} feature names")
-        seen: dict[str, int] = {}
+        seen: set[str] = set()
         for name in names:
             if name in seen:
-                raise PartitionError(
-                    f"feature name {name!r} appears twice in feature_names; names must be unique"
-                )
-            seen[name] = 1
+                raise PartitionError(f"feature name {name!r} appears twice in feature_names; names must be unique")
+            seen.add(name)
         owner: dict[str, int] = {}
         for k, group in enumerate(self.slices):
             if len(group) == 0:
@@ -127,8 +110,6 @@ class Partition:
                 "(or drop it from feature_names)"
             )
 
-    # -- basic facts -----------------------------------------------------------------------
-
     @property
     def n_parties(self) -> int:
         """Number of parties, active included."""
@@ -136,7 +117,6 @@ class Partition:
 
     @property
     def passive(self) -> list[int]:
-        """Indices of the passive parties, in partition order."""
         return [k for k in range(self.n_parties) if k != self.active]
 
     @property
@@ -170,8 +150,6 @@ class Partition:
             return (channels, stop - start, width)
         (top, bottom), (left, right) = self.slices[k]
         return (channels, bottom - top, right - left)
-
-    # -- splitting and assembling ----------------------------------------------------------
 
     def _check_input(self, x: torch.Tensor) -> None:
         n = len(self.input_shape)
@@ -328,22 +306,11 @@ def _axis_length(shape: tuple[int, int, int], axis: str) -> int:
 
 
 def strips(n_parties: int, *, image_shape: Sequence[int], axis: str = "width", active: int = 0) -> Partition:
-    """Cut images into ``n_parties`` strips along the width (default) or the height.
-
-    ``axis="width"`` gives each party all rows and a band of columns (MNIST into 4: 28x7
-    strips, VFedMH/EASTER); ``axis="height"`` gives each a band of rows (7x28, Multi-VFL).
-    A length that does not divide follows ``torch.tensor_split``: the first ``L % n`` strips
-    are one pixel wider (28 into 3: 10, 9, 9; 28 into 10: eight of 3, then two of 2).
-
-    Parameters
-    ----------
-    n_parties : int
-        Number of parties C (1 .. the length of the cut axis).
-    image_shape : (C, H, W)
-    axis : {"width", "height"}, default "width"
-    active : int, default 0
-        Index of the party holding the labels (strip 0 is the leftmost / top one).
-    """
+    """Cut ``(C, H, W)`` images into ``n_parties`` strips along the width (all rows, a band of
+    columns: MNIST into 4 gives VFedMH/EASTER's 28x7 strips) or the height (7x28, Multi-VFL);
+    strip 0 is the leftmost / top one. A length that does not divide follows
+    ``torch.tensor_split``: the first ``L % n`` strips are one pixel wider (28 into 3: 10, 9, 9;
+    28 into 10: eight of 3, then two of 2)."""
     shape = _image_shape(image_shape)
     bounds = _even_bounds(_axis_length(shape, axis), n_parties, f"pixels of {axis}")
     return Partition("strips", tuple(bounds), shape, active=active, axis=axis)
@@ -377,19 +344,10 @@ def columns(
     *,
     active: int = 0,
 ) -> Partition:
-    """Give each party a group of tabular columns.
-
-    Parameters
-    ----------
-    feature_names : sequence of str
-        Every feature column of a full sample, in the data's column order (no ID or label).
-    groups : sequence of name lists, sequence of counts, or int
-        Names: party k holds exactly ``groups[k]`` (every feature once, no overlap).
-        Counts: party k holds the next ``groups[k]`` columns in ``feature_names`` order.
-        An int C: C parties on consecutive columns, sizes as in :func:`strips`.
-    active : int, default 0
-        Index of the party holding the labels.
-    """
+    """Give each party a group of the tabular columns ``feature_names`` (every feature column of
+    a full sample, in order; no ID or label). ``groups``: one name list per party (every feature
+    once, no overlap), one count per party (the next columns in order), or a number of parties C
+    (consecutive columns, sizes as in :func:`strips`)."""
     if isinstance(feature_names, str):
         raise PartitionError("feature_names must be a sequence of column names, not one string")
     names = tuple(str(n) for n in feature_names)
@@ -413,11 +371,7 @@ def columns(
             raise PartitionError(
                 f"column counts {counts} sum to {sum(counts)}, but there are {len(names)} columns"
             )
-        slices, start = [], 0
-        for c in counts:
-            slices.append(names[start:start + c])
-            start += c
-        slices = tuple(slices)
+        slices = tuple(names[end - c:end] for c, end in zip(counts, accumulate(counts)))
     elif all(isinstance(g, Sequence) and not isinstance(g, (str, bytes)) for g in groups):
         if len(groups) > len(names):
             raise PartitionError(_too_many(len(groups), len(names)))
@@ -430,9 +384,7 @@ def columns(
     return Partition("columns", slices, (len(names),), active=active, feature_names=names)
 
 
-# --------------------------------------------------------------------------------------------
-# EASTER Table VI: the first C of 10 fixed feature parts
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------- EASTER Table VI: the first C of 10 parts
 
 
 @dataclass(frozen=True)
@@ -443,19 +395,9 @@ class PartsPartition:
     one part". Read with Table VI (accuracy rises with C; C = 4 sits far below Table II's C = 4,
     which uses every feature), the parts are fixed and C parties hold the first C of them; the
     features of parts C+1..10 take part in no run. :attr:`partition` is an ordinary
-    :class:`Partition` over the kept features only; :meth:`select` cuts a full sample down to
-    them and :meth:`split` does both.
-
-    Attributes
-    ----------
-    partition : Partition
-        Strips over the cropped image ``(C, H, kept)`` or column groups over the kept names.
-    n_parts : int
-        Parts the full feature set is cut into (10 in the paper).
-    full_shape : tuple of int
-        One full sample: ``(C, H, W)`` or ``(F,)``.
-    full_names : tuple of str
-        Columns only: every column of a full sample, in order.
+    :class:`Partition` over the kept features only (strips over the cropped image ``(C, H,
+    kept)`` or column groups over the kept names); :meth:`select` cuts a full sample
+    (``full_shape``; ``full_names`` for tables) down to them and :meth:`split` does both.
     """
 
     partition: Partition
@@ -470,7 +412,6 @@ class PartsPartition:
 
     @property
     def active(self) -> int:
-        """Index of the active party (as :attr:`Partition.active`)."""
         return self.partition.active
 
     @property
@@ -544,9 +485,7 @@ def first_parts(
     return PartsPartition(inner, n_parts, (len(names),), names)
 
 
-# --------------------------------------------------------------------------------------------
-# APC-VFL feature partitions (Appendix A)
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------- APC-VFL feature partitions (Appendix A)
 
 # Appendix A, per dataset: (the five features "initially assigned to the active participant",
 # the "transfer order"). Names as the paper writes them; APC_VFL_ALIASES maps them to the
@@ -617,20 +556,10 @@ def apc_vfl_active_features(dataset: str, n_active_features: int) -> tuple[str, 
 
 
 def apc_vfl_partition(dataset: str, n_active_features: int, feature_names: Sequence[str]) -> Partition:
-    """APC-VFL's two-participant column partition (Appendix A) on the given columns.
-
-    Participant 0 is active and holds :func:`apc_vfl_active_features` (matched to
-    ``feature_names`` through :data:`APC_VFL_ALIASES`, e.g. X3 -> EDUCATION); participant 1
-    is passive and holds every other column of ``feature_names``. Both keep the order of
-    ``feature_names``.
-
-    Parameters
-    ----------
-    dataset : {"breast_cancer", "credit_card", "mimic3"}
-    n_active_features : {2, 3, 4, 5}
-    feature_names : sequence of str
-        The dataset's feature columns (no ID, no label).
-    """
+    """APC-VFL's two-participant column partition (Appendix A) of ``feature_names`` (the
+    dataset's feature columns, no ID, no label): participant 0 is active and holds
+    :func:`apc_vfl_active_features` (matched through :data:`APC_VFL_ALIASES`, e.g. X3 ->
+    EDUCATION), participant 1 every other column, both in the order of ``feature_names``."""
     names = [str(n) for n in feature_names]
     lookup = {n.lower(): n for n in names}
     chosen = set()
@@ -652,9 +581,7 @@ def apc_vfl_partition(dataset: str, n_active_features: int, feature_names: Seque
     return columns(names, [active_cols, passive_cols], active=0)
 
 
-# --------------------------------------------------------------------------------------------
-# Sample alignment
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------- sample alignment
 
 
 def _as_ids(ids: Any, what: str) -> torch.Tensor:
@@ -751,25 +678,8 @@ class Alignment:
 
     @property
     def n_aligned(self) -> int:
-        """Number of aligned samples |D_A|."""
+        """|D_A|."""
         return int(self.aligned_ids.numel())
-
-    @property
-    def active_unaligned_ids(self) -> torch.Tensor:
-        """Ids only the active participant holds."""
-        return self.active_ids[~torch.isin(self.active_ids, self.aligned_ids)]
-
-    @property
-    def passive_unaligned_ids(self) -> torch.Tensor:
-        """Ids only the passive participant holds."""
-        return self.passive_ids[~torch.isin(self.passive_ids, self.aligned_ids)]
-
-    def aligned_rows(self, party: str) -> torch.Tensor:
-        """Row positions of the aligned ids in ``party``'s own (sorted) data, in ``aligned_ids`` order."""
-        if party not in ("active", "passive"):
-            raise PartitionError(f"Invalid party {party!r}; choose one of active, passive")
-        ids = self.active_ids if party == "active" else self.passive_ids
-        return torch.searchsorted(ids, self.aligned_ids)
 
     def describe(self) -> dict[str, int]:
         """Counts for run records."""
@@ -785,30 +695,18 @@ def partial_alignment(
     n_passive: int | None = None,
     seed: int = 0,
 ) -> Alignment:
-    """Draw APC-VFL's partially aligned samples from a pool of ids ``0 .. n_total - 1``.
+    """Draw APC-VFL's partially aligned samples from a pool of ids ``0 .. n_total - 1`` (the
+    dataset, after any reduction such as Credit Card's 20000).
 
     The active participant holds ``n_active`` random ids (Breast Cancer: 500 of 569); a random
-    ``n_aligned`` of them are also held by the passive participant. The passive participant
-    also holds unaligned samples of its own (Fig. 2 of APC-VFL; its autoencoder is trained on
-    all its local data), drawn from the ids the active participant lacks.
-
-    Parameters
-    ----------
-    n_total : int
-        Size of the pool (the dataset, after any reduction such as Credit Card's 20000).
-    n_active : int
-        Samples the active participant holds (1 .. n_total).
-    n_aligned : int
-        Samples both hold, |D_A| (1 .. n_active; APC-VFL requires a non-empty D_A).
-    n_passive : int or None, default None
-        Samples the passive participant holds. None: the aligned ones plus *every* id the
-        active participant lacks. The paper does not give the passive side's size; this
-        default needs no extra number and fits the Breast Cancer setup (the 69 samples the
-        active participant was not given stay with the passive one).
-    seed : int, default 0
-        For a fixed seed and ``n_active``, the active ids are the same for every ``n_aligned``
-        and the aligned sets are nested (250 aligned contain the 100), so scenarios differ
-        only in alignment, as in the paper's sweep.
+    ``n_aligned`` of them (|D_A| >= 1, as APC-VFL requires) are also held by the passive
+    participant, which holds ``n_passive`` in all: unaligned samples of its own too (Fig. 2; its
+    autoencoder trains on all its local data), drawn from the ids the active participant lacks.
+    The paper does not give the passive side's size; the default None (the aligned ones plus
+    *every* id the active participant lacks) needs no extra number and fits the Breast Cancer
+    setup. For a fixed ``seed`` and ``n_active`` the active ids are the same for every
+    ``n_aligned`` and the aligned sets nest, so scenarios differ only in alignment, as in the
+    paper's sweep.
     """
     for name, value in (("n_total", n_total), ("n_active", n_active), ("n_aligned", n_aligned)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -837,9 +735,7 @@ def partial_alignment(
     return Alignment(torch.sort(active).values, torch.sort(passive).values, torch.sort(aligned).values)
 
 
-# --------------------------------------------------------------------------------------------
-# Label owners (Multi-VFL)
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------- label owners (Multi-VFL)
 
 _ALL = tuple(range(10))
 # Multi-VFL Table 3: labels each of the 5 label owners sees; 0-9 = an IID owner.
@@ -861,27 +757,11 @@ def label_owner_split(
     seed: int = 0,
     disjoint: bool = True,
 ) -> list[torch.Tensor]:
-    """Each label owner's sample indices into the training set (Multi-VFL, Table 3).
-
-    An IID owner draws uniformly from the whole pool (all 10 classes in their natural
-    proportions); a non-IID owner draws uniformly from the samples of its two labels.
-
-    Parameters
-    ----------
-    labels : 1-D integer tensor
-        Labels of the training pool (e.g. MNIST's 60000).
-    scenario : {"iid", "1niid", "2niid", "3niid", "4niid"}, default "1niid"
-        "iid": every owner IID. The niid scenarios are Table 3 exactly and need 5 owners.
-    n_owners : int, default 5
-    samples_per_owner : int, default 5000
-    seed : int, default 0
-    disjoint : bool, default True
-        No sample is given to two owners. The paper does not say; disjoint owners are the
-        usual federated setting. False: each owner draws from the whole pool independently.
-
-    Returns
-    -------
-    list of sorted int64 tensors, one per owner, in Table 3's order.
+    """Each label owner's sorted sample indices into the training pool ``labels`` (Multi-VFL,
+    Table 3's order): an IID owner draws uniformly from the whole pool, a non-IID owner from
+    the samples of its two labels. ``scenario`` "iid" makes every owner IID; the niid ones are
+    Table 3 exactly (5 owners). ``disjoint``: no sample goes to two owners; the paper does not
+    say, and disjoint owners are the usual federated setting (False: independent draws).
     """
     if scenario not in LABEL_SCENARIOS:
         raise PartitionError(
