@@ -313,16 +313,11 @@ class Party:
                 raise PartitionError(
                     f"{name}: {len(self.ids[split])} sample ids for {len(x)} {split} rows; give one id per row"
                 )
-        # id -> row lookup per split: None when the ids are 0..N-1 in order (fully aligned
-        # parties: an id is its own row); else sorted ids and their rows, for searchsorted
-        # (no Python dict over samples).
-        self._lookup: dict[str, tuple[torch.Tensor, torch.Tensor] | None] = {}
-        for split, own in self.ids.items():
-            if torch.equal(own, torch.arange(len(own))):
-                self._lookup[split] = None
-            else:
-                order = torch.argsort(own)
-                self._lookup[split] = (own[order], order)
+        # id -> row lookup per split: None when the ids are 0..N-1 in order (an id is its own
+        # row); else sorted ids and their rows, for searchsorted (no Python dict over samples)
+        self._lookup: dict[str, tuple[torch.Tensor, torch.Tensor] | None] = {
+            split: None if torch.equal(own, torch.arange(len(own))) else tuple(torch.sort(own))
+            for split, own in self.ids.items()}
         self.models: dict[str, torch.nn.Module] = {}
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
         #: Set (by :func:`checked_batches`) while every batch it is asked for by sample id was cut

@@ -52,25 +52,10 @@ from .config import DATA_ENV, data_root, cache_dir, resolve_device
 from .errors import ConfigError, DatasetCorruptError, DatasetNotFoundError
 
 __all__ = [
-    "register_dataset",
-    "unregister_dataset",
-    "is_registered",
-    "content_digest",
-    "registered_digest",
-    "DATASETS",
-    "IMAGE_DATASETS",
-    "IMAGE_METADATA",
-    "criteo_file",
-    "TABULAR_DATASETS",
-    "ALIASES",
-    "ImageData",
-    "TabularData",
-    "load_dataset",
-    "encode_criteo",
-    "CREDIT_CARD_COLUMNS",
-    "MIMIC3_FEATURES",
-    "CRITEO_DENSE",
-    "CRITEO_SPARSE",
+    "register_dataset", "unregister_dataset", "is_registered", "content_digest",
+    "registered_digest", "DATASETS", "IMAGE_DATASETS", "IMAGE_METADATA", "criteo_file",
+    "TABULAR_DATASETS", "ALIASES", "ImageData", "TabularData", "load_dataset", "encode_criteo",
+    "CREDIT_CARD_COLUMNS", "MIMIC3_FEATURES", "CRITEO_DENSE", "CRITEO_SPARSE",
 ]
 
 #: The built-in datasets loaded as :class:`ImageData`, and those loaded as :class:`TabularData`.
@@ -935,9 +920,7 @@ def _decode_png_split(
         try:
             blob = torch.load(cache, weights_only=True)
             if blob["x"].shape == (len(files), 3, 32, 32) and torch.equal(blob["y"], torch.from_numpy(labels)):
-                # with verify, the pixels too: the cache carries a digest of its tensors, and a
-                # cache whose tensors no longer match it (altered, or older than the digest) is
-                # rebuilt from the verified files rather than trusted
+                # with verify, the pixels too: a cache whose tensors do not match its digest is rebuilt
                 if not verify or blob.get("sha256") == _tensor_digest(blob["x"], blob["y"]):
                     return blob["x"], blob["y"]
                 warnings.warn(f"ignoring cache file {cache}: its tensors do not match their digest (altered, or "
@@ -945,21 +928,17 @@ def _decode_png_split(
         except Exception as exc:  # an unreadable cache is rebuilt, never trusted
             warnings.warn(f"ignoring unreadable cache file {cache}: {exc}", stacklevel=2)
 
-    digests = None
-    if use_manifest:
-        listed = _read_manifest(manifest)
-        prefix = split_dir.relative_to(root).as_posix() + "/"
-        digests = {k: v for k, v in listed.items() if k.startswith(prefix)}
-        present = {f"{prefix}{classes[label]}/{e.name}" for label, e in files}
-        if present != set(digests):
-            missing, extra = sorted(set(digests) - present), sorted(present - set(digests))
-            raise _corrupt(split_dir, f"files differ from {manifest.name}: missing {len(missing)} "
-                           f"(first {missing[:5]}), not listed {len(extra)} (first {extra[:5]})")
-
     # plain strings: a pathlib object per file costs more than decoding it
     prefix = split_dir.relative_to(root).as_posix() + "/"
     rels = [f"{prefix}{classes[label]}/{e.name}" for label, e in files]
     base = str(root) + os.sep
+    digests = None
+    if use_manifest:
+        digests = {k: v for k, v in _read_manifest(manifest).items() if k.startswith(prefix)}
+        if set(rels) != set(digests):
+            missing, extra = sorted(set(digests) - set(rels)), sorted(set(rels) - set(digests))
+            raise _corrupt(split_dir, f"files differ from {manifest.name}: missing {len(missing)} "
+                           f"(first {missing[:5]}), not listed {len(extra)} (first {extra[:5]})")
 
     def read(batch: list[str]) -> list[bytes]:
         out = []

@@ -1,13 +1,9 @@
-"""The papers' models.
+"""The papers' models: VFedMH / EASTER's party models (:func:`get_model`), AdptVFedConv's split
+VGG-16-BN, APC-VFL's SELU autoencoders and Multi-VFL's data- and label-owner models.
 
-Party models of VFedMH / EASTER (``get_model``): every party model is an embedding network
-*h* (``h(theta_k, x) -> E``, a flat ``[B, embedding_dim]`` vector, so VFedMH can average the
-embeddings of heterogeneous models and SplitNN can concatenate them) followed by a prediction
-network *p* (``p(theta_k, E) -> [B, num_classes]`` logits). Beside them: AdptVFedConv's VGG-16-BN
-split into client feature extractor, server classifier and client generator
-(``vgg16_bn_split``, ``vgg16_bn_generator``, ``vgg16_bn_centralized``), APC-VFL's SELU
-autoencoders (``SeluAutoencoder``, ``apc_vfl_autoencoder``) and Multi-VFL's data-owner and
-label-owner models (``MultiVFLDataOwner``, ``MultiVFLLabelOwner``).
+A party model is an embedding network *h* (``h(theta_k, x) -> E``, a flat ``[B, embedding_dim]``
+vector, so VFedMH can average heterogeneous models' embeddings and SplitNN concatenate them)
+followed by a prediction network *p* (``p(theta_k, E) -> [B, num_classes]`` logits).
 
 How layers are counted and split by ``el_pl = (EL, PL)`` (EASTER Fig. 6: 2:1, 1:1, 1:2)
 ------------------------------------------------------------------------------------------
@@ -75,27 +71,10 @@ from torch import nn
 from .errors import ConfigError, PartitionError
 
 __all__ = [
-    "MODELS",
-    "APC_VFL_ENCODERS",
-    "PartyModel",
-    "get_model",
-    "mlp",
-    "cnn",
-    "lenet",
-    "resnet18",
-    "resnet34",
-    "resnet50",
-    "resnet101",
-    "deepfm",
-    "wide_deep",
-    "cnn_tabular",
-    "vgg16_bn_split",
-    "vgg16_bn_generator",
-    "vgg16_bn_centralized",
-    "SeluAutoencoder",
-    "apc_vfl_autoencoder",
-    "MultiVFLDataOwner",
-    "MultiVFLLabelOwner",
+    "MODELS", "APC_VFL_ENCODERS", "PartyModel", "get_model", "mlp", "cnn", "lenet", "resnet18",
+    "resnet34", "resnet50", "resnet101", "deepfm", "wide_deep", "cnn_tabular", "vgg16_bn_split",
+    "vgg16_bn_generator", "vgg16_bn_centralized", "SeluAutoencoder", "apc_vfl_autoencoder",
+    "MultiVFLDataOwner", "MultiVFLLabelOwner",
 ]
 
 MODELS: tuple[str, ...] = (

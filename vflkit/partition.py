@@ -266,10 +266,14 @@ def _check_cover(ranges: list[tuple[int, int]], length: int, what: str) -> None:
         raise PartitionError(f"pixel ranges {ranges} along the {what} do not cover all {length} pixels")
 
 
+def _positive(what: str, n: Any) -> None:
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise PartitionError(f"{what} must be a positive integer, got {n!r}")
+
+
 def _even_bounds(length: int, n: int, what: str) -> list[tuple[int, int]]:
     """torch.tensor_split sizes: the first ``length % n`` pieces are one longer."""
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise PartitionError(f"the number of parties must be a positive integer, got {n!r}")
+    _positive("the number of parties", n)
     if n > length:
         raise PartitionError(
             f"cannot cut {length} {what} into {n} parties: each party needs at least one; "
@@ -325,9 +329,8 @@ def grid(rows: int, cols: int, *, image_shape: Sequence[int], active: int = 0) -
     """
     shape = _image_shape(image_shape)
     _, height, width = shape
-    for n, length, what in ((rows, height, "rows"), (cols, width, "cols")):
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise PartitionError(f"grid {what} must be a positive integer, got {n!r}")
+    _positive("grid rows", rows)
+    _positive("grid cols", cols)
     if height % rows or width % cols:
         raise PartitionError(
             f"a {rows}x{cols} grid does not divide a {height}x{width} image into equal tiles: "
@@ -462,8 +465,7 @@ def first_parts(
     """
     if (image_shape is None) == (feature_names is None):
         raise PartitionError("give exactly one of image_shape= (images) or feature_names= (tables)")
-    if not isinstance(n_parties, int) or isinstance(n_parties, bool) or not 1 <= n_parties:
-        raise PartitionError(f"the number of parties must be a positive integer, got {n_parties!r}")
+    _positive("the number of parties", n_parties)
     if isinstance(n_parts, bool) or not isinstance(n_parts, int) or n_parties > n_parts:
         raise PartitionError(
             f"{n_parties} parties but only {n_parts} parts: C parties hold the first C parts, so "
@@ -709,8 +711,7 @@ def partial_alignment(
     paper's sweep.
     """
     for name, value in (("n_total", n_total), ("n_active", n_active), ("n_aligned", n_aligned)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise PartitionError(f"{name} must be a positive integer, got {value!r}")
+        _positive(name, value)
     if n_active > n_total:
         raise PartitionError(f"n_active={n_active} exceeds the pool of n_total={n_total} samples")
     if n_aligned > n_active:
@@ -767,10 +768,8 @@ def label_owner_split(
         raise PartitionError(
             f"Invalid label-owner scenario {scenario!r}; choose one of {', '.join(LABEL_SCENARIOS)}"
         )
-    if not isinstance(n_owners, int) or isinstance(n_owners, bool) or n_owners < 1:
-        raise PartitionError(f"n_owners must be a positive integer, got {n_owners!r}")
-    if not isinstance(samples_per_owner, int) or isinstance(samples_per_owner, bool) or samples_per_owner < 1:
-        raise PartitionError(f"samples_per_owner must be a positive integer, got {samples_per_owner!r}")
+    _positive("n_owners", n_owners)
+    _positive("samples_per_owner", samples_per_owner)
     if scenario == "iid":
         label_sets: list[tuple[int, ...] | None] = [None] * n_owners
     else:
