@@ -68,10 +68,8 @@ def payload_nbytes(payload: Any) -> int:
         return sum(payload_nbytes(v) for v in payload.values())
     if isinstance(payload, (list, tuple)):
         return sum(payload_nbytes(v) for v in payload)
-    raise TypeError(
-        f"cannot size a payload of type {type(payload).__name__}; send tensors, bytes, numbers "
-        "or dicts/lists of them, or pass nbytes= explicitly"
-    )
+    raise TypeError(f"cannot size a payload of type {type(payload).__name__}; send tensors, bytes, numbers "
+                    "or dicts/lists of them, or pass nbytes= explicitly")
 
 
 def _map_tensors(payload: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
@@ -263,10 +261,8 @@ class Channel:
     def recv(self, receiver: str, sender: str, kind: str) -> Any:
         box = self._boxes.get((sender, receiver, kind))
         if not box:
-            raise RuntimeError(
-                f"{receiver} expected a {kind} message from {sender}, but none was sent "
-                f"(epoch {self.epoch}, step {self.step}); the protocol is out of order"
-            )
+            raise RuntimeError(f"{receiver} expected a {kind} message from {sender}, but none was sent "
+                               f"(epoch {self.epoch}, step {self.step}); the protocol is out of order")
         return box.popleft()
 
     def pending(self) -> int:

@@ -437,10 +437,8 @@ def load_dataset(
     valid = [p.name for p in inspect.signature(loader).parameters.values() if p.kind is p.KEYWORD_ONLY]
     unknown = sorted(set(options) - set(valid))
     if unknown:
-        raise ConfigError(
-            f"Invalid option(s) {', '.join(unknown)} for dataset {key!r}; "
-            f"choose from {', '.join(valid) if valid else '(none)'}"
-        )
+        raise ConfigError(f"Invalid option(s) {', '.join(unknown)} for dataset {key!r}; "
+                          f"choose from {', '.join(valid) if valid else '(none)'}")
     for flag in ("verify", "progress", "include_valid"):  # 'no' would read as true
         if flag in options and not isinstance(options[flag], bool):
             raise ConfigError(f"{flag} must be True or False, got {options[flag]!r}")

@@ -307,10 +307,8 @@ def resnet_cut_blocks(arch: str, el_pl: tuple[int, int] = (1, 1), cut: str = "st
     if cut == "stages":
         if (_RESNET_UNITS * a) % (a + b):
             valid = ", ".join(str(r) for r in ((1, 1), (2, 1), (1, 2), (5, 1), (1, 5)))
-            raise ConfigError(
-                f"{arch} has {_RESNET_UNITS} layers (stem, 4 residual stages, classifier); "
-                f"el_pl={el_pl!r} does not split them; choose one of {valid}"
-            )
+            raise ConfigError(f"{arch} has {_RESNET_UNITS} layers (stem, 4 residual stages, classifier); "
+                              f"el_pl={el_pl!r} does not split them; choose one of {valid}")
         return sum(blocks[:_RESNET_UNITS * a // (a + b) - 1])
     total = 1 + per * sum(blocks) + 1
     target = total * a / (a + b)
@@ -397,23 +395,17 @@ class _CriteoFields(nn.Module):
             dense, sparse = x
         else:  # one [B, n_dense + n_sparse] tensor: dense columns first, then the category codes
             if x.dim() != 2 or x.shape[1] != self.n_dense + self.n_sparse:
-                raise PartitionError(
-                    f"expected [B, {self.n_dense + self.n_sparse}] ({self.n_dense} dense + "
-                    f"{self.n_sparse} sparse columns) or a (dense, sparse) pair; "
-                    f"got {tuple(x.shape)}"
-                )
+                raise PartitionError(f"expected [B, {self.n_dense + self.n_sparse}] ({self.n_dense} dense + "
+                                     f"{self.n_sparse} sparse columns) or a (dense, sparse) pair; "
+                                     f"got {tuple(x.shape)}")
             dense, sparse = x[:, :self.n_dense], x[:, self.n_dense:]
         if dense.shape[-1] != self.n_dense or sparse.shape[-1] != self.n_sparse:
-            raise PartitionError(
-                f"this party's model was built for {self.n_dense} dense and {self.n_sparse} "
-                f"sparse columns; got {dense.shape[-1]} and {sparse.shape[-1]}"
-            )
+            raise PartitionError(f"this party's model was built for {self.n_dense} dense and {self.n_sparse} "
+                                 f"sparse columns; got {dense.shape[-1]} and {sparse.shape[-1]}")
         sparse = sparse.long()
         if self.n_sparse and ((sparse < 0) | (sparse >= self.vocab)).any():
-            raise PartitionError(
-                f"category codes outside [0, vocab_size) for vocab_sizes={self.vocab.tolist()}; "
-                "encode unseen categories to a reserved index"
-            )
+            raise PartitionError(f"category codes outside [0, vocab_size) for vocab_sizes={self.vocab.tolist()}; "
+                                 "encode unseen categories to a reserved index")
         return dense.float(), sparse
 
 
@@ -469,10 +461,8 @@ def _criteo_columns(arch: str, input_shape: Sequence[int] | None, vocab_sizes: S
     if n_features == 0:
         raise ConfigError(f"{arch} needs at least one column: n_dense=0 and vocab_sizes is empty")
     if input_shape is not None and tuple(input_shape) != (n_features,):
-        raise ConfigError(
-            f"{arch} expects input_shape (n_dense + n_sparse,) = ({n_features},) for "
-            f"n_dense={n_dense} and {len(vocab_sizes)} sparse columns; got {tuple(input_shape)!r}"
-        )
+        raise ConfigError(f"{arch} expects input_shape (n_dense + n_sparse,) = ({n_features},) for "
+                          f"n_dense={n_dense} and {len(vocab_sizes)} sparse columns; got {tuple(input_shape)!r}")
     return vocab_sizes, n_features, _positive_int("field_embedding_dim", field_embedding_dim)
 
 
@@ -606,10 +596,8 @@ def get_model(name: str, *, input_shape: tuple[int, ...], num_classes: int,
         raise ConfigError(f"Unknown option(s) {', '.join(unknown)} for model {name!r}; {takes}")
     missing = [k for k in _REQUIRED.get(name, ()) if k not in kwargs]
     if missing:
-        raise ConfigError(
-            f"Model {name!r} needs {' and '.join(missing)}: vocab_sizes= (one category count "
-            "per sparse column of this party) and n_dense= (its number of dense columns)"
-        )
+        raise ConfigError(f"Model {name!r} needs {' and '.join(missing)}: vocab_sizes= (one category count "
+                          "per sparse column of this party) and n_dense= (its number of dense columns)")
     _positive_int("num_classes", num_classes)
     _positive_int("embedding_dim", embedding_dim)
     return _BUILDERS[name](input_shape=input_shape, num_classes=num_classes,

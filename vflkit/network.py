@@ -30,9 +30,7 @@ class Link:
 
     def __post_init__(self) -> None:
         if self.bandwidth_mbps <= 0 or self.latency_ms < 0:
-            raise ConfigError(
-                f"invalid link {self}: bandwidth must be > 0 Mbps and latency >= 0 ms"
-            )
+            raise ConfigError(f"invalid link {self}: bandwidth must be > 0 Mbps and latency >= 0 ms")
 
 
 @dataclass

@@ -93,22 +93,16 @@ class Partition:
                 raise PartitionError(f"party {k} holds no features; every party needs at least one column")
             unknown = [g for g in group if g not in seen]
             if unknown:
-                raise PartitionError(
-                    f"unknown column names {unknown} for party {k}; valid names: {', '.join(names)}"
-                )
+                raise PartitionError(f"unknown column names {unknown} for party {k}; valid names: {', '.join(names)}")
             for name in group:
                 if name in owner:
                     where = "twice" if owner[name] == k else f"by parties {owner[name]} and {k}"
-                    raise PartitionError(
-                        f"feature {name!r} is held {where}; vertical partitions must not overlap"
-                    )
+                    raise PartitionError(f"feature {name!r} is held {where}; vertical partitions must not overlap")
                 owner[name] = k
         missing = [n for n in names if n not in owner]
         if missing:
-            raise PartitionError(
-                f"features {missing} are held by no party; assign every column to one party "
-                "(or drop it from feature_names)"
-            )
+            raise PartitionError(f"features {missing} are held by no party; assign every column to one party "
+                                 "(or drop it from feature_names)")
 
     @property
     def n_parties(self) -> int:
@@ -154,14 +148,10 @@ class Partition:
     def _check_input(self, x: torch.Tensor) -> None:
         n = len(self.input_shape)
         if not isinstance(x, torch.Tensor):
-            raise PartitionError(
-                f"split needs a torch.Tensor, got {type(x).__name__}; use split_frame for DataFrames"
-            )
+            raise PartitionError(f"split needs a torch.Tensor, got {type(x).__name__}; use split_frame for DataFrames")
         if x.dim() < n or tuple(x.shape[-n:]) != tuple(self.input_shape):
-            raise PartitionError(
-                f"expected samples of shape {tuple(self.input_shape)} (with leading batch dims), "
-                f"got a tensor of shape {tuple(x.shape)}"
-            )
+            raise PartitionError(f"expected samples of shape {tuple(self.input_shape)} (with leading batch dims), "
+                                 f"got a tensor of shape {tuple(x.shape)}")
 
     def split(self, x: torch.Tensor) -> list[torch.Tensor]:
         """Cut ``x`` (``[N, C, H, W]`` or ``[N, F]``, any leading dims) into one tensor per party.
@@ -189,9 +179,7 @@ class Partition:
         Columns of ``df`` that no party holds (an ID or the label) are left out.
         """
         if self.kind != "columns":
-            raise PartitionError(
-                f"split_frame needs a column partition; this one is {self.kind!r}, use split"
-            )
+            raise PartitionError(f"split_frame needs a column partition; this one is {self.kind!r}, use split")
         missing = [n for n in self.feature_names if n not in df.columns]
         if missing:
             raise PartitionError(f"the DataFrame lacks columns {missing} that the partition assigns")
@@ -257,10 +245,8 @@ def _check_cover(ranges: list[tuple[int, int]], length: int, what: str) -> None:
     pos = 0
     for start, stop in ranges:
         if start != pos or stop <= start:
-            raise PartitionError(
-                f"pixel ranges {ranges} along the {what} must be non-empty, in order "
-                f"and cover 0..{length} once"
-            )
+            raise PartitionError(f"pixel ranges {ranges} along the {what} must be non-empty, in order "
+                                 f"and cover 0..{length} once")
         pos = stop
     if pos != length:
         raise PartitionError(f"pixel ranges {ranges} along the {what} do not cover all {length} pixels")
@@ -275,10 +261,8 @@ def _even_bounds(length: int, n: int, what: str) -> list[tuple[int, int]]:
     """torch.tensor_split sizes: the first ``length % n`` pieces are one longer."""
     _positive("the number of parties", n)
     if n > length:
-        raise PartitionError(
-            f"cannot cut {length} {what} into {n} parties: each party needs at least one; "
-            f"use at most {length} parties"
-        )
+        raise PartitionError(f"cannot cut {length} {what} into {n} parties: each party needs at least one; "
+                             f"use at most {length} parties")
     size, extra = divmod(length, n)
     bounds, start = [], 0
     for k in range(n):
@@ -295,10 +279,8 @@ def _too_many(n_parties: int, n_columns: int) -> str:
 def _image_shape(image_shape: Sequence[int]) -> tuple[int, int, int]:
     shape = tuple(int(s) for s in image_shape)
     if len(shape) != 3 or min(shape) < 1:
-        raise PartitionError(
-            f"image_shape must be (C, H, W) of positive sizes, got {tuple(image_shape)}; "
-            "for a grey image use (1, H, W)"
-        )
+        raise PartitionError(f"image_shape must be (C, H, W) of positive sizes, got {tuple(image_shape)}; "
+                             "for a grey image use (1, H, W)")
     return shape  # type: ignore[return-value]
 
 
@@ -332,10 +314,8 @@ def grid(rows: int, cols: int, *, image_shape: Sequence[int], active: int = 0) -
     _positive("grid rows", rows)
     _positive("grid cols", cols)
     if height % rows or width % cols:
-        raise PartitionError(
-            f"a {rows}x{cols} grid does not divide a {height}x{width} image into equal tiles: "
-            f"the height must be a multiple of {rows} and the width a multiple of {cols}"
-        )
+        raise PartitionError(f"a {rows}x{cols} grid does not divide a {height}x{width} image into equal tiles: "
+                             f"the height must be a multiple of {rows} and the width a multiple of {cols}")
     th, tw = height // rows, width // cols
     tiles = tuple(((r * th, (r + 1) * th), (c * tw, (c + 1) * tw)) for r in range(rows) for c in range(cols))
     return Partition("grid", tiles, shape, active=active)
@@ -371,9 +351,7 @@ def columns(
         if min(counts) < 1:
             raise PartitionError(f"column counts {counts} must all be at least 1")
         if sum(counts) != len(names):
-            raise PartitionError(
-                f"column counts {counts} sum to {sum(counts)}, but there are {len(names)} columns"
-            )
+            raise PartitionError(f"column counts {counts} sum to {sum(counts)}, but there are {len(names)} columns")
         slices = tuple(names[end - c:end] for c, end in zip(counts, accumulate(counts)))
     elif all(isinstance(g, Sequence) and not isinstance(g, (str, bytes)) for g in groups):
         if len(groups) > len(names):
@@ -467,10 +445,8 @@ def first_parts(
         raise PartitionError("give exactly one of image_shape= (images) or feature_names= (tables)")
     _positive("the number of parties", n_parties)
     if isinstance(n_parts, bool) or not isinstance(n_parts, int) or n_parties > n_parts:
-        raise PartitionError(
-            f"{n_parties} parties but only {n_parts} parts: C parties hold the first C parts, so "
-            f"C <= n_parts"
-        )
+        raise PartitionError(f"{n_parties} parties but only {n_parts} parts: C parties hold the first C parts, so "
+                             f"C <= n_parts")
     if image_shape is not None:
         shape = _image_shape(image_shape)
         bounds = _even_bounds(_axis_length(shape, axis), n_parts, f"pixels of {axis}")[:n_parties]
@@ -544,14 +520,10 @@ def apc_vfl_active_features(dataset: str, n_active_features: int) -> tuple[str, 
     """
     key = _APC_DATASET_ALIASES.get(re.sub(r"[^a-z0-9]", "", str(dataset).lower()))
     if key is None:
-        raise PartitionError(
-            f"Invalid APC-VFL dataset {dataset!r}; choose one of {', '.join(APC_VFL_FEATURES)}"
-        )
+        raise PartitionError(f"Invalid APC-VFL dataset {dataset!r}; choose one of {', '.join(APC_VFL_FEATURES)}")
     if n_active_features not in APC_VFL_N_ACTIVE:
-        raise PartitionError(
-            f"APC-VFL's active participant holds 2, 3, 4 or 5 features (Appendix A, Table 3); "
-            f"got n_active_features={n_active_features!r}"
-        )
+        raise PartitionError(f"APC-VFL's active participant holds 2, 3, 4 or 5 features (Appendix A, Table 3); "
+                             f"got n_active_features={n_active_features!r}")
     initial, order = APC_VFL_FEATURES[key]
     moved = set(order[: len(initial) - n_active_features])
     return tuple(f for f in initial if f not in moved)
@@ -577,9 +549,7 @@ def apc_vfl_partition(dataset: str, n_active_features: int, feature_names: Seque
     active_cols = [n for n in names if n in chosen]
     passive_cols = [n for n in names if n not in chosen]
     if not passive_cols:
-        raise PartitionError(
-            "the passive participant would hold no features; pass the dataset's full feature list"
-        )
+        raise PartitionError("the passive participant would hold no features; pass the dataset's full feature list")
     return columns(names, [active_cols, passive_cols], active=0)
 
 
@@ -596,9 +566,7 @@ def _as_ids(ids: Any, what: str) -> torch.Tensor:
     uniq = torch.unique(t)
     if uniq.numel() != t.numel():
         dup = [int(v) for v, c in zip(*torch.unique(t, return_counts=True)) if c > 1][:5]
-        raise PartitionError(
-            f"{what} lists some ids more than once (e.g. {dup}); each sample id must be unique"
-        )
+        raise PartitionError(f"{what} lists some ids more than once (e.g. {dup}); each sample id must be unique")
     return t
 
 
@@ -643,16 +611,12 @@ def check_aligned(*id_sets: Any) -> None:
         extra = other[~torch.isin(other, first)]
         lacking = first[~torch.isin(first, other)]
         if extra.numel() == 0 and lacking.numel() == 0:
-            raise PartitionError(
-                f"party {k} holds the same ids as party 0 but in a different row order; "
-                "sort every party's rows by id before training"
-            )
-        raise PartitionError(
-            f"party {k}'s ids do not match party 0's: {extra.numel()} ids only at party {k} "
-            f"(e.g. {extra[:5].tolist()}), {lacking.numel()} ids missing there "
-            f"(e.g. {lacking[:5].tolist()}); "
-            "this method needs fully aligned samples: restrict every party to intersect_ids(...)"
-        )
+            raise PartitionError(f"party {k} holds the same ids as party 0 but in a different row order; "
+                                 "sort every party's rows by id before training")
+        raise PartitionError(f"party {k}'s ids do not match party 0's: {extra.numel()} ids only at party {k} "
+                             f"(e.g. {extra[:5].tolist()}), {lacking.numel()} ids missing there "
+                             f"(e.g. {lacking[:5].tolist()}); "
+                             "this method needs fully aligned samples: restrict every party to intersect_ids(...)")
 
 
 @dataclass(frozen=True, eq=False)
@@ -674,9 +638,7 @@ class Alignment:
                 raise PartitionError(f"{name} must be sorted in increasing order (use torch.sort)")
             object.__setattr__(self, name, ids)
         if not torch.equal(intersect_ids(self.active_ids, self.passive_ids), self.aligned_ids):
-            raise PartitionError(
-                "aligned_ids must be exactly the ids both the active and the passive participant hold"
-            )
+            raise PartitionError("aligned_ids must be exactly the ids both the active and the passive participant hold")
 
     @property
     def n_aligned(self) -> int:
@@ -715,10 +677,8 @@ def partial_alignment(
     if n_active > n_total:
         raise PartitionError(f"n_active={n_active} exceeds the pool of n_total={n_total} samples")
     if n_aligned > n_active:
-        raise PartitionError(
-            f"n_aligned={n_aligned} exceeds n_active={n_active}: "
-            "aligned samples are a subset of the active participant's"
-        )
+        raise PartitionError(f"n_aligned={n_aligned} exceeds n_active={n_active}: "
+                             "aligned samples are a subset of the active participant's")
     rest = n_total - n_active
     if n_passive is None:
         n_passive = n_aligned + rest
@@ -765,9 +725,7 @@ def label_owner_split(
     say, and disjoint owners are the usual federated setting (False: independent draws).
     """
     if scenario not in LABEL_SCENARIOS:
-        raise PartitionError(
-            f"Invalid label-owner scenario {scenario!r}; choose one of {', '.join(LABEL_SCENARIOS)}"
-        )
+        raise PartitionError(f"Invalid label-owner scenario {scenario!r}; choose one of {', '.join(LABEL_SCENARIOS)}")
     _positive("n_owners", n_owners)
     _positive("samples_per_owner", samples_per_owner)
     if scenario == "iid":
@@ -785,9 +743,7 @@ def label_owner_split(
     for s in label_sets:
         for label in s or ():
             if label not in present:
-                raise PartitionError(
-                    f"scenario {scenario!r} needs samples of label {label}, but labels has none"
-                )
+                raise PartitionError(f"scenario {scenario!r} needs samples of label {label}, but labels has none")
 
     g = torch.Generator().manual_seed(seed)
     free = torch.ones(y.numel(), dtype=torch.bool)

@@ -244,10 +244,8 @@ def _ring_tensor(x: torch.Tensor, what: str, ring: FixedPointRing | None = None)
     if ring is not None and tag is not None and (tag.scale_bits, tag.max_parties) != ring.params:
         # Another scale reads as another value and another max_parties as another range: the
         # sum would decode to garbage without any other sign.
-        raise AggregationError(
-            f"{what} was encoded in {tag.ring_text()}, but it is read with {ring!r}; every party "
-            "must encode with one ring: build one FixedPointRing and give it to all of them."
-        )
+        raise AggregationError(f"{what} was encoded in {tag.ring_text()}, but it is read with {ring!r}; every party "
+                               "must encode with one ring: build one FixedPointRing and give it to all of them.")
     return x.detach().as_subclass(torch.Tensor)
 
 
@@ -298,11 +296,9 @@ def check_passive_count(n_passive: int, *, allow_insecure: bool = False) -> None
                "blinding factor is r_1 = 0 and the active party reads E_1 in the clear")
     else:
         why = "there is no passive party, so there is no embedding to protect"
-    raise SecurityError(
-        f"Secure embedding aggregation needs at least 2 passive parties, got {n_passive}: {why}. "
-        "Add a passive party, or pass allow_insecure=True if you accept that the active party "
-        "sees the plain embedding."
-    )
+    raise SecurityError(f"Secure embedding aggregation needs at least 2 passive parties, got {n_passive}: {why}. "
+                        "Add a passive party, or pass allow_insecure=True if you accept that the active party "
+                        "sees the plain embedding.")
 
 
 def _check_counter(name: str, value: int) -> int:
@@ -481,11 +477,9 @@ class FixedPointRing:
                  f"max_parties={self.max_parties}: {self.max_parties} such values would overflow "
                  "int64 when summed)")
         if worst <= _DEFAULT_MAX_ABS:  # the ring chosen is too narrow, not the model wrong
-            raise ConfigError(
-                f"{who}: embedding magnitude {worst:.4g} exceeds {limit}. The default ring "
-                f"(scale_bits=16, max_parties=1024) holds up to {_DEFAULT_MAX_ABS:.4g}: use fewer "
-                "scale_bits or a smaller max_parties."
-            )
+            raise ConfigError(f"{who}: embedding magnitude {worst:.4g} exceeds {limit}. The default ring "
+                              f"(scale_bits=16, max_parties=1024) holds up to {_DEFAULT_MAX_ABS:.4g}: use fewer "
+                              "scale_bits or a smaller max_parties.")
         raise EmbeddingOverflowError(
             f"{who}: embedding magnitude {worst:.4g} exceeds {limit}: the model diverged (its "
             "embeddings grew without bound); lower the learning rate of that party or clip gradients."
@@ -597,10 +591,8 @@ class KeyDirectory:
         :class:`SecurityError` (substituted, altered or replayed)."""
         agreement = _check_counter("agreement", agreement)
         if party not in self._verifiers:
-            raise SecurityError(
-                f"a key bundle was relayed for party {party!r}, which has no identity in the key "
-                f"directory (registered: {list(self.parties)}): refusing a key nobody can vouch for."
-            )
+            raise SecurityError(f"a key bundle was relayed for party {party!r}, which has no identity in the key "
+                                f"directory (registered: {list(self.parties)}): refusing a key nobody can vouch for.")
         if not isinstance(bundle, (bytes, bytearray)) or len(bundle) <= _SIGNATURE_BYTES:
             got = f"{len(bundle)} bytes" if isinstance(bundle, (bytes, bytearray)) else type(bundle).__name__
             raise SecurityError(
@@ -822,27 +814,21 @@ class BlindingKeys:
 
     def _require_agreed(self) -> None:
         if not self._agreed:
-            raise ConfigError(
-                f"party {self.party} has no shared keys yet; call agree() with the other passive "
-                "parties' public keys first."
-            )
+            raise ConfigError(f"party {self.party} has no shared keys yet; call agree() with the other passive "
+                              "parties' public keys first.")
 
     def _require(self, peer: int) -> None:
         if peer not in self._ciphers:
-            raise ConfigError(
-                f"party {self.party} shares no key with party {peer!r}; known peers: "
-                f"{list(self.peers) or 'none (call agree() first)'}."
-            )
+            raise ConfigError(f"party {self.party} shares no key with party {peer!r}; known peers: "
+                              f"{list(self.peers) or 'none (call agree() first)'}.")
 
     def _mark_used(self, round: int, step: int) -> None:
         key = (_check_counter("round", round), _check_counter("step", step))
         if key in self._used:
-            raise SecurityError(
-                f"party {self.party} already blinded a tensor at round={round}, step={step}: the "
-                "same masks on two tensors reveal their difference to the active party. Use a "
-                "distinct (round, step) for every tensor blinded (e.g. a separate round range "
-                "for evaluation batches)."
-            )
+            raise SecurityError(f"party {self.party} already blinded a tensor at round={round}, step={step}: the "
+                                "same masks on two tensors reveal their difference to the active party. Use a "
+                                "distinct (round, step) for every tensor blinded (e.g. a separate round range "
+                                "for evaluation batches).")
         self._used.add(key)
 
 
@@ -904,20 +890,16 @@ def aggregate(active_embedding: torch.Tensor | None, blinded: Sequence[torch.Ten
     if contributions == 0:
         raise ConfigError("aggregate needs an active embedding or at least one blinded embedding.")
     if contributions > ring.max_parties:
-        raise ConfigError(
-            f"{contributions} embeddings exceed the ring's max_parties={ring.max_parties}; their "
-            "sum could overflow. Build the FixedPointRing with a larger max_parties."
-        )
+        raise ConfigError(f"{contributions} embeddings exceed the ring's max_parties={ring.max_parties}; their "
+                          "sum could overflow. Build the FixedPointRing with a larger max_parties.")
     n = contributions if n_parties is None else n_parties
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ConfigError(f"n_parties must be a positive integer, got {n_parties!r}.")
     if contributions > n:
-        raise AggregationError(
-            f"{contributions} contributions ({len(blinded)} blinded"
-            + (" + the active embedding" if active_embedding is not None else "")
-            + f") for n_parties={n}: each party contributes one embedding, so some contribution is "
-            "repeated or n_parties is wrong; pass each passive party's blinded embedding once."
-        )
+        raise AggregationError(f"{contributions} contributions ({len(blinded)} blinded"
+                               + (" + the active embedding" if active_embedding is not None else "")
+                               + f") for n_parties={n}: each party contributes one embedding, so some contribution is "
+                               "repeated or n_parties is wrong; pass each passive party's blinded embedding once.")
     shapes = {tuple(b.shape) for b in blinded}
     if active_embedding is not None:
         shapes.add(tuple(active_embedding.shape))
