@@ -279,17 +279,10 @@ class Party:
     ``device`` (e.g. uint8 -> normalised float32).
     """
 
-    def __init__(
-        self,
-        name: str,
-        *,
-        channel: Channel,
-        features: dict[str, torch.Tensor] | None = None,
-        labels: dict[str, torch.Tensor] | None = None,
-        ids: dict[str, torch.Tensor] | None = None,
-        transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
-        device: torch.device | str = "cpu",
-    ) -> None:
+    def __init__(self, name: str, *, channel: Channel, features: dict[str, torch.Tensor] | None = None,
+                 labels: dict[str, torch.Tensor] | None = None, ids: dict[str, torch.Tensor] | None = None,
+                 transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                 device: torch.device | str = "cpu") -> None:
         self.name = name
         self.channel = channel
         self.device = torch.device(device)

@@ -590,15 +590,8 @@ def unregister_dataset(name: str) -> None:
 # --------------------------------------------------------------------------- errors
 
 
-def _not_found(
-    dataset: str,
-    root: Path,
-    expected: list[str],
-    searched: list[Path],
-    *,
-    how: str,
-    download_error: str | None = None,
-) -> DatasetNotFoundError:
+def _not_found(dataset: str, root: Path, expected: list[str], searched: list[Path], *, how: str,
+               download_error: str | None = None) -> DatasetNotFoundError:
     lines = [
         f"Dataset {dataset!r} not found.",
         "Expected (relative to the data root): " + ", ".join(expected),

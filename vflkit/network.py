@@ -168,16 +168,9 @@ def link_rows(links: Any) -> pd.DataFrame:
     return df
 
 
-def price_links(
-    links: Any,
-    network: NetworkModel,
-    *,
-    topology: str = "parallel",
-    until_epoch: int | None = None,
-    latency_ms: tuple[float, float] | str | None = None,
-    seed: int = 0,
-    rounds: dict[str, str] | None = None,
-) -> float:
+def price_links(links: Any, network: NetworkModel, *, topology: str = "parallel",
+                until_epoch: int | None = None, latency_ms: tuple[float, float] | str | None = None,
+                seed: int = 0, rounds: dict[str, str] | None = None) -> float:
     """Seconds of communication of per-link traffic (:func:`link_rows`) under ``network`` and
     ``topology`` (as :meth:`Ledger.price`), without retraining; epochs 1..``until_epoch`` only
     if given (communication to convergence, Figs 4-5).
@@ -256,17 +249,9 @@ def compute_seconds(step_seconds: float | dict[str, float], n_steps: int,
     return n_steps * max(per_party[n] * d.compute_factor for n, d in devices.items())
 
 
-def training_time(
-    links: Any,
-    devices: dict[str, Device],
-    *,
-    step_seconds: float | dict[str, float],
-    steps_per_epoch: int,
-    topology: str = "parallel",
-    until_epoch: int | None = None,
-    default: Link | None = None,
-    **price_options: Any,
-) -> dict[str, float]:
+def training_time(links: Any, devices: dict[str, Device], *, step_seconds: float | dict[str, float],
+                  steps_per_epoch: int, topology: str = "parallel", until_epoch: int | None = None,
+                  default: Link | None = None, **price_options: Any) -> dict[str, float]:
     """Table VII's seconds for one device mix: compute (:func:`compute_seconds`) plus
     communication (:func:`price_links` under :func:`device_network`) of per-link rows ``links``."""
     df = link_rows(links)

@@ -321,12 +321,8 @@ def grid(rows: int, cols: int, *, image_shape: Sequence[int], active: int = 0) -
     return Partition("grid", tiles, shape, active=active)
 
 
-def columns(
-    feature_names: Sequence[str],
-    groups: Sequence[Sequence[str]] | Sequence[int] | int,
-    *,
-    active: int = 0,
-) -> Partition:
+def columns(feature_names: Sequence[str], groups: Sequence[Sequence[str]] | Sequence[int] | int, *,
+            active: int = 0) -> Partition:
     """Give each party a group of the tabular columns ``feature_names`` (every feature column of
     a full sample, in order; no ID or label). ``groups``: one name list per party (every feature
     once, no overlap), one count per party (the next columns in order), or a number of parties C
@@ -423,15 +419,8 @@ class PartsPartition:
                 "kept": self.kept}
 
 
-def first_parts(
-    n_parties: int,
-    n_parts: int = 10,
-    *,
-    image_shape: Sequence[int] | None = None,
-    feature_names: Sequence[str] | None = None,
-    axis: str = "width",
-    active: int = 0,
-) -> PartsPartition:
+def first_parts(n_parties: int, n_parts: int = 10, *, image_shape: Sequence[int] | None = None,
+                feature_names: Sequence[str] | None = None, axis: str = "width", active: int = 0) -> PartsPartition:
     """Cut the features into ``n_parts`` fixed parts and give party k part k, for k < C.
 
     Give either ``image_shape`` (strips along ``axis``: 32 px into 10 -> 4, 4, 3, ..., 3; 28
@@ -651,14 +640,8 @@ class Alignment:
                 "n_aligned": self.n_aligned}
 
 
-def partial_alignment(
-    n_total: int,
-    *,
-    n_active: int,
-    n_aligned: int,
-    n_passive: int | None = None,
-    seed: int = 0,
-) -> Alignment:
+def partial_alignment(n_total: int, *, n_active: int, n_aligned: int, n_passive: int | None = None,
+                      seed: int = 0) -> Alignment:
     """Draw APC-VFL's partially aligned samples from a pool of ids ``0 .. n_total - 1`` (the
     dataset, after any reduction such as Credit Card's 20000).
 
@@ -709,15 +692,8 @@ NIID_SCENARIOS: dict[str, tuple[tuple[int, ...], ...]] = {
 LABEL_SCENARIOS = ("iid", *NIID_SCENARIOS)
 
 
-def label_owner_split(
-    labels: torch.Tensor,
-    *,
-    scenario: str = "1niid",
-    n_owners: int = 5,
-    samples_per_owner: int = 5000,
-    seed: int = 0,
-    disjoint: bool = True,
-) -> list[torch.Tensor]:
+def label_owner_split(labels: torch.Tensor, *, scenario: str = "1niid", n_owners: int = 5,
+                      samples_per_owner: int = 5000, seed: int = 0, disjoint: bool = True) -> list[torch.Tensor]:
     """Each label owner's sorted sample indices into the training pool ``labels`` (Multi-VFL,
     Table 3's order): an IID owner draws uniformly from the whole pool, a non-IID owner from
     the samples of its two labels. ``scenario`` "iid" makes every owner IID; the niid ones are

@@ -168,17 +168,9 @@ def _subsample(n: int, k: int | None, seed: int) -> torch.Tensor | None:
     return torch.randperm(n, generator=torch.Generator().manual_seed(seed))[:k].sort().values
 
 
-def build_tabular_parties(
-    config: Any,
-    *,
-    device: torch.device | str,
-    channel: Channel,
-    data: TabularData | None = None,
-    n_parts: int | None = None,
-    split_seed: int = 0,
-    test_fraction: float = 0.2,
-    min_count: int = 2,
-) -> tuple[list[Party], int]:
+def build_tabular_parties(config: Any, *, device: torch.device | str, channel: Channel,
+                          data: TabularData | None = None, n_parts: int | None = None, split_seed: int = 0,
+                          test_fraction: float = 0.2, min_count: int = 2) -> tuple[list[Party], int]:
     """Give each party its columns of the table ``data`` (default: ``config.dataset`` loaded);
     returns ``(parties, n_classes)`` like :func:`vflkit.training.split.build_parties`.
 
