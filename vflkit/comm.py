@@ -299,9 +299,8 @@ class Party:
                     else torch.arange(len(x)) for split, x in held.items()}
         for split, x in held.items():
             if len(self.ids[split]) != len(x):
-                raise PartitionError(
-                    f"{name}: {len(self.ids[split])} sample ids for {len(x)} {split} rows; give one id per row"
-                )
+                raise PartitionError(f"{name}: {len(self.ids[split])} sample ids for {len(x)} {split} rows; give one "
+                                     "id per row")
         # id -> row lookup per split: None when the ids are 0..N-1 in order (an id is its own
         # row); else sorted ids and their rows, for searchsorted (no Python dict over samples)
         self._lookup: dict[str, tuple[torch.Tensor, torch.Tensor] | None] = {

@@ -145,9 +145,7 @@ def _el_pl(el_pl: Any) -> tuple[int, int]:
     try:
         a, b = el_pl
     except (TypeError, ValueError):
-        raise ConfigError(
-            f"el_pl must be a pair (EL, PL) such as (1, 1) or (2, 1); got {el_pl!r}"
-        ) from None
+        raise ConfigError(f"el_pl must be a pair (EL, PL) such as (1, 1) or (2, 1); got {el_pl!r}") from None
     return _positive_int("el_pl[0] (EL)", a), _positive_int("el_pl[1] (PL)", b)
 
 

@@ -59,10 +59,8 @@ class Partition:
 
     def _check_image(self) -> None:
         if len(self.input_shape) != 3 or any(int(s) < 1 for s in self.input_shape):
-            raise PartitionError(
-                f"image partitions need image_shape (C, H, W) of positive sizes, got {self.input_shape}; "
-                "for a grey image use (1, H, W)"
-            )
+            raise PartitionError("image partitions need image_shape (C, H, W) of positive sizes, got "
+                                 f"{self.input_shape}; for a grey image use (1, H, W)")
         _, height, width = self.input_shape
         if self.kind == "strips":
             if self.axis not in AXES:
@@ -200,9 +198,8 @@ class Partition:
             if self.kind == "columns":
                 for k, (part, group) in enumerate(zip(parts, self.slices)):
                     if part.shape[-1] != len(group):
-                        raise PartitionError(
-                            f"party {k}'s part has {part.shape[-1]} columns, its group has {len(group)}"
-                        )
+                        raise PartitionError(f"party {k}'s part has {part.shape[-1]} columns, its group has "
+                                             f"{len(group)}")
                 out = parts[0].new_empty((*parts[0].shape[:-1], len(self.feature_names)))
                 for part, pos in zip(parts, self._positions):
                     out[..., list(pos)] = part
@@ -235,9 +232,8 @@ class Partition:
 
 def _check_active(active: int, n_parties: int) -> None:
     if not isinstance(active, int) or isinstance(active, bool) or not 0 <= active < n_parties:
-        raise PartitionError(
-            f"active party index {active!r} is out of range for {n_parties} parties; use 0..{n_parties - 1}"
-        )
+        raise PartitionError(f"active party index {active!r} is out of range for {n_parties} parties; use "
+                             f"0..{n_parties - 1}")
 
 
 def _check_cover(ranges: list[tuple[int, int]], length: int, what: str) -> None:
@@ -336,10 +332,8 @@ def columns(feature_names: Sequence[str], groups: Sequence[Sequence[str]] | Sequ
         bounds = _even_bounds(len(names), groups, "columns")
         slices = tuple(names[a:b] for a, b in bounds)
     elif isinstance(groups, (str, bytes)) or not isinstance(groups, Sequence) or len(groups) == 0:
-        raise PartitionError(
-            "groups must be a non-empty list of column-name lists or of counts, or a number of parties; "
-            f"got {groups!r}"
-        )
+        raise PartitionError("groups must be a non-empty list of column-name lists or of counts, or a number of "
+                             f"parties; got {groups!r}")
     elif all(isinstance(g, int) and not isinstance(g, bool) for g in groups):
         counts = list(groups)  # type: ignore[arg-type]
         if len(counts) > len(names):
@@ -354,10 +348,8 @@ def columns(feature_names: Sequence[str], groups: Sequence[Sequence[str]] | Sequ
             raise PartitionError(_too_many(len(groups), len(names)))
         slices = tuple(tuple(str(n) for n in g) for g in groups)  # type: ignore[union-attr]
     else:
-        raise PartitionError(
-            "groups mixes types: give either one list of column names per party or one count per party "
-            "(a single name must be written as a list, e.g. [['age'], ['income']])"
-        )
+        raise PartitionError("groups mixes types: give either one list of column names per party or one count per "
+                             "party (a single name must be written as a list, e.g. [['age'], ['income']])")
     return Partition("columns", slices, (len(names),), active=active, feature_names=names)
 
 
@@ -530,10 +522,8 @@ def apc_vfl_partition(dataset: str, n_active_features: int, feature_names: Seque
         candidates = APC_VFL_ALIASES.get(feature, (feature,))
         found = next((lookup[c.lower()] for c in candidates if c.lower() in lookup), None)
         if found is None:
-            raise PartitionError(
-                f"APC-VFL's active participant needs feature {feature!r} (looked for {list(candidates)}), "
-                f"which is not among the given columns: {', '.join(names)}"
-            )
+            raise PartitionError(f"APC-VFL's active participant needs feature {feature!r} (looked for "
+                                 f"{list(candidates)}), which is not among the given columns: {', '.join(names)}")
         chosen.add(found)
     active_cols = [n for n in names if n in chosen]
     passive_cols = [n for n in names if n not in chosen]
@@ -548,9 +538,8 @@ def apc_vfl_partition(dataset: str, n_active_features: int, feature_names: Seque
 def _as_ids(ids: Any, what: str) -> torch.Tensor:
     t = torch.as_tensor(ids)
     if t.dim() != 1 or (t.numel() and (t.is_floating_point() or t.is_complex() or t.dtype == torch.bool)):
-        raise PartitionError(
-            f"{what} must be a 1-D tensor of integer sample ids, got {t.dtype} of shape {tuple(t.shape)}"
-        )
+        raise PartitionError(f"{what} must be a 1-D tensor of integer sample ids, got {t.dtype} of shape "
+                             f"{tuple(t.shape)}")
     t = t.to(torch.int64)
     uniq = torch.unique(t)
     if uniq.numel() != t.numel():
@@ -668,10 +657,8 @@ def partial_alignment(n_total: int, *, n_active: int, n_aligned: int, n_passive:
     elif not isinstance(n_passive, int) or isinstance(n_passive, bool) or n_passive < n_aligned:
         raise PartitionError(f"n_passive={n_passive!r} must be an integer of at least n_aligned={n_aligned}")
     elif n_passive - n_aligned > rest:
-        raise PartitionError(
-            f"n_passive={n_passive} needs {n_passive - n_aligned} unaligned samples, but only {rest} ids "
-            f"are not held by the active participant (n_total={n_total}, n_active={n_active})"
-        )
+        raise PartitionError(f"n_passive={n_passive} needs {n_passive - n_aligned} unaligned samples, but only {rest} "
+                             f"ids are not held by the active participant (n_total={n_total}, n_active={n_active})")
     perm = torch.randperm(n_total, generator=torch.Generator().manual_seed(seed))
     active = perm[:n_active]
     aligned = active[:n_aligned]
@@ -708,9 +695,8 @@ def label_owner_split(labels: torch.Tensor, *, scenario: str = "1niid", n_owners
         label_sets: list[tuple[int, ...] | None] = [None] * n_owners
     else:
         if n_owners != 5:
-            raise PartitionError(
-                f"scenario {scenario!r} is Multi-VFL's Table 3 with 5 label owners; got n_owners={n_owners}"
-            )
+            raise PartitionError(f"scenario {scenario!r} is Multi-VFL's Table 3 with 5 label owners; got "
+                                 f"n_owners={n_owners}")
         label_sets = [None if s == _ALL else s for s in NIID_SCENARIOS[scenario]]
     y = torch.as_tensor(labels)
     if y.dim() != 1 or y.is_floating_point():

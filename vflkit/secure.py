@@ -595,20 +595,18 @@ class KeyDirectory:
                                 f"directory (registered: {list(self.parties)}): refusing a key nobody can vouch for.")
         if not isinstance(bundle, (bytes, bytearray)) or len(bundle) <= _SIGNATURE_BYTES:
             got = f"{len(bundle)} bytes" if isinstance(bundle, (bytes, bytearray)) else type(bundle).__name__
-            raise SecurityError(
-                f"the key relayed as party {party}'s carries no signature ({got}): with a key directory "
-                "every key must arrive as BlindingKeys.signed_public_key(...), public key || signature."
-            )
+            raise SecurityError(f"the key relayed as party {party}'s carries no signature ({got}): with a key "
+                                "directory every key must arrive as BlindingKeys.signed_public_key(...), public key "
+                                "|| signature.")
         public_key, signature = bytes(bundle[:-_SIGNATURE_BYTES]), bytes(bundle[-_SIGNATURE_BYTES:])
         try:
             self._verifiers[party].verify(signature, _bundle_message(scheme, party, self.run, agreement, public_key))
         except InvalidSignature:
-            raise SecurityError(
-                f"the key relayed as party {party}'s is not signed by party {party}'s registered identity "
-                f"for this run ({self.run!r}) and key agreement {agreement} ({scheme}): whoever relayed it "
-                "substituted or altered it, or replayed a bundle of another run, key agreement or party. "
-                "Refusing it: agreeing to it could let the relaying party compute this party's masks."
-            ) from None
+            raise SecurityError(f"the key relayed as party {party}'s is not signed by party {party}'s registered "
+                                f"identity for this run ({self.run!r}) and key agreement {agreement} ({scheme}): "
+                                "whoever relayed it substituted or altered it, or replayed a bundle of another run, "
+                                "key agreement or party. Refusing it: agreeing to it could let the relaying party "
+                                "compute this party's masks.") from None
         return public_key
 
 
@@ -723,11 +721,9 @@ class BlindingKeys:
         if set(peers) != expected:
             # A relay that drops peers shrinks this party's mask (with none left, r_k = 0) and
             # one that adds a party slips in a key no identity vouches for: both are refused.
-            raise SecurityError(
-                f"party {self.party} was relayed keys of parties {sorted(peers)}, but the key directory "
-                f"registers {sorted(expected)} as its peers: the relaying party dropped or added a key. "
-                "Refusing to agree on a set of peers other than the directory's."
-            )
+            raise SecurityError(f"party {self.party} was relayed keys of parties {sorted(peers)}, but the key "
+                                f"directory registers {sorted(expected)} as its peers: the relaying party dropped or "
+                                "added a key. Refusing to agree on a set of peers other than the directory's.")
         return {j: directory.open(j, bundle, scheme=self.scheme, agreement=agreement) for j, bundle in peers.items()}
 
     def _exchange(self, j: int, pk: bytes) -> bytes:
@@ -933,10 +929,8 @@ def aggregate(active_embedding: torch.Tensor | None, blinded: Sequence[torch.Ten
 
 def _read_active_check(values: list[float]) -> None:
     if values[0]:
-        raise NonFiniteEmbeddingError(
-            "aggregate got an active embedding with NaN or infinite values: the active party's "
-            "model diverged; lower the learning rate or clip gradients."
-        )
+        raise NonFiniteEmbeddingError("aggregate got an active embedding with NaN or infinite values: the active "
+                                      "party's model diverged; lower the learning rate or clip gradients.")
 
 
 def _aggregate_numpy(active_embedding: torch.Tensor | None, blinded: list[torch.Tensor], *, ring: FixedPointRing,
@@ -969,27 +963,23 @@ def _check_contributions(blinded: list[torch.Tensor]) -> None:
         if tag is None or tag.party is None:
             continue
         if tag.party in by_party:
-            raise AggregationError(
-                f"passive party {tag.party}'s blinded embedding is passed more than once (again at "
-                f"position {i}): its mask would not cancel. Pass each passive party's blinded embedding once."
-            )
+            raise AggregationError(f"passive party {tag.party}'s blinded embedding is passed more than once (again at "
+                                   f"position {i}): its mask would not cancel. Pass each passive party's blinded "
+                                   "embedding once.")
         by_party[tag.party] = tag
     if not by_party:
         return
     first_party, first = next(iter(by_party.items()))
     for party, tag in by_party.items():
         if tag.parties != first.parties:
-            raise AggregationError(
-                f"passive party {party} agreed keys with parties {list(tag.parties)}, party {first_party} "
-                f"with {list(first.parties)}: masks of different key agreements do not cancel. Aggregate "
-                "only the parties of one agreement."
-            )
+            raise AggregationError(f"passive party {party} agreed keys with parties {list(tag.parties)}, party "
+                                   f"{first_party} with {list(first.parties)}: masks of different key agreements do "
+                                   "not cancel. Aggregate only the parties of one agreement.")
         if tag.mode != first.mode or (tag.mode == "per_entry" and (tag.round, tag.step) != (first.round, first.step)):
-            raise AggregationError(
-                f"passive party {party}'s embedding was blinded at round={tag.round}, step={tag.step} "
-                f"({tag.mode}), party {first_party}'s at round={first.round}, step={first.step} ({first.mode}): "
-                "masks of different steps or modes do not cancel. Aggregate the embeddings of one step together."
-            )
+            raise AggregationError(f"passive party {party}'s embedding was blinded at round={tag.round}, "
+                                   f"step={tag.step} ({tag.mode}), party {first_party}'s at round={first.round}, "
+                                   f"step={first.step} ({first.mode}): masks of different steps or modes do not "
+                                   "cancel. Aggregate the embeddings of one step together.")
     missing = sorted(set(first.parties) - set(by_party))
     if missing:
         raise AggregationError(
