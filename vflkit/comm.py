@@ -147,11 +147,8 @@ class Ledger:
     def totals(self, *, phase: str | None = "train") -> dict[str, int]:
         """Total bytes, messages and communication rounds (protocol phases, :meth:`rounds`)."""
         df = self.frame(phase=phase)
-        return {
-            "bytes": int(df["nbytes"].sum()),
-            "messages": int(len(df)),
-            "rounds": int(len(df.drop_duplicates(["epoch", "step", "round"]))),
-        }
+        return {"bytes": int(df["nbytes"].sum()), "messages": int(len(df)),
+                "rounds": int(len(df.drop_duplicates(["epoch", "step", "round"])))}
 
     def per_epoch(self, *, phase: str | None = "train") -> pd.DataFrame:
         """Bytes, messages and rounds per epoch (rows indexed by epoch)."""
@@ -159,13 +156,8 @@ class Ledger:
         if df.empty:
             return pd.DataFrame(columns=["bytes", "messages", "rounds"])
         grouped = df.groupby("epoch")
-        return pd.DataFrame(
-            {
-                "bytes": grouped["nbytes"].sum(),
-                "messages": grouped.size(),
-                "rounds": df.drop_duplicates(["epoch", "step", "round"]).groupby("epoch").size(),
-            }
-        )
+        return pd.DataFrame({"bytes": grouped["nbytes"].sum(), "messages": grouped.size(),
+                             "rounds": df.drop_duplicates(["epoch", "step", "round"]).groupby("epoch").size()})
 
     def per_party(self, *, phase: str | None = "train", by_epoch: bool = False) -> pd.DataFrame:
         """Bytes and messages each party sent and received (optionally per epoch), and the
@@ -174,14 +166,10 @@ class Ledger:
         keys = ["epoch"] if by_epoch else []
         sent = df.rename(columns={"sender": "party"})
         recv = df.rename(columns={"receiver": "party"})
-        out = pd.DataFrame(
-            {
-                "bytes_sent": sent.groupby(keys + ["party"])["nbytes"].sum(),
-                "bytes_received": recv.groupby(keys + ["party"])["nbytes"].sum(),
-                "messages_sent": sent.groupby(keys + ["party"]).size(),
-                "messages_received": recv.groupby(keys + ["party"]).size(),
-            }
-        ).fillna(0).astype("int64")
+        out = pd.DataFrame({"bytes_sent": sent.groupby(keys + ["party"])["nbytes"].sum(),
+                            "bytes_received": recv.groupby(keys + ["party"])["nbytes"].sum(),
+                            "messages_sent": sent.groupby(keys + ["party"]).size(),
+                            "messages_received": recv.groupby(keys + ["party"]).size()}).fillna(0).astype("int64")
         both = pd.concat([sent[["epoch", "party", "step", "round"]], recv[["epoch", "party", "step", "round"]]])
         rounds = both.drop_duplicates().groupby(keys + ["party"]).size() if not both.empty else 0
         out["rounds"] = rounds if isinstance(rounds, int) else rounds.reindex(out.index).fillna(0).astype("int64")
@@ -215,11 +203,8 @@ class Ledger:
         df = self.frame(phase=phase)
         if df.empty:
             return 0.0
-        seconds = [
-            network.seconds(s, r, b)
-            for s, r, b in zip(df["sender"], df["receiver"], df["nbytes"])
-        ]
-        df = df.assign(seconds=seconds)
+        df = df.assign(seconds=[network.seconds(s, r, b)
+                                for s, r, b in zip(df["sender"], df["receiver"], df["nbytes"])])
         if topology == "shared_uplink":
             return float(df["seconds"].sum())
         per_link = df.groupby(["epoch", "step", "round", "sender", "receiver"])["seconds"].sum()

@@ -610,12 +610,9 @@ def _corrupt(path: Path | str, what: str) -> DatasetCorruptError:
 
 
 def _unverified(dataset: str) -> None:
-    warnings.warn(
-        f"{dataset}: loaded with verify=False: checksums and expected counts were not checked, "
-        "so this may not be the published dataset and results are not comparable with the papers'.",
-        UserWarning,
-        stacklevel=4,
-    )
+    warnings.warn(f"{dataset}: loaded with verify=False: checksums and expected counts were not checked, "
+                  "so this may not be the published dataset and results are not comparable with the papers'.",
+                  UserWarning, stacklevel=4)
 
 
 def _file_digest(path: Path, algorithm: str) -> str:

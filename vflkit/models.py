@@ -638,6 +638,13 @@ def _checked_vgg16_bn(num_classes: int, in_channels: int, width: float, padding_
                      _positive_int("in_channels", in_channels), _vgg_width(width))
 
 
+def _pad(module: nn.Module, padding_mode: str) -> None:
+    """Give every convolution in ``module`` ``padding_mode``."""
+    for m in module.modules():
+        if isinstance(m, nn.Conv2d):
+            m.padding_mode = padding_mode
+
+
 def _vgg16_bn(num_classes: int, in_channels: int, width: float = 1.0) -> torchvision.models.VGG:
     """torchvision's VGG-16-BN with a 512-input head (1x1 maps) and ceil-mode max-pools.
 
@@ -718,11 +725,8 @@ def vgg16_bn_split(*, num_classes: int, cut: int | str = 1, padding_mode: str = 
     net = _checked_vgg16_bn(num_classes, in_channels, width, padding_mode)
     end = _feature_cut(net.features, cut)
     extractor = net.features[:end]
-    for m in extractor.modules():
-        if isinstance(m, nn.Conv2d):
-            m.padding_mode = padding_mode
-    classifier = nn.Sequential(net.features[end:], net.avgpool, nn.Flatten(1), net.classifier)
-    return extractor, classifier
+    _pad(extractor, padding_mode)
+    return extractor, nn.Sequential(net.features[end:], net.avgpool, nn.Flatten(1), net.classifier)
 
 
 def vgg16_bn_generator(*, cut: int | str = 1, out_channels: int = 3,
@@ -762,9 +766,7 @@ def vgg16_bn_centralized(*, num_classes: int, padding_mode: str = "zeros",
     is the channel multiplier of :func:`vgg16_bn_split` (1 = the paper's model).
     """
     net = _checked_vgg16_bn(num_classes, in_channels, width, padding_mode)
-    for m in net.features.modules():
-        if isinstance(m, nn.Conv2d):
-            m.padding_mode = padding_mode
+    _pad(net.features, padding_mode)
     return net
 
 

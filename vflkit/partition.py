@@ -260,12 +260,8 @@ def _even_bounds(length: int, n: int, what: str) -> list[tuple[int, int]]:
         raise PartitionError(f"cannot cut {length} {what} into {n} parties: each party needs at least one; "
                              f"use at most {length} parties")
     size, extra = divmod(length, n)
-    bounds, start = [], 0
-    for k in range(n):
-        stop = start + size + (1 if k < extra else 0)
-        bounds.append((start, stop))
-        start = stop
-    return bounds
+    stops = list(accumulate(size + (k < extra) for k in range(n)))
+    return list(zip([0, *stops[:-1]], stops))
 
 
 def _too_many(n_parties: int, n_columns: int) -> str:

@@ -6,14 +6,11 @@ load the table, split it 80/20, encode it, give each party a group of columns, a
 
 What a tabular party holds
 --------------------------
-:class:`~vflkit.comm.Party` keeps one tensor per split, so a party's columns travel as one
-float32 tensor ``[N, n_dense_k + n_sparse_k]``: its dense columns first (``log1p`` values from
-:func:`vflkit.data.encode_criteo`), then its category codes. That is the single-tensor input
-the Criteo party models take (``_CriteoEmbedding._inputs`` splits it back into a float and an
-int64 part). Codes are exact in float32 below 2**24; :func:`encode_table` checks that.
-
-Each party also carries ``model_kwargs`` (``n_dense`` and ``vocab_sizes`` of its own columns),
-which the Criteo models need; ``VFLMethod.party_model`` passes them (:func:`model_kwargs`).
+A :class:`~vflkit.comm.Party` keeps one tensor per split, so a party's columns travel as one
+float32 tensor ``[N, n_dense_k + n_sparse_k]``: its dense columns first, then its category codes
+(exact in float32 below 2**24, which :func:`encode_table` checks), the input the Criteo party
+models split back into a float and an int64 part. Each party also carries ``model_kwargs``
+(``n_dense`` and ``vocab_sizes`` of its columns), which ``VFLMethod.party_model`` passes them.
 
 Choices where the paper is silent (EASTER Sec. V-A1 gives only "80% / 20%")
 -----------------------------------------------------------------------
