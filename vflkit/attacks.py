@@ -18,6 +18,9 @@ from typing import Any
 import torch
 
 from .comm import Channel
+from .config import resolve_device
+from .methods import get_method
+from .training.split import build_parties
 
 
 def infer_labels(grad_prediction: torch.Tensor) -> torch.Tensor:
@@ -50,10 +53,6 @@ def label_leakage(config: Any, *, device: str = "cpu", passive: str = "passive_1
     shuffle is a public protocol parameter), so it can attach each inferred label to an id;
     the true labels are used only to score the inference.
     """
-    from .config import resolve_device
-    from .training.split import build_parties
-    from .methods import get_method
-
     dev = resolve_device(device)
     torch.manual_seed(config.seed)
     channel = TappedChannel(passive, "loss")

@@ -1,15 +1,11 @@
 """Parties, the one channel between them, and the ledger that counts what crosses it.
 
-Every tensor that moves from one simulated party to another goes through :class:`Channel`.
-The channel copies and detaches what it carries, so a receiver can never back-propagate into
-the sender's graph nor alias the sender's memory: gradients reach a party only as a message of
-kind ``"gradient"``. Each message is recorded in a :class:`Ledger` with its sender, receiver,
-kind, bytes as sent, epoch, step and phase (training or evaluation). The ledger sums bytes,
-messages and communication rounds per party and epoch, and prices a run under a
-:class:`~vflkit.network.NetworkModel` (bandwidth and latency per link) for EASTER's Figs 4-5 and
-Table VII, over parallel per-party links or a shared uplink; :meth:`Ledger.per_link` keeps the
-traffic per link so that :func:`vflkit.network.price_links` can price a finished run under any
-network, latency class or device mix without retraining.
+Every tensor that moves from one simulated party to another goes through :class:`Channel`,
+which copies and detaches it: a receiver can never back-propagate into the sender's graph nor
+alias its memory, and gradients reach a party only as a message of kind ``"gradient"``. Each
+message is recorded in a :class:`Ledger` (sender, receiver, kind, bytes as sent, epoch, step,
+phase), which sums bytes, messages and communication rounds per party and epoch, and keeps the
+traffic per link so that :mod:`vflkit.network` can price a finished run under any network.
 
 A *communication round* is one phase of the protocol: messages that can travel at once
 because none of them depends on another. The ledger reads the phases off the order in which
@@ -60,11 +56,8 @@ ROUNDS_COUNTED_AS = "protocol_phases"
 
 
 def payload_nbytes(payload: Any) -> int:
-    """Bytes a payload occupies on the wire when sent without further encoding.
-
-    Tensors count ``numel * element_size`` (float32: 4 bytes per entry, int64 ring elements: 8),
-    ``bytes`` their length, Python numbers 8, and dicts/lists/tuples the sum of their items.
-    """
+    """Bytes a payload occupies on the wire unencoded: a tensor ``numel * element_size``, bytes
+    their length, a Python number 8, dicts/lists/tuples the sum of their items."""
     if isinstance(payload, torch.Tensor):
         return payload.numel() * payload.element_size()
     if isinstance(payload, (bytes, bytearray)):
@@ -75,35 +68,31 @@ def payload_nbytes(payload: Any) -> int:
         return sum(payload_nbytes(v) for v in payload.values())
     if isinstance(payload, (list, tuple)):
         return sum(payload_nbytes(v) for v in payload)
-    raise TypeError(
-        f"cannot size a payload of type {type(payload).__name__}; send tensors, bytes, numbers "
-        "or dicts/lists of them, or pass nbytes= explicitly"
-    )
+    raise TypeError(f"cannot size a payload of type {type(payload).__name__}; send tensors, bytes, numbers "
+                    "or dicts/lists of them, or pass nbytes= explicitly")
 
 
-def wire_copy(payload: Any) -> Any:
-    """What the receiver gets: a detached copy, so no autograd graph or memory is shared.
-
-    A bfloat16 tensor (from a model under bf16 autocast, ``RunConfig.precision="bf16"``) is
-    widened to float32, exactly: the precision is the computation's, not the protocol's, so
-    messages and their ledger are those of an fp32 run.
-    """
+def _map_tensors(payload: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    """``payload`` with ``fn`` applied to every tensor in it (through dicts, lists and tuples)."""
     if isinstance(payload, torch.Tensor):
-        return payload.detach().float() if payload.dtype == torch.bfloat16 else payload.detach().clone()
+        return fn(payload)
     if isinstance(payload, dict):
-        return {k: wire_copy(v) for k, v in payload.items()}
+        return {k: _map_tensors(v, fn) for k, v in payload.items()}
     if isinstance(payload, (list, tuple)):
-        return type(payload)(wire_copy(v) for v in payload)
+        return type(payload)(_map_tensors(v, fn) for v in payload)
     return payload
 
 
-class Ledger:
-    """Every message a run sent, with sums per party, epoch and kind.
+def wire_copy(payload: Any) -> Any:
+    """What the receiver gets: a detached copy, so no autograd graph or memory is shared. A
+    bfloat16 tensor (bf16 autocast) is widened to float32, exactly: the precision is the
+    computation's, not the protocol's, so messages and ledger are those of an fp32 run."""
+    return _map_tensors(payload, lambda t: t.detach().float() if t.dtype == torch.bfloat16 else t.detach().clone())
 
-    One row per message: sender, receiver, kind, bytes as sent, epoch, step and phase. Rows are
-    kept as plain tuples (a VFedMH run sends hundreds of thousands of messages) and turned into
-    a :class:`pandas.DataFrame` on demand.
-    """
+
+class Ledger:
+    """Every message a run sent, one row each (plain tuples: a VFedMH run sends hundreds of
+    thousands; a :class:`pandas.DataFrame` on demand), with sums per party, epoch and kind."""
 
     columns = ("sender", "receiver", "kind", "nbytes", "epoch", "step", "phase")
 
@@ -114,7 +103,6 @@ class Ledger:
         self._round_state: dict[tuple[int, int, str], tuple[int, set[str]]] = {}
 
     def add(self, sender: str, receiver: str, kind: str, nbytes: int, epoch: int, step: int, phase: str) -> None:
-        """Record one message."""
         self._rows.append((sender, receiver, kind, nbytes, epoch, step, phase))
 
     def __len__(self) -> int:
@@ -134,13 +122,9 @@ class Ledger:
             self._round_cache, self._round_state = [], {}
 
     def rounds(self) -> list[int]:
-        """The round of every message, counted from 0 within its (epoch, step, phase).
-
-        Messages are taken in the order they were sent. A message opens a new round when its
-        sender has received a message in the current round of its step (it may depend on it);
-        otherwise it joins the current round. So "passive parties send up, the active party
-        answers each" is two rounds however many parties and message kinds take part.
-        """
+        """The round of every message (see the module docstring), counted from 0 within its
+        (epoch, step, phase): "passive parties send up, the active party answers each" is two
+        rounds however many parties and message kinds take part."""
         if len(self._round_cache) > len(self._rows):  # rows replaced behind our back
             self._round_cache, self._round_state = [], {}
         for sender, receiver, _, _, epoch, step, phase in self._rows[len(self._round_cache):]:
@@ -163,11 +147,8 @@ class Ledger:
     def totals(self, *, phase: str | None = "train") -> dict[str, int]:
         """Total bytes, messages and communication rounds (protocol phases, :meth:`rounds`)."""
         df = self.frame(phase=phase)
-        return {
-            "bytes": int(df["nbytes"].sum()),
-            "messages": int(len(df)),
-            "rounds": int(len(df.drop_duplicates(["epoch", "step", "round"]))),
-        }
+        return {"bytes": int(df["nbytes"].sum()), "messages": int(len(df)),
+                "rounds": int(len(df.drop_duplicates(["epoch", "step", "round"])))}
 
     def per_epoch(self, *, phase: str | None = "train") -> pd.DataFrame:
         """Bytes, messages and rounds per epoch (rows indexed by epoch)."""
@@ -175,13 +156,8 @@ class Ledger:
         if df.empty:
             return pd.DataFrame(columns=["bytes", "messages", "rounds"])
         grouped = df.groupby("epoch")
-        return pd.DataFrame(
-            {
-                "bytes": grouped["nbytes"].sum(),
-                "messages": grouped.size(),
-                "rounds": df.drop_duplicates(["epoch", "step", "round"]).groupby("epoch").size(),
-            }
-        )
+        return pd.DataFrame({"bytes": grouped["nbytes"].sum(), "messages": grouped.size(),
+                             "rounds": df.drop_duplicates(["epoch", "step", "round"]).groupby("epoch").size()})
 
     def per_party(self, *, phase: str | None = "train", by_epoch: bool = False) -> pd.DataFrame:
         """Bytes and messages each party sent and received (optionally per epoch), and the
@@ -190,21 +166,16 @@ class Ledger:
         keys = ["epoch"] if by_epoch else []
         sent = df.rename(columns={"sender": "party"})
         recv = df.rename(columns={"receiver": "party"})
-        out = pd.DataFrame(
-            {
-                "bytes_sent": sent.groupby(keys + ["party"])["nbytes"].sum(),
-                "bytes_received": recv.groupby(keys + ["party"])["nbytes"].sum(),
-                "messages_sent": sent.groupby(keys + ["party"]).size(),
-                "messages_received": recv.groupby(keys + ["party"]).size(),
-            }
-        ).fillna(0).astype("int64")
+        out = pd.DataFrame({"bytes_sent": sent.groupby(keys + ["party"])["nbytes"].sum(),
+                            "bytes_received": recv.groupby(keys + ["party"])["nbytes"].sum(),
+                            "messages_sent": sent.groupby(keys + ["party"]).size(),
+                            "messages_received": recv.groupby(keys + ["party"]).size()}).fillna(0).astype("int64")
         both = pd.concat([sent[["epoch", "party", "step", "round"]], recv[["epoch", "party", "step", "round"]]])
         rounds = both.drop_duplicates().groupby(keys + ["party"]).size() if not both.empty else 0
         out["rounds"] = rounds if isinstance(rounds, int) else rounds.reindex(out.index).fillna(0).astype("int64")
         return out
 
     def per_kind(self, *, phase: str | None = "train") -> pd.DataFrame:
-        """Bytes and messages per message kind."""
         df = self.frame(phase=phase)
         g = df.groupby("kind")
         return pd.DataFrame({"bytes": g["nbytes"].sum(), "messages": g.size()})
@@ -224,24 +195,16 @@ class Ledger:
 
     def price(self, network: NetworkModel, *, phase: str | None = "train",
               topology: str = "parallel") -> float:
-        """Seconds the run's communication takes under ``network`` (exact, message by message).
-
-        Rounds (protocol phases, :meth:`rounds`) happen one after another; every message pays
-        its link's latency plus its bytes over the link's bandwidth. ``topology="parallel"``:
-        within a round, different links carry their messages at once and one link back to back,
-        so a round lasts as long as its busiest link. ``topology="shared_uplink"``: all of a
-        round's transfers queue on one shared link (the active party's NIC), so a round lasts the
-        sum over its messages.
-        """
+        """Seconds the run's communication takes under ``network``, message by message: rounds
+        one after another, every message its link's latency plus bytes over bandwidth; a round
+        lasts as long as its busiest link (``"parallel"``) or the sum of its messages
+        (``"shared_uplink"``: the active party's one interface; see :mod:`vflkit.network`)."""
         check_topology(topology)
         df = self.frame(phase=phase)
         if df.empty:
             return 0.0
-        seconds = [
-            network.seconds(s, r, b)
-            for s, r, b in zip(df["sender"], df["receiver"], df["nbytes"])
-        ]
-        df = df.assign(seconds=seconds)
+        df = df.assign(seconds=[network.seconds(s, r, b)
+                                for s, r, b in zip(df["sender"], df["receiver"], df["nbytes"])])
         if topology == "shared_uplink":
             return float(df["seconds"].sum())
         per_link = df.groupby(["epoch", "step", "round", "sender", "receiver"])["seconds"].sum()
@@ -249,12 +212,9 @@ class Ledger:
 
 
 class Channel:
-    """The only way information crosses between simulated parties.
-
-    ``send`` copies and detaches the payload, records it in the ledger and puts it in the
-    receiver's mailbox; ``recv`` takes the oldest message of that kind from that sender. The
-    clock (epoch, step, phase) is set by the training loop with :meth:`at`.
-    """
+    """The only way information crosses between simulated parties: ``send`` copies and detaches
+    the payload, records it in the ledger and puts it in the receiver's mailbox; ``recv`` takes
+    the oldest message of that kind from that sender. The training loop sets the clock (:meth:`at`)."""
 
     def __init__(self, ledger: Ledger | None = None) -> None:
         self.ledger = ledger if ledger is not None else Ledger()
@@ -264,7 +224,7 @@ class Channel:
         self.phase = "train"
 
     def at(self, *, epoch: int | None = None, step: int | None = None, phase: str | None = None) -> "Channel":
-        """Set the clock that stamps the next messages; returns the channel."""
+        """Set the clock (epoch, step, phase) that stamps the next messages."""
         if phase is not None and phase not in PHASES:
             raise ConfigError(f"Invalid phase {phase!r}; choose one of {', '.join(PHASES)}")
         self.epoch = self.epoch if epoch is None else epoch
@@ -284,13 +244,10 @@ class Channel:
         self._boxes[(sender, receiver, kind)].append(wire)
 
     def recv(self, receiver: str, sender: str, kind: str) -> Any:
-        """Take the oldest ``kind`` message from ``sender`` addressed to ``receiver``."""
         box = self._boxes.get((sender, receiver, kind))
         if not box:
-            raise RuntimeError(
-                f"{receiver} expected a {kind} message from {sender}, but none was sent "
-                f"(epoch {self.epoch}, step {self.step}); the protocol is out of order"
-            )
+            raise RuntimeError(f"{receiver} expected a {kind} message from {sender}, but none was sent "
+                               f"(epoch {self.epoch}, step {self.step}); the protocol is out of order")
         return box.popleft()
 
     def pending(self) -> int:
@@ -299,41 +256,18 @@ class Channel:
 
 
 class Party:
-    """A participant: it owns its feature slice, sample ids, models and optimizers, and the
-    labels if it is the active party (or a label owner). It talks to others only through the
-    channel.
-
-    Parameters
-    ----------
-    name
-        Unique name, e.g. ``"active"``, ``"passive_1"``, ``"label_owner_3"``, ``"server"``.
-    channel
-        The run's channel.
-    features
-        Its own feature slice per split, e.g. ``{"train": uint8 [N, C, h, w], "test": ...}``.
-    labels
-        Labels per split; only the party that holds them (default None).
-    ids
-        Its own sample ids per split (default ``arange(N)``): rows are addressed by id, so
-        parties with different sample sets index their own data.
-    transform
-        Applied to a batch of its features on the way to the device (e.g. uint8 -> normalised
-        float32); default: identity.
-    device
-        Where its models and batches live (default CPU).
+    """A participant (``"active"``, ``"passive_1"``, ``"label_owner_3"``, ``"server"``): it owns
+    its feature slice per split (``{"train": uint8 [N, C, h, w], ...}``), its sample ids
+    (default ``arange(N)``; rows are addressed by id, so parties with different samples index
+    their own data), models and optimizers, and the labels if it holds them. It talks to others
+    only through the channel. ``transform`` takes a batch of its features on the way to
+    ``device`` (e.g. uint8 -> normalised float32).
     """
 
-    def __init__(
-        self,
-        name: str,
-        *,
-        channel: Channel,
-        features: dict[str, torch.Tensor] | None = None,
-        labels: dict[str, torch.Tensor] | None = None,
-        ids: dict[str, torch.Tensor] | None = None,
-        transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
-        device: torch.device | str = "cpu",
-    ) -> None:
+    def __init__(self, name: str, *, channel: Channel, features: dict[str, torch.Tensor] | None = None,
+                 labels: dict[str, torch.Tensor] | None = None, ids: dict[str, torch.Tensor] | None = None,
+                 transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                 device: torch.device | str = "cpu") -> None:
         self.name = name
         self.channel = channel
         self.device = torch.device(device)
@@ -350,19 +284,13 @@ class Party:
                     else torch.arange(len(x)) for split, x in held.items()}
         for split, x in held.items():
             if len(self.ids[split]) != len(x):
-                raise PartitionError(
-                    f"{name}: {len(self.ids[split])} sample ids for {len(x)} {split} rows; give one id per row"
-                )
-        # id -> row lookup per split: None when the ids are 0..N-1 in order (fully aligned
-        # parties: an id is its own row); else sorted ids and their rows, for searchsorted
-        # (no Python dict over samples).
-        self._lookup: dict[str, tuple[torch.Tensor, torch.Tensor] | None] = {}
-        for split, own in self.ids.items():
-            if torch.equal(own, torch.arange(len(own))):
-                self._lookup[split] = None
-            else:
-                order = torch.argsort(own)
-                self._lookup[split] = (own[order], order)
+                raise PartitionError(f"{name}: {len(self.ids[split])} sample ids for {len(x)} {split} rows; give one "
+                                     "id per row")
+        # id -> row lookup per split: None when the ids are 0..N-1 in order (an id is its own
+        # row); else sorted ids and their rows, for searchsorted (no Python dict over samples)
+        self._lookup: dict[str, tuple[torch.Tensor, torch.Tensor] | None] = {
+            split: None if torch.equal(own, torch.arange(len(own))) else tuple(torch.sort(own))
+            for split, own in self.ids.items()}
         self.models: dict[str, torch.nn.Module] = {}
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
         #: Set (by :func:`checked_batches`) while every batch it is asked for by sample id was cut
@@ -375,7 +303,6 @@ class Party:
 
     @property
     def input_shape(self) -> tuple[int, ...]:
-        """Shape of one sample of this party's features."""
         x = self._features.get("train", next(iter(self._features.values()), None))
         if x is None:
             raise PartitionError(f"{self.name} holds no features")
@@ -387,12 +314,10 @@ class Party:
 
     @property
     def holds_labels(self) -> bool:
-        """Whether this party owns labels (the active party / a label owner)."""
         return bool(self._labels)
 
     @property
     def transform(self) -> Callable[[torch.Tensor], torch.Tensor]:
-        """What a batch of its features goes through on the way to its device."""
         return self._transform
 
     def aligned(self, split: str = "train") -> bool:
@@ -401,11 +326,10 @@ class Party:
         return self._lookup[split] is None
 
     def held_features(self, split: str = "train") -> torch.Tensor:
-        """Its features of ``split`` as it holds them: untransformed, where they were given."""
+        """Its features of ``split`` untransformed, where they were given."""
         return self._features[split]
 
     def held_labels(self, split: str = "train") -> torch.Tensor:
-        """Its labels of ``split`` as it holds them; only a party that holds labels may call this."""
         if not self._labels:
             raise PermissionError(f"{self.name} holds no labels; only the active party does")
         return self._labels[split]
@@ -427,7 +351,6 @@ class Party:
             store[split] = new
 
     def n_samples(self, split: str = "train") -> int:
-        """How many samples of ``split`` this party holds."""
         return len(self._features[split]) if split in self._features else len(self._labels[split])
 
     def _rows(self, split: str, ids: torch.Tensor | None, rows: torch.Tensor | None) -> torch.Tensor:
@@ -511,15 +434,13 @@ class Party:
         return self._take(y, split, ids, rows).to(self.device)
 
     def send(self, receiver: str | "Party", kind: str, payload: Any, *, nbytes: int | None = None) -> None:
-        """Send to another party through the channel."""
         to = receiver.name if isinstance(receiver, Party) else receiver
         self.channel.send(self.name, to, kind, payload, nbytes=nbytes)
 
     def recv(self, sender: str | "Party", kind: str) -> Any:
-        """Receive from another party through the channel (payload moved to this device)."""
+        """Receive from another party through the channel, the payload moved to this device."""
         frm = sender.name if isinstance(sender, Party) else sender
-        payload = self.channel.recv(self.name, frm, kind)
-        return _to_device(payload, self.device)
+        return _map_tensors(self.channel.recv(self.name, frm, kind), lambda t: t.to(self.device))
 
 
 @contextmanager
@@ -535,13 +456,3 @@ def checked_batches(parties: Sequence[Party]) -> Iterator[None]:
     finally:
         for p, b in zip(parties, before):
             p.prechecked = b
-
-
-def _to_device(payload: Any, device: torch.device) -> Any:
-    if isinstance(payload, torch.Tensor):
-        return payload.to(device)
-    if isinstance(payload, dict):
-        return {k: _to_device(v, device) for k, v in payload.items()}
-    if isinstance(payload, (list, tuple)):
-        return type(payload)(_to_device(v, device) for v in payload)
-    return payload

@@ -13,19 +13,17 @@ One entry point, :func:`load_dataset`, reads from one data root (``root=``, else
 Breast Cancer Wisconsin ships with scikit-learn. Images are kept as ``uint8`` tensors
 ``[N, C, H, W]`` and normalised on the way to the device (:meth:`ImageData.normalize`); PNG
 trees are decoded once and cached under :func:`vflkit.config.cache_dir` (the data root may be
-read-only), with a digest of the tensors that ``verify=True`` checks (an altered cache is
-decoded again). Every file is checked against what the original is known to be (md5 of the
-torchvision originals, the sha256 manifest of the PNG tree, shapes, counts, label ranges): a
-missing dataset raises :class:`DatasetNotFoundError`, a wrong one :class:`DatasetCorruptError`.
-``verify=True`` (the default) covers every file a loader reads: MNIST/FashionMNIST in either
-form (``.gz`` against torchvision's md5, uncompressed IDX against the sha256 of the decompressed
-original), the credit card CSV against its published sha256 (or, for the same data written
-another way, a digest of its values), the CIFAR-10 PNG tree against its sha256 manifests (which
-must be present) and the Criteo samples against theirs (other Criteo files have no known checksum
-and need ``verify=False``). CINIC-10 and MIMIC-III have no published checksum: for them verify
-checks the expected counts only. ``verify=False`` skips only the checksum and
-expected-count checks (for test fixtures and modified copies) and warns that the result is not
-the published dataset.
+read-only), with a digest of the tensors (an altered cache is decoded again).
+
+``verify=True`` (the default) checks every file a loader reads against what the original is
+known to be: torchvision's md5s (``.gz`` IDX files, CIFAR pickles), the sha256 of the
+decompressed IDX originals, the credit card CSV's sha256 (or, for the same data written another
+way, a digest of its values), the CIFAR-10 PNG tree's sha256 manifests (which must be present),
+the two public Criteo samples' sha256 (other Criteo files need ``verify=False``); and shapes,
+counts and label ranges (all that CINIC-10 and MIMIC-III, with no published checksum, get). A
+missing dataset raises :class:`DatasetNotFoundError` (what is missing and how to provide it), a
+wrong one :class:`DatasetCorruptError`. ``verify=False`` (test fixtures, modified copies) skips
+the checksums and expected counts only, and warns that the result is not the published dataset.
 """
 
 from __future__ import annotations
@@ -54,25 +52,10 @@ from .config import DATA_ENV, data_root, cache_dir, resolve_device
 from .errors import ConfigError, DatasetCorruptError, DatasetNotFoundError
 
 __all__ = [
-    "register_dataset",
-    "unregister_dataset",
-    "is_registered",
-    "content_digest",
-    "registered_digest",
-    "DATASETS",
-    "IMAGE_DATASETS",
-    "IMAGE_METADATA",
-    "criteo_file",
-    "TABULAR_DATASETS",
-    "ALIASES",
-    "ImageData",
-    "TabularData",
-    "load_dataset",
-    "encode_criteo",
-    "CREDIT_CARD_COLUMNS",
-    "MIMIC3_FEATURES",
-    "CRITEO_DENSE",
-    "CRITEO_SPARSE",
+    "register_dataset", "unregister_dataset", "is_registered", "content_digest",
+    "registered_digest", "DATASETS", "IMAGE_DATASETS", "IMAGE_METADATA", "criteo_file",
+    "TABULAR_DATASETS", "ALIASES", "ImageData", "TabularData", "load_dataset", "encode_criteo",
+    "CREDIT_CARD_COLUMNS", "MIMIC3_FEATURES", "CRITEO_DENSE", "CRITEO_SPARSE",
 ]
 
 #: The built-in datasets loaded as :class:`ImageData`, and those loaded as :class:`TabularData`.
@@ -169,15 +152,10 @@ _CACHE_VERSION = 1
 
 @dataclass(repr=False, eq=False)
 class ImageData:
-    """A whole image dataset as ``uint8`` tensors ``[N, C, H, W]`` with ``int64`` labels (float
-    tensors in [0, 1], torchvision's ``ToTensor()`` output, are taken as the uint8 pixels they
-    came from: :func:`as_uint8_images`).
-
-    ``mean``/``std`` are per-channel training-set statistics of pixels in [0, 1], used by
-    :meth:`normalize`; left out (None), they are computed from ``x_train``, as a torchvision
-    user would compute them for a dataset of their own. :meth:`from_torchvision` builds one from
-    two torchvision datasets (or any sequence of ``(image, label)`` pairs).
-    """
+    """A whole image dataset as ``uint8`` tensors ``[N, C, H, W]`` (``ToTensor()``'s floats in
+    [0, 1] are taken as the uint8 pixels they came from) with ``int64`` labels; ``mean``/``std``
+    are per-channel training-set statistics of pixels in [0, 1] (None: computed from ``x_train``).
+    :meth:`from_torchvision` builds one from two torchvision datasets."""
 
     name: str
     x_train: torch.Tensor
@@ -193,7 +171,7 @@ class ImageData:
         # wrong or fails late: a label >= K fails inside torch, -100 is cross-entropy's
         # ignore_index (silently dropped), std 0 or a NaN mean reads as "training diverged".
         self.classes = tuple(self.classes)
-        for split in ("train", "test"):  # torchvision's ToTensor floats in [0, 1], as the uint8 they came from
+        for split in ("train", "test"):
             x = getattr(self, f"x_{split}")
             if isinstance(x, torch.Tensor) and x.is_floating_point():
                 setattr(self, f"x_{split}", as_uint8_images(x, f"{self.name}: x_{split}"))
@@ -271,33 +249,23 @@ class ImageData:
 
     @property
     def num_classes(self) -> int:
-        """Number of classes (length of ``classes``)."""
         return len(self.classes)
 
     @property
     def image_shape(self) -> tuple[int, int, int]:
-        """``(C, H, W)`` of one image."""
         c, h, w = self.x_train.shape[1:]
         return int(c), int(h), int(w)
 
     def subset(self, *, n_train: int | None = None, n_test: int | None = None, seed: int = 0) -> ImageData:
-        """Random subset of ``n_train`` training and ``n_test`` test images (None keeps all).
-
-        Deterministic in ``seed`` (each split draws from its own ``torch.Generator`` seeded with
-        ``seed``, so ``n_train`` does not change which test images are drawn); the chosen
-        images keep their original order. Asking for more images than there are is an error.
-        """
+        """A random subset of ``n_train`` training and ``n_test`` test images (None keeps all)
+        in their original order, each split drawn with its own generator seeded ``seed``."""
         x_tr, y_tr = _pick(self.x_train, self.y_train, n_train, seed, f"{self.name} n_train")
         x_te, y_te = _pick(self.x_test, self.y_test, n_test, seed, f"{self.name} n_test")
         return ImageData(self.name, x_tr, y_tr, x_te, y_te, self.classes, self.mean, self.std)
 
     def normalize(self, x: torch.Tensor, device: str | torch.device | None = None) -> torch.Tensor:
-        """``(x / 255 - mean) / std`` as float32 on ``device`` (default: where ``x`` is).
-
-        ``x`` is a ``uint8`` batch ``[..., C, H, W]`` (any spatial slice of the images); it is
-        moved to the device as ``uint8`` first and converted there, so only a quarter of the
-        bytes cross to the GPU.
-        """
+        """``(x / 255 - mean) / std`` of a ``uint8`` batch ``[..., C, H, W]`` as float32 on
+        ``device`` (default: where ``x`` is), converted there (a quarter of the bytes cross)."""
         if x.dtype != torch.uint8:
             raise ValueError(f"normalize expects the uint8 images of {self.name}, got {x.dtype}")
         if x.ndim < 3 or x.shape[-3] != len(self.mean):
@@ -319,12 +287,9 @@ class ImageData:
 
 @dataclass(repr=False, eq=False)
 class TabularData:
-    """A whole tabular dataset: ``features`` (one column per feature), ``target`` (0..K-1).
-
-    ``task`` is ``"binary"`` or ``"multiclass"``; ``categorical`` names the columns holding
-    categories (strings) rather than numbers. The index carries the sample ids where the
-    source has them (credit card ``ID``, Criteo ``Id``, MIMIC-III ``hadm_id``).
-    """
+    """A whole tabular dataset: ``features`` (one column per feature; ``categorical`` names those
+    holding categories), ``target`` (0..K-1) for a ``"binary"`` or ``"multiclass"`` ``task``. The
+    index carries the source's sample ids (credit card ``ID``, Criteo ``Id``, MIMIC-III ``hadm_id``)."""
 
     name: str
     features: pd.DataFrame
@@ -391,15 +356,11 @@ class TabularData:
 
     @property
     def num_classes(self) -> int:
-        """2 for a binary task, else ``max(target) + 1`` (targets are 0..K-1)."""
         return 2 if self.task == "binary" else int(self.target.max()) + 1
 
     def subset(self, *, n: int, seed: int = 0) -> TabularData:
-        """Random subset of ``n`` rows, deterministic in ``seed``, in their original order."""
-        total = len(self.target)
-        if not 1 <= n <= total:
-            raise ConfigError(f"{self.name}: n={n} rows asked for, but there are {total}; choose 1..{total}")
-        idx = torch.randperm(total, generator=torch.Generator().manual_seed(seed))[:n].sort().values.numpy()
+        """A random subset of ``n`` rows, deterministic in ``seed``, in their original order."""
+        idx = _draw(len(self.target), n, seed, f"{self.name}: n={n} rows", "").numpy()
         return TabularData(self.name, self.features.iloc[idx], self.target.iloc[idx], self.task, self.categorical)
 
 
@@ -429,13 +390,17 @@ def _label(index: pd.Index, i: int) -> Any:
 
 
 
+def _draw(total: int, n: int, seed: int, asked: str, other: str) -> torch.Tensor:
+    """``n`` of ``range(total)`` drawn with a generator seeded ``seed``, in order."""
+    if not 1 <= n <= total:
+        raise ConfigError(f"{asked} asked for, but there are {total}; choose 1..{total}{other}")
+    return torch.randperm(total, generator=torch.Generator().manual_seed(seed))[:n].sort().values
+
+
 def _pick(x: torch.Tensor, y: torch.Tensor, n: int | None, seed: int, what: str) -> tuple[torch.Tensor, torch.Tensor]:
     if n is None:
         return x, y
-    total = len(y)
-    if not 1 <= n <= total:
-        raise ConfigError(f"{what}={n} images asked for, but there are {total}; choose 1..{total} or None for all")
-    idx = torch.randperm(total, generator=torch.Generator().manual_seed(seed))[:n].sort().values
+    idx = _draw(len(y), n, seed, f"{what}={n} images", " or None for all")
     return x[idx], y[idx]
 
 
@@ -449,25 +414,16 @@ def load_dataset(
     download: bool | None = None,
     **options: Any,
 ) -> ImageData | TabularData:
-    """Load dataset ``name`` whole.
+    """Dataset ``name`` (one of :data:`DATASETS`, or an alias) whole, as :class:`ImageData` or
+    :class:`TabularData`, from ``root`` (default :func:`vflkit.config.data_root`).
 
-    Parameters
-    ----------
-    name : one of :data:`DATASETS` (or an alias in :data:`ALIASES`, e.g. ``"fmnist"``).
-    root : data root; default :func:`vflkit.config.data_root` (``$VFLKIT_DATA``, else ``./data``).
-    download : fetch missing MNIST, FashionMNIST, CIFAR-10 or CIFAR-100 with torchvision's own
-        downloader into ``root``. Default None: True unless ``$VFLKIT_OFFLINE`` is ``1``.
-        Other datasets are never downloaded.
-    **options : per dataset (an unknown option is an error listing the valid ones):
-        ``verify`` (all files read from disk, default True): check checksums and expected
-        counts; ``progress`` (cifar10, cinic10, default True): tqdm bar while decoding PNGs;
-        ``source`` (cifar10, default ``"auto"``: pickles if present, else PNG tree);
-        ``include_valid`` (cinic10, default False); ``file`` (credit_card, criteo, mimic3);
-        ``nrows`` (criteo, default all); ``target`` (mimic3).
-
-    Returns
-    -------
-    :class:`ImageData` for image datasets, :class:`TabularData` for tables.
+    ``download`` fetches missing MNIST, FashionMNIST, CIFAR-10 or CIFAR-100 with torchvision's
+    own downloader (default: unless ``$VFLKIT_OFFLINE`` is ``1``); no other dataset is
+    downloaded. ``options``, per dataset (an unknown one is an error listing the valid ones):
+    ``verify`` (default True; see the module docstring); ``progress`` (cifar10, cinic10: a bar
+    while decoding PNGs); ``source`` (cifar10, default ``"auto"``: pickles if present, else the
+    PNG tree); ``include_valid`` (cinic10); ``file`` (credit_card, criteo, mimic3); ``nrows``
+    (criteo); ``target`` (mimic3).
     """
     key = _dataset_key(name) if isinstance(name, str) else name
     if key in _REGISTERED:
@@ -481,10 +437,8 @@ def load_dataset(
     valid = [p.name for p in inspect.signature(loader).parameters.values() if p.kind is p.KEYWORD_ONLY]
     unknown = sorted(set(options) - set(valid))
     if unknown:
-        raise ConfigError(
-            f"Invalid option(s) {', '.join(unknown)} for dataset {key!r}; "
-            f"choose from {', '.join(valid) if valid else '(none)'}"
-        )
+        raise ConfigError(f"Invalid option(s) {', '.join(unknown)} for dataset {key!r}; "
+                          f"choose from {', '.join(valid) if valid else '(none)'}")
     for flag in ("verify", "progress", "include_valid"):  # 'no' would read as true
         if flag in options and not isinstance(options[flag], bool):
             raise ConfigError(f"{flag} must be True or False, got {options[flag]!r}")
@@ -504,8 +458,8 @@ _FINGERPRINTS: dict[str, Any] = {}
 
 
 def content_digest(data: ImageData | TabularData) -> str:
-    """A sha256 of a dataset's content (tensors' or table's values, labels, classes,
-    statistics; not its name), 16 hex digits: two registrations of equal data agree."""
+    """16 hex digits of a sha256 of a dataset's content (values, labels, classes, statistics;
+    not its name): two registrations of equal data agree."""
     h = hashlib.sha256()
 
     def add(part: Any) -> None:
@@ -542,19 +496,14 @@ def _fingerprint(data: ImageData | TabularData) -> Any:
 
 
 def registered_digest(name: str, *, recheck: bool = False) -> str | None:
-    """The content digest of the dataset registered under ``name`` when that name is not a
-    built-in dataset's, else None.
+    """The content digest of the dataset registered under ``name`` (None for a built-in name,
+    whose keys stay the built-in's): run keys hash it, so a record is never reused for other
+    data under the same name.
 
-    A run config names its dataset; for a dataset of your own the name alone does not say
-    which data it was (fix a bug in it and register it again: same name), so run keys hash
-    this digest too and a record is never reused for other data. Built-in names keep their
-    keys (a registered copy of MNIST on a machine without the files is meant to be MNIST).
-
-    The digest is of the data as it is now: a table's is taken again at every call, an image
-    set's when its tensors were replaced or edited in place by torch (:func:`_fingerprint`),
-    and with ``recheck`` always (the record store asks so before it looks a run's record up:
-    an edit through a numpy view escapes torch's count). Data that changed since its digest
-    was taken is checked as at registration and keyed anew, with a warning.
+    It is of the data as it is now: a table's is taken at every call, an image set's when torch
+    saw its tensors replaced or edited (:func:`_fingerprint`), and with ``recheck`` always (an
+    edit through a numpy view escapes torch's count). Changed data is checked as at
+    registration and keyed anew, with a warning.
     """
     key = _dataset_key(name) if isinstance(name, str) else name
     if key in _LOADERS or key not in _REGISTERED:
@@ -574,10 +523,8 @@ def registered_digest(name: str, *, recheck: bool = False) -> str | None:
 
 
 def _check_registrable(data: ImageData | TabularData) -> None:
-    """A dataset's own checks (its ``__post_init__``: labels, statistics, shapes, finite
-    features), run again, and that it holds at least two classes: with one, every prediction
-    is right and a run "learns" to 100 %. (Here, not in ``__post_init__``: a small subset of a
-    dataset, drawn for a run, may hold one class.)"""
+    """A dataset's own checks (its ``__post_init__``) again, and at least two classes (with one,
+    every prediction is right; not in ``__post_init__``, since a run's small subset may hold one)."""
     data.__post_init__()
     if isinstance(data, ImageData):
         if len(data.classes) < 2:
@@ -600,21 +547,15 @@ def _dataset_key(name: str) -> str:
 
 
 def register_dataset(data: ImageData | TabularData, *, name: str | None = None, replace: bool = False) -> str:
-    """Make ``data`` loadable by name: every later ``load_dataset(name)`` (and so every run
-    config naming it) gets this object instead of reading files.
+    """Make ``data`` loadable by ``name`` (default ``data.name``; returned): every later
+    ``load_dataset(name)``, so every run config naming it, gets this object instead of files.
+    How a researcher brings a dataset of their own, and how a machine without the data files
+    uses a copy shipped in another form.
 
-    This is how a researcher brings a dataset of their own (build an :class:`ImageData` from
-    uint8 image tensors, or a :class:`TabularData` from a DataFrame), and how a machine without
-    the data files (a rented GPU) uses a copy shipped in another form. ``name`` defaults to
-    ``data.name``. Returns the name.
-
-    - A name of your own: run keys include the data's :func:`content_digest`, so records of
-      other data under the same name are never reused. Registering equal data again is a
-      no-op; other data under a name registered earlier replaces it, with a warning (e.g.
-      after fixing the data: its runs get new keys and are trained afresh).
-    - A built-in dataset's name needs ``replace=True``: run keys then stay the built-in's
-      (the copy is meant to be that dataset), so a copy that differs would put other data's
-      numbers into its records.
+    Run keys of a name of your own include the data's :func:`content_digest`; other data under
+    a name registered earlier replaces it, with a warning. A built-in dataset's name needs
+    ``replace=True``: run keys then stay the built-in's (the copy is meant to be that dataset,
+    so a copy that differs would put other data's numbers into its records).
     """
     if not isinstance(data, (ImageData, TabularData)):
         raise ConfigError(f"register_dataset takes an ImageData or TabularData, got {type(data).__name__}")
@@ -636,7 +577,6 @@ def register_dataset(data: ImageData | TabularData, *, name: str | None = None, 
 
 
 def is_registered(name: str) -> bool:
-    """Whether ``name`` (or its alias) was given to :func:`register_dataset` (it is in memory)."""
     return _dataset_key(name) in _REGISTERED
 
 
@@ -650,16 +590,8 @@ def unregister_dataset(name: str) -> None:
 # --------------------------------------------------------------------------- errors
 
 
-def _not_found(
-    dataset: str,
-    root: Path,
-    expected: list[str],
-    searched: list[Path],
-    *,
-    how: str,
-    download_error: str | None = None,
-) -> DatasetNotFoundError:
-    """One DatasetNotFoundError saying what is missing, where it was looked for and what to do."""
+def _not_found(dataset: str, root: Path, expected: list[str], searched: list[Path], *, how: str,
+               download_error: str | None = None) -> DatasetNotFoundError:
     lines = [
         f"Dataset {dataset!r} not found.",
         "Expected (relative to the data root): " + ", ".join(expected),
@@ -678,12 +610,9 @@ def _corrupt(path: Path | str, what: str) -> DatasetCorruptError:
 
 
 def _unverified(dataset: str) -> None:
-    warnings.warn(
-        f"{dataset}: loaded with verify=False: checksums and expected counts were not checked, "
-        "so this may not be the published dataset and results are not comparable with the papers'.",
-        UserWarning,
-        stacklevel=4,
-    )
+    warnings.warn(f"{dataset}: loaded with verify=False: checksums and expected counts were not checked, "
+                  "so this may not be the published dataset and results are not comparable with the papers'.",
+                  UserWarning, stacklevel=4)
 
 
 def _file_digest(path: Path, algorithm: str) -> str:
@@ -695,7 +624,7 @@ def _file_digest(path: Path, algorithm: str) -> str:
 
 
 def _try_download(cls: type, root: Path) -> str | None:
-    """Run torchvision's downloader; return None on success, else why it failed."""
+    """Run torchvision's downloader: None on success, else why it failed."""
     try:
         cls(root=str(root), train=True, download=True)
         return None
@@ -723,11 +652,8 @@ _IDX_SHA256: dict[tuple[str, str], str] = {
 
 
 def _read_idx(path: Path, *, gz: bool, magic: int, count: int | None, sha256: str | None = None) -> np.ndarray:
-    """Parse an IDX file (big-endian header, then uint8 data); check magic, size and count.
-
-    ``sha256``, if given, is the expected digest of the uncompressed bytes (checked before
-    parsing, so an altered file is reported as such rather than by a later symptom).
-    """
+    """Parse an IDX file (big-endian header, then uint8 data), checking magic, size, count and
+    ``sha256`` of the uncompressed bytes (first, so an altered file is reported as such)."""
     try:
         with open(path, "rb") as f:
             raw = f.read()
@@ -756,9 +682,7 @@ def _read_idx(path: Path, *, gz: bool, magic: int, count: int | None, sha256: st
     return np.frombuffer(raw, dtype=np.uint8, offset=head).reshape(shape)
 
 
-def _load_idx_dataset(
-    dataset: str, cls: type, root: Path, download: bool, *, verify: bool
-) -> ImageData:
+def _load_idx_dataset(dataset: str, cls: type, root: Path, download: bool, *, verify: bool = True) -> ImageData:
     raw_dir = root / cls.__name__ / "raw"
     resources = list(cls.resources)  # [(file name or URL, md5)] of the four .gz originals
 
@@ -836,11 +760,8 @@ def _load_fashion_mnist(root: Path, download: bool, *, verify: bool = True) -> I
 
 
 class _ArrayUnpickler(pickle.Unpickler):
-    """Unpickles only what CIFAR's pickles hold (dicts, lists, strings, numpy arrays).
-
-    A pickle can run arbitrary code; refusing every other global keeps a swapped or
-    ``verify=False`` file from doing so.
-    """
+    """Unpickles only what CIFAR's pickles hold (dicts, lists, strings, numpy arrays): refusing
+    every other global keeps a swapped or ``verify=False`` file from running code."""
 
     def find_class(self, module: str, name: str) -> Any:
         if module in ("numpy.core.multiarray", "numpy._core.multiarray") and name in ("_reconstruct", "scalar"):
@@ -963,11 +884,8 @@ def _decode_png_split(
     verify: bool,
     progress: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Decode ``split_dir/<class>/*.png`` into uint8 [N, 3, 32, 32] and labels; cached.
-
-    The cache key hashes every file's relative path, size and mtime, the manifest's bytes and
-    the settings, so any change of the source gives a new key (and a fresh decode).
-    """
+    """Decode ``split_dir/<class>/*.png`` into uint8 [N, 3, 32, 32] and labels, cached under a
+    key of every file's path, size and mtime, the manifest's bytes and the settings."""
     files = _list_png_tree(split_dir, classes)  # class by class, files by name
     labels = np.array([label for label, _ in files], dtype=np.int64)
     if verify and per_class is not None:
@@ -990,9 +908,7 @@ def _decode_png_split(
         try:
             blob = torch.load(cache, weights_only=True)
             if blob["x"].shape == (len(files), 3, 32, 32) and torch.equal(blob["y"], torch.from_numpy(labels)):
-                # with verify, the pixels too: the cache carries a digest of its tensors, and a
-                # cache whose tensors no longer match it (altered, or older than the digest) is
-                # rebuilt from the verified files rather than trusted
+                # with verify, the pixels too: a cache whose tensors do not match its digest is rebuilt
                 if not verify or blob.get("sha256") == _tensor_digest(blob["x"], blob["y"]):
                     return blob["x"], blob["y"]
                 warnings.warn(f"ignoring cache file {cache}: its tensors do not match their digest (altered, or "
@@ -1000,21 +916,17 @@ def _decode_png_split(
         except Exception as exc:  # an unreadable cache is rebuilt, never trusted
             warnings.warn(f"ignoring unreadable cache file {cache}: {exc}", stacklevel=2)
 
-    digests = None
-    if use_manifest:
-        listed = _read_manifest(manifest)
-        prefix = split_dir.relative_to(root).as_posix() + "/"
-        digests = {k: v for k, v in listed.items() if k.startswith(prefix)}
-        present = {f"{prefix}{classes[label]}/{e.name}" for label, e in files}
-        if present != set(digests):
-            missing, extra = sorted(set(digests) - present), sorted(present - set(digests))
-            raise _corrupt(split_dir, f"files differ from {manifest.name}: missing {len(missing)} "
-                           f"(first {missing[:5]}), not listed {len(extra)} (first {extra[:5]})")
-
     # plain strings: a pathlib object per file costs more than decoding it
     prefix = split_dir.relative_to(root).as_posix() + "/"
     rels = [f"{prefix}{classes[label]}/{e.name}" for label, e in files]
     base = str(root) + os.sep
+    digests = None
+    if use_manifest:
+        digests = {k: v for k, v in _read_manifest(manifest).items() if k.startswith(prefix)}
+        if set(rels) != set(digests):
+            missing, extra = sorted(set(digests) - set(rels)), sorted(set(rels) - set(digests))
+            raise _corrupt(split_dir, f"files differ from {manifest.name}: missing {len(missing)} "
+                           f"(first {missing[:5]}), not listed {len(extra)} (first {extra[:5]})")
 
     def read(batch: list[str]) -> list[bytes]:
         out = []
@@ -1055,7 +967,6 @@ def _decode_png_split(
 
 
 def _tensor_digest(*tensors: torch.Tensor) -> str:
-    """sha256 of tensors' dtypes, shapes and bytes."""
     h = hashlib.sha256()
     for t in tensors:
         arr = np.ascontiguousarray(t.detach().cpu().numpy())
@@ -1065,11 +976,8 @@ def _tensor_digest(*tensors: torch.Tensor) -> str:
 
 
 def _png_decoder(rgb: bool) -> Callable[[bytes], torch.Tensor]:
-    """bytes -> uint8 [C, H, W]: torchvision's libpng decoder, else Pillow (slower).
-
-    torchvision 0.29 deprecates its image codecs (warning on every call) in favour of
-    TorchCodec; the warning is silenced here and Pillow takes over once they are removed.
-    """
+    """bytes -> uint8 [C, H, W]: torchvision's libpng decoder (its deprecation warning, in
+    favour of TorchCodec, silenced), else Pillow (slower) once it is removed."""
     decode_png = getattr(torchvision.io, "decode_png", None)
     if decode_png is not None:
         mode = torchvision.io.ImageReadMode.RGB if rgb else torchvision.io.ImageReadMode.UNCHANGED
@@ -1090,7 +998,7 @@ def _png_decoder(rgb: bool) -> Callable[[bytes], torch.Tensor]:
 
 
 def _write_cache(path: Path, obj: dict[str, Any], *, stale: str) -> None:
-    """Write atomically (tmp file + os.replace), then drop older caches of the same source."""
+    """Write atomically, then drop older caches of the same source."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         torch.save(obj, tmp)
@@ -1384,23 +1292,13 @@ def _load_mimic3(root: Path, download: bool, *, file: str | None = None, target:
 
 
 def encode_criteo(data: TabularData, *, min_count: int = 1) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
-    """Criteo as model inputs: dense floats, categorical indices, vocabulary sizes.
+    """Criteo (columns I1..I13, C1..C26) as model inputs ``(dense, sparse, vocab_sizes)``.
 
-    Parameters
-    ----------
-    data : :class:`TabularData` with columns I1..I13 and C1..C26 (from ``load_dataset("criteo")``).
-    min_count : a category seen fewer times than this shares index 0 with missing values
-        (default 1: every seen category gets its own index).
-
-    Returns
-    -------
-    dense : float32 ``[N, 13]``, ``log(1 + x)`` for ``x > 0`` (the usual DeepFM preprocessing),
-        ``x`` itself for ``x <= 0`` (I2 holds small negatives), 0 for missing.
-    sparse : int64 ``[N, 26]``, per column: 0 for missing or rare, 1..V-1 for the kept
-        categories in sorted order.
-    vocab_sizes : ``V`` per categorical column (kept categories + 1 for index 0).
-
-    The vocabulary is built from ``data`` itself, as DeepCTR's examples do on the whole sample.
+    ``dense``: float32 ``[N, 13]``, ``log(1 + x)`` for ``x > 0`` (the usual DeepFM
+    preprocessing), ``x`` itself for ``x <= 0`` (I2 holds small negatives), 0 for missing.
+    ``sparse``: int64 ``[N, 26]``, 0 for a missing category or one seen fewer than ``min_count``
+    times, 1..V-1 for the others in sorted order; V per column in ``vocab_sizes``. The
+    vocabulary is built from ``data`` itself, as DeepCTR's examples do on the whole sample.
     """
     if min_count < 1:
         raise ConfigError(f"min_count must be >= 1, got {min_count}")

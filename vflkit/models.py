@@ -1,13 +1,9 @@
-"""The papers' models.
+"""The papers' models: VFedMH / EASTER's party models (:func:`get_model`), AdptVFedConv's split
+VGG-16-BN, APC-VFL's SELU autoencoders and Multi-VFL's data- and label-owner models.
 
-Party models of VFedMH / EASTER (``get_model``): every party model is an embedding network
-*h* (``h(theta_k, x) -> E``, a flat ``[B, embedding_dim]`` vector, so VFedMH can average the
-embeddings of heterogeneous models and SplitNN can concatenate them) followed by a prediction
-network *p* (``p(theta_k, E) -> [B, num_classes]`` logits). Beside them: AdptVFedConv's VGG-16-BN
-split into client feature extractor, server classifier and client generator
-(``vgg16_bn_split``, ``vgg16_bn_generator``, ``vgg16_bn_centralized``), APC-VFL's SELU
-autoencoders (``SeluAutoencoder``, ``apc_vfl_autoencoder``) and Multi-VFL's data-owner and
-label-owner models (``MultiVFLDataOwner``, ``MultiVFLLabelOwner``).
+A party model is an embedding network *h* (``h(theta_k, x) -> E``, a flat ``[B, embedding_dim]``
+vector, so VFedMH can average heterogeneous models' embeddings and SplitNN concatenate them)
+followed by a prediction network *p* (``p(theta_k, E) -> [B, num_classes]`` logits).
 
 How layers are counted and split by ``el_pl = (EL, PL)`` (EASTER Fig. 6: 2:1, 1:1, 1:2)
 ------------------------------------------------------------------------------------------
@@ -75,27 +71,10 @@ from torch import nn
 from .errors import ConfigError, PartitionError
 
 __all__ = [
-    "MODELS",
-    "APC_VFL_ENCODERS",
-    "PartyModel",
-    "get_model",
-    "mlp",
-    "cnn",
-    "lenet",
-    "resnet18",
-    "resnet34",
-    "resnet50",
-    "resnet101",
-    "deepfm",
-    "wide_deep",
-    "cnn_tabular",
-    "vgg16_bn_split",
-    "vgg16_bn_generator",
-    "vgg16_bn_centralized",
-    "SeluAutoencoder",
-    "apc_vfl_autoencoder",
-    "MultiVFLDataOwner",
-    "MultiVFLLabelOwner",
+    "MODELS", "APC_VFL_ENCODERS", "PartyModel", "get_model", "mlp", "cnn", "lenet", "resnet18",
+    "resnet34", "resnet50", "resnet101", "deepfm", "wide_deep", "cnn_tabular", "vgg16_bn_split",
+    "vgg16_bn_generator", "vgg16_bn_centralized", "SeluAutoencoder", "apc_vfl_autoencoder",
+    "MultiVFLDataOwner", "MultiVFLLabelOwner",
 ]
 
 MODELS: tuple[str, ...] = (
@@ -114,21 +93,9 @@ _RESNET_UNITS = 6  # stem, layer1..layer4, classifier
 
 
 class PartyModel(nn.Module):
-    """A party's model: embedding network h then prediction network p (VFedMH Sec. IV).
-
-    Parameters
-    ----------
-    embedding
-        h: input -> ``[B, embedding_dim]``.
-    prediction
-        p: ``[B, embedding_dim]`` -> ``[B, num_classes]`` logits.
-    embedding_dim
-        Size of the flat embedding.
-    layers
-        (EL, PL): the counted layers of h and p (see the module docstring).
-    architecture
-        Registry name, e.g. ``"lenet"``.
-    """
+    """A party's model (VFedMH Sec. IV): embedding network h (input -> ``[B, embedding_dim]``)
+    then prediction network p (-> ``[B, num_classes]`` logits); ``layers`` = (EL, PL), their
+    counted layers (see the module docstring); ``architecture`` its registry name."""
 
     def __init__(self, embedding: nn.Module, prediction: nn.Module, *, embedding_dim: int,
                  layers: tuple[int, int], architecture: str) -> None:
@@ -140,11 +107,9 @@ class PartyModel(nn.Module):
         self.architecture = architecture
 
     def embed(self, x: Any) -> torch.Tensor:
-        """E = h(x): ``[B, embedding_dim]``."""
         return self.embedding(x)
 
     def predict(self, e: torch.Tensor) -> torch.Tensor:
-        """R = p(E): ``[B, num_classes]`` logits."""
         return self.prediction(e)
 
     def forward(self, x: Any) -> torch.Tensor:
@@ -180,9 +145,7 @@ def _el_pl(el_pl: Any) -> tuple[int, int]:
     try:
         a, b = el_pl
     except (TypeError, ValueError):
-        raise ConfigError(
-            f"el_pl must be a pair (EL, PL) such as (1, 1) or (2, 1); got {el_pl!r}"
-        ) from None
+        raise ConfigError(f"el_pl must be a pair (EL, PL) such as (1, 1) or (2, 1); got {el_pl!r}") from None
     return _positive_int("el_pl[0] (EL)", a), _positive_int("el_pl[1] (PL)", b)
 
 
@@ -194,7 +157,7 @@ def _split_depth(paper_depth: int, el_pl: tuple[int, int]) -> tuple[int, int]:
 
 
 def _probe(module: nn.Module, shape: tuple[int, ...]) -> tuple[int, ...]:
-    """Output shape of one sample; eval mode so BatchNorm statistics are not touched."""
+    """Output shape of one sample (in eval mode: BatchNorm statistics stay untouched)."""
     was_training = module.training
     module.eval()
     with torch.no_grad():
@@ -342,10 +305,8 @@ def resnet_cut_blocks(arch: str, el_pl: tuple[int, int] = (1, 1), cut: str = "st
     if cut == "stages":
         if (_RESNET_UNITS * a) % (a + b):
             valid = ", ".join(str(r) for r in ((1, 1), (2, 1), (1, 2), (5, 1), (1, 5)))
-            raise ConfigError(
-                f"{arch} has {_RESNET_UNITS} layers (stem, 4 residual stages, classifier); "
-                f"el_pl={el_pl!r} does not split them; choose one of {valid}"
-            )
+            raise ConfigError(f"{arch} has {_RESNET_UNITS} layers (stem, 4 residual stages, classifier); "
+                              f"el_pl={el_pl!r} does not split them; choose one of {valid}")
         return sum(blocks[:_RESNET_UNITS * a // (a + b) - 1])
     total = 1 + per * sum(blocks) + 1
     target = total * a / (a + b)
@@ -357,70 +318,35 @@ def _resnet(arch: str, input_shape: Sequence[int], num_classes: int, embedding_d
     c, h, w = _shape(arch, input_shape, image=True)
     k = resnet_cut_blocks(arch, el_pl, cut)
     blocks, per = RESNET_BLOCKS[arch]
-    ends = [sum(blocks[:i + 1]) for i in range(len(blocks))]
-    if k and k not in ends:
-        return _resnet_inside_stage(arch, c, h, w, num_classes, embedding_dim, k)
-    # a stage boundary: the six-unit construction, unit for unit (the same modules, created in
-    # the same order, so a run it made before the "layers" reading existed is made again)
-    n_el = 1 + (ends.index(k) + 1 if k else 0)
-    n_pl = _RESNET_UNITS - n_el
     net = getattr(torchvision.models, arch)(weights=None, num_classes=num_classes)
     # Small, narrow inputs: 3x3 stride-1 stem and no max-pool (the usual CIFAR adaptation).
     net.conv1 = nn.Conv2d(c, 64, kernel_size=3, stride=1, padding=1, bias=False)
     _init_like_torchvision(net.conv1)
     stages = [net.layer1, net.layer2, net.layer3, net.layer4]
-    units: list[nn.Module] = [nn.Sequential(net.conv1, net.bn1, net.relu), *stages]
-
-    h_units = units[:n_el]
+    # s: the first stage not wholly in h, j: its blocks in h (the cut at a stage boundary: j = 0)
+    s = next((i for i in range(len(blocks)) if sum(blocks[:i + 1]) > k), len(blocks))
+    j = k - sum(blocks[:s])
+    h_units: list[nn.Module] = [nn.Sequential(net.conv1, net.bn1, net.relu), *stages[:s]]
+    if j:
+        h_units.append(stages[s][:j])
     ch, mh, mw = _probe(nn.Sequential(*h_units), (c, h, w))
     grid = (min(mh, _RESNET_GRID), min(mw, _RESNET_GRID))
     head = _he(nn.Sequential(nn.Linear(ch * grid[0] * grid[1], embedding_dim), nn.ReLU()))
     h_units[-1] = nn.Sequential(h_units[-1], nn.AdaptiveAvgPool2d(grid), nn.Flatten(), *head)
-
-    p_units: list[nn.Module] = []
-    if n_el < 5:
-        first = n_el - 1  # the first stage that goes to p (units[0] is the stem)
-        # torchvision's own stage builder, so the blocks match the architecture; it takes
-        # its input channels from net.inplanes.
+    if s < len(blocks):
+        # The rest of stage s runs on the embedding as a 1x1 map, its first block rebuilt for
+        # embedding_dim input channels by torchvision's own stage builder (which reads net.inplanes).
         net.inplanes = embedding_dim
-        rebuilt = net._make_layer(type(stages[0][0]), 64 * 2**first, len(stages[first]),
-                                  stride=1 if first == 0 else 2)
-        _init_like_torchvision(rebuilt)
-        p_units.append(nn.Sequential(nn.Unflatten(1, (embedding_dim, 1, 1)), rebuilt))
-        p_units.extend(stages[first + 1:])
-        p_units.append(nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), net.fc))
+        rest = net._make_layer(type(stages[0][0]), 64 * 2**s, blocks[s] - j, stride=1 if s == 0 or j else 2)
+        _init_like_torchvision(rest)
+        p_units = [nn.Sequential(nn.Unflatten(1, (embedding_dim, 1, 1)), rest), *stages[s + 1:],
+                   nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), net.fc)]
     else:
-        p_units.append(nn.Linear(embedding_dim, num_classes))
-    layers = (n_el, n_pl) if cut == "stages" else (1 + per * k, 1 + per * sum(blocks) + 1 - (1 + per * k))
+        p_units = [nn.Linear(embedding_dim, num_classes)]
+    n_el = len(h_units) if cut == "stages" else 1 + per * k
+    n_pl = _RESNET_UNITS - n_el if cut == "stages" else 1 + per * sum(blocks) + 1 - n_el
     return PartyModel(nn.Sequential(*h_units), nn.Sequential(*p_units),
-                      embedding_dim=embedding_dim, layers=layers, architecture=arch)
-
-
-def _resnet_inside_stage(arch: str, c: int, h: int, w: int, num_classes: int, embedding_dim: int,
-                         k: int) -> PartyModel:
-    """*h* = the stem and the first ``k`` blocks, the cut inside a stage; *p* = that stage's
-    remaining blocks (the first rebuilt for ``embedding_dim`` input channels: it runs on the
-    embedding as a 1x1 map), the later stages and the classifier."""
-    blocks, per = RESNET_BLOCKS[arch]
-    net = getattr(torchvision.models, arch)(weights=None, num_classes=num_classes)
-    net.conv1 = nn.Conv2d(c, 64, kernel_size=3, stride=1, padding=1, bias=False)
-    _init_like_torchvision(net.conv1)
-    stages = [net.layer1, net.layer2, net.layer3, net.layer4]
-    s = max(i for i in range(len(blocks)) if sum(blocks[:i]) < k)  # the stage the cut falls in
-    j = k - sum(blocks[:s])  # its blocks that stay in h
-    h_units: list[nn.Module] = [nn.Sequential(net.conv1, net.bn1, net.relu), *stages[:s], stages[s][:j]]
-    ch, mh, mw = _probe(nn.Sequential(*h_units), (c, h, w))
-    grid = (min(mh, _RESNET_GRID), min(mw, _RESNET_GRID))
-    head = _he(nn.Sequential(nn.Linear(ch * grid[0] * grid[1], embedding_dim), nn.ReLU()))
-    h_units[-1] = nn.Sequential(h_units[-1], nn.AdaptiveAvgPool2d(grid), nn.Flatten(), *head)
-    net.inplanes = embedding_dim  # torchvision's stage builder takes its input channels from here
-    rest = net._make_layer(type(stages[0][0]), 64 * 2**s, blocks[s] - j, stride=1)
-    _init_like_torchvision(rest)
-    p_units = [nn.Sequential(nn.Unflatten(1, (embedding_dim, 1, 1)), rest), *stages[s + 1:],
-               nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), net.fc)]
-    n_el = 1 + per * k
-    return PartyModel(nn.Sequential(*h_units), nn.Sequential(*p_units), embedding_dim=embedding_dim,
-                      layers=(n_el, 1 + per * sum(blocks) + 1 - n_el), architecture=arch)
+                      embedding_dim=embedding_dim, layers=(n_el, n_pl), architecture=arch)
 
 
 def resnet18(*, input_shape: Sequence[int], num_classes: int, embedding_dim: int = 128,
@@ -450,7 +376,38 @@ def resnet101(*, input_shape: Sequence[int], num_classes: int, embedding_dim: in
 # --------------------------------------------------------------------------- Criteo
 
 
-class _CriteoEmbedding(nn.Module):
+class _CriteoFields(nn.Module):
+    """What the Criteo party models share: their columns' input format and its checks."""
+
+    def __init__(self, n_dense: int, vocab_sizes: Sequence[int]) -> None:
+        super().__init__()
+        self.n_dense = n_dense
+        self.n_sparse = len(vocab_sizes)
+        vocab = torch.tensor(list(vocab_sizes), dtype=torch.long)
+        self.register_buffer("vocab", vocab, persistent=False)
+        # One table for all fields (offsets select a field's rows): one lookup per batch.
+        self.register_buffer("offsets", vocab.cumsum(0) - vocab, persistent=False)
+
+    def _inputs(self, x: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        if isinstance(x, (tuple, list)):
+            dense, sparse = x
+        else:  # one [B, n_dense + n_sparse] tensor: dense columns first, then the category codes
+            if x.dim() != 2 or x.shape[1] != self.n_dense + self.n_sparse:
+                raise PartitionError(f"expected [B, {self.n_dense + self.n_sparse}] ({self.n_dense} dense + "
+                                     f"{self.n_sparse} sparse columns) or a (dense, sparse) pair; "
+                                     f"got {tuple(x.shape)}")
+            dense, sparse = x[:, :self.n_dense], x[:, self.n_dense:]
+        if dense.shape[-1] != self.n_dense or sparse.shape[-1] != self.n_sparse:
+            raise PartitionError(f"this party's model was built for {self.n_dense} dense and {self.n_sparse} "
+                                 f"sparse columns; got {dense.shape[-1]} and {sparse.shape[-1]}")
+        sparse = sparse.long()
+        if self.n_sparse and ((sparse < 0) | (sparse >= self.vocab)).any():
+            raise PartitionError(f"category codes outside [0, vocab_size) for vocab_sizes={self.vocab.tolist()}; "
+                                 "encode unseen categories to a reserved index")
+        return dense.float(), sparse
+
+
+class _CriteoEmbedding(_CriteoFields):
     """h of DeepFM / Wide&Deep on one party's Criteo columns.
 
     Output ``[first-order term (1) | FM interaction vector (k, DeepFM only) | deep (rest)]``.
@@ -462,14 +419,8 @@ class _CriteoEmbedding(nn.Module):
 
     def __init__(self, *, n_dense: int, vocab_sizes: Sequence[int], field_dim: int,
                  deep: nn.Sequential, fm: bool) -> None:
-        super().__init__()
-        self.n_dense = n_dense
-        self.n_sparse = len(vocab_sizes)
+        super().__init__(n_dense, vocab_sizes)
         self.fm = fm
-        vocab = torch.tensor(list(vocab_sizes), dtype=torch.long)
-        self.register_buffer("vocab", vocab, persistent=False)
-        # One table for all fields (offsets select a field's rows): one lookup per batch.
-        self.register_buffer("offsets", vocab.cumsum(0) - vocab, persistent=False)
         total = max(1, sum(vocab_sizes))
         self.field_embedding = nn.Embedding(total, field_dim)
         self.first_order_sparse = nn.Embedding(total, 1)
@@ -478,30 +429,6 @@ class _CriteoEmbedding(nn.Module):
         self.bias = nn.Parameter(torch.zeros(1))
         self.dense_vectors = nn.Parameter(torch.randn(n_dense, field_dim) * 0.01) if fm else None
         self.deep = deep
-
-    def _inputs(self, x: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        if isinstance(x, (tuple, list)):
-            dense, sparse = x
-        else:  # one [B, n_dense + n_sparse] tensor: dense columns first, then the category codes
-            if x.dim() != 2 or x.shape[1] != self.n_dense + self.n_sparse:
-                raise PartitionError(
-                    f"expected [B, {self.n_dense + self.n_sparse}] ({self.n_dense} dense + "
-                    f"{self.n_sparse} sparse columns) or a (dense, sparse) pair; "
-                    f"got {tuple(x.shape)}"
-                )
-            dense, sparse = x[:, :self.n_dense], x[:, self.n_dense:]
-        if dense.shape[-1] != self.n_dense or sparse.shape[-1] != self.n_sparse:
-            raise PartitionError(
-                f"this party's model was built for {self.n_dense} dense and {self.n_sparse} "
-                f"sparse columns; got {dense.shape[-1]} and {sparse.shape[-1]}"
-            )
-        sparse = sparse.long()
-        if self.n_sparse and ((sparse < 0) | (sparse >= self.vocab)).any():
-            raise PartitionError(
-                f"category codes outside [0, vocab_size) for vocab_sizes={self.vocab.tolist()}; "
-                "encode unseen categories to a reserved index"
-            )
-        return dense.float(), sparse
 
     def forward(self, x: Any) -> torch.Tensor:
         dense, sparse = self._inputs(x)
@@ -519,9 +446,9 @@ class _CriteoEmbedding(nn.Module):
         return torch.cat([first, interaction, deep], dim=1)
 
 
-def _criteo(arch: str, input_shape: Sequence[int] | None, num_classes: int, embedding_dim: int,
-            el_pl: tuple[int, int], vocab_sizes: Sequence[int], n_dense: int,
-            field_embedding_dim: int) -> PartyModel:
+def _criteo_columns(arch: str, input_shape: Sequence[int] | None, vocab_sizes: Sequence[int], n_dense: int,
+                    field_embedding_dim: int) -> tuple[list[int], int, int]:
+    """A Criteo model's columns checked: ``(vocab_sizes, n_dense + n_sparse, field_embedding_dim)``."""
     if vocab_sizes is None or n_dense is None:
         raise ConfigError(f"{arch} needs vocab_sizes= (one category count per sparse column of "
                           "this party) and n_dense= (its number of dense columns)")
@@ -532,11 +459,15 @@ def _criteo(arch: str, input_shape: Sequence[int] | None, num_classes: int, embe
     if n_features == 0:
         raise ConfigError(f"{arch} needs at least one column: n_dense=0 and vocab_sizes is empty")
     if input_shape is not None and tuple(input_shape) != (n_features,):
-        raise ConfigError(
-            f"{arch} expects input_shape (n_dense + n_sparse,) = ({n_features},) for "
-            f"n_dense={n_dense} and {len(vocab_sizes)} sparse columns; got {tuple(input_shape)!r}"
-        )
-    k = _positive_int("field_embedding_dim", field_embedding_dim)
+        raise ConfigError(f"{arch} expects input_shape (n_dense + n_sparse,) = ({n_features},) for "
+                          f"n_dense={n_dense} and {len(vocab_sizes)} sparse columns; got {tuple(input_shape)!r}")
+    return vocab_sizes, n_features, _positive_int("field_embedding_dim", field_embedding_dim)
+
+
+def _criteo(arch: str, input_shape: Sequence[int] | None, num_classes: int, embedding_dim: int,
+            el_pl: tuple[int, int], vocab_sizes: Sequence[int], n_dense: int,
+            field_embedding_dim: int) -> PartyModel:
+    vocab_sizes, _, k = _criteo_columns(arch, input_shape, vocab_sizes, n_dense, field_embedding_dim)
     fm = arch == "deepfm"
     extra = 1 + (k if fm else 0)
     if embedding_dim <= extra:
@@ -582,7 +513,7 @@ def wide_deep(*, vocab_sizes: Sequence[int], n_dense: int, input_shape: Sequence
                    n_dense, field_embedding_dim)
 
 
-class _CriteoFieldCNN(nn.Module):
+class _CriteoFieldCNN(_CriteoFields):
     """h of the Criteo CNN: field embeddings, then 1-D convolutions across the fields.
 
     Every column is a field with a ``k``-vector: a sparse column looks its code up, a dense
@@ -593,17 +524,10 @@ class _CriteoFieldCNN(nn.Module):
 
     def __init__(self, *, n_dense: int, vocab_sizes: Sequence[int], field_dim: int,
                  units: nn.Sequential) -> None:
-        super().__init__()
-        self.n_dense = n_dense
-        self.n_sparse = len(vocab_sizes)
-        vocab = torch.tensor(list(vocab_sizes), dtype=torch.long)
-        self.register_buffer("vocab", vocab, persistent=False)
-        self.register_buffer("offsets", vocab.cumsum(0) - vocab, persistent=False)
+        super().__init__(n_dense, vocab_sizes)
         self.field_embedding = nn.Embedding(max(1, sum(vocab_sizes)), field_dim)
         self.dense_vectors = nn.Parameter(torch.randn(n_dense, field_dim) * 0.01)
         self.deep = units
-
-    _inputs = _CriteoEmbedding._inputs  # same input format and checks as DeepFM / Wide&Deep
 
     def fields(self, x: Any) -> torch.Tensor:
         """``[B, k, F]``: one channel per embedding factor, one position per column."""
@@ -631,21 +555,7 @@ def cnn_tabular(*, vocab_sizes: Sequence[int], n_dense: int, input_shape: Sequen
     h three layers or more. Padding and ceil-mode pooling let a party with a single column
     pass. Input and defaults as :func:`deepfm`.
     """
-    if vocab_sizes is None or n_dense is None:
-        raise ConfigError("cnn_tabular needs vocab_sizes= (one category count per sparse column of "
-                          "this party) and n_dense= (its number of dense columns)")
-    vocab_sizes = [_positive_int("vocab_sizes entries", v) for v in vocab_sizes]
-    if isinstance(n_dense, bool) or not isinstance(n_dense, int) or n_dense < 0:
-        raise ConfigError(f"n_dense must be an integer >= 0, got {n_dense!r}")
-    n_fields = n_dense + len(vocab_sizes)
-    if n_fields == 0:
-        raise ConfigError("cnn_tabular needs at least one column: n_dense=0 and vocab_sizes is empty")
-    if input_shape is not None and tuple(input_shape) != (n_fields,):
-        raise ConfigError(
-            f"cnn_tabular expects input_shape (n_dense + n_sparse,) = ({n_fields},) for "
-            f"n_dense={n_dense} and {len(vocab_sizes)} sparse columns; got {tuple(input_shape)!r}"
-        )
-    k = _positive_int("field_embedding_dim", field_embedding_dim)
+    vocab_sizes, n_fields, k = _criteo_columns("cnn_tabular", input_shape, vocab_sizes, n_dense, field_embedding_dim)
     n_el, n_pl = _split_depth(4, _el_pl(el_pl))
     convs = ((32, 3, True), (64, 3, False))
     units, shape = _embedding_units(convs, (k, n_fields), n_el, embedding_dim, conv=nn.Conv1d, pool=nn.MaxPool1d)
@@ -670,24 +580,10 @@ _REQUIRED = {name: ("vocab_sizes", "n_dense") for name in TABULAR_MODELS}
 def get_model(name: str, *, input_shape: tuple[int, ...], num_classes: int,
               embedding_dim: int = 128, el_pl: tuple[int, int] = (1, 1),
               **kwargs: Any) -> PartyModel:
-    """Build party model ``name`` (one of :data:`MODELS`) for one party's input.
-
-    Parameters
-    ----------
-    name
-        Architecture, e.g. ``"lenet"`` or ``"resnet18"``.
-    input_shape
-        One sample's shape: ``(C, H, W)`` for image strips, ``(n_features,)`` for tabular data.
-    num_classes
-        Number of logits p outputs.
-    embedding_dim
-        Size of the flat embedding h outputs (default 128, EASTER Fig. 6a).
-    el_pl
-        Ratio of layers in h to layers in p (default (1, 1), EASTER Fig. 6b).
-    **kwargs
-        ``deepfm`` / ``wide_deep`` / ``cnn_tabular`` only: ``vocab_sizes``, ``n_dense``,
-        ``field_embedding_dim``.
-    """
+    """Party model ``name`` (one of :data:`MODELS`) for one party's samples of ``input_shape``
+    (``(C, H, W)`` or ``(n_features,)``): the embedding size (EASTER Fig. 6a) and the ratio of
+    layers in h to p (Fig. 6b); ``kwargs``: ``cut`` for the ResNets, ``vocab_sizes``,
+    ``n_dense``, ``field_embedding_dim`` for the Criteo models."""
     if name not in _BUILDERS:
         raise ConfigError(f"Invalid model {name!r}; choose one of {', '.join(MODELS)}")
     allowed = _OPTIONS.get(name, ())
@@ -698,10 +594,8 @@ def get_model(name: str, *, input_shape: tuple[int, ...], num_classes: int,
         raise ConfigError(f"Unknown option(s) {', '.join(unknown)} for model {name!r}; {takes}")
     missing = [k for k in _REQUIRED.get(name, ()) if k not in kwargs]
     if missing:
-        raise ConfigError(
-            f"Model {name!r} needs {' and '.join(missing)}: vocab_sizes= (one category count "
-            "per sparse column of this party) and n_dense= (its number of dense columns)"
-        )
+        raise ConfigError(f"Model {name!r} needs {' and '.join(missing)}: vocab_sizes= (one category count "
+                          "per sparse column of this party) and n_dense= (its number of dense columns)")
     _positive_int("num_classes", num_classes)
     _positive_int("embedding_dim", embedding_dim)
     return _BUILDERS[name](input_shape=input_shape, num_classes=num_classes,
@@ -727,12 +621,10 @@ def _vgg_width(width: Any) -> float:
 
 
 def _scaled(channels: int, width: float) -> int:
-    """``channels * width`` rounded, at least 1 (width 1 gives VGG-16's own widths)."""
     return max(1, round(channels * width))
 
 
 def _vgg16_features_meta(width: float) -> nn.Sequential:
-    """VGG-16-BN's feature layers with every conv width scaled by ``width``, on the meta device."""
     cfg = [v if v == "M" else _scaled(int(v), width) for v in _VGG16_CFG]
     with torch.device("meta"):
         return torchvision.models.vgg.make_layers(cfg, batch_norm=True)
@@ -744,6 +636,13 @@ def _checked_vgg16_bn(num_classes: int, in_channels: int, width: float, padding_
                           f"choose one of {', '.join(_PADDING_MODES)}")
     return _vgg16_bn(_positive_int("num_classes", num_classes),
                      _positive_int("in_channels", in_channels), _vgg_width(width))
+
+
+def _pad(module: nn.Module, padding_mode: str) -> None:
+    """Give every convolution in ``module`` ``padding_mode``."""
+    for m in module.modules():
+        if isinstance(m, nn.Conv2d):
+            m.padding_mode = padding_mode
 
 
 def _vgg16_bn(num_classes: int, in_channels: int, width: float = 1.0) -> torchvision.models.VGG:
@@ -782,7 +681,7 @@ def _vgg16_bn(num_classes: int, in_channels: int, width: float = 1.0) -> torchvi
 
 
 def _feature_cut(features: nn.Sequential, cut: int | str) -> int:
-    """Index in ``features`` where the client feature extractor ends."""
+    """The index in ``features`` where the client feature extractor ends."""
     if isinstance(cut, str):
         match = _CUT_RE.match(cut)
         if not match:
@@ -810,43 +709,24 @@ def _feature_cut(features: nn.Sequential, cut: int | str) -> int:
 
 def vgg16_bn_split(*, num_classes: int, cut: int | str = 1, padding_mode: str = "zeros",
                    in_channels: int = 3, width: float = 1.0) -> tuple[nn.Sequential, nn.Sequential]:
-    """AdptVFedConv's VGG-16-BN split into client feature extractor and server classifier.
+    """AdptVFedConv's VGG-16-BN as ``(client feature extractor, server classifier)``.
 
     AdptVFedConv Sec. 4: a 3x16x16 tile -> extractor (2 conv blocks + the first max-pool)
     -> 64x8x8; the server assembles the 2x2 tiles' maps into 64x16x16 -> remaining VGG-16-BN
-    blocks -> 512x1x1 -> FC 4096, 4096, ``num_classes`` with dropout 0.5.
+    blocks -> 512x1x1 -> FC 4096, 4096, ``num_classes`` with dropout 0.5. The classifier's
+    ceil-mode max-pools also take a single tile's map (the server's pre-training on its own tile).
 
-    Parameters
-    ----------
-    num_classes
-        Logits of the server classifier.
-    cut
-        Extractor depth (Fig. 4 / Table 3): an int counts max-pools (stages; default 1 =
-        "2C+1M"), a string uses Table 3's notation ("1C", "2C", "2C+1M", ..., "7C+3M").
-    padding_mode
-        ``"zeros"`` (default) or ``"replicate"`` (the paper's replication padding trick),
-        applied to the extractor's convolutions: the cut boundaries only exist in the clients'
-        tiles, the server's assembled map is whole.
-    in_channels
-        Image channels (default 3).
-    width
-        Channel multiplier of every conv and hidden FC layer (default 1, the paper's
-        VGG-16-BN); e.g. 0.125 for quick CPU runs, which are then not the paper's model.
-
-    Returns
-    -------
-    (extractor, classifier)
-        The classifier's max-pools use ceil mode, so it also takes a single tile's map
-        (e.g. 64x8x8), the server's pre-training classifier on its own tile.
+    ``cut`` (Fig. 4 / Table 3): an int counts max-pools (default 1 = "2C+1M"), a string uses
+    Table 3's notation ("1C", "2C", "2C+1M", ..., "7C+3M"). ``padding_mode`` "replicate" is the
+    paper's replication padding, on the extractor's convolutions only (the cut boundaries exist
+    only in the clients' tiles). ``width`` multiplies every conv and hidden FC width (1: the
+    paper's VGG-16-BN; e.g. 0.125 for quick CPU runs, then not the paper's model).
     """
     net = _checked_vgg16_bn(num_classes, in_channels, width, padding_mode)
     end = _feature_cut(net.features, cut)
     extractor = net.features[:end]
-    for m in extractor.modules():
-        if isinstance(m, nn.Conv2d):
-            m.padding_mode = padding_mode
-    classifier = nn.Sequential(net.features[end:], net.avgpool, nn.Flatten(1), net.classifier)
-    return extractor, classifier
+    _pad(extractor, padding_mode)
+    return extractor, nn.Sequential(net.features[end:], net.avgpool, nn.Flatten(1), net.classifier)
 
 
 def vgg16_bn_generator(*, cut: int | str = 1, out_channels: int = 3,
@@ -886,9 +766,7 @@ def vgg16_bn_centralized(*, num_classes: int, padding_mode: str = "zeros",
     is the channel multiplier of :func:`vgg16_bn_split` (1 = the paper's model).
     """
     net = _checked_vgg16_bn(num_classes, in_channels, width, padding_mode)
-    for m in net.features.modules():
-        if isinstance(m, nn.Conv2d):
-            m.padding_mode = padding_mode
+    _pad(net.features, padding_mode)
     return net
 
 
@@ -929,11 +807,9 @@ class SeluAutoencoder(nn.Module):
                 nn.init.zeros_(m.bias)
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
-        """The latent representation z = g(x)."""
         return self.encoder(x)
 
     def decode(self, z: torch.Tensor) -> torch.Tensor:
-        """The reconstruction f(z)."""
         return self.decoder(z)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

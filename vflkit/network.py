@@ -30,9 +30,7 @@ class Link:
 
     def __post_init__(self) -> None:
         if self.bandwidth_mbps <= 0 or self.latency_ms < 0:
-            raise ConfigError(
-                f"invalid link {self}: bandwidth must be > 0 Mbps and latency >= 0 ms"
-            )
+            raise ConfigError(f"invalid link {self}: bandwidth must be > 0 Mbps and latency >= 0 ms")
 
 
 @dataclass
@@ -45,12 +43,10 @@ class NetworkModel:
     pairs: dict[tuple[str, str], Link] = field(default_factory=dict)
 
     def link(self, a: str, b: str) -> Link:
-        """The link between parties ``a`` and ``b``: the pair's own, else the slower of the two
-        parties' links, else the default."""
-        if (a, b) in self.pairs:
-            return self.pairs[(a, b)]
-        if (b, a) in self.pairs:
-            return self.pairs[(b, a)]
+        """The pair's own link, else the slower of the two parties' links, else the default."""
+        pair = self.pairs.get((a, b), self.pairs.get((b, a)))
+        if pair is not None:
+            return pair
         candidates = [self.parties[p] for p in (a, b) if p in self.parties]
         if not candidates:
             return self.default
@@ -60,7 +56,6 @@ class NetworkModel:
         )
 
     def seconds(self, sender: str, receiver: str, nbytes: int) -> float:
-        """Time to send ``nbytes`` from ``sender`` to ``receiver``."""
         link = self.link(sender, receiver)
         return link.latency_ms / 1e3 + nbytes * 8 / (link.bandwidth_mbps * 1e6)
 
@@ -93,13 +88,11 @@ FIG5_BANDWIDTH_MBPS = 50.0
 
 
 def check_topology(topology: str) -> None:
-    """Refuse a topology that is not one of :data:`TOPOLOGIES`."""
     if topology not in TOPOLOGIES:
         raise ConfigError(f"Invalid topology {topology!r}; choose one of {', '.join(TOPOLOGIES)}")
 
 
 def latency_range(latency_class: str) -> tuple[float, float]:
-    """(low, high) one-way milliseconds of one of :data:`LATENCY_CLASSES`."""
     try:
         return LATENCY_CLASSES[latency_class]
     except KeyError:
@@ -139,12 +132,9 @@ LOW_DEVICE = Device(Link(bandwidth_mbps=10.0, latency_ms=75.0), compute_factor=2
 
 def device_mix(passive: Sequence[str], n_low: int, *, active: str = "active",
                high: Device = HIGH_DEVICE, low: Device = LOW_DEVICE) -> dict[str, Device]:
-    """Devices for Table VII's rows: the active party and the first passive parties high, the
-    last ``n_low`` passive parties low ((A, B, C) = 111, 110, 100, 000 for n_low = 0..3).
-
-    The active party is always high (it is the label owner's server; the paper's A, B, C are
-    "the client devices", which we read as the passive parties).
-    """
+    """Devices for Table VII's rows: the last ``n_low`` passive parties low, the others high
+    ((A, B, C) = 111, 110, 100, 000 for n_low = 0..3), and the active party always high (the
+    paper's A, B, C are "the client devices", which we read as the passive parties)."""
     passive = list(passive)
     if not 0 <= n_low <= len(passive):
         raise ConfigError(f"n_low={n_low} low-performance devices among {len(passive)} passive parties")
@@ -161,10 +151,9 @@ def device_network(devices: dict[str, Device], *, default: Link | None = None) -
 
 
 def link_rows(links: Any) -> pd.DataFrame:
-    """Per-link traffic as a frame: :meth:`vflkit.comm.Ledger.per_link`'s frame, or a record's
-    ``comm["per_link"]`` as stored: its columns and rows (``{"columns": [...], "data": [[...]]}``,
-    pandas' split orient, which the split trainer writes: a third of the bytes of a dict per
-    row), or a list of row dicts (records written before). The one reader of that field."""
+    """Per-link traffic as a frame, from :meth:`vflkit.comm.Ledger.per_link`'s frame or a record's
+    ``comm["per_link"]``: pandas' split orient (``{"columns": [...], "data": [[...]]}``) or a list
+    of row dicts. The one reader of that field."""
     if isinstance(links, pd.DataFrame):
         df = links
     elif isinstance(links, dict) and "columns" in links:
@@ -179,43 +168,23 @@ def link_rows(links: Any) -> pd.DataFrame:
     return df
 
 
-def price_links(
-    links: Any,
-    network: NetworkModel,
-    *,
-    topology: str = "parallel",
-    until_epoch: int | None = None,
-    latency_ms: tuple[float, float] | str | None = None,
-    seed: int = 0,
-    rounds: dict[str, str] | None = None,
-) -> float:
-    """Seconds of communication of per-link traffic (:meth:`Ledger.per_link` rows, or a
-    record's ``comm["per_link"]``) under ``network``, without retraining.
+def price_links(links: Any, network: NetworkModel, *, topology: str = "parallel",
+                until_epoch: int | None = None, latency_ms: tuple[float, float] | str | None = None,
+                seed: int = 0, rounds: dict[str, str] | None = None) -> float:
+    """Seconds of communication of per-link traffic (:func:`link_rows`) under ``network`` and
+    ``topology`` (as :meth:`Ledger.price`), without retraining; epochs 1..``until_epoch`` only
+    if given (communication to convergence, Figs 4-5).
 
-    Parameters
-    ----------
-    links
-        Rows with epoch, kind, sender, receiver, messages, bytes, steps (DataFrame or dicts).
-    network, topology
-        As :meth:`Ledger.price`.
-    until_epoch
-        Price epochs 1..``until_epoch`` only (communication to convergence, Figs 4-5).
-    latency_ms
-        None: each link's own latency. A latency class name or a ``(low, high)`` range in ms:
-        every latency is drawn i.i.d. uniform from it instead (seeded by ``seed``; Fig. 5):
-        one draw per round under "parallel" (the round waits for one network delay), one per
-        transfer under "shared_uplink" (each queued transfer waits for its own).
-    rounds
-        Kinds that travel in one round, mapped to the round's name, for rows without a
-        ``round`` column (written before the ledger counted protocol phases: C-VFL sends
-        embeddings, ``model_weights`` and ``labels`` down together: ``{"model_weights":
-        "embedding", "labels": "embedding"}``). Default: the rows' ``round`` column (the
-        phases of :meth:`Ledger.rounds`) when they have one, else one round per kind per step.
+    ``latency_ms``, a latency class or a ``(low, high)`` range in ms, draws every latency i.i.d.
+    uniform from it (seeded; Fig. 5): one draw per round under "parallel", one per queued
+    transfer under "shared_uplink". ``rounds`` maps kinds that travel in one round to the
+    round's name, for rows without a ``round`` column (C-VFL: ``{"model_weights": "embedding",
+    "labels": "embedding"}``; default: one round per kind per step).
 
     A step's round on one link is priced as that link's epoch total divided by the steps it
-    occurred in; this equals :meth:`Ledger.price` exactly when each step of an epoch sends the
-    same traffic pattern (every protocol here; only the last, smaller batch differs, and
-    transmission time is linear in bytes) and links of a round share their steps.
+    occurred in: :meth:`Ledger.price` exactly when each step of an epoch sends the same traffic
+    pattern (every protocol here; only the last, smaller batch differs, and transmission time
+    is linear in bytes) and links of a round share their steps.
     """
     check_topology(topology)
     df = link_rows(links)
@@ -280,21 +249,11 @@ def compute_seconds(step_seconds: float | dict[str, float], n_steps: int,
     return n_steps * max(per_party[n] * d.compute_factor for n, d in devices.items())
 
 
-def training_time(
-    links: Any,
-    devices: dict[str, Device],
-    *,
-    step_seconds: float | dict[str, float],
-    steps_per_epoch: int,
-    topology: str = "parallel",
-    until_epoch: int | None = None,
-    default: Link | None = None,
-    **price_options: Any,
-) -> dict[str, float]:
-    """Table VII's time for one device mix: compute (:func:`compute_seconds`) plus
-    communication (:func:`price_links` under :func:`device_network`), in seconds.
-
-    ``links`` are per-link rows; epochs are counted from them (or ``until_epoch``)."""
+def training_time(links: Any, devices: dict[str, Device], *, step_seconds: float | dict[str, float],
+                  steps_per_epoch: int, topology: str = "parallel", until_epoch: int | None = None,
+                  default: Link | None = None, **price_options: Any) -> dict[str, float]:
+    """Table VII's seconds for one device mix: compute (:func:`compute_seconds`) plus
+    communication (:func:`price_links` under :func:`device_network`) of per-link rows ``links``."""
     df = link_rows(links)
     epochs = int(df["epoch"].max()) if until_epoch is None and not df.empty else int(until_epoch or 0)
     comm = price_links(df, device_network(devices, default=default), topology=topology,
@@ -304,9 +263,7 @@ def training_time(
 
 
 def price_record(record: dict[str, Any], network: NetworkModel, **options: Any) -> float:
-    """:func:`price_links` on a run record's ``comm["per_link"]`` rows (the runner must store
-    ``Ledger.per_link()`` there; older records hold only per-epoch totals and cannot be priced
-    per link)."""
+    """:func:`price_links` on a run record's ``comm["per_link"]`` rows."""
     rows = record.get("comm", {}).get("per_link")
     if rows is None:
         raise ConfigError("this record has no comm.per_link rows; re-run it with a runner that stores "

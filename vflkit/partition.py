@@ -14,6 +14,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from itertools import accumulate
 from typing import Any
 
 import torch
@@ -23,33 +24,19 @@ from .errors import PartitionError
 KINDS = ("strips", "grid", "columns")
 AXES = ("width", "height")
 
-# --------------------------------------------------------------------------------------------
-# Partition
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------- Partition
 
 
 @dataclass(frozen=True)
 class Partition:
-    """Which features each party holds; one party (``active``) also holds the labels.
+    """Which features each party holds; party ``active`` also holds the labels. Build it with
+    :func:`strips`, :func:`grid`, :func:`columns` or :func:`apc_vfl_partition` (the constructor
+    checks every field either way).
 
-    Build it with :func:`strips`, :func:`grid`, :func:`columns` or :func:`apc_vfl_partition`
-    rather than directly; the constructor checks every field either way.
-
-    Attributes
-    ----------
-    kind : {"strips", "grid", "columns"}
-    slices : tuple
-        Per party, what it holds: ``(start, stop)`` pixel range along ``axis`` for strips,
-        ``((top, bottom), (left, right))`` for grid tiles (row-major order), a tuple of column
-        names for columns.
-    input_shape : tuple of int
-        Shape of one full sample: ``(C, H, W)`` for images, ``(F,)`` for tabular data.
-    active : int
-        Index of the active party, which holds the labels. Default 0.
-    axis : {"width", "height"} or None
-        Strips only: the image axis that is cut.
-    feature_names : tuple of str
-        Columns only: every column of a full sample, in the order of ``input_shape``.
+    ``slices``: per party, a ``(start, stop)`` pixel range along ``axis`` (strips), ``((top,
+    bottom), (left, right))`` (grid tiles, row-major), or a tuple of column names (columns, whose
+    ``feature_names`` are every column of a full sample). ``input_shape``: one full sample,
+    ``(C, H, W)`` or ``(F,)``.
     """
 
     kind: str
@@ -70,14 +57,10 @@ class Partition:
         else:
             self._check_image()
 
-    # -- validation ------------------------------------------------------------------------
-
     def _check_image(self) -> None:
         if len(self.input_shape) != 3 or any(int(s) < 1 for s in self.input_shape):
-            raise PartitionError(
-                f"image partitions need image_shape (C, H, W) of positive sizes, got {self.input_shape}; "
-                "for a grey image use (1, H, W)"
-            )
+            raise PartitionError("image partitions need image_shape (C, H, W) of positive sizes, got "
+                                 f"{self.input_shape}; for a grey image use (1, H, W)")
         _, height, width = self.input_shape
         if self.kind == "strips":
             if self.axis not in AXES:
@@ -97,37 +80,27 @@ class Partition:
         names = self.feature_names
         if self.input_shape != (len(names),):
             raise PartitionError(f"input_shape {self.input_shape} does not match {len(names)} feature names")
-        seen: dict[str, int] = {}
+        seen: set[str] = set()
         for name in names:
             if name in seen:
-                raise PartitionError(
-                    f"feature name {name!r} appears twice in feature_names; names must be unique"
-                )
-            seen[name] = 1
+                raise PartitionError(f"feature name {name!r} appears twice in feature_names; names must be unique")
+            seen.add(name)
         owner: dict[str, int] = {}
         for k, group in enumerate(self.slices):
             if len(group) == 0:
                 raise PartitionError(f"party {k} holds no features; every party needs at least one column")
             unknown = [g for g in group if g not in seen]
             if unknown:
-                raise PartitionError(
-                    f"unknown column names {unknown} for party {k}; valid names: {', '.join(names)}"
-                )
+                raise PartitionError(f"unknown column names {unknown} for party {k}; valid names: {', '.join(names)}")
             for name in group:
                 if name in owner:
                     where = "twice" if owner[name] == k else f"by parties {owner[name]} and {k}"
-                    raise PartitionError(
-                        f"feature {name!r} is held {where}; vertical partitions must not overlap"
-                    )
+                    raise PartitionError(f"feature {name!r} is held {where}; vertical partitions must not overlap")
                 owner[name] = k
         missing = [n for n in names if n not in owner]
         if missing:
-            raise PartitionError(
-                f"features {missing} are held by no party; assign every column to one party "
-                "(or drop it from feature_names)"
-            )
-
-    # -- basic facts -----------------------------------------------------------------------
+            raise PartitionError(f"features {missing} are held by no party; assign every column to one party "
+                                 "(or drop it from feature_names)")
 
     @property
     def n_parties(self) -> int:
@@ -136,7 +109,6 @@ class Partition:
 
     @property
     def passive(self) -> list[int]:
-        """Indices of the passive parties, in partition order."""
         return [k for k in range(self.n_parties) if k != self.active]
 
     @property
@@ -171,19 +143,13 @@ class Partition:
         (top, bottom), (left, right) = self.slices[k]
         return (channels, bottom - top, right - left)
 
-    # -- splitting and assembling ----------------------------------------------------------
-
     def _check_input(self, x: torch.Tensor) -> None:
         n = len(self.input_shape)
         if not isinstance(x, torch.Tensor):
-            raise PartitionError(
-                f"split needs a torch.Tensor, got {type(x).__name__}; use split_frame for DataFrames"
-            )
+            raise PartitionError(f"split needs a torch.Tensor, got {type(x).__name__}; use split_frame for DataFrames")
         if x.dim() < n or tuple(x.shape[-n:]) != tuple(self.input_shape):
-            raise PartitionError(
-                f"expected samples of shape {tuple(self.input_shape)} (with leading batch dims), "
-                f"got a tensor of shape {tuple(x.shape)}"
-            )
+            raise PartitionError(f"expected samples of shape {tuple(self.input_shape)} (with leading batch dims), "
+                                 f"got a tensor of shape {tuple(x.shape)}")
 
     def split(self, x: torch.Tensor) -> list[torch.Tensor]:
         """Cut ``x`` (``[N, C, H, W]`` or ``[N, F]``, any leading dims) into one tensor per party.
@@ -211,9 +177,7 @@ class Partition:
         Columns of ``df`` that no party holds (an ID or the label) are left out.
         """
         if self.kind != "columns":
-            raise PartitionError(
-                f"split_frame needs a column partition; this one is {self.kind!r}, use split"
-            )
+            raise PartitionError(f"split_frame needs a column partition; this one is {self.kind!r}, use split")
         missing = [n for n in self.feature_names if n not in df.columns]
         if missing:
             raise PartitionError(f"the DataFrame lacks columns {missing} that the partition assigns")
@@ -234,9 +198,8 @@ class Partition:
             if self.kind == "columns":
                 for k, (part, group) in enumerate(zip(parts, self.slices)):
                     if part.shape[-1] != len(group):
-                        raise PartitionError(
-                            f"party {k}'s part has {part.shape[-1]} columns, its group has {len(group)}"
-                        )
+                        raise PartitionError(f"party {k}'s part has {part.shape[-1]} columns, its group has "
+                                             f"{len(group)}")
                 out = parts[0].new_empty((*parts[0].shape[:-1], len(self.feature_names)))
                 for part, pos in zip(parts, self._positions):
                     out[..., list(pos)] = part
@@ -269,9 +232,8 @@ class Partition:
 
 def _check_active(active: int, n_parties: int) -> None:
     if not isinstance(active, int) or isinstance(active, bool) or not 0 <= active < n_parties:
-        raise PartitionError(
-            f"active party index {active!r} is out of range for {n_parties} parties; use 0..{n_parties - 1}"
-        )
+        raise PartitionError(f"active party index {active!r} is out of range for {n_parties} parties; use "
+                             f"0..{n_parties - 1}")
 
 
 def _check_cover(ranges: list[tuple[int, int]], length: int, what: str) -> None:
@@ -279,31 +241,27 @@ def _check_cover(ranges: list[tuple[int, int]], length: int, what: str) -> None:
     pos = 0
     for start, stop in ranges:
         if start != pos or stop <= start:
-            raise PartitionError(
-                f"pixel ranges {ranges} along the {what} must be non-empty, in order "
-                f"and cover 0..{length} once"
-            )
+            raise PartitionError(f"pixel ranges {ranges} along the {what} must be non-empty, in order "
+                                 f"and cover 0..{length} once")
         pos = stop
     if pos != length:
         raise PartitionError(f"pixel ranges {ranges} along the {what} do not cover all {length} pixels")
 
 
+def _positive(what: str, n: Any) -> None:
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise PartitionError(f"{what} must be a positive integer, got {n!r}")
+
+
 def _even_bounds(length: int, n: int, what: str) -> list[tuple[int, int]]:
     """torch.tensor_split sizes: the first ``length % n`` pieces are one longer."""
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise PartitionError(f"the number of parties must be a positive integer, got {n!r}")
+    _positive("the number of parties", n)
     if n > length:
-        raise PartitionError(
-            f"cannot cut {length} {what} into {n} parties: each party needs at least one; "
-            f"use at most {length} parties"
-        )
+        raise PartitionError(f"cannot cut {length} {what} into {n} parties: each party needs at least one; "
+                             f"use at most {length} parties")
     size, extra = divmod(length, n)
-    bounds, start = [], 0
-    for k in range(n):
-        stop = start + size + (1 if k < extra else 0)
-        bounds.append((start, stop))
-        start = stop
-    return bounds
+    stops = list(accumulate(size + (k < extra) for k in range(n)))
+    return list(zip([0, *stops[:-1]], stops))
 
 
 def _too_many(n_parties: int, n_columns: int) -> str:
@@ -313,10 +271,8 @@ def _too_many(n_parties: int, n_columns: int) -> str:
 def _image_shape(image_shape: Sequence[int]) -> tuple[int, int, int]:
     shape = tuple(int(s) for s in image_shape)
     if len(shape) != 3 or min(shape) < 1:
-        raise PartitionError(
-            f"image_shape must be (C, H, W) of positive sizes, got {tuple(image_shape)}; "
-            "for a grey image use (1, H, W)"
-        )
+        raise PartitionError(f"image_shape must be (C, H, W) of positive sizes, got {tuple(image_shape)}; "
+                             "for a grey image use (1, H, W)")
     return shape  # type: ignore[return-value]
 
 
@@ -328,22 +284,11 @@ def _axis_length(shape: tuple[int, int, int], axis: str) -> int:
 
 
 def strips(n_parties: int, *, image_shape: Sequence[int], axis: str = "width", active: int = 0) -> Partition:
-    """Cut images into ``n_parties`` strips along the width (default) or the height.
-
-    ``axis="width"`` gives each party all rows and a band of columns (MNIST into 4: 28x7
-    strips, VFedMH/EASTER); ``axis="height"`` gives each a band of rows (7x28, Multi-VFL).
-    A length that does not divide follows ``torch.tensor_split``: the first ``L % n`` strips
-    are one pixel wider (28 into 3: 10, 9, 9; 28 into 10: eight of 3, then two of 2).
-
-    Parameters
-    ----------
-    n_parties : int
-        Number of parties C (1 .. the length of the cut axis).
-    image_shape : (C, H, W)
-    axis : {"width", "height"}, default "width"
-    active : int, default 0
-        Index of the party holding the labels (strip 0 is the leftmost / top one).
-    """
+    """Cut ``(C, H, W)`` images into ``n_parties`` strips along the width (all rows, a band of
+    columns: MNIST into 4 gives VFedMH/EASTER's 28x7 strips) or the height (7x28, Multi-VFL);
+    strip 0 is the leftmost / top one. A length that does not divide follows
+    ``torch.tensor_split``: the first ``L % n`` strips are one pixel wider (28 into 3: 10, 9, 9;
+    28 into 10: eight of 3, then two of 2)."""
     shape = _image_shape(image_shape)
     bounds = _even_bounds(_axis_length(shape, axis), n_parties, f"pixels of {axis}")
     return Partition("strips", tuple(bounds), shape, active=active, axis=axis)
@@ -358,38 +303,22 @@ def grid(rows: int, cols: int, *, image_shape: Sequence[int], active: int = 0) -
     """
     shape = _image_shape(image_shape)
     _, height, width = shape
-    for n, length, what in ((rows, height, "rows"), (cols, width, "cols")):
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise PartitionError(f"grid {what} must be a positive integer, got {n!r}")
+    _positive("grid rows", rows)
+    _positive("grid cols", cols)
     if height % rows or width % cols:
-        raise PartitionError(
-            f"a {rows}x{cols} grid does not divide a {height}x{width} image into equal tiles: "
-            f"the height must be a multiple of {rows} and the width a multiple of {cols}"
-        )
+        raise PartitionError(f"a {rows}x{cols} grid does not divide a {height}x{width} image into equal tiles: "
+                             f"the height must be a multiple of {rows} and the width a multiple of {cols}")
     th, tw = height // rows, width // cols
     tiles = tuple(((r * th, (r + 1) * th), (c * tw, (c + 1) * tw)) for r in range(rows) for c in range(cols))
     return Partition("grid", tiles, shape, active=active)
 
 
-def columns(
-    feature_names: Sequence[str],
-    groups: Sequence[Sequence[str]] | Sequence[int] | int,
-    *,
-    active: int = 0,
-) -> Partition:
-    """Give each party a group of tabular columns.
-
-    Parameters
-    ----------
-    feature_names : sequence of str
-        Every feature column of a full sample, in the data's column order (no ID or label).
-    groups : sequence of name lists, sequence of counts, or int
-        Names: party k holds exactly ``groups[k]`` (every feature once, no overlap).
-        Counts: party k holds the next ``groups[k]`` columns in ``feature_names`` order.
-        An int C: C parties on consecutive columns, sizes as in :func:`strips`.
-    active : int, default 0
-        Index of the party holding the labels.
-    """
+def columns(feature_names: Sequence[str], groups: Sequence[Sequence[str]] | Sequence[int] | int, *,
+            active: int = 0) -> Partition:
+    """Give each party a group of the tabular columns ``feature_names`` (every feature column of
+    a full sample, in order; no ID or label). ``groups``: one name list per party (every feature
+    once, no overlap), one count per party (the next columns in order), or a number of parties C
+    (consecutive columns, sizes as in :func:`strips`)."""
     if isinstance(feature_names, str):
         raise PartitionError("feature_names must be a sequence of column names, not one string")
     names = tuple(str(n) for n in feature_names)
@@ -399,10 +328,8 @@ def columns(
         bounds = _even_bounds(len(names), groups, "columns")
         slices = tuple(names[a:b] for a, b in bounds)
     elif isinstance(groups, (str, bytes)) or not isinstance(groups, Sequence) or len(groups) == 0:
-        raise PartitionError(
-            "groups must be a non-empty list of column-name lists or of counts, or a number of parties; "
-            f"got {groups!r}"
-        )
+        raise PartitionError("groups must be a non-empty list of column-name lists or of counts, or a number of "
+                             f"parties; got {groups!r}")
     elif all(isinstance(g, int) and not isinstance(g, bool) for g in groups):
         counts = list(groups)  # type: ignore[arg-type]
         if len(counts) > len(names):
@@ -410,29 +337,19 @@ def columns(
         if min(counts) < 1:
             raise PartitionError(f"column counts {counts} must all be at least 1")
         if sum(counts) != len(names):
-            raise PartitionError(
-                f"column counts {counts} sum to {sum(counts)}, but there are {len(names)} columns"
-            )
-        slices, start = [], 0
-        for c in counts:
-            slices.append(names[start:start + c])
-            start += c
-        slices = tuple(slices)
+            raise PartitionError(f"column counts {counts} sum to {sum(counts)}, but there are {len(names)} columns")
+        slices = tuple(names[end - c:end] for c, end in zip(counts, accumulate(counts)))
     elif all(isinstance(g, Sequence) and not isinstance(g, (str, bytes)) for g in groups):
         if len(groups) > len(names):
             raise PartitionError(_too_many(len(groups), len(names)))
         slices = tuple(tuple(str(n) for n in g) for g in groups)  # type: ignore[union-attr]
     else:
-        raise PartitionError(
-            "groups mixes types: give either one list of column names per party or one count per party "
-            "(a single name must be written as a list, e.g. [['age'], ['income']])"
-        )
+        raise PartitionError("groups mixes types: give either one list of column names per party or one count per "
+                             "party (a single name must be written as a list, e.g. [['age'], ['income']])")
     return Partition("columns", slices, (len(names),), active=active, feature_names=names)
 
 
-# --------------------------------------------------------------------------------------------
-# EASTER Table VI: the first C of 10 fixed feature parts
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------- EASTER Table VI: the first C of 10 parts
 
 
 @dataclass(frozen=True)
@@ -443,19 +360,9 @@ class PartsPartition:
     one part". Read with Table VI (accuracy rises with C; C = 4 sits far below Table II's C = 4,
     which uses every feature), the parts are fixed and C parties hold the first C of them; the
     features of parts C+1..10 take part in no run. :attr:`partition` is an ordinary
-    :class:`Partition` over the kept features only; :meth:`select` cuts a full sample down to
-    them and :meth:`split` does both.
-
-    Attributes
-    ----------
-    partition : Partition
-        Strips over the cropped image ``(C, H, kept)`` or column groups over the kept names.
-    n_parts : int
-        Parts the full feature set is cut into (10 in the paper).
-    full_shape : tuple of int
-        One full sample: ``(C, H, W)`` or ``(F,)``.
-    full_names : tuple of str
-        Columns only: every column of a full sample, in order.
+    :class:`Partition` over the kept features only (strips over the cropped image ``(C, H,
+    kept)`` or column groups over the kept names); :meth:`select` cuts a full sample
+    (``full_shape``; ``full_names`` for tables) down to them and :meth:`split` does both.
     """
 
     partition: Partition
@@ -470,7 +377,6 @@ class PartsPartition:
 
     @property
     def active(self) -> int:
-        """Index of the active party (as :attr:`Partition.active`)."""
         return self.partition.active
 
     @property
@@ -501,15 +407,8 @@ class PartsPartition:
                 "kept": self.kept}
 
 
-def first_parts(
-    n_parties: int,
-    n_parts: int = 10,
-    *,
-    image_shape: Sequence[int] | None = None,
-    feature_names: Sequence[str] | None = None,
-    axis: str = "width",
-    active: int = 0,
-) -> PartsPartition:
+def first_parts(n_parties: int, n_parts: int = 10, *, image_shape: Sequence[int] | None = None,
+                feature_names: Sequence[str] | None = None, axis: str = "width", active: int = 0) -> PartsPartition:
     """Cut the features into ``n_parts`` fixed parts and give party k part k, for k < C.
 
     Give either ``image_shape`` (strips along ``axis``: 32 px into 10 -> 4, 4, 3, ..., 3; 28
@@ -521,13 +420,10 @@ def first_parts(
     """
     if (image_shape is None) == (feature_names is None):
         raise PartitionError("give exactly one of image_shape= (images) or feature_names= (tables)")
-    if not isinstance(n_parties, int) or isinstance(n_parties, bool) or not 1 <= n_parties:
-        raise PartitionError(f"the number of parties must be a positive integer, got {n_parties!r}")
+    _positive("the number of parties", n_parties)
     if isinstance(n_parts, bool) or not isinstance(n_parts, int) or n_parties > n_parts:
-        raise PartitionError(
-            f"{n_parties} parties but only {n_parts} parts: C parties hold the first C parts, so "
-            f"C <= n_parts"
-        )
+        raise PartitionError(f"{n_parties} parties but only {n_parts} parts: C parties hold the first C parts, so "
+                             f"C <= n_parts")
     if image_shape is not None:
         shape = _image_shape(image_shape)
         bounds = _even_bounds(_axis_length(shape, axis), n_parts, f"pixels of {axis}")[:n_parties]
@@ -544,9 +440,7 @@ def first_parts(
     return PartsPartition(inner, n_parts, (len(names),), names)
 
 
-# --------------------------------------------------------------------------------------------
-# APC-VFL feature partitions (Appendix A)
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------- APC-VFL feature partitions (Appendix A)
 
 # Appendix A, per dataset: (the five features "initially assigned to the active participant",
 # the "transfer order"). Names as the paper writes them; APC_VFL_ALIASES maps them to the
@@ -603,34 +497,20 @@ def apc_vfl_active_features(dataset: str, n_active_features: int) -> tuple[str, 
     """
     key = _APC_DATASET_ALIASES.get(re.sub(r"[^a-z0-9]", "", str(dataset).lower()))
     if key is None:
-        raise PartitionError(
-            f"Invalid APC-VFL dataset {dataset!r}; choose one of {', '.join(APC_VFL_FEATURES)}"
-        )
+        raise PartitionError(f"Invalid APC-VFL dataset {dataset!r}; choose one of {', '.join(APC_VFL_FEATURES)}")
     if n_active_features not in APC_VFL_N_ACTIVE:
-        raise PartitionError(
-            f"APC-VFL's active participant holds 2, 3, 4 or 5 features (Appendix A, Table 3); "
-            f"got n_active_features={n_active_features!r}"
-        )
+        raise PartitionError(f"APC-VFL's active participant holds 2, 3, 4 or 5 features (Appendix A, Table 3); "
+                             f"got n_active_features={n_active_features!r}")
     initial, order = APC_VFL_FEATURES[key]
     moved = set(order[: len(initial) - n_active_features])
     return tuple(f for f in initial if f not in moved)
 
 
 def apc_vfl_partition(dataset: str, n_active_features: int, feature_names: Sequence[str]) -> Partition:
-    """APC-VFL's two-participant column partition (Appendix A) on the given columns.
-
-    Participant 0 is active and holds :func:`apc_vfl_active_features` (matched to
-    ``feature_names`` through :data:`APC_VFL_ALIASES`, e.g. X3 -> EDUCATION); participant 1
-    is passive and holds every other column of ``feature_names``. Both keep the order of
-    ``feature_names``.
-
-    Parameters
-    ----------
-    dataset : {"breast_cancer", "credit_card", "mimic3"}
-    n_active_features : {2, 3, 4, 5}
-    feature_names : sequence of str
-        The dataset's feature columns (no ID, no label).
-    """
+    """APC-VFL's two-participant column partition (Appendix A) of ``feature_names`` (the
+    dataset's feature columns, no ID, no label): participant 0 is active and holds
+    :func:`apc_vfl_active_features` (matched through :data:`APC_VFL_ALIASES`, e.g. X3 ->
+    EDUCATION), participant 1 every other column, both in the order of ``feature_names``."""
     names = [str(n) for n in feature_names]
     lookup = {n.lower(): n for n in names}
     chosen = set()
@@ -638,38 +518,29 @@ def apc_vfl_partition(dataset: str, n_active_features: int, feature_names: Seque
         candidates = APC_VFL_ALIASES.get(feature, (feature,))
         found = next((lookup[c.lower()] for c in candidates if c.lower() in lookup), None)
         if found is None:
-            raise PartitionError(
-                f"APC-VFL's active participant needs feature {feature!r} (looked for {list(candidates)}), "
-                f"which is not among the given columns: {', '.join(names)}"
-            )
+            raise PartitionError(f"APC-VFL's active participant needs feature {feature!r} (looked for "
+                                 f"{list(candidates)}), which is not among the given columns: {', '.join(names)}")
         chosen.add(found)
     active_cols = [n for n in names if n in chosen]
     passive_cols = [n for n in names if n not in chosen]
     if not passive_cols:
-        raise PartitionError(
-            "the passive participant would hold no features; pass the dataset's full feature list"
-        )
+        raise PartitionError("the passive participant would hold no features; pass the dataset's full feature list")
     return columns(names, [active_cols, passive_cols], active=0)
 
 
-# --------------------------------------------------------------------------------------------
-# Sample alignment
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------- sample alignment
 
 
 def _as_ids(ids: Any, what: str) -> torch.Tensor:
     t = torch.as_tensor(ids)
     if t.dim() != 1 or (t.numel() and (t.is_floating_point() or t.is_complex() or t.dtype == torch.bool)):
-        raise PartitionError(
-            f"{what} must be a 1-D tensor of integer sample ids, got {t.dtype} of shape {tuple(t.shape)}"
-        )
+        raise PartitionError(f"{what} must be a 1-D tensor of integer sample ids, got {t.dtype} of shape "
+                             f"{tuple(t.shape)}")
     t = t.to(torch.int64)
     uniq = torch.unique(t)
     if uniq.numel() != t.numel():
         dup = [int(v) for v, c in zip(*torch.unique(t, return_counts=True)) if c > 1][:5]
-        raise PartitionError(
-            f"{what} lists some ids more than once (e.g. {dup}); each sample id must be unique"
-        )
+        raise PartitionError(f"{what} lists some ids more than once (e.g. {dup}); each sample id must be unique")
     return t
 
 
@@ -714,16 +585,12 @@ def check_aligned(*id_sets: Any) -> None:
         extra = other[~torch.isin(other, first)]
         lacking = first[~torch.isin(first, other)]
         if extra.numel() == 0 and lacking.numel() == 0:
-            raise PartitionError(
-                f"party {k} holds the same ids as party 0 but in a different row order; "
-                "sort every party's rows by id before training"
-            )
-        raise PartitionError(
-            f"party {k}'s ids do not match party 0's: {extra.numel()} ids only at party {k} "
-            f"(e.g. {extra[:5].tolist()}), {lacking.numel()} ids missing there "
-            f"(e.g. {lacking[:5].tolist()}); "
-            "this method needs fully aligned samples: restrict every party to intersect_ids(...)"
-        )
+            raise PartitionError(f"party {k} holds the same ids as party 0 but in a different row order; "
+                                 "sort every party's rows by id before training")
+        raise PartitionError(f"party {k}'s ids do not match party 0's: {extra.numel()} ids only at party {k} "
+                             f"(e.g. {extra[:5].tolist()}), {lacking.numel()} ids missing there "
+                             f"(e.g. {lacking[:5].tolist()}); "
+                             "this method needs fully aligned samples: restrict every party to intersect_ids(...)")
 
 
 @dataclass(frozen=True, eq=False)
@@ -745,31 +612,12 @@ class Alignment:
                 raise PartitionError(f"{name} must be sorted in increasing order (use torch.sort)")
             object.__setattr__(self, name, ids)
         if not torch.equal(intersect_ids(self.active_ids, self.passive_ids), self.aligned_ids):
-            raise PartitionError(
-                "aligned_ids must be exactly the ids both the active and the passive participant hold"
-            )
+            raise PartitionError("aligned_ids must be exactly the ids both the active and the passive participant hold")
 
     @property
     def n_aligned(self) -> int:
-        """Number of aligned samples |D_A|."""
+        """|D_A|."""
         return int(self.aligned_ids.numel())
-
-    @property
-    def active_unaligned_ids(self) -> torch.Tensor:
-        """Ids only the active participant holds."""
-        return self.active_ids[~torch.isin(self.active_ids, self.aligned_ids)]
-
-    @property
-    def passive_unaligned_ids(self) -> torch.Tensor:
-        """Ids only the passive participant holds."""
-        return self.passive_ids[~torch.isin(self.passive_ids, self.aligned_ids)]
-
-    def aligned_rows(self, party: str) -> torch.Tensor:
-        """Row positions of the aligned ids in ``party``'s own (sorted) data, in ``aligned_ids`` order."""
-        if party not in ("active", "passive"):
-            raise PartitionError(f"Invalid party {party!r}; choose one of active, passive")
-        ids = self.active_ids if party == "active" else self.passive_ids
-        return torch.searchsorted(ids, self.aligned_ids)
 
     def describe(self) -> dict[str, int]:
         """Counts for run records."""
@@ -777,59 +625,36 @@ class Alignment:
                 "n_aligned": self.n_aligned}
 
 
-def partial_alignment(
-    n_total: int,
-    *,
-    n_active: int,
-    n_aligned: int,
-    n_passive: int | None = None,
-    seed: int = 0,
-) -> Alignment:
-    """Draw APC-VFL's partially aligned samples from a pool of ids ``0 .. n_total - 1``.
+def partial_alignment(n_total: int, *, n_active: int, n_aligned: int, n_passive: int | None = None,
+                      seed: int = 0) -> Alignment:
+    """Draw APC-VFL's partially aligned samples from a pool of ids ``0 .. n_total - 1`` (the
+    dataset, after any reduction such as Credit Card's 20000).
 
     The active participant holds ``n_active`` random ids (Breast Cancer: 500 of 569); a random
-    ``n_aligned`` of them are also held by the passive participant. The passive participant
-    also holds unaligned samples of its own (Fig. 2 of APC-VFL; its autoencoder is trained on
-    all its local data), drawn from the ids the active participant lacks.
-
-    Parameters
-    ----------
-    n_total : int
-        Size of the pool (the dataset, after any reduction such as Credit Card's 20000).
-    n_active : int
-        Samples the active participant holds (1 .. n_total).
-    n_aligned : int
-        Samples both hold, |D_A| (1 .. n_active; APC-VFL requires a non-empty D_A).
-    n_passive : int or None, default None
-        Samples the passive participant holds. None: the aligned ones plus *every* id the
-        active participant lacks. The paper does not give the passive side's size; this
-        default needs no extra number and fits the Breast Cancer setup (the 69 samples the
-        active participant was not given stay with the passive one).
-    seed : int, default 0
-        For a fixed seed and ``n_active``, the active ids are the same for every ``n_aligned``
-        and the aligned sets are nested (250 aligned contain the 100), so scenarios differ
-        only in alignment, as in the paper's sweep.
+    ``n_aligned`` of them (|D_A| >= 1, as APC-VFL requires) are also held by the passive
+    participant, which holds ``n_passive`` in all: unaligned samples of its own too (Fig. 2; its
+    autoencoder trains on all its local data), drawn from the ids the active participant lacks.
+    The paper does not give the passive side's size; the default None (the aligned ones plus
+    *every* id the active participant lacks) needs no extra number and fits the Breast Cancer
+    setup. For a fixed ``seed`` and ``n_active`` the active ids are the same for every
+    ``n_aligned`` and the aligned sets nest, so scenarios differ only in alignment, as in the
+    paper's sweep.
     """
     for name, value in (("n_total", n_total), ("n_active", n_active), ("n_aligned", n_aligned)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise PartitionError(f"{name} must be a positive integer, got {value!r}")
+        _positive(name, value)
     if n_active > n_total:
         raise PartitionError(f"n_active={n_active} exceeds the pool of n_total={n_total} samples")
     if n_aligned > n_active:
-        raise PartitionError(
-            f"n_aligned={n_aligned} exceeds n_active={n_active}: "
-            "aligned samples are a subset of the active participant's"
-        )
+        raise PartitionError(f"n_aligned={n_aligned} exceeds n_active={n_active}: "
+                             "aligned samples are a subset of the active participant's")
     rest = n_total - n_active
     if n_passive is None:
         n_passive = n_aligned + rest
     elif not isinstance(n_passive, int) or isinstance(n_passive, bool) or n_passive < n_aligned:
         raise PartitionError(f"n_passive={n_passive!r} must be an integer of at least n_aligned={n_aligned}")
     elif n_passive - n_aligned > rest:
-        raise PartitionError(
-            f"n_passive={n_passive} needs {n_passive - n_aligned} unaligned samples, but only {rest} ids "
-            f"are not held by the active participant (n_total={n_total}, n_active={n_active})"
-        )
+        raise PartitionError(f"n_passive={n_passive} needs {n_passive - n_aligned} unaligned samples, but only {rest} "
+                             f"ids are not held by the active participant (n_total={n_total}, n_active={n_active})")
     perm = torch.randperm(n_total, generator=torch.Generator().manual_seed(seed))
     active = perm[:n_active]
     aligned = active[:n_aligned]
@@ -837,9 +662,7 @@ def partial_alignment(
     return Alignment(torch.sort(active).values, torch.sort(passive).values, torch.sort(aligned).values)
 
 
-# --------------------------------------------------------------------------------------------
-# Label owners (Multi-VFL)
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------- label owners (Multi-VFL)
 
 _ALL = tuple(range(10))
 # Multi-VFL Table 3: labels each of the 5 label owners sees; 0-9 = an IID owner.
@@ -852,52 +675,24 @@ NIID_SCENARIOS: dict[str, tuple[tuple[int, ...], ...]] = {
 LABEL_SCENARIOS = ("iid", *NIID_SCENARIOS)
 
 
-def label_owner_split(
-    labels: torch.Tensor,
-    *,
-    scenario: str = "1niid",
-    n_owners: int = 5,
-    samples_per_owner: int = 5000,
-    seed: int = 0,
-    disjoint: bool = True,
-) -> list[torch.Tensor]:
-    """Each label owner's sample indices into the training set (Multi-VFL, Table 3).
-
-    An IID owner draws uniformly from the whole pool (all 10 classes in their natural
-    proportions); a non-IID owner draws uniformly from the samples of its two labels.
-
-    Parameters
-    ----------
-    labels : 1-D integer tensor
-        Labels of the training pool (e.g. MNIST's 60000).
-    scenario : {"iid", "1niid", "2niid", "3niid", "4niid"}, default "1niid"
-        "iid": every owner IID. The niid scenarios are Table 3 exactly and need 5 owners.
-    n_owners : int, default 5
-    samples_per_owner : int, default 5000
-    seed : int, default 0
-    disjoint : bool, default True
-        No sample is given to two owners. The paper does not say; disjoint owners are the
-        usual federated setting. False: each owner draws from the whole pool independently.
-
-    Returns
-    -------
-    list of sorted int64 tensors, one per owner, in Table 3's order.
+def label_owner_split(labels: torch.Tensor, *, scenario: str = "1niid", n_owners: int = 5,
+                      samples_per_owner: int = 5000, seed: int = 0, disjoint: bool = True) -> list[torch.Tensor]:
+    """Each label owner's sorted sample indices into the training pool ``labels`` (Multi-VFL,
+    Table 3's order): an IID owner draws uniformly from the whole pool, a non-IID owner from
+    the samples of its two labels. ``scenario`` "iid" makes every owner IID; the niid ones are
+    Table 3 exactly (5 owners). ``disjoint``: no sample goes to two owners; the paper does not
+    say, and disjoint owners are the usual federated setting (False: independent draws).
     """
     if scenario not in LABEL_SCENARIOS:
-        raise PartitionError(
-            f"Invalid label-owner scenario {scenario!r}; choose one of {', '.join(LABEL_SCENARIOS)}"
-        )
-    if not isinstance(n_owners, int) or isinstance(n_owners, bool) or n_owners < 1:
-        raise PartitionError(f"n_owners must be a positive integer, got {n_owners!r}")
-    if not isinstance(samples_per_owner, int) or isinstance(samples_per_owner, bool) or samples_per_owner < 1:
-        raise PartitionError(f"samples_per_owner must be a positive integer, got {samples_per_owner!r}")
+        raise PartitionError(f"Invalid label-owner scenario {scenario!r}; choose one of {', '.join(LABEL_SCENARIOS)}")
+    _positive("n_owners", n_owners)
+    _positive("samples_per_owner", samples_per_owner)
     if scenario == "iid":
         label_sets: list[tuple[int, ...] | None] = [None] * n_owners
     else:
         if n_owners != 5:
-            raise PartitionError(
-                f"scenario {scenario!r} is Multi-VFL's Table 3 with 5 label owners; got n_owners={n_owners}"
-            )
+            raise PartitionError(f"scenario {scenario!r} is Multi-VFL's Table 3 with 5 label owners; got "
+                                 f"n_owners={n_owners}")
         label_sets = [None if s == _ALL else s for s in NIID_SCENARIOS[scenario]]
     y = torch.as_tensor(labels)
     if y.dim() != 1 or y.is_floating_point():
@@ -906,9 +701,7 @@ def label_owner_split(
     for s in label_sets:
         for label in s or ():
             if label not in present:
-                raise PartitionError(
-                    f"scenario {scenario!r} needs samples of label {label}, but labels has none"
-                )
+                raise PartitionError(f"scenario {scenario!r} needs samples of label {label}, but labels has none")
 
     g = torch.Generator().manual_seed(seed)
     free = torch.ones(y.numel(), dtype=torch.bool)

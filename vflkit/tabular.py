@@ -6,15 +6,11 @@ load the table, split it 80/20, encode it, give each party a group of columns, a
 
 What a tabular party holds
 --------------------------
-:class:`~vflkit.comm.Party` keeps one tensor per split, so a party's columns travel as one
-float32 tensor ``[N, n_dense_k + n_sparse_k]``: its dense columns first (``log1p`` values from
-:func:`vflkit.data.encode_criteo`), then its category codes. That is the single-tensor input
-the Criteo party models take (``_CriteoEmbedding._inputs`` splits it back into a float and an
-int64 part). Codes are exact in float32 below 2**24; :func:`encode_table` checks that.
-
-Each party also carries ``model_kwargs`` (``n_dense`` and ``vocab_sizes`` of its own columns),
-which the Criteo models need; ``VFLMethod.party_model`` passes them (:func:`model_kwargs`).
-:class:`TabularModels` marks a method class as tabular (EASTER; :func:`tabular_method`).
+A :class:`~vflkit.comm.Party` keeps one tensor per split, so a party's columns travel as one
+float32 tensor ``[N, n_dense_k + n_sparse_k]``: its dense columns first, then its category codes
+(exact in float32 below 2**24, which :func:`encode_table` checks), the input the Criteo party
+models split back into a float and an int64 part. Each party also carries ``model_kwargs``
+(``n_dense`` and ``vocab_sizes`` of its columns), which ``VFLMethod.party_model`` passes them.
 
 Choices where the paper is silent (EASTER Sec. V-A1 gives only "80% / 20%")
 -----------------------------------------------------------------------
@@ -33,19 +29,18 @@ Choices where the paper is silent (EASTER Sec. V-A1 gives only "80% / 20%")
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
+import numpy as np
+import pandas as pd
 import torch
 
 from .comm import Channel, Party
+from .data import CRITEO_DENSE, CRITEO_SPARSE, TabularData, encode_criteo, load_dataset
 from .errors import ConfigError, PartitionError
+from .models import TABULAR_MODELS
 from .partition import Partition, PartsPartition, columns, first_parts
-
-if TYPE_CHECKING:
-    from .data import TabularData
-    from .models import PartyModel
 
 #: float32 represents every integer below 2**24 exactly: the largest category code allowed.
 _FLOAT32_EXACT = 2**24
@@ -53,17 +48,9 @@ _FLOAT32_EXACT = 2**24
 
 @dataclass(frozen=True)
 class EncodedTable:
-    """A tabular dataset as model inputs: one float32 column per feature, seeded 80/20 split.
-
-    Attributes
-    ----------
-    x_train, x_test : float32 ``[N, F]`` in ``feature_names`` order (dense values, or codes).
-    y_train, y_test : int64 ``[N]``.
-    feature_names : every column, dense ones first (I1..I13, C1..C26 for Criteo).
-    dense : the names of the dense columns.
-    vocab_sizes : per categorical column, its vocabulary size (codes 0..V-1).
-    num_classes : 2 for a binary task.
-    """
+    """A tabular dataset as model inputs, split 80/20 (seeded): float32 ``[N, F]`` features in
+    ``feature_names`` order (the ``dense`` columns first, then category codes 0..V-1 with
+    ``vocab_sizes`` V per categorical column) and int64 labels."""
 
     x_train: torch.Tensor
     x_test: torch.Tensor
@@ -86,7 +73,7 @@ class EncodedTable:
         return [n for n in names if n in self.dense] + [n for n in names if n not in self.dense]
 
 
-def encode_table(data: "TabularData", *, split_seed: int = 0, test_fraction: float = 0.2,
+def encode_table(data: TabularData, *, split_seed: int = 0, test_fraction: float = 0.2,
                  min_count: int = 2) -> EncodedTable:
     """Encode a table and split it ``1 - test_fraction`` / ``test_fraction`` with a seeded
     permutation (see the module docstring for the choices).
@@ -96,8 +83,6 @@ def encode_table(data: "TabularData", *, split_seed: int = 0, test_fraction: flo
     your own) by :func:`encode_generic`: numeric columns standardised with the training rows'
     statistics, categorical ones (``data.categorical`` and non-numeric columns) as codes.
     """
-    from .data import CRITEO_DENSE, CRITEO_SPARSE, encode_criteo
-
     if not 0.0 < test_fraction < 1.0:
         raise ConfigError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
     n = len(data.target)
@@ -124,7 +109,7 @@ def encode_table(data: "TabularData", *, split_seed: int = 0, test_fraction: flo
                         vocab_sizes=dict(zip(sparse_names, vocab)), num_classes=data.num_classes)
 
 
-def encode_generic(data: "TabularData", *, train_rows: Any, min_count: int = 2
+def encode_generic(data: TabularData, *, train_rows: Any, min_count: int = 2
                    ) -> tuple[torch.Tensor, torch.Tensor, list[int], tuple[str, ...], tuple[str, ...]]:
     """Any table as model inputs: ``(dense, sparse, vocab_sizes, dense_names, sparse_names)``.
 
@@ -135,9 +120,6 @@ def encode_generic(data: "TabularData", *, train_rows: Any, min_count: int = 2
     missing or rare (fewer than ``min_count``) category, 1..V-1 for the others in sorted order,
     counted over all rows (counts, never labels). Columns keep the table's order within each kind.
     """
-    import numpy as np
-    import pandas as pd
-
     if min_count < 1:
         raise ConfigError(f"min_count must be >= 1, got {min_count}")
     df = data.features
@@ -183,40 +165,19 @@ def _subsample(n: int, k: int | None, seed: int) -> torch.Tensor | None:
     return torch.randperm(n, generator=torch.Generator().manual_seed(seed))[:k].sort().values
 
 
-def build_tabular_parties(
-    config: Any,
-    *,
-    device: torch.device | str,
-    channel: Channel,
-    data: "TabularData | None" = None,
-    n_parts: int | None = None,
-    split_seed: int = 0,
-    test_fraction: float = 0.2,
-    min_count: int = 2,
-) -> tuple[list[Party], int]:
-    """Give each party its columns of the table; returns ``(parties, n_classes)`` like
-    :func:`vflkit.training.split.build_parties`.
+def build_tabular_parties(config: Any, *, device: torch.device | str, channel: Channel,
+                          data: TabularData | None = None, n_parts: int | None = None, split_seed: int = 0,
+                          test_fraction: float = 0.2, min_count: int = 2) -> tuple[list[Party], int]:
+    """Give each party its columns of the table ``data`` (default: ``config.dataset`` loaded);
+    returns ``(parties, n_classes)`` like :func:`vflkit.training.split.build_parties`.
 
-    Parameters
-    ----------
-    config
-        A :class:`~vflkit.methods.base.RunConfig` or anything with ``dataset``, ``n_parties``,
-        ``active``, ``seed``, ``n_train``, ``n_test`` (and optionally ``feature_parts``, read
-        when ``n_parts`` is not given).
-    device, channel
-        Where the parties' tensors and models live; the run's channel.
-    data
-        The loaded table (default: ``load_dataset(config.dataset)``).
-    n_parts
-        Table VI: cut the columns into ``n_parts`` fixed groups and give the C parties the
-        first C (:func:`vflkit.partition.first_parts`). None: all columns over C parties.
-    split_seed, test_fraction, min_count
-        See :func:`encode_table`. ``n_train``/``n_test`` then keep a seeded subset (the run
-        seed) of each split.
+    ``config`` is a :class:`~vflkit.methods.base.RunConfig` or anything with ``dataset``,
+    ``n_parties``, ``active``, ``seed``, ``n_train``, ``n_test`` (kept as a seeded subset of
+    each split) and optionally ``feature_parts``. ``n_parts`` (default ``config.feature_parts``):
+    Table VI's first C of ``n_parts`` fixed column groups (None: all columns over C parties).
+    ``split_seed``, ``test_fraction``, ``min_count``: see :func:`encode_table`.
     """
     if data is None:
-        from .data import load_dataset
-
         data = load_dataset(config.dataset)
     if not hasattr(data, "target"):
         raise ConfigError(f"build_tabular_parties needs a tabular dataset; {config.dataset!r} is not one")
@@ -266,8 +227,6 @@ def build_tabular_parties(
 
 def model_kwargs(party: Party, architecture: str) -> dict[str, Any]:
     """The extra options ``architecture`` needs on ``party``'s columns (none for image models)."""
-    from .models import TABULAR_MODELS
-
     if architecture not in TABULAR_MODELS:
         return {}
     kwargs = getattr(party, "model_kwargs", None)
@@ -278,19 +237,6 @@ def model_kwargs(party: Party, architecture: str) -> dict[str, Any]:
 
 
 class TabularModels:
-    """Mixin marking a :class:`~vflkit.methods.base.VFLMethod` as one for tabular parties, whose
-    ``model_kwargs`` (their columns' ``n_dense`` and ``vocab_sizes``) reach the Criteo models.
-
-    Put it before the method class: ``class X(TabularModels, SplitNN)``. The base class's
-    ``party_model`` passes ``model_kwargs`` itself, so nothing is overridden here.
-    """
-
-
-@functools.cache
-def tabular_method(cls: type) -> type:
-    """``cls`` with :class:`TabularModels` mixed in (same name and registry key), for the
-    baselines (SplitNN, C-VFL, Agg_VFL, Local) on tabular parties."""
-    if issubclass(cls, TabularModels):
-        return cls
-    return type(cls.__name__, (TabularModels, cls), {"__module__": cls.__module__,
-                                                     "__doc__": cls.__doc__})
+    """Mixin marking a :class:`~vflkit.methods.base.VFLMethod` as one for tabular parties (put
+    it first: ``class X(TabularModels, SplitNN)``); ``party_model`` passes their columns'
+    ``model_kwargs`` itself."""
