@@ -76,6 +76,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from . import records as store
+
 AGREE, DISAGREE, NOT_TESTABLE = "agree", "disagree", "not testable at this profile"
 STATUSES = (AGREE, DISAGREE, NOT_TESTABLE)
 
@@ -522,8 +524,6 @@ def owner(claim: Claim) -> Study | None:
 
 def _study_records(study: Study | None, claim: Claim, profile: str) -> Records:
     """The records of every run of ``study`` (``claim``'s owner) under ``profile``; nothing is trained."""
-    from . import records as store
-
     if study is None:
         raise LookupError(f"the claim {claim.artefact}: {claim.clause!r} belongs to no registered study; "
                           "pass its records to evaluate(..., records=...)")

@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # torch is imported where a device is resolved: `--help` need
     import torch
 
 from .errors import ConfigError
+from .gpu import cuda_unavailable_message
 
 DATA_ENV = "VFLKIT_DATA"
 CACHE_ENV = "VFLKIT_CACHE"
@@ -504,7 +505,5 @@ def resolve_device(device: "str | torch.device" = "auto") -> "torch.device":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     check_device_name(device)  # the one parse of a device name, and its error
     if str(device).startswith("cuda") and not torch.cuda.is_available():
-        from .gpu import cuda_unavailable_message
-
         raise ConfigError(cuda_unavailable_message(str(device)))
     return torch.device(device)

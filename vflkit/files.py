@@ -17,6 +17,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
+from .config import RESULTS_ENV
+from .errors import ConfigError, DiskSpaceError
+
 #: Temporary files carry this marker, the writer's pid and thread: ``.<name>.tmp<pid>-<thread>``.
 TMP_MARK = ".tmp"
 
@@ -100,8 +103,6 @@ def check_free_space(folder: str | Path, need_bytes: int, what: str) -> None:
     """A :class:`~vflkit.errors.DiskSpaceError` unless ``folder``'s file system has
     ``need_bytes`` free for ``what`` (e.g. "the record of run <key>"). An empty file fits on a
     full disk, so a writability probe alone lets a run train for hours and then fail to write."""
-    from .errors import DiskSpaceError
-
     folder = Path(folder)
     probe = folder
     while not probe.exists() and probe != probe.parent:  # a folder not made yet: its nearest parent
@@ -119,9 +120,6 @@ def check_free_space(folder: str | Path, need_bytes: int, what: str) -> None:
 def not_writable(folder: str | Path, exc: OSError) -> Exception:
     """The ConfigError for a results folder that cannot be written (the same for the record
     store and the scheduler's locks)."""
-    from .config import RESULTS_ENV
-    from .errors import ConfigError
-
     return ConfigError(
         f"the results folder {folder} is not writable ({exc.strerror or exc}); set {RESULTS_ENV} "
         "to a writable folder (or pass results=) before training")

@@ -47,6 +47,7 @@ from .config import (RESULTS_ENV, check_device_name, check_paper, check_record_p
 from .errors import ConfigError, DiskSpaceError, DivergenceError, RecordWriteError
 from . import files as _files
 from .files import TMP_MARK, clean_stale_tmp
+from .training import FAMILIES
 
 #: Envelope fields the run loop writes; a trainer's result may not use these names (except
 #: ``wall_time_s`` and ``diverged``, which a trainer that resumes or stops early reports itself).
@@ -371,9 +372,7 @@ def load_recorded(runs: Iterable[Run], *, profile: str) -> list[dict[str, Any]]:
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     """Write ``data`` to ``path`` through a temporary file, flushed to disk before the rename
     that publishes it: a reader never sees half a record, even after a crash."""
-    from .files import write_json
-
-    write_json(path, data, compact=True)
+    _files.write_json(path, data, compact=True)
 
 
 def json_default(obj: Any) -> Any:
@@ -546,8 +545,6 @@ FIRST_RESULTS_VERSION = 1
 def run_family(run: Run) -> str | None:
     """The protocol family (:data:`vflkit.training.FAMILIES`) whose run class ``run`` is, or
     None for a run class of no family."""
-    from .training import FAMILIES  # the registry beside the trainers, which import this module
-
     spec = f"{type(run).__module__}:{type(run).__qualname__}"
     return next((name for name, fam in FAMILIES.items() if fam.run_class == spec), None)
 

@@ -28,6 +28,7 @@ import argparse
 import hashlib
 import json
 import re
+import statistics
 import sys
 import time
 import warnings
@@ -60,10 +61,12 @@ from . import claims as claimlib
 from . import records as store
 from . import studies
 from .files import atomic_path
+from .ops import pricing
 from .report import KEY_COLUMNS, TABLE_COLUMNS, load_reference, set_style, shown_path
 from .studies.base import Artefact, Study, key_of as _key  # noqa: F401  (Artefact: reproduction.Artefact, by name)
 from .config import DATA_ENV, FIGURES_ENV, RESULTS_ENV, check_record_profile, data_root, figures_dir, project_root, results_dir
 from .records import record_roots
+from .studies import vfedmh
 
 #: The tolerance of "within 2 points" (percentage points of a score).
 POINTS = 2.0
@@ -165,8 +168,6 @@ def _pending_cost(study: Study, runs: Sequence[Any]) -> pd.DataFrame:
     """The pending paper-profile ``runs`` of an artefact: what each needs (GPU or CPU) and its
     estimated cost (columns ``needs, h100_min, cpu_h, source``), from the one estimator
     :func:`vflkit.ops.pricing.price` that ``--status`` prints too."""
-    from .ops import pricing  # the operating wing: the report prints its prices
-
     return pricing.price(study, runs)
 
 
@@ -1020,8 +1021,6 @@ def own_gpu_minutes(recs: _Records | None = None) -> pd.DataFrame:
     (``Study.needs_gpu``, without a record, not declared unavailable) priced by
     :func:`vflkit.ops.pricing.price`: ``runs``, ``h100_min`` (where estimated), ``unpriced`` runs,
     ``how`` the H100-minutes are estimated, and ``cpu_h`` where the study prices them for a CPU."""
-    from .ops import pricing as costs
-
     recs = recs if recs is not None else _Records()
     rows = []
     for study in studies.studies():
@@ -1033,10 +1032,10 @@ def own_gpu_minutes(recs: _Records | None = None) -> pd.DataFrame:
         todo = [c for c in runs if _key(c) not in skip and study.needs_gpu(c)]
         if not todo:
             continue
-        cost = costs.price(study, todo)
-        how = {costs.FROM_OPS: "from each step's operations at the H100's measured seconds per operation (1)",
-               costs.FROM_FLOPS: "from FLOPs at the H100's measured rates (1)",
-               costs.FROM_STUDY: f"the study's own rule (`{study.name}.pending_cost`)"}
+        cost = pricing.price(study, todo)
+        how = {pricing.FROM_OPS: "from each step's operations at the H100's measured seconds per operation (1)",
+               pricing.FROM_FLOPS: "from FLOPs at the H100's measured rates (1)",
+               pricing.FROM_STUDY: f"the study's own rule (`{study.name}.pending_cost`)"}
         priced = cost["source"][cost["h100_min"].notna()]
         rows.append({"paper": study.title, "name": study.name, "runs": len(todo), "h100_min": cost["h100_min"].sum(min_count=1),
                      "h100_min_packed": cost["h100_min_packed"].sum(min_count=1),
@@ -1048,8 +1047,6 @@ def own_gpu_minutes(recs: _Records | None = None) -> pd.DataFrame:
 def readme_own_gpu(report: str = "") -> str:
     """docs/own-gpu.md's estimate of how long the paper profiles' GPU runs take on one's own H100:
     :func:`own_gpu_minutes` per paper and in total, each estimate saying where it comes from."""
-    from .ops import pricing as costs
-
     df = own_gpu_minutes()
     lines = ["| paper | runs left for a GPU | H100-minutes | packed (2) | how estimated |", "|---|---:|---:|---:|---|"]
     for r in df.itertuples():
@@ -1067,12 +1064,12 @@ def readme_own_gpu(report: str = "") -> str:
     return "\n".join([
         README_GPU_START, *lines, "",
         f"In all: about {total:,.0f} H100-minutes ({total / 60:.1f} hours) for one run at a time"
-        + (f", and {unpriced} runs without an H100 estimate" if unpriced else "") + ". (1) " + costs.GPU_LABEL
+        + (f", and {unpriced} runs without an H100 estimate" if unpriced else "") + ". (1) " + pricing.GPU_LABEL
         + "; `python -m vflkit.study --status --profile paper` prints the same estimate run by run. (2) As the "
         f"engine trains them on a GPU: C-VFL's runs that differ in seed and dataset alone as one pack, its alike parties "
         f"stacked (`vflkit.training.split`), and Multi-VFL's runs in one pack (`vflkit.training.multi_owner`), "
         f"each pack priced at one run's time times its packed step's (or round's) operations over the run's own "
-        f"(`vflkit.ops.pricing.pack_ratio`, counted: results/{costs.OP_COUNTS}): about {packed_total:,.0f} H100-minutes "
+        f"(`vflkit.ops.pricing.pack_ratio`, counted: results/{pricing.OP_COUNTS}): about {packed_total:,.0f} H100-minutes "
         f"({packed_total / 60:.1f} hours); predicted from op counts, not yet measured on a GPU.",
         *shared_gpu_hours(packed_total, "packed so"), "", *measured_gpu_rates(), README_GPU_END])
 
@@ -1081,13 +1078,11 @@ def shared_gpu_hours(total_min: float, how: str = "") -> list[str]:
     """docs/own-gpu.md's line on the same work with several processes sharing one GPU, as `make study
     DEVICE=cuda` and the launcher run it: each run :func:`vflkit.ops.pricing.slowdown` times
     slower with the default number of processes at once."""
-    from .ops.pricing import DEFAULT_LANES, sharing_slowdown, slowdown
-
-    if not sharing_slowdown() or not total_min == total_min:
+    if not pricing.sharing_slowdown() or not total_min == total_min:
         return []
-    share = slowdown(DEFAULT_LANES)
-    hours = total_min * share / DEFAULT_LANES / 60
-    return ["", f"Several processes at once use the card better: with {DEFAULT_LANES} sharing it (each run "
+    share = pricing.slowdown(pricing.DEFAULT_LANES)
+    hours = total_min * share / pricing.DEFAULT_LANES / 60
+    return ["", f"Several processes at once use the card better: with {pricing.DEFAULT_LANES} sharing it (each run "
             f"{share:.1f}x slower, from what the `cuda` records measured) the same work{' ' + how if how else ''} "
             f"takes about {hours:,.0f} hours of one H100 (`python -m vflkit.ops.launcher plan` prices it run by run)."]
 
@@ -1095,11 +1090,6 @@ def shared_gpu_hours(total_min: float, how: str = "") -> list[str]:
 def measured_gpu_rates() -> list[str]:
     """docs/own-gpu.md's lines on what GPUs measured, each computed from the committed
     measurement files under ``results/device/`` (:mod:`vflkit.ops.pricing`)."""
-    import statistics
-
-    from .ops import pricing
-    from .studies import vfedmh
-
     lines = ["Measured on GPUs (`results/device/`): these runs are launch-bound, so their time is set by the "
              "torch operations each step dispatches, not by their FLOPs."]
     for kind in pricing.GPU_KINDS:

@@ -25,9 +25,9 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from .config import PROFILES, project_root, results_dir
-from .errors import ConfigError
-from .files import move_aside
+from .config import PROFILES, project_root, resolve_device, results_dir
+from .errors import ConfigError, VFLKitError
+from .files import move_aside, write_json
 from .gpu import shared_gpu
 from .scheduler import Summary, Task, default_workers, schedule, status_table
 from . import studies
@@ -135,8 +135,6 @@ def last_duration(notebook: Path, profile: str) -> float | None:
 def _save_duration(notebook: Path, profile: str, seconds: float) -> None:
     """Keep ``seconds`` as ``notebook``'s last execution time under ``profile``."""
     import json
-
-    from .files import write_json
 
     path = _durations_path(profile)
     try:
@@ -276,8 +274,6 @@ def status(papers: Sequence[str], *, profile: str, device: str = "auto", dataset
     (``estimate``: "seeds", "ops" or "flops"), whether it is left for a GPU, and for those its estimated
     H100 minutes (``h100_min``) and their source (``h100_estimate``: "ops", "flops" or "study"), from
     :func:`vflkit.ops.pricing.price`, the estimator the report's pending cells use."""
-    from .config import resolve_device
-
     dev = str(resolve_device(device))
     here, gpu = select_tasks(papers, profile, dev, datasets=datasets, include_gpu_runs=include_gpu_runs)
     gpu = estimate_costs(gpu, dev)  # what the runs left for a GPU would cost here (why they are left)
@@ -341,8 +337,6 @@ def compute_pending(papers: list[str], *, profile: str, device: str = "auto", wo
     what a CPU computes. ``pack``: train the runs that differ in seed and dataset alone as packs ("auto": on
     a CUDA device only; :func:`vflkit.scheduler.pack_tasks`). ``mps``: on a CUDA device with several
     workers, start CUDA MPS for them where it can, or say why not (:func:`vflkit.gpu.shared_gpu`)."""
-    from .config import resolve_device
-
     from .ops.pricing import pack_cost_s
     from .records import is_valid_record
 
@@ -686,8 +680,6 @@ def main(argv: list[str] | None = None) -> int:
 def cli(argv: list[str] | None = None) -> int:
     """:func:`main` for the command line: a vflkit error (a bad setting, missing data, a run that
     failed a check) is printed as its message, what is wrong and what to do, without a traceback."""
-    from .errors import VFLKitError
-
     try:
         return main(argv)
     except VFLKitError as exc:
