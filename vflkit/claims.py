@@ -1,69 +1,11 @@
 """The papers' claims as predicates on our records: agree / disagree / not testable.
 
-Each study declares its paper's claims next to its runs (``CLAIMS`` in
-:mod:`vflkit.studies.<paper>`), one :class:`Claim` per clause: a claim that says "A beats B
-and C, and converges faster" is three clauses, each judged on its own, so no table reports
-only the clause that holds. A claim's ``check`` reads the records of one profile and returns
-a :class:`Verdict`; :func:`evaluate` turns a study's claims into the table its notebook shows
-(and the reproduction report collects), so notebook and report never disagree.
-
-A check is a pure function of :class:`Records`, the records of one study and profile that its
-caller loaded once: :func:`evaluate` loads them for a notebook, the report passes those it read
-already, and a test passes records it built by hand. No check reads the disk.
-
-The rule for an ordering ("A > B"), :func:`ordering`: the paired difference A - B over the
-cells the claim covers (same dataset, column and seed). **The seed is the replicate**: in every
-study a seed fixes the run's data split, initialisation and (EASTER, VFedMH) the assignment of
-architectures, and the cells of one clause are parts of one run or runs on one seed's split, so
-their differences are not independent. The differences are averaged over the cells for each
-seed, over the cells that share at least two seeds (a cell with fewer seeds is left out of the
-test and named), and the per-seed means are the replicates: their mean, its standard error, on
-n_seeds - 1 degrees of freedom. The clause
-
-* **agrees** when the mean difference has the claimed sign and lies outside the noise band,
-  the two-sided 95 % interval ``± t * s.e.`` with Student's t on those degrees of freedom
-  (:func:`noise_band`: 4.30 standard errors with 3 seeds, 2.78 with 5, tending to 1.96 -- the
-  familiar "two standard errors" -- with many; a standard error from a few seeds is itself
-  uncertain, and the t quantile pays for it),
-* **disagrees** when the mean difference has the opposite sign and lies outside the noise band,
-* is **not testable at this profile** otherwise (the difference is within the seeds' noise, or
-  the cells it needs are not recorded) -- the evidence says which.
-
-Every ordering prints its cell split ("A > B in 4 of 9 cells"), so an agreement carried by a
-few large cells shows as such.
-
-When no cell has two seeds there is no seed-to-seed spread at all:
-
-* over several cells, the spread of the differences *between* cells stands in for it (a paired
-  t-test across the cells, on n_cells - 1 degrees of freedom). It holds real differences
-  between the cells as well as noise, so it usually overstates the noise: it errs towards not
-  testable;
-* one cell with one seed is not testable: a single pair of runs gives no error bar;
-* quantities without training noise (``exact=True``: rounds counted by the protocol, times
-  priced from recorded traffic) are judged cell by cell instead: agree when every cell has the
-  claimed sign, disagree when none has.
-
-An equivalence ("about the same", "A and B within a tolerance"), :func:`equivalent`, is judged
-by two one-sided tests on the **signed** mean difference, estimated as above: it agrees when the
-95 % interval of the mean lies inside ``± tolerance``, disagrees when it lies wholly outside, and
-is not testable otherwise. (Folding each pair to ``tolerance - |difference|`` before averaging,
-the earlier rule, is biased towards disagree: seed noise alone makes E|Δ| large.)
-
-A clause of several parts (:func:`all_of`: datasets, baselines) agrees only when every part
-agrees (an intersection-union test needs no correction), and disagrees when at least one part
-still disagrees after Holm's step-down correction for the number of parts, each part's one-sided
-p-value against the claim carried in its :class:`Verdict`; a part that disagrees alone but not
-after the correction makes the clause not testable, and the evidence says so.
-
-A run that did not learn decides nothing (:func:`paired` with ``chance`` and ``local``): when
-a compared run ends within :data:`CHANCE_MARGIN` points of chance, or below the Local baseline
-(each party on its own features) that a VFL method exists to beat, the clause is **not
-testable (did not learn)**, and the evidence names the run. A clause *about* Local ("A beats
-Local") is judged as usual: there, ending below Local is the answer, not a broken run.
-
-A clause covers every cell the profile runs (``expected``): agreement on the recorded cells
-does not show it for the others, so while some have no recorded pair an agreement is reported
-as not testable. A disagreement stands: the recorded cells already contradict the clause.
+Each study declares its paper's claims (``CLAIMS`` in :mod:`vflkit.studies.<paper>`), one
+:class:`Claim` per clause, each judged on its own; a check is a pure function of :class:`Records`
+(the records of one study and profile, loaded once by its caller; no check reads the disk), and
+:func:`evaluate` gives the table a notebook and the report show. The rule (the seed as the
+replicate, the noise band, equivalences, several parts, runs that did not learn, cover): docs/studies.md,
+"How a claim is judged".
 """
 
 from __future__ import annotations
@@ -231,7 +173,7 @@ class Estimate:
 
 def estimate(diffs: pd.DataFrame) -> Estimate | None:
     """The mean of ``diffs`` (rows: ``cell``, ``seed``, ``diff``) and its standard error, with the
-    seed as the replicate (see the module docstring): the cells that have at least two seeds,
+    seed as the replicate (docs/studies.md): the cells that have at least two seeds,
     on the seeds all of them share, averaged over cells per seed. None when there is no such
     block (one seed per cell: the caller falls back on the spread between cells, or on the
     cells' signs for exact quantities)."""
@@ -305,7 +247,7 @@ def ordering(diffs: pd.DataFrame, *, a: str, b: str, what: str = "points",
     ``expected``: the cells the profile runs, named alike; an agreement while some of them have
     no recorded pair (or are left out of the test) is not testable. ``exact``: the values carry
     no training noise (counted or priced), so with one seed each cell's sign is the verdict. See
-    the module docstring for the rule.
+    docs/studies.md for the rule.
     """
     diffs = diffs.dropna(subset=["diff"])
     untrained = untrained_runs(diffs)

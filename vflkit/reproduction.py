@@ -1,25 +1,9 @@
 """The reproduction report: ``figures/REPORT.md``, regenerated from records and the papers' numbers.
 
-``python -m vflkit.reproduction`` (``make report``; ``make study`` ends with it) writes one
-section per paper with
-
-* every artefact the paper prints (each table and figure): the profiles whose records it has,
-  where those come from (when they finished, the commit, the device) and its status, with links
-  to the notebook and to the CSV and PNG the notebook wrote under ``figures/<paper>/<profile>/``;
-* every number the paper prints (:func:`vflkit.report.load_reference`) beside ours, read from the
-  tables the studies wrote (the reference long format of :func:`vflkit.report.write_table`), the
-  paper profile's value where there is one, else the quick profile's; with the gap and whether it
-  lies within the paper's std, ours, or 2 points; and a figure of ours against the paper's;
-* every claim (the study's ``CLAIMS``, judged by :func:`vflkit.claims.evaluate`) per profile,
-  and the figure-only claims of the reference README mapped onto them;
-
-and ends with findings beyond the papers, computed from the records where the study provides the
-function. Nothing is trained: the records that exist are loaded and the missing ones skipped, so a
-profile without records reads "not recorded" / "not testable at this profile", not an error.
-
-The papers are the registered studies (:mod:`vflkit.studies`): titles, artefacts, pending
-prices, claims and findings all come from each study's declaration
-(:class:`vflkit.studies.base.Study`), so this module names no paper.
+``python -m vflkit.reproduction`` (``make report``; ``make study`` ends with it) writes, per
+registered study (:class:`vflkit.studies.base.Study`), its artefacts' status, the paper's numbers
+beside ours, its claims judged and its findings beyond the paper, from the records that exist
+(nothing is trained). What each section holds: docs/studies.md, "The reproduction report".
 """
 
 from __future__ import annotations
