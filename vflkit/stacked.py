@@ -35,8 +35,6 @@ def stacked_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.T
     return F.cross_entropy(logits.reshape(k * b, -1), labels.reshape(-1), reduction="none").view(k, b).mean(1)
 
 
-_cross_entropy = stacked_cross_entropy
-
 #: How a :class:`StackedModel` runs its K copies; "auto": :func:`device_stacking`.
 STACKINGS: tuple[str, ...] = ("auto", "grouped", "vmap", "loop")
 
