@@ -112,8 +112,7 @@ def git_state() -> dict[str, Any]:
 
 
 def machine_info(device: torch.device) -> dict[str, str]:
-    """The machine part of :func:`environment_info`, which sets a run's speed as well as its
-    numbers: the device's name, the CPU's and the instruction set PyTorch dispatches to."""
+    """The machine part of :func:`environment_info` (it sets a run's speed as well as its numbers)."""
     return {
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine(),
         "cpu": _cpu_name(),
@@ -218,8 +217,7 @@ def read_record(path: Path) -> dict[str, Any]:
 
 
 def received_problem(mark: Any) -> str | None:
-    """What is wrong with a record's :data:`RECEIVED` mark, or None when it names a machine and a
-    time: a mark that says neither cannot tell a reader where the record was made."""
+    """What is wrong with a record's :data:`RECEIVED` mark, or None when it names a machine and a time."""
     if not isinstance(mark, dict) or set(mark) != {"from", "at"}:
         return f"must be {{'from': <machine>, 'at': <time>}}, got {mark!r}"
     if not isinstance(mark["from"], str) or not mark["from"].strip():
@@ -268,8 +266,8 @@ def check_record(path: Path, run: Run, profile: str) -> dict[str, Any]:
 
 
 def move_aside(path: Path, reason: str, *, stacklevel: int = 2) -> Path:
-    """Move a file that is not a record to ``<name>.bad`` (``.bad.2``, ... if that is taken: each
-    broken file is kept as evidence) with a warning that the run is recomputed."""
+    """Move a file that is not a record to ``<name>.bad`` (:func:`vflkit.files.move_aside`) with a
+    warning that the run is recomputed."""
     bad = _files.move_aside(path, ".bad")
     warnings.warn(f"{reason}; moved it to {bad.name} and recomputing the run", stacklevel=stacklevel + 1)
     return bad
@@ -293,14 +291,12 @@ def load_record(run: Run, profile: str, root: str | Path | None = None) -> dict[
 
 
 def record_roots() -> list[Path]:
-    """Where recorded runs are looked for: ``VFLKIT_RESULTS``, then the project's ``results/``
-    (where the committed ones stay when ``VFLKIT_RESULTS`` points a trial run elsewhere)."""
+    """Where recorded runs are looked for: ``VFLKIT_RESULTS``, then the project's (committed) ``results/``."""
     return list(dict.fromkeys([results_dir(), project_root() / "results"]))
 
 
 def load_available(runs: Iterable[Run], *, profile: str) -> list[dict[str, Any]]:
-    """The records that exist for ``runs``, checked like :func:`load_recorded`, the missing
-    ones skipped: for a profile whose records accumulate over many invocations (``paper``)."""
+    """The records that exist for ``runs`` (checked like :func:`load_recorded`), the missing skipped."""
     check_record_profile(profile)
     out = []
     for run in runs:
@@ -313,14 +309,9 @@ def load_available(runs: Iterable[Run], *, profile: str) -> list[dict[str, Any]]
 
 
 def load_recorded(runs: Iterable[Run], *, profile: str) -> list[dict[str, Any]]:
-    """The records an earlier run of ``profile`` wrote for ``runs``; nothing is trained.
-
-    A notebook shows the committed records of a profile it is not running (e.g. the quick
-    profile's results beside a smoke run) with this. They are looked for under
-    ``VFLKIT_RESULTS`` and then under the project's own ``results/``, where the committed ones
-    stay when ``VFLKIT_RESULTS`` points a trial run elsewhere. A missing record is an error
-    that says how to make it; so is a file that is not the run's record (it names the file).
-    """
+    """The records an earlier run of ``profile`` wrote for ``runs`` (all from the first of
+    :func:`record_roots` that has them); nothing is trained. A missing record, or a file that is
+    not the run's, is an error that says how to make it."""
     check_record_profile(profile)
     runs = list(runs)
     first_missing: list[Path] | None = None
@@ -363,9 +354,8 @@ def json_default(obj: Any) -> Any:
 
 
 def _reset_peak_rss() -> bool:
-    """Reset this process's peak resident set size (Linux's VmHWM, via ``clear_refs``), so that
-    the next reading is the peak of this run alone, not of every run the same worker process
-    computed before it. False where the kernel does not offer it."""
+    """Reset this process's peak resident set size (Linux's VmHWM), so the next reading is this
+    run's alone; False where the kernel does not offer it."""
     try:
         Path("/proc/self/clear_refs").write_text("5")
     except OSError:
@@ -385,9 +375,7 @@ def _peak_rss_mb() -> float | None:
 
 def _peak_memory(device: torch.device, rss_reset: bool = False) -> tuple[float, str]:
     """This run's peak memory and what it measures: CUDA's allocated peak; on a CPU the process's
-    peak resident set since the run started (``rss_reset``: the counter was reset at its start,
-    and it includes what the process already held, e.g. the decoded dataset), else the
-    process's lifetime peak."""
+    peak resident set since the run started (where ``rss_reset``), else over its lifetime."""
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20, "cuda_max_allocated"
     peak = _peak_rss_mb() if rss_reset else None
@@ -428,8 +416,7 @@ MIN_FREE_BYTES = 64 * 2**20
 
 def _check_writable(folder: Path, what: str = "a run") -> None:
     """A ConfigError naming ``folder`` unless records can be written there, and a
-    :class:`~vflkit.errors.DiskSpaceError` unless it has :data:`MIN_FREE_BYTES` free (an empty
-    probe file fits on a full disk, so writability alone lets a run train and then fail)."""
+    :class:`~vflkit.errors.DiskSpaceError` unless it has :data:`MIN_FREE_BYTES` free."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
         # named like a temporary of this process, so that a kill right here leaves nothing
@@ -443,8 +430,7 @@ def _check_writable(folder: Path, what: str = "a run") -> None:
 
 
 def _write_record(path: Path, record: dict[str, Any], run: Run, profile: str) -> None:
-    """Write a finished run's record; if that fails (a full disk, a folder gone read-only while
-    it trained), keep the trained result: write it under the temporary folder instead and
+    """Write a finished run's record; where that fails, write it under the temporary folder and
     raise a :class:`~vflkit.errors.RecordWriteError` that carries it and says where it is."""
     text = _files.dumps(record, compact=True)
     try:

@@ -185,16 +185,13 @@ def normalize_notebook(path: Path) -> None:
                 if "execution_count" in out:
                     out["execution_count"] = count
         if cell.get("outputs"):
-            # warnings of the executing machine (file paths, its commit) are not the notebook's
-            # content, and nbval ignores the cells that print them (the run cells)
+            # stderr (the executing machine's paths and commit) is not the notebook's content; a
+            # progress bar's widget output without its widget is an empty box
             cell.outputs = [o for o in cell.outputs if not (o.get("output_type") == "stream" and o.get("name") == "stderr")]
-            cell.outputs = _merge_streams(cell.outputs)
-        for out in cell.get("outputs", []):
-            data = out.get("data", {})
-            data.pop("application/vnd.jupyter.widget-view+json", None)
-        # a progress bar's widget output without its widget is an empty box: drop it
-        if cell.get("outputs"):
-            cell.outputs = [o for o in cell.outputs if not (o.get("output_type") == "display_data" and not o.get("data"))]
+            for out in cell.outputs:
+                out.get("data", {}).pop("application/vnd.jupyter.widget-view+json", None)
+            cell.outputs = [o for o in _merge_streams(cell.outputs)
+                            if not (o.get("output_type") == "display_data" and not o.get("data"))]
     nbformat.write(nb, path)
 
 
@@ -392,7 +389,7 @@ def estimate_costs(tasks: Sequence[Task], device: str, *, lanes: int | None = No
                 "rate seeds": times.get(_rateless_key(family, config), {})}  # None is never a key of times
 
     # the machine first, the dataset second: a twin's seed made here prices a run better than
-    # its own seed made on another CPU (the same C-VFL CNN run: 57 min here, 286 on an AVX2 host)
+    # its own seed made on another kind of CPU
     found = {t.key: siblings(t) for t in pending}
     estimates: dict[str, tuple[float, str]] = {}
     for here_only in (True, False):
