@@ -83,8 +83,6 @@ def __getattr__(name: str) -> Any:
         return {s.name: s.title for s in _reported()}
     if name == "ARTEFACTS":  # per paper, the tables and figures it prints, in its order
         return {s.name: s.artefacts for s in _reported()}
-    if name == "BEYOND":  # per paper, its findings beyond the paper (a function of its Evidence)
-        return {s.name: s.beyond for s in _reported() if s.beyond is not None}
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
