@@ -289,8 +289,7 @@ def registered_kind(dataset: str) -> str | None:
 
 def check_dataset(dataset: str, *, method: str, kind: str, builtin: Iterable[str]) -> None:
     """A ConfigError unless ``dataset`` is one of ``builtin`` or a registered dataset of ``kind``
-    (``"image"`` or ``"tabular"``): the error names the data ``method`` takes and how to
-    register it, so a table handed to an image method says so before any work starts."""
+    (``"image"`` or ``"tabular"``), naming the data ``method`` takes and how to register it."""
     builtin = tuple(builtin)
     if isinstance(dataset, str) and dataset.strip().lower() in builtin:
         return

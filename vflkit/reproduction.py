@@ -158,9 +158,8 @@ def _pending_text(cost: pd.DataFrame) -> str:
 
 
 def _provenance(profile: str, runs: Sequence[Any], recs: Sequence[dict[str, Any]]) -> str:
-    """One line: runs recorded, seeds, when they finished, commits and devices (from the records),
-    and how many were received from another machine (the mark :func:`vflkit.ops.launcher.receive`
-    puts on records made on a GPU machine: made elsewhere, checked here by key and config only)."""
+    """One line: runs recorded, seeds, when they finished, commits and devices, and how many were
+    received from another machine (:data:`vflkit.records.RECEIVED`)."""
     seeds = sorted({r["config"].get("seed") for r in recs if r["config"].get("seed") is not None})
     days = sorted(r["finished"][:10] for r in recs if r.get("finished"))
     when = ("" if not days else days[0] if days[0] == days[-1] else f"{days[0]} to {days[-1]}")
@@ -279,9 +278,8 @@ def _dataset_title(paper: str, dataset: str) -> str:
 
 
 def measured(paper: str, profiles: Sequence[str]) -> pd.DataFrame:
-    """Our rows in the reference long format: every table (a CSV with the columns of
-    :data:`vflkit.report.TABLE_COLUMNS`) the study wrote under ``figures/<paper>/<profile>/``,
-    ``source`` linking each row's."""
+    """Our rows in the reference long format: every table the study wrote under
+    ``figures/<paper>/<profile>/``, ``source`` linking each row's."""
     frames = []
     for profile in profiles:
         folder = figures_dir() / paper / profile
