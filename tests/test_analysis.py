@@ -3,7 +3,7 @@
 import pandas as pd
 import pytest
 
-from vflkit.analysis import bytes_to_convergence, convergence_epoch, convergence_epochs, convergence_table
+from vflkit.analysis import bytes_to_convergence, convergence_epoch, convergence_epochs
 from vflkit.errors import ConfigError
 
 
@@ -83,8 +83,6 @@ def test_auc_is_the_default_metric_when_recorded():
         row["test_auc"] = auc
     out = bytes_to_convergence(rec, models=["active"])
     assert out["metric"] == "test_auc" and out["epoch"] == 2 and out["value"] == pytest.approx(0.75)
-    table = convergence_table([rec, _record()])
-    assert list(table["method"]) == ["splitnn", "easter"] and list(table["epoch"]) == [2, 4]
 
 
 def test_variant_summary_reads_the_table():

@@ -1,13 +1,9 @@
 """vflkit: a reproducible study of vertical federated learning.
 
-Modules: :mod:`vflkit.data` (datasets), :mod:`vflkit.partition` (vertical partitioners and
-sample alignment), :mod:`vflkit.models` (the papers' party models, split into embedding and
-prediction networks), :mod:`vflkit.secure` (VFedMH's blinded embedding aggregation),
-:mod:`vflkit.comm` (parties, the channel and its ledger), :mod:`vflkit.methods` (one module per
-VFL method, with the run configs they consume), :mod:`vflkit.training` (one trainer per protocol
-family), :mod:`vflkit.records` (the one run loop and record store of every paper),
-:mod:`vflkit.report` (tables and figures beside the papers' numbers) and :mod:`vflkit.studies`
-(per paper: the runs of each profile, and the tables and figures drawn from their records).
+Data, partitions, party models and the channel (:mod:`vflkit.data`, :mod:`vflkit.partition`,
+:mod:`vflkit.models`, :mod:`vflkit.comm`) under the methods and their trainers
+(:mod:`vflkit.methods`, :mod:`vflkit.training`), the record store (:mod:`vflkit.records`), and
+per paper a study (:mod:`vflkit.studies`) drawn by :mod:`vflkit.report`.
 """
 
 __version__ = "0.2.0"

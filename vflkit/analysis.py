@@ -46,13 +46,8 @@ def _history(history: Any, metric: str | None = None) -> pd.DataFrame:
 
 def convergence_epochs(history: Any, *, metric: str = "test_accuracy", tolerance: float = 0.5,
                        models: Sequence[str] | None = None) -> dict[str, int]:
-    """e* of every model: the first epoch whose ``metric`` is >= best - ``tolerance`` points.
-
-    ``history`` is a record's ``history`` (rows of dicts or a DataFrame); metric values are
-    fractions (0.9123 = 91.23 %) and ``tolerance`` is in percentage points. ``models``
-    restricts the models considered (default: all). Epochs where the metric is missing or NaN
-    are skipped.
-    """
+    """e* of every model (of ``models``, default all): the first epoch whose ``metric`` (a
+    fraction; missing or NaN epochs skipped) is >= its best - ``tolerance`` percentage points."""
     if not tolerance >= 0:
         raise ConfigError(f"tolerance must be >= 0 percentage points, got {tolerance!r}")
     df = _history(history, metric)
@@ -126,12 +121,8 @@ def _float32_factors(record: Mapping[str, Any]) -> dict[str, float]:
 
 
 def _per_epoch_bytes(record: Mapping[str, Any], factors: Mapping[str, float]) -> pd.DataFrame:
-    """Bytes per epoch, as sent and float32-equivalent.
-
-    Exact per kind from ``comm["per_link"]`` when the record has it; otherwise the epoch's
-    bytes are split by the run's overall kind shares (``comm["per_kind"]``), which is exact
-    when every epoch runs the same steps (all batch-by-batch protocols here).
-    """
+    """Bytes per epoch, as sent and float32-equivalent: per kind from ``comm["per_link"]`` where
+    the record has it, else by the run's overall kind shares (exact when every epoch runs the same steps)."""
     comm = record.get("comm", {})
     links = link_rows(comm["per_link"]) if comm.get("per_link") else pd.DataFrame()
     if not links.empty:
@@ -214,26 +205,10 @@ def bytes_to_convergence(record: Mapping[str, Any], *, metric: str | None = None
             "mb": sent / 2**20, "mb_float32": f32 / 2**20}
 
 
-def convergence_table(records: Iterable[Mapping[str, Any]], **rule: Any) -> pd.DataFrame:
-    """One row per record: method, dataset, seed, e* and bytes to convergence (both units)."""
-    rows = []
-    for r in records:
-        cfg = r.get("config", {})
-        rows.append({"method": cfg.get("method"), "dataset": cfg.get("dataset"), "seed": cfg.get("seed"),
-                     **bytes_to_convergence(r, **rule)})
-    return pd.DataFrame(rows)
-
-
 def summarise_runs(rows: Iterable[Mapping[str, Any]] | pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
-    """One row per cell (``keys``): ``value`` (mean), ``std`` and ``n_runs`` over the cell's runs
-    that did not diverge, and ``diverged``, how many of its runs did.
-
-    Each row is one run's number, ``diverged`` true where its record says the run diverged
-    (``record["diverged"]``; missing: false). A diverged run's final metric is its broken
-    model's score (a NaN model's arg-max, chance), not a measurement of the method, so it never
-    enters a cell's number: a cell whose every run diverged has value NaN, and the ``diverged``
-    count says why.
-    """
+    """One row per cell (``keys``) of ``rows`` (one run's ``value`` each, ``diverged`` where it
+    did): ``value`` (mean), ``std`` and ``n_runs`` over the runs that did not diverge (a broken
+    model's score measures nothing; a cell whose every run diverged is NaN), and ``diverged``."""
     df = rows.copy() if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
     div = df["diverged"] if "diverged" in df else pd.Series(False, index=df.index)
     df["diverged"] = div.fillna(False).astype(bool)
@@ -247,15 +222,10 @@ def summarise_runs(rows: Iterable[Mapping[str, Any]] | pd.DataFrame, keys: Seque
 def variant_pairs(pairs: Iterable[tuple[Mapping[str, Any], Mapping[str, Any]]], *, labels: tuple[str, str],
                   metric: str | Callable[[Mapping[str, Any]], str] = "test_accuracy",
                   tolerance: float = 0.5) -> pd.DataFrame:
-    """One row per (run, variant) pair of records that differ in one labelled setting: the final
-    metric (%, the mean over the run's models) and the run's e* (:func:`convergence_epoch`) of
-    each side, and the paired difference of the final metric (variant - run).
-
-    ``pairs`` are ``(record, variant_record)``; ``labels`` name the two sides (e.g. "∂L/∂E / C"
-    and "∂L/∂E"); ``metric`` is a metric name or a function of the record's config giving it
-    (AUC on Criteo). A run that diverged keeps its row, with its final metric as recorded (NaN in
-    a record written since diverged runs' final scores are NaN).
-    """
+    """One row per ``(record, variant_record)`` pair that differ in one setting, its sides named
+    by ``labels``: each side's final metric (%, the mean over its models) and e*
+    (:func:`convergence_epoch`), and the difference (variant - run). ``metric``: a name, or a
+    function of the config giving it. A diverged run keeps its row, its final metric as recorded."""
     rows = []
     for base, variant in pairs:
         cfg = base["config"]

@@ -1,13 +1,10 @@
 """The papers vflkit reproduces and the baselines it implements from other papers: one entry each,
 with where a reader opens it.
 
-This module is the project's one bibliography, keyed by BibTeX keys; each study names the entry
-it reproduces in its declaration (``Study.cites``). The README's table of notebooks and the report's
-paper sections (:mod:`vflkit.reproduction`), each notebook's first cell (checked by
-``tests/test_bibliography.py``), ``CITATION.cff``'s references and the book's references page
-all take their titles, authors and links from here. It is Python rather than a BibTeX or YAML
-file so that the code that writes those places imports it without a parser, and an unknown name
-fails with the list of known ones; :func:`bibtex` writes it out for a reference manager.
+The project's one bibliography, keyed by BibTeX keys (a study names its entry, ``Study.cites``):
+the README, the report, each notebook's first cell, ``CITATION.cff`` and the book's references
+take their titles, authors and links from here. Python, not BibTeX, so its writers need no
+parser and an unknown name lists the known ones; :func:`bibtex` writes it out.
 
 A link is the paper's DOI where one was confirmed, else its arXiv entry, else a public page of the
 published version (see each entry's ``note``). VFedMH and EASTER share one arXiv entry: VFedMH's

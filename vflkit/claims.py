@@ -1,69 +1,11 @@
 """The papers' claims as predicates on our records: agree / disagree / not testable.
 
-Each study declares its paper's claims next to its runs (``CLAIMS`` in
-:mod:`vflkit.studies.<paper>`), one :class:`Claim` per clause: a claim that says "A beats B
-and C, and converges faster" is three clauses, each judged on its own, so no table reports
-only the clause that holds. A claim's ``check`` reads the records of one profile and returns
-a :class:`Verdict`; :func:`evaluate` turns a study's claims into the table its notebook shows
-(and the reproduction report collects), so notebook and report never disagree.
-
-A check is a pure function of :class:`Records`, the records of one study and profile that its
-caller loaded once: :func:`evaluate` loads them for a notebook, the report passes those it read
-already, and a test passes records it built by hand. No check reads the disk.
-
-The rule for an ordering ("A > B"), :func:`ordering`: the paired difference A - B over the
-cells the claim covers (same dataset, column and seed). **The seed is the replicate**: in every
-study a seed fixes the run's data split, initialisation and (EASTER, VFedMH) the assignment of
-architectures, and the cells of one clause are parts of one run or runs on one seed's split, so
-their differences are not independent. The differences are averaged over the cells for each
-seed, over the cells that share at least two seeds (a cell with fewer seeds is left out of the
-test and named), and the per-seed means are the replicates: their mean, its standard error, on
-n_seeds - 1 degrees of freedom. The clause
-
-* **agrees** when the mean difference has the claimed sign and lies outside the noise band,
-  the two-sided 95 % interval ``± t * s.e.`` with Student's t on those degrees of freedom
-  (:func:`noise_band`: 4.30 standard errors with 3 seeds, 2.78 with 5, tending to 1.96 -- the
-  familiar "two standard errors" -- with many; a standard error from a few seeds is itself
-  uncertain, and the t quantile pays for it),
-* **disagrees** when the mean difference has the opposite sign and lies outside the noise band,
-* is **not testable at this profile** otherwise (the difference is within the seeds' noise, or
-  the cells it needs are not recorded) -- the evidence says which.
-
-Every ordering prints its cell split ("A > B in 4 of 9 cells"), so an agreement carried by a
-few large cells shows as such.
-
-When no cell has two seeds there is no seed-to-seed spread at all:
-
-* over several cells, the spread of the differences *between* cells stands in for it (a paired
-  t-test across the cells, on n_cells - 1 degrees of freedom). It holds real differences
-  between the cells as well as noise, so it usually overstates the noise: it errs towards not
-  testable;
-* one cell with one seed is not testable: a single pair of runs gives no error bar;
-* quantities without training noise (``exact=True``: rounds counted by the protocol, times
-  priced from recorded traffic) are judged cell by cell instead: agree when every cell has the
-  claimed sign, disagree when none has.
-
-An equivalence ("about the same", "A and B within a tolerance"), :func:`equivalent`, is judged
-by two one-sided tests on the **signed** mean difference, estimated as above: it agrees when the
-95 % interval of the mean lies inside ``± tolerance``, disagrees when it lies wholly outside, and
-is not testable otherwise. (Folding each pair to ``tolerance - |difference|`` before averaging,
-the earlier rule, is biased towards disagree: seed noise alone makes E|Δ| large.)
-
-A clause of several parts (:func:`all_of`: datasets, baselines) agrees only when every part
-agrees (an intersection-union test needs no correction), and disagrees when at least one part
-still disagrees after Holm's step-down correction for the number of parts, each part's one-sided
-p-value against the claim carried in its :class:`Verdict`; a part that disagrees alone but not
-after the correction makes the clause not testable, and the evidence says so.
-
-A run that did not learn decides nothing (:func:`paired` with ``chance`` and ``local``): when
-a compared run ends within :data:`CHANCE_MARGIN` points of chance, or below the Local baseline
-(each party on its own features) that a VFL method exists to beat, the clause is **not
-testable (did not learn)**, and the evidence names the run. A clause *about* Local ("A beats
-Local") is judged as usual: there, ending below Local is the answer, not a broken run.
-
-A clause covers every cell the profile runs (``expected``): agreement on the recorded cells
-does not show it for the others, so while some have no recorded pair an agreement is reported
-as not testable. A disagreement stands: the recorded cells already contradict the clause.
+Each study declares its paper's claims (``CLAIMS`` in :mod:`vflkit.studies.<paper>`), one
+:class:`Claim` per clause, each judged on its own; a check is a pure function of :class:`Records`
+(the records of one study and profile, loaded once by its caller; no check reads the disk), and
+:func:`evaluate` gives the table a notebook and the report show. The rule (the seed as the
+replicate, the noise band, equivalences, several parts, runs that did not learn, cover): docs/studies.md,
+"How a claim is judged".
 """
 
 from __future__ import annotations
@@ -76,6 +18,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from . import records as store
+
 AGREE, DISAGREE, NOT_TESTABLE = "agree", "disagree", "not testable at this profile"
 STATUSES = (AGREE, DISAGREE, NOT_TESTABLE)
 
@@ -86,14 +30,11 @@ class Verdict:
 
     status: str
     evidence: str
-    #: One-sided p-values of the test behind the verdict: for the claim (its direction, or
-    #: equivalence) and against it; None where the verdict rests on no test (counted or priced
-    #: quantities, a verdict given by rule). :func:`all_of` corrects the parts' p against.
+    #: One-sided p-values of the test behind the verdict, for the claim and against it; None where
+    #: it rests on no test (a counted quantity, a rule). :func:`all_of` corrects the p against.
     p_for: float | None = None
     p_against: float | None = None
-    #: Whether records were looked at: False for "no records", "not at this scale" and the like,
-    #: True for a difference found within noise. The largest profile that tested a clause speaks
-    #: for it (:func:`speaking`), even where a smaller one decided it.
+    #: Whether records were looked at (a difference within noise: True; "no records": False).
     tested: bool = True
 
     def __post_init__(self) -> None:
@@ -101,21 +42,18 @@ class Verdict:
             raise ValueError(f"Invalid verdict status {self.status!r}; choose one of {', '.join(STATUSES)}")
 
     def labelled(self, label: str) -> "Verdict":
-        """The same verdict with its evidence behind ``label`` (a dataset, a scenario): how the
-        sub-verdicts of one clause say which part each judges before :func:`all_of` joins them."""
+        """The same verdict with its evidence behind ``label`` (the part it judges, for :func:`all_of`)."""
         return replace(self, evidence=f"{label}: {self.evidence}")
 
     def with_evidence(self, evidence: str, status: str | None = None) -> "Verdict":
-        """The same verdict (its test's p-values, whether it was tested) with ``evidence`` (and
-        ``status``) replaced: how a check adds a note to a verdict without losing its test."""
+        """The same verdict (its test kept) with ``evidence`` (and ``status``) replaced."""
         return replace(self, evidence=evidence, status=self.status if status is None else status)
 
 
 @dataclass(frozen=True, eq=False)
 class Records:
-    """What a study's claims are judged on: the records of its runs under one ``profile``, by
-    key, loaded once by the caller. A check reads these and nothing else; what several checks
-    derive from them (a frame, a pricing) is computed once per :class:`Records` (:meth:`derived`)."""
+    """The records of a study's runs under one ``profile``, by key, loaded once by the caller: all a
+    check reads (what several derive is computed once, :meth:`derived`)."""
 
     profile: str
     by_key: Mapping[str, dict[str, Any]]
@@ -142,11 +80,7 @@ class Records:
 
 @dataclass(frozen=True)
 class Claim:
-    """One clause of a paper's claim and how to judge it from the records of a profile.
-
-    ``check(records)`` judges the clause on :class:`Records` alone (nothing is read or trained)
-    and returns a :class:`Verdict`.
-    """
+    """One clause of a paper's claim; ``check(records)`` judges it on :class:`Records` alone."""
 
     paper: str
     artefact: str  # "Table II", "Fig. 5", "Sec. V-C": where the paper makes the claim
@@ -228,11 +162,9 @@ class Estimate:
 
 
 def estimate(diffs: pd.DataFrame) -> Estimate | None:
-    """The mean of ``diffs`` (rows: ``cell``, ``seed``, ``diff``) and its standard error, with the
-    seed as the replicate (see the module docstring): the cells that have at least two seeds,
-    on the seeds all of them share, averaged over cells per seed. None when there is no such
-    block (one seed per cell: the caller falls back on the spread between cells, or on the
-    cells' signs for exact quantities)."""
+    """The mean of ``diffs`` (rows: ``cell``, ``seed``, ``diff``) and its standard error, the seed as
+    the replicate (docs/studies.md): over the cells with at least two shared seeds, averaged per
+    seed. None with one seed per cell."""
     if diffs.empty or "seed" not in diffs.columns:
         return None
     per = diffs.groupby(["cell", "seed"])["diff"].mean().unstack("seed")
@@ -281,10 +213,8 @@ def _rows(diffs: pd.DataFrame) -> Estimate | None:
 
 
 def _noisy(diffs: pd.DataFrame) -> Estimate | None:
-    """:func:`estimate`, or with one seed per cell the spread between cells. Where the replicates'
-    means coincide (a discrete quantity such as an epoch, or hand-built data) their standard error
-    is 0 although the differences vary: the spread between cells, then between the rows, stands
-    in. A standard error of 0 remains only where every difference is the same (constant)."""
+    """:func:`estimate`, or with one seed per cell the spread between cells; where the replicates'
+    means coincide (an epoch) but the differences vary, the spread between cells, then rows."""
     est = estimate(diffs) or _between_cells(diffs)
     if est is None or est.se > 0:
         return est
@@ -303,7 +233,7 @@ def ordering(diffs: pd.DataFrame, *, a: str, b: str, what: str = "points",
     ``expected``: the cells the profile runs, named alike; an agreement while some of them have
     no recorded pair (or are left out of the test) is not testable. ``exact``: the values carry
     no training noise (counted or priced), so with one seed each cell's sign is the verdict. See
-    the module docstring for the rule.
+    docs/studies.md for the rule.
     """
     diffs = diffs.dropna(subset=["diff"])
     untrained = untrained_runs(diffs)
@@ -364,11 +294,9 @@ def _ordering(diffs: pd.DataFrame, *, a: str, b: str, what: str, exact: bool) ->
 
 def equivalent(diffs: pd.DataFrame, *, tolerance: float, what: str, unit: str = "points",
                expected: Iterable[str] | None = None) -> Verdict:
-    """Judge "``what`` is about zero" (|difference| <= ``tolerance``) by two one-sided tests on
-    the signed mean difference, estimated as :func:`ordering` estimates it (the seed as the
-    replicate): agree when the 95 % interval of the mean lies inside ± ``tolerance``, disagree
-    when it lies wholly outside, not testable when it overlaps a bound (or nothing can be
-    estimated). ``diffs`` rows: ``cell``, ``seed``, ``diff`` (signed)."""
+    """Judge "``what`` is about zero" (|difference| <= ``tolerance``) by two one-sided tests on the
+    signed mean of ``diffs`` (as :func:`ordering`'s): agree when its 95 % interval lies inside
+    ± ``tolerance``, disagree when wholly outside, else not testable."""
     if not tolerance > 0:
         raise ValueError(f"tolerance must be > 0, got {tolerance!r}")
     diffs = diffs.dropna(subset=["diff"])
@@ -398,15 +326,11 @@ def equivalent(diffs: pd.DataFrame, *, tolerance: float, what: str, unit: str = 
 def paired(frame: pd.DataFrame, *, by: str, a: str, b: str, value: str,
            cell: Sequence[str], seed: str = "seed", chance: float | None = None,
            local: str | None = None) -> pd.DataFrame:
-    """Paired differences ``value(a) - value(b)`` from a long frame of results: rows with
-    ``frame[by] == a`` and ``== b`` are matched on ``cell`` columns and ``seed``.
-
-    With ``chance`` (the metric's value at chance: 10 for accuracy in % on 10 classes, 50 for
-    AUC in %) a run of ``a`` or ``b`` ending within :data:`CHANCE_MARGIN` of it did not learn;
-    with ``local`` (the label of the Local baseline in ``frame[by]``) neither did one ending
-    below Local in its cell and seed, unless the clause compares with Local itself. Such runs
-    are named in the ``untrained`` column, and :func:`ordering` then judges nothing.
-    """
+    """Paired differences ``value(a) - value(b)`` of the rows with ``frame[by] == a`` and ``== b``,
+    matched on the ``cell`` columns and ``seed``. A run ending within :data:`CHANCE_MARGIN` of
+    ``chance`` (the metric at chance, e.g. 10 for % accuracy on 10 classes), or below the Local
+    baseline labelled ``local`` (unless the clause compares with it), did not learn: it is named
+    in the ``untrained`` column, and :func:`ordering` then judges nothing."""
     keys = list(cell) + [seed]
     left = frame[frame[by] == a].groupby(keys)[value].mean()
     right = frame[frame[by] == b].groupby(keys)[value].mean()
@@ -522,8 +446,6 @@ def owner(claim: Claim) -> Study | None:
 
 def _study_records(study: Study | None, claim: Claim, profile: str) -> Records:
     """The records of every run of ``study`` (``claim``'s owner) under ``profile``; nothing is trained."""
-    from . import records as store
-
     if study is None:
         raise LookupError(f"the claim {claim.artefact}: {claim.clause!r} belongs to no registered study; "
                           "pass its records to evaluate(..., records=...)")
@@ -538,11 +460,9 @@ def load(claim: Claim, profile: str) -> Records:
 
 def evaluate(claims: Sequence[Claim], profile: str,
              records: Records | Mapping[str, dict[str, Any]] | None = None) -> pd.DataFrame:
-    """One row per clause: paper, artefact, clause, status, evidence, profile. ``records``: those
-    of the claims' study under ``profile`` (a :class:`Records`, or the records by key as the report
-    holds them); None: loaded here, once per study (:func:`load`). A check that fails with an
-    error, or whose records cannot be loaded, is reported as not testable with the error (never
-    dropped)."""
+    """One row per clause (:data:`COLUMNS`). ``records``: the claims' study's under ``profile`` (a
+    :class:`Records`, or by key); None: loaded once per study (:func:`load`). A check that fails,
+    or whose records cannot be loaded, is reported as not testable with the error."""
     if records is not None and not isinstance(records, Records):
         records = Records(profile, records)
     if records is not None and records.profile != profile:
@@ -589,11 +509,9 @@ def base_artefact(artefact: str) -> str:
 
 
 def readings(table: pd.DataFrame) -> pd.DataFrame:
-    """For each clause of ``table`` (:func:`evaluate`'s rows, the study's own claims and its
-    labelled variants together), its verdict under every reading judged at the same profile:
-    columns paper, profile, artefact (the base, :func:`base_artefact`), clause, ``verdicts`` (a
-    list of (reading, status) in the table's order) and ``contingent`` (the readings give
-    different verdicts). A clause judged under one reading only is not contingent."""
+    """For each clause of ``table`` (:func:`evaluate`'s rows, own claims and variants together) at
+    each profile: ``verdicts`` under every reading, (reading, status) in order, and ``contingent``
+    (the readings give different verdicts); ``artefact`` is the base (:func:`base_artefact`)."""
     if table.empty:
         return pd.DataFrame(columns=["paper", "profile", "artefact", "clause", "verdicts", "contingent"])
     t = table.assign(base=table["artefact"].map(base_artefact))
@@ -606,11 +524,9 @@ def readings(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def speaking(table: pd.DataFrame, profiles: Sequence[str]) -> pd.DataFrame:
-    """One row per clause of ``table`` (:func:`evaluate`'s rows over several profiles): its verdict
-    at the largest profile of ``profiles`` (ordered largest first) that *tested* it (looked at
-    records; a difference within noise counts, "no records" does not), whether or not that
-    profile decided it: a smaller profile does not speak where a larger one looked and found
-    nothing. A clause no profile tested speaks at the last profile."""
+    """One row per clause of ``table``: its verdict at the largest of ``profiles`` (largest first)
+    that *tested* it (a difference within noise counts, "no records" does not), decided or not;
+    at the last profile where none did."""
     order = {p: i for i, p in enumerate(profiles)}
     t = table[table["profile"].isin(order)].assign(rank=table["profile"].map(order))
     t = t.assign(untested=~t["tested"].astype(bool)).sort_values(["untested", "rank"], kind="stable")
@@ -625,11 +541,9 @@ def summary(table: pd.DataFrame) -> str:
 
 def as_markdown(table: pd.DataFrame, title: str = "", *, artefacts: Sequence[str] | None = None,
                 decided_only: bool = False) -> str:
-    """Clauses of :func:`evaluate`'s ``table`` as prose, one line each (where the paper claims it,
-    the clause, the verdict, its evidence): what a notebook says under a table, generated so that
-    it never disagrees with the records. ``artefacts``: only the clauses whose artefact starts with
-    one of these labels ("Table III" also takes "Table III (...)"); ``decided_only``: only agree and
-    disagree. Headed by ``title`` and the counts of the clauses shown; "" when none is shown."""
+    """Clauses of :func:`evaluate`'s ``table`` as prose a notebook shows, one line each, headed by
+    ``title`` and their counts ("" when none is shown). ``artefacts``: only those whose artefact
+    starts with one of these labels; ``decided_only``: only agree and disagree."""
     shown = table
     if artefacts is not None:
         shown = shown[shown["artefact"].map(lambda a: any(a == x or a.startswith(f"{x} ") for x in artefacts))]

@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # torch is imported where a device is resolved: `--help` need
     import torch
 
 from .errors import ConfigError
+from .gpu import cuda_unavailable_message
 
 DATA_ENV = "VFLKIT_DATA"
 CACHE_ENV = "VFLKIT_CACHE"
@@ -38,18 +39,16 @@ def check_profile(profile: str) -> str:
 
 
 def is_simple_name(name: Any) -> bool:
-    """Whether ``name`` is a name that is also one folder: 1-64 letters, digits, ``_`` and
-    ``-``, not starting with ``_`` or ``-`` (a profile's or a study's: records go to
-    ``<results>/<profile>/<paper>/``, and ``..`` or ``/`` would put them elsewhere)."""
+    """Whether ``name`` is also one folder (a profile's or a study's): 1-64 letters, digits, ``_``
+    and ``-``, not starting with ``_`` or ``-``."""
     import re
 
     return isinstance(name, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}", name) is not None
 
 
 def check_record_profile(profile: str) -> str:
-    """A profile name for records, tables and figures: one of :data:`PROFILES`, or a name of
-    your own for ad-hoc runs (letters, digits, ``_`` and ``-``, e.g. ``"mine"``), whose records
-    go to ``results/<name>/`` (not committed: ``.gitignore`` keeps only quick and paper)."""
+    """A profile name for records, tables and figures: one of :data:`PROFILES`, or a simple name
+    of your own for ad-hoc runs (``results/<name>/``, never committed)."""
     if isinstance(profile, str) and (profile in PROFILES or is_simple_name(profile)):
         return profile
     raise ConfigError(f"Invalid profile {profile!r}; choose one of {', '.join(PROFILES)}, or a name of your own "
@@ -72,9 +71,7 @@ def drop_paper(name: str) -> None:
 
 
 def check_paper(paper: str) -> str:
-    """Return ``paper`` if it names a study the project knows (a study module of
-    :mod:`vflkit.studies`, or a study registered by :func:`vflkit.studies.register`), else raise
-    a ConfigError."""
+    """Return ``paper`` if it names a study :mod:`vflkit.studies` knows, else raise a ConfigError."""
     if is_simple_name(paper) and paper in _PAPERS:
         return paper
     raise ConfigError(f"Invalid paper {paper!r}; choose one of {', '.join(sorted(_PAPERS))} (paper='demo' for "
@@ -82,8 +79,7 @@ def check_paper(paper: str) -> str:
 
 
 def check_seeds(seeds: Any, *, name: str = "seeds") -> tuple[int, ...]:
-    """``seeds`` as a tuple of integers; a scalar, an empty sequence, a string, a float or a
-    bool is a one-line ConfigError (before any work starts)."""
+    """``seeds`` as a tuple of integers; anything else is a one-line ConfigError."""
     if isinstance(seeds, (str, bytes, dict)) or not isinstance(seeds, Iterable):
         raise ConfigError(f"{name} must be a non-empty list of integers, e.g. [0, 1, 2], got {seeds!r}")
     seeds = tuple(seeds)
@@ -167,20 +163,14 @@ SHA1_10 = KeyFormat("sha1", 10, compact=False)
 
 
 class KeyedRun:
-    """The one key scheme of every run class: a mixin for frozen dataclasses.
+    """The one key scheme of every run class (a mixin for frozen dataclasses); the key names the
+    run's record. It hashes :meth:`key_dict`: every field of :attr:`KEYED_FIELDS` (frozen), each
+    other field only where it differs from its default (a new defaulted field keeps every
+    committed key), and a dataset of your own's content digest (:func:`registered_data_digest`).
 
-    A run's key names its record, ``<results>/<profile>/<paper>/<key>.json``, so a rerun finds
-    it. The key hashes :meth:`key_dict`: every field of :attr:`KEYED_FIELDS` (frozen: the
-    class's fields when its first records were committed), each other field only when it
-    differs from its default (so adding a defaulted field keeps every committed key), and, for
-    a dataset of your own, its content digest (:func:`registered_data_digest`).
-
-    A subclass declares :attr:`KEYED_FIELDS` and ``to_dict()``, and sets a hook only where it
-    differs. Two hooks exist because keys were committed before this class, in two formats that
-    must not change: :attr:`KEY_FORMAT` (the digest; :data:`SHA256_16` unless set) and
-    :meth:`key_prefix` (a readable start of the file name; none unless overridden). The third,
-    :meth:`key_defaults`, is for a run whose ``to_dict()`` spreads a nested config's fields
-    (AdptVFedConv's): those fields' defaults are the nested class's.
+    A subclass declares :attr:`KEYED_FIELDS` and ``to_dict()``; the hooks keep the formats of keys
+    committed before this class (:attr:`KEY_FORMAT`, :meth:`key_prefix`) and serve a ``to_dict()``
+    that spreads a nested config (:meth:`key_defaults`).
     """
 
     #: The fields every key hashes, default or not. Never edit a class's list: every committed
@@ -269,13 +259,8 @@ def _default_texts(cls: type) -> dict[str, str]:
 
 def registered_data_digest(dataset: str, *, recheck: bool = False) -> str | None:
     """The content digest of a dataset of your own registered under ``dataset``
-    (:func:`vflkit.data.registered_digest`, ``recheck`` as there), None for a built-in or
-    unregistered name.
-
-    Run keys add it, so a record is never reused for other data under the same name. Nothing
-    can be registered before :mod:`vflkit.data` is imported, so a key computed without it
-    (a notebook listing its runs) does not import it (and torchvision).
-    """
+    (:func:`vflkit.data.registered_digest`), None for a built-in or unregistered name: run keys
+    add it. Nothing is registered before :mod:`vflkit.data` is imported, so it is not imported here."""
     import sys
 
     data = sys.modules.get("vflkit.data")
@@ -292,11 +277,8 @@ REGISTER_HOW: dict[str, str] = {
 
 
 def registered_kind(dataset: str) -> str | None:
-    """``"image"`` or ``"tabular"`` for a dataset of your own given to
-    :func:`vflkit.data.register_dataset` under ``dataset``, None for any other name.
-
-    Like :func:`registered_data_digest` it does not import :mod:`vflkit.data`: nothing can be
-    registered before that module is imported."""
+    """``"image"`` or ``"tabular"`` for a dataset of your own registered under ``dataset``, None
+    for any other name (without importing :mod:`vflkit.data`, as :func:`registered_data_digest`)."""
     import sys
 
     data = sys.modules.get("vflkit.data")
@@ -307,8 +289,7 @@ def registered_kind(dataset: str) -> str | None:
 
 def check_dataset(dataset: str, *, method: str, kind: str, builtin: Iterable[str]) -> None:
     """A ConfigError unless ``dataset`` is one of ``builtin`` or a registered dataset of ``kind``
-    (``"image"`` or ``"tabular"``): the error names the data ``method`` takes and how to
-    register it, so a table handed to an image method says so before any work starts."""
+    (``"image"`` or ``"tabular"``), naming the data ``method`` takes and how to register it."""
     builtin = tuple(builtin)
     if isinstance(dataset, str) and dataset.strip().lower() in builtin:
         return
@@ -323,14 +304,9 @@ def check_dataset(dataset: str, *, method: str, kind: str, builtin: Iterable[str
 
 def apply_overrides(settings: dict[str, Any], overrides: dict[str, Any] | None, *,
                     run_fields: Iterable[str] = ()) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Split a study's ``overrides`` into changed profile settings and run-config fields.
-
-    Every study reads ``overrides`` the same way: a key that names one of the profile's
-    ``settings`` replaces that setting; a key that names a field of the study's run config
-    (``run_fields``) is set on every run; any other key is an error that lists the valid ones.
-    Lists (papermill passes JSON) become tuples, so that overridden settings compare equal to
-    the profile's own and configs stay hashable. Returns ``(settings, run_fields)``.
-    """
+    """Split a study's ``overrides`` into ``(settings, run_fields)``: a key naming one of the
+    profile's ``settings`` replaces it, one naming a field of ``run_fields`` is set on every run,
+    any other is an error listing the valid ones. Lists (papermill's JSON) become tuples."""
     if overrides is not None and not isinstance(overrides, dict):
         raise ConfigError(f"overrides must be a dict of setting -> value, got {overrides!r}")
     overrides = dict(overrides or {})
@@ -363,10 +339,8 @@ RUN_IDENTITY: tuple[str, ...] = ("paper", "dataset", "method", "models", "seed",
 
 def split_run_overrides(settings: dict[str, Any], overrides: dict[str, Any] | None,
                         run_class: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-    """:func:`apply_overrides` for a study of ``run_class`` runs: any field of the run class but
-    :data:`RUN_IDENTITY` may be overridden, and is then set on every run of the study, its
-    baselines' included (``{"lr": 0.01}``: every run at 0.01, C-VFL's too). The same call shape
-    in every study, so ``overrides`` means the same everywhere."""
+    """:func:`apply_overrides` for a study of ``run_class`` runs: any field but :data:`RUN_IDENTITY`
+    may be overridden, and is set on every run, its baselines' included (``{"lr": 0.01}``)."""
     import dataclasses
 
     fields = [f.name for f in dataclasses.fields(run_class) if f.name not in RUN_IDENTITY]
@@ -380,15 +354,15 @@ def override_runs(runs: Any, fields: dict[str, Any]) -> Any:
     if isinstance(runs, dict):
         return {k: override_runs(v, fields) for k, v in runs.items()}
     return [r.replace(**fields) for r in runs]
+
+
 def _is_sequence(value: Any) -> bool:
     return isinstance(value, (list, tuple))
 
 
 def _check_like(name: str, value: Any, default: Any) -> None:
-    """A ConfigError when an override does not have its setting's shape: a string (or a
-    number) where the profile has a list would be iterated letter by letter (``'mnist'`` as
-    datasets 'm', 'n', ...), a list of names where it has a list of lists likewise. Settings
-    whose profile value is None or a scalar are left to the code that reads them."""
+    """A ConfigError when an override does not have its setting's list shape (``'mnist'`` where
+    the profile has a list would be iterated letter by letter); scalars are left to their readers."""
     if _is_sequence(default):
         if not _is_sequence(value):
             raise ConfigError(f"{name} must be a list like {_plain(default)!r}, got {value!r}")
@@ -413,14 +387,8 @@ def _tuples(value: Any) -> Any:
 
 def project_root() -> Path:
     """The vflkit checkout containing the working directory; else the checkout this vflkit was
-    imported from; else the working directory.
-
-    Notebooks run with their own folder as working directory in JupyterLab and with the
-    project root under ``make study``; both must write to the same ``figures/`` and
-    ``results/``. A notebook run with its working directory elsewhere (``papermill --cwd``)
-    still reads and writes the checkout's records rather than an empty folder, unless vflkit
-    is an installed wheel (no checkout around it).
-    """
+    imported from; else the working directory. A notebook writes the same ``figures/`` and
+    ``results/`` from its own folder (JupyterLab), the root (``make study``) or elsewhere."""
     cwd = os.getcwd()
     return _checkout_above(cwd) or package_checkout() or Path(cwd)
 
@@ -471,19 +439,14 @@ def results_dir() -> Path:
 
 
 def figures_dir() -> Path:
-    """Where tables and figures are written (``$VFLKIT_FIGURES``, else ``./figures``).
-
-    Point it (and ``VFLKIT_RESULTS``) elsewhere for a run that must not replace the committed
-    outputs of its profile, e.g. a tiny slice of the paper profile.
-    """
+    """Where tables and figures are written (``$VFLKIT_FIGURES``, else ``./figures``)."""
     value = os.environ.get(FIGURES_ENV)
     return Path(value).expanduser() if value else project_root() / "figures"
 
 
 def check_device_name(device: "str | torch.device") -> None:
     """A ConfigError for a device name torch does not know ('tpu', 'gpu'), whether or not this
-    machine has the device: checked before any record is looked up, so a typo is not accepted
-    because every run it names happens to be recorded already."""
+    machine has the device (before any record is looked up, so a typo is never accepted)."""
     import torch
 
     if isinstance(device, torch.device) or device == "auto":
@@ -504,7 +467,5 @@ def resolve_device(device: "str | torch.device" = "auto") -> "torch.device":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     check_device_name(device)  # the one parse of a device name, and its error
     if str(device).startswith("cuda") and not torch.cuda.is_available():
-        from .gpu import cuda_unavailable_message
-
         raise ConfigError(cuda_unavailable_message(str(device)))
     return torch.device(device)

@@ -17,6 +17,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
+from .config import RESULTS_ENV
+from .errors import ConfigError, DiskSpaceError
+
 #: Temporary files carry this marker, the writer's pid and thread: ``.<name>.tmp<pid>-<thread>``.
 TMP_MARK = ".tmp"
 
@@ -42,9 +45,8 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
 
 
 def dumps(data: Any, *, compact: bool = False) -> str:
-    """``data`` as key-sorted JSON: indented, or ``compact`` (no whitespace), as run records are
-    written: the committed records travel with the tree to every machine that runs it, and
-    indentation would be a large share of their bytes."""
+    """``data`` as key-sorted JSON: indented, or ``compact`` (no whitespace, as run records are
+    written: they travel with the tree)."""
     if compact:
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
     return json.dumps(data, indent=1, sort_keys=True)
@@ -57,10 +59,8 @@ def write_json(path: str | Path, data: Any, *, compact: bool = False) -> None:
 
 
 def clean_stale_tmp(folder: str | Path) -> list[Path]:
-    """Remove temporary files in ``folder`` left by writers that no longer run; returns them.
-
-    Housekeeping only: a temporary that cannot be removed (a read-only results folder, where a
-    finished record must still be readable) is left where it is."""
+    """Remove temporary files in ``folder`` left by writers that no longer run (one that cannot be
+    removed is left); returns them."""
     removed = []
     for tmp in Path(folder).glob(f".*{TMP_MARK}*"):
         pid = tmp.name.rsplit(TMP_MARK, 1)[-1].split("-")[0]
@@ -75,10 +75,9 @@ def clean_stale_tmp(folder: str | Path) -> list[Path]:
 
 
 def move_aside(path: str | Path, suffix: str = ".bad") -> Path:
-    """Move ``path`` to ``<name><suffix>``, or ``<name><suffix>.2``, ``.3``, ... when that is
-    taken: a second broken file must not overwrite the evidence of the first. Returns where
-    it went. The new name is claimed with a hard link, which never replaces a file, so two
-    processes moving files aside at once cannot pick one name."""
+    """Move ``path`` to ``<name><suffix>`` (``.2``, ``.3``, ... when taken: evidence is never
+    overwritten, and the name is claimed with a hard link, so two processes cannot pick one);
+    returns where it went."""
     path = Path(path)
     for n in range(1, 10_000):
         target = path.with_name(f"{path.name}{suffix}" + (f".{n}" if n > 1 else ""))
@@ -97,11 +96,8 @@ def move_aside(path: str | Path, suffix: str = ".bad") -> Path:
 
 
 def check_free_space(folder: str | Path, need_bytes: int, what: str) -> None:
-    """A :class:`~vflkit.errors.DiskSpaceError` unless ``folder``'s file system has
-    ``need_bytes`` free for ``what`` (e.g. "the record of run <key>"). An empty file fits on a
-    full disk, so a writability probe alone lets a run train for hours and then fail to write."""
-    from .errors import DiskSpaceError
-
+    """A :class:`~vflkit.errors.DiskSpaceError` unless ``folder``'s file system has ``need_bytes``
+    free for ``what`` (a writability probe alone passes on a full disk)."""
     folder = Path(folder)
     probe = folder
     while not probe.exists() and probe != probe.parent:  # a folder not made yet: its nearest parent
@@ -119,9 +115,6 @@ def check_free_space(folder: str | Path, need_bytes: int, what: str) -> None:
 def not_writable(folder: str | Path, exc: OSError) -> Exception:
     """The ConfigError for a results folder that cannot be written (the same for the record
     store and the scheduler's locks)."""
-    from .config import RESULTS_ENV
-    from .errors import ConfigError
-
     return ConfigError(
         f"the results folder {folder} is not writable ({exc.strerror or exc}); set {RESULTS_ENV} "
         "to a writable folder (or pass results=) before training")

@@ -1,26 +1,17 @@
 """The one record store and the one run loop of every paper.
 
-A run is any frozen config with ``paper``, ``seed``, ``key`` and ``to_dict()`` (the
-:class:`Run` protocol; every run class is a :class:`~vflkit.config.KeyedRun`, the one key
-scheme): :class:`~vflkit.methods.base.RunConfig` for the batch-by-batch split and aggregation
-methods, :class:`~vflkit.methods.multi_vfl.MultiVFLConfig` for Multi-VFL,
-:class:`~vflkit.training.one_shot.OneShotRun` for the one-shot methods,
-:class:`~vflkit.training.tiles.TilesRun` for AdptVFedConv. Its key names its record: ``<results>/<profile>/<paper>/<key>.json``, so a rerun finds finished runs and skips
-them, and an interrupted study resumes at the first run without a record.
-
-:func:`run_one` trains a run with the trainer it is handed (one per protocol family, in
-:mod:`vflkit.training`, each ``train(run, *, device, checkpoint, progress, on_divergence) ->
-result``) and wraps the result in one envelope for every family::
+A run is any frozen config of the :class:`Run` protocol (every run class of
+:data:`vflkit.training.FAMILIES` is a :class:`~vflkit.config.KeyedRun`). Its key names its record,
+``<results>/<profile>/<paper>/<key>.json``, so a rerun skips finished runs and an interrupted study
+resumes. :func:`run_together` (a run at a time for :func:`run_one` and :func:`run_many`, a pack at
+a time for the packed trainer) trains with the trainer it is handed and writes, atomically, one
+envelope for every family::
 
     {key, profile, config, environment, finished, wall_time_s, peak_memory_mb,
      peak_memory_kind, diverged, **result}
 
-written atomically; a record made on another machine also holds :data:`RECEIVED` once
-:func:`vflkit.ops.windows.receive` took it in. :func:`run_together` is the one path from results to records: ``run_one``
-and ``run_many`` go through it a run at a time, the packed trainer
-(:func:`vflkit.training.split.run_pack`) a pack of runs at a time. This module imports no
-method and no trainer (they are handed in), so the plotting layer (:mod:`vflkit.report`) can
-read records without pulling in the runner.
+(a record made on another machine also holds :data:`RECEIVED`). No method or trainer is imported
+here, so the plotting layer can read records without the runner.
 """
 
 from __future__ import annotations
@@ -47,21 +38,21 @@ from .config import (RESULTS_ENV, check_device_name, check_paper, check_record_p
 from .errors import ConfigError, DiskSpaceError, DivergenceError, RecordWriteError
 from . import files as _files
 from .files import TMP_MARK, clean_stale_tmp
+from .training import FAMILIES
 
 #: Envelope fields the run loop writes; a trainer's result may not use these names (except
 #: ``wall_time_s`` and ``diverged``, which a trainer that resumes or stops early reports itself).
 ENVELOPE: tuple[str, ...] = ("key", "profile", "config", "environment", "finished", "wall_time_s",
                              "peak_memory_mb", "peak_memory_kind", "diverged")
-#: The mark a record made on another machine carries once :func:`vflkit.ops.windows.receive` took it
+#: The mark a record made on another machine carries once :func:`vflkit.ops.launcher.receive` took it
 #: in: ``{"from": <the machine's name>, "at": <when it was received, as "finished" is written>}``.
 #: Not part of the envelope: a record made here has none. It is not part of the key or config.
 RECEIVED = "received"
 
 
 class Run(Protocol):
-    """What the record store needs of a run config. Every run class of
-    :data:`vflkit.training.FAMILIES` is a :class:`~vflkit.config.KeyedRun`, which gives ``key``
-    (the one key scheme) and declares ``to_dict``; the class gives ``paper`` and ``seed``."""
+    """What the record store needs of a run config (a :class:`~vflkit.config.KeyedRun` gives
+    ``key`` and ``to_dict``)."""
 
     paper: str
     seed: int
@@ -96,12 +87,8 @@ def _cpu_name() -> str:
 
 
 def git_state() -> dict[str, Any]:
-    """The checkout's commit and whether vflkit's own files differ from it.
-
-    ``vflkit_modified`` is what tells a reader whether the committed code produced a record: a
-    run made with uncommitted changes to the package names the commit it started from, not
-    the code it ran. Changes outside ``vflkit/`` (notebooks, results) do not affect a run.
-    """
+    """The checkout's commit and whether vflkit's own files differ from it (``vflkit_modified``:
+    a run made with uncommitted changes to the package names a commit whose code it did not run)."""
     here = Path(__file__).resolve().parent
     out: dict[str, Any] = {}
     if os.environ.get("VFLKIT_GIT_COMMIT"):
@@ -125,8 +112,7 @@ def git_state() -> dict[str, Any]:
 
 
 def machine_info(device: torch.device) -> dict[str, str]:
-    """The machine part of :func:`environment_info`, which sets a run's speed as well as its
-    numbers: the device's name, the CPU's and the instruction set PyTorch dispatches to."""
+    """The machine part of :func:`environment_info` (it sets a run's speed as well as its numbers)."""
     return {
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine(),
         "cpu": _cpu_name(),
@@ -135,16 +121,11 @@ def machine_info(device: torch.device) -> dict[str, str]:
 
 
 def environment_info(device: torch.device) -> dict[str, Any]:
-    """Device, CPU, library versions and the code's commit, for the record.
-
-    The CPU is part of it because the same seeded run gives different numbers on different
-    CPUs: PyTorch's and MKL's kernels are chosen per instruction set (AVX2, AVX-512) and round
-    differently, and training amplifies the difference (measured on the APC-VFL autoencoders).
-    The instruction set PyTorch dispatches to (``cpu_capability``) is recorded beside the CPU's
-    name, which a virtual machine may give as little as "AMD EPYC" on hosts with and without
-    AVX-512; pinning it (``ATEN_CPU_CAPABILITY`` and oneDNN's ``ONEDNN_MAX_CPU_ISA``, recorded
-    when set) reproduces a record on a CPU that has more.
-    """
+    """Device, CPU, library versions and the code's commit, for the record. The CPU and the
+    instruction set PyTorch dispatches to (``cpu_capability``; a VM may name its CPU only "AMD
+    EPYC") are part of it because kernels chosen per instruction set round differently, so one
+    seeded run differs between CPUs; pinning it (``ATEN_CPU_CAPABILITY``, ``ONEDNN_MAX_CPU_ISA``,
+    recorded when set) reproduces a record on a CPU that has more."""
     import numpy
     import torchvision
 
@@ -236,8 +217,7 @@ def read_record(path: Path) -> dict[str, Any]:
 
 
 def received_problem(mark: Any) -> str | None:
-    """What is wrong with a record's :data:`RECEIVED` mark, or None when it names a machine and a
-    time: a mark that says neither cannot tell a reader where the record was made."""
+    """What is wrong with a record's :data:`RECEIVED` mark, or None when it names a machine and a time."""
     if not isinstance(mark, dict) or set(mark) != {"from", "at"}:
         return f"must be {{'from': <machine>, 'at': <time>}}, got {mark!r}"
     if not isinstance(mark["from"], str) or not mark["from"].strip():
@@ -251,12 +231,8 @@ def received_problem(mark: Any) -> str | None:
 
 def record_problem(path: str | Path, *, key: str | None = None, profile: str | None = None) -> str | None:
     """What is wrong with the record at ``path`` (``"no record"`` when there is no file), or None
-    when it is a whole record (of ``key`` and ``profile`` where given).
-
-    The one test of "this run is recorded" for everything that does not hold the run config
-    (the scheduler, ``python -m vflkit.study``, ``--status``): a truncated, empty or incomplete
-    file is not a record. :func:`check_record`, given the run, adds its config.
-    """
+    when it is a whole record (of ``key`` and ``profile`` where given): the one test of "recorded"
+    where the run config is not at hand (:func:`check_record` adds the config)."""
     path = Path(path)
     if not path.exists():
         return "no record"
@@ -290,8 +266,8 @@ def check_record(path: Path, run: Run, profile: str) -> dict[str, Any]:
 
 
 def move_aside(path: Path, reason: str, *, stacklevel: int = 2) -> Path:
-    """Move a file that is not a record to ``<name>.bad`` (``.bad.2``, ... if that is taken: each
-    broken file is kept as evidence) with a warning that the run is recomputed."""
+    """Move a file that is not a record to ``<name>.bad`` (:func:`vflkit.files.move_aside`) with a
+    warning that the run is recomputed."""
     bad = _files.move_aside(path, ".bad")
     warnings.warn(f"{reason}; moved it to {bad.name} and recomputing the run", stacklevel=stacklevel + 1)
     return bad
@@ -315,14 +291,12 @@ def load_record(run: Run, profile: str, root: str | Path | None = None) -> dict[
 
 
 def record_roots() -> list[Path]:
-    """Where recorded runs are looked for: ``VFLKIT_RESULTS``, then the project's ``results/``
-    (where the committed ones stay when ``VFLKIT_RESULTS`` points a trial run elsewhere)."""
+    """Where recorded runs are looked for: ``VFLKIT_RESULTS``, then the project's (committed) ``results/``."""
     return list(dict.fromkeys([results_dir(), project_root() / "results"]))
 
 
 def load_available(runs: Iterable[Run], *, profile: str) -> list[dict[str, Any]]:
-    """The records that exist for ``runs``, checked like :func:`load_recorded`, the missing
-    ones skipped: for a profile whose records accumulate over many invocations (``paper``)."""
+    """The records that exist for ``runs`` (checked like :func:`load_recorded`), the missing skipped."""
     check_record_profile(profile)
     out = []
     for run in runs:
@@ -335,14 +309,9 @@ def load_available(runs: Iterable[Run], *, profile: str) -> list[dict[str, Any]]
 
 
 def load_recorded(runs: Iterable[Run], *, profile: str) -> list[dict[str, Any]]:
-    """The records an earlier run of ``profile`` wrote for ``runs``; nothing is trained.
-
-    A notebook shows the committed records of a profile it is not running (e.g. the quick
-    profile's results beside a smoke run) with this. They are looked for under
-    ``VFLKIT_RESULTS`` and then under the project's own ``results/``, where the committed ones
-    stay when ``VFLKIT_RESULTS`` points a trial run elsewhere. A missing record is an error
-    that says how to make it; so is a file that is not the run's record (it names the file).
-    """
+    """The records an earlier run of ``profile`` wrote for ``runs`` (all from the first of
+    :func:`record_roots` that has them); nothing is trained. A missing record, or a file that is
+    not the run's, is an error that says how to make it."""
     check_record_profile(profile)
     runs = list(runs)
     first_missing: list[Path] | None = None
@@ -371,9 +340,7 @@ def load_recorded(runs: Iterable[Run], *, profile: str) -> list[dict[str, Any]]:
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     """Write ``data`` to ``path`` through a temporary file, flushed to disk before the rename
     that publishes it: a reader never sees half a record, even after a crash."""
-    from .files import write_json
-
-    write_json(path, data, compact=True)
+    _files.write_json(path, data, compact=True)
 
 
 def json_default(obj: Any) -> Any:
@@ -387,9 +354,8 @@ def json_default(obj: Any) -> Any:
 
 
 def _reset_peak_rss() -> bool:
-    """Reset this process's peak resident set size (Linux's VmHWM, via ``clear_refs``), so that
-    the next reading is the peak of this run alone, not of every run the same worker process
-    computed before it. False where the kernel does not offer it."""
+    """Reset this process's peak resident set size (Linux's VmHWM), so the next reading is this
+    run's alone; False where the kernel does not offer it."""
     try:
         Path("/proc/self/clear_refs").write_text("5")
     except OSError:
@@ -409,9 +375,7 @@ def _peak_rss_mb() -> float | None:
 
 def _peak_memory(device: torch.device, rss_reset: bool = False) -> tuple[float, str]:
     """This run's peak memory and what it measures: CUDA's allocated peak; on a CPU the process's
-    peak resident set since the run started (``rss_reset``: the counter was reset at its start,
-    and it includes what the process already held, e.g. the decoded dataset), else the
-    process's lifetime peak."""
+    peak resident set since the run started (where ``rss_reset``), else over its lifetime."""
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20, "cuda_max_allocated"
     peak = _peak_rss_mb() if rss_reset else None
@@ -452,8 +416,7 @@ MIN_FREE_BYTES = 64 * 2**20
 
 def _check_writable(folder: Path, what: str = "a run") -> None:
     """A ConfigError naming ``folder`` unless records can be written there, and a
-    :class:`~vflkit.errors.DiskSpaceError` unless it has :data:`MIN_FREE_BYTES` free (an empty
-    probe file fits on a full disk, so writability alone lets a run train and then fail)."""
+    :class:`~vflkit.errors.DiskSpaceError` unless it has :data:`MIN_FREE_BYTES` free."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
         # named like a temporary of this process, so that a kill right here leaves nothing
@@ -467,8 +430,7 @@ def _check_writable(folder: Path, what: str = "a run") -> None:
 
 
 def _write_record(path: Path, record: dict[str, Any], run: Run, profile: str) -> None:
-    """Write a finished run's record; if that fails (a full disk, a folder gone read-only while
-    it trained), keep the trained result: write it under the temporary folder instead and
+    """Write a finished run's record; where that fails, write it under the temporary folder and
     raise a :class:`~vflkit.errors.RecordWriteError` that carries it and says where it is."""
     text = _files.dumps(record, compact=True)
     try:
@@ -496,14 +458,10 @@ def _write_record(path: Path, record: dict[str, Any], run: Run, profile: str) ->
 
 def _lookup(run: Run, *, profile: str, results: str | Path | None, force: bool, on_divergence: str,
             recompute_after: datetime | None) -> tuple[Path, dict[str, Any] | None]:
-    """The record path of ``run`` and its reusable record, or None if it must be trained.
-
-    A file there that is not the run's record is moved aside (``<key>.json.bad``) with a
-    warning; a record older than ``recompute_after`` is not reused; a diverged record made
-    under ``on_divergence="record"`` is a DivergenceError for a run asked for with "raise".
-    A run on a dataset of your own is keyed by that data as it is now, read whole
-    (:func:`vflkit.config.registered_data_digest`): one edited in place since is another run.
-    """
+    """The record path of ``run`` and its reusable record, or None if it must be trained: a file
+    that is not the run's record is moved aside (``.bad``) with a warning, one older than
+    ``recompute_after`` is not reused, a diverged one is a DivergenceError under "raise". A
+    dataset of your own is digested as it is now: one edited in place since is another run."""
     dataset = getattr(run, "dataset", None)
     if isinstance(dataset, str):
         registered_data_digest(dataset, recheck=True)
@@ -528,15 +486,11 @@ def _lookup(run: Run, *, profile: str, results: str | Path | None, force: bool, 
     return path, rec
 
 
-#: The results version of each protocol family (:data:`vflkit.training.FAMILIES`): what its
-#: runs compute. Raise a family's by one, by hand, in the commit that changes its numbers (a
-#: protocol step, an optimiser, an initialisation, a partition: whatever moves a committed record's
-#: scores or ledger), and never for a change that computes the same numbers (a refactor, a new
-#: option off by default, the tables and the report). A record names the version it was made at
-#: (``environment["results_version"]``; records made before the field are version
-#: :data:`FIRST_RESULTS_VERSION`), and a reused record of another version is named in a warning.
-#: tests/test_committed_records_rerun.py keeps this honest: the committed records it computes
-#: again must be of the current version, and must come out the same.
+#: The results version of each protocol family: raise a family's by one, by hand, in the commit
+#: that changes what its runs compute (a committed record's scores or ledger), never for a change
+#: that computes the same numbers. A record names it (``environment["results_version"]``); a
+#: reused record of another version is named in a warning; tests/test_committed_records_rerun.py
+#: computes committed records again, which must be of the current version and come out the same.
 RESULTS_VERSION: dict[str, int] = {"split": 1, "multi_owner": 1, "one_shot": 1, "tiles": 1}
 #: The version of the records made before ``results_version`` was recorded, and of a run whose
 #: class is no family's (a run class of your own).
@@ -546,8 +500,6 @@ FIRST_RESULTS_VERSION = 1
 def run_family(run: Run) -> str | None:
     """The protocol family (:data:`vflkit.training.FAMILIES`) whose run class ``run`` is, or
     None for a run class of no family."""
-    from .training import FAMILIES  # the registry beside the trainers, which import this module
-
     spec = f"{type(run).__module__}:{type(run).__qualname__}"
     return next((name for name, fam in FAMILIES.items() if fam.run_class == spec), None)
 
@@ -564,12 +516,10 @@ def recorded_results_version(rec: dict[str, Any]) -> int:
 
 
 def _warn_other_code(reused: list[tuple[Run, dict[str, Any]]]) -> None:
-    """One warning for the reused records that the code here may not compute: those of another
-    results version than their family's now (:data:`RESULTS_VERSION`: its computation changed
-    since, or they are from a newer checkout), and those made with uncommitted changes to
-    ``vflkit/`` (no commit says what made them). A record of another commit with the same
-    results version (every committed record on a fresh clone, as a rule) is reused silently:
-    refactors do not change what a run computes, and the committed-records rerun test checks it."""
+    """One warning for the reused records this code may not compute: those of another
+    :data:`RESULTS_VERSION` than their family's now, and those made with uncommitted changes to
+    ``vflkit/``. Another commit at the same results version is reused silently (the
+    committed-records rerun test checks that refactors compute the same)."""
     versions: dict[tuple[str, int, int], list[str]] = {}
     modified: list[str] = []
     for run, rec in reused:
@@ -598,25 +548,15 @@ def run_one(run: Run, *, train: Trainer, profile: str, device: str | torch.devic
             recompute_before: str | None = None) -> dict[str, Any]:
     """Train ``run`` with ``train`` (or load its finished record) and return the record.
 
-    ``on_divergence``: ``"raise"`` lets a trainer's :class:`~vflkit.errors.DivergenceError`
-    stop the study; ``"record"`` asks the trainer to stop the run there, evaluate what it has
-    and say where it diverged (``record["diverged"]``). A trainer that keeps a checkpoint
-    (``checkpoint``, beside the record: the split trainer per epoch, Multi-VFL's per round)
-    resumes from it; the checkpoint is deleted once the record is written. ``deadline`` (a
-    ``time.time()`` value, from the scheduler's budget): a trainer that checkpoints stops at the
-    end of the last epoch or round that ends before it and raises
-    :class:`~vflkit.errors.BudgetExhausted`; rerunning resumes. The one-shot trainer, whose runs
-    are short, only refuses to start after the deadline.
-
-    A record is reused only if it is the run's (valid JSON, the whole envelope, the run's key,
-    config and profile); anything else at its path is moved aside with a warning and the run
-    recomputed. A reused record of another results version than its family's
-    (:data:`RESULTS_VERSION`), or made with uncommitted changes to ``vflkit/``, is named in a
-    warning; ``recompute_before`` (a commit) recomputes the records
-    finished before that commit's date. A run asked for with ``on_divergence="raise"`` never
-    receives a diverged record silently (DivergenceError). The results folder is checked for
-    writability before training starts.
-    """
+    ``on_divergence``: ``"raise"`` lets a trainer's :class:`~vflkit.errors.DivergenceError` stop
+    the study (and refuses a diverged record); ``"record"`` has the trainer stop the run there,
+    evaluate it and say where it diverged (``record["diverged"]``). A trainer resumes from its
+    checkpoint beside the record, deleted once the record is written. ``deadline`` (a
+    ``time.time()``): a trainer that checkpoints stops after the last epoch or round ending before
+    it and raises :class:`~vflkit.errors.BudgetExhausted` (the one-shot trainer only refuses to
+    start). A record is reused only if it is the run's (:func:`check_record`; else moved aside and
+    recomputed), and named in a warning by :func:`_warn_other_code`; ``recompute_before`` (a
+    commit) recomputes the records finished before its date."""
     _check_on_divergence(on_divergence)
     after = commit_date(recompute_before) if recompute_before is not None else None
     reused: list[tuple[Run, dict[str, Any]]] = []
@@ -652,21 +592,13 @@ def run_together(runs: Sequence[Run], *, train_all: GroupTrainer, profile: str, 
                  results: str | Path | None = None, force: bool = False, on_divergence: str = "raise",
                  recompute_after: datetime | None = None,
                  reused: list[tuple[Run, dict[str, Any]]] | None = None) -> list[dict[str, Any]]:
-    """The records of ``runs``, in their order: those recorded are loaded, the others trained by
-    one call of ``train_all`` and each written under its own key.
-
-    The one path from a trainer's results to a written record: :func:`run_one` and
-    :func:`run_many` train one run per call through it, the packed trainer
-    (:func:`vflkit.training.split.run_pack`) a whole pack. Every run trained in one call shares
-    its environment, its ``peak_memory_mb`` (they hold the memory together) and, where a result
-    does not report its own ``wall_time_s``, the call's wall time. A result that uses an
-    envelope name (other than ``wall_time_s`` and ``diverged``) is refused before anything is
-    written. Records are looked up as by :func:`run_one` (a record finished before
-    ``recompute_after`` is not reused); the reused ones are appended to ``reused``, each with its
-    run. A record names its family's :data:`RESULTS_VERSION` (``environment["results_version"]``).
-    A diverged run's final scores (:data:`FINAL_FIELDS`) are written as NaN: its broken models'
-    scores (a NaN model's arg-max, about chance) measure nothing; its history keeps them.
-    """
+    """The records of ``runs``, in their order: those recorded are loaded (and appended to
+    ``reused`` with their runs), the others trained by one call of ``train_all`` and each written
+    under its own key, the one path from results to records. The runs of one call share its
+    environment, ``peak_memory_mb`` and (unless a result reports its own) wall time. A result
+    using an envelope name is refused before anything is written. A diverged run's final scores
+    (:data:`FINAL_FIELDS`) are written as NaN (a broken model's scores measure nothing); its
+    history keeps them."""
     _check_on_divergence(on_divergence)
     runs = list(runs)
     paths: dict[str, Path] = {}
@@ -745,18 +677,12 @@ def run_many(runs: Iterable[Run], *, train: Trainer, profile: str, device: str |
              results: str | Path | None = None, progress: bool = True, on_divergence: str = "raise",
              desc: str = "runs", recompute_before: str | None = None,
              needs_gpu: Callable[[Any], bool] | None = None) -> list[dict[str, Any]]:
-    """Run every run in order, skipping those with a record; returns their records.
+    """Run every run in order, skipping those with a record; returns their records. Every record
+    is looked up and the folders checked for writability before any training.
 
-    ``needs_gpu`` (a study's ``needs_gpu(run)``): on a device other than CUDA the runs it names
-    are not trained, the same rule as ``python -m vflkit.study`` (a ResNet or 500-round run
-    would take the CPU days); their records are returned where they exist (made on a GPU) and a
-    warning counts the others. Pass ``needs_gpu=None`` to train everything here.
-
-    Before any training: every record is looked up (bad files moved aside, diverged records
-    refused under ``on_divergence="raise"``) and the folders of the runs to train are checked
-    for writability. One warning names the reused records this code may not compute (of another
-    results version, or made from uncommitted code: :func:`_warn_other_code`).
-    """
+    ``needs_gpu`` (a study's ``needs_gpu(run)``): off CUDA the runs it names are not trained, as
+    ``python -m vflkit.study`` does; their records are returned where they exist (made on a GPU)
+    and a warning counts the others. ``needs_gpu=None`` trains everything here."""
     _check_on_divergence(on_divergence)
     check_record_profile(profile)
     check_device_name(device)

@@ -1,25 +1,9 @@
 """The reproduction report: ``figures/REPORT.md``, regenerated from records and the papers' numbers.
 
-``python -m vflkit.reproduction`` (``make report``; ``make study`` ends with it) writes one
-section per paper with
-
-* every artefact the paper prints (each table and figure): the profiles whose records it has,
-  where those come from (when they finished, the commit, the device) and its status, with links
-  to the notebook and to the CSV and PNG the notebook wrote under ``figures/<paper>/<profile>/``;
-* every number the paper prints (:func:`vflkit.report.load_reference`) beside ours, read from the
-  tables the studies wrote (the reference long format of :func:`vflkit.report.write_table`), the
-  paper profile's value where there is one, else the quick profile's; with the gap and whether it
-  lies within the paper's std, ours, or 2 points; and a figure of ours against the paper's;
-* every claim (the study's ``CLAIMS``, judged by :func:`vflkit.claims.evaluate`) per profile,
-  and the figure-only claims of the reference README mapped onto them;
-
-and ends with findings beyond the papers, computed from the records where the study provides the
-function. Nothing is trained: the records that exist are loaded and the missing ones skipped, so a
-profile without records reads "not recorded" / "not testable at this profile", not an error.
-
-The papers are the registered studies (:mod:`vflkit.studies`): titles, artefacts, pending
-prices, claims and findings all come from each study's declaration
-(:class:`vflkit.studies.base.Study`), so this module names no paper.
+``python -m vflkit.reproduction`` (``make report``; ``make study`` ends with it) writes, per
+registered study (:class:`vflkit.studies.base.Study`), its artefacts' status, the paper's numbers
+beside ours, its claims judged and its findings beyond the paper, from the records that exist
+(nothing is trained). What each section holds: docs/studies.md, "The reproduction report".
 """
 
 from __future__ import annotations
@@ -28,6 +12,7 @@ import argparse
 import hashlib
 import json
 import re
+import statistics
 import sys
 import time
 import warnings
@@ -60,10 +45,12 @@ from . import claims as claimlib
 from . import records as store
 from . import studies
 from .files import atomic_path
+from .ops import pricing
 from .report import KEY_COLUMNS, TABLE_COLUMNS, load_reference, set_style, shown_path
 from .studies.base import Artefact, Study, key_of as _key  # noqa: F401  (Artefact: reproduction.Artefact, by name)
 from .config import DATA_ENV, FIGURES_ENV, RESULTS_ENV, check_record_profile, data_root, figures_dir, project_root, results_dir
 from .records import record_roots
+from .studies import vfedmh
 
 #: The tolerance of "within 2 points" (percentage points of a score).
 POINTS = 2.0
@@ -96,14 +83,11 @@ def __getattr__(name: str) -> Any:
         return {s.name: s.title for s in _reported()}
     if name == "ARTEFACTS":  # per paper, the tables and figures it prints, in its order
         return {s.name: s.artefacts for s in _reported()}
-    if name == "BEYOND":  # per paper, its findings beyond the paper (a function of its Evidence)
-        return {s.name: s.beyond for s in _reported() if s.beyond is not None}
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class _Records:
     """The records of each (paper, profile), loaded once per report; nothing is trained."""
-
     def __init__(self) -> None:
         self._cache: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
         self.problems: list[str] = []
@@ -127,9 +111,7 @@ class _Records:
 
 
 class _Evidence:
-    """One study's records as the report loaded them (:class:`vflkit.studies.base.Evidence`):
-    what its findings beyond the paper are computed from."""
-
+    """One study's records as the report loaded them (:class:`vflkit.studies.base.Evidence`)."""
     def __init__(self, study: Study, profiles: Sequence[str], recs: _Records) -> None:
         self.study, self.profiles, self._recs = study, list(profiles), recs
 
@@ -137,9 +119,8 @@ class _Evidence:
         return self._recs.get(self.study.name, profile)
 
     def first_with_records(self) -> tuple[str, dict[str, dict[str, Any]]] | None:
-        """The profile whose runs are the most completely recorded (the first of the profiles on
-        a tie) and its records; None when no profile has any. A profile with a handful of
-        records (the paper profile's first runs) gives thinner evidence than a complete reduced one."""
+        """The profile whose runs are the most completely recorded (the first on a tie) and its
+        records; None when no profile has any."""
         share = {p: len(self.get(p)) / max(1, len(self.runs(p))) for p in self.profiles}
         best = max(self.profiles, key=lambda p: share[p]) if self.profiles else None
         return (best, self.get(best)) if best is not None and share[best] > 0 else None
@@ -161,17 +142,8 @@ class _Evidence:
         return _markdown(df)
 
 
-def _pending_cost(study: Study, runs: Sequence[Any]) -> pd.DataFrame:
-    """The pending paper-profile ``runs`` of an artefact: what each needs (GPU or CPU) and its
-    estimated cost (columns ``needs, h100_min, cpu_h, source``), from the one estimator
-    :func:`vflkit.ops.pricing.price` that ``--status`` prints too."""
-    from .ops import pricing  # the operating wing: the report prints its prices
-
-    return pricing.price(study, runs)
-
-
 def _pending_text(cost: pd.DataFrame) -> str:
-    """"pending: GPU (n runs, est. ...), CPU (...)" from :func:`_pending_cost`; "" when none."""
+    """"pending: GPU (n runs, est. ...), CPU (...)" from :func:`vflkit.ops.pricing.price`; "" when none."""
     parts = []
     for needs in ("GPU", "CPU"):
         d = cost[cost["needs"] == needs]
@@ -186,9 +158,8 @@ def _pending_text(cost: pd.DataFrame) -> str:
 
 
 def _provenance(profile: str, runs: Sequence[Any], recs: Sequence[dict[str, Any]]) -> str:
-    """One line: runs recorded, seeds, when they finished, commits and devices (from the records),
-    and how many were received from another machine (the mark :func:`vflkit.ops.windows.receive`
-    puts on records made on a GPU machine: made elsewhere, checked here by key and config only)."""
+    """One line: runs recorded, seeds, when they finished, commits and devices, and how many were
+    received from another machine (:data:`vflkit.records.RECEIVED`)."""
     seeds = sorted({r["config"].get("seed") for r in recs if r["config"].get("seed") is not None})
     days = sorted(r["finished"][:10] for r in recs if r.get("finished"))
     when = ("" if not days else days[0] if days[0] == days[-1] else f"{days[0]} to {days[-1]}")
@@ -207,11 +178,9 @@ def _provenance(profile: str, runs: Sequence[Any], recs: Sequence[dict[str, Any]
 
 
 def runs_status(paper: str, profile: str = "paper", recs: _Records | None = None) -> str:
-    """How far ``paper``'s study is recorded under ``profile``, from its records: "k of N runs
-    recorded"; for a reduced profile what its records' wall times add up to (what recomputing it
-    costs, one run at a time), and for the paper profile what is pending (GPU or CPU, with the
-    study's cost estimate) and what cannot run here; the notebooks open with it, the report's
-    overview and the status table of docs/studies.md carry it."""
+    """How far ``paper``'s study is recorded under ``profile``: "k of N runs recorded", for a reduced
+    profile its records' summed wall times, for the paper profile what is pending (with its
+    estimated cost) and what cannot run here."""
     study = studies.get(paper)
     recs = recs if recs is not None else _Records()
     runs = study.runs(profile)
@@ -223,7 +192,7 @@ def runs_status(paper: str, profile: str = "paper", recs: _Records | None = None
     if profile == "paper":
         impossible = study.unavailable(runs)
         skip = {_key(c) for c in impossible} | set(have)
-        pending = _pending_text(_pending_cost(study, [c for c in runs if _key(c) not in skip]))
+        pending = _pending_text(pricing.price(study, [c for c in runs if _key(c) not in skip]))
         if pending:
             parts.append(pending)
         if impossible:
@@ -255,7 +224,7 @@ def artefact_table(paper: str, profiles: Sequence[str], recs: _Records) -> pd.Da
                 impossible = study.unavailable(runs)
                 skip = {_key(c) for c in impossible} | set(have)
                 todo = [c for c in runs if _key(c) not in skip]
-                pending = _pending_text(_pending_cost(study, todo))
+                pending = _pending_text(pricing.price(study, todo))
         kind, status = _status(counts, profiles, pending, impossible, paper)
         rows.append({"artefact": art.label, "profiles recorded": "<br>".join(lines) or "none",
                      "status": status, "links": " · ".join(dict.fromkeys(links)), "kind": kind})
@@ -310,10 +279,7 @@ def _dataset_title(paper: str, dataset: str) -> str:
 
 def measured(paper: str, profiles: Sequence[str]) -> pd.DataFrame:
     """Our rows in the reference long format: every table the study wrote under
-    ``figures/<paper>/<profile>/`` (a CSV with the columns of :data:`vflkit.report.TABLE_COLUMNS`).
-    The paper profile's are written by the quick notebooks as far as recorded, and
-    ``tests/test_reproduction.py`` fails when one is stale against the committed records.
-    ``source`` says where each row comes from."""
+    ``figures/<paper>/<profile>/``, ``source`` linking each row's."""
     frames = []
     for profile in profiles:
         folder = figures_dir() / paper / profile
@@ -343,12 +309,10 @@ _LABELLED_WHY = {"method": "another reading ({what}) of {cell}", "setting": "ano
 
 def _beside(ours: pd.DataFrame, ref: pd.DataFrame, uncounted_tables: Mapping[str, str],
             uncounted_datasets: Mapping[str, str]) -> pd.DataFrame:
-    """``ours`` (:func:`measured`) with each row's printed cell and whether it is counted: a row
-    labelled as another reading or rate of a printed cell (:data:`_LABELLED`, e.g. VFedMH's
-    "Heter_aggVFL (own logits)", "optimizer=Adam, lr=0.001") takes that cell's key and keeps its
-    label in ``our_label``; ``not_counted`` says why a row is shown but not counted ("" when it
-    is): its label, a table or dataset the study declares uncounted (:attr:`Study.uncounted_tables`,
-    :attr:`Study.uncounted_datasets`), a profile other than :data:`FULL_SCALE`."""
+    """``ours`` (:func:`measured`) with each row's printed cell: a row labelled as another reading or
+    rate of one (:data:`_LABELLED`) takes its key and keeps the label in ``our_label``;
+    ``not_counted`` says why a row is not counted ("" when it is): its label, a table or dataset
+    the study declares uncounted, a profile other than :data:`FULL_SCALE`."""
     printed = set(map(tuple, ref[_KEYS].to_numpy()))
     out = ours.assign(our_label="", not_counted="")
     for i, row in out.iterrows():
@@ -378,15 +342,11 @@ def _scale(metric: str) -> float | None:
 
 
 def compare(paper: str, profiles: Sequence[str]) -> pd.DataFrame:
-    """Every number ``paper`` prints beside ours: one row per reference row and our matching row
-    (several where one printed cell has several of ours, e.g. EASTER's Table VII under two network
-    topologies; none: one row with status "not recorded"). Ours is the first of ``profiles`` that
-    has the cell. A row of ours matches on the key columns; where a study relabels the model
-    column (AdptVFedConv's width-reduced VGG-16), on the others, if no row of ours matches exactly.
-    Each row says whether it is ``counted`` as the comparison of its cell, and if not why
-    (``not_counted``: another reading, rate, model, profile or an uncounted table, :func:`_beside`);
-    a cell's counted row comes first. Each reading, rate and uncounted table of a cell is shown
-    from the first profile that has it."""
+    """Every number ``paper`` prints beside ours: one row per printed cell and row of ours that
+    matches it on the key columns (or on all but the model where none matches exactly), each
+    reading, rate and uncounted table from the first of ``profiles`` that has it ("not recorded"
+    where none). Each row says whether it is ``counted`` as its cell's comparison (first), and if
+    not why (``not_counted``, :func:`_beside`)."""
     ref = load_reference(paper).reset_index(names="ref_row")
     ref = ref.assign(**{c: ref[c].fillna("").astype(str) for c in KEY_COLUMNS})
     study = studies.get(paper)
@@ -448,17 +408,14 @@ def compare(paper: str, profiles: Sequence[str]) -> pd.DataFrame:
 
 
 def counted(cells: pd.DataFrame) -> pd.DataFrame:
-    """:func:`compare`'s comparisons that count: one per printed cell, at the paper's scale, on
-    the paper's model, reading and rate (each row's ``counted``)."""
+    """:func:`compare`'s comparisons that count: one per printed cell (each row's ``counted``)."""
     keep = (cells["status"] == COMPARED) & cells["counted"].fillna(False).astype(bool)
     return cells[keep].drop_duplicates("ref_row")
 
 
 def table_summary(cells: pd.DataFrame) -> pd.DataFrame:
-    """Per printed table: cells printed, compared, within 2 points (of the score cells compared)
-    and the mean |gap| in points; within the paper's and our std. A printed cell counts once, by
-    its counted row (:func:`counted`); the rows shown beside it but not counted (another reading,
-    rate, model or profile) are counted apart."""
+    """Per printed table: cells printed, compared (once, by :func:`counted`), shown but not counted,
+    within 2 points and the mean |gap| in points of the scores, within the paper's and our std."""
     rows = []
     for table, g in cells.groupby("table", sort=False):
         cmp_ = counted(g)
@@ -562,10 +519,8 @@ def map_readme(readme: pd.DataFrame, evaluated: pd.DataFrame) -> pd.DataFrame:
 
 def evaluate_claims(paper: str, profiles: Sequence[str], *, variants: bool = False,
                     recs: _Records | None = None) -> pd.DataFrame:
-    """The study's CLAIMS judged at each profile (:func:`vflkit.claims.evaluate`) on the records
-    ``recs`` holds (None: loaded for this call); with ``variants``, its VARIANT_CLAIMS instead: the
-    same clauses on vflkit's labelled variants (sensitivity rows, our design choices), which are
-    never counted as the paper's."""
+    """The study's CLAIMS (with ``variants``, its VARIANT_CLAIMS, never counted as the paper's)
+    judged at each profile on the records ``recs`` holds (None: loaded for this call)."""
     study = studies.get(paper)
     recs = _Records() if recs is None else recs
     tables = [claimlib.evaluate(study.variant_claims if variants else study.claims, p, recs.get(paper, p))
@@ -782,15 +737,9 @@ STAMP_PATTERN = re.compile(r"<!-- built from (\d+) records and (\d+) notebook ou
 
 
 def inputs_stamp(profiles: Sequence[str]) -> str:
-    """The report's last line, an HTML comment naming what it was built from: the records of
-    ``profiles`` (``results/<profile>/<paper>/*.json``) and the files the notebooks wrote
-    (``figures/<paper>/<profile>/``), counted, and one SHA-256 over their paths and the contents
-    of the records and CSVs (PNGs by name only: the report links them, never reads them).
-
-    Checking a committed report against the records costs this hash (a second for thousands of
-    records), where rebuilding it costs minutes that grow with every record: the test suite's fast
-    tier compares stamps, its slow tier rebuilds."""
-
+    """The report's last line, an HTML comment: the records of ``profiles`` and the files the
+    notebooks wrote, counted, and one SHA-256 over their paths and the records' and CSVs' contents
+    (PNGs by name), so a test checks a committed report in a second without rebuilding it."""
     files: list[tuple[str, Path]] = []
     for profile in profiles:
         # every root the report reads records from (VFLKIT_RESULTS, then the committed results/),
@@ -862,13 +811,9 @@ def _reading_note(row: Any, alternatives: pd.DataFrame) -> str:
 
 
 def findings_section(judged: dict[str, pd.DataFrame], profiles: Sequence[str]) -> list[str]:
-    """The report's summary of findings: per paper, its verdict counts at each profile and every
-    clause decided at the largest profile that *tested* it (:func:`vflkit.claims.speaking`: a
-    smaller profile does not speak where a larger one looked and found nothing), with its cell
-    split, the statistic it rests on, its verdict under every labelled reading of the paper
-    (:func:`vflkit.claims.readings`), and its evidence; then how often the quick profile decides a
-    clause the way the paper profile does. A clause no profile decides is in the paper's Claims
-    table only."""
+    """The report's findings: per paper, its verdict counts and every clause decided at the largest
+    profile that tested it (:func:`vflkit.claims.speaking`), with its cell split, statistic,
+    verdict under each reading and evidence; then how often the quick profile agrees with the paper's."""
     md = [f"{FINDINGS_HEADING}\n",
           "Every clause decided at the largest profile that tested it, and every clause another reading of the paper "
           "decides differently, at that profile "
@@ -917,8 +862,7 @@ README_START, README_END = "<!-- findings: generated by `make report` -->", "<!-
 
 def _readme_line(line: str) -> str:
     """A finding of the report in the README's short form: verdict, artefact, clause, cell split
-    and its verdict under every reading where the reading changes it (no evidence, no
-    statistic: the README names the statistic once, the report per line)."""
+    and its verdict under every reading that changes it."""
     head = line.split(EVIDENCE, 1)[0]
     status, rest = re.match(r"  - \*([^*]+)\* at the paper profile — (.*)$", head).groups()
     reading = ""
@@ -940,10 +884,8 @@ def _readme_line(line: str) -> str:
 
 
 def readme_findings(report: str) -> str:
-    """The README's opening block, from the report's text: one line per paper with its verdict
-    counts, linking into the report, and under it each clause the paper profile finds does not
-    hold and each whose verdict another reading of the paper changes, in short (the evidence,
-    and every other decided clause, are the report's); the statistic named once."""
+    """The README's opening block, from the report: a line per paper with its verdict counts, and
+    under it, in short, each clause the paper profile contradicts or whose verdict a reading changes."""
     lines = report.split(FINDINGS_HEADING, 1)[1].split("\n## ", 1)[0].splitlines()
     papers = []
     for line in lines:
@@ -970,9 +912,7 @@ README_STATUS_START, README_STATUS_END = "<!-- status: generated by `make report
 
 
 def readme_status(report: str) -> str:
-    """The status table of docs/studies.md, where each paper stands: the report's overview (artefact statuses,
-    numbers compared, claims and runs recorded per profile, what is pending and its estimated cost),
-    its links pointing into the report."""
+    """The status table of docs/studies.md: the report's overview, its links into the report."""
     table = report.split("## Overview\n", 1)[1].lstrip("\n").split("\n\n", 1)[0]
     return "\n".join([README_STATUS_START, table.replace("](#", "](figures/REPORT.md#"), README_STATUS_END])
 
@@ -994,9 +934,8 @@ README_NOTEBOOKS_START, README_NOTEBOOKS_END = ("<!-- notebooks: generated by `m
 
 
 def readme_notebooks(report: str) -> str:
-    """The README's table of the notebooks: each one's paper (:mod:`vflkit.bibliography`), the
-    tables and figures it reproduces, and its quick and paper profiles' runs as the report's
-    overview states them (recorded, their wall times, what is pending and its estimated cost)."""
+    """The README's table of the notebooks: each one's paper, the artefacts it reproduces, and its
+    profiles' runs as the report's overview states them."""
     rows = _overview_rows(report)
     lines = ["| notebook | paper | reproduces | quick profile | paper profile |", "|---|---|---|---|---|"]
     for study in _reported():
@@ -1016,12 +955,9 @@ README_GPU_START, README_GPU_END = "<!-- own-gpu: generated by `make report` -->
 
 
 def own_gpu_minutes(recs: _Records | None = None) -> pd.DataFrame:
-    """Per paper (``paper`` its title, ``name`` its study), its paper-profile runs left for a GPU
-    (``Study.needs_gpu``, without a record, not declared unavailable) priced by
-    :func:`vflkit.ops.pricing.price`: ``runs``, ``h100_min`` (where estimated), ``unpriced`` runs,
-    ``how`` the H100-minutes are estimated, and ``cpu_h`` where the study prices them for a CPU."""
-    from .ops import pricing as costs
-
+    """Per paper, its paper-profile runs left for a GPU (without a record, not unavailable) priced
+    by :func:`vflkit.ops.pricing.price`: ``runs``, ``h100_min``, ``h100_min_packed``, ``unpriced``,
+    ``how`` they are estimated, and ``cpu_h`` where the study prices them for a CPU."""
     recs = recs if recs is not None else _Records()
     rows = []
     for study in studies.studies():
@@ -1033,10 +969,10 @@ def own_gpu_minutes(recs: _Records | None = None) -> pd.DataFrame:
         todo = [c for c in runs if _key(c) not in skip and study.needs_gpu(c)]
         if not todo:
             continue
-        cost = costs.price(study, todo)
-        how = {costs.FROM_OPS: "from each step's operations at the H100's measured seconds per operation (1)",
-               costs.FROM_FLOPS: "from FLOPs at the H100's measured rates (1)",
-               costs.FROM_STUDY: f"the study's own rule (`{study.name}.pending_cost`)"}
+        cost = pricing.price(study, todo)
+        how = {pricing.FROM_OPS: "from each step's operations at the H100's measured seconds per operation (1)",
+               pricing.FROM_FLOPS: "from FLOPs at the H100's measured rates (1)",
+               pricing.FROM_STUDY: f"the study's own rule (`{study.name}.pending_cost`)"}
         priced = cost["source"][cost["h100_min"].notna()]
         rows.append({"paper": study.title, "name": study.name, "runs": len(todo), "h100_min": cost["h100_min"].sum(min_count=1),
                      "h100_min_packed": cost["h100_min_packed"].sum(min_count=1),
@@ -1046,10 +982,8 @@ def own_gpu_minutes(recs: _Records | None = None) -> pd.DataFrame:
 
 
 def readme_own_gpu(report: str = "") -> str:
-    """docs/own-gpu.md's estimate of how long the paper profiles' GPU runs take on one's own H100:
-    :func:`own_gpu_minutes` per paper and in total, each estimate saying where it comes from."""
-    from .ops import pricing as costs
-
+    """docs/own-gpu.md's estimate of the paper profiles' GPU runs on one's own H100
+    (:func:`own_gpu_minutes` per paper and in total)."""
     df = own_gpu_minutes()
     lines = ["| paper | runs left for a GPU | H100-minutes | packed (2) | how estimated |", "|---|---:|---:|---:|---|"]
     for r in df.itertuples():
@@ -1067,27 +1001,24 @@ def readme_own_gpu(report: str = "") -> str:
     return "\n".join([
         README_GPU_START, *lines, "",
         f"In all: about {total:,.0f} H100-minutes ({total / 60:.1f} hours) for one run at a time"
-        + (f", and {unpriced} runs without an H100 estimate" if unpriced else "") + ". (1) " + costs.GPU_LABEL
+        + (f", and {unpriced} runs without an H100 estimate" if unpriced else "") + ". (1) " + pricing.GPU_LABEL
         + "; `python -m vflkit.study --status --profile paper` prints the same estimate run by run. (2) As the "
         f"engine trains them on a GPU: C-VFL's runs that differ in seed and dataset alone as one pack, its alike parties "
         f"stacked (`vflkit.training.split`), and Multi-VFL's runs in one pack (`vflkit.training.multi_owner`), "
         f"each pack priced at one run's time times its packed step's (or round's) operations over the run's own "
-        f"(`vflkit.ops.pricing.pack_ratio`, counted: results/{costs.OP_COUNTS}): about {packed_total:,.0f} H100-minutes "
+        f"(`vflkit.ops.pricing.pack_ratio`, counted: results/{pricing.OP_COUNTS}): about {packed_total:,.0f} H100-minutes "
         f"({packed_total / 60:.1f} hours); predicted from op counts, not yet measured on a GPU.",
         *shared_gpu_hours(packed_total, "packed so"), "", *measured_gpu_rates(), README_GPU_END])
 
 
 def shared_gpu_hours(total_min: float, how: str = "") -> list[str]:
-    """docs/own-gpu.md's line on the same work with several processes sharing one GPU, as `make study
-    DEVICE=cuda` and the launcher run it: each run :func:`vflkit.ops.pricing.slowdown` times
-    slower with the default number of processes at once."""
-    from .ops.pricing import DEFAULT_LANES, sharing_slowdown, slowdown
-
-    if not sharing_slowdown() or not total_min == total_min:
+    """docs/own-gpu.md's line on the same work with several processes sharing one GPU (each run
+    :func:`vflkit.ops.pricing.slowdown` times slower)."""
+    if not pricing.sharing_slowdown() or not total_min == total_min:
         return []
-    share = slowdown(DEFAULT_LANES)
-    hours = total_min * share / DEFAULT_LANES / 60
-    return ["", f"Several processes at once use the card better: with {DEFAULT_LANES} sharing it (each run "
+    share = pricing.slowdown(pricing.DEFAULT_LANES)
+    hours = total_min * share / pricing.DEFAULT_LANES / 60
+    return ["", f"Several processes at once use the card better: with {pricing.DEFAULT_LANES} sharing it (each run "
             f"{share:.1f}x slower, from what the `cuda` records measured) the same work{' ' + how if how else ''} "
             f"takes about {hours:,.0f} hours of one H100 (`python -m vflkit.ops.launcher plan` prices it run by run)."]
 
@@ -1095,11 +1026,6 @@ def shared_gpu_hours(total_min: float, how: str = "") -> list[str]:
 def measured_gpu_rates() -> list[str]:
     """docs/own-gpu.md's lines on what GPUs measured, each computed from the committed
     measurement files under ``results/device/`` (:mod:`vflkit.ops.pricing`)."""
-    import statistics
-
-    from .ops import pricing
-    from .studies import vfedmh
-
     lines = ["Measured on GPUs (`results/device/`): these runs are launch-bound, so their time is set by the "
              "torch operations each step dispatches, not by their FLOPs."]
     for kind in pricing.GPU_KINDS:
@@ -1143,10 +1069,8 @@ VERDICTS_START, VERDICTS_END = "<!-- verdicts: generated by `make report` -->", 
 
 
 def changelog_verdicts(report: str, changelog: Path | None = None) -> str:
-    """CHANGELOG.md's verdicts of the version in progress: per paper, the claims the report's
-    overview counts at each profile, and what changed since the last released version's counts
-    (the first such table after this block in ``changelog``, default the project's)."""
-
+    """CHANGELOG.md's verdicts of the version in progress: per paper, the report's claim counts at
+    each profile and what changed since the last released version's table in ``changelog``."""
     rows = _overview_rows(report)
     changelog = changelog or project_root() / "CHANGELOG.md"
     text = changelog.read_text() if changelog.exists() else ""
@@ -1183,7 +1107,6 @@ COMMAND_TIMES = "device/command-times.json"
 def readme_times(report: str = "") -> str:
     """How long the two commands took on a fresh clone, as ``scripts/time_commands.py`` measured
     them (wall time, machine, load, commit, pytest's closing line); says so where none is measured."""
-
     path = project_root() / "results" / COMMAND_TIMES
     rows = json.loads(path.read_text())["commands"].values() if path.exists() else []
     rows = [r for r in rows if r.get("exit_status") == 0]  # a failed command's time says nothing
@@ -1220,7 +1143,6 @@ def _rebase(block: str, depth: int) -> str:
 def update_readme(report: str, readme: Path | None = None) -> bool:
     """Write every generated block (:data:`GENERATED_BLOCKS`) whose markers are in ``readme``
     (default the project's README.md) between them; False if it carries none."""
-
     root = project_root()
     readme = Path(readme) if readme is not None else root / "README.md"
     text = readme.read_text()
@@ -1242,17 +1164,14 @@ def update_readme(report: str, readme: Path | None = None) -> bool:
 def update_generated(report: str) -> list[Path]:
     """Write the generated blocks into every page of :data:`GENERATED_PAGES` that carries their
     markers; returns those pages."""
-
     root = project_root()
     pages = [p for pattern in GENERATED_PAGES for p in sorted(root.glob(pattern))]
     return [p for p in pages if update_readme(report, p)]
 
 
 def _anonymise(text: str) -> str:
-    """The report is committed: this machine's folders (in an error or evidence a study wrote)
-    become the names a reader knows them by."""
+    """``text`` with this machine's folders as the names a reader knows them by (it is committed)."""
     import os
-
 
     def name(env: str, default: str) -> str:
         return f"${env}" if os.environ.get(env) else default

@@ -4,18 +4,9 @@
     python -m vflkit.run --config my_run.toml lr=0.01          # the file, then the command line
     python -m vflkit.run --list                                # families, methods, datasets, fields
 
-Each ``key=value`` is a field of the family's run config (``family=split``, the default: every
-field of :class:`vflkit.methods.RunConfig`; ``multi_owner``, ``one_shot`` and ``tiles`` name the
-other trainers' configs; ``--list`` shows them all with their defaults). Values are read as
-Python/JSON literals where they parse (``2``, ``0.01``, ``true``, ``None``), a comma makes a list
-(``models=mlp,cnn,lenet,mlp``), and ``options.<name>=value`` sets one method option; a field
-given twice is an error. A ``.toml``, ``.yaml`` or ``.json`` file holds the same keys
-(``[options]`` as a table). Unknown and missing fields are reported before torch is imported
-(the fields are read from the run classes' source, not by importing them). The record goes
-where every run's goes, under the profile ``--profile`` (default ``cli``: an ad-hoc profile,
-never committed), and a second call with the same config loads it; the final metrics are
-printed in percent with the record's path and whether it was trained or loaded (``--json``:
-the same as JSON).
+Each ``key=value`` is a field of the family's run config (``family=split`` by default). Unknown
+and missing fields are reported before torch is imported: the fields are read from the run
+classes' source. How values are read, the config files and what is printed: docs/command-line.md.
 """
 
 from __future__ import annotations
@@ -59,8 +50,8 @@ def parse_value(text: str) -> Any:
 
 
 def parse_pairs(pairs: Sequence[str]) -> dict[str, Any]:
-    """``key=value`` words into a config dict (``options.x=1`` into ``{"options": {"x": 1}}``);
-    a field given twice is a ConfigError (the last one silently winning hides a typo)."""
+    """``key=value`` words into a config dict (``options.x=1`` into ``{"options": {"x": 1}}``); a
+    field given twice is a ConfigError."""
     out: dict[str, Any] = {}
     seen: dict[str, str] = {}
     for pair in pairs:
@@ -203,8 +194,8 @@ def _class_fields(spec: str) -> tuple[Field, ...]:
 
 
 def fields_of(family: str) -> tuple[Field, ...]:
-    """The fields a ``family=...`` run takes on the command line, with their defaults (read
-    from the run classes' source: no torch). An unknown family is a ConfigError."""
+    """The fields a ``family=...`` run takes on the command line, with their defaults (read from
+    source); an unknown family is a ConfigError."""
     if not isinstance(family, str) or family not in FAMILIES:  # a list from a file is not hashable
         raise ConfigError(f"Invalid family {family!r}; choose one of {', '.join(FAMILIES)}")
     out = list(_class_fields(FAMILIES[family].run_class))
@@ -228,10 +219,8 @@ _SHAPES: dict[str, tuple[str, Any]] = {
 
 
 def check_fields(family: str, fields: dict[str, Any]) -> None:
-    """One-line ConfigErrors for unknown and missing fields, a value of the wrong type (for the
-    fields of a plain type: int, float, bool, a name, options) and a method no family knows,
-    before the run class (and torch) is imported; the run class checks the rest (ranges,
-    names of models and datasets) when it is built."""
+    """One-line ConfigErrors for unknown and missing fields, a value of the wrong plain type and an
+    unknown method, before the run class (and torch) is imported; the run class checks the rest."""
     known = fields_of(family)
     names = [f.name for f in known]
     unknown = sorted(set(fields) - set(names) - ({"paper"} if family == "multi_owner" else set()))

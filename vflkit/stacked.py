@@ -35,8 +35,6 @@ def stacked_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.T
     return F.cross_entropy(logits.reshape(k * b, -1), labels.reshape(-1), reduction="none").view(k, b).mean(1)
 
 
-_cross_entropy = stacked_cross_entropy
-
 #: How a :class:`StackedModel` runs its K copies; "auto": :func:`device_stacking`.
 STACKINGS: tuple[str, ...] = ("auto", "grouped", "vmap", "loop")
 
@@ -181,9 +179,8 @@ def from_channels(y: torch.Tensor, k: int) -> torch.Tensor:
 
 
 def device_stacking(module: nn.Module, device: torch.device | str) -> str:
-    """What ``stacking="auto"`` runs ``module``'s copies with on ``device``: without convolutions
-    vmap; with them the loop on a CPU, and on a GPU (launch-bound: the fewest operations win)
-    grouped where every layer groups, else vmap."""
+    """What ``stacking="auto"`` runs ``module``'s copies with on ``device``: vmap without
+    convolutions; with them the loop on a CPU, on a GPU (fewest launches) grouped where it can, else vmap."""
     if not any(isinstance(m, nn.modules.conv._ConvNd) for m in module.modules()):
         return "vmap"
     if torch.device(device).type == "cpu":
@@ -193,14 +190,10 @@ def device_stacking(module: nn.Module, device: torch.device | str) -> str:
 
 class StackedModel:
     """K copies of one party model (one per run) as one call on ``[K, b, ...]``: stacked
-    parameters (the leaves that train) and buffers, run as ``stacking`` says.
-
-    ``alone`` (one module: a run alone, whose tensors carry no run dimension): the module itself
-    is called on ``[b, ...]``, with its own parameters. ``compile``: keyword arguments of
-    :func:`torch.compile` for the stacked call (``fullgraph``: a graph break is an error).
-    ``bf16``: the runs compute under bfloat16 autocast, which does not reach inside ``vmap``:
-    "auto" takes the loop where it would vmap, and ``vmap`` is refused.
-    """
+    parameters and buffers, run as ``stacking`` says. ``alone``: one module called on ``[b, ...]``
+    with its own parameters. ``compile``: :func:`torch.compile`'s arguments for the stacked call
+    (fullgraph). ``bf16``: autocast does not reach inside ``vmap``, so "auto" loops where it would
+    vmap, and ``vmap`` is refused."""
 
     def __init__(self, modules: Sequence[nn.Module], *, stacking: str = "auto",
                  compile: dict[str, Any] | None = None, bf16: bool = False, alone: bool = False) -> None:

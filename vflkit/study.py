@@ -1,17 +1,9 @@
 """Compute a profile's pending runs on the scheduler, then execute the study notebooks:
 ``python -m vflkit.study`` (``make study``).
 
-1. Every notebook's study (``notebooks/<paper>.ipynb`` -> :mod:`vflkit.studies.<paper>`) lists
-   its runs; those without a record are computed in parallel by :func:`vflkit.scheduler.schedule`
-   (``--workers``, ``--budget``, ``--executor``), the runs behind each paper's headline table
-   first. An interrupted or budgeted call resumes where it stopped.
-2. Each notebook is executed with papermill from the project root with ``profile`` and
-   ``device`` injected into its ``parameters`` cell. Its runs are all recorded by then, so it
-   only draws tables and figures (``figures/<paper>/<profile>/``). The executed copy goes to
-   ``notebooks/_executed/<profile>/``; with ``--commit-notebooks`` (what ``make study`` does for
-   the quick profile) it replaces ``notebooks/<paper>.ipynb``, in the form JupyterLab saves.
-3. The reproduction report, ``figures/REPORT.md``, is regenerated from the records and the tables
-   the notebooks wrote (:mod:`vflkit.reproduction`; ``--no-report`` skips it).
+The runs of every notebook's study without a record are computed first (resuming where an
+interrupted or budgeted call stopped); each notebook is then executed with papermill, only
+drawing, and the report is regenerated. The steps, options and cost rule: docs/profiles-and-scheduler.md.
 """
 
 from __future__ import annotations
@@ -25,9 +17,9 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from .config import PROFILES, project_root, results_dir
-from .errors import ConfigError
-from .files import move_aside
+from .config import PROFILES, project_root, resolve_device, results_dir
+from .errors import ConfigError, VFLKitError
+from .files import move_aside, write_json
 from .gpu import shared_gpu
 from .scheduler import Summary, Task, default_workers, schedule, status_table
 from . import studies
@@ -61,12 +53,10 @@ def compute(payload: dict[str, Any], *, device: str, deadline: float | None) -> 
 
 def study_tasks(paper: str, profile: str, *, seeds: Any = None, overrides: dict[str, Any] | None = None,
                 results: Path | None = None, recompute_before: str | None = None) -> list[Task]:
-    """The runs of study ``paper`` under ``profile`` as scheduler tasks, once each, in the order
-    the study's ``run_priority(run, artefact_rank)`` gives (default: its first artefact, the
-    headline table, first); ``payload["needs_gpu"]`` is the study's ``needs_gpu(run)`` (default
-    False). With ``recompute_before`` (a commit), records finished before that commit are moved
-    aside (``.json.old``, numbered if taken) to be recomputed, and a file that is not a whole
-    record (``.json.bad``) with a warning."""
+    """The runs of study ``paper`` under ``profile`` as scheduler tasks, once each, ordered by the
+    study's ``run_priority``, with its ``needs_gpu(run)`` in the payload. With ``recompute_before``
+    (a commit), records finished before it are moved aside (``.json.old``) to be recomputed, and a
+    file that is not a whole record (``.json.bad``) with a warning."""
     import json
 
     from . import records
@@ -76,8 +66,6 @@ def study_tasks(paper: str, profile: str, *, seeds: Any = None, overrides: dict[
     study = studies.get(paper)
     family = study.family
     groups = study.groups(profile, seeds=seeds, overrides=overrides, cache=False)
-    # the study orders its runs and names those that need a GPU (its declaration's defaults:
-    # the headline table first, none on a GPU)
     priority, needs_gpu = study.run_priority, study.needs_gpu
     root = results or results_dir()
     tasks: dict[str, Task] = {}
@@ -117,8 +105,7 @@ def execute(notebook: Path, *, profile: str, device: str, out: Path | None = Non
 
 
 def _durations_path(profile: str) -> Path:
-    """Where each notebook's last execution time under ``profile`` is kept (beside the executed
-    copies, which git ignores)."""
+    """Where each notebook's last execution time under ``profile`` is kept (git ignores it)."""
     return project_root() / "notebooks" / "_executed" / profile / "durations.json"
 
 
@@ -133,10 +120,7 @@ def last_duration(notebook: Path, profile: str) -> float | None:
 
 
 def _save_duration(notebook: Path, profile: str, seconds: float) -> None:
-    """Keep ``seconds`` as ``notebook``'s last execution time under ``profile``."""
     import json
-
-    from .files import write_json
 
     path = _durations_path(profile)
     try:
@@ -169,18 +153,11 @@ def notebook_defaults(path: Path) -> dict[str, Any]:
 
 
 def normalize_notebook(path: Path) -> None:
-    """Rewrite ``path`` in the form JupyterLab saves it, so that opening a committed notebook
-    does not mark it modified and saving it unchanged gives no diff, without papermill's
-    injected-parameters cell (an edit of the parameters cell then takes effect). The result
-    depends only on what the cells printed, never on when the kernel flushed it: consecutive
-    outputs of one stream are merged into one, so a rerun of an unchanged notebook writes the
-    same bytes and ``make study`` leaves the committed notebooks as git has them.
-
-    On opening, JupyterLab sets the kernelspec and ``language_info`` to what the running kernel
-    reports; on saving it writes through :func:`nbformat.write`. Papermill's run metadata
-    (timings per cell) and ipywidgets' saved state only add noise to every diff, and a saved
-    progress-bar widget renders as an empty "0%" bar to a reader, so they are dropped.
-    """
+    """Rewrite ``path`` in the form JupyterLab saves it (its kernelspec, ``language_info`` and
+    :func:`nbformat.write`), so a committed notebook opens unmodified, without papermill's
+    injected-parameters cell and run metadata or saved widget state (noise in every diff; a saved
+    progress bar renders empty). Consecutive outputs of one stream are merged, so a rerun of an
+    unchanged notebook writes the same bytes."""
     import platform
 
     import nbformat
@@ -194,9 +171,8 @@ def normalize_notebook(path: Path) -> None:
         "mimetype": "text/x-python", "name": "python", "nbconvert_exporter": "python",
         "pygments_lexer": "ipython3", "version": platform.python_version(),
     }
-    # Papermill's "injected-parameters" cell runs after the parameters cell and would reset
-    # whatever a reader types there (profile, device) in JupyterLab: the committed notebook keeps
-    # only the parameters cell, whose defaults are what the committed outputs were made with.
+    # the injected cell would reset what a reader types in the parameters cell, whose defaults
+    # are what the committed outputs were made with
     nb.cells = [c for c in nb.cells if "injected-parameters" not in c.metadata.get("tags", [])]
     count = 0
     for cell in nb.cells:
@@ -209,25 +185,19 @@ def normalize_notebook(path: Path) -> None:
                 if "execution_count" in out:
                     out["execution_count"] = count
         if cell.get("outputs"):
-            # warnings of the executing machine (file paths, its commit) are not the notebook's
-            # content, and nbval ignores the cells that print them (the run cells)
+            # stderr (the executing machine's paths and commit) is not the notebook's content; a
+            # progress bar's widget output without its widget is an empty box
             cell.outputs = [o for o in cell.outputs if not (o.get("output_type") == "stream" and o.get("name") == "stderr")]
-            cell.outputs = _merge_streams(cell.outputs)
-        for out in cell.get("outputs", []):
-            data = out.get("data", {})
-            data.pop("application/vnd.jupyter.widget-view+json", None)
-        # a progress bar's widget output without its widget is an empty box: drop it
-        if cell.get("outputs"):
-            cell.outputs = [o for o in cell.outputs if not (o.get("output_type") == "display_data" and not o.get("data"))]
+            for out in cell.outputs:
+                out.get("data", {}).pop("application/vnd.jupyter.widget-view+json", None)
+            cell.outputs = [o for o in _merge_streams(cell.outputs)
+                            if not (o.get("output_type") == "display_data" and not o.get("data"))]
     nbformat.write(nb, path)
 
 
 def _merge_streams(outputs: list[Any]) -> list[Any]:
-    """``outputs`` with each run of consecutive outputs of one stream (stdout) as one output.
-
-    The kernel sends a stream's text in as many messages as it happened to flush (two prints
-    a moment apart can be one output or two): JupyterLab shows both alike, but the saved JSON
-    differs, which left a committed notebook modified after an unchanged rerun."""
+    """``outputs`` with each run of consecutive outputs of one stream as one output (the kernel
+    splits a stream's text as it happens to flush it)."""
     merged: list[Any] = []
     for out in outputs:
         last = merged[-1] if merged else None
@@ -242,8 +212,7 @@ def _merge_streams(outputs: list[Any]) -> list[Any]:
 def select_tasks(papers: Sequence[str], profile: str, device: str, *, datasets: Sequence[str] | None = None,
                  include_gpu_runs: bool = False, recompute_before: str | None = None) -> tuple[list[Task], list[Task]]:
     """The runs of ``papers`` under ``profile`` that ``device`` computes (with their estimated
-    cost), and those it leaves for a GPU: on a CPU, the runs a study marks ``needs_gpu`` unless
-    ``include_gpu_runs``. With ``datasets``, only the runs on those datasets."""
+    cost), and those it leaves for a GPU (on a CPU, ``needs_gpu`` unless ``include_gpu_runs``)."""
     tasks = [t for p in papers for t in study_tasks(p, profile, recompute_before=recompute_before)]
     if datasets is not None:
         tasks = only_datasets(tasks, datasets)
@@ -268,16 +237,10 @@ def _setting(config: dict[str, Any]) -> str:
 def status(papers: Sequence[str], *, profile: str, device: str = "auto", datasets: Sequence[str] | None = None,
            include_gpu_runs: bool = False) -> "pandas.DataFrame":
     """What is left of ``papers`` under ``profile``, computing nothing: one row per run without a
-    record (running: another scheduler holds its lock; checkpointed: part-done, it resumes;
-    checkpoint unreadable: its checkpoint cannot be read, the run starts over;
-    pending; impossible here: a run its study declares unavailable, ``Study.unavailable``, on data
-    that is not here), its estimated minutes on ``device`` (:func:`estimate_costs`; empty where it
-    resumes from a checkpoint or nothing estimates it), where that estimate comes from
-    (``estimate``: "seeds", "ops" or "flops"), whether it is left for a GPU, and for those its estimated
-    H100 minutes (``h100_min``) and their source (``h100_estimate``: "ops", "flops" or "study"), from
-    :func:`vflkit.ops.pricing.price`, the estimator the report's pending cells use."""
-    from .config import resolve_device
-
+    record, its status (running, checkpointed, checkpoint unreadable, pending, or impossible here:
+    ``Study.unavailable``), its estimated minutes on ``device`` and their source
+    (:func:`estimate_costs`), whether it is left for a GPU, and for those its H100 minutes and their
+    source (``h100_min``, ``h100_estimate``: :func:`vflkit.ops.pricing.price`, as the report)."""
     dev = str(resolve_device(device))
     here, gpu = select_tasks(papers, profile, dev, datasets=datasets, include_gpu_runs=include_gpu_runs)
     gpu = estimate_costs(gpu, dev)  # what the runs left for a GPU would cost here (why they are left)
@@ -289,7 +252,6 @@ def status(papers: Sequence[str], *, profile: str, device: str = "auto", dataset
     table["h100_estimate"] = [None] * len(here) + [src for _, src in priced]
     impossible = _unavailable_keys(here + gpu, profile)
     table.loc[table.key.isin(impossible) & (table.status != "recorded"), "status"] = IMPOSSIBLE
-    # the label names method, dataset and seed; the party models and options tell runs apart
     table.insert(1, "setting", [_setting(t.payload["config"]) for t in here + gpu])
     table["paper"] = [t.path.parent.name for t in here + gpu]  # a record's folder is its study's name
     table["dataset"] = [t.payload["config"].get("dataset") for t in here + gpu]
@@ -309,8 +271,7 @@ def _task_runs(tasks: Sequence[Task]) -> dict[str, list[tuple[int, Any]]]:
 
 
 def _h100_prices(tasks: Sequence[Task]) -> list[tuple[float | None, str | None]]:
-    """Each task's H100 minutes and their source, from :func:`vflkit.ops.pricing.price` (H100 minutes
-    only: a study's CPU-hour rule prices no GPU)."""
+    """Each task's H100 minutes and their source, from :func:`vflkit.ops.pricing.price`."""
     from .ops import pricing
 
     out: list[tuple[float | None, str | None]] = [(None, None)] * len(tasks)
@@ -334,15 +295,11 @@ def compute_pending(papers: list[str], *, profile: str, device: str = "auto", wo
                     progress: bool = True, recompute_before: str | None = None,
                     datasets: Sequence[str] | None = None, include_gpu_runs: bool = False,
                     lock_wait_minutes: float | None = None, pack: bool | str = "auto", mps: bool = True) -> Summary:
-    """Compute the runs of ``papers`` under ``profile`` that have no record yet (with
-    ``datasets``, only the runs on those datasets). On a CPU the runs a study says need a GPU
-    (ResNets, CIFAR-10 at full width, 500 rounds) are not started but listed in the summary's
-    ``needs_gpu``, unless ``include_gpu_runs``: a paper profile's CPU-sized part is then simply
-    what a CPU computes. ``pack``: train the runs that differ in seed and dataset alone as packs ("auto": on
-    a CUDA device only; :func:`vflkit.scheduler.pack_tasks`). ``mps``: on a CUDA device with several
-    workers, start CUDA MPS for them where it can, or say why not (:func:`vflkit.gpu.shared_gpu`)."""
-    from .config import resolve_device
-
+    """Compute the runs of ``papers`` under ``profile`` that have no record yet (with ``datasets``,
+    those on them). On a CPU the runs a study says need a GPU are listed in the summary's
+    ``needs_gpu``, not started, unless ``include_gpu_runs``. ``pack``: train runs that differ in
+    seed and dataset alone as packs ("auto": on CUDA only; :func:`vflkit.scheduler.pack_tasks`).
+    ``mps``: start CUDA MPS for several workers where it can (:func:`vflkit.gpu.shared_gpu`)."""
     from .ops.pricing import pack_cost_s
     from .records import is_valid_record
 
@@ -363,9 +320,8 @@ def compute_pending(papers: list[str], *, profile: str, device: str = "auto", wo
 
 
 def _seedless_key(family: str, config: dict[str, Any]) -> str | None:
-    """The key ``config``'s run would have at seed 0: the same for every seed of one run. Built
-    through the family's run class, as the record store compares configs (a record made before a
-    field was added still matches); None for a config the class refuses."""
+    """The key ``config``'s run would have at seed 0 (through the family's run class, as the record
+    store compares configs); None for a config the class refuses."""
     try:
         return run_class(family).from_dict({**config, "seed": 0}).key
     except Exception:  # a record of another version of the run class: no sibling
@@ -377,9 +333,8 @@ _RATE_PROBE = 1.0
 
 
 def _rateless_key(family: str, config: dict[str, Any]) -> str | None:
-    """A key shared by every seed and every learning rate of one run (its seedless key at
-    :data:`_RATE_PROBE`, prefixed so it never names a real run); None for a run without an
-    ``lr`` or one its class refuses at the probe rate."""
+    """A key shared by every seed and learning rate of one run (its seedless key at
+    :data:`_RATE_PROBE`, prefixed); None without an ``lr`` or where the class refuses the probe."""
     if "lr" not in config:
         return None
     key = _seedless_key(family, {**config, "lr": _RATE_PROBE})
@@ -394,26 +349,14 @@ TWIN_DATASETS: dict[str, str] = {"mnist": "fashion_mnist", "fashion_mnist": "mni
 
 
 def estimate_costs(tasks: Sequence[Task], device: str, *, lanes: int | None = None) -> list[Task]:
-    """``tasks`` with ``cost_s`` set for each one without a record: the median wall time of the
-    recorded runs that differ from it only in the seed, made on the same kind of device (``cpu``
-    or ``cuda``); where none is recorded, those that differ in the seed and the dataset's twin
-    (:data:`TWIN_DATASETS`: MNIST for FashionMNIST and back); where neither is, those of the same
-    run at another learning rate, for a run with an ``lr`` (a step costs the same at any rate, while
-    its FLOPs can miss the wall time several-fold); where none is, its training FLOPs over the
-    FLOP/s the committed records of its family measured on that kind, or on a GPU its
-    launch-bound price with ``lanes`` processes sharing it (:func:`vflkit.ops.pricing.estimate`).
-    ``device``: ``cpu``, ``cuda[:N]`` or a GPU kind (``h100``, ``h200``: priced as that card).
-    ``payload["cost_source"]`` says which: "seeds", "twin seeds", "rate seeds", "ops" (a
-    launch-bound GPU estimate) or "flops".
-    Seeds made on this machine's kind of CPU (its name and instruction set; on a GPU, the card's
-    name) come first, the run's own, then its twin's, then its other rates'; seeds made
-    elsewhere only where none was made here: one run's time differs between CPU kinds (an AVX2
-    host against an AVX-512 one) several-fold, far more than the datasets differ.
-
-    The budget then starts no run that its estimate says will not fit: a one-shot run (APC-VFL)
-    cannot pause and would overrun the budget by its length. A run with a checkpoint keeps no
-    estimate (it resumes part-done and pauses at the deadline after an epoch), nor does one
-    that neither its seeds nor the cost model can estimate (it starts while the budget lasts)."""
+    """``tasks`` with ``cost_s`` set for each one without a record or checkpoint: the median wall
+    time of the recorded runs on the same kind of device that differ from it only in the seed,
+    else also in the dataset's twin (:data:`TWIN_DATASETS`), else also in the learning rate; else
+    its price with ``lanes`` processes sharing a GPU (:func:`vflkit.ops.pricing.estimate`). Seeds
+    made on this machine's kind of CPU (or card) come first: one run's time differs between CPU
+    kinds several-fold. ``device``: ``cpu``, ``cuda[:N]`` or a GPU kind (``h100``, ``h200``).
+    ``payload["cost_source"]``: "seeds", "twin seeds", "rate seeds", "ops" or "flops". Why and how
+    the budget uses it: docs/profiles-and-scheduler.md (Budget)."""
     import json
 
     from .records import checkpoint_path, is_valid_record, record_roots
@@ -439,7 +382,6 @@ def estimate_costs(tasks: Sequence[Task], device: str, *, lanes: int | None = No
                 continue  # not a finished record (the record store judges it when the run is looked up)
 
     def siblings(t: Task) -> dict[str, dict[str, tuple[float, bool]]]:
-        """The recorded seeds of ``t``'s own run, of its twin dataset's and of its other rates', by source."""
         config, family = t.payload["config"], t.payload["family"]
         twin = TWIN_DATASETS.get(config.get("dataset"))
         return {"seeds": times.get(_seedless_key(family, config), {}),
@@ -447,7 +389,7 @@ def estimate_costs(tasks: Sequence[Task], device: str, *, lanes: int | None = No
                 "rate seeds": times.get(_rateless_key(family, config), {})}  # None is never a key of times
 
     # the machine first, the dataset second: a twin's seed made here prices a run better than
-    # its own seed made on another CPU (the same C-VFL CNN run: 57 min here, 286 on an AVX2 host)
+    # its own seed made on another kind of CPU
     found = {t.key: siblings(t) for t in pending}
     estimates: dict[str, tuple[float, str]] = {}
     for here_only in (True, False):
@@ -463,9 +405,8 @@ def estimate_costs(tasks: Sequence[Task], device: str, *, lanes: int | None = No
 
 
 def _machine_kind(kind: str, env: dict[str, Any] | None = None) -> tuple[Any, ...] | None:
-    """What sets a record's speed besides its run: on a CPU its name and the instruction set
-    PyTorch dispatches to, on a GPU the card's name; of the record's ``env``
-    (``record["environment"]``), or of this machine (None where it has no such device)."""
+    """What sets a record's speed besides its run (a CPU's name and instruction set, a GPU's name),
+    of the record's ``env`` or of this machine (None where it has no such device)."""
     if env is None:
         import torch
 
@@ -478,8 +419,7 @@ def _machine_kind(kind: str, env: dict[str, Any] | None = None) -> tuple[Any, ..
 
 
 def _model_estimate(task: Task, kind: str, lanes: int | None = None) -> tuple[float, str] | None:
-    """(seconds, "ops" or "flops") from the prices (:func:`vflkit.ops.pricing.estimate`), None
-    where they have no count or no rate for ``kind``."""
+    """(seconds, "ops" or "flops") from :func:`vflkit.ops.pricing.estimate`; None where it has none."""
     from .ops import pricing  # the operating wing above: this CLI prints its prices
 
     family = task.payload["family"]
@@ -491,8 +431,7 @@ def _model_estimate(task: Task, kind: str, lanes: int | None = None) -> tuple[fl
 
 
 def only_datasets(tasks: Sequence[Task], datasets: Sequence[str]) -> list[Task]:
-    """The tasks whose run is on one of ``datasets``; an unknown dataset name is an error, not
-    an empty selection."""
+    """The tasks whose run is on one of ``datasets`` (an unknown name is an error)."""
     from .data import DATASETS
 
     unknown = sorted(set(datasets) - set(DATASETS))
@@ -532,9 +471,8 @@ def _part(table: "pandas.DataFrame") -> str:
 
 
 def _print_status(papers: Sequence[str], *, show_all: bool = False, **kwargs: Any) -> int:
-    """``--status``, a plan to read in a minute: the totals first, then one line per paper, one
-    line per study whose runs cannot be made here (and why), then the runs that need a look
-    (running, checkpointed, broken); every run, one row each, with ``show_all``."""
+    """``--status``: the totals, a line per paper, a line per study whose runs cannot be made here
+    (and why), then the runs that need a look; every run, one row each, with ``show_all``."""
     import pandas as pd
 
     from .ops.pricing import GPU_LABEL
@@ -684,10 +622,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def cli(argv: list[str] | None = None) -> int:
-    """:func:`main` for the command line: a vflkit error (a bad setting, missing data, a run that
-    failed a check) is printed as its message, what is wrong and what to do, without a traceback."""
-    from .errors import VFLKitError
-
+    """:func:`main` for the command line: a vflkit error is printed as its message, no traceback."""
     try:
         return main(argv)
     except VFLKitError as exc:

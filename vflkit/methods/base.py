@@ -22,7 +22,7 @@ import copy
 import dataclasses
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Sequence
+from typing import Any, Callable, ClassVar, Iterable, Sequence
 
 import torch
 from torch import nn
@@ -30,12 +30,11 @@ from torch import nn
 from ..comm import Party
 from ..config import KeyedRun, check_int, check_name, check_paper, check_rate
 from ..errors import ConfigError
+from ..models import MODELS, RESNET_BLOCKS, RESNET_CUTS, PartyModel, get_model, resnet_cut_blocks
+from ..secure import DeferredChecks
 from ..stacked import stacked_cross_entropy  # noqa: F401 (the methods' steps take it from here)
-
-if TYPE_CHECKING:
-    from ..models import PartyModel
-    from ..secure import DeferredChecks
-    from .pack import Pack
+from ..tabular import model_kwargs
+from .pack import Pack
 
 OPTIMIZERS: tuple[str, ...] = ("sgd", "sgd_momentum", "adagrad", "adam")
 #: How image datasets are cut into party slices (:func:`vflkit.training.split.build_parties`).
@@ -162,11 +161,8 @@ class RunConfig(KeyedRun):
                     raise ConfigError(f"{name} must be names (one per party or one for all), got {v!r}")
                 if name == "optimizers" and v not in OPTIMIZERS:
                     raise ConfigError(f"Invalid optimizer {v!r}; choose one of {', '.join(OPTIMIZERS)}")
-                if name == "models":
-                    from ..models import MODELS  # models imports nothing of methods
-
-                    if v not in MODELS:
-                        raise ConfigError(f"Invalid model {v!r}; choose one of {', '.join(MODELS)}")
+                if name == "models" and v not in MODELS:
+                    raise ConfigError(f"Invalid model {v!r}; choose one of {', '.join(MODELS)}")
         self._normalise_resnet_cut()
         for k, v in enumerate(self.lr if isinstance(self.lr, tuple) else (self.lr,)):
             check_rate(f"lr[{k}]" if isinstance(self.lr, tuple) else "lr", v)
@@ -228,8 +224,6 @@ class RunConfig(KeyedRun):
     def _normalise_resnet_cut(self) -> None:
         """Check ``resnet_cut``; hold the default where it changes no model of this config (no
         ResNet, or ResNets that both readings cut alike), so an unchanged run keeps its key."""
-        from ..models import RESNET_BLOCKS, RESNET_CUTS, resnet_cut_blocks
-
         if self.resnet_cut not in RESNET_CUTS:
             raise ConfigError(f"Invalid resnet_cut {self.resnet_cut!r}; choose one of {', '.join(RESNET_CUTS)}")
         if self.resnet_cut == "stages":
@@ -426,8 +420,6 @@ class VFLMethod(ABC):
         if type(self).step is None:
             raise NotImplementedError(f"{self.name} defines neither step nor train_step")
         if self._alone is None:
-            from .pack import Pack  # the engine's pack, around this run alone
-
             self._alone = Pack([self])
         return self._alone.train_step(ids)
 
@@ -454,9 +446,6 @@ class VFLMethod(ABC):
     def party_model(self, party: Party) -> "PartyModel":
         """A fresh model for ``party`` on its device: its architecture from the config, the
         run's embedding size and EL:PL split, and a tabular party's ``model_kwargs``."""
-        from ..models import get_model
-        from ..tabular import model_kwargs
-
         cfg = self.config
         arch = cfg.party_value("models", self.party_index(party))
         # a tabular party carries what its Criteo model needs (vocab_sizes, n_dense); none for images
