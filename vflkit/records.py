@@ -44,7 +44,7 @@ from .training import FAMILIES
 #: ``wall_time_s`` and ``diverged``, which a trainer that resumes or stops early reports itself).
 ENVELOPE: tuple[str, ...] = ("key", "profile", "config", "environment", "finished", "wall_time_s",
                              "peak_memory_mb", "peak_memory_kind", "diverged")
-#: The mark a record made on another machine carries once :func:`vflkit.ops.launcher.receive` took it
+#: The mark a record made on another machine carries once :func:`vflkit.ops.windows.receive` took it
 #: in: ``{"from": <the machine's name>, "at": <when it was received, as "finished" is written>}``.
 #: Not part of the envelope: a record made here has none. It is not part of the key or config.
 RECEIVED = "received"
