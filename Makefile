@@ -37,8 +37,12 @@ report: $(STAMP)
 
 ## The fast tier: unit tests, the committed notebooks re-executed and checked by nbval, and the
 ## smoke profile of the notebooks that take seconds (tests marked `slow` are left to test-slow).
+## TEST_WORKERS processes share the tests (pytest-xdist; default one per CPU core, 0 runs them in
+## this process); a test file, or a notebook (its cells), stays on one worker, in order.
+TEST_WORKERS ?= auto
 test: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow and not docs" --nbval --nbval-current-env tests $(NOTEBOOKS)
+	$(BIN)/python -m pytest -m "not slow and not docs" -n $(TEST_WORKERS) --dist loadfile \
+		--nbval --nbval-current-env tests $(NOTEBOOKS)
 
 ## The slow tier: what takes minutes (EASTER's and Multi-VFL's smoke notebooks, every notebook's
 ## paper-profile slice, the report and paper tables rebuilt from every record). CI runs both tiers.

@@ -7,6 +7,9 @@ REV is checked out into a temporary worktree (removed at the end); the two trees
 drift in the machine's speed falls on both. Each figure is the median over the rounds of
 samples per second; the ratio is this tree over REV (above 1: faster now). Say which machine and
 load the figures came from when you quote them (the first line prints the CPU and the load).
+Other work on the machine moves the figures by tens of percent either way; where the machine
+cannot be left quiet, pin the comparison to one core at a real-time priority (as root,
+``chrt -f 50 taskset -c 1 python scripts/bench_against.py REV``; its children inherit both).
 """
 
 from __future__ import annotations
