@@ -238,9 +238,7 @@ def test_a_diverged_run_has_no_convergence_epoch(monkeypatch):
     rec["final"] = {p: {"test_accuracy": 0.10} for p in rec["final"]}
     rec["diverged"] = {"epoch": 3, "step": 1}
     rec["config"] = {"dataset": stuck.dataset, "method": stuck.method, "models": list(stuck.models)}
-    epochs = vfedmh.convergence_epochs(groups, records)
-    assert len(epochs) == len(vfedmh.convergence_epochs(groups, {k: r for k, r in records.items()
-                                                                  if k != stuck.key}))
+    assert stuck.key not in {c.key for c, _ in vfedmh._curves(groups, records)}  # no curve to read
     v = vfedmh._same_epoch()(claims.Records("smoke", records))
     assert v.status == claims.NOT_TESTABLE and "left out: C_VFL (1)" in v.evidence
 
@@ -265,8 +263,9 @@ def test_a_run_that_collapses_to_chance_has_no_convergence_epoch(monkeypatch):
     listed = vfedmh.diverged_runs([rec])
     assert listed.to_dict("records") == [{"dataset": fell.dataset, "method": "c_vfl", "models": "/".join(fell.models),
                                           "how": "collapsed", "epoch": 2, "batch": None}]
-    epochs = vfedmh.convergence_epochs(groups, records)
-    assert len(epochs) == len(vfedmh.convergence_epochs(groups, {k: r for k, r in records.items() if k != fell.key}))
+    assert fell.key not in {c.key for c, _ in vfedmh._curves(groups, records)}  # no curve to read
+    without = {k: r for k, r in records.items() if k != fell.key}
+    pd.testing.assert_frame_equal(vfedmh.time_to_target(groups, records), vfedmh.time_to_target(groups, without))
     v = vfedmh._same_epoch()(claims.Records("smoke", records))
     assert v.status == claims.NOT_TESTABLE and "left out: C_VFL (1)" in v.evidence
     for h in rec["history"]:

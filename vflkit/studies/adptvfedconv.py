@@ -483,18 +483,6 @@ def pending_cost(runs: Sequence[TilesRun]) -> pd.DataFrame:
     return pd.DataFrame({"needs": "GPU", "h100_min": [minutes.get(r.key, np.nan) for r in runs], "cpu_h": np.nan})
 
 
-def _fig3(groups: Any, records: Sequence[dict[str, Any]], profile: str) -> tuple[plt.Figure, pd.DataFrame]:
-    """Fig. 3 and the curves it plots."""
-    curve = curves(records)
-    return plot_fig3(curve, table2(records, profile=profile)), curve
-
-
-def _fig4(groups: Any, records: Sequence[dict[str, Any]], profile: str) -> tuple[plt.Figure, pd.DataFrame]:
-    """Fig. 4 and Table 3, which it plots."""
-    t3 = table3(records, profile=profile)
-    return plot_fig4(t3), t3
-
-
 def beyond(evidence: base.Evidence) -> list[tuple[str, str]]:
     """Findings the paper does not report: communication and computation per client at its scale."""
     found = evidence.first_with_records()
@@ -520,9 +508,11 @@ STUDY = register(Study(
     cites="li2024adptvfedconv",
     artefacts=(
         Artefact("Table 2", base.groups("table2"), ("table2.*",), lambda g, r, p: table2(r, profile=p), side),
-        Artefact("Fig. 3", base.groups("table2"), ("fig3.*",), _fig3),
+        Artefact("Fig. 3", base.groups("table2"), ("fig3.*",),  # the figure and the curves it plots
+                 lambda g, r, p: (plot_fig3(curve := curves(r), table2(r, profile=p)), curve)),
         Artefact("Table 3", base.groups("table3"), ("table3.*",), lambda g, r, p: table3(r, profile=p), side),
-        Artefact("Fig. 4", base.groups("table3"), ("fig4.*",), _fig4),
+        Artefact("Fig. 4", base.groups("table3"), ("fig4.*",),  # the figure and Table 3, which it plots
+                 lambda g, r, p: (plot_fig4(t3 := table3(r, profile=p)), t3)),
     ),
     extras=(Artefact("Extensions", base.groups("extensions"), ("extensions.csv",),
                      lambda g, r, p: extensions(r, profile=p), side),),

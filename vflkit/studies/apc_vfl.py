@@ -861,11 +861,6 @@ def _main(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return split_lr(records)[0]
 
 
-def _fig6(groups: Any, records: Sequence[dict[str, Any]], profile: str) -> tuple[plt.Figure, pd.DataFrame]:
-    frame = fig6_frame(_main(records))
-    return plot_fig6(frame), frame
-
-
 def _fig7(groups: Any, records: Sequence[dict[str, Any]], profile: str) -> dict[str, tuple[plt.Figure, pd.DataFrame]]:
     """Fig. 7 (Appendix C), one figure per dataset."""
     detail = detail_frame(_main(records))
@@ -888,7 +883,8 @@ STUDY = register(Study(
     cites="irureta2024apcvfl",
     artefacts=(
         Artefact("Fig. 5", _artefact("fig5"), ("fig5.*",), lambda g, r, p: fig5_figure(_main(r), profile=p)),
-        Artefact("Fig. 6", _artefact("fig5", methods=("apc_vfl_mse", "vfedtrans")), ("fig6.*",), _fig6),
+        Artefact("Fig. 6", _artefact("fig5", methods=("apc_vfl_mse", "vfedtrans")), ("fig6.*",),
+                 lambda g, r, p: (plot_fig6(frame := fig6_frame(_main(r))), frame)),
         Artefact("Fig. 7", _artefact("fig5"), ("fig7_*",), _fig7),
         Artefact("Fig. 8", _artefact("fig5", datasets=("mimic3",), few=True), ("fig8.*",), _fig8),
         Artefact("App. D.3", _artefact("fig5", datasets=("credit_card",), few=True), ("fig8.*",), _fig8),

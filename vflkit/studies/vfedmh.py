@@ -416,24 +416,32 @@ def diverged_runs(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
 # --------------------------------------------------------------------------- figures
 
 
-def fig3(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> tuple[plt.Figure, pd.DataFrame]:
-    """Communication per epoch and in total to obtain the three small models: VFedMH's one run
-    against each baseline's three. Per-epoch figures are the ledger's (training phase, mean over
-    epochs); totals are them times the study's epochs."""
-    rec = by_key(records)
-    epochs = max(c.epochs for c in groups["table2"])
+def _traffic(groups: dict[str, list[RunConfig]], records: dict[str, dict[str, Any]]) -> pd.DataFrame:
+    """Per recorded Table II run but Local's: its training traffic per full epoch, from the ledger
+    (a diverged run's last epoch ran fewer steps; a count the ledger lacks: NaN)."""
     rows = []
     for c in groups["table2"]:
-        if c.method == "local" or c.models[0] not in SMALL_MODELS:
+        if c.method == "local" or c.key not in records:
             continue
-        per_epoch = analysis.full_epoch_traffic(rec[c.key], _steps(c))
+        per_epoch = analysis.full_epoch_traffic(records[c.key], _steps(c))
+        per_epoch = per_epoch.reindex(columns=["messages", "bytes", "rounds"])
         rows.append({"dataset": DATASET_NAMES[c.dataset], "seed": c.seed, "model": c.models[0],
-                     "method": TABLE2_NAMES[c.method],
+                     "method": TABLE2_NAMES[c.method], "epochs": c.epochs,
                      "messages_per_epoch": per_epoch["messages"].mean(),
                      "MB_per_epoch": per_epoch["bytes"].mean() / 2**20,
                      "rounds_per_epoch": per_epoch["rounds"].mean(),
                      "rounds_per_step": per_epoch["rounds"].mean() / _steps(c)})
-    per_run = pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=["dataset", "seed", "model", "method", "epochs", "messages_per_epoch",
+                                       "MB_per_epoch", "rounds_per_epoch", "rounds_per_step"])
+
+
+def fig3(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> tuple[plt.Figure, pd.DataFrame]:
+    """Communication per epoch and in total to obtain the three small models: VFedMH's one run
+    against each baseline's three. Per-epoch figures are the ledger's (training phase, mean over
+    epochs); totals are them times the study's epochs."""
+    epochs = max(c.epochs for c in groups["table2"])
+    per_run = _traffic(groups, by_key(records))
+    per_run = per_run[per_run["model"].isin(SMALL_MODELS)]
     # a baseline's total needs its three runs, one per model, each once
     seed_runs = per_run.groupby(["dataset", "method", "seed"])
     whole = ((seed_runs["seed"].transform("size") == len(SMALL_MODELS))
@@ -764,14 +772,8 @@ _fig5_check = _converges("fig5", lambda c: "mixed models and optimizers", lambda
 
 def _rounds_per_step(records: claims.Records) -> claims.Verdict:
     """Fig. 3: VFedMH 4 rounds per step, PyVertical, C_VFL and Agg_VFL 2 (counts, not estimates)."""
-    groups, rec = _available(records)
-    seen: dict[str, set[float]] = {}
-    for c in groups["table2"]:
-        if c.method == "local" or c.key not in rec:
-            continue
-        per_epoch = analysis.full_epoch_traffic(rec[c.key], _steps(c))  # a diverged run's last epoch ran fewer steps
-        name = TABLE2_NAMES[c.method]
-        seen.setdefault(name, set()).add(round(float(per_epoch["rounds"].sum()) / (_steps(c) * len(per_epoch)), 3))
+    per_run = _traffic(*_available(records))
+    seen = {m: set(rounds.round(3)) for m, rounds in per_run.groupby("method", sort=False)["rounds_per_step"]}
     if "VFedMH" not in seen or len(seen) < 2:
         return claims.not_testable("no recorded pair of VFedMH and a baseline")
     ev = "; ".join(f"{m}: {', '.join(f'{v:g}' for v in sorted(vs))} per step" for m, vs in seen.items())
@@ -783,10 +785,9 @@ def _total_rounds(records: claims.Records) -> claims.Verdict:
     """Fig. 3: to obtain the three small models, VFedMH's one run needs fewer rounds than each
     baseline's three. Rounds per epoch times epochs: a run that stopped early does not look cheaper."""
     groups, rec = _available(records)
-    rows = [{"method": TABLE2_NAMES[c.method], "dataset": DATASET_NAMES[c.dataset], "seed": c.seed, "runs": 1,
-             "rounds": float(analysis.full_epoch_traffic(rec[c.key], _steps(c))["rounds"].mean()) * c.epochs}
-            for c in groups["table2"] if c.method != "local" and c.key in rec and _model_set(c.models[0]) == "small"]
-    df = pd.DataFrame(rows, columns=["method", "dataset", "seed", "runs", "rounds"])
+    df = _traffic(groups, rec)
+    df = df[df["model"].map(_model_set) == "small"]
+    df = df.assign(runs=1, rounds=df["rounds_per_epoch"] * df["epochs"])
     df = df.groupby(["method", "dataset", "seed"], as_index=False).agg(runs=("runs", "sum"), rounds=("rounds", "sum"))
     df = df[(df["method"] == "VFedMH") | (df["runs"] == len(SMALL_MODELS))]  # a baseline needs its three runs
     return claims.all_of(
@@ -803,29 +804,6 @@ def _curves(groups: dict[str, list[RunConfig]],
         r = records.get(c.key)
         if r is not None and c.method != "local" and not r.get("diverged") and collapsed_epoch(r) is None:
             yield c, r
-
-
-#: A run's convergence epoch: the first whose test accuracy is within this of its final one.
-CONVERGED_WITHIN_POINTS = 1.0
-
-
-def convergence_epochs(groups: dict[str, list[RunConfig]], records: dict[str, dict[str, Any]]) -> pd.DataFrame:
-    """Per Table II run and architecture: the first epoch within :data:`CONVERGED_WITHIN_POINTS` of
-    the run's final accuracy (VFedMH: the mean over the parties holding it); a run that diverged or
-    collapsed never converged and has no row (:func:`_curves`)."""
-    rows = []
-    for c, r in _curves(groups, records):
-        hist = pd.DataFrame(r["history"])
-        by_arch: dict[str, list[int]] = {}
-        for party, arch in r["models"].items():
-            h = hist[hist["model"] == party].sort_values("epoch")
-            acc = 100 * h["test_accuracy"].to_numpy()
-            first = int(np.argmax(acc >= acc[-1] - CONVERGED_WITHIN_POINTS))
-            by_arch.setdefault(arch, []).append(int(h["epoch"].to_numpy()[first]))
-        rows += [{"dataset": DATASET_NAMES[c.dataset], "seed": c.seed, "model": MODEL_NAMES[arch],
-                  "method": TABLE2_NAMES[c.method], "epoch": float(np.mean(epochs)), "epochs": c.epochs}
-                 for arch, epochs in by_arch.items()]
-    return pd.DataFrame(rows, columns=["dataset", "seed", "model", "method", "epoch", "epochs"])
 
 
 def time_to_target(groups: dict[str, list[RunConfig]], records: dict[str, dict[str, Any]]) -> pd.DataFrame:
