@@ -764,9 +764,8 @@ def plan(deadline_s: float, device_kind: str = "h100", *, profile: str = "paper"
         shown = f"{deadline_s / 60:g} minutes" if isinstance(deadline_s, (int, float)) else repr(deadline_s)
         raise ConfigError(f"a window's deadline must be a positive time, got {shown} (--deadline-min); "
                           f"give the machine's window length, e.g. {DEFAULT_MACHINE.deadline_s / 60:g}")
-    if papers is not None:
-        for name in papers:
-            studies.get(name)  # an unknown name (a typo) is an error listing the registered studies
+    for name in papers or ():
+        studies.get(name)  # an unknown name (a typo) is an error listing the registered studies
     if device_kind not in DEVICE_KINDS:
         raise ConfigError(f"Invalid device kind {device_kind!r}; choose one of {', '.join(DEVICE_KINDS)}")
     if workers < 1:
@@ -847,15 +846,12 @@ def plan(deadline_s: float, device_kind: str = "h100", *, profile: str = "paper"
     for w in windows:
         mine = {id(p) for lane in w.lanes for p in lane}
         w.reserve = [p for p in packs if id(p) not in mine and p.datasets <= w.datasets][:RESERVE_MAX]
-    out = Plan(profile=profile, device_kind=device_kind, deadline_s=deadline_s, workers=workers, windows=windows,
-               not_fitting=not_fitting, recorded=recorded, rates=used, chunk_room=room,
-               wheels_bytes=wheels_bytes, machine=machine)
-    for w in windows:
-        chunks = chunks_of(w.datasets) if w.datasets else []
-        w.calls = window_calls(w, chunks, wheels_bytes=wheels_bytes, tree=tree, device=DEVICE_KINDS[device_kind],
-                               machine=machine)
+        w.calls = window_calls(w, chunks_of(w.datasets) if w.datasets else [], wheels_bytes=wheels_bytes, tree=tree,
+                               device=DEVICE_KINDS[device_kind], machine=machine)
     _log.info("%d windows laid out, %d runs left for a GPU of one's own", len(windows), len(not_fitting))
-    return out
+    return Plan(profile=profile, device_kind=device_kind, deadline_s=deadline_s, workers=workers, windows=windows,
+                not_fitting=not_fitting, recorded=recorded, rates=used, chunk_room=room,
+                wheels_bytes=wheels_bytes, machine=machine)
 
 
 def own_gpu_s(runs: Sequence[GpuRun], workers: int) -> tuple[float, float]:
@@ -938,13 +934,12 @@ def plan_table(p: Plan) -> str:
                  f"{p.deadline_s / 60:.0f} min ({total / 3600:.1f} run-hours at {p.workers} processes sharing"
                  + (f"; {len(slow)} of them CPU-sized runs taken in as slow, {sum(r.cpu_cost_s or 0 for r in slow) / 3600:.1f}"
                     " CPU-hours here" if slow else "") + f"), {len(p.recorded)} skipped (recorded)")
+    m = p.machine
     if p.windows:
-        m = p.machine
         lines.append(f"[launcher] windows needed for what fits: {len(p.windows)}, one per {m.name} job (a job has "
                      f"{m.job_s / 60:.0f} min, the machine's start included; {m.give_back_s / 60:.0f} min is left "
                      "to give it back)")
-    if p.deadline_s > p.machine.deadline_s or p.deadline_s < p.machine.min_start_left_s:
-        m = p.machine
+    if p.deadline_s > m.deadline_s or p.deadline_s < m.min_start_left_s:
         lines.append(f"[launcher] warning: a {p.deadline_s / 60:.0f}-minute window does not match the {m.name} "
                      f"machine's limits ({m.job_s / 60:.0f} min a job, less {m.give_back_s / 60:.0f} to give it back; "
                      f"no start under {m.min_start_left_s / 60:.0f} min): these windows need a longer job")
