@@ -701,12 +701,12 @@ def window_calls(window: Window, chunks: list[list[tuple[str, int, int]]], *, wh
         cmd = prefix + (wheel if first and wheels_bytes else site)
         gpu = device.startswith("cuda")
         if first:
-            cmd += f"python3 -m vflkit.ops.launcher check --out $OUT || exit; "
+            cmd += "python3 -m vflkit.ops.launcher check --out $OUT || exit; "
         bench = BENCH_COMMAND.format(s=int(BENCH_S), device=device, work=work)
-        if first and gpu and starts:  # the lanes must not share the GPU with it: it runs first
-            cmd += f"mkdir -p {work}; {bench}; "
-        elif first and gpu:  # beside the data calls' transfers, detached so it outlives this call
-            cmd += f"mkdir -p {work}; setsid nohup sh -c {shlex.quote(bench)} > /dev/null 2>&1 & "
+        if first and gpu:  # before the lanes where this call starts them (they must not share the GPU with it),
+            # else beside the data calls' transfers, detached so it outlives this call
+            cmd += f"mkdir -p {work}; " + (f"{bench}; " if starts else
+                                           f"setsid nohup sh -c {shlex.quote(bench)} > /dev/null 2>&1 & ")
         bench_s = bench_wait_s(n_data) if gpu and starts else 0.0
         if gpu and starts and not first and bench_s:
             cmd += (f"for i in $(seq {int(bench_s)}); do [ -e {work}/bench.done ] && break; sleep 1; done; ")
@@ -1462,11 +1462,10 @@ def keep_benchmark(files_at: Path, results: Path) -> Path | None:
         return None
     if not kind or not rows:
         return None
-    dest = results / "device" / f"{kind}-{time.strftime('%Y-%m-%d')}-bench.json"
-    n = 1
-    while dest.exists():  # a second window the same day keeps the first's file
-        n += 1
-        dest = dest.with_name(f"{kind}-{time.strftime('%Y-%m-%d')}-bench-{n}.json")
+    day = f"{kind}-{time.strftime('%Y-%m-%d')}-bench"
+    # a second window the same day keeps the first's file
+    dest = next(d for n in itertools.count(1)
+                if not (d := results / "device" / (f"{day}.json" if n == 1 else f"{day}-{n}.json")).exists())
     dest.parent.mkdir(parents=True, exist_ok=True)
     write_json(dest, doc)
     return dest
