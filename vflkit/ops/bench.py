@@ -67,12 +67,11 @@ import torch
 import torch.nn.functional as F
 
 from ..comm import Channel, Party
-from ..methods import RunConfig
-from ..methods import get_method
+from ..data import ImageData
+from ..files import write_json
+from ..methods import METHODS as METHOD_CLASSES, RunConfig, get_method
 from ..partition import strips
 from ..secure import DeferredChecks, benchmark_masking
-from ..data import ImageData
-from ..methods import METHODS as METHOD_CLASSES
 from ..methods.multi_vfl import MultiVFL
 from ..studies.multi_vfl import configs
 from ..training import counting
@@ -390,7 +389,7 @@ def bench_multi_vfl(*, rounds: int = 3, scenario: str = "4niid", server_optimize
     held = {s: RoundPack([m], stacking=s) for s, m in packs.items()}
     packed = {s: [] for s in packs}
     # a round's split steps: every label owner's batches (its chains step together)
-    steps = {"n": sum(len(method.round_order(k, 1)[1]) for k in range(config.n_label_owners))}
+    per_round = sum(len(method.round_order(k, 1)[1]) for k in range(config.n_label_owners))
     n_test = config.n_test
     train, whole, chunked = [], [], []
     for r in range(1, rounds + 2):
@@ -429,10 +428,9 @@ def bench_multi_vfl(*, rounds: int = 3, scenario: str = "4niid", server_optimize
 
     plain_step()
     t0 = time.process_time()
-    for _ in range(steps["n"]):
+    for _ in range(per_round):
         plain_step()
-    plain = (time.process_time() - t0) / steps["n"]
-    per_round = steps["n"]
+    plain = (time.process_time() - t0) / per_round
     t, w, c = (statistics.median(v) for v in (train, whole, chunked))
     step = t / per_round  # the round's training per split step, its server's aggregation included
     return {"steps_per_round": per_round, "step_s": step, "plain_step_s": plain,
@@ -611,13 +609,10 @@ def _print_packed(args: argparse.Namespace, where: str) -> None:
                   f"{au / a:>10.2f}x {gr / a:>13.2f}x {v / a:>10.2f}x {lo / a:>10.2f}x "
                   f"{r['ops_per_step']:>7.0f} {us:>6.1f} {r['packed_ops_per_step']:>10.0f} {us_packed:>6.1f} "
                   f"{a * tf:>14.3f} {au * tf:>6.3f} {graphed}", flush=True)
-            if args.json:  # rewritten after every row: a benchmark cut short keeps what it measured
-                tmp = args.json.with_suffix(".tmp")
-                tmp.write_text(json.dumps({"device": where, "torch": torch.__version__,
-                                           "bench_packed": {"batch": args.batch, "pack_size": args.pack_size,
-                                                            "parties": 4, "input": "28x7 MNIST strips",
-                                                            "embedding": 128, "rows": rows}}, indent=1))
-                tmp.replace(args.json)
+            if args.json:  # rewritten (atomically) after every row: a benchmark cut short keeps what it measured
+                write_json(args.json, {"device": where, "torch": torch.__version__,
+                                       "bench_packed": {"batch": args.batch, "pack_size": args.pack_size, "parties": 4,
+                                                        "input": "28x7 MNIST strips", "embedding": 128, "rows": rows}})
 
 
 if __name__ == "__main__":

@@ -345,14 +345,19 @@ def launch_bound_s(run: Any, kind: str = REFERENCE_GPU, root: Path | None = None
     return None if ops is None or per is None else ops * per
 
 
+def _flops(run: Any) -> float | None:
+    """:func:`run_flops`, or None for a config the counter cannot build (simply unpriced)."""
+    try:
+        return run_flops(run)
+    except Exception:  # noqa: BLE001
+        return None
+
+
 def alone(run: Any, kind: str = REFERENCE_GPU, root: Path | None = None) -> tuple[float, str] | None:
     """(seconds, source) ``run`` takes on one GPU of ``kind`` with nothing else on it: launch-bound
     where it has an op count, else its FLOPs at :func:`flop_rate`; never under its FLOPs over
     :func:`best_rate` (no price implies a rate the kind never reached). None without a price."""
-    try:
-        flops = run_flops(run)
-    except Exception:  # noqa: BLE001 (a config the counter cannot build is simply unpriced)
-        flops = None
+    flops = _flops(run)
     floor = flops / best if flops and (best := best_rate(kind, root)) else 0.0
     if (s := launch_bound_s(run, kind, root)) is not None:
         return max(s, floor), FROM_OPS if s >= floor else FROM_FLOPS
@@ -375,10 +380,7 @@ def estimate(run: Any, kind: str, family: str, lanes: int | None = None) -> tupl
     if kind != "cpu":
         got = alone(run, REFERENCE_GPU if kind == "cuda" else kind)
         return None if got is None else (got[0] * slowdown(lanes), got[1])
-    try:
-        flops = run_flops(run)
-    except Exception:  # noqa: BLE001
-        return None
+    flops = _flops(run)
     r = rate("cpu", family) if flops is not None else None
     return (flops / r, FROM_FLOPS) if r else None
 
@@ -414,10 +416,7 @@ def price(study: Any, runs: Sequence[Any], kind: str = REFERENCE_GPU) -> pd.Data
     for i, share in packed_shares(runs).items():
         if rows[i]["source"] is not None and rows[i]["h100_min"] == rows[i]["h100_min"]:
             # a pack is priced no faster than the best FLOP/s measured on the kind, as a run alone
-            try:
-                floor = (run_flops(runs[i]) or 0.0) / best / 60 if best else 0.0
-            except Exception:  # noqa: BLE001 (as alone(): a config the counter cannot build)
-                floor = 0.0
+            floor = (_flops(runs[i]) or 0.0) / best / 60 if best else 0.0
             rows[i]["h100_min_packed"] = max(rows[i]["h100_min"] * share, floor)
     for row in rows:
         row.setdefault("h100_min_packed", row["h100_min"])

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import itertools
 import json
 import logging
 import lzma
@@ -512,31 +513,16 @@ def open_clauses(profile: str = "paper", papers: Sequence[str] | None = None) ->
 
 
 def value_order(runs: Sequence[GpuRun], opened: Mapping[tuple[str, str], int]) -> list[GpuRun]:
-    """``runs`` in the order that moves the most verdicts first.
-
-    A run's *open clauses* are the clauses of the artefacts it is drawn from that are now judged
-    "not testable" (``opened``, from :func:`open_clauses`). Within a study its own order is kept
-    (``run_priority``). Across studies, GPU time goes to each in proportion to its open clauses:
-    a run's value is the GPU seconds its study has spent, in its own order up to and including
-    it, per open clause of that study (lower first), so no paper waits for another to finish.
-    Runs that no open clause reads come last. Precision checks (bf16: they decide how every later
-    run is computed), then slow CPU runs that decide an open clause (C-VFL's defended rate, which
-    moves VFedMH's "VFedMH > C_VFL" and Fig. 3 clauses) come before all of these, each group
-    ordered by the same rule.
-    """
+    """``runs`` in the order that moves the most verdicts first, ``opened`` from :func:`open_clauses`:
+    the rule in docs/own-gpu.md, "How a plan orders, places and gates the runs"."""
     def ranked(rs_all: Sequence[GpuRun]) -> list[GpuRun]:
-        by_study: dict[str, list[GpuRun]] = {}
-        for r in rs_all:
-            by_study.setdefault(r.paper, []).append(r)
         out: list[GpuRun] = []
-        for paper, rs in by_study.items():
-            rs = sorted(rs, key=lambda r: r.priority)
-            n_open = sum(n for (p, _), n in opened.items() if p == paper)
-            spent = 0.0
-            for r in rs:
-                spent += r.cost_s or 0.0
-                # no open clause: after every run that has one (an offset beyond any real value)
-                out.append(dataclasses.replace(r, value=spent / max(n_open, 1) + (0.0 if r.open_clauses else 1e12)))
+        for paper, group in itertools.groupby(sorted(rs_all, key=lambda r: r.paper), key=lambda r: r.paper):
+            rs = sorted(group, key=lambda r: r.priority)
+            n_open = max(sum(n for (p, _), n in opened.items() if p == paper), 1)
+            # no open clause: after every run that has one (an offset beyond any real value)
+            out += [dataclasses.replace(r, value=spent / n_open + (0.0 if r.open_clauses else 1e12))
+                    for r, spent in zip(rs, itertools.accumulate(r.cost_s or 0.0 for r in rs))]
         return sorted(out, key=lambda r: (r.value, r.key))
 
     marked = [dataclasses.replace(r, open_clauses=sum(opened.get((r.paper, a), 0) for a in r.artefacts))
@@ -571,18 +557,16 @@ def group_packs(runs: Sequence[GpuRun], *, max_cost_s: float | Callable[[set[str
     gain; else the op-count ratio, over the CUDA-graphs gain on GPU kind ``graphs``)."""
     open_packs: dict[Any, Pack] = {}
     packs: list[Pack] = []
-    by_ops = speedup is None
+    make = functools.partial(Pack, speedup=speedup or 1.0, by_ops=speedup is None, graphs=graphs)
     for r in runs:
         kind, key = pack_key(r)
         p = open_packs.get(key)
-        grown = Pack(key="", runs=[*(p.runs if p else []), r], packed=kind == "packed", speedup=speedup or 1.0,
-                     by_ops=by_ops, graphs=graphs)
+        grown = make(key="", runs=[*(p.runs if p else []), r], packed=kind == "packed")
         room = max_cost_s(grown.datasets) if callable(max_cost_s) else max_cost_s
         limit = trainer.pack_limit(trainer.packable_config(r.family, r.config), max_runs) if kind == "packed" \
             else max_runs
         if p is None or len(p.runs) >= (limit or max_runs) or grown.cost_s * SAFETY > room:
-            p = Pack(key=f"{kind}:{len(packs)}", runs=[], packed=kind == "packed", speedup=speedup or 1.0,
-                     by_ops=by_ops, graphs=graphs)
+            p = make(key=f"{kind}:{len(packs)}", runs=[], packed=kind == "packed")
             open_packs[key] = p
             packs.append(p)
         p.runs.append(r)
@@ -666,7 +650,6 @@ def chunk_files(files: Sequence[tuple[str, str, int, bool]], room: int, *, first
     offset, length) pieces (a large file spans several calls)."""
     first_room = room if first_room is None else first_room
     if room <= 0 or first_room < 0:
-
         raise ConfigError("the working tree leaves no room to carry data beside it (64 MiB a call)")
     chunks: list[list[tuple[str, int, int]]] = [[]]
     free = first_room
@@ -718,12 +701,12 @@ def window_calls(window: Window, chunks: list[list[tuple[str, int, int]]], *, wh
         cmd = prefix + (wheel if first and wheels_bytes else site)
         gpu = device.startswith("cuda")
         if first:
-            cmd += f"python3 -m vflkit.ops.launcher check --out $OUT || exit; "
+            cmd += "python3 -m vflkit.ops.launcher check --out $OUT || exit; "
         bench = BENCH_COMMAND.format(s=int(BENCH_S), device=device, work=work)
-        if first and gpu and starts:  # the lanes must not share the GPU with it: it runs first
-            cmd += f"mkdir -p {work}; {bench}; "
-        elif first and gpu:  # beside the data calls' transfers, detached so it outlives this call
-            cmd += f"mkdir -p {work}; setsid nohup sh -c {shlex.quote(bench)} > /dev/null 2>&1 & "
+        if first and gpu:  # before the lanes where this call starts them (they must not share the GPU with it),
+            # else beside the data calls' transfers, detached so it outlives this call
+            cmd += f"mkdir -p {work}; " + (f"{bench}; " if starts else
+                                           f"setsid nohup sh -c {shlex.quote(bench)} > /dev/null 2>&1 & ")
         bench_s = bench_wait_s(n_data) if gpu and starts else 0.0
         if gpu and starts and not first and bench_s:
             cmd += (f"for i in $(seq {int(bench_s)}); do [ -e {work}/bench.done ] && break; sleep 1; done; ")
@@ -768,14 +751,12 @@ def plan(deadline_s: float, device_kind: str = "h100", *, profile: str = "paper"
     """Every pending GPU run laid into windows of ``deadline_s`` seconds each (from a window's
     first call to the end of its last), or listed as needing a longer job (an own GPU), with
     why (its checkpoint never leaves the GPU machine). ``slow_cpu_min``: also the CPU-sized runs
-    above that many CPU-minutes (:func:`pending_gpu_runs`), planned first.
+    above that many CPU-minutes (:func:`pending_gpu_runs`), planned first. How ``workers`` lanes are
+    filled: docs/own-gpu.md, "How a plan orders, places and gates the runs".
 
-    ``workers`` lanes share the GPU; a window's lanes start once its data is there and every pack
-    must end, its estimate times :data:`SAFETY`, before the deadline less :data:`RETURN_MARGIN_S`.
-    Packs are placed in :func:`value_order`, each on the lane that frees first; a window is closed
-    when no remaining pack fits it. ``opened`` (default :func:`open_clauses`, which reads every
-    record) and ``runs`` (already costed) let a caller reuse what it computed. ``wheels_bytes``:
-    the wheels the first call carries (default: those :func:`prepare` left in ``.launch/whl``)."""
+    ``opened`` (default :func:`open_clauses`, which reads every record) and ``runs`` (already
+    costed) let a caller reuse what it computed. ``wheels_bytes``: the wheels the first call
+    carries (default: those :func:`prepare` left in ``.launch/whl``)."""
     if wheels_bytes is None:
         wheels_bytes = wheels_size(project_root() / CARRY_DIR / "whl")
 
@@ -783,9 +764,8 @@ def plan(deadline_s: float, device_kind: str = "h100", *, profile: str = "paper"
         shown = f"{deadline_s / 60:g} minutes" if isinstance(deadline_s, (int, float)) else repr(deadline_s)
         raise ConfigError(f"a window's deadline must be a positive time, got {shown} (--deadline-min); "
                           f"give the machine's window length, e.g. {DEFAULT_MACHINE.deadline_s / 60:g}")
-    if papers is not None:
-        for name in papers:
-            studies.get(name)  # an unknown name (a typo) is an error listing the registered studies
+    for name in papers or ():
+        studies.get(name)  # an unknown name (a typo) is an error listing the registered studies
     if device_kind not in DEVICE_KINDS:
         raise ConfigError(f"Invalid device kind {device_kind!r}; choose one of {', '.join(DEVICE_KINDS)}")
     if workers < 1:
@@ -823,20 +803,19 @@ def plan(deadline_s: float, device_kind: str = "h100", *, profile: str = "paper"
         bench = bench_wait_s(max(n, 1)) if device_kind != "cpu" else 0.0
         return machine.start_s + (max(n, 1) - 1) * (machine.call_overhead_s + 20.0) + 20.0 + bench
 
+    @functools.cache
+    def usable_of(datasets: frozenset[str]) -> float:
+        return deadline_s - start_s(set(datasets)) - RETURN_MARGIN_S - LANE_START_S
+
     def usable(datasets: set[str]) -> float:
-        return deadline_s - start_s(datasets) - RETURN_MARGIN_S - LANE_START_S
-
-    speedup = float(rates_in["pack_speedup"]) if "pack_speedup" in rates_in else None
-    # a pack is sized to a window that carries its datasets' data calls (MNIST's runs pack with
-    # FashionMNIST's), else a pack that fits an empty window is refused whole below
-    usable_of = functools.cache(lambda datasets: usable(set(datasets)))
-
-    def room_for(datasets: set[str]) -> float:
         return usable_of(frozenset(datasets))
 
+    speedup = float(rates_in["pack_speedup"]) if "pack_speedup" in rates_in else None
     graphs, why = expect_graphs(device_kind)
     _log.info("%s", why)
-    packs = group_packs(ordered, max_cost_s=room_for, speedup=speedup, graphs=graphs if speedup is None else None)
+    # a pack is sized to a window that carries its datasets' data calls (MNIST's runs pack with
+    # FashionMNIST's), else a pack that fits an empty window is refused whole below
+    packs = group_packs(ordered, max_cost_s=usable, speedup=speedup, graphs=graphs if speedup is None else None)
     windows: list[Window] = []
     left = list(packs)
     for p in list(left):  # a pack that alone outlasts an empty window never fits one
@@ -867,15 +846,12 @@ def plan(deadline_s: float, device_kind: str = "h100", *, profile: str = "paper"
     for w in windows:
         mine = {id(p) for lane in w.lanes for p in lane}
         w.reserve = [p for p in packs if id(p) not in mine and p.datasets <= w.datasets][:RESERVE_MAX]
-    out = Plan(profile=profile, device_kind=device_kind, deadline_s=deadline_s, workers=workers, windows=windows,
-               not_fitting=not_fitting, recorded=recorded, rates=used, chunk_room=room,
-               wheels_bytes=wheels_bytes, machine=machine)
-    for w in windows:
-        chunks = chunks_of(w.datasets) if w.datasets else []
-        w.calls = window_calls(w, chunks, wheels_bytes=wheels_bytes, tree=tree, device=DEVICE_KINDS[device_kind],
-                               machine=machine)
+        w.calls = window_calls(w, chunks_of(w.datasets) if w.datasets else [], wheels_bytes=wheels_bytes, tree=tree,
+                               device=DEVICE_KINDS[device_kind], machine=machine)
     _log.info("%d windows laid out, %d runs left for a GPU of one's own", len(windows), len(not_fitting))
-    return out
+    return Plan(profile=profile, device_kind=device_kind, deadline_s=deadline_s, workers=workers, windows=windows,
+                not_fitting=not_fitting, recorded=recorded, rates=used, chunk_room=room,
+                wheels_bytes=wheels_bytes, machine=machine)
 
 
 def own_gpu_s(runs: Sequence[GpuRun], workers: int) -> tuple[float, float]:
@@ -958,13 +934,12 @@ def plan_table(p: Plan) -> str:
                  f"{p.deadline_s / 60:.0f} min ({total / 3600:.1f} run-hours at {p.workers} processes sharing"
                  + (f"; {len(slow)} of them CPU-sized runs taken in as slow, {sum(r.cpu_cost_s or 0 for r in slow) / 3600:.1f}"
                     " CPU-hours here" if slow else "") + f"), {len(p.recorded)} skipped (recorded)")
+    m = p.machine
     if p.windows:
-        m = p.machine
         lines.append(f"[launcher] windows needed for what fits: {len(p.windows)}, one per {m.name} job (a job has "
                      f"{m.job_s / 60:.0f} min, the machine's start included; {m.give_back_s / 60:.0f} min is left "
                      "to give it back)")
-    if p.deadline_s > p.machine.deadline_s or p.deadline_s < p.machine.min_start_left_s:
-        m = p.machine
+    if p.deadline_s > m.deadline_s or p.deadline_s < m.min_start_left_s:
         lines.append(f"[launcher] warning: a {p.deadline_s / 60:.0f}-minute window does not match the {m.name} "
                      f"machine's limits ({m.job_s / 60:.0f} min a job, less {m.give_back_s / 60:.0f} to give it back; "
                      f"no start under {m.min_start_left_s / 60:.0f} min): these windows need a longer job")
@@ -1265,68 +1240,91 @@ def lane(plan_path: Path, window: int, lane_index: int, *, work: Path, device: s
          stand_in: bool = False) -> dict[str, str]:
     """Train one lane's packs in order, through the engine, then packs of the window's reserve;
     records land atomically in ``work/results``. Returns each run's outcome by key (also in
-    ``work/status/lane<N>.json``).
-
-    Every start is checked against ``deadline`` (the window's, epoch seconds) as :func:`plan`
-    placed the work, at the speed the window has measured (:func:`window_speed`): a run starts
-    only if its estimate times :data:`SAFETY`, for what its checkpoint leaves to do
-    (:func:`left_to_do`), ends before it; a packed pack only if :func:`packed_need_s` does. A pack
-    is all or nothing: its checkpoints never leave the GPU machine, so one that would overrun is
-    not started, and its runs are noted as such. Then the lane takes the reserve's packs
-    (:attr:`Window.reserve`) in value order, each claimed by one lane (:func:`_claim`), passing
-    over one that would not end before the deadline at the measured speed."""
+    ``work/status/lane<N>.json``). Every start is gated on ``deadline`` (the window's, epoch
+    seconds) at the window's measured speed: docs/own-gpu.md, "How a plan orders, places and
+    gates the runs"."""
     spec = json.loads(plan_path.read_text())
     profile = spec["profile"]
     win = spec["windows"][window - 1]
     packs = win["lanes"][lane_index] if lane_index < len(win["lanes"]) else []
     results = work / "results"
-    status_path = work / "status" / f"lane{lane_index}.json"
-    times_path = work / "status" / f"times{lane_index}.json"
-    status_path.parent.mkdir(parents=True, exist_ok=True)
     outcome: dict[str, str] = {}
     times: list[tuple[float, float]] = []
 
     def note(key: str, what: str) -> None:
         outcome[key] = what
-        tmp = status_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(outcome, indent=1))
-        tmp.replace(status_path)
+        write_json(work / "status" / f"lane{lane_index}.json", outcome)  # atomic: a reader never sees half
 
     def timed(est_s: float, took_s: float) -> None:
+        """What a fresh run or pack took beside its estimate (:func:`window_speed` reads them)."""
         times.append((est_s, took_s))
-        tmp = times_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(times))
-        tmp.replace(times_path)
-
-    register_cifar10(work)
+        write_json(work / "status" / f"times{lane_index}.json", times)
 
     def fits(need_s: float) -> bool:
+        """Whether ``need_s`` seconds at the plan's rate end before the deadline at the measured speed."""
         return ends_before(need_s * (window_speed(work) or 1.0), deadline)
 
+    def estimate_s(run: Mapping[str, Any]) -> float:
+        """``run``'s estimated seconds at the plan's rate, times what its checkpoint leaves (a stand-in runs whole)."""
+        return (run["cost_s"] or 0) * (1.0 if stand_in else left_to_do(run, results))
+
+    def packed(pack: Mapping[str, Any]) -> bool:
+        return pack["packed"] and len(pack["runs"]) > 1 and not stand_in
+
+    def need_s(pack: Mapping[str, Any]) -> float:
+        """Seconds, with :data:`SAFETY`, a lane must have left to start ``pack``."""
+        if packed(pack):
+            return packed_need_s(pack)
+        return sum(estimate_s({**r, "profile": profile}) * SAFETY for r in pack["runs"])
+
+    def train(pack: Mapping[str, Any]) -> None:
+        """One pack: packed where the plan packed it, else run by run, each start gated by ``fits``."""
+        runs = [stand_in_run({**r, "profile": profile}) if stand_in else {**r, "profile": profile}
+                for r in pack["runs"]]
+        if packed(pack):
+            if not fits(packed_need_s(pack)):
+                for r in runs:
+                    note(r["key"], "not started: would not finish before the deadline")
+                return
+            fresh = not any(_recorded(r, results) for r in runs)
+            t0 = time.time()
+            try:
+                compute_pack([{"family": r["family"], "config": r["config"], "profile": profile,
+                               "results": str(results)} for r in runs], device=device, deadline=deadline)
+                for r in runs:
+                    note(r["key"], "recorded (packed)")
+                if fresh:
+                    timed(packed_need_s(pack) / SAFETY, time.time() - t0)
+            except Exception as exc:  # noqa: BLE001 (one failed pack must not stop the lane)
+                for r in runs:
+                    note(r["key"], f"failed: {type(exc).__name__}: {exc}")
+            return
+        for r in runs:
+            est = estimate_s(r)
+            if not stand_in and not fits(est * SAFETY):
+                note(r["key"], "not started: would not finish before the deadline")
+                continue
+            fresh = not _recorded(r, results)
+            t0 = time.time()
+            try:
+                compute({"family": r["family"], "config": r["config"], "profile": r["profile"],
+                         "results": str(results)}, device=device, deadline=deadline)
+                note(r["key"], f"recorded in {time.time() - t0:.0f} s")
+                if fresh and _recorded(r, results):  # a run the deadline stopped is not a measure of speed
+                    timed(est, time.time() - t0)
+            except Exception as exc:  # noqa: BLE001 (a budget stop, a failure: the next run goes on)
+                note(r["key"], f"{type(exc).__name__}: {exc}")
+
+    register_cifar10(work)
     for pack in packs:
-        _train(pack, profile, results, device, deadline, stand_in, fits, note, timed)
+        train(pack)
     for pack in win.get("reserve", []):
         if time.time() >= deadline:
             break
-        if not fits(_need_s(pack, results, profile, stand_in)) or not _claim(work, pack["key"]):
+        if not fits(need_s(pack)) or not _claim(work, pack["key"]):
             continue  # too long at the measured speed (a shorter one may still fit), or another lane's
-        _train(pack, profile, results, device, deadline, stand_in, fits, note, timed)
+        train(pack)
     return outcome
-
-
-def _need_s(pack: Mapping[str, Any], results: Path, profile: str, stand_in: bool) -> float:
-    """Seconds, with :data:`SAFETY`, a lane must have left to start ``pack`` at the plan's rate:
-    :func:`packed_need_s` for a packed pack, else its runs' estimates, each times what its
-    checkpoint leaves (:func:`left_to_do`)."""
-    if pack["packed"] and len(pack["runs"]) > 1 and not stand_in:
-        return packed_need_s(pack)
-    return sum(_run_estimate_s({**r, "profile": profile}, results, stand_in) * SAFETY for r in pack["runs"])
-
-
-def _run_estimate_s(run: Mapping[str, Any], results: Path, stand_in: bool) -> float:
-    """``run``'s estimated seconds at the plan's rate, times what its checkpoint leaves
-    (:func:`left_to_do`; a stand-in runs whole)."""
-    return (run["cost_s"] or 0) * (1.0 if stand_in else left_to_do(run, results))
 
 
 def _recorded(run: Mapping[str, Any], results: Path) -> bool:
@@ -1337,50 +1335,6 @@ def _recorded(run: Mapping[str, Any], results: Path) -> bool:
     except Exception:  # noqa: BLE001 (see above)
         return False
     return is_valid_record(path, key=run["key"])
-
-
-def _train(pack: Mapping[str, Any], profile: str, results: Path, device: str, deadline: float, stand_in: bool,
-           fits: Callable[[float], bool], note: Callable[[str, str], None],
-           timed: Callable[[float, float], None]) -> None:
-    """Train one pack of a lane (:func:`lane`): packed where the plan packed it, else run by run,
-    each start gated by ``fits`` (seconds needed at the plan's rate); what a fresh run or pack
-    took beside its estimate goes to ``timed``."""
-
-    runs = [stand_in_run({**r, "profile": profile}) if stand_in else {**r, "profile": profile}
-            for r in pack["runs"]]
-    if pack["packed"] and len(runs) > 1 and not stand_in:
-        if not fits(packed_need_s(pack)):
-            for r in runs:
-                note(r["key"], "not started: would not finish before the deadline")
-            return
-        fresh = not any(_recorded(r, results) for r in runs)
-        t0 = time.time()
-        try:
-            compute_pack([{"family": r["family"], "config": r["config"], "profile": profile,
-                           "results": str(results)} for r in runs], device=device, deadline=deadline)
-            for r in runs:
-                note(r["key"], "recorded (packed)")
-            if fresh:
-                timed(packed_need_s(pack) / SAFETY, time.time() - t0)
-        except Exception as exc:  # noqa: BLE001 (one failed pack must not stop the lane)
-            for r in runs:
-                note(r["key"], f"failed: {type(exc).__name__}: {exc}")
-        return
-    for r in runs:
-        est = _run_estimate_s(r, results, stand_in)
-        if not stand_in and not fits(est * SAFETY):
-            note(r["key"], "not started: would not finish before the deadline")
-            continue
-        fresh = not _recorded(r, results)
-        t0 = time.time()
-        try:
-            compute({"family": r["family"], "config": r["config"], "profile": r["profile"],
-                     "results": str(results)}, device=device, deadline=deadline)
-            note(r["key"], f"recorded in {time.time() - t0:.0f} s")
-            if fresh and _recorded(r, results):  # a run the deadline stopped is not a measure of speed
-                timed(est, time.time() - t0)
-        except Exception as exc:  # noqa: BLE001 (a budget stop, a failure: the next run goes on)
-            note(r["key"], f"{type(exc).__name__}: {exc}")
 
 
 def _lanes_alive(work: Path) -> bool:
@@ -1462,21 +1416,19 @@ def receive(files_at: Path, results: Path) -> tuple[list[str], list[str]]:
             continue
         profile, paper, _ = parts[-3:]
         # checked from a file of its own, outside results/: nothing there is touched before
-        tmp = Path(tempfile.mkdtemp(prefix="vflkit-incoming-")) / Path(name).name
-        tmp.write_bytes(raw)
-        try:
-            rec = read_record(tmp)
-            run = run_class(studies.get(paper).family).from_dict(rec["config"])
-            check_record(tmp, run, profile)
-            dest = record_path(run, profile, results)
-            if dest.name != Path(name).name:
-                raise BadRecord(f"{name} is not at its run's path")
-        except Exception as exc:  # noqa: BLE001 (any record that is not whole is refused)
-            refused.append(f"{name}: {exc}")
-            continue
-        finally:
-            tmp.unlink(missing_ok=True)
-            tmp.parent.rmdir()
+        with tempfile.TemporaryDirectory(prefix="vflkit-incoming-") as incoming:
+            tmp = Path(incoming) / Path(name).name
+            tmp.write_bytes(raw)
+            try:
+                rec = read_record(tmp)
+                run = run_class(studies.get(paper).family).from_dict(rec["config"])
+                check_record(tmp, run, profile)
+                dest = record_path(run, profile, results)
+                if dest.name != Path(name).name:
+                    raise BadRecord(f"{name} is not at its run's path")
+            except Exception as exc:  # noqa: BLE001 (any record that is not whole is refused)
+                refused.append(f"{name}: {exc}")
+                continue
         if not has_record(run, profile, [results]):
             dest.parent.mkdir(parents=True, exist_ok=True)
             # a record the GPU machine itself received keeps its first mark: where it was made
@@ -1510,11 +1462,10 @@ def keep_benchmark(files_at: Path, results: Path) -> Path | None:
         return None
     if not kind or not rows:
         return None
-    dest = results / "device" / f"{kind}-{time.strftime('%Y-%m-%d')}-bench.json"
-    n = 1
-    while dest.exists():  # a second window the same day keeps the first's file
-        n += 1
-        dest = dest.with_name(f"{kind}-{time.strftime('%Y-%m-%d')}-bench-{n}.json")
+    day = f"{kind}-{time.strftime('%Y-%m-%d')}-bench"
+    # a second window the same day keeps the first's file
+    dest = next(d for n in itertools.count(1)
+                if not (d := results / "device" / (f"{day}.json" if n == 1 else f"{day}-{n}.json")).exists())
     dest.parent.mkdir(parents=True, exist_ok=True)
     write_json(dest, doc)
     return dest
@@ -1541,9 +1492,8 @@ def write_carry(p: Plan, carry: Path, *, data_root: Path | None = None, packed: 
     for w in p.windows:
         files = data_files(w.datasets, root, packed)
         chunks = chunk_files(files, p.chunk_room, first_room=p.chunk_room - p.wheels_bytes) if w.datasets else []
-        for i, ch in enumerate(chunks):
-            for name, at, n in ch:
-                chunk_list.append({"window": w.index, "call": i + 1, "file": name, "offset": at, "bytes": n})
+        chunk_list += [{"window": w.index, "call": i + 1, "file": name, "offset": at, "bytes": n}
+                       for i, ch in enumerate(chunks) for name, at, n in ch]
         measured = [f for f in files if f[3]]
         if len(measured) < len(files):
             if not unpacked_ok:
