@@ -37,9 +37,10 @@ report: $(STAMP)
 
 ## The fast tier: unit tests, the committed notebooks re-executed and checked by nbval, and the
 ## smoke profile of the notebooks that take seconds (tests marked `slow` are left to test-slow).
-## TEST_WORKERS processes share the tests (pytest-xdist; default one per CPU core, 0 runs them in
-## this process); a test file, or a notebook (its cells), stays on one worker, in order.
-TEST_WORKERS ?= auto
+## TEST_WORKERS=N (or auto: one per core) shares the tests among N pytest-xdist processes; a test
+## file, or a notebook's cells, stays on one worker, in order. Default 0: this process alone, since
+## each worker's torch already uses every core, and workers pay only where cores outnumber them.
+TEST_WORKERS ?= 0
 test: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow and not docs" -n $(TEST_WORKERS) --dist loadfile \
 		--nbval --nbval-current-env tests $(NOTEBOOKS)
