@@ -37,12 +37,12 @@ report: $(STAMP)
 
 ## The fast tier: unit tests, the committed notebooks re-executed and checked by nbval, and the
 ## smoke profile of the notebooks that take seconds (tests marked `slow` are left to test-slow).
-## TEST_WORKERS=N (or auto: one per core) shares the tests among N pytest-xdist processes; a test
-## file, or a notebook's cells, stays on one worker, in order. Default 0: this process alone, since
-## each worker's torch already uses every core, and workers pay only where cores outnumber them.
-TEST_WORKERS ?= 0
+## TEST_WORKERS pytest-xdist processes share the tests (default auto: one per core; 0: this
+## process alone); a test file, or a notebook's cells, stays on one worker, in order. Each worker's
+## torch runs one thread: workers whose threads outnumber the cores wait on each other's.
+TEST_WORKERS ?= auto
 test: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow and not docs" -n $(TEST_WORKERS) --dist loadfile \
+	$(if $(filter-out 0,$(TEST_WORKERS)),OMP_NUM_THREADS=1) $(BIN)/python -m pytest -m "not slow and not docs" -n $(TEST_WORKERS) --dist loadfile \
 		--nbval --nbval-current-env tests $(NOTEBOOKS)
 
 ## The slow tier: what takes minutes (EASTER's and Multi-VFL's smoke notebooks, every notebook's
