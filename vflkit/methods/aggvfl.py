@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .base import VFLMethod, backward_runs, return_cut_gradients, stacked_cross_entropy
+from .base import VFLMethod, backward_runs, return_cut_gradients, send_cut_outputs, stacked_cross_entropy
 
 if TYPE_CHECKING:
     from .pack import Pack
@@ -32,14 +32,9 @@ if TYPE_CHECKING:
 
 def step(pack: Pack, ids: torch.Tensor) -> dict[str, torch.Tensor]:
     """Agg_VFL's step over K runs (:attr:`VFLMethod.step`): predictions up, summed, cut gradients back."""
-    a, ch = pack.active, pack.channel
-    passive = [n for n in pack.names if n != a]
+    a = pack.active
     pack.zero_grad(*((n, "local") for n in pack.names))
-    sent = {}
-    for n in passive:
-        sent[n] = pack.model(n, "model")(pack.x(n, ids))
-        ch.send(n, a, "prediction", sent[n])
-    received = {n: ch.recv(a, n, "prediction").requires_grad_(True) for n in passive}
+    sent, received = send_cut_outputs(pack, ids, "model", "prediction")
     own = pack.model(a, "model")(pack.x(a, ids))
     total = own + torch.stack(list(received.values())).sum(0) if received else own
     loss = stacked_cross_entropy(total, pack.y(ids))

@@ -308,6 +308,21 @@ def backward_each(pairs: Sequence[tuple[torch.Tensor, torch.Tensor | None]]) -> 
         torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
 
 
+def send_cut_outputs(pack: Any, ids: torch.Tensor, model: str, kind: str
+                     ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """The up-leg of a split step: each passive party runs its ``model`` on its batch and sends
+    the output as a ``kind`` message; the active party receives each as a leaf whose gradient it
+    returns (:func:`return_cut_gradients`). What each passive party sent, and what the active
+    party received, by passive party."""
+    a, ch = pack.active, pack.channel
+    sent = {}
+    for n in pack.names:
+        if n != a:
+            sent[n] = pack.model(n, model)(pack.x(n, ids))
+            ch.send(n, a, kind, sent[n])
+    return sent, {n: ch.recv(a, n, kind).requires_grad_(True) for n in sent}
+
+
 def return_cut_gradients(pack: Any, sent: dict[str, torch.Tensor], received: dict[str, torch.Tensor]) -> None:
     """The down-leg of a split step after the active party's backward: it sends each passive
     party the gradient of what it received from that party and steps its own optimizer; each
@@ -319,8 +334,6 @@ def return_cut_gradients(pack: Any, sent: dict[str, torch.Tensor], received: dic
     backward_each([(sent[n], ch.recv(n, a, "gradient")) for n in sent])
     for n in sent:
         pack.optimizers[(n, "local")].step()
-
-
 
 
 def backward_runs(loss: torch.Tensor) -> None:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from .base import VFLMethod, backward_runs, return_cut_gradients, stacked_cross_entropy
+from .base import VFLMethod, backward_runs, return_cut_gradients, send_cut_outputs, stacked_cross_entropy
 
 if TYPE_CHECKING:
     from .pack import Pack
@@ -31,14 +31,9 @@ def top_model(n_parties: int, embedding_dim: int, num_classes: int) -> nn.Sequen
 
 def step(pack: Pack, ids: torch.Tensor) -> dict[str, torch.Tensor]:
     """SplitNN's step over K runs (:attr:`VFLMethod.step`): embeddings up, cut gradients back."""
-    a, ch = pack.active, pack.channel
-    passive = [n for n in pack.names if n != a]
+    a = pack.active
     pack.zero_grad(*((n, "local") for n in pack.names))
-    sent = {}
-    for n in passive:
-        sent[n] = pack.model(n, "bottom")(pack.x(n, ids))
-        ch.send(n, a, "embedding", sent[n])
-    received = {n: ch.recv(a, n, "embedding").requires_grad_(True) for n in passive}
+    sent, received = send_cut_outputs(pack, ids, "bottom", "embedding")
     embeddings = [pack.model(n, "bottom")(pack.x(n, ids)) if n == a else received[n] for n in pack.names]
     loss = stacked_cross_entropy(pack.model(a, "top")(torch.cat(embeddings, dim=-1)), pack.y(ids))
     backward_runs(loss)
