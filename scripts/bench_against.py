@@ -3,9 +3,12 @@ side in one run: ``python scripts/bench_against.py REV`` (e.g. ``HEAD~5`` or a t
 
 REV is checked out into a temporary worktree (removed at the end); the two trees' benchmarks
 (`vflkit.bench`'s per-method rows, in the setting a scheduler worker uses: one thread,
-``OMP_WAIT_POLICY=PASSIVE``) run alternately, REV then this tree, ``--rounds`` times, so that a
-drift in the machine's speed falls on both. Each figure is the median over the rounds of
-samples per second; the ratio is this tree over REV (above 1: faster now). Say which machine and
+``OMP_WAIT_POLICY=PASSIVE``) run alternately, ``--rounds`` times, REV first in odd rounds and
+this tree first in even ones: a drift in the machine's speed falls on both, and so does the
+penalty of running second (with a fixed order the same code read a few percent slower second).
+Each figure is the median over the rounds of samples per second; the ratio is the median of the
+rounds' own ratios, this tree over REV (above 1: faster now), with their range beside it.
+``REV=HEAD`` on a clean tree compares the code with itself: its range is the noise floor. Say which machine and
 load the figures came from when you quote them (the first line prints the CPU and the load).
 Other work on the machine moves the figures by tens of percent either way; where the machine
 cannot be left quiet, pin the comparison to one core at a real-time priority (as root,
@@ -65,28 +68,30 @@ def main(argv: list[str] | None = None) -> int:
     dirty = subprocess.run(["git", "status", "--porcelain", "vflkit"], cwd=ROOT, capture_output=True, text=True,
                            check=True).stdout.strip()
     print(f"{_machine()}; this tree {here}{' (vflkit/ uncommitted changes)' if dirty else ''} against {rev}; "
-          f"{args.rounds} rounds alternated", flush=True)
+          f"{args.rounds} rounds, the order alternated", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         before = Path(tmp) / "before"
         subprocess.run(["git", "worktree", "add", "--detach", "-q", str(before), rev], cwd=ROOT, check=True)
         try:
             runs: dict[str, list[dict[tuple[str, str], float]]] = {"before": [], "now": []}
             for r in range(args.rounds):
-                runs["before"].append(_rows(before, args))
-                runs["now"].append(_rows(ROOT, args))
+                for side in (("before", "now") if r % 2 == 0 else ("now", "before")):
+                    runs[side].append(_rows(before if side == "before" else ROOT, args))
                 print(f"round {r + 1} of {args.rounds} done", file=sys.stderr, flush=True)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(before)], cwd=ROOT, check=False)
     keys = [k for k in runs["now"][0] if k in runs["before"][0]]
     print(f"samples/s of one training step, median of {args.rounds} (1 thread, OMP_WAIT_POLICY=PASSIVE)")
-    print(f"{'method':<10} {'model':<7} {rev:>10} {here:>10}  now/before")
+    print(f"{'method':<10} {'model':<7} {rev:>10} {here:>10}  now/before  rounds' range")
     slower = []
     for key in keys:
         b = statistics.median(run[key] for run in runs["before"])
         n = statistics.median(run[key] for run in runs["now"])
-        print(f"{key[0]:<10} {key[1]:<7} {b:>10.0f} {n:>10.0f}  {n / b:>9.3f}")
-        if n / b < 0.95:
-            slower.append(f"{key[0]} {key[1]} ({n / b:.3f})")
+        ratios = [now[key] / before[key] for now, before in zip(runs["now"], runs["before"])]
+        ratio = statistics.median(ratios)
+        print(f"{key[0]:<10} {key[1]:<7} {b:>10.0f} {n:>10.0f}  {ratio:>10.3f}  {min(ratios):.3f}-{max(ratios):.3f}")
+        if ratio < 0.95:
+            slower.append(f"{key[0]} {key[1]} ({ratio:.3f})")
     print("slower by more than 5 % now: " + (", ".join(slower) if slower else "none"))
     return 0
 
