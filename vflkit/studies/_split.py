@@ -1,5 +1,6 @@
 """What VFedMH's and EASTER's studies share (the same authors' two papers): architectures drawn by
-seed, the run order, the 1/C twins and their tables. Not a study (its name starts with ``_``)."""
+seed, the run order, the 1/C twins, the tables' long format and the helpers their claims use. Not a
+study (its name starts with ``_``)."""
 
 from __future__ import annotations
 

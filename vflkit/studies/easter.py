@@ -76,12 +76,10 @@ PROFILE_SETTINGS: dict[str, dict[str, Any]] = {
               "table6_seeds": None, "fig6_seeds": None,
               "table5_datasets": ("mnist", "criteo"), "table6_datasets": ("criteo",), "table6_parties": (2, 4),
               "fig6_dataset": "mnist", "embedding_dims": (16, 128), "el_pls": ((1, 1), (1, 2))},
-    # 2-core CPU: FMNIST (Table V's image dataset) and Criteo. Images: 6,000 training images x 5
-    # epochs = 235 SGD steps (half a paper epoch), 1,000 test images: enough that EASTER is well
-    # above Local (after 94 steps it is level; 30 decided nothing). C-VFL 1 epoch (47 batches x
-    # Q = 10, twice the others' compute; also Criteo's): at 0.01/Q it learns but ends near Local.
-    # Criteo: the whole sample, 3 epochs of Adam; Tables IV and VI (C = 2, 6, 10) on Criteo's 5
-    # seeds (with 3 a paired difference needs 4.3 standard errors). Fig. 6 (FMNIST) on 3 seeds.
+    # 2-core CPU: FMNIST (Table V's image dataset) and Criteo (the whole sample, 3 epochs of Adam).
+    # 235 SGD steps on the images, so that EASTER ends well above Local (fewer leave them level); C-VFL
+    # 1 epoch (Q = 10: twice the others' compute); Criteo's Tables IV and VI on 5 seeds (with 3 a
+    # paired difference needs 4.3 standard errors). The sizes as measured: docs/studies.md (EASTER).
     "quick": {"datasets": ("fashion_mnist", "criteo"), "n_train": 6000, "n_test": 1000,
               "criteo_n_train": None, "epochs": 5, "cvfl_epochs": 1, "criteo_epochs": 3,
               "seeds": (0, 1, 2), "criteo_seeds": (0, 1, 2, 3, 4), "cvfl_seeds": None,
@@ -114,18 +112,14 @@ settings = partial(_split.settings, PROFILE_SETTINGS)
 
 
 def _seeds(dataset: str, s: dict[str, Any], seeds: Sequence[int] | None) -> tuple[int, ...]:
-    if seeds is not None:
-        return check_seeds(seeds)
-    return check_seeds(s["criteo_seeds"] if dataset == "criteo" else s["seeds"])
+    return check_seeds(seeds if seeds is not None else s["criteo_seeds"] if dataset == "criteo" else s["seeds"])
 
 
 def _config(dataset: str, method: str, models: Sequence[str], seed: int, s: dict[str, Any], **kw: Any) -> RunConfig:
     """One run; C-VFL at the dataset's rate / Q."""
     criteo = dataset == "criteo"
     epochs = s["cvfl_epochs"] if method == "c_vfl" else s["criteo_epochs"] if criteo else s["epochs"]
-    training = dict(TRAINING[dataset])
-    if method == "c_vfl":
-        training["lr"] = cvfl_step_size(training["lr"])
+    training = TRAINING[dataset] | ({"lr": cvfl_step_size(TRAINING[dataset]["lr"])} if method == "c_vfl" else {})
     return RunConfig(paper=PAPER, dataset=dataset, method=method, models=tuple(models),
                      partition="strips_width", n_parties=kw.pop("n_parties", 4), active=0, batch_size=128,
                      epochs=epochs, seed=seed, n_train=s["criteo_n_train"] if criteo else s["n_train"],
@@ -227,10 +221,9 @@ def accuracy_rows(groups: dict[str, list[RunConfig]], records: Sequence[dict[str
                   table: str) -> pd.DataFrame:
     """Table II's (heterogeneous) or IV's (homogeneous) θ columns and their average, one row per
     (dataset, method, θ, seed), metric in %."""
-    rec = by_key(records)
     group, setting = ("table2", "heterogeneous") if table == "II" else ("table4", "homogeneous")
     rows = []
-    for c, r in _recorded(groups[group], rec):
+    for c, r in _recorded(groups[group], by_key(records)):
         metric = metric_of(c.dataset)
         base = {"table": table, "dataset": DATASET_NAMES[c.dataset], "method": METHOD_NAMES[c.method],
                 "setting": setting, "metric": f"{metric}_pct", "seed": c.seed, "diverged": bool(r.get("diverged"))}
@@ -270,9 +263,8 @@ def convergence(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, 
                 datasets: Sequence[str]) -> pd.DataFrame:
     """Per Table V run: e*, the θ2 metric at e* (%), MB to e* as sent and float32-equivalent, and
     kB per sample-epoch."""
-    rec = by_key(records)
     rows = []
-    for c, r in _recorded(_table5_runs(groups, datasets), rec):
+    for c, r in _recorded(_table5_runs(groups, datasets), by_key(records)):
         metric = metric_of(c.dataset)
         e_star = analysis.convergence_epoch(r["history"], metric=metric)
         theta2 = [k for k, a in r["models"].items() if a == MODEL_SETS[c.dataset][1]] if c.method == "easter" else None
@@ -290,10 +282,8 @@ def table5(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]
            datasets: Sequence[str] | None = None) -> pd.DataFrame:
     """Table V: the θ2 metric at convergence and the communication to it (``communication_MB``
     float32-equivalent, as the paper presumably counted; ``_as_sent`` with blinded int64), beside the paper's."""
-    datasets = datasets or settings(profile)["table5_datasets"]
-    conv = convergence(groups, records, datasets)
     rows = []
-    for _, x in conv.iterrows():
+    for _, x in convergence(groups, records, datasets or settings(profile)["table5_datasets"]).iterrows():
         base = {"table": "V", "dataset": x["dataset"], "method": x["method"], "setting": "", "model": "",
                 "seed": x["seed"], "diverged": x["diverged"]}
         rows += [{**base, "metric": x["metric"], "value": x["value"]},
@@ -322,16 +312,15 @@ def cvfl_rates(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, A
     rec = by_key(records)
     rows = []
     for c in groups["cvfl_host_lr"]:
-        defended = c.replace(lr=cvfl_step_size(c.lr))
-        table = "II" if defended in groups["table2"] else "IV"
-        metric = metric_of(c.dataset)
+        defended, metric = c.replace(lr=cvfl_step_size(c.lr)), metric_of(c.dataset)
         vals = [100 * rec[x.key]["final"]["active"].get(metric, np.nan) if x.key in rec else np.nan
                 for x in (defended, c)]
         if all(np.isnan(v) for v in vals):
             continue
-        rows.append({"table": table, "dataset": DATASET_NAMES[c.dataset], "models": "/".join(dict.fromkeys(c.models)),
-                     "seed": c.seed, "metric": metric, "lr / Q": defended.lr, "at lr / Q (%)": vals[0],
-                     "dataset's lr": c.lr, "at the dataset's lr (%)": vals[1]})
+        rows.append({"table": "II" if defended in groups["table2"] else "IV", "dataset": DATASET_NAMES[c.dataset],
+                     "models": "/".join(dict.fromkeys(c.models)), "seed": c.seed, "metric": metric,
+                     "lr / Q": defended.lr, "at lr / Q (%)": vals[0], "dataset's lr": c.lr,
+                     "at the dataset's lr (%)": vals[1]})
     return pd.DataFrame(rows).round({"at lr / Q (%)": 2, "at the dataset's lr (%)": 2})
 
 
@@ -358,14 +347,6 @@ def implied_convergence(t5: pd.DataFrame, other: str = "PyVertical") -> pd.DataF
     return pd.DataFrame(rows).round(2)
 
 
-def _links(record: dict[str, Any]) -> pd.DataFrame:
-    """A record's per-link rows, C-VFL's downlink bundle (sent together) as one round."""
-    df = network.link_rows(record["comm"]["per_link"])
-    if record["config"]["method"] == "c_vfl":
-        df = df.assign(kind=np.where(df["sender"] == "active", "downlink", df["kind"]))
-    return df
-
-
 def comm_times(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]],
                datasets: Sequence[str], *, bandwidths: Sequence[float] = FIG4_BANDWIDTHS) -> pd.DataFrame:
     """Figs. 4-5: communication seconds to convergence of each Table V run against bandwidth (10 ms,
@@ -374,21 +355,21 @@ def comm_times(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, A
     if memo in _TIMES:
         return _TIMES[memo].copy()
     rec = by_key(records)
-    conv = convergence(groups, records, datasets)
     rows = []
-    for _, x in conv.iterrows():
-        links = _links(rec[x["key"]])
-        for bw in bandwidths:
-            t = network.price_links(links, network.NetworkModel(network.Link(bw, FIG4_LATENCY_MS)),
-                                     until_epoch=int(x["e_star"]))
-            rows.append({"figure": "4", "dataset": x["dataset"], "method": x["method"], "seed": x["seed"],
-                         "bandwidth_mbps": bw, "latency": f"{FIG4_LATENCY_MS:g} ms", "seconds": t})
+    for _, x in convergence(groups, records, datasets).iterrows():
+        links = network.link_rows(rec[x["key"]]["comm"]["per_link"])
+        if x["method"] == METHOD_NAMES["c_vfl"]:  # C-VFL's downlink bundle (sent together) as one round
+            links = links.assign(kind=np.where(links["sender"] == "active", "downlink", links["kind"]))
+        run, e_star = {"dataset": x["dataset"], "method": x["method"], "seed": x["seed"]}, int(x["e_star"])
+        rows += [{"figure": "4", **run, "bandwidth_mbps": bw, "latency": f"{FIG4_LATENCY_MS:g} ms",
+                  "seconds": network.price_links(links, network.NetworkModel(network.Link(bw, FIG4_LATENCY_MS)),
+                                                 until_epoch=e_star)} for bw in bandwidths]
         for cls in network.LATENCY_CLASSES:
             net = network.NetworkModel(network.Link(network.FIG5_BANDWIDTH_MBPS, 0.0))
-            t = np.mean([network.price_links(links, net, until_epoch=int(x["e_star"]), latency_ms=cls, seed=d)
+            t = np.mean([network.price_links(links, net, until_epoch=e_star, latency_ms=cls, seed=d)
                          for d in range(FIG5_DRAWS)])
-            rows.append({"figure": "5", "dataset": x["dataset"], "method": x["method"], "seed": x["seed"],
-                         "bandwidth_mbps": network.FIG5_BANDWIDTH_MBPS, "latency": cls, "seconds": float(t)})
+            rows.append({"figure": "5", **run, "bandwidth_mbps": network.FIG5_BANDWIDTH_MBPS, "latency": cls,
+                         "seconds": float(t)})
     _TIMES[memo] = pd.DataFrame(rows)
     return _TIMES[memo].copy()
 
@@ -653,9 +634,8 @@ def to_target(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, An
     """Table V's communication "to convergence" by the compared rule: per Table V run, the first
     epoch its θ2 metric reaches :data:`vflkit.analysis.TARGET_SHARE` of the best final θ2 metric of
     the dataset's runs of that seed, and the float32-equivalent MB until then (NaN: never, or diverged)."""
-    rec = by_key(records)
     runs = []
-    for c, r in _recorded(_table5_runs(groups, datasets), rec):
+    for c, r in _recorded(_table5_runs(groups, datasets), by_key(records)):
         if r.get("diverged"):
             continue
         theta2 = [k for k, a in r["models"].items() if a == MODEL_SETS[c.dataset][1]] if c.method == "easter" else None
@@ -701,49 +681,39 @@ def _less_comm(other: str, variant: str | None = None, label: str = "") -> claim
                         reading=label if variant else DEFAULT_READING)
 
 
-def _times(records: claims.Records) -> pd.DataFrame:
-    """Figs. 4-5's times to convergence, priced once for every clause."""
-    groups, recs = _inputs(records)
-    return records.derived("times", lambda: comm_times(groups, recs, settings(records.profile)["table5_datasets"]))
-
-
-def _times_cells(records: claims.Records) -> set[str]:
-    """Figs. 4-5's cells ("dataset/method") of every Table V run, recorded or not."""
-    return {f"{DATASET_NAMES[c.dataset]}/{METHOD_NAMES[c.method]}" for c in table5_runs(_inputs(records)[0], records.profile)}
-
-
-def _times_check(check: Callable[[pd.DataFrame, claims.Records], claims.Verdict]) -> Callable[..., claims.Verdict]:
-    """A Figs. 4-5 clause judged on :func:`_times` (not testable without records)."""
+def _times_check(check: Callable[[pd.DataFrame, list[RunConfig]], claims.Verdict]) -> Callable[..., claims.Verdict]:
+    """A Figs. 4-5 clause judged on the times to convergence of the profile's Table V runs (priced
+    once for every clause, :func:`comm_times`) and those runs, recorded or not; not testable without records."""
     def judged(records: claims.Records) -> claims.Verdict:
-        t = _times(records)
-        return claims.not_testable("no records") if t.empty else check(t, records)
+        groups, recs = _inputs(records)
+        t = records.derived("times", lambda: comm_times(groups, recs, settings(records.profile)["table5_datasets"]))
+        return claims.not_testable("no records") if t.empty else check(t, table5_runs(groups, records.profile))
     return judged
 
 
 @_times_check
-def _fig4_check(t: pd.DataFrame, records: claims.Records) -> claims.Verdict:
+def _fig4_check(t: pd.DataFrame, runs: list[RunConfig]) -> claims.Verdict:
     t = t[t["figure"] == "4"]
     lo, hi = min(FIG4_BANDWIDTHS), max(FIG4_BANDWIDTHS)
     t = t[t["bandwidth_mbps"].isin([lo, hi])].assign(bw=lambda d: np.where(d["bandwidth_mbps"] == lo, "low", "high"))
     return claims.ordering(claims.paired(t, by="bw", a="low", b="high", value="seconds", cell=["dataset", "method"]),
                            a=f"time at {lo:g} Mbps", b=f"time at {hi:g} Mbps", what="s",
-                           expected=_times_cells(records))
+                           expected={f"{DATASET_NAMES[c.dataset]}/{METHOD_NAMES[c.method]}" for c in runs})
 
 
 @_times_check
-def _fig5_check(t: pd.DataFrame, records: claims.Records) -> claims.Verdict:
+def _fig5_check(t: pd.DataFrame, runs: list[RunConfig]) -> claims.Verdict:
     t = t[t["figure"] == "5"]
     return claims.ordering(claims.paired(t, by="latency", a="high", b="low", value="seconds",
                                          cell=["dataset", "method"]),
                            a="time at high latency", b="time at low latency", what="s",
-                           expected=_times_cells(records))
+                           expected={f"{DATASET_NAMES[c.dataset]}/{METHOD_NAMES[c.method]}" for c in runs})
 
 
 @_times_check
-def _fig5_agg_check(t: pd.DataFrame, records: claims.Records) -> claims.Verdict:
+def _fig5_agg_check(t: pd.DataFrame, runs: list[RunConfig]) -> claims.Verdict:
     t = t[t["figure"] == "5"].pivot_table(index=["dataset", "method", "seed"], columns="latency", values="seconds")
     growth = (t["high"] - t["low"]).rename("growth").reset_index()
-    runs = table5_runs(_inputs(records)[0], records.profile)
     return claims.all_of(
         claims.ordering(claims.paired(growth, by="method", a=m, b="Agg_VFL", value="growth", cell=["dataset"]),
                         a=f"{m}'s latency penalty", b="Agg_VFL's", what="s",
@@ -799,15 +769,12 @@ def _table7_check(topology: str) -> Any:
         t = t7[(t7["metric"] == "train_time_min") & (t7["topology"] == topology)]
         # priced from every Table II EASTER run the profile has: one not recorded leaves it open
         datasets = {DATASET_NAMES[c.dataset] for c in groups["table2"] if c.method == "easter"}
-        steps = []
-        for n in range(1, 4):
-            a, b = t[t["setting"] == DEVICE_MIXES[n]], t[t["setting"] == DEVICE_MIXES[n - 1]]
-            d = a.set_index("dataset")["value"] - b.set_index("dataset")["value"]
-            # one row per dataset, the mean over seeds (priced, not noisy)
-            steps.append(claims.ordering(pd.DataFrame({"cell": d.index, "seed": 0, "diff": d.to_numpy()}),
-                                         a=f"{n} slow", b=f"{n - 1} slow", what="min", expected=datasets,
-                                         exact=True))
-        return claims.all_of(steps)
+        by_mix = {mix: t[t["setting"] == mix].set_index("dataset")["value"] for mix in DEVICE_MIXES.values()}
+        # one row per dataset, the mean over seeds (priced, not noisy)
+        return claims.all_of(claims.ordering(pd.DataFrame({"cell": d.index, "seed": 0, "diff": d.to_numpy()}),
+                                             a=f"{n} slow", b=f"{n - 1} slow", what="min", expected=datasets,
+                                             exact=True)
+                             for n in range(1, 4) for d in [by_mix[DEVICE_MIXES[n]] - by_mix[DEVICE_MIXES[n - 1]]])
     return check
 
 

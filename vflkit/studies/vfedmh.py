@@ -43,9 +43,8 @@ PROFILE_SETTINGS: dict[str, dict[str, Any]] = {
     # CI: a real MNIST subset, one epoch; exercises every method and table in seconds.
     "smoke": {"datasets": ("mnist",), "model_sets": (SMALL_MODELS,), "n_train": 256, "n_test": 256,
               "epochs": 1, "cvfl_epochs": None, "all_artefacts_on": ("mnist",), "seeds": (0,)},
-    # The paper's protocol on the small networks, reduced (seeded subsets, fewer epochs, three
-    # seeds): all 144 runs in half an hour on a 2-core CPU, C-VFL's 27 most of it. Table IV,
-    # Figs. 4-5 and blinding on MNIST only; no CIFAR-10, no ResNets.
+    # The paper's protocol on the small networks, reduced (seeded subsets, fewer epochs, three seeds;
+    # a 2-core CPU's work): Table IV, Figs. 4-5 and blinding on MNIST only; no CIFAR-10, no ResNets.
     "quick": {"datasets": ("mnist", "fashion_mnist"), "model_sets": (SMALL_MODELS,),
               "n_train": 4000, "n_test": 1500, "epochs": 6, "cvfl_epochs": None,
               "all_artefacts_on": ("mnist",), "seeds": (0, 1, 2)},
@@ -169,10 +168,13 @@ def assignment_table(groups: dict[str, list[RunConfig]]) -> pd.DataFrame:
 
 
 def _cells(c: RunConfig, r: dict[str, Any], table: str) -> list[tuple[str, str, str, float]]:
-    """(method, setting, architecture, test accuracy %) of a recorded run of Table II or III: one
+    """(method, setting, architecture, test accuracy %) of a recorded run of Table II, III or IV: one
     per architecture of a run that trains a model per party, else its active party's global model
     (and Heter_aggVFL's own-logits reading beside it)."""
-    name = _method_names(table)[c.method]
+    name = (TABLE2_NAMES if table == "table2" else TABLE3_METHODS)[c.method]
+    if table == "table4":  # every party on one optimizer, at the paper's rate or at the optimizer's standard one
+        setting = f"optimizer={_optimizer(c)}" + ("" if _lr(c) == PAPER_LR else f", lr={_lr(c):g}")
+        return [(name, setting, arch, v) for arch, v in arch_metric(r).items()]
     if c.method in _AGGREGATING:
         setting = "heterogeneous" if table == "table2" else ""
         return [(name, setting, arch, v) for arch, v in arch_metric(r).items()]
@@ -188,20 +190,35 @@ def _cells(c: RunConfig, r: dict[str, Any], table: str) -> list[tuple[str, str, 
 
 def _accuracy_table(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]], profile: str,
                     table: str) -> pd.DataFrame:
-    """Table II or III in the reference long format: test accuracy (%) per dataset, method and model
-    (Table II with C-VFL's recorded sensitivity rows)."""
+    """Table II, III or IV in the reference long format: test accuracy (%) per dataset, method and
+    model (Table II with C-VFL's recorded sensitivity rows; Table IV's standard-rate rows with the
+    paper's number for their optimizer beside them)."""
     rec = by_key(records)
-    runs = groups[table] + ([c for c in groups.get("cvfl_host_lr", []) if c.key in rec] if table == "table2" else [])
-    rows = [{"table": "II" if table == "table2" else "III", "dataset": DATASET_NAMES[c.dataset], "method": m,
-             "setting": setting, "model": MODEL_NAMES[arch], "metric": "test_accuracy_pct", "value": v,
+    runs = _table4_runs(groups) if table == "table4" else groups[table]
+    if table == "table2":
+        runs = runs + [c for c in groups.get("cvfl_host_lr", []) if c.key in rec]
+    rows = [{"table": {"table2": "II", "table3": "III"}.get(table, "IV"), "dataset": DATASET_NAMES[c.dataset],
+             "method": m, "setting": setting, "model": MODEL_NAMES[arch], "metric": "test_accuracy_pct", "value": v,
              "diverged": bool(rec[c.key].get("diverged"))}
             for c in runs for m, setting, arch, v in _cells(c, rec[c.key], table)]
-    return _split.summarise(rows, "vfedmh", profile)
+    out = _split.summarise(rows, "vfedmh", profile)
+    if table != "table4":
+        return out
+    # the paper's number for the optimizer beside its standard-rate row too
+    literal = out.set_index(["dataset", "setting", "model"])[["paper_value", "paper_std"]]
+    for i, row in out[out["setting"].str.contains(", lr=")].iterrows():
+        key = (row["dataset"], row["setting"].split(", lr=")[0], row["model"])
+        if key in literal.index:
+            out.loc[i, ["paper_value", "paper_std"]] = literal.loc[key].to_numpy()
+    return out
 
 
-#: Table II (test accuracy per dataset, method and model) and III (embedding vs prediction aggregation).
+#: Table II (test accuracy per dataset, method and model), III (embedding vs prediction aggregation)
+#: and IV (VFedMH with every party on one optimizer: rows ``optimizer=X`` at the paper's 0.05, rows
+#: ``optimizer=X, lr=...`` at the optimizer's standard rate, :data:`STANDARD_LR`, where not 0.05).
 table2 = partial(_accuracy_table, table="table2")
 table3 = partial(_accuracy_table, table="table3")
+table4 = partial(_accuracy_table, table="table4")
 
 
 #: Table III's second reading of Heter_aggVFL: each party's own prediction scored alone.
@@ -229,26 +246,6 @@ def _lr(c: RunConfig) -> float:
 def _table4_runs(groups: dict[str, list[RunConfig]]) -> list[RunConfig]:
     """Table IV's runs at the paper's rate and at each optimizer's standard rate, once each."""
     return base.unique(groups["table4"] + groups.get("table4_standard", []))
-
-
-def table4(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]], profile: str) -> pd.DataFrame:
-    """Table IV: VFedMH with every party on one optimizer, per architecture (test accuracy, %).
-    Rows ``optimizer=X`` at the paper's 0.05; rows ``optimizer=X, lr=...`` at the optimizer's
-    standard rate (:data:`STANDARD_LR`, where not 0.05), with the paper's number for X beside them."""
-    rec = by_key(records)
-    rows = [{"table": "IV", "dataset": DATASET_NAMES[c.dataset], "method": "VFedMH",
-             "setting": f"optimizer={_optimizer(c)}" + ("" if _lr(c) == PAPER_LR else f", lr={_lr(c):g}"),
-             "model": MODEL_NAMES[arch], "metric": "test_accuracy_pct", "value": v,
-             "diverged": bool(rec[c.key].get("diverged"))}
-            for c in _table4_runs(groups) for arch, v in arch_metric(rec[c.key]).items()]
-    out = _split.summarise(rows, "vfedmh", profile)
-    # the paper's number for the optimizer beside its standard-rate row too
-    literal = out.set_index(["dataset", "setting", "model"])[["paper_value", "paper_std"]]
-    for i, row in out[out["setting"].str.contains(", lr=")].iterrows():
-        key = (row["dataset"], row["setting"].split(", lr=")[0], row["model"])
-        if key in literal.index:
-            out.loc[i, ["paper_value", "paper_std"]] = literal.loc[key].to_numpy()
-    return out
 
 
 #: The columns of :func:`cvfl_local_iterations`: (Q, learning rate) of each C-VFL variant.
@@ -405,10 +402,8 @@ def fig3(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) 
         runs_for_3_models=("seed", "size"), messages_per_epoch=("messages_per_epoch", "mean"),
         MB_per_epoch=("MB_per_epoch", "mean"), rounds_per_step=("rounds_per_step", "mean"),
         total_messages=("messages_per_epoch", "sum"), total_MB=("MB_per_epoch", "sum"),
-        total_rounds=("rounds_per_epoch", "sum"),
-    ).reset_index()
-    for col in ("total_messages", "total_MB", "total_rounds"):
-        data[col] *= epochs
+        total_rounds=("rounds_per_epoch", "sum")).reset_index()
+    data[["total_messages", "total_MB", "total_rounds"]] *= epochs
     data["epochs"] = epochs
     data = data.groupby(["dataset", "method"], sort=False).mean(numeric_only=True).reset_index().drop(columns="seed")
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2), gridspec_kw={"wspace": 0.4})
@@ -482,7 +477,6 @@ def blinding_words(demo: dict[str, Any]) -> str:
     exact = demo["max_abs_error"] <= demo["error_bound"]
     literal = ("reveals the embedding up to one constant" if demo["corr_literal"] > 0.99
                else "does not reveal it")
-
     return (f"The aggregate of the blinded embeddings differs from the plain mean by at most "
             f"{demo['max_abs_error']:.1e}, {'within' if exact else 'beyond'} the ring's rounding bound "
             f"({demo['error_bound']:.1e}). From one blinded embedding, the active party's reconstruction "
@@ -503,12 +497,10 @@ def blinding_demo(*, n_passive: int = 3, shape: tuple[int, int] = (128, 128), se
     for k, kk in keys.items():
         kk.agree({j: pk for j, pk in public.items() if j != k})
     emb = {k: torch.relu(torch.randn(shape, generator=gen)) for k in range(n_passive + 1)}
-    blinded = [blind(emb[k], keys[k], ring=ring, round=0, step=0) for k in range(1, n_passive + 1)]
-    literal = [blind(emb[k], keys[k], ring=ring, round=0, step=0, mode="literal_scalar")
-               for k in range(1, n_passive + 1)]
+    blinded, literal = ([blind(emb[k], keys[k], ring=ring, round=0, step=0, mode=mode) for k in keys]
+                        for mode in ("per_entry", "literal_scalar"))
     exact = torch.stack(list(emb.values())).mean(0)
-    agg = aggregate(emb[0], blinded, ring=ring, n_parties=n_passive + 1)
-    agg_literal = aggregate(emb[0], literal, ring=ring, n_parties=n_passive + 1)
+    agg, agg_literal = (aggregate(emb[0], b, ring=ring, n_parties=n_passive + 1) for b in (blinded, literal))
 
     def unit(t: torch.Tensor) -> np.ndarray:
         return t.numpy().view(np.uint64).astype(np.float64).ravel() / 2.0**64
@@ -519,19 +511,15 @@ def blinding_demo(*, n_passive: int = 3, shape: tuple[int, int] = (128, 128), se
         return (v - v[0]).view(np.int64).astype(np.float64) / 2**16
 
     truth = emb[1].numpy().ravel() - emb[1].numpy().ravel()[0]
-    return {
-        "blinded_unit": unit(blinded[0]),
-        "literal_unit": unit(literal[0]),
-        # with one scalar per party the differences between entries are in the clear
-        "literal_revealed": revealed(literal[0]),
-        "plain": emb[1].numpy().ravel(),
-        "max_abs_error": float((agg - exact).abs().max()),
-        "max_abs_error_literal": float((agg_literal - exact).abs().max()),
-        "error_bound": ring.mean_error_bound(float(max(e.abs().max() for e in emb.values()))),
-        "corr_per_entry": float(np.corrcoef(revealed(blinded[0]), truth)[0, 1]),
-        "corr_literal": float(np.corrcoef(revealed(literal[0]), truth)[0, 1]),
-        "max_leak_error_literal": float(np.abs(revealed(literal[0]) - truth).max()),
-    }
+    # with one scalar per party the differences between entries are in the clear (``literal_revealed``)
+    return {"blinded_unit": unit(blinded[0]), "literal_unit": unit(literal[0]),
+            "literal_revealed": revealed(literal[0]), "plain": emb[1].numpy().ravel(),
+            "max_abs_error": float((agg - exact).abs().max()),
+            "max_abs_error_literal": float((agg_literal - exact).abs().max()),
+            "error_bound": ring.mean_error_bound(float(max(e.abs().max() for e in emb.values()))),
+            "corr_per_entry": float(np.corrcoef(revealed(blinded[0]), truth)[0, 1]),
+            "corr_literal": float(np.corrcoef(revealed(literal[0]), truth)[0, 1]),
+            "max_leak_error_literal": float(np.abs(revealed(literal[0]) - truth).max())}
 
 
 def blinding_figure(demo: dict[str, Any]) -> tuple[plt.Figure, pd.DataFrame]:
@@ -546,10 +534,9 @@ def blinding_figure(demo: dict[str, Any]) -> tuple[plt.Figure, pd.DataFrame]:
     axes[2].set(title="literal Eq. (5): one scalar per party\nentry minus first entry, decoded (no key needed)",
                 xlabel="E_k[i] - E_k[0]")
     fig.suptitle("What blinding hides: 128x128 embedding entries of one passive party", y=1.06)
-    data = pd.DataFrame({"plain": demo["plain"], "blinded_per_entry_unit": demo["blinded_unit"],
-                         "blinded_literal_unit": demo["literal_unit"],
-                         "literal_revealed_difference": demo["literal_revealed"]})
-    return fig, data
+    return fig, pd.DataFrame({"plain": demo["plain"], "blinded_per_entry_unit": demo["blinded_unit"],
+                              "blinded_literal_unit": demo["literal_unit"],
+                              "literal_revealed_difference": demo["literal_revealed"]})
 
 
 def blinding_accuracy(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> pd.DataFrame:
@@ -563,8 +550,7 @@ def blinding_accuracy(groups: dict[str, list[RunConfig]], records: Sequence[dict
         return pd.DataFrame(columns=["dataset", "seed", "party", "model", "on", "off", "difference"])
     out = pd.DataFrame(rows).pivot_table(index=["dataset", "seed", "party", "model"], columns="blinding",
                          values="test_accuracy_pct", sort=False).reset_index()
-    out["difference"] = (out["on"] - out["off"]).round(2)
-    return out
+    return out.assign(difference=(out["on"] - out["off"]).round(2))
 
 
 # --------------------------------------------------------------------------- claims
@@ -600,10 +586,6 @@ def _model_set(arch: str) -> str:
 _AGGREGATING = ("vfedmh", "homo_vfedmh")
 
 
-def _method_names(table: str) -> dict[str, str]:
-    return TABLE2_NAMES if table == "table2" else TABLE3_METHODS
-
-
 def expected_cells(groups: dict[str, list[RunConfig]], table: str, a: str, b: str,
                    model_set: str | None = None) -> set[str]:
     """The cells ("dataset/architecture") in which the profile runs both ``a`` and ``b`` (:func:`_split.both`)."""
@@ -613,7 +595,7 @@ def expected_cells(groups: dict[str, list[RunConfig]], table: str, a: str, b: st
                 if model_set is None or _model_set(arch) == model_set}
     same = {OWN_LOGITS: TABLE3_METHODS["heter_aggvfl"]}  # the same runs
     return _split.both(groups[table], same.get(a, a), same.get(b, b), cell,
-                       name=lambda c: _method_names(table)[c.method])
+                       name=lambda c: (TABLE2_NAMES if table == "table2" else TABLE3_METHODS)[c.method])
 
 
 def accuracy_frame(groups: dict[str, list[RunConfig]], records: dict[str, dict[str, Any]],
