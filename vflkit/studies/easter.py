@@ -45,8 +45,7 @@ MODEL_SETS: dict[str, tuple[str, ...]] = {"mnist": SMALL_MODELS, "fashion_mnist"
                                           "cifar10": RESNETS, "criteo": CRITEO_MODELS}
 #: Our registry names -> the names the paper's tables print.
 DATASET_NAMES = {"mnist": "MNIST", "fashion_mnist": "FMNIST", "cifar10": "CIFAR-10", "criteo": "CRITEO"}
-METHOD_NAMES = {"local": "Local", "splitnn": "PyVertical", "c_vfl": "C_VFL", "agg_vfl": "Agg_VFL",
-                "easter": "EASTER"}
+METHOD_NAMES = {"local": "Local", "splitnn": "PyVertical", "c_vfl": "C_VFL", "agg_vfl": "Agg_VFL", "easter": "EASTER"}
 BASELINES: tuple[str, ...] = ("splitnn", "c_vfl", "agg_vfl")
 #: Per dataset: optimizer, learning rate, schedule (Sec. V-A4's rates; the rest our choice).
 TRAINING: dict[str, dict[str, Any]] = {
@@ -217,8 +216,7 @@ def _theta(dataset: str, arch: str) -> str:
     return THETA[MODEL_SETS[dataset].index(arch)]
 
 
-def accuracy_rows(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]],
-                  table: str) -> pd.DataFrame:
+def accuracy_rows(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]], table: str) -> pd.DataFrame:
     """Table II's (heterogeneous) or IV's (homogeneous) θ columns and their average, one row per
     (dataset, method, θ, seed), metric in %."""
     group, setting = ("table2", "heterogeneous") if table == "II" else ("table4", "homogeneous")
@@ -705,8 +703,8 @@ def _fig4_check(t: pd.DataFrame, runs: list[RunConfig]) -> claims.Verdict:
 def _fig5_check(t: pd.DataFrame, runs: list[RunConfig]) -> claims.Verdict:
     t = t[t["figure"] == "5"]
     return claims.ordering(claims.paired(t, by="latency", a="high", b="low", value="seconds",
-                                         cell=["dataset", "method"]),
-                           a="time at high latency", b="time at low latency", what="s",
+                                         cell=["dataset", "method"]), a="time at high latency", b="time at low latency",
+                           what="s",
                            expected={f"{DATASET_NAMES[c.dataset]}/{METHOD_NAMES[c.method]}" for c in runs})
 
 
@@ -732,11 +730,9 @@ def _table6_rise(records: claims.Records) -> claims.Verdict:
     t = t.assign(end=np.where(t["C"] == many, "many", "few"))
     datasets = sorted({c.dataset for c in groups["table6"] if c.method == "easter"})
     return claims.all_of(_at_scale(d, claims.ordering(
-        claims.paired(t[t["dataset"] == DATASET_NAMES[d]], by="end", a="many", b="few", value="value",
-                      cell=["dataset"], chance=CHANCE_PCT[d]),
-        a=f"EASTER at C={many}", b=f"at C={few}", expected={DATASET_NAMES[d]}), _table2_note(records, d)
-    ).labelled(DATASET_NAMES[d])
-        for d in datasets)
+        claims.paired(t[t["dataset"] == DATASET_NAMES[d]], by="end", a="many", b="few", value="value", cell=["dataset"],
+                      chance=CHANCE_PCT[d]), a=f"EASTER at C={many}", b=f"at C={few}", expected={DATASET_NAMES[d]}),
+        _table2_note(records, d)).labelled(DATASET_NAMES[d]) for d in datasets)
 
 
 def _table6_beats(records: claims.Records) -> claims.Verdict:
@@ -749,8 +745,8 @@ def _table6_beats(records: claims.Records) -> claims.Verdict:
         claims.paired(t[t["dataset"] == DATASET_NAMES[d]], by="method", a="EASTER", b=m, value="value",
                       cell=["dataset", "C"], chance=CHANCE_PCT[d]), a="EASTER", b=m,
         expected=_cells([c for c in groups["table6"] if c.dataset == d], "EASTER", m,
-                        lambda c: {f"{DATASET_NAMES[c.dataset]}/{c.n_parties}"})), _table2_note(records, d)
-    ).labelled(DATASET_NAMES[d])
+                        lambda c: {f"{DATASET_NAMES[c.dataset]}/{c.n_parties}"})),
+        _table2_note(records, d)).labelled(DATASET_NAMES[d])
         for m in ("PyVertical", "C_VFL", "Agg_VFL") for d in datasets)
 
 

@@ -94,8 +94,7 @@ def assign_optimizers(n_parties: int = 4, *, seed: int) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _config(dataset: str, method: str, models: Sequence[str], seed: int, s: dict[str, Any],
-            **kw: Any) -> RunConfig:
+def _config(dataset: str, method: str, models: Sequence[str], seed: int, s: dict[str, Any], **kw: Any) -> RunConfig:
     return RunConfig(paper="vfedmh", dataset=dataset, method=method, models=tuple(models),
                      optimizers=kw.pop("optimizers", "sgd"), lr=kw.pop("lr", PAPER_LR), partition="strips_width",
                      n_parties=4, active=0, batch_size=128, epochs=kw.pop("epochs", s["epochs"]), seed=seed,
@@ -198,8 +197,8 @@ def _accuracy_table(groups: dict[str, list[RunConfig]], records: Sequence[dict[s
     if table == "table2":
         runs = runs + [c for c in groups.get("cvfl_host_lr", []) if c.key in rec]
     rows = [{"table": {"table2": "II", "table3": "III"}.get(table, "IV"), "dataset": DATASET_NAMES[c.dataset],
-             "method": m, "setting": setting, "model": MODEL_NAMES[arch], "metric": "test_accuracy_pct", "value": v,
-             "diverged": bool(rec[c.key].get("diverged"))}
+             "method": m, "setting": setting, "model": MODEL_NAMES[arch], "metric": "test_accuracy_pct",
+             "value": v, "diverged": bool(rec[c.key].get("diverged"))}
             for c in runs for m, setting, arch, v in _cells(c, rec[c.key], table)]
     out = _split.summarise(rows, "vfedmh", profile)
     if table != "table4":
@@ -380,8 +379,8 @@ def _traffic(groups: dict[str, list[RunConfig]], records: dict[str, dict[str, An
             columns=["messages", "bytes", "rounds"]).mean()
         rows.append({"dataset": DATASET_NAMES[c.dataset], "seed": c.seed, "model": c.models[0],
                      "method": TABLE2_NAMES[c.method], "epochs": c.epochs, "messages_per_epoch": mean["messages"],
-                     "MB_per_epoch": mean["bytes"] / 2**20, "rounds_per_epoch": mean["rounds"],
-                     "rounds_per_step": mean["rounds"] / _steps(c)})
+                     "MB_per_epoch": mean["bytes"] / 2**20, "rounds_per_epoch": mean["rounds"], "rounds_per_step":
+                     mean["rounds"] / _steps(c)})
     return pd.DataFrame(rows, columns=["dataset", "seed", "model", "method", "epochs", "messages_per_epoch",
                                        "MB_per_epoch", "rounds_per_epoch", "rounds_per_step"])
 
@@ -475,8 +474,7 @@ def blinding_words(demo: dict[str, Any]) -> str:
     """:func:`blinding_demo` worded: the aggregate's error against the ring's bound, and what one
     blinded embedding reveals under per-entry masks and under Eq. (5)'s literal scalar."""
     exact = demo["max_abs_error"] <= demo["error_bound"]
-    literal = ("reveals the embedding up to one constant" if demo["corr_literal"] > 0.99
-               else "does not reveal it")
+    literal = "reveals the embedding up to one constant" if demo["corr_literal"] > 0.99 else "does not reveal it"
     return (f"The aggregate of the blinded embeddings differs from the plain mean by at most "
             f"{demo['max_abs_error']:.1e}, {'within' if exact else 'beyond'} the ring's rounding bound "
             f"({demo['error_bound']:.1e}). From one blinded embedding, the active party's reconstruction "
@@ -598,8 +596,7 @@ def expected_cells(groups: dict[str, list[RunConfig]], table: str, a: str, b: st
                        name=lambda c: (TABLE2_NAMES if table == "table2" else TABLE3_METHODS)[c.method])
 
 
-def accuracy_frame(groups: dict[str, list[RunConfig]], records: dict[str, dict[str, Any]],
-                   table: str) -> pd.DataFrame:
+def accuracy_frame(groups: dict[str, list[RunConfig]], records: dict[str, dict[str, Any]], table: str) -> pd.DataFrame:
     """One row per (dataset, method, architecture, seed) of Table II or III with its final test
     accuracy (%): the long frame the claims pair on (missing records are left out)."""
     rows = [{"dataset": DATASET_NAMES[c.dataset], "method": m, "model": MODEL_NAMES[arch],
@@ -632,9 +629,8 @@ def _ordering_check(table: str, a: str, b: str, model_set: str | None = None, va
         # a run near chance or below Local decides nothing (claims.paired's gate); not for the
         # own-logits reading, a part never trained to stand alone: a low score is its answer
         gate = {} if OWN_LOGITS in (a, b) else {"chance": CHANCE_PCT, "local": "Local"}
-        return claims.ordering(claims.paired(df, by="method", a=a, b=b, value="value",
-                                             cell=["dataset", "model"], **gate), a=a, b=b,
-                               expected=expected_cells(groups, table, a, b, model_set))
+        return claims.ordering(claims.paired(df, by="method", a=a, b=b, value="value", cell=["dataset", "model"],
+                                             **gate), a=a, b=b, expected=expected_cells(groups, table, a, b, model_set))
     return check
 
 
@@ -887,13 +883,12 @@ def beyond(evidence: base.Evidence) -> list[tuple[str, str]]:
         runs = evidence.runs(profile)
         key = evidence.key
         div = diverged_runs([have[key(c)] for c in runs if key(c) in have])
+        which = "; ".join(f"{r.method} {r.models} on {r.dataset} (epoch {r.epoch}"
+                          + (", collapsed to chance and trained on there)" if r.how == "collapsed" else ")")
+                          for r in div.itertuples())
         out.append(("VFedMH: divergence at the paper's learning rate 0.05",
                     f"{len(div)} of {sum(key(c) in have for c in runs)} recorded {profile}-profile runs diverged"
-                    + (": " + "; ".join(f"{r.method} {r.models} on {r.dataset} (epoch {r.epoch}"
-                                        + (", collapsed to chance and trained on there)" if r.how == "collapsed"
-                                           else ")")
-                                        for r in div.itertuples()) if len(div) else "")
-                    + " (`vfedmh.diverged_runs`)."))
+                    + (f": {which}" if len(div) else "") + " (`vfedmh.diverged_runs`)."))
         t = cvfl_local_iterations(groups, list(have.values()))
         if len(t):
             cols = [c for c in t.columns if c.startswith("Q=")]
