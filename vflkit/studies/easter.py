@@ -6,12 +6,13 @@ paper is silent: docs/studies.md (EASTER; ``shared/specs/easter.md`` argues each
 - θ1..θ3 (:data:`MODEL_SETS`) in the order under which EASTER's Local row equals VFedMH's.
 - A baseline's θ_m column is the heterogeneous run rotated so that the active party holds m
   (:func:`rotate`), EASTER's the mean over its parties holding m; Table IV: every party holds m.
-- Rates (:data:`TRAINING`): CIFAR-10's decay and Criteo's Adam are ours; C-VFL at each rate / Q.
+- Rates (:data:`TRAINING`): CIFAR-10's decay and Criteo's Adam are ours; C-VFL at each rate / Q, as
+  its analysis bounds the step (at the dataset's rate: the labelled group ``cvfl_host_lr``).
 - The 1/C question: group ``embedding_gradient`` gives each h ∂L_k/∂E, not Eq. 7's ∂L_k/∂E / C.
 - Epochs (never stated): 20 for images, 10 for Criteo in ``paper``; e* as :mod:`vflkit.analysis`.
 - Table VI: C parties hold the first C of 10 feature parts; C = 2 only with ``allow_single_passive``.
-- Table VII: the Table II EASTER run's accuracy; time = measured compute per step (scaled by the
-  slowest device) + communication priced under parallel links and a shared uplink.
+- Table VII: devices differ in network (and compute), so accuracy is the Table II EASTER run's; time =
+  measured compute per step (scaled by the slowest device) + communication priced per link.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ MODEL_SETS: dict[str, tuple[str, ...]] = {"mnist": SMALL_MODELS, "fashion_mnist"
 DATASET_NAMES = {"mnist": "MNIST", "fashion_mnist": "FMNIST", "cifar10": "CIFAR-10", "criteo": "CRITEO"}
 METHOD_NAMES = {"local": "Local", "splitnn": "PyVertical", "c_vfl": "C_VFL", "agg_vfl": "Agg_VFL", "easter": "EASTER"}
 BASELINES: tuple[str, ...] = ("splitnn", "c_vfl", "agg_vfl")
-#: Per dataset: optimizer, learning rate, schedule (Sec. V-A4's rates; the rest our choice).
+#: Per dataset: optimizer, learning rate, schedule (Sec. V-A4's rates; the rest our choice: CIFAR-10's decay is
+#: not given, no weight decay; on Criteo Adam's default rate, as plain SGD barely moves DeepFM).
 TRAINING: dict[str, dict[str, Any]] = {
     "mnist": {"optimizers": "sgd", "lr": 0.01},
     "fashion_mnist": {"optimizers": "sgd", "lr": 0.01},

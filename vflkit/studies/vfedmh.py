@@ -1,9 +1,10 @@
 """VFedMH (Wang et al.): Tables II-IV and Figs. 3-5, and the blinding demonstration.
 
 The setting (Sec. VI-C) and our choices where the paper is silent: docs/studies.md (VFedMH). In
-brief: no epochs printed, 20 in ``paper`` (:data:`PROFILE_SETTINGS`); VFedMH's column of an
-architecture is the mean over the parties holding it; Heter_aggVFL's column m is the heterogeneous
-assignment rotated so that the active party holds m; Homo_aggVFL is Agg_VFL's homogeneous runs.
+brief: no epochs printed, 20 in ``paper`` (our quick curves are flat well before their end);
+VFedMH's column of an architecture is the mean over the parties holding it; Heter_aggVFL's column m
+is the heterogeneous assignment rotated so that the active party holds m; Homo_aggVFL is Agg_VFL's
+homogeneous runs (Table III prints Table II's Agg_VFL numbers).
 """
 
 from __future__ import annotations
