@@ -338,7 +338,7 @@ def test_beats_clause_is_judged_dataset_by_dataset(monkeypatch):
 
     clause = next(c for c in easter.CLAIMS if c.artefact == "Table II" and "Agg_VFL" in c.clause)
     assert "every dataset" in clause.clause
-    monkeypatch.setattr(easter, "_inputs", lambda records: (easter.configs("smoke"), []))
+    monkeypatch.setattr(easter, "_inputs", lambda records, variant=None: (easter.configs("smoke"), []))
     assert set(easter.settings("smoke")["datasets"]) == {"mnist", "criteo"}  # the two the cases name
     cases = [({"MNIST": +20.0, "CRITEO": +1.0}, 3, claims.AGREE),
              ({"MNIST": +20.0, "CRITEO": +1.0}, 2, claims.NOT_TESTABLE),  # Criteo's θ3 not recorded
@@ -397,7 +397,7 @@ def test_fig6_best_is_judged_against_every_level_the_profile_runs(monkeypatch):
     groups = easter.configs("paper")
     dims = easter.settings("paper")["embedding_dims"]
     assert 128 in dims and max(dims) > 128
-    monkeypatch.setattr(easter, "_inputs", lambda records: (groups, [{"key": groups["fig6"][0].key}]))
+    monkeypatch.setattr(easter, "_inputs", lambda records, variant=None: (groups, [{"key": groups["fig6"][0].key}]))
     clause = next(c for c in easter.CLAIMS if c.artefact == "Fig. 6" and "128" in c.clause)
 
     def data(acc: dict[int, float]) -> pd.DataFrame:
@@ -543,7 +543,7 @@ def test_a_criteo_verdict_carries_the_records_reading_of_local(monkeypatch):
     from vflkit.studies import easter
 
     rows = _criteo_rows({"Local": 66.11, "PyVertical": 67.24, "C_VFL": 66.01, "Agg_VFL": 64.80, "EASTER": 63.40})
-    monkeypatch.setattr(easter, "_inputs", lambda records: (easter.configs("quick"), []))
+    monkeypatch.setattr(easter, "_inputs", lambda records, variant=None: (easter.configs("quick"), []))
     monkeypatch.setattr(easter, "accuracy_rows", lambda groups, recs, table: rows)
     clause = next(c for c in easter.CLAIMS if c.artefact == "Table II" and "PyVertical" in c.clause)
     v = clause.check(claims.Records("quick", {}))

@@ -1,10 +1,11 @@
 """What VFedMH's and EASTER's studies share (the same authors' two papers): architectures drawn by
-seed, the run order, the 1/C twins and their tables. Not a study (its name starts with ``_``)."""
+seed, the run order, the 1/C twins, the tables' long format and the helpers their claims use. Not a
+study (its name starts with ``_``)."""
 
 from __future__ import annotations
 
 import random
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -13,7 +14,7 @@ from .. import analysis
 from ..config import check_profile, split_run_overrides
 from ..errors import ConfigError
 from ..methods import RunConfig
-from ..report import side_by_side
+from ..report import join_reference, side_by_side
 from .base import unique as _unique
 
 #: How the ResNets are cut into h and p: half their weighted layers each (EASTER Sec. V-A: "the
@@ -25,8 +26,17 @@ GRADIENT_READINGS: tuple[str, str] = ("∂L/∂E / C (default)", "∂L/∂E")
 #: The labelled reading of the 1/C twins (group ``embedding_gradient``).
 FULL_GRADIENT_READING = "h gets ∂L/∂E, no 1/C"
 
+#: Training samples of each dataset when a run sets no ``n_train`` (Criteo: its sample's).
+TRAIN_SIZES: dict[str, int] = {"mnist": 60000, "fashion_mnist": 60000, "cifar10": 50000, "criteo": 1599}
+
 _DATASET_ORDER = {"mnist": 0, "fashion_mnist": 1, "cifar10": 2}
 _METHOD_ORDER = {"agg_vfl": 1, "splitnn": 2, "local": 3}  # after the study's own method (0)
+
+
+def needs_gpu(config: RunConfig) -> bool:
+    """The ResNet runs: tens of milliseconds per 32x8 sample on a laptop-class CPU, so a GPU's work
+    (:func:`vflkit.ops.pricing.minutes`)."""
+    return any(m.startswith("resnet") for m in config.models)
 
 
 def assign_models(models: Sequence[str], n_parties: int = 4, *, seed: int) -> tuple[str, ...]:
@@ -38,6 +48,12 @@ def assign_models(models: Sequence[str], n_parties: int = 4, *, seed: int) -> tu
     out = list(models) + [rng.choice(list(models)) for _ in range(n_parties - len(models))]
     rng.shuffle(out)
     return tuple(out)
+
+
+def rotate(models: Sequence[str], m: str) -> tuple[str, ...]:
+    """The heterogeneous assignment rotated so that the active party (index 0) holds ``m``."""
+    i = list(models).index(m)
+    return tuple(models[i:]) + tuple(models[:i])
 
 
 def run_priority(config: RunConfig, rank: int) -> tuple:
@@ -53,15 +69,42 @@ def unique(groups: dict[str, list[RunConfig]]) -> list[RunConfig]:
     return _unique(c for group in groups.values() for c in group)
 
 
+def both(runs: Iterable[RunConfig], a: str, b: str, cell: Callable[[RunConfig], Iterable[str]], *,
+         name: Callable[[RunConfig], str]) -> set[str]:
+    """The cells ``cell(run)`` in which the profile runs both methods ``a`` and ``b`` (``name(run)``): what
+    a clause "a > b" covers, recorded or not (:func:`vflkit.claims.ordering`'s ``expected``)."""
+    runs = list(runs)
+    return set.intersection(*({x for c in runs if name(c) == m for x in cell(c)} for m in (a, b)))
+
+
 def by_key(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """``records`` by their run's key."""
     return {r["key"]: r for r in records}
 
 
-def settings(profiles: dict[str, dict[str, Any]], profile: str, overrides: dict[str, Any] | None) -> dict[str, Any]:
+def settings(profiles: dict[str, dict[str, Any]], profile: str,
+             overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """A profile's settings, with any of them overridden (an unknown key is an error listing the
     valid ones, :func:`vflkit.config.split_run_overrides`)."""
     return split_run_overrides(profiles[check_profile(profile)], overrides, RunConfig)[0]
+
+
+#: A cell of the reference long format (:func:`summarise`).
+CELL = ["table", "dataset", "method", "setting", "model", "metric"]
+
+
+def summarise(rows: Sequence[dict[str, Any]], paper: str, profile: str) -> pd.DataFrame:
+    """The cells beside the paper's; a diverged run (its row's ``diverged``) is counted in the
+    cell's ``diverged`` column and kept out of its number (:func:`vflkit.analysis.summarise_runs`)."""
+    df = pd.DataFrame(rows, columns=[*CELL, "value", "seed", "diverged"])
+    return join_reference(analysis.summarise_runs(df, CELL), paper, profile=profile)
+
+
+def describe(run: RunConfig, datasets: dict[str, str], methods: dict[str, str] | None = None,
+             fields: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A pending run as the notebook lists it: ``datasets``' and ``methods``' names, ``fields`` before the seed."""
+    return {"dataset": datasets[run.dataset], "method": (methods or {}).get(run.method, run.method),
+            "models": "/".join(run.models), **{f: getattr(run, f) for f in fields}, "seed": run.seed}
 
 
 def arch_metric(record: dict[str, Any], metric: str = "test_accuracy") -> dict[str, float]:
@@ -92,8 +135,8 @@ def embedding_gradient(groups: dict[str, list[RunConfig]], records: Sequence[dic
     return out.assign(dataset=out["dataset"].map(names))
 
 
-def with_variant(groups: dict[str, list[RunConfig]], variants: dict[str, tuple[str, str]], variant: str | None,
-                 tables: tuple[str, str], *, keep_unmatched: bool) -> dict[str, list[RunConfig]]:
+def with_variant(groups: dict[str, list[RunConfig]], variant: str | None, *, variants: dict[str, tuple[str, str]],
+                 tables: tuple[str, str], keep_unmatched: bool) -> dict[str, list[RunConfig]]:
     """``groups`` with ``variants[variant]`` = (method, group) swapped in (None: unchanged): each
     of the method's runs in ``tables`` replaced by its twin in the variant's group
     (:func:`vflkit.analysis.swap_in_variant`)."""

@@ -1,31 +1,18 @@
 """EASTER (the journal version of VFedMH): Tables II, IV-VII and Figs. 4-6.
 
-The algorithm is VFedMH's (:mod:`vflkit.methods.easter`); the experiments differ. Four parties hold
-the four vertical strips of an image (Criteo: four column groups), the active party the first and
-the labels. Table V, Figs. 4-5 and Table VII are priced from the recorded per-link traffic.
+The algorithm is VFedMH's (:mod:`vflkit.methods.easter`); the setting and our choices where the
+paper is silent: docs/studies.md (EASTER; ``shared/specs/easter.md`` argues each). In brief:
 
-Choices where the paper is silent (``shared/specs/easter.md`` argues each):
-
-- θ1..θ3: CNN, LeNet, MLP on MNIST/FMNIST (the order under which EASTER's Local row equals
-  VFedMH's); ResNet18/34/50 on CIFAR-10; DeepFM, Wide&Deep, CNN on Criteo.
-- Heterogeneous runs: architectures drawn by seed (:func:`vflkit.studies._split.assign_models`);
-  a baseline's θ_m column is the run rotated so that the active party holds m, EASTER's the mean
-  over its parties holding m. Table IV: every party holds m.
-- Optimisers: SGD at 0.01 on MNIST/FMNIST (stated); SGD-momentum 0.9 at 0.1, decayed 0.95 per
-  epoch, on CIFAR-10 (decay not given; no weight decay); Adam at 0.001 on Criteo (Adam's default;
-  plain SGD barely moves DeepFM). C-VFL at each rate / Q (0.001 on MNIST/FMNIST, also its own
-  code's rate), as its analysis bounds the step (:func:`vflkit.methods.cvfl.step_size`); at the
-  dataset's rate it is a labelled sensitivity group (``cvfl_host_lr``).
-- The 1/C question: each h gets ∂L_k/∂E / C (Eq. 7's letter, the default) or ∂L_k/∂E: group
-  ``embedding_gradient`` reruns Table II's EASTER runs and Table IV's image runs the second way.
-- Epochs: 20 for images and 10 for Criteo in ``paper`` (never stated); convergence e* is the
-  first epoch within 0.5 points of the run's best (:mod:`vflkit.analysis`).
-- Table VI: the features are cut into 10 fixed parts and C parties hold the first C
-  (``RunConfig.feature_parts``); C = 2 has one passive party, whose blinding factor is zero,
-  so EASTER runs it only with the recorded option ``allow_single_passive``.
-- Table VII: devices differ in network (and compute, ``network.LOW_DEVICE``), so accuracy is that
-  of the Table II EASTER run; time = measured compute time per step (scaled by the slowest
-  device) + communication priced under two network models (parallel links, shared uplink).
+- θ1..θ3 (:data:`MODEL_SETS`) in the order under which EASTER's Local row equals VFedMH's.
+- A baseline's θ_m column is the heterogeneous run rotated so that the active party holds m
+  (:func:`rotate`), EASTER's the mean over its parties holding m; Table IV: every party holds m.
+- Rates (:data:`TRAINING`): CIFAR-10's decay and Criteo's Adam are ours; C-VFL at each rate / Q, as
+  its analysis bounds the step (at the dataset's rate: the labelled group ``cvfl_host_lr``).
+- The 1/C question: group ``embedding_gradient`` gives each h ∂L_k/∂E, not Eq. 7's ∂L_k/∂E / C.
+- Epochs (never stated): 20 for images, 10 for Criteo in ``paper``; e* as :mod:`vflkit.analysis`.
+- Table VI: C parties hold the first C of 10 feature parts; C = 2 only with ``allow_single_passive``.
+- Table VII: devices differ in network (and compute), so accuracy is the Table II EASTER run's; time =
+  measured compute per step (scaled by the slowest device) + communication priced per link.
 """
 
 from __future__ import annotations
@@ -42,11 +29,11 @@ from .. import analysis, claims, network
 from ..config import check_profile, check_seeds, check_seeds_once, override_runs, split_run_overrides
 from ..methods import RunConfig
 from ..methods.cvfl import step_size as cvfl_step_size
-from ..report import join_reference, side_by_side
+from ..report import side_by_side
 from . import base, register
 from . import _split
-from ._split import (FULL_GRADIENT_READING, GRADIENT_READINGS, RESNET_CUT, arch_metric, assign_models, by_key,
-                     run_priority, unique)
+from ._split import (FULL_GRADIENT_READING, GRADIENT_READINGS, RESNET_CUT, TRAIN_SIZES, arch_metric, assign_models,
+                     by_key, needs_gpu, rotate, run_priority, unique)
 from ._split import figure as _figure, view as _view
 from .base import Artefact, Study
 
@@ -59,10 +46,10 @@ MODEL_SETS: dict[str, tuple[str, ...]] = {"mnist": SMALL_MODELS, "fashion_mnist"
                                           "cifar10": RESNETS, "criteo": CRITEO_MODELS}
 #: Our registry names -> the names the paper's tables print.
 DATASET_NAMES = {"mnist": "MNIST", "fashion_mnist": "FMNIST", "cifar10": "CIFAR-10", "criteo": "CRITEO"}
-METHOD_NAMES = {"local": "Local", "splitnn": "PyVertical", "c_vfl": "C_VFL", "agg_vfl": "Agg_VFL",
-                "easter": "EASTER"}
+METHOD_NAMES = {"local": "Local", "splitnn": "PyVertical", "c_vfl": "C_VFL", "agg_vfl": "Agg_VFL", "easter": "EASTER"}
 BASELINES: tuple[str, ...] = ("splitnn", "c_vfl", "agg_vfl")
-#: Per dataset: optimizer, learning rate, schedule (Sec. V-A4's rates; the rest our choice).
+#: Per dataset: optimizer, learning rate, schedule (Sec. V-A4's rates; the rest our choice: CIFAR-10's decay is
+#: not given, no weight decay; on Criteo Adam's default rate, as plain SGD barely moves DeepFM).
 TRAINING: dict[str, dict[str, Any]] = {
     "mnist": {"optimizers": "sgd", "lr": 0.01},
     "fashion_mnist": {"optimizers": "sgd", "lr": 0.01},
@@ -90,12 +77,10 @@ PROFILE_SETTINGS: dict[str, dict[str, Any]] = {
               "table6_seeds": None, "fig6_seeds": None,
               "table5_datasets": ("mnist", "criteo"), "table6_datasets": ("criteo",), "table6_parties": (2, 4),
               "fig6_dataset": "mnist", "embedding_dims": (16, 128), "el_pls": ((1, 1), (1, 2))},
-    # 2-core CPU: FMNIST (Table V's image dataset) and Criteo. Images: 6,000 training images x 5
-    # epochs = 235 SGD steps (half a paper epoch), 1,000 test images: enough that EASTER is well
-    # above Local (after 94 steps it is level; 30 decided nothing). C-VFL 1 epoch (47 batches x
-    # Q = 10, twice the others' compute; also Criteo's): at 0.01/Q it learns but ends near Local.
-    # Criteo: the whole sample, 3 epochs of Adam; Tables IV and VI (C = 2, 6, 10) on Criteo's 5
-    # seeds (with 3 a paired difference needs 4.3 standard errors). Fig. 6 (FMNIST) on 3 seeds.
+    # 2-core CPU: FMNIST (Table V's image dataset) and Criteo (the whole sample, 3 epochs of Adam).
+    # 235 SGD steps on the images, so that EASTER ends well above Local (fewer leave them level); C-VFL
+    # 1 epoch (Q = 10: twice the others' compute); Criteo's Tables IV and VI on 5 seeds (with 3 a
+    # paired difference needs 4.3 standard errors). The sizes as measured: docs/studies.md (EASTER).
     "quick": {"datasets": ("fashion_mnist", "criteo"), "n_train": 6000, "n_test": 1000,
               "criteo_n_train": None, "epochs": 5, "cvfl_epochs": 1, "criteo_epochs": 3,
               "seeds": (0, 1, 2), "criteo_seeds": (0, 1, 2, 3, 4), "cvfl_seeds": None,
@@ -123,27 +108,19 @@ FIG4_LATENCY_MS = 10.0
 FIG5_DRAWS = 5
 
 
-def settings(profile: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The profile's settings, with any of them overridden (an unknown key is an error)."""
-    return _split.settings(PROFILE_SETTINGS, profile, overrides)
+#: ``settings(profile, overrides=None)``: the profile's settings, any overridden (an unknown key is an error).
+settings = partial(_split.settings, PROFILE_SETTINGS)
 
 
 def _seeds(dataset: str, s: dict[str, Any], seeds: Sequence[int] | None) -> tuple[int, ...]:
-    if seeds is not None:
-        return check_seeds(seeds)
-    return check_seeds(s["criteo_seeds"] if dataset == "criteo" else s["seeds"])
+    return check_seeds(seeds if seeds is not None else s["criteo_seeds"] if dataset == "criteo" else s["seeds"])
 
 
-def _config(dataset: str, method: str, models: Sequence[str], seed: int, s: dict[str, Any],
-            *, host_lr: bool = False, **kw: Any) -> RunConfig:
-    """One run; C-VFL at the dataset's rate / Q, or at the dataset's own rate with ``host_lr``."""
+def _config(dataset: str, method: str, models: Sequence[str], seed: int, s: dict[str, Any], **kw: Any) -> RunConfig:
+    """One run; C-VFL at the dataset's rate / Q."""
     criteo = dataset == "criteo"
-    epochs = s["criteo_epochs"] if criteo else s["epochs"]
-    training = dict(TRAINING[dataset])
-    if method == "c_vfl":
-        epochs = s["cvfl_epochs"]
-        if not host_lr:
-            training["lr"] = cvfl_step_size(training["lr"])
+    epochs = s["cvfl_epochs"] if method == "c_vfl" else s["criteo_epochs"] if criteo else s["epochs"]
+    training = TRAINING[dataset] | ({"lr": cvfl_step_size(TRAINING[dataset]["lr"])} if method == "c_vfl" else {})
     return RunConfig(paper=PAPER, dataset=dataset, method=method, models=tuple(models),
                      partition="strips_width", n_parties=kw.pop("n_parties", 4), active=0, batch_size=128,
                      epochs=epochs, seed=seed, n_train=s["criteo_n_train"] if criteo else s["n_train"],
@@ -155,52 +132,42 @@ def _baselines(s: dict[str, Any], seed: int) -> tuple[str, ...]:
     return tuple(m for m in BASELINES if m != "c_vfl" or s["cvfl_seeds"] is None or seed in s["cvfl_seeds"])
 
 
-def rotate(models: Sequence[str], m: str) -> tuple[str, ...]:
-    """The heterogeneous assignment rotated so that the active party (index 0) holds ``m``."""
-    i = list(models).index(m)
-    return tuple(models[i:]) + tuple(models[:i])
-
-
 def configs(profile: str, *, seeds: Sequence[int] | None = None,
             overrides: dict[str, Any] | None = None) -> dict[str, list[RunConfig]]:
     """Every run, by artefact (a shared run is trained once). ``seeds=None``: the profile's."""
     s, run_fields = split_run_overrides(PROFILE_SETTINGS[check_profile(profile)], overrides, RunConfig)
     # the seeds argument replaces every seed setting (Criteo's, Fig. 6's, ...)
     check_seeds_once(seeds, overrides, keys=[k for k in s if k.endswith("seeds")])
-    out: dict[str, list[RunConfig]] = {"table2": [], "table4": [], "table6": [], "fig6": [],
-                                       "cvfl_host_lr": [], "embedding_gradient": []}
+    out: dict[str, list[RunConfig]] = {g: [] for g in ("table2", "table4", "table6", "fig6", "cvfl_host_lr",
+                                                      "embedding_gradient")}
+
+    def add(group: str, run: RunConfig, twin: bool = False) -> None:
+        """``run`` into ``group``; on a CPU, C-VFL's run at the dataset's own rate beside it and the 1/C ``twin``."""
+        out[group].append(run)
+        if run.method == "c_vfl" and not needs_gpu(run):
+            out["cvfl_host_lr"].append(run.replace(lr=TRAINING[run.dataset]["lr"]))
+        if twin and not needs_gpu(run):
+            out["embedding_gradient"].append(run.replace(options={"embedding_gradient": "full"}))
     for dataset in s["datasets"]:
         models = MODEL_SETS[dataset]
         for seed in _seeds(dataset, s, seeds):
             het = assign_models(models, seed=seed)
             for m in models:
-                out["table2"].append(_config(dataset, "local", (m,) * 4, seed, s))
-                for method in _baselines(s, seed):
-                    out["table2"].append(_config(dataset, method, rotate(het, m), seed, s))
-                    if method == "c_vfl" and not needs_gpu(out["table2"][-1]):
-                        out["cvfl_host_lr"].append(_config(dataset, method, rotate(het, m), seed, s, host_lr=True))
-            out["table2"].append(_config(dataset, "easter", het, seed, s))
-            if not needs_gpu(out["table2"][-1]):
-                out["embedding_gradient"].append(out["table2"][-1].replace(options={"embedding_gradient": "full"}))
+                for method in ("local", *_baselines(s, seed)):
+                    add("table2", _config(dataset, method, (m,) * 4 if method == "local" else rotate(het, m), seed, s))
+            add("table2", _config(dataset, "easter", het, seed, s), twin=True)
             if dataset not in s["table4_datasets"] or (seeds is None and s["table4_seeds"] is not None
                                                        and seed not in s["table4_seeds"]):
                 continue
             for m in models:
-                out["table4"].append(_config(dataset, "local", (m,) * 4, seed, s))
-                for method in (*_baselines(s, seed), "easter"):
-                    out["table4"].append(_config(dataset, method, (m,) * 4, seed, s))
-                    if method == "c_vfl" and not needs_gpu(out["table4"][-1]):
-                        out["cvfl_host_lr"].append(_config(dataset, method, (m,) * 4, seed, s, host_lr=True))
+                for method in ("local", *_baselines(s, seed), "easter"):
                     # Table IV's 1/C twin on the images only (Criteo is not testable at its scale)
-                    if method == "easter" and dataset != "criteo" and not needs_gpu(out["table4"][-1]):
-                        out["embedding_gradient"].append(out["table4"][-1].replace(
-                            options={"embedding_gradient": "full"}))
+                    add("table4", _config(dataset, method, (m,) * 4, seed, s),
+                        twin=method == "easter" and dataset != "criteo")
     for dataset in s["table6_datasets"]:
         models = MODEL_SETS[dataset]
-        six = _seeds(dataset, s, seeds)
-        if seeds is None and s["table6_seeds"] is not None:
-            six = check_seeds(s["table6_seeds"])
-        for seed in six:
+        own = seeds is None and s["table6_seeds"] is not None
+        for seed in check_seeds(s["table6_seeds"]) if own else _seeds(dataset, s, seeds):
             for c in s["table6_parties"]:
                 het = assign_models(models, c, seed=seed) if c >= len(models) else tuple(models[:c])
                 for method in (*_baselines(s, seed), "easter"):
@@ -218,14 +185,9 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
     return override_runs(out, run_fields)
 
 
-def needs_gpu(config: RunConfig) -> bool:
-    """ResNet runs: tens of milliseconds per 32x8 sample on a laptop-class CPU, so a GPU's work."""
-    return any(m.startswith("resnet") for m in config.models)
-
-
-def embedding_gradient(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    """The 1/C comparison (:func:`vflkit.studies._split.embedding_gradient`), AUC on Criteo."""
-    return _split.embedding_gradient(groups, records, DATASET_NAMES, lambda cfg: metric_of(cfg["dataset"]))
+#: The 1/C comparison (:func:`vflkit.studies._split.embedding_gradient`), AUC on Criteo.
+embedding_gradient = partial(_split.embedding_gradient, names=DATASET_NAMES,
+                             metric=lambda cfg: metric_of(cfg["dataset"]))
 
 
 def missing_datasets() -> pd.DataFrame:
@@ -256,22 +218,12 @@ def _theta(dataset: str, arch: str) -> str:
     return THETA[MODEL_SETS[dataset].index(arch)]
 
 
-def _summarise(rows: list[dict[str, Any]], profile: str) -> pd.DataFrame:
-    """The cells beside the paper's (a diverged run counted apart, :func:`vflkit.analysis.summarise_runs`)."""
-    cols = ["table", "dataset", "method", "setting", "model", "metric", "value", "seed", "diverged"]
-    df = pd.DataFrame(rows, columns=cols)
-    keys = ["table", "dataset", "method", "setting", "model", "metric"]
-    return join_reference(analysis.summarise_runs(df, keys), PAPER, profile=profile)
-
-
-def accuracy_rows(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]],
-                  table: str) -> pd.DataFrame:
+def accuracy_rows(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]], table: str) -> pd.DataFrame:
     """Table II's (heterogeneous) or IV's (homogeneous) θ columns and their average, one row per
     (dataset, method, θ, seed), metric in %."""
-    rec = by_key(records)
     group, setting = ("table2", "heterogeneous") if table == "II" else ("table4", "homogeneous")
     rows = []
-    for c, r in _recorded(groups[group], rec):
+    for c, r in _recorded(groups[group], by_key(records)):
         metric = metric_of(c.dataset)
         base = {"table": table, "dataset": DATASET_NAMES[c.dataset], "method": METHOD_NAMES[c.method],
                 "setting": setting, "metric": f"{metric}_pct", "seed": c.seed, "diverged": bool(r.get("diverged"))}
@@ -279,29 +231,26 @@ def accuracy_rows(groups: dict[str, list[RunConfig]], records: Sequence[dict[str
             vals = arch_metric(r, metric)
             if table == "IV":  # every party holds θ_m: the column is the mean over the four
                 vals = {c.models[0]: float(np.mean(list(vals.values())))}
-            for arch, v in vals.items():
-                rows.append({**base, "model": _theta(c.dataset, arch), "value": v})
         else:
-            rows.append({**base, "model": _theta(c.dataset, c.models[0]),
-                         "value": 100 * r["final"]["active"].get(metric, float("nan"))})
+            vals = {c.models[0]: 100 * r["final"]["active"].get(metric, float("nan"))}
+        rows += [{**base, "model": _theta(c.dataset, arch), "value": v} for arch, v in vals.items()]
     df = pd.DataFrame(rows)
     if df.empty:
         return df
     df = df.drop_duplicates(["dataset", "method", "model", "seed"])
     keys = ["table", "dataset", "method", "setting", "metric", "seed"]
     avg = df.groupby(keys, sort=False).agg(value=("value", "mean"), diverged=("diverged", "max")).reset_index()
-    avg = avg.assign(model="avg")
-    return pd.concat([df, avg], ignore_index=True)
+    return pd.concat([df, avg.assign(model="avg")], ignore_index=True)
 
 
-def table2(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]], profile: str) -> pd.DataFrame:
-    """Table II (heterogeneous party models) in the reference long format, beside the paper's."""
-    return _summarise(accuracy_rows(groups, records, "II").to_dict("records"), profile)
+def _accuracy_table(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]], profile: str,
+                    table: str) -> pd.DataFrame:
+    """Table II (heterogeneous party models) or IV (homogeneous) in the reference long format, beside the paper's."""
+    return _split.summarise(accuracy_rows(groups, records, table).to_dict("records"), PAPER, profile)
 
 
-def table4(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]], profile: str) -> pd.DataFrame:
-    """Table IV (homogeneous party models) in the reference long format, beside the paper's."""
-    return _summarise(accuracy_rows(groups, records, "IV").to_dict("records"), profile)
+table2 = partial(_accuracy_table, table="II")
+table4 = partial(_accuracy_table, table="IV")
 
 
 def _table5_runs(groups: dict[str, list[RunConfig]], datasets: Sequence[str]) -> list[RunConfig]:
@@ -314,14 +263,13 @@ def convergence(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, 
                 datasets: Sequence[str]) -> pd.DataFrame:
     """Per Table V run: e*, the θ2 metric at e* (%), MB to e* as sent and float32-equivalent, and
     kB per sample-epoch."""
-    rec = by_key(records)
     rows = []
-    for c, r in _recorded(_table5_runs(groups, datasets), rec):
+    for c, r in _recorded(_table5_runs(groups, datasets), by_key(records)):
         metric = metric_of(c.dataset)
         e_star = analysis.convergence_epoch(r["history"], metric=metric)
         theta2 = [k for k, a in r["models"].items() if a == MODEL_SETS[c.dataset][1]] if c.method == "easter" else None
         b = analysis.bytes_to_convergence(r, metric=metric, epoch=e_star, models=theta2)
-        n = _n_train(r)
+        n = int(c.n_train) if c.n_train else TRAIN_SIZES[c.dataset]  # a run's training samples
         rows.append({"dataset": DATASET_NAMES[c.dataset], "method": METHOD_NAMES[c.method], "seed": c.seed,
                      "e_star": e_star, "epochs": c.epochs, "metric": f"{metric}_pct", "value": 100 * b["value"],
                      "MB_as_sent": b["mb"], "MB_float32": b["mb_float32"],
@@ -330,31 +278,19 @@ def convergence(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, 
     return pd.DataFrame(rows)
 
 
-#: Training samples of each dataset when a run sets no ``n_train`` (Criteo: its sample's).
-TRAIN_SIZES: dict[str, int] = {"mnist": 60000, "fashion_mnist": 60000, "cifar10": 50000, "criteo": 1599}
-
-
-def _n_train(record: dict[str, Any]) -> int:
-    """Training samples of a run: its steps per epoch times the batch size, bounded by n_train."""
-    cfg = record["config"]
-    return int(cfg["n_train"]) if cfg.get("n_train") else TRAIN_SIZES[cfg["dataset"]]
-
-
 def table5(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]], profile: str,
            datasets: Sequence[str] | None = None) -> pd.DataFrame:
     """Table V: the θ2 metric at convergence and the communication to it (``communication_MB``
     float32-equivalent, as the paper presumably counted; ``_as_sent`` with blinded int64), beside the paper's."""
-    datasets = datasets or settings(profile)["table5_datasets"]
-    conv = convergence(groups, records, datasets)
     rows = []
-    for _, x in conv.iterrows():
+    for _, x in convergence(groups, records, datasets or settings(profile)["table5_datasets"]).iterrows():
         base = {"table": "V", "dataset": x["dataset"], "method": x["method"], "setting": "", "model": "",
                 "seed": x["seed"], "diverged": x["diverged"]}
         rows += [{**base, "metric": x["metric"], "value": x["value"]},
                  {**base, "metric": "communication_MB", "value": x["MB_float32"]},
                  {**base, "metric": "communication_MB_as_sent", "value": x["MB_as_sent"]},
                  {**base, "metric": "epochs_to_convergence", "value": x["e_star"]}]
-    return _summarise(rows, profile)
+    return _split.summarise(rows, PAPER, profile)
 
 
 def table5_ratios(t5: pd.DataFrame) -> pd.DataFrame:
@@ -376,16 +312,15 @@ def cvfl_rates(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, A
     rec = by_key(records)
     rows = []
     for c in groups["cvfl_host_lr"]:
-        defended = c.replace(lr=cvfl_step_size(c.lr))
-        table = "II" if defended in groups["table2"] else "IV"
-        metric = metric_of(c.dataset)
+        defended, metric = c.replace(lr=cvfl_step_size(c.lr)), metric_of(c.dataset)
         vals = [100 * rec[x.key]["final"]["active"].get(metric, np.nan) if x.key in rec else np.nan
                 for x in (defended, c)]
         if all(np.isnan(v) for v in vals):
             continue
-        rows.append({"table": table, "dataset": DATASET_NAMES[c.dataset], "models": "/".join(dict.fromkeys(c.models)),
-                     "seed": c.seed, "metric": metric, "lr / Q": defended.lr, "at lr / Q (%)": vals[0],
-                     "dataset's lr": c.lr, "at the dataset's lr (%)": vals[1]})
+        rows.append({"table": "II" if defended in groups["table2"] else "IV", "dataset": DATASET_NAMES[c.dataset],
+                     "models": "/".join(dict.fromkeys(c.models)), "seed": c.seed, "metric": metric,
+                     "lr / Q": defended.lr, "at lr / Q (%)": vals[0], "dataset's lr": c.lr,
+                     "at the dataset's lr (%)": vals[1]})
     return pd.DataFrame(rows).round({"at lr / Q (%)": 2, "at the dataset's lr (%)": 2})
 
 
@@ -412,14 +347,6 @@ def implied_convergence(t5: pd.DataFrame, other: str = "PyVertical") -> pd.DataF
     return pd.DataFrame(rows).round(2)
 
 
-def _links(record: dict[str, Any]) -> pd.DataFrame:
-    """A record's per-link rows, C-VFL's downlink bundle (sent together) as one round."""
-    df = network.link_rows(record["comm"]["per_link"])
-    if record["config"]["method"] == "c_vfl":
-        df = df.assign(kind=np.where(df["sender"] == "active", "downlink", df["kind"]))
-    return df
-
-
 def comm_times(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]],
                datasets: Sequence[str], *, bandwidths: Sequence[float] = FIG4_BANDWIDTHS) -> pd.DataFrame:
     """Figs. 4-5: communication seconds to convergence of each Table V run against bandwidth (10 ms,
@@ -428,21 +355,21 @@ def comm_times(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, A
     if memo in _TIMES:
         return _TIMES[memo].copy()
     rec = by_key(records)
-    conv = convergence(groups, records, datasets)
     rows = []
-    for _, x in conv.iterrows():
-        links = _links(rec[x["key"]])
-        for bw in bandwidths:
-            t = network.price_links(links, network.NetworkModel(network.Link(bw, FIG4_LATENCY_MS)),
-                                     until_epoch=int(x["e_star"]))
-            rows.append({"figure": "4", "dataset": x["dataset"], "method": x["method"], "seed": x["seed"],
-                         "bandwidth_mbps": bw, "latency": f"{FIG4_LATENCY_MS:g} ms", "seconds": t})
+    for _, x in convergence(groups, records, datasets).iterrows():
+        links = network.link_rows(rec[x["key"]]["comm"]["per_link"])
+        if x["method"] == METHOD_NAMES["c_vfl"]:  # C-VFL's downlink bundle (sent together) as one round
+            links = links.assign(kind=np.where(links["sender"] == "active", "downlink", links["kind"]))
+        run, e_star = {"dataset": x["dataset"], "method": x["method"], "seed": x["seed"]}, int(x["e_star"])
+        rows += [{"figure": "4", **run, "bandwidth_mbps": bw, "latency": f"{FIG4_LATENCY_MS:g} ms",
+                  "seconds": network.price_links(links, network.NetworkModel(network.Link(bw, FIG4_LATENCY_MS)),
+                                                 until_epoch=e_star)} for bw in bandwidths]
         for cls in network.LATENCY_CLASSES:
             net = network.NetworkModel(network.Link(network.FIG5_BANDWIDTH_MBPS, 0.0))
-            t = np.mean([network.price_links(links, net, until_epoch=int(x["e_star"]), latency_ms=cls, seed=d)
+            t = np.mean([network.price_links(links, net, until_epoch=e_star, latency_ms=cls, seed=d)
                          for d in range(FIG5_DRAWS)])
-            rows.append({"figure": "5", "dataset": x["dataset"], "method": x["method"], "seed": x["seed"],
-                         "bandwidth_mbps": network.FIG5_BANDWIDTH_MBPS, "latency": cls, "seconds": float(t)})
+            rows.append({"figure": "5", **run, "bandwidth_mbps": network.FIG5_BANDWIDTH_MBPS, "latency": cls,
+                         "seconds": float(t)})
     _TIMES[memo] = pd.DataFrame(rows)
     return _TIMES[memo].copy()
 
@@ -478,16 +405,14 @@ def fig5(times: pd.DataFrame) -> tuple[plt.Figure, pd.DataFrame]:
 def table6(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]], profile: str) -> pd.DataFrame:
     """Table VI: C = 2..10 parties on the first C of 10 feature parts: ACC/AUC, wall time (min) and
     peak memory (MB, per ``peak_memory_kind``: on a CPU the process's, an upper bound of the run's)."""
-    rec = by_key(records)
     rows = []
-    for c, r in _recorded(groups["table6"], rec):
-        metric = metric_of(c.dataset)
+    for c, r in _recorded(groups["table6"], by_key(records)):
         base = {"table": "VI", "dataset": DATASET_NAMES[c.dataset], "method": METHOD_NAMES[c.method],
                 "setting": f"C={c.n_parties}", "model": "", "seed": c.seed, "diverged": bool(r.get("diverged"))}
-        rows += [{**base, "metric": f"{metric}_pct", "value": _run_metric(c, r)},
+        rows += [{**base, "metric": f"{metric_of(c.dataset)}_pct", "value": _run_metric(c, r)},
                  {**base, "metric": "train_time_min", "value": r["wall_time_s"] / 60},
                  {**base, "metric": "memory_MB", "value": r["peak_memory_mb"]}]
-    return _summarise(rows, profile)
+    return _split.summarise(rows, PAPER, profile)
 
 
 def table6_security(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> pd.DataFrame:
@@ -517,8 +442,7 @@ def table7(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]
             e_star = analysis.convergence_epoch(r["history"], metric=metric)
             links = network.link_rows(r["comm"]["per_link"])
             steps = int(links[links["epoch"] == 1]["steps"].max())
-            elapsed = max(h["elapsed_s"] for h in r["history"] if h["epoch"] == e_star)
-            step_s = elapsed / (steps * e_star)
+            step_s = max(h["elapsed_s"] for h in r["history"] if h["epoch"] == e_star) / (steps * e_star)
             passive = sorted(p for p in r["models"] if p != "active")
             theta = acc[(acc["dataset"] == DATASET_NAMES[c.dataset]) & (acc["method"] == "EASTER")
                         & (acc["seed"] == c.seed) & (acc["model"] != "avg")]
@@ -530,7 +454,7 @@ def table7(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]
                 rows.append({**base, "model": "", "metric": "train_time_min", "value": t["total_s"] / 60})
                 rows += [{**base, "model": x["model"], "metric": x["metric"], "value": x["value"]}
                          for _, x in theta.iterrows()]
-        frames.append(_summarise(rows, profile).assign(topology=topology))
+        frames.append(_split.summarise(rows, PAPER, profile).assign(topology=topology))
     return pd.concat(frames, ignore_index=True)
 
 
@@ -553,15 +477,10 @@ def _el_pl_label(el_pl: Sequence[int]) -> str:
 
 def fig6(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> tuple[plt.Figure, pd.DataFrame]:
     """Test accuracy against (a) embedding size, (b) EL:PL ratio, per architecture and the mean."""
-    rec = by_key(records)
-    rows = []
-    for c, r in _recorded(groups["fig6"], rec):
-        metric = metric_of(c.dataset)
-        vals = arch_metric(r, metric)
-        vals["mean"] = _run_metric(c, r)
-        for arch, v in vals.items():
-            rows.append({"dataset": DATASET_NAMES[c.dataset], "seed": c.seed, "embedding_dim": c.embedding_dim,
-                         "el_pl": _el_pl_label(c.el_pl), "model": arch, f"{metric}_pct": v})
+    rows = [{"dataset": DATASET_NAMES[c.dataset], "seed": c.seed, "embedding_dim": c.embedding_dim,
+             "el_pl": _el_pl_label(c.el_pl), "model": arch, f"{metric_of(c.dataset)}_pct": v}
+            for c, r in _recorded(groups["fig6"], by_key(records))
+            for arch, v in {**arch_metric(r, metric_of(c.dataset)), "mean": _run_metric(c, r)}.items()]
     data = pd.DataFrame(rows, columns=["dataset", "seed", "embedding_dim", "el_pl", "model", "test_accuracy_pct"]
                         if not rows else None).drop_duplicates(["seed", "embedding_dim", "el_pl", "model"])
     y = [c for c in data.columns if c.endswith("_pct")][0]
@@ -583,8 +502,7 @@ def fig6(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) 
     sns.barplot(data=data[data["embedding_dim"] == EMBEDDING_DIM], x="el_pl", y=y, hue="model", hue_order=models,
                 errorbar=None, ax=axes[1], order=[r for r in map(_el_pl_label, ((2, 1), (1, 1), (1, 2))) if r in set(data["el_pl"])])
     axes[1].set(xlabel="EL:PL (layer ratio; it changes total depth too)", title=f"(b) EL:PL (embedding {EMBEDDING_DIM})")
-    lo = float(data[y].min())
-    axes[1].set_ylim(max(0.0, lo - 5), None)
+    axes[1].set_ylim(max(0.0, float(data[y].min()) - 5), None)
     ylabel = f"test {y.removesuffix('_pct').removeprefix('test_').replace('_', ' ')} (%)"
     for ax in axes:
         ax.set_ylabel(ylabel)
@@ -601,17 +519,16 @@ def fig6(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) 
 # --------------------------------------------------------------------------- claims
 
 
-def _inputs(records: claims.Records) -> tuple[dict[str, list[RunConfig]], list[dict[str, Any]]]:
-    """The profile's run groups and ``records`` in the order of its runs, found once; nothing is read."""
+def _inputs(records: claims.Records,
+            variant: str | None = None) -> tuple[dict[str, list[RunConfig]], list[dict[str, Any]]]:
+    """The profile's run groups (with ``variant`` swapped in, :func:`with_variant`) and ``records`` in
+    the order of its runs, found once; nothing is read."""
     groups = records.derived("groups", lambda: configs(records.profile))
-    return groups, records.derived("records", lambda: records.of(unique(groups)))
+    return with_variant(groups, variant), records.derived("records", lambda: records.of(unique(groups)))
 
 
-def _cells(runs: Iterable[RunConfig], a: str, b: str, cell: Any) -> set[str]:
-    """The cells ``cell(config)`` in which the profile runs both methods ``a`` and ``b``: what a
-    clause "a > b" covers, recorded or not (:func:`vflkit.claims.ordering`'s ``expected``)."""
-    runs = list(runs)
-    return set.intersection(*({x for c in runs if METHOD_NAMES[c.method] == m for x in cell(c)} for m in (a, b)))
+#: ``_cells(runs, a, b, cell)``: the cells in which the profile runs both ``a`` and ``b`` (:func:`_split.both`).
+_cells = partial(_split.both, name=lambda c: METHOD_NAMES[c.method])
 
 
 #: Test metric (%) at chance: accuracy on 10 classes; AUC on Criteo.
@@ -676,23 +593,20 @@ VARIANTS: dict[str, tuple[str, str]] = {
 }
 
 
-def with_variant(groups: dict[str, list[RunConfig]], variant: str | None) -> dict[str, list[RunConfig]]:
-    """``groups`` with :data:`VARIANTS` ``variant`` swapped in (None: unchanged)."""
-    return _split.with_variant(groups, VARIANTS, variant, ("table2", "table4"), keep_unmatched=True)
+#: ``groups`` with :data:`VARIANTS` ``variant`` swapped in (None: unchanged).
+with_variant = partial(_split.with_variant, variants=VARIANTS, tables=("table2", "table4"), keep_unmatched=True)
 
 
 def _beats(table: str, other: str, variant: str | None = None, label: str = "") -> claims.Claim:
     def check(records: claims.Records) -> claims.Verdict:
-        profile = records.profile
-        groups, recs = _inputs(records)
-        groups = with_variant(groups, variant)
+        groups, recs = _inputs(records, variant)
         every = accuracy_rows(groups, recs, table)
         if every.empty:
             return claims.not_testable("no records")
         acc = every[every["model"] != "avg"]
         # Per dataset, then all_of: the paper says "consistently" superior "across a variety of
         # datasets" (Sec. VI-B); datasets carry different seeds (Criteo 5); an unrecorded one stays open.
-        s = settings(profile)
+        s = settings(records.profile)
         group = "table2" if table == "II" else "table4"
 
         def thetas(c: RunConfig) -> set[str]:  # EASTER's one heterogeneous run holds every θ
@@ -720,9 +634,8 @@ def to_target(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, An
     """Table V's communication "to convergence" by the compared rule: per Table V run, the first
     epoch its θ2 metric reaches :data:`vflkit.analysis.TARGET_SHARE` of the best final θ2 metric of
     the dataset's runs of that seed, and the float32-equivalent MB until then (NaN: never, or diverged)."""
-    rec = by_key(records)
     runs = []
-    for c, r in _recorded(_table5_runs(groups, datasets), rec):
+    for c, r in _recorded(_table5_runs(groups, datasets), by_key(records)):
         if r.get("diverged"):
             continue
         theta2 = [k for k, a in r["models"].items() if a == MODEL_SETS[c.dataset][1]] if c.method == "easter" else None
@@ -744,22 +657,19 @@ def to_target(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, An
 
 def _less_comm(other: str, variant: str | None = None, label: str = "") -> claims.Claim:
     def check(records: claims.Records) -> claims.Verdict:
-        profile = records.profile
-        groups, recs = _inputs(records)
-        groups = with_variant(groups, variant)
-        datasets = settings(profile)["table5_datasets"]
+        groups, recs = _inputs(records, variant)
+        datasets = settings(records.profile)["table5_datasets"]
         conv = to_target(groups, recs, datasets)
         if conv.empty:
             return claims.not_testable("no records")
         verdicts = []
         for dataset in datasets:  # each dataset alone, so that a stand-in decides nothing
             d = conv[conv["dataset"] == DATASET_NAMES[dataset]]
-            censored = d[d["MB_to_target"].isna()]
             v = claims.ordering(claims.paired(d.dropna(subset=["MB_to_target"]), by="method", a=other, b="EASTER",
                                               value="MB_to_target", cell=["dataset"]), a=other, b="EASTER", what="MB",
                                 expected=_cells([c for c in _table5_runs(groups, datasets) if c.dataset == dataset],
                                                 other, "EASTER", lambda c: {DATASET_NAMES[c.dataset]}))
-            never = censored[censored["method"].isin([other, "EASTER"])]
+            never = d[d["MB_to_target"].isna() & d["method"].isin([other, "EASTER"])]
             if len(never):
                 v = v.with_evidence(f"{v.evidence}; never within {analysis.TARGET_SHARE:.0%} of the best final metric in "
                                     f"{int(d['epochs'].max())} epochs, so the horizon cannot time them: "
@@ -771,51 +681,39 @@ def _less_comm(other: str, variant: str | None = None, label: str = "") -> claim
                         reading=label if variant else DEFAULT_READING)
 
 
-def _times(records: claims.Records) -> pd.DataFrame:
-    """Figs. 4-5's times to convergence, priced once for every clause."""
-    groups, recs = _inputs(records)
-    return records.derived("times", lambda: comm_times(groups, recs, settings(records.profile)["table5_datasets"]))
-
-
-def _times_cells(records: claims.Records) -> set[str]:
-    """Figs. 4-5's cells ("dataset/method") of every Table V run, recorded or not."""
-    groups, _ = _inputs(records)
-    return {f"{DATASET_NAMES[c.dataset]}/{METHOD_NAMES[c.method]}"
-            for c in _table5_runs(groups, settings(records.profile)["table5_datasets"])}
-
-
-def _times_check(check: Callable[[pd.DataFrame, claims.Records], claims.Verdict]) -> Callable[..., claims.Verdict]:
-    """A Figs. 4-5 clause judged on :func:`_times` (not testable without records)."""
+def _times_check(check: Callable[[pd.DataFrame, list[RunConfig]], claims.Verdict]) -> Callable[..., claims.Verdict]:
+    """A Figs. 4-5 clause judged on the times to convergence of the profile's Table V runs (priced
+    once for every clause, :func:`comm_times`) and those runs, recorded or not; not testable without records."""
     def judged(records: claims.Records) -> claims.Verdict:
-        t = _times(records)
-        return claims.not_testable("no records") if t.empty else check(t, records)
+        groups, recs = _inputs(records)
+        t = records.derived("times", lambda: comm_times(groups, recs, settings(records.profile)["table5_datasets"]))
+        return claims.not_testable("no records") if t.empty else check(t, table5_runs(groups, records.profile))
     return judged
 
 
 @_times_check
-def _fig4_check(t: pd.DataFrame, records: claims.Records) -> claims.Verdict:
+def _fig4_check(t: pd.DataFrame, runs: list[RunConfig]) -> claims.Verdict:
     t = t[t["figure"] == "4"]
     lo, hi = min(FIG4_BANDWIDTHS), max(FIG4_BANDWIDTHS)
     t = t[t["bandwidth_mbps"].isin([lo, hi])].assign(bw=lambda d: np.where(d["bandwidth_mbps"] == lo, "low", "high"))
     return claims.ordering(claims.paired(t, by="bw", a="low", b="high", value="seconds", cell=["dataset", "method"]),
                            a=f"time at {lo:g} Mbps", b=f"time at {hi:g} Mbps", what="s",
-                           expected=_times_cells(records))
+                           expected={f"{DATASET_NAMES[c.dataset]}/{METHOD_NAMES[c.method]}" for c in runs})
 
 
 @_times_check
-def _fig5_check(t: pd.DataFrame, records: claims.Records) -> claims.Verdict:
+def _fig5_check(t: pd.DataFrame, runs: list[RunConfig]) -> claims.Verdict:
     t = t[t["figure"] == "5"]
     return claims.ordering(claims.paired(t, by="latency", a="high", b="low", value="seconds",
-                                         cell=["dataset", "method"]),
-                           a="time at high latency", b="time at low latency", what="s",
-                           expected=_times_cells(records))
+                                         cell=["dataset", "method"]), a="time at high latency", b="time at low latency",
+                           what="s",
+                           expected={f"{DATASET_NAMES[c.dataset]}/{METHOD_NAMES[c.method]}" for c in runs})
 
 
 @_times_check
-def _fig5_agg_check(t: pd.DataFrame, records: claims.Records) -> claims.Verdict:
+def _fig5_agg_check(t: pd.DataFrame, runs: list[RunConfig]) -> claims.Verdict:
     t = t[t["figure"] == "5"].pivot_table(index=["dataset", "method", "seed"], columns="latency", values="seconds")
     growth = (t["high"] - t["low"]).rename("growth").reset_index()
-    runs = _table5_runs(_inputs(records)[0], settings(records.profile)["table5_datasets"])
     return claims.all_of(
         claims.ordering(claims.paired(growth, by="method", a=m, b="Agg_VFL", value="growth", cell=["dataset"]),
                         a=f"{m}'s latency penalty", b="Agg_VFL's", what="s",
@@ -824,22 +722,19 @@ def _fig5_agg_check(t: pd.DataFrame, records: claims.Records) -> claims.Verdict:
 
 
 def _table6_rise(records: claims.Records) -> claims.Verdict:
-    profile = records.profile
     groups, recs = _inputs(records)
     t = table6_rows(groups, recs)
     if t.empty:
         return claims.not_testable("no records")
     # the profile's fewest and most parties: an unrecorded C leaves it open, not judged on inner C
-    few, many = min(settings(profile)["table6_parties"]), max(settings(profile)["table6_parties"])
+    few, many = min(settings(records.profile)["table6_parties"]), max(settings(records.profile)["table6_parties"])
     t = t[(t["method"] == "EASTER") & t["C"].isin([few, many])]
     t = t.assign(end=np.where(t["C"] == many, "many", "few"))
     datasets = sorted({c.dataset for c in groups["table6"] if c.method == "easter"})
     return claims.all_of(_at_scale(d, claims.ordering(
-        claims.paired(t[t["dataset"] == DATASET_NAMES[d]], by="end", a="many", b="few", value="value",
-                      cell=["dataset"], chance=CHANCE_PCT[d]),
-        a=f"EASTER at C={many}", b=f"at C={few}", expected={DATASET_NAMES[d]}), _table2_note(records, d)
-    ).labelled(DATASET_NAMES[d])
-        for d in datasets)
+        claims.paired(t[t["dataset"] == DATASET_NAMES[d]], by="end", a="many", b="few", value="value", cell=["dataset"],
+                      chance=CHANCE_PCT[d]), a=f"EASTER at C={many}", b=f"at C={few}", expected={DATASET_NAMES[d]}),
+        _table2_note(records, d)).labelled(DATASET_NAMES[d]) for d in datasets)
 
 
 def _table6_beats(records: claims.Records) -> claims.Verdict:
@@ -852,8 +747,8 @@ def _table6_beats(records: claims.Records) -> claims.Verdict:
         claims.paired(t[t["dataset"] == DATASET_NAMES[d]], by="method", a="EASTER", b=m, value="value",
                       cell=["dataset", "C"], chance=CHANCE_PCT[d]), a="EASTER", b=m,
         expected=_cells([c for c in groups["table6"] if c.dataset == d], "EASTER", m,
-                        lambda c: {f"{DATASET_NAMES[c.dataset]}/{c.n_parties}"})), _table2_note(records, d)
-    ).labelled(DATASET_NAMES[d])
+                        lambda c: {f"{DATASET_NAMES[c.dataset]}/{c.n_parties}"})),
+        _table2_note(records, d)).labelled(DATASET_NAMES[d])
         for m in ("PyVertical", "C_VFL", "Agg_VFL") for d in datasets)
 
 
@@ -865,29 +760,24 @@ def table6_rows(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, 
 
 def _table7_check(topology: str) -> Any:
     def check(records: claims.Records) -> claims.Verdict:
-        profile = records.profile
         groups, recs = _inputs(records)
         if not any(c.method == "easter" and c.key in {r["key"] for r in recs} for c in groups["table2"]):
             return claims.not_testable("no records")
-        t7 = records.derived("table7", lambda: table7(groups, recs, profile))  # priced once for both pricings
+        t7 = records.derived("table7", lambda: table7(groups, recs, records.profile))  # priced once for both pricings
         t = t7[(t7["metric"] == "train_time_min") & (t7["topology"] == topology)]
         # priced from every Table II EASTER run the profile has: one not recorded leaves it open
         datasets = {DATASET_NAMES[c.dataset] for c in groups["table2"] if c.method == "easter"}
-        steps = []
-        for n in range(1, 4):
-            a, b = t[t["setting"] == DEVICE_MIXES[n]], t[t["setting"] == DEVICE_MIXES[n - 1]]
-            d = a.set_index("dataset")["value"] - b.set_index("dataset")["value"]
-            # one row per dataset, the mean over seeds (priced, not noisy)
-            steps.append(claims.ordering(pd.DataFrame({"cell": d.index, "seed": 0, "diff": d.to_numpy()}),
-                                         a=f"{n} slow", b=f"{n - 1} slow", what="min", expected=datasets,
-                                         exact=True))
-        return claims.all_of(steps)
+        by_mix = {mix: t[t["setting"] == mix].set_index("dataset")["value"] for mix in DEVICE_MIXES.values()}
+        # one row per dataset, the mean over seeds (priced, not noisy)
+        return claims.all_of(claims.ordering(pd.DataFrame({"cell": d.index, "seed": 0, "diff": d.to_numpy()}),
+                                             a=f"{n} slow", b=f"{n - 1} slow", what="min", expected=datasets,
+                                             exact=True)
+                             for n in range(1, 4) for d in [by_mix[DEVICE_MIXES[n]] - by_mix[DEVICE_MIXES[n - 1]]])
     return check
 
 
 def _fig6_best(what: str) -> Any:
     def check(records: claims.Records) -> claims.Verdict:
-        profile = records.profile
         groups, recs = _inputs(records)
         if not any(c.key in {r["key"] for r in recs} for c in groups["fig6"]):
             return claims.not_testable("no records")
@@ -904,7 +794,7 @@ def _fig6_best(what: str) -> Any:
             d = data[data["embedding_dim"] == EMBEDDING_DIM].assign(level=lambda x: x["el_pl"])
             levels = {_el_pl_label(c.el_pl) for c in groups["fig6"] if c.embedding_dim == EMBEDDING_DIM}
             best, others = "1:1", sorted(levels - {"1:1"})
-        chance = CHANCE_PCT[settings(profile)["fig6_dataset"]]
+        chance = CHANCE_PCT[settings(records.profile)["fig6_dataset"]]
         return claims.all_of(claims.ordering(claims.paired(d, by="level", a=best, b=o, value=y, cell=["dataset"],
                                                            chance=chance), a=best, b=o) for o in others)
     return check
@@ -963,8 +853,7 @@ def beyond(evidence: base.Evidence) -> list[tuple[str, str]]:
                  f"({', '.join(f'{r.dataset} C = {r.C}' for r in flagged.itertuples()) or 'none'})")
     link = evidence.notebook("Table VI: 2 to 10 parties")
     out = [("EASTER: Table VI's two-party setting is not private", f"{text} ({link}).")]
-    scale = _quick_against_paper(evidence)
-    if scale:
+    if scale := _quick_against_paper(evidence):
         out.append(("EASTER: the quick profile measures early training, where the 1/C reading slows EASTER", scale))
     return out
 
@@ -1016,12 +905,6 @@ def _times_figure(figure: Callable[[pd.DataFrame], tuple[plt.Figure, pd.DataFram
     return lambda groups, records, profile: figure(comm_times(groups, records, settings(profile)["table5_datasets"]))
 
 
-def describe(run: RunConfig) -> dict[str, Any]:
-    """A pending run as the notebook lists it."""
-    return {"dataset": DATASET_NAMES[run.dataset], "method": METHOD_NAMES[run.method], "models": "/".join(run.models),
-            "n_parties": run.n_parties, "seed": run.seed}
-
-
 STUDY = register(Study(
     name=PAPER, title="EASTER", family="split", configs=configs, order=2, reference_csv="easter.csv",
     cites="wang2025easter",
@@ -1039,7 +922,8 @@ STUDY = register(Study(
     ),
     # VFedMH's run order: the same costs (C-VFL's Q = 10 last)
     claims=CLAIMS, variant_claims=VARIANT_CLAIMS, needs_gpu=needs_gpu, run_priority=run_priority,
-    beyond=beyond, describe=describe,
+    beyond=beyond, describe=partial(_split.describe, datasets=DATASET_NAMES, methods=METHOD_NAMES,
+                                                fields=("n_parties",)),
     uncounted_tables={"table7_parallel.csv": "parallel links, our pricing (the shared uplink is the model "
                                              "comparable with the paper's devices)"},
     uncounted_datasets={DATASET_NAMES[d]: f"{here}, {paper}" for d, (here, paper) in STAND_INS.items()},

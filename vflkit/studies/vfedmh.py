@@ -1,23 +1,16 @@
 """VFedMH (Wang et al.): Tables II-IV and Figs. 3-5, and the blinding demonstration.
 
-Sec. VI-C's setting: 4 parties (the active party holds the first of four vertical image strips
-and the labels), batch 128, learning rate 0.05 for every network. A baseline has one
-architecture at every party (one run per table column); VFedMH draws the parties' architectures
-by seed (:func:`assign_models`) and trains one model per party in one run.
-
-Choices where the paper is silent:
-
-- Epochs: none printed (Figs. 3-5 only say all methods converge at about the same epoch); 20 on
-  the full data in ``paper`` (our quick curves are flat well before their end), fewer on a subset
-  in ``quick`` (:data:`PROFILE_SETTINGS`).
-- VFedMH's column of an architecture: the mean test accuracy of the parties holding it.
-- Heter_aggVFL's column m: the heterogeneous assignment rotated so that the active party holds m.
-- Homo_aggVFL is Agg_VFL's homogeneous runs (Table III prints Table II's Agg_VFL numbers).
+The setting (Sec. VI-C) and our choices where the paper is silent: docs/studies.md (VFedMH). In
+brief: no epochs printed, 20 in ``paper`` (our quick curves are flat well before their end);
+VFedMH's column of an architecture is the mean over the parties holding it; Heter_aggVFL's column m
+is the heterogeneous assignment rotated so that the active party holds m; Homo_aggVFL is Agg_VFL's
+homogeneous runs (Table III prints Table II's Agg_VFL numbers).
 """
 
 from __future__ import annotations
 
 import random
+from functools import partial
 from typing import Any, Callable, Iterator, Sequence
 
 import matplotlib.pyplot as plt
@@ -30,13 +23,13 @@ from .. import analysis, claims
 from ..config import check_profile, check_seeds, check_seeds_once, override_runs, split_run_overrides
 from ..methods import OPTIMIZERS, RunConfig
 from ..methods.cvfl import step_size as cvfl_step_size
-from ..report import join_reference, load_reference
+from ..report import load_reference
 from ..secure import BlindingKeys, FixedPointRing, aggregate, blind
 from ..training.split import history_frame
 from . import base, register
 from . import _split
-from ._split import (FULL_GRADIENT_READING, GRADIENT_READINGS, RESNET_CUT, arch_metric, assign_models, by_key,
-                     recorded_pairs, run_priority, unique)
+from ._split import (FULL_GRADIENT_READING, GRADIENT_READINGS, RESNET_CUT, TRAIN_SIZES, arch_metric, assign_models,
+                     by_key, needs_gpu, recorded_pairs, rotate, run_priority, unique)
 from ._split import figure as _figure, view as _view
 from .base import Artefact, Study
 
@@ -51,9 +44,8 @@ PROFILE_SETTINGS: dict[str, dict[str, Any]] = {
     # CI: a real MNIST subset, one epoch; exercises every method and table in seconds.
     "smoke": {"datasets": ("mnist",), "model_sets": (SMALL_MODELS,), "n_train": 256, "n_test": 256,
               "epochs": 1, "cvfl_epochs": None, "all_artefacts_on": ("mnist",), "seeds": (0,)},
-    # The paper's protocol on the small networks, reduced (seeded subsets, fewer epochs, three
-    # seeds): all 144 runs in half an hour on a 2-core CPU, C-VFL's 27 most of it. Table IV,
-    # Figs. 4-5 and blinding on MNIST only; no CIFAR-10, no ResNets.
+    # The paper's protocol on the small networks, reduced (seeded subsets, fewer epochs, three seeds;
+    # a 2-core CPU's work): Table IV, Figs. 4-5 and blinding on MNIST only; no CIFAR-10, no ResNets.
     "quick": {"datasets": ("mnist", "fashion_mnist"), "model_sets": (SMALL_MODELS,),
               "n_train": 4000, "n_test": 1500, "epochs": 6, "cvfl_epochs": None,
               "all_artefacts_on": ("mnist",), "seeds": (0, 1, 2)},
@@ -92,9 +84,8 @@ TABLE3_METHODS = {"local": "Local", "heter_aggvfl": "Heter_aggVFL", "agg_vfl": "
                   "homo_vfedmh": "Homo_VFedMH", "vfedmh": "VFedMH"}
 
 
-def settings(profile: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The profile's settings, with any of them overridden (e.g. a tiny slice of ``paper``)."""
-    return _split.settings(PROFILE_SETTINGS, profile, overrides)
+#: ``settings(profile, overrides=None)``: the profile's settings, any overridden (e.g. a tiny slice of ``paper``).
+settings = partial(_split.settings, PROFILE_SETTINGS)
 
 
 def assign_optimizers(n_parties: int = 4, *, seed: int) -> tuple[str, ...]:
@@ -104,8 +95,7 @@ def assign_optimizers(n_parties: int = 4, *, seed: int) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _config(dataset: str, method: str, models: Sequence[str], seed: int, s: dict[str, Any],
-            **kw: Any) -> RunConfig:
+def _config(dataset: str, method: str, models: Sequence[str], seed: int, s: dict[str, Any], **kw: Any) -> RunConfig:
     return RunConfig(paper="vfedmh", dataset=dataset, method=method, models=tuple(models),
                      optimizers=kw.pop("optimizers", "sgd"), lr=kw.pop("lr", PAPER_LR), partition="strips_width",
                      n_parties=4, active=0, batch_size=128, epochs=kw.pop("epochs", s["epochs"]), seed=seed,
@@ -119,9 +109,9 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
     s, run_fields = split_run_overrides(PROFILE_SETTINGS[check_profile(profile)], overrides, RunConfig)
     check_seeds_once(seeds, overrides)
     seeds = check_seeds(s["seeds"] if seeds is None else seeds)
-    out: dict[str, list[RunConfig]] = {"table2": [], "table3": [], "table4": [], "table4_standard": [],
-                                       "fig5": [], "blinding": [], "cvfl_q1": [], "cvfl_host_lr": [],
-                                       "embedding_gradient": [], "precision": []}
+    out: dict[str, list[RunConfig]] = {g: [] for g in ("table2", "table3", "table4", "table4_standard", "fig5",
+                                                      "blinding", "cvfl_q1", "cvfl_host_lr", "embedding_gradient",
+                                                      "precision")}
     for dataset in s["datasets"]:
         for models in s["model_sets"]:
             for seed in seeds:
@@ -131,22 +121,21 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
                     for method in TABLE2_METHODS:
                         if method != "c_vfl":
                             out["table2"].append(_config(dataset, method, (m,) * 4, seed, s))
-                            if (dataset, method, m) == PRECISION_CHECK:
-                                out["precision"].append(out["table2"][-1].replace(precision="bf16"))
-                            continue
-                        epochs = s["cvfl_epochs"] or s["epochs"]
-                        out["table2"].append(_config(dataset, method, (m,) * 4, seed, s, epochs=epochs, lr=CVFL_LR))
-                        if models == SMALL_MODELS:  # the sensitivity row: the paper's rate at Q = 10
-                            out["cvfl_host_lr"].append(_config(dataset, method, (m,) * 4, seed, s, epochs=epochs))
+                        else:
+                            epochs = s["cvfl_epochs"] or s["epochs"]
+                            out["table2"].append(_config(dataset, method, (m,) * 4, seed, s, epochs=epochs, lr=CVFL_LR))
+                            if models == SMALL_MODELS:  # the sensitivity row: the paper's rate at Q = 10
+                                out["cvfl_host_lr"].append(_config(dataset, method, (m,) * 4, seed, s, epochs=epochs))
+                        if (dataset, method, m) == PRECISION_CHECK:
+                            out["precision"].append(out["table2"][-1].replace(precision="bf16"))
                 out["table2"].append(vfedmh)
                 if models != SMALL_MODELS:
                     continue  # the 1/C question, Tables III-IV and Figs. 4-5 use the small networks only
                 # the 1/C question: the same run with each h getting ∂L_k/∂E, not ∂L_k/∂E / C
                 out["embedding_gradient"].append(vfedmh.replace(options={"embedding_gradient": "full"}))
                 for m in models:
-                    i = het.index(m)
                     out["table3"] += [_config(dataset, "local", (m,) * 4, seed, s),
-                                      _config(dataset, "heter_aggvfl", het[i:] + het[:i], seed, s),
+                                      _config(dataset, "heter_aggvfl", rotate(het, m), seed, s),
                                       _config(dataset, "agg_vfl", (m,) * 4, seed, s),
                                       _config(dataset, "homo_vfedmh", (m,) * 4, seed, s)]
                 out["table3"].append(vfedmh)
@@ -157,19 +146,13 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
                     # the same run where the standard rate is the paper's (SGD, SGD with momentum)
                     out["table4_standard"].append(_config(dataset, "vfedmh", het, seed, s, optimizers=opt,
                                                           lr=STANDARD_LR[opt]))
-                out["fig5"].append(_config(dataset, "vfedmh", het, seed, s,
-                                           optimizers=assign_optimizers(seed=seed)))
+                out["fig5"].append(_config(dataset, "vfedmh", het, seed, s, optimizers=assign_optimizers(seed=seed)))
                 if dataset == s["all_artefacts_on"][0]:
                     out["blinding"].append(vfedmh.replace(options={"blinding": False}))
                     # C-VFL with Q = 1 at step_size(0.05, Q=1) = 0.05: Q's effect apart from compression
                     out["cvfl_q1"] += [c.replace(options={"local_iterations": 1}) for c in out["cvfl_host_lr"]
                                        if c.dataset == dataset and c.seed == seed]
     return override_runs(out, run_fields)
-
-
-def needs_gpu(config: RunConfig) -> bool:
-    """The ResNet runs (Table II's second model set): a GPU's work (:func:`vflkit.ops.pricing.minutes`)."""
-    return any(m in RESNETS for m in config.models)
 
 
 def assignment_table(groups: dict[str, list[RunConfig]]) -> pd.DataFrame:
@@ -184,18 +167,14 @@ def assignment_table(groups: dict[str, list[RunConfig]]) -> pd.DataFrame:
 # --------------------------------------------------------------------------- results
 
 
-def _summarise(rows: list[dict[str, Any]], profile: str) -> pd.DataFrame:
-    """The cells beside the paper's; a diverged run (its row's ``diverged``) is counted in the
-    cell's ``diverged`` column and kept out of its number (:func:`vflkit.analysis.summarise_runs`)."""
-    keys = ["table", "dataset", "method", "setting", "model", "metric"]
-    return join_reference(analysis.summarise_runs(rows, keys), "vfedmh", profile=profile)
-
-
 def _cells(c: RunConfig, r: dict[str, Any], table: str) -> list[tuple[str, str, str, float]]:
-    """(method, setting, architecture, test accuracy %) of a recorded run of Table II or III: one
+    """(method, setting, architecture, test accuracy %) of a recorded run of Table II, III or IV: one
     per architecture of a run that trains a model per party, else its active party's global model
     (and Heter_aggVFL's own-logits reading beside it)."""
-    name = _method_names(table)[c.method]
+    name = (TABLE2_NAMES if table == "table2" else TABLE3_METHODS)[c.method]
+    if table == "table4":  # every party on one optimizer, at the paper's rate or at the optimizer's standard one
+        setting = f"optimizer={_optimizer(c)}" + ("" if _lr(c) == PAPER_LR else f", lr={_lr(c):g}")
+        return [(name, setting, arch, v) for arch, v in arch_metric(r).items()]
     if c.method in _AGGREGATING:
         setting = "heterogeneous" if table == "table2" else ""
         return [(name, setting, arch, v) for arch, v in arch_metric(r).items()]
@@ -211,25 +190,35 @@ def _cells(c: RunConfig, r: dict[str, Any], table: str) -> list[tuple[str, str, 
 
 def _accuracy_table(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]], profile: str,
                     table: str) -> pd.DataFrame:
-    """Table II or III in the reference long format: test accuracy (%) per dataset, method and model
-    (Table II with C-VFL's recorded sensitivity rows)."""
+    """Table II, III or IV in the reference long format: test accuracy (%) per dataset, method and
+    model (Table II with C-VFL's recorded sensitivity rows; Table IV's standard-rate rows with the
+    paper's number for their optimizer beside them)."""
     rec = by_key(records)
-    runs = groups[table] + ([c for c in groups.get("cvfl_host_lr", []) if c.key in rec] if table == "table2" else [])
-    rows = [{"table": "II" if table == "table2" else "III", "dataset": DATASET_NAMES[c.dataset], "method": m,
-             "setting": setting, "model": MODEL_NAMES[arch], "metric": "test_accuracy_pct", "value": v,
-             "diverged": bool(rec[c.key].get("diverged"))}
+    runs = _table4_runs(groups) if table == "table4" else groups[table]
+    if table == "table2":
+        runs = runs + [c for c in groups.get("cvfl_host_lr", []) if c.key in rec]
+    rows = [{"table": {"table2": "II", "table3": "III"}.get(table, "IV"), "dataset": DATASET_NAMES[c.dataset],
+             "method": m, "setting": setting, "model": MODEL_NAMES[arch], "metric": "test_accuracy_pct",
+             "value": v, "diverged": bool(rec[c.key].get("diverged"))}
             for c in runs for m, setting, arch, v in _cells(c, rec[c.key], table)]
-    return _summarise(rows, profile)
+    out = _split.summarise(rows, "vfedmh", profile)
+    if table != "table4":
+        return out
+    # the paper's number for the optimizer beside its standard-rate row too
+    literal = out.set_index(["dataset", "setting", "model"])[["paper_value", "paper_std"]]
+    for i, row in out[out["setting"].str.contains(", lr=")].iterrows():
+        key = (row["dataset"], row["setting"].split(", lr=")[0], row["model"])
+        if key in literal.index:
+            out.loc[i, ["paper_value", "paper_std"]] = literal.loc[key].to_numpy()
+    return out
 
 
-def table2(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]], profile: str) -> pd.DataFrame:
-    """Table II: test accuracy (%) per dataset, method and model."""
-    return _accuracy_table(groups, records, profile, "table2")
-
-
-def table3(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]], profile: str) -> pd.DataFrame:
-    """Table III: embedding aggregation vs prediction aggregation (test accuracy, %)."""
-    return _accuracy_table(groups, records, profile, "table3")
+#: Table II (test accuracy per dataset, method and model), III (embedding vs prediction aggregation)
+#: and IV (VFedMH with every party on one optimizer: rows ``optimizer=X`` at the paper's 0.05, rows
+#: ``optimizer=X, lr=...`` at the optimizer's standard rate, :data:`STANDARD_LR`, where not 0.05).
+table2 = partial(_accuracy_table, table="table2")
+table3 = partial(_accuracy_table, table="table3")
+table4 = partial(_accuracy_table, table="table4")
 
 
 #: Table III's second reading of Heter_aggVFL: each party's own prediction scored alone.
@@ -240,13 +229,10 @@ def _own_accuracy(config: RunConfig, record: dict[str, Any]) -> float | None:
     """Heter_aggVFL's column read as each party's own model: the mean test accuracy (%) of the
     parties holding the active party's architecture, each scoring its own R_k alone; None for a
     record made before the method scored them."""
-    final = record["final"]["active"]
-    names = ["active"] + [f"passive_{k}" for k in range(1, config.n_parties)]
-    arch = config.models[config.active]
-    vals = [final.get(f"own_test_accuracy:{n}") for n, m in zip(names, config.models) if m == arch]
-    if not vals or any(v is None for v in vals):
-        return None
-    return 100 * float(np.mean(vals))
+    final, arch = record["final"]["active"], config.models[config.active]
+    vals = [final.get(f"own_test_accuracy:{f'passive_{k}' if k else 'active'}")
+            for k, m in enumerate(config.models) if m == arch]
+    return None if not vals or None in vals else 100 * float(np.mean(vals))
 
 
 def _optimizer(c: RunConfig) -> str:
@@ -260,26 +246,6 @@ def _lr(c: RunConfig) -> float:
 def _table4_runs(groups: dict[str, list[RunConfig]]) -> list[RunConfig]:
     """Table IV's runs at the paper's rate and at each optimizer's standard rate, once each."""
     return base.unique(groups["table4"] + groups.get("table4_standard", []))
-
-
-def table4(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]], profile: str) -> pd.DataFrame:
-    """Table IV: VFedMH with every party on one optimizer, per architecture (test accuracy, %).
-    Rows ``optimizer=X`` at the paper's 0.05; rows ``optimizer=X, lr=...`` at the optimizer's
-    standard rate (:data:`STANDARD_LR`, where not 0.05), with the paper's number for X beside them."""
-    rec = by_key(records)
-    rows = [{"table": "IV", "dataset": DATASET_NAMES[c.dataset], "method": "VFedMH",
-             "setting": f"optimizer={_optimizer(c)}" + ("" if _lr(c) == PAPER_LR else f", lr={_lr(c):g}"),
-             "model": MODEL_NAMES[arch], "metric": "test_accuracy_pct", "value": v,
-             "diverged": bool(rec[c.key].get("diverged"))}
-            for c in _table4_runs(groups) for arch, v in arch_metric(rec[c.key]).items()]
-    out = _summarise(rows, profile)
-    # the paper's number for the optimizer beside its standard-rate row too
-    literal = out.set_index(["dataset", "setting", "model"])[["paper_value", "paper_std"]]
-    for i, row in out[out["setting"].str.contains(", lr=")].iterrows():
-        key = (row["dataset"], row["setting"].split(", lr=")[0], row["model"])
-        if key in literal.index:
-            out.loc[i, ["paper_value", "paper_std"]] = literal.loc[key].to_numpy()
-    return out
 
 
 #: The columns of :func:`cvfl_local_iterations`: (Q, learning rate) of each C-VFL variant.
@@ -303,9 +269,8 @@ def cvfl_local_iterations(groups: dict[str, list[RunConfig]], records: Sequence[
     return pd.DataFrame(rows, columns=["dataset", "seed", "model", *columns])
 
 
-def embedding_gradient(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    """The 1/C comparison (:func:`vflkit.studies._split.embedding_gradient`)."""
-    return _split.embedding_gradient(groups, records, DATASET_NAMES)
+#: The 1/C comparison (:func:`vflkit.studies._split.embedding_gradient`).
+embedding_gradient = partial(_split.embedding_gradient, names=DATASET_NAMES)
 
 
 def precision_check(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> pd.DataFrame:
@@ -316,8 +281,7 @@ def precision_check(groups: dict[str, list[RunConfig]], records: Sequence[dict[s
     rows = []
     for c in groups["precision"]:
         row: dict[str, Any] = {"seed": c.seed}
-        for name, key in (("fp32", c.replace(precision="fp32").key), ("bf16", c.key)):
-            r = rec.get(key)
+        for name, r in (("fp32", rec.get(c.replace(precision="fp32").key)), ("bf16", rec.get(c.key))):
             row[f"{name} accuracy (%)"] = 100 * r["final"]["active"]["test_accuracy"] if r else float("nan")
             row[f"{name} device"] = (r.get("environment") or {}).get("device_name") if r else None
             row[f"{name} wall (s)"] = r["wall_time_s"] if r else float("nan")
@@ -352,11 +316,8 @@ def baselines_beside_paper(table: pd.DataFrame) -> str:
                  & table["value"].notna() & table["paper_value"].notna()]
     if rows.empty:
         return "No baseline cell with a printed counterpart is recorded yet."
-    parts = []
-    for method, g in rows.groupby("method", sort=False):
-        diff = g["value"] - g["paper_value"]
-        parts.append(f"{method} above the paper's in {int((diff > 0).sum())} of {len(g)} cells "
-                     f"(median {diff.median():+.1f} points)")
+    parts = [f"{method} above the paper's in {int((d > 0).sum())} of {len(d)} cells (median {d.median():+.1f} points)"
+             for method, d in (rows["value"] - rows["paper_value"]).groupby(rows["method"], sort=False)]
     return "Our baselines beside the paper's printed Table II: " + "; ".join(parts) + "."
 
 
@@ -399,16 +360,10 @@ def collapsed_epoch(record: dict[str, Any]) -> int | None:
 def diverged_runs(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """Runs that diverged: loss NaN or exploded (``how`` "stopped", at ``epoch``/``batch``), or
     trained to the end at chance (``how`` "collapsed", from :func:`collapsed_epoch`)."""
-    rows = []
-    for r in records:
-        collapsed = collapsed_epoch(r)
-        if not r.get("diverged") and collapsed is None:
-            continue
-        rows.append({"dataset": r["config"]["dataset"], "method": r["config"]["method"],
-                     "models": "/".join(r["config"]["models"]),
-                     "how": "stopped" if r.get("diverged") else "collapsed",
-                     "epoch": r["diverged"]["epoch"] if r.get("diverged") else collapsed,
-                     "batch": r["diverged"]["step"] if r.get("diverged") else None})
+    rows = [{"dataset": r["config"]["dataset"], "method": r["config"]["method"],
+             "models": "/".join(r["config"]["models"]), "how": "stopped" if d else "collapsed",
+             "epoch": d["epoch"] if d else e, "batch": d["step"] if d else None}
+            for r in records for d, e in [(r.get("diverged"), collapsed_epoch(r))] if d or e is not None]
     out = pd.DataFrame(rows, columns=["dataset", "method", "models", "how", "epoch", "batch"])
     return out.astype({"batch": "Int64"})  # empty for a collapsed run, which ran every batch
 
@@ -420,17 +375,13 @@ def _traffic(groups: dict[str, list[RunConfig]], records: dict[str, dict[str, An
     """Per recorded Table II run but Local's: its training traffic per full epoch, from the ledger
     (a diverged run's last epoch ran fewer steps; a count the ledger lacks: NaN)."""
     rows = []
-    for c in groups["table2"]:
-        if c.method == "local" or c.key not in records:
-            continue
-        per_epoch = analysis.full_epoch_traffic(records[c.key], _steps(c))
-        per_epoch = per_epoch.reindex(columns=["messages", "bytes", "rounds"])
+    for c in (c for c in groups["table2"] if c.method != "local" and c.key in records):
+        mean = analysis.full_epoch_traffic(records[c.key], _steps(c)).reindex(
+            columns=["messages", "bytes", "rounds"]).mean()
         rows.append({"dataset": DATASET_NAMES[c.dataset], "seed": c.seed, "model": c.models[0],
-                     "method": TABLE2_NAMES[c.method], "epochs": c.epochs,
-                     "messages_per_epoch": per_epoch["messages"].mean(),
-                     "MB_per_epoch": per_epoch["bytes"].mean() / 2**20,
-                     "rounds_per_epoch": per_epoch["rounds"].mean(),
-                     "rounds_per_step": per_epoch["rounds"].mean() / _steps(c)})
+                     "method": TABLE2_NAMES[c.method], "epochs": c.epochs, "messages_per_epoch": mean["messages"],
+                     "MB_per_epoch": mean["bytes"] / 2**20, "rounds_per_epoch": mean["rounds"], "rounds_per_step":
+                     mean["rounds"] / _steps(c)})
     return pd.DataFrame(rows, columns=["dataset", "seed", "model", "method", "epochs", "messages_per_epoch",
                                        "MB_per_epoch", "rounds_per_epoch", "rounds_per_step"])
 
@@ -451,32 +402,27 @@ def fig3(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) 
         runs_for_3_models=("seed", "size"), messages_per_epoch=("messages_per_epoch", "mean"),
         MB_per_epoch=("MB_per_epoch", "mean"), rounds_per_step=("rounds_per_step", "mean"),
         total_messages=("messages_per_epoch", "sum"), total_MB=("MB_per_epoch", "sum"),
-        total_rounds=("rounds_per_epoch", "sum"),
-    ).reset_index()
-    for col in ("total_messages", "total_MB", "total_rounds"):
-        data[col] *= epochs
+        total_rounds=("rounds_per_epoch", "sum")).reset_index()
+    data[["total_messages", "total_MB", "total_rounds"]] *= epochs
     data["epochs"] = epochs
     data = data.groupby(["dataset", "method"], sort=False).mean(numeric_only=True).reset_index().drop(columns="seed")
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2), gridspec_kw={"wspace": 0.4})
-    for ax, col, label in zip(axes, ["messages_per_epoch", "total_rounds", "total_MB"],
-                              ["messages per epoch (one run)",
-                               f"rounds to obtain 3 models ({epochs} epochs)",
-                               f"MB sent to obtain 3 models ({epochs} epochs)"]):
-        sns.barplot(data=data, x="method", y=col, hue="dataset", ax=ax)
-        ax.set(xlabel="", ylabel=label)
+    for ax, col, label, title in zip(
+            axes, ["messages_per_epoch", "total_rounds", "total_MB"],
+            ["messages per epoch (one run)", f"rounds to obtain 3 models ({epochs} epochs)",
+             f"MB sent to obtain 3 models ({epochs} epochs)"],
+            ["VFedMH: 4 messages per passive party\nand batch; PyVertical, Agg_VFL: 2",
+             "VFedMH: 1 run; each baseline: 3 runs", "C_VFL compresses to 3 bits per value"]):
+        sns.barplot(data=data, x="method", y=col, hue="dataset", ax=ax, legend=ax is axes[-1])
+        ax.set(xlabel="", ylabel=label, title=title)
         ax.tick_params(axis="x", rotation=20)
-    axes[0].set_title("VFedMH: 4 messages per passive party\nand batch; PyVertical, Agg_VFL: 2")
-    axes[1].set_title("VFedMH: 1 run; each baseline: 3 runs")
-    axes[2].set_title("C_VFL compresses to 3 bits per value")
-    for ax in axes[:-1]:
-        ax.get_legend().remove()
     sns.move_legend(axes[-1], "upper left", bbox_to_anchor=(1, 1))  # beside the bars, never on them
     fig.suptitle("Fig. 3: communication of VFedMH and the baselines (training, from the ledgers)", y=1.06)
     return fig, data
 
 
 def _steps(c: RunConfig) -> int:
-    n = c.n_train if c.n_train is not None else {"mnist": 60000, "fashion_mnist": 60000, "cifar10": 50000}[c.dataset]
+    n = c.n_train if c.n_train is not None else TRAIN_SIZES[c.dataset]
     return -(-n // c.batch_size)
 
 
@@ -529,9 +475,7 @@ def blinding_words(demo: dict[str, Any]) -> str:
     """:func:`blinding_demo` worded: the aggregate's error against the ring's bound, and what one
     blinded embedding reveals under per-entry masks and under Eq. (5)'s literal scalar."""
     exact = demo["max_abs_error"] <= demo["error_bound"]
-    literal = ("reveals the embedding up to one constant" if demo["corr_literal"] > 0.99
-               else "does not reveal it")
-
+    literal = "reveals the embedding up to one constant" if demo["corr_literal"] > 0.99 else "does not reveal it"
     return (f"The aggregate of the blinded embeddings differs from the plain mean by at most "
             f"{demo['max_abs_error']:.1e}, {'within' if exact else 'beyond'} the ring's rounding bound "
             f"({demo['error_bound']:.1e}). From one blinded embedding, the active party's reconstruction "
@@ -552,12 +496,10 @@ def blinding_demo(*, n_passive: int = 3, shape: tuple[int, int] = (128, 128), se
     for k, kk in keys.items():
         kk.agree({j: pk for j, pk in public.items() if j != k})
     emb = {k: torch.relu(torch.randn(shape, generator=gen)) for k in range(n_passive + 1)}
-    blinded = [blind(emb[k], keys[k], ring=ring, round=0, step=0) for k in range(1, n_passive + 1)]
-    literal = [blind(emb[k], keys[k], ring=ring, round=0, step=0, mode="literal_scalar")
-               for k in range(1, n_passive + 1)]
+    blinded, literal = ([blind(emb[k], keys[k], ring=ring, round=0, step=0, mode=mode) for k in keys]
+                        for mode in ("per_entry", "literal_scalar"))
     exact = torch.stack(list(emb.values())).mean(0)
-    agg = aggregate(emb[0], blinded, ring=ring, n_parties=n_passive + 1)
-    agg_literal = aggregate(emb[0], literal, ring=ring, n_parties=n_passive + 1)
+    agg, agg_literal = (aggregate(emb[0], b, ring=ring, n_parties=n_passive + 1) for b in (blinded, literal))
 
     def unit(t: torch.Tensor) -> np.ndarray:
         return t.numpy().view(np.uint64).astype(np.float64).ravel() / 2.0**64
@@ -568,19 +510,15 @@ def blinding_demo(*, n_passive: int = 3, shape: tuple[int, int] = (128, 128), se
         return (v - v[0]).view(np.int64).astype(np.float64) / 2**16
 
     truth = emb[1].numpy().ravel() - emb[1].numpy().ravel()[0]
-    return {
-        "blinded_unit": unit(blinded[0]),
-        "literal_unit": unit(literal[0]),
-        # with one scalar per party the differences between entries are in the clear
-        "literal_revealed": revealed(literal[0]),
-        "plain": emb[1].numpy().ravel(),
-        "max_abs_error": float((agg - exact).abs().max()),
-        "max_abs_error_literal": float((agg_literal - exact).abs().max()),
-        "error_bound": ring.mean_error_bound(float(max(e.abs().max() for e in emb.values()))),
-        "corr_per_entry": float(np.corrcoef(revealed(blinded[0]), truth)[0, 1]),
-        "corr_literal": float(np.corrcoef(revealed(literal[0]), truth)[0, 1]),
-        "max_leak_error_literal": float(np.abs(revealed(literal[0]) - truth).max()),
-    }
+    # with one scalar per party the differences between entries are in the clear (``literal_revealed``)
+    return {"blinded_unit": unit(blinded[0]), "literal_unit": unit(literal[0]),
+            "literal_revealed": revealed(literal[0]), "plain": emb[1].numpy().ravel(),
+            "max_abs_error": float((agg - exact).abs().max()),
+            "max_abs_error_literal": float((agg_literal - exact).abs().max()),
+            "error_bound": ring.mean_error_bound(float(max(e.abs().max() for e in emb.values()))),
+            "corr_per_entry": float(np.corrcoef(revealed(blinded[0]), truth)[0, 1]),
+            "corr_literal": float(np.corrcoef(revealed(literal[0]), truth)[0, 1]),
+            "max_leak_error_literal": float(np.abs(revealed(literal[0]) - truth).max())}
 
 
 def blinding_figure(demo: dict[str, Any]) -> tuple[plt.Figure, pd.DataFrame]:
@@ -595,10 +533,9 @@ def blinding_figure(demo: dict[str, Any]) -> tuple[plt.Figure, pd.DataFrame]:
     axes[2].set(title="literal Eq. (5): one scalar per party\nentry minus first entry, decoded (no key needed)",
                 xlabel="E_k[i] - E_k[0]")
     fig.suptitle("What blinding hides: 128x128 embedding entries of one passive party", y=1.06)
-    data = pd.DataFrame({"plain": demo["plain"], "blinded_per_entry_unit": demo["blinded_unit"],
-                         "blinded_literal_unit": demo["literal_unit"],
-                         "literal_revealed_difference": demo["literal_revealed"]})
-    return fig, data
+    return fig, pd.DataFrame({"plain": demo["plain"], "blinded_per_entry_unit": demo["blinded_unit"],
+                              "blinded_literal_unit": demo["literal_unit"],
+                              "literal_revealed_difference": demo["literal_revealed"]})
 
 
 def blinding_accuracy(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> pd.DataFrame:
@@ -612,8 +549,7 @@ def blinding_accuracy(groups: dict[str, list[RunConfig]], records: Sequence[dict
         return pd.DataFrame(columns=["dataset", "seed", "party", "model", "on", "off", "difference"])
     out = pd.DataFrame(rows).pivot_table(index=["dataset", "seed", "party", "model"], columns="blinding",
                          values="test_accuracy_pct", sort=False).reset_index()
-    out["difference"] = (out["on"] - out["off"]).round(2)
-    return out
+    return out.assign(difference=(out["on"] - out["off"]).round(2))
 
 
 # --------------------------------------------------------------------------- claims
@@ -634,9 +570,11 @@ AT_CHANCE_PCT = 15.0
 #: Test accuracy (%) at chance on the 10 classes of every dataset of the paper.
 CHANCE_PCT = 10.0
 
-def _available(records: claims.Records) -> tuple[dict[str, list[RunConfig]], dict[str, dict[str, Any]]]:
-    """The profile's configs (its own seeds) and ``records``, by key; nothing is read."""
-    return records.derived("groups", lambda: configs(records.profile)), records.by_key
+def _available(records: claims.Records,
+               variant: str | None = None) -> tuple[dict[str, list[RunConfig]], dict[str, dict[str, Any]]]:
+    """The profile's configs (its own seeds; ``variant`` swapped in, :func:`with_variant`) and
+    ``records``, by key; nothing is read."""
+    return with_variant(records.derived("groups", lambda: configs(records.profile)), variant), records.by_key
 
 
 def _model_set(arch: str) -> str:
@@ -647,28 +585,19 @@ def _model_set(arch: str) -> str:
 _AGGREGATING = ("vfedmh", "homo_vfedmh")
 
 
-def _method_names(table: str) -> dict[str, str]:
-    return TABLE2_NAMES if table == "table2" else TABLE3_METHODS
-
-
 def expected_cells(groups: dict[str, list[RunConfig]], table: str, a: str, b: str,
                    model_set: str | None = None) -> set[str]:
-    """The cells ("dataset/architecture") in which the profile runs both ``a`` and ``b``: what a
-    clause "``a`` > ``b``" covers, recorded or not."""
-    names, cells = _method_names(table), {a: set(), b: set()}
-    base = {m: (TABLE3_METHODS["heter_aggvfl"] if m == OWN_LOGITS else m) for m in (a, b)}  # the same runs
-    for c in groups[table]:
-        for m in (a, b):
-            if names[c.method] != base[m]:
-                continue
-            archs = set(c.models) if c.method in _AGGREGATING else {c.models[c.active]}
-            cells[m] |= {(DATASET_NAMES[c.dataset], arch) for arch in archs
-                         if model_set is None or _model_set(arch) == model_set}
-    return {f"{d}/{MODEL_NAMES[arch]}" for d, arch in cells[a] & cells[b]}
+    """The cells ("dataset/architecture") in which the profile runs both ``a`` and ``b`` (:func:`_split.both`)."""
+    def cell(c: RunConfig) -> set[str]:
+        archs = set(c.models) if c.method in _AGGREGATING else {c.models[c.active]}
+        return {f"{DATASET_NAMES[c.dataset]}/{MODEL_NAMES[arch]}" for arch in archs
+                if model_set is None or _model_set(arch) == model_set}
+    same = {OWN_LOGITS: TABLE3_METHODS["heter_aggvfl"]}  # the same runs
+    return _split.both(groups[table], same.get(a, a), same.get(b, b), cell,
+                       name=lambda c: (TABLE2_NAMES if table == "table2" else TABLE3_METHODS)[c.method])
 
 
-def accuracy_frame(groups: dict[str, list[RunConfig]], records: dict[str, dict[str, Any]],
-                   table: str) -> pd.DataFrame:
+def accuracy_frame(groups: dict[str, list[RunConfig]], records: dict[str, dict[str, Any]], table: str) -> pd.DataFrame:
     """One row per (dataset, method, architecture, seed) of Table II or III with its final test
     accuracy (%): the long frame the claims pair on (missing records are left out)."""
     rows = [{"dataset": DATASET_NAMES[c.dataset], "method": m, "model": MODEL_NAMES[arch],
@@ -685,35 +614,25 @@ VARIANTS: dict[str, tuple[str, str]] = {
 }
 
 
-def with_variant(groups: dict[str, list[RunConfig]], variant: str | None) -> dict[str, list[RunConfig]]:
-    """``groups`` with :data:`VARIANTS` ``variant`` swapped in (None: unchanged)."""
-    # the variant is defined on the small networks only: the method's other cells leave the table
-    return _split.with_variant(groups, VARIANTS, variant, ("table2", "table3"), keep_unmatched=False)
+#: ``groups`` with :data:`VARIANTS` ``variant`` swapped in (None: unchanged); defined on the small
+#: networks only, so the method's other cells leave the table.
+with_variant = partial(_split.with_variant, variants=VARIANTS, tables=("table2", "table3"), keep_unmatched=False)
 
 
 def _ordering_check(table: str, a: str, b: str, model_set: str | None = None, variant: str | None = None) -> Any:
     """The check of "``a`` > ``b``" over the cells (dataset, architecture) of ``table``, on the
     study's runs or on a labelled :data:`VARIANTS` entry."""
     def check(records: claims.Records) -> claims.Verdict:
-        groups, rec = _available(records)
-        groups = with_variant(groups, variant)
+        groups, rec = _available(records, variant)
         df = accuracy_frame(groups, rec, table)
         if model_set is not None:
             df = df[df["model_set"] == model_set]
         # a run near chance or below Local decides nothing (claims.paired's gate); not for the
         # own-logits reading, a part never trained to stand alone: a low score is its answer
         gate = {} if OWN_LOGITS in (a, b) else {"chance": CHANCE_PCT, "local": "Local"}
-        return claims.ordering(claims.paired(df, by="method", a=a, b=b, value="value",
-                                             cell=["dataset", "model"], **gate), a=a, b=b,
-                               expected=expected_cells(groups, table, a, b, model_set))
+        return claims.ordering(claims.paired(df, by="method", a=a, b=b, value="value", cell=["dataset", "model"],
+                                             **gate), a=a, b=b, expected=expected_cells(groups, table, a, b, model_set))
     return check
-
-
-def _at_most(spread: pd.DataFrame, tolerance: float, what: str, expected: set[str] | None = None) -> claims.Verdict:
-    """"``what`` <= tolerance" for a quantity that is never negative (a spread): the ordering of
-    tolerance - value (:func:`vflkit.claims.ordering`, the seed as the replicate)."""
-    d = spread.assign(diff=tolerance - spread["diff"])
-    return claims.ordering(d, a=f"tolerance of {tolerance:g} points", b=what, expected=expected)
 
 
 def _optimizer_spread(standard: bool) -> Any:
@@ -727,7 +646,10 @@ def _optimizer_spread(standard: bool) -> Any:
         spread = full.groupby(["cell", "seed"])["value"].agg(lambda v: v.max() - v.min()).rename("diff").reset_index()
         worst = (full.groupby("optimizer")["value"].mean().idxmin() if len(full) else None)
         cells = {f"{DATASET_NAMES[c.dataset]}/{MODEL_NAMES[arch]}" for c in runs for arch in set(c.models)}
-        v = _at_most(spread, OPTIMIZER_TOLERANCE_POINTS, "spread between the 4 optimizers", expected=cells)
+        # "spread <= tolerance" for a spread (never negative): the ordering of tolerance - spread, seed the replicate
+        v = claims.ordering(spread.assign(diff=OPTIMIZER_TOLERANCE_POINTS - spread["diff"]),
+                            a=f"tolerance of {OPTIMIZER_TOLERANCE_POINTS:g} points",
+                            b="spread between the 4 optimizers", expected=cells)
         return v.with_evidence(v.evidence + (f" (lowest: {worst})" if worst else ""))
     return check
 
@@ -813,12 +735,10 @@ def time_to_target(groups: dict[str, list[RunConfig]], records: dict[str, dict[s
     curves: dict[tuple[str, str, int, str], pd.Series] = {}
     for c, r in _curves(groups, records):
         method = TABLE2_NAMES[c.method]
-        by_arch: dict[str, list[str]] = {}
-        for party, arch in r["models"].items():
-            by_arch.setdefault(arch, []).append(party)
-        for arch, parties in by_arch.items():
+        for arch in dict.fromkeys(r["models"].values()):
             if method != "VFedMH" and arch != c.models[0]:
                 continue  # a baseline's one global model is its active party's architecture
+            parties = [p for p, a in r["models"].items() if a == arch]
             curves[(DATASET_NAMES[c.dataset], MODEL_NAMES[arch], c.seed, method)] = 100 * analysis.metric_curve(
                 r["history"], models=parties)
     rows = []
@@ -838,8 +758,7 @@ def _same_epoch(variant: str | None = None) -> Any:
         """Fig. 3: VFedMH and each baseline reach a common accuracy target at about the same epoch
         (within a tenth of the epochs trained, at least one), by two one-sided tests on the signed
         difference; a pair where a run never reaches the target is left out and named."""
-        groups, rec = _available(records)
-        groups = with_variant(groups, variant)
+        groups, rec = _available(records, variant)
         df = time_to_target(groups, rec)
         if df.empty:
             return claims.not_testable("no recorded pair of VFedMH and a baseline")
@@ -865,8 +784,7 @@ def _same_epoch(variant: str | None = None) -> Any:
         gone = diverged_runs([rec[c.key] for c in groups["table2"] if c.key in rec and c.method != "local"])
         if gone.empty:
             return verdict
-        names = gone["method"].map(TABLE2_NAMES)
-        which = ", ".join(f"{m} ({n})" for m, n in names.value_counts().sort_index().items())
+        which = ", ".join(f"{m} ({n})" for m, n in gone["method"].map(TABLE2_NAMES).value_counts().sort_index().items())
         # a run that never converged cannot support "converge at about the same epoch"
         status = claims.NOT_TESTABLE if verdict.status == claims.AGREE else verdict.status
         return verdict.with_evidence(f"{verdict.evidence}; runs that diverged (or collapsed to chance) and never "
@@ -960,20 +878,18 @@ def beyond(evidence: base.Evidence) -> list[tuple[str, str]]:
                 f"{d['corr_per_entry']:+.3f} with a mask per entry; the aggregate's largest error is "
                 f"{d['max_abs_error']:.2g} (ring bound {d['error_bound']:.2g}) either way "
                 f"(`vfedmh.blinding_demo()`; " + evidence.notebook("Blinding factors") + ")."))
-    found = evidence.first_with_records()
-    if found:
+    if found := evidence.first_with_records():
         profile, have = found
         groups = evidence.groups(profile)
         runs = evidence.runs(profile)
         key = evidence.key
         div = diverged_runs([have[key(c)] for c in runs if key(c) in have])
+        which = "; ".join(f"{r.method} {r.models} on {r.dataset} (epoch {r.epoch}"
+                          + (", collapsed to chance and trained on there)" if r.how == "collapsed" else ")")
+                          for r in div.itertuples())
         out.append(("VFedMH: divergence at the paper's learning rate 0.05",
                     f"{len(div)} of {sum(key(c) in have for c in runs)} recorded {profile}-profile runs diverged"
-                    + (": " + "; ".join(f"{r.method} {r.models} on {r.dataset} (epoch {r.epoch}"
-                                        + (", collapsed to chance and trained on there)" if r.how == "collapsed"
-                                           else ")")
-                                        for r in div.itertuples()) if len(div) else "")
-                    + " (`vfedmh.diverged_runs`)."))
+                    + (f": {which}" if len(div) else "") + " (`vfedmh.diverged_runs`)."))
         t = cvfl_local_iterations(groups, list(have.values()))
         if len(t):
             cols = [c for c in t.columns if c.startswith("Q=")]
@@ -986,12 +902,6 @@ def beyond(evidence: base.Evidence) -> list[tuple[str, str]]:
                         f"Q = 10 at {CVFL_LR:g}, the rate C-VFL's analysis allows; "
                         "`vfedmh.cvfl_local_iterations`)."))
     return out
-
-
-def describe(run: RunConfig) -> dict[str, Any]:
-    """A pending run as the notebook lists it."""
-    return {"dataset": DATASET_NAMES[run.dataset], "method": run.method, "models": "/".join(run.models),
-            "seed": run.seed}
 
 
 STUDY = register(Study(
@@ -1007,6 +917,6 @@ STUDY = register(Study(
         Artefact("Fig. 5", base.groups("fig5"), ("fig5.*",), _figure(fig5)),
     ),
     claims=CLAIMS, variant_claims=VARIANT_CLAIMS, needs_gpu=needs_gpu, run_priority=run_priority,
-    beyond=beyond, describe=describe,
+    beyond=beyond, describe=partial(_split.describe, datasets=DATASET_NAMES),
     calibration=lambda: [c for c in configs("paper")["table2"] if c.dataset == "cifar10" and c.seed == 0 and needs_gpu(c)],
 ))
