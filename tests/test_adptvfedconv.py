@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 
+import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
 
+from vflkit import claims, records
 from vflkit.comm import Channel
 from vflkit.ops import pricing
 from vflkit.data import ImageData, load_dataset
@@ -21,6 +23,7 @@ from vflkit.errors import ConfigError
 from vflkit.methods import adptvfedconv as A
 from vflkit.models import vgg16_bn_centralized, vgg16_bn_split
 from vflkit.partition import grid
+from vflkit.studies import adptvfedconv as study
 from vflkit.training import adptvfedconv as T
 from vflkit.training import checkpoint
 
@@ -346,10 +349,6 @@ def test_width_scales_every_layer_and_width_one_is_the_paper_model():
 ])
 def test_no_loss_clause_reads_the_noise_band(monkeypatch, diffs: list[float], status: str) -> None:
     """"No negative impact": agree only when mean - t*s.e. > -1 point, disagree when mean + t*s.e. < 0."""
-    import pandas as pd
-
-    from vflkit import claims
-    from vflkit.studies import adptvfedconv as study
     frame = pd.DataFrame({"cell": "CIFAR-10", "seed": range(len(diffs)), "diff": diffs})
     monkeypatch.setattr(study, "_pairs", lambda *a, **k: frame)
     v = study._no_loss(claims.Records("quick", {}), ("a", "x"), ("b", "y"), "2C+1M - 2C")
@@ -365,8 +364,6 @@ def test_quick_profile_is_the_paper_profile_reduced_by_one_factor():
     """quick divides the paper profile's images and epochs by one whole factor k (the
     autoencoder's epochs round up to one), gives Centralized the epochs of AdptVFedConv's two
     supervised stages together on the same images, and keeps every optimiser choice."""
-    from vflkit.studies import adptvfedconv as study
-
     quick = study.PROFILE_SETTINGS["quick"]["run"]
     paper = A.AdptVFedConvConfig(**study.PROFILE_SETTINGS["paper"]["run"])
     k, rest = divmod(paper.pretrain_epochs, quick["pretrain_epochs"])
@@ -389,15 +386,11 @@ def test_quick_profile_is_the_paper_profile_reduced_by_one_factor():
 
 def test_communication_words_compare_with_raw_tiles_and_fl():
     """The per-client comparison is worded from communication()'s rows, per scale."""
-    import pandas as pd
-
     com = pd.DataFrame({"scale": ["this run"] * 4,
                         "what": ["AdptVFedConv, maps re-extracted every epoch (ours, default)",
                                  "AdptVFedConv, maps sent once (Algorithm 1)", "raw tiles, sent once",
                                  "parameter-sharing FL, one round"],
                         "x_raw_tiles": [10.7, 2.67, 1.0, 1.67]})
-    from vflkit.studies import adptvfedconv as study
-
     words = study.communication_words(com)
     assert "2.67–10.7 times its raw tiles (more than its raw tiles" in words and "FL 1.67–1.67" in words
     assert study.communication_words(com.iloc[:0]) == "No run recorded yet."
@@ -406,9 +399,6 @@ def test_communication_words_compare_with_raw_tiles_and_fl():
 def test_pending_lists_the_paper_runs_not_recorded_and_nothing_for_quick():
     """``STUDY.pending`` lists each unrecorded paper run with its H100 estimate (a shared
     pre-training counted once), trains nothing, and is empty for a profile whose runs are recorded."""
-    from vflkit import records
-    from vflkit.studies import adptvfedconv as study
-
     todo = pricing.pending(study.STUDY, "paper")
     runs = study.all_runs(study.configs("paper"))
     recorded = {r["key"] for r in records.load_available(runs, profile="paper")}
@@ -420,10 +410,6 @@ def test_pending_lists_the_paper_runs_not_recorded_and_nothing_for_quick():
 def test_communication_claim_says_what_the_ledger_shows_not_a_fixed_sentence(monkeypatch):
     """The "less communication" evidence compares the recorded run's ledger with the pricing at
     that run's scale, from the records: equal, different (by how much), or no run to check."""
-    import pandas as pd
-    from vflkit import claims
-    from vflkit.studies import adptvfedconv as study
-
     def com(ledger: float | None) -> pd.DataFrame:
         paper = [("paper scale (priced)", w, mib) for w, mib in (
             ("AdptVFedConv, maps re-extracted every epoch (ours, default)", 46875.0),

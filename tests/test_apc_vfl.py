@@ -10,10 +10,11 @@ from vflkit.comm import Channel, Ledger, Party
 from vflkit.errors import ConfigError
 from vflkit.methods.aligned_splitnn import AlignedSplitNN
 from vflkit.methods.apc_vfl import APCVFL, APCVFLJoint, Ablation
-from vflkit import claims
+from vflkit import claims, records
 from vflkit.methods.oneshot import ADAM_LR, LocalFeatures, OneShotMethod, train_autoencoder
 from vflkit.methods.vfedtrans import VFedTrans
 from vflkit.models import apc_vfl_autoencoder
+from vflkit.ops import pricing
 from vflkit.partition import apc_vfl_active_features, apc_vfl_partition, partial_alignment
 from vflkit.records import record_path
 from vflkit.studies import apc_vfl as study
@@ -407,13 +408,9 @@ def test_table2_claims_with_one_method_recorded_are_not_testable():
 def test_pending_runs_keep_their_learning_rate_and_an_upper_cpu_price(monkeypatch):
     """A pending run is listed with its lr (the paper's 1e-3 and the sensitivity's 0.01, never
     rounded away) and an upper bound of its CPU hours from the quick profile's recorded times."""
-    from vflkit import records
-
     real = records.load_available
     monkeypatch.setattr(records, "load_available",
                         lambda runs, profile: [] if profile == "paper" else real(runs, profile=profile))
-    from vflkit.ops import pricing
-
     table = pricing.pending(study.STUDY, "paper")
     assert len(table) and (table["lr"] > 0).all() and set(table["lr"]) >= {1e-3, study.SENSITIVITY_LR}
     assert set(table["needs"]) == {"CPU"} and table["cpu_h"].notna().any() and (table["cpu_h"].dropna() > 0).all()
@@ -460,18 +457,13 @@ def test_a_method_below_local_decides_no_clause() -> None:
     """APC-VFL is gated as every study is: a compared method ending below Local in a cell did not
     learn from the passive party, and the clause is not testable (did not learn), naming it; a
     clause about Local itself is judged as usual."""
-    import pandas as pd
-
-    from vflkit import claims
-    from vflkit.studies import apc_vfl
-
     rows = [{"method": m, "n_aligned": 100, "n_active_features": 2, "seed": s, "points": v + 0.1 * s}
             for s in range(5) for m, v in (("local", 84.0), ("ablation", 83.0), ("apc_vfl_mse", 85.0))]
     frame = pd.DataFrame(rows)
-    d = apc_vfl._pair(frame, by="method", a="apc_vfl_mse", b="ablation", value="points",
-                      cell=["n_aligned", "n_active_features"])
+    d = study._pair(frame, by="method", a="apc_vfl_mse", b="ablation", value="points",
+                    cell=["n_aligned", "n_active_features"])
     v = claims.ordering(d, a="APC-VFL", b="Ablation")
     assert v.status == claims.NOT_TESTABLE and v.evidence.startswith(claims.DID_NOT_LEARN) and "ablation" in v.evidence
-    about_local = apc_vfl._pair(frame, by="method", a="ablation", b="local", value="points",
-                                cell=["n_aligned", "n_active_features"])
+    about_local = study._pair(frame, by="method", a="ablation", b="local", value="points",
+                              cell=["n_aligned", "n_active_features"])
     assert claims.ordering(about_local, a="Ablation", b="Local").status == claims.DISAGREE

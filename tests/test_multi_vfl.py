@@ -1,19 +1,22 @@
 """Tests for Multi-VFL: server optimizers (vflkit.methods.server_opt), the protocol
 (vflkit.methods.multi_vfl), the non-IID scenario builder and the study (vflkit.studies.multi_vfl)."""
 
+import copy
 import json
 import math
 
 import matplotlib.pyplot as plt
+import pandas as pd
 import pytest
 import torch
 from matplotlib.colors import to_hex
 
-from vflkit.comm import Channel
+from vflkit import claims, records, report
 from vflkit.ops import pricing
 from vflkit.data import ImageData
 from vflkit.errors import ConfigError
-from vflkit.methods.multi_vfl import MultiVFL, MultiVFLConfig
+from vflkit.methods import multi_vfl
+from vflkit.methods.multi_vfl import MultiVFL, MultiVFLConfig, RoundPack
 from vflkit.methods.server_opt import ServerOptimizer, demon_beta1, init_state, server_step
 from vflkit.partition import label_owner_split
 from vflkit.records import record_path
@@ -186,8 +189,6 @@ def test_server_and_label_owners_agree_and_data_owner_copies_are_averaged():
 
 def test_fedavg_global_model_is_the_mean_of_the_local_models(monkeypatch):
     """With FedAvg the new label-owner model is the average of the five locally trained models."""
-    from vflkit.methods.multi_vfl import RoundPack
-
     m = _method(local_steps=1)
     local = []
     end_round = RoundPack._end_round
@@ -205,8 +206,6 @@ def test_fedavg_global_model_is_the_mean_of_the_local_models(monkeypatch):
 
 def test_data_owners_learn_only_from_gradient_messages(monkeypatch):
     """Zeroing every gradient message leaves the data owners' models unchanged; the label owners still learn."""
-    from vflkit.methods import multi_vfl
-
     m = _method(local_steps=2)
     before_d = [_params(d) for d in m.data_owners]
     before_s = _params(m.server)
@@ -422,8 +421,6 @@ def _fake_study(rounds, *, fedavg_4niid_swings=False, adaptive_gain=5.0):
 
 
 def _verdicts(recs, rounds):
-    from vflkit import claims
-
     profile = "quick" if rounds == study.QUICK_ROUNDS else "paper"
     table = claims.evaluate(study.CLAIMS, profile, claims.Records.of_list(profile, recs))
     return dict(zip(table["clause"], table["status"])), table
@@ -463,8 +460,6 @@ def test_claims_judge_convergence_and_the_gain_at_500_rounds():
 
 def test_converged_reads_the_end_of_the_curve():
     """A curve that has flattened converged; one still climbing or swinging did not."""
-    import pandas as pd
-
     def run(acc):
         return pd.DataFrame({"round": range(1, len(acc) + 1), "test_accuracy_pct": acc})
 
@@ -501,8 +496,6 @@ def test_pending_lists_unrecorded_paper_runs_with_their_cost(monkeypatch):
     """Every paper run without a record is pending, priced for a GPU from its counted rounds; the
     study's own rule (for a run the operations wing cannot price) is rounds x the measured
     seconds per round on this CPU."""
-    from vflkit import records
-
     monkeypatch.setattr(records, "load_available", lambda runs, profile: [])
     table = pricing.pending(study.STUDY, "paper")
     assert len(table) == 42 and set(table["rounds"]) == {500}
@@ -520,15 +513,10 @@ def test_pending_lists_unrecorded_paper_runs_with_their_cost(monkeypatch):
 def test_fashion_mnist_gain_clause_reads_the_noise_band(monkeypatch, gains, status) -> None:
     """2-3 points: agree when each optimizer's band overlaps [2, 3] and excludes no gain, disagree
     when one band lies wholly outside, else not testable (the paper's 500 rounds assumed)."""
-    import pandas as pd
-
-    from vflkit.studies import multi_vfl as study
     rows = [{"dataset": "FashionMNIST", "scenario": "4niid", "optimizer": "FedAvg", "seed": s,
              "final_accuracy_pct": 80.0} for s in range(3)]
     rows += [{"dataset": "FashionMNIST", "scenario": "4niid", "optimizer": opt, "seed": s,
               "final_accuracy_pct": 80.0 + g} for opt, gs in gains.items() for s, g in enumerate(gs)]
-    from vflkit import claims
-    monkeypatch.setattr(study, "_available", lambda records: ([{}], study.PAPER_ROUNDS))
     monkeypatch.setattr(study, "per_run", lambda records: pd.DataFrame(rows))
     v = study._fmnist_gain_check(claims.Records("paper", {}))
     assert v.status == status, v.evidence
@@ -538,12 +526,6 @@ def test_a_diverged_run_is_counted_not_averaged_in_the_summary(tmp_path):
     """A Multi-VFL run that diverged (its record's ``diverged``) is counted in the summary's and
     the written table's ``diverged`` and kept out of the means; with none diverged the committed
     table is unchanged (no such column)."""
-    import copy
-
-    import pandas as pd
-
-    from vflkit import report
-
     _, recs = study.STUDY.recorded("quick")
     clean = study.summary(recs)
     assert (clean["diverged"] == 0).all()
@@ -566,8 +548,6 @@ def test_a_diverged_run_is_counted_not_averaged_in_the_summary(tmp_path):
 def test_learning_sentence_counts_cells_near_chance():
     """Whether the profile learns is counted from the summary: cells within claims.CHANCE_MARGIN of
     chance decide no claim, and the sentence says how many there are."""
-    import pandas as pd
-
     summ = pd.DataFrame({"final_accuracy_pct": [9.4, 12.0, 15.1]})
     assert "2 end near chance" in study.learning(summ) and "9.4–15.1 %" in study.learning(summ)
     assert "every one ends near chance" in study.learning(summ.iloc[:2])

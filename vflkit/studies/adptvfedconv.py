@@ -1,10 +1,5 @@
-"""AdptVFedConv (Li et al.): VGG-16 across the 2x2 tiles of CIFAR images, by feature-map transfer.
-
-Table 2 / Fig. 3 (AdptVFedConv, Centralized VGG-16, Non-cooperation, No model transfer,
-Zero-padding mode, with curves), Table 3 / Fig. 4 (extractor depth and what each cut costs a
-client), and the edge-device communication the paper claims but never measures. Our extensions:
-one-shot extraction (Algorithm 1 literally), transfer without fine-tuning, BatchNorm statistics
-only. The runs are :mod:`vflkit.training.tiles`'.
+"""AdptVFedConv (Li et al.): VGG-16 across the 2x2 tiles of CIFAR images, by feature-map transfer;
+its artefacts, our extensions and profiles: docs/studies.md. The runs are :mod:`vflkit.training.tiles`'.
 """
 
 from __future__ import annotations
@@ -16,7 +11,7 @@ from matplotlib.ticker import MaxNLocator
 import numpy as np
 import pandas as pd
 
-from .. import claims, records as store
+from .. import claims
 from ..config import apply_overrides, check_profile, check_seeds, check_seeds_once
 from ..methods.adptvfedconv import _PRETRAIN_FIELDS, CUTS, AdptVFedConvConfig, cost_model
 from ..report import join_reference, side_by_side
@@ -25,21 +20,15 @@ from . import base, register
 from .base import Artefact, Study
 
 PAPER = "adptvfedconv"
-DATASET_NAMES = {"cifar10": "CIFAR-10", "cifar100": "CIFAR-100", "cinic10": "CINIC-10"}
 TABLE2_VARIANTS = ("adptvfedconv", "centralized", "noncooperation", "no_transfer", "zero_padding")
 EXTENSIONS = ("oneshot", "no_finetune", "bn_stats")
 
 #: Per profile: the :class:`AdptVFedConvConfig` fields of every run (``run``), the seeds, the
-#: Table 3 cuts and our extensions' seeds.
-#:
-#: * smoke (CI): width 1/16, 64 training and 32 test images, one epoch per stage.
-#: * quick (2-core CPU): **width 1/8, not the paper's model**. Images and epochs are paper's / 15
-#:   (the smallest factor keeping whole epochs in a quarter hour): 3333 / 667 images, 4 epochs per
-#:   supervised stage, 1 autoencoder epoch. Centralized trains 8, AdptVFedConv's two supervised
-#:   stages together (at 4 no model is near convergence, and a 4-epoch Centralized ended below
-#:   Non-cooperation). Batch 32: more steps matter more here. Three cuts (2C, 2C+1M, 4C+2M).
-#: * paper: width 1, all of CIFAR-10, 60 epochs per stage (the spec's choice; the paper gives
-#:   none), 10 autoencoder epochs, batch 128, all ten cuts, one seed (the paper prints no std).
+#: Table 3 cuts and our extensions' seeds (docs/studies.md says what each runs). quick's width 1/8
+#: is not the paper's model; its images and epochs are the paper's / 15 (the smallest factor keeping
+#: whole epochs in a quarter hour), its Centralized trains AdptVFedConv's two supervised stages
+#: together (a 4-epoch one ended below Non-cooperation), batch 32 (more steps matter more there).
+#: paper: 60 epochs per stage (the spec's choice; the paper gives none), one seed (no printed std).
 PROFILE_SETTINGS: dict[str, dict[str, Any]] = {
     "smoke": {"run": {"width": 1 / 16, "n_train": 64, "n_test": 32, "pretrain_epochs": 1,
                       "finetune_epochs": 1, "classifier_epochs": 1, "centralized_epochs": 1,
@@ -78,7 +67,7 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
 
 def all_runs(groups: dict[str, list[TilesRun]]) -> list[TilesRun]:
     """The runs of every artefact, each once."""
-    return list({r.key: r for g in groups.values() for r in g}.values())
+    return base.unique(r for g in groups.values() for r in g)
 
 
 def needs_gpu(run: TilesRun) -> bool:
@@ -107,28 +96,16 @@ def estimated_h100_minutes(run: TilesRun, *, pretrained: bool = False) -> float:
 # ------------------------------------------------------------------------------ frames
 
 
-_RUN_COLUMNS = ["variant", "label", "cut", "padding", "seed", "width", "paper_model", "final_pct", "best_pct",
-                "best_epoch", "epochs", "upload_bytes_per_sample", "extractor_macs", "extractor_params",
-                "feature_map_bytes", "model_transfer_bytes", "wall_time_s"]
+#: What the cut costs a client: Table 3's rows, from each record's ``costs``.
+COSTS = ("upload_bytes_per_sample_per_client", "extractor_macs_per_tile", "extractor_params")
 
 
 def runs_frame(recs: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    """One row per record: variant, label, cut, seed, final / best accuracy (%), and costs."""
-    rows = []
-    for r in recs:
-        c, costs = r["config"], r.get("costs", {})
-        rows.append({"variant": c["variant"], "label": LABELS[c["variant"]], "cut": c["cut"],
-                     "padding": c["padding"], "seed": c["seed"], "width": c["width"],
-                     "paper_model": r["paper_model"], "final_pct": 100 * r["final_accuracy"],
-                     "best_pct": 100 * r["best_accuracy"], "best_epoch": r["best_epoch"],
-                     "epochs": len(r["curve"]),
-                     "upload_bytes_per_sample": costs.get("upload_bytes_per_sample_per_client"),
-                     "extractor_macs": costs.get("extractor_macs_per_tile"),
-                     "extractor_params": costs.get("extractor_params"),
-                     "feature_map_bytes": costs.get("feature_map_bytes_per_sample"),
-                     "model_transfer_bytes": costs.get("model_transfer_bytes_per_client"),
-                     "wall_time_s": r["wall_time_s"]})
-    return pd.DataFrame(rows, columns=_RUN_COLUMNS)
+    """One row per record: variant, cut, seed, width, label, final / best accuracy (%) and :data:`COSTS`."""
+    rows = [{**{k: r["config"][k] for k in ("variant", "cut", "seed", "width")},
+             "label": LABELS[r["config"]["variant"]], "final_pct": 100 * r["final_accuracy"],
+             "best_pct": 100 * r["best_accuracy"], **{k: r.get("costs", {}).get(k) for k in COSTS}} for r in recs]
+    return pd.DataFrame(rows, columns=["variant", "cut", "seed", "width", "label", "final_pct", "best_pct", *COSTS])
 
 
 def _model_label(df: pd.DataFrame) -> str:
@@ -138,12 +115,10 @@ def _model_label(df: pd.DataFrame) -> str:
     return "VGG-16 at width " + "/".join(f"1/{round(1 / w)}" for w in widths) + " (not the paper's model)"
 
 
-def _table(df: pd.DataFrame, *, table: str, method: pd.Series, setting: pd.Series,
-           profile: str) -> pd.DataFrame:
-    long = []
-    for metric, col in (("top1_accuracy_pct", "final_pct"), ("best_top1_accuracy_pct", "best_pct")):
-        long.append(df.assign(metric=metric, value=df[col], method=method, setting=setting))
-    d = pd.concat(long)
+def _table(df: pd.DataFrame, *, table: str, profile: str, setting: pd.Series | str = "") -> pd.DataFrame:
+    """Final and best accuracy per method and ``setting``, mean over ``df``'s seeds, beside the paper's."""
+    d = pd.concat([df.assign(metric=metric, value=df[col], method=df["label"], setting=setting)
+                   for metric, col in (("top1_accuracy_pct", "final_pct"), ("best_top1_accuracy_pct", "best_pct"))])
     agg = d.groupby(["method", "setting", "metric"], as_index=False, sort=False).agg(
         value=("value", "mean"), std=("value", "std"), n_runs=("value", "size"))
     agg = agg.assign(table=table, dataset="CIFAR-10", model="VGG-16")
@@ -156,7 +131,7 @@ def table2(recs: Sequence[dict[str, Any]], *, profile: str) -> pd.DataFrame:
     """Table 2: final-epoch (the paper's metric, we read) and best test accuracy (%), beside the paper's."""
     df = runs_frame(recs)
     df = df[df["variant"].isin(TABLE2_VARIANTS) & ((df["cut"] == "2C+1M") | (df["variant"] == "centralized"))]
-    return _table(df, table="2", method=df["label"], setting=pd.Series("", index=df.index), profile=profile)
+    return _table(df, table="2", profile=profile)
 
 
 def table3(recs: Sequence[dict[str, Any]], *, profile: str) -> pd.DataFrame:
@@ -164,19 +139,12 @@ def table3(recs: Sequence[dict[str, Any]], *, profile: str) -> pd.DataFrame:
     (upload bytes per sample, extractor MACs and parameters) as rows of their own."""
     df = runs_frame(recs)
     df = df[(df["variant"] == "adptvfedconv")]
-    out = _table(df, table="3", method=df["label"], setting="extractor=" + df["cut"], profile=profile)
-    cost = df.groupby("cut", sort=False).agg(
-        upload=("upload_bytes_per_sample", "mean"), macs=("extractor_macs", "mean"),
-        params=("extractor_params", "mean"), n_runs=("seed", "size")).reset_index()
-    rows = []
-    for _, c in cost.iterrows():
-        for metric, v in (("upload_bytes_per_sample_per_client", c["upload"]),
-                          ("extractor_macs_per_tile", c["macs"]), ("extractor_params", c["params"])):
-            rows.append({"table": "3", "dataset": "CIFAR-10", "method": "AdptVFedConv",
-                         "setting": f"extractor={c['cut']}", "model": "VGG-16", "metric": metric,
-                         "value": v, "std": 0.0, "n_runs": c["n_runs"]})
-    cols = ["table", "dataset", "method", "setting", "model", "metric", "value", "std", "n_runs"]
-    costs = join_reference(pd.DataFrame(rows, columns=cols), PAPER, profile=profile).assign(model=_model_label(df))
+    out = _table(df, table="3", setting="extractor=" + df["cut"], profile=profile)
+    cost = df.groupby("cut", sort=False).agg(**{k: (k, "mean") for k in COSTS}, n_runs=("seed", "size")).reset_index()
+    cost = cost.melt(id_vars=["cut", "n_runs"], value_vars=list(COSTS), var_name="metric")
+    cost = cost.assign(table="3", dataset="CIFAR-10", method="AdptVFedConv", setting="extractor=" + cost["cut"],
+                       model="VGG-16", std=0.0)
+    costs = join_reference(cost, PAPER, profile=profile).assign(model=_model_label(df))
     order = {c: i for i, c in enumerate(CUTS)}
     out = pd.concat([out, costs], ignore_index=True)
     return out.sort_values("setting", key=lambda s: s.str.removeprefix("extractor=").map(order),
@@ -189,8 +157,7 @@ def extensions(recs: Sequence[dict[str, Any]], *, profile: str) -> pd.DataFrame:
     ext_seeds = set(df[df["variant"].isin(EXTENSIONS)]["seed"])
     df = df[(df["variant"].isin(EXTENSIONS) | ((df["variant"] == "adptvfedconv") & (df["cut"] == "2C+1M")))
             & df["seed"].isin(ext_seeds)]
-    return _table(df, table="extensions", method=df["label"], setting=pd.Series("", index=df.index),
-                  profile=profile)
+    return _table(df, table="extensions", profile=profile)
 
 
 def curves(recs: Sequence[dict[str, Any]], variants: Sequence[str] = ("adptvfedconv", "centralized",
@@ -255,13 +222,9 @@ def communication(recs: Sequence[dict[str, Any]]) -> pd.DataFrame:
     per extraction: every stage-3 epoch or once) against the raw tiles and parameter-sharing FL
     of the same VGG-16 (one round per epoch), at the recorded run's scale and the paper's."""
     out = []
-    scales: list[tuple[str, dict[str, Any], int, int]] = []
-    per_epoch = [r for r in recs if r["config"]["variant"] == "adptvfedconv" and r["config"]["cut"] == "2C+1M"]
-    if per_epoch:
-        r = per_epoch[0]
-        scales.append(("this run (recorded)", r["costs"], r["n_train"], len(r["curve"])))
-    paper_cfg = AdptVFedConvConfig(width=1.0)
-    scales.append(("paper scale (priced)", cost_model(paper_cfg, n_train=50_000), 50_000, 60))
+    r = next((r for r in recs if r["config"]["variant"] == "adptvfedconv" and r["config"]["cut"] == "2C+1M"), None)
+    scales = [("this run (recorded)", r["costs"], r["n_train"], len(r["curve"]))] if r else []
+    scales.append(("paper scale (priced)", cost_model(AdptVFedConvConfig(width=1.0), n_train=50_000), 50_000, 60))
     for scale, costs, n, epochs in scales:
         fmap = costs["feature_map_bytes_per_sample"] * n
         fl = costs["fl_bytes_per_round_per_client"]
@@ -275,8 +238,7 @@ def communication(recs: Sequence[dict[str, Any]]) -> pd.DataFrame:
         }
         if scale.startswith("this run"):
             # the ledger's count of what this client actually sent in training
-            led = costs["per_client"]
-            first = led[sorted(led)[0]]
+            first = costs["per_client"][min(costs["per_client"])]
             rows["AdptVFedConv, ledger (this client's training traffic)"] = (
                 first["model_transfer_bytes"] + first["upload_bytes_train"])
         for what, b in rows.items():
@@ -321,13 +283,8 @@ def compute(recs: Sequence[dict[str, Any]]) -> pd.DataFrame:
 # ------------------------------------------------------------------------------ claims
 
 
-def _recorded(records: claims.Records) -> list[dict[str, Any]]:
-    """``records`` in the order of the profile's runs (found once for every clause); nothing is read."""
-    return records.derived("runs", lambda: records.of(all_runs(configs(records.profile))))
-
-
 def _pairs(records: claims.Records, a: tuple[str, str], b: tuple[str, str], *, value: str = "final_pct") -> pd.DataFrame:
-    df = runs_frame(_recorded(records))
+    df = runs_frame(STUDY.recorded_runs(records))
     if df.empty:
         return pd.DataFrame(columns=["cell", "seed", "diff"])
     df["row"] = df["variant"] + "@" + np.where(df["variant"] == "centralized", "", df["cut"])
@@ -369,7 +326,7 @@ def _within(records: claims.Records, a: tuple[str, str], b: tuple[str, str], lo:
     ev = (f"{what}: {mean:+.2f} ± {se:.2f} points (mean ± s.e., {len(d)} seeds; noise band ± {band:.2f}); "
           f"paper {lo:g} to {hi:g}")
     # a gap's size belongs to the model and training length: only the paper's model can judge it
-    widths = set(runs_frame(_recorded(records))["width"])
+    widths = set(runs_frame(STUDY.recorded_runs(records))["width"])
     if widths != {1.0}:
         return claims.not_testable(ev + ": measured on a width-reduced VGG-16 (not the paper's model), "
                                    "whose gaps are not the paper's")
@@ -403,7 +360,7 @@ CENTRAL = ("centralized", "")
 
 def _comm_claim(mode: str):
     def check(records: claims.Records) -> claims.Verdict:
-        com = communication(_recorded(records))
+        com = communication(STUDY.recorded_runs(records))
         b = com[com["scale"] == "paper scale (priced)"].set_index("what")["MiB"]
         ours = b[mode]
         fl = b["parameter-sharing FL of the same VGG-16, one round per epoch"]
@@ -464,18 +421,15 @@ def side(table: pd.DataFrame, digits: int = 2) -> pd.DataFrame:
     return side_by_side(table, index=["method", "setting"], columns="metric", digits=digits)
 
 
-
 # --------------------------------------------------------------------------- the study's declaration
 
 
 def pending_cost(runs: Sequence[TilesRun]) -> pd.DataFrame:
-    """Pending paper-profile runs' H100 minutes (:func:`estimated_h100_minutes`), a shared
-    pre-training counted once."""
-    paper = all_runs(configs("paper"))
-    have = {r["key"] for r in store.load_available(paper, profile="paper")}
+    """Pending runs' H100 minutes (:func:`estimated_h100_minutes`), a pre-training shared with a
+    pending paper-profile run (or an earlier one of ``runs``) counted once."""
     seen_pre: set[str] = set()
     minutes: dict[str, float] = {}
-    for r in (r for r in [*paper, *runs] if r.key not in have):
+    for r in [*STUDY.pending_runs("paper"), *runs]:
         pre = r.adpt.key(_PRETRAIN_FIELDS)
         minutes.setdefault(r.key, round(estimated_h100_minutes(r, pretrained=pre in seen_pre), 1))
         if r.variant != "centralized":

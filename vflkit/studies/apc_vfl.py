@@ -1,9 +1,5 @@
-"""APC-VFL (Irureta et al. 2025): one-shot VFL with autoencoders and distillation.
-
-Figs 5-8 / Appendices C-D (Local, Ablation, APC-VFL with MSE and MAE distillation, VFedTrans over
-aligned-sample counts and feature partitions), Table 2 (SplitNN vs APC-VFL on aligned data only)
-and Table 4 (MIMIC-III F1, where present), each method's ledger beside the paper's footprint
-formulas (Eqs. 6-10). The runs are :mod:`vflkit.training.one_shot`'s.
+"""APC-VFL (Irureta et al. 2025): one-shot VFL with autoencoders and distillation; its artefacts
+and profiles: docs/studies.md. The runs are :mod:`vflkit.training.one_shot`'s.
 """
 
 from __future__ import annotations
@@ -41,13 +37,10 @@ VARIANTS: dict[tuple[str, str], str] = {("vfedtrans", "representation_only"): "v
 DISPLAY_ORDER: tuple[str, ...] = ("local", "ablation", "vfedtrans", "vfedtrans_repr", "apc_vfl_mse", "apc_vfl_mae")
 #: The sensitivity rows' learning rate, against Appendix B's Adam default (:data:`~vflkit.methods.oneshot.ADAM_LR`).
 SENSITIVITY_LR = 0.01
-#: Per profile, all at Appendix B's hyperparameters (Adam 1e-3, lambda 0.01, batch 8 / 128, early
-#: stopping with patience 10 on 10 % of the samples, 10-fold CV). ``epochs`` caps each autoencoder
-#: / SplitNN per dataset (paper: 200); ``n_active_features``: Appendix A's partitions run;
-#: ``few_aligned`` adds Fig. 8 / D.3's counts; ``lr_sensitivity``: datasets whose Fig. 5 (Ablation,
-#: APC-VFL MSE) and Table 2 runs are repeated at lr 0.01. quick (2-core CPU): each dataset's extreme
-#: aligned counts and partitions (2, 5), MSE only, 3 repetitions; Credit Card capped at 10 epochs
-#: of 157 batches (its early stopping never acts). paper: the full grid.
+#: Per profile, all at Appendix B's hyperparameters (docs/studies.md says what each runs). ``epochs``
+#: caps each autoencoder / SplitNN per dataset (paper: 200); ``few_aligned`` adds Fig. 8 / D.3's
+#: counts; ``lr_sensitivity``: datasets whose Fig. 5 and Table 2 runs are repeated at lr 0.01.
+#: quick caps Credit Card at 10 epochs of 157 batches: its early stopping never acts.
 PROFILE_SETTINGS: dict[str, dict[str, Any]] = {
     "smoke": {"datasets": ("breast_cancer",), "aligned": {"breast_cancer": (250, 100)},
               "n_active_features": (2, 5), "methods": ("local", "ablation", "vfedtrans", "apc_vfl_mse"),
@@ -91,21 +84,15 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
         common = {"epochs": per["epochs"], "folds": s["folds"], **forced}
         aligned = tuple(per["aligned"]) + (spec.few_aligned if s["few_aligned"] else ())
         for seed in seeds:
+            run = functools.partial(OneShotRun, dataset=ds, seed=seed, **common)
             for a in s["n_active_features"]:
-                for m in LOCAL_METHODS:
-                    if m in s["methods"]:
-                        out.append(OneShotRun(kind="fig5", dataset=ds, method=m, n_aligned=None,
-                                              n_active_features=a, seed=seed, **common))
-                for n in aligned:
-                    for m in ("vfedtrans", "apc_vfl_mse", "apc_vfl_mae"):
-                        if m in s["methods"]:
-                            out.append(OneShotRun(kind="fig5", dataset=ds, method=m, n_aligned=n,
-                                                  n_active_features=a, seed=seed, **common))
+                out += [run(kind="fig5", method=m, n_aligned=None, n_active_features=a)
+                        for m in LOCAL_METHODS if m in s["methods"]]
+                out += [run(kind="fig5", method=m, n_aligned=n, n_active_features=a)
+                        for n in aligned for m in ("vfedtrans", "apc_vfl_mse", "apc_vfl_mae") if m in s["methods"]]
             # Table 2: the 5-feature partition (the split does not matter when both sides collaborate)
-            for n in tuple(per["table2_aligned"]):
-                for m in TABLE2_METHODS:
-                    out.append(OneShotRun(kind="table2", dataset=ds, method=m, n_aligned=n,
-                                          n_active_features=5, seed=seed, **common))
+            out += [run(kind="table2", method=m, n_aligned=n, n_active_features=5)
+                    for n in per["table2_aligned"] for m in TABLE2_METHODS]
     if "lr" not in forced:
         main = [c for c in out if c.dataset in s["lr_sensitivity"]
                 and (c.kind == "table2" or c.method in SENSITIVITY_METHODS)]
@@ -236,12 +223,20 @@ def paired_difference(records: Sequence[dict[str, Any]], method: str = "apc_vfl_
     return pd.DataFrame(rows, columns=columns).round(3)
 
 
+def _fig6_runs(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """Fig. 6's runs (APC-VFL with MSE, VFedTrans), one row each with its ledger's ``MB``."""
+    recs = [r for r in records if r["config"]["kind"] == "fig5"
+            and r["config"]["method"] in ("apc_vfl_mse", "vfedtrans")]
+    if not recs:
+        return pd.DataFrame(columns=["dataset", "method", "label", "n_aligned", "n_active_features", "seed", "bytes",
+                                     "formula_bytes", "rounds", "MB"])
+    df = runs_frame(recs).drop_duplicates(["dataset", "method", "n_aligned", "n_active_features", "seed"])
+    return df.assign(MB=df["bytes"] / MB)
+
+
 def fig6_frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """Fig. 6's data: MB of APC-VFL and VFedTrans per |D_A|, ledger and Eqs. 6/10, mean over runs."""
-    df = runs_frame([r for r in records if r["config"]["kind"] == "fig5"
-                     and r["config"]["method"] in ("apc_vfl_mse", "vfedtrans")])
-    df = df.drop_duplicates(["dataset", "method", "n_aligned", "n_active_features", "seed"])
-    return df.groupby(["dataset", "n_aligned", "method", "label"], as_index=False).agg(
+    return _fig6_runs(records).groupby(["dataset", "n_aligned", "method", "label"], as_index=False).agg(
         ledger_MB=("bytes", lambda b: b.mean() / MB), formula_MB=("formula_bytes", lambda b: b.mean() / MB),
         rounds=("rounds", "mean"))
 
@@ -306,8 +301,7 @@ def plot_detail(frame: pd.DataFrame, dataset: str) -> plt.Figure:
     for ax, n in zip(axes[0], xs):
         sns.lineplot(data=d[d["n_aligned"] == n], x="n_active_features", y="value", hue="label",
                      hue_order=[METHOD_LABELS[m] for m in DISPLAY_ORDER if METHOD_LABELS[m] in set(d["label"])],
-                     marker="o", ax=ax,
-                     legend=ax is axes[0][-1])
+                     marker="o", ax=ax, legend=ax is axes[0][-1])
         ax.set(title=f"|D_A| = {n}", xlabel="active participant's features", xticks=list(APC_VFL_N_ACTIVE),
                ylabel=DATASETS[dataset].metric)
     if axes[0][-1].get_legend():
@@ -336,22 +330,22 @@ def table2(records: Sequence[dict[str, Any]], *, profile: str) -> pd.DataFrame:
         if c["dataset"] == "mimic3":
             for avg in ("macro", "weighted"):
                 rows.append({**base, "table": "4", "metric": f"{avg}_f1_pct", "value": 100 * r["final"][f"{avg}_f1"]})
-    if not rows:
-        return join_reference(pd.DataFrame(columns=["table", "dataset", "method", "setting", "model", "metric",
-                                                    "value", "std", "n_runs"]), PAPER, profile=profile)
-    df = pd.DataFrame(rows)
+    df = pd.DataFrame(rows, columns=["table", "dataset", "method", "setting", "model", "seed", "metric", "value"])
     agg = df.groupby(["table", "dataset", "method", "setting", "model", "metric"], as_index=False, sort=False).agg(
         value=("value", "mean"), std=("value", "std"), n_runs=("value", "size"))
     return join_reference(agg, PAPER, profile=profile)
 
 
+#: Each dataset's metric, by its label in the tables.
+_METRIC_OF = {spec.label: spec.metric for spec in DATASETS.values()}
+
+
 def table2_view(table: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
     """Table 2 laid out as the paper's: per dataset (its metric) and |D_A|, each method's score,
     rounds and MB, ours beside the paper's."""
-    metric_of = {spec.label: spec.metric for spec in DATASETS.values()}
     t = table[table["table"] == "2"]
-    is_score = t["metric"] == t["dataset"].map(metric_of)
-    t = t.assign(dataset=t["dataset"] + " (" + t["dataset"].map(metric_of) + ")",
+    is_score = t["metric"] == t["dataset"].map(_METRIC_OF)
+    t = t.assign(dataset=t["dataset"] + " (" + t["dataset"].map(_METRIC_OF) + ")",
                  metric=t["metric"].where(~is_score, "score"))
     return side_by_side(t, index=["dataset", "setting", "method"], columns="metric", digits=digits)
 
@@ -375,11 +369,8 @@ def fig5_figure(records: Sequence[dict[str, Any]], *, profile: str) -> tuple[plt
 def fig8_figure(frame: pd.DataFrame, *, profile: str) -> tuple[plt.Figure | None, pd.DataFrame]:
     """Fig. 8 / Fig. 16 (few aligned samples) from :func:`fig5_frame`, for the datasets whose
     few-aligned counts are all recorded, and its data; ``(None, empty frame)`` where none is."""
-    present = {}
-    for ds in dict.fromkeys(frame["dataset"]):
-        few = DATASETS[ds].few_aligned
-        if few and set(few) <= set(frame[frame["dataset"] == ds]["n_aligned"]):
-            present[ds] = few
+    present = {ds: few for ds in dict.fromkeys(frame["dataset"]) if (few := DATASETS[ds].few_aligned)
+               and set(few) <= set(frame[frame["dataset"] == ds]["n_aligned"])}
     if not present:
         return None, pd.DataFrame()
     fig = plot_fig5(frame, counts=present, title="Few aligned samples (Fig. 8 / Fig. 16)")
@@ -407,33 +398,29 @@ def ledger_words(check: pd.DataFrame) -> str:
     rows = check[check["kind"] == "fig5"]
     if rows.empty:
         return "No Fig. 5 run recorded yet."
-    parts = []
-    for _, r in rows.iterrows():
-        lo, hi = r["ledger_over_formula_min"], r["ledger_over_formula_max"]
-        parts.append(f"{r['label']} {'exactly its formula' if lo == hi == 1 else f'{lo:.4g}–{hi:.4g} times its formula'}")
+    parts = [f"{label} {'exactly its formula' if lo == hi == 1 else f'{lo:.4g}–{hi:.4g} times its formula'}"
+             for label, lo, hi in zip(rows["label"], rows["ledger_over_formula_min"], rows["ledger_over_formula_max"])]
     return "The ledger's bytes of the Fig. 5 runs: " + "; ".join(parts) + "."
 
 
 def splitnn_beside_paper(table: pd.DataFrame) -> str:
     """Table 2 worded per dataset (a Markdown list): at how many counts our SplitNN beats our
     APC-VFL, each method minus the paper's, and the paper's SplitNN at its smallest count."""
-    metric_of = {spec.label: spec.metric for spec in DATASETS.values()}
-    t = table[(table["table"] == "2") & (table["metric"] == table["dataset"].map(metric_of))]
+    t = table[(table["table"] == "2") & (table["metric"] == table["dataset"].map(_METRIC_OF))]
     lines = []
     for ds, g in t.groupby("dataset", sort=False):
         ours = g.pivot_table(index="setting", columns="method", values="value")
         if not {"SplitNN", "APC-VFL"} <= set(ours.columns):
             continue
         gap = ours - g.pivot_table(index="setting", columns="method", values="paper_value")
-        line = (f"- **{ds}** ({metric_of[ds]}): our SplitNN above our APC-VFL at "
+        line = (f"- **{ds}** ({_METRIC_OF[ds]}): our SplitNN above our APC-VFL at "
                 f"{int((ours['SplitNN'] > ours['APC-VFL']).sum())} of {len(ours)} aligned counts; ours minus "
                 f"the paper's: SplitNN {gap['SplitNN'].min():+.3f} to {gap['SplitNN'].max():+.3f}, APC-VFL "
                 f"{gap['APC-VFL'].min():+.3f} to {gap['APC-VFL'].max():+.3f}")
         smallest = g[g["method"] == "SplitNN"].assign(n=lambda d: d["setting"].str.split("=").str[1].astype(int))
         low = smallest.loc[smallest["n"].idxmin()]
         if pd.notna(low["paper_value"]) and pd.notna(low["paper_std"]):
-            line += (f"; the paper's SplitNN at {low['setting']}: {low['paper_value']:.3f} ± "
-                     f"{low['paper_std']:.3f}")
+            line += f"; the paper's SplitNN at {low['setting']}: {low['paper_value']:.3f} ± {low['paper_std']:.3f}"
         lines.append(line + ".")
     return "\n".join(lines) if lines else "No Table 2 run recorded yet."
 
@@ -486,8 +473,8 @@ def lr_sensitivity(main: Sequence[dict[str, Any]], sensitivity: Sequence[dict[st
 
 
 def _main_records(records: claims.Records) -> list[dict[str, Any]]:
-    """The records at Appendix B's rate, in the order of the profile's runs (found once)."""
-    return records.derived("main", lambda: records.of(c for c in configs(records.profile) if c.lr != SENSITIVITY_LR))
+    """The records at Appendix B's rate, in the order of the profile's runs."""
+    return _main(STUDY.recorded_runs(records))
 
 
 def _points(records: claims.Records) -> pd.DataFrame:
@@ -540,17 +527,8 @@ def _beats(baseline: str, datasets: Sequence[str], counts: str = "fig5") -> Call
     return check
 
 
-def _communication(records: claims.Records) -> pd.DataFrame:
-    recs = [r for r in _main_records(records) if r["config"]["kind"] == "fig5"
-            and r["config"]["method"] in ("apc_vfl_mse", "vfedtrans")]
-    if not recs:
-        return pd.DataFrame(columns=["dataset", "method", "n_aligned", "n_active_features", "seed", "MB"])
-    df = runs_frame(recs).drop_duplicates(["dataset", "method", "n_aligned", "n_active_features", "seed"])
-    return df.assign(MB=df["bytes"] / MB)
-
-
 def _fig6_less(records: claims.Records) -> claims.Verdict:
-    df = _communication(records)
+    df = _fig6_runs(_main_records(records))
     if df.empty:
         return claims.not_testable("no APC-VFL or VFedTrans records at this profile")
     d = _pair(df, by="method", a="vfedtrans", b="apc_vfl_mse", value="MB", cell=["dataset", "n_aligned"])
@@ -560,7 +538,7 @@ def _fig6_less(records: claims.Records) -> claims.Verdict:
 def _fig6_growth(records: claims.Records) -> claims.Verdict:
     """Slope of log(ledger bytes) against log|D_A| between the extreme counts: 1 linear, 2 square;
     "quadratic" judged as above 1.5."""
-    df = _communication(records)
+    df = _fig6_runs(_main_records(records))
     if df.empty:
         return claims.not_testable("no APC-VFL or VFedTrans records at this profile")
     parts, ok = [], True
@@ -585,7 +563,7 @@ def _fig6_growth(records: claims.Records) -> claims.Verdict:
 def _fig6_ratio(records: claims.Records) -> claims.Verdict:
     """The paper's 78.30x (Credit Card / MIMIC-III at |D_A| = 10000): our ledger's VFedTrans /
     APC-VFL ratio there, agreeing within 10 %."""
-    df = _communication(records)
+    df = _fig6_runs(_main_records(records))
     df = df[df["n_aligned"] == 10000]
     if df.empty:
         return claims.not_testable("no run with 10000 aligned samples at this profile")
@@ -756,7 +734,6 @@ CLAIMS: list[claims.Claim] = [claims.Claim("APC-VFL", artefact, clause, check) f
 ]]
 
 
-
 # --------------------------------------------------------------------------- the study's declaration
 
 
@@ -777,21 +754,14 @@ def _artefact(kind: str, *, methods: Sequence[str] | None = None, datasets: Sequ
     return runs
 
 
-def present(datasets: Sequence[str]) -> tuple[str, ...]:
-    """Those of ``datasets`` that load here (looked up once per data folder)."""
-    return _present_in(str(data_root()), tuple(sorted(datasets)))
-
-
 @functools.lru_cache(maxsize=8)
 def _present_in(root: str, datasets: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(available_datasets(datasets)[0])
 
 
 def unavailable(runs: Sequence[OneShotRun]) -> list[OneShotRun]:
-    """The runs on data that is not here (MIMIC-III cannot be redistributed)."""
-    if not runs:
-        return []
-    here = present({c.dataset for c in runs})
+    """The runs on data that is not here (MIMIC-III cannot be redistributed), looked up once per data folder."""
+    here = _present_in(str(data_root()), tuple(sorted({c.dataset for c in runs}))) if runs else ()
     return [c for c in runs if c.dataset not in here]
 
 
@@ -808,8 +778,6 @@ def artefacts_note(profiles: Sequence[str]) -> str:
     if not todo:
         return ""
     cost = pending_cost(todo)
-    if not len(cost):
-        return ""
     return (f"The study prices its pending paper-profile runs per dataset, kind and method, not per "
             f"artefact: {len(cost)} runs, at most {cost['cpu_h'].sum():,.1f} CPU hours "
             "where the quick profile's run times give a price (`apc_vfl.pending_cost`).\n")

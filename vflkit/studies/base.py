@@ -19,7 +19,7 @@ from ..training import FAMILIES, Family, load
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ..claims import Claim
+    from ..claims import Claim, Records
 
 
 #: A study's runs under one profile, by group (artefact): ``configs`` may return a flat list,
@@ -186,23 +186,17 @@ class Study:
         cls = load(FAMILIES[self.family].run_class)
         where = f"study {self.name!r}: configs({profile!r}) returned"
         want = f"return a list of {name} runs (the {self.family!r} family's), or a dict of group -> such lists"
-        def listed(runs: Any) -> list[Any] | None:  # a list, tuple or generator of runs; None otherwise
-            if isinstance(runs, (str, bytes, Mapping)) or not isinstance(runs, Iterable):
-                return None
-            return list(runs)
-
-        found = dict(cfg) if isinstance(cfg, Mapping) else {RUNS: cfg}
         out: dict[str, list[Any]] = {}
-        for group, given in found.items():
-            runs = listed(given)
-            if runs is None:
+        for group, given in (cfg.items() if isinstance(cfg, Mapping) else [(RUNS, cfg)]):
+            # a list, tuple or generator of runs
+            if isinstance(given, (str, bytes, Mapping)) or not isinstance(given, Iterable):
                 what = f"a {type(given).__name__}" + (f" as group {group!r}" if isinstance(cfg, Mapping) else "")
                 raise ConfigError(f"{where} {what}; {want}")
-            for r in runs:
+            out[group] = list(given)
+            for r in out[group]:
                 if not isinstance(r, cls):
                     raise ConfigError(f"{where} {repr(r)[:80]} in group {group!r}, a {type(r).__name__}, not a run; "
                                       f"{want}")
-            out[group] = runs
         return out
 
     def runs(self, profile: str) -> list[Any]:
@@ -249,6 +243,10 @@ class Study:
             records = store.load_available(every_run()(groups, profile), profile=profile)
         have = {r["key"] for r in records}
         return {g: [c for c in runs if key_of(c) in have] for g, runs in groups.items()}, list(records)
+
+    def recorded_runs(self, records: Records) -> list[dict[str, Any]]:
+        """A claim's ``records`` in the order of the profile's runs, found once for all its clauses."""
+        return records.derived("runs", lambda: records.of(self.runs(records.profile)))
 
     def pending_runs(self, profile: str, *, label: str | None = None, seeds: Any = None,
                      overrides: dict[str, Any] | None = None) -> list[Any]:

@@ -1,8 +1,6 @@
-"""Multi-VFL (Mugunthan et al.): Figs 2-3 on MNIST and FashionMNIST.
-
-Fig. 2: test accuracy per round with FedAvg as 1-4 of the 5 label owners become non-IID (Table 3).
-Fig. 3: 4niid under the four server optimizers. The paper prints no numbers; its claims are about
-the order and convergence of the curves. Trained by :mod:`vflkit.training.multi_owner`.
+"""Multi-VFL (Mugunthan et al.): Figs 2-3 on MNIST and FashionMNIST (docs/studies.md). The paper prints
+no numbers; its claims are about the order and convergence of the curves. Trained by
+:mod:`vflkit.training.multi_owner`.
 """
 
 from __future__ import annotations
@@ -35,15 +33,11 @@ PAPER = "multi_vfl"
 PAPER_ROUNDS = 500
 
 #: The quick profile's reduction: the fewest CPU seconds at which FedAvg leaves chance (at plain
-#: SGD, lr 1e-3, it needs about 400 local steps per label owner on 1niid MNIST). ``QUICK_SAMPLES``
-#: per owner (one local epoch of 4 batches of 64, as Algorithm 1; a non-IID owner's two labels get
-#: about 128 images each) for ``QUICK_ROUNDS`` rounds: the budget goes to rounds, over which the
-#: server optimizers' behaviour unfolds. Test accuracy every ``QUICK_EVAL_EVERY`` rounds on
-#: ``QUICK_TEST`` images. The 500-round clauses stay with the paper profile.
-QUICK_SAMPLES = 256
+#: SGD, lr 1e-3, it needs about 400 local steps per label owner on 1niid MNIST). 256 samples per
+#: owner (one local epoch of 4 batches of 64, as Algorithm 1) for ``QUICK_ROUNDS`` rounds: the budget
+#: goes to rounds, over which the server optimizers' behaviour unfolds. The 500-round clauses stay
+#: with the paper profile.
 QUICK_ROUNDS = 100
-QUICK_EVAL_EVERY = 5
-QUICK_TEST = 500
 
 #: CPU seconds per round of one run (training and one evaluation, one torch thread), as
 #: :func:`round_seconds` reports them (rerun it to recalibrate): ``paper`` 5 x 79 batches and
@@ -57,8 +51,7 @@ PROFILE_SETTINGS: dict[str, dict[str, Any]] = {
     "smoke": {"datasets": ("mnist",), "seeds": (0,), "rounds": 2, "samples_per_owner": 32, "batch_size": 32,
               "n_test": 100, "eval_every": 1},
     "quick": {"datasets": ("mnist", "fashion_mnist"), "seeds": (0, 1, 2), "rounds": QUICK_ROUNDS,
-              "samples_per_owner": QUICK_SAMPLES, "batch_size": 64, "n_test": QUICK_TEST,
-              "eval_every": QUICK_EVAL_EVERY},
+              "samples_per_owner": 256, "batch_size": 64, "n_test": 500, "eval_every": 5},
     "paper": {"datasets": ("mnist", "fashion_mnist"), "seeds": (0, 1, 2), "rounds": PAPER_ROUNDS,
               "samples_per_owner": 5000, "batch_size": 64, "n_test": None, "eval_every": 1},
 }
@@ -86,16 +79,9 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
     seeds = check_seeds(profile_seeds if seeds is None else seeds)
     s.update(run_fields)
     s.setdefault("variant", "paper")
-    out = []
-    for dataset in datasets:
-        for seed in seeds:
-            for scenario in SCENARIOS:
-                out.append(MultiVFLConfig(**{**s, "dataset": dataset, "scenario": scenario,
-                                             "server_optimizer": "fedavg", "seed": seed}))
-            for opt in SERVER_OPTIMIZERS[1:]:
-                out.append(MultiVFLConfig(**{**s, "dataset": dataset, "scenario": "4niid",
-                                             "server_optimizer": opt, "seed": seed}))
-    return out
+    cells = [(scenario, "fedavg") for scenario in SCENARIOS] + [("4niid", opt) for opt in SERVER_OPTIMIZERS[1:]]
+    return [MultiVFLConfig(**{**s, "dataset": dataset, "scenario": scenario, "server_optimizer": opt, "seed": seed})
+            for dataset in datasets for seed in seeds for scenario, opt in cells]
 
 
 def needs_gpu(config: MultiVFLConfig) -> bool:
@@ -202,15 +188,12 @@ def summary(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
 def long_table(summ: pd.DataFrame, profile: str) -> pd.DataFrame:
     """:func:`summary` in the long format (Multi-VFL prints no values), ``std`` over seeds where known."""
     sds = {"final_accuracy_pct": "final_accuracy_sd", "mean_accuracy_pct": "mean_accuracy_sd"}
-    rows = []
-    for _, r in summ.iterrows():
-        fig = "2" if r["optimizer"] == "FedAvg" else "3"
-        for metric in ("final_accuracy_pct", "best_accuracy_pct", "mean_accuracy_pct", "round_to_90pct_of_best"):
-            rows.append({"table": f"Fig. {fig}", "dataset": r["dataset"], "method": r["optimizer"],
-                         "setting": r["scenario"], "model": "", "metric": metric, "value": r[metric],
-                         "std": r[sds[metric]] if metric in sds else float("nan"), "n_runs": r["n_runs"],
-                         "diverged": r.get("diverged", 0)})
-    return join_reference(pd.DataFrame(rows), PAPER, profile=profile)
+    long = pd.concat([summ.assign(metric=m, value=summ[m], std=summ[sds[m]] if m in sds else float("nan"))
+                      for m in ("final_accuracy_pct", "best_accuracy_pct", "mean_accuracy_pct",
+                                "round_to_90pct_of_best")]).sort_index(kind="stable")  # row by row
+    long = long.assign(table=np.where(long["optimizer"] == "FedAvg", "Fig. 2", "Fig. 3"), method=long["optimizer"],
+                       setting=long["scenario"], model="")
+    return join_reference(long, PAPER, profile=profile)
 
 
 def bytes_per_round(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
@@ -348,21 +331,16 @@ def explain(table: pd.DataFrame) -> list[str]:
 Check = Callable[[claims.Records], claims.Verdict]
 
 
-def _available(records: claims.Records) -> tuple[list[dict[str, Any]], int]:
-    """The recorded runs in the order of the profile's, and its rounds; nothing is read."""
-    cfgs = records.derived("configs", lambda: configs(records.profile))
-    return records.of(cfgs), cfgs[0].rounds
-
-
 def _check(*, full: bool = False) -> Callable[[Callable[[list[dict[str, Any]], int], claims.Verdict | None]], Check]:
-    """A check from ``f(*_available(records))``: not testable with ``full`` under 500 rounds, or when
-    ``f`` finds no records (returns None)."""
+    """A check from ``f(records of the profile's runs, its rounds)``: not testable with ``full`` under
+    500 rounds, or when ``f`` finds no records (returns None)."""
     def wrap(f: Callable[[list[dict[str, Any]], int], claims.Verdict | None]) -> Check:
         def check(records: claims.Records) -> claims.Verdict:
-            profile, (recs, rounds) = records.profile, _available(records)
+            profile = records.profile
+            rounds = STUDY.runs(profile)[0].rounds
             if full and rounds < PAPER_ROUNDS:
                 return claims.not_testable(f"needs the paper's {PAPER_ROUNDS} rounds; the {profile} profile runs {rounds}")
-            v = f(recs, rounds)
+            v = f(STUDY.recorded_runs(records), rounds)
             return claims.not_testable(f"no records of the {profile} profile yet") if v is None else v
         return check
     return wrap
@@ -416,14 +394,6 @@ def _not_converged_check(dataset: str | None) -> Check:
     return check
 
 
-def _gains(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per dataset and seed, the adaptive optimizers' mean final accuracy minus FedAvg's on 4niid."""
-    niid = runs[runs["scenario"] == "4niid"].pivot_table(index=["dataset", "seed"], columns="optimizer",
-                                                         values="final_accuracy_pct")
-    present = [o for o in ADAPTIVE if o in niid]
-    return (niid[present].mean(axis=1) - niid["FedAvg"]).rename("gain").reset_index()
-
-
 @_check()
 def _fmnist_greater_check(recs: list[dict[str, Any]], rounds: int) -> claims.Verdict | None:
     """The adaptive optimizers' gain over FedAvg is larger on FashionMNIST than on MNIST."""
@@ -437,7 +407,9 @@ def _fmnist_greater_check(recs: list[dict[str, Any]], rounds: int) -> claims.Ver
                       chance=CHANCE_PCT))]
     if untrained:
         return claims.not_testable(f"{claims.DID_NOT_LEARN}: " + "; ".join(dict.fromkeys(untrained)))
-    g = _gains(runs).pivot(index="seed", columns="dataset", values="gain")
+    # per seed and dataset, the adaptive optimizers' mean final accuracy minus FedAvg's
+    acc = niid.pivot_table(index=["dataset", "seed"], columns="optimizer", values="final_accuracy_pct")
+    g = (acc[[o for o in ADAPTIVE if o in acc]].mean(axis=1) - acc["FedAvg"]).unstack("dataset")
     if not {"MNIST", "FashionMNIST"} <= set(g):
         return claims.not_testable("needs both datasets")
     diffs = pd.DataFrame({"cell": "FashionMNIST gain - MNIST gain", "seed": g.index,
@@ -570,12 +542,6 @@ def pending_cost(runs: Sequence[MultiVFLConfig]) -> pd.DataFrame:
                          "cpu_h": [c.rounds * ROUND_CPU_SECONDS["paper"] / 3600 for c in runs]})
 
 
-def describe(run: MultiVFLConfig) -> dict[str, Any]:
-    """A pending run as the notebook lists it."""
-    return {"dataset": DATASET_LABELS[run.dataset], "scenario": run.scenario,
-            "optimizer": OPTIMIZER_LABELS[run.server_optimizer], "seed": run.seed, "rounds": run.rounds}
-
-
 def beyond(evidence: base.Evidence) -> list[tuple[str, str]]:
     """Findings the paper does not report: the server optimizers' step sizes against FedAvg's."""
     found = evidence.first_with_records()
@@ -605,6 +571,8 @@ STUDY = register(Study(
         Artefact("Traffic", base.every_run(), ("traffic.csv",),
                  lambda groups, records, profile: long_traffic(bytes_per_round(records), profile)),
     ),
-    claims=CLAIMS, needs_gpu=needs_gpu, pending_cost=pending_cost, beyond=beyond, describe=describe,
+    claims=CLAIMS, needs_gpu=needs_gpu, pending_cost=pending_cost, beyond=beyond,
+    describe=lambda run: {"dataset": DATASET_LABELS[run.dataset], "scenario": run.scenario,
+                          "optimizer": OPTIMIZER_LABELS[run.server_optimizer], "seed": run.seed, "rounds": run.rounds},
     calibration=lambda: configs("paper"),
 ))
