@@ -15,7 +15,7 @@ from ..config import check_profile, split_run_overrides
 from ..errors import ConfigError
 from ..methods import RunConfig
 from ..report import join_reference, side_by_side
-from .base import unique as _unique
+from .base import all_runs as unique
 
 #: How the ResNets are cut into h and p: half their weighted layers each (EASTER Sec. V-A: "the
 #: number of layers in both the local embedding and predicting models was the same"; :mod:`vflkit.models`).
@@ -62,11 +62,6 @@ def run_priority(config: RunConfig, rank: int) -> tuple:
     costly = config.method == "c_vfl" and int(config.options.get("local_iterations", 10)) > 1
     return (costly, rank > 0, config.seed, rank, _DATASET_ORDER.get(config.dataset, 9),
             0 if config.method == config.paper else _METHOD_ORDER.get(config.method, 5), config.models)
-
-
-def unique(groups: dict[str, list[RunConfig]]) -> list[RunConfig]:
-    """Every run of ``groups`` once each, in first-use order."""
-    return _unique(c for group in groups.values() for c in group)
 
 
 def both(runs: Iterable[RunConfig], a: str, b: str, cell: Callable[[RunConfig], Iterable[str]], *,

@@ -4,6 +4,7 @@ its artefacts, our extensions and profiles: docs/studies.md. The runs are :mod:`
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Sequence
 
 import matplotlib.pyplot as plt
@@ -17,7 +18,7 @@ from ..methods.adptvfedconv import _PRETRAIN_FIELDS, CUTS, AdptVFedConvConfig, c
 from ..report import join_reference, side_by_side
 from ..training.tiles import LABELS, TilesRun
 from . import base, register
-from .base import Artefact, Study
+from .base import Artefact, Study, all_runs
 
 PAPER = "adptvfedconv"
 TABLE2_VARIANTS = ("adptvfedconv", "centralized", "noncooperation", "no_transfer", "zero_padding")
@@ -63,11 +64,6 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
     t3 = [TilesRun.make("adptvfedconv", seed=seed, cut=cut, **base) for seed in seeds for cut in s["cuts"]]
     ext = [TilesRun.make(v, seed=seed, **base) for seed in ext_seeds for v in EXTENSIONS]
     return {"table2": t2, "table3": t3, "extensions": ext}
-
-
-def all_runs(groups: dict[str, list[TilesRun]]) -> list[TilesRun]:
-    """The runs of every artefact, each once."""
-    return base.unique(r for g in groups.values() for r in g)
 
 
 def needs_gpu(run: TilesRun) -> bool:
@@ -416,9 +412,8 @@ VARIANT_CLAIMS: list[claims.Claim] = [
 ]
 
 
-def side(table: pd.DataFrame, digits: int = 2) -> pd.DataFrame:
-    """A table laid out as the paper's: rows x metric, ``ours ± std (paper p)``."""
-    return side_by_side(table, index=["method", "setting"], columns="metric", digits=digits)
+#: A table laid out as the paper's: rows x metric, ``ours ± std (paper p)``.
+side = partial(side_by_side, index=["method", "setting"], columns="metric")
 
 
 # --------------------------------------------------------------------------- the study's declaration

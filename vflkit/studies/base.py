@@ -96,6 +96,11 @@ def unique(runs: Any) -> list[Any]:
     return list({key_of(r): r for r in runs}.values())
 
 
+def all_runs(groups: Mapping[str, list[Any]]) -> list[Any]:
+    """Every run of ``groups`` (the runs of every artefact) once each, in first-use order."""
+    return unique(c for group in groups.values() for c in group)
+
+
 #: An artefact's run selector: (the study's runs by group, profile) -> the runs it is drawn from.
 RunSelector = Callable[[Mapping[str, list[Any]], str], list[Any]]
 
@@ -201,7 +206,7 @@ class Study:
 
     def runs(self, profile: str) -> list[Any]:
         """Every run of the study under ``profile``, once each."""
-        return every_run()(self.groups(profile), profile)
+        return all_runs(self.groups(profile))
 
     def artefact_runs(self, artefact: Artefact, profile: str) -> list[Any]:
         """The runs ``artefact`` is drawn from under ``profile``."""
@@ -224,7 +229,7 @@ class Study:
 
         family = FAMILIES[self.family]
         trainer = importlib.import_module(family.trainer)
-        runs = every_run()(self.groups(profile, seeds=seeds, overrides=overrides), profile)
+        runs = all_runs(self.groups(profile, seeds=seeds, overrides=overrides))
         check_device_name(device)
         if resolve_device(device).type != "cuda" and all(self.needs_gpu(r) for r in runs):
             return store.load_available(runs, profile=profile)
@@ -240,7 +245,7 @@ class Study:
 
         groups = self.groups(profile, seeds=seeds, overrides=overrides)
         if records is None:
-            records = store.load_available(every_run()(groups, profile), profile=profile)
+            records = store.load_available(all_runs(groups), profile=profile)
         have = {r["key"] for r in records}
         return {g: [c for c in runs if key_of(c) in have] for g, runs in groups.items()}, list(records)
 
@@ -254,7 +259,7 @@ class Study:
         from .. import records as store
 
         groups = self.groups(profile, seeds=seeds, overrides=overrides)
-        runs = self.artefact(label).runs(groups, profile) if label else every_run()(groups, profile)
+        runs = self.artefact(label).runs(groups, profile) if label else all_runs(groups)
         have = {r["key"] for r in store.load_available(runs, profile=profile)}
         todo = [c for c in runs if key_of(c) not in have]
         skip = {key_of(c) for c in self.unavailable(todo)}
@@ -276,5 +281,5 @@ class Study:
             return rows
         return pd.concat([rows, price(self, todo).reset_index(drop=True)[cols]], axis=1)
 
-__all__ = ["FAMILIES", "RUNS", "Artefact", "Drawn", "Evidence", "Family", "RunSelector", "Study", "every_run", "groups",
-           "headline_first", "key_of", "unique"]
+__all__ = ["FAMILIES", "RUNS", "Artefact", "Drawn", "Evidence", "Family", "RunSelector", "Study", "all_runs",
+           "every_run", "groups", "headline_first", "key_of", "unique"]
