@@ -80,11 +80,10 @@ class Partition:
         names = self.feature_names
         if self.input_shape != (len(names),):
             raise PartitionError(f"input_shape {self.input_shape} does not match {len(names)} feature names")
-        seen: set[str] = set()
-        for name in names:
-            if name in seen:
-                raise PartitionError(f"feature name {name!r} appears twice in feature_names; names must be unique")
-            seen.add(name)
+        twice = next((name for i, name in enumerate(names) if name in names[:i]), None)
+        if twice is not None:
+            raise PartitionError(f"feature name {twice!r} appears twice in feature_names; names must be unique")
+        seen = set(names)
         owner: dict[str, int] = {}
         for k, group in enumerate(self.slices):
             if len(group) == 0:
@@ -163,13 +162,8 @@ class Partition:
             return [x.narrow(dim, start, stop - start) for start, stop in self.slices]
         if self.kind == "grid":
             return [x[..., top:bottom, left:right] for (top, bottom), (left, right) in self.slices]
-        parts = []
-        for pos in self._positions:
-            if list(pos) == list(range(pos[0], pos[0] + len(pos))):
-                parts.append(x.narrow(-1, pos[0], len(pos)))
-            else:
-                parts.append(x.index_select(-1, torch.tensor(pos, device=x.device)))
-        return parts
+        return [x.narrow(-1, pos[0], len(pos)) if pos == tuple(range(pos[0], pos[0] + len(pos)))
+                else x.index_select(-1, torch.tensor(pos, device=x.device)) for pos in self._positions]
 
     def split_frame(self, df: Any) -> list[Any]:
         """Cut a pandas DataFrame into one DataFrame per party by column name (columns only).
