@@ -608,13 +608,9 @@ def _pad(module: nn.Module, padding_mode: str) -> None:
 
 def _vgg16_bn(num_classes: int, in_channels: int, width: float, padding_mode: str) -> torchvision.models.VGG:
     """torchvision's VGG-16-BN with a 512-input head (1x1 maps) and ceil-mode max-pools, its
-    options checked (``padding_mode`` is applied by the caller, to the convolutions it pads).
-
-    ``width`` scales every conv's channels and the two hidden FC layers (4096); 1 is the
-    paper's VGG-16, anything else is a smaller (or wider) network for quick CPU runs, not the
-    paper's model. At width 1 the modules and their initialisation are those of
-    ``torchvision.models.vgg16_bn``.
-    """
+    options checked (``padding_mode`` is applied by the caller, to the convolutions it pads;
+    ``width`` as :func:`vgg16_bn_split`): at width 1 the modules and their initialisation are
+    those of ``torchvision.models.vgg16_bn``."""
     if padding_mode not in _PADDING_MODES:
         raise ConfigError(f"Invalid padding_mode {padding_mode!r}; choose one of {', '.join(_PADDING_MODES)}")
     num_classes, in_channels = _positive_int("num_classes", num_classes), _positive_int("in_channels", in_channels)
@@ -723,14 +719,11 @@ def vgg16_bn_generator(*, cut: int | str = 1, out_channels: int = 3,
 
 def vgg16_bn_centralized(*, num_classes: int, padding_mode: str = "zeros",
                          in_channels: int = 3, width: float = 1.0) -> nn.Module:
-    """The centralized VGG-16-BN upper bound for 32x32 images (AdptVFedConv Table 2).
-
-    torchvision's ``vgg16_bn``; on 32x32 the features end at 512x1x1, so the head is the
-    paper's 512 -> 4096 -> 4096 -> ``num_classes`` (dropout 0.5), the same network as the
-    split extractor + classifier, rather than the common CIFAR 512 -> classes head.
-    ``padding_mode`` ("zeros" default, or "replicate") applies to every convolution; ``width``
-    is the channel multiplier of :func:`vgg16_bn_split` (1 = the paper's model).
-    """
+    """The centralized VGG-16-BN upper bound for 32x32 images (AdptVFedConv Table 2): the split
+    extractor + classifier as one network, so its head is the paper's 512 -> 4096 -> 4096 ->
+    ``num_classes`` (dropout 0.5), not the common CIFAR 512 -> classes head. ``padding_mode``
+    ("zeros" default, or "replicate") applies to every convolution; ``width`` as in
+    :func:`vgg16_bn_split` (1 = the paper's model)."""
     net = _vgg16_bn(num_classes, in_channels, width, padding_mode)
     _pad(net.features, padding_mode)
     return net

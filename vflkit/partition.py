@@ -354,9 +354,7 @@ class PartsPartition:
     one part". Read with Table VI (accuracy rises with C; C = 4 sits far below Table II's C = 4,
     which uses every feature), the parts are fixed and C parties hold the first C of them; the
     features of parts C+1..10 take part in no run. :attr:`partition` is an ordinary
-    :class:`Partition` over the kept features only (strips over the cropped image ``(C, H,
-    kept)`` or column groups over the kept names); :meth:`select` cuts a full sample
-    (``full_shape``; ``full_names`` for tables) down to them and :meth:`split` does both.
+    :class:`Partition` over the kept features only (the cropped image, or the kept names).
     """
 
     partition: Partition
