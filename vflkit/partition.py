@@ -253,9 +253,7 @@ def _even_bounds(length: int, n: int, what: str) -> list[tuple[int, int]]:
     if n > length:
         raise PartitionError(f"cannot cut {length} {what} into {n} parties: each party needs at least one; "
                              f"use at most {length} parties")
-    size, extra = divmod(length, n)
-    stops = list(accumulate(size + (k < extra) for k in range(n)))
-    return list(zip([0, *stops[:-1]], stops))
+    return [(int(p[0]), int(p[-1]) + 1) for p in torch.arange(length).tensor_split(n)]
 
 
 def _too_many(n_parties: int, n_columns: int) -> str:
@@ -679,13 +677,11 @@ def label_owner_split(labels: torch.Tensor, *, scenario: str = "1niid", n_owners
         raise PartitionError(f"Invalid label-owner scenario {scenario!r}; choose one of {', '.join(LABEL_SCENARIOS)}")
     _positive("n_owners", n_owners)
     _positive("samples_per_owner", samples_per_owner)
-    if scenario == "iid":
-        label_sets: list[tuple[int, ...] | None] = [None] * n_owners
-    else:
-        if n_owners != 5:
-            raise PartitionError(f"scenario {scenario!r} is Multi-VFL's Table 3 with 5 label owners; got "
-                                 f"n_owners={n_owners}")
-        label_sets = [None if s == _ALL else s for s in NIID_SCENARIOS[scenario]]
+    if scenario != "iid" and n_owners != 5:
+        raise PartitionError(f"scenario {scenario!r} is Multi-VFL's Table 3 with 5 label owners; got "
+                             f"n_owners={n_owners}")
+    label_sets: list[tuple[int, ...] | None] = ([None] * n_owners if scenario == "iid" else
+                                                [None if s == _ALL else s for s in NIID_SCENARIOS[scenario]])
     y = torch.as_tensor(labels)
     if y.dim() != 1 or y.is_floating_point():
         raise PartitionError(f"labels must be a 1-D integer tensor, got {y.dtype} of shape {tuple(y.shape)}")
