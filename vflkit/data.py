@@ -1,29 +1,15 @@
 """Datasets of the five papers, loaded whole into tensors (images) or DataFrames (tables).
 
 One entry point, :func:`load_dataset`, reads from one data root (``root=``, else
-:func:`vflkit.config.data_root`: ``$VFLKIT_DATA``, else ``./data``) in this layout::
-
-    MNIST/raw/*-ubyte.gz            FashionMNIST/raw/*-ubyte.gz     (torchvision's layout)
-    cifar-10-batches-py/            cifar10-png/{train,test}/<class>/*.png
-    cifar-100-python/               cinic-10/{train,valid,test}/<class>/*.png
-    uci_credit_card/UCI_Credit_Card.csv
-    criteo/train.txt | dac_sample.txt | train.csv | train.tiny.csv | criteo_sample.txt
-    mimic3/mimic3.csv               (you supply it: MIMIC-III cannot be redistributed)
-
-Breast Cancer Wisconsin ships with scikit-learn. Images are kept as ``uint8`` tensors
-``[N, C, H, W]`` and normalised on the way to the device (:meth:`ImageData.normalize`); PNG
-trees are decoded once and cached under :func:`vflkit.config.cache_dir` (the data root may be
-read-only), with a digest of the tensors (an altered cache is decoded again).
-
-``verify=True`` (the default) checks every file a loader reads against what the original is
-known to be: torchvision's md5s (``.gz`` IDX files, CIFAR pickles), the sha256 of the
-decompressed IDX originals, the credit card CSV's sha256 (or, for the same data written another
-way, a digest of its values), the CIFAR-10 PNG tree's sha256 manifests (which must be present),
-the two public Criteo samples' sha256 (other Criteo files need ``verify=False``); and shapes,
-counts and label ranges (all that CINIC-10 and MIMIC-III, with no published checksum, get). A
-missing dataset raises :class:`DatasetNotFoundError` (what is missing and how to provide it), a
-wrong one :class:`DatasetCorruptError`. ``verify=False`` (test fixtures, modified copies) skips
-the checksums and expected counts only, and warns that the result is not the published dataset.
+:func:`vflkit.config.data_root`: ``$VFLKIT_DATA``, else ``./data``); the layout it reads, and
+what ``verify=True`` checks of each dataset, are in ``docs/data-and-models.md``. Images are
+kept as ``uint8`` tensors ``[N, C, H, W]`` and normalised on the way to the device
+(:meth:`ImageData.normalize`); PNG trees are decoded once and cached under
+:func:`vflkit.config.cache_dir` (the data root may be read-only), with a digest of the tensors
+(an altered cache is decoded again). A missing dataset raises :class:`DatasetNotFoundError`
+(what is missing and how to provide it), a wrong one :class:`DatasetCorruptError`.
+``verify=False`` (test fixtures, modified copies) skips the checksums and expected counts only,
+and warns that the result is not the published dataset.
 """
 
 from __future__ import annotations
@@ -39,6 +25,7 @@ import warnings
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -171,15 +158,14 @@ class ImageData:
         # wrong or fails late: a label >= K fails inside torch, -100 is cross-entropy's
         # ignore_index (silently dropped), std 0 or a NaN mean reads as "training diverged".
         self.classes = tuple(self.classes)
-        for split in ("train", "test"):
-            x = getattr(self, f"x_{split}")
-            if isinstance(x, torch.Tensor) and x.is_floating_point():
-                setattr(self, f"x_{split}", as_uint8_images(x, f"{self.name}: x_{split}"))
         k = len(self.classes)
         if k < 1:
             raise ConfigError(f"{self.name}: classes is empty; name one class per label 0..K-1")
         for split in ("train", "test"):
             x, y = getattr(self, f"x_{split}"), getattr(self, f"y_{split}")
+            if isinstance(x, torch.Tensor) and x.is_floating_point():
+                x = as_uint8_images(x, f"{self.name}: x_{split}")
+                setattr(self, f"x_{split}", x)
             if not isinstance(x, torch.Tensor) or x.dtype != torch.uint8 or x.ndim != 4:
                 raise ConfigError(f"{self.name}: x_{split} must be uint8 [N, C, H, W], got "
                                   f"{getattr(x, 'dtype', type(x).__name__)} {tuple(getattr(x, 'shape', ()))}")
@@ -360,7 +346,7 @@ class TabularData:
 
     def subset(self, *, n: int, seed: int = 0) -> TabularData:
         """A random subset of ``n`` rows, deterministic in ``seed``, in their original order."""
-        idx = _draw(len(self.target), n, seed, f"{self.name}: n={n} rows", "").numpy()
+        idx = draw_rows(len(self.target), n, seed, f"{self.name}: n={n} rows", "").numpy()
         return TabularData(self.name, self.features.iloc[idx], self.target.iloc[idx], self.task, self.categorical)
 
 
@@ -390,8 +376,9 @@ def _label(index: pd.Index, i: int) -> Any:
 
 
 
-def _draw(total: int, n: int, seed: int, asked: str, other: str) -> torch.Tensor:
-    """``n`` of ``range(total)`` drawn with a generator seeded ``seed``, in order."""
+def draw_rows(total: int, n: int, seed: int, asked: str, other: str) -> torch.Tensor:
+    """``n`` of ``range(total)`` drawn with a generator seeded ``seed``, in order; ``asked`` and
+    ``other`` word the error when ``n`` is not in 1..``total``."""
     if not 1 <= n <= total:
         raise ConfigError(f"{asked} asked for, but there are {total}; choose 1..{total}{other}")
     return torch.randperm(total, generator=torch.Generator().manual_seed(seed))[:n].sort().values
@@ -400,27 +387,22 @@ def _draw(total: int, n: int, seed: int, asked: str, other: str) -> torch.Tensor
 def _pick(x: torch.Tensor, y: torch.Tensor, n: int | None, seed: int, what: str) -> tuple[torch.Tensor, torch.Tensor]:
     if n is None:
         return x, y
-    idx = _draw(len(y), n, seed, f"{what}={n} images", " or None for all")
+    idx = draw_rows(len(y), n, seed, f"{what}={n} images", " or None for all")
     return x[idx], y[idx]
 
 
 # --------------------------------------------------------------------------- entry point
 
 
-def load_dataset(
-    name: str,
-    *,
-    root: str | Path | None = None,
-    download: bool | None = None,
-    **options: Any,
-) -> ImageData | TabularData:
+def load_dataset(name: str, *, root: str | Path | None = None, download: bool | None = None,
+                 **options: Any) -> ImageData | TabularData:
     """Dataset ``name`` (one of :data:`DATASETS`, or an alias) whole, as :class:`ImageData` or
     :class:`TabularData`, from ``root`` (default :func:`vflkit.config.data_root`).
 
     ``download`` fetches missing MNIST, FashionMNIST, CIFAR-10 or CIFAR-100 with torchvision's
     own downloader (default: unless ``$VFLKIT_OFFLINE`` is ``1``); no other dataset is
     downloaded. ``options``, per dataset (an unknown one is an error listing the valid ones):
-    ``verify`` (default True; see the module docstring); ``progress`` (cifar10, cinic10: a bar
+    ``verify`` (default True; see docs/data-and-models.md); ``progress`` (cifar10, cinic10: a bar
     while decoding PNGs); ``source`` (cifar10, default ``"auto"``: pickles if present, else the
     PNG tree); ``include_valid`` (cinic10); ``file`` (credit_card, criteo, mimic3); ``nrows``
     (criteo); ``target`` (mimic3).
@@ -682,7 +664,9 @@ def _read_idx(path: Path, *, gz: bool, magic: int, count: int | None, sha256: st
     return np.frombuffer(raw, dtype=np.uint8, offset=head).reshape(shape)
 
 
-def _load_idx_dataset(dataset: str, cls: type, root: Path, download: bool, *, verify: bool = True) -> ImageData:
+def _load_idx_dataset(dataset: str, source: str, root: Path, download: bool, *, verify: bool = True) -> ImageData:
+    """MNIST or FashionMNIST (``source``: the torchvision class, looked up at each load)."""
+    cls = getattr(torchvision.datasets, source)
     raw_dir = root / cls.__name__ / "raw"
     resources = list(cls.resources)  # [(file name or URL, md5)] of the four .gz originals
 
@@ -707,15 +691,12 @@ def _load_idx_dataset(dataset: str, cls: type, root: Path, download: bool, *, ve
     if missing:
         expected = [f"{cls.__name__}/raw/{url.rsplit('/', 1)[-1]}" for url, _ in resources]
         mirror = cls.mirrors[0] if getattr(cls, "mirrors", None) else ""
-        raise _not_found(
-            dataset, root, expected, [raw_dir],
-            how=f"or call load_dataset({dataset!r}, download=True) when online "
-                f"(official source: {mirror}; missing: {', '.join(missing)}).",
-            download_error=download_error,
-        )
+        raise _not_found(dataset, root, expected, [raw_dir], download_error=download_error,
+                         how=f"or call load_dataset({dataset!r}, download=True) when online "
+                             f"(official source: {mirror}; missing: {', '.join(missing)}).")
     if not verify:
         _unverified(dataset)
-    arrays = []
+    arrays = {}  # (training split?, images?) -> array
     for (path, gz, md5), (url, _) in zip(found, resources):
         # A .gz is checked against torchvision's md5; an uncompressed file against the sha256
         # of the decompressed original, so verify=True means the same for both forms.
@@ -729,16 +710,13 @@ def _load_idx_dataset(dataset: str, cls: type, root: Path, download: bool, *, ve
             if plain_sha is None:  # a torchvision class vflkit has no digest for: refuse, don't skip
                 raise _corrupt(path, "has no known checksum for its uncompressed form; provide the .gz original "
                                "or load with verify=False")
-        is_images = "images" in url
-        train = "train" in url.rsplit("/", 1)[-1]
+        is_images, train = "images" in url, url.rsplit("/", 1)[-1].startswith("train")
         count = (60000 if train else 10000) if verify else None
-        arrays.append(_read_idx(path, gz=gz, magic=_IDX_IMAGES if is_images else _IDX_LABELS, count=count,
-                                sha256=plain_sha))
-    by_name = {url.rsplit("/", 1)[-1].split("-")[0] + ("_x" if "images" in url else "_y"): a
-               for (url, _), a in zip(resources, arrays)}
+        arrays[train, is_images] = _read_idx(path, gz=gz, magic=_IDX_IMAGES if is_images else _IDX_LABELS,
+                                             count=count, sha256=plain_sha)
     tensors = {}
-    for split, prefix in (("train", "train"), ("test", "t10k")):
-        x, y = by_name[f"{prefix}_x"], by_name[f"{prefix}_y"]
+    for split, train in (("train", True), ("test", False)):
+        x, y = arrays[train, True], arrays[train, False]
         if len(x) != len(y):
             raise _corrupt(raw_dir, f"{split}: {len(x)} images but {len(y)} labels")
         if y.max() > 9:
@@ -746,14 +724,6 @@ def _load_idx_dataset(dataset: str, cls: type, root: Path, download: bool, *, ve
         tensors[split] = (torch.from_numpy(x.copy()).unsqueeze(1), torch.from_numpy(y.astype(np.int64)))
     mean, std = _STATS[dataset]
     return ImageData(dataset, *tensors["train"], *tensors["test"], tuple(cls.classes), mean, std)
-
-
-def _load_mnist(root: Path, download: bool, *, verify: bool = True) -> ImageData:
-    return _load_idx_dataset("mnist", torchvision.datasets.MNIST, root, download, verify=verify)
-
-
-def _load_fashion_mnist(root: Path, download: bool, *, verify: bool = True) -> ImageData:
-    return _load_idx_dataset("fashion_mnist", torchvision.datasets.FashionMNIST, root, download, verify=verify)
 
 
 # --------------------------------------------------------------------------- CIFAR pickles
@@ -872,18 +842,9 @@ def _read_manifest(path: Path) -> dict[str, str]:
     return digests
 
 
-def _decode_png_split(
-    root: Path,
-    split_dir: Path,
-    *,
-    tag: str,
-    classes: tuple[str, ...],
-    per_class: int | None,
-    manifest: Path | None,
-    rgb: bool,
-    verify: bool,
-    progress: bool,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def _decode_png_split(root: Path, split_dir: Path, *, tag: str, classes: tuple[str, ...], per_class: int | None,
+                      manifest: Path | None, rgb: bool, verify: bool, progress: bool
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
     """Decode ``split_dir/<class>/*.png`` into uint8 [N, 3, 32, 32] and labels, cached under a
     key of every file's path, size and mtime, the manifest's bytes and the settings."""
     files = _list_png_tree(split_dir, classes)  # class by class, files by name
@@ -1320,8 +1281,8 @@ def encode_criteo(data: TabularData, *, min_count: int = 1) -> tuple[torch.Tenso
 
 
 _LOADERS: dict[str, Callable[..., ImageData | TabularData]] = {
-    "mnist": _load_mnist,
-    "fashion_mnist": _load_fashion_mnist,
+    "mnist": partial(_load_idx_dataset, "mnist", "MNIST"),
+    "fashion_mnist": partial(_load_idx_dataset, "fashion_mnist", "FashionMNIST"),
     "cifar10": _load_cifar10,
     "cifar100": _load_cifar100,
     "cinic10": _load_cinic10,

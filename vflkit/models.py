@@ -4,55 +4,13 @@ VGG-16-BN, APC-VFL's SELU autoencoders and Multi-VFL's data- and label-owner mod
 A party model is an embedding network *h* (``h(theta_k, x) -> E``, a flat ``[B, embedding_dim]``
 vector, so VFedMH can average heterogeneous models' embeddings and SplitNN concatenate them)
 followed by a prediction network *p* (``p(theta_k, E) -> [B, num_classes]`` logits).
-
-How layers are counted and split by ``el_pl = (EL, PL)`` (EASTER Fig. 6: 2:1, 1:1, 1:2)
-------------------------------------------------------------------------------------------
-``model.embedding`` and ``model.prediction`` are ``nn.Sequential``\\ s whose items are the
-counted layers, so ``model.layers == (len(model.embedding), len(model.prediction))`` (for the
-Criteo models the counted layers of *h* are ``model.embedding.deep``).
-
-* ``mlp``, ``cnn``, ``lenet``, ``deepfm``, ``wide_deep``: a layer is one weight layer (Linear or
-  Conv2d) with its ReLU and pooling. The paper's depth (MLP 3 FC; CNN 2 conv + 2 FC; LeNet
-  3 conv + 3 FC; the deep component of the Criteo models 3 FC) is kept when EL + PL divides
-  it; otherwise the depth becomes the nearest multiple of EL + PL (ties: the deeper), so the
-  ratio is always exact::
-
-      depth (h | p)    1:1       2:1       1:2
-      mlp  (3 FC)      2 | 2     2 | 1     1 | 2
-      cnn  (2C+2FC)    2 | 2     2 | 1     1 | 2
-      lenet(3C+3FC)    3 | 3     4 | 2     2 | 4
-
-  Convolutions come first and only in *h* (at most the paper's number of them); *p* works on
-  the flat embedding, so all its layers are fully connected. The layer at the split outputs
-  ``embedding_dim`` features. When that layer is a convolution it spans its whole input map
-  (kernel = map size, no padding), as LeNet-5's C5 does, so its output is ``1 x 1 x
-  embedding_dim``; it is computed as Flatten + Linear, the same map, because a map-sized
-  kernel is slow on CPU. (Average-pooling the map down to ``embedding_dim`` numbers instead,
-  globally or to 2x2, trained CNN to a far lower test accuracy.)
-* ResNets, two readings of "layers" (``cut``). ``"layers"`` (the studies' choice): EASTER
-  Sec. V-A says "the number of layers in both the local embedding and predicting models was
-  the same", and a ResNet-N has N weighted layers (stem, 2 or 3 per residual block, the
-  classifier), so *h* takes the stem and the first k blocks whose layer count is nearest to
-  EL / (EL + PL) of N (a tie to the smaller k): 9 | 9 for ResNet18, 17 | 17 for ResNet34,
-  25 | 25 for ResNet50 and 49 | 52 for ResNet101 at 1:1, the cut inside a stage where it falls
-  there. ``"stages"`` (the default, which the committed records use): six units, the
-  3x3 stem, the four residual stages and the classifier, 1:1 -> 3 | 3, 2:1 -> 4 | 2, 1:2 ->
-  2 | 4 exact, other ratios a ConfigError; it gives ResNet50 and ResNet101 the same *h* (they
-  differ only in their third stage, all in *p*), so SplitNN's and C-VFL's two columns would
-  train the same bottom network. Both readings agree for ResNet18 at 1:1, and a config whose
-  models the readings cut alike keeps the default (:func:`resnet_cut_blocks`), so its key and
-  record stay. The last unit of *h* ends in an embedding
-  head (average-pool to at most 4x4, flatten, Linear to ``embedding_dim``, ReLU). Stages
-  that fall into *p* run on the embedding as a ``embedding_dim x 1 x 1`` map (their first
-  block rebuilt for ``embedding_dim`` input channels); there they act as residual MLP blocks.
-  Their BatchNorm on 1x1 maps needs training batches of at least 2 samples.
-
-Widths where the papers are silent: hidden FC layers of *h* have 256 units (wider than the
-embedding so *h* narrows towards it); hidden layers of *p* keep ``embedding_dim`` units, so
-moving a layer between *h* and *p* changes depth, not width. Every layer but the last of *p*
-is followed by ReLU, the embedding included: *h* and *p* are one plain network cut in two.
-Convolutions use "same" padding and max-pools ``ceil_mode=True``, so strips as narrow as one
-pixel pass (MNIST 28x2 strips of EASTER's 10 parties included).
+``el_pl = (EL, PL)`` (EASTER Fig. 6: 2:1, 1:1, 1:2) splits the counted layers between them:
+``model.embedding`` and ``model.prediction`` are ``nn.Sequential``\\ s of counted layers, so
+``model.layers == (len(model.embedding), len(model.prediction))`` (Criteo models:
+``model.embedding.deep``). How each family counts its layers, with the depths each ratio
+gives, is in ``docs/data-and-models.md``; each choice where the papers are silent is stated
+beside the code that makes it. *h* and *p* are one plain network cut in two: every layer but
+the last of *p* is followed by ReLU, the embedding included.
 """
 
 from __future__ import annotations
@@ -84,7 +42,8 @@ MODELS: tuple[str, ...] = (
 #: The Criteo party models: they take ``vocab_sizes`` and ``n_dense`` (one party's columns).
 TABULAR_MODELS: tuple[str, ...] = ("deepfm", "wide_deep", "cnn_tabular")
 
-# Width of hidden FC layers inside h (papers silent): wider than the default embedding (128).
+# Width of hidden FC layers inside h (papers silent): wider than the default embedding (128),
+# so h narrows towards it.
 _H_HIDDEN = 256
 # Max spatial grid kept before a ResNet's embedding Linear: the grid CIFAR's 32x32 has at
 # ResNet's last stage; it caps the Linear at C*16 inputs (ResNet50 after stage 1: 256*16).
@@ -150,7 +109,8 @@ def _el_pl(el_pl: Any) -> tuple[int, int]:
 
 
 def _split_depth(paper_depth: int, el_pl: tuple[int, int]) -> tuple[int, int]:
-    """(EL, PL) layer counts: the paper's depth if EL+PL divides it, else the nearest multiple."""
+    """(EL, PL) layer counts (a layer: one Linear or Conv with its ReLU and pooling): the paper's
+    depth if EL+PL divides it, else the nearest multiple (ties: the deeper), so the ratio is exact."""
     a, b = el_pl
     m = max(1, math.floor(paper_depth / (a + b) + 0.5))  # +0.5: ties go to the deeper network
     return m * a, m * b
@@ -202,7 +162,8 @@ def _embedding_units(convs: Sequence[tuple[int, int, bool]], shape: tuple[int, .
     """The ``n_el`` layers of an embedding network *h*, each a He-initialised unit: the
     architecture's convolutions (``conv``/``pool``: 2-D for images, 1-D over table fields) while
     they last, fully connected layers after them, and at the split the layer to the embedding.
-    Returns the units and the shape they output."""
+    Returns the units and the shape they output. "Same" padding and ceil-mode pools let strips
+    as narrow as one pixel pass (EASTER's 10 parties on MNIST: 28x2 strips)."""
     units: list[nn.Module] = []
     for i in range(n_el):
         at_split = i == n_el - 1
@@ -212,7 +173,10 @@ def _embedding_units(convs: Sequence[tuple[int, int, bool]], shape: tuple[int, .
             if pooled:
                 layers.append(pool(2, ceil_mode=True))
         else:
-            # A fully connected layer, or the map-sized convolution at the split (see module doc).
+            # A fully connected layer, or at the split a convolution spanning its whole input map
+            # (as LeNet-5's C5), computed as Flatten + Linear: the same map, since a map-sized
+            # kernel is slow on CPU. (Average-pooling the map down to embedding_dim numbers
+            # instead, globally or to 2x2, trained CNN to a far lower test accuracy.)
             width = embedding_dim if at_split else _H_HIDDEN
             layers = [nn.Linear(math.prod(shape), width), nn.ReLU()]
             if len(shape) > 1:
@@ -224,7 +188,8 @@ def _embedding_units(convs: Sequence[tuple[int, int, bool]], shape: tuple[int, .
 
 
 def _prediction_network(n_pl: int, embedding_dim: int, num_classes: int) -> nn.Sequential:
-    """p: ``n_pl`` Linear layers, hidden ones ``embedding_dim`` wide with ReLU."""
+    """p: ``n_pl`` Linear layers, hidden ones ``embedding_dim`` wide with ReLU (papers silent: so
+    moving a layer between h and p changes depth, not width)."""
     units: list[nn.Module] = [_he(nn.Sequential(nn.Linear(embedding_dim, embedding_dim), nn.ReLU()))
                               for _ in range(n_pl - 1)]
     units.append(nn.Linear(embedding_dim, num_classes))
@@ -259,7 +224,7 @@ def mlp(*, input_shape: Sequence[int], num_classes: int, embedding_dim: int = 12
 
     Takes images (flattened) or tabular ``(n_features,)`` inputs. Defaults: embedding 128,
     EL:PL 1:1, which needs an even depth, hence 4 layers: h = in -> 256 -> 128,
-    p = 128 -> 128 -> classes (2:1 and 1:2 keep the paper's 3; see the module docstring).
+    p = 128 -> 128 -> classes (2:1 and 1:2 keep the paper's 3; docs/data-and-models.md has the table).
     """
     return _plain("mlp", input_shape, num_classes, embedding_dim, el_pl)
 
@@ -292,12 +257,22 @@ def lenet(*, input_shape: Sequence[int], num_classes: int, embedding_dim: int = 
 RESNET_BLOCKS: dict[str, tuple[tuple[int, ...], int]] = {
     "resnet18": ((2, 2, 2, 2), 2), "resnet34": ((3, 4, 6, 3), 2),
     "resnet50": ((3, 4, 6, 3), 3), "resnet101": ((3, 4, 23, 3), 3)}
-#: The readings of a ResNet's "layers" for the EL:PL cut (see the module docstring).
+#: The readings of a ResNet's "layers" for the EL:PL cut (:func:`resnet_cut_blocks`).
 RESNET_CUTS: tuple[str, ...] = ("stages", "layers")
 
 
 def resnet_cut_blocks(arch: str, el_pl: tuple[int, int] = (1, 1), cut: str = "stages") -> int:
-    """How many residual blocks *h* holds (after the stem) under reading ``cut``."""
+    """How many residual blocks *h* holds (after the stem) under reading ``cut``.
+
+    ``"layers"`` (the studies' choice): EASTER Sec. V-A says "the number of layers in both the
+    local embedding and predicting models was the same", and a ResNet-N has N weighted layers
+    (stem, 2 or 3 per block, classifier), so *h* takes the blocks whose layer count is nearest
+    EL / (EL + PL) of N (a tie to fewer). ``"stages"`` (the default, which the committed records
+    use): six units (stem, four stages, classifier), a ratio that does not split them a
+    ConfigError; it gives ResNet50 and ResNet101 the same *h* (they differ only in their
+    third stage, all in *p*), so SplitNN's and C-VFL's two columns would train the same bottom
+    network. A config whose models both readings cut alike keeps the default, so its key stays.
+    """
     if cut not in RESNET_CUTS:
         raise ConfigError(f"Invalid resnet cut {cut!r}; choose one of {', '.join(RESNET_CUTS)}")
     blocks, per = RESNET_BLOCKS[arch]
@@ -334,7 +309,8 @@ def _resnet(arch: str, input_shape: Sequence[int], num_classes: int, embedding_d
     head = _he(nn.Sequential(nn.Linear(ch * grid[0] * grid[1], embedding_dim), nn.ReLU()))
     h_units[-1] = nn.Sequential(h_units[-1], nn.AdaptiveAvgPool2d(grid), nn.Flatten(), *head)
     if s < len(blocks):
-        # The rest of stage s runs on the embedding as a 1x1 map, its first block rebuilt for
+        # The rest of stage s runs on the embedding as a 1x1 map (residual MLP blocks, whose
+        # BatchNorm needs training batches of 2 or more), its first block rebuilt for
         # embedding_dim input channels by torchvision's own stage builder (which reads net.inplanes).
         net.inplanes = embedding_dim
         rest = net._make_layer(type(stages[0][0]), 64 * 2**s, blocks[s] - j, stride=1 if s == 0 or j else 2)
@@ -349,28 +325,21 @@ def _resnet(arch: str, input_shape: Sequence[int], num_classes: int, embedding_d
                       embedding_dim=embedding_dim, layers=(n_el, n_pl), architecture=arch)
 
 
-def resnet18(*, input_shape: Sequence[int], num_classes: int, embedding_dim: int = 128,
-             el_pl: tuple[int, int] = (1, 1), cut: str = "stages") -> PartyModel:
-    """ResNet-18 (VFedMH Sec. V-A, Table II; EASTER Sec. V-A), torchvision's, small-input stem."""
-    return _resnet("resnet18", input_shape, num_classes, embedding_dim, el_pl, cut)
-
-
-def resnet34(*, input_shape: Sequence[int], num_classes: int, embedding_dim: int = 128,
-             el_pl: tuple[int, int] = (1, 1), cut: str = "stages") -> PartyModel:
-    """ResNet-34 (EASTER Sec. V-A, CIFAR-10/100 and CINIC-10), torchvision's, small-input stem."""
-    return _resnet("resnet34", input_shape, num_classes, embedding_dim, el_pl, cut)
-
-
-def resnet50(*, input_shape: Sequence[int], num_classes: int, embedding_dim: int = 128,
-             el_pl: tuple[int, int] = (1, 1), cut: str = "stages") -> PartyModel:
-    """ResNet-50 (VFedMH Sec. V-A; EASTER Sec. V-A), torchvision's, small-input stem."""
-    return _resnet("resnet50", input_shape, num_classes, embedding_dim, el_pl, cut)
-
-
-def resnet101(*, input_shape: Sequence[int], num_classes: int, embedding_dim: int = 128,
+def _resnet_builder(arch: str, cited: str) -> Callable[..., PartyModel]:
+    """The public builder of ResNet ``arch``, citing where the papers name it."""
+    def build(*, input_shape: Sequence[int], num_classes: int, embedding_dim: int = 128,
               el_pl: tuple[int, int] = (1, 1), cut: str = "stages") -> PartyModel:
-    """ResNet-101 (VFedMH Sec. V-A, Table II), torchvision's, small-input stem."""
-    return _resnet("resnet101", input_shape, num_classes, embedding_dim, el_pl, cut)
+        return _resnet(arch, input_shape, num_classes, embedding_dim, el_pl, cut)
+
+    build.__name__ = build.__qualname__ = arch
+    build.__doc__ = f"ResNet-{arch.removeprefix('resnet')} ({cited}), torchvision's, small-input stem."
+    return build
+
+
+resnet18 = _resnet_builder("resnet18", "VFedMH Sec. V-A, Table II; EASTER Sec. V-A")
+resnet34 = _resnet_builder("resnet34", "EASTER Sec. V-A, CIFAR-10/100 and CINIC-10")
+resnet50 = _resnet_builder("resnet50", "VFedMH Sec. V-A; EASTER Sec. V-A")
+resnet101 = _resnet_builder("resnet101", "VFedMH Sec. V-A, Table II")
 
 
 # --------------------------------------------------------------------------- Criteo
@@ -630,14 +599,6 @@ def _vgg16_features_meta(width: float) -> nn.Sequential:
         return torchvision.models.vgg.make_layers(cfg, batch_norm=True)
 
 
-def _checked_vgg16_bn(num_classes: int, in_channels: int, width: float, padding_mode: str) -> torchvision.models.VGG:
-    if padding_mode not in _PADDING_MODES:
-        raise ConfigError(f"Invalid padding_mode {padding_mode!r}; "
-                          f"choose one of {', '.join(_PADDING_MODES)}")
-    return _vgg16_bn(_positive_int("num_classes", num_classes),
-                     _positive_int("in_channels", in_channels), _vgg_width(width))
-
-
 def _pad(module: nn.Module, padding_mode: str) -> None:
     """Give every convolution in ``module`` ``padding_mode``."""
     for m in module.modules():
@@ -645,14 +606,15 @@ def _pad(module: nn.Module, padding_mode: str) -> None:
             m.padding_mode = padding_mode
 
 
-def _vgg16_bn(num_classes: int, in_channels: int, width: float = 1.0) -> torchvision.models.VGG:
-    """torchvision's VGG-16-BN with a 512-input head (1x1 maps) and ceil-mode max-pools.
-
-    ``width`` scales every conv's channels and the two hidden FC layers (4096); 1 is the
-    paper's VGG-16, anything else is a smaller (or wider) network for quick CPU runs, not the
-    paper's model. At width 1 the modules and their initialisation are those of
-    ``torchvision.models.vgg16_bn``.
-    """
+def _vgg16_bn(num_classes: int, in_channels: int, width: float, padding_mode: str) -> torchvision.models.VGG:
+    """torchvision's VGG-16-BN with a 512-input head (1x1 maps) and ceil-mode max-pools, its
+    options checked (``padding_mode`` is applied by the caller, to the convolutions it pads;
+    ``width`` as :func:`vgg16_bn_split`): at width 1 the modules and their initialisation are
+    those of ``torchvision.models.vgg16_bn``."""
+    if padding_mode not in _PADDING_MODES:
+        raise ConfigError(f"Invalid padding_mode {padding_mode!r}; choose one of {', '.join(_PADDING_MODES)}")
+    num_classes, in_channels = _positive_int("num_classes", num_classes), _positive_int("in_channels", in_channels)
+    width = _vgg_width(width)
     # Built on the meta device: torchvision's head expects 224x224 inputs (a 25088x4096 layer,
     # ~2 s to initialise) and is replaced here; real tensors are created and initialised below.
     features = _vgg16_features_meta(width)
@@ -722,7 +684,7 @@ def vgg16_bn_split(*, num_classes: int, cut: int | str = 1, padding_mode: str = 
     only in the clients' tiles). ``width`` multiplies every conv and hidden FC width (1: the
     paper's VGG-16-BN; e.g. 0.125 for quick CPU runs, then not the paper's model).
     """
-    net = _checked_vgg16_bn(num_classes, in_channels, width, padding_mode)
+    net = _vgg16_bn(num_classes, in_channels, width, padding_mode)
     end = _feature_cut(net.features, cut)
     extractor = net.features[:end]
     _pad(extractor, padding_mode)
@@ -757,15 +719,12 @@ def vgg16_bn_generator(*, cut: int | str = 1, out_channels: int = 3,
 
 def vgg16_bn_centralized(*, num_classes: int, padding_mode: str = "zeros",
                          in_channels: int = 3, width: float = 1.0) -> nn.Module:
-    """The centralized VGG-16-BN upper bound for 32x32 images (AdptVFedConv Table 2).
-
-    torchvision's ``vgg16_bn``; on 32x32 the features end at 512x1x1, so the head is the
-    paper's 512 -> 4096 -> 4096 -> ``num_classes`` (dropout 0.5), the same network as the
-    split extractor + classifier, rather than the common CIFAR 512 -> classes head.
-    ``padding_mode`` ("zeros" default, or "replicate") applies to every convolution; ``width``
-    is the channel multiplier of :func:`vgg16_bn_split` (1 = the paper's model).
-    """
-    net = _checked_vgg16_bn(num_classes, in_channels, width, padding_mode)
+    """The centralized VGG-16-BN upper bound for 32x32 images (AdptVFedConv Table 2): the split
+    extractor + classifier as one network, so its head is the paper's 512 -> 4096 -> 4096 ->
+    ``num_classes`` (dropout 0.5), not the common CIFAR 512 -> classes head. ``padding_mode``
+    ("zeros" default, or "replicate") applies to every convolution; ``width`` as in
+    :func:`vgg16_bn_split` (1 = the paper's model)."""
+    net = _vgg16_bn(num_classes, in_channels, width, padding_mode)
     _pad(net.features, padding_mode)
     return net
 
@@ -790,17 +749,9 @@ class SeluAutoencoder(nn.Module):
             raise ConfigError("layers needs at least input and latent widths, e.g. [a, 64, 128]; "
                               f"got {list(layers)}")
         self.layers = tuple(widths)
-        enc: list[nn.Module] = []
-        for i, o in pairwise(widths):
-            enc += [nn.Linear(i, o), nn.SELU()]
-        dec: list[nn.Module] = []
-        back = widths[::-1]
-        for n, (i, o) in enumerate(pairwise(back)):
-            dec.append(nn.Linear(i, o))
-            if n < len(back) - 2:
-                dec.append(nn.SELU())
-        self.encoder = nn.Sequential(*enc)
-        self.decoder = nn.Sequential(*dec)
+        self.encoder = nn.Sequential(*(m for i, o in pairwise(widths) for m in (nn.Linear(i, o), nn.SELU())))
+        dec = [m for i, o in pairwise(widths[::-1]) for m in (nn.Linear(i, o), nn.SELU())]
+        self.decoder = nn.Sequential(*dec[:-1])  # the output layer linear
         for m in self.modules():
             if isinstance(m, nn.Linear):
                 nn.init.kaiming_normal_(m.weight, nonlinearity="linear")  # = LeCun normal

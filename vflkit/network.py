@@ -1,11 +1,7 @@
 """Network pricing: what a run's communication costs under a network of links.
 
 A run's :class:`~vflkit.comm.Ledger` records every message; this module prices that traffic
-afterwards, without retraining: :class:`Link` and :class:`NetworkModel` (bandwidth and latency
-per link, per party or per pair), :func:`price_links` over a ledger's per-link rows (or a record's,
-:func:`price_record`) under parallel links or a shared uplink, EASTER Fig. 5's latency classes
-(:func:`class_link`), Table VII's high- and low-performance devices (:class:`Device`,
-:func:`device_mix`) and the training time they add up to with compute (:func:`training_time`).
+afterwards, without retraining (:func:`price_links`), under EASTER's networks (Figs 4-5, Table VII).
 """
 
 from __future__ import annotations
@@ -50,10 +46,8 @@ class NetworkModel:
         candidates = [self.parties[p] for p in (a, b) if p in self.parties]
         if not candidates:
             return self.default
-        return Link(
-            bandwidth_mbps=min(c.bandwidth_mbps for c in candidates),
-            latency_ms=max(c.latency_ms for c in candidates),
-        )
+        return Link(bandwidth_mbps=min(c.bandwidth_mbps for c in candidates),
+                    latency_ms=max(c.latency_ms for c in candidates))
 
     def seconds(self, sender: str, receiver: str, nbytes: int) -> float:
         link = self.link(sender, receiver)
@@ -138,10 +132,7 @@ def device_mix(passive: Sequence[str], n_low: int, *, active: str = "active",
     passive = list(passive)
     if not 0 <= n_low <= len(passive):
         raise ConfigError(f"n_low={n_low} low-performance devices among {len(passive)} passive parties")
-    mix = {active: high}
-    for k, name in enumerate(passive):
-        mix[name] = low if k >= len(passive) - n_low else high
-    return mix
+    return {active: high, **{name: low if k >= len(passive) - n_low else high for k, name in enumerate(passive)}}
 
 
 def device_network(devices: dict[str, Device], *, default: Link | None = None) -> NetworkModel:

@@ -80,11 +80,10 @@ class Partition:
         names = self.feature_names
         if self.input_shape != (len(names),):
             raise PartitionError(f"input_shape {self.input_shape} does not match {len(names)} feature names")
-        seen: set[str] = set()
-        for name in names:
-            if name in seen:
-                raise PartitionError(f"feature name {name!r} appears twice in feature_names; names must be unique")
-            seen.add(name)
+        twice = next((name for i, name in enumerate(names) if name in names[:i]), None)
+        if twice is not None:
+            raise PartitionError(f"feature name {twice!r} appears twice in feature_names; names must be unique")
+        seen = set(names)
         owner: dict[str, int] = {}
         for k, group in enumerate(self.slices):
             if len(group) == 0:
@@ -163,13 +162,8 @@ class Partition:
             return [x.narrow(dim, start, stop - start) for start, stop in self.slices]
         if self.kind == "grid":
             return [x[..., top:bottom, left:right] for (top, bottom), (left, right) in self.slices]
-        parts = []
-        for pos in self._positions:
-            if list(pos) == list(range(pos[0], pos[0] + len(pos))):
-                parts.append(x.narrow(-1, pos[0], len(pos)))
-            else:
-                parts.append(x.index_select(-1, torch.tensor(pos, device=x.device)))
-        return parts
+        return [x.narrow(-1, pos[0], len(pos)) if pos == tuple(range(pos[0], pos[0] + len(pos)))
+                else x.index_select(-1, torch.tensor(pos, device=x.device)) for pos in self._positions]
 
     def split_frame(self, df: Any) -> list[Any]:
         """Cut a pandas DataFrame into one DataFrame per party by column name (columns only).
@@ -259,9 +253,7 @@ def _even_bounds(length: int, n: int, what: str) -> list[tuple[int, int]]:
     if n > length:
         raise PartitionError(f"cannot cut {length} {what} into {n} parties: each party needs at least one; "
                              f"use at most {length} parties")
-    size, extra = divmod(length, n)
-    stops = list(accumulate(size + (k < extra) for k in range(n)))
-    return list(zip([0, *stops[:-1]], stops))
+    return [(int(p[0]), int(p[-1]) + 1) for p in torch.arange(length).tensor_split(n)]
 
 
 def _too_many(n_parties: int, n_columns: int) -> str:
@@ -360,9 +352,7 @@ class PartsPartition:
     one part". Read with Table VI (accuracy rises with C; C = 4 sits far below Table II's C = 4,
     which uses every feature), the parts are fixed and C parties hold the first C of them; the
     features of parts C+1..10 take part in no run. :attr:`partition` is an ordinary
-    :class:`Partition` over the kept features only (strips over the cropped image ``(C, H,
-    kept)`` or column groups over the kept names); :meth:`select` cuts a full sample
-    (``full_shape``; ``full_names`` for tables) down to them and :meth:`split` does both.
+    :class:`Partition` over the kept features only (the cropped image, or the kept names).
     """
 
     partition: Partition
@@ -687,13 +677,11 @@ def label_owner_split(labels: torch.Tensor, *, scenario: str = "1niid", n_owners
         raise PartitionError(f"Invalid label-owner scenario {scenario!r}; choose one of {', '.join(LABEL_SCENARIOS)}")
     _positive("n_owners", n_owners)
     _positive("samples_per_owner", samples_per_owner)
-    if scenario == "iid":
-        label_sets: list[tuple[int, ...] | None] = [None] * n_owners
-    else:
-        if n_owners != 5:
-            raise PartitionError(f"scenario {scenario!r} is Multi-VFL's Table 3 with 5 label owners; got "
-                                 f"n_owners={n_owners}")
-        label_sets = [None if s == _ALL else s for s in NIID_SCENARIOS[scenario]]
+    if scenario != "iid" and n_owners != 5:
+        raise PartitionError(f"scenario {scenario!r} is Multi-VFL's Table 3 with 5 label owners; got "
+                             f"n_owners={n_owners}")
+    label_sets: list[tuple[int, ...] | None] = ([None] * n_owners if scenario == "iid" else
+                                                [None if s == _ALL else s for s in NIID_SCENARIOS[scenario]])
     y = torch.as_tensor(labels)
     if y.dim() != 1 or y.is_floating_point():
         raise PartitionError(f"labels must be a 1-D integer tensor, got {y.dtype} of shape {tuple(y.shape)}")

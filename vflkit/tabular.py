@@ -2,15 +2,9 @@
 
 :func:`build_tabular_parties` is the tabular twin of :func:`vflkit.training.split.build_parties`:
 load the table, split it 80/20, encode it, give each party a group of columns, and return
-``(parties, n_classes)`` with the same party names (``active``, ``passive_1`` ...).
-
-What a tabular party holds
---------------------------
-A :class:`~vflkit.comm.Party` keeps one tensor per split, so a party's columns travel as one
-float32 tensor ``[N, n_dense_k + n_sparse_k]``: its dense columns first, then its category codes
-(exact in float32 below 2**24, which :func:`encode_table` checks), the input the Criteo party
-models split back into a float and an int64 part. Each party also carries ``model_kwargs``
-(``n_dense`` and ``vocab_sizes`` of its columns), which ``VFLMethod.party_model`` passes them.
+``(parties, n_classes)`` with the same party names (``active``, ``passive_1`` ...). A party's
+columns travel as one float32 tensor, dense columns first, then category codes; with them it
+carries its model's ``model_kwargs`` (what a tabular party holds: ``docs/data-and-models.md``).
 
 Choices where the paper is silent (EASTER Sec. V-A1 gives only "80% / 20%")
 -----------------------------------------------------------------------
@@ -22,9 +16,6 @@ Choices where the paper is silent (EASTER Sec. V-A1 gives only "80% / 20%")
 * Columns keep Criteo's order I1..I13, C1..C26 and are cut into consecutive groups
   (:func:`vflkit.partition.columns`), so at C = 4 (10/10/10/9 columns) the active party holds
   dense columns only.
-* Another table (:func:`vflkit.data.register_dataset` of a :class:`~vflkit.data.TabularData`)
-  is encoded by :func:`encode_generic`: its numeric columns first (standardised), then its
-  categorical ones (codes), each kind in the table's order.
 """
 
 from __future__ import annotations
@@ -37,10 +28,10 @@ import pandas as pd
 import torch
 
 from .comm import Channel, Party
-from .data import CRITEO_DENSE, CRITEO_SPARSE, TabularData, encode_criteo, load_dataset
+from .data import CRITEO_DENSE, CRITEO_SPARSE, TabularData, draw_rows, encode_criteo, load_dataset
 from .errors import ConfigError, PartitionError
 from .models import TABULAR_MODELS
-from .partition import Partition, PartsPartition, columns, first_parts
+from .partition import columns, first_parts
 
 #: float32 represents every integer below 2**24 exactly: the largest category code allowed.
 _FLOAT32_EXACT = 2**24
@@ -148,23 +139,6 @@ def encode_generic(data: TabularData, *, train_rows: Any, min_count: int = 2
             tuple(map(str, numeric)), tuple(map(str, categorical)))
 
 
-def tabular_partition(names: Sequence[str], n_parties: int, *, active: int = 0,
-                      n_parts: int | None = None) -> Partition | PartsPartition:
-    """Consecutive column groups for C parties (all columns), or with ``n_parts`` the first C
-    of ``n_parts`` fixed groups (EASTER Table VI)."""
-    if n_parts is None:
-        return columns(names, n_parties, active=active)
-    return first_parts(n_parties, n_parts, feature_names=names, active=active)
-
-
-def _subsample(n: int, k: int | None, seed: int) -> torch.Tensor | None:
-    if k is None or k >= n:
-        return None
-    if k < 1:
-        raise ConfigError(f"a subset needs at least one row, got {k}")
-    return torch.randperm(n, generator=torch.Generator().manual_seed(seed))[:k].sort().values
-
-
 def build_tabular_parties(config: Any, *, device: torch.device | str, channel: Channel,
                           data: TabularData | None = None, n_parts: int | None = None, split_seed: int = 0,
                           test_fraction: float = 0.2, min_count: int = 2) -> tuple[list[Party], int]:
@@ -184,8 +158,12 @@ def build_tabular_parties(config: Any, *, device: torch.device | str, channel: C
     table = encode_table(data, split_seed=split_seed, test_fraction=test_fraction, min_count=min_count)
     if n_parts is None:
         n_parts = getattr(config, "feature_parts", None)
-    part = tabular_partition(table.feature_names, config.n_parties, active=config.active, n_parts=n_parts)
-    groups = (part.partition if isinstance(part, PartsPartition) else part).slices
+    # consecutive column groups for C parties, or the first C of n_parts fixed groups (Table VI)
+    if n_parts is None:
+        groups = columns(table.feature_names, config.n_parties, active=config.active).slices
+    else:
+        groups = first_parts(config.n_parties, n_parts, feature_names=table.feature_names,
+                             active=config.active).partition.slices
     device = torch.device(device)
     splits = {"train": (table.x_train, table.y_train), "test": (table.x_test, table.y_test)}
     if getattr(config, "partition", "strips_width") != "strips_width":  # RunConfig's default: not stored as a choice
@@ -198,27 +176,18 @@ def build_tabular_parties(config: Any, *, device: torch.device | str, channel: C
         if k is not None and k > len(y):  # never kept silently in the record while all rows train
             raise ConfigError(f"{config.dataset}: {key}={k} rows asked for, but the table's {split} split has "
                               f"{len(y)}; choose 1..{len(y)} or None for all")
-        keep = _subsample(len(y), k, config.seed)
-        if keep is not None:
+        if k is not None and k < len(y):
+            keep = draw_rows(len(y), k, config.seed, f"{config.dataset}: {key}={k} rows", " or None for all")
             splits[split] = (x[keep], y[keep])
     position = {name: i for i, name in enumerate(table.feature_names)}
     parties: list[Party] = []
-    passive_no = 0
     for k, group in enumerate(groups):
         held = table.party_columns(group)
         cols = torch.tensor([position[n] for n in held])
-        if k == config.active:
-            name = "active"
-        else:
-            passive_no += 1
-            name = f"passive_{passive_no}"
-        party = Party(
-            name,
-            channel=channel,
-            features={s: x.index_select(1, cols).contiguous().to(device) for s, (x, _) in splits.items()},
-            labels={s: y.to(device) for s, (_, y) in splits.items()} if k == config.active else None,
-            device=device,
-        )
+        party = Party("active" if k == config.active else f"passive_{k + (k < config.active)}", channel=channel,
+                      features={s: x.index_select(1, cols).contiguous().to(device) for s, (x, _) in splits.items()},
+                      labels={s: y.to(device) for s, (_, y) in splits.items()} if k == config.active else None,
+                      device=device)
         party.columns = tuple(held)  # type: ignore[attr-defined]
         party.model_kwargs = table.model_kwargs(held)  # type: ignore[attr-defined]
         parties.append(party)
@@ -234,9 +203,3 @@ def model_kwargs(party: Party, architecture: str) -> dict[str, Any]:
         raise PartitionError(f"{party.name} holds no tabular columns, so it cannot run {architecture!r}; "
                              "build its party with build_tabular_parties")
     return dict(kwargs)
-
-
-class TabularModels:
-    """Mixin marking a :class:`~vflkit.methods.base.VFLMethod` as one for tabular parties (put
-    it first: ``class X(TabularModels, SplitNN)``); ``party_model`` passes their columns'
-    ``model_kwargs`` itself."""

@@ -20,11 +20,10 @@ gradient by 1/ln 2, i.e. the learning rate.
 
 from __future__ import annotations
 
-from ..tabular import TabularModels
 from .vfedmh import VFedMH
 
 
-class EASTER(TabularModels, VFedMH):
+class EASTER(VFedMH):
     """EASTER (Algorithm 1): VFedMH's protocol under the name ``easter``.
 
     Options
