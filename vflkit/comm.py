@@ -6,16 +6,8 @@ alias its memory, and gradients reach a party only as a message of kind ``"gradi
 message is recorded in a :class:`Ledger` (sender, receiver, kind, bytes as sent, epoch, step,
 phase), which sums bytes, messages and communication rounds per party and epoch, and keeps the
 traffic per link so that :mod:`vflkit.network` can price a finished run under any network.
-
-A *communication round* is one phase of the protocol: messages that can travel at once
-because none of them depends on another. The ledger reads the phases off the order in which
-messages were sent (:meth:`Ledger.rounds`): within one step, a message opens a new round when its
-sender has received a message in the current round (what it sends may depend on what it got);
-otherwise it travels in the current round. VFedMH (Fig. 3) counts four per step (blinded
-embeddings up, global embedding down, predictions up, losses down); split learning, Agg_VFL and
-C-VFL count two (up, then down; C-VFL's down phase carries embeddings, the server model and
-the labels at once). No method has to announce its phases, and a protocol that sends two kinds
-in one phase is not counted twice.
+A *communication round* is one phase of the protocol, read off the order of the messages
+(:meth:`Ledger.rounds`; each method's count: docs/reliability-and-threat-model.md).
 """
 
 from __future__ import annotations
@@ -26,8 +18,9 @@ from typing import Any, Callable, Iterator, Sequence
 
 import pandas as pd
 import torch
+from torch.utils._pytree import tree_map_only
 
-from .errors import ConfigError, PartitionError
+from .errors import ConfigError, PartitionError, check_choice
 from .network import NetworkModel, check_topology
 from .partition import sample_ids
 
@@ -49,9 +42,8 @@ KINDS: tuple[str, ...] = (
 
 PHASES: tuple[str, ...] = ("train", "eval", "setup")
 
-#: What a record's ``rounds`` figures count; trainers store it as ``comm["rounds_counted_as"]``.
-#: Records without it counted one round per (epoch, step, kind) and are brought to this count
-#: by ``scripts/migrate_records.py`` where their figures allow it.
+#: What a record's ``rounds`` figures count; trainers store it as ``comm["rounds_counted_as"]``
+#: (older records: ``scripts/migrate_records.py``).
 ROUNDS_COUNTED_AS = "protocol_phases"
 
 
@@ -72,22 +64,12 @@ def payload_nbytes(payload: Any) -> int:
                     "or dicts/lists of them, or pass nbytes= explicitly")
 
 
-def _map_tensors(payload: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
-    """``payload`` with ``fn`` applied to every tensor in it (through dicts, lists and tuples)."""
-    if isinstance(payload, torch.Tensor):
-        return fn(payload)
-    if isinstance(payload, dict):
-        return {k: _map_tensors(v, fn) for k, v in payload.items()}
-    if isinstance(payload, (list, tuple)):
-        return type(payload)(_map_tensors(v, fn) for v in payload)
-    return payload
-
-
 def wire_copy(payload: Any) -> Any:
     """What the receiver gets: a detached copy, so no autograd graph or memory is shared. A
     bfloat16 tensor (bf16 autocast) is widened to float32, exactly: the precision is the
     computation's, not the protocol's, so messages and ledger are those of an fp32 run."""
-    return _map_tensors(payload, lambda t: t.detach().float() if t.dtype == torch.bfloat16 else t.detach().clone())
+    return tree_map_only(torch.Tensor, lambda t: t.detach().float() if t.dtype == torch.bfloat16
+                         else t.detach().clone(), payload)
 
 
 class Ledger:
@@ -122,9 +104,10 @@ class Ledger:
             self._round_cache, self._round_state = [], {}
 
     def rounds(self) -> list[int]:
-        """The round of every message (see the module docstring), counted from 0 within its
-        (epoch, step, phase): "passive parties send up, the active party answers each" is two
-        rounds however many parties and message kinds take part."""
+        """The round of every message, counted from 0 within its (epoch, step, phase): a message
+        opens a new round when its sender has received a message in the current round (what it
+        sends may depend on what it got), else it travels in the current round. "Passive parties
+        send up, the active party answers each" is two rounds however many parties and kinds."""
         if len(self._round_cache) > len(self._rows):  # rows replaced behind our back
             self._round_cache, self._round_state = [], {}
         for sender, receiver, _, _, epoch, step, phase in self._rows[len(self._round_cache):]:
@@ -225,8 +208,8 @@ class Channel:
 
     def at(self, *, epoch: int | None = None, step: int | None = None, phase: str | None = None) -> "Channel":
         """Set the clock (epoch, step, phase) that stamps the next messages."""
-        if phase is not None and phase not in PHASES:
-            raise ConfigError(f"Invalid phase {phase!r}; choose one of {', '.join(PHASES)}")
+        if phase is not None:
+            check_choice("phase", phase, PHASES)
         self.epoch = self.epoch if epoch is None else epoch
         self.step = self.step if step is None else step
         self.phase = self.phase if phase is None else phase
@@ -234,8 +217,7 @@ class Channel:
 
     def send(self, sender: str, receiver: str, kind: str, payload: Any, *, nbytes: int | None = None) -> None:
         """Send ``payload``; ``nbytes`` overrides its size when it travels encoded or compressed."""
-        if kind not in KINDS:
-            raise ConfigError(f"Invalid message kind {kind!r}; choose one of {', '.join(KINDS)}")
+        check_choice("message kind", kind, KINDS)
         if sender == receiver:
             raise ConfigError(f"party {sender!r} tried to send a {kind} to itself")
         wire = wire_copy(payload)
@@ -273,7 +255,7 @@ class Party:
         self.device = torch.device(device)
         self._features = dict(features or {})
         self._labels = dict(labels or {})
-        self._transform = transform or (lambda x: x)
+        self.transform: Callable[[torch.Tensor], torch.Tensor] = transform or (lambda x: x)
         held = {**self._labels, **self._features}
         unknown = sorted(set(ids or {}) - set(held))
         if unknown:
@@ -316,10 +298,6 @@ class Party:
     def holds_labels(self) -> bool:
         return bool(self._labels)
 
-    @property
-    def transform(self) -> Callable[[torch.Tensor], torch.Tensor]:
-        return self._transform
-
     def aligned(self, split: str = "train") -> bool:
         """Whether its sample ids of ``split`` are its rows (0..N-1 in order, as an aligned
         image party's): a batch of ids then indexes its data directly."""
@@ -330,6 +308,7 @@ class Party:
         return self._features[split]
 
     def held_labels(self, split: str = "train") -> torch.Tensor:
+        """Its labels of ``split`` where they were given; only a party that holds labels may call this."""
         if not self._labels:
             raise PermissionError(f"{self.name} holds no labels; only the active party does")
         return self._labels[split]
@@ -353,7 +332,9 @@ class Party:
     def n_samples(self, split: str = "train") -> int:
         return len(self._features[split]) if split in self._features else len(self._labels[split])
 
-    def _rows(self, split: str, ids: torch.Tensor | None, rows: torch.Tensor | None) -> torch.Tensor:
+    def _rows(self, split: str, ids: torch.Tensor | None, rows: torch.Tensor | None,
+              prechecked: bool | None = None) -> torch.Tensor:
+        """Positions of ``rows`` or of sample ``ids`` (``prechecked``: default :attr:`prechecked`)."""
         if rows is None and ids is None:
             raise ValueError("give either rows= (positions) or ids= (sample ids)")
         what, index = ("rows", rows) if rows is not None else ("sample ids", ids)
@@ -362,8 +343,9 @@ class Party:
         # checks the upper end (see _take).
         if index.dtype in (torch.bool, torch.uint8) or index.is_floating_point() or index.is_complex():
             raise PartitionError(f"{self.name}: {what} must be an integer tensor, got {index.dtype}")
+        prechecked = self.prechecked if prechecked is None else prechecked
         # ids under checked_batches were checked by check_ids; rows never are (check_ids takes ids)
-        if not (self.prechecked and rows is None) and index.numel() and int(index.min()) < 0:
+        if not (prechecked and rows is None) and index.numel() and int(index.min()) < 0:
             bad = index[index < 0][:5].tolist()
             raise PartitionError(f"{self.name} does not hold {what} {bad} of {split}: they are negative")
         if rows is not None:
@@ -374,7 +356,7 @@ class Party:
         # the lookup tables live on the host; an index on a device takes them there (no read back)
         sorted_ids, order = (t.to(ids.device) for t in lookup)
         pos = torch.searchsorted(sorted_ids, ids).clamp(max=len(sorted_ids) - 1)
-        if self.prechecked:  # every id was found by check_ids: no per-batch read back
+        if prechecked:  # every id was found by check_ids: no per-batch read back
             return order[pos]
         if not torch.equal(sorted_ids[pos], ids):
             missing = ids[sorted_ids[pos] != ids][:5].tolist()
@@ -387,22 +369,14 @@ class Party:
         rows of many batches at once with them."""
         ids = ids.cpu()
         self.check_ids(split, ids)
-        prechecked, self.prechecked = self.prechecked, True  # just checked
-        try:
-            return self._rows(split, ids, None)
-        finally:
-            self.prechecked = prechecked
+        return self._rows(split, ids, None, prechecked=True)
 
     def check_ids(self, split: str, ids: torch.Tensor) -> None:
         """Check once, on the host, that this party holds every sample id of ``ids`` (e.g. an
         epoch's batch order): batches cut from it may then be taken under :func:`checked_batches`
         without the per-batch checks, which would read a device index back at every batch."""
         ids = ids.cpu()  # a host tensor: the check reads values, and must not stall a device
-        prechecked, self.prechecked = self.prechecked, False  # this is the check: never skipped
-        try:
-            rows = self._rows(split, ids, None)
-        finally:
-            self.prechecked = prechecked
+        rows = self._rows(split, ids, None, prechecked=False)  # this is the check: never skipped
         held = self.n_samples(split)
         if rows.numel() and int(rows.max()) >= held:
             bad = ids[rows >= held][:5].tolist()
@@ -413,7 +387,7 @@ class Party:
         """A batch of this party's own features, transformed and on its device."""
         x = self._features[split]
         batch = x if rows is None and ids is None else self._take(x, split, ids, rows)
-        return self._transform(batch.to(self.device, non_blocking=True))
+        return self.transform(batch.to(self.device, non_blocking=True))
 
     def _take(self, x: torch.Tensor, split: str, ids: torch.Tensor | None, rows: torch.Tensor | None) -> torch.Tensor:
         index = self._rows(split, ids, rows).to(x.device)
@@ -425,13 +399,9 @@ class Party:
 
     def labels(self, split: str = "train", *, rows: torch.Tensor | None = None,
                ids: torch.Tensor | None = None) -> torch.Tensor:
-        """A batch of this party's own labels; only a party that holds labels may call this."""
-        if not self._labels:
-            raise PermissionError(f"{self.name} holds no labels; only the active party does")
-        y = self._labels[split]
-        if rows is None and ids is None:
-            return y.to(self.device)
-        return self._take(y, split, ids, rows).to(self.device)
+        """A batch of this party's own labels (:meth:`held_labels`), on its device."""
+        y = self.held_labels(split)
+        return (y if rows is None and ids is None else self._take(y, split, ids, rows)).to(self.device)
 
     def send(self, receiver: str | "Party", kind: str, payload: Any, *, nbytes: int | None = None) -> None:
         to = receiver.name if isinstance(receiver, Party) else receiver
@@ -440,7 +410,7 @@ class Party:
     def recv(self, sender: str | "Party", kind: str) -> Any:
         """Receive from another party through the channel, the payload moved to this device."""
         frm = sender.name if isinstance(sender, Party) else sender
-        return _map_tensors(self.channel.recv(self.name, frm, kind), lambda t: t.to(self.device))
+        return tree_map_only(torch.Tensor, lambda t: t.to(self.device), self.channel.recv(self.name, frm, kind))
 
 
 @contextmanager

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+from typing import Any, Sequence
+
 
 class VFLKitError(Exception):
     """Base class of every error vflkit raises on purpose."""
@@ -9,6 +12,12 @@ class VFLKitError(Exception):
 
 class ConfigError(VFLKitError, ValueError):
     """A configuration value is unknown, missing or out of range."""
+
+
+def check_choice(name: str, value: Any, choices: Sequence[str]) -> None:
+    """Raise :class:`ConfigError` unless ``value`` is one of ``choices``; the message lists them."""
+    if value not in choices:
+        raise ConfigError(f"Invalid {name} {value!r}; choose one of {', '.join(choices)}.")
 
 
 class DatasetNotFoundError(VFLKitError, FileNotFoundError):
@@ -50,8 +59,4 @@ class RecordWriteError(VFLKitError, OSError):
         self.saved_to = saved_to
 
     def __reduce__(self):  # keep the record across a process pool's pickling
-        return (_record_write_error, (str(self), self.record, self.saved_to))
-
-
-def _record_write_error(message: str, record: dict | None, saved_to: str | None) -> RecordWriteError:
-    return RecordWriteError(message, record=record, saved_to=saved_to)
+        return functools.partial(RecordWriteError, record=self.record, saved_to=self.saved_to), (str(self),)

@@ -22,29 +22,19 @@ Where this departs from reading the paper literally, and why:
 * With one passive party Eq. (5) has no pair, ``r_1 = 0``: :func:`check_passive_count` refuses
   that unless asked explicitly.
 
-Ring arithmetic runs in torch on the embeddings' device: ring elements are int64 tensors, and
-sums modulo 2^64 are taken on 32-bit halves (:func:`_wrapping_sum`), since int64 overflow is
-undefined behaviour in C++ that torch does not document. The masks come from the host PRG
-(``cryptography``'s AES-CTR, summed in numpy ``uint64``), drawn ahead by a prefetch thread.
-Checks computed on the device are read at once or collected (:class:`DeferredChecks`).
-``backend="numpy"`` is the host reference the torch path equals bit for bit. Every ring tensor is
-a :class:`RingTensor` carrying a :class:`RingTag`, so :func:`aggregate` refuses contributions that
-cannot cancel instead of decoding noise; NaN/inf and overflowing embeddings raise a
-:class:`~vflkit.errors.DivergenceError`.
+Ring arithmetic on the device, its deferred checks and the tags that let :func:`aggregate` refuse
+contributions that cannot cancel: docs/reliability-and-threat-model.md.
 
-Threat model
-------------
-The paper's: honest-but-curious parties, all K passive parties contributing every step (no
-dropout recovery), a private channel from each passive party to the active party. The active
-party learns only ``sum_k E_k`` (with K = 1, ``E_1``); a passive party learns the global
-embedding and, from its loss gradient ``dL_k/dR_k``, its batches' labels
-(:func:`vflkit.attacks.label_leakage`). A malicious active party (outside that model) can relay
-key pairs of its own and unmask any passive embedding, unless keys are signed (:class:`IdentityKey`,
-:class:`KeyDirectory`; VFedMH's ``authenticate_keys``); either way it can corrupt training
-(masking protects the embeddings' confidentiality, not training's integrity). Out of scope:
-label leakage, collusion, dropout, the directory's own authenticity and timing side channels.
-Seeded keys (``seed=``) protect nothing against whoever knows the seed. Message by message:
-docs/reliability-and-threat-model.md.
+Threat model (message by message: docs/reliability-and-threat-model.md): the paper's
+honest-but-curious parties, all K passive parties contributing every step (no dropout recovery),
+a private channel from each passive party to the active party. The active party learns only
+``sum_k E_k`` (with K = 1, ``E_1``); a passive party learns the global embedding and, from its
+loss gradient, its batches' labels (:func:`vflkit.attacks.label_leakage`). Unless keys are signed
+(:class:`IdentityKey`, :class:`KeyDirectory`; VFedMH's ``authenticate_keys``), a malicious active
+party can relay key pairs of its own and unmask any passive embedding; either way it can corrupt
+training (masking protects confidentiality, not integrity). Out of scope: label leakage,
+collusion, dropout, the directory's own authenticity and timing side channels. Seeded keys
+(``seed=``) protect nothing against whoever knows the seed.
 
 This module depends on nothing in vflkit but :mod:`vflkit.errors`.
 """
@@ -53,9 +43,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import secrets
-import threading
-import time
+import timeit
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -69,7 +59,7 @@ from cryptography.hazmat.primitives.asymmetric import ed25519, x25519
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from .errors import ConfigError, DivergenceError, SecurityError
+from .errors import ConfigError, DivergenceError, SecurityError, check_choice
 
 SCHEMES = ("x25519", "ffdh")
 MODES = ("per_entry", "literal_scalar")
@@ -92,10 +82,9 @@ class AggregationError(ConfigError):
 
 @dataclass(frozen=True)
 class RingTag:
-    """What a ring tensor carries so that :func:`aggregate` can check its use: its ring's
-    parameters and, once blinded, its passive party, the parties whose masks cancel with its own
-    (itself and its peers), and the ``round``/``step``/``mode`` of its masks. None of it is
-    secret: the active party knows all of it anyway."""
+    """What a ring tensor carries for :func:`aggregate`'s checks: its ring and, once blinded, its
+    party, the parties whose masks cancel with its own (itself and its peers) and its masks'
+    ``round``/``step``/``mode``; nothing secret (the active party knows all of it)."""
 
     scale_bits: int
     max_parties: int
@@ -105,28 +94,21 @@ class RingTag:
     step: int | None = None
     mode: str | None = None
 
-    def ring_text(self) -> str:
-        return f"FixedPointRing(scale_bits={self.scale_bits}, max_parties={self.max_parties})"
-
 
 def _tag_of(x: torch.Tensor) -> RingTag | None:
     return x.ring_tag if isinstance(x, RingTensor) else None
 
 
 class RingTensor(torch.Tensor):
-    """An int64 ring tensor (``encode``/``blind`` output) that carries its :class:`RingTag`.
-
-    It is an ordinary ``torch.Tensor`` for every reader (``numpy()``, ``torch.equal``, a
-    channel's byte count). Copies (``clone``, ``detach``, ``to``, ...) keep the tag, so it
-    survives :mod:`vflkit.comm`'s channel; any other operation returns a plain tensor, because
-    a new value is no longer what the tag describes.
-    """
+    """An int64 ring tensor (``encode``/``blind`` output), an ordinary ``torch.Tensor`` to every
+    reader, that carries its :class:`RingTag`. Copies (``clone``, ``detach``, ``to``, ...) keep
+    the tag, so it survives the channel; any other operation returns a plain tensor (a new value
+    is not what the tag describes)."""
 
     ring_tag: RingTag
 
     @staticmethod
     def wrap(x: torch.Tensor, tag: RingTag) -> RingTensor:
-        """``x`` (int64) viewed as a RingTensor tagged ``tag``."""
         out = x.as_subclass(RingTensor)
         out.ring_tag = tag
         return out
@@ -143,16 +125,13 @@ class RingTensor(torch.Tensor):
     def __deepcopy__(self, memo: dict) -> RingTensor:
         return RingTensor.wrap(self.as_subclass(torch.Tensor).clone(), self.ring_tag)
 
-    def __reduce_ex__(self, proto: int) -> Any:
-        # pickled as a plain tensor plus its tag (torch.save, multiprocessing)
+    def __reduce_ex__(self, proto: int) -> Any:  # pickled as a plain tensor plus its tag (torch.save, multiprocessing)
         return RingTensor.wrap, (self.as_subclass(torch.Tensor), self.ring_tag)
 
 
 # The operations that copy or move a tensor without changing its values.
-_TAG_KEEPING = frozenset({
-    torch.Tensor.clone, torch.Tensor.detach, torch.Tensor.to, torch.Tensor.cpu, torch.Tensor.cuda,
-    torch.Tensor.contiguous, torch.Tensor.detach_, torch.clone, torch.detach,
-})
+_TAG_KEEPING = frozenset({torch.Tensor.clone, torch.Tensor.detach, torch.Tensor.to, torch.Tensor.cpu, torch.Tensor.cuda,
+                          torch.Tensor.contiguous, torch.Tensor.detach_, torch.clone, torch.detach})
 
 #: Ring backends: "torch" computes on the embeddings' device; "numpy" on the host in uint64,
 #: the reference the torch path is tested against.
@@ -190,11 +169,9 @@ def run_checks(checks: Sequence[tuple[torch.Tensor, CheckReader]]) -> None:
     """Read ``checks`` back in one transfer and call each reader in order (the first bad one raises)."""
     if not checks:
         return
-    values = torch.cat([v.reshape(-1).to(torch.float64) for v, _ in checks]).tolist()
-    start = 0
+    values = iter(torch.cat([v.reshape(-1).to(torch.float64) for v, _ in checks]).tolist())
     for v, reader in checks:
-        reader(values[start:start + v.numel()])
-        start += v.numel()
+        reader(list(itertools.islice(values, v.numel())))
 
 
 def _verify(checks: DeferredChecks | None, values: torch.Tensor, reader: CheckReader) -> None:
@@ -211,16 +188,13 @@ _HALF = 1 << 32
 
 def _wrapping_sum(terms: Sequence[torch.Tensor]) -> torch.Tensor:
     """The sum of int64 ring tensors modulo 2^64, bit for bit numpy's uint64 sum, with no int64
-    overflow: each term is ``hi * 2^32 + lo`` (``lo`` in [0, 2^32), ``hi`` in [-2^31, 2^31)); under
-    2^30 terms both sums stay in range, the carry moves to ``hi``, which is reduced modulo 2^32."""
+    overflow (undefined behaviour in C++, which torch does not document): each term is
+    ``hi * 2^32 + lo`` (``lo`` in [0, 2^32), ``hi`` in [-2^31, 2^31)); under 2^30 terms both sums
+    stay in range, the carry moves to ``hi``, which is reduced modulo 2^32."""
     if not terms:
         raise ConfigError("_wrapping_sum needs at least one term.")
-    lo = terms[0] & _LOW
-    hi = terms[0] >> 32
-    for t in terms[1:]:
-        lo = lo + (t & _LOW)
-        hi = hi + (t >> 32)
-    hi = hi + (lo >> 32)
+    lo = sum((t & _LOW for t in terms[1:]), terms[0] & _LOW)
+    hi = sum((t >> 32 for t in terms[1:]), terms[0] >> 32) + (lo >> 32)
     hi = ((hi + (1 << 31)) & _LOW) - (1 << 31)
     return hi * _HALF + (lo & _LOW)
 
@@ -244,14 +218,10 @@ def _ring_tensor(x: torch.Tensor, what: str, ring: FixedPointRing | None = None)
     if ring is not None and tag is not None and (tag.scale_bits, tag.max_parties) != ring.params:
         # Another scale reads as another value and another max_parties as another range: the
         # sum would decode to garbage without any other sign.
-        raise AggregationError(f"{what} was encoded in {tag.ring_text()}, but it is read with {ring!r}; every party "
-                               "must encode with one ring: build one FixedPointRing and give it to all of them.")
+        raise AggregationError(f"{what} was encoded in FixedPointRing(scale_bits={tag.scale_bits}, max_parties="
+                               f"{tag.max_parties}), but it is read with {ring!r}; every party must encode with one "
+                               "ring: build one FixedPointRing and give it to all of them.")
     return x.detach().as_subclass(torch.Tensor)
-
-
-def _check_backend(backend: str) -> None:
-    if backend not in BACKENDS:
-        raise ConfigError(f"Invalid backend {backend!r}; choose one of {', '.join(BACKENDS)}.")
 
 
 # RFC 3526 group 14 (2048-bit MODP), a safe prime with generator 2: fixed, standard parameters
@@ -266,9 +236,7 @@ _MODP14_P = int(
     "98DA48361C55D39A69163FA8FD24CF5F83655D23DCA3AD961C62F356208552BB"
     "9ED529077096966D670C354E4ABC9804F1746C08CA18217C32905E462E36CE3B"
     "E39E772C180E86039B2783A2EC07A28FB5C55DF06F4C52C9DE2BCBF695581718"
-    "3995497CEA956AE515D2261898FA051015728E5A8AACAA68FFFFFFFFFFFFFFFF",
-    16,
-)
+    "3995497CEA956AE515D2261898FA051015728E5A8AACAA68FFFFFFFFFFFFFFFF", 16)
 _MODP14_G = 2
 _FFDH_PUBLIC_BYTES = 256
 _X25519_PUBLIC_BYTES = 32
@@ -291,20 +259,16 @@ def check_passive_count(n_passive: int, *, allow_insecure: bool = False) -> None
         raise ConfigError(f"n_passive must be a non-negative integer, got {n_passive!r}.")
     if n_passive >= 2 or allow_insecure:
         return
-    if n_passive == 1:
-        why = ("with one passive party Eq. (5) has no other party to share a key with, so its "
-               "blinding factor is r_1 = 0 and the active party reads E_1 in the clear")
-    else:
-        why = "there is no passive party, so there is no embedding to protect"
+    why = ("with one passive party Eq. (5) has no other party to share a key with, so its blinding factor is "
+           "r_1 = 0 and the active party reads E_1 in the clear" if n_passive == 1
+           else "there is no passive party, so there is no embedding to protect")
     raise SecurityError(f"Secure embedding aggregation needs at least 2 passive parties, got {n_passive}: {why}. "
                         "Add a passive party, or pass allow_insecure=True if you accept that the active party "
                         "sees the plain embedding.")
 
 
 def _check_counter(name: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not (
-        0 <= value < _MAX_COUNTER
-    ):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value < _MAX_COUNTER:
         raise ConfigError(f"{name} must be an integer in [0, 2**32), got {value!r}.")
     return int(value)
 
@@ -328,10 +292,8 @@ def _zeros(n_bytes: int) -> memoryview:
 
 
 def _to_torch(ring_u64: np.ndarray, device: torch.device | str = "cpu") -> torch.Tensor:
-    array = np.asarray(ring_u64)  # ufuncs on 0-d arrays return numpy scalars
-    if not (array.flags.c_contiguous and array.flags.writeable):
-        array = array.copy()
-    out = torch.from_numpy(array.view(np.int64))
+    # np.require: an array (ufuncs on 0-d arrays return numpy scalars) that torch can share
+    out = torch.from_numpy(np.require(ring_u64, requirements=["C", "W"]).view(np.int64))
     return out if torch.device(device).type == "cpu" else out.to(device)
 
 
@@ -340,6 +302,7 @@ def _to_ring(x: torch.Tensor, what: str, ring: FixedPointRing | None = None) -> 
     return _ring_tensor(x, what, ring).cpu().numpy().view(np.uint64)
 
 
+@dataclass(frozen=True, kw_only=True)
 class FixedPointRing:
     """Fixed-point encoding of real embeddings into the ring Z_(2^64) (int64 bit patterns):
     ``encode(x) = round(x * 2**scale_bits)``, sums wrap modulo 2^64, ``decode`` reads two's
@@ -355,33 +318,24 @@ class FixedPointRing:
         at the defaults) so that C of them cannot overflow int64. The paper uses up to 10 parties.
     """
 
-    def __init__(self, *, scale_bits: int = 16, max_parties: int = 1024) -> None:
+    scale_bits: int = 16
+    max_parties: int = 1024
+
+    def __post_init__(self) -> None:
+        scale_bits, max_parties = self.scale_bits, self.max_parties
         if isinstance(scale_bits, bool) or not isinstance(scale_bits, int) or not 0 <= scale_bits <= 52:
             raise ConfigError(f"scale_bits must be an integer in [0, 52], got {scale_bits!r}.")
         if isinstance(max_parties, bool) or not isinstance(max_parties, int) or not 1 <= max_parties <= 2**20:
             raise ConfigError(f"max_parties must be an integer in [1, 2**20], got {max_parties!r}.")
-        self.scale_bits = scale_bits
-        self.max_parties = max_parties
-        self._scale = float(2**scale_bits)
+        object.__setattr__(self, "_scale", float(2**scale_bits))
         # The largest float64 integer q with max_parties * q <= 2**63 - 1: float(q) may round up.
         q_max = (2**63 - 1) // max_parties
         q_max_f = float(q_max)
-        if q_max_f > q_max:
-            q_max_f = float(np.nextafter(q_max_f, 0.0))
-        self._q_max = q_max_f
-
-    def __repr__(self) -> str:
-        return f"FixedPointRing(scale_bits={self.scale_bits}, max_parties={self.max_parties})"
+        object.__setattr__(self, "_q_max", float(np.nextafter(q_max_f, 0.0)) if q_max_f > q_max else q_max_f)
 
     @property
     def params(self) -> tuple[int, int]:
         return self.scale_bits, self.max_parties
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, FixedPointRing) and other.params == self.params
-
-    def __hash__(self) -> int:
-        return hash(self.params)
 
     def _tag(self, **provenance: Any) -> RingTag:
         return RingTag(self.scale_bits, self.max_parties, **provenance)
@@ -417,20 +371,18 @@ class FixedPointRing:
         ``|x|`` beyond :attr:`max_abs` and the default ring's limit (the model diverged), and
         ConfigError where only this ring's settings leave too little room.
         """
-        _check_backend(backend)
-        if backend == "numpy":
-            return RingTensor.wrap(_to_torch(self._encode_numpy(x), x.device), self._tag())
-        return RingTensor.wrap(self._encode(x, checks=checks), self._tag())
+        check_choice("backend", backend, BACKENDS)
+        encoded = _to_torch(self._encode_numpy(x), x.device) if backend == "numpy" else self._encode(x, checks=checks)
+        return RingTensor.wrap(encoded, self._tag())
 
     def decode(self, x: torch.Tensor, *, dtype: torch.dtype = torch.float32, backend: str = "torch") -> torch.Tensor:
         """An int64 ring tensor (a sum of encodings) as reals, where ``x`` lies; a
         :class:`RingTensor` of another ring setting is refused (:class:`AggregationError`)."""
-        _check_backend(backend)
-        if backend == "numpy":
-            values = _to_ring(x, "decode's input", self).view(np.int64).astype(np.float64) / self._scale
-            return torch.from_numpy(np.asarray(values)).to(device=x.device, dtype=dtype)
+        check_choice("backend", backend, BACKENDS)
+        ring = (torch.from_numpy(_to_ring(x, "decode's input", self).view(np.int64)) if backend == "numpy"
+                else _ring_tensor(x, "decode's input", self))
         # int64 -> float64 rounds to nearest even, as numpy's astype; dividing by 2**s is exact
-        return (_ring_tensor(x, "decode's input", self).to(torch.float64) / self._scale).to(dtype)
+        return (ring.to(torch.float64) / self._scale).to(device=x.device, dtype=dtype)
 
     @staticmethod
     def _check_real(x: torch.Tensor) -> None:
@@ -466,10 +418,9 @@ class FixedPointRing:
         """Raise what an encoding's ``[NaN/inf count, max |x * 2**s|]`` calls for, if anything."""
         bad, largest = values
         if bad:
-            raise NonFiniteEmbeddingError(
-                f"{who} got NaN or infinite embedding values ({int(bad)} of {size} entries): the model "
-                "diverged; lower the learning rate or clip gradients before aggregating."
-            )
+            raise NonFiniteEmbeddingError(f"{who} got NaN or infinite embedding values ({int(bad)} of {size} entries): "
+                                          "the model diverged; lower the learning rate or clip gradients before "
+                                          "aggregating.")
         if float(np.rint(largest)) <= self._q_max:
             return
         worst = largest / self._scale
@@ -480,27 +431,19 @@ class FixedPointRing:
             raise ConfigError(f"{who}: embedding magnitude {worst:.4g} exceeds {limit}. The default ring "
                               f"(scale_bits=16, max_parties=1024) holds up to {_DEFAULT_MAX_ABS:.4g}: use fewer "
                               "scale_bits or a smaller max_parties.")
-        raise EmbeddingOverflowError(
-            f"{who}: embedding magnitude {worst:.4g} exceeds {limit}: the model diverged (its "
-            "embeddings grew without bound); lower the learning rate of that party or clip gradients."
-        )
+        raise EmbeddingOverflowError(f"{who}: embedding magnitude {worst:.4g} exceeds {limit}: the model diverged (its "
+                                     "embeddings grew without bound); lower the learning rate of that party or clip "
+                                     "gradients.")
 
 
 #: Beyond the default ring's limit (about 1.37e11) an embedding is a diverged model's.
 _DEFAULT_MAX_ABS = FixedPointRing().max_abs
 
 
-_PREFETCHER: ThreadPoolExecutor | None = None
-_PREFETCHER_LOCK = threading.Lock()
-
-
+@functools.cache
 def _prefetcher() -> ThreadPoolExecutor:
     """The one background thread (per process) that computes prefetched blinding factors."""
-    global _PREFETCHER
-    with _PREFETCHER_LOCK:
-        if _PREFETCHER is None:
-            _PREFETCHER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vflkit-masks")
-        return _PREFETCHER
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="vflkit-masks")
 
 
 def _bundle_message(scheme: str, party: int, run: str, agreement: int, public_key: bytes) -> bytes:
@@ -513,13 +456,13 @@ def _bundle_message(scheme: str, party: int, run: str, agreement: int, public_ke
     ))
 
 
-def _check_party_seed(party: Any, seed: Any) -> int:
-    """``party`` checked as a passive party's index (>= 1), and ``seed`` as an integer or None."""
+def _private_bytes(label: str, party: Any, seed: Any) -> bytes:
+    """``party``'s (checked: >= 1) 32-byte private key: the OS's randomness, or ``SHA-256(label, seed, party)``."""
     if isinstance(party, bool) or not isinstance(party, int) or party < 1:
         raise ConfigError(f"party must be a passive party's index 1..K (>= 1), got {party!r}.")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise ConfigError(f"seed must be an integer or None, got {seed!r}.")
-    return party
+    return secrets.token_bytes(32) if seed is None else hashlib.sha256(f"{label}|{seed}|{party}".encode()).digest()
 
 
 def _check_run(run: Any) -> str:
@@ -538,12 +481,9 @@ class IdentityKey:
     """
 
     def __init__(self, party: int, *, seed: int | None = None) -> None:
-        self.party = _check_party_seed(party, seed)
-        if seed is None:
-            self._private = ed25519.Ed25519PrivateKey.generate()
-        else:
-            material = hashlib.sha256(f"vflkit-identity-key|{seed}|{party}".encode()).digest()
-            self._private = ed25519.Ed25519PrivateKey.from_private_bytes(material)
+        raw = _private_bytes("vflkit-identity-key", party, seed)
+        self.party = party
+        self._private = ed25519.Ed25519PrivateKey.from_private_bytes(raw)
 
     def __repr__(self) -> str:
         return f"IdentityKey(party={self.party})"
@@ -624,34 +564,26 @@ class BlindingKeys:
     """
 
     def __init__(self, party: int, *, scheme: str = "x25519", seed: int | None = None) -> None:
-        _check_party_seed(party, seed)
-        if scheme not in SCHEMES:
-            raise ConfigError(f"Invalid scheme {scheme!r}; choose one of {', '.join(SCHEMES)}.")
+        raw = _private_bytes(f"vflkit-blinding-key|{scheme}", party, seed)
+        check_choice("scheme", scheme, SCHEMES)
         self.party = party
         self.scheme = scheme
-        material = None
-        if seed is not None:
-            material = hashlib.sha256(f"vflkit-blinding-key|{scheme}|{seed}|{party}".encode()).digest()
         if scheme == "x25519":
-            self._private = (x25519.X25519PrivateKey.from_private_bytes(material)
-                             if material is not None else x25519.X25519PrivateKey.generate())
+            self._private = x25519.X25519PrivateKey.from_private_bytes(raw)
             self._public = self._private.public_key().public_bytes_raw()
         else:
             # A 256-bit exponent is the usual size for group 14 (>= 2x its ~112-bit strength,
             # NIST SP 800-56A) and keeps pow() fast.
-            raw = material if material is not None else secrets.token_bytes(32)
             self._private = 2 + int.from_bytes(raw, "big")
-            y = pow(_MODP14_G, self._private, _MODP14_P)
-            self._public = y.to_bytes(_FFDH_PUBLIC_BYTES, "big")
+            self._public = pow(_MODP14_G, self._private, _MODP14_P).to_bytes(_FFDH_PUBLIC_BYTES, "big")
         self._agreed = False
         self._ciphers: dict[int, algorithms.AES] = {}
-        self._pair_keys: dict[int, bytes] = {}
         self._literal: dict[int, int] = {}
         self._used: set[tuple[int, int]] = set()
         self._ahead: tuple[tuple[tuple[int, ...], int, int], Future] | None = None
 
     def __repr__(self) -> str:
-        return f"BlindingKeys(party={self.party}, scheme={self.scheme!r}, peers={sorted(self._pair_keys)})"
+        return f"BlindingKeys(party={self.party}, scheme={self.scheme!r}, peers={list(self.peers)})"
 
     def public_key(self) -> bytes:
         """The bytes to send to the active party (32 for x25519, 256 for ffdh)."""
@@ -671,7 +603,7 @@ class BlindingKeys:
 
     @property
     def peers(self) -> tuple[int, ...]:
-        return tuple(sorted(self._pair_keys))
+        return tuple(sorted(self._ciphers))
 
     def agree(self, peers: dict[int, bytes], *, allow_insecure: bool = False,
               directory: KeyDirectory | None = None, agreement: int = 0) -> None:
@@ -697,7 +629,7 @@ class BlindingKeys:
         if directory is not None:
             peers = self._verified(peers, directory, agreement)
         check_passive_count(len(peers) + 1, allow_insecure=allow_insecure)
-        ciphers, pair_keys, literal = {}, {}, {}
+        ciphers, literal = {}, {}
         for j, pk in peers.items():
             secret = self._exchange(j, bytes(pk))
             lo, hi = sorted((self.party, j))
@@ -705,10 +637,9 @@ class BlindingKeys:
             # One HKDF output: 32 bytes of CK_{k,j} for the AES stream, 8 for the literal H(CK),
             # so the insecure literal variant never reuses any key material of the real one.
             okm = HKDF(algorithm=hashes.SHA256(), length=40, salt=None, info=info).derive(secret)
-            pair_keys[j] = okm[:32]
             ciphers[j] = algorithms.AES(okm[:32])
             literal[j] = int.from_bytes(okm[32:], "little")
-        self._ciphers, self._pair_keys, self._literal = ciphers, pair_keys, literal
+        self._ciphers, self._literal = ciphers, literal
         self._agreed = True
 
     def _verified(self, peers: dict[int, bytes], directory: KeyDirectory, agreement: int) -> dict[int, bytes]:
@@ -728,12 +659,11 @@ class BlindingKeys:
 
     def _exchange(self, j: int, pk: bytes) -> bytes:
         try:
+            expected = _X25519_PUBLIC_BYTES if self.scheme == "x25519" else _FFDH_PUBLIC_BYTES
+            if len(pk) != expected:
+                raise ValueError(f"{len(pk)} bytes, expected {expected}")
             if self.scheme == "x25519":
-                if len(pk) != _X25519_PUBLIC_BYTES:
-                    raise ValueError(f"{len(pk)} bytes, expected {_X25519_PUBLIC_BYTES}")
                 return self._private.exchange(x25519.X25519PublicKey.from_public_bytes(pk))
-            if len(pk) != _FFDH_PUBLIC_BYTES:
-                raise ValueError(f"{len(pk)} bytes, expected {_FFDH_PUBLIC_BYTES}")
             y = int.from_bytes(pk, "big")
             # For a safe-prime group the range check is the required validation (RFC 7919 sec.
             # 5.1); the full subgroup test would guard only the private exponent's parity.
@@ -742,15 +672,13 @@ class BlindingKeys:
             # Padded to the size of p, as RFC 2631 and TLS do, so both sides hash the same bytes.
             return pow(y, self._private, _MODP14_P).to_bytes(_FFDH_PUBLIC_BYTES, "big")
         except (ValueError, UnsupportedAlgorithm) as exc:  # cryptography raises ValueError
-            raise ConfigError(
-                f"public key of party {j} is not a valid {self.scheme} public key ({exc}); every "
-                f"passive party must use scheme={self.scheme!r} and send public_key() unchanged."
-            ) from exc
+            raise ConfigError(f"public key of party {j} is not a valid {self.scheme} public key ({exc}); every passive "
+                              f"party must use scheme={self.scheme!r} and send public_key() unchanged.") from exc
 
     def shared_key(self, peer: int) -> bytes:
         """``CK_{k,peer}``, the 32-byte key this party shares with ``peer``. Secret: never send it."""
         self._require(peer)
-        return self._pair_keys[peer]
+        return self._ciphers[peer].key
 
     def mask_stream(self, peer: int, shape: Sequence[int] | int, *, round: int, step: int) -> torch.Tensor:
         """``PRG(CK_{k,peer})``: one uniform int64 per entry of ``shape``, AES-256-CTR keyed by
@@ -762,7 +690,7 @@ class BlindingKeys:
         """``r_k`` of Eq. (5), one mask per entry (int64, CPU): the same for the same
         ``(round, step)``, and the K parties' factors sum to exactly 0 in the ring."""
         shape = _shape(shape)
-        self._require_agreed()
+        self._require()
         ahead, self._ahead = self._ahead, None
         if ahead is not None and ahead[0] == (shape, round, step):
             return ahead[1].result()
@@ -773,19 +701,14 @@ class BlindingKeys:
         (it depends on no data), off the training step's critical path; ``pin_memory`` leaves it
         in pinned host memory for a GPU. A later call for another shape or counter discards it."""
         shape = _shape(shape)
-        self._require_agreed()
+        self._require()
         self._ahead = ((shape, round, step),
                        _prefetcher().submit(self._blinding_factor, shape, round, step, pin_memory))
 
-    def _blinding_factor(self, shape: tuple[int, ...], round: int, step: int,
-                         pin_memory: bool = False) -> torch.Tensor:
+    def _blinding_factor(self, shape: tuple[int, ...], round: int, step: int, pin_memory: bool = False) -> torch.Tensor:
         r = np.zeros(shape, dtype=np.uint64)
-        for j in self._ciphers:
-            stream = self._stream(j, shape, round, step)
-            if self.party > j:
-                r -= stream
-            else:
-                r += stream
+        for j in self._ciphers:  # s(k, j) of Eq. (5), wrapping modulo 2^64
+            (np.subtract if self.party > j else np.add)(r, self._stream(j, shape, round, step), out=r)
         out = _to_torch(r)
         return out.pin_memory() if pin_memory else out
 
@@ -793,7 +716,7 @@ class BlindingKeys:
         """INSECURE, for demonstration only: Eq. (5) read literally, ``sum_{j != k} s(k, j)
         H(CK_{k,j})`` as one 0-d int64 added to every entry in every round: it cancels, but
         leaves all differences between entries of an embedding in the clear."""
-        self._require_agreed()
+        self._require()
         r = sum(-h if self.party > j else h for j, h in self._literal.items()) % 2**64
         return _to_torch(np.array(r, dtype=np.uint64))
 
@@ -808,15 +731,14 @@ class BlindingKeys:
         encryptor.update_into(_zeros(8 * n), out.view(np.uint8))
         return out[:n].reshape(shape)
 
-    def _require_agreed(self) -> None:
+    def _require(self, peer: int | None = None) -> None:
+        """Raise unless the keys are agreed (and one shared with ``peer``)."""
         if not self._agreed:
             raise ConfigError(f"party {self.party} has no shared keys yet; call agree() with the other passive "
                               "parties' public keys first.")
-
-    def _require(self, peer: int) -> None:
-        if peer not in self._ciphers:
+        if peer is not None and peer not in self._ciphers:
             raise ConfigError(f"party {self.party} shares no key with party {peer!r}; known peers: "
-                              f"{list(self.peers) or 'none (call agree() first)'}.")
+                              f"{list(self.peers) or 'none'}.")
 
     def _mark_used(self, round: int, step: int) -> None:
         key = (_check_counter("round", round), _check_counter("step", step))
@@ -840,21 +762,19 @@ def blind(embedding: torch.Tensor, keys: BlindingKeys, *, ring: FixedPointRing, 
     :meth:`BlindingKeys.literal_blinding_factor` instead (INSECURE, the leak's demonstration).
     ``checks`` and ``backend`` as :meth:`FixedPointRing.encode`.
     """
-    if mode not in MODES:
-        raise ConfigError(f"Invalid mode {mode!r}; choose one of {', '.join(MODES)}.")
+    check_choice("mode", mode, MODES)
     if not isinstance(keys, BlindingKeys):
         raise ConfigError(f"keys must be a BlindingKeys, got {type(keys).__name__}.")
     if not isinstance(ring, FixedPointRing):
         raise ConfigError(f"ring must be a FixedPointRing, got {type(ring).__name__}.")
-    _check_backend(backend)
+    check_choice("backend", backend, BACKENDS)
     who = f"blind (passive party {keys.party})"
-    # encoded (and checked, unless deferred) before the mask is used: a refused embedding
-    # leaves its (round, step) free
+    # encoded (and checked, unless deferred) before the mask is used: a refused embedding leaves its (round, step) free
     encoded = ring._encode_numpy(embedding, who) if backend == "numpy" else ring._encode(embedding, who, checks)
     if mode == "literal_scalar":
         r = keys.literal_blinding_factor()
     else:
-        keys._require_agreed()
+        keys._require()
         keys._mark_used(round, step)
         r = keys.blinding_factor(tuple(encoded.shape), round=round, step=step)
     tag = ring._tag(party=keys.party, parties=tuple(sorted({keys.party, *keys.peers})),
@@ -896,62 +816,44 @@ def aggregate(active_embedding: torch.Tensor | None, blinded: Sequence[torch.Ten
                                + (" + the active embedding" if active_embedding is not None else "")
                                + f") for n_parties={n}: each party contributes one embedding, so some contribution is "
                                "repeated or n_parties is wrong; pass each passive party's blinded embedding once.")
-    shapes = {tuple(b.shape) for b in blinded}
-    if active_embedding is not None:
-        shapes.add(tuple(active_embedding.shape))
+    shapes = {tuple(t.shape) for t in [*blinded, active_embedding] if t is not None}
     if len(shapes) > 1:
         raise ConfigError(f"all embeddings must have one shape to be aggregated, got {sorted(shapes)}.")
     shape = shapes.pop()
-    _check_backend(backend)
+    check_choice("backend", backend, BACKENDS)
     device = active_embedding.device if active_embedding is not None else blinded[0].device
     if active_embedding is not None and not active_embedding.is_floating_point():
         raise ConfigError(f"active_embedding must be a float tensor, got {active_embedding.dtype}.")
-    if backend == "numpy":
-        return _aggregate_numpy(active_embedding, blinded, ring=ring, n=n, shape=shape, device=device, dtype=dtype)
+    host = backend == "numpy"  # the host reference: the ring sum in numpy uint64, every check read at once
+    checks = None if host else checks
     active = None
     if active_embedding is not None:
-        active = active_embedding.detach().to(torch.float64)
+        active = active_embedding.detach().to("cpu" if host else device, torch.float64)
         if active.numel():
             _verify(checks, torch.isfinite(active).logical_not().sum().to(torch.float64).reshape(1),
                     _read_active_check)
-    parts = [_onto(_ring_tensor(b, f"blinded embedding {i}", ring), device) for i, b in enumerate(blinded)]
-    ring_sum = _wrapping_sum(parts) if parts else torch.zeros(shape, dtype=torch.int64, device=device)
+    if host:
+        ring_u64 = np.zeros(shape, dtype=np.uint64)
+        for i, b in enumerate(blinded):
+            ring_u64 += _to_ring(b, f"blinded embedding {i}", ring)
+        ring_sum = torch.from_numpy(ring_u64.view(np.int64))
+    else:
+        parts = [_onto(_ring_tensor(b, f"blinded embedding {i}", ring), device) for i, b in enumerate(blinded)]
+        ring_sum = _wrapping_sum(parts) if parts else torch.zeros(shape, dtype=torch.int64, device=device)
     _check_contributions(blinded)
     _check_cancelled(ring_sum, len(blinded), ring, untagged=any(_tag_of(b) is None for b in blinded),
                      checks=checks)
-    # the numpy backend's operations in its order, each correctly rounded in float64 on any
-    # device: int64 -> float64, / 2**s (exact), + E_a, / C
+    # int64 -> float64, / 2**s (exact), + E_a, / C: each correctly rounded in float64 on any device
     total = ring_sum.to(torch.float64) / ring._scale
     if active is not None:
         total = total + active
-    return (total / n).to(dtype)
+    return (total / n).to(device=device, dtype=dtype)
 
 
 def _read_active_check(values: list[float]) -> None:
     if values[0]:
         raise NonFiniteEmbeddingError("aggregate got an active embedding with NaN or infinite values: the active "
                                       "party's model diverged; lower the learning rate or clip gradients.")
-
-
-def _aggregate_numpy(active_embedding: torch.Tensor | None, blinded: list[torch.Tensor], *, ring: FixedPointRing,
-                     n: int, shape: tuple[int, ...], device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    """:func:`aggregate` on the host in numpy uint64: the reference the torch backend equals."""
-    active_host: np.ndarray | None = None
-    if active_embedding is not None:
-        # One copy to the host, which the sum below needs anyway; checked there, so a device
-        # embedding costs one read back rather than two (a bool() of a device flag, then the copy).
-        active_host = active_embedding.detach().to("cpu", torch.float64).numpy()
-        _read_active_check([float((~np.isfinite(active_host)).sum())])
-    ring_sum = np.zeros(shape, dtype=np.uint64)
-    for i, b in enumerate(blinded):
-        ring_sum += _to_ring(b, f"blinded embedding {i}", ring)
-    _check_contributions(blinded)
-    _check_cancelled(torch.from_numpy(ring_sum.view(np.int64)), len(blinded), ring,
-                     untagged=any(_tag_of(b) is None for b in blinded))
-    total = ring_sum.view(np.int64).astype(np.float64) / ring._scale
-    if active_host is not None:
-        total = total + active_host
-    return torch.from_numpy(np.asarray(total / n)).to(device=device, dtype=dtype)
 
 
 def _check_contributions(blinded: list[torch.Tensor]) -> None:
@@ -982,11 +884,9 @@ def _check_contributions(blinded: list[torch.Tensor]) -> None:
                                    "cancel. Aggregate the embeddings of one step together.")
     missing = sorted(set(first.parties) - set(by_party))
     if missing:
-        raise AggregationError(
-            f"no blinded embedding from passive part{'y' if len(missing) == 1 else 'ies'} {missing} "
-            f"(got {sorted(by_party)} of {list(first.parties)}): without every party's mask the sum is "
-            "noise. Pass every passive party's blinded embedding of this step."
-        )
+        raise AggregationError(f"no blinded embedding from passive part{'y' if len(missing) == 1 else 'ies'} {missing} "
+                               f"(got {sorted(by_party)} of {list(first.parties)}): without every party's mask the "
+                               "sum is noise. Pass every passive party's blinded embedding of this step.")
 
 
 #: The largest chance an untagged aggregation with a contribution missing may pass the range
@@ -1006,20 +906,19 @@ def _check_cancelled(ring_sum: torch.Tensor, k: int, ring: FixedPointRing, *, un
     if untagged:
         per_entry = min(1.0, (2 * limit + 1) / 2.0 ** 64)
         if per_entry ** size > UNTAGGED_MISS_BOUND:
-            raise AggregationError(
-                f"{size} entries of untagged blinded embeddings are too few to verify that every "
-                "passive party's contribution is present (a missing one would pass the range check with "
-                f"probability {per_entry ** size:.1e}); pass the tagged tensors blind() returns")
+            raise AggregationError(f"{size} entries of untagged blinded embeddings are too few to verify that every "
+                                   "passive party's contribution is present (a missing one would pass the range "
+                                   f"check with probability {per_entry ** size:.1e}); pass the tagged tensors "
+                                   "blind() returns")
     outside = ((ring_sum > limit) | (ring_sum < -limit)).sum().to(torch.float64).reshape(1)
 
     def read(values: list[float]) -> None:
         if values[0]:
-            raise AggregationError(
-                f"the sum of the {k} blinded embeddings lies outside what {k} encodings in {ring!r} can reach "
-                f"in {int(values[0])} of {size} entries: the blinding factors did not cancel. A passive "
-                "party's contribution is missing, repeated, or from another step, key agreement or ring; pass "
-                "each passive party's blinded embedding of one step exactly once."
-            )
+            raise AggregationError(f"the sum of the {k} blinded embeddings lies outside what {k} encodings in {ring!r} "
+                                   f"can reach in {int(values[0])} of {size} entries: the blinding factors did not "
+                                   "cancel. A passive party's contribution is missing, repeated, or from another "
+                                   "step, key agreement or ring; pass each passive party's blinded embedding of one "
+                                   "step exactly once.")
 
     _verify(checks, outside, read)
 
@@ -1031,21 +930,15 @@ def benchmark_masking(*, n_passive: int = 10, shape: Sequence[int] = (128, 128),
     check_passive_count(n_passive)
     ring = FixedPointRing()
     keys = {k: BlindingKeys(k, scheme=scheme, seed=k) for k in range(1, n_passive + 1)}
-    publics = {k: kp.public_key() for k, kp in keys.items()}
     for k, kp in keys.items():
-        kp.agree({j: pk for j, pk in publics.items() if j != k})
+        kp.agree({j: other.public_key() for j, other in keys.items() if j != k})
     gen = torch.Generator().manual_seed(0)
     embedding = torch.randn(tuple(shape), generator=gen)
     counter = iter(range(2**31))
 
     def median_ms(fn) -> float:
         fn()  # warm-up
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-        return 1e3 * float(np.median(times))
+        return 1e3 * float(np.median(timeit.repeat(fn, repeat=repeats, number=1)))
 
     blinded = [blind(embedding, kp, ring=ring, round=0, step=0) for kp in keys.values()]
     return {

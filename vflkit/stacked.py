@@ -21,7 +21,7 @@ from torch.func import functional_call, stack_module_state, vmap
 from torchvision.models.resnet import BasicBlock, Bottleneck
 
 from .comm import KINDS, Channel, payload_nbytes, wire_copy
-from .errors import ConfigError
+from .errors import ConfigError, check_choice
 from .models import PartyModel
 
 
@@ -166,18 +166,6 @@ def grouped_copy(module: nn.Module, k: int) -> nn.Module:
     return out
 
 
-def to_channels(x: torch.Tensor) -> torch.Tensor:
-    """The K runs' inputs ``[K, b, C, ...]`` as one batch ``[b, K x C, ...]``, run k's channels k-th."""
-    k, b = x.shape[:2]
-    return x.transpose(0, 1).reshape(b, k * x.shape[2], *x.shape[3:])
-
-
-def from_channels(y: torch.Tensor, k: int) -> torch.Tensor:
-    """The grouped network's output ``[b, K x C, ...]`` as the K runs' ``[K, b, C, ...]``."""
-    b = y.shape[0]
-    return y.reshape(b, k, y.shape[1] // k, *y.shape[2:]).transpose(0, 1)
-
-
 def device_stacking(module: nn.Module, device: torch.device | str) -> str:
     """What ``stacking="auto"`` runs ``module``'s copies with on ``device``: vmap without
     convolutions; with them the loop on a CPU, on a GPU (fewest launches) grouped where it can, else vmap."""
@@ -197,8 +185,7 @@ class StackedModel:
 
     def __init__(self, modules: Sequence[nn.Module], *, stacking: str = "auto",
                  compile: dict[str, Any] | None = None, bf16: bool = False, alone: bool = False) -> None:
-        if stacking not in STACKINGS:
-            raise ConfigError(f"Invalid stacking {stacking!r}; choose one of {', '.join(STACKINGS)}")
+        check_choice("stacking", stacking, STACKINGS)
         if alone and len(modules) != 1:
             raise ConfigError(f"a run alone has one copy of each model, not {len(modules)}")
         self.k, self.alone = len(modules), alone
@@ -217,7 +204,8 @@ class StackedModel:
             raise ConfigError("bf16 runs do not pack with vmap or compile: autocast does not reach inside vmap; "
                               "use stacking='auto', 'grouped' or 'loop'")
         if stacking == "loop" and compile is not None:
-            raise ConfigError("compile applies to the vmapped or grouped call; use stacking='vmap' or 'grouped' with it")
+            raise ConfigError("compile applies to the vmapped or grouped call; use stacking='vmap' or 'grouped' "
+                              "with it")
         self.stacking = stacking
         if stacking == "grouped":
             self._grouped_base = grouped_copy(self.base, self.k)
@@ -230,7 +218,11 @@ class StackedModel:
 
     def _grouped(self, params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
                  x: torch.Tensor) -> torch.Tensor:
-        return from_channels(functional_call(self._grouped_base, (params, buffers), (to_channels(x),)), len(x))
+        # [K, b, C, ...] as one batch [b, K x C, ...], run k's channels k-th, and the output back
+        k, b = x.shape[:2]
+        batch = x.transpose(0, 1).reshape(b, k * x.shape[2], *x.shape[3:])
+        y = functional_call(self._grouped_base, (params, buffers), (batch,))
+        return y.reshape(b, k, y.shape[1] // k, *y.shape[2:]).transpose(0, 1)
 
     def _loop(self, params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
         # slices are views: gradients reach the stacked leaves, BatchNorm updates its run's rows
@@ -238,32 +230,25 @@ class StackedModel:
                             for k in range(len(x))])
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.alone:
-            return self.module(x)
-        return self._forward(self.params, self.buffers, x)
+        return self.module(x) if self.alone else self._forward(self.params, self.buffers, x)
 
     def stacked_params(self) -> dict[str, torch.Tensor]:
         """The parameters, ``[K, ...]`` each (one module's: its own)."""
-        if self.alone:
-            return dict(self.module.named_parameters())
-        return self.params
+        return dict(self.module.named_parameters()) if self.alone else self.params
 
     def call_with(self, params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
         """The architecture run with other (stacked) parameters, e.g. a frozen or received copy."""
-        if self.alone:
-            return functional_call(self.module, params, (x,))
-        return self._forward(params, self.buffers, x)
+        return functional_call(self.module, params, (x,)) if self.alone else self._forward(params, self.buffers, x)
 
     @torch.no_grad()
     def write_back(self, modules: Sequence[nn.Module]) -> None:
         """Copy run k's slice into ``modules[k]`` (for its evaluation and its checkpoint)."""
         if self.alone:
             return
+        stacked = {**self.params, **self.buffers}
         for k, m in enumerate(modules):
-            for name, t in m.named_parameters():
-                t.copy_(self.params[name][k])
-            for name, t in m.named_buffers():
-                t.copy_(self.buffers[name][k])
+            for name, t in [*m.named_parameters(), *m.named_buffers()]:
+                t.copy_(stacked[name][k])
 
 
 class PackChannel:
@@ -278,15 +263,9 @@ class PackChannel:
         #: while a step is captured (:mod:`vflkit.training.graphs`): its messages, counted again per replay
         self.sends: list[tuple[str, str, str, int]] | None = None
 
-    def at(self, *, epoch: int, step: int, phase: str) -> None:
-        """Set every run's clock."""
-        for ch in self.channels:
-            ch.at(epoch=epoch, step=step, phase=phase)
-
     def send(self, sender: str, receiver: str, kind: str, payload: Any, *, nbytes: int | None = None) -> None:
         """Send K runs' stacked ``payload``; ``nbytes``: one run's size (default: the payload's over K)."""
-        if kind not in KINDS:
-            raise ConfigError(f"Invalid message kind {kind!r}; choose one of {', '.join(KINDS)}")
+        check_choice("message kind", kind, KINDS)
         k = len(self.channels)
         wire = wire_copy(payload)  # as it travels: a bf16 payload widened to float32, as alone
         if nbytes is None:
@@ -316,5 +295,5 @@ class PackChannel:
         return box.pop(0)
 
 
-__all__ = ["CHANNELWISE", "STACKINGS", "PackChannel", "StackedModel", "device_stacking", "from_channels",
-           "grouped_copy", "to_channels", "why_not_grouped"]
+__all__ = ["CHANNELWISE", "STACKINGS", "PackChannel", "StackedModel", "device_stacking", "grouped_copy",
+           "why_not_grouped"]
