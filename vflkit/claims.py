@@ -88,7 +88,7 @@ class Claim:
     check: Callable[[Records], Verdict]
     #: The reading of the paper this clause is judged under, where the paper admits more than one
     #: (e.g. "∂L/∂E / C (Eq. 7's mean)"): the clauses of one artefact and wording judged under
-    #: different readings are shown together (:func:`readings`), each verdict with its reading.
+    #: different readings are shown together (the report's findings), each verdict with its reading.
     #: "" where no reading is in question.
     reading: str = ""
 
@@ -444,18 +444,14 @@ def owner(claim: Claim) -> Study | None:
     return got[1] if got is not None and got[0] is claim else None
 
 
-def _study_records(study: Study | None, claim: Claim, profile: str) -> Records:
-    """The records of every run of ``study`` (``claim``'s owner) under ``profile``; nothing is trained."""
+def load(claim: Claim, profile: str) -> Records:
+    """The records ``claim`` is judged on under ``profile``: those of every run of the study that
+    declares it (:func:`owner`); nothing is trained."""
+    study = owner(claim)
     if study is None:
         raise LookupError(f"the claim {claim.artefact}: {claim.clause!r} belongs to no registered study; "
                           "pass its records to evaluate(..., records=...)")
     return Records.of_list(profile, store.load_available(study.runs(profile), profile=profile))
-
-
-def load(claim: Claim, profile: str) -> Records:
-    """The records ``claim`` is judged on under ``profile``: those of every run of the study that
-    declares it (:func:`owner`); nothing is trained."""
-    return _study_records(owner(claim), claim, profile)
 
 
 def evaluate(claims: Sequence[Claim], profile: str,
@@ -476,7 +472,7 @@ def evaluate(claims: Sequence[Claim], profile: str,
         name = None if study is None else study.name
         if name not in loaded:
             try:
-                loaded[name] = _study_records(study, c, profile)
+                loaded[name] = load(c, profile)
             except Exception as exc:  # noqa: BLE001 -- reported on each clause of the study below
                 loaded[name] = exc
         got = loaded[name]
@@ -506,21 +502,6 @@ def base_artefact(artefact: str) -> str:
     """The artefact without a parenthesised reading: "Table III (Heter_aggVFL as the ensemble)"
     -> "Table III"."""
     return artefact.split(" (", 1)[0]
-
-
-def readings(table: pd.DataFrame) -> pd.DataFrame:
-    """For each clause of ``table`` (:func:`evaluate`'s rows, own claims and variants together) at
-    each profile: ``verdicts`` under every reading, (reading, status) in order, and ``contingent``
-    (the readings give different verdicts); ``artefact`` is the base (:func:`base_artefact`)."""
-    if table.empty:
-        return pd.DataFrame(columns=["paper", "profile", "artefact", "clause", "verdicts", "contingent"])
-    t = table.assign(base=table["artefact"].map(base_artefact))
-    rows = []
-    for (paper, profile, art, clause), g in t.groupby(["paper", "profile", "base", "clause"], sort=False):
-        verdicts = [(r.reading or r.artefact, r.status) for r in g.itertuples()]
-        rows.append({"paper": paper, "profile": profile, "artefact": art, "clause": clause, "verdicts": verdicts,
-                     "contingent": len({s for _, s in verdicts}) > 1})
-    return pd.DataFrame(rows)
 
 
 def speaking(table: pd.DataFrame, profiles: Sequence[str]) -> pd.DataFrame:
@@ -562,5 +543,5 @@ def as_markdown(table: pd.DataFrame, title: str = "", *, artefacts: Sequence[str
 
 __all__ = ["AGREE", "DISAGREE", "NOT_TESTABLE", "Claim", "Estimate", "Records", "Verdict", "all_of", "as_markdown",
            "base_artefact", "equivalent", "estimate", "evaluate", "holm", "load", "not_testable", "owner", "ordering",
-           "paired", "readings", "speaking", "summary", "untrained_runs"]
+           "paired", "speaking", "summary", "untrained_runs"]
 

@@ -9,11 +9,15 @@ be read-only (CI points it at a shared, read-only copy), so the cache never live
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
 import math
+import numbers
 import os
+import re
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Iterable, NamedTuple
 
@@ -41,8 +45,6 @@ def check_profile(profile: str) -> str:
 def is_simple_name(name: Any) -> bool:
     """Whether ``name`` is also one folder (a profile's or a study's): 1-64 letters, digits, ``_``
     and ``-``, not starting with ``_`` or ``-``."""
-    import re
-
     return isinstance(name, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}", name) is not None
 
 
@@ -111,8 +113,6 @@ def check_seeds_once(seeds: Any, overrides: Any, keys: Iterable[str] = ("seeds",
 
 def is_int(value: Any) -> bool:
     """An integer, not a bool (numpy integers count)."""
-    import numbers
-
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
@@ -130,8 +130,6 @@ def check_int(name: str, value: Any, *, minimum: int | None = None, optional: bo
 
 def check_rate(name: str, value: Any) -> None:
     """A ConfigError unless ``value`` is a finite, positive number (not a string, not a bool)."""
-    import numbers
-
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ConfigError(f"{name} must be a positive number such as 0.01, got {value!r} ({type(value).__name__})")
     if not math.isfinite(value) or value <= 0:
@@ -246,8 +244,6 @@ def _text(value: Any) -> str:
 @functools.lru_cache(maxsize=None)
 def _default_texts(cls: type) -> dict[str, str]:
     """Each defaulted field of the dataclass ``cls`` as canonical JSON (computed once per class)."""
-    import dataclasses
-
     out: dict[str, str] = {}
     for f in dataclasses.fields(cls):
         if f.default is not dataclasses.MISSING:
@@ -261,8 +257,6 @@ def registered_data_digest(dataset: str, *, recheck: bool = False) -> str | None
     """The content digest of a dataset of your own registered under ``dataset``
     (:func:`vflkit.data.registered_digest`), None for a built-in or unregistered name: run keys
     add it. Nothing is registered before :mod:`vflkit.data` is imported, so it is not imported here."""
-    import sys
-
     data = sys.modules.get("vflkit.data")
     return data.registered_digest(dataset, recheck=recheck) if data is not None else None
 
@@ -279,8 +273,6 @@ REGISTER_HOW: dict[str, str] = {
 def registered_kind(dataset: str) -> str | None:
     """``"image"`` or ``"tabular"`` for a dataset of your own registered under ``dataset``, None
     for any other name (without importing :mod:`vflkit.data`, as :func:`registered_data_digest`)."""
-    import sys
-
     data = sys.modules.get("vflkit.data")
     if data is None or not isinstance(dataset, str) or not data.is_registered(dataset):
         return None
@@ -341,8 +333,6 @@ def split_run_overrides(settings: dict[str, Any], overrides: dict[str, Any] | No
                         run_class: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """:func:`apply_overrides` for a study of ``run_class`` runs: any field but :data:`RUN_IDENTITY`
     may be overridden, and is set on every run, its baselines' included (``{"lr": 0.01}``)."""
-    import dataclasses
-
     fields = [f.name for f in dataclasses.fields(run_class) if f.name not in RUN_IDENTITY]
     return apply_overrides(settings, overrides, run_fields=fields)
 

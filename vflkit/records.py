@@ -273,11 +273,6 @@ def move_aside(path: Path, reason: str, *, stacklevel: int = 2) -> Path:
     return bad
 
 
-def _move_aside(path: Path, reason: str) -> Path:
-    # the warning points at the caller of run_one / run_many
-    return move_aside(path, reason, stacklevel=4)
-
-
 def load_record(run: Run, profile: str, root: str | Path | None = None) -> dict[str, Any] | None:
     """The finished record of ``run``, or None; a file there that is not its record is a
     :class:`BadRecord` error naming the file."""
@@ -473,7 +468,7 @@ def _lookup(run: Run, *, profile: str, results: str | Path | None, force: bool, 
     try:
         rec = check_record(path, run, profile)
     except BadRecord as exc:
-        _move_aside(path, str(exc))
+        move_aside(path, str(exc), stacklevel=4)  # the warning points at the caller of run_one
         return path, None
     if recompute_after is not None and older_than(rec, recompute_after):
         return path, None
@@ -560,9 +555,9 @@ def run_one(run: Run, *, train: Trainer, profile: str, device: str | torch.devic
     _check_on_divergence(on_divergence)
     after = commit_date(recompute_before) if recompute_before is not None else None
     reused: list[tuple[Run, dict[str, Any]]] = []
-    rec = _run_one(run, train=train, profile=profile, device=device, results=results, force=force,
-                   progress=progress, on_divergence=on_divergence, deadline=deadline, recompute_after=after,
-                   reused=reused)
+    alone = _alone(train, progress=progress, on_divergence=on_divergence, deadline=deadline)
+    rec = run_together([run], train_all=alone, profile=profile, device=device, results=results, force=force,
+                       on_divergence=on_divergence, recompute_after=after, reused=reused)[0]
     _warn_other_code(reused)
     return rec
 
@@ -572,15 +567,9 @@ def _check_on_divergence(on_divergence: str) -> None:
         raise ConfigError(f"Invalid on_divergence {on_divergence!r}; choose raise or record")
 
 
-def _run_one(run: Run, *, train: Trainer, profile: str, device: str | torch.device, results: str | Path | None,
-             force: bool, progress: bool, on_divergence: str, deadline: float | None,
-             recompute_after: datetime | None, reused: list[tuple[Run, dict[str, Any]]]) -> dict[str, Any]:
-    def train_alone(todo: list[Run], dev: torch.device, checkpoints: list[Path]) -> list[dict[str, Any]]:
-        return [train(todo[0], device=dev, checkpoint=checkpoints[0], progress=progress,
-                      on_divergence=on_divergence, deadline=deadline)]
-
-    return run_together([run], train_all=train_alone, profile=profile, device=device, results=results, force=force,
-                        on_divergence=on_divergence, recompute_after=recompute_after, reused=reused)[0]
+def _alone(train: Trainer, **options: Any) -> GroupTrainer:
+    """``train`` as a :data:`GroupTrainer` of one run, called with ``options`` (progress, on_divergence, deadline)."""
+    return lambda todo, dev, checkpoints: [train(todo[0], device=dev, checkpoint=checkpoints[0], **options)]
 
 
 #: Several runs trained by one call (the packed trainer): the runs, the device and each run's
@@ -719,9 +708,9 @@ def run_many(runs: Iterable[Run], *, train: Trainer, profile: str, device: str |
     reused: list[tuple[Run, dict[str, Any]]] = []
     # a bar only where something trains: a notebook would otherwise keep a "0%" bar of loads
     bar = progress and bool(todo)
-    out = [elsewhere.get(r.key) or _run_one(r, train=train, profile=profile, device=device, results=results,
-                                            force=False, progress=progress, on_divergence=on_divergence,
-                                            deadline=None, recompute_after=after, reused=reused)
+    alone = _alone(train, progress=progress, on_divergence=on_divergence, deadline=None)
+    out = [elsewhere.get(r.key) or run_together([r], train_all=alone, profile=profile, device=device, results=results,
+                                                on_divergence=on_divergence, recompute_after=after, reused=reused)[0]
            for r in tqdm(runs, desc=f"{desc} ({len(runs) - len(todo)} of {len(runs)} already recorded)",
                          disable=not bar)]
     _warn_other_code(reused)

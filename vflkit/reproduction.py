@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import re
 import statistics
 import sys
@@ -1171,8 +1172,6 @@ def update_generated(report: str) -> list[Path]:
 
 def _anonymise(text: str) -> str:
     """``text`` with this machine's folders as the names a reader knows them by (it is committed)."""
-    import os
-
     def name(env: str, default: str) -> str:
         return f"${env}" if os.environ.get(env) else default
 

@@ -9,7 +9,10 @@ drawing, and the report is regenerated. The steps, options and cost rule: docs/p
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
+import json
+import platform
 import shutil
 import statistics
 import sys
@@ -24,7 +27,6 @@ from .gpu import shared_gpu
 from .scheduler import Summary, Task, default_workers, schedule, status_table
 from . import studies
 from .training import FAMILIES, load, run_class
-
 
 
 def __getattr__(name: str) -> Any:
@@ -57,8 +59,6 @@ def study_tasks(paper: str, profile: str, *, seeds: Any = None, overrides: dict[
     study's ``run_priority``, with its ``needs_gpu(run)`` in the payload. With ``recompute_before``
     (a commit), records finished before it are moved aside (``.json.old``) to be recomputed, and a
     file that is not a whole record (``.json.bad``) with a warning."""
-    import json
-
     from . import records
 
     stale_after = records.commit_date(recompute_before) if recompute_before is not None else None
@@ -111,8 +111,6 @@ def _durations_path(profile: str) -> Path:
 
 def last_duration(notebook: Path, profile: str) -> float | None:
     """Seconds the last execution of ``notebook`` under ``profile`` took here; None if unknown."""
-    import json
-
     try:
         return float(json.loads(_durations_path(profile).read_text())[notebook.name])
     except (OSError, ValueError, KeyError, TypeError):
@@ -120,8 +118,6 @@ def last_duration(notebook: Path, profile: str) -> float | None:
 
 
 def _save_duration(notebook: Path, profile: str, seconds: float) -> None:
-    import json
-
     path = _durations_path(profile)
     try:
         durations = json.loads(path.read_text())
@@ -134,8 +130,6 @@ def _save_duration(notebook: Path, profile: str, seconds: float) -> None:
 def notebook_defaults(path: Path) -> dict[str, Any]:
     """The values the notebook's ``parameters`` cell assigns (``profile``, ``device``, ...), read
     as papermill reads them, without executing anything."""
-    import ast
-
     import nbformat
 
     nb = nbformat.read(path, as_version=4)
@@ -158,8 +152,6 @@ def normalize_notebook(path: Path) -> None:
     injected-parameters cell and run metadata or saved widget state (noise in every diff; a saved
     progress bar renders empty). Consecutive outputs of one stream are merged, so a rerun of an
     unchanged notebook writes the same bytes."""
-    import platform
-
     import nbformat
 
     nb = nbformat.read(path, as_version=4)
@@ -357,8 +349,6 @@ def estimate_costs(tasks: Sequence[Task], device: str, *, lanes: int | None = No
     kinds several-fold. ``device``: ``cpu``, ``cuda[:N]`` or a GPU kind (``h100``, ``h200``).
     ``payload["cost_source"]``: "seeds", "twin seeds", "rate seeds", "ops" or "flops". Why and how
     the budget uses it: docs/profiles-and-scheduler.md (Budget)."""
-    import json
-
     from .records import checkpoint_path, is_valid_record, record_roots
 
     model_kind = device.split(":")[0]
