@@ -258,25 +258,17 @@ def _cover(verdict: Verdict, judged: set[str], expected: Iterable[str] | None) -
                                  f"profile runs have no recorded pair yet ({shown})", NOT_TESTABLE)
 
 
-def _split(diffs: pd.DataFrame, a: str, b: str) -> str:
-    per_cell = diffs.groupby("cell")["diff"].mean()
-    return f"{a} > {b} in {int((per_cell > 0).sum())} of {len(per_cell)} cells"
-
-
 def _ordering(diffs: pd.DataFrame, *, a: str, b: str, what: str, exact: bool) -> tuple[Verdict, set[str]]:
     if diffs.empty:
         return not_testable(f"no recorded pair of {a} and {b}"), set()
-    split = _split(diffs, a, b)
+    per_cell = diffs.groupby("cell")["diff"].mean()
+    wins, n_cells = int((per_cell > 0).sum()), len(per_cell)
+    split = f"{a} > {b} in {wins} of {n_cells} cells"
     est = estimate(diffs)
     if est is None and exact:
-        per_cell = diffs.groupby("cell")["diff"].mean()
-        wins, n_cells = int((per_cell > 0).sum()), len(per_cell)
         ev = f"{split}, 1 seed; mean difference {float(diffs['diff'].mean()):+.2f} {what}"
-        if wins == n_cells:
-            return Verdict(AGREE, ev), set(map(str, per_cell.index))
-        if wins == 0:
-            return Verdict(DISAGREE, ev), set(map(str, per_cell.index))
-        return Verdict(NOT_TESTABLE, ev + ": mixed"), set(map(str, per_cell.index))
+        status = AGREE if wins == n_cells else DISAGREE if wins == 0 else NOT_TESTABLE
+        return Verdict(status, ev + (": mixed" if status == NOT_TESTABLE else "")), set(map(str, per_cell.index))
     if est is None or (est.se == 0 and not exact):
         est = _noisy(diffs)
     if est is None:

@@ -33,8 +33,8 @@ import torch
 from tqdm.auto import tqdm
 
 from . import __version__
-from .config import (RESULTS_ENV, check_device_name, check_paper, check_record_profile, project_root,
-                     registered_data_digest, resolve_device, results_dir)
+from .config import (check_device_name, check_paper, check_record_profile, project_root, registered_data_digest,
+                     resolve_device, results_dir)
 from .errors import ConfigError, DiskSpaceError, DivergenceError, RecordWriteError
 from . import files as _files
 from .files import TMP_MARK, clean_stale_tmp
@@ -113,11 +113,8 @@ def git_state() -> dict[str, Any]:
 
 def machine_info(device: torch.device) -> dict[str, str]:
     """The machine part of :func:`environment_info` (it sets a run's speed as well as its numbers)."""
-    return {
-        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine(),
-        "cpu": _cpu_name(),
-        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-    }
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine()
+    return {"device_name": name, "cpu": _cpu_name(), "cpu_capability": torch.backends.cpu.get_cpu_capability()}
 
 
 def environment_info(device: torch.device) -> dict[str, Any]:
@@ -129,16 +126,9 @@ def environment_info(device: torch.device) -> dict[str, Any]:
     import numpy
     import torchvision
 
-    info: dict[str, Any] = {
-        "device": str(device),
-        **machine_info(device),
-        "torch_threads": torch.get_num_threads(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "torchvision": torchvision.__version__,
-        "numpy": numpy.__version__,
-        "vflkit": __version__,
-    }
+    info: dict[str, Any] = {"device": str(device), **machine_info(device), "torch_threads": torch.get_num_threads(),
+                            "python": platform.python_version(), "torch": torch.__version__,
+                            "torchvision": torchvision.__version__, "numpy": numpy.__version__, "vflkit": __version__}
     if os.environ.get("ONEDNN_MAX_CPU_ISA"):
         info["onednn_max_cpu_isa"] = os.environ["ONEDNN_MAX_CPU_ISA"]
     if device.type == "cuda":
@@ -291,7 +281,8 @@ def record_roots() -> list[Path]:
 
 
 def load_available(runs: Iterable[Run], *, profile: str) -> list[dict[str, Any]]:
-    """The records that exist for ``runs`` (checked like :func:`load_recorded`), the missing skipped."""
+    """The records that exist for ``runs`` (each from the first of :func:`record_roots` that has it, checked by
+    :func:`check_record`), the missing skipped; nothing is trained."""
     check_record_profile(profile)
     out = []
     for run in runs:
@@ -301,35 +292,6 @@ def load_available(runs: Iterable[Run], *, profile: str) -> list[dict[str, Any]]
                 out.append(check_record(path, run, profile))
                 break
     return out
-
-
-def load_recorded(runs: Iterable[Run], *, profile: str) -> list[dict[str, Any]]:
-    """The records an earlier run of ``profile`` wrote for ``runs`` (all from the first of
-    :func:`record_roots` that has them); nothing is trained. A missing record, or a file that is
-    not the run's, is an error that says how to make it."""
-    check_record_profile(profile)
-    runs = list(runs)
-    first_missing: list[Path] | None = None
-    for root in record_roots():
-        paths = [record_path(r, profile, root) for r in runs]
-        missing = [p for p in paths if not p.exists()]
-        if not missing:
-            break
-        first_missing = first_missing or missing
-    else:
-        raise ConfigError(
-            f"{len(first_missing)} of {len(runs)} runs of the {profile!r} profile have no record "
-            f"(first: {first_missing[0]}); run the notebook with profile={profile!r} "
-            f"(or `make study PROFILE={profile}`) to make them"
-        )
-    records = []
-    for run, p in zip(runs, paths):
-        try:
-            records.append(check_record(p, run, profile))
-        except BadRecord as exc:
-            raise BadRecord(f"{exc}; delete it and run the notebook with profile={profile!r} "
-                            f"(or `make study PROFILE={profile}`) to remake it") from None
-    return records
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
@@ -476,16 +438,12 @@ def _lookup(run: Run, *, profile: str, results: str | Path | None, force: bool, 
         where = rec["diverged"].get("message", rec["diverged"]) if isinstance(rec["diverged"], dict) else rec["diverged"]
         raise DivergenceError(
             f"the record {path} is of a run that diverged ({where}), made with on_divergence='record'; "
-            "pass on_divergence='record' to use it, or force=True to recompute it"
-        )
+            "pass on_divergence='record' to use it, or force=True to recompute it")
     return path, rec
 
 
-#: The results version of each protocol family: raise a family's by one, by hand, in the commit
-#: that changes what its runs compute (a committed record's scores or ledger), never for a change
-#: that computes the same numbers. A record names it (``environment["results_version"]``); a
-#: reused record of another version is named in a warning; tests/test_committed_records_rerun.py
-#: computes committed records again, which must be of the current version and come out the same.
+#: The results version of each protocol family (``environment["results_version"]`` of its records): raised
+#: by one, by hand, in the commit that changes what its runs compute (docs/profiles-and-scheduler.md).
 RESULTS_VERSION: dict[str, int] = {"split": 1, "multi_owner": 1, "one_shot": 1, "tiles": 1}
 #: The version of the records made before ``results_version`` was recorded, and of a run whose
 #: class is no family's (a run class of your own).
@@ -513,8 +471,7 @@ def recorded_results_version(rec: dict[str, Any]) -> int:
 def _warn_other_code(reused: list[tuple[Run, dict[str, Any]]]) -> None:
     """One warning for the reused records this code may not compute: those of another
     :data:`RESULTS_VERSION` than their family's now, and those made with uncommitted changes to
-    ``vflkit/``. Another commit at the same results version is reused silently (the
-    committed-records rerun test checks that refactors compute the same)."""
+    ``vflkit/`` (others are reused silently: docs/profiles-and-scheduler.md)."""
     versions: dict[tuple[str, int, int], list[str]] = {}
     modified: list[str] = []
     for run, rec in reused:
@@ -626,26 +583,16 @@ def run_together(runs: Sequence[Run], *, train_all: GroupTrainer, profile: str, 
         if clash:
             raise RuntimeError(f"the trainer's result uses the envelope's names {clash}")
     peak, kind = _peak_memory(dev, rss_reset)
-    for result in trained:
-        if result.get("diverged"):  # its models are broken: no score (the history keeps what they scored)
-            for field in FINAL_FIELDS:
-                if field in result:
-                    result[field] = _no_score(result[field])
+    for result in (r for r in trained if r.get("diverged")):  # broken models: no score (the history keeps theirs)
+        result.update({field: _no_score(result[field]) for field in FINAL_FIELDS if field in result})
     for run, result, ckpt in zip(todo, trained, checkpoints):
-        record = {
-            "key": run.key,
-            "profile": profile,
-            "config": run.to_dict(),
-            # what the family's code computes now: a later checkout tells a changed computation by it
-            "environment": {**environment, "results_version": results_version(run)},
-            "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            # a resumed run counts the time before the interruption too (the trainer knows it)
-            "wall_time_s": result.pop("wall_time_s", wall),
-            "peak_memory_mb": peak,
-            "peak_memory_kind": kind,
-            "diverged": result.pop("diverged", None),
-            **result,
-        }
+        record = {"key": run.key, "profile": profile, "config": run.to_dict(),
+                  # what the family's code computes now: a later checkout tells a changed computation by it
+                  "environment": {**environment, "results_version": results_version(run)},
+                  "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                  # a resumed run counts the time before the interruption too (the trainer knows it)
+                  "wall_time_s": result.pop("wall_time_s", wall), "peak_memory_mb": peak, "peak_memory_kind": kind,
+                  "diverged": result.pop("diverged", None), **result}
         record = json.loads(json.dumps(record, default=json_default))
         _write_record(paths[run.key], record, run, profile)
         ckpt.unlink(missing_ok=True)
@@ -720,6 +667,6 @@ def run_many(runs: Iterable[Run], *, train: Trainer, profile: str, device: str |
 __all__ = ["ENVELOPE", "FINAL_FIELDS", "FIRST_RESULTS_VERSION", "MIN_FREE_BYTES", "RECEIVED", "RESULTS_VERSION",
            "BadRecord", "GroupTrainer", "Run", "check_record", "is_valid_record", "move_aside", "record_problem",
            "received_problem", "record_roots", "Trainer", "checkpoint_path",
-           "environment_info", "json_default", "load_record", "load_available", "load_recorded", "record_path",
+           "environment_info", "json_default", "load_record", "load_available", "record_path",
            "recorded_results_version", "results_version", "run_family", "run_many", "run_one", "run_together",
            "write_json_atomic", "commit_date", "git_state", "older_than", "read_record"]

@@ -37,12 +37,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _notebook_studies(notebooks: Sequence[Path]) -> dict[Path, str]:
-    """The study of each notebook that has one (its ``Study.notebook``), by notebook."""
-    by_name = {Path(s.notebook).name: s.name for s in studies.studies()}
-    return {nb: by_name[nb.name] for nb in notebooks if nb.name in by_name}
-
-
 def compute(payload: dict[str, Any], *, device: str, deadline: float | None) -> None:
     """One run of a study, in a worker process (the scheduler's task function)."""
     from . import records
@@ -62,18 +56,15 @@ def study_tasks(paper: str, profile: str, *, seeds: Any = None, overrides: dict[
     from . import records
 
     stale_after = records.commit_date(recompute_before) if recompute_before is not None else None
-
     study = studies.get(paper)
-    family = study.family
     groups = study.groups(profile, seeds=seeds, overrides=overrides, cache=False)
-    priority, needs_gpu = study.run_priority, study.needs_gpu
     root = results or results_dir()
     tasks: dict[str, Task] = {}
     for rank, runs in enumerate(groups.values()):
         for run in runs:
             if run.key in tasks:
                 continue
-            path = records.record_path(run, profile, results or results_dir())
+            path = records.record_path(run, profile, root)
             if stale_after is not None and path.exists():
                 problem = records.record_problem(path, key=run.key, profile=profile)
                 if problem is not None:  # not a record at all: it is recomputed in any case
@@ -82,10 +73,10 @@ def study_tasks(paper: str, profile: str, *, seeds: Any = None, overrides: dict[
                     move_aside(path, ".old")
             label = " ".join(str(v) for v in (getattr(run, "method", ""), getattr(run, "dataset", ""),
                                               getattr(run, "seed", "")) if v != "")
-            tasks[run.key] = Task(key=run.key, path=records.record_path(run, profile, root), fn=compute,
-                                  label=f"{paper}: {label}", priority=priority(run, rank),
-                                  payload={"family": family, "config": run.to_dict(), "profile": profile,
-                                           "results": str(root), "needs_gpu": bool(needs_gpu(run))})
+            tasks[run.key] = Task(key=run.key, path=path, fn=compute, label=f"{paper}: {label}",
+                                  priority=study.run_priority(run, rank),
+                                  payload={"family": study.family, "config": run.to_dict(), "profile": profile,
+                                           "results": str(root), "needs_gpu": bool(study.needs_gpu(run))})
     return list(tasks.values())
 
 
@@ -97,10 +88,8 @@ def execute(notebook: Path, *, profile: str, device: str, out: Path | None = Non
     root = project_root()
     out = out if out is not None else root / "notebooks" / "_executed" / profile / notebook.name
     out.parent.mkdir(parents=True, exist_ok=True)
-    papermill.execute_notebook(
-        str(notebook), str(out), parameters={"profile": profile, "device": device},
-        cwd=str(root), progress_bar=False, log_output=False,
-    )
+    papermill.execute_notebook(str(notebook), str(out), parameters={"profile": profile, "device": device},
+                               cwd=str(root), progress_bar=False, log_output=False)
     return out
 
 
@@ -123,7 +112,6 @@ def _save_duration(notebook: Path, profile: str, seconds: float) -> None:
         durations = json.loads(path.read_text())
     except (OSError, ValueError):
         durations = {}
-    path.parent.mkdir(parents=True, exist_ok=True)
     write_json(path, {**durations, notebook.name: round(seconds, 1)})
 
 
@@ -158,11 +146,9 @@ def normalize_notebook(path: Path) -> None:
     nb.metadata.pop("widgets", None)
     nb.metadata.pop("papermill", None)
     nb.metadata["kernelspec"] = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
-    nb.metadata["language_info"] = {
-        "codemirror_mode": {"name": "ipython", "version": 3}, "file_extension": ".py",
-        "mimetype": "text/x-python", "name": "python", "nbconvert_exporter": "python",
-        "pygments_lexer": "ipython3", "version": platform.python_version(),
-    }
+    nb.metadata["language_info"] = {"codemirror_mode": {"name": "ipython", "version": 3}, "file_extension": ".py",
+                                    "mimetype": "text/x-python", "name": "python", "nbconvert_exporter": "python",
+                                    "pygments_lexer": "ipython3", "version": platform.python_version()}
     # the injected cell would reset what a reader types in the parameters cell, whose defaults
     # are what the committed outputs were made with
     nb.cells = [c for c in nb.cells if "injected-parameters" not in c.metadata.get("tags", [])]
@@ -552,9 +538,9 @@ def main(argv: list[str] | None = None) -> int:
                              f"profile = {shown!r}, so its committed outputs would not be the ones it shows; "
                              f"commit with --profile {shown}, or drop --commit-notebooks (the executed copy goes "
                              f"to notebooks/_executed/{args.profile}/)")
-    of_notebook = _notebook_studies(args.notebooks)
-    papers = [of_notebook[nb] for nb in args.notebooks if nb in of_notebook]
-    unknown = [str(nb) for nb in args.notebooks if nb not in of_notebook]
+    of_notebook = {Path(s.notebook).name: s.name for s in studies.studies()}  # each study's notebook (Study.notebook)
+    papers = [of_notebook[nb.name] for nb in args.notebooks if nb.name in of_notebook]
+    unknown = [str(nb) for nb in args.notebooks if nb.name not in of_notebook]
     datasets = None if args.datasets is None else args.datasets.split(",")
     if args.status:
         return _print_status(papers, profile=args.profile, device=args.device, datasets=datasets,
