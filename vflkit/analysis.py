@@ -254,10 +254,6 @@ def swap_in_variant(groups: Mapping[str, list[Any]], method: str, group: str,
         return (c.dataset, c.models, c.seed, c.n_parties)
 
     twins = {twin_key(c): c for c in groups[group] if c.method == method}
-    out = {}
-    for t in tables:
-        if t in groups:
-            out[t] = [twins.get(twin_key(c), c if keep_unmatched else None) if c.method == method else c
-                      for c in groups[t]]
-            out[t] = [c for c in out[t] if c is not None]
-    return {**groups, **out}
+    swapped = {t: [twins.get(twin_key(c), c if keep_unmatched else None) if c.method == method else c
+                   for c in groups[t]] for t in tables if t in groups}
+    return {**groups, **{t: [c for c in runs if c is not None] for t, runs in swapped.items()}}

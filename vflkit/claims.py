@@ -111,8 +111,7 @@ DID_NOT_LEARN = "did not learn"
 
 def noise_band(se: float, dof: int) -> float:
     """Half-width of the two-sided 95 % t interval of a mean whose standard error ``se`` was
-    estimated on ``dof`` degrees of freedom: ``t(0.975, dof) * se``. With 2 d.f. (3 seeds) the
-    quantile is 4.30, with 4 d.f. 2.78; it tends to 1.96 as the seeds grow."""
+    estimated on ``dof`` degrees of freedom: ``t(0.975, dof) * se`` (its values: docs/studies.md)."""
     if isinstance(dof, bool) or not isinstance(dof, (int, np.integer)) or dof < 1:
         raise ValueError(f"dof must be a positive integer (seeds minus one, summed over cells), got {dof!r}; "
                          "one seed gives no standard error, so no noise band")
@@ -175,12 +174,8 @@ def estimate(diffs: pd.DataFrame) -> Estimate | None:
     if len(seeds) < 2:
         # the cells with several seeds share fewer than two: keep the seeds of the largest
         # group of cells that share two or more (the rest left out and named)
-        best: tuple[int, list[Any]] = (0, [])
-        for s_set in {tuple(sorted(r.dropna().index.tolist())) for _, r in multi.iterrows()}:
-            n = int(multi[list(s_set)].notna().all(axis=1).sum())
-            if n > best[0]:
-                best = (n, list(s_set))
-        seeds = best[1]
+        shared = {tuple(sorted(r.dropna().index.tolist())) for _, r in multi.iterrows()}
+        seeds = list(max(shared, key=lambda s: int(multi[list(s)].notna().all(axis=1).sum())))
         multi = multi[multi[seeds].notna().all(axis=1)]
     block = multi[seeds]
     by_seed = block.mean(axis=0)

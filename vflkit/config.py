@@ -1,10 +1,7 @@
-"""Where vflkit finds data and writes caches and results, and which device it uses.
-
-One setting decides where datasets are read from: the environment variable ``VFLKIT_DATA``,
-else ``./data`` (``data/`` of the project checkout when run from inside it, e.g. from
-``notebooks/`` in JupyterLab, else of the working directory). Decoded tensors are cached under
-``VFLKIT_CACHE``, else ``$XDG_CACHE_HOME/vflkit``, else ``~/.cache/vflkit``: the data root may
-be read-only (CI points it at a shared, read-only copy), so the cache never lives there.
+"""Where vflkit finds data and writes caches and results, and which device it uses (the variables:
+docs/profiles-and-scheduler.md). ``./data`` is ``data/`` of the project checkout when run from inside
+it (e.g. from ``notebooks/`` in JupyterLab), else of the working directory. The decoded-tensor cache
+never lives under the data root: that may be read-only (CI points it at a shared, read-only copy).
 """
 
 from __future__ import annotations
@@ -314,14 +311,8 @@ def apply_overrides(settings: dict[str, Any], overrides: dict[str, Any] | None, 
                 overrides[k] = check_seeds(v, name=f"overrides[{k!r}]" if k != "seeds" else "seeds")
             else:
                 _check_like(f"overrides[{k!r}]", v, settings[k])
-    merged = dict(settings)
-    run: dict[str, Any] = {}
-    for k, v in overrides.items():
-        if k in settings:
-            merged[k] = _tuples(v)
-        else:
-            run[k] = _tuples(v)
-    return merged, run
+    merged = {**settings, **{k: _tuples(v) for k, v in overrides.items() if k in settings}}
+    return merged, {k: _tuples(v) for k, v in overrides.items() if k not in settings}
 
 
 #: Fields a study sets per run (which data, method, models and seed make the run, and the
@@ -407,7 +398,8 @@ def data_root() -> Path:
 
 
 def cache_dir() -> Path:
-    """A writable directory for decoded-tensor caches, created on first use."""
+    """A writable directory for decoded-tensor caches, created on first use: ``$VFLKIT_CACHE``, else
+    ``$XDG_CACHE_HOME/vflkit``, else ``~/.cache/vflkit``."""
     value = os.environ.get(CACHE_ENV)
     if value:
         path = Path(value).expanduser()

@@ -604,9 +604,7 @@ def _no_score(value: Any) -> Any:
     """``value`` (a final score, or a dict of them, nested) with every number NaN."""
     if isinstance(value, dict):
         return {k: _no_score(v) for k, v in value.items()}
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float("nan")
-    return value
+    return float("nan") if isinstance(value, (int, float)) and not isinstance(value, bool) else value
 
 
 def run_many(runs: Iterable[Run], *, train: Trainer, profile: str, device: str | torch.device = "auto",
@@ -666,7 +664,7 @@ def run_many(runs: Iterable[Run], *, train: Trainer, profile: str, device: str |
 
 __all__ = ["ENVELOPE", "FINAL_FIELDS", "FIRST_RESULTS_VERSION", "MIN_FREE_BYTES", "RECEIVED", "RESULTS_VERSION",
            "BadRecord", "GroupTrainer", "Run", "check_record", "is_valid_record", "move_aside", "record_problem",
-           "received_problem", "record_roots", "Trainer", "checkpoint_path",
-           "environment_info", "json_default", "load_record", "load_available", "record_path",
-           "recorded_results_version", "results_version", "run_family", "run_many", "run_one", "run_together",
-           "write_json_atomic", "commit_date", "git_state", "older_than", "read_record"]
+           "received_problem", "record_roots", "Trainer", "checkpoint_path", "environment_info", "json_default",
+           "load_record", "load_available", "record_path", "recorded_results_version", "results_version", "run_family",
+           "run_many", "run_one", "run_together", "write_json_atomic", "commit_date", "git_state", "older_than",
+           "read_record"]

@@ -138,6 +138,9 @@ class _Evidence:
         """A link to the notebook, naming the section (GitHub gives notebook headings no anchors)."""
         return f"[{self.study.name} notebook](../{self.study.notebook}), section “{section}”"
 
+    def markdown(self, df: pd.DataFrame) -> str:
+        return _markdown(df)
+
 
 def _pending_text(cost: pd.DataFrame) -> str:
     """"pending: GPU (n runs, est. ...), CPU (...)" from :func:`vflkit.ops.pricing.price`; "" when none."""
@@ -519,8 +522,7 @@ def evaluate_claims(paper: str, profiles: Sequence[str], *, variants: bool = Fal
     recs = _Records() if recs is None else recs
     tables = [claimlib.evaluate(study.variant_claims if variants else study.claims, p, recs.get(paper, p))
               for p in profiles]
-    return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(
-        columns=["paper", "artefact", "clause", "status", "evidence", "profile"])
+    return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(columns=claimlib.COLUMNS)
 
 
 # --------------------------------------------------------------------------- markdown
@@ -583,9 +585,7 @@ def _cells_view(cells: pd.DataFrame) -> pd.DataFrame:
                 + (f" (as {label})" if isinstance(label, str) and label else ""))
 
     def count(r: pd.Series) -> str:
-        if r["status"] != COMPARED:
-            return "—"
-        return "yes" if bool(r["counted"]) else f"no: {r['not_counted']}"
+        return "—" if r["status"] != COMPARED else "yes" if bool(r["counted"]) else f"no: {r['not_counted']}"
 
     return pd.DataFrame({
         "table": cells["table"], "dataset": cells["dataset"], "method": cells["method"], "setting": cells["setting"],
@@ -614,11 +614,9 @@ def _paper_section(paper: str, profiles: Sequence[str], recs: _Records, out_dir:
         n_cmp = n_pts = n_within = n_shown = 0
     else:
         summ = table_summary(cells)
-        cmp_ = counted(cells)
-        n_cmp = len(cmp_)
-        n_shown = int(((cells["status"] == COMPARED) & ~cells["counted"].fillna(False).astype(bool)).sum())
-        pts = cmp_[cmp_["gap_points"].notna()]
-        n_pts, n_within = len(pts), int((pts["gap_points"].abs() <= POINTS).sum())
+        n_cmp, n_shown = int(summ["compared"].sum()), int(summ["shown, not counted"].sum())
+        pts = counted(cells)["gap_points"].dropna()
+        n_pts, n_within = len(pts), int((pts.abs() <= POINTS).sum())
         order = " profile's value where recorded, else the ".join(profiles)
         md.append(f"Ours: the {order} profile's, from the "
                   "tables the notebook wrote; gap = ours − paper, in the metric's unit. \"within\" lists the "
@@ -763,9 +761,7 @@ VARIANTS_SUFFIX = ":variants"
 def cell_split(evidence: str) -> str:
     """"ahead in a of b cells", summed over the orderings an evidence line reports ("" if none)."""
     found = [(int(a), int(b)) for a, b in re.findall(r" in (\d+) of (\d+) cells", evidence)]
-    if not found:
-        return ""
-    return f"ahead in {sum(a for a, _ in found)} of {sum(b for _, b in found)} cells"
+    return f"ahead in {sum(a for a, _ in found)} of {sum(b for _, b in found)} cells" if found else ""
 
 
 def statistic(evidence: str) -> str:
@@ -1117,9 +1113,7 @@ def readme_times(report: str = "") -> str:
 def _rebase(block: str, depth: int) -> str:
     """``block``'s relative links (written from the project root) as seen from a page ``depth``
     folders below it."""
-    if not depth:
-        return block
-    return re.sub(r"\]\((?![a-z]+:|#|/)", "](" + "../" * depth, block)
+    return re.sub(r"\]\((?![a-z]+:|#|/)", "](" + "../" * depth, block) if depth else block
 
 
 def update_readme(report: str, readme: Path | None = None) -> bool:

@@ -141,9 +141,7 @@ def _constants(module: str) -> dict[str, ast.expr | tuple[str, str]]:
 def _constant(module: str, name: str) -> ast.expr | None:
     """The literal a module-level name of ``module`` is assigned (followed through imports)."""
     value = _constants(module).get(name)
-    if isinstance(value, tuple):
-        return _constant(*value)
-    return value
+    return _constant(*value) if isinstance(value, tuple) else value
 
 
 def _names_of(module: str, name: str) -> list[str]:
