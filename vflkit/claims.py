@@ -1,11 +1,9 @@
 """The papers' claims as predicates on our records: agree / disagree / not testable.
 
-Each study declares its paper's claims (``CLAIMS`` in :mod:`vflkit.studies.<paper>`), one
-:class:`Claim` per clause, each judged on its own; a check is a pure function of :class:`Records`
-(the records of one study and profile, loaded once by its caller; no check reads the disk), and
-:func:`evaluate` gives the table a notebook and the report show. The rule (the seed as the
-replicate, the noise band, equivalences, several parts, runs that did not learn, cover): docs/studies.md,
-"How a claim is judged".
+Each study declares its paper's claims, one :class:`Claim` per clause, each judged on its own; a
+check is a pure function of :class:`Records` (the records of one study and profile, loaded once by
+its caller; no check reads the disk), and :func:`evaluate` gives the table a notebook and the report
+show. The rule: docs/studies.md, "How a claim is judged".
 """
 
 from __future__ import annotations

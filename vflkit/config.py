@@ -159,14 +159,8 @@ SHA1_10 = KeyFormat("sha1", 10, compact=False)
 
 class KeyedRun:
     """The one key scheme of every run class (a mixin for frozen dataclasses); the key names the
-    run's record. It hashes :meth:`key_dict`: every field of :attr:`KEYED_FIELDS` (frozen), each
-    other field only where it differs from its default (a new defaulted field keeps every
-    committed key), and a dataset of your own's content digest (:func:`registered_data_digest`).
-
-    A subclass declares :attr:`KEYED_FIELDS` and ``to_dict()``; the hooks keep the formats of keys
-    committed before this class (:attr:`KEY_FORMAT`, :meth:`key_prefix`) and serve a ``to_dict()``
-    that spreads a nested config (:meth:`key_defaults`).
-    """
+    run's record and hashes :meth:`key_dict`. A subclass declares :attr:`KEYED_FIELDS` and
+    ``to_dict()``; the scheme and its hooks: docs/records-and-claims.md, "Run keys"."""
 
     #: The fields every key hashes, default or not. Never edit a class's list: every committed
     #: key hashes it (a subclass may not redefine its base's, :meth:`__init_subclass__`).

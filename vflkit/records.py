@@ -1,17 +1,13 @@
 """The one record store and the one run loop of every paper.
 
-A run is any frozen config of the :class:`Run` protocol (every run class of
-:data:`vflkit.training.FAMILIES` is a :class:`~vflkit.config.KeyedRun`). Its key names its record,
-``<results>/<profile>/<paper>/<key>.json``, so a rerun skips finished runs and an interrupted study
-resumes. :func:`run_together` (a run at a time for :func:`run_one` and :func:`run_many`, a pack at
-a time for the packed trainer) trains with the trainer it is handed and writes, atomically, one
-envelope for every family::
+A run's key names its record, ``<results>/<profile>/<paper>/<key>.json``; :func:`run_together`
+trains with the trainer it is handed and writes, atomically, one envelope for every family::
 
     {key, profile, config, environment, finished, wall_time_s, peak_memory_mb,
      peak_memory_kind, diverged, **result}
 
-(a record made on another machine also holds :data:`RECEIVED`). No method or trainer is imported
-here, so the plotting layer can read records without the runner.
+(and :data:`RECEIVED` in a record made on another machine). No method or trainer is imported here,
+so the plotting layer can read records without the runner. More: docs/records-and-claims.md.
 """
 
 from __future__ import annotations
@@ -45,8 +41,7 @@ from .training import FAMILIES
 ENVELOPE: tuple[str, ...] = ("key", "profile", "config", "environment", "finished", "wall_time_s",
                              "peak_memory_mb", "peak_memory_kind", "diverged")
 #: The mark a record made on another machine carries once :func:`vflkit.ops.windows.receive` took it
-#: in: ``{"from": <the machine's name>, "at": <when it was received, as "finished" is written>}``.
-#: Not part of the envelope: a record made here has none. It is not part of the key or config.
+#: in (not part of the envelope, key or config): ``{"from": <machine>, "at": <as "finished" is written>}``.
 RECEIVED = "received"
 
 
@@ -499,16 +494,10 @@ def run_one(run: Run, *, train: Trainer, profile: str, device: str | torch.devic
             on_divergence: str = "raise", deadline: float | None = None,
             recompute_before: str | None = None) -> dict[str, Any]:
     """Train ``run`` with ``train`` (or load its finished record) and return the record.
-
-    ``on_divergence``: ``"raise"`` lets a trainer's :class:`~vflkit.errors.DivergenceError` stop
-    the study (and refuses a diverged record); ``"record"`` has the trainer stop the run there,
-    evaluate it and say where it diverged (``record["diverged"]``). A trainer resumes from its
-    checkpoint beside the record, deleted once the record is written. ``deadline`` (a
-    ``time.time()``): a trainer that checkpoints stops after the last epoch or round ending before
-    it and raises :class:`~vflkit.errors.BudgetExhausted` (the one-shot trainer only refuses to
-    start). A record is reused only if it is the run's (:func:`check_record`; else moved aside and
-    recomputed), and named in a warning by :func:`_warn_other_code`; ``recompute_before`` (a
-    commit) recomputes the records finished before its date."""
+    ``on_divergence``: "raise" stops at a trainer's DivergenceError (and refuses a diverged record),
+    "record" records where the run diverged; ``deadline`` (a ``time.time()``): a trainer that
+    checkpoints stops before it (:class:`~vflkit.errors.BudgetExhausted`); ``recompute_before`` (a
+    commit) recomputes the records finished before its date. Resuming, reuse: docs/records-and-claims.md."""
     _check_on_divergence(on_divergence)
     after = commit_date(recompute_before) if recompute_before is not None else None
     reused: list[tuple[Run, dict[str, Any]]] = []
@@ -540,11 +529,8 @@ def run_together(runs: Sequence[Run], *, train_all: GroupTrainer, profile: str, 
                  reused: list[tuple[Run, dict[str, Any]]] | None = None) -> list[dict[str, Any]]:
     """The records of ``runs``, in their order: those recorded are loaded (and appended to
     ``reused`` with their runs), the others trained by one call of ``train_all`` and each written
-    under its own key, the one path from results to records. The runs of one call share its
-    environment, ``peak_memory_mb`` and (unless a result reports its own) wall time. A result
-    using an envelope name is refused before anything is written. A diverged run's final scores
-    (:data:`FINAL_FIELDS`) are written as NaN (a broken model's scores measure nothing); its
-    history keeps them."""
+    under its own key; a diverged run's final scores (:data:`FINAL_FIELDS`) as NaN. What the runs of
+    one call share, and what is refused: docs/records-and-claims.md."""
     _check_on_divergence(on_divergence)
     runs = list(runs)
     paths: dict[str, Path] = {}
@@ -612,11 +598,8 @@ def run_many(runs: Iterable[Run], *, train: Trainer, profile: str, device: str |
              desc: str = "runs", recompute_before: str | None = None,
              needs_gpu: Callable[[Any], bool] | None = None) -> list[dict[str, Any]]:
     """Run every run in order, skipping those with a record; returns their records. Every record
-    is looked up and the folders checked for writability before any training.
-
-    ``needs_gpu`` (a study's ``needs_gpu(run)``): off CUDA the runs it names are not trained, as
-    ``python -m vflkit.study`` does; their records are returned where they exist (made on a GPU)
-    and a warning counts the others. ``needs_gpu=None`` trains everything here."""
+    is looked up and the folders checked for writability before any training. ``needs_gpu`` (a
+    study's ``needs_gpu(run)``): off CUDA its runs are not trained (docs/records-and-claims.md)."""
     _check_on_divergence(on_divergence)
     check_record_profile(profile)
     check_device_name(device)

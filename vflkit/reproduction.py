@@ -165,12 +165,9 @@ def _provenance(profile: str, runs: Sequence[Any], recs: Sequence[dict[str, Any]
     when = ("" if not days else days[0] if days[0] == days[-1] else f"{days[0]} to {days[-1]}")
     commits = pd.Series([r.get("environment", {}).get("git_commit", "?") for r in recs]).value_counts()
     shown = ", ".join(f"`{c}`" for c in commits.index[:3]) + (f" +{len(commits) - 3}" if len(commits) > 3 else "")
-    devices = []
-    for r in recs:
-        env = r.get("environment", {})
-        dev = env.get("device", "?")
-        name = env.get("device_name", "") if str(dev).startswith("cuda") else env.get("cpu", "")
-        devices.append(f"{dev} ({name})" if name else str(dev))
+    envs = [r.get("environment", {}) for r in recs]
+    names = [e.get("device_name" if str(e.get("device", "?")).startswith("cuda") else "cpu", "") for e in envs]
+    devices = [f"{e.get('device', '?')} ({n})" if n else str(e.get("device", "?")) for e, n in zip(envs, names)]
     received = sum(1 for r in recs if r.get("received"))
     return (f"**{profile}**: {len(recs)} of {len(runs)} runs; seeds {', '.join(map(str, seeds)) or '—'}; "
             f"finished {when or 'not recorded'}; commit {shown}; device {', '.join(dict.fromkeys(devices))}"
@@ -996,8 +993,7 @@ def readme_own_gpu(report: str = "") -> str:
             how.append(("none" if r.unpriced == r.runs else f"{r.unpriced} without an H100 estimate")
                        + (f" (its own rule, `{r.name}.pending_cost`, prices them at {r.cpu_h:,.0f} CPU-hours)"
                           if r.cpu_h == r.cpu_h else ""))
-        how = "; ".join(how)
-        lines.append(f"| {r.paper} | {r.runs} | {minutes} | {packed} | {how} |")
+        lines.append(f"| {r.paper} | {r.runs} | {minutes} | {packed} | {'; '.join(how)} |")
     total, unpriced = df["h100_min"].sum(), int(df["unpriced"].sum())
     packed_total = df["h100_min_packed"].sum()
     return "\n".join([

@@ -178,9 +178,8 @@ def _merge_streams(outputs: list[Any]) -> list[Any]:
     splits a stream's text as it happens to flush it)."""
     merged: list[Any] = []
     for out in outputs:
-        last = merged[-1] if merged else None
-        if (out.get("output_type") == "stream" and last is not None and last.get("output_type") == "stream"
-                and last.get("name") == out.get("name")):
+        last = merged[-1] if merged else {}
+        if out.get("output_type") == last.get("output_type") == "stream" and last.get("name") == out.get("name"):
             last["text"] = last["text"] + out["text"]
         else:
             merged.append(out)
@@ -327,14 +326,12 @@ TWIN_DATASETS: dict[str, str] = {"mnist": "fashion_mnist", "fashion_mnist": "mni
 
 
 def estimate_costs(tasks: Sequence[Task], device: str, *, lanes: int | None = None) -> list[Task]:
-    """``tasks`` with ``cost_s`` set for each one without a record or checkpoint: the median wall
-    time of the recorded runs on the same kind of device that differ from it only in the seed,
-    else also in the dataset's twin (:data:`TWIN_DATASETS`), else also in the learning rate; else
-    its price with ``lanes`` processes sharing a GPU (:func:`vflkit.ops.pricing.estimate`). Seeds
-    made on this machine's kind of CPU (or card) come first: one run's time differs between CPU
-    kinds several-fold. ``device``: ``cpu``, ``cuda[:N]`` or a GPU kind (``h100``, ``h200``).
-    ``payload["cost_source"]``: "seeds", "twin seeds", "rate seeds", "ops" or "flops". Why and how
-    the budget uses it: docs/profiles-and-scheduler.md (Budget)."""
+    """``tasks`` with ``cost_s`` set for each one without a record or checkpoint, and
+    ``payload["cost_source"]``: "seeds", "twin seeds" (:data:`TWIN_DATASETS`) or "rate seeds", the
+    median wall time of the recorded runs on the same kind of device (this machine's kind first) that
+    differ from it only in the seed, the dataset or the learning rate; else "ops" or "flops", its price
+    with ``lanes`` processes sharing a GPU (:func:`vflkit.ops.pricing.estimate`). ``device``: ``cpu``,
+    ``cuda[:N]`` or a GPU kind (``h100``, ``h200``). Why: docs/profiles-and-scheduler.md (Budget)."""
     from .records import checkpoint_path, is_valid_record, record_roots
 
     model_kind = device.split(":")[0]
