@@ -279,8 +279,7 @@ def check_dataset(dataset: str, *, method: str, kind: str, builtin: Iterable[str
     found = registered_kind(dataset)
     if found == kind:
         return
-    what = (f"{dataset!r} is registered as {found} data" if found is not None
-            else f"Invalid dataset {dataset!r}")
+    what = f"{dataset!r} is registered as {found} data" if found is not None else f"Invalid dataset {dataset!r}"
     raise ConfigError(f"{what}; {method} takes {kind} data: choose one of {', '.join(builtin)}, or "
                       f"{REGISTER_HOW[kind]}")
 
@@ -394,12 +393,8 @@ def data_root() -> Path:
 def cache_dir() -> Path:
     """A writable directory for decoded-tensor caches, created on first use: ``$VFLKIT_CACHE``, else
     ``$XDG_CACHE_HOME/vflkit``, else ``~/.cache/vflkit``."""
-    value = os.environ.get(CACHE_ENV)
-    if value:
-        path = Path(value).expanduser()
-    else:
-        base = os.environ.get("XDG_CACHE_HOME")
-        path = (Path(base) if base else Path.home() / ".cache") / "vflkit"
+    value, base = os.environ.get(CACHE_ENV), os.environ.get("XDG_CACHE_HOME")
+    path = Path(value).expanduser() if value else (Path(base) if base else Path.home() / ".cache") / "vflkit"
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:  # e.g. the variable names a file

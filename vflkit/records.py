@@ -89,9 +89,8 @@ def git_state() -> dict[str, Any]:
     if os.environ.get("VFLKIT_GIT_COMMIT"):
         # a copy of the tree without .git (e.g. shipped to a rented GPU) names its commit here;
         # whoever ships it vouches that the copy is that commit's vflkit/
-        out["git_commit"] = os.environ["VFLKIT_GIT_COMMIT"]
-        out["vflkit_modified"] = os.environ.get("VFLKIT_GIT_MODIFIED", "1") != "0"
-        return out
+        return {"git_commit": os.environ["VFLKIT_GIT_COMMIT"],
+                "vflkit_modified": os.environ.get("VFLKIT_GIT_MODIFIED", "1") != "0"}
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here,
                                 capture_output=True, text=True, timeout=5)
@@ -555,8 +554,7 @@ def run_together(runs: Sequence[Run], *, train_all: GroupTrainer, profile: str, 
     if force:
         for ckpt in checkpoints:
             ckpt.unlink(missing_ok=True)
-    # the code and machine as they are when training starts: the checkout may change (a pull, a
-    # branch switch) while a long run trains on the modules it has already imported
+    # as training starts: the checkout may change while a long run trains on the modules it imported
     environment = environment_info(dev)
     start = time.perf_counter()
     trained = [dict(result) for result in train_all(todo, dev, checkpoints)]

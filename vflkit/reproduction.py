@@ -48,7 +48,7 @@ from . import studies
 from .files import atomic_path
 from .ops import pricing
 from .report import KEY_COLUMNS, TABLE_COLUMNS, load_reference, set_style, shown_path
-from .studies.base import Artefact, Study, key_of as _key  # noqa: F401  (Artefact: reproduction.Artefact, by name)
+from .studies.base import Study, key_of as _key
 from .config import DATA_ENV, FIGURES_ENV, RESULTS_ENV, check_record_profile, data_root, figures_dir, project_root, results_dir
 from .records import record_roots
 from .studies import vfedmh
@@ -542,9 +542,7 @@ def _num(x: Any, sign: bool = False) -> str:
     s = "+" if sign else ""
     if x != 0 and abs(x) < 1:
         return f"{x:{s}.3g}"
-    if abs(x) >= 1e4:
-        return f"{x:{s},.0f}"
-    return f"{x:{s}.2f}"
+    return f"{x:{s},.0f}" if abs(x) >= 1e4 else f"{x:{s}.2f}"
 
 
 def _markdown(df: pd.DataFrame) -> str:
@@ -716,8 +714,6 @@ def build_report(profile_order: Sequence[str] = ("paper", "quick"), out_dir: Pat
         "## Overview\n", _markdown(pd.DataFrame(overview))]
     if recs.problems:
         head += ["Records skipped:\n", "\n".join(f"- {p}" for p in recs.problems) + "\n"]
-    # what was found first (the verdicts that decide something, then what the papers do not
-    # report), the evidence per paper after
     return "\n".join(head + findings_section(judged, profiles) + beyond + sections + [inputs_stamp(profiles)])
 
 

@@ -253,14 +253,7 @@ def listing() -> str:
 def build(family: str, fields: dict[str, Any]) -> Any:
     """The family's run config from ``fields`` (an unknown field is the run class's error)."""
     cls = run_class(family)  # an unknown family: a ConfigError listing the known ones
-    if family == "split":
-        fields = {**SPLIT_DEFAULTS, **fields}
-    if hasattr(cls, "from_dict"):
-        return cls.from_dict(fields)
-    try:
-        return cls(**fields)
-    except TypeError as exc:
-        raise ConfigError(f"{cls.__name__}: {exc}") from None
+    return cls.from_dict({**SPLIT_DEFAULTS, **fields} if family == "split" else fields)
 
 
 def _percent(name: str, value: Any) -> str:

@@ -472,8 +472,7 @@ def _print_status(papers: Sequence[str], *, show_all: bool = False, **kwargs: An
         with pd.option_context("display.max_rows", None, "display.width", 200, "display.max_colwidth", 60):
             print(table.drop(columns=["paper", "dataset"]).to_string(index=False))
     else:
-        notable = table[table.status.isin(_NOTABLE)]
-        for _, row in notable.iterrows():
+        for row in table[table.status.isin(_NOTABLE)].itertuples():
             print(f"  {row.run} [{row.setting}] {row.key}: {row.status}")
         print("[study] every run, one row each: --status --all")
     if possible.needs_gpu.any() and possible.h100_min.notna().any():
