@@ -299,7 +299,7 @@ def test_no_claim_reads_the_disk_when_its_records_are_passed(monkeypatch) -> Non
         raise AssertionError("a claim's check read the disk")
 
     built = _multi_vfl_records("quick", {"1niid": 90.0, "2niid": 86.0})
-    for name in ("load_available", "load_recorded", "check_record", "record_path", "record_roots"):
+    for name in ("load_available", "check_record", "record_path", "record_roots"):
         monkeypatch.setattr(store, name, no_disk)
     for study in studies.studies():
         for profile in ("quick", "paper"):

@@ -122,21 +122,19 @@ def test_another_runs_record_is_never_returned(tmp_path):
         assert _one(b, tmp_path)["config"]["epochs"] == 1
 
 
-def test_load_recorded_names_a_broken_file_and_what_to_do(tmp_path, monkeypatch):
+def test_load_record_names_a_broken_file_and_what_to_do(tmp_path, monkeypatch):
     monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path))
     runs = [_cfg(seed=0), _cfg(seed=1)]
     for r in runs:
         _one(r, tmp_path)
     bad = records.record_path(runs[1], "smoke", tmp_path)
     bad.write_text("{truncated")
-    with pytest.raises(ConfigError) as err:
-        records.load_recorded(runs, profile="smoke")
+    with pytest.raises(ConfigError, match="not valid JSON.*delete it") as err:
+        records.load_record(runs[1], "smoke", tmp_path)
     msg = str(err.value)
     assert not isinstance(err.value, json.JSONDecodeError)
-    assert str(bad) in msg and "not valid JSON" in msg and "remake" in msg and "\n" not in msg
-    with pytest.raises(ConfigError, match="not valid JSON.*delete it"):
-        records.load_record(runs[1], "smoke", tmp_path)
-    assert bad.exists()  # load_recorded never moves or trains
+    assert str(bad) in msg and "remake" in msg and "\n" not in msg
+    assert bad.exists()  # loading never moves or trains
 
 
 def _set_environment(run, tmp_path, **env):

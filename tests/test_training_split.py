@@ -103,17 +103,7 @@ def test_splitnn_learns_beyond_the_active_strip(tmp_path):
     assert local["comm"]["total"]["messages"] == 0
 
 
-def test_load_recorded_reads_records_and_names_what_is_missing(tmp_path, monkeypatch):
-    """Committed records load without training; a missing one is an error saying how to make it."""
-    monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path))
-    cfg = _config()
-    with pytest.raises(ConfigError, match=r"1 of 1 runs of the 'quick' profile have no record.*profile='quick'"):
-        records.load_recorded([cfg], profile="quick")
-    rec = run(cfg, profile="quick", device="cpu", progress=False)
-    assert records.load_recorded([cfg], profile="quick") == [rec]
-
-
-def test_load_recorded_falls_back_to_the_projects_results(tmp_path, monkeypatch):
+def test_load_available_falls_back_to_the_projects_results(tmp_path, monkeypatch):
     """With VFLKIT_RESULTS pointing at a scratch folder, the committed records still load."""
     monkeypatch.setenv("VFLKIT_RESULTS", str(tmp_path / "scratch"))
     project = tmp_path / "project"
@@ -122,7 +112,7 @@ def test_load_recorded_falls_back_to_the_projects_results(tmp_path, monkeypatch)
     monkeypatch.chdir(project)
     cfg = _config()
     rec = run(cfg, profile="quick", device="cpu", results=project / "results", progress=False)
-    assert records.load_recorded([cfg], profile="quick") == [rec]
+    assert records.load_available([cfg], profile="quick") == [rec]
 
 
 class _Interrupt(Exception):

@@ -163,29 +163,14 @@ def full_epoch_traffic(record: Mapping[str, Any], steps: int) -> pd.DataFrame:
 def bytes_to_convergence(record: Mapping[str, Any], *, metric: str | None = None, tolerance: float = 0.5,
                          models: Sequence[str] | None = None, epoch: int | None = None,
                          float32_factors: Mapping[str, float] | None = None) -> dict[str, Any]:
-    """Table V's communication volume: training bytes of epochs 1..e*, all parties and
-    directions.
-
-    Parameters
-    ----------
-    record
-        A run record (``history``, ``comm``, ``config``).
-    metric
-        Default ``test_auc`` if the history has it (Criteo), else ``test_accuracy``.
-    tolerance, models
-        The convergence rule (:func:`convergence_epoch`).
-    epoch
-        Use this e* instead of detecting it.
-    float32_factors
-        Per kind, float32-equivalent bytes per byte sent; default: blinded embeddings of
-        VFedMH/EASTER count half (int64 -> float32), everything else as sent.
-
-    Returns
-    -------
-    dict with ``epoch`` (e*), ``metric``, ``value`` (the metric at e*, the mean over the
-    considered models, a fraction), ``bytes`` (as sent), ``bytes_float32``, ``mb`` and
-    ``mb_float32`` (MB = 2**20 bytes, as the ledger's other reports).
-    """
+    """Table V's communication volume: training bytes of epochs 1..e* of ``record`` (``history``,
+    ``comm``, ``config``), all parties and directions. ``metric``: default ``test_auc`` if the
+    history has it (Criteo), else ``test_accuracy``; ``tolerance``, ``models``: the convergence rule
+    (:func:`convergence_epoch`); ``epoch``: this e* instead of detecting it; ``float32_factors``: per
+    kind, float32-equivalent bytes per byte sent (default: blinded embeddings of VFedMH/EASTER count
+    half, int64 -> float32, everything else as sent). Returns ``epoch`` (e*), ``metric``, ``value``
+    (the metric at e*, the mean over the considered models, a fraction), ``bytes`` (as sent),
+    ``bytes_float32``, ``mb`` and ``mb_float32`` (MB = 2**20 bytes, as the ledger's other reports)."""
     history = _history(record["history"])
     if metric is None:
         metric = "test_auc" if "test_auc" in history.columns and history["test_auc"].notna().any() else "test_accuracy"
@@ -269,10 +254,6 @@ def swap_in_variant(groups: Mapping[str, list[Any]], method: str, group: str,
         return (c.dataset, c.models, c.seed, c.n_parties)
 
     twins = {twin_key(c): c for c in groups[group] if c.method == method}
-    out = {}
-    for t in tables:
-        if t in groups:
-            out[t] = [twins.get(twin_key(c), c if keep_unmatched else None) if c.method == method else c
-                      for c in groups[t]]
-            out[t] = [c for c in out[t] if c is not None]
-    return {**groups, **out}
+    swapped = {t: [twins.get(twin_key(c), c if keep_unmatched else None) if c.method == method else c
+                   for c in groups[t]] for t in tables if t in groups}
+    return {**groups, **{t: [c for c in runs if c is not None] for t, runs in swapped.items()}}

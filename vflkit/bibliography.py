@@ -38,11 +38,7 @@ class Paper:
     @property
     def link_text(self) -> str:
         """What the link is called: ``doi:…``, ``arXiv:…`` or the site's name."""
-        if self.doi:
-            return f"doi:{self.doi}"
-        if self.arxiv:
-            return f"arXiv:{self.arxiv}"
-        return "publication page"
+        return f"doi:{self.doi}" if self.doi else f"arXiv:{self.arxiv}" if self.arxiv else "publication page"
 
 
 PAPERS: dict[str, Paper] = {p.key: p for p in (

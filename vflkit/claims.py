@@ -1,11 +1,9 @@
 """The papers' claims as predicates on our records: agree / disagree / not testable.
 
-Each study declares its paper's claims (``CLAIMS`` in :mod:`vflkit.studies.<paper>`), one
-:class:`Claim` per clause, each judged on its own; a check is a pure function of :class:`Records`
-(the records of one study and profile, loaded once by its caller; no check reads the disk), and
-:func:`evaluate` gives the table a notebook and the report show. The rule (the seed as the
-replicate, the noise band, equivalences, several parts, runs that did not learn, cover): docs/studies.md,
-"How a claim is judged".
+Each study declares its paper's claims, one :class:`Claim` per clause, each judged on its own; a
+check is a pure function of :class:`Records` (the records of one study and profile, loaded once by
+its caller; no check reads the disk), and :func:`evaluate` gives the table a notebook and the report
+show. The rule: docs/studies.md, "How a claim is judged".
 """
 
 from __future__ import annotations
@@ -88,7 +86,7 @@ class Claim:
     check: Callable[[Records], Verdict]
     #: The reading of the paper this clause is judged under, where the paper admits more than one
     #: (e.g. "∂L/∂E / C (Eq. 7's mean)"): the clauses of one artefact and wording judged under
-    #: different readings are shown together (:func:`readings`), each verdict with its reading.
+    #: different readings are shown together (the report's findings), each verdict with its reading.
     #: "" where no reading is in question.
     reading: str = ""
 
@@ -111,8 +109,7 @@ DID_NOT_LEARN = "did not learn"
 
 def noise_band(se: float, dof: int) -> float:
     """Half-width of the two-sided 95 % t interval of a mean whose standard error ``se`` was
-    estimated on ``dof`` degrees of freedom: ``t(0.975, dof) * se``. With 2 d.f. (3 seeds) the
-    quantile is 4.30, with 4 d.f. 2.78; it tends to 1.96 as the seeds grow."""
+    estimated on ``dof`` degrees of freedom: ``t(0.975, dof) * se`` (its values: docs/studies.md)."""
     if isinstance(dof, bool) or not isinstance(dof, (int, np.integer)) or dof < 1:
         raise ValueError(f"dof must be a positive integer (seeds minus one, summed over cells), got {dof!r}; "
                          "one seed gives no standard error, so no noise band")
@@ -175,12 +172,8 @@ def estimate(diffs: pd.DataFrame) -> Estimate | None:
     if len(seeds) < 2:
         # the cells with several seeds share fewer than two: keep the seeds of the largest
         # group of cells that share two or more (the rest left out and named)
-        best: tuple[int, list[Any]] = (0, [])
-        for s_set in {tuple(sorted(r.dropna().index.tolist())) for _, r in multi.iterrows()}:
-            n = int(multi[list(s_set)].notna().all(axis=1).sum())
-            if n > best[0]:
-                best = (n, list(s_set))
-        seeds = best[1]
+        shared = {tuple(sorted(r.dropna().index.tolist())) for _, r in multi.iterrows()}
+        seeds = list(max(shared, key=lambda s: int(multi[list(s)].notna().all(axis=1).sum())))
         multi = multi[multi[seeds].notna().all(axis=1)]
     block = multi[seeds]
     by_seed = block.mean(axis=0)
@@ -258,25 +251,17 @@ def _cover(verdict: Verdict, judged: set[str], expected: Iterable[str] | None) -
                                  f"profile runs have no recorded pair yet ({shown})", NOT_TESTABLE)
 
 
-def _split(diffs: pd.DataFrame, a: str, b: str) -> str:
-    per_cell = diffs.groupby("cell")["diff"].mean()
-    return f"{a} > {b} in {int((per_cell > 0).sum())} of {len(per_cell)} cells"
-
-
 def _ordering(diffs: pd.DataFrame, *, a: str, b: str, what: str, exact: bool) -> tuple[Verdict, set[str]]:
     if diffs.empty:
         return not_testable(f"no recorded pair of {a} and {b}"), set()
-    split = _split(diffs, a, b)
+    per_cell = diffs.groupby("cell")["diff"].mean()
+    wins, n_cells = int((per_cell > 0).sum()), len(per_cell)
+    split = f"{a} > {b} in {wins} of {n_cells} cells"
     est = estimate(diffs)
     if est is None and exact:
-        per_cell = diffs.groupby("cell")["diff"].mean()
-        wins, n_cells = int((per_cell > 0).sum()), len(per_cell)
         ev = f"{split}, 1 seed; mean difference {float(diffs['diff'].mean()):+.2f} {what}"
-        if wins == n_cells:
-            return Verdict(AGREE, ev), set(map(str, per_cell.index))
-        if wins == 0:
-            return Verdict(DISAGREE, ev), set(map(str, per_cell.index))
-        return Verdict(NOT_TESTABLE, ev + ": mixed"), set(map(str, per_cell.index))
+        status = AGREE if wins == n_cells else DISAGREE if wins == 0 else NOT_TESTABLE
+        return Verdict(status, ev + (": mixed" if status == NOT_TESTABLE else "")), set(map(str, per_cell.index))
     if est is None or (est.se == 0 and not exact):
         est = _noisy(diffs)
     if est is None:
@@ -444,18 +429,14 @@ def owner(claim: Claim) -> Study | None:
     return got[1] if got is not None and got[0] is claim else None
 
 
-def _study_records(study: Study | None, claim: Claim, profile: str) -> Records:
-    """The records of every run of ``study`` (``claim``'s owner) under ``profile``; nothing is trained."""
+def load(claim: Claim, profile: str) -> Records:
+    """The records ``claim`` is judged on under ``profile``: those of every run of the study that
+    declares it (:func:`owner`); nothing is trained."""
+    study = owner(claim)
     if study is None:
         raise LookupError(f"the claim {claim.artefact}: {claim.clause!r} belongs to no registered study; "
                           "pass its records to evaluate(..., records=...)")
     return Records.of_list(profile, store.load_available(study.runs(profile), profile=profile))
-
-
-def load(claim: Claim, profile: str) -> Records:
-    """The records ``claim`` is judged on under ``profile``: those of every run of the study that
-    declares it (:func:`owner`); nothing is trained."""
-    return _study_records(owner(claim), claim, profile)
 
 
 def evaluate(claims: Sequence[Claim], profile: str,
@@ -476,7 +457,7 @@ def evaluate(claims: Sequence[Claim], profile: str,
         name = None if study is None else study.name
         if name not in loaded:
             try:
-                loaded[name] = _study_records(study, c, profile)
+                loaded[name] = load(c, profile)
             except Exception as exc:  # noqa: BLE001 -- reported on each clause of the study below
                 loaded[name] = exc
         got = loaded[name]
@@ -506,21 +487,6 @@ def base_artefact(artefact: str) -> str:
     """The artefact without a parenthesised reading: "Table III (Heter_aggVFL as the ensemble)"
     -> "Table III"."""
     return artefact.split(" (", 1)[0]
-
-
-def readings(table: pd.DataFrame) -> pd.DataFrame:
-    """For each clause of ``table`` (:func:`evaluate`'s rows, own claims and variants together) at
-    each profile: ``verdicts`` under every reading, (reading, status) in order, and ``contingent``
-    (the readings give different verdicts); ``artefact`` is the base (:func:`base_artefact`)."""
-    if table.empty:
-        return pd.DataFrame(columns=["paper", "profile", "artefact", "clause", "verdicts", "contingent"])
-    t = table.assign(base=table["artefact"].map(base_artefact))
-    rows = []
-    for (paper, profile, art, clause), g in t.groupby(["paper", "profile", "base", "clause"], sort=False):
-        verdicts = [(r.reading or r.artefact, r.status) for r in g.itertuples()]
-        rows.append({"paper": paper, "profile": profile, "artefact": art, "clause": clause, "verdicts": verdicts,
-                     "contingent": len({s for _, s in verdicts}) > 1})
-    return pd.DataFrame(rows)
 
 
 def speaking(table: pd.DataFrame, profiles: Sequence[str]) -> pd.DataFrame:
@@ -562,5 +528,5 @@ def as_markdown(table: pd.DataFrame, title: str = "", *, artefacts: Sequence[str
 
 __all__ = ["AGREE", "DISAGREE", "NOT_TESTABLE", "Claim", "Estimate", "Records", "Verdict", "all_of", "as_markdown",
            "base_artefact", "equivalent", "estimate", "evaluate", "holm", "load", "not_testable", "owner", "ordering",
-           "paired", "readings", "speaking", "summary", "untrained_runs"]
+           "paired", "speaking", "summary", "untrained_runs"]
 

@@ -1,19 +1,20 @@
-"""Where vflkit finds data and writes caches and results, and which device it uses.
-
-One setting decides where datasets are read from: the environment variable ``VFLKIT_DATA``,
-else ``./data`` (``data/`` of the project checkout when run from inside it, e.g. from
-``notebooks/`` in JupyterLab, else of the working directory). Decoded tensors are cached under
-``VFLKIT_CACHE``, else ``$XDG_CACHE_HOME/vflkit``, else ``~/.cache/vflkit``: the data root may
-be read-only (CI points it at a shared, read-only copy), so the cache never lives there.
+"""Where vflkit finds data and writes caches and results, and which device it uses (the variables:
+docs/profiles-and-scheduler.md). ``./data`` is ``data/`` of the project checkout when run from inside
+it (e.g. from ``notebooks/`` in JupyterLab), else of the working directory. The decoded-tensor cache
+never lives under the data root: that may be read-only (CI points it at a shared, read-only copy).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
 import math
+import numbers
 import os
+import re
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Iterable, NamedTuple
 
@@ -41,8 +42,6 @@ def check_profile(profile: str) -> str:
 def is_simple_name(name: Any) -> bool:
     """Whether ``name`` is also one folder (a profile's or a study's): 1-64 letters, digits, ``_``
     and ``-``, not starting with ``_`` or ``-``."""
-    import re
-
     return isinstance(name, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}", name) is not None
 
 
@@ -111,8 +110,6 @@ def check_seeds_once(seeds: Any, overrides: Any, keys: Iterable[str] = ("seeds",
 
 def is_int(value: Any) -> bool:
     """An integer, not a bool (numpy integers count)."""
-    import numbers
-
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
@@ -130,8 +127,6 @@ def check_int(name: str, value: Any, *, minimum: int | None = None, optional: bo
 
 def check_rate(name: str, value: Any) -> None:
     """A ConfigError unless ``value`` is a finite, positive number (not a string, not a bool)."""
-    import numbers
-
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ConfigError(f"{name} must be a positive number such as 0.01, got {value!r} ({type(value).__name__})")
     if not math.isfinite(value) or value <= 0:
@@ -164,14 +159,8 @@ SHA1_10 = KeyFormat("sha1", 10, compact=False)
 
 class KeyedRun:
     """The one key scheme of every run class (a mixin for frozen dataclasses); the key names the
-    run's record. It hashes :meth:`key_dict`: every field of :attr:`KEYED_FIELDS` (frozen), each
-    other field only where it differs from its default (a new defaulted field keeps every
-    committed key), and a dataset of your own's content digest (:func:`registered_data_digest`).
-
-    A subclass declares :attr:`KEYED_FIELDS` and ``to_dict()``; the hooks keep the formats of keys
-    committed before this class (:attr:`KEY_FORMAT`, :meth:`key_prefix`) and serve a ``to_dict()``
-    that spreads a nested config (:meth:`key_defaults`).
-    """
+    run's record and hashes :meth:`key_dict`. A subclass declares :attr:`KEYED_FIELDS` and
+    ``to_dict()``; the scheme and its hooks: docs/records-and-claims.md, "Run keys"."""
 
     #: The fields every key hashes, default or not. Never edit a class's list: every committed
     #: key hashes it (a subclass may not redefine its base's, :meth:`__init_subclass__`).
@@ -246,8 +235,6 @@ def _text(value: Any) -> str:
 @functools.lru_cache(maxsize=None)
 def _default_texts(cls: type) -> dict[str, str]:
     """Each defaulted field of the dataclass ``cls`` as canonical JSON (computed once per class)."""
-    import dataclasses
-
     out: dict[str, str] = {}
     for f in dataclasses.fields(cls):
         if f.default is not dataclasses.MISSING:
@@ -261,8 +248,6 @@ def registered_data_digest(dataset: str, *, recheck: bool = False) -> str | None
     """The content digest of a dataset of your own registered under ``dataset``
     (:func:`vflkit.data.registered_digest`), None for a built-in or unregistered name: run keys
     add it. Nothing is registered before :mod:`vflkit.data` is imported, so it is not imported here."""
-    import sys
-
     data = sys.modules.get("vflkit.data")
     return data.registered_digest(dataset, recheck=recheck) if data is not None else None
 
@@ -279,8 +264,6 @@ REGISTER_HOW: dict[str, str] = {
 def registered_kind(dataset: str) -> str | None:
     """``"image"`` or ``"tabular"`` for a dataset of your own registered under ``dataset``, None
     for any other name (without importing :mod:`vflkit.data`, as :func:`registered_data_digest`)."""
-    import sys
-
     data = sys.modules.get("vflkit.data")
     if data is None or not isinstance(dataset, str) or not data.is_registered(dataset):
         return None
@@ -296,8 +279,7 @@ def check_dataset(dataset: str, *, method: str, kind: str, builtin: Iterable[str
     found = registered_kind(dataset)
     if found == kind:
         return
-    what = (f"{dataset!r} is registered as {found} data" if found is not None
-            else f"Invalid dataset {dataset!r}")
+    what = f"{dataset!r} is registered as {found} data" if found is not None else f"Invalid dataset {dataset!r}"
     raise ConfigError(f"{what}; {method} takes {kind} data: choose one of {', '.join(builtin)}, or "
                       f"{REGISTER_HOW[kind]}")
 
@@ -322,14 +304,8 @@ def apply_overrides(settings: dict[str, Any], overrides: dict[str, Any] | None, 
                 overrides[k] = check_seeds(v, name=f"overrides[{k!r}]" if k != "seeds" else "seeds")
             else:
                 _check_like(f"overrides[{k!r}]", v, settings[k])
-    merged = dict(settings)
-    run: dict[str, Any] = {}
-    for k, v in overrides.items():
-        if k in settings:
-            merged[k] = _tuples(v)
-        else:
-            run[k] = _tuples(v)
-    return merged, run
+    merged = {**settings, **{k: _tuples(v) for k, v in overrides.items() if k in settings}}
+    return merged, {k: _tuples(v) for k, v in overrides.items() if k not in settings}
 
 
 #: Fields a study sets per run (which data, method, models and seed make the run, and the
@@ -341,8 +317,6 @@ def split_run_overrides(settings: dict[str, Any], overrides: dict[str, Any] | No
                         run_class: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """:func:`apply_overrides` for a study of ``run_class`` runs: any field but :data:`RUN_IDENTITY`
     may be overridden, and is set on every run, its baselines' included (``{"lr": 0.01}``)."""
-    import dataclasses
-
     fields = [f.name for f in dataclasses.fields(run_class) if f.name not in RUN_IDENTITY]
     return apply_overrides(settings, overrides, run_fields=fields)
 
@@ -417,13 +391,10 @@ def data_root() -> Path:
 
 
 def cache_dir() -> Path:
-    """A writable directory for decoded-tensor caches, created on first use."""
-    value = os.environ.get(CACHE_ENV)
-    if value:
-        path = Path(value).expanduser()
-    else:
-        base = os.environ.get("XDG_CACHE_HOME")
-        path = (Path(base) if base else Path.home() / ".cache") / "vflkit"
+    """A writable directory for decoded-tensor caches, created on first use: ``$VFLKIT_CACHE``, else
+    ``$XDG_CACHE_HOME/vflkit``, else ``~/.cache/vflkit``."""
+    value, base = os.environ.get(CACHE_ENV), os.environ.get("XDG_CACHE_HOME")
+    path = Path(value).expanduser() if value else (Path(base) if base else Path.home() / ".cache") / "vflkit"
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:  # e.g. the variable names a file

@@ -24,17 +24,13 @@ from .errors import ConfigError, DiskSpaceError
 TMP_MARK = ".tmp"
 
 
-def _tmp_for(path: Path) -> Path:
-    return path.with_name(f".{path.name}{TMP_MARK}{os.getpid()}-{threading.get_ident()}")
-
-
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path to write ``path``'s content to; on success it is flushed to disk
     and renamed to ``path``, on error removed (the old ``path``, if any, is left untouched)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _tmp_for(path)
+    tmp = path.with_name(f".{path.name}{TMP_MARK}{os.getpid()}-{threading.get_ident()}")
     try:
         yield tmp
         with open(tmp, "rb+") as f:

@@ -1,17 +1,13 @@
 """The one record store and the one run loop of every paper.
 
-A run is any frozen config of the :class:`Run` protocol (every run class of
-:data:`vflkit.training.FAMILIES` is a :class:`~vflkit.config.KeyedRun`). Its key names its record,
-``<results>/<profile>/<paper>/<key>.json``, so a rerun skips finished runs and an interrupted study
-resumes. :func:`run_together` (a run at a time for :func:`run_one` and :func:`run_many`, a pack at
-a time for the packed trainer) trains with the trainer it is handed and writes, atomically, one
-envelope for every family::
+A run's key names its record, ``<results>/<profile>/<paper>/<key>.json``; :func:`run_together`
+trains with the trainer it is handed and writes, atomically, one envelope for every family::
 
     {key, profile, config, environment, finished, wall_time_s, peak_memory_mb,
      peak_memory_kind, diverged, **result}
 
-(a record made on another machine also holds :data:`RECEIVED`). No method or trainer is imported
-here, so the plotting layer can read records without the runner.
+(and :data:`RECEIVED` in a record made on another machine). No method or trainer is imported here,
+so the plotting layer can read records without the runner. More: docs/records-and-claims.md.
 """
 
 from __future__ import annotations
@@ -33,8 +29,8 @@ import torch
 from tqdm.auto import tqdm
 
 from . import __version__
-from .config import (RESULTS_ENV, check_device_name, check_paper, check_record_profile, project_root,
-                     registered_data_digest, resolve_device, results_dir)
+from .config import (check_device_name, check_paper, check_record_profile, project_root, registered_data_digest,
+                     resolve_device, results_dir)
 from .errors import ConfigError, DiskSpaceError, DivergenceError, RecordWriteError
 from . import files as _files
 from .files import TMP_MARK, clean_stale_tmp
@@ -45,8 +41,7 @@ from .training import FAMILIES
 ENVELOPE: tuple[str, ...] = ("key", "profile", "config", "environment", "finished", "wall_time_s",
                              "peak_memory_mb", "peak_memory_kind", "diverged")
 #: The mark a record made on another machine carries once :func:`vflkit.ops.windows.receive` took it
-#: in: ``{"from": <the machine's name>, "at": <when it was received, as "finished" is written>}``.
-#: Not part of the envelope: a record made here has none. It is not part of the key or config.
+#: in (not part of the envelope, key or config): ``{"from": <machine>, "at": <as "finished" is written>}``.
 RECEIVED = "received"
 
 
@@ -94,9 +89,8 @@ def git_state() -> dict[str, Any]:
     if os.environ.get("VFLKIT_GIT_COMMIT"):
         # a copy of the tree without .git (e.g. shipped to a rented GPU) names its commit here;
         # whoever ships it vouches that the copy is that commit's vflkit/
-        out["git_commit"] = os.environ["VFLKIT_GIT_COMMIT"]
-        out["vflkit_modified"] = os.environ.get("VFLKIT_GIT_MODIFIED", "1") != "0"
-        return out
+        return {"git_commit": os.environ["VFLKIT_GIT_COMMIT"],
+                "vflkit_modified": os.environ.get("VFLKIT_GIT_MODIFIED", "1") != "0"}
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here,
                                 capture_output=True, text=True, timeout=5)
@@ -113,11 +107,8 @@ def git_state() -> dict[str, Any]:
 
 def machine_info(device: torch.device) -> dict[str, str]:
     """The machine part of :func:`environment_info` (it sets a run's speed as well as its numbers)."""
-    return {
-        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine(),
-        "cpu": _cpu_name(),
-        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-    }
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine()
+    return {"device_name": name, "cpu": _cpu_name(), "cpu_capability": torch.backends.cpu.get_cpu_capability()}
 
 
 def environment_info(device: torch.device) -> dict[str, Any]:
@@ -129,16 +120,9 @@ def environment_info(device: torch.device) -> dict[str, Any]:
     import numpy
     import torchvision
 
-    info: dict[str, Any] = {
-        "device": str(device),
-        **machine_info(device),
-        "torch_threads": torch.get_num_threads(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "torchvision": torchvision.__version__,
-        "numpy": numpy.__version__,
-        "vflkit": __version__,
-    }
+    info: dict[str, Any] = {"device": str(device), **machine_info(device), "torch_threads": torch.get_num_threads(),
+                            "python": platform.python_version(), "torch": torch.__version__,
+                            "torchvision": torchvision.__version__, "numpy": numpy.__version__, "vflkit": __version__}
     if os.environ.get("ONEDNN_MAX_CPU_ISA"):
         info["onednn_max_cpu_isa"] = os.environ["ONEDNN_MAX_CPU_ISA"]
     if device.type == "cuda":
@@ -273,11 +257,6 @@ def move_aside(path: Path, reason: str, *, stacklevel: int = 2) -> Path:
     return bad
 
 
-def _move_aside(path: Path, reason: str) -> Path:
-    # the warning points at the caller of run_one / run_many
-    return move_aside(path, reason, stacklevel=4)
-
-
 def load_record(run: Run, profile: str, root: str | Path | None = None) -> dict[str, Any] | None:
     """The finished record of ``run``, or None; a file there that is not its record is a
     :class:`BadRecord` error naming the file."""
@@ -296,7 +275,8 @@ def record_roots() -> list[Path]:
 
 
 def load_available(runs: Iterable[Run], *, profile: str) -> list[dict[str, Any]]:
-    """The records that exist for ``runs`` (checked like :func:`load_recorded`), the missing skipped."""
+    """The records that exist for ``runs`` (each from the first of :func:`record_roots` that has it, checked by
+    :func:`check_record`), the missing skipped; nothing is trained."""
     check_record_profile(profile)
     out = []
     for run in runs:
@@ -306,35 +286,6 @@ def load_available(runs: Iterable[Run], *, profile: str) -> list[dict[str, Any]]
                 out.append(check_record(path, run, profile))
                 break
     return out
-
-
-def load_recorded(runs: Iterable[Run], *, profile: str) -> list[dict[str, Any]]:
-    """The records an earlier run of ``profile`` wrote for ``runs`` (all from the first of
-    :func:`record_roots` that has them); nothing is trained. A missing record, or a file that is
-    not the run's, is an error that says how to make it."""
-    check_record_profile(profile)
-    runs = list(runs)
-    first_missing: list[Path] | None = None
-    for root in record_roots():
-        paths = [record_path(r, profile, root) for r in runs]
-        missing = [p for p in paths if not p.exists()]
-        if not missing:
-            break
-        first_missing = first_missing or missing
-    else:
-        raise ConfigError(
-            f"{len(first_missing)} of {len(runs)} runs of the {profile!r} profile have no record "
-            f"(first: {first_missing[0]}); run the notebook with profile={profile!r} "
-            f"(or `make study PROFILE={profile}`) to make them"
-        )
-    records = []
-    for run, p in zip(runs, paths):
-        try:
-            records.append(check_record(p, run, profile))
-        except BadRecord as exc:
-            raise BadRecord(f"{exc}; delete it and run the notebook with profile={profile!r} "
-                            f"(or `make study PROFILE={profile}`) to remake it") from None
-    return records
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
@@ -473,7 +424,7 @@ def _lookup(run: Run, *, profile: str, results: str | Path | None, force: bool, 
     try:
         rec = check_record(path, run, profile)
     except BadRecord as exc:
-        _move_aside(path, str(exc))
+        move_aside(path, str(exc), stacklevel=4)  # the warning points at the caller of run_one
         return path, None
     if recompute_after is not None and older_than(rec, recompute_after):
         return path, None
@@ -481,16 +432,12 @@ def _lookup(run: Run, *, profile: str, results: str | Path | None, force: bool, 
         where = rec["diverged"].get("message", rec["diverged"]) if isinstance(rec["diverged"], dict) else rec["diverged"]
         raise DivergenceError(
             f"the record {path} is of a run that diverged ({where}), made with on_divergence='record'; "
-            "pass on_divergence='record' to use it, or force=True to recompute it"
-        )
+            "pass on_divergence='record' to use it, or force=True to recompute it")
     return path, rec
 
 
-#: The results version of each protocol family: raise a family's by one, by hand, in the commit
-#: that changes what its runs compute (a committed record's scores or ledger), never for a change
-#: that computes the same numbers. A record names it (``environment["results_version"]``); a
-#: reused record of another version is named in a warning; tests/test_committed_records_rerun.py
-#: computes committed records again, which must be of the current version and come out the same.
+#: The results version of each protocol family (``environment["results_version"]`` of its records): raised
+#: by one, by hand, in the commit that changes what its runs compute (docs/profiles-and-scheduler.md).
 RESULTS_VERSION: dict[str, int] = {"split": 1, "multi_owner": 1, "one_shot": 1, "tiles": 1}
 #: The version of the records made before ``results_version`` was recorded, and of a run whose
 #: class is no family's (a run class of your own).
@@ -518,8 +465,7 @@ def recorded_results_version(rec: dict[str, Any]) -> int:
 def _warn_other_code(reused: list[tuple[Run, dict[str, Any]]]) -> None:
     """One warning for the reused records this code may not compute: those of another
     :data:`RESULTS_VERSION` than their family's now, and those made with uncommitted changes to
-    ``vflkit/``. Another commit at the same results version is reused silently (the
-    committed-records rerun test checks that refactors compute the same)."""
+    ``vflkit/`` (others are reused silently: docs/profiles-and-scheduler.md)."""
     versions: dict[tuple[str, int, int], list[str]] = {}
     modified: list[str] = []
     for run, rec in reused:
@@ -547,22 +493,16 @@ def run_one(run: Run, *, train: Trainer, profile: str, device: str | torch.devic
             on_divergence: str = "raise", deadline: float | None = None,
             recompute_before: str | None = None) -> dict[str, Any]:
     """Train ``run`` with ``train`` (or load its finished record) and return the record.
-
-    ``on_divergence``: ``"raise"`` lets a trainer's :class:`~vflkit.errors.DivergenceError` stop
-    the study (and refuses a diverged record); ``"record"`` has the trainer stop the run there,
-    evaluate it and say where it diverged (``record["diverged"]``). A trainer resumes from its
-    checkpoint beside the record, deleted once the record is written. ``deadline`` (a
-    ``time.time()``): a trainer that checkpoints stops after the last epoch or round ending before
-    it and raises :class:`~vflkit.errors.BudgetExhausted` (the one-shot trainer only refuses to
-    start). A record is reused only if it is the run's (:func:`check_record`; else moved aside and
-    recomputed), and named in a warning by :func:`_warn_other_code`; ``recompute_before`` (a
-    commit) recomputes the records finished before its date."""
+    ``on_divergence``: "raise" stops at a trainer's DivergenceError (and refuses a diverged record),
+    "record" records where the run diverged; ``deadline`` (a ``time.time()``): a trainer that
+    checkpoints stops before it (:class:`~vflkit.errors.BudgetExhausted`); ``recompute_before`` (a
+    commit) recomputes the records finished before its date. Resuming, reuse: docs/records-and-claims.md."""
     _check_on_divergence(on_divergence)
     after = commit_date(recompute_before) if recompute_before is not None else None
     reused: list[tuple[Run, dict[str, Any]]] = []
-    rec = _run_one(run, train=train, profile=profile, device=device, results=results, force=force,
-                   progress=progress, on_divergence=on_divergence, deadline=deadline, recompute_after=after,
-                   reused=reused)
+    alone = _alone(train, progress=progress, on_divergence=on_divergence, deadline=deadline)
+    rec = run_together([run], train_all=alone, profile=profile, device=device, results=results, force=force,
+                       on_divergence=on_divergence, recompute_after=after, reused=reused)[0]
     _warn_other_code(reused)
     return rec
 
@@ -572,15 +512,9 @@ def _check_on_divergence(on_divergence: str) -> None:
         raise ConfigError(f"Invalid on_divergence {on_divergence!r}; choose raise or record")
 
 
-def _run_one(run: Run, *, train: Trainer, profile: str, device: str | torch.device, results: str | Path | None,
-             force: bool, progress: bool, on_divergence: str, deadline: float | None,
-             recompute_after: datetime | None, reused: list[tuple[Run, dict[str, Any]]]) -> dict[str, Any]:
-    def train_alone(todo: list[Run], dev: torch.device, checkpoints: list[Path]) -> list[dict[str, Any]]:
-        return [train(todo[0], device=dev, checkpoint=checkpoints[0], progress=progress,
-                      on_divergence=on_divergence, deadline=deadline)]
-
-    return run_together([run], train_all=train_alone, profile=profile, device=device, results=results, force=force,
-                        on_divergence=on_divergence, recompute_after=recompute_after, reused=reused)[0]
+def _alone(train: Trainer, **options: Any) -> GroupTrainer:
+    """``train`` as a :data:`GroupTrainer` of one run, called with ``options`` (progress, on_divergence, deadline)."""
+    return lambda todo, dev, checkpoints: [train(todo[0], device=dev, checkpoint=checkpoints[0], **options)]
 
 
 #: Several runs trained by one call (the packed trainer): the runs, the device and each run's
@@ -594,11 +528,8 @@ def run_together(runs: Sequence[Run], *, train_all: GroupTrainer, profile: str, 
                  reused: list[tuple[Run, dict[str, Any]]] | None = None) -> list[dict[str, Any]]:
     """The records of ``runs``, in their order: those recorded are loaded (and appended to
     ``reused`` with their runs), the others trained by one call of ``train_all`` and each written
-    under its own key, the one path from results to records. The runs of one call share its
-    environment, ``peak_memory_mb`` and (unless a result reports its own) wall time. A result
-    using an envelope name is refused before anything is written. A diverged run's final scores
-    (:data:`FINAL_FIELDS`) are written as NaN (a broken model's scores measure nothing); its
-    history keeps them."""
+    under its own key; a diverged run's final scores (:data:`FINAL_FIELDS`) as NaN. What the runs of
+    one call share, and what is refused: docs/records-and-claims.md."""
     _check_on_divergence(on_divergence)
     runs = list(runs)
     paths: dict[str, Path] = {}
@@ -623,8 +554,7 @@ def run_together(runs: Sequence[Run], *, train_all: GroupTrainer, profile: str, 
     if force:
         for ckpt in checkpoints:
             ckpt.unlink(missing_ok=True)
-    # the code and machine as they are when training starts: the checkout may change (a pull, a
-    # branch switch) while a long run trains on the modules it has already imported
+    # as training starts: the checkout may change while a long run trains on the modules it imported
     environment = environment_info(dev)
     start = time.perf_counter()
     trained = [dict(result) for result in train_all(todo, dev, checkpoints)]
@@ -637,26 +567,16 @@ def run_together(runs: Sequence[Run], *, train_all: GroupTrainer, profile: str, 
         if clash:
             raise RuntimeError(f"the trainer's result uses the envelope's names {clash}")
     peak, kind = _peak_memory(dev, rss_reset)
-    for result in trained:
-        if result.get("diverged"):  # its models are broken: no score (the history keeps what they scored)
-            for field in FINAL_FIELDS:
-                if field in result:
-                    result[field] = _no_score(result[field])
+    for result in (r for r in trained if r.get("diverged")):  # broken models: no score (the history keeps theirs)
+        result.update({field: _no_score(result[field]) for field in FINAL_FIELDS if field in result})
     for run, result, ckpt in zip(todo, trained, checkpoints):
-        record = {
-            "key": run.key,
-            "profile": profile,
-            "config": run.to_dict(),
-            # what the family's code computes now: a later checkout tells a changed computation by it
-            "environment": {**environment, "results_version": results_version(run)},
-            "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            # a resumed run counts the time before the interruption too (the trainer knows it)
-            "wall_time_s": result.pop("wall_time_s", wall),
-            "peak_memory_mb": peak,
-            "peak_memory_kind": kind,
-            "diverged": result.pop("diverged", None),
-            **result,
-        }
+        record = {"key": run.key, "profile": profile, "config": run.to_dict(),
+                  # what the family's code computes now: a later checkout tells a changed computation by it
+                  "environment": {**environment, "results_version": results_version(run)},
+                  "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                  # a resumed run counts the time before the interruption too (the trainer knows it)
+                  "wall_time_s": result.pop("wall_time_s", wall), "peak_memory_mb": peak, "peak_memory_kind": kind,
+                  "diverged": result.pop("diverged", None), **result}
         record = json.loads(json.dumps(record, default=json_default))
         _write_record(paths[run.key], record, run, profile)
         ckpt.unlink(missing_ok=True)
@@ -668,9 +588,7 @@ def _no_score(value: Any) -> Any:
     """``value`` (a final score, or a dict of them, nested) with every number NaN."""
     if isinstance(value, dict):
         return {k: _no_score(v) for k, v in value.items()}
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float("nan")
-    return value
+    return float("nan") if isinstance(value, (int, float)) and not isinstance(value, bool) else value
 
 
 def run_many(runs: Iterable[Run], *, train: Trainer, profile: str, device: str | torch.device = "auto",
@@ -678,11 +596,8 @@ def run_many(runs: Iterable[Run], *, train: Trainer, profile: str, device: str |
              desc: str = "runs", recompute_before: str | None = None,
              needs_gpu: Callable[[Any], bool] | None = None) -> list[dict[str, Any]]:
     """Run every run in order, skipping those with a record; returns their records. Every record
-    is looked up and the folders checked for writability before any training.
-
-    ``needs_gpu`` (a study's ``needs_gpu(run)``): off CUDA the runs it names are not trained, as
-    ``python -m vflkit.study`` does; their records are returned where they exist (made on a GPU)
-    and a warning counts the others. ``needs_gpu=None`` trains everything here."""
+    is looked up and the folders checked for writability before any training. ``needs_gpu`` (a
+    study's ``needs_gpu(run)``): off CUDA its runs are not trained (docs/records-and-claims.md)."""
     _check_on_divergence(on_divergence)
     check_record_profile(profile)
     check_device_name(device)
@@ -719,9 +634,9 @@ def run_many(runs: Iterable[Run], *, train: Trainer, profile: str, device: str |
     reused: list[tuple[Run, dict[str, Any]]] = []
     # a bar only where something trains: a notebook would otherwise keep a "0%" bar of loads
     bar = progress and bool(todo)
-    out = [elsewhere.get(r.key) or _run_one(r, train=train, profile=profile, device=device, results=results,
-                                            force=False, progress=progress, on_divergence=on_divergence,
-                                            deadline=None, recompute_after=after, reused=reused)
+    alone = _alone(train, progress=progress, on_divergence=on_divergence, deadline=None)
+    out = [elsewhere.get(r.key) or run_together([r], train_all=alone, profile=profile, device=device, results=results,
+                                                on_divergence=on_divergence, recompute_after=after, reused=reused)[0]
            for r in tqdm(runs, desc=f"{desc} ({len(runs) - len(todo)} of {len(runs)} already recorded)",
                          disable=not bar)]
     _warn_other_code(reused)
@@ -730,7 +645,7 @@ def run_many(runs: Iterable[Run], *, train: Trainer, profile: str, device: str |
 
 __all__ = ["ENVELOPE", "FINAL_FIELDS", "FIRST_RESULTS_VERSION", "MIN_FREE_BYTES", "RECEIVED", "RESULTS_VERSION",
            "BadRecord", "GroupTrainer", "Run", "check_record", "is_valid_record", "move_aside", "record_problem",
-           "received_problem", "record_roots", "Trainer", "checkpoint_path",
-           "environment_info", "json_default", "load_record", "load_available", "load_recorded", "record_path",
-           "recorded_results_version", "results_version", "run_family", "run_many", "run_one", "run_together",
-           "write_json_atomic", "commit_date", "git_state", "older_than", "read_record"]
+           "received_problem", "record_roots", "Trainer", "checkpoint_path", "environment_info", "json_default",
+           "load_record", "load_available", "record_path", "recorded_results_version", "results_version", "run_family",
+           "run_many", "run_one", "run_together", "write_json_atomic", "commit_date", "git_state", "older_than",
+           "read_record"]

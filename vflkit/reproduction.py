@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import re
 import statistics
 import sys
@@ -47,7 +48,7 @@ from . import studies
 from .files import atomic_path
 from .ops import pricing
 from .report import KEY_COLUMNS, TABLE_COLUMNS, load_reference, set_style, shown_path
-from .studies.base import Artefact, Study, key_of as _key  # noqa: F401  (Artefact: reproduction.Artefact, by name)
+from .studies.base import Study, key_of as _key
 from .config import DATA_ENV, FIGURES_ENV, RESULTS_ENV, check_record_profile, data_root, figures_dir, project_root, results_dir
 from .records import record_roots
 from .studies import vfedmh
@@ -131,8 +132,7 @@ class _Evidence:
     def runs(self, profile: str) -> list[Any]:
         return self.study.runs(profile)
 
-    def key(self, run: Any) -> str:
-        return _key(run)
+    key = staticmethod(_key)
 
     def notebook(self, section: str) -> str:
         """A link to the notebook, naming the section (GitHub gives notebook headings no anchors)."""
@@ -165,12 +165,9 @@ def _provenance(profile: str, runs: Sequence[Any], recs: Sequence[dict[str, Any]
     when = ("" if not days else days[0] if days[0] == days[-1] else f"{days[0]} to {days[-1]}")
     commits = pd.Series([r.get("environment", {}).get("git_commit", "?") for r in recs]).value_counts()
     shown = ", ".join(f"`{c}`" for c in commits.index[:3]) + (f" +{len(commits) - 3}" if len(commits) > 3 else "")
-    devices = []
-    for r in recs:
-        env = r.get("environment", {})
-        dev = env.get("device", "?")
-        name = env.get("device_name", "") if str(dev).startswith("cuda") else env.get("cpu", "")
-        devices.append(f"{dev} ({name})" if name else str(dev))
+    envs = [r.get("environment", {}) for r in recs]
+    names = [e.get("device_name" if str(e.get("device", "?")).startswith("cuda") else "cpu", "") for e in envs]
+    devices = [f"{e.get('device', '?')} ({n})" if n else str(e.get("device", "?")) for e, n in zip(envs, names)]
     received = sum(1 for r in recs if r.get("received"))
     return (f"**{profile}**: {len(recs)} of {len(runs)} runs; seeds {', '.join(map(str, seeds)) or '—'}; "
             f"finished {when or 'not recorded'}; commit {shown}; device {', '.join(dict.fromkeys(devices))}"
@@ -336,9 +333,7 @@ def _beside(ours: pd.DataFrame, ref: pd.DataFrame, uncounted_tables: Mapping[str
 
 def _scale(metric: str) -> float | None:
     """Points per unit of ``metric``: 1 for a percentage, 100 for a fraction score, else None."""
-    if metric.endswith("_pct"):
-        return 1.0
-    return 100.0 if metric in FRACTION_SCORES else None
+    return 1.0 if metric.endswith("_pct") else 100.0 if metric in FRACTION_SCORES else None
 
 
 def compare(paper: str, profiles: Sequence[str]) -> pd.DataFrame:
@@ -508,8 +503,7 @@ def map_readme(readme: pd.DataFrame, evaluated: pd.DataFrame) -> pd.DataFrame:
             if sub.empty:
                 status, evidence = claimlib.NOT_TESTABLE, "no predicate yet"
             else:
-                v = claimlib.all_of(claimlib.Verdict(s, "") for s in sub["status"])
-                status = v.status
+                status = claimlib.all_of(claimlib.Verdict(s, "") for s in sub["status"]).status
                 evidence = (f"{len(sub)} clauses of " + ", ".join(dict.fromkeys(sub["artefact"]))
                             + ": " + claimlib.summary(sub))
             rows.append({"figure": c["figure"], "claim": c["claim"], "profile": profile or "",
@@ -525,8 +519,7 @@ def evaluate_claims(paper: str, profiles: Sequence[str], *, variants: bool = Fal
     recs = _Records() if recs is None else recs
     tables = [claimlib.evaluate(study.variant_claims if variants else study.claims, p, recs.get(paper, p))
               for p in profiles]
-    return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(
-        columns=["paper", "artefact", "clause", "status", "evidence", "profile"])
+    return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(columns=claimlib.COLUMNS)
 
 
 # --------------------------------------------------------------------------- markdown
@@ -549,9 +542,7 @@ def _num(x: Any, sign: bool = False) -> str:
     s = "+" if sign else ""
     if x != 0 and abs(x) < 1:
         return f"{x:{s}.3g}"
-    if abs(x) >= 1e4:
-        return f"{x:{s},.0f}"
-    return f"{x:{s}.2f}"
+    return f"{x:{s},.0f}" if abs(x) >= 1e4 else f"{x:{s}.2f}"
 
 
 def _markdown(df: pd.DataFrame) -> str:
@@ -589,9 +580,7 @@ def _cells_view(cells: pd.DataFrame) -> pd.DataFrame:
                 + (f" (as {label})" if isinstance(label, str) and label else ""))
 
     def count(r: pd.Series) -> str:
-        if r["status"] != COMPARED:
-            return "—"
-        return "yes" if bool(r["counted"]) else f"no: {r['not_counted']}"
+        return "—" if r["status"] != COMPARED else "yes" if bool(r["counted"]) else f"no: {r['not_counted']}"
 
     return pd.DataFrame({
         "table": cells["table"], "dataset": cells["dataset"], "method": cells["method"], "setting": cells["setting"],
@@ -620,11 +609,9 @@ def _paper_section(paper: str, profiles: Sequence[str], recs: _Records, out_dir:
         n_cmp = n_pts = n_within = n_shown = 0
     else:
         summ = table_summary(cells)
-        cmp_ = counted(cells)
-        n_cmp = len(cmp_)
-        n_shown = int(((cells["status"] == COMPARED) & ~cells["counted"].fillna(False).astype(bool)).sum())
-        pts = cmp_[cmp_["gap_points"].notna()]
-        n_pts, n_within = len(pts), int((pts["gap_points"].abs() <= POINTS).sum())
+        n_cmp, n_shown = int(summ["compared"].sum()), int(summ["shown, not counted"].sum())
+        pts = counted(cells)["gap_points"].dropna()
+        n_pts, n_within = len(pts), int((pts.abs() <= POINTS).sum())
         order = " profile's value where recorded, else the ".join(profiles)
         md.append(f"Ours: the {order} profile's, from the "
                   "tables the notebook wrote; gap = ours − paper, in the metric's unit. \"within\" lists the "
@@ -727,8 +714,6 @@ def build_report(profile_order: Sequence[str] = ("paper", "quick"), out_dir: Pat
         "## Overview\n", _markdown(pd.DataFrame(overview))]
     if recs.problems:
         head += ["Records skipped:\n", "\n".join(f"- {p}" for p in recs.problems) + "\n"]
-    # what was found first (the verdicts that decide something, then what the papers do not
-    # report), the evidence per paper after
     return "\n".join(head + findings_section(judged, profiles) + beyond + sections + [inputs_stamp(profiles)])
 
 
@@ -769,9 +754,7 @@ VARIANTS_SUFFIX = ":variants"
 def cell_split(evidence: str) -> str:
     """"ahead in a of b cells", summed over the orderings an evidence line reports ("" if none)."""
     found = [(int(a), int(b)) for a, b in re.findall(r" in (\d+) of (\d+) cells", evidence)]
-    if not found:
-        return ""
-    return f"ahead in {sum(a for a, _ in found)} of {sum(b for _, b in found)} cells"
+    return f"ahead in {sum(a for a, _ in found)} of {sum(b for _, b in found)} cells" if found else ""
 
 
 def statistic(evidence: str) -> str:
@@ -857,7 +840,31 @@ def findings_section(judged: dict[str, pd.DataFrame], profiles: Sequence[str]) -
     return md
 
 
-README_START, README_END = "<!-- findings: generated by `make report` -->", "<!-- /findings -->"
+def _markers(name: str) -> tuple[str, str]:
+    return f"<!-- {name}: generated by `make report` -->", f"<!-- /{name} -->"
+
+
+#: The generated blocks: each is written between its two markers in whichever page of the
+#: README and ``docs/`` carries them (:func:`update_generated`), so moving a block is moving its
+#: markers. Their links are written relative to the project root and rebased per page.
+README_START, README_END = _markers("findings")
+README_TIMES_START, README_TIMES_END = _markers("times")
+README_NOTEBOOKS_START, README_NOTEBOOKS_END = _markers("notebooks")
+README_STATUS_START, README_STATUS_END = _markers("status")
+README_GPU_START, README_GPU_END = _markers("own-gpu")
+REFERENCES_START, REFERENCES_END = _markers("references")
+VERDICTS_START, VERDICTS_END = _markers("verdicts")
+GENERATED_BLOCKS = (
+    (README_START, README_END, "readme_findings"),  # the block's function, by name: looked up when written
+    (README_TIMES_START, README_TIMES_END, "readme_times"),
+    (README_NOTEBOOKS_START, README_NOTEBOOKS_END, "readme_notebooks"),
+    (README_STATUS_START, README_STATUS_END, "readme_status"),
+    (README_GPU_START, README_GPU_END, "readme_own_gpu"),
+    (REFERENCES_START, REFERENCES_END, "references_list"),
+    (VERDICTS_START, VERDICTS_END, "changelog_verdicts"),
+)
+#: The pages that may carry generated blocks, relative to the project root.
+GENERATED_PAGES = ("README.md", "CHANGELOG.md", "docs/*.md")
 
 
 def _readme_line(line: str) -> str:
@@ -908,9 +915,6 @@ def readme_findings(report: str) -> str:
                       README_END])
 
 
-README_STATUS_START, README_STATUS_END = "<!-- status: generated by `make report` -->", "<!-- /status -->"
-
-
 def readme_status(report: str) -> str:
     """The status table of docs/studies.md: the report's overview, its links into the report."""
     table = report.split("## Overview\n", 1)[1].lstrip("\n").split("\n\n", 1)[0]
@@ -927,10 +931,6 @@ def _overview_rows(report: str) -> dict[str, dict[str, str]]:
         row = dict(zip(head, split(line)))
         rows[re.sub(r"^\[(.*?)\]\(.*\)$", r"\1", row["paper"])] = row
     return rows
-
-
-README_NOTEBOOKS_START, README_NOTEBOOKS_END = ("<!-- notebooks: generated by `make report` -->",
-                                                "<!-- /notebooks -->")
 
 
 def readme_notebooks(report: str) -> str:
@@ -951,18 +951,13 @@ def readme_notebooks(report: str) -> str:
     return "\n".join([README_NOTEBOOKS_START, *lines, README_NOTEBOOKS_END])
 
 
-README_GPU_START, README_GPU_END = "<!-- own-gpu: generated by `make report` -->", "<!-- /own-gpu -->"
-
-
 def own_gpu_minutes(recs: _Records | None = None) -> pd.DataFrame:
     """Per paper, its paper-profile runs left for a GPU (without a record, not unavailable) priced
     by :func:`vflkit.ops.pricing.price`: ``runs``, ``h100_min``, ``h100_min_packed``, ``unpriced``,
     ``how`` they are estimated, and ``cpu_h`` where the study prices them for a CPU."""
     recs = recs if recs is not None else _Records()
     rows = []
-    for study in studies.studies():
-        if not study.in_report:
-            continue
+    for study in _reported():
         runs = study.runs("paper")
         have = recs.get(study.name, "paper")
         skip = {_key(c) for c in study.unavailable(runs)} | set(have)
@@ -994,8 +989,7 @@ def readme_own_gpu(report: str = "") -> str:
             how.append(("none" if r.unpriced == r.runs else f"{r.unpriced} without an H100 estimate")
                        + (f" (its own rule, `{r.name}.pending_cost`, prices them at {r.cpu_h:,.0f} CPU-hours)"
                           if r.cpu_h == r.cpu_h else ""))
-        how = "; ".join(how)
-        lines.append(f"| {r.paper} | {r.runs} | {minutes} | {packed} | {how} |")
+        lines.append(f"| {r.paper} | {r.runs} | {minutes} | {packed} | {'; '.join(how)} |")
     total, unpriced = df["h100_min"].sum(), int(df["unpriced"].sum())
     packed_total = df["h100_min_packed"].sum()
     return "\n".join([
@@ -1051,21 +1045,14 @@ def measured_gpu_rates() -> list[str]:
                          "step: " + ", ".join(f"{r['method']} {r['model']} {pricing.captured_gain(r):.1f}x"
                                               for r in graphed) + ".")
     lines.append(f"- {vfedmh.precision_verdict(vfedmh.precision_check(*vfedmh.STUDY.recorded('paper')))[1]} "
-                 "(`vfedmh.precision_check`; the "
-                 "launcher plans these runs first).")
+                 "(`vfedmh.precision_check`; the launcher plans these runs first).")
     return lines
-
-
-REFERENCES_START, REFERENCES_END = "<!-- references: generated by `make report` -->", "<!-- /references -->"
 
 
 def references_list(report: str = "") -> str:
     """The book's list of papers: every entry of :mod:`vflkit.bibliography`, one line each."""
     return "\n".join([REFERENCES_START, *(f"- **{p.short}**: {bibliography.citation(p.key)}"
                                            for p in bibliography.PAPERS.values()), REFERENCES_END])
-
-
-VERDICTS_START, VERDICTS_END = "<!-- verdicts: generated by `make report` -->", "<!-- /verdicts -->"
 
 
 def changelog_verdicts(report: str, changelog: Path | None = None) -> str:
@@ -1096,10 +1083,6 @@ def changelog_verdicts(report: str, changelog: Path | None = None) -> str:
     return "\n".join([VERDICTS_START, *lines, VERDICTS_END])
 
 
-#: The generated blocks: each is written between its two markers in whichever page of the
-#: README and ``docs/`` carries them (:func:`update_generated`), so moving a block is moving its
-#: markers. Their links are written relative to the project root and rebased per page.
-README_TIMES_START, README_TIMES_END = "<!-- times: generated by `make report` -->", "<!-- /times -->"
 #: What scripts/time_commands.py measured, under the committed results/.
 COMMAND_TIMES = "device/command-times.json"
 
@@ -1119,25 +1102,10 @@ def readme_times(report: str = "") -> str:
     return "\n".join([README_TIMES_START, " ".join(lines), README_TIMES_END])
 
 
-GENERATED_BLOCKS = (
-    (README_START, README_END, "readme_findings"),  # the block's function, by name: looked up when written
-    (README_TIMES_START, README_TIMES_END, "readme_times"),
-    (README_NOTEBOOKS_START, README_NOTEBOOKS_END, "readme_notebooks"),
-    (README_STATUS_START, README_STATUS_END, "readme_status"),
-    (README_GPU_START, README_GPU_END, "readme_own_gpu"),
-    (REFERENCES_START, REFERENCES_END, "references_list"),
-    (VERDICTS_START, VERDICTS_END, "changelog_verdicts"),
-)
-#: The pages that may carry generated blocks, relative to the project root.
-GENERATED_PAGES = ("README.md", "CHANGELOG.md", "docs/*.md")
-
-
 def _rebase(block: str, depth: int) -> str:
     """``block``'s relative links (written from the project root) as seen from a page ``depth``
     folders below it."""
-    if not depth:
-        return block
-    return re.sub(r"\]\((?![a-z]+:|#|/)", "](" + "../" * depth, block)
+    return re.sub(r"\]\((?![a-z]+:|#|/)", "](" + "../" * depth, block) if depth else block
 
 
 def update_readme(report: str, readme: Path | None = None) -> bool:
@@ -1171,8 +1139,6 @@ def update_generated(report: str) -> list[Path]:
 
 def _anonymise(text: str) -> str:
     """``text`` with this machine's folders as the names a reader knows them by (it is committed)."""
-    import os
-
     def name(env: str, default: str) -> str:
         return f"${env}" if os.environ.get(env) else default
 

@@ -17,6 +17,7 @@ import functools
 import json
 import os
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any, NamedTuple, Sequence
 
@@ -66,7 +67,7 @@ def parse_pairs(pairs: Sequence[str]) -> dict[str, Any]:
                 raise ConfigError(f"options is given as {out['options']!r} and {pair}; give options.<name>=... only")
             out.setdefault("options", {})[key.removeprefix("options.")] = parse_value(value)
         elif key == "options" and "options" in out:
-            raise ConfigError(f"options is given both whole and as options.<name>; give options.<name>=... only")
+            raise ConfigError("options is given both whole and as options.<name>; give options.<name>=... only")
         else:
             out[key] = parse_value(value)
     return out
@@ -76,22 +77,18 @@ def read_config_file(path: Path) -> dict[str, Any]:
     """A run config from a TOML, YAML or JSON file."""
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist")
+    if path.suffix not in (".toml", ".yaml", ".yml", ".json"):
+        raise ConfigError(f"config file {path}: use .toml, .yaml or .json")
     text = path.read_text()
     try:
         if path.suffix == ".toml":
-            import tomllib
-
             data: Any = tomllib.loads(text)
-        elif path.suffix in (".yaml", ".yml"):
-            import yaml
-
-            data = yaml.safe_load(text)
         elif path.suffix == ".json":
             data = json.loads(text)
         else:
-            raise ConfigError(f"config file {path}: use .toml, .yaml or .json")
-    except ConfigError:
-        raise
+            import yaml
+
+            data = yaml.safe_load(text)
     except Exception as exc:  # a syntax error in the user's file: say where, not a parser traceback
         raise ConfigError(f"config file {path} could not be read: {exc}") from None
     if not isinstance(data, dict):
@@ -123,17 +120,13 @@ def _module_file(module: str) -> Path:
     raise ConfigError(f"module {module} is not found beside vflkit.run; is vflkit installed whole?")
 
 
-def _module_tree(module: str) -> ast.Module:
-    return ast.parse(_module_file(module).read_text())
-
-
 @functools.lru_cache(maxsize=None)
 def _constants(module: str) -> dict[str, ast.expr | tuple[str, str]]:
     """The module-level ``NAME = value`` (or ``NAME: T = value``) assignments of ``module``,
     and the names it imports from a sibling module as ``(module, name)`` to look up there."""
     out: dict[str, ast.expr | tuple[str, str]] = {}
     package = module.split(".") if _module_file(module).name == "__init__.py" else module.split(".")[:-1]
-    for node in _module_tree(module).body:
+    for node in ast.parse(_module_file(module).read_text()).body:
         if isinstance(node, ast.ImportFrom) and node.level and node.module:
             source = ".".join([*package[:len(package) - node.level + 1], node.module])
             for alias in node.names:
@@ -148,9 +141,7 @@ def _constants(module: str) -> dict[str, ast.expr | tuple[str, str]]:
 def _constant(module: str, name: str) -> ast.expr | None:
     """The literal a module-level name of ``module`` is assigned (followed through imports)."""
     value = _constants(module).get(name)
-    if isinstance(value, tuple):
-        return _constant(*value)
-    return value
+    return _constant(*value) if isinstance(value, tuple) else value
 
 
 def _names_of(module: str, name: str) -> list[str]:
@@ -179,7 +170,8 @@ def _default_text(module: str, node: ast.expr) -> str:
 def _class_fields(spec: str) -> tuple[Field, ...]:
     """The dataclass fields of ``module:Class`` read from its source (ClassVars left out)."""
     module, _, name = spec.partition(":")
-    cls = next((n for n in _module_tree(module).body if isinstance(n, ast.ClassDef) and n.name == name), None)
+    tree = ast.parse(_module_file(module).read_text())
+    cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name), None)
     if cls is None:
         raise ConfigError(f"run class {spec} is not found in its module's source")
     out = []
@@ -261,14 +253,7 @@ def listing() -> str:
 def build(family: str, fields: dict[str, Any]) -> Any:
     """The family's run config from ``fields`` (an unknown field is the run class's error)."""
     cls = run_class(family)  # an unknown family: a ConfigError listing the known ones
-    if family == "split":
-        fields = {**SPLIT_DEFAULTS, **fields}
-    if hasattr(cls, "from_dict"):
-        return cls.from_dict(fields)
-    try:
-        return cls(**fields)
-    except TypeError as exc:
-        raise ConfigError(f"{cls.__name__}: {exc}") from None
+    return cls.from_dict({**SPLIT_DEFAULTS, **fields} if family == "split" else fields)
 
 
 def _percent(name: str, value: Any) -> str:

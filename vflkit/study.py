@@ -9,7 +9,10 @@ drawing, and the report is regenerated. The steps, options and cost rule: docs/p
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
+import json
+import platform
 import shutil
 import statistics
 import sys
@@ -26,19 +29,12 @@ from . import studies
 from .training import FAMILIES, load, run_class
 
 
-
 def __getattr__(name: str) -> Any:
     # STUDY_FAMILY, each registered study's family by name, is a view of the registry: built on
     # access, since filling the registry imports the studies (and torch), which --help must not
     if name == "STUDY_FAMILY":
         return {s.name: s.family for s in studies.studies()}
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def _notebook_studies(notebooks: Sequence[Path]) -> dict[Path, str]:
-    """The study of each notebook that has one (its ``Study.notebook``), by notebook."""
-    by_name = {Path(s.notebook).name: s.name for s in studies.studies()}
-    return {nb: by_name[nb.name] for nb in notebooks if nb.name in by_name}
 
 
 def compute(payload: dict[str, Any], *, device: str, deadline: float | None) -> None:
@@ -57,23 +53,18 @@ def study_tasks(paper: str, profile: str, *, seeds: Any = None, overrides: dict[
     study's ``run_priority``, with its ``needs_gpu(run)`` in the payload. With ``recompute_before``
     (a commit), records finished before it are moved aside (``.json.old``) to be recomputed, and a
     file that is not a whole record (``.json.bad``) with a warning."""
-    import json
-
     from . import records
 
     stale_after = records.commit_date(recompute_before) if recompute_before is not None else None
-
     study = studies.get(paper)
-    family = study.family
     groups = study.groups(profile, seeds=seeds, overrides=overrides, cache=False)
-    priority, needs_gpu = study.run_priority, study.needs_gpu
     root = results or results_dir()
     tasks: dict[str, Task] = {}
     for rank, runs in enumerate(groups.values()):
         for run in runs:
             if run.key in tasks:
                 continue
-            path = records.record_path(run, profile, results or results_dir())
+            path = records.record_path(run, profile, root)
             if stale_after is not None and path.exists():
                 problem = records.record_problem(path, key=run.key, profile=profile)
                 if problem is not None:  # not a record at all: it is recomputed in any case
@@ -82,10 +73,10 @@ def study_tasks(paper: str, profile: str, *, seeds: Any = None, overrides: dict[
                     move_aside(path, ".old")
             label = " ".join(str(v) for v in (getattr(run, "method", ""), getattr(run, "dataset", ""),
                                               getattr(run, "seed", "")) if v != "")
-            tasks[run.key] = Task(key=run.key, path=records.record_path(run, profile, root), fn=compute,
-                                  label=f"{paper}: {label}", priority=priority(run, rank),
-                                  payload={"family": family, "config": run.to_dict(), "profile": profile,
-                                           "results": str(root), "needs_gpu": bool(needs_gpu(run))})
+            tasks[run.key] = Task(key=run.key, path=path, fn=compute, label=f"{paper}: {label}",
+                                  priority=study.run_priority(run, rank),
+                                  payload={"family": study.family, "config": run.to_dict(), "profile": profile,
+                                           "results": str(root), "needs_gpu": bool(study.needs_gpu(run))})
     return list(tasks.values())
 
 
@@ -97,10 +88,8 @@ def execute(notebook: Path, *, profile: str, device: str, out: Path | None = Non
     root = project_root()
     out = out if out is not None else root / "notebooks" / "_executed" / profile / notebook.name
     out.parent.mkdir(parents=True, exist_ok=True)
-    papermill.execute_notebook(
-        str(notebook), str(out), parameters={"profile": profile, "device": device},
-        cwd=str(root), progress_bar=False, log_output=False,
-    )
+    papermill.execute_notebook(str(notebook), str(out), parameters={"profile": profile, "device": device},
+                               cwd=str(root), progress_bar=False, log_output=False)
     return out
 
 
@@ -111,8 +100,6 @@ def _durations_path(profile: str) -> Path:
 
 def last_duration(notebook: Path, profile: str) -> float | None:
     """Seconds the last execution of ``notebook`` under ``profile`` took here; None if unknown."""
-    import json
-
     try:
         return float(json.loads(_durations_path(profile).read_text())[notebook.name])
     except (OSError, ValueError, KeyError, TypeError):
@@ -120,22 +107,17 @@ def last_duration(notebook: Path, profile: str) -> float | None:
 
 
 def _save_duration(notebook: Path, profile: str, seconds: float) -> None:
-    import json
-
     path = _durations_path(profile)
     try:
         durations = json.loads(path.read_text())
     except (OSError, ValueError):
         durations = {}
-    path.parent.mkdir(parents=True, exist_ok=True)
     write_json(path, {**durations, notebook.name: round(seconds, 1)})
 
 
 def notebook_defaults(path: Path) -> dict[str, Any]:
     """The values the notebook's ``parameters`` cell assigns (``profile``, ``device``, ...), read
     as papermill reads them, without executing anything."""
-    import ast
-
     import nbformat
 
     nb = nbformat.read(path, as_version=4)
@@ -158,19 +140,15 @@ def normalize_notebook(path: Path) -> None:
     injected-parameters cell and run metadata or saved widget state (noise in every diff; a saved
     progress bar renders empty). Consecutive outputs of one stream are merged, so a rerun of an
     unchanged notebook writes the same bytes."""
-    import platform
-
     import nbformat
 
     nb = nbformat.read(path, as_version=4)
     nb.metadata.pop("widgets", None)
     nb.metadata.pop("papermill", None)
     nb.metadata["kernelspec"] = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
-    nb.metadata["language_info"] = {
-        "codemirror_mode": {"name": "ipython", "version": 3}, "file_extension": ".py",
-        "mimetype": "text/x-python", "name": "python", "nbconvert_exporter": "python",
-        "pygments_lexer": "ipython3", "version": platform.python_version(),
-    }
+    nb.metadata["language_info"] = {"codemirror_mode": {"name": "ipython", "version": 3}, "file_extension": ".py",
+                                    "mimetype": "text/x-python", "name": "python", "nbconvert_exporter": "python",
+                                    "pygments_lexer": "ipython3", "version": platform.python_version()}
     # the injected cell would reset what a reader types in the parameters cell, whose defaults
     # are what the committed outputs were made with
     nb.cells = [c for c in nb.cells if "injected-parameters" not in c.metadata.get("tags", [])]
@@ -200,9 +178,8 @@ def _merge_streams(outputs: list[Any]) -> list[Any]:
     splits a stream's text as it happens to flush it)."""
     merged: list[Any] = []
     for out in outputs:
-        last = merged[-1] if merged else None
-        if (out.get("output_type") == "stream" and last is not None and last.get("output_type") == "stream"
-                and last.get("name") == out.get("name")):
+        last = merged[-1] if merged else {}
+        if out.get("output_type") == last.get("output_type") == "stream" and last.get("name") == out.get("name"):
             last["text"] = last["text"] + out["text"]
         else:
             merged.append(out)
@@ -349,16 +326,12 @@ TWIN_DATASETS: dict[str, str] = {"mnist": "fashion_mnist", "fashion_mnist": "mni
 
 
 def estimate_costs(tasks: Sequence[Task], device: str, *, lanes: int | None = None) -> list[Task]:
-    """``tasks`` with ``cost_s`` set for each one without a record or checkpoint: the median wall
-    time of the recorded runs on the same kind of device that differ from it only in the seed,
-    else also in the dataset's twin (:data:`TWIN_DATASETS`), else also in the learning rate; else
-    its price with ``lanes`` processes sharing a GPU (:func:`vflkit.ops.pricing.estimate`). Seeds
-    made on this machine's kind of CPU (or card) come first: one run's time differs between CPU
-    kinds several-fold. ``device``: ``cpu``, ``cuda[:N]`` or a GPU kind (``h100``, ``h200``).
-    ``payload["cost_source"]``: "seeds", "twin seeds", "rate seeds", "ops" or "flops". Why and how
-    the budget uses it: docs/profiles-and-scheduler.md (Budget)."""
-    import json
-
+    """``tasks`` with ``cost_s`` set for each one without a record or checkpoint, and
+    ``payload["cost_source"]``: "seeds", "twin seeds" (:data:`TWIN_DATASETS`) or "rate seeds", the
+    median wall time of the recorded runs on the same kind of device (this machine's kind first) that
+    differ from it only in the seed, the dataset or the learning rate; else "ops" or "flops", its price
+    with ``lanes`` processes sharing a GPU (:func:`vflkit.ops.pricing.estimate`). ``device``: ``cpu``,
+    ``cuda[:N]`` or a GPU kind (``h100``, ``h200``). Why: docs/profiles-and-scheduler.md (Budget)."""
     from .records import checkpoint_path, is_valid_record, record_roots
 
     model_kind = device.split(":")[0]
@@ -499,8 +472,7 @@ def _print_status(papers: Sequence[str], *, show_all: bool = False, **kwargs: An
         with pd.option_context("display.max_rows", None, "display.width", 200, "display.max_colwidth", 60):
             print(table.drop(columns=["paper", "dataset"]).to_string(index=False))
     else:
-        notable = table[table.status.isin(_NOTABLE)]
-        for _, row in notable.iterrows():
+        for row in table[table.status.isin(_NOTABLE)].itertuples():
             print(f"  {row.run} [{row.setting}] {row.key}: {row.status}")
         print("[study] every run, one row each: --status --all")
     if possible.needs_gpu.any() and possible.h100_min.notna().any():
@@ -562,9 +534,9 @@ def main(argv: list[str] | None = None) -> int:
                              f"profile = {shown!r}, so its committed outputs would not be the ones it shows; "
                              f"commit with --profile {shown}, or drop --commit-notebooks (the executed copy goes "
                              f"to notebooks/_executed/{args.profile}/)")
-    of_notebook = _notebook_studies(args.notebooks)
-    papers = [of_notebook[nb] for nb in args.notebooks if nb in of_notebook]
-    unknown = [str(nb) for nb in args.notebooks if nb not in of_notebook]
+    of_notebook = {Path(s.notebook).name: s.name for s in studies.studies()}  # each study's notebook (Study.notebook)
+    papers = [of_notebook[nb.name] for nb in args.notebooks if nb.name in of_notebook]
+    unknown = [str(nb) for nb in args.notebooks if nb.name not in of_notebook]
     datasets = None if args.datasets is None else args.datasets.split(",")
     if args.status:
         return _print_status(papers, profile=args.profile, device=args.device, datasets=datasets,

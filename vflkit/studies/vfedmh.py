@@ -803,7 +803,7 @@ def _blinding(records: claims.Records) -> claims.Verdict:
                              what="accuracy with blinding - without")
 
 
-#: The reading our own runs are judged under where the paper admits another (:func:`vflkit.claims.readings`).
+#: The reading our own runs are judged under where the paper admits another (:attr:`vflkit.claims.Claim.reading`).
 DEFAULT_READING = "1/C (Eq. 7), C-VFL at 0.05/Q"
 
 
