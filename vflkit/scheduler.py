@@ -392,10 +392,8 @@ def execute_pack(task: Task, device: str, deadline: float | None,
 
 
 def run_task(task: Task, device: str, deadline: float | None, threads: int | None = None) -> list[tuple[str, str]]:
-    """:func:`execute_pack` of a pack, else :func:`execute` of a run: each run's (key, status)."""
-    if task.members:
-        return execute_pack(task, device, deadline, threads)
-    return [execute(task, device, deadline, threads)]
+    """:func:`execute_pack` of a pack, or of a run as a pack of one: each run's (key, status)."""
+    return execute_pack(task if task.members else replace(task, members=(task,)), device, deadline, threads)
 
 
 # --------------------------------------------------------------------------- packs
@@ -417,8 +415,7 @@ def ends_before(need_s: float, deadline: float | None) -> bool:
 
 def use_packs(pack: bool | str, device: str) -> bool:
     """Whether the scheduler packs on ``device``: ``pack`` (True or False), or with "auto" on a
-    CUDA device only (on a CPU a pack was measured at ~1.0-1.2x its runs one by one, ``python -m
-    vflkit.ops.bench --packed``). Anything else is a ConfigError."""
+    CUDA device only (where it pays: ``python -m vflkit.ops.bench --packed``). Else a ConfigError."""
     if not (pack is True or pack is False or pack == "auto"):
         raise ConfigError(f"Invalid pack {pack!r}; choose True, False or 'auto' (pack on a CUDA device only)")
     return str(device).startswith("cuda") if pack == "auto" else bool(pack)
@@ -782,11 +779,9 @@ def _dask_wait(running: dict[Any, Any]):
 
 
 def status_table(tasks: Sequence[Task]):
-    """One row per task: label, recorded / running (a live process holds its lock) / broken (a
-    file that is not a whole record: it is moved aside and recomputed) / checkpointed /
-    checkpoint unreadable (a checkpoint file that says after which epoch or round it was saved
-    cannot be read from it: the run moves it aside and starts from the beginning) / pending,
-    and its estimated minutes. Nothing is moved or written."""
+    """One row per task: label, status (recorded / running: a live lock / broken: not a whole
+    record / checkpointed / checkpoint unreadable / pending) and estimated minutes. Nothing is
+    moved or written."""
     import pandas as pd
 
     from .records import checkpoint_path, record_problem

@@ -10,6 +10,7 @@ Inputs are random tensors of MNIST's shape. What each prints and the target: doc
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -20,7 +21,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 #: VFedMH with its secure ring forced to one backend (``VFedMH.ring_backend``; the "vfedmh"
 #: row takes the default, "auto": numpy on the CPU, torch on a GPU), side by side.
@@ -180,36 +181,29 @@ def bench_overhead(model: str = "cnn", *, n_parties: int = 4, batch: int = 128, 
     }
 
 
-class _GPUUtilisation:
-    """Mean GPU utilisation while the block runs, sampled from ``nvidia-smi`` every 0.2 s
-    (None where there is no nvidia-smi)."""
+@contextlib.contextmanager
+def _gpu_utilisation(device: str) -> Iterator[list[float]]:
+    """The GPU's utilisation (per cent) while the body runs, sampled from ``nvidia-smi`` every 0.2 s
+    (none where there is no nvidia-smi)."""
+    samples: list[float] = []
+    stop = threading.Event()
 
-    def __init__(self, device: str) -> None:
-        self.enabled = device.startswith("cuda") and shutil.which("nvidia-smi") is not None
-        self.samples: list[float] = []
-
-    def __enter__(self) -> "_GPUUtilisation":
-        self._stop = threading.Event()
-        if self.enabled:
-            self._thread = threading.Thread(target=self._sample, daemon=True)
-            self._thread.start()
-        return self
-
-    def _sample(self) -> None:
-        while not self._stop.wait(0.2):
+    def sample() -> None:
+        while not stop.wait(0.2):
             out = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
                                  capture_output=True, text=True)
             if out.returncode == 0 and out.stdout.strip():
-                self.samples.append(float(out.stdout.split()[0]))
+                samples.append(float(out.stdout.split()[0]))
 
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self.enabled:
-            self._thread.join()
-
-    @property
-    def mean(self) -> float | None:
-        return statistics.mean(self.samples) if self.samples else None
+    thread = threading.Thread(target=sample, daemon=True)
+    if device.startswith("cuda") and shutil.which("nvidia-smi") is not None:
+        thread.start()
+    try:
+        yield samples
+    finally:
+        stop.set()
+        if thread.is_alive():
+            thread.join()
 
 
 def bench_methods(models: list[str], *, methods: dict[str, tuple[str, dict]] | None = None, batch: int = 128,
@@ -229,7 +223,7 @@ def bench_methods(models: list[str], *, methods: dict[str, tuple[str, dict]] | N
             vfl.train_step(order[:batch])  # warm-up (allocations, kernels' first launch)
             _sync(device)
             times = []
-            with _GPUUtilisation(device) as util:
+            with _gpu_utilisation(device) as util:
                 for _ in range(blocks):
                     t0 = time.perf_counter()
                     losses = [vfl.train_step(order[(i % 8) * batch:(i % 8 + 1) * batch]) for i in range(steps)]
@@ -238,19 +232,13 @@ def bench_methods(models: list[str], *, methods: dict[str, tuple[str, dict]] | N
                     _sync(device)
                     times.append((time.perf_counter() - t0) / steps)
             rows.append({"method": label, "model": model, "samples_per_s": batch / statistics.median(times),
-                         "gpu_util_pct": util.mean})
+                         "gpu_util_pct": statistics.mean(util) if util else None})
     return rows
 
 
-def _packed_methods() -> tuple[str, ...]:
-    """One method per step the packed trainer mirrors, the first registered with that step: a
-    step mirrored in :data:`vflkit.training.split.PACKED_STEPS` is benchmarked without an edit
-    here (its subclasses that keep the step, PyVertical say, would time the same code)."""
-    return tuple(next(n for n, cls in METHOD_CLASSES.items() if cls.step is step) for step in PACKED_STEPS)
-
-
-#: The methods the packed trainer mirrors, derived from vflkit.training.split.PACKED_STEPS.
-PACKED_METHODS: tuple[str, ...] = _packed_methods()
+#: One method per step of :data:`vflkit.training.split.PACKED_STEPS`, the first registered with it
+#: (its subclasses that keep the step, PyVertical say, would time the same code).
+PACKED_METHODS = tuple(next(n for n, cls in METHOD_CLASSES.items() if cls.step is step) for step in PACKED_STEPS)
 
 
 def bench_packed(models: list[str], *, methods: Sequence[str] = PACKED_METHODS, pack_size: int = 4,

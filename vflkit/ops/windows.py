@@ -118,9 +118,7 @@ def expect_graphs(device_kind: str, root: Path | None = None) -> tuple[str | Non
 def bench_wait_s(n_data_calls: int) -> float:
     """How long a window's lanes wait for its benchmark: all of it when the first call starts
     them, else what the data calls' transfers (beside which it runs detached) do not cover."""
-    if n_data_calls <= 1:
-        return BENCH_S
-    return max(0.0, BENCH_S - (n_data_calls - 1) * (DEFAULT_MACHINE.call_overhead_s + 20.0))
+    return max(0.0, BENCH_S - max(n_data_calls - 1, 0) * (DEFAULT_MACHINE.call_overhead_s + 20.0))
 
 
 #: At most this many packs ride in a window's reserve (:attr:`Window.reserve`).
@@ -227,10 +225,6 @@ class Pack:
     @property
     def datasets(self) -> set[str]:
         return {r.dataset for r in self.runs if r.dataset}
-
-    @property
-    def value(self) -> float:
-        return min(r.value for r in self.runs)
 
 
 @dataclass
@@ -668,8 +662,6 @@ def window_calls(window: Window, chunks: list[list[tuple[str, int, int]]], *, wh
         calls.append(Call(index=i + 1, carries=carries, carry_bytes=size + tree, command=cmd, wait_s=wait,
                           est_s=est, starts=starts))
         t += est
-    # a window with a reserve may work until its deadline: its last calls collect until then
-    # (a collect returns as soon as no lane runs, so a window that ends early costs little more)
     end = window.deadline_s - RETURN_MARGIN_S if window.reserve else window.start_s + window.work_s
     while t < end:
         wait = min(machine.call_limit_s - 60.0, end - t)
@@ -805,8 +797,7 @@ def rate_names(p: Plan) -> list[str]:
     """What the plan's estimates assumed: the launch-bound model's seconds per op and sharing
     slowdown, and each FLOP/s rate used with what it is (measured, a rate file's, a placeholder)."""
     kind = DEVICE_KINDS[p.device_kind]
-    runs = [r for w in p.windows for r in w.runs] + [r for r, _ in p.not_fitting]
-    used = {(r.family, r.cost_source) for r in runs}
+    used = {(r.family, r.cost_source) for r in p.planned + [r for r, _ in p.not_fitting]}
     out = []
     gpu = p.device_kind if p.device_kind in pricing.GPU_KINDS else pricing.REFERENCE_GPU
     per_op, best = pricing.op_seconds(gpu), pricing.best_rate(gpu)
@@ -1074,10 +1065,8 @@ def start(plan_path: Path, window: int, *, work: Path, device: str, deadline_in:
     for lane in range(n):
         cmd = [sys.executable, "-m", "vflkit.ops.launcher", "lane", str(plan_path.resolve()), "--window", str(window),
                "--lane", str(lane), "--work", str(work), "--device", device, "--deadline", str(deadline)]
-        if stand_in:
-            cmd.append("--stand-in")
         log = open(work / "logs" / f"lane{lane}.log", "a")
-        pids.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=code,
+        pids.append(subprocess.Popen(cmd + ["--stand-in"] * stand_in, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=code,
                                      start_new_session=True).pid)
     (work / "lanes.json").write_text(json.dumps(pids))
     print(f"[launcher] window {window}: {n} lanes started, deadline in {deadline_in:.0f} s")
@@ -1098,10 +1087,9 @@ def stand_in_run(run: Mapping[str, Any]) -> dict[str, Any]:
         try:
             moved = run_class(task.payload["family"]).from_dict({**config, "dataset": dataset or config["dataset"],
                                                                  **kept})
-        except Exception:  # noqa: BLE001 (a run class that refuses the dataset: the smoke run as it is)
-            moved = None
-        if moved is not None:
             return {**run, "key": moved.key, "config": moved.to_dict(), "profile": "smoke"}
+        except Exception:  # noqa: BLE001 (a run class that refuses the dataset: the smoke run as it is)
+            pass
     return {**run, "key": task.key, "config": config, "profile": "smoke"}
 
 
@@ -1463,8 +1451,6 @@ def dry_run(p: Plan, folder: Path, *, windows: int = 1, data_root: Path | None =
     root = data_root or default_root()
     work = folder / "machine"
     carry = folder / "carry"
-    # the same writer as a real window's prepare; CIFAR-10 unpacked (``pack`` takes minutes) is
-    # left out of the chunks, its PNG tree standing in below
     chunk_list = write_carry(p, carry, data_root=root, unpacked_ok=True)
     on, off = mps_commands(DEFAULT_WORK)
     report: dict[str, Any] = {"windows": len(p.windows), "calls": [], "received": [], "refused": [],

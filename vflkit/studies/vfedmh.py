@@ -168,7 +168,7 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
 
 
 def needs_gpu(config: RunConfig) -> bool:
-    """The ResNet runs (Table II's second model set): a GPU's work (:func:`vflkit.ops.pricing.minutes`)."""
+    """The ResNet runs (Table II's second model set): a GPU's work (:func:`vflkit.ops.pricing.alone`)."""
     return any(m in RESNETS for m in config.models)
 
 
