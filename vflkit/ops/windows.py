@@ -34,7 +34,7 @@ import torch
 
 from . import pricing
 from .machines import (CARRY_DIR, DEFAULT_MACHINE, DEFAULT_WORK, DEFAULT_WORKERS, DEVICE_KINDS, DEVICE_LACKS,
-                       MACHINES, Machine, check_packages)
+                       Machine, check_packages)
 from .. import claims, studies
 from ..config import data_root as default_root, project_root
 from ..data import CIFAR10_CLASSES, ImageData, load_dataset, register_dataset
@@ -346,11 +346,11 @@ def pending_gpu_runs(profile: str = "paper", *, results: Path | None = None,
         cls = run_class(study.family)
         cpu_cost: dict[str, float] = {}
         if slow_cpu_min is not None:
+            # costed only where no root holds the record (estimate_costs looks in the first)
             here = [t for t in tasks if not t.payload["needs_gpu"]
                     and not (lock_path(t.path).exists() and not lock_is_stale(lock_path(t.path)))
-                    and not checkpoint_path(t.path).exists()]
-            # costed only where no root holds the record (estimate_costs looks in the first)
-            here = [t for t in here if not has_record(cls.from_dict(t.payload["config"]), profile, roots)]
+                    and not checkpoint_path(t.path).exists()
+                    and not has_record(cls.from_dict(t.payload["config"]), profile, roots)]
             cpu_cost = {t.key: t.cost_s for t in estimate_costs(here, "cpu")
                         if t.cost_s is not None and t.cost_s > slow_cpu_min * 60}
         tasks = [t for t in tasks if t.payload["needs_gpu"] or t.key in cpu_cost]
@@ -1066,8 +1066,8 @@ def start(plan_path: Path, window: int, *, work: Path, device: str, deadline_in:
         cmd = [sys.executable, "-m", "vflkit.ops.launcher", "lane", str(plan_path.resolve()), "--window", str(window),
                "--lane", str(lane), "--work", str(work), "--device", device, "--deadline", str(deadline)]
         log = open(work / "logs" / f"lane{lane}.log", "a")
-        pids.append(subprocess.Popen(cmd + ["--stand-in"] * stand_in, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=code,
-                                     start_new_session=True).pid)
+        pids.append(subprocess.Popen(cmd + ["--stand-in"] * stand_in, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                     cwd=code, start_new_session=True).pid)
     (work / "lanes.json").write_text(json.dumps(pids))
     print(f"[launcher] window {window}: {n} lanes started, deadline in {deadline_in:.0f} s")
     return pids
