@@ -135,8 +135,7 @@ PLACEHOLDER_RATES = {"multi_owner": 1.3e12}
 CIFAR10_PACKED_BYTES_ESTIMATE = 152 * 2**20
 #: sha256 of x_train | y_train | x_test | y_test (uint8, C order) of the verified CIFAR-10 load.
 CIFAR10_SHA256 = "77168ae812aa23afdaa0f13b32b412e881003005446c56d16afb62116ef67be2"
-CIFAR10_SHAPES = {"x_train": (50000, 3, 32, 32), "y_train": (50000,), "x_test": (10000, 3, 32, 32),
-                  "y_test": (10000,)}
+CIFAR10_SHAPES = {"x_train": (50000, 3, 32, 32), "y_train": (50000,), "x_test": (10000, 3, 32, 32), "y_test": (10000,)}
 CIFAR10_PACKED = "cifar10.u8.xz"
 #: The files each dataset is read from, relative to the data root (CIFAR-10: the packed arrays).
 _IDX = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
@@ -471,8 +470,7 @@ def value_order(runs: Sequence[GpuRun], opened: Mapping[tuple[str, str], int]) -
                     for r, spent in zip(rs, itertools.accumulate(r.cost_s or 0.0 for r in rs))]
         return sorted(out, key=lambda r: (r.value, r.key))
 
-    marked = [dataclasses.replace(r, open_clauses=sum(opened.get((r.paper, a), 0) for a in r.artefacts))
-              for r in runs]
+    marked = [dataclasses.replace(r, open_clauses=sum(opened.get((r.paper, a), 0) for a in r.artefacts)) for r in runs]
     checks = [r for r in marked if r.precision_check]
     leading = [r for r in marked if r.leads and not r.precision_check]
     return ranked(checks) + ranked(leading) + ranked([r for r in marked if not r.leads])
@@ -1490,8 +1488,7 @@ def dry_run(p: Plan, folder: Path, *, windows: int = 1, data_root: Path | None =
                 cmd = cmd.replace(f"{shlex.quote(python)} -m vflkit.ops.launcher unpack", "true")  # CIFAR-10 not packed
             # a rehearsal's collect waits for the stand-ins, not the planned minutes
             cmd = cmd.replace("--wait ", "--wait-cap 120 --wait ")
-            done = subprocess.run(["bash", "-c", cmd], env=env, capture_output=True, text=True,
-                                  cwd=project_root())
+            done = subprocess.run(["bash", "-c", cmd], env=env, capture_output=True, text=True, cwd=project_root())
             try:
                 got, bad = receive(out, folder / "results")
             except ConfigError as exc:  # the call brought no whole archive back: the rehearsal fails
