@@ -525,8 +525,9 @@ def wheels_size(folder: Path) -> int:
 
 
 def download_wheels(dest: Path, names: Sequence[str] = DEVICE_LACKS) -> int:
-    """Download the machine's wheels of ``names`` at the versions installed here; their bytes.
-    Any other wheel in ``dest`` is removed first: two versions of one package stop the install."""
+    """Download the machine's wheels of ``names`` at the versions installed here (the machine runs
+    what the tests here ran); their bytes. Any other wheel in ``dest`` is removed first: two
+    versions of one package stop the install."""
     try:
         pins = [f"{n}=={version(n)}" for n in names]
     except PackageNotFoundError as exc:
@@ -1101,8 +1102,8 @@ def packed_need_s(pack: Mapping[str, Any], graphs: bool | None = None) -> float:
 
 
 def left_to_do(run: Mapping[str, Any], results: Path) -> float:
-    """The share of ``run`` (``plan.json``'s form) its checkpoint under ``results`` leaves to
-    train; 1 without a readable one."""
+    """The share of ``run`` (``plan.json``'s form) still to train: 1 less the epochs (or rounds) its
+    checkpoint under ``results`` holds over the config's; 1 without a readable one."""
     path = checkpoint_path(record_path(run_class(run["family"]).from_dict(run["config"]), run["profile"], results))
     if not path.exists():
         return 1.0
