@@ -339,8 +339,7 @@ def execute(task: Task, device: str, deadline: float | None, threads: int | None
     return execute_pack(replace(task, members=(task,)), device, deadline, threads)[0]
 
 
-def execute_pack(task: Task, device: str, deadline: float | None,
-                 threads: int | None = None) -> list[tuple[str, str]]:
+def execute_pack(task: Task, device: str, deadline: float | None, threads: int | None = None) -> list[tuple[str, str]]:
     """Compute a pack's runs in this process, each under its own lock, as :func:`execute` does
     one run; its members' (key, status), in order. A run found recorded or locked by another
     process is left out of the pack; a lone run left computes alone. A pack the deadline stops
