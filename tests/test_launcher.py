@@ -428,7 +428,7 @@ def test_every_pending_run_is_in_a_window_or_needs_an_own_gpu():
     assert "warning" in L.plan_table(L.dataclasses.replace(p, deadline_s=28 * 60))
     assert L.own_gpu_s(runs, 2) == (10_010.0, 10_000.0)
     # a cluster job with a wall-time limit (here of 8 h): the long run fits its window, no warning
-    wall = L.dataclasses.replace(L.MACHINES["wall-time"], job_s=8 * 3600)
+    wall = L.dataclasses.replace(machines.MACHINES["wall-time"], job_s=8 * 3600)
     p = L.plan(wall.deadline_s, runs=runs[:2], opened={("vfedmh", "Table II"): 1}, tree=30 * MIB, workers=2,
                machine=wall)
     table = L.plan_table(p)

@@ -90,10 +90,8 @@ class Summary:
 
 
 def recorded(task: Task) -> bool:
-    """Whether ``task``'s run is recorded: a whole record at its path
-    (:func:`vflkit.records.record_problem`). A file there that is not one (truncated, empty,
-    its envelope or final scores missing) is moved aside (``.bad``, numbered) with a warning,
-    and the run counts as not recorded: it is computed again."""
+    """Whether ``task``'s run has a whole record at its path (:func:`vflkit.records.record_problem`);
+    a file there that is not one is moved aside (``.bad``, numbered) with a warning."""
     from .records import move_aside, record_problem
 
     problem = record_problem(task.path, key=task.key)
@@ -150,14 +148,10 @@ def process_start(pid: int) -> float | None:
 
 
 def lock_stale_reason(path: Path, *, max_age_s: float = LOCK_STALE_S) -> str | None:
-    """Why the lock at ``path`` is stale, or None while it is held. The one judgement of a lock:
-
-    - no refresh (heartbeat) for ``max_age_s``: abandoned, on any host (a lost node, a stopped
-      process; a holder refreshes it every :data:`HEARTBEAT_S`);
-    - on this host: its process is gone, or its pid now belongs to a process that started
-      after the lock was taken (pid reuse after a crash or reboot);
-    - unreadable for more than a minute (a lock is written whole in microseconds).
-    """
+    """Why the lock at ``path`` is stale, or None while it is held, the one judgement of a lock: no
+    refresh for ``max_age_s`` (on any host); on this host, its process gone or its pid now another
+    process's (one started after the lock was taken); unreadable for over a minute (a lock is
+    written whole in microseconds)."""
     try:
         age = time.time() - path.stat().st_mtime
     except FileNotFoundError:
@@ -312,12 +306,8 @@ def release(record: Path) -> None:
 
 
 def worker_env(threads: int) -> dict[str, str]:
-    """Environment of a worker process.
-
-    Several torch processes on few cores oversubscribe them when OpenMP threads spin-wait for
-    work (``OMP_WAIT_POLICY`` active): each process burns the cores the others need. Passive
-    waiting plus a fixed thread count per worker keeps ``workers x threads`` at the core count.
-    """
+    """Environment of a worker process: passive OpenMP waiting and a fixed thread count, so that
+    ``workers x threads`` stays at the core count (spinning threads burn the cores the others need)."""
     return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "OMP_WAIT_POLICY": "PASSIVE"}
 
 
@@ -331,10 +321,8 @@ def _init_worker(threads: int, parent: int | None = None) -> None:
 
 
 def _exit_with_parent(parent: int, poll_s: float = 1.0) -> None:
-    """End this worker when the scheduler that started it is gone (killed, or its terminal
-    closed): a pool worker would otherwise train on, unattended, with the code it imported,
-    while the checkout may change under it. Its run's checkpoint and stale lock let the next
-    scheduler resume the run."""
+    """End this worker when the scheduler that started it is gone, rather than train on unattended
+    with code the checkout may change under it; its checkpoint and stale lock let the run resume."""
     def watch() -> None:
         while True:
             time.sleep(poll_s)
@@ -351,8 +339,7 @@ def execute(task: Task, device: str, deadline: float | None, threads: int | None
     return execute_pack(replace(task, members=(task,)), device, deadline, threads)[0]
 
 
-def execute_pack(task: Task, device: str, deadline: float | None,
-                 threads: int | None = None) -> list[tuple[str, str]]:
+def execute_pack(task: Task, device: str, deadline: float | None, threads: int | None = None) -> list[tuple[str, str]]:
     """Compute a pack's runs in this process, each under its own lock, as :func:`execute` does
     one run; its members' (key, status), in order. A run found recorded or locked by another
     process is left out of the pack; a lone run left computes alone. A pack the deadline stops
@@ -392,10 +379,8 @@ def execute_pack(task: Task, device: str, deadline: float | None,
 
 
 def run_task(task: Task, device: str, deadline: float | None, threads: int | None = None) -> list[tuple[str, str]]:
-    """:func:`execute_pack` of a pack, else :func:`execute` of a run: each run's (key, status)."""
-    if task.members:
-        return execute_pack(task, device, deadline, threads)
-    return [execute(task, device, deadline, threads)]
+    """:func:`execute_pack` of a pack, or of a run as a pack of one: each run's (key, status)."""
+    return execute_pack(task if task.members else replace(task, members=(task,)), device, deadline, threads)
 
 
 # --------------------------------------------------------------------------- packs
@@ -417,8 +402,7 @@ def ends_before(need_s: float, deadline: float | None) -> bool:
 
 def use_packs(pack: bool | str, device: str) -> bool:
     """Whether the scheduler packs on ``device``: ``pack`` (True or False), or with "auto" on a
-    CUDA device only (on a CPU a pack was measured at ~1.0-1.2x its runs one by one, ``python -m
-    vflkit.ops.bench --packed``). Anything else is a ConfigError."""
+    CUDA device only (where it pays: ``python -m vflkit.ops.bench --packed``). Else a ConfigError."""
     if not (pack is True or pack is False or pack == "auto"):
         raise ConfigError(f"Invalid pack {pack!r}; choose True, False or 'auto' (pack on a CUDA device only)")
     return str(device).startswith("cuda") if pack == "auto" else bool(pack)
@@ -591,21 +575,10 @@ def close_dask(client: Any, cluster: Any) -> None:
 # --------------------------------------------------------------------------- the scheduler
 
 
-def schedule(
-    tasks: Iterable[Task],
-    *,
-    device: str = "cpu",
-    workers: int | None = None,
-    threads: int = 1,
-    budget_minutes: float | None = None,
-    executor: str = "local",
-    progress: bool = True,
-    poll_s: float = 2.0,
-    runs_per_worker: int | None = None,
-    lock_wait_minutes: float | None = None,
-    pack: bool | str = "auto",
-    pack_cost: PackCost = sum_cost_s,
-) -> Summary:
+def schedule(tasks: Iterable[Task], *, device: str = "cpu", workers: int | None = None, threads: int = 1,
+             budget_minutes: float | None = None, executor: str = "local", progress: bool = True, poll_s: float = 2.0,
+             runs_per_worker: int | None = None, lock_wait_minutes: float | None = None, pack: bool | str = "auto",
+             pack_cost: PackCost = sum_cost_s) -> Summary:
     """Compute every task without a record, in priority order, ``workers`` at a time.
 
     ``pack``: train the runs that differ in seed and dataset alone as packs (:func:`pack_tasks`);
@@ -782,11 +755,9 @@ def _dask_wait(running: dict[Any, Any]):
 
 
 def status_table(tasks: Sequence[Task]):
-    """One row per task: label, recorded / running (a live process holds its lock) / broken (a
-    file that is not a whole record: it is moved aside and recomputed) / checkpointed /
-    checkpoint unreadable (a checkpoint file that says after which epoch or round it was saved
-    cannot be read from it: the run moves it aside and starts from the beginning) / pending,
-    and its estimated minutes. Nothing is moved or written."""
+    """One row per task: label, status (recorded / running: a live lock / broken: not a whole
+    record / checkpointed / checkpoint unreadable / pending) and estimated minutes. Nothing is
+    moved or written."""
     import pandas as pd
 
     from .records import checkpoint_path, record_problem

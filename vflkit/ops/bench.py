@@ -10,8 +10,8 @@ Inputs are random tensors of MNIST's shape. What each prints and the target: doc
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-import math
 import os
 import shutil
 import statistics
@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 #: VFedMH with its secure ring forced to one backend (``VFedMH.ring_backend``; the "vfedmh"
 #: row takes the default, "auto": numpy on the CPU, torch on a GPU), side by side.
@@ -93,11 +93,9 @@ def _setup(model: str, n_parties: int, batch: int, n: int, embedding_dim: int, s
     def transform(t: torch.Tensor) -> torch.Tensor:
         return (t.float() / 255 - 0.1307) / 0.3081
 
-    parties = [
-        Party("active" if k == 0 else f"passive_{k}", channel=channel, features={"train": pieces[k]},
-              labels={"train": y} if k == 0 else None, transform=transform, device=dev)
-        for k in range(n_parties)
-    ]
+    parties = [Party("active" if k == 0 else f"passive_{k}", channel=channel, features={"train": pieces[k]},
+                     labels={"train": y} if k == 0 else None, transform=transform, device=dev)
+               for k in range(n_parties)]
     cfg = RunConfig(paper="demo", dataset="mnist", method=method, models=(model,) * n_parties,
                     n_parties=n_parties, batch_size=batch, embedding_dim=embedding_dim, options=options or {})
     vfl = get_method(method)(cfg, parties, num_classes=10)
@@ -168,48 +166,35 @@ def bench_overhead(model: str = "cnn", *, n_parties: int = 4, batch: int = 128, 
             f()
             times[k].append(time.perf_counter() - t0)
     t = {k: statistics.median(v) for k, v in times.items()}
-    return {
-        "model": model,
-        "batch": batch,
-        "plain_samples_per_s": batch / t["plain"],
-        "split_samples_per_s": batch / t["split"],
-        "vfl_samples_per_s": batch / t["vfl"],
-        "overhead_pct": 100 * (t["vfl"] - t["plain"]) / t["vfl"],
-        "vflkit_overhead_pct": 100 * (t["vfl"] - t["split"]) / t["vfl"],
-        "step_ms": 1e3 * t["vfl"],
-    }
+    return {"model": model, "batch": batch, "plain_samples_per_s": batch / t["plain"],
+            "split_samples_per_s": batch / t["split"], "vfl_samples_per_s": batch / t["vfl"],
+            "overhead_pct": 100 * (t["vfl"] - t["plain"]) / t["vfl"],
+            "vflkit_overhead_pct": 100 * (t["vfl"] - t["split"]) / t["vfl"], "step_ms": 1e3 * t["vfl"]}
 
 
-class _GPUUtilisation:
-    """Mean GPU utilisation while the block runs, sampled from ``nvidia-smi`` every 0.2 s
-    (None where there is no nvidia-smi)."""
+@contextlib.contextmanager
+def _gpu_utilisation(device: str) -> Iterator[list[float]]:
+    """The GPU's utilisation (per cent) while the body runs, sampled from ``nvidia-smi`` every 0.2 s
+    (none where there is no nvidia-smi)."""
+    samples: list[float] = []
+    stop = threading.Event()
 
-    def __init__(self, device: str) -> None:
-        self.enabled = device.startswith("cuda") and shutil.which("nvidia-smi") is not None
-        self.samples: list[float] = []
-
-    def __enter__(self) -> "_GPUUtilisation":
-        self._stop = threading.Event()
-        if self.enabled:
-            self._thread = threading.Thread(target=self._sample, daemon=True)
-            self._thread.start()
-        return self
-
-    def _sample(self) -> None:
-        while not self._stop.wait(0.2):
+    def sample() -> None:
+        while not stop.wait(0.2):
             out = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
                                  capture_output=True, text=True)
             if out.returncode == 0 and out.stdout.strip():
-                self.samples.append(float(out.stdout.split()[0]))
+                samples.append(float(out.stdout.split()[0]))
 
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self.enabled:
-            self._thread.join()
-
-    @property
-    def mean(self) -> float | None:
-        return statistics.mean(self.samples) if self.samples else None
+    thread = threading.Thread(target=sample, daemon=True)
+    if device.startswith("cuda") and shutil.which("nvidia-smi") is not None:
+        thread.start()
+    try:
+        yield samples
+    finally:
+        stop.set()
+        if thread.is_alive():
+            thread.join()
 
 
 def bench_methods(models: list[str], *, methods: dict[str, tuple[str, dict]] | None = None, batch: int = 128,
@@ -229,7 +214,7 @@ def bench_methods(models: list[str], *, methods: dict[str, tuple[str, dict]] | N
             vfl.train_step(order[:batch])  # warm-up (allocations, kernels' first launch)
             _sync(device)
             times = []
-            with _GPUUtilisation(device) as util:
+            with _gpu_utilisation(device) as util:
                 for _ in range(blocks):
                     t0 = time.perf_counter()
                     losses = [vfl.train_step(order[(i % 8) * batch:(i % 8 + 1) * batch]) for i in range(steps)]
@@ -238,19 +223,13 @@ def bench_methods(models: list[str], *, methods: dict[str, tuple[str, dict]] | N
                     _sync(device)
                     times.append((time.perf_counter() - t0) / steps)
             rows.append({"method": label, "model": model, "samples_per_s": batch / statistics.median(times),
-                         "gpu_util_pct": util.mean})
+                         "gpu_util_pct": statistics.mean(util) if util else None})
     return rows
 
 
-def _packed_methods() -> tuple[str, ...]:
-    """One method per step the packed trainer mirrors, the first registered with that step: a
-    step mirrored in :data:`vflkit.training.split.PACKED_STEPS` is benchmarked without an edit
-    here (its subclasses that keep the step, PyVertical say, would time the same code)."""
-    return tuple(next(n for n, cls in METHOD_CLASSES.items() if cls.step is step) for step in PACKED_STEPS)
-
-
-#: The methods the packed trainer mirrors, derived from vflkit.training.split.PACKED_STEPS.
-PACKED_METHODS: tuple[str, ...] = _packed_methods()
+#: One method per step of :data:`vflkit.training.split.PACKED_STEPS`, the first registered with it
+#: (its subclasses that keep the step, PyVertical say, would time the same code).
+PACKED_METHODS = tuple(next(n for n, cls in METHOD_CLASSES.items() if cls.step is step) for step in PACKED_STEPS)
 
 
 def bench_packed(models: list[str], *, methods: Sequence[str] = PACKED_METHODS, pack_size: int = 4,
@@ -440,15 +419,6 @@ def bench_multi_vfl(*, rounds: int = 3, scenario: str = "4niid", server_optimize
             **{f"train_packed_{k}_s": statistics.median(v) for k, v in packed.items()}}
 
 
-def bench_masking(*, n_passive: int = 3, batch: int = 128, embedding_dim: int = 128,
-                  repeats: int = 30) -> dict[str, float]:
-    """Milliseconds of one step's secure aggregation: every passive party blinds its
-    embedding (in parallel in a real deployment, one after another here), then the active
-    party sums and decodes."""
-    t = benchmark_masking(n_passive=n_passive, shape=(batch, embedding_dim), repeats=repeats)
-    return {"masking_ms": n_passive * t["blind_ms"] + t["aggregate_ms"]}
-
-
 #: Thread settings compared side by side; each runs in its own process, since OpenMP reads
 #: its environment once, when torch is imported.
 SETTINGS: dict[str, dict[str, str]] = {
@@ -461,14 +431,12 @@ TARGET_PCT = 10.0
 
 
 def _one_setting(models: list[str], batch: int, repeats: int, device: str = "cpu") -> list[dict[str, float]]:
-    mask = bench_masking(batch=batch, repeats=max(10, repeats // 3))
-    rows = []
-    for model in models:
-        r = bench_overhead(model, batch=batch, repeats=repeats, device=device)
-        r["masking_share_pct"] = 100 * mask["masking_ms"] / (r["step_ms"] + mask["masking_ms"])
-        r["masking_ms"] = mask["masking_ms"]
-        rows.append(r)
-    return rows
+    t = benchmark_masking(n_passive=3, shape=(batch, 128), repeats=max(10, repeats // 3))
+    # one step's secure aggregation: 3 passive parties blind their embeddings (in parallel in a real
+    # deployment, one after another here), then the active party sums and decodes
+    mask_ms = 3 * t["blind_ms"] + t["aggregate_ms"]
+    rows = [bench_overhead(model, batch=batch, repeats=repeats, device=device) for model in models]
+    return [{**r, "masking_share_pct": 100 * mask_ms / (r["step_ms"] + mask_ms), "masking_ms": mask_ms} for r in rows]
 
 
 def _in_process(env: dict[str, str], args: list[str]) -> Any:
@@ -510,18 +478,16 @@ def main(argv: list[str] | None = None) -> None:
                for name, env in settings.items()}
     header = (f"{'setting':<36} {'model':<6} {'plain':>8} {'by hand':>8} {'vflkit':>8} "
               f"{'overhead':>9} {'of which vflkit':>16} {'masking share':>14}")
-    print(header)
-    print("-" * len(header))
-    worst: dict[str, float] = {}
+    print(header, "-" * len(header), sep="\n")
     for name, rows in results.items():
         for r in rows:
-            worst[name] = max(worst.get(name, -math.inf), r["overhead_pct"])  # a negative overhead shows as such
             print(f"{name:<36} {r['model']:<6} {r['plain_samples_per_s']:>8.0f} {r['split_samples_per_s']:>8.0f} "
                   f"{r['vfl_samples_per_s']:>8.0f} {r['overhead_pct']:>8.1f}% {r['vflkit_overhead_pct']:>15.1f}% "
                   f"{r['masking_share_pct']:>13.1f}%")
     mask_ms = next(iter(results.values()))[0]["masking_ms"]
     print(f"secure aggregation of one step (3 passive parties, {args.batch}x128 embeddings): {mask_ms:.2f} ms")
-    for name, w in worst.items():
+    for name, rows in results.items():
+        w = max(r["overhead_pct"] for r in rows)  # a negative overhead shows as such
         print(f"worst overhead, {name}: {w:.1f}% (target <= {TARGET_PCT:.0f}%: {'met' if w <= TARGET_PCT else 'NOT met'})")
 
     # Every method as the trainer runs it, in the setting a scheduler worker uses.
@@ -532,8 +498,7 @@ def main(argv: list[str] | None = None) -> None:
           f"; blocks of 30 steps, losses read once per block)")
     models = list(dict.fromkeys(r["model"] for r in rows))
     head = f"{'method':<26}" + "".join(f"{m:>10}" for m in models) + (f"{'GPU util':>10}" if cuda else "")
-    print(head)
-    print("-" * len(head))
+    print(head, "-" * len(head), sep="\n")
     for method in dict.fromkeys(r["method"] for r in rows):
         mine = [r for r in rows if r["method"] == method]
         line = f"{method:<26}" + "".join(f"{r['samples_per_s']:>10.0f}" for r in mine)
@@ -584,8 +549,7 @@ def _print_packed(args: argparse.Namespace, where: str) -> None:
             f"{'apart':>10} {'auto/alone':>11} {'grouped/alone':>14} {'vmap/alone':>11} {'loop/alone':>11} {'ops':>7} "
             f"{'us/op':>6} {'packed ops':>10} {'us/op':>6} {'TFLOP/s alone':>14} {'auto':>6} {'graphs':>10} "
             f"{'graphs/auto':>12} {'TFLOP/s graphs':>15} {'max |dW|':>9}")
-    print(head)
-    print("-" * len(head), flush=True)
+    print(head, "-" * len(head), sep="\n", flush=True)
     rows = []
     for method in methods:
         for model in args.models:  # a row as soon as it is measured: C-VFL's takes a while

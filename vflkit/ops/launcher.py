@@ -88,15 +88,10 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m vflkit.ops.launcher <command>``: a :class:`~vflkit.errors.ConfigError` (the data not
-    found, a bad setting, a records archive or rate file that is not whole) or a
-    :class:`~vflkit.errors.DatasetCorruptError` (a carried chunk damaged) is one line on stderr,
-    what is wrong and what to do, and exit code 2,
-    as ``python -m vflkit.study`` does; other errors keep their traceback (a lane's, on the GPU
-    machine, is what its log has to show)."""
-
+    """``python -m vflkit.ops.launcher <command>``: a ConfigError or DatasetCorruptError is one line
+    on stderr, what is wrong and what to do, and exit code 2, as ``python -m vflkit.study`` does;
+    other errors keep their traceback (a lane's, on the GPU machine, is what its log has to show)."""
     a = parser().parse_args(argv)
-    # the planning stages' lines (:data:`_log`), on stderr: planning reads every record for minutes
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("[launcher] %(message)s"))
     level = _log.level

@@ -27,12 +27,9 @@ from ..training import counting, run_class
 from ..training.counting import run_flops, step_key, uncounted
 from ..training.split import group_packs  # the stacked trainer's grouping: the one place named here
 
-#: The committed op counts, under ``results/``: the torch operations one training step of each
-#: split-family setting dispatches, and a Multi-VFL round's (``python -m vflkit.ops.pricing
-#: --count-ops`` writes them).
+#: The committed op counts under ``results/`` (``python -m vflkit.ops.pricing --count-ops``).
 OP_COUNTS = "device/op-counts.json"
-#: The GPU kinds measurements are told apart by (from a device's name), and the one a bare
-#: ``cuda`` is priced as.
+#: The GPU kinds measurements are told apart by, and the one a bare ``cuda`` is priced as.
 GPU_KINDS: tuple[str, ...] = ("h100", "h200")
 REFERENCE_GPU = "h100"
 #: Records shorter than this are left out of the CPU rates: their time is mostly what the FLOP
@@ -41,11 +38,9 @@ MIN_WALL_S = 60.0
 #: The pack an op count is taken at, and the methods whose packed step the op table counts.
 PACK_COUNTED = 3
 PACKED_COUNTED: tuple[str, ...] = ("c_vfl",)
-#: The pack sizes a Multi-VFL round is counted at; other sizes lie on the line through the two
-#: counted around them.
+#: The pack sizes a Multi-VFL round is counted at (others: on the line through their neighbours).
 MULTI_VFL_COUNTED_K: tuple[int, ...] = (1, 2, 8, 42)
-#: :func:`estimate`'s and :func:`price`'s sources: launch-bound from op counts; FLOPs over a rate
-#: (the FLOP floor, where it binds, is a FLOP price too); the study's own rule.
+#: :func:`estimate`'s and :func:`price`'s sources: op counts; FLOPs (the FLOP floor too); the study's rule.
 FROM_OPS, FROM_FLOPS, FROM_STUDY = "ops", "flops", "study"
 #: What the GPU prices are, said wherever they are printed.
 GPU_LABEL = ("estimated from the torch operations of a training step (results/" + OP_COUNTS + ") at the "
@@ -60,8 +55,8 @@ def committed_root() -> Path:
 
 
 def root_with(name: str, root: Path | None = None) -> Path | None:
-    """The results folder that holds the file ``name``: ``root``, else the checkout of the
-    working directory, else the one this package is in; None where none does."""
+    """The results folder that holds the file ``name``: ``root``, else the working directory's
+    checkout's, else this package's; None where none does."""
     roots = [root] if root is not None else [committed_root(), Path(__file__).resolve().parents[2] / "results"]
     return next((r for r in roots if (r / name).is_file()), None)
 
@@ -155,10 +150,8 @@ def pack_cost_s(costs: Sequence[float | None], config: Any) -> float | None:
 
 
 class Measured(NamedTuple):
-    """One timed thing on a GPU: its kind, the run, seconds per unit, FLOPs per unit, and the
-    operations per unit (None where uncounted); ``alone``: one process on the GPU; ``source``:
-    a study's ``calibration`` run, a ``bench`` step alone, a ``packed`` benchmark step, or a
-    ``stopped`` run."""
+    """One timed thing on a GPU, per unit (a step, a round, an epoch); ``ops`` None where uncounted;
+    ``alone``: one process on the GPU; ``source``: "calibration", "bench", "packed" or "stopped"."""
 
     kind: str
     run: Any
@@ -170,8 +163,7 @@ class Measured(NamedTuple):
 
 
 def benchmarks(root: str) -> tuple[tuple[Path, str | None, dict[str, Any]], ...]:
-    """The packed benchmarks under ``root/device/``, in name order: each file, its GPU kind and
-    its document."""
+    """(file, GPU kind, document) of each packed benchmark under ``root/device/``, in name order."""
     out = []
     for path in sorted((Path(root) / "device").glob("*.json")):
         try:
@@ -197,10 +189,9 @@ def _matches(row: dict[str, Any], run: Any) -> bool:
 
 @functools.cache
 def measurements(root: str) -> tuple[Measured, ...]:
-    """Every GPU measurement under ``root/device/``: calibration rows (a list of rows with
-    ``s_per_step``, on the H100 the file is named after), packed benchmark rows (a step alone,
-    and the packed step's best column) and stopped runs (seconds per round or epoch, under
-    ``processes_sharing``)."""
+    """Every GPU measurement under ``root/device/``: calibration rows (``s_per_step``, on the GPU
+    the file is named after), packed benchmark rows (a step alone, the packed step's best column)
+    and stopped runs (seconds per round or epoch, under ``processes_sharing``)."""
     out: list[Measured] = []
     calibration = _calibration_runs()
     for path in sorted((Path(root) / "device").glob("*.json")):
@@ -319,7 +310,7 @@ SHARED_LANES = 9
 
 def sharing_slowdown(root: Path | None = None) -> float | None:
     """How much longer a run took while :data:`SHARED_LANES` processes shared its GPU: the median
-    of the committed ``cuda`` records' wall times over their launch-bound times alone."""
+    :func:`sharing_factors`."""
     got = [f for f, _ in sharing_factors(root)]
     return statistics.median(got) if got else None
 
@@ -366,16 +357,10 @@ def alone(run: Any, kind: str = REFERENCE_GPU, root: Path | None = None) -> tupl
     return None
 
 
-def minutes(run: Any, kind: str = REFERENCE_GPU) -> float | None:
-    """Minutes ``run`` needs on one GPU of ``kind`` alone (:func:`alone`); None without."""
-    got = alone(run, kind)
-    return None if got is None else got[0] / 60
-
-
 def estimate(run: Any, kind: str, family: str, lanes: int | None = None) -> tuple[float, str] | None:
-    """(seconds, source) ``run`` should take on device kind ``kind`` (``cpu``; ``cuda`` priced as
-    :data:`REFERENCE_GPU`; a GPU kind) with ``lanes`` processes sharing a GPU (None: as the
-    committed records were made); on the CPU its FLOPs over :func:`rate`. None without one."""
+    """(seconds, source) ``run`` should take on device kind ``kind`` (``cuda``: :data:`REFERENCE_GPU`)
+    with ``lanes`` processes sharing a GPU (None: as the committed records were made); on the CPU
+    its FLOPs over :func:`rate`. None without one."""
     kind = kind.split(":")[0]
     if kind != "cpu":
         got = alone(run, REFERENCE_GPU if kind == "cuda" else kind)
@@ -383,11 +368,6 @@ def estimate(run: Any, kind: str, family: str, lanes: int | None = None) -> tupl
     flops = _flops(run)
     r = rate("cpu", family) if flops is not None else None
     return (flops / r, FROM_FLOPS) if r else None
-
-
-def estimate_s(run: Any, kind: str, family: str, lanes: int | None = None) -> float | None:
-    got = estimate(run, kind, family, lanes)
-    return got[0] if got else None
 
 
 def price(study: Any, runs: Sequence[Any], kind: str = REFERENCE_GPU) -> pd.DataFrame:
@@ -551,8 +531,8 @@ def write_op_counts(root: Path | None = None) -> Path:
 
 __all__ = ["FROM_FLOPS", "FROM_OPS", "FROM_STUDY", "GPU_KINDS", "GPU_LABEL", "MIN_WALL_S", "OP_COUNTS",
            "REFERENCE_GPU", "SHARED_LANES", "DEFAULT_LANES", "Measured", "alone", "benchmarks", "best_rate", "captured_gain",
-           "committed_root", "estimate", "estimate_s", "flop_rate", "gpu_kind", "graphs_gain", "launch_bound_s",
-           "measurements", "minutes", "op_seconds", "op_table", "pack_cost_s", "pack_ratio", "packed_shares", "price",
+           "committed_root", "estimate", "flop_rate", "gpu_kind", "graphs_gain", "launch_bound_s",
+           "measurements", "op_seconds", "op_table", "pack_cost_s", "pack_ratio", "packed_shares", "price",
            "rate", "record_rates", "root_with", "run_ops", "sharing_factors", "sharing_slowdown", "slowdown",
            "step_ops", "write_op_counts"]
 

@@ -34,7 +34,7 @@ import torch
 
 from . import pricing
 from .machines import (CARRY_DIR, DEFAULT_MACHINE, DEFAULT_WORK, DEFAULT_WORKERS, DEVICE_KINDS, DEVICE_LACKS,
-                       MACHINES, Machine, check_packages)
+                       Machine, check_packages)
 from .. import claims, studies
 from ..config import data_root as default_root, project_root
 from ..data import CIFAR10_CLASSES, ImageData, load_dataset, register_dataset
@@ -42,9 +42,6 @@ from ..errors import ConfigError, DatasetCorruptError
 from ..files import pid_alive, write_json
 from ..records import (RECEIVED, BadRecord, check_record, checkpoint_path, git_state, is_valid_record, read_record,
                        record_path, record_roots, write_json_atomic)
-# The engine's rules, shared with `make study`: a run is planned (and, on the machine, started)
-# only if its estimate times SAFETY ends before the deadline (ends_before), and a pack holds at
-# most MAX_PACK runs.
 from ..scheduler import MAX_PACK, SAFETY, Task, ends_before, lock_is_stale, lock_path
 from ..study import compute, estimate_costs, run_class, study_tasks
 from ..training import split as trainer
@@ -52,8 +49,7 @@ from ..training.checkpoint import read as read_checkpoint
 from ..training.counting import run_flops, uncounted
 from ..training.split import GRAPHS_ENV, compute_pack
 
-#: The planning stages, a line each (:func:`plan`): the command line shows them on stderr; a
-#: library caller sees them where it configures :mod:`logging` to.
+#: The planning stages, a line each (:func:`plan`; the command line shows them on stderr).
 _log = logging.getLogger(__name__)
 
 #: The working tree is counted in blocks of this size (a file of 1 byte takes one): see :func:`tree_bytes`.
@@ -62,31 +58,23 @@ TREE_BLOCK = 4096
 RETURN_MARGIN_S = 60.0
 #: A lane's process imports torch, builds its CUDA context and loads its data before a run.
 LANE_START_S = 30.0
-#: A window's first call benchmarks the GPU before the lanes start (the packed
-#: benchmark first): at most this long, its rows written as they are measured.
+#: A window's first call benchmarks the GPU before the lanes start: at most this long, its rows
+#: written as they are measured; C-VFL first, as its seed packs are most of the GPU work left.
 BENCH_S = 150.0
-#: The settings that benchmark steps, in order: C-VFL first. Its seed packs are most of the GPU
-#: work left and the ones the plan prices with graphs, so its rows must be measured before
-#: :data:`BENCH_S` can run out.
 BENCH_SETTINGS = "--methods c_vfl local splitnn agg_vfl --models mlp cnn resnet18"
 #: That benchmark's command (``{device}`` filled in); ``receive`` files its JSON under results/device/.
 BENCH_COMMAND = ("timeout {s} python3 -m vflkit.ops.bench --device {device} --packed --pack-size 3 --steps 10 "
                  + BENCH_SETTINGS + " --json {work}/bench.json > {work}/bench.txt 2>&1; touch {work}/bench.done")
-
-
-#: A window's lanes capture their packs in CUDA graphs only when its own benchmark shows every
-#: captured setting's parameters, after the same steps as an eager pack's, within this of them
-#: or within twice what a second eager pack differs by (the eager step's own noise) ...
+#: A window's lanes capture their packs in CUDA graphs only when every captured setting of its
+#: benchmark ends within GRAPHS_MAX_DIFF of the eager pack's parameters (or twice the eager
+#: step's own noise) and the median setting gains GRAPHS_MIN_GAIN (:func:`graphs_verdict`).
 GRAPHS_MAX_DIFF = 1e-4
-#: ... and faster: the median over its settings of the captured step's rate over the eager
-#: pack's at least this; with no failed capture. Otherwise the lanes run eagerly, as before.
 GRAPHS_MIN_GAIN = 1.1
 
 
 def graphs_verdict(bench_json: Path) -> tuple[bool, str]:
-    """Whether a window's lanes capture their packs in CUDA graphs, and why, from the rows of
-    the window's benchmark (``python -m vflkit.ops.bench --packed --json``: each row's captured
-    step's rate, ``graphs_max_abs_diff`` and ``eager_max_abs_diff``, :func:`vflkit.ops.bench.graphs_check`)."""
+    """Whether a window's lanes capture their packs in CUDA graphs, and why, from the rows of its
+    benchmark (``python -m vflkit.ops.bench --packed --json``; :func:`vflkit.ops.bench.graphs_check`)."""
     try:
         rows = json.loads(bench_json.read_text())["bench_packed"]["rows"]
     except (OSError, ValueError, KeyError, TypeError):
@@ -112,9 +100,7 @@ def graphs_verdict(bench_json: Path) -> tuple[bool, str]:
 
 def expect_graphs(device_kind: str, root: Path | None = None) -> tuple[str | None, str]:
     """The GPU kind whose CUDA-graphs gains a plan prices packs with, and why: ``device_kind``
-    where the committed benchmarks of that kind (``results/device/``) timed captured steps and
-    each passes :func:`graphs_verdict` (a window decides again from its own benchmark, and its
-    lanes then gate the packs at their eager gain: :func:`packed_need_s`); else None."""
+    where its committed benchmarks timed captured steps and each passes :func:`graphs_verdict`."""
     if device_kind == "cpu":
         return None, "packs priced eagerly: no CUDA graphs on a CPU"
     benches = [path for path, kind, doc in pricing.benchmarks(str(root or pricing.committed_root()))
@@ -130,17 +116,12 @@ def expect_graphs(device_kind: str, root: Path | None = None) -> tuple[str | Non
 
 
 def bench_wait_s(n_data_calls: int) -> float:
-    """How long a window's lanes wait for its benchmark: all of it when the first call also
-    starts them (one data call), else what the data calls' transfers do not already cover (the
-    benchmark runs detached from the first call on, beside them)."""
-    if n_data_calls <= 1:
-        return BENCH_S
-    return max(0.0, BENCH_S - (n_data_calls - 1) * (DEFAULT_MACHINE.call_overhead_s + 20.0))
+    """How long a window's lanes wait for its benchmark: all of it when the first call starts
+    them, else what the data calls' transfers (beside which it runs detached) do not cover."""
+    return max(0.0, BENCH_S - max(n_data_calls - 1, 0) * (DEFAULT_MACHINE.call_overhead_s + 20.0))
 
 
-#: At most this many packs ride in a window's reserve (:attr:`Window.reserve`): the packs on its
-#: data it does not plan, which a lane starts once its own are done and the window's measured
-#: speed (:func:`window_speed`) says one ends before the deadline.
+#: At most this many packs ride in a window's reserve (:attr:`Window.reserve`).
 RESERVE_MAX = 24
 #: The machine's Python (python3 there) and the platforms its wheels may be built for.
 DEVICE_PYTHON = "3.12"
@@ -149,13 +130,12 @@ WHEEL_PLATFORMS = ("manylinux_2_34_x86_64", "manylinux_2_28_x86_64", "manylinux_
 #: Placeholder FLOP/s for a family the prices cannot cover, until a GPU measures it: an
 #: assumption, named as a placeholder wherever the plan prints its rates.
 PLACEHOLDER_RATES = {"multi_owner": 1.3e12}
-#: The packed CIFAR-10 (uint8 arrays, xz) measured size; stands in until ``pack`` has run. xz is
-#: in Python's standard library on both machines, so no wheel is carried to read it.
+#: The packed CIFAR-10's size (uint8 arrays, xz: in the standard library, no wheel to carry)
+#: until ``pack`` has run.
 CIFAR10_PACKED_BYTES_ESTIMATE = 152 * 2**20
 #: sha256 of x_train | y_train | x_test | y_test (uint8, C order) of the verified CIFAR-10 load.
 CIFAR10_SHA256 = "77168ae812aa23afdaa0f13b32b412e881003005446c56d16afb62116ef67be2"
-CIFAR10_SHAPES = {"x_train": (50000, 3, 32, 32), "y_train": (50000,), "x_test": (10000, 3, 32, 32),
-                  "y_test": (10000,)}
+CIFAR10_SHAPES = {"x_train": (50000, 3, 32, 32), "y_train": (50000,), "x_test": (10000, 3, 32, 32), "y_test": (10000,)}
 CIFAR10_PACKED = "cifar10.u8.xz"
 #: The files each dataset is read from, relative to the data root (CIFAR-10: the packed arrays).
 _IDX = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
@@ -180,9 +160,7 @@ class GpuRun:
     priority: Any  # the study's own order (its run_priority)
     artefacts: tuple[str, ...] = ()  # the paper's tables and figures drawn from it
     cost_s: float | None = None  # seconds on the GPU while DEFAULT_WORKERS share it
-    # the study's estimate ("seeds", "twin seeds", "rate seeds", "ops", "flops"), or "rate file",
-    # "placeholder", "study"
-    cost_source: str = ""
+    cost_source: str = ""  # the study's estimate's source ("seeds", "ops", ...), "rate file", "placeholder", "study"
     open_clauses: int = 0  # clauses of its artefacts now judged not testable
     value: float = math.inf  # lower is planned first (value_order)
     cpu_cost_s: float | None = None  # set for a CPU-sized run taken in as slow (pending_gpu_runs)
@@ -193,25 +171,17 @@ class GpuRun:
 
     @property
     def slow_cpu(self) -> bool:
-        """A run its study sizes for a CPU, planned here because it is slow there."""
         return self.cpu_cost_s is not None
 
     @property
     def precision_check(self) -> bool:
-        """A run of another precision than the default (a study's bf16 check, e.g.
-        :data:`vflkit.studies.vfedmh.PRECISION_CHECK`): no study trains one otherwise."""
+        """A run of another precision than the default: a study's bf16 check."""
         return self.config.get("precision", "fp32") != "fp32"
 
     @property
     def leads(self) -> bool:
-        """Planned before every other run (:func:`value_order`): a slow CPU run that decides an
-        open clause, or a precision check (the first window decides whether bf16 becomes the
-        default of every later one)."""
+        """Planned before every other run (:func:`value_order`)."""
         return (self.slow_cpu and self.open_clauses > 0) or self.precision_check
-
-    def payload(self, profile: str, results: str) -> dict[str, Any]:
-        """What :func:`vflkit.study.compute` takes (the scheduler's task payload)."""
-        return {"family": self.family, "config": self.config, "profile": profile, "results": results}
 
 
 @dataclass
@@ -223,11 +193,8 @@ class Pack:
     runs: list[GpuRun]
     packed: bool = False
     speedup: float = 1.0  # the packed trainer's measured gain (1: none assumed)
-    #: price the pack by its op counts (vflkit.ops.pricing.pack_ratio) where no measured speedup is given
-    by_ops: bool = False
-    #: the GPU kind whose measured CUDA-graphs gain (vflkit.ops.pricing.graphs_gain) the pack is priced
-    #: with, where the plan expects the window to capture its packs (:func:`expect_graphs`)
-    graphs: str | None = None
+    by_ops: bool = False  # priced by its op counts (pricing.pack_ratio), where no speedup is measured
+    graphs: str | None = None  # the GPU kind whose CUDA-graphs gain prices it (:func:`expect_graphs`)
 
     @property
     def ratio(self) -> float | None:
@@ -258,10 +225,6 @@ class Pack:
     def datasets(self) -> set[str]:
         return {r.dataset for r in self.runs if r.dataset}
 
-    @property
-    def value(self) -> float:
-        return min(r.value for r in self.runs)
-
 
 @dataclass
 class Call:
@@ -286,9 +249,7 @@ class Window:
     datasets: set[str] = field(default_factory=set)
     start_s: float = 0.0  # when the lanes start, from the window's first call
     calls: list[Call] = field(default_factory=list)
-    #: Packs on the window's data that it does not plan, in value order: a lane that has finished
-    #: its own starts one when the window's measured rate says it ends before the deadline
-    #: (:func:`lane`), so a window faster than priced goes on working instead of idling.
+    #: Packs on the window's data that it does not plan, in value order, for lanes done early (:func:`lane`).
     reserve: list[Pack] = field(default_factory=list)
 
     @property
@@ -354,9 +315,8 @@ def _pack_dict(p: Pack) -> dict[str, Any]:
 
 
 def has_record(run: Any, profile: str, roots: Sequence[Path]) -> bool:
-    """Whether ``run`` has a whole record under ``profile`` in one of ``roots``: the record
-    store's own check (:func:`vflkit.records.check_record`: valid JSON, envelope, final scores,
-    the run's key, profile and config)."""
+    """Whether ``run`` has a whole record under ``profile`` in one of ``roots``
+    (:func:`vflkit.records.check_record`)."""
     for root in roots:
         path = record_path(run, profile, root)
         if path.exists():
@@ -372,13 +332,9 @@ def pending_gpu_runs(profile: str = "paper", *, results: Path | None = None,
                      papers: Sequence[str] | None = None, slow_cpu_min: float | None = None
                      ) -> tuple[list[GpuRun], list[str]]:
     """The GPU runs (a study's ``needs_gpu``) of every registered study (or of ``papers``)
-    without a whole record, and the keys of those with one, looked for where the record store
-    looks (:func:`vflkit.records.record_roots`), or in ``results`` alone.
-
-    With ``slow_cpu_min``, also the pending runs a study sizes for a CPU whose CPU estimate
-    (:func:`vflkit.study.estimate_costs`) exceeds that many minutes, with it in ``cpu_cost_s``
-    (C-VFL's, hours of one core each). A run a CPU scheduler is computing (a live lock) or has
-    part-done (a checkpoint, which resumes only there) is left to it, and not listed as recorded."""
+    without a whole record in :func:`vflkit.records.record_roots` (or ``results``), and the keys of
+    those with one. With ``slow_cpu_min``, also the CPU-sized runs estimated above that many
+    CPU-minutes (``cpu_cost_s``), but none a CPU scheduler holds locked or has checkpointed."""
     roots = [Path(results)] if results is not None else record_roots()
     pending: list[GpuRun] = []
     recorded: list[str] = []
@@ -389,11 +345,11 @@ def pending_gpu_runs(profile: str = "paper", *, results: Path | None = None,
         cls = run_class(study.family)
         cpu_cost: dict[str, float] = {}
         if slow_cpu_min is not None:
+            # costed only where no root holds the record (estimate_costs looks in the first)
             here = [t for t in tasks if not t.payload["needs_gpu"]
                     and not (lock_path(t.path).exists() and not lock_is_stale(lock_path(t.path)))
-                    and not checkpoint_path(t.path).exists()]
-            # costed only where no root holds the record (estimate_costs looks in the first)
-            here = [t for t in here if not has_record(cls.from_dict(t.payload["config"]), profile, roots)]
+                    and not checkpoint_path(t.path).exists()
+                    and not has_record(cls.from_dict(t.payload["config"]), profile, roots)]
             cpu_cost = {t.key: t.cost_s for t in estimate_costs(here, "cpu")
                         if t.cost_s is not None and t.cost_s > slow_cpu_min * 60}
         tasks = [t for t in tasks if t.payload["needs_gpu"] or t.key in cpu_cost]
@@ -418,15 +374,7 @@ def pending_gpu_runs(profile: str = "paper", *, results: Path | None = None,
 
 
 def load_rate_file(path: Path | None) -> dict[str, Any]:
-    """A measured rate file, written by hand from what a window measured::
-
-        {"device": "h100", "workers": 8, "flop_per_s": {"split": 2.0e13, "multi_owner": 5e12},
-         "minutes_factor": {"tiles": 0.5}, "pack_speedup": 2.0}
-
-    ``flop_per_s``: per process, while ``workers`` share the GPU (overrides the committed
-    records' rate); ``minutes_factor``: scales a study's own minutes for a family without a FLOP
-    count; ``pack_speedup``: a packed trainer's gain over its runs one by one."""
-
+    """A measured rate file (``--rates``; its fields: docs/own-gpu.md, "A rate file")."""
     if path is None:
         return {}
     try:
@@ -448,13 +396,10 @@ def load_rate_file(path: Path | None) -> dict[str, Any]:
 
 def cost_runs(runs: Sequence[GpuRun], device_kind: str = "h100", *, rate_file: Mapping[str, Any] | None = None,
               lanes: int | None = None) -> tuple[list[GpuRun], dict[str, tuple[float, str]]]:
-    """``runs`` with their estimated seconds on ``device_kind`` and where each estimate comes
-    from, and the FLOP/s used per family. In order: a rate file's FLOP/s for the family (over
-    :func:`vflkit.training.counting.run_flops`); else :func:`vflkit.study.estimate_costs` (with
-    ``lanes`` sharing the GPU; None: as the records were made); else FLOPs over
-    :data:`PLACEHOLDER_RATES`; else, where FLOPs are not counted (AdptVFedConv's tiles), the
-    minutes :func:`vflkit.ops.pricing.price` gives them times the rate file's ``minutes_factor``.
-    No FLOP price is faster than the best rate measured on that GPU kind."""
+    """``runs`` with their estimated seconds on ``device_kind`` (``lanes`` sharing the GPU) and
+    each estimate's source, and the FLOP/s used per family: the order of sources is in
+    docs/own-gpu.md, "How a plan prices a run". No FLOP price is faster than the best rate
+    measured on that GPU kind."""
     kind = DEVICE_KINDS[device_kind]
     measured = dict((rate_file or {}).get("flop_per_s", {}))
     factor = dict((rate_file or {}).get("minutes_factor", {}))
@@ -525,8 +470,7 @@ def value_order(runs: Sequence[GpuRun], opened: Mapping[tuple[str, str], int]) -
                     for r, spent in zip(rs, itertools.accumulate(r.cost_s or 0.0 for r in rs))]
         return sorted(out, key=lambda r: (r.value, r.key))
 
-    marked = [dataclasses.replace(r, open_clauses=sum(opened.get((r.paper, a), 0) for a in r.artefacts))
-              for r in runs]
+    marked = [dataclasses.replace(r, open_clauses=sum(opened.get((r.paper, a), 0) for a in r.artefacts)) for r in runs]
     checks = [r for r in marked if r.precision_check]
     leading = [r for r in marked if r.leads and not r.precision_check]
     return ranked(checks) + ranked(leading) + ranked([r for r in marked if not r.leads])
@@ -551,10 +495,9 @@ def pack_key(run: GpuRun) -> tuple[str, Any]:
 def group_packs(runs: Sequence[GpuRun], *, max_cost_s: float | Callable[[set[str]], float], max_runs: int = MAX_PACK,
                 speedup: float | None = None, graphs: str | None = None) -> list[Pack]:
     """``runs`` (in value order) grouped by :func:`pack_key` into packs of at most ``max_runs``
-    runs whose cost (times :data:`SAFETY`) stays within ``max_cost_s`` (seconds, or a function
-    of the pack's datasets); packs in the order of their most valuable run. A run that alone
-    exceeds it gets a pack of its own. A pack's cost: :attr:`Pack.cost_s` (``speedup``: a measured
-    gain; else the op-count ratio, over the CUDA-graphs gain on GPU kind ``graphs``)."""
+    runs whose :attr:`Pack.cost_s` times :data:`SAFETY` stays within ``max_cost_s`` (seconds, or a
+    function of the pack's datasets), in the order of their most valuable run; a run that alone
+    exceeds it gets a pack of its own. ``speedup`` and ``graphs``: as :class:`Pack` takes them."""
     open_packs: dict[Any, Pack] = {}
     packs: list[Pack] = []
     make = functools.partial(Pack, speedup=speedup or 1.0, by_ops=speedup is None, graphs=graphs)
@@ -582,9 +525,9 @@ def wheels_size(folder: Path) -> int:
 
 
 def download_wheels(dest: Path, names: Sequence[str] = DEVICE_LACKS) -> int:
-    """Download, with pip, the machine's wheels of ``names`` (the packages its image lacks) at
-    the versions installed here, so the machine runs what the tests here ran; returns their bytes.
-    Any other wheel in ``dest`` is removed first: two versions of one package stop the install."""
+    """Download the machine's wheels of ``names`` at the versions installed here (the machine runs
+    what the tests here ran); their bytes. Any other wheel in ``dest`` is removed first: two
+    versions of one package stop the install."""
     try:
         pins = [f"{n}=={version(n)}" for n in names]
     except PackageNotFoundError as exc:
@@ -610,7 +553,6 @@ def download_wheels(dest: Path, names: Sequence[str] = DEVICE_LACKS) -> int:
 def tree_bytes(root: Path | None = None) -> int:
     """What the working tree sends with every call: the files git does not ignore, each counted in
     whole :data:`TREE_BLOCK` blocks, as a transfer limit counted in blocks counts them."""
-
     root = root or project_root()
     out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=root,
                          capture_output=True, check=True).stdout.decode()
@@ -620,10 +562,8 @@ def tree_bytes(root: Path | None = None) -> int:
 
 def data_files(datasets: Iterable[str], data_root: Path | None = None, packed: Path | None = None
                ) -> list[tuple[str, str, int, bool]]:
-    """(dataset, file, bytes, measured) of what ``datasets`` need on the machine: the raw files
-    MNIST and FashionMNIST are read from, CIFAR-10's packed arrays (``packed``: the folder
-    :func:`pack_cifar10` wrote; without it, the size :data:`CIFAR10_PACKED_BYTES_ESTIMATE`)."""
-
+    """(dataset, file, bytes, measured) of what ``datasets`` need on the machine (:data:`DATA_FILES`;
+    CIFAR-10's from ``packed``, :func:`pack_cifar10`'s folder, else :data:`CIFAR10_PACKED_BYTES_ESTIMATE`)."""
     root = data_root or default_root()
     out = []
     for ds in sorted(datasets):
@@ -645,9 +585,8 @@ def data_files(datasets: Iterable[str], data_root: Path | None = None, packed: P
 
 def chunk_files(files: Sequence[tuple[str, str, int, bool]], room: int, *, first_room: int | None = None
                 ) -> list[list[tuple[str, int, int]]]:
-    """``files`` cut into chunks of at most ``room`` bytes (the first: ``first_room``, which the
-    first call shares with the wheels), one per call, in order: each chunk a list of (file,
-    offset, length) pieces (a large file spans several calls)."""
+    """``files`` cut into chunks of at most ``room`` bytes (the first, which shares its call with
+    the wheels: ``first_room``), one per call: each a list of (file, offset, length) pieces."""
     first_room = room if first_room is None else first_room
     if room <= 0 or first_room < 0:
         raise ConfigError("the working tree leaves no room to carry data beside it (64 MiB a call)")
@@ -671,9 +610,8 @@ def _carry_name(window: int, call: int) -> str:
 
 
 def provenance() -> str:
-    """The variables that name, on the machine (whose copy has no ``.git``), the commit whose
-    ``vflkit/`` the calls carry and whether it differs from it (:func:`vflkit.records.git_state`
-    here); empty outside a git checkout."""
+    """The variables that name, on the machine (whose copy has no ``.git``), the commit the calls
+    carry and whether ``vflkit/`` differs from it (:func:`vflkit.records.git_state`)."""
     state = git_state()
     if "git_commit" not in state:
         return ""
@@ -684,10 +622,7 @@ def provenance() -> str:
 def window_calls(window: Window, chunks: list[list[tuple[str, int, int]]], *, wheels_bytes: int,
                  tree: int, device: str = "cuda", work: str = DEFAULT_WORK,
                  machine: Machine = DEFAULT_MACHINE) -> list[Call]:
-    """The calls of ``window``: the first installs the carried wheels (if any) and checks the
-    packages; the data calls carry a chunk each (the first also the plan); the one carrying the
-    last chunk starts the lanes; every call then returns the records finished so far, and calls
-    follow, each waiting at most what fits its limit, until the lanes' estimated end."""
+    """The calls of ``window``, as docs/own-gpu.md, "On a time-limited GPU", lists them."""
     prefix = (f"export PYTHONUNBUFFERED=1 VFLKIT_DATA={work}/data VFLKIT_RESULTS={work}/results{provenance()}; ")
     # the wheels install under the machine's work folder: kept between calls while it stays warm
     wheel = (f"python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "
@@ -726,8 +661,6 @@ def window_calls(window: Window, chunks: list[list[tuple[str, int, int]]], *, wh
         calls.append(Call(index=i + 1, carries=carries, carry_bytes=size + tree, command=cmd, wait_s=wait,
                           est_s=est, starts=starts))
         t += est
-    # a window with a reserve may work until its deadline: its last calls collect until then
-    # (a collect returns as soon as no lane runs, so a window that ends early costs little more)
     end = window.deadline_s - RETURN_MARGIN_S if window.reserve else window.start_s + window.work_s
     while t < end:
         wait = min(machine.call_limit_s - 60.0, end - t)
@@ -749,17 +682,12 @@ def plan(deadline_s: float, device_kind: str = "h100", *, profile: str = "paper"
          wheels_bytes: int | None = None, runs: Sequence[GpuRun] | None = None,
          slow_cpu_min: float | None = None, machine: Machine = DEFAULT_MACHINE) -> Plan:
     """Every pending GPU run laid into windows of ``deadline_s`` seconds each (from a window's
-    first call to the end of its last), or listed as needing a longer job (an own GPU), with
-    why (its checkpoint never leaves the GPU machine). ``slow_cpu_min``: also the CPU-sized runs
-    above that many CPU-minutes (:func:`pending_gpu_runs`), planned first. How ``workers`` lanes are
-    filled: docs/own-gpu.md, "How a plan orders, places and gates the runs".
-
-    ``opened`` (default :func:`open_clauses`, which reads every record) and ``runs`` (already
-    costed) let a caller reuse what it computed. ``wheels_bytes``: the wheels the first call
-    carries (default: those :func:`prepare` left in ``.launch/whl``)."""
+    first call to the end of its last), or listed as needing a longer job, with why: the rules in
+    docs/own-gpu.md, "How a plan orders, places and gates the runs". ``slow_cpu_min``: as
+    :func:`pending_gpu_runs` takes it. ``opened`` (default :func:`open_clauses`), ``runs`` (costed)
+    and ``wheels_bytes`` (default: those :func:`prepare` left in ``.launch/whl``) reuse a caller's."""
     if wheels_bytes is None:
         wheels_bytes = wheels_size(project_root() / CARRY_DIR / "whl")
-
     if not (isinstance(deadline_s, (int, float)) and math.isfinite(deadline_s) and deadline_s > 0):
         shown = f"{deadline_s / 60:g} minutes" if isinstance(deadline_s, (int, float)) else repr(deadline_s)
         raise ConfigError(f"a window's deadline must be a positive time, got {shown} (--deadline-min); "
@@ -796,16 +724,13 @@ def plan(deadline_s: float, device_kind: str = "h100", *, profile: str = "paper"
     def chunks_of(datasets: set[str]) -> list[list[tuple[str, int, int]]]:
         return chunk_files(data_files(datasets, data_root, packed_data), room, first_room=room - wheels_bytes)
 
-    def start_s(datasets: set[str]) -> float:
-        n = len(chunks_of(datasets)) if datasets else 1
-        # every data call but the starting one runs in full before the lanes start, and the
-        # GPU benchmark of the first call (bench_wait_s) before them too
-        bench = bench_wait_s(max(n, 1)) if device_kind != "cpu" else 0.0
-        return machine.start_s + (max(n, 1) - 1) * (machine.call_overhead_s + 20.0) + 20.0 + bench
-
     @functools.cache
     def usable_of(datasets: frozenset[str]) -> float:
-        return deadline_s - start_s(set(datasets)) - RETURN_MARGIN_S - LANE_START_S
+        n = max(len(chunks_of(set(datasets))), 1) if datasets else 1
+        # every data call but the starting one, and the first call's GPU benchmark, run before the lanes start
+        bench = bench_wait_s(n) if device_kind != "cpu" else 0.0
+        start_s = machine.start_s + (n - 1) * (machine.call_overhead_s + 20.0) + 20.0 + bench
+        return deadline_s - start_s - RETURN_MARGIN_S - LANE_START_S
 
     def usable(datasets: set[str]) -> float:
         return usable_of(frozenset(datasets))
@@ -871,8 +796,7 @@ def rate_names(p: Plan) -> list[str]:
     """What the plan's estimates assumed: the launch-bound model's seconds per op and sharing
     slowdown, and each FLOP/s rate used with what it is (measured, a rate file's, a placeholder)."""
     kind = DEVICE_KINDS[p.device_kind]
-    runs = [r for w in p.windows for r in w.runs] + [r for r, _ in p.not_fitting]
-    used = {(r.family, r.cost_source) for r in runs}
+    used = {(r.family, r.cost_source) for r in p.planned + [r for r, _ in p.not_fitting]}
     out = []
     gpu = p.device_kind if p.device_kind in pricing.GPU_KINDS else pricing.REFERENCE_GPU
     per_op, best = pricing.op_seconds(gpu), pricing.best_rate(gpu)
@@ -967,8 +891,7 @@ def plan_table(p: Plan) -> str:
 def write_chunks(files: Sequence[tuple[str, str, int, bool]], chunks: list[list[tuple[str, int, int]]],
                  src: Mapping[str, Path], dest: Path, window: int) -> list[Path]:
     """Cut ``files`` (read from ``src``: file name -> path) into the carried folders of
-    ``window``'s calls, each with a manifest naming its pieces and every whole file's sha256 and
-    size (so :func:`unpack` knows when a file's pieces are all there)."""
+    ``window``'s calls, each with a manifest of its pieces and every whole file's sha256 and size."""
     digests = {name: hashlib.sha256(src[name].read_bytes()).hexdigest() for _, name, _, _ in files}
     sizes = {name: src[name].stat().st_size for _, name, _, _ in files}
     folders = []
@@ -1008,13 +931,9 @@ def _spans(path: Path) -> list[list[int]]:
 
 
 def unpack(folder: Path, work: Path) -> list[str]:
-    """Write a carried chunk's pieces into ``work/data``; a file whose pieces are all there (the
-    spans written so far, kept beside its ``.part``, cover the size its manifest gives) is checked
-    against its sha256: a mismatch is a :class:`~vflkit.errors.DatasetCorruptError` naming the
-    file and the chunk, the ``.part`` removed (the lanes must not start on it); CIFAR-10's packed
-    arrays are decompressed once whole. A manifest that is not whole is the same error, naming
-    it. Returns the files now complete."""
-
+    """Write a carried chunk's pieces into ``work/data``; returns the files now complete. A file
+    whose pieces are all there that fails its sha256, or a manifest that is not whole, is a
+    :class:`~vflkit.errors.DatasetCorruptError` naming it (docs/own-gpu.md, "What travels")."""
     if not folder.is_dir():
         raise ConfigError(f"no carried chunk at {folder}: name the chunk folder the call carries (its carry lists it)")
     data = work / "data"
@@ -1105,7 +1024,7 @@ def register_cifar10(work: Path) -> None:
 
 def mps_commands(work: str) -> tuple[str, str]:
     """Start and stop of the CUDA MPS daemon, so that several lane processes share the GPU's
-    multiprocessors instead of time-slicing it (the GPU audit: 3.3-4x slower runs without)."""
+    multiprocessors instead of time-slicing it (:func:`vflkit.gpu.shared_gpu` says why)."""
     env = f"CUDA_MPS_PIPE_DIRECTORY={work}/mps-pipe CUDA_MPS_LOG_DIRECTORY={work}/mps-log"
     return (f"mkdir -p {work}/mps-pipe {work}/mps-log && {env} nvidia-cuda-mps-control -d",
             f"echo quit | {env} nvidia-cuda-mps-control")
@@ -1113,10 +1032,9 @@ def mps_commands(work: str) -> tuple[str, str]:
 
 def start(plan_path: Path, window: int, *, work: Path, device: str, deadline_in: float,
           stand_in: bool = False) -> list[int]:
-    """Start ``window``'s lanes as detached processes (their own session: they outlive the call),
-    one per lane of the plan (``plan --workers``, never chosen here), under MPS when there are
-    several on a GPU, capturing their packs in CUDA graphs when the window's benchmark says so
-    (:func:`graphs_verdict`); returns their pids."""
+    """Start ``window``'s lanes, one per lane of the plan, as detached processes (they outlive the
+    call), under MPS when several share a GPU, in CUDA graphs when :func:`graphs_verdict` says so;
+    their pids."""
     spec = json.loads(plan_path.read_text())["windows"][window - 1]
     work.mkdir(parents=True, exist_ok=True)
     deadline = time.time() + deadline_in
@@ -1146,11 +1064,9 @@ def start(plan_path: Path, window: int, *, work: Path, device: str, deadline_in:
     for lane in range(n):
         cmd = [sys.executable, "-m", "vflkit.ops.launcher", "lane", str(plan_path.resolve()), "--window", str(window),
                "--lane", str(lane), "--work", str(work), "--device", device, "--deadline", str(deadline)]
-        if stand_in:
-            cmd.append("--stand-in")
         log = open(work / "logs" / f"lane{lane}.log", "a")
-        pids.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=code,
-                                     start_new_session=True).pid)
+        pids.append(subprocess.Popen(cmd + ["--stand-in"] * stand_in, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                     cwd=code, start_new_session=True).pid)
     (work / "lanes.json").write_text(json.dumps(pids))
     print(f"[launcher] window {window}: {n} lanes started, deadline in {deadline_in:.0f} s")
     return pids
@@ -1160,7 +1076,6 @@ def stand_in_run(run: Mapping[str, Any]) -> dict[str, Any]:
     """The rehearsal's stand-in for a planned run: its study's smoke-profile run on the planned
     run's dataset, else its first smoke run moved onto it (a window carries only its planned
     runs' data); a planned run of another precision (a bf16 check) keeps it."""
-
     tasks = study_tasks(run["paper"], "smoke")
     dataset = run.get("config", {}).get("dataset")
     task = next((t for t in tasks if t.payload["config"].get("dataset") == dataset), tasks[0])
@@ -1171,27 +1086,24 @@ def stand_in_run(run: Mapping[str, Any]) -> dict[str, Any]:
         try:
             moved = run_class(task.payload["family"]).from_dict({**config, "dataset": dataset or config["dataset"],
                                                                  **kept})
-        except Exception:  # noqa: BLE001 (a run class that refuses the dataset: the smoke run as it is)
-            moved = None
-        if moved is not None:
             return {**run, "key": moved.key, "config": moved.to_dict(), "profile": "smoke"}
+        except Exception:  # noqa: BLE001 (a run class that refuses the dataset: the smoke run as it is)
+            pass
     return {**run, "key": task.key, "config": config, "profile": "smoke"}
 
 
 def packed_need_s(pack: Mapping[str, Any], graphs: bool | None = None) -> float:
-    """Seconds a lane must have left to start a packed pack of the plan (``plan.json``'s form):
-    its runs' costs over its speed-up, times :data:`SAFETY`, as :func:`plan` placed it; at its
-    eager gain where the window runs without CUDA graphs (``graphs``; by default whether
-    :data:`vflkit.training.split.GRAPHS_ENV` is set, as :func:`start` sets it)."""
+    """Seconds a lane must have left to start a packed pack of ``plan.json``: its runs' costs over
+    its speed-up, times :data:`SAFETY`; at its eager gain where the window runs without CUDA graphs
+    (``graphs``; by default whether :data:`vflkit.training.split.GRAPHS_ENV` is set)."""
     graphs = bool(os.environ.get(GRAPHS_ENV)) if graphs is None else graphs
     speedup = pack.get("speedup", 1.0) if graphs else pack.get("eager_speedup", pack.get("speedup", 1.0))
     return sum(r["cost_s"] or 0 for r in pack["runs"]) / float(speedup) * SAFETY
 
 
 def left_to_do(run: Mapping[str, Any], results: Path) -> float:
-    """The share of ``run`` (``plan.json``'s form) still to train: 1 less the epochs (or rounds)
-    its checkpoint under ``results`` holds, over the config's; 1 without a readable one (a run
-    the deadline stopped resumes in a later call on the same machine)."""
+    """The share of ``run`` (``plan.json``'s form) still to train: 1 less the epochs (or rounds) its
+    checkpoint under ``results`` holds over the config's; 1 without a readable one."""
     path = checkpoint_path(record_path(run_class(run["family"]).from_dict(run["config"]), run["profile"], results))
     if not path.exists():
         return 1.0
@@ -1208,14 +1120,13 @@ def left_to_do(run: Mapping[str, Any], results: Path) -> float:
 
 def window_speed(work: Path) -> float | None:
     """How much longer than estimated the window's work takes: the largest ``took / est`` so far
-    (``work/status/times<N>.json``), or ``None`` before one; the largest, not the mean, as the
-    first packs of a window share the GPU with fewer lanes than later ones."""
+    (``work/status/times<N>.json``; not the mean: a window's first packs share the GPU with fewer
+    lanes than later ones), or ``None`` before one."""
     return max((took / est for rows in _status(work, "times*.json") for est, took in rows if est > 0), default=None)
 
 
 def _status(work: Path, pattern: str) -> list[Any]:
-    """The lanes' files ``work/status/<pattern>`` as they read now (one being replaced this
-    instant is skipped: the next reader reads it)."""
+    """The lanes' files ``work/status/<pattern>`` (one being replaced this instant is skipped)."""
     out = []
     for f in sorted((work / "status").glob(pattern)):
         try:
@@ -1238,11 +1149,9 @@ def _claim(work: Path, key: str) -> bool:
 
 def lane(plan_path: Path, window: int, lane_index: int, *, work: Path, device: str, deadline: float,
          stand_in: bool = False) -> dict[str, str]:
-    """Train one lane's packs in order, through the engine, then packs of the window's reserve;
-    records land atomically in ``work/results``. Returns each run's outcome by key (also in
-    ``work/status/lane<N>.json``). Every start is gated on ``deadline`` (the window's, epoch
-    seconds) at the window's measured speed: docs/own-gpu.md, "How a plan orders, places and
-    gates the runs"."""
+    """Train one lane's packs in order, then packs of the window's reserve, each start gated on
+    ``deadline`` (epoch seconds) as docs/own-gpu.md, "How a plan orders, places and gates the runs",
+    says; records land in ``work/results``. Each run's outcome by key (also ``work/status/lane<N>.json``)."""
     spec = json.loads(plan_path.read_text())
     profile = spec["profile"]
     win = spec["windows"][window - 1]
@@ -1281,39 +1190,31 @@ def lane(plan_path: Path, window: int, lane_index: int, *, work: Path, device: s
         """One pack: packed where the plan packed it, else run by run, each start gated by ``fits``."""
         runs = [stand_in_run({**r, "profile": profile}) if stand_in else {**r, "profile": profile}
                 for r in pack["runs"]]
-        if packed(pack):
-            if not fits(packed_need_s(pack)):
-                for r in runs:
+        together = packed(pack)
+        for unit in [runs] if together else [[r] for r in runs]:
+            need = packed_need_s(pack) if together else estimate_s(unit[0]) * SAFETY
+            if not stand_in and not fits(need):
+                for r in unit:
                     note(r["key"], "not started: would not finish before the deadline")
-                return
-            fresh = not any(_recorded(r, results) for r in runs)
-            t0 = time.time()
-            try:
-                compute_pack([{"family": r["family"], "config": r["config"], "profile": profile,
-                               "results": str(results)} for r in runs], device=device, deadline=deadline)
-                for r in runs:
-                    note(r["key"], "recorded (packed)")
-                if fresh:
-                    timed(packed_need_s(pack) / SAFETY, time.time() - t0)
-            except Exception as exc:  # noqa: BLE001 (one failed pack must not stop the lane)
-                for r in runs:
-                    note(r["key"], f"failed: {type(exc).__name__}: {exc}")
-            return
-        for r in runs:
-            est = estimate_s(r)
-            if not stand_in and not fits(est * SAFETY):
-                note(r["key"], "not started: would not finish before the deadline")
                 continue
-            fresh = not _recorded(r, results)
+            fresh = not any(_recorded(r, results) for r in unit)
             t0 = time.time()
+            payloads = [{"family": r["family"], "config": r["config"], "profile": r["profile"],
+                         "results": str(results)} for r in unit]
             try:
-                compute({"family": r["family"], "config": r["config"], "profile": r["profile"],
-                         "results": str(results)}, device=device, deadline=deadline)
-                note(r["key"], f"recorded in {time.time() - t0:.0f} s")
-                if fresh and _recorded(r, results):  # a run the deadline stopped is not a measure of speed
-                    timed(est, time.time() - t0)
-            except Exception as exc:  # noqa: BLE001 (a budget stop, a failure: the next run goes on)
-                note(r["key"], f"{type(exc).__name__}: {exc}")
+                if together:
+                    compute_pack(payloads, device=device, deadline=deadline)
+                else:
+                    compute(payloads[0], device=device, deadline=deadline)
+            except Exception as exc:  # noqa: BLE001 (a budget stop, a failure: the next run or pack goes on)
+                for r in unit:
+                    note(r["key"], f"{'failed: ' if together else ''}{type(exc).__name__}: {exc}")
+                continue
+            took = time.time() - t0
+            for r in unit:
+                note(r["key"], "recorded (packed)" if together else f"recorded in {took:.0f} s")
+            if fresh and (together or _recorded(unit[0], results)):  # a run the deadline stopped measures no speed
+                timed(need / SAFETY, took)
 
     register_cifar10(work)
     for pack in packs:
@@ -1345,10 +1246,9 @@ def _lanes_alive(work: Path) -> bool:
 
 
 def collect(work: Path, out: Path, *, wait: float = 0.0, stop_mps: bool = False) -> Path:
-    """Wait up to ``wait`` seconds while lanes run, then put every whole record of
-    ``work/results`` (``*.json`` only: a record is published by an atomic rename, so a
-    half-written one is a temporary file, never taken) and the lanes' status into
-    ``out/records.tar.gz``: one file back per call, whatever the number of records."""
+    """Wait up to ``wait`` seconds while lanes run, then put every whole record of ``work/results``
+    (``*.json``: a half-written one is a temporary file) into ``out/records.tar.gz``, one file back
+    per call, beside the lanes' status."""
     end = time.time() + wait
     while time.time() < end and _lanes_alive(work):
         time.sleep(min(5.0, max(end - time.time(), 0.0)))
@@ -1375,8 +1275,7 @@ def collect(work: Path, out: Path, *, wait: float = 0.0, stop_mps: bool = False)
 
 def _archive_members(tar_path: Path) -> list[tuple[str, bytes | None]]:
     """Every member of the records archive at ``tar_path`` as (name, bytes; None for what is not a
-    file), read whole before anything is taken: an archive cut short in transfer or garbled is a
-    :class:`~vflkit.errors.ConfigError` naming it, and nothing of it is taken."""
+    file), read whole before anything is taken: one cut short or garbled is a ConfigError naming it."""
     try:
         with tarfile.open(tar_path) as tar:
             return [(m.name, tar.extractfile(m).read() if m.isfile() else None)  # type: ignore[union-attr]
@@ -1391,10 +1290,9 @@ def _archive_members(tar_path: Path) -> list[tuple[str, bytes | None]]:
 
 def receive(files_at: Path, results: Path) -> tuple[list[str], list[str]]:
     """Take the records a call brought back (``records.tar.gz`` under ``files_at``) into
-    ``results``, each checked as the record store checks it and written atomically with the mark
-    :data:`vflkit.records.RECEIVED` (the host ``collect`` named, and when); one that is not whole
-    is refused. Returns the keys taken and the names refused. No such folder or archive, or an
-    archive that is not whole, is a ConfigError."""
+    ``results``, each checked as the record store checks it and marked :data:`vflkit.records.RECEIVED`
+    (the host ``collect`` named, and when); the keys taken and the names refused. No such folder
+    or archive, or an archive that is not whole, is a ConfigError."""
     taken, refused = [], []
     if not files_at.is_dir():
         raise ConfigError(f"{files_at} does not exist (or is not a folder); give the folder a call's files were "
@@ -1438,8 +1336,7 @@ def receive(files_at: Path, results: Path) -> tuple[list[str], list[str]]:
 
 
 def _collected_on(files_at: Path) -> str:
-    """The machine a call's files were collected on, as its ``status.json`` names it ("unknown"
-    for files collected before ``collect`` named its host)."""
+    """The machine a call's files were collected on, as its ``status.json`` names it, or "unknown"."""
     try:
         host = json.loads((files_at / "status.json").read_text()).get("host")
     except (OSError, ValueError, AttributeError):
@@ -1450,9 +1347,9 @@ def _collected_on(files_at: Path) -> str:
 
 
 def keep_benchmark(files_at: Path, results: Path) -> Path | None:
-    """File the GPU benchmark a window's first call brought back (``bench.json``) under
-    ``results/device/`` as ``<gpu>-<date>-bench.json``, where :mod:`vflkit.ops.pricing` reads it;
-    None if there is none, or it was made on no GPU the cost model knows."""
+    """File the GPU benchmark a window's first call brought back (``bench.json``) as
+    ``results/device/<gpu>-<date>-bench.json``, where :mod:`vflkit.ops.pricing` reads it; None if
+    there is none, or it was made on no GPU the cost model knows."""
     src = files_at / "bench.json"
     try:
         doc = json.loads(src.read_text())
@@ -1477,9 +1374,8 @@ def keep_benchmark(files_at: Path, results: Path) -> Path | None:
 def write_carry(p: Plan, carry: Path, *, data_root: Path | None = None, packed: Path | None = None,
                 unpacked_ok: bool = False) -> list[dict[str, Any]]:
     """Write under ``carry`` (a real window's: ``.launch/``) ``plan.json`` and each window's data
-    chunks (``w<N>c<M>/``), after removing those of an earlier plan; returns the chunk list.
-    CIFAR-10 travels as its packed arrays (``packed``: :func:`pack_cifar10`'s folder); unpacked,
-    it is an error unless ``unpacked_ok`` (the dry run's stand-ins read the PNG tree)."""
+    chunks (``w<N>c<M>/``), replacing an earlier plan's; the chunk list. CIFAR-10 travels packed
+    (``packed``: :func:`pack_cifar10`'s folder); unpacked, it is an error unless ``unpacked_ok``."""
     root = data_root or default_root()
     carry.mkdir(parents=True, exist_ok=True)
     for old in [carry / "plan.json", *carry.glob("w*c*")]:
@@ -1514,8 +1410,7 @@ def write_carry(p: Plan, carry: Path, *, data_root: Path | None = None, packed: 
 
 
 def call_sequence(p: Plan) -> str:
-    """Each window's calls as they are to be made: the carry, a timeout that covers the call's
-    estimate, and the command (the arguments of a call to the GPU machine)."""
+    """Each window's calls as they are to be made: the carry, a timeout and the command."""
     lines = []
     for w in p.windows:
         for c in w.calls:
@@ -1529,9 +1424,9 @@ def call_sequence(p: Plan) -> str:
 
 def prepare(deadline_s: float, device_kind: str = "h100", *, carry: Path | None = None, wheels: bool = True,
             packed: Path | None = None, data_root: Path | None = None, **plan_kw: Any) -> Plan:
-    """Make a real window ready: the machine's wheels downloaded into ``carry/whl``
-    (``wheels=False``: none, the folder removed), the plan made for them (:func:`plan` with
-    ``plan_kw``) and written (:func:`write_carry`). ``carry`` defaults to ``.launch/``."""
+    """Make a real window ready: the machine's wheels downloaded into ``carry/whl`` (default
+    ``.launch/``; ``wheels=False``: none), the plan made for them (:func:`plan` with ``plan_kw``) and
+    written (:func:`write_carry`)."""
     carry = carry or project_root() / CARRY_DIR
     if wheels:
         size = download_wheels(carry / "whl")
@@ -1548,18 +1443,13 @@ def prepare(deadline_s: float, device_kind: str = "h100", *, carry: Path | None 
 
 def dry_run(p: Plan, folder: Path, *, windows: int = 1, data_root: Path | None = None,
             execute: bool = True, python: str = sys.executable) -> dict[str, Any]:
-    """Rehearse ``p`` on the CPU: its carried files (:func:`write_carry`, into ``folder/carry``),
-    call scripts, chunk list, package check and MPS commands under ``folder``; with ``execute``,
+    """Rehearse ``p`` on the CPU under ``folder`` (docs/own-gpu.md, ``dry-run``): with ``execute``,
     the first ``windows`` windows' calls run here (``python`` for ``python3``, each planned run by
-    its :func:`stand_in_run`, a fake ``$OUT`` per call) and every call's records received into
-    ``folder/results``. Returns what it did."""
-
+    its :func:`stand_in_run`) and their records received into ``folder/results``. What it did."""
     folder.mkdir(parents=True, exist_ok=True)
     root = data_root or default_root()
     work = folder / "machine"
     carry = folder / "carry"
-    # the same writer as a real window's prepare; CIFAR-10 unpacked (``pack`` takes minutes) is
-    # left out of the chunks, its PNG tree standing in below
     chunk_list = write_carry(p, carry, data_root=root, unpacked_ok=True)
     on, off = mps_commands(DEFAULT_WORK)
     report: dict[str, Any] = {"windows": len(p.windows), "calls": [], "received": [], "refused": [],
@@ -1599,8 +1489,7 @@ def dry_run(p: Plan, folder: Path, *, windows: int = 1, data_root: Path | None =
                 cmd = cmd.replace(f"{shlex.quote(python)} -m vflkit.ops.launcher unpack", "true")  # CIFAR-10 not packed
             # a rehearsal's collect waits for the stand-ins, not the planned minutes
             cmd = cmd.replace("--wait ", "--wait-cap 120 --wait ")
-            done = subprocess.run(["bash", "-c", cmd], env=env, capture_output=True, text=True,
-                                  cwd=project_root())
+            done = subprocess.run(["bash", "-c", cmd], env=env, capture_output=True, text=True, cwd=project_root())
             try:
                 got, bad = receive(out, folder / "results")
             except ConfigError as exc:  # the call brought no whole archive back: the rehearsal fails

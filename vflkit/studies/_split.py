@@ -35,7 +35,7 @@ _METHOD_ORDER = {"agg_vfl": 1, "splitnn": 2, "local": 3}  # after the study's ow
 
 def needs_gpu(config: RunConfig) -> bool:
     """The ResNet runs: tens of milliseconds per 32x8 sample on a laptop-class CPU, so a GPU's work
-    (:func:`vflkit.ops.pricing.minutes`)."""
+    (:func:`vflkit.ops.pricing.alone`)."""
     return any(m.startswith("resnet") for m in config.models)
 
 
