@@ -379,10 +379,11 @@ class FixedPointRing:
         """An int64 ring tensor (a sum of encodings) as reals, where ``x`` lies; a
         :class:`RingTensor` of another ring setting is refused (:class:`AggregationError`)."""
         check_choice("backend", backend, BACKENDS)
-        ring = (torch.from_numpy(_to_ring(x, "decode's input", self).view(np.int64)) if backend == "numpy"
-                else _ring_tensor(x, "decode's input", self))
+        if backend == "numpy":  # the reference, in numpy
+            values = _to_ring(x, "decode's input", self).view(np.int64).astype(np.float64) / self._scale
+            return torch.from_numpy(np.asarray(values)).to(device=x.device, dtype=dtype)
         # int64 -> float64 rounds to nearest even, as numpy's astype; dividing by 2**s is exact
-        return (ring.to(torch.float64) / self._scale).to(device=x.device, dtype=dtype)
+        return (_ring_tensor(x, "decode's input", self).to(torch.float64) / self._scale).to(dtype)
 
     @staticmethod
     def _check_real(x: torch.Tensor) -> None:
@@ -843,6 +844,10 @@ def aggregate(active_embedding: torch.Tensor | None, blinded: Sequence[torch.Ten
     _check_contributions(blinded)
     _check_cancelled(ring_sum, len(blinded), ring, untagged=any(_tag_of(b) is None for b in blinded),
                      checks=checks)
+    if host:  # the reference's own float64 steps, in numpy: what the torch steps below must equal
+        mean = ring_u64.view(np.int64).astype(np.float64) / ring._scale
+        mean = (mean if active is None else mean + active.numpy()) / n
+        return torch.from_numpy(np.asarray(mean)).to(device=device, dtype=dtype)
     # int64 -> float64, / 2**s (exact), + E_a, / C: each correctly rounded in float64 on any device
     total = ring_sum.to(torch.float64) / ring._scale
     if active is not None:
