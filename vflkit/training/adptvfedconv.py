@@ -1,11 +1,6 @@
-"""AdptVFedConv's trainer: the three stages of :mod:`vflkit.methods.adptvfedconv` run epoch by
-epoch, checkpointed, and resumed.
-
-:func:`train` runs a config's stages (:func:`train_noncooperation`: stage 1 alone, the paper's
-Non-cooperation row); :func:`train_centralized` trains the Centralized VGG-16 upper bound on whole
-images. :mod:`vflkit.training.tiles` turns a :class:`~vflkit.training.tiles.TilesRun` into these
-calls and records their results. The method (config, augmentation and stitching, cost model) is
-:mod:`vflkit.methods.adptvfedconv`; everything here is how a simulation trains it.
+"""AdptVFedConv's trainer: the three stages of :mod:`vflkit.methods.adptvfedconv` (which holds the
+method: config, augmentation, stitching, cost model) run epoch by epoch, checkpointed, and resumed;
+:mod:`vflkit.training.tiles` turns a :class:`~vflkit.training.tiles.TilesRun` into these calls.
 
 Resume: :func:`train` writes a checkpoint after every epoch of every stage (models,
 optimizers, schedulers, histories, ledger, stage and epoch) and continues from it. Every epoch
@@ -508,25 +503,24 @@ class _Run:
             "ledger_per_kind": {k: {"bytes": int(r["bytes"]), "messages": int(r["messages"])}
                                 for k, r in self.channel.ledger.per_kind(phase=None).iterrows()},
         }
-        curve = self.history["classifier"]["test_accuracy"]
-        pre = self.history["pretrain"]["test_accuracy"]
-
-        def summary(c: list[float]) -> dict[str, Any]:
-            if not c:
-                return {"final_accuracy": None, "best_accuracy": None, "best_epoch": None}
-            best = max(range(len(c)), key=lambda i: c[i])
-            return {"final_accuracy": c[-1], "best_accuracy": c[best], "best_epoch": best + 1}
-
         return {
             "method": "adptvfedconv", "config": cfg.to_dict(), "paper_model": cfg.paper_model,
             "complete": complete, "progress": dict(self.progress), "device": str(self.device),
             "n_train": n_train, "n_test": self.server.n_samples("test"),
-            **summary(curve),
-            "noncooperation": summary(pre),
+            **_summary(self.history["classifier"]["test_accuracy"]),
+            "noncooperation": _summary(self.history["pretrain"]["test_accuracy"]),
             "history": self.history,
             "costs": costs,
             "elapsed_s": self.elapsed,
         }
+
+
+def _summary(curve: list[float]) -> dict[str, Any]:
+    """The last and the best accuracy of a curve, and the best's epoch (from 1; the first best)."""
+    if not curve:
+        return {"final_accuracy": None, "best_accuracy": None, "best_epoch": None}
+    best = max(range(len(curve)), key=lambda i: curve[i])
+    return {"final_accuracy": curve[-1], "best_accuracy": curve[best], "best_epoch": best + 1}
 
 
 def _stopper(stop_after: tuple[str, int] | None, max_seconds: float | None,
@@ -684,14 +678,10 @@ def train_centralized(config: AdptVFedConvConfig, *, device: str | torch.device 
             complete = epoch == cfg.centralized_epochs
             break
     curve = hist["test_accuracy"]
-    best = max(range(len(curve)), key=lambda i: curve[i]) if curve else None
     return {
         "method": "centralized_vgg16", "config": cfg.to_dict(), "paper_model": cfg.paper_model,
         "complete": complete and len(curve) == cfg.centralized_epochs, "device": str(dev),
-        "curve": curve, "train_loss": hist["train_loss"],
-        "final_accuracy": curve[-1] if curve else None,
-        "best_accuracy": curve[best] if curve else None,
-        "best_epoch": best + 1 if curve else None,
+        "curve": curve, "train_loss": hist["train_loss"], **_summary(curve),
         "n_train": n, "n_test": len(y_te),
         "params": count_params(net), "macs_per_image": count_macs(net, d.image_shape),
         "elapsed_s": elapsed,

@@ -257,7 +257,6 @@ def compute_pack(payloads: Sequence[Mapping[str, Any]], *, device: torch.device 
                  deadline: float | None = None, ephemeral: bool = False) -> list[dict[str, Any]]:
     """The records of Multi-VFL study payloads (``{"family": "multi_owner", "config",
     "profile", "results"}``) trained as one pack by :func:`run_pack`: a pack's task function."""
-
     payloads = list(payloads)
     places = {(p["profile"], str(p["results"])) for p in payloads}
     if len(places) != 1 or any(p.get("family") != "multi_owner" for p in payloads):

@@ -1,15 +1,11 @@
 """The trainer of the batch-by-batch family: split learning and aggregation (VFedMH's family).
 
-Local, SplitNN/PyVertical, C-VFL, Agg_VFL and VFedMH (:mod:`vflkit.methods`) all train the
-same way: the parties hold vertical slices of an image dataset (:func:`build_parties`), a
-seeded shuffle (a public protocol parameter) orders the samples, and per batch the method's
-step exchanges its messages through the counted channel. :func:`train` is the one loop (resume,
-checkpoints, deadline, divergence, rate schedule, evaluation) for K >= 1 runs: a run alone, or a
-:class:`Pack` of runs that differ in seed and dataset alone, trained as one batched computation
-whose runs each get the record they get alone (equal in float64; ``execution`` names the pack).
-The record store (:func:`vflkit.records.run_one`, :func:`run_pack`) wraps the results in the
-common envelope and writes them; :func:`pack_key`, :func:`group_packs` and :func:`compute_pack`
-are a scheduler's and a launcher's interface to packs.
+Local, SplitNN/PyVertical, C-VFL, Agg_VFL and VFedMH (:mod:`vflkit.methods`) all train alike
+(docs/engine.md, "The split family's loop"). :func:`train` is the one loop (resume, checkpoints,
+deadline, divergence, rate schedule, evaluation) for K >= 1 runs: a run alone, or a :class:`Pack`
+of runs that differ in seed and dataset alone, each getting the record it gets alone (equal in
+float64; ``execution`` names the pack). :func:`pack_key`, :func:`group_packs` and
+:func:`compute_pack` are a scheduler's and a launcher's interface to packs.
 """
 
 from __future__ import annotations
@@ -49,7 +45,6 @@ from .multi_owner import pack_key as multi_owner_key
 
 if TYPE_CHECKING:
     import pandas as pd
-
 
 
 def _check_finite(losses: dict[str, float], *, epoch: int, step: int, limit: float) -> None:
@@ -168,7 +163,6 @@ def use_precision(config: RunConfig, method: Any) -> None:
 
 def image_partition(config: RunConfig, shape: tuple[int, ...]) -> Any:
     """The partitioner that cuts images of ``shape`` among ``config``'s parties."""
-
     if config.feature_parts is not None:  # EASTER Table VI: the first C of n fixed strips
         if config.partition not in ("strips_width", "strips_height"):
             raise ConfigError(f"feature_parts cuts strips; partition {config.partition!r} has none")
@@ -192,7 +186,6 @@ def build_parties(config: RunConfig, *, device: torch.device, channel: Channel) 
     """
     data = dataset(config.dataset)
     if hasattr(data, "target"):  # a table (Criteo): column groups, each party's model options
-
         return build_tabular_parties(config, device=device, channel=channel, data=data)
     if hasattr(data, "x_train"):
         data = data.subset(n_train=config.n_train, n_test=config.n_test, seed=config.seed)
@@ -233,7 +226,6 @@ def build_parties(config: RunConfig, *, device: torch.device, channel: Channel) 
             )
         )
     return parties, n_classes
-
 
 
 def comm_summary(ledger: Ledger) -> dict[str, Any]:
@@ -323,7 +315,6 @@ def train(
 def _train(configs: list[RunConfig], paths: list[Path] | None, *, device: torch.device | str, progress: bool,
            on_divergence: str, max_loss: float, deadline: float | None, every_s: float, durable: bool,
            stacking: str, compile: dict[str, Any] | None, graphs: str | None) -> list[dict[str, Any]]:
-
     device = resolve_device(device)
     k_runs, cfg0 = len(configs), configs[0]
     deferred = DeferredChecks()  # the checks a run alone's step computes on the device (VFedMH's ring)
@@ -620,7 +611,6 @@ _IMAGE_DATASETS = ("mnist", "fashion_mnist", "cifar10", "cifar100", "cinic10")
 
 
 def _packed_steps() -> tuple[Callable[..., Any], ...]:
-
     return tuple(dict.fromkeys(cls.step for cls in METHODS.values() if cls.packs()))
 
 
@@ -629,7 +619,6 @@ PACKED_STEPS: tuple[Callable[..., Any], ...] = _packed_steps()
 
 
 def _is_image_dataset(name: str) -> bool:
-
     if is_registered(name):
         return isinstance(load_dataset(name), ImageData)  # in memory: no files read
     return ALIASES.get(name, name) in _IMAGE_DATASETS
@@ -638,7 +627,6 @@ def _is_image_dataset(name: str) -> bool:
 def _data_shape(config: RunConfig) -> tuple[tuple[int, ...], int, int]:
     """What a run's image data must share with the other runs of its pack: one image's shape,
     the number of classes and of training images (after ``n_train``)."""
-
     name = ALIASES.get(config.dataset, config.dataset)
     if is_registered(config.dataset) or name not in IMAGE_METADATA:
         data = dataset(config.dataset)
@@ -654,9 +642,7 @@ def pack_key(config: Any) -> Hashable | None:
     runs pack with FashionMNIST's, CIFAR-10's with neither); or None when ``config`` cannot be
     packed (a method whose step does not pack, or tabular data). A Multi-VFL run packs with the
     runs that share its step's shapes (:func:`vflkit.training.multi_owner.pack_key`)."""
-
     if isinstance(config, MultiVFLConfig):
-
         return multi_owner_key(config)
     if not isinstance(config, RunConfig):
         return None
@@ -672,7 +658,6 @@ def pack_key(config: Any) -> Hashable | None:
 def check_pack(configs: Sequence[RunConfig]) -> None:
     """A ConfigError unless ``configs`` can be trained as one pack: each packable, all with one
     :func:`pack_key`, no run twice."""
-
     if not configs:
         raise ConfigError("a pack needs at least one run config")
     keys = []
@@ -695,9 +680,7 @@ def check_pack(configs: Sequence[RunConfig]) -> None:
 def pack_limit(config: Any, max_size: int | None) -> int | None:
     """The most runs a pack of ``config`` holds: ``max_size``, or a Multi-VFL run's own
     (:data:`~vflkit.training.multi_owner.MAX_RUNS`, where it is larger)."""
-
     if isinstance(config, MultiVFLConfig) and max_size is not None:
-
         return max(max_size, MAX_RUNS)
     return max_size
 
@@ -724,7 +707,6 @@ def packable_config(family: str, config: Mapping[str, Any]) -> Any:
     """The run config of a study payload (its protocol ``family`` and its config as a dict)
     when :func:`pack_key` may pack it: the split family's and the multi-label-owner family's, a
     whole config; else None."""
-
     cls = {"split": RunConfig, "multi_owner": MultiVFLConfig}.get(family)
     if cls is None:
         return None
@@ -760,7 +742,6 @@ def compute_pack(payloads: Sequence[Mapping[str, Any]], *, device: torch.device 
     :func:`vflkit.study.compute` is of one run. CUDA graphs as :data:`GRAPHS_ENV` says."""
     payloads = list(payloads)
     if payloads and all(p.get("family") == "multi_owner" for p in payloads):
-
         return multi_owner_pack(payloads, device=device, deadline=deadline)
     profiles = {(p["profile"], str(p["results"])) for p in payloads}
     if len(profiles) != 1:
