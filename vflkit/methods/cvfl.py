@@ -3,16 +3,11 @@
 Castiglia, Das, Wang, Patterson, "Compressed-VFL: Communication-Efficient Learning with
 Vertically Partitioned Data", ICML 2022 (VFedMH's baseline [18]).
 
-SplitNN with a server model (here at the active party, which also holds the labels). Each
-step, on a mini-batch:
-
-1. every party computes its embedding h_k(x_k) and sends it *compressed* to the server;
-2. the server sends every party the other parties' compressed embeddings, the compressed
-   server model and the batch labels (C-VFL lets every party compute its own loss: its
-   Sec. 3 assumes the labels are available to all parties);
-3. every party runs Q local iterations on its own bottom model against those stale embeddings
-   and the server model's snapshot, while the server runs Q iterations on its model over the
-   compressed embeddings.
+SplitNN with a server model (here at the active party, which also holds the labels): each step
+every party sends its embedding compressed, the server sends every party the others', and every
+party and the server run Q local iterations on these stale embeddings (in full: docs/engine.md,
+"C-VFL's step"). Every party computes its own loss: C-VFL's Sec. 3 assumes the labels are
+available to all parties.
 
 Standard configuration (the C-VFL paper's headline setting and its code's README example):
 Q = 10 local iterations and vector quantisation with b = 3 bits per value (8 levels, 2-D
@@ -161,7 +156,7 @@ def compress(pack: Pack, x: torch.Tensor) -> tuple[torch.Tensor, int]:
 
 
 def step(pack: Pack, ids: torch.Tensor) -> dict[str, torch.Tensor]:
-    """C-VFL's step over K runs (:attr:`VFLMethod.step`): the module docstring's steps 1-3. The
+    """C-VFL's step over K runs (:attr:`VFLMethod.step`): the steps of docs/engine.md, "C-VFL's step". The
     active party's own embedding is compressed too: it is forwarded to the passive parties."""
     a, ch = pack.active, pack.channel
     passive = [n for n in pack.names if n != a]
