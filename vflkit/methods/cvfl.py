@@ -25,7 +25,7 @@ import torch
 
 from ..errors import ConfigError
 from .base import VFLMethod, backward_runs, make_optimizer, stacked_cross_entropy
-from .splitnn import top_model
+from .splitnn import predict_top, top_model
 
 if TYPE_CHECKING:
     from .pack import Pack
@@ -39,18 +39,10 @@ LOCAL_ITERATIONS = 10
 def step_size(host_lr: float, local_iterations: int = LOCAL_ITERATIONS) -> float:
     """C-VFL's learning rate in a host paper's study: the host's rate divided by Q.
 
-    Neither host paper (VFedMH, EASTER) gives C-VFL's rate: they state one rate for their own
-    method and leave the baselines' open. C-VFL's analysis (Castiglia et al., ICML 2022,
-    Theorem 4.2) bounds the step size by ``1 / (16 Q max(L, L_m))``: the admissible step
-    shrinks as 1/Q, because a party's Q local steps on one batch against stale embeddings
-    add up before anyone corrects them. The host's rate is the one its authors found stable
-    for a single step per batch (Q = 1), so the rate that keeps C-VFL inside the same bound is
-    ``host_lr / Q``. C-VFL's own code agrees in magnitude: Q = 10 at 1e-3 (ModelNet) and 1e-4
-    (CIFAR-10), i.e. ten times below the usual single-step SGD rates of those set-ups. With
-    Q = 1 the rule gives the host's rate unchanged (the equal-compute control).
-
-    The host's rate at Q = 10 (VFedMH: 0.05 for a total step of 0.5 per batch, a regime no
-    C-VFL experiment ran) is kept by the studies as a labelled sensitivity row.
+    Neither host paper (VFedMH, EASTER) gives C-VFL's rate. C-VFL's analysis (Castiglia et al.,
+    ICML 2022, Theorem 4.2) bounds the step size by ``1 / (16 Q max(L, L_m))``, and the host's
+    rate is the one its authors found stable for Q = 1, so ``host_lr / Q`` keeps C-VFL inside
+    the same bound (the argument in full: docs/engine.md, "C-VFL's learning rate").
     """
     if int(local_iterations) < 1:
         raise ConfigError(f"local_iterations must be >= 1, got {local_iterations!r}")
@@ -349,16 +341,5 @@ class CVFL(VFLMethod):
         pieces = torch.split(flat, [math.prod(s) for s in shapes], dim=1)
         pack.dither = [d.reshape(pack.k, *shape) for d, shape in zip(pieces, shapes)]
 
-    @torch.no_grad()
-    def predict(self, ids: torch.Tensor, split: str = "test") -> dict[str, torch.Tensor]:
-        # Inference sends embeddings uncompressed: compression is a training-time saving.
-        a = self.active
-        for p in self.passive:
-            p.send(a, "embedding", p.models["bottom"](p.features(split, ids=ids)))
-        z = [a.models["bottom"](a.features(split, ids=ids)) if p is a else a.recv(p, "embedding")
-             for p in self.parties]
-        return {"active": a.models["top"](torch.cat(z, 1))}
-
-    def trained_models(self) -> dict[str, str]:
-        return {"active": self.config.party_value("models", self.party_index(self.active))}
-
+    # Inference sends embeddings uncompressed: compression is a training-time saving.
+    predict = predict_top

@@ -120,8 +120,7 @@ class MultiVFLConfig(KeyedRun):
         check_int("seed", self.seed)
         if not isinstance(self.disjoint, bool):
             raise ConfigError(f"disjoint must be True or False, got {self.disjoint!r}")
-        check_rate("local_lr", self.local_lr)
-        for name in ("beta1", "beta2", "server_lr", "tau"):
+        for name in ("local_lr", "beta1", "beta2", "server_lr", "tau"):
             check_rate(name, getattr(self, name))
         check_dataset(self.dataset, method="Multi-VFL", kind="image", builtin=DATASETS)
         choices = {"scenario": LABEL_SCENARIOS, "server_optimizer": SERVER_OPTIMIZERS,
@@ -141,8 +140,6 @@ class MultiVFLConfig(KeyedRun):
         if self.scenario in NIID_SCENARIOS and self.n_label_owners != 5:
             raise ConfigError(f"scenario {self.scenario!r} is Table 3 with 5 label owners; "
                               f"got n_label_owners={self.n_label_owners} (use scenario='iid')")
-        if self.local_lr <= 0:
-            raise ConfigError(f"local_lr must be > 0, got {self.local_lr}")
         self.server()  # validates beta1, beta2, server_lr, tau
 
     def server(self) -> ServerOptimizer:
@@ -185,9 +182,7 @@ def _weights(model: nn.Module) -> dict[str, torch.Tensor]:
 def local_optimizer(config: MultiVFLConfig, params: list[torch.Tensor]) -> torch.optim.Optimizer:
     """A label owner's or a copy's optimizer (``config.local_optimizer``). Made afresh each
     round: its state does not survive the server's replacement of the weights (plain SGD has none)."""
-    if config.local_optimizer == "sgd":
-        return torch.optim.SGD(params, lr=config.local_lr)
-    return torch.optim.Adam(params, lr=config.local_lr)
+    return (torch.optim.SGD if config.local_optimizer == "sgd" else torch.optim.Adam)(params, lr=config.local_lr)
 
 
 class MultiVFL:

@@ -100,8 +100,6 @@ class VFedMH(VFLMethod):
         self._directory: KeyDirectory | None = None
         self._agreements = 0
 
-    # -- key agreement --------------------------------------------------------------------
-
     def allow_insecure(self) -> bool:
         """Whether blinding may run with a single passive party (r_1 = 0: its embedding is
         seen in the clear). Never for VFedMH; EASTER's Table VI (C = 2) opts in explicitly."""
@@ -144,8 +142,6 @@ class VFedMH(VFLMethod):
             self._directory = KeyDirectory({n: ik.public_key() for n, ik in self._identities.items()},
                                            run=f"{self.config.key}/{secrets.token_hex(8)}")
         return self._directory
-
-    # -- one protocol pass --------------------------------------------------------------------
 
     def _backend(self, device: torch.device) -> str:
         """The ring backend for embeddings on ``device`` (see :attr:`ring_backend`)."""
@@ -250,4 +246,3 @@ class HomoVFedMH(VFedMH):
 
     name = "homo_vfedmh"
     model_mix = "homogeneous"
-

@@ -1,13 +1,9 @@
 """The trainer of the multi-label-owner family: data owners, several label owners and a server.
 
-:func:`train` runs Multi-VFL (:class:`~vflkit.methods.multi_vfl.MultiVFL`) round by round for
-one :class:`~vflkit.methods.multi_vfl.MultiVFLConfig` or for a pack of them trained as one
-computation (:class:`~vflkit.methods.multi_vfl.RoundPack`; a run alone is a pack of one) and
-returns each run's per-round loss and accuracy and its ledger's traffic; the record store wraps
-them in the common envelope (:func:`run`, :func:`run_many`, :func:`run_pack`).
-
-Each run is checkpointed beside its record as a run alone, whether it trains alone or packed,
-so either resumes the other's (:func:`train`).
+:func:`train` runs Multi-VFL round by round for one run or a pack of them trained as one
+computation (:class:`~vflkit.methods.multi_vfl.RoundPack`; a run alone is a pack of one). Each
+run is checkpointed beside its record as a run alone, whether it trains alone or packed, so
+either resumes the other's.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .. import records
-from ..data import ALIASES, IMAGE_METADATA, ImageData, is_registered, load_dataset
+from ..data import ALIASES, IMAGE_DATASETS, IMAGE_METADATA, ImageData, is_registered, load_dataset
 from ..comm import ROUNDS_COUNTED_AS, Channel, Ledger, Party, checked_batches
 from ..errors import BudgetExhausted, ConfigError, DivergenceError
 from ..config import resolve_device
@@ -50,10 +50,8 @@ if TYPE_CHECKING:
 def _check_finite(losses: dict[str, float], *, epoch: int, step: int, limit: float) -> None:
     for party, value in losses.items():
         if not math.isfinite(value) or value > limit:
-            err = DivergenceError(
-                f"the loss of {party} is {value} at epoch {epoch}, batch {step}: training diverged. "
-                "Lower the learning rate of that party or check its inputs."
-            )
+            err = DivergenceError(f"the loss of {party} is {value} at epoch {epoch}, batch {step}: training diverged. "
+                                  "Lower the learning rate of that party or check its inputs.")
             err.step = step  # read back in batches on a GPU: the batch it happened at
             raise err
 
@@ -140,13 +138,10 @@ class LossWindow:
 
 def precision_context(config: RunConfig, device: torch.device) -> contextlib.AbstractContextManager:
     """bfloat16 autocast on ``device`` for ``precision="bf16"`` (the CPU included, where it runs
-    but proves nothing about a GPU's accuracy), nothing for "fp32".
-
-    Autocast's cache of weight casts is off: it keeps a weight's bfloat16 copy for the whole
-    region, and a step that updates a weight in place and uses it again (C-VFL's Q local
-    iterations, its server's Q) would compute every iteration after the first from the stale
-    copy. A CUDA graph's capture needs it off too (the cached copy would be a capture-time
-    tensor). Cost: one cast a use instead of one a step."""
+    but proves nothing about a GPU's accuracy), nothing for "fp32". Its cache of weight casts is
+    off: a step that updates a weight in place and uses it again (C-VFL's Q local iterations)
+    would compute every iteration after the first from the stale cached copy, and a CUDA graph's
+    capture would keep a capture-time tensor."""
     if config.precision == "bf16":
         return torch.autocast(device_type=device.type, dtype=torch.bfloat16, cache_enabled=False)
     return contextlib.nullcontext()
@@ -187,45 +182,28 @@ def build_parties(config: RunConfig, *, device: torch.device, channel: Channel) 
     data = dataset(config.dataset)
     if hasattr(data, "target"):  # a table (Criteo): column groups, each party's model options
         return build_tabular_parties(config, device=device, channel=channel, data=data)
-    if hasattr(data, "x_train"):
-        data = data.subset(n_train=config.n_train, n_test=config.n_test, seed=config.seed)
-        part = image_partition(config, data.image_shape)
-        train_parts = part.split(data.x_train)
-        test_parts = part.split(data.x_test)
-        labels = {"train": data.y_train, "test": data.y_test}
-        n_classes = data.num_classes
+    if not hasattr(data, "x_train"):
+        raise ConfigError(f"build_parties handles image datasets; {config.dataset!r} is tabular and its study "
+                          "builds its own parties")
+    data = data.subset(n_train=config.n_train, n_test=config.n_test, seed=config.seed)
+    part = image_partition(config, data.image_shape)
+    train_parts, test_parts = part.split(data.x_train), part.split(data.x_test)
+    labels = {"train": data.y_train, "test": data.y_test}
 
-        def transform(x: torch.Tensor) -> torch.Tensor:
-            return data.normalize(x, device)
-    else:
-        raise ConfigError(
-            f"build_parties handles image datasets; {config.dataset!r} is tabular and its study "
-            "builds its own parties"
-        )
+    def transform(x: torch.Tensor) -> torch.Tensor:
+        return data.normalize(x, device)
 
-    parties: list[Party] = []
-    passive_no = 0
-    for k in range(part.n_parties):
-        if k == part.active:
-            name = "active"
-        else:
-            passive_no += 1
-            name = f"passive_{passive_no}"
-        parties.append(
-            Party(
-                name,
-                channel=channel,
-                # Contiguous copies on the party's device, made once: a strip of a whole dataset
-                # is a strided view, slow to index, and per-batch host-to-device copies would
-                # sit on the hot path. uint8 is kept; normalising happens per batch.
-                features={"train": train_parts[k].contiguous().to(device),
-                          "test": test_parts[k].contiguous().to(device)},
-                labels={s: y.to(device) for s, y in labels.items()} if k == part.active else None,
-                transform=transform,
-                device=device,
-            )
-        )
-    return parties, n_classes
+    # Contiguous copies on the party's device, made once: a strip of a whole dataset is a strided
+    # view, slow to index, and per-batch host-to-device copies would sit on the hot path. uint8 is
+    # kept; normalising happens per batch.
+    passive = iter(range(1, part.n_parties))
+    parties = [Party("active" if k == part.active else f"passive_{next(passive)}", channel=channel,
+                     features={"train": train_parts[k].contiguous().to(device),
+                               "test": test_parts[k].contiguous().to(device)},
+                     labels={s: y.to(device) for s, y in labels.items()} if k == part.active else None,
+                     transform=transform, device=device)
+               for k in range(part.n_parties)]
+    return parties, data.num_classes
 
 
 def comm_summary(ledger: Ledger) -> dict[str, Any]:
@@ -285,7 +263,6 @@ def train(
     K copies (:class:`~vflkit.stacked.StackedModel`); ``graphs``: a pack's step captured
     per batch shape and replayed (:mod:`vflkit.training.graphs`: "cuda", "tape" or "auto").
     """
-
     alone = isinstance(configs, RunConfig)
     configs = [configs] if alone else list(configs)
     paths = None if checkpoint is None else [checkpoint] if isinstance(checkpoint, (str, Path)) else list(checkpoint)
@@ -339,11 +316,7 @@ def _train(configs: list[RunConfig], paths: list[Path] | None, *, device: torch.
     diverged: list[dict[str, Any] | None] = [None] * k_runs
     first_epoch, offset = 1, 0.0
     if paths is not None:
-        if k_runs == 1:
-            state = checkpoint_io.load(paths[0], cfg0, device=device, fresh="epoch 1", check=check_checkpoint)
-            states = None if state is None else [state]
-        else:
-            states = checkpoint_io.load_all(paths, configs, device=device, unit="epoch", check=check_checkpoint)
+        states = checkpoint_io.load_all(paths, configs, device=device, unit="epoch", check=check_checkpoint)
         for k, state in enumerate(states or []):
             restore_checkpoint(state, method=methods[k], ledger_log=ledger_logs[k], gen=gens[k], device=device)
             histories[k] = state["history"]
@@ -606,22 +579,14 @@ def history_frame(recs: Sequence[dict[str, Any]]) -> "pd.DataFrame":
 #: step can be captured) or ``cuda``; unset, they run eagerly.
 GRAPHS_ENV = "VFLKIT_GRAPHS"
 
-#: Image datasets by name (a registered :class:`~vflkit.data.ImageData` packs too).
-_IMAGE_DATASETS = ("mnist", "fashion_mnist", "cifar10", "cifar100", "cinic10")
-
-
-def _packed_steps() -> tuple[Callable[..., Any], ...]:
-    return tuple(dict.fromkeys(cls.step for cls in METHODS.values() if cls.packs()))
-
-
 #: The methods' steps that pack (:attr:`VFLMethod.step`), each once.
-PACKED_STEPS: tuple[Callable[..., Any], ...] = _packed_steps()
+PACKED_STEPS: tuple[Callable[..., Any], ...] = tuple(dict.fromkeys(c.step for c in METHODS.values() if c.packs()))
 
 
 def _is_image_dataset(name: str) -> bool:
-    if is_registered(name):
+    if is_registered(name):  # a registered ImageData packs too
         return isinstance(load_dataset(name), ImageData)  # in memory: no files read
-    return ALIASES.get(name, name) in _IMAGE_DATASETS
+    return ALIASES.get(name, name) in IMAGE_DATASETS
 
 
 def _data_shape(config: RunConfig) -> tuple[tuple[int, ...], int, int]:
