@@ -1,16 +1,9 @@
-"""VFL methods: one module and one class each, under the papers' names, in three families.
-
-The protocols differ, so the contracts do (:mod:`vflkit.training` has one trainer per family):
-
-- batch-by-batch split learning and aggregation, :class:`VFLMethod` configured by
-  :class:`RunConfig`, registered in :data:`METHODS`: Local, SplitNN/PyVertical, C-VFL,
-  Agg_VFL, VFedMH;
-- several label owners with a server: :class:`~.multi_vfl.MultiVFL` configured by
-  :class:`~.multi_vfl.MultiVFLConfig`, with the server optimizers of :mod:`.server_opt`;
-- one-shot representation transfer, :class:`~.oneshot.OneShotMethod`, registered in
-  :data:`ONE_SHOT_METHODS`: APC-VFL's Local (:class:`~.oneshot.LocalFeatures`), Ablation,
-  VFedTrans, APC-VFL with MSE or MAE distillation; beside them APC-VFL's Table 2 pair,
-  :class:`~.apc_vfl.APCVFLJoint` and :class:`~.aligned_splitnn.AlignedSplitNN`.
+"""VFL methods: one module and one class each, under the papers' names, in three families whose
+contracts differ as their protocols do (:mod:`vflkit.training` has one trainer per family; which
+method is in which: docs/engine.md, "The families"). The batch-by-batch methods
+(:class:`VFLMethod`, configured by :class:`RunConfig`) are registered in :data:`METHODS`, the
+one-shot ones (:class:`~.oneshot.OneShotMethod`) in :data:`ONE_SHOT_METHODS`; Multi-VFL
+(:class:`~.multi_vfl.MultiVFL`) has its own interface.
 """
 
 from __future__ import annotations

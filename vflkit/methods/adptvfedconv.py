@@ -5,44 +5,22 @@ in Mobile Edge Computing" (Algorithm 1, Eqs. 1-5, Sec. 4.1). Four participants h
 16x16 tiles of every 32x32 image (``partition.grid(2, 2)``); the server (participant 1, the
 active party, top-left tile by default) also holds the labels.
 
-Stage 1, pre-training (Eq. 1)
-    The server trains the whole VGG-16-BN on its own tile (W_e^1 + W_clst). Its test accuracy
-    per epoch is the paper's **Non-cooperation** row
-    (:func:`~vflkit.training.adptvfedconv.train_noncooperation`).
-Stage 2, model transfer + local autoencoder (Eqs. 2-3)
-    The server sends the first layers (the *cut*, default "2C+1M") to every client through the
-    channel (kind ``model_weights``, phase ``setup``); each client fine-tunes them as the
-    encoder of a local autoencoder (Adam: extractor lr 1e-5, generator lr 1e-3).
-Stage 3, feature-map aggregation (Eqs. 4-5)
-    Every participant runs its frozen extractor on its tile; clients send the maps (kind
-    ``feature_map``); the server stitches them by position (``Partition.assemble``) and trains
-    a fresh classifier W_s (the rest of VGG-16) with cross-entropy. Test accuracy is the same
-    protocol on the test tiles (phase ``eval``).
-
-Everything that crosses parties goes through :class:`~vflkit.comm.Channel`, so the ledger
-counts it: only the transferred extractor and feature maps ever cross.
-
-Variants (fields of :class:`AdptVFedConvConfig`)
-    ``model_transfer=False`` (No model transfer), ``padding="zeros"`` (Zero-padding mode),
-    ``finetune`` in {"autoencoder" (paper), "none", "bn_stats"} (ours: isolate what the AE
-    adds), ``extraction`` in {"per_epoch" (default, coordinated augmentation), "once"
-    (Algorithm 1 literally)}, ``cut`` (Table 3's ten depths).
-    :func:`~vflkit.training.adptvfedconv.train_centralized` is the Centralized VGG-16 upper bound.
-
-Coordinated augmentation ("per_epoch")
-    The paper trains with flips and random crops "in all experiments", yet Algorithm 1
-    extracts H^k once. Augmenting stage 3 needs every participant to transform its tile the
-    same way for a sample; the transform is drawn from a generator seeded with (seed, epoch),
-    a public protocol parameter like the batch order, so no message is needed. A horizontal
-    flip of the whole image is exact: each participant flips its tile and the server swaps the
-    left and right tiles' positions when stitching. A random crop (shift by (dy, dx)) is
-    approximate: each tile is shifted with replicate fill at its own edges, since the pixels
-    that would enter from the neighbouring tile are not shared.
+Stage 1 pre-trains VGG-16-BN on the server's tile (Eq. 1, the Non-cooperation row); stage 2
+transfers its first layers (the *cut*) to the clients, which fine-tune them as the encoder of a
+local autoencoder (Eqs. 2-3); stage 3 trains a classifier on the stitched feature maps (Eqs.
+4-5). Only the transferred extractor and the feature maps cross parties, through the counted
+:class:`~vflkit.comm.Channel`. The stages, the variants (fields of :class:`AdptVFedConvConfig`)
+and the coordinated augmentation in full: docs/engine.md, "AdptVFedConv".
 
 ``width`` below 1 builds a smaller VGG-16 for quick CPU runs: **not the paper's model**
 (results carry ``paper_model: False``).
 
 Choices where the paper is silent (ours; all are config fields or stated here)
+    * Stage 3 augments (``extraction="per_epoch"``, the default): the paper trains with flips and
+      random crops "in all experiments", yet Algorithm 1 extracts H^k once. Every participant
+      draws the same transform from a generator seeded with (seed, epoch), a public protocol
+      parameter, so no message is needed; a crop is approximate, each tile shifted with
+      replicate fill at its own edges (the neighbouring tiles' pixels are not shared).
     * The server holds the top-left tile (``server_tile=0``).
     * Stage 1 trains all 13 convs with ``padding`` (cut "13C+5M"), so the transferred layers
       were trained with the padding they run with, and one pre-training serves every cut.
@@ -53,8 +31,9 @@ Choices where the paper is silent (ours; all are config fields or stated here)
     * SGD momentum 0.9, lr 0.05, weight decay 5e-4, batch 128, cosine annealing per stage
       ("simulated annealing"); autoencoder: Adam, 10 epochs, cosine; No model transfer trains
       the random extractor at 1e-3 (1e-5 cannot train one from scratch).
-    * ``finetune="bn_stats"``: the client's tiles run through its extractor in train mode
-      without gradients for the autoencoder's epochs (only BatchNorm statistics move).
+    * ``finetune`` "none" and "bn_stats" isolate what the autoencoder adds; "bn_stats": the
+      client's tiles run through its extractor in train mode without gradients for the
+      autoencoder's epochs (only BatchNorm statistics move).
     * Test accuracy is taken at every stage-3 epoch; clients re-send their test maps each time
       (phase ``eval``, reported apart) rather than the server caching them: resuming needs no cache.
     * ``extraction="once"``: the server stores the received maps on its disk beside the
@@ -105,7 +84,7 @@ STAGES: tuple[str, ...] = ("pretrain", "transfer", "finetune", "classifier")
 @dataclass(frozen=True)
 class AdptVFedConvConfig:
     """Everything that decides one AdptVFedConv run. Defaults: the paper where it speaks, the
-    choices listed in the module docstring where it is silent (variants: there too).
+    choices listed in the module docstring where it is silent (variants: docs/engine.md).
 
     Data: ``dataset`` (a built-in image dataset or images registered with
     :func:`vflkit.data.register_dataset`: any channel count, even sides for the 2x2 grid),

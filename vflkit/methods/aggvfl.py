@@ -4,10 +4,9 @@ Zhang, Guo, Qu, Zeng, Wang, Liu, Zomaya, "Adaptive Vertical Federated Learning o
 Features", IEEE TPDS 2022 (VFedMH's baseline [21]); VFedMH Sec. VII-A: "in aggVFL, the last
 layer's prediction values are added together".
 
-Every party runs its full model (h then p) on its own features and sends its prediction R_k
-(logits) to the active party. The active party adds them, with no trainable top model,
-computes the cross-entropy with its labels and returns to each passive party ``∂L/∂R_k``.
-Two communication rounds per step, one global model (the sum of the parties' outputs).
+Every party's prediction R_k (logits) goes to the active party, which adds them (no trainable
+top model) and returns to each passive party ``∂L/∂R_k``: two communication rounds per step,
+one global model, the sum of the parties' outputs (docs/engine.md, "Agg_VFL's step").
 
 This is the summed-logit aggregation VFedMH describes, **not** the algorithm of its cited
 paper [21]: Zhang et al.'s method is defined by an adaptive number of local updates per party
@@ -24,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .base import VFLMethod, backward_runs, return_cut_gradients, send_cut_outputs, stacked_cross_entropy
+from .base import VFLMethod, accuracy, backward_runs, return_cut_gradients, send_cut_outputs, stacked_cross_entropy
 
 if TYPE_CHECKING:
     from .pack import Pack
@@ -54,11 +53,6 @@ class AggVFL(VFLMethod):
             party.models["model"] = self.party_model(party)
             party.optimizers["local"] = self.make_optimizer(party, party.models["model"].parameters())
 
-    def _aggregate(self, ids: torch.Tensor, split: str) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """Round 1: predictions up; returns the active party's sum and the received copies."""
-        total, _, received = self._predictions(ids, split)
-        return total, received
-
     def _predictions(self, ids: torch.Tensor, split: str) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
         """Round 1 as the active party ends up holding it: the sum, its own R_a and each R_k received."""
         a = self.active
@@ -70,11 +64,7 @@ class AggVFL(VFLMethod):
 
     @torch.no_grad()
     def predict(self, ids: torch.Tensor, split: str = "test") -> dict[str, torch.Tensor]:
-        total, _ = self._aggregate(ids, split)
-        return {"active": total}
-
-    def trained_models(self) -> dict[str, str]:
-        return {"active": self.config.party_value("models", self.party_index(self.active))}
+        return {"active": self._predictions(ids, split)[0]}
 
 
 class HomoAggVFL(AggVFL):
@@ -112,8 +102,6 @@ class HeterAggVFL(AggVFL):
     def evaluate(self, *, split: str = "test", batch_size: int = 512) -> dict[str, dict[str, float]]:
         """The ensemble's metrics and each party's own, from one test pass (one round 1 a batch,
         counted once by the ledger)."""
-        from .base import accuracy
-
         self._own = {p.name: [] for p in self.parties}
         try:
             result = super().evaluate(split=split, batch_size=batch_size)

@@ -30,12 +30,10 @@ from .oneshot import DISTILL_LOSSES, OneShotMethod, train_autoencoder
 G3_LATENT = 256
 
 #: Autoencoders this process has trained without a teacher (g1P, g1A, g2A, the Ablation's g3A),
-#: by a fingerprint of all that determines them: initial weights, training rows, hyperparameters
-#: and random stream. The MSE and MAE runs of one cell train the same g1P, g1A and g2A, and g1A is
-#: the same at every aligned count; a scheduler worker computes run after run, so it trains each
-#: once. Reuse is exact (training is a function of the fingerprinted inputs alone; each model has
-#: its own seed and generator) and the record says so (``history[model]["reused"]``). It saves
-#: computation only: every message is still sent and counted.
+#: by a fingerprint of all that determines them (initial weights, training rows, hyperparameters,
+#: random stream): a worker trains the g1P, g1A and g2A that one cell's MSE and MAE runs (and
+#: every aligned count's g1A) share once. Reuse is exact and the record says so
+#: (``history[model]["reused"]``); every message is still sent and counted.
 _TRAINED: OrderedDict[str, tuple[dict[str, torch.Tensor], dict[str, Any]]] = OrderedDict()
 _TRAINED_MAX = 32  # a few hundred kB each
 
@@ -75,8 +73,6 @@ class APCVFL(OneShotMethod):
         self.lam, self.distill_loss = float(lam), distill_loss
         self.g3: torch.nn.Module | None = None
 
-    # -- helpers ------------------------------------------------------------------------------
-
     def _train(self, key: str, model: torch.nn.Module, x: torch.Tensor, offset: int, **extra) -> torch.nn.Module:
         settings = {"epochs": self.epochs, "patience": self.patience, "lr": self.lr, "batch_size": self.batch_size,
                     "val_fraction": self.val_fraction, "stream": self.seed * 1000 + offset}
@@ -108,8 +104,6 @@ class APCVFL(OneShotMethod):
         own = party.ids["train"]
         order = torch.argsort(own)
         return order[torch.searchsorted(own[order], ids)]
-
-    # -- protocol -----------------------------------------------------------------------------
 
     def teacher_representations(self, active: Party, passive: Party) -> tuple[torch.Tensor, torch.Tensor] | None:
         """Steps ① and ②: ``(rows, z)``, the active participant's own row of each aligned sample

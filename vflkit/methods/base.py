@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import numbers
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Iterable, Sequence
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -53,8 +55,6 @@ MAX_EMBEDDING_DIM = 1 << 16
 def _rate(value: Any) -> float:
     """A learning rate as a Python float; a numpy float32 as the decimal it prints as (0.05, not
     0.05000000074505806), which is the rate that was asked for."""
-    import numpy as np
-
     if isinstance(value, np.floating) and value.dtype != np.float64:
         return float(str(value))
     return float(value)
@@ -112,9 +112,7 @@ class RunConfig(KeyedRun):
         # message is about the field that is wrong (n_parties before active and per-party fields)
         check_paper(self.paper)
         if self.partition not in PARTITIONS:
-            raise ConfigError(
-                f"Invalid partition {self.partition!r}; choose one of {', '.join(PARTITIONS)}"
-            )
+            raise ConfigError(f"Invalid partition {self.partition!r}; choose one of {', '.join(PARTITIONS)}")
         object.__setattr__(self, "dataset", check_name("dataset", self.dataset))
         object.__setattr__(self, "method", check_name("method", self.method))
         for name in ("n_parties", "batch_size", "epochs", "embedding_dim"):
@@ -137,21 +135,18 @@ class RunConfig(KeyedRun):
         if self.method in METHODS:  # options are checked here, before any data is loaded
             check_options(self.method, METHODS[self.method].defaults, self.options)
             METHODS[self.method].check_option_values(self.options)
-        if isinstance(self.el_pl, (list, tuple)) and len(self.el_pl) == 2:
-            for part in self.el_pl:
-                check_int("each of el_pl", part, minimum=0)
-        else:
+        if not (isinstance(self.el_pl, (list, tuple)) and len(self.el_pl) == 2):
             raise ConfigError(f"el_pl must be two integers (embedding layers, prediction layers), got {self.el_pl!r}")
+        for part in self.el_pl:
+            check_int("each of el_pl", part, minimum=0)
         for name in ("models", "optimizers", "lr"):
             value = getattr(self, name)
             if isinstance(value, list):
                 object.__setattr__(self, name, tuple(value))
                 value = getattr(self, name)
             if isinstance(value, tuple) and len(value) != self.n_parties:
-                raise ConfigError(
-                    f"{name} has {len(value)} entries but there are {self.n_parties} parties; "
-                    "give one per party or a single value for all"
-                )
+                raise ConfigError(f"{name} has {len(value)} entries but there are {self.n_parties} parties; "
+                                  "give one per party or a single value for all")
         if isinstance(self.models, str):
             object.__setattr__(self, "models", (self.models,) * self.n_parties)
         for name in ("models", "optimizers"):
@@ -264,17 +259,13 @@ def check_options(method: str, defaults: dict[str, Any], options: dict[str, Any]
     for name, value in options.items():
         default = defaults[name]
         if not _same_kind(value, default):
-            raise ConfigError(
-                f"option {name}={value!r} of method {method!r} must be "
-                f"{_kind_name(default)} like its default {default!r}, got {type(value).__name__}"
-            )
+            raise ConfigError(f"option {name}={value!r} of method {method!r} must be "
+                              f"{_kind_name(default)} like its default {default!r}, got {type(value).__name__}")
 
 
 def _same_kind(value: Any, default: Any) -> bool:
     """Whether an option's ``value`` has the type of its ``default`` (an int for a float is
     fine; a bool is only a bool; a string is never a bool); a None default accepts anything."""
-    import numbers
-
     if default is None:
         return True
     if isinstance(default, bool) or isinstance(value, bool):
@@ -289,15 +280,8 @@ def _same_kind(value: Any, default: Any) -> bool:
 
 
 def _kind_name(default: Any) -> str:
-    if isinstance(default, bool):
-        return "True or False"
-    if isinstance(default, int):
-        return "an integer"
-    if isinstance(default, float):
-        return "a number"
-    if isinstance(default, str):
-        return "a string"
-    return f"a {type(default).__name__}"
+    kinds = ((bool, "True or False"), (int, "an integer"), (float, "a number"), (str, "a string"))
+    return next((name for kind, name in kinds if isinstance(default, kind)), f"a {type(default).__name__}")
 
 
 def backward_each(pairs: Sequence[tuple[torch.Tensor, torch.Tensor | None]]) -> None:
@@ -405,10 +389,10 @@ class VFLMethod(ABC):
         if self.model_mix is not None:
             n_arch = len(set(config.party_value("models", k) for k in range(len(parties))))
             if (self.model_mix == "homogeneous") != (n_arch == 1):
-                raise ConfigError(
-                    f"{self.name} needs {self.model_mix} party models, got {list(config.models)}; "
-                    f"give {'one architecture for every party' if self.model_mix == 'homogeneous' else 'at least two architectures'}"
-                )
+                want = ("one architecture for every party" if self.model_mix == "homogeneous"
+                        else "at least two architectures")
+                raise ConfigError(f"{self.name} needs {self.model_mix} party models, got {list(config.models)}; "
+                                  f"give {want}")
         self.config = config
         self.parties = list(parties)
         self.active = holders[0]
@@ -440,9 +424,10 @@ class VFLMethod(ABC):
     def predict(self, ids: torch.Tensor, split: str = "test") -> dict[str, torch.Tensor]:
         """Logits of each trained model for ``ids``, as the active party ends up holding them."""
 
-    @abstractmethod
     def trained_models(self) -> dict[str, str]:
-        """The models a run yields: key (as used in losses and metrics) -> architecture."""
+        """The models a run yields: key (as used in losses and metrics) -> architecture; by
+        default the active party's model alone."""
+        return {"active": self.config.party_value("models", self.party_index(self.active))}
 
     def defer_checks(self, checks: DeferredChecks) -> None:
         """Have ``train_step`` leave its device-side checks in ``checks`` for the trainer to read

@@ -3,16 +3,11 @@
 Castiglia, Das, Wang, Patterson, "Compressed-VFL: Communication-Efficient Learning with
 Vertically Partitioned Data", ICML 2022 (VFedMH's baseline [18]).
 
-SplitNN with a server model (here at the active party, which also holds the labels). Each
-step, on a mini-batch:
-
-1. every party computes its embedding h_k(x_k) and sends it *compressed* to the server;
-2. the server sends every party the other parties' compressed embeddings, the compressed
-   server model and the batch labels (C-VFL lets every party compute its own loss: its
-   Sec. 3 assumes the labels are available to all parties);
-3. every party runs Q local iterations on its own bottom model against those stale embeddings
-   and the server model's snapshot, while the server runs Q iterations on its model over the
-   compressed embeddings.
+SplitNN with a server model (here at the active party, which also holds the labels): each step
+every party sends its embedding compressed, the server sends every party the others', and every
+party and the server run Q local iterations on these stale embeddings (in full: docs/engine.md,
+"C-VFL's step"). Every party computes its own loss: C-VFL's Sec. 3 assumes the labels are
+available to all parties.
 
 Standard configuration (the C-VFL paper's headline setting and its code's README example):
 Q = 10 local iterations and vector quantisation with b = 3 bits per value (8 levels, 2-D
@@ -30,7 +25,7 @@ import torch
 
 from ..errors import ConfigError
 from .base import VFLMethod, backward_runs, make_optimizer, stacked_cross_entropy
-from .splitnn import top_model
+from .splitnn import predict_top, top_model
 
 if TYPE_CHECKING:
     from .pack import Pack
@@ -44,18 +39,10 @@ LOCAL_ITERATIONS = 10
 def step_size(host_lr: float, local_iterations: int = LOCAL_ITERATIONS) -> float:
     """C-VFL's learning rate in a host paper's study: the host's rate divided by Q.
 
-    Neither host paper (VFedMH, EASTER) gives C-VFL's rate: they state one rate for their own
-    method and leave the baselines' open. C-VFL's analysis (Castiglia et al., ICML 2022,
-    Theorem 4.2) bounds the step size by ``1 / (16 Q max(L, L_m))``: the admissible step
-    shrinks as 1/Q, because a party's Q local steps on one batch against stale embeddings
-    add up before anyone corrects them. The host's rate is the one its authors found stable
-    for a single step per batch (Q = 1), so the rate that keeps C-VFL inside the same bound is
-    ``host_lr / Q``. C-VFL's own code agrees in magnitude: Q = 10 at 1e-3 (ModelNet) and 1e-4
-    (CIFAR-10), i.e. ten times below the usual single-step SGD rates of those set-ups. With
-    Q = 1 the rule gives the host's rate unchanged (the equal-compute control).
-
-    The host's rate at Q = 10 (VFedMH: 0.05 for a total step of 0.5 per batch, a regime no
-    C-VFL experiment ran) is kept by the studies as a labelled sensitivity row.
+    Neither host paper (VFedMH, EASTER) gives C-VFL's rate. C-VFL's analysis (Castiglia et al.,
+    ICML 2022, Theorem 4.2) bounds the step size by ``1 / (16 Q max(L, L_m))``, and the host's
+    rate is the one its authors found stable for Q = 1, so ``host_lr / Q`` keeps C-VFL inside
+    the same bound (the argument in full: docs/engine.md, "C-VFL's learning rate").
     """
     if int(local_iterations) < 1:
         raise ConfigError(f"local_iterations must be >= 1, got {local_iterations!r}")
@@ -161,7 +148,7 @@ def compress(pack: Pack, x: torch.Tensor) -> tuple[torch.Tensor, int]:
 
 
 def step(pack: Pack, ids: torch.Tensor) -> dict[str, torch.Tensor]:
-    """C-VFL's step over K runs (:attr:`VFLMethod.step`): the module docstring's steps 1-3. The
+    """C-VFL's step over K runs (:attr:`VFLMethod.step`): the steps of docs/engine.md, "C-VFL's step". The
     active party's own embedding is compressed too: it is forwarded to the passive parties."""
     a, ch = pack.active, pack.channel
     passive = [n for n in pack.names if n != a]
@@ -354,16 +341,5 @@ class CVFL(VFLMethod):
         pieces = torch.split(flat, [math.prod(s) for s in shapes], dim=1)
         pack.dither = [d.reshape(pack.k, *shape) for d, shape in zip(pieces, shapes)]
 
-    @torch.no_grad()
-    def predict(self, ids: torch.Tensor, split: str = "test") -> dict[str, torch.Tensor]:
-        # Inference sends embeddings uncompressed: compression is a training-time saving.
-        a = self.active
-        for p in self.passive:
-            p.send(a, "embedding", p.models["bottom"](p.features(split, ids=ids)))
-        z = [a.models["bottom"](a.features(split, ids=ids)) if p is a else a.recv(p, "embedding")
-             for p in self.parties]
-        return {"active": a.models["top"](torch.cat(z, 1))}
-
-    def trained_models(self) -> dict[str, str]:
-        return {"active": self.config.party_value("models", self.party_index(self.active))}
-
+    # Inference sends embeddings uncompressed: compression is a training-time saving.
+    predict = predict_top

@@ -3,13 +3,10 @@
 Pure functions; :mod:`vflkit.methods.vfedtrans` runs them as a protocol between a key
 generator, the participants and a third-party server (APC-VFL Appendix E).
 
-The participants hold column blocks ``X = [X_1 | ... | X_K]`` of the same aligned rows. A
-trusted key generator draws random orthogonal ``P`` (rows x rows) and ``Q`` (columns x
-columns) and gives participant k ``P`` and ``B_k = Q[cols_k, :]``, its block of rows of ``Q``.
-Each participant sends ``X'_k = P X_k B_k``; the server adds them, ``X' = sum_k X'_k = P X Q``,
-and factorises ``X' = U' S V'^T``. Because P and Q are orthogonal, ``X = (P^T U') S (Q V')^T``
-is an SVD of X: the singular values are exact and a participant holding P unmasks the left
-singular vectors as ``U = P^T U'``. The server only ever sees masked matrices.
+Each participant sends its column block masked by random orthogonal ``P`` and its rows of
+``Q``; the server factorises the sum ``P X Q``, whose singular values are X's, and a participant
+holding P unmasks the left singular vectors; the server only ever sees masked matrices (why this
+is exact: docs/engine.md, "FedSVD").
 
 ``P`` is built as Chai et al.'s "efficient" mask: a block-diagonal matrix of independent Haar
 random orthogonal blocks (``block_size`` rows each); a dense Haar matrix over 10000 aligned

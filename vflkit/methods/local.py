@@ -41,6 +41,3 @@ class Local(VFLMethod):
     @torch.no_grad()
     def predict(self, ids: torch.Tensor, split: str = "test") -> dict[str, torch.Tensor]:
         return {"active": self.active.models["model"](self.active.features(split, ids=ids))}
-
-    def trained_models(self) -> dict[str, str]:
-        return {"active": self.config.party_value("models", self.party_index(self.active))}

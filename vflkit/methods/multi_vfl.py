@@ -2,22 +2,11 @@
 
 Mugunthan, Goyal and Kagal, "Multi-VFL: A Vertical Federated Learning System for Multiple Data
 and Label Owners" (Algorithm 1). Every data owner holds one strip of every image; every label
-owner holds the labels of its own samples (Table 3). Each round:
-
-1. every label owner k trains with the data owners by split learning: data owner d runs its
-   copy ``W^C_{d,k}`` on its strip of the batch and sends the activations (``embedding``);
-   label owner k joins them into one map, runs its model ``W^S_k``, computes the loss and
-   sends each data owner the gradient at its activations (``gradient``);
-2. every label owner sends its update ``W^{S,r+1}_k - W^{S,r}`` to the server
-   (``model_weights``), which aggregates them with its optimizer (:mod:`.server_opt`) and
-   returns the new weights (``model_weights``);
-3. every data owner averages its K copies and starts the next round from that average
-   (Algorithm 1, lines 11-13; local, no message).
-
-Test accuracy is the aggregated label-owner model on the averaged data-owner models: the data
-owners send their activations of the test images to ``label_owner_1``, which holds the test
-labels (``phase="eval"``). The protocol does not fit :class:`~vflkit.methods.base.VFLMethod`
-(several label owners, rounds, a server), so it has its own small interface:
+owner holds the labels of its own samples (Table 3). A round's three parts and their messages:
+docs/engine.md, "Multi-VFL's round". Test accuracy is the aggregated label-owner model on the
+averaged data-owner models, scored by ``label_owner_1`` (it holds the test labels) on the data
+owners' activations of the test images (``phase="eval"``). Several label owners, rounds and a
+server do not fit :class:`~vflkit.methods.base.VFLMethod`, hence the interface of its own:
 :meth:`MultiVFL.setup`, :meth:`MultiVFL.round`, :meth:`MultiVFL.evaluate`. A round is written
 once, over the label-owner chains of K >= 1 runs (:class:`RoundPack`); a run alone is K = 1.
 """
@@ -131,8 +120,7 @@ class MultiVFLConfig(KeyedRun):
         check_int("seed", self.seed)
         if not isinstance(self.disjoint, bool):
             raise ConfigError(f"disjoint must be True or False, got {self.disjoint!r}")
-        check_rate("local_lr", self.local_lr)
-        for name in ("beta1", "beta2", "server_lr", "tau"):
+        for name in ("local_lr", "beta1", "beta2", "server_lr", "tau"):
             check_rate(name, getattr(self, name))
         check_dataset(self.dataset, method="Multi-VFL", kind="image", builtin=DATASETS)
         choices = {"scenario": LABEL_SCENARIOS, "server_optimizer": SERVER_OPTIMIZERS,
@@ -152,8 +140,6 @@ class MultiVFLConfig(KeyedRun):
         if self.scenario in NIID_SCENARIOS and self.n_label_owners != 5:
             raise ConfigError(f"scenario {self.scenario!r} is Table 3 with 5 label owners; "
                               f"got n_label_owners={self.n_label_owners} (use scenario='iid')")
-        if self.local_lr <= 0:
-            raise ConfigError(f"local_lr must be > 0, got {self.local_lr}")
         self.server()  # validates beta1, beta2, server_lr, tau
 
     def server(self) -> ServerOptimizer:
@@ -196,9 +182,7 @@ def _weights(model: nn.Module) -> dict[str, torch.Tensor]:
 def local_optimizer(config: MultiVFLConfig, params: list[torch.Tensor]) -> torch.optim.Optimizer:
     """A label owner's or a copy's optimizer (``config.local_optimizer``). Made afresh each
     round: its state does not survive the server's replacement of the weights (plain SGD has none)."""
-    if config.local_optimizer == "sgd":
-        return torch.optim.SGD(params, lr=config.local_lr)
-    return torch.optim.Adam(params, lr=config.local_lr)
+    return (torch.optim.SGD if config.local_optimizer == "sgd" else torch.optim.Adam)(params, lr=config.local_lr)
 
 
 class MultiVFL:
@@ -362,18 +346,14 @@ class _Stack:
 
 
 class RoundPack:
-    """Multi-VFL runs (set up), one or several, trained round by round as one computation.
+    """Multi-VFL runs (set up), one or several, trained round by round as one computation: step
+    i of every label-owner chain of every run at once (why it may: docs/engine.md, "RoundPack").
 
-    Within a round of Algorithm 1 the K label owners train independently: chain k touches only
-    label owner k's model and copy k of every data owner's model. So step i of every chain of
-    every run runs at once: each role's models are one :class:`_Stack`, of which the runs' own
-    models (and the server's moments) are views, current after every round with no copy. A run
-    alone is a pack of one (:meth:`MultiVFL.round`). The runs must share :data:`STEP_SHARED`
-    and have run the same rounds; a run is held by one pack at a time (a new pack takes it).
-
-    Every message is a row in its own run's ledger, with its sender, receiver, size and the
-    step of the protocol's order (chain by chain), and travels as a detached copy (:func:`_post`).
-    ``stacking`` (:class:`_Stack`): ``"loop"`` (the CPU's under ``"auto"``), ``"vmap"`` or ``"grouped"``.
+    Each role's models are one :class:`_Stack`, of which the runs' own models (and the server's
+    moments) are views, current after every round with no copy. The runs must share
+    :data:`STEP_SHARED` and have run the same rounds; a run is held by one pack at a time (a new
+    pack takes it). Every message is a row in its own run's ledger (:func:`_post`). ``stacking``
+    (:class:`_Stack`): ``"loop"`` (the CPU's under ``"auto"``), ``"vmap"`` or ``"grouped"``.
     """
 
     def __init__(self, methods: Sequence[MultiVFL], *, stacking: str = "auto") -> None:

@@ -229,4 +229,3 @@ def standardize(x: torch.Tensor) -> torch.Tensor:
 
 
 __all__ = ["ADAM_LR", "DISTILL_LOSSES", "LocalFeatures", "OneShotMethod", "standardize", "train_autoencoder"]
-

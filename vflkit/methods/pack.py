@@ -103,8 +103,6 @@ class Pack:
         """``modules`` as one stacked model, stacked as this pack stacks its models."""
         return StackedModel(modules, **self._stacking)
 
-    # -- what a step takes -------------------------------------------------------------------
-
     def x(self, party: str, ids: torch.Tensor) -> torch.Tensor:
         """The K runs' batches of ``party``'s features, ``[K, b, ...]``, each normalised as its
         run alone normalises it (its dataset's statistics)."""
@@ -128,8 +126,6 @@ class Pack:
     def zero_grad(self, *keys: tuple[str, str]) -> None:
         for key in keys:
             self.optimizers[key].zero_grad(set_to_none=True)
-
-    # -- training ----------------------------------------------------------------------------
 
     def train_step(self, ids: torch.Tensor) -> dict[str, torch.Tensor]:
         """One protocol step of every run on its batch ``ids[k]`` (``[K, b]`` sample ids on the

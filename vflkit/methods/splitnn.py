@@ -29,6 +29,17 @@ def top_model(n_parties: int, embedding_dim: int, num_classes: int) -> nn.Sequen
                          nn.Linear(embedding_dim, num_classes))
 
 
+@torch.no_grad()
+def predict_top(method: VFLMethod, ids: torch.Tensor, split: str = "test") -> dict[str, torch.Tensor]:
+    """A split model's logits (SplitNN's, C-VFL's ``predict``): each passive party sends h_k(x_k)
+    to the active party, whose top model takes every party's embedding in party order."""
+    a = method.active
+    for p in method.passive:
+        p.send(a, "embedding", p.models["bottom"](p.features(split, ids=ids)))
+    z = [a.models["bottom"](a.features(split, ids=ids)) if p is a else a.recv(p, "embedding") for p in method.parties]
+    return {"active": a.models["top"](torch.cat(z, dim=1))}
+
+
 def step(pack: Pack, ids: torch.Tensor) -> dict[str, torch.Tensor]:
     """SplitNN's step over K runs (:attr:`VFLMethod.step`): embeddings up, cut gradients back."""
     a = pack.active
@@ -63,22 +74,4 @@ class SplitNN(VFLMethod):
             params = [p for m in party.models.values() for p in m.parameters()]
             party.optimizers["local"] = self.make_optimizer(party, params)
 
-    def _embeddings_at_active(self, ids: torch.Tensor, split: str) -> list[torch.Tensor]:
-        """Each passive party sends h_k(x_k); the active party adds its own, in party order."""
-        for p in self.passive:
-            p.send(self.active, "embedding", p.models["bottom"](p.features(split, ids=ids)))
-        out = []
-        for p in self.parties:
-            if p is self.active:
-                out.append(p.models["bottom"](p.features(split, ids=ids)))
-            else:
-                out.append(self.active.recv(p, "embedding").requires_grad_(torch.is_grad_enabled()))
-        return out
-
-    @torch.no_grad()
-    def predict(self, ids: torch.Tensor, split: str = "test") -> dict[str, torch.Tensor]:
-        embeddings = self._embeddings_at_active(ids, split)
-        return {"active": self.active.models["top"](torch.cat(embeddings, dim=1))}
-
-    def trained_models(self) -> dict[str, str]:
-        return {"active": self.config.party_value("models", self.party_index(self.active))}
+    predict = predict_top

@@ -3,20 +3,10 @@
 Wang, Gai, Yu, Zhu, Choo, Xiao, "VFedMH: Vertical Federated Learning for Training Multiple
 Heterogeneous Models", Algorithm 1, Eqs. (5)-(8).
 
-Every party k holds its own model, an embedding network h(θ_k) and a prediction network
-p(θ_k). One step on a batch, in the paper's four communication rounds:
-
-1. every passive party sends its blinded local embedding ``[E_k] = h(θ_k, D_k) + r_k``
-   (Eq. 6, masks from :mod:`vflkit.secure`) to the active party;
-2. the active party aggregates ``E = (E_a + Σ [E_k]) / C`` (Eq. 7) and sends E back;
-3. every party predicts ``R_k = p(θ_k, E)``; passive parties send R_k to the active party;
-4. the active party computes ``L_k = LF(R_k, Y)`` (Eq. 8, cross-entropy) and returns to
-   party k its loss: the value and, so that k can differentiate it, ``∂L_k/∂R_k``.
-
-Each party then updates θ_k with its own loss only (line 13): ∂L_k/∂R_k back through
-p(θ_k, ·) gives ∂L_k/∂E, and since E is the mean of the C embeddings, party k's own
-contribution receives ``∂L_k/∂E / C``, which k computes locally. No party's parameters
-receive gradient from another party's loss.
+Every party k holds its own model, an embedding network h(θ_k) and a prediction network p(θ_k).
+A step's four communication rounds (blinded embeddings, their mean E, predictions, losses) and
+each party's update: docs/engine.md, "VFedMH's step". Each party updates θ_k with its own loss
+only (line 13): no party's parameters receive gradient from another party's loss.
 
 Algorithm 1 writes "send L_k"; a scalar loss cannot be differentiated by its receiver, so the
 round-4 message carries ∂L_k/∂R_k beside the value (B x classes floats, counted by the
@@ -110,8 +100,6 @@ class VFedMH(VFLMethod):
         self._directory: KeyDirectory | None = None
         self._agreements = 0
 
-    # -- key agreement --------------------------------------------------------------------
-
     def allow_insecure(self) -> bool:
         """Whether blinding may run with a single passive party (r_1 = 0: its embedding is
         seen in the clear). Never for VFedMH; EASTER's Table VI (C = 2) opts in explicitly."""
@@ -154,8 +142,6 @@ class VFedMH(VFLMethod):
             self._directory = KeyDirectory({n: ik.public_key() for n, ik in self._identities.items()},
                                            run=f"{self.config.key}/{secrets.token_hex(8)}")
         return self._directory
-
-    # -- one protocol pass --------------------------------------------------------------------
 
     def _backend(self, device: torch.device) -> str:
         """The ring backend for embeddings on ``device`` (see :attr:`ring_backend`)."""
@@ -260,4 +246,3 @@ class HomoVFedMH(VFedMH):
 
     name = "homo_vfedmh"
     model_mix = "homogeneous"
-

@@ -1,14 +1,9 @@
 """VFedTrans (Huang et al., WWW 2023) with FedSVD, as APC-VFL compares against it (Appendix E).
 
-The aligned samples' federated representation is FedSVD's left singular vectors of the
+The aligned samples' federated representation is FedSVD's left singular vectors U of the
 joint aligned data ``[X_t | X_d]`` (Chai et al. 2022, :mod:`vflkit.methods.fedsvd`), learnt
-with a trusted key generator and a third-party server in five information exchanges:
-
-1. the key generator sends A = P (|D_A| x |D_A|) and B_t (x_t x x_total) to the active
-   participant, and 2. A and B_d (x_d x x_total) to the passive one (kind ``"mask"``);
-3./4. each participant sends its masked block S~_k = A X_k B_k to the server
-   (kind ``"masked_matrix"``); 5. the server sends U~ (|D_A| x x_total), the masked left
-   singular vectors of the sum, to the active participant, which unmasks U = A^T U~.
+with a trusted key generator and a third-party server in five information exchanges (kinds
+``"mask"``, ``"masked_matrix"``; in full: docs/engine.md, "VFedTrans's exchanges").
 
 U is then distilled into the active participant's final encoder exactly as APC-VFL's joint
 representation is (Eq. 5; MAE, as Huang et al. propose), so VFedTrans is :class:`APCVFL` with

@@ -1,24 +1,11 @@
 """One trainer per protocol family, each ``train(run, *, device, checkpoint, progress, on_divergence) -> result``.
 
-- :mod:`.split`: batch-by-batch split learning and aggregation over vertical image slices
-  (Local, SplitNN/PyVertical, C-VFL, Agg_VFL, VFedMH), configured by
-  :class:`~vflkit.methods.base.RunConfig`;
-- :mod:`.multi_owner`: several label owners and a server, round by round (Multi-VFL),
-  configured by :class:`~vflkit.methods.multi_vfl.MultiVFLConfig`;
-- :mod:`.one_shot`: one-shot representation transfer on tabular data and its classifier
-  (APC-VFL, VFedTrans, their Local and Ablation baselines, and Table 2's aligned SplitNN),
-  configured by :class:`~vflkit.training.one_shot.OneShotRun`;
-- :mod:`.tiles`: AdptVFedConv across the 2x2 tiles of an image (its variants, Centralized
-  VGG-16 and Non-cooperation), configured by :class:`~vflkit.training.tiles.TilesRun`; the
-  three stages' loops, checkpoints and resume are :mod:`.adptvfedconv`.
-
 The method contracts differ because the protocols do; how runs are configured, scheduled,
-recorded and resumed does not: :func:`vflkit.records.run_one` runs every family.
-
-Checkpoints (:mod:`.checkpoint`, shared): :mod:`.split` saves after epochs, :mod:`.multi_owner`
-after rounds, :mod:`.adptvfedconv` after every epoch of every stage; a run stopped at any point
-(a deadline stops it after checkpointing) resumes from its last checkpoint and ends with the
-record of an uninterrupted run. :mod:`.one_shot` runs restart instead (:func:`.one_shot.train`).
+recorded and resumed does not: :func:`vflkit.records.run_one` runs every family. A run stopped
+at any point (a deadline stops it after checkpointing) resumes from its last checkpoint
+(:mod:`.checkpoint`) and ends with the record of an uninterrupted run; :mod:`.one_shot` runs
+restart instead. The families (:data:`FAMILIES`), their run classes and when each checkpoints:
+docs/engine.md, "The families".
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""AdptVFedConv's trainer: the three stages of :mod:`vflkit.methods.adptvfedconv` run epoch by
-epoch, checkpointed, and resumed.
-
-:func:`train` runs a config's stages (:func:`train_noncooperation`: stage 1 alone, the paper's
-Non-cooperation row); :func:`train_centralized` trains the Centralized VGG-16 upper bound on whole
-images. :mod:`vflkit.training.tiles` turns a :class:`~vflkit.training.tiles.TilesRun` into these
-calls and records their results. The method (config, augmentation and stitching, cost model) is
-:mod:`vflkit.methods.adptvfedconv`; everything here is how a simulation trains it.
+"""AdptVFedConv's trainer: the three stages of :mod:`vflkit.methods.adptvfedconv` (which holds the
+method: config, augmentation, stitching, cost model) run epoch by epoch, checkpointed, and resumed;
+:mod:`vflkit.training.tiles` turns a :class:`~vflkit.training.tiles.TilesRun` into these calls.
 
 Resume: :func:`train` writes a checkpoint after every epoch of every stage (models,
 optimizers, schedulers, histories, ledger, stage and epoch) and continues from it. Every epoch
@@ -31,28 +26,15 @@ from ..config import REGISTER_HOW, resolve_device
 from ..data import ImageData, load_dataset
 from ..errors import ConfigError
 from ..files import move_aside
-from ..methods.adptvfedconv import (
-    _PRETRAIN_FIELDS,
-    PRETRAIN_CUT,
-    STAGES,
-    AdptVFedConvConfig,
-    _derive,
-    _generator,
-    augment_tiles,
-    augmentation_params,
-    cost_model,
-    count_macs,
-    count_params,
-    flip_images,
-    shift_images,
-    stitch,
-)
+from ..methods.adptvfedconv import (_PRETRAIN_FIELDS, PRETRAIN_CUT, STAGES, AdptVFedConvConfig, _derive, _generator,
+                                    augment_tiles, augmentation_params, cost_model, count_macs, count_params,
+                                    flip_images, shift_images, stitch)
 from ..methods.base import make_optimizer
 from ..models import vgg16_bn_centralized, vgg16_bn_generator, vgg16_bn_split
 from ..partition import grid
 from . import checkpoint as checkpoint_io
 
-__all__ = ["train", "train_noncooperation", "train_centralized"]
+__all__ = ["curve_summary", "train", "train_noncooperation", "train_centralized"]
 
 
 #: The fields that decide the Centralized VGG-16's checkpoint.
@@ -152,10 +134,7 @@ class _Run:
 
     def __init__(self, config: AdptVFedConvConfig, *, device: torch.device, data: ImageData,
                  channel: Channel, checkpoint_dir: Path | None, pretrain_dir: Path | None) -> None:
-        self.cfg = config
-        self.device = device
-        self.data = data
-        self.channel = channel
+        self.cfg, self.device, self.data, self.channel = config, device, data, channel
         self.num_classes = data.num_classes
         self.part = grid(2, 2, image_shape=data.image_shape, active=config.server_tile)
         self.ckpt = (checkpoint_dir / f"adptvfedconv-{config.key()}.pt") if checkpoint_dir else None
@@ -166,16 +145,13 @@ class _Run:
                           if checkpoint_dir else None)
         # Participants in partition order; the paper's numbering: server = 1, clients 2..K.
         tiles_tr, tiles_te = self.part.split(data.x_train), self.part.split(data.x_test)
+        clients = iter(range(2, self.part.n_parties + 1))
         self.parties: list[Party] = []
-        n_client = 1
         for k in range(self.part.n_parties):
             server = k == self.part.active
-            if not server:
-                n_client += 1
-            name = "server" if server else f"client_{n_client}"
             labels = {"train": data.y_train.to(device), "test": data.y_test.to(device)} if server else None
             self.parties.append(Party(
-                name, channel=channel, device=device, labels=labels,
+                "server" if server else f"client_{next(clients)}", channel=channel, device=device, labels=labels,
                 features={"train": tiles_tr[k].contiguous().to(device),
                           "test": tiles_te[k].contiguous().to(device)}))
         self.server = self.parties[self.part.active]
@@ -191,8 +167,6 @@ class _Run:
         self.uploaded = {split: {c.name: 0 for c in self.clients} for split in ("train", "eval")}
         self.elapsed = 0.0
         self.once_maps: torch.Tensor | None = None
-
-    # -- models ----------------------------------------------------------------------------
 
     def _seeded(self, *key: Any) -> None:
         torch.manual_seed(_derive(self.cfg.seed, *key))
@@ -228,12 +202,10 @@ class _Run:
             self.optim[c.name] = (opt, torch.optim.lr_scheduler.CosineAnnealingLR(
                 opt, T_max=max(1, cfg.finetune_epochs)))
 
-    # -- checkpoints -----------------------------------------------------------------------
-
     def _state(self) -> dict[str, Any]:
         # Once W_e^1 has been copied out, the pre-training network and its optimizer are no
-        # longer needed (the pre-training file keeps the network): leaving them out halves a
-        # paper-scale checkpoint (~0.5 GB -> ~0.27 GB) written every stage-3 epoch.
+        # longer needed (the pre-training file keeps the network): left out, about halving a
+        # checkpoint written every stage-3 epoch.
         done = bool(self.progress["transfer"])
         return {
             "config": self.cfg.to_dict(), "progress": dict(self.progress), "history": self.history,
@@ -288,8 +260,6 @@ class _Run:
         if stop(stage, epoch):
             raise _Stop
 
-    # -- helpers ---------------------------------------------------------------------------
-
     def _tiles(self, party: Party, split: str, ids: torch.Tensor,
                aug: tuple[torch.Tensor, ...] | None) -> torch.Tensor:
         """A party's normalised tiles for ``ids``, augmented with ``aug`` = (flip, dy, dx) rows:
@@ -302,8 +272,6 @@ class _Run:
 
     def _local_aug(self, n: int, *key: Any) -> tuple[torch.Tensor, ...] | None:
         return augmentation_params(n, self.cfg.tile_shift, self.cfg.seed, *key) if self.cfg.augment else None
-
-    # -- stage 1 ---------------------------------------------------------------------------
 
     def pretrain(self, stop: Callable[[str, int], bool]) -> None:
         """Eq. 1: the server trains VGG-16 on its own tile; test accuracy = Non-cooperation."""
@@ -335,8 +303,6 @@ class _Run:
             correct += int((logits.argmax(1) == self.server.labels("test", ids=ids)).sum())
         net.train()
         return correct / n
-
-    # -- stage 2 ---------------------------------------------------------------------------
 
     def transfer(self, stop: Callable[[str, int], bool]) -> None:
         """Eq. 2: W_e^k <- W_e^1, sent through the channel (setup phase)."""
@@ -389,8 +355,6 @@ class _Run:
                         _mean(losses))
                 ext.eval()
             self.checkpoint("finetune", epoch, start, stop)
-
-    # -- stage 3 ---------------------------------------------------------------------------
 
     @torch.no_grad()
     def _feature_maps(self, split: str, ids: torch.Tensor,
@@ -466,8 +430,6 @@ class _Run:
         net.train()
         return correct / n
 
-    # -- result ----------------------------------------------------------------------------
-
     def result(self, complete: bool) -> dict[str, Any]:
         """Curves, final/best accuracy and the cost accounting (JSON-able)."""
         cfg = self.cfg
@@ -508,25 +470,24 @@ class _Run:
             "ledger_per_kind": {k: {"bytes": int(r["bytes"]), "messages": int(r["messages"])}
                                 for k, r in self.channel.ledger.per_kind(phase=None).iterrows()},
         }
-        curve = self.history["classifier"]["test_accuracy"]
-        pre = self.history["pretrain"]["test_accuracy"]
-
-        def summary(c: list[float]) -> dict[str, Any]:
-            if not c:
-                return {"final_accuracy": None, "best_accuracy": None, "best_epoch": None}
-            best = max(range(len(c)), key=lambda i: c[i])
-            return {"final_accuracy": c[-1], "best_accuracy": c[best], "best_epoch": best + 1}
-
         return {
             "method": "adptvfedconv", "config": cfg.to_dict(), "paper_model": cfg.paper_model,
             "complete": complete, "progress": dict(self.progress), "device": str(self.device),
             "n_train": n_train, "n_test": self.server.n_samples("test"),
-            **summary(curve),
-            "noncooperation": summary(pre),
+            **curve_summary(self.history["classifier"]["test_accuracy"]),
+            "noncooperation": curve_summary(self.history["pretrain"]["test_accuracy"]),
             "history": self.history,
             "costs": costs,
             "elapsed_s": self.elapsed,
         }
+
+
+def curve_summary(curve: list[float]) -> dict[str, Any]:
+    """The last and the best accuracy of a curve, and the best's epoch (from 1; the first best)."""
+    if not curve:
+        return {"final_accuracy": None, "best_accuracy": None, "best_epoch": None}
+    best = max(range(len(curve)), key=lambda i: curve[i])
+    return {"final_accuracy": curve[-1], "best_accuracy": curve[best], "best_epoch": best + 1}
 
 
 def _stopper(stop_after: tuple[str, int] | None, max_seconds: float | None,
@@ -650,7 +611,7 @@ def train_centralized(config: AdptVFedConvConfig, *, device: str | torch.device 
             opt.load_state_dict(state["optim"])
             sched.load_state_dict(state["sched"])
             hist, first, elapsed = state["history"], state["epoch"] + 1, state["elapsed_s"]
-    begun = time.perf_counter()
+    stop = _stopper(None if stop_after is None else ("centralized", stop_after), max_seconds, deadline)
     n = len(y_tr)
     complete = True
     for epoch in range(first, cfg.centralized_epochs + 1):
@@ -677,21 +638,14 @@ def train_centralized(config: AdptVFedConvConfig, *, device: str | torch.device 
             _save_atomic({"config": cfg.to_dict(), "model": net.state_dict(), "optim": opt.state_dict(),
                           "sched": sched.state_dict(), "history": hist, "epoch": epoch,
                           "elapsed_s": elapsed}, ckpt, dev)
-        epoch_s = time.perf_counter() - start
-        if (stop_after is not None and epoch == stop_after) or (
-                max_seconds is not None and time.perf_counter() - begun >= max_seconds) or (
-                deadline is not None and epoch < cfg.centralized_epochs and time.time() + epoch_s > deadline):
+        if stop("centralized", epoch):
             complete = epoch == cfg.centralized_epochs
             break
     curve = hist["test_accuracy"]
-    best = max(range(len(curve)), key=lambda i: curve[i]) if curve else None
     return {
         "method": "centralized_vgg16", "config": cfg.to_dict(), "paper_model": cfg.paper_model,
         "complete": complete and len(curve) == cfg.centralized_epochs, "device": str(dev),
-        "curve": curve, "train_loss": hist["train_loss"],
-        "final_accuracy": curve[-1] if curve else None,
-        "best_accuracy": curve[best] if curve else None,
-        "best_epoch": best + 1 if curve else None,
+        "curve": curve, "train_loss": hist["train_loss"], **curve_summary(curve),
         "n_train": n, "n_test": len(y_te),
         "params": count_params(net), "macs_per_image": count_macs(net, d.image_shape),
         "elapsed_s": elapsed,

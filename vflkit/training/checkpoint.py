@@ -6,10 +6,8 @@ state (:func:`parties_state`), the ledger's rows (:class:`LedgerLog`), its histo
 time, its own position (epoch or round) and any generator it draws from; :func:`save` adds the
 run's key and config and every global random state (torch, CUDA, numpy, Python), and writes the
 file atomically (:func:`vflkit.files.atomic_path`): a kill mid-write leaves the previous one whole.
-:func:`load` gives the checkpoint back only if it is the run's own; an unreadable or foreign one
-is moved aside (``.bad``) with a warning and the run starts afresh: a bad checkpoint may cost
-time, never a wrong record. One written by other code or on another kind of machine is foreign
-too (:func:`computed_by`): a record names one environment, so every epoch of it was computed there.
+:func:`load` gives the checkpoint back only if it is the run's own (:func:`computed_by` too): a bad
+checkpoint may cost time, never a wrong record.
 
 The file lives beside the run's record (:func:`vflkit.records.checkpoint_path`), is never
 committed, and :func:`vflkit.records.run_one` deletes it once the record is written.
@@ -93,10 +91,8 @@ def generators(obj: Any) -> dict[str, torch.Generator]:
 
 class LedgerLog:
     """A channel's ledger as a checkpoint holds it: its rows in compressed chunks, each packed
-    once, at the checkpoint after its rows were sent (a ledger only grows). A checkpoint then
-    costs the rows since the previous one: Multi-VFL's paper profile logs 1.6 million messages by
-    round 500, seconds of CPU to serialise whole at every checkpoint, milliseconds a round's chunk.
-    """
+    once, at the checkpoint after its rows were sent (a ledger only grows), so a checkpoint costs
+    the rows since the previous one, not the whole ledger (Multi-VFL's grows by millions)."""
 
     def __init__(self, channel: Channel) -> None:
         self.channel = channel
@@ -187,13 +183,10 @@ source_digest()
 def computed_by(device: torch.device) -> dict[str, str]:
     """What must not change between the epochs of one record: vflkit's source, PyTorch's version,
     where the numbers are computed (the GPU's name, or the CPU instruction set PyTorch
-    dispatches to, whose kernels round differently) and torch's thread count.
-
-    The thread count because a CPU kernel splits its sums by thread: a run paused at 1 thread and
-    resumed at 2 would give a record no uninterrupted run reproduces, while the README promises
-    bit-identical results at one thread count, whole or resumed. Such a checkpoint is foreign and
-    the run recomputed at this count; adopting the checkpoint's count instead would change the
-    process's threads for all else and make ``environment.torch_threads`` untrue.
+    dispatches to, whose kernels round differently) and torch's thread count, as a CPU kernel
+    splits its sums by thread: a run paused at 1 thread and resumed at 2 would give a record no
+    uninterrupted run reproduces. Such a checkpoint is recomputed at this count rather than the
+    process's count changed to the checkpoint's (``environment.torch_threads`` would be untrue).
     """
     where = (torch.cuda.get_device_name(device) if device.type == "cuda"
              else f"cpu {torch.backends.cpu.get_cpu_capability()}")
@@ -292,7 +285,7 @@ def saved_progress(path: Path) -> tuple[str, int] | None:
 
 def load_all(paths: Sequence[Path], runs: Sequence[Run], *, device: torch.device,
              unit: str, check: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]] | None:
-    """The checkpoints of a pack's runs (:func:`load`, each its own) when every run has one
+    """The checkpoints of a pack's runs (a run alone's too; :func:`load`, each its own) when every run has one
     saved after the same ``unit`` ("epoch" or "round"): a pack resumes all its runs or none.
     None where no run has one; where only some do, or after different ones, None too, with a
     warning that the pack starts over and replaces them. ``check`` as for :func:`load`."""

@@ -1,13 +1,11 @@
 """What one training step of a run costs, counted by running it: torch operations and FLOPs.
 
-One function counts (:func:`count`): it runs a callable once under a dispatch counter
-(:class:`_Counter`; element-wise work is an operation but no FLOP). What is counted is the
-method's own ``train_step`` (a Multi-VFL run's ``round`` and ``evaluate``) on random data of the
-run's shapes, so a change to a method's step changes its count with no second description to keep.
-
-Operations do not depend on the batch size and FLOPs grow linearly with it (both tested), so a
-step is counted at :data:`OP_COUNT_BATCH` samples and its FLOPs scaled to the run's batch.
-Counts persist between processes in the user's cache folder, keyed by the code they count.
+What is counted (:func:`count`, a dispatch counter; element-wise work is an operation but no
+FLOP) is the method's own ``train_step`` (a Multi-VFL run's ``round`` and ``evaluate``) on random
+data of the run's shapes: a change to a step changes its count, with no second description.
+Operations do not depend on the batch size and FLOPs grow linearly with it (both tested): a step
+is counted at :data:`OP_COUNT_BATCH` samples. Counts persist between processes in the user's
+cache folder, keyed by the code they count.
 
 This module reads no record, no study and no scheduler: pricing (:mod:`vflkit.ops.pricing`)
 multiplies these counts by measured rates.
@@ -235,13 +233,14 @@ def random_method(run: Any, batch: int = OP_COUNT_BATCH, device: str = "cpu") ->
 
 
 def count_step(run: Any, batch: int = OP_COUNT_BATCH, *, pack: int | None = None, group_parties: bool = True,
-               stacking: str = "vmap") -> Counts:
+               stacking: str = "vmap", device: str = "cpu") -> Counts:
     """One training step of split-family run ``run`` after a warm-up step: its method's own
-    ``train_step`` on ``batch`` random samples. With ``pack=K``: one step of the packed trainer
-    (stacked as ``stacking`` says) of K such runs (seeds 0..K-1), C-VFL's alike parties stacked
-    unless ``group_parties`` is False. A ``precision="bf16"`` run is counted under its autocast."""
+    ``train_step`` on ``batch`` random samples (on ``device``: ``meta`` computes nothing). With
+    ``pack=K``: one step of the packed trainer (stacked as ``stacking`` says, on the CPU) of K such
+    runs (seeds 0..K-1), C-VFL's alike parties stacked unless ``group_parties`` is False. A
+    ``precision="bf16"`` run is counted under its CPU autocast."""
     if pack is None:
-        method, ids = random_method(run, batch)
+        method, ids = random_method(run, batch, device)
         step, batch_ids = method.train_step, ids
     else:
         runs = [random_method(run.replace(seed=k), batch) for k in range(pack)]
@@ -265,19 +264,11 @@ def step_flops(run: Any) -> float:
     (VFedMH's blinding, the Criteo models' category check)."""
     def per_sample() -> float:
         try:
-            return _flops_on(run, "meta") / OP_COUNT_BATCH
+            return count_step(run, device="meta").flops / OP_COUNT_BATCH
         except Exception:  # noqa: BLE001 (a step that reads its data cannot run on meta tensors)
             return count_step(run).flops / OP_COUNT_BATCH
 
     return cached(f"step {step_key(run)}", per_sample) * run.batch_size
-
-
-def _flops_on(run: Any, device: str) -> float:
-    method, ids = random_method(run, device=device)
-    with torch.random.fork_rng():
-        torch.manual_seed(0)
-        method.train_step(ids(0))
-        return count(lambda: method.train_step(ids(1))).flops
 
 
 @functools.cache

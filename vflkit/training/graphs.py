@@ -6,25 +6,11 @@ batch's ids, C-VFL's dither), writes its results in place (parameters, optimizer
 statistics) and reads nothing back to the host. What changes on the host (the ledger's rows) is
 counted outside the graph.
 
-:class:`StepGraph` holds one captured step. Its backends keep one contract:
-
-- ``"cuda"``: :class:`torch.cuda.CUDAGraph`, after warm-up steps on a side stream (cuBLAS and
-  cuDNN choose their algorithms, optimizers make their state); each graph in its own memory pool.
-- ``"tape"`` (CPU, for tests and dry runs; no speed-up): every aten operation the step
-  dispatches is recorded while it runs; a replay runs them again on the recorded tensors,
-  writing each result into the tensor the capture produced. What a CUDA graph would get wrong
-  (a Python number baked into the step, a new input passed as another tensor instead of copied
-  into the captured one, a result read after the next replay overwrote it, state kept on the
-  host), the tape gets wrong too; a host read inside the capture is an error. It cannot show an
-  operation on a host tensor inside a GPU step: :func:`graph_blocker` refuses the optimizers
-  that keep one.
-
-:class:`GraphedStep` applies it to a :class:`~vflkit.training.split.Pack` (its public
-:meth:`~vflkit.training.split.Pack.eager_step`): one graph per batch shape, captured after
-:data:`WARMUP_STEPS` eager steps of that shape; the ids copied into the captured buffer, the
-drawn dither into the captured pieces, the captured step's messages counted per replay (to the
-runs still live, at their current clock). A learning-rate change (:meth:`GraphedStep.forget`)
-drops the graphs.
+:class:`StepGraph` holds one captured step, by backend: ``"cuda"`` (:class:`torch.cuda.CUDAGraph`)
+or ``"tape"`` (CPU, for tests and dry runs; no speed-up), which records every aten operation the
+step dispatches and fails where a CUDA graph would. :class:`GraphedStep` applies it to a
+:class:`~vflkit.methods.pack.Pack`'s public :meth:`~vflkit.methods.pack.Pack.eager_step`, one
+graph per batch shape. The backends' contract in full: docs/engine.md, "CUDA graphs and the tape".
 """
 
 from __future__ import annotations

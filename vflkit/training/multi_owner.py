@@ -1,13 +1,9 @@
 """The trainer of the multi-label-owner family: data owners, several label owners and a server.
 
-:func:`train` runs Multi-VFL (:class:`~vflkit.methods.multi_vfl.MultiVFL`) round by round for
-one :class:`~vflkit.methods.multi_vfl.MultiVFLConfig` or for a pack of them trained as one
-computation (:class:`~vflkit.methods.multi_vfl.RoundPack`; a run alone is a pack of one) and
-returns each run's per-round loss and accuracy and its ledger's traffic; the record store wraps
-them in the common envelope (:func:`run`, :func:`run_many`, :func:`run_pack`).
-
-Each run is checkpointed beside its record as a run alone, whether it trains alone or packed,
-so either resumes the other's (:func:`train`).
+:func:`train` runs Multi-VFL round by round for one run or a pack of them trained as one
+computation (:class:`~vflkit.methods.multi_vfl.RoundPack`; a run alone is a pack of one). Each
+run is checkpointed beside its record as a run alone, whether it trains alone or packed, so
+either resumes the other's.
 """
 
 from __future__ import annotations
@@ -257,7 +253,6 @@ def compute_pack(payloads: Sequence[Mapping[str, Any]], *, device: torch.device 
                  deadline: float | None = None, ephemeral: bool = False) -> list[dict[str, Any]]:
     """The records of Multi-VFL study payloads (``{"family": "multi_owner", "config",
     "profile", "results"}``) trained as one pack by :func:`run_pack`: a pack's task function."""
-
     payloads = list(payloads)
     places = {(p["profile"], str(p["results"])) for p in payloads}
     if len(places) != 1 or any(p.get("family") != "multi_owner" for p in payloads):

@@ -2,14 +2,9 @@
 
 APC-VFL (Irureta et al. 2025), its Ablation and Local baselines and VFedTrans
 (:data:`vflkit.methods.ONE_SHOT_METHODS`) run a short protocol once between an active and a
-passive participant; the active participant then turns its own features into enhanced ones and
-trains an ordinary classifier on them (the paper's step ④, :func:`classifier`), scored by
-stratified cross-validation on its own samples (:func:`cross_validate`, :func:`scores`).
-Table 2's comparison on aligned data only (SplitNN against APC-VFL's joint representation) is
-the same family on :func:`build_aligned_parties`.
-
-A run is an :class:`OneShotRun`; :func:`train` runs it and returns its results, which the
-record store (:func:`vflkit.records.run_one`) wraps in the common envelope.
+passive participant; the active participant then trains an ordinary classifier on its enhanced
+features (step ④, :func:`classifier`), scored by stratified cross-validation on its own samples.
+Table 2's comparison on aligned data only is the same family on :func:`build_aligned_parties`.
 """
 
 from __future__ import annotations
@@ -26,7 +21,7 @@ import torch
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import accuracy_score, f1_score
-from sklearn.model_selection import StratifiedKFold
+from sklearn.model_selection import StratifiedKFold, train_test_split
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
@@ -273,8 +268,6 @@ def build_aligned_parties(cfg: OneShotRun) -> tuple[Party, Party, Channel]:
     spec = dataset_spec(cfg.dataset)
     al = partial_alignment(len(x), n_active=spec.n_active, n_aligned=cfg.n_aligned, seed=cfg.seed)
     ids = al.aligned_ids.numpy()
-    from sklearn.model_selection import train_test_split
-
     train, test = train_test_split(ids, test_size=spec.n_test_table2, random_state=cfg.seed, stratify=y[ids])
     train, test = np.sort(train), np.sort(test)
     channel = Channel(Ledger())

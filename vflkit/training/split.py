@@ -1,15 +1,11 @@
 """The trainer of the batch-by-batch family: split learning and aggregation (VFedMH's family).
 
-Local, SplitNN/PyVertical, C-VFL, Agg_VFL and VFedMH (:mod:`vflkit.methods`) all train the
-same way: the parties hold vertical slices of an image dataset (:func:`build_parties`), a
-seeded shuffle (a public protocol parameter) orders the samples, and per batch the method's
-step exchanges its messages through the counted channel. :func:`train` is the one loop (resume,
-checkpoints, deadline, divergence, rate schedule, evaluation) for K >= 1 runs: a run alone, or a
-:class:`Pack` of runs that differ in seed and dataset alone, trained as one batched computation
-whose runs each get the record they get alone (equal in float64; ``execution`` names the pack).
-The record store (:func:`vflkit.records.run_one`, :func:`run_pack`) wraps the results in the
-common envelope and writes them; :func:`pack_key`, :func:`group_packs` and :func:`compute_pack`
-are a scheduler's and a launcher's interface to packs.
+Local, SplitNN/PyVertical, C-VFL, Agg_VFL and VFedMH (:mod:`vflkit.methods`) all train alike
+(docs/engine.md, "The split family's loop"). :func:`train` is the one loop (resume, checkpoints,
+deadline, divergence, rate schedule, evaluation) for K >= 1 runs: a run alone, or a :class:`Pack`
+of runs that differ in seed and dataset alone, each getting the record it gets alone (equal in
+float64; ``execution`` names the pack). :func:`pack_key`, :func:`group_packs` and
+:func:`compute_pack` are a scheduler's and a launcher's interface to packs.
 """
 
 from __future__ import annotations
@@ -26,7 +22,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .. import records
-from ..data import ALIASES, IMAGE_METADATA, ImageData, is_registered, load_dataset
+from ..data import ALIASES, IMAGE_DATASETS, IMAGE_METADATA, ImageData, is_registered, load_dataset
 from ..comm import ROUNDS_COUNTED_AS, Channel, Ledger, Party, checked_batches
 from ..errors import BudgetExhausted, ConfigError, DivergenceError
 from ..config import resolve_device
@@ -51,14 +47,11 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-
 def _check_finite(losses: dict[str, float], *, epoch: int, step: int, limit: float) -> None:
     for party, value in losses.items():
         if not math.isfinite(value) or value > limit:
-            err = DivergenceError(
-                f"the loss of {party} is {value} at epoch {epoch}, batch {step}: training diverged. "
-                "Lower the learning rate of that party or check its inputs."
-            )
+            err = DivergenceError(f"the loss of {party} is {value} at epoch {epoch}, batch {step}: training diverged. "
+                                  "Lower the learning rate of that party or check its inputs.")
             err.step = step  # read back in batches on a GPU: the batch it happened at
             raise err
 
@@ -145,13 +138,10 @@ class LossWindow:
 
 def precision_context(config: RunConfig, device: torch.device) -> contextlib.AbstractContextManager:
     """bfloat16 autocast on ``device`` for ``precision="bf16"`` (the CPU included, where it runs
-    but proves nothing about a GPU's accuracy), nothing for "fp32".
-
-    Autocast's cache of weight casts is off: it keeps a weight's bfloat16 copy for the whole
-    region, and a step that updates a weight in place and uses it again (C-VFL's Q local
-    iterations, its server's Q) would compute every iteration after the first from the stale
-    copy. A CUDA graph's capture needs it off too (the cached copy would be a capture-time
-    tensor). Cost: one cast a use instead of one a step."""
+    but proves nothing about a GPU's accuracy), nothing for "fp32". Its cache of weight casts is
+    off: a step that updates a weight in place and uses it again (C-VFL's Q local iterations)
+    would compute every iteration after the first from the stale cached copy, and a CUDA graph's
+    capture would keep a capture-time tensor."""
     if config.precision == "bf16":
         return torch.autocast(device_type=device.type, dtype=torch.bfloat16, cache_enabled=False)
     return contextlib.nullcontext()
@@ -168,7 +158,6 @@ def use_precision(config: RunConfig, method: Any) -> None:
 
 def image_partition(config: RunConfig, shape: tuple[int, ...]) -> Any:
     """The partitioner that cuts images of ``shape`` among ``config``'s parties."""
-
     if config.feature_parts is not None:  # EASTER Table VI: the first C of n fixed strips
         if config.partition not in ("strips_width", "strips_height"):
             raise ConfigError(f"feature_parts cuts strips; partition {config.partition!r} has none")
@@ -192,48 +181,29 @@ def build_parties(config: RunConfig, *, device: torch.device, channel: Channel) 
     """
     data = dataset(config.dataset)
     if hasattr(data, "target"):  # a table (Criteo): column groups, each party's model options
-
         return build_tabular_parties(config, device=device, channel=channel, data=data)
-    if hasattr(data, "x_train"):
-        data = data.subset(n_train=config.n_train, n_test=config.n_test, seed=config.seed)
-        part = image_partition(config, data.image_shape)
-        train_parts = part.split(data.x_train)
-        test_parts = part.split(data.x_test)
-        labels = {"train": data.y_train, "test": data.y_test}
-        n_classes = data.num_classes
+    if not hasattr(data, "x_train"):
+        raise ConfigError(f"build_parties handles image datasets; {config.dataset!r} is tabular and its study "
+                          "builds its own parties")
+    data = data.subset(n_train=config.n_train, n_test=config.n_test, seed=config.seed)
+    part = image_partition(config, data.image_shape)
+    train_parts, test_parts = part.split(data.x_train), part.split(data.x_test)
+    labels = {"train": data.y_train, "test": data.y_test}
 
-        def transform(x: torch.Tensor) -> torch.Tensor:
-            return data.normalize(x, device)
-    else:
-        raise ConfigError(
-            f"build_parties handles image datasets; {config.dataset!r} is tabular and its study "
-            "builds its own parties"
-        )
+    def transform(x: torch.Tensor) -> torch.Tensor:
+        return data.normalize(x, device)
 
-    parties: list[Party] = []
-    passive_no = 0
-    for k in range(part.n_parties):
-        if k == part.active:
-            name = "active"
-        else:
-            passive_no += 1
-            name = f"passive_{passive_no}"
-        parties.append(
-            Party(
-                name,
-                channel=channel,
-                # Contiguous copies on the party's device, made once: a strip of a whole dataset
-                # is a strided view, slow to index, and per-batch host-to-device copies would
-                # sit on the hot path. uint8 is kept; normalising happens per batch.
-                features={"train": train_parts[k].contiguous().to(device),
-                          "test": test_parts[k].contiguous().to(device)},
-                labels={s: y.to(device) for s, y in labels.items()} if k == part.active else None,
-                transform=transform,
-                device=device,
-            )
-        )
-    return parties, n_classes
-
+    # Contiguous copies on the party's device, made once: a strip of a whole dataset is a strided
+    # view, slow to index, and per-batch host-to-device copies would sit on the hot path. uint8 is
+    # kept; normalising happens per batch.
+    passive = iter(range(1, part.n_parties))
+    parties = [Party("active" if k == part.active else f"passive_{next(passive)}", channel=channel,
+                     features={"train": train_parts[k].contiguous().to(device),
+                               "test": test_parts[k].contiguous().to(device)},
+                     labels={s: y.to(device) for s, y in labels.items()} if k == part.active else None,
+                     transform=transform, device=device)
+               for k in range(part.n_parties)]
+    return parties, data.num_classes
 
 
 def comm_summary(ledger: Ledger) -> dict[str, Any]:
@@ -293,7 +263,6 @@ def train(
     K copies (:class:`~vflkit.stacked.StackedModel`); ``graphs``: a pack's step captured
     per batch shape and replayed (:mod:`vflkit.training.graphs`: "cuda", "tape" or "auto").
     """
-
     alone = isinstance(configs, RunConfig)
     configs = [configs] if alone else list(configs)
     paths = None if checkpoint is None else [checkpoint] if isinstance(checkpoint, (str, Path)) else list(checkpoint)
@@ -323,7 +292,6 @@ def train(
 def _train(configs: list[RunConfig], paths: list[Path] | None, *, device: torch.device | str, progress: bool,
            on_divergence: str, max_loss: float, deadline: float | None, every_s: float, durable: bool,
            stacking: str, compile: dict[str, Any] | None, graphs: str | None) -> list[dict[str, Any]]:
-
     device = resolve_device(device)
     k_runs, cfg0 = len(configs), configs[0]
     deferred = DeferredChecks()  # the checks a run alone's step computes on the device (VFedMH's ring)
@@ -348,11 +316,7 @@ def _train(configs: list[RunConfig], paths: list[Path] | None, *, device: torch.
     diverged: list[dict[str, Any] | None] = [None] * k_runs
     first_epoch, offset = 1, 0.0
     if paths is not None:
-        if k_runs == 1:
-            state = checkpoint_io.load(paths[0], cfg0, device=device, fresh="epoch 1", check=check_checkpoint)
-            states = None if state is None else [state]
-        else:
-            states = checkpoint_io.load_all(paths, configs, device=device, unit="epoch", check=check_checkpoint)
+        states = checkpoint_io.load_all(paths, configs, device=device, unit="epoch", check=check_checkpoint)
         for k, state in enumerate(states or []):
             restore_checkpoint(state, method=methods[k], ledger_log=ledger_logs[k], gen=gens[k], device=device)
             histories[k] = state["history"]
@@ -615,30 +579,19 @@ def history_frame(recs: Sequence[dict[str, Any]]) -> "pd.DataFrame":
 #: step can be captured) or ``cuda``; unset, they run eagerly.
 GRAPHS_ENV = "VFLKIT_GRAPHS"
 
-#: Image datasets by name (a registered :class:`~vflkit.data.ImageData` packs too).
-_IMAGE_DATASETS = ("mnist", "fashion_mnist", "cifar10", "cifar100", "cinic10")
-
-
-def _packed_steps() -> tuple[Callable[..., Any], ...]:
-
-    return tuple(dict.fromkeys(cls.step for cls in METHODS.values() if cls.packs()))
-
-
 #: The methods' steps that pack (:attr:`VFLMethod.step`), each once.
-PACKED_STEPS: tuple[Callable[..., Any], ...] = _packed_steps()
+PACKED_STEPS: tuple[Callable[..., Any], ...] = tuple(dict.fromkeys(c.step for c in METHODS.values() if c.packs()))
 
 
 def _is_image_dataset(name: str) -> bool:
-
-    if is_registered(name):
+    if is_registered(name):  # a registered ImageData packs too
         return isinstance(load_dataset(name), ImageData)  # in memory: no files read
-    return ALIASES.get(name, name) in _IMAGE_DATASETS
+    return ALIASES.get(name, name) in IMAGE_DATASETS
 
 
 def _data_shape(config: RunConfig) -> tuple[tuple[int, ...], int, int]:
     """What a run's image data must share with the other runs of its pack: one image's shape,
     the number of classes and of training images (after ``n_train``)."""
-
     name = ALIASES.get(config.dataset, config.dataset)
     if is_registered(config.dataset) or name not in IMAGE_METADATA:
         data = dataset(config.dataset)
@@ -654,9 +607,7 @@ def pack_key(config: Any) -> Hashable | None:
     runs pack with FashionMNIST's, CIFAR-10's with neither); or None when ``config`` cannot be
     packed (a method whose step does not pack, or tabular data). A Multi-VFL run packs with the
     runs that share its step's shapes (:func:`vflkit.training.multi_owner.pack_key`)."""
-
     if isinstance(config, MultiVFLConfig):
-
         return multi_owner_key(config)
     if not isinstance(config, RunConfig):
         return None
@@ -672,7 +623,6 @@ def pack_key(config: Any) -> Hashable | None:
 def check_pack(configs: Sequence[RunConfig]) -> None:
     """A ConfigError unless ``configs`` can be trained as one pack: each packable, all with one
     :func:`pack_key`, no run twice."""
-
     if not configs:
         raise ConfigError("a pack needs at least one run config")
     keys = []
@@ -695,9 +645,7 @@ def check_pack(configs: Sequence[RunConfig]) -> None:
 def pack_limit(config: Any, max_size: int | None) -> int | None:
     """The most runs a pack of ``config`` holds: ``max_size``, or a Multi-VFL run's own
     (:data:`~vflkit.training.multi_owner.MAX_RUNS`, where it is larger)."""
-
     if isinstance(config, MultiVFLConfig) and max_size is not None:
-
         return max(max_size, MAX_RUNS)
     return max_size
 
@@ -724,7 +672,6 @@ def packable_config(family: str, config: Mapping[str, Any]) -> Any:
     """The run config of a study payload (its protocol ``family`` and its config as a dict)
     when :func:`pack_key` may pack it: the split family's and the multi-label-owner family's, a
     whole config; else None."""
-
     cls = {"split": RunConfig, "multi_owner": MultiVFLConfig}.get(family)
     if cls is None:
         return None
@@ -760,7 +707,6 @@ def compute_pack(payloads: Sequence[Mapping[str, Any]], *, device: torch.device 
     :func:`vflkit.study.compute` is of one run. CUDA graphs as :data:`GRAPHS_ENV` says."""
     payloads = list(payloads)
     if payloads and all(p.get("family") == "multi_owner" for p in payloads):
-
         return multi_owner_pack(payloads, device=device, deadline=deadline)
     profiles = {(p["profile"], str(p["results"])) for p in payloads}
     if len(profiles) != 1:

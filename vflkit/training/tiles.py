@@ -1,11 +1,8 @@
 """The tiles family's runs: AdptVFedConv's VGG-16 across the 2x2 tiles of an image.
 
 One run (:class:`TilesRun`) is one row of the paper's Table 2 or 3, or one of our extensions:
-a *variant* and the :class:`~vflkit.methods.adptvfedconv.AdptVFedConvConfig` it runs with.
-:func:`train` runs it with :mod:`vflkit.training.adptvfedconv` and returns one result shape for
-every variant (per-epoch test accuracy ``curve``, final / best accuracy, histories, the ledger's
-bytes per message kind and the cost accounting), which :func:`vflkit.records.run_one` wraps in
-the common envelope.
+a *variant* and the :class:`~vflkit.methods.adptvfedconv.AdptVFedConvConfig` it runs with;
+:func:`train` runs it with :mod:`vflkit.training.adptvfedconv`, one result shape for every variant.
 
 Checkpoints. A run's per-epoch checkpoint (every stage) lives in ``<key>.ckpt.d/`` beside its
 record and is deleted once the run is complete. Stage 1 (the server's pre-training) depends only
@@ -156,13 +153,6 @@ def _lock(path: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _summary(curve: list[float]) -> dict[str, Any]:
-    if not curve:
-        return {"final_accuracy": None, "best_accuracy": None, "best_epoch": None}
-    best = max(range(len(curve)), key=lambda i: curve[i])
-    return {"final_accuracy": curve[-1], "best_accuracy": curve[best], "best_epoch": best + 1}
-
-
 def train(run: TilesRun, *, device: torch.device | str = "cpu", checkpoint: Path | None = None,
           progress: bool = True, on_divergence: str = "raise",
           deadline: float | None = None) -> dict[str, Any]:
@@ -209,17 +199,14 @@ def train(run: TilesRun, *, device: torch.device | str = "cpu", checkpoint: Path
                 raise stopped("stage 1 (pre-training)")
         if run.variant == "noncooperation":
             out = pre or trainer.train(cfg, stages=("pretrain",), **kw)
-            hist = out["history"]["pretrain"]
-            curve, loss = hist["test_accuracy"], hist["train_loss"]
             ledger: dict[str, Any] = {}  # the server alone: nothing crosses
         else:
             out = trainer.train(cfg, pretrain_dir=shared, **kw)
-            hist = out["history"]["classifier"]
-            curve, loss = hist["test_accuracy"], hist["train_loss"]
             ledger = out["costs"]["ledger_per_kind"]
         if not out["complete"]:
             raise stopped(f"stage {next((s for s, e in out['progress'].items() if not e), '?')}")
-        result = {"curve": curve, "train_loss": loss, "history": out["history"],
+        hist = out["history"]["pretrain" if run.variant == "noncooperation" else "classifier"]
+        result = {"curve": hist["test_accuracy"], "train_loss": hist["train_loss"], "history": out["history"],
                   "ledger_per_kind": ledger, "costs": out["costs"] if run.variant != "noncooperation" else
                   A.cost_model(cfg, num_classes=data.num_classes, image_shape=data.image_shape,
                                n_train=out["n_train"]),
@@ -227,7 +214,7 @@ def train(run: TilesRun, *, device: torch.device | str = "cpu", checkpoint: Path
     if own is not None:
         shutil.rmtree(own, ignore_errors=True)  # complete: the record replaces the checkpoint
     return {"variant": run.variant, "label": LABELS[run.variant], "paper_model": cfg.paper_model,
-            **_summary(result["curve"]), **result, "wall_time_s": out["elapsed_s"]}
+            **trainer.curve_summary(result["curve"]), **result, "wall_time_s": out["elapsed_s"]}
 
 
 def run(cfg: TilesRun, **kwargs: Any) -> dict[str, Any]:
