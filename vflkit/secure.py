@@ -830,7 +830,10 @@ def aggregate(active_embedding: torch.Tensor | None, blinded: Sequence[torch.Ten
     active = None
     if active_embedding is not None:
         active = active_embedding.detach().to("cpu" if host else device, torch.float64)
-        if active.numel():
+        if host:  # the reference checks in numpy: no torch operation on the host path
+            active_host = active.numpy()
+            _read_active_check([float((~np.isfinite(active_host)).sum())])
+        elif active.numel():
             _verify(checks, torch.isfinite(active).logical_not().sum().to(torch.float64).reshape(1),
                     _read_active_check)
     if host:
@@ -846,7 +849,7 @@ def aggregate(active_embedding: torch.Tensor | None, blinded: Sequence[torch.Ten
                      checks=checks)
     if host:  # the reference's own float64 steps, in numpy: what the torch steps below must equal
         mean = ring_u64.view(np.int64).astype(np.float64) / ring._scale
-        mean = (mean if active is None else mean + active.numpy()) / n
+        mean = (mean if active is None else mean + active_host) / n
         return torch.from_numpy(np.asarray(mean)).to(device=device, dtype=dtype)
     # int64 -> float64, / 2**s (exact), + E_a, / C: each correctly rounded in float64 on any device
     total = ring_sum.to(torch.float64) / ring._scale
