@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from typing import Any, Sequence
+from typing import Any, Collection
 
 
 class VFLKitError(Exception):
@@ -14,7 +14,7 @@ class ConfigError(VFLKitError, ValueError):
     """A configuration value is unknown, missing or out of range."""
 
 
-def check_choice(name: str, value: Any, choices: Sequence[str]) -> None:
+def check_choice(name: str, value: Any, choices: Collection[str]) -> None:
     """Raise :class:`ConfigError` unless ``value`` is one of ``choices``; the message lists them."""
     if value not in choices:
         raise ConfigError(f"Invalid {name} {value!r}; choose one of {', '.join(choices)}.")

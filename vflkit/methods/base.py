@@ -31,7 +31,7 @@ from torch import nn
 
 from ..comm import Party
 from ..config import KeyedRun, check_int, check_name, check_paper, check_rate
-from ..errors import ConfigError
+from ..errors import ConfigError, check_choice
 from ..models import MODELS, RESNET_BLOCKS, RESNET_CUTS, PartyModel, get_model, resnet_cut_blocks
 from ..secure import DeferredChecks
 from ..stacked import stacked_cross_entropy  # noqa: F401 (the methods' steps take it from here)
@@ -170,13 +170,11 @@ class RunConfig(KeyedRun):
             if isinstance(value, tuple) and len(set(value)) == 1:
                 object.__setattr__(self, name, value[0])
         object.__setattr__(self, "el_pl", tuple(self.el_pl))
-        if self.lr_schedule not in LR_SCHEDULES:
-            raise ConfigError(f"Invalid lr_schedule {self.lr_schedule!r}; choose one of {', '.join(LR_SCHEDULES)}")
+        check_choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
         if isinstance(self.lr_gamma, bool) or not isinstance(self.lr_gamma, (int, float)) or not 0 < self.lr_gamma <= 1:
             raise ConfigError(f"lr_gamma must be a number in (0, 1], got {self.lr_gamma!r}")
         object.__setattr__(self, "lr_gamma", float(self.lr_gamma))
-        if self.precision not in PRECISIONS:
-            raise ConfigError(f"Invalid precision {self.precision!r}; choose one of {', '.join(PRECISIONS)}")
+        check_choice("precision", self.precision, PRECISIONS)
         check_int("feature_parts", self.feature_parts, minimum=1, optional=True)
         if self.feature_parts is not None:
             object.__setattr__(self, "feature_parts", int(self.feature_parts))
@@ -219,8 +217,7 @@ class RunConfig(KeyedRun):
     def _normalise_resnet_cut(self) -> None:
         """Check ``resnet_cut``; hold the default where it changes no model of this config (no
         ResNet, or ResNets that both readings cut alike), so an unchanged run keeps its key."""
-        if self.resnet_cut not in RESNET_CUTS:
-            raise ConfigError(f"Invalid resnet_cut {self.resnet_cut!r}; choose one of {', '.join(RESNET_CUTS)}")
+        check_choice("resnet_cut", self.resnet_cut, RESNET_CUTS)
         if self.resnet_cut == "stages":
             return
         models = self.models if isinstance(self.models, tuple) else (self.models,)

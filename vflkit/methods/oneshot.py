@@ -23,7 +23,7 @@ from typing import ClassVar
 import torch
 
 from ..comm import Party
-from ..errors import ConfigError, DivergenceError
+from ..errors import ConfigError, DivergenceError, check_choice
 from ..partition import intersect_ids
 
 DISTILL_LOSSES: tuple[str, ...] = ("mse", "mae")
@@ -160,8 +160,7 @@ def train_autoencoder(
     without improvement) and the best weights are restored: the paper does not say whether
     they are; restoring them makes the result independent of how long the plateau lasted.
     """
-    if distill_loss not in DISTILL_LOSSES:
-        raise ConfigError(f"Invalid distillation loss {distill_loss!r}; choose one of {', '.join(DISTILL_LOSSES)}")
+    check_choice("distillation loss", distill_loss, DISTILL_LOSSES)
     x = torch.as_tensor(x, dtype=torch.float32)
     n = len(x)
     if n < 2:

@@ -21,7 +21,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from ..errors import ConfigError
+from ..errors import ConfigError, check_choice
 from ..methods.pack import Pack
 
 #: How a step is captured: a CUDA graph, or the CPU stand-in that keeps its contract (module doc).
@@ -33,8 +33,7 @@ WARMUP_STEPS = 3
 
 
 def _check_backend(backend: str) -> None:
-    if backend not in GRAPH_BACKENDS:
-        raise ConfigError(f"Invalid graph backend {backend!r}; choose one of {', '.join(GRAPH_BACKENDS)}")
+    check_choice("graph backend", backend, GRAPH_BACKENDS)
 
 
 class GraphCaptureError(RuntimeError):

@@ -26,7 +26,7 @@ import torch
 from .. import records
 from ..config import SHA1_10, KeyedRun, KeyFormat, check_dataset
 from ..data import ALIASES, IMAGE_DATASETS
-from ..errors import BudgetExhausted, ConfigError
+from ..errors import BudgetExhausted, ConfigError, check_choice
 from ..methods import adptvfedconv as A
 from . import adptvfedconv as trainer
 from . import dataset as cached_dataset
@@ -69,8 +69,7 @@ class TilesRun(KeyedRun):
     adpt: A.AdptVFedConvConfig
 
     def __post_init__(self) -> None:
-        if self.variant not in VARIANTS:
-            raise ConfigError(f"Invalid variant {self.variant!r}; choose one of {', '.join(VARIANTS)}")
+        check_choice("variant", self.variant, VARIANTS)
         # images only (tiles of a 2x2 grid): a table is refused here, before any work starts
         check_dataset(self.adpt.dataset, method="AdptVFedConv", kind="image",
                       builtin=(*IMAGE_DATASETS, *(a for a, d in ALIASES.items() if d in IMAGE_DATASETS)))
@@ -84,8 +83,7 @@ class TilesRun(KeyedRun):
     @classmethod
     def make(cls, variant: str, **config: Any) -> "TilesRun":
         """The run of ``variant`` with ``config`` (fields of :class:`AdptVFedConvConfig`)."""
-        if variant not in VARIANTS:
-            raise ConfigError(f"Invalid variant {variant!r}; choose one of {', '.join(VARIANTS)}")
+        check_choice("variant", variant, VARIANTS)
         return cls(variant, A.AdptVFedConvConfig(**{**config, **VARIANTS[variant]}))
 
     @property
