@@ -18,7 +18,6 @@ from typing import Any, Callable, Iterator, Sequence
 
 import pandas as pd
 import torch
-from torch.utils._pytree import tree_map_only
 
 from .errors import ConfigError, PartitionError, check_choice
 from .network import NetworkModel, check_topology
@@ -64,12 +63,22 @@ def payload_nbytes(payload: Any) -> int:
                     "or dicts/lists of them, or pass nbytes= explicitly")
 
 
+def _map_tensors(payload: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    """``payload`` with ``fn`` on every tensor in it (dicts, lists, tuples); by hand, cheaper than a pytree map."""
+    if isinstance(payload, torch.Tensor):
+        return fn(payload)
+    if isinstance(payload, dict):
+        return {k: _map_tensors(v, fn) for k, v in payload.items()}
+    if isinstance(payload, (list, tuple)):
+        return type(payload)(_map_tensors(v, fn) for v in payload)
+    return payload
+
+
 def wire_copy(payload: Any) -> Any:
     """What the receiver gets: a detached copy, so no autograd graph or memory is shared. A
     bfloat16 tensor (bf16 autocast) is widened to float32, exactly: the precision is the
     computation's, not the protocol's, so messages and ledger are those of an fp32 run."""
-    return tree_map_only(torch.Tensor, lambda t: t.detach().float() if t.dtype == torch.bfloat16
-                         else t.detach().clone(), payload)
+    return _map_tensors(payload, lambda t: t.detach().float() if t.dtype == torch.bfloat16 else t.detach().clone())
 
 
 class Ledger:
@@ -410,7 +419,7 @@ class Party:
     def recv(self, sender: str | "Party", kind: str) -> Any:
         """Receive from another party through the channel, the payload moved to this device."""
         frm = sender.name if isinstance(sender, Party) else sender
-        return tree_map_only(torch.Tensor, lambda t: t.to(self.device), self.channel.recv(self.name, frm, kind))
+        return _map_tensors(self.channel.recv(self.name, frm, kind), lambda t: t.to(self.device))
 
 
 @contextmanager

@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 import torch
 
 from ..comm import Party
-from ..errors import ConfigError
+from ..errors import ConfigError, check_choice
 from ..models import SeluAutoencoder, apc_vfl_autoencoder
 from .oneshot import DISTILL_LOSSES, OneShotMethod, train_autoencoder
 
@@ -66,8 +66,7 @@ class APCVFL(OneShotMethod):
 
     def __init__(self, *, lam: float = 0.01, distill_loss: str = "mse", **kwargs) -> None:
         super().__init__(**kwargs)
-        if distill_loss not in DISTILL_LOSSES:
-            raise ConfigError(f"Invalid distillation loss {distill_loss!r}; choose one of {', '.join(DISTILL_LOSSES)}")
+        check_choice("distillation loss", distill_loss, DISTILL_LOSSES)
         if not lam >= 0:
             raise ConfigError(f"lam must be >= 0, got {lam!r}")
         self.lam, self.distill_loss = float(lam), distill_loss

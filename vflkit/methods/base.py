@@ -111,8 +111,7 @@ class RunConfig(KeyedRun):
         # every field is checked here, before any data is loaded, in an order where each
         # message is about the field that is wrong (n_parties before active and per-party fields)
         check_paper(self.paper)
-        if self.partition not in PARTITIONS:
-            raise ConfigError(f"Invalid partition {self.partition!r}; choose one of {', '.join(PARTITIONS)}")
+        check_choice("partition", self.partition, PARTITIONS)
         object.__setattr__(self, "dataset", check_name("dataset", self.dataset))
         object.__setattr__(self, "method", check_name("method", self.method))
         for name in ("n_parties", "batch_size", "epochs", "embedding_dim"):

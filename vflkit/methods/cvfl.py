@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Hashable, Sequence
 
 import torch
 
-from ..errors import ConfigError
+from ..errors import ConfigError, check_choice
 from .base import VFLMethod, backward_runs, make_optimizer, stacked_cross_entropy
 from .splitnn import predict_top, top_model
 
@@ -246,8 +246,7 @@ class CVFL(VFLMethod):
 
     def build(self) -> None:
         cfg = self.config
-        if self.options["compressor"] not in COMPRESSORS:
-            raise ConfigError(f"Invalid compressor {self.options['compressor']!r}; choose one of {', '.join(COMPRESSORS)}")
+        check_choice("compressor", self.options["compressor"], COMPRESSORS)
         if int(self.options["local_iterations"]) < 1 or not 1 <= int(self.options["bits"]) <= 16:
             raise ConfigError("C-VFL needs local_iterations >= 1 and 1 <= bits <= 16, got "
                               f"{self.options['local_iterations']} and {self.options['bits']}")

@@ -38,7 +38,7 @@ from .machines import (CARRY_DIR, DEFAULT_MACHINE, DEFAULT_WORK, DEFAULT_WORKERS
 from .. import claims, studies
 from ..config import data_root as default_root, project_root
 from ..data import CIFAR10_CLASSES, ImageData, load_dataset, register_dataset
-from ..errors import ConfigError, DatasetCorruptError
+from ..errors import ConfigError, DatasetCorruptError, check_choice
 from ..files import pid_alive, write_json
 from ..records import (RECEIVED, BadRecord, check_record, checkpoint_path, git_state, is_valid_record, read_record,
                        record_path, record_roots, write_json_atomic)
@@ -694,8 +694,7 @@ def plan(deadline_s: float, device_kind: str = "h100", *, profile: str = "paper"
                           f"give the machine's window length, e.g. {DEFAULT_MACHINE.deadline_s / 60:g}")
     for name in papers or ():
         studies.get(name)  # an unknown name (a typo) is an error listing the registered studies
-    if device_kind not in DEVICE_KINDS:
-        raise ConfigError(f"Invalid device kind {device_kind!r}; choose one of {', '.join(DEVICE_KINDS)}")
+    check_choice("device kind", device_kind, DEVICE_KINDS)
     if workers < 1:
         raise ConfigError(f"workers must be at least 1, got {workers}")
     rates_in = load_rate_file(rate_file)

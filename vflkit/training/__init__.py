@@ -15,7 +15,7 @@ import importlib
 from typing import Any, NamedTuple
 
 from ..config import KeyedRun
-from ..errors import ConfigError
+from ..errors import ConfigError, check_choice
 
 
 class Family(NamedTuple):
@@ -50,8 +50,7 @@ def run_class(family: str) -> type[KeyedRun]:
     """The run class of protocol ``family`` (:data:`FAMILIES`), e.g. ``RunConfig`` for "split":
     a :class:`~vflkit.config.KeyedRun`, so its records are named by the one key scheme. An
     unknown family is a ConfigError listing the known ones."""
-    if family not in FAMILIES:
-        raise ConfigError(f"Invalid family {family!r}; choose one of {', '.join(FAMILIES)}")
+    check_choice("family", family, FAMILIES)
     cls = load(FAMILIES[family].run_class)
     if not (isinstance(cls, type) and issubclass(cls, KeyedRun)):
         raise ConfigError(f"family {family!r}: run class {FAMILIES[family].run_class} is not a "
