@@ -8,11 +8,11 @@ import torch
 
 from vflkit.comm import Channel, Ledger, Party
 from vflkit.errors import ConfigError
-from vflkit.methods.aligned_splitnn import AlignedSplitNN
-from vflkit.methods.apc_vfl import APCVFL, APCVFLJoint, Ablation
+from vflkit.methods.aligned_splitnn import AlignedSplitNN, footprint_splitnn
+from vflkit.methods.apc_vfl import APCVFL, APCVFLJoint, Ablation, footprint_apc_vfl
 from vflkit import claims, records
 from vflkit.methods.oneshot import ADAM_LR, LocalFeatures, OneShotMethod, train_autoencoder
-from vflkit.methods.vfedtrans import VFedTrans
+from vflkit.methods.vfedtrans import VFedTrans, footprint_vfedtrans
 from vflkit.models import apc_vfl_autoencoder
 from vflkit.ops import pricing
 from vflkit.partition import apc_vfl_active_features, apc_vfl_partition, partial_alignment
@@ -89,7 +89,7 @@ def test_apc_vfl_sends_exactly_one_message_of_eq6_size():
     APCVFL(**FAST).fit(active, passive)
     totals = ch.ledger.totals()
     assert totals["messages"] == 1 and totals["rounds"] == 1
-    assert totals["bytes"] == study.footprint_apc_vfl(30)
+    assert totals["bytes"] == footprint_apc_vfl(30)
     assert ch.ledger.frame()["kind"].tolist() == ["representation"]
 
 
@@ -274,14 +274,29 @@ def test_apc_joint_scores_test_samples_in_eval_phase():
     assert ch.ledger.totals()["messages"] == 1 and ch.ledger.totals(phase="eval")["messages"] == 1
 
 
-# ----------------------------------------------------------------------------- study module
-
-
 def test_footprint_formulas():
     """Eqs. 6, 9 and 10 on the paper's own example sizes: 9500 x 256 x 4 B = 9.73 MB."""
-    assert round(study.footprint_apc_vfl(9500) / 1e6, 2) == 9.73
-    assert study.footprint_splitnn(1, 128, 128) == (128 * 256 + 128 * 256 + 256) * 4
-    assert study.footprint_vfedtrans(10, 2, 3) == (200 + 10 + 15 + 20 + 30 + 50) * 4
+    assert round(footprint_apc_vfl(9500) / 1e6, 2) == 9.73
+    assert footprint_splitnn(1, 128, 128) == (128 * 256 + 128 * 256 + 256) * 4
+    assert footprint_vfedtrans(10, 2, 3) == (200 + 10 + 15 + 20 + 30 + 50) * 4
+
+
+def test_paper_footprint_reads_the_records_sizes():
+    """A record's formula bytes: Eq. 6 at its aligned count (Table 2: its training rows), Eq. 10 from its
+    x_t and x_d, Eqs. 7-9 from SplitNN's epochs over the rows it fitted (10 % held out); Local sends nothing."""
+    def rec(kind, method, **extra):
+        return {"config": {"kind": kind, "dataset": "credit_card", "method": method, "n_aligned": 2500,
+                           "val_fraction": 0.1}, **extra}
+
+    assert one_shot.paper_footprint(rec("fig5", "local")) == 0.0
+    assert one_shot.paper_footprint(rec("fig5", "apc_vfl_mae")) == footprint_apc_vfl(2500)
+    assert one_shot.paper_footprint(rec("fig5", "vfedtrans", x_t=2, x_d=21)) == footprint_vfedtrans(2500, 2, 21)
+    assert one_shot.paper_footprint(rec("table2", "apc_vfl_joint", n_train=2000)) == footprint_apc_vfl(2000)
+    splitnn = rec("table2", "splitnn", n_train=2000, history={"splitnn": {"epochs": 7}})
+    assert one_shot.paper_footprint(splitnn) == footprint_splitnn(7, 1800, 128)
+
+
+# ----------------------------------------------------------------------------- study module
 
 
 def test_config_validation():

@@ -133,4 +133,11 @@ class AlignedSplitNN:
         return self._forward(active, passive, split, rows, train=False).argmax(dim=1)
 
 
-__all__ = ["AlignedSplitNN"]
+def footprint_splitnn(epochs: int, n_aligned: int, batch_size: int, z_p: int = 256,
+                      p: int = 128 * 256 + 256) -> int:
+    """APC-VFL's Eqs. 7-9: epochs * |D_A| * z_p * 4 (forward) + epochs * ceil(|D_A|/B) * p * 4 (backward:
+    one gradient per parameter of the passive encoder's last layer)."""
+    return epochs * n_aligned * z_p * 4 + epochs * math.ceil(n_aligned / batch_size) * p * 4
+
+
+__all__ = ["AlignedSplitNN", "footprint_splitnn"]

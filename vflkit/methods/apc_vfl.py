@@ -210,4 +210,9 @@ class APCVFLJoint(APCVFL):
         raise ConfigError("APCVFLJoint scores samples with joint_features(active, passive, split)")
 
 
-__all__ = ["APCVFL", "APCVFLJoint", "Ablation", "G3_LATENT"]
+def footprint_apc_vfl(n_aligned: int, z_p: int = 256) -> int:
+    """Eq. 6: bytes of the one exchange, |D_A| * z_p * 4 (float32 representations of width z_p)."""
+    return n_aligned * z_p * 4
+
+
+__all__ = ["APCVFL", "APCVFLJoint", "Ablation", "G3_LATENT", "footprint_apc_vfl"]

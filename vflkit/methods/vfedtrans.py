@@ -116,4 +116,11 @@ class VFedTrans(APCVFL):
         return {"representation_only": self.g3.encode(x_active)}
 
 
-__all__ = ["MASK_BLOCK_SIZE", "VFedTrans"]
+def footprint_vfedtrans(n_aligned: int, x_t: int, x_d: int) -> int:
+    """APC-VFL's Eq. 10, VFedTrans's bytes: (2|D_A|^2 + x_t x + x_d x + |D_A| x_t + |D_A| x_d + |D_A| x) * 4,
+    x = x_t + x_d (the masks A and B, the masked blocks, U~)."""
+    x = x_t + x_d
+    return (2 * n_aligned ** 2 + x_t * x + x_d * x + n_aligned * x_t + n_aligned * x_d + n_aligned * x) * 4
+
+
+__all__ = ["MASK_BLOCK_SIZE", "VFedTrans", "footprint_vfedtrans"]

@@ -5,7 +5,6 @@ and profiles: docs/studies.md. The runs are :mod:`vflkit.training.one_shot`'s.
 from __future__ import annotations
 
 import functools
-import math
 from typing import Any, Callable, Sequence
 
 import matplotlib.pyplot as plt
@@ -18,7 +17,7 @@ from ..config import apply_overrides, check_profile, check_seeds, check_seeds_on
 from ..partition import APC_VFL_N_ACTIVE
 from ..report import join_reference, side_by_side
 from ..training.one_shot import (DATASETS, FIG5_METHODS, LOCAL_METHODS, TABLE2_METHODS, OneShotRun,
-                                 available_datasets)
+                                 available_datasets, paper_footprint)
 from . import base, register
 from .base import Artefact, Study
 
@@ -114,48 +113,10 @@ def _one_lr(records: Sequence[dict[str, Any]]) -> None:
                          f"records (study.split_lr(records) separates them)")
 
 
-# ------------------------------------------------------------------------------ footprints
+# ------------------------------------------------------------------------- tables, figures
 
 
 MB = 1e6  # the paper's MB: 9500 aligned x 256 floats x 4 bytes = 9.73 MB (Table 2)
-
-
-def footprint_apc_vfl(n_aligned: int, z_p: int = 256) -> int:
-    """Eq. 6: bytes of the one exchange, |D_A| * z_p * 4."""
-    return n_aligned * z_p * 4
-
-
-def footprint_splitnn(epochs: int, n_aligned: int, batch_size: int, z_p: int = 256,
-                      p: int = 128 * 256 + 256) -> int:
-    """Eqs. 7-9: epochs * |D_A| * z_p * 4 (forward) + epochs * ceil(|D_A|/B) * p * 4 (backward: one
-    gradient per parameter of the passive encoder's last layer)."""
-    return epochs * n_aligned * z_p * 4 + epochs * math.ceil(n_aligned / batch_size) * p * 4
-
-
-def footprint_vfedtrans(n_aligned: int, x_t: int, x_d: int) -> int:
-    """Eq. 10: (2|D_A|^2 + x_t x + x_d x + |D_A| x_t + |D_A| x_d + |D_A| x) * 4, x = x_t + x_d."""
-    x = x_t + x_d
-    return (2 * n_aligned ** 2 + x_t * x + x_d * x + n_aligned * x_t + n_aligned * x_d + n_aligned * x) * 4
-
-
-def footprint_formula(rec: dict[str, Any]) -> float:
-    """The paper's footprint (bytes) for a record's run, from its own sizes and epochs."""
-    cfg = rec["config"]
-    if cfg["method"] in LOCAL_METHODS:
-        return 0.0
-    if cfg["kind"] == "table2":
-        n = rec["n_train"]
-        if cfg["method"] == "splitnn":
-            n_fit = n - int(round(n * cfg["val_fraction"]))
-            return float(footprint_splitnn(rec["history"]["splitnn"]["epochs"], n_fit,
-                                           DATASETS[cfg["dataset"]].batch_size))
-        return float(footprint_apc_vfl(n))
-    if cfg["method"] == "vfedtrans":
-        return float(footprint_vfedtrans(cfg["n_aligned"], rec["x_t"], rec["x_d"]))
-    return float(footprint_apc_vfl(cfg["n_aligned"]))
-
-
-# ------------------------------------------------------------------------- tables, figures
 
 
 def runs_frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
@@ -171,7 +132,7 @@ def runs_frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
             for metric, value in final.items():
                 rows.append({**c, "method": method, "label": METHOD_LABELS[method], "metric": metric,
                              "value": value, "bytes": r["comm"]["total"]["bytes"],
-                             "rounds": r["comm"]["total"]["rounds"], "formula_bytes": footprint_formula(r)})
+                             "rounds": r["comm"]["total"]["rounds"], "formula_bytes": paper_footprint(r)})
     return pd.DataFrame(rows)
 
 
@@ -326,7 +287,7 @@ def table2(records: Sequence[dict[str, Any]], *, profile: str) -> pd.DataFrame:
         rows += [{**base, "metric": metric, "value": r["final"][metric]},
                  {**base, "metric": "communication_rounds", "value": r["comm"]["total"]["rounds"]},
                  {**base, "metric": "communication_MB", "value": r["comm"]["total"]["bytes"] / MB},
-                 {**base, "metric": "formula_MB", "value": footprint_formula(r) / MB}]
+                 {**base, "metric": "formula_MB", "value": paper_footprint(r) / MB}]
         if c["dataset"] == "mimic3":
             for avg in ("macro", "weighted"):
                 rows.append({**base, "table": "4", "metric": f"{avg}_f1_pct", "value": 100 * r["final"][f"{avg}_f1"]})

@@ -31,8 +31,9 @@ from ..comm import ROUNDS_COUNTED_AS, Channel, Ledger, Party
 from ..config import SHA1_10, KeyedRun, KeyFormat, check_dataset, check_int, check_name, check_rate
 from ..errors import BudgetExhausted, ConfigError, DatasetNotFoundError, DivergenceError
 from ..methods import get_one_shot_method
-from ..methods.aligned_splitnn import AlignedSplitNN
-from ..methods.apc_vfl import APCVFLJoint
+from ..methods.aligned_splitnn import AlignedSplitNN, footprint_splitnn
+from ..methods.apc_vfl import APCVFLJoint, footprint_apc_vfl
+from ..methods.vfedtrans import footprint_vfedtrans
 from ..methods.oneshot import ADAM_LR, OneShotMethod, standardize
 from ..partition import APC_VFL_N_ACTIVE, apc_vfl_partition, partial_alignment
 from . import dataset as cached_dataset
@@ -417,6 +418,24 @@ def _train(cfg: OneShotRun) -> dict[str, Any]:
             "comm": _ledger_summary(channel.ledger), **extra}
 
 
+def paper_footprint(record: dict[str, Any]) -> float:
+    """The bytes APC-VFL's formulas (Eqs. 6-10) give a record's training phase, from the sizes and
+    epochs the record holds; 0 for the local methods."""
+    cfg = record["config"]
+    if cfg["method"] in LOCAL_METHODS:
+        return 0.0
+    if cfg["kind"] == "table2":
+        n = record["n_train"]
+        if cfg["method"] == "splitnn":
+            n_fit = n - int(round(n * cfg["val_fraction"]))
+            return float(footprint_splitnn(record["history"]["splitnn"]["epochs"], n_fit,
+                                           dataset_spec(cfg["dataset"]).batch_size))
+        return float(footprint_apc_vfl(n))
+    if cfg["method"] == "vfedtrans":
+        return float(footprint_vfedtrans(cfg["n_aligned"], record["x_t"], record["x_d"]))
+    return float(footprint_apc_vfl(cfg["n_aligned"]))
+
+
 def run(cfg: OneShotRun, **kwargs: Any) -> dict[str, Any]:
     """The record of ``cfg``: :func:`vflkit.records.run_one` with this family's :func:`train`,
     on the CPU whatever ``device`` says (see :func:`train`; the record names the CPU)."""
@@ -431,4 +450,4 @@ def run_many(cfgs: Sequence[OneShotRun], **kwargs: Any) -> list[dict[str, Any]]:
 
 __all__ = ["DATASETS", "FIG5_METHODS", "dataset_spec", "LOCAL_METHODS", "TABLE2_METHODS", "DatasetSpec", "OneShotRun",
            "available_datasets", "build_aligned_parties", "build_parties", "classifier", "cross_validate",
-           "make_method", "run", "run_many", "scores", "train"]
+           "make_method", "paper_footprint", "run", "run_many", "scores", "train"]
