@@ -5,6 +5,7 @@ and profiles: docs/studies.md. The runs are :mod:`vflkit.training.one_shot`'s.
 from __future__ import annotations
 
 import functools
+from dataclasses import fields
 from typing import Any, Callable, Sequence
 
 import matplotlib.pyplot as plt
@@ -13,11 +14,11 @@ import pandas as pd
 import seaborn as sns
 
 from .. import claims, records as store
-from ..config import apply_overrides, check_profile, check_seeds, check_seeds_once, data_root
+from ..config import apply_overrides, check_profile, check_seeds, check_seeds_once
 from ..partition import APC_VFL_N_ACTIVE
 from ..report import join_reference, side_by_side
 from ..training.one_shot import (DATASETS, FIG5_METHODS, LOCAL_METHODS, TABLE2_METHODS, OneShotRun,
-                                 available_datasets, paper_footprint)
+                                 available_datasets, paper_footprint, unavailable)
 from . import base, register
 from .base import Artefact, Study
 
@@ -120,7 +121,8 @@ MB = 1e6  # the paper's MB: 9500 aligned x 256 floats x 4 bytes = 9.73 MB (Table
 
 
 def runs_frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    """One row per run and metric: config, mean-over-folds value, ledger bytes and rounds, formula."""
+    """One row per run and metric: config, mean-over-folds value, ledger bytes and rounds, formula;
+    for no record, no row but the same columns (every frame below is then empty alike)."""
     _one_lr(records)
     rows = []
     for r in records:
@@ -133,30 +135,33 @@ def runs_frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
                 rows.append({**c, "method": method, "label": METHOD_LABELS[method], "metric": metric,
                              "value": value, "bytes": r["comm"]["total"]["bytes"],
                              "rounds": r["comm"]["total"]["rounds"], "formula_bytes": paper_footprint(r)})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows) if rows else pd.DataFrame(columns=[*sorted(f.name for f in fields(OneShotRun)), "label",
+                                                                 "metric", "value", "bytes", "rounds", "formula_bytes"])
+
+
+def _scored(records: Sequence[dict[str, Any]], kind: str) -> pd.DataFrame:
+    """:func:`runs_frame`'s rows of the ``kind`` runs with their dataset's metric, also in ``points``."""
+    df = runs_frame([r for r in records if r["config"]["kind"] == kind])
+    df = df[df["metric"] == df["dataset"].map(lambda d: DATASETS[d].metric)]
+    return df.assign(points=100 * df["value"])
 
 
 def _fig5_runs(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    """Fig. 5's runs, one row each with its dataset's metric, Local and Ablation repeated at
-    every aligned count of their dataset."""
-    df = runs_frame([r for r in records if r["config"]["kind"] == "fig5"])
+    """Fig. 5's runs (:func:`_scored`), Local and Ablation repeated at every aligned count of their dataset."""
+    df = _scored(records, "fig5")
     aligned = {ds: sorted(df[df["dataset"] == ds]["n_aligned"].dropna().astype(int).unique())
                for ds in df["dataset"].unique()}
     loc = df[df["n_aligned"].isna()]  # Local and Ablation do not depend on |D_A|
     df = pd.concat([df[df["n_aligned"].notna()]] + [loc[loc["dataset"] == ds].assign(n_aligned=n)
                                                     for ds, counts in aligned.items() for n in counts],
-                   ignore_index=True).astype({"n_aligned": int})
-    return df[df["metric"] == df["dataset"].map(lambda d: DATASETS[d].metric)]
+                   ignore_index=True)
+    return df.astype({"n_aligned": int})
 
 
 def fig5_frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """Fig. 5's data: per dataset, |D_A| and method, the mean over partitions of the per-partition
     mean over repetitions, and its std over partitions (the paper's bars)."""
-    if not any(r["config"]["kind"] == "fig5" for r in records):
-        return pd.DataFrame(columns=["dataset", "n_aligned", "method", "label", "metric", "value", "std",
-                                     "n_partitions", "n_runs"])
-    df = _fig5_runs(records)
-    per_part = df.groupby(["dataset", "n_aligned", "method", "label", "metric", "n_active_features"],
+    per_part = _fig5_runs(records).groupby(["dataset", "n_aligned", "method", "label", "metric", "n_active_features"],
                           as_index=False).agg(value=("value", "mean"), n_runs=("value", "size"))
     return per_part.groupby(["dataset", "n_aligned", "method", "label", "metric"], as_index=False).agg(
         value=("value", "mean"), std=("value", "std"), n_partitions=("value", "size"), n_runs=("n_runs", "sum"))
@@ -167,11 +172,8 @@ def paired_difference(records: Sequence[dict[str, Any]], method: str = "apc_vfl_
     """``method`` minus each baseline on the same partition and repetition, per dataset and |D_A|,
     in metric points: the mean difference, its standard error and how many pairs it wins."""
     columns = ["dataset", "n_aligned", "baseline", "pairs", "mean_diff_points", "std_error", "wins", "ties"]
-    if not any(r["config"]["kind"] == "fig5" for r in records):
-        return pd.DataFrame(columns=columns)
-    df = _fig5_runs(records)
-    wide = df.pivot_table(index=["dataset", "n_aligned", "n_active_features", "seed"], columns="method",
-                          values="value")
+    wide = _fig5_runs(records).pivot_table(index=["dataset", "n_aligned", "n_active_features", "seed"],
+                                           columns="method", values="value")
     rows = []
     for (ds, n), g in wide.groupby(level=["dataset", "n_aligned"]):
         for b in baselines:
@@ -188,9 +190,6 @@ def _fig6_runs(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """Fig. 6's runs (APC-VFL with MSE, VFedTrans), one row each with its ledger's ``MB``."""
     recs = [r for r in records if r["config"]["kind"] == "fig5"
             and r["config"]["method"] in ("apc_vfl_mse", "vfedtrans")]
-    if not recs:
-        return pd.DataFrame(columns=["dataset", "method", "label", "n_aligned", "n_active_features", "seed", "bytes",
-                                     "formula_bytes", "rounds", "MB"])
     df = runs_frame(recs).drop_duplicates(["dataset", "method", "n_aligned", "n_active_features", "seed"])
     return df.assign(MB=df["bytes"] / MB)
 
@@ -439,21 +438,15 @@ def _main_records(records: claims.Records) -> list[dict[str, Any]]:
 
 
 def _points(records: claims.Records) -> pd.DataFrame:
-    """:func:`_fig5_runs` of the main records, in metric points."""
-    recs = [r for r in _main_records(records) if r["config"]["kind"] == "fig5"]
-    if not recs:
-        return pd.DataFrame(columns=["dataset", "method", "n_aligned", "n_active_features", "seed", "points"])
-    df = _fig5_runs(recs)
-    return df.assign(points=100 * df["value"])
+    """:func:`_fig5_runs` of the main records."""
+    return _fig5_runs(_main_records(records))
 
 
 def _pair(frame: pd.DataFrame, *, by: str, a: str, b: str, value: str, cell: Sequence[str]) -> pd.DataFrame:
     """:func:`vflkit.claims.paired`, empty (not testable) when ``a`` or ``b`` has no row. Gated on
     Local where the frame holds it (a method below Local learned nothing from the passive party).
     No chance gate: on a two-class table and F1 a collapsed model ends below Local, which names it."""
-    if not {a, b} <= set(frame[by]):
-        return pd.DataFrame(columns=["cell", "seed", "diff"])
-    local = "local" if value == "points" and (frame[by] == "local").any() else None  # scores only, not MB
+    local = "local" if value == "points" else None  # scores only, not MB
     return claims.paired(frame, by=by, a=a, b=b, value=value, cell=cell, local=local)
 
 
@@ -598,15 +591,8 @@ def _decay(records: claims.Records) -> claims.Verdict:
 
 
 def _table2_frame(records: claims.Records) -> pd.DataFrame:
-    rows = []
-    for r in _main_records(records):
-        c = r["config"]
-        if c["kind"] != "table2":
-            continue
-        rows.append({"dataset": c["dataset"], "method": c["method"], "n_aligned": c["n_aligned"], "seed": c["seed"],
-                     "points": 100 * r["final"][DATASETS[c["dataset"]].metric],
-                     "rounds": r["comm"]["total"]["rounds"], "MB": r["comm"]["total"]["bytes"] / MB})
-    return pd.DataFrame(rows, columns=["dataset", "method", "n_aligned", "seed", "points", "rounds", "MB"])
+    df = _scored(_main_records(records), "table2")
+    return df.assign(MB=df["bytes"] / MB)
 
 
 def _table2_on_par(records: claims.Records) -> claims.Verdict:
@@ -713,17 +699,6 @@ def _artefact(kind: str, *, methods: Sequence[str] | None = None, datasets: Sequ
         ran = {c.dataset for c in small}
         return small + [c for c in out if c.n_aligned is None and c.dataset in ran]
     return runs
-
-
-@functools.lru_cache(maxsize=8)
-def _present_in(root: str, datasets: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(available_datasets(datasets)[0])
-
-
-def unavailable(runs: Sequence[OneShotRun]) -> list[OneShotRun]:
-    """The runs on data that is not here (MIMIC-III cannot be redistributed), looked up once per data folder."""
-    here = _present_in(str(data_root()), tuple(sorted({c.dataset for c in runs}))) if runs else ()
-    return [c for c in runs if c.dataset not in here]
 
 
 def unavailable_why(titles: Sequence[str]) -> str:

@@ -9,6 +9,7 @@ Table 2's comparison on aligned data only is the same family on :func:`build_ali
 
 from __future__ import annotations
 
+import functools
 import time
 import warnings
 from dataclasses import asdict, dataclass, fields, replace
@@ -28,13 +29,13 @@ from threadpoolctl import threadpool_limits
 
 from .. import records
 from ..comm import ROUNDS_COUNTED_AS, Channel, Ledger, Party
-from ..config import SHA1_10, KeyedRun, KeyFormat, check_dataset, check_int, check_name, check_rate
+from ..config import SHA1_10, KeyedRun, KeyFormat, check_dataset, check_int, check_name, check_rate, data_root
 from ..errors import BudgetExhausted, ConfigError, DatasetNotFoundError, DivergenceError
 from ..methods import get_one_shot_method
 from ..methods.aligned_splitnn import AlignedSplitNN, footprint_splitnn
 from ..methods.apc_vfl import APCVFLJoint, footprint_apc_vfl
-from ..methods.vfedtrans import footprint_vfedtrans
 from ..methods.oneshot import ADAM_LR, OneShotMethod, standardize
+from ..methods.vfedtrans import footprint_vfedtrans
 from ..partition import APC_VFL_N_ACTIVE, apc_vfl_partition, partial_alignment
 from . import dataset as cached_dataset
 
@@ -198,6 +199,17 @@ def available_datasets(datasets: Sequence[str]) -> tuple[list[str], dict[str, st
         except DatasetNotFoundError as e:
             missing[name] = str(e)
     return ok, missing
+
+
+@functools.lru_cache(maxsize=8)
+def _present_in(root: str, datasets: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(available_datasets(datasets)[0])
+
+
+def unavailable(runs: Sequence[OneShotRun]) -> list[OneShotRun]:
+    """The runs on data that is not here (MIMIC-III cannot be redistributed), looked up once per data folder."""
+    here = _present_in(str(data_root()), tuple(sorted({c.dataset for c in runs}))) if runs else ()
+    return [c for c in runs if c.dataset not in here]
 
 
 # ------------------------------------------------------------------------------ parties
@@ -450,4 +462,4 @@ def run_many(cfgs: Sequence[OneShotRun], **kwargs: Any) -> list[dict[str, Any]]:
 
 __all__ = ["DATASETS", "FIG5_METHODS", "dataset_spec", "LOCAL_METHODS", "TABLE2_METHODS", "DatasetSpec", "OneShotRun",
            "available_datasets", "build_aligned_parties", "build_parties", "classifier", "cross_validate",
-           "make_method", "paper_footprint", "run", "run_many", "scores", "train"]
+           "make_method", "paper_footprint", "run", "run_many", "scores", "train", "unavailable"]
