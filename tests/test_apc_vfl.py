@@ -413,7 +413,7 @@ def test_table2_claims_with_one_method_recorded_are_not_testable():
     which method is missing instead of failing on an empty column."""
     run = _quick_run("table2", "splitnn", 0)
     rec = {"key": run.key, "config": run.to_dict(), "final": {"accuracy": 0.9},
-           "comm": {"total": {"bytes": 10**6, "rounds": 400}}}
+           "comm": {"total": {"bytes": 10**6, "rounds": 400}}, "n_train": 200, "history": {"splitnn": {"epochs": 50}}}
     recs = claims.Records.of_list("quick", [rec])
     rounds, mb = study._table2_rounds(recs), study._table2_mb(recs)
     assert rounds.status == claims.NOT_TESTABLE and "APC-VFL" in rounds.evidence
