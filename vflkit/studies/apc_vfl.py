@@ -18,7 +18,7 @@ from ..config import apply_overrides, check_profile, check_seeds, check_seeds_on
 from ..partition import APC_VFL_N_ACTIVE
 from ..report import join_reference, side_by_side
 from ..training.one_shot import (DATASETS, FIG5_METHODS, LOCAL_METHODS, TABLE2_METHODS, OneShotRun,
-                                 available_datasets, paper_footprint, unavailable)
+                                 available_datasets, paper_footprint, unavailable, unavailable_why)
 from . import base, register
 from .base import Artefact, Study
 
@@ -72,8 +72,7 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
     sensitivity runs (:func:`split_lr`). ``overrides`` replace profile settings (``epochs``,
     ``aligned``, ``table2_aligned`` may give one value for every dataset) or set ``patience``,
     ``lr`` (dropping the sensitivity runs), ``lam`` or ``val_fraction`` on every run."""
-    run_fields = ("patience", "lr", "lam", "val_fraction")
-    s, forced = apply_overrides(PROFILE_SETTINGS[check_profile(profile)], overrides, run_fields=run_fields)
+    s, forced = apply_overrides(settings(profile), overrides, run_fields=("patience", "lr", "lam", "val_fraction"))
     check_seeds_once(seeds, overrides)
     seeds = check_seeds(s["seeds"] if seeds is None else seeds)
     out: list[OneShotRun] = []
@@ -210,11 +209,10 @@ def detail_frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
 def plot_fig5(frame: pd.DataFrame, *, counts: dict[str, Sequence[int]] | None = None,
               title: str = "Mean over feature partitions (bars: std over partitions)") -> plt.Figure:
     """Grouped bars per dataset: metric vs |D_A| per method, error bars = std over partitions."""
-    dss = list(dict.fromkeys(frame["dataset"]))
-    fig, axes = plt.subplots(1, len(dss), figsize=(6.2 * len(dss), 4.2), squeeze=False)
+    n = frame["dataset"].nunique()
+    fig, axes = plt.subplots(1, n, figsize=(6.2 * n, 4.2), squeeze=False)
     order = [METHOD_LABELS[m] for m in DISPLAY_ORDER if METHOD_LABELS[m] in set(frame["label"])]
-    for ax, ds in zip(axes[0], dss):
-        d = frame[frame["dataset"] == ds]
+    for ax, (ds, d) in zip(axes[0], frame.groupby("dataset", sort=False)):
         if counts and ds in counts:
             d = d[d["n_aligned"].isin(counts[ds])]
         xs = sorted(d["n_aligned"].unique(), reverse=True)
@@ -236,10 +234,9 @@ def plot_fig5(frame: pd.DataFrame, *, counts: dict[str, Sequence[int]] | None = 
 
 def plot_fig6(frame: pd.DataFrame) -> plt.Figure:
     """Communication (MB, log scale) vs |D_A|: ledger (solid) and the paper's formula (dashed)."""
-    dss = list(dict.fromkeys(frame["dataset"]))
-    fig, axes = plt.subplots(1, len(dss), figsize=(6 * len(dss), 4), squeeze=False)
-    for ax, ds in zip(axes[0], dss):
-        d = frame[frame["dataset"] == ds]
+    n = frame["dataset"].nunique()
+    fig, axes = plt.subplots(1, n, figsize=(6 * n, 4), squeeze=False)
+    for ax, (ds, d) in zip(axes[0], frame.groupby("dataset", sort=False)):
         for lab, g in d.groupby("label"):
             g = g.sort_values("n_aligned")
             line, = ax.plot(g["n_aligned"], g["ledger_MB"], marker="o", label=f"{lab} (ledger)")
@@ -395,17 +392,13 @@ def ledger_check(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
         rounds_min=("rounds", "min"), rounds_max=("rounds", "max")).round(4)
 
 
-# ------------------------------------------------------------------ lr sensitivity, pending
-
-
 def lr_sensitivity(main: Sequence[dict[str, Any]], sensitivity: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """What Appendix B's learning rate changes, per run kind and method, over the runs recorded at
     both rates: the mean score at each, their paired difference (points, standard error) and the
     teacher autoencoders' mean best validation loss at each."""
     def frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
-        return pd.DataFrame([{**{k: r["config"][k] for k in ("kind", "dataset", "method")},
+        return pd.DataFrame([{**{k: r["config"][k] for k in ("kind", "dataset", "method", "n_active_features", "seed")},
                               "n_aligned": r["config"]["n_aligned"] or 0,
-                              "n_active_features": r["config"]["n_active_features"], "seed": r["config"]["seed"],
                               "score": r["final"][DATASETS[r["config"]["dataset"]].metric],
                               **{f"val_{ae}": h["best_val_loss"] for ae, h in r["history"].items()
                                  if ae in ("g1P", "g2A", "g3A")}} for r in records])
@@ -418,7 +411,7 @@ def lr_sensitivity(main: Sequence[dict[str, Any]], sensitivity: Sequence[dict[st
     rows = []
     for (kind, ds, m), g in both.groupby(["kind", "dataset", "method"], sort=False):
         row = {"kind": kind, "dataset": DATASETS[ds].label,
-               "method": "SplitNN" if m == "splitnn" else ("APC-VFL (joint)" if m == "apc_vfl_joint" else METHOD_LABELS[m]),
+               "method": {"apc_vfl_joint": "APC-VFL (joint)"}.get(m, METHOD_LABELS[m]),
                "pairs": len(g), "score_lr_1e-3": g["score_1e-3"].mean(), "score_lr_0.01": g["score_0.01"].mean(),
                "diff_points": g["diff"].mean(), "std_error": g["diff"].std(ddof=1) / np.sqrt(len(g))}
         for ae in ("g1P", "g2A", "g3A"):
@@ -435,11 +428,6 @@ def lr_sensitivity(main: Sequence[dict[str, Any]], sensitivity: Sequence[dict[st
 def _main_records(records: claims.Records) -> list[dict[str, Any]]:
     """The records at Appendix B's rate, in the order of the profile's runs."""
     return _main(STUDY.recorded_runs(records))
-
-
-def _points(records: claims.Records) -> pd.DataFrame:
-    """:func:`_fig5_runs` of the main records."""
-    return _fig5_runs(_main_records(records))
 
 
 def _pair(frame: pd.DataFrame, *, by: str, a: str, b: str, value: str, cell: Sequence[str]) -> pd.DataFrame:
@@ -459,7 +447,7 @@ def _beats(baseline: str, datasets: Sequence[str], counts: str = "fig5") -> Call
     |D_A|, partition and repetition, per dataset and loss, on the datasets recorded here.
     ``counts``: Fig. 5's, or "few" for Fig. 8 / D.3's 100-750."""
     def check(records: claims.Records) -> claims.Verdict:
-        df = _points(records)
+        df = _fig5_runs(_main_records(records))
         verdicts, absent = [], []
         for ds in datasets:
             sub = df[df["dataset"] == ds]
@@ -469,8 +457,7 @@ def _beats(baseline: str, datasets: Sequence[str], counts: str = "fig5") -> Call
                 absent.append(DATASETS[ds].title)
                 continue
             for m in _apc_variants(sub):
-                d = _pair(sub, by="method", a=m, b=baseline, value="points",
-                                  cell=["n_aligned", "n_active_features"])
+                d = _pair(sub, by="method", a=m, b=baseline, value="points", cell=["n_aligned", "n_active_features"])
                 v = claims.ordering(d, a=METHOD_LABELS[m], b=METHOD_LABELS[baseline])
                 verdicts.append(v.labelled(DATASETS[ds].title))
         if not verdicts:
@@ -497,14 +484,10 @@ def _fig6_growth(records: claims.Records) -> claims.Verdict:
         return claims.not_testable("no APC-VFL or VFedTrans records at this profile")
     parts, ok = [], True
     for ds, g in df.groupby("dataset"):
-        m = g.groupby(["method", "n_aligned"])["bytes"].mean()
-        counts = sorted(g["n_aligned"].unique())
-        if len(counts) < 2:
-            continue
-        lo, hi = counts[0], counts[-1]
-        slope = {meth: float(np.log(m[meth, hi] / m[meth, lo]) / np.log(hi / lo)) for meth in ("apc_vfl_mse", "vfedtrans")
-                 if (meth, lo) in m.index and (meth, hi) in m.index}
-        if len(slope) < 2:
+        m = g.groupby(["method", "n_aligned"])["bytes"].mean().unstack()  # a row per method, a column per |D_A|
+        lo, hi = m.columns.min(), m.columns.max()
+        slope = (np.log(m[hi] / m[lo]) / np.log(hi / lo)).reindex(["apc_vfl_mse", "vfedtrans"]).dropna()
+        if lo == hi or len(slope) < 2:
             continue
         ok &= abs(slope["apc_vfl_mse"] - 1) < 0.01 and slope["vfedtrans"] > 1.5
         parts.append(f"{DATASETS[ds].title} |D_A| {lo}-{hi}: log-log slope APC-VFL {slope['apc_vfl_mse']:.2f}, "
@@ -531,7 +514,7 @@ def _fig6_ratio(records: claims.Records) -> claims.Verdict:
 def _fig7_fewer_features(records: claims.Records) -> claims.Verdict:
     """APC-VFL's gain over Local with the fewest active features minus with the most, paired on
     |D_A| and repetition, per dataset and loss."""
-    df = _points(records)
+    df = _fig5_runs(_main_records(records))
     verdicts = []
     for ds, sub in df.groupby("dataset"):
         parts = sorted(sub["n_active_features"].unique())
@@ -552,7 +535,7 @@ def _fig7_fewer_features(records: claims.Records) -> claims.Verdict:
 
 def _mimic_ablation_pairs(records: claims.Records, few: bool) -> pd.DataFrame | claims.Verdict:
     """The Ablation against VFedTrans on MIMIC-III, at Fig. 8's few aligned counts or Fig. 7's."""
-    df = _points(records)
+    df = _fig5_runs(_main_records(records))
     sub = df[(df["dataset"] == "mimic3") & (df["n_aligned"].isin(DATASETS["mimic3"].few_aligned) == few)]
     if sub.empty:
         return claims.not_testable("MIMIC-III is not present (it cannot be redistributed)")
@@ -576,7 +559,7 @@ def _fig8_vfedtrans_below_ablation(records: claims.Records) -> claims.Verdict:
 def _decay(records: claims.Records) -> claims.Verdict:
     """D.3: VFedTrans's loss from |D_A| = 10000 to 100 minus APC-VFL's, paired on partition and
     repetition (the paper: 2.7 vs 1.3 points)."""
-    df = _points(records)
+    df = _fig5_runs(_main_records(records))
     sub = df[df["dataset"] == "credit_card"]
     if not {10000, 100} <= set(sub["n_aligned"]):
         return claims.not_testable("needs Credit Card runs at 10000 and 100 aligned samples (paper profile)")
@@ -701,16 +684,9 @@ def _artefact(kind: str, *, methods: Sequence[str] | None = None, datasets: Sequ
     return runs
 
 
-def unavailable_why(titles: Sequence[str]) -> str:
-    """Why the runs on ``titles`` cannot be made here: MIMIC-III's licence forbids passing it on."""
-    return "data not redistributable" if titles and all("MIMIC" in t for t in titles) else "data not here"
-
-
 def artefacts_note(profiles: Sequence[str]) -> str:
     """The report's note: pending paper-profile runs priced per run (:func:`pending_cost`), not per artefact."""
-    if "paper" not in profiles:
-        return ""
-    todo = STUDY.pending_runs("paper")
+    todo = STUDY.pending_runs("paper") if "paper" in profiles else []
     if not todo:
         return ""
     cost = pending_cost(todo)
@@ -728,11 +704,10 @@ def beyond(evidence: base.Evidence) -> list[tuple[str, str]]:
                  f"Not computed: no records yet; see the {link}.")]
     profile, have = found
     main, sens = split_lr(list(have.values()))
-    led = ledger_check(main)
     out = [("APC-VFL: the communication ledger against the paper's formulas (Eqs. 6-10)",
             f"Bytes counted by the channel over the paper's footprint, {profile} profile (`apc_vfl.ledger_check`; "
             + evidence.notebook("Communication: ledger vs the paper's formulas") + "):\n\n"
-            + evidence.markdown(led.rename(columns=str)))]
+            + evidence.markdown(ledger_check(main).rename(columns=str)))]
     sensitivity = lr_sensitivity(main, sens)
     if len(sensitivity) and "diff_points" in sensitivity:
         out.append(("APC-VFL: what Appendix B's learning rate changes (Adam at 1e-3 against 0.01)",
@@ -768,8 +743,7 @@ def _main(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 def _fig7(groups: Any, records: Sequence[dict[str, Any]], profile: str) -> dict[str, tuple[plt.Figure, pd.DataFrame]]:
     """Fig. 7 (Appendix C), one figure per dataset."""
     detail = detail_frame(_main(records))
-    return {f"fig7_{ds}": (plot_detail(detail, ds), detail[detail["dataset"] == ds])
-            for ds in dict.fromkeys(detail["dataset"])}
+    return {f"fig7_{ds}": (plot_detail(d, ds), d) for ds, d in detail.groupby("dataset", sort=False)}
 
 
 def _table2(groups: Any, records: Sequence[dict[str, Any]], profile: str) -> dict[str, pd.DataFrame]:

@@ -212,6 +212,11 @@ def unavailable(runs: Sequence[OneShotRun]) -> list[OneShotRun]:
     return [c for c in runs if c.dataset not in here]
 
 
+def unavailable_why(titles: Sequence[str]) -> str:
+    """Why the runs on ``titles`` cannot be made here: MIMIC-III's licence forbids passing it on."""
+    return "data not redistributable" if titles and all("MIMIC" in t for t in titles) else "data not here"
+
+
 # ------------------------------------------------------------------------------ parties
 
 
@@ -462,4 +467,5 @@ def run_many(cfgs: Sequence[OneShotRun], **kwargs: Any) -> list[dict[str, Any]]:
 
 __all__ = ["DATASETS", "FIG5_METHODS", "dataset_spec", "LOCAL_METHODS", "TABLE2_METHODS", "DatasetSpec", "OneShotRun",
            "available_datasets", "build_aligned_parties", "build_parties", "classifier", "cross_validate",
-           "make_method", "paper_footprint", "run", "run_many", "scores", "train", "unavailable"]
+           "make_method", "paper_footprint", "run", "run_many", "scores", "train", "unavailable",
+           "unavailable_why"]
