@@ -1,5 +1,7 @@
 """Tests for vflkit.analysis: the convergence rule and bytes to convergence, on hand-made records."""
 
+import math
+
 import pandas as pd
 import pytest
 
@@ -115,3 +117,41 @@ def test_time_to_a_common_target_tells_apart_runs_that_a_per_run_rule_cannot() -
                         for e, (a, b) in enumerate([(0.5, 0.7), (0.8, 0.9)], 1) for m, v in (("p", a), ("q", b))])
     assert metric_curve(two).tolist() == pytest.approx([0.6, 0.85])  # the models' mean per epoch
     assert metric_curve(two, models=["q"]).tolist() == pytest.approx([0.7, 0.9])
+
+
+def test_to_common_target_times_each_curve_to_its_cells_target() -> None:
+    """Each cell's target is 99 % of the best final among its curves; a curve that never reaches it is NaN."""
+    from vflkit.analysis import to_common_target
+
+    def curve(*values: float) -> pd.Series:  # epoch -> metric
+        return pd.Series(values, index=range(1, len(values) + 1))
+
+    timed = to_common_target({("x", "a"): curve(0.5, 0.9), ("x", "b"): curve(0.2, 0.5), ("y", "a"): curve(0.4, 0.5)},
+                             cell=lambda key: key[0])
+    assert timed[("x", "a")] == (pytest.approx(0.99 * 0.9), 2) and timed[("y", "a")] == (pytest.approx(0.495), 2)
+    assert math.isnan(timed[("x", "b")][1])  # never within the run
+    one = to_common_target({"a": curve(0.5, 0.9), "b": curve(0.2, 0.5)})  # one cell by default
+    assert one["b"][0] == one["a"][0] == pytest.approx(0.891)
+
+
+def test_a_run_at_chance_to_the_end_is_listed_as_collapsed_and_a_stopped_one_as_stopped() -> None:
+    """A run that ends below the chance line has collapsed from the epoch after its last one above it
+    (its first epoch when never above); a run that stopped at a NaN loss is listed as stopped."""
+    from vflkit.analysis import collapsed_epoch, diverged_runs
+
+    def record(accs, diverged=None):
+        return {"config": {"dataset": "mnist", "method": "c_vfl", "models": ["cnn", "cnn"]},
+                "models": {"active": "cnn", "passive_1": "cnn"}, "diverged": diverged,
+                "history": _history({"active": accs, "passive_1": [0.9] * len(accs)})}
+
+    assert collapsed_epoch(record([0.8, 0.9, 0.9]), at_chance_pct=15) is None
+    assert collapsed_epoch(record([0.8, 0.138, 0.10]), at_chance_pct=15) == 2  # 13.8 %: at chance already
+    assert collapsed_epoch(record([0.10, 0.12, 0.10]), at_chance_pct=15) == 1  # never above chance
+    assert collapsed_epoch(record([0.10, 0.12, 0.238]), at_chance_pct=15) is None  # weak, not collapsed
+    assert collapsed_epoch(record([0.10, 0.12, 0.238]), at_chance_pct=25) == 1
+    stopped = record([0.8, 0.1], diverged={"epoch": 2, "step": 7})
+    assert collapsed_epoch(stopped, at_chance_pct=15) is None
+    listed = diverged_runs([record([0.8, 0.9]), record([0.8, 0.1, 0.1]), stopped], at_chance_pct=15)
+    assert listed.to_dict("records") == [
+        {"dataset": "mnist", "method": "c_vfl", "models": "cnn/cnn", "how": "collapsed", "epoch": 2, "batch": None},
+        {"dataset": "mnist", "method": "c_vfl", "models": "cnn/cnn", "how": "stopped", "epoch": 2, "batch": 7}]

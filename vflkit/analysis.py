@@ -23,7 +23,7 @@ A record is the dict :func:`vflkit.records.run_one` writes: ``history`` rows wit
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -109,6 +109,19 @@ def epoch_to_target(curve: pd.Series, target: float) -> int | None:
     does within the run (censored: the horizon cannot say when it would)."""
     reached = curve[curve >= target - 1e-12]
     return None if reached.empty else int(reached.index[0])
+
+
+def to_common_target(curves: Mapping[Hashable, pd.Series], cell: Callable[[Hashable], Hashable] = lambda key: None,
+                     share: float = TARGET_SHARE) -> dict[Hashable, tuple[float, float]]:
+    """Each curve (epoch -> metric) of ``curves`` timed to the target common to the curves of its
+    ``cell(key)`` (default: all in one cell; :func:`common_target`): ``(target, epoch)``, the
+    epoch :func:`epoch_to_target`'s, NaN where the curve never reaches it."""
+    finals: dict[Hashable, list[float]] = {}
+    for key, curve in curves.items():
+        finals.setdefault(cell(key), []).append(float(curve.iloc[-1]))
+    targets = {c: common_target(f, share) for c, f in finals.items()}
+    timed = {key: (targets[cell(key)], epoch_to_target(curve, targets[cell(key)])) for key, curve in curves.items()}
+    return {key: (target, math.nan if e is None else e) for key, (target, e) in timed.items()}
 
 
 def _float32_factors(record: Mapping[str, Any]) -> dict[str, float]:
@@ -202,6 +215,34 @@ def summarise_runs(rows: Iterable[Mapping[str, Any]] | pd.DataFrame, keys: Seque
     out = pd.DataFrame({"value": g["value"].mean(), "std": g["value"].std(ddof=1),
                         "n_runs": g.size() - g["diverged"].sum(), "diverged": g["diverged"].sum()})
     return out.astype({"n_runs": int, "diverged": int}).reset_index()
+
+
+def collapsed_epoch(record: Mapping[str, Any], *, at_chance_pct: float, metric: str = "test_accuracy") -> int | None:
+    """The epoch from which a run that trained to the end stayed below ``at_chance_pct`` (``metric``
+    in %; some party model), None where every model ends above it or the run diverged and stopped."""
+    if record.get("diverged"):
+        return None
+    hist = pd.DataFrame(record["history"])
+    first = []
+    for party in record["models"]:
+        h = hist[hist["model"] == party].sort_values("epoch")
+        acc, epochs = 100 * h[metric].to_numpy(), h["epoch"].to_numpy()
+        if len(acc) and acc[-1] < at_chance_pct:
+            above = np.flatnonzero(acc >= at_chance_pct)
+            first.append(int(epochs[above[-1] + 1] if len(above) else epochs[0]))
+    return min(first) if first else None
+
+
+def diverged_runs(records: Iterable[Mapping[str, Any]], *, at_chance_pct: float) -> pd.DataFrame:
+    """Runs that diverged: loss NaN or exploded (``how`` "stopped", at ``epoch``/``batch``), or
+    trained to the end at chance (``how`` "collapsed", from :func:`collapsed_epoch`)."""
+    rows = [{"dataset": r["config"]["dataset"], "method": r["config"]["method"],
+             "models": "/".join(r["config"]["models"]), "how": "stopped" if d else "collapsed",
+             "epoch": d["epoch"] if d else e, "batch": d["step"] if d else None}
+            for r in records for d, e in [(r.get("diverged"), collapsed_epoch(r, at_chance_pct=at_chance_pct))]
+            if d or e is not None]
+    out = pd.DataFrame(rows, columns=["dataset", "method", "models", "how", "epoch", "batch"])
+    return out.astype({"batch": "Int64"})  # empty for a collapsed run, which ran every batch
 
 
 def variant_pairs(pairs: Iterable[tuple[Mapping[str, Any], Mapping[str, Any]]], *, labels: tuple[str, str],

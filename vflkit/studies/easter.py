@@ -640,17 +640,13 @@ def to_target(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, An
             continue
         theta2 = [k for k, a in r["models"].items() if a == MODEL_SETS[c.dataset][1]] if c.method == "easter" else None
         runs.append((c, r, analysis.metric_curve(r["history"], metric=metric_of(c.dataset), models=theta2)))
-    finals: dict[tuple[str, int], list[float]] = {}
-    for c, _, curve in runs:
-        finals.setdefault((c.dataset, c.seed), []).append(float(curve.iloc[-1]))
+    timed = analysis.to_common_target({i: curve for i, (_, _, curve) in enumerate(runs)},
+                                      cell=lambda i: (runs[i][0].dataset, runs[i][0].seed))
     rows = []
-    for c, r, curve in runs:
-        target = analysis.common_target(finals[(c.dataset, c.seed)])
-        e = analysis.epoch_to_target(curve, target)
-        mb = np.nan if e is None else analysis.bytes_to_convergence(r, epoch=e)["mb_float32"]
+    for (c, r, _), (target, e) in zip(runs, timed.values()):
+        mb = np.nan if np.isnan(e) else analysis.bytes_to_convergence(r, epoch=e)["mb_float32"]
         rows.append({"dataset": DATASET_NAMES[c.dataset], "method": METHOD_NAMES[c.method], "seed": c.seed,
-                     "target_pct": 100 * target, "epoch_to_target": np.nan if e is None else e, "epochs": c.epochs,
-                     "MB_to_target": mb})
+                     "target_pct": 100 * target, "epoch_to_target": e, "epochs": c.epochs, "MB_to_target": mb})
     return pd.DataFrame(rows, columns=["dataset", "method", "seed", "target_pct", "epoch_to_target", "epochs",
                                        "MB_to_target"])
 

@@ -341,33 +341,6 @@ def baseline_evidence() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def collapsed_epoch(record: dict[str, Any]) -> int | None:
-    """The epoch from which a run that trained to the end stayed below :data:`AT_CHANCE_PCT` (some
-    party model), None where every model ends above it or the run diverged and stopped."""
-    if record.get("diverged"):
-        return None
-    hist = pd.DataFrame(record["history"])
-    first = []
-    for party in record["models"]:
-        h = hist[hist["model"] == party].sort_values("epoch")
-        acc, epochs = 100 * h["test_accuracy"].to_numpy(), h["epoch"].to_numpy()
-        if len(acc) and acc[-1] < AT_CHANCE_PCT:
-            above = np.flatnonzero(acc >= AT_CHANCE_PCT)
-            first.append(int(epochs[above[-1] + 1] if len(above) else epochs[0]))
-    return min(first) if first else None
-
-
-def diverged_runs(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    """Runs that diverged: loss NaN or exploded (``how`` "stopped", at ``epoch``/``batch``), or
-    trained to the end at chance (``how`` "collapsed", from :func:`collapsed_epoch`)."""
-    rows = [{"dataset": r["config"]["dataset"], "method": r["config"]["method"],
-             "models": "/".join(r["config"]["models"]), "how": "stopped" if d else "collapsed",
-             "epoch": d["epoch"] if d else e, "batch": d["step"] if d else None}
-            for r in records for d, e in [(r.get("diverged"), collapsed_epoch(r))] if d or e is not None]
-    out = pd.DataFrame(rows, columns=["dataset", "method", "models", "how", "epoch", "batch"])
-    return out.astype({"batch": "Int64"})  # empty for a collapsed run, which ran every batch
-
-
 # --------------------------------------------------------------------------- figures
 
 
@@ -569,6 +542,10 @@ PLATEAU_POINTS = 2.0
 AT_CHANCE_PCT = 15.0
 #: Test accuracy (%) at chance on the 10 classes of every dataset of the paper.
 CHANCE_PCT = 10.0
+#: ``collapsed_epoch(record)``, ``diverged_runs(records)``: at :data:`AT_CHANCE_PCT` (:mod:`vflkit.analysis`).
+collapsed_epoch = partial(analysis.collapsed_epoch, at_chance_pct=AT_CHANCE_PCT)
+diverged_runs = partial(analysis.diverged_runs, at_chance_pct=AT_CHANCE_PCT)
+
 
 def _available(records: claims.Records,
                variant: str | None = None) -> tuple[dict[str, list[RunConfig]], dict[str, dict[str, Any]]]:
@@ -746,10 +723,9 @@ def time_to_target(groups: dict[str, list[RunConfig]], records: dict[str, dict[s
         ours = curves.get((dataset, model, seed, "VFedMH"))
         if method == "VFedMH" or ours is None:
             continue
-        target = analysis.common_target([ours.iloc[-1], base.iloc[-1]])
-        e_ours, e_base = analysis.epoch_to_target(ours, target), analysis.epoch_to_target(base, target)
-        rows.append({"dataset": dataset, "model": model, "seed": seed, "baseline": method, "target": target,
-                     "VFedMH": np.nan if e_ours is None else e_ours, "epoch": np.nan if e_base is None else e_base})
+        timed = analysis.to_common_target({"VFedMH": ours, "epoch": base})
+        rows.append({"dataset": dataset, "model": model, "seed": seed, "baseline": method,
+                     "target": timed["epoch"][0], **{k: e for k, (_, e) in timed.items()}})
     return pd.DataFrame(rows, columns=["dataset", "model", "seed", "baseline", "target", "VFedMH", "epoch"])
 
 
