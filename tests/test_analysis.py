@@ -155,3 +155,28 @@ def test_a_run_at_chance_to_the_end_is_listed_as_collapsed_and_a_stopped_one_as_
     assert listed.to_dict("records") == [
         {"dataset": "mnist", "method": "c_vfl", "models": "cnn/cnn", "how": "collapsed", "epoch": 2, "batch": None},
         {"dataset": "mnist", "method": "c_vfl", "models": "cnn/cnn", "how": "stopped", "epoch": 2, "batch": 7}]
+
+
+def test_the_bf16_check_pairs_each_bf16_run_with_its_fp32_twin_and_decides_by_the_seeds_mean() -> None:
+    """Per seed, the bf16 run's accuracy beside its fp32 twin's (NaN where not recorded); the verdict
+    waits for every seed of both, then takes bf16 when the bf16 mean lies inside the fp32 range."""
+    from vflkit.analysis import bf16_check, bf16_verdict
+    from vflkit.methods import RunConfig
+
+    runs = [RunConfig(paper="demo", dataset="mnist", method="local", models="cnn", seed=s, precision="bf16")
+            for s in range(3)]
+
+    def records(fp32, bf16):
+        return [{"key": c.replace(precision=p).key, "final": {"active": {"test_accuracy": a / 100}},
+                 "environment": {"device_name": "GPU"}, "wall_time_s": 90.0}
+                for c, f, b in zip(runs, fp32, bf16) for p, a in (("fp32", f), ("bf16", b)) if a is not None]
+
+    table = bf16_check(runs, records([99.0, 99.2, 99.1], [99.1, None, 99.0]))
+    assert table["seed"].tolist() == [0, 1, 2] and table["bf16 accuracy (%)"].isna().tolist() == [False, True, False]
+    assert table["fp32 device"].tolist() == ["GPU"] * 3 and table["bf16 wall (s)"].isna().tolist() == [False, True, False]
+    assert bf16_verdict(table, "the cell") == (None, "bf16 check (the cell): not decided, 2 of 3 bf16 and 3 of 3 fp32 "
+                                                     "seeds recorded; fp32 stays the default")
+    inside = bf16_verdict(bf16_check(runs, records([99.0, 99.2, 99.1], [99.3, 98.9, 99.1])), "the cell")
+    assert inside[0] == "bf16" and "mean 99.10 %" in inside[1]
+    outside = bf16_verdict(bf16_check(runs, records([99.0, 99.2, 99.1], [98.9, 98.8, 99.0])), "the cell")
+    assert outside[0] == "fp32" and "outside the fp32 seeds' range 99.00-99.20 %" in outside[1]

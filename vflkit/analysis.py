@@ -245,6 +245,41 @@ def diverged_runs(records: Iterable[Mapping[str, Any]], *, at_chance_pct: float)
     return out.astype({"batch": "Int64"})  # empty for a collapsed run, which ran every batch
 
 
+def bf16_check(runs: Iterable[Any], records: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
+    """The bf16 check (bf16 autocast becomes the GPU default only where a cell trained again under
+    bf16 lands inside its fp32 seeds' spread, :func:`bf16_verdict`): per run of ``runs`` (run configs,
+    ``precision="bf16"``) and its fp32 twin, by seed, the final test accuracy (%) of the active
+    party, device and wall time (s: a hint only, the GPU may have been shared); NaN where not recorded yet."""
+    rec = {r["key"]: r for r in records}
+    rows = []
+    for c in runs:
+        row: dict[str, Any] = {"seed": c.seed}
+        for name, r in (("fp32", rec.get(c.replace(precision="fp32").key)), ("bf16", rec.get(c.key))):
+            row[f"{name} accuracy (%)"] = 100 * r["final"]["active"]["test_accuracy"] if r else float("nan")
+            row[f"{name} device"] = (r.get("environment") or {}).get("device_name") if r else None
+            row[f"{name} wall (s)"] = r["wall_time_s"] if r else float("nan")
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["seed", "fp32 accuracy (%)", "bf16 accuracy (%)", "fp32 device", "bf16 device",
+                                       "fp32 wall (s)", "bf16 wall (s)"])
+
+
+def bf16_verdict(table: pd.DataFrame, cell: str) -> tuple[str | None, str]:
+    """Whether bf16 may become the GPU default (:func:`bf16_check`'s ``table`` of the run ``cell``
+    names), and the sentence: "bf16" when the bf16 seeds' mean lies inside the fp32 seeds' range,
+    "fp32" outside, None while runs are missing. The mean, not each seed: three seeds land each
+    inside the range of three others drawn alike only about one time in five."""
+    fp32, bf16 = table["fp32 accuracy (%)"], table["bf16 accuracy (%)"]
+    if table.empty or fp32.isna().any() or bf16.isna().any():
+        return None, (f"bf16 check ({cell}): not decided, {int(bf16.notna().sum())} of {len(table)} bf16 and "
+                      f"{int(fp32.notna().sum())} of {len(table)} fp32 seeds recorded; fp32 stays the default")
+    lo, hi, mean = float(fp32.min()), float(fp32.max()), float(bf16.mean())
+    inside = lo <= mean <= hi
+    return ("bf16" if inside else "fp32"), (
+        f"bf16 check ({cell}): bf16 seeds' mean {mean:.2f} % ({', '.join(f'{v:.2f}' for v in bf16)}) "
+        f"{'inside' if inside else 'outside'} the fp32 seeds' range {lo:.2f}-{hi:.2f} %: "
+        + ("bf16 may become the GPU default" if inside else "fp32 stays the default"))
+
+
 def variant_pairs(pairs: Iterable[tuple[Mapping[str, Any], Mapping[str, Any]]], *, labels: tuple[str, str],
                   metric: str | Callable[[Mapping[str, Any]], str] = "test_accuracy",
                   tolerance: float = 0.5) -> pd.DataFrame:

@@ -119,13 +119,10 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
                 vfedmh = _config(dataset, "vfedmh", het, seed, s)
                 for m in models:
                     for method in TABLE2_METHODS:
-                        if method != "c_vfl":
-                            out["table2"].append(_config(dataset, method, (m,) * 4, seed, s))
-                        else:
-                            epochs = s["cvfl_epochs"] or s["epochs"]
-                            out["table2"].append(_config(dataset, method, (m,) * 4, seed, s, epochs=epochs, lr=CVFL_LR))
-                            if models == SMALL_MODELS:  # the sensitivity row: the paper's rate at Q = 10
-                                out["cvfl_host_lr"].append(_config(dataset, method, (m,) * 4, seed, s, epochs=epochs))
+                        cvfl = {"epochs": s["cvfl_epochs"] or s["epochs"], "lr": CVFL_LR} if method == "c_vfl" else {}
+                        out["table2"].append(_config(dataset, method, (m,) * 4, seed, s, **cvfl))
+                        if cvfl and models == SMALL_MODELS:  # the sensitivity row: the paper's rate at Q = 10
+                            out["cvfl_host_lr"].append(out["table2"][-1].replace(lr=PAPER_LR))
                         if (dataset, method, m) == PRECISION_CHECK:
                             out["precision"].append(out["table2"][-1].replace(precision="bf16"))
                 out["table2"].append(vfedmh)
@@ -274,39 +271,14 @@ embedding_gradient = partial(_split.embedding_gradient, names=DATASET_NAMES)
 
 
 def precision_check(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    """The bf16 check (:data:`PRECISION_CHECK`): per seed, the cell's final test accuracy (%) in
-    fp32 (the Table II run) and bf16, each run's device and wall time (s: a hint only, the GPU may
-    have been shared); NaN where not recorded yet."""
-    rec = by_key(records)
-    rows = []
-    for c in groups["precision"]:
-        row: dict[str, Any] = {"seed": c.seed}
-        for name, r in (("fp32", rec.get(c.replace(precision="fp32").key)), ("bf16", rec.get(c.key))):
-            row[f"{name} accuracy (%)"] = 100 * r["final"]["active"]["test_accuracy"] if r else float("nan")
-            row[f"{name} device"] = (r.get("environment") or {}).get("device_name") if r else None
-            row[f"{name} wall (s)"] = r["wall_time_s"] if r else float("nan")
-        rows.append(row)
-    return pd.DataFrame(rows, columns=["seed", "fp32 accuracy (%)", "bf16 accuracy (%)", "fp32 device", "bf16 device",
-                                       "fp32 wall (s)", "bf16 wall (s)"])
+    """The bf16 check of :data:`PRECISION_CHECK`'s cell (:func:`vflkit.analysis.bf16_check`)."""
+    return analysis.bf16_check(groups["precision"], records)
 
 
 def precision_verdict(table: pd.DataFrame) -> tuple[str | None, str]:
-    """Whether bf16 may become the GPU default (:func:`precision_check`'s table), and the sentence:
-    "bf16" when the bf16 seeds' mean lies inside the fp32 seeds' range, "fp32" outside, None while
-    runs are missing. The mean, not each seed: three seeds land each inside the range of three
-    others drawn alike only about one time in five."""
+    """Whether bf16 may become the GPU default: :func:`vflkit.analysis.bf16_verdict` on :data:`PRECISION_CHECK`."""
     dataset, method, model = PRECISION_CHECK
-    cell = f"{TABLE2_METHODS[method][0]} {MODEL_NAMES[model]} on {DATASET_NAMES[dataset]}"
-    fp32, bf16 = table["fp32 accuracy (%)"], table["bf16 accuracy (%)"]
-    if table.empty or fp32.isna().any() or bf16.isna().any():
-        return None, (f"bf16 check ({cell}): not decided, {int(bf16.notna().sum())} of {len(table)} bf16 and "
-                      f"{int(fp32.notna().sum())} of {len(table)} fp32 seeds recorded; fp32 stays the default")
-    lo, hi, mean = float(fp32.min()), float(fp32.max()), float(bf16.mean())
-    inside = lo <= mean <= hi
-    return ("bf16" if inside else "fp32"), (
-        f"bf16 check ({cell}): bf16 seeds' mean {mean:.2f} % ({', '.join(f'{v:.2f}' for v in bf16)}) "
-        f"{'inside' if inside else 'outside'} the fp32 seeds' range {lo:.2f}-{hi:.2f} %: "
-        + ("bf16 may become the GPU default" if inside else "fp32 stays the default"))
+    return analysis.bf16_verdict(table, f"{TABLE2_METHODS[method][0]} {MODEL_NAMES[model]} on {DATASET_NAMES[dataset]}")
 
 
 def baselines_beside_paper(table: pd.DataFrame) -> str:
@@ -359,19 +331,23 @@ def _traffic(groups: dict[str, list[RunConfig]], records: dict[str, dict[str, An
                                        "MB_per_epoch", "rounds_per_epoch", "rounds_per_step"])
 
 
+def _three_models(groups: dict[str, list[RunConfig]], records: dict[str, dict[str, Any]]) -> pd.DataFrame:
+    """:func:`_traffic`'s runs that obtain the three small models: VFedMH's one run, a baseline's
+    three of a seed only once all three are recorded (else it would look cheaper)."""
+    per_run = _traffic(groups, records)
+    per_run = per_run[per_run["model"].isin(SMALL_MODELS)]
+    seed_runs = per_run.groupby(["dataset", "method", "seed"])
+    whole = ((seed_runs["seed"].transform("size") == len(SMALL_MODELS))
+             & (seed_runs["model"].transform("nunique") == len(SMALL_MODELS)))
+    return per_run[(per_run["method"] == "VFedMH") | whole]
+
+
 def fig3(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> tuple[plt.Figure, pd.DataFrame]:
     """Communication per epoch and in total to obtain the three small models: VFedMH's one run
     against each baseline's three. Per-epoch figures are the ledger's (training phase, mean over
     epochs); totals are them times the study's epochs."""
     epochs = max(c.epochs for c in groups["table2"])
-    per_run = _traffic(groups, by_key(records))
-    per_run = per_run[per_run["model"].isin(SMALL_MODELS)]
-    # a baseline's total needs its three runs, one per model, each once
-    seed_runs = per_run.groupby(["dataset", "method", "seed"])
-    whole = ((seed_runs["seed"].transform("size") == len(SMALL_MODELS))
-             & (seed_runs["model"].transform("nunique") == len(SMALL_MODELS)))
-    per_run = per_run[(per_run["method"] == "VFedMH") | whole]
-    data = per_run.groupby(["dataset", "method", "seed"], sort=False).agg(
+    data = _three_models(groups, by_key(records)).groupby(["dataset", "method", "seed"], sort=False).agg(
         runs_for_3_models=("seed", "size"), messages_per_epoch=("messages_per_epoch", "mean"),
         MB_per_epoch=("MB_per_epoch", "mean"), rounds_per_step=("rounds_per_step", "mean"),
         total_messages=("messages_per_epoch", "sum"), total_MB=("MB_per_epoch", "sum"),
@@ -684,11 +660,8 @@ def _total_rounds(records: claims.Records) -> claims.Verdict:
     """Fig. 3: to obtain the three small models, VFedMH's one run needs fewer rounds than each
     baseline's three. Rounds per epoch times epochs: a run that stopped early does not look cheaper."""
     groups, rec = _available(records)
-    df = _traffic(groups, rec)
-    df = df[df["model"].map(_model_set) == "small"]
-    df = df.assign(runs=1, rounds=df["rounds_per_epoch"] * df["epochs"])
-    df = df.groupby(["method", "dataset", "seed"], as_index=False).agg(runs=("runs", "sum"), rounds=("rounds", "sum"))
-    df = df[(df["method"] == "VFedMH") | (df["runs"] == len(SMALL_MODELS))]  # a baseline needs its three runs
+    df = _three_models(groups, rec).assign(rounds=lambda d: d["rounds_per_epoch"] * d["epochs"])
+    df = df.groupby(["method", "dataset", "seed"], as_index=False)["rounds"].sum()
     return claims.all_of(
         claims.ordering(claims.paired(df, by="method", a=b, b="VFedMH", value="rounds", cell=["dataset"]),
                         a=f"{b}'s rounds", b="VFedMH's", what="rounds", exact=True,  # counted, no noise
