@@ -320,12 +320,17 @@ def variant_summary(table: pd.DataFrame, *, labels: tuple[str, str]) -> str:
     return text[0].upper() + text[1:] + "."
 
 
-def swap_in_variant(groups: Mapping[str, list[Any]], method: str, group: str,
-                    tables: Sequence[str], *, keep_unmatched: bool) -> dict[str, list[Any]]:
-    """``groups`` with each run of ``method`` in ``tables`` replaced by its twin in the labelled
-    variant group ``group`` (same dataset, models, seed and parties): a study's claims judged on
-    its variant (the 1/C reading, C-VFL at the host's rate) read the same tables as on its runs.
-    A run the variant has no twin for stays (``keep_unmatched``) or leaves the table."""
+def swap_in_variant(groups: Mapping[str, list[Any]], variant: str | None, *, variants: Mapping[str, tuple[str, str]],
+                    tables: Sequence[str], keep_unmatched: bool) -> Mapping[str, list[Any]]:
+    """``groups`` with the labelled variant ``variants[variant]`` = (method, group) swapped in (None:
+    unchanged): each run of the method in ``tables`` replaced by its twin in the variant's group (same
+    dataset, models, seed and parties), so that a study's claims judged on its variant (the 1/C
+    reading, C-VFL at the host's rate) read the same tables as on its runs. A run the variant has
+    no twin for stays (``keep_unmatched``) or leaves the table."""
+    if variant is None:
+        return groups
+    method, group = variants[variant]
+
     def twin_key(c: Any) -> tuple:
         return (c.dataset, c.models, c.seed, c.n_parties)
 

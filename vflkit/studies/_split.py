@@ -84,15 +84,12 @@ def settings(profiles: dict[str, dict[str, Any]], profile: str,
     return split_run_overrides(profiles[check_profile(profile)], overrides, RunConfig)[0]
 
 
-#: A cell of the reference long format (:func:`summarise`).
-CELL = ["table", "dataset", "method", "setting", "model", "metric"]
-
-
 def summarise(rows: Sequence[dict[str, Any]], paper: str, profile: str) -> pd.DataFrame:
-    """The cells beside the paper's; a diverged run (its row's ``diverged``) is counted in the
-    cell's ``diverged`` column and kept out of its number (:func:`vflkit.analysis.summarise_runs`)."""
-    df = pd.DataFrame(rows, columns=[*CELL, "value", "seed", "diverged"])
-    return join_reference(analysis.summarise_runs(df, CELL), paper, profile=profile)
+    """The cells of the reference long format beside the paper's; a diverged run (its row's ``diverged``)
+    is counted in the cell's ``diverged`` column and kept out of its number (:func:`vflkit.analysis.summarise_runs`)."""
+    cell = ["table", "dataset", "method", "setting", "model", "metric"]
+    df = pd.DataFrame(rows, columns=[*cell, "value", "seed", "diverged"])
+    return join_reference(analysis.summarise_runs(df, cell), paper, profile=profile)
 
 
 def describe(run: RunConfig, datasets: dict[str, str], methods: dict[str, str] | None = None,
@@ -130,15 +127,8 @@ def embedding_gradient(groups: dict[str, list[RunConfig]], records: Sequence[dic
     return out.assign(dataset=out["dataset"].map(names))
 
 
-def with_variant(groups: dict[str, list[RunConfig]], variant: str | None, *, variants: dict[str, tuple[str, str]],
-                 tables: tuple[str, str], keep_unmatched: bool) -> dict[str, list[RunConfig]]:
-    """``groups`` with ``variants[variant]`` = (method, group) swapped in (None: unchanged): each
-    of the method's runs in ``tables`` replaced by its twin in the variant's group
-    (:func:`vflkit.analysis.swap_in_variant`)."""
-    if variant is None:
-        return groups
-    method, group = variants[variant]
-    return analysis.swap_in_variant(groups, method, group, tables, keep_unmatched=keep_unmatched)
+#: :func:`vflkit.analysis.swap_in_variant` (EASTER's study calls it by this name).
+with_variant = analysis.swap_in_variant
 
 
 def view(columns: str = "model", index: tuple[str, ...] = ("dataset", "method")) -> Callable[[pd.DataFrame], pd.DataFrame]:

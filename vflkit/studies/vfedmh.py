@@ -560,7 +560,7 @@ def accuracy_frame(groups: dict[str, list[RunConfig]], records: dict[str, dict[s
 
 
 #: Labelled variants a clause can be judged on: the method's runs in ``table2``/``table3``
-#: replaced by those of another group (:func:`vflkit.studies._split.with_variant`).
+#: replaced by those of another group (:func:`vflkit.analysis.swap_in_variant`).
 VARIANTS: dict[str, tuple[str, str]] = {
     "full_gradient": ("vfedmh", "embedding_gradient"),  # h gets ∂L_k/∂E, not ∂L_k/∂E / C
     "cvfl_host_lr": ("c_vfl", "cvfl_host_lr"),  # C-VFL at the paper's 0.05 with Q = 10
@@ -569,7 +569,7 @@ VARIANTS: dict[str, tuple[str, str]] = {
 
 #: ``groups`` with :data:`VARIANTS` ``variant`` swapped in (None: unchanged); defined on the small
 #: networks only, so the method's other cells leave the table.
-with_variant = partial(_split.with_variant, variants=VARIANTS, tables=("table2", "table3"), keep_unmatched=False)
+with_variant = partial(analysis.swap_in_variant, variants=VARIANTS, tables=("table2", "table3"), keep_unmatched=False)
 
 
 def _ordering_check(table: str, a: str, b: str, model_set: str | None = None, variant: str | None = None) -> Any:
