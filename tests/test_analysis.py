@@ -103,16 +103,17 @@ def test_variant_summary_reads_the_table():
 def test_time_to_a_common_target_tells_apart_runs_that_a_per_run_rule_cannot() -> None:
     """Two runs still rising at their last epoch: the per-run rule (first epoch within 0.5 points
     of the run's own best) gives both the last epoch; timed to 99 % of the better final accuracy
-    the faster run gets there first and the slower one never does (censored: None)."""
-    from vflkit.analysis import common_target, epoch_to_target, metric_curve
+    the faster run gets there first and the slower one never does (censored: NaN)."""
+    from vflkit.analysis import metric_curve, to_common_target
 
     fast = _history({"a": [0.80, 0.86, 0.882, 0.89]})
     slow = _history({"a": [0.60, 0.70, 0.78, 0.85]})
     assert convergence_epochs(fast) == {"a": 4} and convergence_epochs(slow) == {"a": 4}
-    curves = [metric_curve(h) for h in (fast, slow)]
-    target = common_target(c.iloc[-1] for c in curves)
-    assert target == pytest.approx(0.99 * 0.89)
-    assert epoch_to_target(curves[0], target) == 3 and epoch_to_target(curves[1], target) is None
+    timed = to_common_target({"fast": metric_curve(fast), "slow": metric_curve(slow)})
+    assert timed["fast"][0] == timed["slow"][0] == pytest.approx(0.99 * 0.89)
+    assert timed["fast"][1] == 3 and math.isnan(timed["slow"][1])
+    with pytest.raises(ConfigError, match="at least one final metric that is a number"):
+        to_common_target({"nan": pd.Series([0.5, float("nan")], index=[1, 2])})
     two = pd.DataFrame([{"epoch": e, "model": m, "test_accuracy": v}
                         for e, (a, b) in enumerate([(0.5, 0.7), (0.8, 0.9)], 1) for m, v in (("p", a), ("q", b))])
     assert metric_curve(two).tolist() == pytest.approx([0.6, 0.85])  # the models' mean per epoch
@@ -173,7 +174,8 @@ def test_the_bf16_check_pairs_each_bf16_run_with_its_fp32_twin_and_decides_by_th
 
     table = bf16_check(runs, records([99.0, 99.2, 99.1], [99.1, None, 99.0]))
     assert table["seed"].tolist() == [0, 1, 2] and table["bf16 accuracy (%)"].isna().tolist() == [False, True, False]
-    assert table["fp32 device"].tolist() == ["GPU"] * 3 and table["bf16 wall (s)"].isna().tolist() == [False, True, False]
+    assert table["fp32 device"].tolist() == ["GPU"] * 3
+    assert table["bf16 wall (s)"].isna().tolist() == [False, True, False]
     assert bf16_verdict(table, "the cell") == (None, "bf16 check (the cell): not decided, 2 of 3 bf16 and 3 of 3 fp32 "
                                                      "seeds recorded; fp32 stays the default")
     inside = bf16_verdict(bf16_check(runs, records([99.0, 99.2, 99.1], [99.3, 98.9, 99.1])), "the cell")

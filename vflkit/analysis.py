@@ -96,32 +96,24 @@ def metric_curve(history: Any, *, metric: str = "test_accuracy", models: Sequenc
     return df[df[metric].notna()].groupby("epoch")[metric].mean().sort_index()
 
 
-def common_target(finals: Iterable[float], share: float = TARGET_SHARE) -> float:
-    """The target the compared runs are timed to: ``share`` of the best of their final metrics."""
-    vals = [float(v) for v in finals if not math.isnan(float(v))]
-    if not vals:
-        raise ConfigError("common_target needs at least one final metric that is a number")
-    return share * max(vals)
-
-
-def epoch_to_target(curve: pd.Series, target: float) -> int | None:
-    """The first epoch at which ``curve`` (epoch -> metric) reaches ``target``; None when it never
-    does within the run (censored: the horizon cannot say when it would)."""
-    reached = curve[curve >= target - 1e-12]
-    return None if reached.empty else int(reached.index[0])
-
-
 def to_common_target(curves: Mapping[Hashable, pd.Series], cell: Callable[[Hashable], Hashable] = lambda key: None,
                      share: float = TARGET_SHARE) -> dict[Hashable, tuple[float, float]]:
     """Each curve (epoch -> metric) of ``curves`` timed to the target common to the curves of its
-    ``cell(key)`` (default: all in one cell; :func:`common_target`): ``(target, epoch)``, the
-    epoch :func:`epoch_to_target`'s, NaN where the curve never reaches it."""
-    finals: dict[Hashable, list[float]] = {}
+    ``cell(key)`` (default: all in one cell), ``share`` of the best of their final metrics, as
+    ``(target, epoch)``: the first epoch at which the curve reaches it, NaN where it never does
+    within the run (censored: the horizon cannot say when it would)."""
+    finals: dict[Hashable, list[float]] = {cell(key): [] for key in curves}
     for key, curve in curves.items():
-        finals.setdefault(cell(key), []).append(float(curve.iloc[-1]))
-    targets = {c: common_target(f, share) for c, f in finals.items()}
-    timed = {key: (targets[cell(key)], epoch_to_target(curve, targets[cell(key)])) for key, curve in curves.items()}
-    return {key: (target, math.nan if e is None else e) for key, (target, e) in timed.items()}
+        if not math.isnan(final := float(curve.iloc[-1])):
+            finals[cell(key)].append(final)
+    if empty := [c for c, f in finals.items() if not f]:
+        raise ConfigError(f"a common target needs at least one final metric that is a number (none in {empty[0]!r})")
+    targets = {c: share * max(f) for c, f in finals.items()}
+    out = {}
+    for key, curve in curves.items():
+        reached = curve[curve >= targets[cell(key)] - 1e-12]
+        out[key] = (targets[cell(key)], math.nan if reached.empty else int(reached.index[0]))
+    return out
 
 
 def _float32_factors(record: Mapping[str, Any]) -> dict[str, float]:
