@@ -116,19 +116,14 @@ def recorded_pairs(variants: Sequence[RunConfig], rec: dict[str, dict[str, Any]]
 
 def embedding_gradient(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]],
                        names: dict[str, str], metric: Any = "test_accuracy") -> pd.DataFrame:
-    """The 1/C comparison: each run of group ``embedding_gradient`` (h given ∂L_k/∂E) beside the
-    study's own run (h given ∂L_k/∂E / C, Eq. 7's exact gradient), the same seed, data and
-    initialisation: final metric (mean over the party models), e* and the paired difference
-    (:func:`vflkit.analysis.variant_pairs`); pairs not recorded yet are left out. ``names``: the
-    datasets as the paper prints them."""
+    """The 1/C comparison (:func:`vflkit.analysis.variant_pairs`): each run of group
+    ``embedding_gradient`` (h given ∂L_k/∂E) beside the study's own run of the same seed, data and
+    initialisation (h given ∂L_k/∂E / C, Eq. 7's exact gradient), where both are recorded;
+    ``names``: the datasets as the paper prints them."""
     rec = by_key(records)
     pairs = [(rec[s.key], rec[c.key]) for c, s in recorded_pairs(groups["embedding_gradient"], rec)]
     out = analysis.variant_pairs(pairs, labels=GRADIENT_READINGS, metric=metric)
     return out.assign(dataset=out["dataset"].map(names))
-
-
-#: :func:`vflkit.analysis.swap_in_variant` (EASTER's study calls it by this name).
-with_variant = analysis.swap_in_variant
 
 
 def view(columns: str = "model", index: tuple[str, ...] = ("dataset", "method")) -> Callable[[pd.DataFrame], pd.DataFrame]:

@@ -594,7 +594,7 @@ VARIANTS: dict[str, tuple[str, str]] = {
 
 
 #: ``groups`` with :data:`VARIANTS` ``variant`` swapped in (None: unchanged).
-with_variant = partial(_split.with_variant, variants=VARIANTS, tables=("table2", "table4"), keep_unmatched=True)
+with_variant = partial(analysis.swap_in_variant, variants=VARIANTS, tables=("table2", "table4"), keep_unmatched=True)
 
 
 def _beats(table: str, other: str, variant: str | None = None, label: str = "") -> claims.Claim:

@@ -685,18 +685,17 @@ def time_to_target(groups: dict[str, list[RunConfig]], records: dict[str, dict[s
     curves: dict[tuple[str, str, int, str], pd.Series] = {}
     for c, r in _curves(groups, records):
         method = TABLE2_NAMES[c.method]
-        for arch in dict.fromkeys(r["models"].values()):
-            if method != "VFedMH" and arch != c.models[0]:
-                continue  # a baseline's one global model is its active party's architecture
+        # a baseline's one global model is its active party's architecture
+        for arch in dict.fromkeys(r["models"].values()) if method == "VFedMH" else [c.models[0]]:
             parties = [p for p, a in r["models"].items() if a == arch]
             curves[(DATASET_NAMES[c.dataset], MODEL_NAMES[arch], c.seed, method)] = 100 * analysis.metric_curve(
                 r["history"], models=parties)
     rows = []
-    for (dataset, model, seed, method), base in curves.items():
+    for (dataset, model, seed, method), theirs in curves.items():
         ours = curves.get((dataset, model, seed, "VFedMH"))
         if method == "VFedMH" or ours is None:
             continue
-        timed = analysis.to_common_target({"VFedMH": ours, "epoch": base})
+        timed = analysis.to_common_target({"VFedMH": ours, "epoch": theirs})
         rows.append({"dataset": dataset, "model": model, "seed": seed, "baseline": method,
                      "target": timed["epoch"][0], **{k: e for k, (_, e) in timed.items()}})
     return pd.DataFrame(rows, columns=["dataset", "model", "seed", "baseline", "target", "VFedMH", "epoch"])
@@ -829,9 +828,7 @@ def beyond(evidence: base.Evidence) -> list[tuple[str, str]]:
                 f"(`vfedmh.blinding_demo()`; " + evidence.notebook("Blinding factors") + ")."))
     if found := evidence.first_with_records():
         profile, have = found
-        groups = evidence.groups(profile)
-        runs = evidence.runs(profile)
-        key = evidence.key
+        groups, runs, key = evidence.groups(profile), evidence.runs(profile), evidence.key
         div = diverged_runs([have[key(c)] for c in runs if key(c) in have])
         which = "; ".join(f"{r.method} {r.models} on {r.dataset} (epoch {r.epoch}"
                           + (", collapsed to chance and trained on there)" if r.how == "collapsed" else ")")
