@@ -182,3 +182,14 @@ def test_the_bf16_check_pairs_each_bf16_run_with_its_fp32_twin_and_decides_by_th
     assert inside[0] == "bf16" and "mean 99.10 %" in inside[1]
     outside = bf16_verdict(bf16_check(runs, records([99.0, 99.2, 99.1], [98.9, 98.8, 99.0])), "the cell")
     assert outside[0] == "fp32" and "outside the fp32 seeds' range 99.00-99.20 %" in outside[1]
+
+
+def test_recorded_pairs_keeps_a_variant_only_with_its_standard_run_recorded() -> None:
+    from vflkit.analysis import recorded_pairs
+    from vflkit.methods import RunConfig
+
+    standard = [RunConfig(paper="demo", dataset="mnist", method="vfedmh", models="cnn", seed=s) for s in range(3)]
+    variants = [c.replace(options={"blinding": False}) for c in standard]
+    records = {c.key: {} for c in [*variants, *standard[:2]]}  # seed 2's standard run not recorded yet
+    assert recorded_pairs(variants, records) == list(zip(variants[:2], standard[:2]))
+    assert recorded_pairs(variants, {}) == []

@@ -272,6 +272,13 @@ def bf16_verdict(table: pd.DataFrame, cell: str) -> tuple[str | None, str]:
         + ("bf16 may become the GPU default" if inside else "fp32 stays the default"))
 
 
+def recorded_pairs(variants: Iterable[Any], records: Mapping[str, Any]) -> list[tuple[Any, Any]]:
+    """Each variant run (a config with options: no blinding, Q = 1, the full gradient) with its standard
+    run (no options), where both are in ``records`` (by key): a part-computed profile has half-recorded pairs."""
+    pairs = [(c, c.replace(options={})) for c in variants]
+    return [(c, s) for c, s in pairs if c.key in records and s.key in records]
+
+
 def variant_pairs(pairs: Iterable[tuple[Mapping[str, Any], Mapping[str, Any]]], *, labels: tuple[str, str],
                   metric: str | Callable[[Mapping[str, Any]], str] = "test_accuracy",
                   tolerance: float = 0.5) -> pd.DataFrame:

@@ -107,13 +107,6 @@ def arch_metric(record: dict[str, Any], metric: str = "test_accuracy") -> dict[s
     return {a: float(np.mean(v)) for a, v in out.items()}
 
 
-def recorded_pairs(variants: Sequence[RunConfig], rec: dict[str, dict[str, Any]]) -> list[tuple[RunConfig, RunConfig]]:
-    """Each variant run (an option set: no blinding, Q = 1, the full gradient) with its standard
-    run (no options), where both are recorded: a paper profile part-computed has half-recorded pairs."""
-    pairs = [(c, c.replace(options={})) for c in variants]
-    return [(c, s) for c, s in pairs if c.key in rec and s.key in rec]
-
-
 def embedding_gradient(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]],
                        names: dict[str, str], metric: Any = "test_accuracy") -> pd.DataFrame:
     """The 1/C comparison (:func:`vflkit.analysis.variant_pairs`): each run of group
@@ -121,7 +114,7 @@ def embedding_gradient(groups: dict[str, list[RunConfig]], records: Sequence[dic
     initialisation (h given ∂L_k/∂E / C, Eq. 7's exact gradient), where both are recorded;
     ``names``: the datasets as the paper prints them."""
     rec = by_key(records)
-    pairs = [(rec[s.key], rec[c.key]) for c, s in recorded_pairs(groups["embedding_gradient"], rec)]
+    pairs = [(rec[s.key], rec[c.key]) for c, s in analysis.recorded_pairs(groups["embedding_gradient"], rec)]
     out = analysis.variant_pairs(pairs, labels=GRADIENT_READINGS, metric=metric)
     return out.assign(dataset=out["dataset"].map(names))
 

@@ -29,7 +29,7 @@ from ..training.split import history_frame
 from . import base, register
 from . import _split
 from ._split import (FULL_GRADIENT_READING, GRADIENT_READINGS, RESNET_CUT, TRAIN_SIZES, arch_metric, assign_models,
-                     by_key, needs_gpu, recorded_pairs, rotate, run_priority, unique)
+                     by_key, needs_gpu, rotate, run_priority, unique)
 from ._split import figure as _figure, view as _view
 from .base import Artefact, Study
 
@@ -492,7 +492,7 @@ def blinding_accuracy(groups: dict[str, list[RunConfig]], records: Sequence[dict
     rec = by_key(records)
     rows = [{"dataset": DATASET_NAMES[c.dataset], "seed": c.seed, "party": party, "model": MODEL_NAMES[arch],
              "blinding": blinding, "test_accuracy_pct": round(100 * rec[run.key]["final"][party]["test_accuracy"], 2)}
-            for c, standard in recorded_pairs(groups["blinding"], rec)
+            for c, standard in analysis.recorded_pairs(groups["blinding"], rec)
             for blinding, run in (("on", standard), ("off", c)) for party, arch in rec[run.key]["models"].items()]
     if not rows:
         return pd.DataFrame(columns=["dataset", "seed", "party", "model", "on", "off", "difference"])
@@ -746,7 +746,7 @@ def _blinding(records: claims.Records) -> claims.Verdict:
     groups, rec = _available(records)
     rows = [{"cell": f"{DATASET_NAMES[c.dataset]}/{party}", "seed": c.seed,
              "diff": 100 * (rec[on.key]["final"][party]["test_accuracy"] - rec[c.key]["final"][party]["test_accuracy"])}
-            for c, on in recorded_pairs(groups["blinding"], rec) for party in rec[on.key]["models"]]
+            for c, on in analysis.recorded_pairs(groups["blinding"], rec) for party in rec[on.key]["models"]]
     return claims.equivalent(pd.DataFrame(rows, columns=["cell", "seed", "diff"]), tolerance=BLINDING_TOLERANCE_POINTS,
                              what="accuracy with blinding - without")
 
