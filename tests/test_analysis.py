@@ -193,3 +193,14 @@ def test_recorded_pairs_keeps_a_variant_only_with_its_standard_run_recorded() ->
     records = {c.key: {} for c in [*variants, *standard[:2]]}  # seed 2's standard run not recorded yet
     assert recorded_pairs(variants, records) == list(zip(variants[:2], standard[:2]))
     assert recorded_pairs(variants, {}) == []
+
+
+def test_arch_metric_averages_the_party_models_holding_each_architecture() -> None:
+    from vflkit.analysis import arch_metric
+
+    record = {"models": {"active": "cnn", "passive_1": "mlp", "passive_2": "cnn"},
+              "final": {"active": {"test_accuracy": 0.9}, "passive_1": {"test_accuracy": 0.8, "test_auc": 0.7},
+                        "passive_2": {"test_accuracy": 0.7}}}
+    assert arch_metric(record) == {"cnn": pytest.approx(80.0), "mlp": pytest.approx(80.0)}
+    auc = arch_metric(record, "test_auc")  # a metric a party lacks is NaN
+    assert auc["mlp"] == pytest.approx(70.0) and math.isnan(auc["cnn"])

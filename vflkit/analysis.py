@@ -272,6 +272,14 @@ def bf16_verdict(table: pd.DataFrame, cell: str) -> tuple[str | None, str]:
         + ("bf16 may become the GPU default" if inside else "fp32 stays the default"))
 
 
+def arch_metric(record: Mapping[str, Any], metric: str = "test_accuracy") -> dict[str, float]:
+    """Final test metric (%) per architecture: the mean over the party models holding it (``record["models"]``)."""
+    out: dict[str, list[float]] = {}
+    for model_key, arch in record["models"].items():
+        out.setdefault(arch, []).append(100 * record["final"][model_key].get(metric, float("nan")))
+    return {a: float(np.mean(v)) for a, v in out.items()}
+
+
 def recorded_pairs(variants: Iterable[Any], records: Mapping[str, Any]) -> list[tuple[Any, Any]]:
     """Each variant run (a config with options: no blinding, Q = 1, the full gradient) with its standard
     run (no options), where both are in ``records`` (by key): a part-computed profile has half-recorded pairs."""

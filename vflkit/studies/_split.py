@@ -7,7 +7,6 @@ from __future__ import annotations
 import random
 from typing import Any, Callable, Iterable, Sequence
 
-import numpy as np
 import pandas as pd
 
 from .. import analysis
@@ -97,14 +96,6 @@ def describe(run: RunConfig, datasets: dict[str, str], methods: dict[str, str] |
     """A pending run as the notebook lists it: ``datasets``' and ``methods``' names, ``fields`` before the seed."""
     return {"dataset": datasets[run.dataset], "method": (methods or {}).get(run.method, run.method),
             "models": "/".join(run.models), **{f: getattr(run, f) for f in fields}, "seed": run.seed}
-
-
-def arch_metric(record: dict[str, Any], metric: str = "test_accuracy") -> dict[str, float]:
-    """Final test metric (%) per architecture: the mean over the party models holding it."""
-    out: dict[str, list[float]] = {}
-    for model_key, arch in record["models"].items():
-        out.setdefault(arch, []).append(100 * record["final"][model_key].get(metric, float("nan")))
-    return {a: float(np.mean(v)) for a, v in out.items()}
 
 
 def embedding_gradient(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]],

@@ -26,13 +26,14 @@ import pandas as pd
 import seaborn as sns
 
 from .. import analysis, claims, network
+from ..analysis import arch_metric
 from ..config import check_profile, check_seeds, check_seeds_once, override_runs, split_run_overrides
 from ..methods import RunConfig
 from ..methods.cvfl import step_size as cvfl_step_size
 from ..report import side_by_side
 from . import base, register
 from . import _split
-from ._split import (FULL_GRADIENT_READING, GRADIENT_READINGS, RESNET_CUT, TRAIN_SIZES, arch_metric, assign_models,
+from ._split import (FULL_GRADIENT_READING, GRADIENT_READINGS, RESNET_CUT, TRAIN_SIZES, assign_models,
                      by_key, needs_gpu, rotate, run_priority, unique)
 from ._split import figure as _figure, view as _view
 from .base import Artefact, Study

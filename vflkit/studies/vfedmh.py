@@ -28,7 +28,7 @@ from ..secure import BlindingKeys, FixedPointRing, aggregate, blind
 from ..training.split import history_frame
 from . import base, register
 from . import _split
-from ._split import (FULL_GRADIENT_READING, GRADIENT_READINGS, RESNET_CUT, TRAIN_SIZES, arch_metric, assign_models,
+from ._split import (FULL_GRADIENT_READING, GRADIENT_READINGS, RESNET_CUT, TRAIN_SIZES, assign_models,
                      by_key, needs_gpu, rotate, run_priority, unique)
 from ._split import figure as _figure, view as _view
 from .base import Artefact, Study
@@ -171,10 +171,10 @@ def _cells(c: RunConfig, r: dict[str, Any], table: str) -> list[tuple[str, str, 
     name = (TABLE2_NAMES if table == "table2" else TABLE3_METHODS)[c.method]
     if table == "table4":  # every party on one optimizer, at the paper's rate or at the optimizer's standard one
         setting = f"optimizer={_optimizer(c)}" + ("" if _lr(c) == PAPER_LR else f", lr={_lr(c):g}")
-        return [(name, setting, arch, v) for arch, v in arch_metric(r).items()]
+        return [(name, setting, arch, v) for arch, v in analysis.arch_metric(r).items()]
     if c.method in _AGGREGATING:
         setting = "heterogeneous" if table == "table2" else ""
-        return [(name, setting, arch, v) for arch, v in arch_metric(r).items()]
+        return [(name, setting, arch, v) for arch, v in analysis.arch_metric(r).items()]
     setting = TABLE2_METHODS[c.method][1] if table == "table2" else ""
     if c.method == "c_vfl" and _lr(c) != CVFL_LR:  # labelled: not the paper's cell
         setting = f"{setting}, lr={_lr(c):g} (sensitivity)"
@@ -593,7 +593,7 @@ def _optimizer_spread(standard: bool) -> Any:
         groups, rec = _available(records)
         runs = groups["table4_standard" if standard else "table4"]
         rows = [{"cell": f"{DATASET_NAMES[c.dataset]}/{MODEL_NAMES[arch]}", "seed": c.seed, "optimizer": _optimizer(c),
-                 "value": v} for c in runs if c.key in rec for arch, v in arch_metric(rec[c.key]).items()]
+                 "value": v} for c in runs if c.key in rec for arch, v in analysis.arch_metric(rec[c.key]).items()]
         df = pd.DataFrame(rows, columns=["cell", "seed", "optimizer", "value"])
         full = df.groupby(["cell", "seed"]).filter(lambda g: g["optimizer"].nunique() == len(OPTIMIZERS))
         spread = full.groupby(["cell", "seed"])["value"].agg(lambda v: v.max() - v.min()).rename("diff").reset_index()
