@@ -502,8 +502,7 @@ def blinding_accuracy(groups: dict[str, list[RunConfig]], records: Sequence[dict
 
 
 # --------------------------------------------------------------------------- claims
-# Orderings by the paired difference over seeds (claims.ordering); "about the same" by the same
-# rule on tolerance - |difference|; a clause whose cells a profile does not run is not testable.
+# How each clause is judged (orderings, equivalences, coverage): docs/studies.md, "How a claim is judged".
 
 #: "Similar accuracy" across optimizers (Table IV): within 5 points, the widest spread the
 #: paper's own Table IV calls similar (CIFAR-10 LeNet, 4.78 points; MNIST/FMNIST at most 0.65).
