@@ -1,5 +1,6 @@
-"""Pure functions over run records: convergence epoch, communication to convergence, and the
-cells of a table (:func:`summarise_runs`, which keeps diverged runs out of every number).
+"""Pure functions over run records: convergence epoch, time to a common target, communication to
+convergence, runs that diverged, the bf16 check and the cells of a table (:func:`summarise_runs`,
+which keeps diverged runs out of every number).
 
 EASTER reports accuracy and communication "at convergence" (Table V, Figs 4-5) without saying
 how convergence was detected. Our rule (:func:`convergence_epoch`):

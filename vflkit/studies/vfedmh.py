@@ -121,7 +121,7 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
                     for method in TABLE2_METHODS:
                         cvfl = {"epochs": s["cvfl_epochs"] or s["epochs"], "lr": CVFL_LR} if method == "c_vfl" else {}
                         out["table2"].append(_config(dataset, method, (m,) * 4, seed, s, **cvfl))
-                        if cvfl and models == SMALL_MODELS:  # the sensitivity row: the paper's rate at Q = 10
+                        if method == "c_vfl" and models == SMALL_MODELS:  # sensitivity row: the paper's rate, Q = 10
                             out["cvfl_host_lr"].append(out["table2"][-1].replace(lr=PAPER_LR))
                         if (dataset, method, m) == PRECISION_CHECK:
                             out["precision"].append(out["table2"][-1].replace(precision="bf16"))
