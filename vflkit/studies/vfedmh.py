@@ -233,11 +233,11 @@ def _own_accuracy(config: RunConfig, record: dict[str, Any]) -> float | None:
 
 
 def _optimizer(c: RunConfig) -> str:
-    return OPTIMIZER_NAMES[c.optimizers if isinstance(c.optimizers, str) else c.optimizers[0]]
+    return OPTIMIZER_NAMES[c.party_value("optimizers", 0)]
 
 
 def _lr(c: RunConfig) -> float:
-    return float(c.lr if isinstance(c.lr, (int, float)) else c.lr[0])
+    return float(c.party_value("lr", 0))
 
 
 def _table4_runs(groups: dict[str, list[RunConfig]]) -> list[RunConfig]:
