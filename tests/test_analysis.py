@@ -1,5 +1,7 @@
 """Tests for vflkit.analysis: the convergence rule and bytes to convergence, on hand-made records."""
 
+import math
+
 import pandas as pd
 import pytest
 
@@ -101,17 +103,104 @@ def test_variant_summary_reads_the_table():
 def test_time_to_a_common_target_tells_apart_runs_that_a_per_run_rule_cannot() -> None:
     """Two runs still rising at their last epoch: the per-run rule (first epoch within 0.5 points
     of the run's own best) gives both the last epoch; timed to 99 % of the better final accuracy
-    the faster run gets there first and the slower one never does (censored: None)."""
-    from vflkit.analysis import common_target, epoch_to_target, metric_curve
+    the faster run gets there first and the slower one never does (censored: NaN)."""
+    from vflkit.analysis import metric_curve, to_common_target
 
     fast = _history({"a": [0.80, 0.86, 0.882, 0.89]})
     slow = _history({"a": [0.60, 0.70, 0.78, 0.85]})
     assert convergence_epochs(fast) == {"a": 4} and convergence_epochs(slow) == {"a": 4}
-    curves = [metric_curve(h) for h in (fast, slow)]
-    target = common_target(c.iloc[-1] for c in curves)
-    assert target == pytest.approx(0.99 * 0.89)
-    assert epoch_to_target(curves[0], target) == 3 and epoch_to_target(curves[1], target) is None
+    timed = to_common_target({"fast": metric_curve(fast), "slow": metric_curve(slow)})
+    assert timed["fast"][0] == timed["slow"][0] == pytest.approx(0.99 * 0.89)
+    assert timed["fast"][1] == 3 and math.isnan(timed["slow"][1])
+    with pytest.raises(ConfigError, match="at least one final metric that is a number"):
+        to_common_target({"nan": pd.Series([0.5, float("nan")], index=[1, 2])})
     two = pd.DataFrame([{"epoch": e, "model": m, "test_accuracy": v}
                         for e, (a, b) in enumerate([(0.5, 0.7), (0.8, 0.9)], 1) for m, v in (("p", a), ("q", b))])
     assert metric_curve(two).tolist() == pytest.approx([0.6, 0.85])  # the models' mean per epoch
     assert metric_curve(two, models=["q"]).tolist() == pytest.approx([0.7, 0.9])
+
+
+def test_to_common_target_times_each_curve_to_its_cells_target() -> None:
+    """Each cell's target is 99 % of the best final among its curves; a curve that never reaches it is NaN."""
+    from vflkit.analysis import to_common_target
+
+    def curve(*values: float) -> pd.Series:  # epoch -> metric
+        return pd.Series(values, index=range(1, len(values) + 1))
+
+    timed = to_common_target({("x", "a"): curve(0.5, 0.9), ("x", "b"): curve(0.2, 0.5), ("y", "a"): curve(0.4, 0.5)},
+                             cell=lambda key: key[0])
+    assert timed[("x", "a")] == (pytest.approx(0.99 * 0.9), 2) and timed[("y", "a")] == (pytest.approx(0.495), 2)
+    assert math.isnan(timed[("x", "b")][1])  # never within the run
+    one = to_common_target({"a": curve(0.5, 0.9), "b": curve(0.2, 0.5)})  # one cell by default
+    assert one["b"][0] == one["a"][0] == pytest.approx(0.891)
+
+
+def test_a_run_at_chance_to_the_end_is_listed_as_collapsed_and_a_stopped_one_as_stopped() -> None:
+    """A run that ends below the chance line has collapsed from the epoch after its last one above it
+    (its first epoch when never above); a run that stopped at a NaN loss is listed as stopped."""
+    from vflkit.analysis import collapsed_epoch, diverged_runs
+
+    def record(accs, diverged=None):
+        return {"config": {"dataset": "mnist", "method": "c_vfl", "models": ["cnn", "cnn"]},
+                "models": {"active": "cnn", "passive_1": "cnn"}, "diverged": diverged,
+                "history": _history({"active": accs, "passive_1": [0.9] * len(accs)})}
+
+    assert collapsed_epoch(record([0.8, 0.9, 0.9]), at_chance_pct=15) is None
+    assert collapsed_epoch(record([0.8, 0.138, 0.10]), at_chance_pct=15) == 2  # 13.8 %: at chance already
+    assert collapsed_epoch(record([0.10, 0.12, 0.10]), at_chance_pct=15) == 1  # never above chance
+    assert collapsed_epoch(record([0.10, 0.12, 0.238]), at_chance_pct=15) is None  # weak, not collapsed
+    assert collapsed_epoch(record([0.10, 0.12, 0.238]), at_chance_pct=25) == 1
+    stopped = record([0.8, 0.1], diverged={"epoch": 2, "step": 7})
+    assert collapsed_epoch(stopped, at_chance_pct=15) is None
+    listed = diverged_runs([record([0.8, 0.9]), record([0.8, 0.1, 0.1]), stopped], at_chance_pct=15)
+    assert listed.to_dict("records") == [
+        {"dataset": "mnist", "method": "c_vfl", "models": "cnn/cnn", "how": "collapsed", "epoch": 2, "batch": None},
+        {"dataset": "mnist", "method": "c_vfl", "models": "cnn/cnn", "how": "stopped", "epoch": 2, "batch": 7}]
+
+
+def test_the_bf16_check_pairs_each_bf16_run_with_its_fp32_twin_and_decides_by_the_seeds_mean() -> None:
+    """Per seed, the bf16 run's accuracy beside its fp32 twin's (NaN where not recorded); the verdict
+    waits for every seed of both, then takes bf16 when the bf16 mean lies inside the fp32 range."""
+    from vflkit.analysis import bf16_check, bf16_verdict
+    from vflkit.methods import RunConfig
+
+    runs = [RunConfig(paper="demo", dataset="mnist", method="local", models="cnn", seed=s, precision="bf16")
+            for s in range(3)]
+
+    def records(fp32, bf16):
+        return [{"key": c.replace(precision=p).key, "final": {"active": {"test_accuracy": a / 100}},
+                 "environment": {"device_name": "GPU"}, "wall_time_s": 90.0}
+                for c, f, b in zip(runs, fp32, bf16) for p, a in (("fp32", f), ("bf16", b)) if a is not None]
+
+    table = bf16_check(runs, records([99.0, 99.2, 99.1], [99.1, None, 99.0]))
+    assert table["seed"].tolist() == [0, 1, 2] and table["bf16 accuracy (%)"].isna().tolist() == [False, True, False]
+    assert table["fp32 device"].tolist() == ["GPU"] * 3
+    assert table["bf16 wall (s)"].isna().tolist() == [False, True, False]
+    assert bf16_verdict(table, "the cell") == (None, "bf16 check (the cell): not decided, 2 of 3 bf16 and 3 of 3 fp32 "
+                                                     "seeds recorded; fp32 stays the default")
+    inside = bf16_verdict(bf16_check(runs, records([99.0, 99.2, 99.1], [99.3, 98.9, 99.1])), "the cell")
+    assert inside[0] == "bf16" and "mean 99.10 %" in inside[1]
+    outside = bf16_verdict(bf16_check(runs, records([99.0, 99.2, 99.1], [98.9, 98.8, 99.0])), "the cell")
+    assert outside[0] == "fp32" and "outside the fp32 seeds' range 99.00-99.20 %" in outside[1]
+
+
+def test_recorded_pairs_keeps_a_variant_only_with_its_standard_run_recorded() -> None:
+    from vflkit.analysis import recorded_pairs
+    from vflkit.methods import RunConfig
+
+    standard = [RunConfig(paper="demo", dataset="mnist", method="vfedmh", models="cnn", seed=s) for s in range(3)]
+    variants = [c.replace(options={"blinding": False}) for c in standard]
+    records = {c.key: {} for c in [*variants, *standard[:2]]}  # seed 2's standard run not recorded yet
+    assert recorded_pairs(variants, records) == list(zip(variants[:2], standard[:2]))
+    assert recorded_pairs(variants, {}) == []
+
+
+def test_arch_metric_averages_the_party_models_holding_each_architecture() -> None:
+    from vflkit.analysis import arch_metric
+
+    record = {"models": {"active": "cnn", "passive_1": "mlp", "passive_2": "cnn"},
+              "final": {"active": {"test_accuracy": 0.9}, "passive_1": {"test_accuracy": 0.8, "test_auc": 0.7},
+                        "passive_2": {"test_accuracy": 0.7}}}
+    assert arch_metric(record) == {"cnn": pytest.approx(80.0), "mlp": pytest.approx(80.0)}
+    auc = arch_metric(record, "test_auc")  # a metric a party lacks is NaN
+    assert auc["mlp"] == pytest.approx(70.0) and math.isnan(auc["cnn"])

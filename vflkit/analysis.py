@@ -1,5 +1,6 @@
-"""Pure functions over run records: convergence epoch, communication to convergence, and the
-cells of a table (:func:`summarise_runs`, which keeps diverged runs out of every number).
+"""Pure functions over run records: convergence epoch, time to a common target, communication to
+convergence, runs that diverged, the bf16 check and the cells of a table (:func:`summarise_runs`,
+which keeps diverged runs out of every number).
 
 EASTER reports accuracy and communication "at convergence" (Table V, Figs 4-5) without saying
 how convergence was detected. Our rule (:func:`convergence_epoch`):
@@ -23,7 +24,7 @@ A record is the dict :func:`vflkit.records.run_one` writes: ``history`` rows wit
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -96,19 +97,24 @@ def metric_curve(history: Any, *, metric: str = "test_accuracy", models: Sequenc
     return df[df[metric].notna()].groupby("epoch")[metric].mean().sort_index()
 
 
-def common_target(finals: Iterable[float], share: float = TARGET_SHARE) -> float:
-    """The target the compared runs are timed to: ``share`` of the best of their final metrics."""
-    vals = [float(v) for v in finals if not math.isnan(float(v))]
-    if not vals:
-        raise ConfigError("common_target needs at least one final metric that is a number")
-    return share * max(vals)
-
-
-def epoch_to_target(curve: pd.Series, target: float) -> int | None:
-    """The first epoch at which ``curve`` (epoch -> metric) reaches ``target``; None when it never
-    does within the run (censored: the horizon cannot say when it would)."""
-    reached = curve[curve >= target - 1e-12]
-    return None if reached.empty else int(reached.index[0])
+def to_common_target(curves: Mapping[Hashable, pd.Series], cell: Callable[[Hashable], Hashable] = lambda key: None,
+                     share: float = TARGET_SHARE) -> dict[Hashable, tuple[float, float]]:
+    """Each curve (epoch -> metric) of ``curves`` timed to the target common to the curves of its
+    ``cell(key)`` (default: all in one cell), ``share`` of the best of their final metrics, as
+    ``(target, epoch)``: the first epoch at which the curve reaches it, NaN where it never does
+    within the run (censored: the horizon cannot say when it would)."""
+    finals: dict[Hashable, list[float]] = {cell(key): [] for key in curves}
+    for key, curve in curves.items():
+        if not math.isnan(final := float(curve.iloc[-1])):
+            finals[cell(key)].append(final)
+    if empty := [c for c, f in finals.items() if not f]:
+        raise ConfigError(f"a common target needs at least one final metric that is a number (none in {empty[0]!r})")
+    targets = {c: share * max(f) for c, f in finals.items()}
+    out = {}
+    for key, curve in curves.items():
+        reached = curve[curve >= targets[cell(key)] - 1e-12]
+        out[key] = (targets[cell(key)], math.nan if reached.empty else int(reached.index[0]))
+    return out
 
 
 def _float32_factors(record: Mapping[str, Any]) -> dict[str, float]:
@@ -204,6 +210,84 @@ def summarise_runs(rows: Iterable[Mapping[str, Any]] | pd.DataFrame, keys: Seque
     return out.astype({"n_runs": int, "diverged": int}).reset_index()
 
 
+def collapsed_epoch(record: Mapping[str, Any], *, at_chance_pct: float, metric: str = "test_accuracy") -> int | None:
+    """The epoch from which a run that trained to the end stayed below ``at_chance_pct`` (``metric``
+    in %; some party model), None where every model ends above it or the run diverged and stopped."""
+    if record.get("diverged"):
+        return None
+    hist = pd.DataFrame(record["history"])
+    first = []
+    for party in record["models"]:
+        h = hist[hist["model"] == party].sort_values("epoch")
+        acc, epochs = 100 * h[metric].to_numpy(), h["epoch"].to_numpy()
+        if len(acc) and acc[-1] < at_chance_pct:
+            above = np.flatnonzero(acc >= at_chance_pct)
+            first.append(int(epochs[above[-1] + 1] if len(above) else epochs[0]))
+    return min(first) if first else None
+
+
+def diverged_runs(records: Iterable[Mapping[str, Any]], *, at_chance_pct: float) -> pd.DataFrame:
+    """Runs that diverged: loss NaN or exploded (``how`` "stopped", at ``epoch``/``batch``), or
+    trained to the end at chance (``how`` "collapsed", from :func:`collapsed_epoch`)."""
+    rows = [{"dataset": r["config"]["dataset"], "method": r["config"]["method"],
+             "models": "/".join(r["config"]["models"]), "how": "stopped" if d else "collapsed",
+             "epoch": d["epoch"] if d else e, "batch": d["step"] if d else None}
+            for r in records for d, e in [(r.get("diverged"), collapsed_epoch(r, at_chance_pct=at_chance_pct))]
+            if d or e is not None]
+    out = pd.DataFrame(rows, columns=["dataset", "method", "models", "how", "epoch", "batch"])
+    return out.astype({"batch": "Int64"})  # empty for a collapsed run, which ran every batch
+
+
+def bf16_check(runs: Iterable[Any], records: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
+    """The bf16 check (bf16 autocast becomes the GPU default only where a cell trained again under
+    bf16 lands inside its fp32 seeds' spread, :func:`bf16_verdict`): per run of ``runs`` (run configs,
+    ``precision="bf16"``) and its fp32 twin, by seed, the final test accuracy (%) of the active
+    party, device and wall time (s: a hint only, the GPU may have been shared); NaN where not recorded yet."""
+    rec = {r["key"]: r for r in records}
+    rows = []
+    for c in runs:
+        row: dict[str, Any] = {"seed": c.seed}
+        for name, r in (("fp32", rec.get(c.replace(precision="fp32").key)), ("bf16", rec.get(c.key))):
+            row[f"{name} accuracy (%)"] = 100 * r["final"]["active"]["test_accuracy"] if r else float("nan")
+            row[f"{name} device"] = (r.get("environment") or {}).get("device_name") if r else None
+            row[f"{name} wall (s)"] = r["wall_time_s"] if r else float("nan")
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["seed", "fp32 accuracy (%)", "bf16 accuracy (%)", "fp32 device", "bf16 device",
+                                       "fp32 wall (s)", "bf16 wall (s)"])
+
+
+def bf16_verdict(table: pd.DataFrame, cell: str) -> tuple[str | None, str]:
+    """Whether bf16 may become the GPU default (:func:`bf16_check`'s ``table`` of the run ``cell``
+    names), and the sentence: "bf16" when the bf16 seeds' mean lies inside the fp32 seeds' range,
+    "fp32" outside, None while runs are missing. The mean, not each seed: three seeds land each
+    inside the range of three others drawn alike only about one time in five."""
+    fp32, bf16 = table["fp32 accuracy (%)"], table["bf16 accuracy (%)"]
+    if table.empty or fp32.isna().any() or bf16.isna().any():
+        return None, (f"bf16 check ({cell}): not decided, {int(bf16.notna().sum())} of {len(table)} bf16 and "
+                      f"{int(fp32.notna().sum())} of {len(table)} fp32 seeds recorded; fp32 stays the default")
+    lo, hi, mean = float(fp32.min()), float(fp32.max()), float(bf16.mean())
+    inside = lo <= mean <= hi
+    return ("bf16" if inside else "fp32"), (
+        f"bf16 check ({cell}): bf16 seeds' mean {mean:.2f} % ({', '.join(f'{v:.2f}' for v in bf16)}) "
+        f"{'inside' if inside else 'outside'} the fp32 seeds' range {lo:.2f}-{hi:.2f} %: "
+        + ("bf16 may become the GPU default" if inside else "fp32 stays the default"))
+
+
+def arch_metric(record: Mapping[str, Any], metric: str = "test_accuracy") -> dict[str, float]:
+    """Final test metric (%) per architecture: the mean over the party models holding it (``record["models"]``)."""
+    out: dict[str, list[float]] = {}
+    for model_key, arch in record["models"].items():
+        out.setdefault(arch, []).append(100 * record["final"][model_key].get(metric, float("nan")))
+    return {a: float(np.mean(v)) for a, v in out.items()}
+
+
+def recorded_pairs(variants: Iterable[Any], records: Mapping[str, Any]) -> list[tuple[Any, Any]]:
+    """Each variant run (a config with options: no blinding, Q = 1, the full gradient) with its standard
+    run (no options), where both are in ``records`` (by key): a part-computed profile has half-recorded pairs."""
+    pairs = [(c, c.replace(options={})) for c in variants]
+    return [(c, s) for c, s in pairs if c.key in records and s.key in records]
+
+
 def variant_pairs(pairs: Iterable[tuple[Mapping[str, Any], Mapping[str, Any]]], *, labels: tuple[str, str],
                   metric: str | Callable[[Mapping[str, Any]], str] = "test_accuracy",
                   tolerance: float = 0.5) -> pd.DataFrame:
@@ -244,12 +328,17 @@ def variant_summary(table: pd.DataFrame, *, labels: tuple[str, str]) -> str:
     return text[0].upper() + text[1:] + "."
 
 
-def swap_in_variant(groups: Mapping[str, list[Any]], method: str, group: str,
-                    tables: Sequence[str], *, keep_unmatched: bool) -> dict[str, list[Any]]:
-    """``groups`` with each run of ``method`` in ``tables`` replaced by its twin in the labelled
-    variant group ``group`` (same dataset, models, seed and parties): a study's claims judged on
-    its variant (the 1/C reading, C-VFL at the host's rate) read the same tables as on its runs.
-    A run the variant has no twin for stays (``keep_unmatched``) or leaves the table."""
+def swap_in_variant(groups: Mapping[str, list[Any]], variant: str | None, *, variants: Mapping[str, tuple[str, str]],
+                    tables: Sequence[str], keep_unmatched: bool) -> Mapping[str, list[Any]]:
+    """``groups`` with the labelled variant ``variants[variant]`` = (method, group) swapped in (None:
+    unchanged): each run of the method in ``tables`` replaced by its twin in the variant's group (same
+    dataset, models, seed and parties), so that a study's claims judged on its variant (the 1/C
+    reading, C-VFL at the host's rate) read the same tables as on its runs. A run the variant has
+    no twin for stays (``keep_unmatched``) or leaves the table."""
+    if variant is None:
+        return groups
+    method, group = variants[variant]
+
     def twin_key(c: Any) -> tuple:
         return (c.dataset, c.models, c.seed, c.n_parties)
 

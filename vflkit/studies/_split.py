@@ -7,7 +7,6 @@ from __future__ import annotations
 import random
 from typing import Any, Callable, Iterable, Sequence
 
-import numpy as np
 import pandas as pd
 
 from .. import analysis
@@ -84,15 +83,12 @@ def settings(profiles: dict[str, dict[str, Any]], profile: str,
     return split_run_overrides(profiles[check_profile(profile)], overrides, RunConfig)[0]
 
 
-#: A cell of the reference long format (:func:`summarise`).
-CELL = ["table", "dataset", "method", "setting", "model", "metric"]
-
-
 def summarise(rows: Sequence[dict[str, Any]], paper: str, profile: str) -> pd.DataFrame:
-    """The cells beside the paper's; a diverged run (its row's ``diverged``) is counted in the
-    cell's ``diverged`` column and kept out of its number (:func:`vflkit.analysis.summarise_runs`)."""
-    df = pd.DataFrame(rows, columns=[*CELL, "value", "seed", "diverged"])
-    return join_reference(analysis.summarise_runs(df, CELL), paper, profile=profile)
+    """The cells of the reference long format beside the paper's; a diverged run (its row's ``diverged``)
+    is counted in the cell's ``diverged`` column and kept out of its number (:func:`vflkit.analysis.summarise_runs`)."""
+    cell = ["table", "dataset", "method", "setting", "model", "metric"]
+    df = pd.DataFrame(rows, columns=[*cell, "value", "seed", "diverged"])
+    return join_reference(analysis.summarise_runs(df, cell), paper, profile=profile)
 
 
 def describe(run: RunConfig, datasets: dict[str, str], methods: dict[str, str] | None = None,
@@ -102,43 +98,16 @@ def describe(run: RunConfig, datasets: dict[str, str], methods: dict[str, str] |
             "models": "/".join(run.models), **{f: getattr(run, f) for f in fields}, "seed": run.seed}
 
 
-def arch_metric(record: dict[str, Any], metric: str = "test_accuracy") -> dict[str, float]:
-    """Final test metric (%) per architecture: the mean over the party models holding it."""
-    out: dict[str, list[float]] = {}
-    for model_key, arch in record["models"].items():
-        out.setdefault(arch, []).append(100 * record["final"][model_key].get(metric, float("nan")))
-    return {a: float(np.mean(v)) for a, v in out.items()}
-
-
-def recorded_pairs(variants: Sequence[RunConfig], rec: dict[str, dict[str, Any]]) -> list[tuple[RunConfig, RunConfig]]:
-    """Each variant run (an option set: no blinding, Q = 1, the full gradient) with its standard
-    run (no options), where both are recorded: a paper profile part-computed has half-recorded pairs."""
-    pairs = [(c, c.replace(options={})) for c in variants]
-    return [(c, s) for c, s in pairs if c.key in rec and s.key in rec]
-
-
 def embedding_gradient(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]],
                        names: dict[str, str], metric: Any = "test_accuracy") -> pd.DataFrame:
-    """The 1/C comparison: each run of group ``embedding_gradient`` (h given ∂L_k/∂E) beside the
-    study's own run (h given ∂L_k/∂E / C, Eq. 7's exact gradient), the same seed, data and
-    initialisation: final metric (mean over the party models), e* and the paired difference
-    (:func:`vflkit.analysis.variant_pairs`); pairs not recorded yet are left out. ``names``: the
-    datasets as the paper prints them."""
+    """The 1/C comparison (:func:`vflkit.analysis.variant_pairs`): each run of group
+    ``embedding_gradient`` (h given ∂L_k/∂E) beside the study's own run of the same seed, data and
+    initialisation (h given ∂L_k/∂E / C, Eq. 7's exact gradient), where both are recorded;
+    ``names``: the datasets as the paper prints them."""
     rec = by_key(records)
-    pairs = [(rec[s.key], rec[c.key]) for c, s in recorded_pairs(groups["embedding_gradient"], rec)]
+    pairs = [(rec[s.key], rec[c.key]) for c, s in analysis.recorded_pairs(groups["embedding_gradient"], rec)]
     out = analysis.variant_pairs(pairs, labels=GRADIENT_READINGS, metric=metric)
     return out.assign(dataset=out["dataset"].map(names))
-
-
-def with_variant(groups: dict[str, list[RunConfig]], variant: str | None, *, variants: dict[str, tuple[str, str]],
-                 tables: tuple[str, str], keep_unmatched: bool) -> dict[str, list[RunConfig]]:
-    """``groups`` with ``variants[variant]`` = (method, group) swapped in (None: unchanged): each
-    of the method's runs in ``tables`` replaced by its twin in the variant's group
-    (:func:`vflkit.analysis.swap_in_variant`)."""
-    if variant is None:
-        return groups
-    method, group = variants[variant]
-    return analysis.swap_in_variant(groups, method, group, tables, keep_unmatched=keep_unmatched)
 
 
 def view(columns: str = "model", index: tuple[str, ...] = ("dataset", "method")) -> Callable[[pd.DataFrame], pd.DataFrame]:

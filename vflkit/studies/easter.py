@@ -26,13 +26,14 @@ import pandas as pd
 import seaborn as sns
 
 from .. import analysis, claims, network
+from ..analysis import arch_metric
 from ..config import check_profile, check_seeds, check_seeds_once, override_runs, split_run_overrides
 from ..methods import RunConfig
 from ..methods.cvfl import step_size as cvfl_step_size
 from ..report import side_by_side
 from . import base, register
 from . import _split
-from ._split import (FULL_GRADIENT_READING, GRADIENT_READINGS, RESNET_CUT, TRAIN_SIZES, arch_metric, assign_models,
+from ._split import (FULL_GRADIENT_READING, GRADIENT_READINGS, RESNET_CUT, TRAIN_SIZES, assign_models,
                      by_key, needs_gpu, rotate, run_priority, unique)
 from ._split import figure as _figure, view as _view
 from .base import Artefact, Study
@@ -594,7 +595,7 @@ VARIANTS: dict[str, tuple[str, str]] = {
 
 
 #: ``groups`` with :data:`VARIANTS` ``variant`` swapped in (None: unchanged).
-with_variant = partial(_split.with_variant, variants=VARIANTS, tables=("table2", "table4"), keep_unmatched=True)
+with_variant = partial(analysis.swap_in_variant, variants=VARIANTS, tables=("table2", "table4"), keep_unmatched=True)
 
 
 def _beats(table: str, other: str, variant: str | None = None, label: str = "") -> claims.Claim:
@@ -640,17 +641,13 @@ def to_target(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, An
             continue
         theta2 = [k for k, a in r["models"].items() if a == MODEL_SETS[c.dataset][1]] if c.method == "easter" else None
         runs.append((c, r, analysis.metric_curve(r["history"], metric=metric_of(c.dataset), models=theta2)))
-    finals: dict[tuple[str, int], list[float]] = {}
-    for c, _, curve in runs:
-        finals.setdefault((c.dataset, c.seed), []).append(float(curve.iloc[-1]))
+    timed = analysis.to_common_target({i: curve for i, (_, _, curve) in enumerate(runs)},
+                                      cell=lambda i: (runs[i][0].dataset, runs[i][0].seed))
     rows = []
-    for c, r, curve in runs:
-        target = analysis.common_target(finals[(c.dataset, c.seed)])
-        e = analysis.epoch_to_target(curve, target)
-        mb = np.nan if e is None else analysis.bytes_to_convergence(r, epoch=e)["mb_float32"]
+    for (c, r, _), (target, e) in zip(runs, timed.values()):
+        mb = np.nan if np.isnan(e) else analysis.bytes_to_convergence(r, epoch=e)["mb_float32"]
         rows.append({"dataset": DATASET_NAMES[c.dataset], "method": METHOD_NAMES[c.method], "seed": c.seed,
-                     "target_pct": 100 * target, "epoch_to_target": np.nan if e is None else e, "epochs": c.epochs,
-                     "MB_to_target": mb})
+                     "target_pct": 100 * target, "epoch_to_target": e, "epochs": c.epochs, "MB_to_target": mb})
     return pd.DataFrame(rows, columns=["dataset", "method", "seed", "target_pct", "epoch_to_target", "epochs",
                                        "MB_to_target"])
 

@@ -28,8 +28,8 @@ from ..secure import BlindingKeys, FixedPointRing, aggregate, blind
 from ..training.split import history_frame
 from . import base, register
 from . import _split
-from ._split import (FULL_GRADIENT_READING, GRADIENT_READINGS, RESNET_CUT, TRAIN_SIZES, arch_metric, assign_models,
-                     by_key, needs_gpu, recorded_pairs, rotate, run_priority, unique)
+from ._split import (FULL_GRADIENT_READING, GRADIENT_READINGS, RESNET_CUT, TRAIN_SIZES, assign_models,
+                     by_key, needs_gpu, rotate, run_priority, unique)
 from ._split import figure as _figure, view as _view
 from .base import Artefact, Study
 
@@ -119,13 +119,10 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
                 vfedmh = _config(dataset, "vfedmh", het, seed, s)
                 for m in models:
                     for method in TABLE2_METHODS:
-                        if method != "c_vfl":
-                            out["table2"].append(_config(dataset, method, (m,) * 4, seed, s))
-                        else:
-                            epochs = s["cvfl_epochs"] or s["epochs"]
-                            out["table2"].append(_config(dataset, method, (m,) * 4, seed, s, epochs=epochs, lr=CVFL_LR))
-                            if models == SMALL_MODELS:  # the sensitivity row: the paper's rate at Q = 10
-                                out["cvfl_host_lr"].append(_config(dataset, method, (m,) * 4, seed, s, epochs=epochs))
+                        cvfl = {"epochs": s["cvfl_epochs"] or s["epochs"], "lr": CVFL_LR} if method == "c_vfl" else {}
+                        out["table2"].append(_config(dataset, method, (m,) * 4, seed, s, **cvfl))
+                        if method == "c_vfl" and models == SMALL_MODELS:  # sensitivity row: the paper's rate, Q = 10
+                            out["cvfl_host_lr"].append(out["table2"][-1].replace(lr=PAPER_LR))
                         if (dataset, method, m) == PRECISION_CHECK:
                             out["precision"].append(out["table2"][-1].replace(precision="bf16"))
                 out["table2"].append(vfedmh)
@@ -174,10 +171,10 @@ def _cells(c: RunConfig, r: dict[str, Any], table: str) -> list[tuple[str, str, 
     name = (TABLE2_NAMES if table == "table2" else TABLE3_METHODS)[c.method]
     if table == "table4":  # every party on one optimizer, at the paper's rate or at the optimizer's standard one
         setting = f"optimizer={_optimizer(c)}" + ("" if _lr(c) == PAPER_LR else f", lr={_lr(c):g}")
-        return [(name, setting, arch, v) for arch, v in arch_metric(r).items()]
+        return [(name, setting, arch, v) for arch, v in analysis.arch_metric(r).items()]
     if c.method in _AGGREGATING:
         setting = "heterogeneous" if table == "table2" else ""
-        return [(name, setting, arch, v) for arch, v in arch_metric(r).items()]
+        return [(name, setting, arch, v) for arch, v in analysis.arch_metric(r).items()]
     setting = TABLE2_METHODS[c.method][1] if table == "table2" else ""
     if c.method == "c_vfl" and _lr(c) != CVFL_LR:  # labelled: not the paper's cell
         setting = f"{setting}, lr={_lr(c):g} (sensitivity)"
@@ -236,11 +233,11 @@ def _own_accuracy(config: RunConfig, record: dict[str, Any]) -> float | None:
 
 
 def _optimizer(c: RunConfig) -> str:
-    return OPTIMIZER_NAMES[c.optimizers if isinstance(c.optimizers, str) else c.optimizers[0]]
+    return OPTIMIZER_NAMES[c.party_value("optimizers", 0)]
 
 
 def _lr(c: RunConfig) -> float:
-    return float(c.lr if isinstance(c.lr, (int, float)) else c.lr[0])
+    return float(c.party_value("lr", 0))
 
 
 def _table4_runs(groups: dict[str, list[RunConfig]]) -> list[RunConfig]:
@@ -274,39 +271,14 @@ embedding_gradient = partial(_split.embedding_gradient, names=DATASET_NAMES)
 
 
 def precision_check(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    """The bf16 check (:data:`PRECISION_CHECK`): per seed, the cell's final test accuracy (%) in
-    fp32 (the Table II run) and bf16, each run's device and wall time (s: a hint only, the GPU may
-    have been shared); NaN where not recorded yet."""
-    rec = by_key(records)
-    rows = []
-    for c in groups["precision"]:
-        row: dict[str, Any] = {"seed": c.seed}
-        for name, r in (("fp32", rec.get(c.replace(precision="fp32").key)), ("bf16", rec.get(c.key))):
-            row[f"{name} accuracy (%)"] = 100 * r["final"]["active"]["test_accuracy"] if r else float("nan")
-            row[f"{name} device"] = (r.get("environment") or {}).get("device_name") if r else None
-            row[f"{name} wall (s)"] = r["wall_time_s"] if r else float("nan")
-        rows.append(row)
-    return pd.DataFrame(rows, columns=["seed", "fp32 accuracy (%)", "bf16 accuracy (%)", "fp32 device", "bf16 device",
-                                       "fp32 wall (s)", "bf16 wall (s)"])
+    """The bf16 check of :data:`PRECISION_CHECK`'s cell (:func:`vflkit.analysis.bf16_check`)."""
+    return analysis.bf16_check(groups["precision"], records)
 
 
 def precision_verdict(table: pd.DataFrame) -> tuple[str | None, str]:
-    """Whether bf16 may become the GPU default (:func:`precision_check`'s table), and the sentence:
-    "bf16" when the bf16 seeds' mean lies inside the fp32 seeds' range, "fp32" outside, None while
-    runs are missing. The mean, not each seed: three seeds land each inside the range of three
-    others drawn alike only about one time in five."""
+    """Whether bf16 may become the GPU default: :func:`vflkit.analysis.bf16_verdict` on :data:`PRECISION_CHECK`."""
     dataset, method, model = PRECISION_CHECK
-    cell = f"{TABLE2_METHODS[method][0]} {MODEL_NAMES[model]} on {DATASET_NAMES[dataset]}"
-    fp32, bf16 = table["fp32 accuracy (%)"], table["bf16 accuracy (%)"]
-    if table.empty or fp32.isna().any() or bf16.isna().any():
-        return None, (f"bf16 check ({cell}): not decided, {int(bf16.notna().sum())} of {len(table)} bf16 and "
-                      f"{int(fp32.notna().sum())} of {len(table)} fp32 seeds recorded; fp32 stays the default")
-    lo, hi, mean = float(fp32.min()), float(fp32.max()), float(bf16.mean())
-    inside = lo <= mean <= hi
-    return ("bf16" if inside else "fp32"), (
-        f"bf16 check ({cell}): bf16 seeds' mean {mean:.2f} % ({', '.join(f'{v:.2f}' for v in bf16)}) "
-        f"{'inside' if inside else 'outside'} the fp32 seeds' range {lo:.2f}-{hi:.2f} %: "
-        + ("bf16 may become the GPU default" if inside else "fp32 stays the default"))
+    return analysis.bf16_verdict(table, f"{TABLE2_METHODS[method][0]} {MODEL_NAMES[model]} on {DATASET_NAMES[dataset]}")
 
 
 def baselines_beside_paper(table: pd.DataFrame) -> str:
@@ -341,33 +313,6 @@ def baseline_evidence() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def collapsed_epoch(record: dict[str, Any]) -> int | None:
-    """The epoch from which a run that trained to the end stayed below :data:`AT_CHANCE_PCT` (some
-    party model), None where every model ends above it or the run diverged and stopped."""
-    if record.get("diverged"):
-        return None
-    hist = pd.DataFrame(record["history"])
-    first = []
-    for party in record["models"]:
-        h = hist[hist["model"] == party].sort_values("epoch")
-        acc, epochs = 100 * h["test_accuracy"].to_numpy(), h["epoch"].to_numpy()
-        if len(acc) and acc[-1] < AT_CHANCE_PCT:
-            above = np.flatnonzero(acc >= AT_CHANCE_PCT)
-            first.append(int(epochs[above[-1] + 1] if len(above) else epochs[0]))
-    return min(first) if first else None
-
-
-def diverged_runs(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    """Runs that diverged: loss NaN or exploded (``how`` "stopped", at ``epoch``/``batch``), or
-    trained to the end at chance (``how`` "collapsed", from :func:`collapsed_epoch`)."""
-    rows = [{"dataset": r["config"]["dataset"], "method": r["config"]["method"],
-             "models": "/".join(r["config"]["models"]), "how": "stopped" if d else "collapsed",
-             "epoch": d["epoch"] if d else e, "batch": d["step"] if d else None}
-            for r in records for d, e in [(r.get("diverged"), collapsed_epoch(r))] if d or e is not None]
-    out = pd.DataFrame(rows, columns=["dataset", "method", "models", "how", "epoch", "batch"])
-    return out.astype({"batch": "Int64"})  # empty for a collapsed run, which ran every batch
-
-
 # --------------------------------------------------------------------------- figures
 
 
@@ -386,19 +331,23 @@ def _traffic(groups: dict[str, list[RunConfig]], records: dict[str, dict[str, An
                                        "MB_per_epoch", "rounds_per_epoch", "rounds_per_step"])
 
 
+def _three_models(groups: dict[str, list[RunConfig]], records: dict[str, dict[str, Any]]) -> pd.DataFrame:
+    """:func:`_traffic`'s runs that obtain the three small models: VFedMH's one run, a baseline's
+    three of a seed only once all three are recorded (else it would look cheaper)."""
+    per_run = _traffic(groups, records)
+    per_run = per_run[per_run["model"].isin(SMALL_MODELS)]
+    seed_runs = per_run.groupby(["dataset", "method", "seed"])
+    whole = ((seed_runs["seed"].transform("size") == len(SMALL_MODELS))
+             & (seed_runs["model"].transform("nunique") == len(SMALL_MODELS)))
+    return per_run[(per_run["method"] == "VFedMH") | whole]
+
+
 def fig3(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> tuple[plt.Figure, pd.DataFrame]:
     """Communication per epoch and in total to obtain the three small models: VFedMH's one run
     against each baseline's three. Per-epoch figures are the ledger's (training phase, mean over
     epochs); totals are them times the study's epochs."""
     epochs = max(c.epochs for c in groups["table2"])
-    per_run = _traffic(groups, by_key(records))
-    per_run = per_run[per_run["model"].isin(SMALL_MODELS)]
-    # a baseline's total needs its three runs, one per model, each once
-    seed_runs = per_run.groupby(["dataset", "method", "seed"])
-    whole = ((seed_runs["seed"].transform("size") == len(SMALL_MODELS))
-             & (seed_runs["model"].transform("nunique") == len(SMALL_MODELS)))
-    per_run = per_run[(per_run["method"] == "VFedMH") | whole]
-    data = per_run.groupby(["dataset", "method", "seed"], sort=False).agg(
+    data = _three_models(groups, by_key(records)).groupby(["dataset", "method", "seed"], sort=False).agg(
         runs_for_3_models=("seed", "size"), messages_per_epoch=("messages_per_epoch", "mean"),
         MB_per_epoch=("MB_per_epoch", "mean"), rounds_per_step=("rounds_per_step", "mean"),
         total_messages=("messages_per_epoch", "sum"), total_MB=("MB_per_epoch", "sum"),
@@ -543,7 +492,7 @@ def blinding_accuracy(groups: dict[str, list[RunConfig]], records: Sequence[dict
     rec = by_key(records)
     rows = [{"dataset": DATASET_NAMES[c.dataset], "seed": c.seed, "party": party, "model": MODEL_NAMES[arch],
              "blinding": blinding, "test_accuracy_pct": round(100 * rec[run.key]["final"][party]["test_accuracy"], 2)}
-            for c, standard in recorded_pairs(groups["blinding"], rec)
+            for c, standard in analysis.recorded_pairs(groups["blinding"], rec)
             for blinding, run in (("on", standard), ("off", c)) for party, arch in rec[run.key]["models"].items()]
     if not rows:
         return pd.DataFrame(columns=["dataset", "seed", "party", "model", "on", "off", "difference"])
@@ -553,8 +502,7 @@ def blinding_accuracy(groups: dict[str, list[RunConfig]], records: Sequence[dict
 
 
 # --------------------------------------------------------------------------- claims
-# Orderings by the paired difference over seeds (claims.ordering); "about the same" by the same
-# rule on tolerance - |difference|; a clause whose cells a profile does not run is not testable.
+# How each clause is judged (orderings, equivalences, coverage): docs/studies.md, "How a claim is judged".
 
 #: "Similar accuracy" across optimizers (Table IV): within 5 points, the widest spread the
 #: paper's own Table IV calls similar (CIFAR-10 LeNet, 4.78 points; MNIST/FMNIST at most 0.65).
@@ -569,6 +517,10 @@ PLATEAU_POINTS = 2.0
 AT_CHANCE_PCT = 15.0
 #: Test accuracy (%) at chance on the 10 classes of every dataset of the paper.
 CHANCE_PCT = 10.0
+#: ``collapsed_epoch(record)``, ``diverged_runs(records)``: at :data:`AT_CHANCE_PCT` (:mod:`vflkit.analysis`).
+collapsed_epoch = partial(analysis.collapsed_epoch, at_chance_pct=AT_CHANCE_PCT)
+diverged_runs = partial(analysis.diverged_runs, at_chance_pct=AT_CHANCE_PCT)
+
 
 def _available(records: claims.Records,
                variant: str | None = None) -> tuple[dict[str, list[RunConfig]], dict[str, dict[str, Any]]]:
@@ -607,7 +559,7 @@ def accuracy_frame(groups: dict[str, list[RunConfig]], records: dict[str, dict[s
 
 
 #: Labelled variants a clause can be judged on: the method's runs in ``table2``/``table3``
-#: replaced by those of another group (:func:`vflkit.studies._split.with_variant`).
+#: replaced by those of another group (:func:`vflkit.analysis.swap_in_variant`).
 VARIANTS: dict[str, tuple[str, str]] = {
     "full_gradient": ("vfedmh", "embedding_gradient"),  # h gets ∂L_k/∂E, not ∂L_k/∂E / C
     "cvfl_host_lr": ("c_vfl", "cvfl_host_lr"),  # C-VFL at the paper's 0.05 with Q = 10
@@ -616,7 +568,7 @@ VARIANTS: dict[str, tuple[str, str]] = {
 
 #: ``groups`` with :data:`VARIANTS` ``variant`` swapped in (None: unchanged); defined on the small
 #: networks only, so the method's other cells leave the table.
-with_variant = partial(_split.with_variant, variants=VARIANTS, tables=("table2", "table3"), keep_unmatched=False)
+with_variant = partial(analysis.swap_in_variant, variants=VARIANTS, tables=("table2", "table3"), keep_unmatched=False)
 
 
 def _ordering_check(table: str, a: str, b: str, model_set: str | None = None, variant: str | None = None) -> Any:
@@ -640,7 +592,7 @@ def _optimizer_spread(standard: bool) -> Any:
         groups, rec = _available(records)
         runs = groups["table4_standard" if standard else "table4"]
         rows = [{"cell": f"{DATASET_NAMES[c.dataset]}/{MODEL_NAMES[arch]}", "seed": c.seed, "optimizer": _optimizer(c),
-                 "value": v} for c in runs if c.key in rec for arch, v in arch_metric(rec[c.key]).items()]
+                 "value": v} for c in runs if c.key in rec for arch, v in analysis.arch_metric(rec[c.key]).items()]
         df = pd.DataFrame(rows, columns=["cell", "seed", "optimizer", "value"])
         full = df.groupby(["cell", "seed"]).filter(lambda g: g["optimizer"].nunique() == len(OPTIMIZERS))
         spread = full.groupby(["cell", "seed"])["value"].agg(lambda v: v.max() - v.min()).rename("diff").reset_index()
@@ -707,11 +659,8 @@ def _total_rounds(records: claims.Records) -> claims.Verdict:
     """Fig. 3: to obtain the three small models, VFedMH's one run needs fewer rounds than each
     baseline's three. Rounds per epoch times epochs: a run that stopped early does not look cheaper."""
     groups, rec = _available(records)
-    df = _traffic(groups, rec)
-    df = df[df["model"].map(_model_set) == "small"]
-    df = df.assign(runs=1, rounds=df["rounds_per_epoch"] * df["epochs"])
-    df = df.groupby(["method", "dataset", "seed"], as_index=False).agg(runs=("runs", "sum"), rounds=("rounds", "sum"))
-    df = df[(df["method"] == "VFedMH") | (df["runs"] == len(SMALL_MODELS))]  # a baseline needs its three runs
+    df = _three_models(groups, rec).assign(rounds=lambda d: d["rounds_per_epoch"] * d["epochs"])
+    df = df.groupby(["method", "dataset", "seed"], as_index=False)["rounds"].sum()
     return claims.all_of(
         claims.ordering(claims.paired(df, by="method", a=b, b="VFedMH", value="rounds", cell=["dataset"]),
                         a=f"{b}'s rounds", b="VFedMH's", what="rounds", exact=True,  # counted, no noise
@@ -735,21 +684,19 @@ def time_to_target(groups: dict[str, list[RunConfig]], records: dict[str, dict[s
     curves: dict[tuple[str, str, int, str], pd.Series] = {}
     for c, r in _curves(groups, records):
         method = TABLE2_NAMES[c.method]
-        for arch in dict.fromkeys(r["models"].values()):
-            if method != "VFedMH" and arch != c.models[0]:
-                continue  # a baseline's one global model is its active party's architecture
+        # a baseline's one global model is its active party's architecture
+        for arch in dict.fromkeys(r["models"].values()) if method == "VFedMH" else [c.models[0]]:
             parties = [p for p, a in r["models"].items() if a == arch]
             curves[(DATASET_NAMES[c.dataset], MODEL_NAMES[arch], c.seed, method)] = 100 * analysis.metric_curve(
                 r["history"], models=parties)
     rows = []
-    for (dataset, model, seed, method), base in curves.items():
+    for (dataset, model, seed, method), theirs in curves.items():
         ours = curves.get((dataset, model, seed, "VFedMH"))
         if method == "VFedMH" or ours is None:
             continue
-        target = analysis.common_target([ours.iloc[-1], base.iloc[-1]])
-        e_ours, e_base = analysis.epoch_to_target(ours, target), analysis.epoch_to_target(base, target)
-        rows.append({"dataset": dataset, "model": model, "seed": seed, "baseline": method, "target": target,
-                     "VFedMH": np.nan if e_ours is None else e_ours, "epoch": np.nan if e_base is None else e_base})
+        timed = analysis.to_common_target({"VFedMH": ours, "epoch": theirs})
+        rows.append({"dataset": dataset, "model": model, "seed": seed, "baseline": method,
+                     "target": timed["epoch"][0], **{k: e for k, (_, e) in timed.items()}})
     return pd.DataFrame(rows, columns=["dataset", "model", "seed", "baseline", "target", "VFedMH", "epoch"])
 
 
@@ -798,7 +745,7 @@ def _blinding(records: claims.Records) -> claims.Verdict:
     groups, rec = _available(records)
     rows = [{"cell": f"{DATASET_NAMES[c.dataset]}/{party}", "seed": c.seed,
              "diff": 100 * (rec[on.key]["final"][party]["test_accuracy"] - rec[c.key]["final"][party]["test_accuracy"])}
-            for c, on in recorded_pairs(groups["blinding"], rec) for party in rec[on.key]["models"]]
+            for c, on in analysis.recorded_pairs(groups["blinding"], rec) for party in rec[on.key]["models"]]
     return claims.equivalent(pd.DataFrame(rows, columns=["cell", "seed", "diff"]), tolerance=BLINDING_TOLERANCE_POINTS,
                              what="accuracy with blinding - without")
 
@@ -880,9 +827,7 @@ def beyond(evidence: base.Evidence) -> list[tuple[str, str]]:
                 f"(`vfedmh.blinding_demo()`; " + evidence.notebook("Blinding factors") + ")."))
     if found := evidence.first_with_records():
         profile, have = found
-        groups = evidence.groups(profile)
-        runs = evidence.runs(profile)
-        key = evidence.key
+        groups, runs, key = evidence.groups(profile), evidence.runs(profile), evidence.key
         div = diverged_runs([have[key(c)] for c in runs if key(c) in have])
         which = "; ".join(f"{r.method} {r.models} on {r.dataset} (epoch {r.epoch}"
                           + (", collapsed to chance and trained on there)" if r.how == "collapsed" else ")")
