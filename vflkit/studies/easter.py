@@ -1,23 +1,13 @@
 """EASTER (the journal version of VFedMH): Tables II, IV-VII and Figs. 4-6.
 
 The algorithm is VFedMH's (:mod:`vflkit.methods.easter`); the setting and our choices where the
-paper is silent: docs/studies.md (EASTER; ``shared/specs/easter.md`` argues each). In brief:
-
-- θ1..θ3 (:data:`MODEL_SETS`) in the order under which EASTER's Local row equals VFedMH's.
-- A baseline's θ_m column is the heterogeneous run rotated so that the active party holds m
-  (:func:`rotate`), EASTER's the mean over its parties holding m; Table IV: every party holds m.
-- Rates (:data:`TRAINING`): CIFAR-10's decay and Criteo's Adam are ours; C-VFL at each rate / Q, as
-  its analysis bounds the step (at the dataset's rate: the labelled group ``cvfl_host_lr``).
-- The 1/C question: group ``embedding_gradient`` gives each h ∂L_k/∂E, not Eq. 7's ∂L_k/∂E / C.
-- Epochs (never stated): 20 for images, 10 for Criteo in ``paper``; e* as :mod:`vflkit.analysis`.
-- Table VI: C parties hold the first C of 10 feature parts; C = 2 only with ``allow_single_passive``.
-- Table VII: devices differ in network (and compute), so accuracy is the Table II EASTER run's; time =
-  measured compute per step (scaled by the slowest device) + communication priced per link.
+paper is silent: docs/studies.md (EASTER; ``shared/specs/easter.md`` argues each).
 """
 
 from __future__ import annotations
 
 from functools import partial
+from itertools import product
 from typing import Any, Callable, Iterable, Sequence
 
 import matplotlib.pyplot as plt
@@ -38,7 +28,7 @@ from ._split import figure as _figure, view as _view
 from .base import Artefact, Study
 
 PAPER = "easter"
-#: θ1..θ3 per dataset (see the module docstring for the order).
+#: θ1..θ3 per dataset, in the order under which EASTER's Local row equals VFedMH's.
 SMALL_MODELS: tuple[str, ...] = ("cnn", "lenet", "mlp")
 RESNETS: tuple[str, ...] = ("resnet18", "resnet34", "resnet50")
 CRITEO_MODELS: tuple[str, ...] = ("deepfm", "wide_deep", "cnn_tabular")
@@ -354,23 +344,17 @@ def comm_times(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, A
     memo = (tuple(sorted((r["key"], r.get("finished") or "") for r in records)), tuple(datasets), tuple(bandwidths))
     if memo in _TIMES:
         return _TIMES[memo].copy()
-    rec = by_key(records)
-    rows = []
+    rec, frames = by_key(records), []
     for _, x in convergence(groups, records, datasets).iterrows():
         links = network.link_rows(rec[x["key"]]["comm"]["per_link"])
         if x["method"] == METHOD_NAMES["c_vfl"]:  # C-VFL's downlink bundle (sent together) as one round
             links = links.assign(kind=np.where(links["sender"] == "active", "downlink", links["kind"]))
-        run, e_star = {"dataset": x["dataset"], "method": x["method"], "seed": x["seed"]}, int(x["e_star"])
-        rows += [{"figure": "4", **run, "bandwidth_mbps": bw, "latency": f"{FIG4_LATENCY_MS:g} ms",
-                  "seconds": network.price_links(links, network.NetworkModel(network.Link(bw, FIG4_LATENCY_MS)),
-                                                 until_epoch=e_star)} for bw in bandwidths]
-        for cls in network.LATENCY_CLASSES:
-            net = network.NetworkModel(network.Link(network.FIG5_BANDWIDTH_MBPS, 0.0))
-            t = np.mean([network.price_links(links, net, until_epoch=e_star, latency_ms=cls, seed=d)
-                         for d in range(FIG5_DRAWS)])
-            rows.append({"figure": "5", **run, "bandwidth_mbps": network.FIG5_BANDWIDTH_MBPS, "latency": cls,
-                         "seconds": float(t)})
-    _TIMES[memo] = pd.DataFrame(rows)
+        t = network.sweep(links, until_epoch=int(x["e_star"]), bandwidths=bandwidths, latency_ms=FIG4_LATENCY_MS,
+                          latency_classes=network.LATENCY_CLASSES, draws=FIG5_DRAWS)
+        frames.append(t.assign(figure=np.where(t.index < len(bandwidths), "4", "5"), dataset=x["dataset"],
+                               method=x["method"], seed=x["seed"]))
+    columns = ["figure", "dataset", "method", "seed", "bandwidth_mbps", "latency", "seconds"]
+    _TIMES[memo] = pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame()
     return _TIMES[memo].copy()
 
 
@@ -432,30 +416,21 @@ def table7(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]
     """Table VII from the Table II EASTER runs, per device mix and topology (column ``topology``):
     the run's θ accuracies and the time to e* (min) = measured compute per step, scaled by the
     slowest device, + communication priced per link."""
-    rec = by_key(records)
     acc = accuracy_rows(groups, records, "II")
-    frames = []
-    for topology in network.TOPOLOGIES:
-        rows = []
-        for c, r in _recorded((c for c in groups["table2"] if c.method == "easter"), rec):
-            metric = metric_of(c.dataset)
-            e_star = analysis.convergence_epoch(r["history"], metric=metric)
-            links = network.link_rows(r["comm"]["per_link"])
-            steps = int(links[links["epoch"] == 1]["steps"].max())
-            step_s = max(h["elapsed_s"] for h in r["history"] if h["epoch"] == e_star) / (steps * e_star)
-            passive = sorted(p for p in r["models"] if p != "active")
-            theta = acc[(acc["dataset"] == DATASET_NAMES[c.dataset]) & (acc["method"] == "EASTER")
-                        & (acc["seed"] == c.seed) & (acc["model"] != "avg")]
-            for n_low, label in DEVICE_MIXES.items():
-                t = network.training_time(links, network.device_mix(passive, n_low), step_seconds=step_s,
-                                           steps_per_epoch=steps, topology=topology, until_epoch=e_star)
-                base = {"table": "VII", "dataset": DATASET_NAMES[c.dataset], "method": "EASTER",
-                        "setting": label, "seed": c.seed, "diverged": bool(r.get("diverged"))}
-                rows.append({**base, "model": "", "metric": "train_time_min", "value": t["total_s"] / 60})
-                rows += [{**base, "model": x["model"], "metric": x["metric"], "value": x["value"]}
-                         for _, x in theta.iterrows()]
-        frames.append(_split.summarise(rows, PAPER, profile).assign(topology=topology))
-    return pd.concat(frames, ignore_index=True)
+    rows: dict[str, list[dict[str, Any]]] = {topology: [] for topology in network.TOPOLOGIES}
+    for c, r in _recorded((c for c in groups["table2"] if c.method == "easter"), by_key(records)):
+        e_star = analysis.convergence_epoch(r["history"], metric=metric_of(c.dataset))
+        passive = sorted(p for p in r["models"] if p != "active")
+        theta = acc[(acc["dataset"] == DATASET_NAMES[c.dataset]) & (acc["method"] == "EASTER")
+                    & (acc["seed"] == c.seed) & (acc["model"] != "avg")]
+        for (topology, out), (n_low, label) in product(rows.items(), DEVICE_MIXES.items()):
+            t = network.record_time(r, network.device_mix(passive, n_low), until_epoch=e_star, topology=topology)
+            base = {"table": "VII", "dataset": DATASET_NAMES[c.dataset], "method": "EASTER",
+                    "setting": label, "seed": c.seed, "diverged": bool(r.get("diverged"))}
+            out.append({**base, "model": "", "metric": "train_time_min", "value": t["total_s"] / 60})
+            out += [{**base, "model": x["model"], "metric": x["metric"], "value": x["value"]} for _, x in theta.iterrows()]
+    return pd.concat([_split.summarise(rows[t], PAPER, profile).assign(topology=t) for t in network.TOPOLOGIES],
+                     ignore_index=True)
 
 
 def table7_times(t7: pd.DataFrame) -> pd.DataFrame:
