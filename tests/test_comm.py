@@ -306,7 +306,8 @@ def test_sweep_prices_bandwidths_then_latency_classes_and_record_time_reads_the_
     assert t.columns.tolist() == ["bandwidth_mbps", "latency", "seconds"]
     assert t["latency"].tolist() == ["10 ms", "10 ms", "low", "high"] and t["bandwidth_mbps"].tolist()[2:] == [50.0] * 2
     assert t["seconds"][0] == pytest.approx(price_links(rows, NetworkModel(Link(8.0, 10.0)), until_epoch=1))
-    high = [price_links(rows, NetworkModel(Link(50.0, 0.0)), until_epoch=1, latency_ms="high", seed=d) for d in range(3)]
+    high = [price_links(rows, NetworkModel(Link(50.0, 0.0)), until_epoch=1, latency_ms="high", seed=d)
+            for d in range(3)]
     assert t["seconds"][3] == pytest.approx(sum(high) / 3) and t["seconds"][0] > t["seconds"][1]
     record = {"comm": {"per_link": rows.to_dict(orient="records")},
               "history": [{"epoch": 1, "elapsed_s": 0.8}, {"epoch": 2, "elapsed_s": 1.6}]}

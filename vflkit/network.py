@@ -263,7 +263,8 @@ def sweep(links: Any, *, until_epoch: int | None = None, bandwidths: Sequence[fl
     df = link_rows(links)
     net = NetworkModel(Link(class_bandwidth_mbps, 0.0))
     rows = [{"bandwidth_mbps": bw, "latency": f"{latency_ms:g} ms",
-             "seconds": price_links(df, NetworkModel(Link(bw, latency_ms)), until_epoch=until_epoch)} for bw in bandwidths]
+             "seconds": price_links(df, NetworkModel(Link(bw, latency_ms)), until_epoch=until_epoch)}
+            for bw in bandwidths]
     rows += [{"bandwidth_mbps": class_bandwidth_mbps, "latency": cls, "seconds": float(np.mean(
         [price_links(df, net, until_epoch=until_epoch, latency_ms=cls, seed=d) for d in range(draws)]))}
         for cls in latency_classes]

@@ -428,7 +428,8 @@ def table7(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]
             base = {"table": "VII", "dataset": DATASET_NAMES[c.dataset], "method": "EASTER",
                     "setting": label, "seed": c.seed, "diverged": bool(r.get("diverged"))}
             out.append({**base, "model": "", "metric": "train_time_min", "value": t["total_s"] / 60})
-            out += [{**base, "model": x["model"], "metric": x["metric"], "value": x["value"]} for _, x in theta.iterrows()]
+            out += [{**base, "model": x["model"], "metric": x["metric"], "value": x["value"]}
+                    for _, x in theta.iterrows()]
     return pd.concat([_split.summarise(rows[t], PAPER, profile).assign(topology=t) for t in network.TOPOLOGIES],
                      ignore_index=True)
 
