@@ -451,37 +451,32 @@ def _el_pl_label(el_pl: Sequence[int]) -> str:
     return f"{el_pl[0]}:{el_pl[1]}"
 
 
-def fig6(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> tuple[plt.Figure, pd.DataFrame]:
-    """Test accuracy against (a) embedding size, (b) EL:PL ratio, per architecture and the mean."""
-    rows = [{"dataset": DATASET_NAMES[c.dataset], "seed": c.seed, "embedding_dim": c.embedding_dim,
-             "el_pl": _el_pl_label(c.el_pl), "model": arch, f"{metric_of(c.dataset)}_pct": v}
-            for c, r in _recorded(groups["fig6"], by_key(records))
-            for arch, v in {**arch_metric(r, metric_of(c.dataset)), "mean": _run_metric(c, r)}.items()]
-    data = pd.DataFrame(rows, columns=["dataset", "seed", "embedding_dim", "el_pl", "model", "test_accuracy_pct"]
-                        if not rows else None).drop_duplicates(["seed", "embedding_dim", "el_pl", "model"])
-    y = [c for c in data.columns if c.endswith("_pct")][0]
+def fig6(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> tuple[plt.Figure | None, pd.DataFrame]:
+    """Test accuracy against (a) embedding size, (b) EL:PL ratio, per architecture and the mean;
+    no figure while no run is recorded."""
+    data = pd.DataFrame([{"dataset": DATASET_NAMES[c.dataset], "seed": c.seed, "embedding_dim": c.embedding_dim,
+                          "el_pl": _el_pl_label(c.el_pl), "model": arch, f"{metric_of(c.dataset)}_pct": v}
+                         for c, r in _recorded(groups["fig6"], by_key(records))
+                         for arch, v in {**arch_metric(r, metric_of(c.dataset)), "mean": _run_metric(c, r)}.items()])
     if data.empty:
-        fig, ax = plt.subplots(figsize=(6, 2))
-        ax.text(0.5, 0.5, "Fig. 6: no recorded runs yet", ha="center", va="center")
-        ax.set_axis_off()
-        return fig, data
+        return None, data
+    data = data.drop_duplicates(["seed", "embedding_dim", "el_pl", "model"])
+    y = [c for c in data.columns if c.endswith("_pct")][0]
+    ylabel = f"test {y.removesuffix('_pct').removeprefix('test_').replace('_', ' ')} (%)"
     fig, axes = plt.subplots(1, 2, figsize=(12, 4))
     models = list(dict.fromkeys(data["model"]))  # one colour per model in both panels (one legend)
     sns.lineplot(data=data[data["el_pl"] == "1:1"], x="embedding_dim", y=y, hue="model", hue_order=models,
                  marker="o", errorbar=None, ax=axes[0])
     # Base-2 axis with one label per size run: base-10 minor labels (2x10^1, ...) collide.
-    axes[0].set(xlabel="embedding size", title="(a) embedding size (EL:PL 1:1)")
+    axes[0].set(xlabel="embedding size", ylabel=ylabel, title="(a) embedding size (EL:PL 1:1)")
     axes[0].set_xscale("log", base=2)
     axes[0].minorticks_off()
     sizes = sorted(data["embedding_dim"].unique())
     axes[0].set_xticks(sizes, [str(d) for d in sizes])
     sns.barplot(data=data[data["embedding_dim"] == EMBEDDING_DIM], x="el_pl", y=y, hue="model", hue_order=models,
-                errorbar=None, ax=axes[1], order=[r for r in map(_el_pl_label, ((2, 1), (1, 1), (1, 2))) if r in set(data["el_pl"])])
-    axes[1].set(xlabel="EL:PL (layer ratio; it changes total depth too)", title=f"(b) EL:PL (embedding {EMBEDDING_DIM})")
-    axes[1].set_ylim(max(0.0, float(data[y].min()) - 5), None)
-    ylabel = f"test {y.removesuffix('_pct').removeprefix('test_').replace('_', ' ')} (%)"
-    for ax in axes:
-        ax.set_ylabel(ylabel)
+                errorbar=None, ax=axes[1], order=[r for r in ("2:1", "1:1", "1:2") if r in set(data["el_pl"])])
+    axes[1].set(xlabel="EL:PL (layer ratio; it changes total depth too)", ylabel=ylabel,
+                title=f"(b) EL:PL (embedding {EMBEDDING_DIM})", ylim=(max(0.0, float(data[y].min()) - 5), None))
     # One legend, beside panel (b): the panels share their colours (``models``).
     legends = [ax for ax in axes if ax.get_legend() is not None]
     for ax in legends[:-1]:
@@ -540,12 +535,18 @@ def stand_in_note(dataset: str, acc: pd.DataFrame, runs: Iterable[RunConfig]) ->
     return f"{head}; {where}; above Local: {', '.join(above)}" + (f"; below it: {', '.join(below)}" if below else "")
 
 
-def _at_scale(dataset: str, verdict: claims.Verdict, note: Callable[[], str]) -> claims.Verdict:
-    """``verdict`` on ``dataset``, not testable on a stand-in (:data:`STAND_INS`), with ``note()``."""
-    if dataset not in STAND_INS:
-        return verdict
-    return claims.not_testable(f"{NOT_AT_THIS_SCALE} ({note()}; on the sample it reads "
-                               f"{verdict.status}: {verdict.evidence})")
+def _per_dataset(records: claims.Records, datasets: Iterable[str], judge: Callable[[str], claims.Verdict],
+                 note: Callable[[str], str] | None = None) -> list[claims.Verdict]:
+    """``judge(d)`` per dataset, labelled with its printed name; on a stand-in (:data:`STAND_INS`)
+    not testable, with ``note(d)`` (default :func:`_table2_note`) and what the sample reads."""
+    out = []
+    for d in datasets:
+        v = judge(d)
+        if d in STAND_INS:
+            v = claims.not_testable(f"{NOT_AT_THIS_SCALE} ({(note or partial(_table2_note, records))(d)}; on the "
+                                    f"sample it reads {v.status}: {v.evidence})")
+        out.append(v.labelled(DATASET_NAMES[d]))
+    return out
 
 
 #: The reading our own runs are judged under where the paper admits another, and C-VFL's alternative.
@@ -553,13 +554,11 @@ DEFAULT_READING = "1/C (Eq. 7), C-VFL at lr/Q"
 CVFL_HOST_READING = "C-VFL at the dataset's lr, Q = 10"
 
 
-def _table2_note(records: claims.Records, dataset: str) -> Callable[[], str]:
+def _table2_note(records: claims.Records, dataset: str) -> str:
     """:func:`stand_in_note` on Table II's records, for a clause whose own runs have no Local."""
-    def note() -> str:
-        groups, recs = _inputs(records)
-        acc = records.derived("table2_rows", lambda: accuracy_rows(groups, recs, "II"))
-        return stand_in_note(dataset, acc, groups["table2"])
-    return note
+    groups, recs = _inputs(records)
+    return stand_in_note(dataset, records.derived("table2_rows", lambda: accuracy_rows(groups, recs, "II")),
+                         groups["table2"])
 
 
 #: Labelled variants: the method's runs in Tables II and IV replaced by another group's.
@@ -574,6 +573,11 @@ with_variant = partial(_split.with_variant, variants=VARIANTS, tables=("table2",
 
 
 def _beats(table: str, other: str, variant: str | None = None, label: str = "") -> claims.Claim:
+    group = "table2" if table == "II" else "table4"
+
+    def thetas(c: RunConfig) -> set[str]:  # EASTER's one heterogeneous run holds every θ
+        return {_theta(c.dataset, m) for m in (set(c.models) if c.method == "easter" and table == "II" else {c.models[0]})}
+
     def check(records: claims.Records) -> claims.Verdict:
         groups, recs = _inputs(records, variant)
         every = accuracy_rows(groups, recs, table)
@@ -582,23 +586,15 @@ def _beats(table: str, other: str, variant: str | None = None, label: str = "") 
         acc = every[every["model"] != "avg"]
         # Per dataset, then all_of: the paper says "consistently" superior "across a variety of
         # datasets" (Sec. VI-B); datasets carry different seeds (Criteo 5); an unrecorded one stays open.
-        s = settings(records.profile)
-        group = "table2" if table == "II" else "table4"
+        # A run near chance or below Local decides nothing (claims.paired's gate).
+        datasets = settings(records.profile)["datasets" if table == "II" else "table4_datasets"]
 
-        def thetas(c: RunConfig) -> set[str]:  # EASTER's one heterogeneous run holds every θ
-            return {_theta(c.dataset, m) for m in (set(c.models) if c.method == "easter" and table == "II"
-                                                  else {c.models[0]})}
-        verdicts = []
-        for dataset in s["datasets"] if table == "II" else s["table4_datasets"]:
-            d = acc[acc["dataset"] == DATASET_NAMES[dataset]]
-            runs = [c for c in groups[group] if c.dataset == dataset]
-            # a run near chance or below Local decides nothing (claims.paired's gate)
-            v = claims.ordering(claims.paired(d, by="method", a="EASTER", b=other, value="value",
-                                              cell=["model"], chance=CHANCE_PCT[dataset], local="Local"),
-                                a="EASTER", b=other, expected=_cells(runs, "EASTER", other, thetas))
-            note = partial(stand_in_note, dataset, every, runs)
-            verdicts.append(_at_scale(dataset, v, note).labelled(DATASET_NAMES[dataset]))
-        return claims.all_of(verdicts)
+        def judge(d: str) -> claims.Verdict:
+            diffs = claims.paired(acc[acc["dataset"] == DATASET_NAMES[d]], by="method", a="EASTER", b=other,
+                                  value="value", cell=["model"], chance=CHANCE_PCT[d], local="Local")
+            runs = [c for c in groups[group] if c.dataset == d]
+            return claims.ordering(diffs, a="EASTER", b=other, expected=_cells(runs, "EASTER", other, thetas))
+        return claims.all_of(_per_dataset(records, datasets, judge, lambda d: stand_in_note(d, every, groups[group])))
     setting = "heterogeneous" if table == "II" else "homogeneous"
     return claims.Claim(PAPER, f"Table {table}" + (f" ({label})" if label else ""),
                         f"EASTER's models beat {other} on every dataset ({setting} models)", check,
@@ -638,20 +634,19 @@ def _less_comm(other: str, variant: str | None = None, label: str = "") -> claim
         conv = to_target(groups, recs, datasets)
         if conv.empty:
             return claims.not_testable("no records")
-        verdicts = []
-        for dataset in datasets:  # each dataset alone, so that a stand-in decides nothing
+
+        def judge(dataset: str) -> claims.Verdict:  # each dataset alone, so that a stand-in decides nothing
             d = conv[conv["dataset"] == DATASET_NAMES[dataset]]
             v = claims.ordering(claims.paired(d.dropna(subset=["MB_to_target"]), by="method", a=other, b="EASTER",
                                               value="MB_to_target", cell=["dataset"]), a=other, b="EASTER", what="MB",
                                 expected=_cells([c for c in _table5_runs(groups, datasets) if c.dataset == dataset],
                                                 other, "EASTER", lambda c: {DATASET_NAMES[c.dataset]}))
             never = d[d["MB_to_target"].isna() & d["method"].isin([other, "EASTER"])]
-            if len(never):
-                v = v.with_evidence(f"{v.evidence}; never within {analysis.TARGET_SHARE:.0%} of the best final metric in "
-                                    f"{int(d['epochs'].max())} epochs, so the horizon cannot time them: "
-                                    + ", ".join(f"{r.method} seed {r.seed}" for r in never.itertuples()))
-            verdicts.append(_at_scale(dataset, v, _table2_note(records, dataset)).labelled(DATASET_NAMES[dataset]))
-        return claims.all_of(verdicts)
+            return v if never.empty else v.with_evidence(
+                f"{v.evidence}; never within {analysis.TARGET_SHARE:.0%} of the best final metric in "
+                f"{int(d['epochs'].max())} epochs, so the horizon cannot time them: "
+                + ", ".join(f"{r.method} seed {r.seed}" for r in never.itertuples()))
+        return claims.all_of(_per_dataset(records, datasets, judge))
     return claims.Claim(PAPER, "Table V" + (f" ({label})" if label else ""),
                         f"EASTER communicates less than {other} to convergence", check,
                         reading=label if variant else DEFAULT_READING)
@@ -706,11 +701,10 @@ def _table6_rise(records: claims.Records) -> claims.Verdict:
     few, many = min(settings(records.profile)["table6_parties"]), max(settings(records.profile)["table6_parties"])
     t = t[(t["method"] == "EASTER") & t["C"].isin([few, many])]
     t = t.assign(end=np.where(t["C"] == many, "many", "few"))
-    datasets = sorted({c.dataset for c in groups["table6"] if c.method == "easter"})
-    return claims.all_of(_at_scale(d, claims.ordering(
+    return claims.all_of(_per_dataset(records, sorted({c.dataset for c in groups["table6"] if c.method == "easter"}),
+                                      lambda d: claims.ordering(
         claims.paired(t[t["dataset"] == DATASET_NAMES[d]], by="end", a="many", b="few", value="value", cell=["dataset"],
-                      chance=CHANCE_PCT[d]), a=f"EASTER at C={many}", b=f"at C={few}", expected={DATASET_NAMES[d]}),
-        _table2_note(records, d)).labelled(DATASET_NAMES[d]) for d in datasets)
+                      chance=CHANCE_PCT[d]), a=f"EASTER at C={many}", b=f"at C={few}", expected={DATASET_NAMES[d]})))
 
 
 def _table6_beats(records: claims.Records) -> claims.Verdict:
@@ -718,14 +712,12 @@ def _table6_beats(records: claims.Records) -> claims.Verdict:
     t = table6_rows(groups, recs)
     if t.empty:
         return claims.not_testable("no records")
-    datasets = sorted({c.dataset for c in groups["table6"]})
-    return claims.all_of(_at_scale(d, claims.ordering(
-        claims.paired(t[t["dataset"] == DATASET_NAMES[d]], by="method", a="EASTER", b=m, value="value",
-                      cell=["dataset", "C"], chance=CHANCE_PCT[d]), a="EASTER", b=m,
-        expected=_cells([c for c in groups["table6"] if c.dataset == d], "EASTER", m,
-                        lambda c: {f"{DATASET_NAMES[c.dataset]}/{c.n_parties}"})),
-        _table2_note(records, d)).labelled(DATASET_NAMES[d])
-        for m in ("PyVertical", "C_VFL", "Agg_VFL") for d in datasets)
+    return claims.all_of(v for m in ("PyVertical", "C_VFL", "Agg_VFL") for v in _per_dataset(
+        records, sorted({c.dataset for c in groups["table6"]}), lambda d: claims.ordering(
+            claims.paired(t[t["dataset"] == DATASET_NAMES[d]], by="method", a="EASTER", b=m, value="value",
+                          cell=["dataset", "C"], chance=CHANCE_PCT[d]), a="EASTER", b=m,
+            expected=_cells([c for c in groups["table6"] if c.dataset == d], "EASTER", m,
+                            lambda c: {f"{DATASET_NAMES[c.dataset]}/{c.n_parties}"}))))
 
 
 def table6_rows(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> pd.DataFrame:
