@@ -498,6 +498,18 @@ def _inputs(records: claims.Records,
     return with_variant(groups, variant), records.derived("records", lambda: records.of(unique(groups)))
 
 
+def _judged(frame: Callable[..., pd.DataFrame], variant: str | None = None) -> Callable[..., Any]:
+    """A check (decorator of ``judge(records, groups, t)``) on ``t = frame(records, groups, recs)``
+    of the profile's runs and records (:func:`_inputs`): not testable while ``t`` has no row."""
+    def wrap(judge: Callable[..., claims.Verdict]) -> Callable[[claims.Records], claims.Verdict]:
+        def check(records: claims.Records) -> claims.Verdict:
+            groups, recs = _inputs(records, variant)
+            t = frame(records, groups, recs)
+            return claims.not_testable("no records") if t.empty else judge(records, groups, t)
+        return check
+    return wrap
+
+
 #: ``_cells(runs, a, b, cell)``: the cells in which the profile runs both ``a`` and ``b`` (:func:`_split.both`).
 _cells = partial(_split.both, name=lambda c: METHOD_NAMES[c.method])
 
@@ -578,11 +590,8 @@ def _beats(table: str, other: str, variant: str | None = None, label: str = "") 
     def thetas(c: RunConfig) -> set[str]:  # EASTER's one heterogeneous run holds every θ
         return {_theta(c.dataset, m) for m in (set(c.models) if c.method == "easter" and table == "II" else {c.models[0]})}
 
-    def check(records: claims.Records) -> claims.Verdict:
-        groups, recs = _inputs(records, variant)
-        every = accuracy_rows(groups, recs, table)
-        if every.empty:
-            return claims.not_testable("no records")
+    @_judged(lambda records, groups, recs: accuracy_rows(groups, recs, table), variant)
+    def check(records: claims.Records, groups: dict[str, list[RunConfig]], every: pd.DataFrame) -> claims.Verdict:
         acc = every[every["model"] != "avg"]
         # Per dataset, then all_of: the paper says "consistently" superior "across a variety of
         # datasets" (Sec. VI-B); datasets carry different seeds (Criteo 5); an unrecorded one stays open.
@@ -628,12 +637,10 @@ def to_target(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, An
 
 
 def _less_comm(other: str, variant: str | None = None, label: str = "") -> claims.Claim:
-    def check(records: claims.Records) -> claims.Verdict:
-        groups, recs = _inputs(records, variant)
+    @_judged(lambda records, groups, recs: to_target(groups, recs, settings(records.profile)["table5_datasets"]),
+             variant)
+    def check(records: claims.Records, groups: dict[str, list[RunConfig]], conv: pd.DataFrame) -> claims.Verdict:
         datasets = settings(records.profile)["table5_datasets"]
-        conv = to_target(groups, recs, datasets)
-        if conv.empty:
-            return claims.not_testable("no records")
 
         def judge(dataset: str) -> claims.Verdict:  # each dataset alone, so that a stand-in decides nothing
             d = conv[conv["dataset"] == DATASET_NAMES[dataset]]
@@ -654,12 +661,10 @@ def _less_comm(other: str, variant: str | None = None, label: str = "") -> claim
 
 def _times_check(check: Callable[[pd.DataFrame, list[RunConfig]], claims.Verdict]) -> Callable[..., claims.Verdict]:
     """A Figs. 4-5 clause judged on the times to convergence of the profile's Table V runs (priced
-    once for every clause, :func:`comm_times`) and those runs, recorded or not; not testable without records."""
-    def judged(records: claims.Records) -> claims.Verdict:
-        groups, recs = _inputs(records)
-        t = records.derived("times", lambda: comm_times(groups, recs, settings(records.profile)["table5_datasets"]))
-        return claims.not_testable("no records") if t.empty else check(t, table5_runs(groups, records.profile))
-    return judged
+    once for every clause, :func:`comm_times`) and those runs, recorded or not."""
+    return _judged(lambda records, groups, recs: records.derived(
+        "times", lambda: comm_times(groups, recs, settings(records.profile)["table5_datasets"])))(
+        lambda records, groups, t: check(t, table5_runs(groups, records.profile)))
 
 
 @_times_check
@@ -674,11 +679,9 @@ def _fig4_check(t: pd.DataFrame, runs: list[RunConfig]) -> claims.Verdict:
 
 @_times_check
 def _fig5_check(t: pd.DataFrame, runs: list[RunConfig]) -> claims.Verdict:
-    t = t[t["figure"] == "5"]
-    return claims.ordering(claims.paired(t, by="latency", a="high", b="low", value="seconds",
+    return claims.ordering(claims.paired(t[t["figure"] == "5"], by="latency", a="high", b="low", value="seconds",
                                          cell=["dataset", "method"]), a="time at high latency", b="time at low latency",
-                           what="s",
-                           expected={f"{DATASET_NAMES[c.dataset]}/{METHOD_NAMES[c.method]}" for c in runs})
+                           what="s", expected={f"{DATASET_NAMES[c.dataset]}/{METHOD_NAMES[c.method]}" for c in runs})
 
 
 @_times_check
@@ -692,11 +695,11 @@ def _fig5_agg_check(t: pd.DataFrame, runs: list[RunConfig]) -> claims.Verdict:
         for m in ("EASTER", "PyVertical", "C_VFL"))
 
 
-def _table6_rise(records: claims.Records) -> claims.Verdict:
-    groups, recs = _inputs(records)
-    t = table6_rows(groups, recs)
-    if t.empty:
-        return claims.not_testable("no records")
+_table6_check = _judged(lambda records, groups, recs: table6_rows(groups, recs))
+
+
+@_table6_check
+def _table6_rise(records: claims.Records, groups: dict[str, list[RunConfig]], t: pd.DataFrame) -> claims.Verdict:
     # the profile's fewest and most parties: an unrecorded C leaves it open, not judged on inner C
     few, many = min(settings(records.profile)["table6_parties"]), max(settings(records.profile)["table6_parties"])
     t = t[(t["method"] == "EASTER") & t["C"].isin([few, many])]
@@ -707,11 +710,8 @@ def _table6_rise(records: claims.Records) -> claims.Verdict:
                       chance=CHANCE_PCT[d]), a=f"EASTER at C={many}", b=f"at C={few}", expected={DATASET_NAMES[d]})))
 
 
-def _table6_beats(records: claims.Records) -> claims.Verdict:
-    groups, recs = _inputs(records)
-    t = table6_rows(groups, recs)
-    if t.empty:
-        return claims.not_testable("no records")
+@_table6_check
+def _table6_beats(records: claims.Records, groups: dict[str, list[RunConfig]], t: pd.DataFrame) -> claims.Verdict:
     return claims.all_of(v for m in ("PyVertical", "C_VFL", "Agg_VFL") for v in _per_dataset(
         records, sorted({c.dataset for c in groups["table6"]}), lambda d: claims.ordering(
             claims.paired(t[t["dataset"] == DATASET_NAMES[d]], by="method", a="EASTER", b=m, value="value",
@@ -727,11 +727,9 @@ def table6_rows(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, 
 
 
 def _table7_check(topology: str) -> Any:
-    def check(records: claims.Records) -> claims.Verdict:
-        groups, recs = _inputs(records)
-        if not any(c.method == "easter" and c.key in {r["key"] for r in recs} for c in groups["table2"]):
-            return claims.not_testable("no records")
-        t7 = records.derived("table7", lambda: table7(groups, recs, records.profile))  # priced once for both pricings
+    # priced once for both pricings
+    @_judged(lambda records, groups, recs: records.derived("table7", lambda: table7(groups, recs, records.profile)))
+    def check(records: claims.Records, groups: dict[str, list[RunConfig]], t7: pd.DataFrame) -> claims.Verdict:
         t = t7[(t7["metric"] == "train_time_min") & (t7["topology"] == topology)]
         # priced from every Table II EASTER run the profile has: one not recorded leaves it open
         datasets = {DATASET_NAMES[c.dataset] for c in groups["table2"] if c.method == "easter"}
@@ -745,12 +743,9 @@ def _table7_check(topology: str) -> Any:
 
 
 def _fig6_best(what: str) -> Any:
-    def check(records: claims.Records) -> claims.Verdict:
-        groups, recs = _inputs(records)
-        if not any(c.key in {r["key"] for r in recs} for c in groups["fig6"]):
-            return claims.not_testable("no records")
-        _, data = fig6(groups, recs)
-        plt.close("all")
+    @_judged(lambda records, groups, recs: fig6(groups, recs)[1])
+    def check(records: claims.Records, groups: dict[str, list[RunConfig]], data: pd.DataFrame) -> claims.Verdict:
+        plt.close("all")  # fig6's figure: only its data is judged
         y = [c for c in data.columns if c.endswith("_pct")][0]
         data = data[data["model"] == "mean"]
         # the levels to beat are the profile's: an unrecorded one leaves the clause not testable
