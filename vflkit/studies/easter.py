@@ -168,10 +168,8 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
     dataset = s["fig6_dataset"]
     for seed in _seeds(dataset, s, seeds if seeds is not None else s["fig6_seeds"]):
         het = assign_models(MODEL_SETS[dataset], seed=seed)
-        for dim in s["embedding_dims"]:
-            out["fig6"].append(_config(dataset, "easter", het, seed, s, embedding_dim=dim))
-        for el_pl in s["el_pls"]:
-            out["fig6"].append(_config(dataset, "easter", het, seed, s, el_pl=tuple(el_pl)))
+        out["fig6"] += [_config(dataset, "easter", het, seed, s, embedding_dim=dim) for dim in s["embedding_dims"]]
+        out["fig6"] += [_config(dataset, "easter", het, seed, s, el_pl=tuple(el_pl)) for el_pl in s["el_pls"]]
     return override_runs(out, run_fields)
 
 
@@ -210,19 +208,16 @@ def _theta(dataset: str, arch: str) -> str:
 
 def accuracy_rows(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]], table: str) -> pd.DataFrame:
     """Table II's (heterogeneous) or IV's (homogeneous) θ columns and their average, one row per
-    (dataset, method, θ, seed), metric in %."""
+    (dataset, method, θ, seed), metric in %; EASTER's θ_m is the mean over its parties holding m
+    (in Table IV all four)."""
     group, setting = ("table2", "heterogeneous") if table == "II" else ("table4", "homogeneous")
     rows = []
     for c, r in _recorded(groups[group], by_key(records)):
         metric = metric_of(c.dataset)
         base = {"table": table, "dataset": DATASET_NAMES[c.dataset], "method": METHOD_NAMES[c.method],
                 "setting": setting, "metric": f"{metric}_pct", "seed": c.seed, "diverged": bool(r.get("diverged"))}
-        if c.method == "easter":
-            vals = arch_metric(r, metric)
-            if table == "IV":  # every party holds θ_m: the column is the mean over the four
-                vals = {c.models[0]: float(np.mean(list(vals.values())))}
-        else:
-            vals = {c.models[0]: 100 * r["final"]["active"].get(metric, float("nan"))}
+        vals = (arch_metric(r, metric) if c.method == "easter"
+                else {c.models[0]: 100 * r["final"]["active"].get(metric, float("nan"))})
         rows += [{**base, "model": _theta(c.dataset, arch), "value": v} for arch, v in vals.items()]
     df = pd.DataFrame(rows)
     if df.empty:
@@ -276,24 +271,20 @@ def table5(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]
     for _, x in convergence(groups, records, datasets or settings(profile)["table5_datasets"]).iterrows():
         base = {"table": "V", "dataset": x["dataset"], "method": x["method"], "setting": "", "model": "",
                 "seed": x["seed"], "diverged": x["diverged"]}
-        rows += [{**base, "metric": x["metric"], "value": x["value"]},
-                 {**base, "metric": "communication_MB", "value": x["MB_float32"]},
-                 {**base, "metric": "communication_MB_as_sent", "value": x["MB_as_sent"]},
-                 {**base, "metric": "epochs_to_convergence", "value": x["e_star"]}]
+        rows += [{**base, "metric": m, "value": x[col]} for m, col in (
+            (x["metric"], "value"), ("communication_MB", "MB_float32"), ("communication_MB_as_sent", "MB_as_sent"),
+            ("epochs_to_convergence", "e_star"))]
     return _split.summarise(rows, PAPER, profile)
 
 
 def table5_ratios(t5: pd.DataFrame) -> pd.DataFrame:
     """Each method's communication to convergence over EASTER's, ours beside the paper's."""
-    t = t5[t5["metric"] == "communication_MB"].set_index(["dataset", "method"])
-    rows = []
-    for (dataset, method), x in t.iterrows():
-        if method == "EASTER" or (dataset, "EASTER") not in t.index:
-            continue
-        e = t.loc[(dataset, "EASTER")]
-        rows.append({"dataset": dataset, "method": method, "ours_over_EASTER": x["value"] / e["value"],
-                     "paper_over_EASTER": x["paper_value"] / e["paper_value"]})
-    return pd.DataFrame(rows).round(2)
+    t = t5[t5["metric"] == "communication_MB"]
+    e = t[t["method"] == "EASTER"].set_index("dataset")[["value", "paper_value"]]
+    t = t[t["method"] != "EASTER"].join(e, on="dataset", rsuffix="_easter", how="inner").reset_index(drop=True)
+    return pd.DataFrame({"dataset": t["dataset"], "method": t["method"],
+                         "ours_over_EASTER": t["value"] / t["value_easter"],
+                         "paper_over_EASTER": t["paper_value"] / t["paper_value_easter"]}).round(2)
 
 
 def cvfl_rates(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> pd.DataFrame:
@@ -401,10 +392,12 @@ def table6(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]
 
 def table6_security(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """Per EASTER run of Table VI: whether its record holds the insecure single-passive flag (C = 2)."""
+    flag = "allow_single_passive (recorded)"
     rows = [{"dataset": DATASET_NAMES[c.dataset], "C": c.n_parties, "seed": c.seed, "passive_parties": c.n_parties - 1,
-             "allow_single_passive (recorded)": bool(r["config"]["options"].get("allow_single_passive", False))}
+             flag: bool(r["config"]["options"].get("allow_single_passive", False))}
             for c, r in _recorded(groups["table6"], by_key(records)) if c.method == "easter"]
-    return pd.DataFrame(rows).drop_duplicates(["dataset", "C", "allow_single_passive (recorded)"])
+    rows = pd.DataFrame(rows, columns=["dataset", "C", "seed", "passive_parties", flag])
+    return rows.drop_duplicates(["dataset", "C", flag])
 
 
 #: Table VII's device mixes: the number of low-performance passive devices -> the paper's label.
@@ -451,7 +444,8 @@ def _el_pl_label(el_pl: Sequence[int]) -> str:
     return f"{el_pl[0]}:{el_pl[1]}"
 
 
-def fig6(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> tuple[plt.Figure | None, pd.DataFrame]:
+def fig6(groups: dict[str, list[RunConfig]],
+         records: Sequence[dict[str, Any]]) -> tuple[plt.Figure | None, pd.DataFrame]:
     """Test accuracy against (a) embedding size, (b) EL:PL ratio, per architecture and the mean;
     no figure while no run is recorded."""
     data = pd.DataFrame([{"dataset": DATASET_NAMES[c.dataset], "seed": c.seed, "embedding_dim": c.embedding_dim,
@@ -588,7 +582,8 @@ def _beats(table: str, other: str, variant: str | None = None, label: str = "") 
     group = "table2" if table == "II" else "table4"
 
     def thetas(c: RunConfig) -> set[str]:  # EASTER's one heterogeneous run holds every θ
-        return {_theta(c.dataset, m) for m in (set(c.models) if c.method == "easter" and table == "II" else {c.models[0]})}
+        held = set(c.models) if c.method == "easter" and table == "II" else {c.models[0]}
+        return {_theta(c.dataset, m) for m in held}
 
     @_judged(lambda records, groups, recs: accuracy_rows(groups, recs, table), variant)
     def check(records: claims.Records, groups: dict[str, list[RunConfig]], every: pd.DataFrame) -> claims.Verdict:
@@ -807,11 +802,8 @@ def beyond(evidence: base.Evidence) -> list[tuple[str, str]]:
             "`allow_single_passive`")
     if found:
         profile, have = found
-        groups = evidence.groups(profile)
-        # table6_security needs at least one recorded EASTER run of Table VI
-        ran = any(c.method == "easter" and evidence.key(c) in have for c in groups["table6"])
-        sec = table6_security(groups, list(have.values())) if ran else pd.DataFrame()
-        flagged = sec[sec["allow_single_passive (recorded)"]] if len(sec) else sec
+        sec = table6_security(evidence.groups(profile), list(have.values()))
+        flagged = sec[sec["allow_single_passive (recorded)"]]
         text += (f": {len(flagged)} recorded {profile}-profile setting(s) carry the flag "
                  f"({', '.join(f'{r.dataset} C = {r.C}' for r in flagged.itertuples()) or 'none'})")
     link = evidence.notebook("Table VI: 2 to 10 parties")
