@@ -67,10 +67,8 @@ PROFILE_SETTINGS: dict[str, dict[str, Any]] = {
               "table6_seeds": None, "fig6_seeds": None,
               "table5_datasets": ("mnist", "criteo"), "table6_datasets": ("criteo",), "table6_parties": (2, 4),
               "fig6_dataset": "mnist", "embedding_dims": (16, 128), "el_pls": ((1, 1), (1, 2))},
-    # 2-core CPU: FMNIST (Table V's image dataset) and Criteo (the whole sample, 3 epochs of Adam).
-    # 235 SGD steps on the images, so that EASTER ends well above Local (fewer leave them level); C-VFL
-    # 1 epoch (Q = 10: twice the others' compute); Criteo's Tables IV and VI on 5 seeds (with 3 a
-    # paired difference needs 4.3 standard errors). The sizes as measured: docs/studies.md (EASTER).
+    # 2-core CPU, FMNIST and Criteo: 235 SGD steps on the images (fewer leave EASTER level with Local), Criteo
+    # on 5 seeds (with 3 a paired difference needs 4.3 standard errors); the sizes: docs/studies.md (EASTER).
     "quick": {"datasets": ("fashion_mnist", "criteo"), "n_train": 6000, "n_test": 1000,
               "criteo_n_train": None, "epochs": 5, "cvfl_epochs": 1, "criteo_epochs": 3,
               "seeds": (0, 1, 2), "criteo_seeds": (0, 1, 2, 3, 4), "cvfl_seeds": None,
@@ -142,29 +140,26 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
         models = MODEL_SETS[dataset]
         for seed in _seeds(dataset, s, seeds):
             het = assign_models(models, seed=seed)
-            for m in models:
-                for method in ("local", *_baselines(s, seed)):
-                    add("table2", _config(dataset, method, (m,) * 4 if method == "local" else rotate(het, m), seed, s))
+            for m, method in product(models, ("local", *_baselines(s, seed))):
+                add("table2", _config(dataset, method, (m,) * 4 if method == "local" else rotate(het, m), seed, s))
             add("table2", _config(dataset, "easter", het, seed, s), twin=True)
             if dataset not in s["table4_datasets"] or (seeds is None and s["table4_seeds"] is not None
                                                        and seed not in s["table4_seeds"]):
                 continue
-            for m in models:
-                for method in ("local", *_baselines(s, seed), "easter"):
-                    # Table IV's 1/C twin on the images only (Criteo is not testable at its scale)
-                    add("table4", _config(dataset, method, (m,) * 4, seed, s),
-                        twin=method == "easter" and dataset != "criteo")
+            for m, method in product(models, ("local", *_baselines(s, seed), "easter")):
+                # Table IV's 1/C twin on the images only (Criteo is not testable at its scale)
+                add("table4", _config(dataset, method, (m,) * 4, seed, s),
+                    twin=method == "easter" and dataset != "criteo")
     for dataset in s["table6_datasets"]:
         models = MODEL_SETS[dataset]
         own = seeds is None and s["table6_seeds"] is not None
         for seed in check_seeds(s["table6_seeds"]) if own else _seeds(dataset, s, seeds):
-            for c in s["table6_parties"]:
+            for c, method in product(s["table6_parties"], (*_baselines(s, seed), "easter")):
                 het = assign_models(models, c, seed=seed) if c >= len(models) else tuple(models[:c])
-                for method in (*_baselines(s, seed), "easter"):
-                    # C = 2: one passive party, r_1 = 0, the active party sees E_1; recorded
-                    options = {"allow_single_passive": True} if method == "easter" and c == 2 else {}
-                    out["table6"].append(_config(dataset, method, het, seed, s, n_parties=c, feature_parts=10,
-                                                 options=options))
+                # C = 2: one passive party, r_1 = 0, the active party sees E_1; recorded
+                options = {"allow_single_passive": True} if method == "easter" and c == 2 else {}
+                out["table6"].append(_config(dataset, method, het, seed, s, n_parties=c, feature_parts=10,
+                                             options=options))
     dataset = s["fig6_dataset"]
     for seed in _seeds(dataset, s, seeds if seeds is not None else s["fig6_seeds"]):
         het = assign_models(MODEL_SETS[dataset], seed=seed)
@@ -822,9 +817,7 @@ def _quick_against_paper(evidence: base.Evidence) -> str:
         have = evidence.get(profile)
         if not have:
             return ""
-        groups = evidence.groups(profile)
-        recs = list(have.values())
-        gaps = []
+        groups, recs, gaps = evidence.groups(profile), list(have.values()), []
         for label, g in (("∂L/∂E / C", groups), (FULL_GRADIENT_READING.split(",")[0], with_variant(groups, "full_gradient"))):
             acc = accuracy_rows(g, recs, "II")
             acc = acc[(acc["model"] != "avg") & (acc["dataset"] == DATASET_NAMES["fashion_mnist"])]
