@@ -20,8 +20,7 @@ from ..config import check_profile, check_seeds, check_seeds_once, override_runs
 from ..methods import RunConfig
 from ..methods.cvfl import step_size as cvfl_step_size
 from ..report import side_by_side
-from . import base, register
-from . import _split
+from . import _split, base, register
 from ._split import (FULL_GRADIENT_READING, GRADIENT_READINGS, RESNET_CUT, TRAIN_SIZES, arch_metric, assign_models,
                      by_key, needs_gpu, rotate, run_priority, unique)
 from ._split import figure as _figure, view as _view
@@ -752,8 +751,7 @@ def _fig6_best(what: str) -> Any:
 
 
 CLAIMS: list[claims.Claim] = [
-    *[_beats("II", m) for m in ("Local", "PyVertical", "C_VFL", "Agg_VFL")],
-    *[_beats("IV", m) for m in ("Local", "PyVertical", "C_VFL", "Agg_VFL")],
+    *[_beats(t, m) for t in ("II", "IV") for m in ("Local", "PyVertical", "C_VFL", "Agg_VFL")],
     _less_comm("PyVertical"), _less_comm("C_VFL"),
     claims.Claim(PAPER, "Fig. 4", "communication time to convergence falls as bandwidth grows", _fig4_check),
     claims.Claim(PAPER, "Fig. 5", "communication time to convergence grows with latency", _fig5_check),
@@ -772,8 +770,7 @@ VARIANT_CLAIMS: list[claims.Claim] = [
     *[_beats(t, m, "full_gradient", FULL_GRADIENT_READING) for t in ("II", "IV")
       for m in ("Local", "PyVertical", "C_VFL", "Agg_VFL")],
     *[_less_comm(m, "full_gradient", FULL_GRADIENT_READING) for m in ("PyVertical", "C_VFL")],
-    _beats("II", "C_VFL", "cvfl_host_lr", CVFL_HOST_READING),
-    _beats("IV", "C_VFL", "cvfl_host_lr", CVFL_HOST_READING),
+    *[_beats(t, "C_VFL", "cvfl_host_lr", CVFL_HOST_READING) for t in ("II", "IV")],
     claims.Claim(PAPER, "Table VII (parallel links, our pricing)",
                  "training time rises with each low-performance device (parallel links)", _table7_check("parallel")),
 ]
@@ -843,7 +840,7 @@ def _table7_files(groups: dict[str, list[RunConfig]], records: Sequence[dict[str
                   profile: str) -> dict[str, pd.DataFrame]:
     """Table VII, one file per network topology."""
     t7 = table7(groups, records, profile)
-    return {f"table7_{topology}": t7[t7["topology"] == topology] for topology in ("parallel", "shared_uplink")}
+    return {f"table7_{topology}": t7[t7["topology"] == topology] for topology in network.TOPOLOGIES}
 
 
 def _times_figure(figure: Callable[[pd.DataFrame], tuple[plt.Figure, pd.DataFrame]]) -> Callable[..., Any]:
