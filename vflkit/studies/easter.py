@@ -502,7 +502,6 @@ CHANCE_PCT: dict[str, float] = {"mnist": 10.0, "fashion_mnist": 10.0, "cifar10":
 #: Datasets here only as a stand-in far smaller than the paper's (what it is, the paper's scale): a
 #: clause they alone would decide is not testable at this scale (:func:`stand_in_note` says why).
 STAND_INS: dict[str, tuple[str, str]] = {"criteo": ("Criteo here is the 1,999-row sample", "the paper's 45 M rows")}
-NOT_AT_THIS_SCALE = "not testable at this scale"
 
 
 def stand_in_note(dataset: str, acc: pd.DataFrame, runs: Iterable[RunConfig]) -> str:
@@ -533,15 +532,10 @@ def stand_in_note(dataset: str, acc: pd.DataFrame, runs: Iterable[RunConfig]) ->
 def _per_dataset(records: claims.Records, datasets: Iterable[str], judge: Callable[[str], claims.Verdict],
                  note: Callable[[str], str] | None = None) -> list[claims.Verdict]:
     """``judge(d)`` per dataset, labelled with its printed name; on a stand-in (:data:`STAND_INS`)
-    not testable, with ``note(d)`` (default :func:`_table2_note`) and what the sample reads."""
-    out = []
-    for d in datasets:
-        v = judge(d)
-        if d in STAND_INS:
-            v = claims.not_testable(f"{NOT_AT_THIS_SCALE} ({(note or partial(_table2_note, records))(d)}; on the "
-                                    f"sample it reads {v.status}: {v.evidence})")
-        out.append(v.labelled(DATASET_NAMES[d]))
-    return out
+    not testable (:func:`vflkit.claims.on_stand_in`), with ``note(d)`` (default :func:`_table2_note`)."""
+    note, verdicts = note or partial(_table2_note, records), {d: judge(d) for d in datasets}
+    return [(claims.on_stand_in(v, note(d)) if d in STAND_INS else v).labelled(DATASET_NAMES[d])
+            for d, v in verdicts.items()]
 
 
 #: The reading our own runs are judged under where the paper admits another, and C-VFL's alternative.
