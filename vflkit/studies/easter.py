@@ -372,8 +372,8 @@ def fig5(times: pd.DataFrame) -> tuple[plt.Figure, pd.DataFrame]:
 def table6(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]], profile: str) -> pd.DataFrame:
     """Table VI: C = 2..10 parties on the first C of 10 feature parts: ACC/AUC, wall time (min) and
     peak memory (MB, per ``peak_memory_kind``: on a CPU the process's, an upper bound of the run's)."""
-    return _split.summarise([{"table": "VI", "dataset": x.dataset, "method": x.method, "setting": f"C={x.C}", "model": "",
-                              "seed": x.seed, "diverged": x.diverged, "metric": metric, "value": value}
+    return _split.summarise([{"table": "VI", "dataset": x.dataset, "method": x.method, "setting": f"C={x.C}",
+                              "model": "", "seed": x.seed, "diverged": x.diverged, "metric": metric, "value": value}
                              for x in table6_rows(groups, records).itertuples()
                              for metric, value in ((x.metric, x.value), ("train_time_min", x.train_time_min),
                                                    ("memory_MB", x.memory_MB))], PAPER, profile)
@@ -704,7 +704,8 @@ def table6_rows(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, 
     return pd.DataFrame([{"dataset": DATASET_NAMES[c.dataset], "method": METHOD_NAMES[c.method], "C": c.n_parties,
                           "seed": c.seed, "value": _run_metric(c, r), "metric": f"{metric_of(c.dataset)}_pct",
                           "train_time_min": r["wall_time_s"] / 60, "memory_MB": r["peak_memory_mb"],
-                          "diverged": bool(r.get("diverged"))} for c, r in _recorded(groups["table6"], by_key(records))])
+                          "diverged": bool(r.get("diverged"))}
+                         for c, r in _recorded(groups["table6"], by_key(records))])
 
 
 def _table7_check(topology: str) -> Any:
