@@ -208,8 +208,7 @@ def accuracy_rows(groups: dict[str, list[RunConfig]], records: Sequence[dict[str
         metric = metric_of(c.dataset)
         base = {"table": table, "dataset": DATASET_NAMES[c.dataset], "method": METHOD_NAMES[c.method],
                 "setting": setting, "metric": f"{metric}_pct", "seed": c.seed, "diverged": bool(r.get("diverged"))}
-        vals = (arch_metric(r, metric) if c.method == "easter"
-                else {c.models[0]: 100 * r["final"]["active"].get(metric, float("nan"))})
+        vals = arch_metric(r, metric) if c.method == "easter" else {c.models[0]: _run_metric(c, r)}
         rows += [{**base, "model": _theta(c.dataset, arch), "value": v} for arch, v in vals.items()]
     df = pd.DataFrame(rows)
     if df.empty:
@@ -286,8 +285,7 @@ def cvfl_rates(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, A
     rows = []
     for c in groups["cvfl_host_lr"]:
         defended, metric = c.replace(lr=cvfl_step_size(c.lr)), metric_of(c.dataset)
-        vals = [100 * rec[x.key]["final"]["active"].get(metric, np.nan) if x.key in rec else np.nan
-                for x in (defended, c)]
+        vals = [_run_metric(x, rec[x.key]) if x.key in rec else np.nan for x in (defended, c)]
         if all(np.isnan(v) for v in vals):
             continue
         rows.append({"table": "II" if defended in groups["table2"] else "IV", "dataset": DATASET_NAMES[c.dataset],
@@ -304,19 +302,17 @@ def implied_convergence(t5: pd.DataFrame, other: str = "PyVertical") -> pd.DataF
     t = t5.set_index(["dataset", "method", "metric"])
     rows = []
     for dataset in dict.fromkeys(t5["dataset"]):
-        try:
-            mb = {m: t.loc[(dataset, m, "communication_MB")] for m in ("EASTER", other)}
-            ep = {m: t.loc[(dataset, m, "epochs_to_convergence")]["value"] for m in ("EASTER", other)}
-        except KeyError:
+        mb, ep = ([(dataset, m, metric) for m in ("EASTER", other)]
+                  for metric in ("communication_MB", "epochs_to_convergence"))
+        if not all(k in t.index for k in mb + ep) or t.loc[mb, "paper_value"].isna().any():
             continue
-        if any(pd.isna(mb[m]["paper_value"]) for m in mb):
-            continue
-        per_epoch = {m: mb[m]["value"] / ep[m] for m in mb}
-        paper_ratio = mb["EASTER"]["paper_value"] / mb[other]["paper_value"]
-        rows.append({"dataset": dataset, f"paper: MB to e*, EASTER / {other}": paper_ratio,
-                     f"ours: MB per epoch, EASTER / {other}": per_epoch["EASTER"] / per_epoch[other],
-                     f"paper's implied e*, EASTER / {other}": paper_ratio / (per_epoch["EASTER"] / per_epoch[other]),
-                     f"our e*, EASTER / {other}": ep["EASTER"] / ep[other]})
+        (mb_easter, mb_other), (ep_easter, ep_other), (paper_easter, paper_other) = (
+            t.loc[mb, "value"], t.loc[ep, "value"], t.loc[mb, "paper_value"])
+        ours = (mb_easter / ep_easter) / (mb_other / ep_other)  # MB per epoch, EASTER over the other
+        rows.append({"dataset": dataset, f"paper: MB to e*, EASTER / {other}": paper_easter / paper_other,
+                     f"ours: MB per epoch, EASTER / {other}": ours,
+                     f"paper's implied e*, EASTER / {other}": paper_easter / paper_other / ours,
+                     f"our e*, EASTER / {other}": ep_easter / ep_other})
     return pd.DataFrame(rows).round(2)
 
 
