@@ -445,7 +445,7 @@ def fig6(groups: dict[str, list[RunConfig]],
     fig, axes = plt.subplots(1, 2, figsize=(12, 4))
     models = list(dict.fromkeys(data["model"]))  # one colour per model in both panels (one legend)
     sns.lineplot(data=data[data["el_pl"] == "1:1"], x="embedding_dim", y=y, hue="model", hue_order=models,
-                 marker="o", errorbar=None, ax=axes[0])
+                 marker="o", errorbar=None, legend=False, ax=axes[0])
     # Base-2 axis with one label per size run: base-10 minor labels (2x10^1, ...) collide.
     axes[0].set(xlabel="embedding size", ylabel=ylabel, title="(a) embedding size (EL:PL 1:1)")
     axes[0].set_xscale("log", base=2)
@@ -456,12 +456,8 @@ def fig6(groups: dict[str, list[RunConfig]],
                 errorbar=None, ax=axes[1], order=[r for r in ("2:1", "1:1", "1:2") if r in set(data["el_pl"])])
     axes[1].set(xlabel="EL:PL (layer ratio; it changes total depth too)", ylabel=ylabel,
                 title=f"(b) EL:PL (embedding {EMBEDDING_DIM})", ylim=(max(0.0, float(data[y].min()) - 5), None))
-    # One legend, beside panel (b): the panels share their colours (``models``).
-    legends = [ax for ax in axes if ax.get_legend() is not None]
-    for ax in legends[:-1]:
-        ax.get_legend().remove()
-    if legends:
-        sns.move_legend(legends[-1], "upper left", bbox_to_anchor=(1, 1), title="party model")
+    if axes[1].get_legend() is not None:  # one legend, beside panel (b): the panels share their colours
+        sns.move_legend(axes[1], "upper left", bbox_to_anchor=(1, 1), title="party model")
     fig.suptitle("Fig. 6: EASTER's heterogeneous run on " + ", ".join(data["dataset"].unique()), y=1.02)
     return fig, data
 
