@@ -261,13 +261,13 @@ def sweep(links: Any, *, until_epoch: int | None = None, bandwidths: Sequence[fl
     ``class_bandwidth_mbps`` (the mean over ``draws`` seeded draws per round). One row each:
     ``bandwidth_mbps``, ``latency`` ("10 ms" or the class) and ``seconds``."""
     df = link_rows(links)
-    net = NetworkModel(Link(class_bandwidth_mbps, 0.0))
     rows = [{"bandwidth_mbps": bw, "latency": f"{latency_ms:g} ms",
              "seconds": price_links(df, NetworkModel(Link(bw, latency_ms)), until_epoch=until_epoch)}
             for bw in bandwidths]
-    rows += [{"bandwidth_mbps": class_bandwidth_mbps, "latency": cls, "seconds": float(np.mean(
-        [price_links(df, net, until_epoch=until_epoch, latency_ms=cls, seed=d) for d in range(draws)]))}
-        for cls in latency_classes]
+    net = NetworkModel(Link(class_bandwidth_mbps, 0.0))
+    for cls in latency_classes:
+        drawn = [price_links(df, net, until_epoch=until_epoch, latency_ms=cls, seed=d) for d in range(draws)]
+        rows.append({"bandwidth_mbps": class_bandwidth_mbps, "latency": cls, "seconds": float(np.mean(drawn))})
     return pd.DataFrame(rows, columns=["bandwidth_mbps", "latency", "seconds"])
 
 
