@@ -27,6 +27,8 @@ from ._split import figure as _figure, view as _view
 from .base import Artefact, Study
 
 PAPER = "easter"
+#: A profile's runs by artefact group (:func:`configs`).
+Groups = dict[str, list[RunConfig]]
 #: θ1..θ3 per dataset, in the order under which EASTER's Local row equals VFedMH's.
 MODEL_SETS: dict[str, tuple[str, ...]] = {
     "mnist": ("cnn", "lenet", "mlp"), "fashion_mnist": ("cnn", "lenet", "mlp"),
@@ -117,13 +119,12 @@ def _baselines(s: dict[str, Any], seed: int) -> tuple[str, ...]:
     return tuple(m for m in BASELINES if m != "c_vfl" or s["cvfl_seeds"] is None or seed in s["cvfl_seeds"])
 
 
-def configs(profile: str, *, seeds: Sequence[int] | None = None,
-            overrides: dict[str, Any] | None = None) -> dict[str, list[RunConfig]]:
+def configs(profile: str, *, seeds: Sequence[int] | None = None, overrides: dict[str, Any] | None = None) -> Groups:
     """Every run, by artefact (a shared run is trained once). ``seeds=None``: the profile's."""
     s, run_fields = split_run_overrides(PROFILE_SETTINGS[check_profile(profile)], overrides, RunConfig)
     # the seeds argument replaces every seed setting (Criteo's, Fig. 6's, ...)
     check_seeds_once(seeds, overrides, keys=[k for k in s if k.endswith("seeds")])
-    out: dict[str, list[RunConfig]] = {g: [] for g in ("table2", "table4", "table6", "fig6", "cvfl_host_lr",
+    out: Groups = {g: [] for g in ("table2", "table4", "table6", "fig6", "cvfl_host_lr",
                                                       "embedding_gradient")}
 
     def add(group: str, run: RunConfig, twin: bool = False) -> None:
@@ -198,7 +199,7 @@ def _theta(dataset: str, arch: str) -> str:
     return THETA[MODEL_SETS[dataset].index(arch)]
 
 
-def accuracy_rows(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]], table: str) -> pd.DataFrame:
+def accuracy_rows(groups: Groups, records: Sequence[dict[str, Any]], table: str) -> pd.DataFrame:
     """Table II's (heterogeneous) or IV's (homogeneous) θ columns and their average, one row per
     (dataset, method, θ, seed), metric in %; EASTER's θ_m is the mean over its parties holding m
     (in Table IV all four)."""
@@ -219,8 +220,7 @@ def accuracy_rows(groups: dict[str, list[RunConfig]], records: Sequence[dict[str
     return pd.concat([df, avg.assign(model="avg")], ignore_index=True)
 
 
-def _accuracy_table(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]], profile: str,
-                    table: str) -> pd.DataFrame:
+def _accuracy_table(groups: Groups, records: Sequence[dict[str, Any]], profile: str, table: str) -> pd.DataFrame:
     """Table II (heterogeneous party models) or IV (homogeneous) in the reference long format, beside the paper's."""
     return _split.summarise(accuracy_rows(groups, records, table).to_dict("records"), PAPER, profile)
 
@@ -229,14 +229,13 @@ table2 = partial(_accuracy_table, table="II")
 table4 = partial(_accuracy_table, table="IV")
 
 
-def _table5_runs(groups: dict[str, list[RunConfig]], datasets: Sequence[str]) -> list[RunConfig]:
+def _table5_runs(groups: Groups, datasets: Sequence[str]) -> list[RunConfig]:
     """Table V's runs: the baselines' Table II θ2 run (active party holds θ2), EASTER's one run."""
     return [c for c in groups["table2"] if c.dataset in datasets and c.method != "local"
             and (c.method == "easter" or c.models[0] == MODEL_SETS[c.dataset][1])]
 
 
-def convergence(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]],
-                datasets: Sequence[str]) -> pd.DataFrame:
+def convergence(groups: Groups, records: Sequence[dict[str, Any]], datasets: Sequence[str]) -> pd.DataFrame:
     """Per Table V run: e*, the θ2 metric at e* (%), MB to e* as sent and float32-equivalent, and
     kB per sample-epoch."""
     rows = []
@@ -254,7 +253,7 @@ def convergence(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, 
     return pd.DataFrame(rows)
 
 
-def table5(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]], profile: str,
+def table5(groups: Groups, records: Sequence[dict[str, Any]], profile: str,
            datasets: Sequence[str] | None = None) -> pd.DataFrame:
     """Table V: the θ2 metric at convergence and the communication to it (``communication_MB``
     float32-equivalent, as the paper presumably counted; ``_as_sent`` with blinded int64), beside the paper's."""
@@ -278,7 +277,7 @@ def table5_ratios(t5: pd.DataFrame) -> pd.DataFrame:
                          "paper_over_EASTER": t["paper_value"] / t["paper_value_easter"]}).round(2)
 
 
-def cvfl_rates(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> pd.DataFrame:
+def cvfl_rates(groups: Groups, records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """Per Table II/IV C-VFL run, the final metric (%) at the dataset's rate / Q (the tables' cells)
     beside the dataset's own rate (``cvfl_host_lr``); NaN where not recorded, a pair with neither left out."""
     rec = by_key(records)
@@ -316,7 +315,7 @@ def implied_convergence(t5: pd.DataFrame, other: str = "PyVertical") -> pd.DataF
     return pd.DataFrame(rows).round(2)
 
 
-def comm_times(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]],
+def comm_times(groups: Groups, records: Sequence[dict[str, Any]],
                datasets: Sequence[str], *, bandwidths: Sequence[float] = FIG4_BANDWIDTHS) -> pd.DataFrame:
     """Figs. 4-5: communication seconds to convergence of each Table V run against bandwidth (10 ms,
     parallel links) and latency class (50 Mbps, :data:`FIG5_DRAWS` draws); priced once per records."""
@@ -365,7 +364,7 @@ def fig5(times: pd.DataFrame) -> tuple[plt.Figure, pd.DataFrame]:
     return g.figure, data
 
 
-def table6(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]], profile: str) -> pd.DataFrame:
+def table6(groups: Groups, records: Sequence[dict[str, Any]], profile: str) -> pd.DataFrame:
     """Table VI: C = 2..10 parties on the first C of 10 feature parts: ACC/AUC, wall time (min) and
     peak memory (MB, per ``peak_memory_kind``: on a CPU the process's, an upper bound of the run's)."""
     return _split.summarise([{"table": "VI", "dataset": x.dataset, "method": x.method, "setting": f"C={x.C}",
@@ -375,7 +374,7 @@ def table6(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]
                                                    ("memory_MB", x.memory_MB))], PAPER, profile)
 
 
-def table6_security(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> pd.DataFrame:
+def table6_security(groups: Groups, records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """Per EASTER run of Table VI: whether its record holds the insecure single-passive flag (C = 2)."""
     flag = "allow_single_passive (recorded)"
     rows = [{"dataset": DATASET_NAMES[c.dataset], "C": c.n_parties, "seed": c.seed, "passive_parties": c.n_parties - 1,
@@ -390,7 +389,7 @@ DEVICE_MIXES = {0: "devices(A,B,C)=high,high,high", 1: "devices(A,B,C)=high,high
                 2: "devices(A,B,C)=high,low,low", 3: "devices(A,B,C)=low,low,low"}
 
 
-def table7(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]], profile: str) -> pd.DataFrame:
+def table7(groups: Groups, records: Sequence[dict[str, Any]], profile: str) -> pd.DataFrame:
     """Table VII from the Table II EASTER runs, per device mix and topology (column ``topology``):
     the run's θ accuracies and the time to e* (min) = measured compute per step, scaled by the
     slowest device, + communication priced per link."""
@@ -429,8 +428,7 @@ def _el_pl_label(el_pl: Sequence[int]) -> str:
     return f"{el_pl[0]}:{el_pl[1]}"
 
 
-def fig6(groups: dict[str, list[RunConfig]],
-         records: Sequence[dict[str, Any]]) -> tuple[plt.Figure | None, pd.DataFrame]:
+def fig6(groups: Groups, records: Sequence[dict[str, Any]]) -> tuple[plt.Figure | None, pd.DataFrame]:
     """Test accuracy against (a) embedding size, (b) EL:PL ratio, per architecture and the mean;
     no figure while no run is recorded."""
     data = pd.DataFrame([{"dataset": DATASET_NAMES[c.dataset], "seed": c.seed, "embedding_dim": c.embedding_dim,
@@ -465,8 +463,7 @@ def fig6(groups: dict[str, list[RunConfig]],
 # --------------------------------------------------------------------------- claims
 
 
-def _inputs(records: claims.Records,
-            variant: str | None = None) -> tuple[dict[str, list[RunConfig]], list[dict[str, Any]]]:
+def _inputs(records: claims.Records, variant: str | None = None) -> tuple[Groups, list[dict[str, Any]]]:
     """The profile's run groups (with ``variant`` swapped in, :func:`with_variant`) and ``records`` in
     the order of its runs, found once; nothing is read."""
     groups = records.derived("groups", lambda: configs(records.profile))
@@ -561,7 +558,7 @@ def _beats(table: str, other: str, variant: str | None = None, label: str = "") 
         return {_theta(c.dataset, m) for m in held}
 
     @_judged(lambda records, groups, recs: accuracy_rows(groups, recs, table), variant)
-    def check(records: claims.Records, groups: dict[str, list[RunConfig]], every: pd.DataFrame) -> claims.Verdict:
+    def check(records: claims.Records, groups: Groups, every: pd.DataFrame) -> claims.Verdict:
         acc = every[every["model"] != "avg"]
         # Per dataset, then all_of: the paper says "consistently" superior "across a variety of
         # datasets" (Sec. VI-B); datasets carry different seeds (Criteo 5); an unrecorded one stays open.
@@ -609,7 +606,7 @@ def to_target(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, An
 def _less_comm(other: str, variant: str | None = None, label: str = "") -> claims.Claim:
     @_judged(lambda records, groups, recs: to_target(groups, recs, settings(records.profile)["table5_datasets"]),
              variant)
-    def check(records: claims.Records, groups: dict[str, list[RunConfig]], conv: pd.DataFrame) -> claims.Verdict:
+    def check(records: claims.Records, groups: Groups, conv: pd.DataFrame) -> claims.Verdict:
         datasets = settings(records.profile)["table5_datasets"]
 
         def judge(dataset: str) -> claims.Verdict:  # each dataset alone, so that a stand-in decides nothing
@@ -669,7 +666,7 @@ _table6_check = _judged(lambda records, groups, recs: table6_rows(groups, recs))
 
 
 @_table6_check
-def _table6_rise(records: claims.Records, groups: dict[str, list[RunConfig]], t: pd.DataFrame) -> claims.Verdict:
+def _table6_rise(records: claims.Records, groups: Groups, t: pd.DataFrame) -> claims.Verdict:
     # the profile's fewest and most parties: an unrecorded C leaves it open, not judged on inner C
     few, many = min(settings(records.profile)["table6_parties"]), max(settings(records.profile)["table6_parties"])
     t = t[(t["method"] == "EASTER") & t["C"].isin([few, many])]
@@ -681,7 +678,7 @@ def _table6_rise(records: claims.Records, groups: dict[str, list[RunConfig]], t:
 
 
 @_table6_check
-def _table6_beats(records: claims.Records, groups: dict[str, list[RunConfig]], t: pd.DataFrame) -> claims.Verdict:
+def _table6_beats(records: claims.Records, groups: Groups, t: pd.DataFrame) -> claims.Verdict:
     return claims.all_of(v for m in ("PyVertical", "C_VFL", "Agg_VFL") for v in _per_dataset(
         records, sorted({c.dataset for c in groups["table6"]}), lambda d: claims.ordering(
             claims.paired(t[t["dataset"] == DATASET_NAMES[d]], by="method", a="EASTER", b=m, value="value",
@@ -690,7 +687,7 @@ def _table6_beats(records: claims.Records, groups: dict[str, list[RunConfig]], t
                             lambda c: {f"{DATASET_NAMES[c.dataset]}/{c.n_parties}"}))))
 
 
-def table6_rows(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> pd.DataFrame:
+def table6_rows(groups: Groups, records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """Per Table VI run and seed: dataset, method, C, the test metric (%) as ``value`` (its name
     ``metric``), wall time (min), peak memory (MB) and whether it diverged."""
     return pd.DataFrame([{"dataset": DATASET_NAMES[c.dataset], "method": METHOD_NAMES[c.method], "C": c.n_parties,
@@ -703,7 +700,7 @@ def table6_rows(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, 
 def _table7_check(topology: str) -> Any:
     # priced once for both pricings
     @_judged(lambda records, groups, recs: records.derived("table7", lambda: table7(groups, recs, records.profile)))
-    def check(records: claims.Records, groups: dict[str, list[RunConfig]], t7: pd.DataFrame) -> claims.Verdict:
+    def check(records: claims.Records, groups: Groups, t7: pd.DataFrame) -> claims.Verdict:
         t = t7[(t7["metric"] == "train_time_min") & (t7["topology"] == topology)]
         # priced from every Table II EASTER run the profile has: one not recorded leaves it open
         datasets = {DATASET_NAMES[c.dataset] for c in groups["table2"] if c.method == "easter"}
@@ -718,7 +715,7 @@ def _table7_check(topology: str) -> Any:
 
 def _fig6_best(what: str) -> Any:
     @_judged(lambda records, groups, recs: fig6(groups, recs)[1])
-    def check(records: claims.Records, groups: dict[str, list[RunConfig]], data: pd.DataFrame) -> claims.Verdict:
+    def check(records: claims.Records, groups: Groups, data: pd.DataFrame) -> claims.Verdict:
         plt.close("all")  # fig6's figure: only its data is judged
         y = [c for c in data.columns if c.endswith("_pct")][0]
         data = data[data["model"] == "mean"]
@@ -766,7 +763,7 @@ VARIANT_CLAIMS: list[claims.Claim] = [
 # --------------------------------------------------------------------------- the study's declaration
 
 
-def table5_runs(by_group: dict[str, list[RunConfig]], profile: str) -> list[RunConfig]:
+def table5_runs(by_group: Groups, profile: str) -> list[RunConfig]:
     """Table V and Figs. 4-5 are drawn from the same runs (the baselines' θ2 run and EASTER's)."""
     return _table5_runs(by_group, settings(profile)["table5_datasets"])
 
@@ -823,8 +820,7 @@ def _table7_view(t7: pd.DataFrame) -> pd.DataFrame:
                         columns="model")
 
 
-def _table7_files(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]],
-                  profile: str) -> dict[str, pd.DataFrame]:
+def _table7_files(groups: Groups, records: Sequence[dict[str, Any]], profile: str) -> dict[str, pd.DataFrame]:
     """Table VII, one file per network topology."""
     t7 = table7(groups, records, profile)
     return {f"table7_{topology}": t7[t7["topology"] == topology] for topology in network.TOPOLOGIES}
