@@ -522,9 +522,9 @@ def _per_dataset(records: claims.Records, datasets: Iterable[str], judge: Callab
                  note: Callable[[str], str] | None = None) -> list[claims.Verdict]:
     """``judge(d)`` per dataset, labelled with its printed name; on a stand-in (:data:`STAND_INS`)
     not testable (:func:`vflkit.claims.on_stand_in`), with ``note(d)`` (default :func:`_table2_note`)."""
-    note, verdicts = note or partial(_table2_note, records), {d: judge(d) for d in datasets}
+    note = note or partial(_table2_note, records)
     return [(claims.on_stand_in(v, note(d)) if d in STAND_INS else v).labelled(DATASET_NAMES[d])
-            for d, v in verdicts.items()]
+            for d, v in {d: judge(d) for d in datasets}.items()]
 
 
 #: The reading our own runs are judged under where the paper admits another, and C-VFL's alternative.
