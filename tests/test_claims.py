@@ -186,6 +186,16 @@ def test_labelled_parts_keep_their_status_and_name_their_part_in_all_of() -> Non
     assert joined.evidence == "MNIST: A > B in 3 of 3 cells; CRITEO: A > B in 0 of 3 cells"
 
 
+def test_a_verdict_on_a_stand_in_decides_nothing_but_keeps_its_reading() -> None:
+    """A disagreement (or agreement) judged on a stand-in sample is not testable, and its evidence
+    says what the stand-in is and what it read."""
+    lost = claims.Verdict(claims.DISAGREE, "A > B in 0 of 3 cells", p_against=0.001)
+    v = claims.on_stand_in(lost, "a 2,000-row sample, the paper's 45 M rows")
+    assert v.status == claims.NOT_TESTABLE and v.p_against is None
+    assert v.evidence == (f"{claims.NOT_AT_THIS_SCALE} (a 2,000-row sample, the paper's 45 M rows; on the sample "
+                          "it reads disagree: A > B in 0 of 3 cells)")
+
+
 def test_interval_of_one_cell() -> None:
     mean, se, band = claims.interval(pd.Series([1.0, 2.0, 3.0]))
     assert (mean, round(se, 4), round(band, 3)) == (2.0, 0.5774, round(4.3027 * 0.5774, 3))

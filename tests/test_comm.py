@@ -295,6 +295,27 @@ def test_latency_classes_and_seeded_draws():
         class_link("extreme")
 
 
+def test_sweep_prices_bandwidths_then_latency_classes_and_record_time_reads_the_records_compute():
+    """Figs. 4-5's sweep: one row per bandwidth at the fixed latency, then one per latency class at
+    the class bandwidth (the mean of seeded draws); Table VII's time of a record to an epoch is its
+    wall time per step as compute plus its traffic priced on the devices."""
+    from vflkit.network import Device, sweep, price_links, record_time, training_time
+
+    rows = _star_ledger(epochs=2, steps=2).per_link()
+    t = sweep(rows, until_epoch=1, bandwidths=(8.0, 80.0), latency_ms=10.0, latency_classes=("low", "high"), draws=3)
+    assert t.columns.tolist() == ["bandwidth_mbps", "latency", "seconds"]
+    assert t["latency"].tolist() == ["10 ms", "10 ms", "low", "high"] and t["bandwidth_mbps"].tolist()[2:] == [50.0] * 2
+    assert t["seconds"][0] == pytest.approx(price_links(rows, NetworkModel(Link(8.0, 10.0)), until_epoch=1))
+    high = [price_links(rows, NetworkModel(Link(50.0, 0.0)), until_epoch=1, latency_ms="high", seed=d)
+            for d in range(3)]
+    assert t["seconds"][3] == pytest.approx(sum(high) / 3) and t["seconds"][0] > t["seconds"][1]
+    record = {"comm": {"per_link": rows.to_dict(orient="records")},
+              "history": [{"epoch": 1, "elapsed_s": 0.8}, {"epoch": 2, "elapsed_s": 1.6}]}
+    devices = {"active": Device(), "passive_3": Device(compute_factor=2.0)}
+    assert record_time(record, devices, until_epoch=2, topology="shared_uplink") == training_time(
+        rows, devices, step_seconds=0.4, steps_per_epoch=2, topology="shared_uplink", until_epoch=2)
+
+
 def test_price_record_needs_per_link_rows():
     """A record is priced from comm.per_link, stored as the trainers write it (columns and rows)
     or as older records hold it (a dict per row), alike; a record without it says what is missing."""

@@ -97,6 +97,16 @@ def not_testable(reason: str, *, tested: bool = False) -> Verdict:
     return Verdict(NOT_TESTABLE, reason, tested=tested)
 
 
+#: The evidence of a verdict on a stand-in dataset begins with this (:func:`on_stand_in`).
+NOT_AT_THIS_SCALE = "not testable at this scale"
+
+
+def on_stand_in(verdict: Verdict, what: str) -> Verdict:
+    """``verdict`` as judged on a stand-in far smaller than the paper's data (``what`` says what it is
+    and shows): it decides nothing, so not testable, with the sample's reading kept in the evidence."""
+    return not_testable(f"{NOT_AT_THIS_SCALE} ({what}; on the sample it reads {verdict.status}: {verdict.evidence})")
+
+
 #: Two-sided confidence of the noise band that a difference must leave to count.
 CONFIDENCE = 0.95
 #: A run whose metric ends within this many points of chance did not learn (the fidelity
@@ -527,6 +537,6 @@ def as_markdown(table: pd.DataFrame, title: str = "", *, artefacts: Sequence[str
 
 
 __all__ = ["AGREE", "DISAGREE", "NOT_TESTABLE", "Claim", "Estimate", "Records", "Verdict", "all_of", "as_markdown",
-           "base_artefact", "equivalent", "estimate", "evaluate", "holm", "load", "not_testable", "owner", "ordering",
-           "paired", "speaking", "summary", "untrained_runs"]
+           "base_artefact", "equivalent", "estimate", "evaluate", "holm", "load", "not_testable", "on_stand_in",
+           "owner", "ordering", "paired", "speaking", "summary", "untrained_runs"]
 

@@ -253,6 +253,36 @@ def training_time(links: Any, devices: dict[str, Device], *, step_seconds: float
     return {"compute_s": compute, "communication_s": comm, "total_s": compute + comm}
 
 
+def sweep(links: Any, *, until_epoch: int | None = None, bandwidths: Sequence[float] = (), latency_ms: float = 10.0,
+          latency_classes: Sequence[str] = (), class_bandwidth_mbps: float = FIG5_BANDWIDTH_MBPS,
+          draws: int = 1) -> pd.DataFrame:
+    """Seconds of communication of per-link rows ``links`` (:func:`price_links`, parallel links):
+    under each of ``bandwidths`` at ``latency_ms``, then under each of ``latency_classes`` at
+    ``class_bandwidth_mbps`` (the mean over ``draws`` seeded draws per round). One row each:
+    ``bandwidth_mbps``, ``latency`` ("10 ms" or the class) and ``seconds``."""
+    df = link_rows(links)
+    rows = [{"bandwidth_mbps": bw, "latency": f"{latency_ms:g} ms",
+             "seconds": price_links(df, NetworkModel(Link(bw, latency_ms)), until_epoch=until_epoch)}
+            for bw in bandwidths]
+    net = NetworkModel(Link(class_bandwidth_mbps, 0.0))
+    for cls in latency_classes:
+        drawn = [price_links(df, net, until_epoch=until_epoch, latency_ms=cls, seed=d) for d in range(draws)]
+        rows.append({"bandwidth_mbps": class_bandwidth_mbps, "latency": cls, "seconds": float(np.mean(drawn))})
+    return pd.DataFrame(rows, columns=["bandwidth_mbps", "latency", "seconds"])
+
+
+def record_time(record: dict[str, Any], devices: dict[str, Device], *, until_epoch: int,
+                topology: str = "parallel") -> dict[str, float]:
+    """:func:`training_time` of a run ``record`` to ``until_epoch`` on ``devices``: its per-link
+    traffic, and as ``step_seconds`` its measured wall time to that epoch over the steps it took
+    (one simulated step runs every party)."""
+    links = link_rows(record["comm"]["per_link"])
+    steps = int(links[links["epoch"] == 1]["steps"].max())
+    step_s = max(h["elapsed_s"] for h in record["history"] if h["epoch"] == until_epoch) / (steps * until_epoch)
+    return training_time(links, devices, step_seconds=step_s, steps_per_epoch=steps, topology=topology,
+                         until_epoch=until_epoch)
+
+
 def price_record(record: dict[str, Any], network: NetworkModel, **options: Any) -> float:
     """:func:`price_links` on a run record's ``comm["per_link"]`` rows."""
     rows = record.get("comm", {}).get("per_link")

@@ -1,23 +1,13 @@
 """EASTER (the journal version of VFedMH): Tables II, IV-VII and Figs. 4-6.
 
 The algorithm is VFedMH's (:mod:`vflkit.methods.easter`); the setting and our choices where the
-paper is silent: docs/studies.md (EASTER; ``shared/specs/easter.md`` argues each). In brief:
-
-- θ1..θ3 (:data:`MODEL_SETS`) in the order under which EASTER's Local row equals VFedMH's.
-- A baseline's θ_m column is the heterogeneous run rotated so that the active party holds m
-  (:func:`rotate`), EASTER's the mean over its parties holding m; Table IV: every party holds m.
-- Rates (:data:`TRAINING`): CIFAR-10's decay and Criteo's Adam are ours; C-VFL at each rate / Q, as
-  its analysis bounds the step (at the dataset's rate: the labelled group ``cvfl_host_lr``).
-- The 1/C question: group ``embedding_gradient`` gives each h ∂L_k/∂E, not Eq. 7's ∂L_k/∂E / C.
-- Epochs (never stated): 20 for images, 10 for Criteo in ``paper``; e* as :mod:`vflkit.analysis`.
-- Table VI: C parties hold the first C of 10 feature parts; C = 2 only with ``allow_single_passive``.
-- Table VII: devices differ in network (and compute), so accuracy is the Table II EASTER run's; time =
-  measured compute per step (scaled by the slowest device) + communication priced per link.
+paper is silent: docs/studies.md (EASTER; ``shared/specs/easter.md`` argues each).
 """
 
 from __future__ import annotations
 
 from functools import partial
+from itertools import product
 from typing import Any, Callable, Iterable, Sequence
 
 import matplotlib.pyplot as plt
@@ -31,20 +21,19 @@ from ..config import check_profile, check_seeds, check_seeds_once, override_runs
 from ..methods import RunConfig
 from ..methods.cvfl import step_size as cvfl_step_size
 from ..report import side_by_side
-from . import base, register
-from . import _split
+from . import _split, base, register
 from ._split import (FULL_GRADIENT_READING, GRADIENT_READINGS, RESNET_CUT, TRAIN_SIZES, assign_models,
                      by_key, needs_gpu, rotate, run_priority, unique)
 from ._split import figure as _figure, view as _view
 from .base import Artefact, Study
 
 PAPER = "easter"
-#: θ1..θ3 per dataset (see the module docstring for the order).
-SMALL_MODELS: tuple[str, ...] = ("cnn", "lenet", "mlp")
-RESNETS: tuple[str, ...] = ("resnet18", "resnet34", "resnet50")
-CRITEO_MODELS: tuple[str, ...] = ("deepfm", "wide_deep", "cnn_tabular")
-MODEL_SETS: dict[str, tuple[str, ...]] = {"mnist": SMALL_MODELS, "fashion_mnist": SMALL_MODELS,
-                                          "cifar10": RESNETS, "criteo": CRITEO_MODELS}
+#: A profile's runs by artefact group (:func:`configs`).
+Groups = dict[str, list[RunConfig]]
+#: θ1..θ3 per dataset, in the order under which EASTER's Local row equals VFedMH's.
+MODEL_SETS: dict[str, tuple[str, ...]] = {
+    "mnist": ("cnn", "lenet", "mlp"), "fashion_mnist": ("cnn", "lenet", "mlp"),
+    "cifar10": ("resnet18", "resnet34", "resnet50"), "criteo": ("deepfm", "wide_deep", "cnn_tabular")}
 #: Our registry names -> the names the paper's tables print.
 DATASET_NAMES = {"mnist": "MNIST", "fashion_mnist": "FMNIST", "cifar10": "CIFAR-10", "criteo": "CRITEO"}
 METHOD_NAMES = {"local": "Local", "splitnn": "PyVertical", "c_vfl": "C_VFL", "agg_vfl": "Agg_VFL", "easter": "EASTER"}
@@ -78,10 +67,8 @@ PROFILE_SETTINGS: dict[str, dict[str, Any]] = {
               "table6_seeds": None, "fig6_seeds": None,
               "table5_datasets": ("mnist", "criteo"), "table6_datasets": ("criteo",), "table6_parties": (2, 4),
               "fig6_dataset": "mnist", "embedding_dims": (16, 128), "el_pls": ((1, 1), (1, 2))},
-    # 2-core CPU: FMNIST (Table V's image dataset) and Criteo (the whole sample, 3 epochs of Adam).
-    # 235 SGD steps on the images, so that EASTER ends well above Local (fewer leave them level); C-VFL
-    # 1 epoch (Q = 10: twice the others' compute); Criteo's Tables IV and VI on 5 seeds (with 3 a
-    # paired difference needs 4.3 standard errors). The sizes as measured: docs/studies.md (EASTER).
+    # 2-core CPU, FMNIST and Criteo: 235 SGD steps on the images (fewer leave EASTER level with Local), Criteo
+    # on 5 seeds (with 3 a paired difference needs 4.3 standard errors); the sizes: docs/studies.md (EASTER).
     "quick": {"datasets": ("fashion_mnist", "criteo"), "n_train": 6000, "n_test": 1000,
               "criteo_n_train": None, "epochs": 5, "cvfl_epochs": 1, "criteo_epochs": 3,
               "seeds": (0, 1, 2), "criteo_seeds": (0, 1, 2, 3, 4), "cvfl_seeds": None,
@@ -133,13 +120,12 @@ def _baselines(s: dict[str, Any], seed: int) -> tuple[str, ...]:
     return tuple(m for m in BASELINES if m != "c_vfl" or s["cvfl_seeds"] is None or seed in s["cvfl_seeds"])
 
 
-def configs(profile: str, *, seeds: Sequence[int] | None = None,
-            overrides: dict[str, Any] | None = None) -> dict[str, list[RunConfig]]:
+def configs(profile: str, *, seeds: Sequence[int] | None = None, overrides: dict[str, Any] | None = None) -> Groups:
     """Every run, by artefact (a shared run is trained once). ``seeds=None``: the profile's."""
     s, run_fields = split_run_overrides(PROFILE_SETTINGS[check_profile(profile)], overrides, RunConfig)
     # the seeds argument replaces every seed setting (Criteo's, Fig. 6's, ...)
     check_seeds_once(seeds, overrides, keys=[k for k in s if k.endswith("seeds")])
-    out: dict[str, list[RunConfig]] = {g: [] for g in ("table2", "table4", "table6", "fig6", "cvfl_host_lr",
+    out: Groups = {g: [] for g in ("table2", "table4", "table6", "fig6", "cvfl_host_lr",
                                                       "embedding_gradient")}
 
     def add(group: str, run: RunConfig, twin: bool = False) -> None:
@@ -153,36 +139,31 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
         models = MODEL_SETS[dataset]
         for seed in _seeds(dataset, s, seeds):
             het = assign_models(models, seed=seed)
-            for m in models:
-                for method in ("local", *_baselines(s, seed)):
-                    add("table2", _config(dataset, method, (m,) * 4 if method == "local" else rotate(het, m), seed, s))
+            for m, method in product(models, ("local", *_baselines(s, seed))):
+                add("table2", _config(dataset, method, (m,) * 4 if method == "local" else rotate(het, m), seed, s))
             add("table2", _config(dataset, "easter", het, seed, s), twin=True)
             if dataset not in s["table4_datasets"] or (seeds is None and s["table4_seeds"] is not None
                                                        and seed not in s["table4_seeds"]):
                 continue
-            for m in models:
-                for method in ("local", *_baselines(s, seed), "easter"):
-                    # Table IV's 1/C twin on the images only (Criteo is not testable at its scale)
-                    add("table4", _config(dataset, method, (m,) * 4, seed, s),
-                        twin=method == "easter" and dataset != "criteo")
+            for m, method in product(models, ("local", *_baselines(s, seed), "easter")):
+                # Table IV's 1/C twin on the images only (Criteo is not testable at its scale)
+                add("table4", _config(dataset, method, (m,) * 4, seed, s),
+                    twin=method == "easter" and dataset != "criteo")
     for dataset in s["table6_datasets"]:
         models = MODEL_SETS[dataset]
         own = seeds is None and s["table6_seeds"] is not None
         for seed in check_seeds(s["table6_seeds"]) if own else _seeds(dataset, s, seeds):
-            for c in s["table6_parties"]:
+            for c, method in product(s["table6_parties"], (*_baselines(s, seed), "easter")):
                 het = assign_models(models, c, seed=seed) if c >= len(models) else tuple(models[:c])
-                for method in (*_baselines(s, seed), "easter"):
-                    # C = 2: one passive party, r_1 = 0, the active party sees E_1; recorded
-                    options = {"allow_single_passive": True} if method == "easter" and c == 2 else {}
-                    out["table6"].append(_config(dataset, method, het, seed, s, n_parties=c, feature_parts=10,
-                                                 options=options))
+                # C = 2: one passive party, r_1 = 0, the active party sees E_1; recorded
+                options = {"allow_single_passive": True} if method == "easter" and c == 2 else {}
+                out["table6"].append(_config(dataset, method, het, seed, s, n_parties=c, feature_parts=10,
+                                             options=options))
     dataset = s["fig6_dataset"]
     for seed in _seeds(dataset, s, seeds if seeds is not None else s["fig6_seeds"]):
         het = assign_models(MODEL_SETS[dataset], seed=seed)
-        for dim in s["embedding_dims"]:
-            out["fig6"].append(_config(dataset, "easter", het, seed, s, embedding_dim=dim))
-        for el_pl in s["el_pls"]:
-            out["fig6"].append(_config(dataset, "easter", het, seed, s, el_pl=tuple(el_pl)))
+        out["fig6"] += [_config(dataset, "easter", het, seed, s, embedding_dim=dim) for dim in s["embedding_dims"]]
+        out["fig6"] += [_config(dataset, "easter", het, seed, s, el_pl=tuple(el_pl)) for el_pl in s["el_pls"]]
     return override_runs(out, run_fields)
 
 
@@ -219,21 +200,17 @@ def _theta(dataset: str, arch: str) -> str:
     return THETA[MODEL_SETS[dataset].index(arch)]
 
 
-def accuracy_rows(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]], table: str) -> pd.DataFrame:
+def accuracy_rows(groups: Groups, records: Sequence[dict[str, Any]], table: str) -> pd.DataFrame:
     """Table II's (heterogeneous) or IV's (homogeneous) θ columns and their average, one row per
-    (dataset, method, θ, seed), metric in %."""
+    (dataset, method, θ, seed), metric in %; EASTER's θ_m is the mean over its parties holding m
+    (in Table IV all four)."""
     group, setting = ("table2", "heterogeneous") if table == "II" else ("table4", "homogeneous")
     rows = []
     for c, r in _recorded(groups[group], by_key(records)):
         metric = metric_of(c.dataset)
         base = {"table": table, "dataset": DATASET_NAMES[c.dataset], "method": METHOD_NAMES[c.method],
                 "setting": setting, "metric": f"{metric}_pct", "seed": c.seed, "diverged": bool(r.get("diverged"))}
-        if c.method == "easter":
-            vals = arch_metric(r, metric)
-            if table == "IV":  # every party holds θ_m: the column is the mean over the four
-                vals = {c.models[0]: float(np.mean(list(vals.values())))}
-        else:
-            vals = {c.models[0]: 100 * r["final"]["active"].get(metric, float("nan"))}
+        vals = arch_metric(r, metric) if c.method == "easter" else {c.models[0]: _run_metric(c, r)}
         rows += [{**base, "model": _theta(c.dataset, arch), "value": v} for arch, v in vals.items()]
     df = pd.DataFrame(rows)
     if df.empty:
@@ -244,8 +221,7 @@ def accuracy_rows(groups: dict[str, list[RunConfig]], records: Sequence[dict[str
     return pd.concat([df, avg.assign(model="avg")], ignore_index=True)
 
 
-def _accuracy_table(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]], profile: str,
-                    table: str) -> pd.DataFrame:
+def _accuracy_table(groups: Groups, records: Sequence[dict[str, Any]], profile: str, table: str) -> pd.DataFrame:
     """Table II (heterogeneous party models) or IV (homogeneous) in the reference long format, beside the paper's."""
     return _split.summarise(accuracy_rows(groups, records, table).to_dict("records"), PAPER, profile)
 
@@ -254,14 +230,13 @@ table2 = partial(_accuracy_table, table="II")
 table4 = partial(_accuracy_table, table="IV")
 
 
-def _table5_runs(groups: dict[str, list[RunConfig]], datasets: Sequence[str]) -> list[RunConfig]:
+def _table5_runs(groups: Groups, datasets: Sequence[str]) -> list[RunConfig]:
     """Table V's runs: the baselines' Table II θ2 run (active party holds θ2), EASTER's one run."""
     return [c for c in groups["table2"] if c.dataset in datasets and c.method != "local"
             and (c.method == "easter" or c.models[0] == MODEL_SETS[c.dataset][1])]
 
 
-def convergence(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]],
-                datasets: Sequence[str]) -> pd.DataFrame:
+def convergence(groups: Groups, records: Sequence[dict[str, Any]], datasets: Sequence[str]) -> pd.DataFrame:
     """Per Table V run: e*, the θ2 metric at e* (%), MB to e* as sent and float32-equivalent, and
     kB per sample-epoch."""
     rows = []
@@ -279,7 +254,7 @@ def convergence(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, 
     return pd.DataFrame(rows)
 
 
-def table5(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]], profile: str,
+def table5(groups: Groups, records: Sequence[dict[str, Any]], profile: str,
            datasets: Sequence[str] | None = None) -> pd.DataFrame:
     """Table V: the θ2 metric at convergence and the communication to it (``communication_MB``
     float32-equivalent, as the paper presumably counted; ``_as_sent`` with blinded int64), beside the paper's."""
@@ -287,35 +262,30 @@ def table5(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]
     for _, x in convergence(groups, records, datasets or settings(profile)["table5_datasets"]).iterrows():
         base = {"table": "V", "dataset": x["dataset"], "method": x["method"], "setting": "", "model": "",
                 "seed": x["seed"], "diverged": x["diverged"]}
-        rows += [{**base, "metric": x["metric"], "value": x["value"]},
-                 {**base, "metric": "communication_MB", "value": x["MB_float32"]},
-                 {**base, "metric": "communication_MB_as_sent", "value": x["MB_as_sent"]},
-                 {**base, "metric": "epochs_to_convergence", "value": x["e_star"]}]
+        rows += [{**base, "metric": m, "value": x[col]} for m, col in (
+            (x["metric"], "value"), ("communication_MB", "MB_float32"), ("communication_MB_as_sent", "MB_as_sent"),
+            ("epochs_to_convergence", "e_star"))]
     return _split.summarise(rows, PAPER, profile)
 
 
 def table5_ratios(t5: pd.DataFrame) -> pd.DataFrame:
     """Each method's communication to convergence over EASTER's, ours beside the paper's."""
-    t = t5[t5["metric"] == "communication_MB"].set_index(["dataset", "method"])
-    rows = []
-    for (dataset, method), x in t.iterrows():
-        if method == "EASTER" or (dataset, "EASTER") not in t.index:
-            continue
-        e = t.loc[(dataset, "EASTER")]
-        rows.append({"dataset": dataset, "method": method, "ours_over_EASTER": x["value"] / e["value"],
-                     "paper_over_EASTER": x["paper_value"] / e["paper_value"]})
-    return pd.DataFrame(rows).round(2)
+    t = t5[t5["metric"] == "communication_MB"]
+    e = t[t["method"] == "EASTER"].set_index("dataset")[["value", "paper_value"]]
+    t = t[t["method"] != "EASTER"].join(e, on="dataset", rsuffix="_easter", how="inner").reset_index(drop=True)
+    return pd.DataFrame({"dataset": t["dataset"], "method": t["method"],
+                         "ours_over_EASTER": t["value"] / t["value_easter"],
+                         "paper_over_EASTER": t["paper_value"] / t["paper_value_easter"]}).round(2)
 
 
-def cvfl_rates(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> pd.DataFrame:
+def cvfl_rates(groups: Groups, records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """Per Table II/IV C-VFL run, the final metric (%) at the dataset's rate / Q (the tables' cells)
     beside the dataset's own rate (``cvfl_host_lr``); NaN where not recorded, a pair with neither left out."""
     rec = by_key(records)
     rows = []
     for c in groups["cvfl_host_lr"]:
         defended, metric = c.replace(lr=cvfl_step_size(c.lr)), metric_of(c.dataset)
-        vals = [100 * rec[x.key]["final"]["active"].get(metric, np.nan) if x.key in rec else np.nan
-                for x in (defended, c)]
+        vals = [_run_metric(x, rec[x.key]) if x.key in rec else np.nan for x in (defended, c)]
         if all(np.isnan(v) for v in vals):
             continue
         rows.append({"table": "II" if defended in groups["table2"] else "IV", "dataset": DATASET_NAMES[c.dataset],
@@ -332,46 +302,38 @@ def implied_convergence(t5: pd.DataFrame, other: str = "PyVertical") -> pd.DataF
     t = t5.set_index(["dataset", "method", "metric"])
     rows = []
     for dataset in dict.fromkeys(t5["dataset"]):
-        try:
-            mb = {m: t.loc[(dataset, m, "communication_MB")] for m in ("EASTER", other)}
-            ep = {m: t.loc[(dataset, m, "epochs_to_convergence")]["value"] for m in ("EASTER", other)}
-        except KeyError:
+        mb, ep = ([(dataset, m, metric) for m in ("EASTER", other)]
+                  for metric in ("communication_MB", "epochs_to_convergence"))
+        if not all(k in t.index for k in mb + ep) or t.loc[mb, "paper_value"].isna().any():
             continue
-        if any(pd.isna(mb[m]["paper_value"]) for m in mb):
-            continue
-        per_epoch = {m: mb[m]["value"] / ep[m] for m in mb}
-        paper_ratio = mb["EASTER"]["paper_value"] / mb[other]["paper_value"]
-        rows.append({"dataset": dataset, f"paper: MB to e*, EASTER / {other}": paper_ratio,
-                     f"ours: MB per epoch, EASTER / {other}": per_epoch["EASTER"] / per_epoch[other],
-                     f"paper's implied e*, EASTER / {other}": paper_ratio / (per_epoch["EASTER"] / per_epoch[other]),
-                     f"our e*, EASTER / {other}": ep["EASTER"] / ep[other]})
+        (mb_easter, mb_other), (ep_easter, ep_other), (paper_easter, paper_other) = (
+            t.loc[mb, "value"], t.loc[ep, "value"], t.loc[mb, "paper_value"])
+        ours = (mb_easter / ep_easter) / (mb_other / ep_other)  # MB per epoch, EASTER over the other
+        rows.append({"dataset": dataset, f"paper: MB to e*, EASTER / {other}": paper_easter / paper_other,
+                     f"ours: MB per epoch, EASTER / {other}": ours,
+                     f"paper's implied e*, EASTER / {other}": paper_easter / paper_other / ours,
+                     f"our e*, EASTER / {other}": ep_easter / ep_other})
     return pd.DataFrame(rows).round(2)
 
 
-def comm_times(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]],
+def comm_times(groups: Groups, records: Sequence[dict[str, Any]],
                datasets: Sequence[str], *, bandwidths: Sequence[float] = FIG4_BANDWIDTHS) -> pd.DataFrame:
     """Figs. 4-5: communication seconds to convergence of each Table V run against bandwidth (10 ms,
     parallel links) and latency class (50 Mbps, :data:`FIG5_DRAWS` draws); priced once per records."""
     memo = (tuple(sorted((r["key"], r.get("finished") or "") for r in records)), tuple(datasets), tuple(bandwidths))
     if memo in _TIMES:
         return _TIMES[memo].copy()
-    rec = by_key(records)
-    rows = []
+    rec, frames = by_key(records), []
     for _, x in convergence(groups, records, datasets).iterrows():
         links = network.link_rows(rec[x["key"]]["comm"]["per_link"])
         if x["method"] == METHOD_NAMES["c_vfl"]:  # C-VFL's downlink bundle (sent together) as one round
             links = links.assign(kind=np.where(links["sender"] == "active", "downlink", links["kind"]))
-        run, e_star = {"dataset": x["dataset"], "method": x["method"], "seed": x["seed"]}, int(x["e_star"])
-        rows += [{"figure": "4", **run, "bandwidth_mbps": bw, "latency": f"{FIG4_LATENCY_MS:g} ms",
-                  "seconds": network.price_links(links, network.NetworkModel(network.Link(bw, FIG4_LATENCY_MS)),
-                                                 until_epoch=e_star)} for bw in bandwidths]
-        for cls in network.LATENCY_CLASSES:
-            net = network.NetworkModel(network.Link(network.FIG5_BANDWIDTH_MBPS, 0.0))
-            t = np.mean([network.price_links(links, net, until_epoch=e_star, latency_ms=cls, seed=d)
-                         for d in range(FIG5_DRAWS)])
-            rows.append({"figure": "5", **run, "bandwidth_mbps": network.FIG5_BANDWIDTH_MBPS, "latency": cls,
-                         "seconds": float(t)})
-    _TIMES[memo] = pd.DataFrame(rows)
+        t = network.sweep(links, until_epoch=int(x["e_star"]), bandwidths=bandwidths, latency_ms=FIG4_LATENCY_MS,
+                          latency_classes=network.LATENCY_CLASSES, draws=FIG5_DRAWS)
+        frames.append(t.assign(figure=np.where(t.index < len(bandwidths), "4", "5"), dataset=x["dataset"],
+                               method=x["method"], seed=x["seed"]))
+    columns = ["figure", "dataset", "method", "seed", "bandwidth_mbps", "latency", "seconds"]
+    _TIMES[memo] = pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame()
     return _TIMES[memo].copy()
 
 
@@ -403,25 +365,24 @@ def fig5(times: pd.DataFrame) -> tuple[plt.Figure, pd.DataFrame]:
     return g.figure, data
 
 
-def table6(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]], profile: str) -> pd.DataFrame:
+def table6(groups: Groups, records: Sequence[dict[str, Any]], profile: str) -> pd.DataFrame:
     """Table VI: C = 2..10 parties on the first C of 10 feature parts: ACC/AUC, wall time (min) and
     peak memory (MB, per ``peak_memory_kind``: on a CPU the process's, an upper bound of the run's)."""
-    rows = []
-    for c, r in _recorded(groups["table6"], by_key(records)):
-        base = {"table": "VI", "dataset": DATASET_NAMES[c.dataset], "method": METHOD_NAMES[c.method],
-                "setting": f"C={c.n_parties}", "model": "", "seed": c.seed, "diverged": bool(r.get("diverged"))}
-        rows += [{**base, "metric": f"{metric_of(c.dataset)}_pct", "value": _run_metric(c, r)},
-                 {**base, "metric": "train_time_min", "value": r["wall_time_s"] / 60},
-                 {**base, "metric": "memory_MB", "value": r["peak_memory_mb"]}]
-    return _split.summarise(rows, PAPER, profile)
+    return _split.summarise([{"table": "VI", "dataset": x.dataset, "method": x.method, "setting": f"C={x.C}",
+                              "model": "", "seed": x.seed, "diverged": x.diverged, "metric": metric, "value": value}
+                             for x in table6_rows(groups, records).itertuples()
+                             for metric, value in ((x.metric, x.value), ("train_time_min", x.train_time_min),
+                                                   ("memory_MB", x.memory_MB))], PAPER, profile)
 
 
-def table6_security(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> pd.DataFrame:
+def table6_security(groups: Groups, records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """Per EASTER run of Table VI: whether its record holds the insecure single-passive flag (C = 2)."""
+    flag = "allow_single_passive (recorded)"
     rows = [{"dataset": DATASET_NAMES[c.dataset], "C": c.n_parties, "seed": c.seed, "passive_parties": c.n_parties - 1,
-             "allow_single_passive (recorded)": bool(r["config"]["options"].get("allow_single_passive", False))}
+             flag: bool(r["config"]["options"].get("allow_single_passive", False))}
             for c, r in _recorded(groups["table6"], by_key(records)) if c.method == "easter"]
-    return pd.DataFrame(rows).drop_duplicates(["dataset", "C", "allow_single_passive (recorded)"])
+    rows = pd.DataFrame(rows, columns=["dataset", "C", "seed", "passive_parties", flag])
+    return rows.drop_duplicates(["dataset", "C", flag])
 
 
 #: Table VII's device mixes: the number of low-performance passive devices -> the paper's label.
@@ -429,34 +390,26 @@ DEVICE_MIXES = {0: "devices(A,B,C)=high,high,high", 1: "devices(A,B,C)=high,high
                 2: "devices(A,B,C)=high,low,low", 3: "devices(A,B,C)=low,low,low"}
 
 
-def table7(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]], profile: str) -> pd.DataFrame:
+def table7(groups: Groups, records: Sequence[dict[str, Any]], profile: str) -> pd.DataFrame:
     """Table VII from the Table II EASTER runs, per device mix and topology (column ``topology``):
     the run's θ accuracies and the time to e* (min) = measured compute per step, scaled by the
     slowest device, + communication priced per link."""
-    rec = by_key(records)
     acc = accuracy_rows(groups, records, "II")
-    frames = []
-    for topology in network.TOPOLOGIES:
-        rows = []
-        for c, r in _recorded((c for c in groups["table2"] if c.method == "easter"), rec):
-            metric = metric_of(c.dataset)
-            e_star = analysis.convergence_epoch(r["history"], metric=metric)
-            links = network.link_rows(r["comm"]["per_link"])
-            steps = int(links[links["epoch"] == 1]["steps"].max())
-            step_s = max(h["elapsed_s"] for h in r["history"] if h["epoch"] == e_star) / (steps * e_star)
-            passive = sorted(p for p in r["models"] if p != "active")
-            theta = acc[(acc["dataset"] == DATASET_NAMES[c.dataset]) & (acc["method"] == "EASTER")
-                        & (acc["seed"] == c.seed) & (acc["model"] != "avg")]
-            for n_low, label in DEVICE_MIXES.items():
-                t = network.training_time(links, network.device_mix(passive, n_low), step_seconds=step_s,
-                                           steps_per_epoch=steps, topology=topology, until_epoch=e_star)
-                base = {"table": "VII", "dataset": DATASET_NAMES[c.dataset], "method": "EASTER",
-                        "setting": label, "seed": c.seed, "diverged": bool(r.get("diverged"))}
-                rows.append({**base, "model": "", "metric": "train_time_min", "value": t["total_s"] / 60})
-                rows += [{**base, "model": x["model"], "metric": x["metric"], "value": x["value"]}
-                         for _, x in theta.iterrows()]
-        frames.append(_split.summarise(rows, PAPER, profile).assign(topology=topology))
-    return pd.concat(frames, ignore_index=True)
+    rows: dict[str, list[dict[str, Any]]] = {topology: [] for topology in network.TOPOLOGIES}
+    for c, r in _recorded((c for c in groups["table2"] if c.method == "easter"), by_key(records)):
+        e_star = analysis.convergence_epoch(r["history"], metric=metric_of(c.dataset))
+        passive = sorted(p for p in r["models"] if p != "active")
+        theta = acc[(acc["dataset"] == DATASET_NAMES[c.dataset]) & (acc["method"] == "EASTER")
+                    & (acc["seed"] == c.seed) & (acc["model"] != "avg")]
+        for (topology, out), (n_low, label) in product(rows.items(), DEVICE_MIXES.items()):
+            t = network.record_time(r, network.device_mix(passive, n_low), until_epoch=e_star, topology=topology)
+            base = {"table": "VII", "dataset": DATASET_NAMES[c.dataset], "method": "EASTER",
+                    "setting": label, "seed": c.seed, "diverged": bool(r.get("diverged"))}
+            out.append({**base, "model": "", "metric": "train_time_min", "value": t["total_s"] / 60})
+            out += [{**base, "model": x["model"], "metric": x["metric"], "value": x["value"]}
+                    for _, x in theta.iterrows()]
+    return pd.concat([_split.summarise(rows[t], PAPER, profile).assign(topology=t) for t in network.TOPOLOGIES],
+                     ignore_index=True)
 
 
 def table7_times(t7: pd.DataFrame) -> pd.DataFrame:
@@ -476,43 +429,34 @@ def _el_pl_label(el_pl: Sequence[int]) -> str:
     return f"{el_pl[0]}:{el_pl[1]}"
 
 
-def fig6(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> tuple[plt.Figure, pd.DataFrame]:
-    """Test accuracy against (a) embedding size, (b) EL:PL ratio, per architecture and the mean."""
-    rows = [{"dataset": DATASET_NAMES[c.dataset], "seed": c.seed, "embedding_dim": c.embedding_dim,
-             "el_pl": _el_pl_label(c.el_pl), "model": arch, f"{metric_of(c.dataset)}_pct": v}
-            for c, r in _recorded(groups["fig6"], by_key(records))
-            for arch, v in {**arch_metric(r, metric_of(c.dataset)), "mean": _run_metric(c, r)}.items()]
-    data = pd.DataFrame(rows, columns=["dataset", "seed", "embedding_dim", "el_pl", "model", "test_accuracy_pct"]
-                        if not rows else None).drop_duplicates(["seed", "embedding_dim", "el_pl", "model"])
-    y = [c for c in data.columns if c.endswith("_pct")][0]
+def fig6(groups: Groups, records: Sequence[dict[str, Any]]) -> tuple[plt.Figure | None, pd.DataFrame]:
+    """Test accuracy against (a) embedding size, (b) EL:PL ratio, per architecture and the mean;
+    no figure while no run is recorded."""
+    data = pd.DataFrame([{"dataset": DATASET_NAMES[c.dataset], "seed": c.seed, "embedding_dim": c.embedding_dim,
+                          "el_pl": _el_pl_label(c.el_pl), "model": arch, f"{metric_of(c.dataset)}_pct": v}
+                         for c, r in _recorded(groups["fig6"], by_key(records))
+                         for arch, v in {**arch_metric(r, metric_of(c.dataset)), "mean": _run_metric(c, r)}.items()])
     if data.empty:
-        fig, ax = plt.subplots(figsize=(6, 2))
-        ax.text(0.5, 0.5, "Fig. 6: no recorded runs yet", ha="center", va="center")
-        ax.set_axis_off()
-        return fig, data
+        return None, data
+    data = data.drop_duplicates(["seed", "embedding_dim", "el_pl", "model"])
+    y = [c for c in data.columns if c.endswith("_pct")][0]
+    ylabel = f"test {y.removesuffix('_pct').removeprefix('test_').replace('_', ' ')} (%)"
     fig, axes = plt.subplots(1, 2, figsize=(12, 4))
     models = list(dict.fromkeys(data["model"]))  # one colour per model in both panels (one legend)
     sns.lineplot(data=data[data["el_pl"] == "1:1"], x="embedding_dim", y=y, hue="model", hue_order=models,
-                 marker="o", errorbar=None, ax=axes[0])
+                 marker="o", errorbar=None, legend=False, ax=axes[0])
     # Base-2 axis with one label per size run: base-10 minor labels (2x10^1, ...) collide.
-    axes[0].set(xlabel="embedding size", title="(a) embedding size (EL:PL 1:1)")
+    axes[0].set(xlabel="embedding size", ylabel=ylabel, title="(a) embedding size (EL:PL 1:1)")
     axes[0].set_xscale("log", base=2)
     axes[0].minorticks_off()
     sizes = sorted(data["embedding_dim"].unique())
     axes[0].set_xticks(sizes, [str(d) for d in sizes])
     sns.barplot(data=data[data["embedding_dim"] == EMBEDDING_DIM], x="el_pl", y=y, hue="model", hue_order=models,
-                errorbar=None, ax=axes[1], order=[r for r in map(_el_pl_label, ((2, 1), (1, 1), (1, 2))) if r in set(data["el_pl"])])
-    axes[1].set(xlabel="EL:PL (layer ratio; it changes total depth too)", title=f"(b) EL:PL (embedding {EMBEDDING_DIM})")
-    axes[1].set_ylim(max(0.0, float(data[y].min()) - 5), None)
-    ylabel = f"test {y.removesuffix('_pct').removeprefix('test_').replace('_', ' ')} (%)"
-    for ax in axes:
-        ax.set_ylabel(ylabel)
-    # One legend, beside panel (b): the panels share their colours (``models``).
-    legends = [ax for ax in axes if ax.get_legend() is not None]
-    for ax in legends[:-1]:
-        ax.get_legend().remove()
-    if legends:
-        sns.move_legend(legends[-1], "upper left", bbox_to_anchor=(1, 1), title="party model")
+                errorbar=None, ax=axes[1], order=[r for r in ("2:1", "1:1", "1:2") if r in set(data["el_pl"])])
+    axes[1].set(xlabel="EL:PL (layer ratio; it changes total depth too)", ylabel=ylabel,
+                title=f"(b) EL:PL (embedding {EMBEDDING_DIM})", ylim=(max(0.0, float(data[y].min()) - 5), None))
+    if axes[1].get_legend() is not None:  # one legend, beside panel (b): the panels share their colours
+        sns.move_legend(axes[1], "upper left", bbox_to_anchor=(1, 1), title="party model")
     fig.suptitle("Fig. 6: EASTER's heterogeneous run on " + ", ".join(data["dataset"].unique()), y=1.02)
     return fig, data
 
@@ -520,12 +464,23 @@ def fig6(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) 
 # --------------------------------------------------------------------------- claims
 
 
-def _inputs(records: claims.Records,
-            variant: str | None = None) -> tuple[dict[str, list[RunConfig]], list[dict[str, Any]]]:
+def _inputs(records: claims.Records, variant: str | None = None) -> tuple[Groups, list[dict[str, Any]]]:
     """The profile's run groups (with ``variant`` swapped in, :func:`with_variant`) and ``records`` in
     the order of its runs, found once; nothing is read."""
     groups = records.derived("groups", lambda: configs(records.profile))
     return with_variant(groups, variant), records.derived("records", lambda: records.of(unique(groups)))
+
+
+def _judged(frame: Callable[..., pd.DataFrame], variant: str | None = None) -> Callable[..., Any]:
+    """A check (decorator of ``judge(records, groups, t)``) on ``t = frame(records, groups, recs)``
+    of the profile's runs and records (:func:`_inputs`): not testable while ``t`` has no row."""
+    def wrap(judge: Callable[..., claims.Verdict]) -> Callable[[claims.Records], claims.Verdict]:
+        def check(records: claims.Records) -> claims.Verdict:
+            groups, recs = _inputs(records, variant)
+            t = frame(records, groups, recs)
+            return claims.not_testable("no records") if t.empty else judge(records, groups, t)
+        return check
+    return wrap
 
 
 #: ``_cells(runs, a, b, cell)``: the cells in which the profile runs both ``a`` and ``b`` (:func:`_split.both`).
@@ -537,7 +492,6 @@ CHANCE_PCT: dict[str, float] = {"mnist": 10.0, "fashion_mnist": 10.0, "cifar10":
 #: Datasets here only as a stand-in far smaller than the paper's (what it is, the paper's scale): a
 #: clause they alone would decide is not testable at this scale (:func:`stand_in_note` says why).
 STAND_INS: dict[str, tuple[str, str]] = {"criteo": ("Criteo here is the 1,999-row sample", "the paper's 45 M rows")}
-NOT_AT_THIS_SCALE = "not testable at this scale"
 
 
 def stand_in_note(dataset: str, acc: pd.DataFrame, runs: Iterable[RunConfig]) -> str:
@@ -565,12 +519,13 @@ def stand_in_note(dataset: str, acc: pd.DataFrame, runs: Iterable[RunConfig]) ->
     return f"{head}; {where}; above Local: {', '.join(above)}" + (f"; below it: {', '.join(below)}" if below else "")
 
 
-def _at_scale(dataset: str, verdict: claims.Verdict, note: Callable[[], str]) -> claims.Verdict:
-    """``verdict`` on ``dataset``, not testable on a stand-in (:data:`STAND_INS`), with ``note()``."""
-    if dataset not in STAND_INS:
-        return verdict
-    return claims.not_testable(f"{NOT_AT_THIS_SCALE} ({note()}; on the sample it reads "
-                               f"{verdict.status}: {verdict.evidence})")
+def _per_dataset(records: claims.Records, datasets: Iterable[str], judge: Callable[[str], claims.Verdict],
+                 note: Callable[[str], str] | None = None) -> list[claims.Verdict]:
+    """``judge(d)`` per dataset, labelled with its printed name; on a stand-in (:data:`STAND_INS`)
+    not testable (:func:`vflkit.claims.on_stand_in`), with ``note(d)`` (default :func:`_table2_note`)."""
+    note = note or partial(_table2_note, records)
+    return [(claims.on_stand_in(v, note(d)) if d in STAND_INS else v).labelled(DATASET_NAMES[d])
+            for d, v in {d: judge(d) for d in datasets}.items()]
 
 
 #: The reading our own runs are judged under where the paper admits another, and C-VFL's alternative.
@@ -578,13 +533,11 @@ DEFAULT_READING = "1/C (Eq. 7), C-VFL at lr/Q"
 CVFL_HOST_READING = "C-VFL at the dataset's lr, Q = 10"
 
 
-def _table2_note(records: claims.Records, dataset: str) -> Callable[[], str]:
+def _table2_note(records: claims.Records, dataset: str) -> str:
     """:func:`stand_in_note` on Table II's records, for a clause whose own runs have no Local."""
-    def note() -> str:
-        groups, recs = _inputs(records)
-        acc = records.derived("table2_rows", lambda: accuracy_rows(groups, recs, "II"))
-        return stand_in_note(dataset, acc, groups["table2"])
-    return note
+    groups, recs = _inputs(records)
+    return stand_in_note(dataset, records.derived("table2_rows", lambda: accuracy_rows(groups, recs, "II")),
+                         groups["table2"])
 
 
 #: Labelled variants: the method's runs in Tables II and IV replaced by another group's.
@@ -599,31 +552,26 @@ with_variant = partial(analysis.swap_in_variant, variants=VARIANTS, tables=("tab
 
 
 def _beats(table: str, other: str, variant: str | None = None, label: str = "") -> claims.Claim:
-    def check(records: claims.Records) -> claims.Verdict:
-        groups, recs = _inputs(records, variant)
-        every = accuracy_rows(groups, recs, table)
-        if every.empty:
-            return claims.not_testable("no records")
+    group = "table2" if table == "II" else "table4"
+
+    def thetas(c: RunConfig) -> set[str]:  # EASTER's one heterogeneous run holds every θ
+        held = set(c.models) if c.method == "easter" and table == "II" else {c.models[0]}
+        return {_theta(c.dataset, m) for m in held}
+
+    @_judged(lambda records, groups, recs: accuracy_rows(groups, recs, table), variant)
+    def check(records: claims.Records, groups: Groups, every: pd.DataFrame) -> claims.Verdict:
         acc = every[every["model"] != "avg"]
         # Per dataset, then all_of: the paper says "consistently" superior "across a variety of
         # datasets" (Sec. VI-B); datasets carry different seeds (Criteo 5); an unrecorded one stays open.
-        s = settings(records.profile)
-        group = "table2" if table == "II" else "table4"
+        # A run near chance or below Local decides nothing (claims.paired's gate).
+        datasets = settings(records.profile)["datasets" if table == "II" else "table4_datasets"]
 
-        def thetas(c: RunConfig) -> set[str]:  # EASTER's one heterogeneous run holds every θ
-            return {_theta(c.dataset, m) for m in (set(c.models) if c.method == "easter" and table == "II"
-                                                  else {c.models[0]})}
-        verdicts = []
-        for dataset in s["datasets"] if table == "II" else s["table4_datasets"]:
-            d = acc[acc["dataset"] == DATASET_NAMES[dataset]]
-            runs = [c for c in groups[group] if c.dataset == dataset]
-            # a run near chance or below Local decides nothing (claims.paired's gate)
-            v = claims.ordering(claims.paired(d, by="method", a="EASTER", b=other, value="value",
-                                              cell=["model"], chance=CHANCE_PCT[dataset], local="Local"),
-                                a="EASTER", b=other, expected=_cells(runs, "EASTER", other, thetas))
-            note = partial(stand_in_note, dataset, every, runs)
-            verdicts.append(_at_scale(dataset, v, note).labelled(DATASET_NAMES[dataset]))
-        return claims.all_of(verdicts)
+        def judge(d: str) -> claims.Verdict:
+            diffs = claims.paired(acc[acc["dataset"] == DATASET_NAMES[d]], by="method", a="EASTER", b=other,
+                                  value="value", cell=["model"], chance=CHANCE_PCT[d], local="Local")
+            runs = [c for c in groups[group] if c.dataset == d]
+            return claims.ordering(diffs, a="EASTER", b=other, expected=_cells(runs, "EASTER", other, thetas))
+        return claims.all_of(_per_dataset(records, datasets, judge, lambda d: stand_in_note(d, every, groups[group])))
     setting = "heterogeneous" if table == "II" else "homogeneous"
     return claims.Claim(PAPER, f"Table {table}" + (f" ({label})" if label else ""),
                         f"EASTER's models beat {other} on every dataset ({setting} models)", check,
@@ -653,26 +601,23 @@ def to_target(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, An
 
 
 def _less_comm(other: str, variant: str | None = None, label: str = "") -> claims.Claim:
-    def check(records: claims.Records) -> claims.Verdict:
-        groups, recs = _inputs(records, variant)
+    @_judged(lambda records, groups, recs: to_target(groups, recs, settings(records.profile)["table5_datasets"]),
+             variant)
+    def check(records: claims.Records, groups: Groups, conv: pd.DataFrame) -> claims.Verdict:
         datasets = settings(records.profile)["table5_datasets"]
-        conv = to_target(groups, recs, datasets)
-        if conv.empty:
-            return claims.not_testable("no records")
-        verdicts = []
-        for dataset in datasets:  # each dataset alone, so that a stand-in decides nothing
+
+        def judge(dataset: str) -> claims.Verdict:  # each dataset alone, so that a stand-in decides nothing
             d = conv[conv["dataset"] == DATASET_NAMES[dataset]]
             v = claims.ordering(claims.paired(d.dropna(subset=["MB_to_target"]), by="method", a=other, b="EASTER",
                                               value="MB_to_target", cell=["dataset"]), a=other, b="EASTER", what="MB",
                                 expected=_cells([c for c in _table5_runs(groups, datasets) if c.dataset == dataset],
                                                 other, "EASTER", lambda c: {DATASET_NAMES[c.dataset]}))
             never = d[d["MB_to_target"].isna() & d["method"].isin([other, "EASTER"])]
-            if len(never):
-                v = v.with_evidence(f"{v.evidence}; never within {analysis.TARGET_SHARE:.0%} of the best final metric in "
-                                    f"{int(d['epochs'].max())} epochs, so the horizon cannot time them: "
-                                    + ", ".join(f"{r.method} seed {r.seed}" for r in never.itertuples()))
-            verdicts.append(_at_scale(dataset, v, _table2_note(records, dataset)).labelled(DATASET_NAMES[dataset]))
-        return claims.all_of(verdicts)
+            return v if never.empty else v.with_evidence(
+                f"{v.evidence}; never within {analysis.TARGET_SHARE:.0%} of the best final metric in "
+                f"{int(d['epochs'].max())} epochs, so the horizon cannot time them: "
+                + ", ".join(f"{r.method} seed {r.seed}" for r in never.itertuples()))
+        return claims.all_of(_per_dataset(records, datasets, judge))
     return claims.Claim(PAPER, "Table V" + (f" ({label})" if label else ""),
                         f"EASTER communicates less than {other} to convergence", check,
                         reading=label if variant else DEFAULT_READING)
@@ -680,12 +625,10 @@ def _less_comm(other: str, variant: str | None = None, label: str = "") -> claim
 
 def _times_check(check: Callable[[pd.DataFrame, list[RunConfig]], claims.Verdict]) -> Callable[..., claims.Verdict]:
     """A Figs. 4-5 clause judged on the times to convergence of the profile's Table V runs (priced
-    once for every clause, :func:`comm_times`) and those runs, recorded or not; not testable without records."""
-    def judged(records: claims.Records) -> claims.Verdict:
-        groups, recs = _inputs(records)
-        t = records.derived("times", lambda: comm_times(groups, recs, settings(records.profile)["table5_datasets"]))
-        return claims.not_testable("no records") if t.empty else check(t, table5_runs(groups, records.profile))
-    return judged
+    once for every clause, :func:`comm_times`) and those runs, recorded or not."""
+    return _judged(lambda records, groups, recs: records.derived(
+        "times", lambda: comm_times(groups, recs, settings(records.profile)["table5_datasets"])))(
+        lambda records, groups, t: check(t, table5_runs(groups, records.profile)))
 
 
 @_times_check
@@ -700,11 +643,9 @@ def _fig4_check(t: pd.DataFrame, runs: list[RunConfig]) -> claims.Verdict:
 
 @_times_check
 def _fig5_check(t: pd.DataFrame, runs: list[RunConfig]) -> claims.Verdict:
-    t = t[t["figure"] == "5"]
-    return claims.ordering(claims.paired(t, by="latency", a="high", b="low", value="seconds",
+    return claims.ordering(claims.paired(t[t["figure"] == "5"], by="latency", a="high", b="low", value="seconds",
                                          cell=["dataset", "method"]), a="time at high latency", b="time at low latency",
-                           what="s",
-                           expected={f"{DATASET_NAMES[c.dataset]}/{METHOD_NAMES[c.method]}" for c in runs})
+                           what="s", expected={f"{DATASET_NAMES[c.dataset]}/{METHOD_NAMES[c.method]}" for c in runs})
 
 
 @_times_check
@@ -718,49 +659,45 @@ def _fig5_agg_check(t: pd.DataFrame, runs: list[RunConfig]) -> claims.Verdict:
         for m in ("EASTER", "PyVertical", "C_VFL"))
 
 
-def _table6_rise(records: claims.Records) -> claims.Verdict:
-    groups, recs = _inputs(records)
-    t = table6_rows(groups, recs)
-    if t.empty:
-        return claims.not_testable("no records")
+_table6_check = _judged(lambda records, groups, recs: table6_rows(groups, recs))
+
+
+@_table6_check
+def _table6_rise(records: claims.Records, groups: Groups, t: pd.DataFrame) -> claims.Verdict:
     # the profile's fewest and most parties: an unrecorded C leaves it open, not judged on inner C
     few, many = min(settings(records.profile)["table6_parties"]), max(settings(records.profile)["table6_parties"])
     t = t[(t["method"] == "EASTER") & t["C"].isin([few, many])]
     t = t.assign(end=np.where(t["C"] == many, "many", "few"))
-    datasets = sorted({c.dataset for c in groups["table6"] if c.method == "easter"})
-    return claims.all_of(_at_scale(d, claims.ordering(
+    return claims.all_of(_per_dataset(records, sorted({c.dataset for c in groups["table6"] if c.method == "easter"}),
+                                      lambda d: claims.ordering(
         claims.paired(t[t["dataset"] == DATASET_NAMES[d]], by="end", a="many", b="few", value="value", cell=["dataset"],
-                      chance=CHANCE_PCT[d]), a=f"EASTER at C={many}", b=f"at C={few}", expected={DATASET_NAMES[d]}),
-        _table2_note(records, d)).labelled(DATASET_NAMES[d]) for d in datasets)
+                      chance=CHANCE_PCT[d]), a=f"EASTER at C={many}", b=f"at C={few}", expected={DATASET_NAMES[d]})))
 
 
-def _table6_beats(records: claims.Records) -> claims.Verdict:
-    groups, recs = _inputs(records)
-    t = table6_rows(groups, recs)
-    if t.empty:
-        return claims.not_testable("no records")
-    datasets = sorted({c.dataset for c in groups["table6"]})
-    return claims.all_of(_at_scale(d, claims.ordering(
-        claims.paired(t[t["dataset"] == DATASET_NAMES[d]], by="method", a="EASTER", b=m, value="value",
-                      cell=["dataset", "C"], chance=CHANCE_PCT[d]), a="EASTER", b=m,
-        expected=_cells([c for c in groups["table6"] if c.dataset == d], "EASTER", m,
-                        lambda c: {f"{DATASET_NAMES[c.dataset]}/{c.n_parties}"})),
-        _table2_note(records, d)).labelled(DATASET_NAMES[d])
-        for m in ("PyVertical", "C_VFL", "Agg_VFL") for d in datasets)
+@_table6_check
+def _table6_beats(records: claims.Records, groups: Groups, t: pd.DataFrame) -> claims.Verdict:
+    return claims.all_of(v for m in ("PyVertical", "C_VFL", "Agg_VFL") for v in _per_dataset(
+        records, sorted({c.dataset for c in groups["table6"]}), lambda d: claims.ordering(
+            claims.paired(t[t["dataset"] == DATASET_NAMES[d]], by="method", a="EASTER", b=m, value="value",
+                          cell=["dataset", "C"], chance=CHANCE_PCT[d]), a="EASTER", b=m,
+            expected=_cells([c for c in groups["table6"] if c.dataset == d], "EASTER", m,
+                            lambda c: {f"{DATASET_NAMES[c.dataset]}/{c.n_parties}"}))))
 
 
-def table6_rows(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    """Per Table VI run and seed: dataset, method, C and the test metric (%)."""
+def table6_rows(groups: Groups, records: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """Per Table VI run and seed: dataset, method, C, the test metric (%) as ``value`` (its name
+    ``metric``), wall time (min), peak memory (MB) and whether it diverged."""
     return pd.DataFrame([{"dataset": DATASET_NAMES[c.dataset], "method": METHOD_NAMES[c.method], "C": c.n_parties,
-                          "seed": c.seed, "value": _run_metric(c, r)} for c, r in _recorded(groups["table6"], by_key(records))])
+                          "seed": c.seed, "value": _run_metric(c, r), "metric": f"{metric_of(c.dataset)}_pct",
+                          "train_time_min": r["wall_time_s"] / 60, "memory_MB": r["peak_memory_mb"],
+                          "diverged": bool(r.get("diverged"))}
+                         for c, r in _recorded(groups["table6"], by_key(records))])
 
 
 def _table7_check(topology: str) -> Any:
-    def check(records: claims.Records) -> claims.Verdict:
-        groups, recs = _inputs(records)
-        if not any(c.method == "easter" and c.key in {r["key"] for r in recs} for c in groups["table2"]):
-            return claims.not_testable("no records")
-        t7 = records.derived("table7", lambda: table7(groups, recs, records.profile))  # priced once for both pricings
+    # priced once for both pricings
+    @_judged(lambda records, groups, recs: records.derived("table7", lambda: table7(groups, recs, records.profile)))
+    def check(records: claims.Records, groups: Groups, t7: pd.DataFrame) -> claims.Verdict:
         t = t7[(t7["metric"] == "train_time_min") & (t7["topology"] == topology)]
         # priced from every Table II EASTER run the profile has: one not recorded leaves it open
         datasets = {DATASET_NAMES[c.dataset] for c in groups["table2"] if c.method == "easter"}
@@ -774,12 +711,9 @@ def _table7_check(topology: str) -> Any:
 
 
 def _fig6_best(what: str) -> Any:
-    def check(records: claims.Records) -> claims.Verdict:
-        groups, recs = _inputs(records)
-        if not any(c.key in {r["key"] for r in recs} for c in groups["fig6"]):
-            return claims.not_testable("no records")
-        _, data = fig6(groups, recs)
-        plt.close("all")
+    @_judged(lambda records, groups, recs: fig6(groups, recs)[1])
+    def check(records: claims.Records, groups: Groups, data: pd.DataFrame) -> claims.Verdict:
+        plt.close("all")  # fig6's figure: only its data is judged
         y = [c for c in data.columns if c.endswith("_pct")][0]
         data = data[data["model"] == "mean"]
         # the levels to beat are the profile's: an unrecorded one leaves the clause not testable
@@ -798,8 +732,7 @@ def _fig6_best(what: str) -> Any:
 
 
 CLAIMS: list[claims.Claim] = [
-    *[_beats("II", m) for m in ("Local", "PyVertical", "C_VFL", "Agg_VFL")],
-    *[_beats("IV", m) for m in ("Local", "PyVertical", "C_VFL", "Agg_VFL")],
+    *[_beats(t, m) for t in ("II", "IV") for m in ("Local", "PyVertical", "C_VFL", "Agg_VFL")],
     _less_comm("PyVertical"), _less_comm("C_VFL"),
     claims.Claim(PAPER, "Fig. 4", "communication time to convergence falls as bandwidth grows", _fig4_check),
     claims.Claim(PAPER, "Fig. 5", "communication time to convergence grows with latency", _fig5_check),
@@ -818,8 +751,7 @@ VARIANT_CLAIMS: list[claims.Claim] = [
     *[_beats(t, m, "full_gradient", FULL_GRADIENT_READING) for t in ("II", "IV")
       for m in ("Local", "PyVertical", "C_VFL", "Agg_VFL")],
     *[_less_comm(m, "full_gradient", FULL_GRADIENT_READING) for m in ("PyVertical", "C_VFL")],
-    _beats("II", "C_VFL", "cvfl_host_lr", CVFL_HOST_READING),
-    _beats("IV", "C_VFL", "cvfl_host_lr", CVFL_HOST_READING),
+    *[_beats(t, "C_VFL", "cvfl_host_lr", CVFL_HOST_READING) for t in ("II", "IV")],
     claims.Claim(PAPER, "Table VII (parallel links, our pricing)",
                  "training time rises with each low-performance device (parallel links)", _table7_check("parallel")),
 ]
@@ -828,7 +760,7 @@ VARIANT_CLAIMS: list[claims.Claim] = [
 # --------------------------------------------------------------------------- the study's declaration
 
 
-def table5_runs(by_group: dict[str, list[RunConfig]], profile: str) -> list[RunConfig]:
+def table5_runs(by_group: Groups, profile: str) -> list[RunConfig]:
     """Table V and Figs. 4-5 are drawn from the same runs (the baselines' θ2 run and EASTER's)."""
     return _table5_runs(by_group, settings(profile)["table5_datasets"])
 
@@ -841,11 +773,8 @@ def beyond(evidence: base.Evidence) -> list[tuple[str, str]]:
             "`allow_single_passive`")
     if found:
         profile, have = found
-        groups = evidence.groups(profile)
-        # table6_security needs at least one recorded EASTER run of Table VI
-        ran = any(c.method == "easter" and evidence.key(c) in have for c in groups["table6"])
-        sec = table6_security(groups, list(have.values())) if ran else pd.DataFrame()
-        flagged = sec[sec["allow_single_passive (recorded)"]] if len(sec) else sec
+        sec = table6_security(evidence.groups(profile), list(have.values()))
+        flagged = sec[sec["allow_single_passive (recorded)"]]
         text += (f": {len(flagged)} recorded {profile}-profile setting(s) carry the flag "
                  f"({', '.join(f'{r.dataset} C = {r.C}' for r in flagged.itertuples()) or 'none'})")
     link = evidence.notebook("Table VI: 2 to 10 parties")
@@ -864,9 +793,7 @@ def _quick_against_paper(evidence: base.Evidence) -> str:
         have = evidence.get(profile)
         if not have:
             return ""
-        groups = evidence.groups(profile)
-        recs = list(have.values())
-        gaps = []
+        groups, recs, gaps = evidence.groups(profile), list(have.values()), []
         for label, g in (("∂L/∂E / C", groups), (FULL_GRADIENT_READING.split(",")[0], with_variant(groups, "full_gradient"))):
             acc = accuracy_rows(g, recs, "II")
             acc = acc[(acc["model"] != "avg") & (acc["dataset"] == DATASET_NAMES["fashion_mnist"])]
@@ -890,11 +817,10 @@ def _table7_view(t7: pd.DataFrame) -> pd.DataFrame:
                         columns="model")
 
 
-def _table7_files(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]],
-                  profile: str) -> dict[str, pd.DataFrame]:
+def _table7_files(groups: Groups, records: Sequence[dict[str, Any]], profile: str) -> dict[str, pd.DataFrame]:
     """Table VII, one file per network topology."""
     t7 = table7(groups, records, profile)
-    return {f"table7_{topology}": t7[t7["topology"] == topology] for topology in ("parallel", "shared_uplink")}
+    return {f"table7_{topology}": t7[t7["topology"] == topology] for topology in network.TOPOLOGIES}
 
 
 def _times_figure(figure: Callable[[pd.DataFrame], tuple[plt.Figure, pd.DataFrame]]) -> Callable[..., Any]:
