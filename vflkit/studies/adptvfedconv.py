@@ -309,45 +309,24 @@ def _order(a: tuple[str, str], b: tuple[str, str], names: tuple[str, str]):
 
 
 def _within(records: claims.Records, a: tuple[str, str], b: tuple[str, str], lo: float, hi: float, what: str) -> claims.Verdict:
-    """"a - b lies in [lo, hi] points": agree when the mean's noise band lies inside, disagree when
-    wholly outside, else not testable."""
+    """"a - b lies in [lo, hi] points" (:func:`vflkit.claims.within`), judged on the paper's model only."""
     if isinstance(d := _diffs(records, a, b), claims.Verdict):
         return d
-    if d.empty:
-        return claims.not_testable(f"no recorded pair for {what}")
-    if len(d) < 2:
-        return claims.not_testable(f"{what}: {float(d.mean()):+.2f} points, 1 seed; paper {lo:g} to {hi:g}: "
-                                   "one seed gives no error bar")
-    mean, se, band = claims.interval(d)
-    ev = (f"{what}: {mean:+.2f} ± {se:.2f} points (mean ± s.e., {len(d)} seeds; noise band ± {band:.2f}); "
-          f"paper {lo:g} to {hi:g}")
     # a gap's size belongs to the model and training length: only the paper's model can judge it
-    widths = set(runs_frame(STUDY.recorded_runs(records))["width"])
-    if widths != {1.0}:
-        return claims.not_testable(ev + ": measured on a width-reduced VGG-16 (not the paper's model), "
-                                   "whose gaps are not the paper's")
-    if lo <= mean - band and mean + band <= hi:
-        return claims.Verdict(claims.AGREE, ev)
-    if mean + band < lo or mean - band > hi:
-        return claims.Verdict(claims.DISAGREE, ev)
-    return claims.not_testable(ev + ": the interval straddles the paper's range")
+    reduced = set(runs_frame(STUDY.recorded_runs(records))["width"]) != {1.0}
+    return claims.within(d, what=what, agree=(lo, hi), note=f"; paper {lo:g} to {hi:g}",
+                         undecided="the interval straddles the paper's range",
+                         why_not="measured on a width-reduced VGG-16 (not the paper's model), whose gaps are not the "
+                                 "paper's" if reduced else "")
 
 
 def _no_loss(records: claims.Records, a: tuple[str, str], b: tuple[str, str], what: str, margin: float = 1.0) -> claims.Verdict:
     """"a is no worse than b": agree when a loss beyond ``margin`` points is ruled out, disagree
-    when a is below b beyond the noise, else not testable."""
+    when a is below b beyond the noise (:func:`vflkit.claims.within`)."""
     if isinstance(d := _diffs(records, a, b), claims.Verdict):
         return d
-    if len(d) < 2:
-        return claims.not_testable(f"{what}: {len(d)} recorded pair(s), need 2 seeds for an error bar")
-    mean, se, band = claims.interval(d)
-    ev = (f"{what}: {mean:+.2f} ± {se:.2f} points (mean ± s.e., {len(d)} seeds; noise band ± {band:.2f}); "
-          f"'no loss' read as > -{margin:g}")
-    if mean + band < 0:
-        return claims.Verdict(claims.DISAGREE, ev)
-    if mean - band > -margin:
-        return claims.Verdict(claims.AGREE, ev)
-    return claims.not_testable(ev + ": the noise allows a larger loss")
+    return claims.within(d, what=what, agree=(-margin, np.inf), plausible=(0.0, np.inf),
+                         note=f"; 'no loss' read as > -{margin:g}", undecided="the noise allows a larger loss")
 
 
 ADPT = ("adptvfedconv", "2C+1M")

@@ -431,26 +431,14 @@ def _fmnist_gain_check(recs: list[dict[str, Any]], rounds: int) -> claims.Verdic
     runs = runs[(runs["dataset"] == "FashionMNIST") & (runs["scenario"] == "4niid")]
     if runs.empty:
         return None
-    lo, hi = FMNIST_GAIN_PCT
     verdicts = []
     for opt in ADAPTIVE:
         pairs = claims.paired(runs, by="optimizer", a=opt, b="FedAvg", value="final_accuracy_pct", cell=[],
                               chance=CHANCE_PCT)
-        if untrained := claims.untrained_runs(pairs):
-            verdicts.append(claims.not_testable(f"{opt}: {claims.DID_NOT_LEARN}: {'; '.join(untrained)}"))
-            continue
-        d = pairs["diff"]
-        if len(d) < 2:
-            verdicts.append(claims.not_testable(f"{opt}: fewer than 2 seeds give no error bar"))
-            continue
-        mean, se, band = claims.interval(d)
-        ev = f"{opt} - FedAvg {mean:+.2f} ± {se:.2f} points (mean ± s.e., {len(d)} seeds; noise band ± {band:.2f})"
-        if mean + band < lo or mean - band > hi:
-            verdicts.append(claims.Verdict(claims.DISAGREE, ev))
-        elif mean - band > 0:
-            verdicts.append(claims.Verdict(claims.AGREE, ev))
-        else:
-            verdicts.append(claims.not_testable(ev + ": the noise band includes no gain"))
+        untrained = claims.untrained_runs(pairs)
+        verdicts.append(claims.not_testable(f"{opt}: {claims.DID_NOT_LEARN}: {'; '.join(untrained)}") if untrained
+                        else claims.within(pairs["diff"], what=f"{opt} - FedAvg", agree=(0.0, np.inf),
+                                           plausible=FMNIST_GAIN_PCT, undecided="the noise band includes no gain"))
     return claims.all_of(verdicts)
 
 
