@@ -7,23 +7,22 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 from typing import Any, Callable, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
-import torch
 from matplotlib.ticker import MaxNLocator
 
 from .. import claims
 from ..config import apply_overrides, check_profile, check_seeds, check_seeds_once
-from ..methods.multi_vfl import MultiVFL, MultiVFLConfig
-from ..methods.server_opt import SERVER_OPTIMIZERS, init_state, server_step
+from ..methods import server_opt
+from ..methods.multi_vfl import MultiVFLConfig
+from ..methods.server_opt import SERVER_OPTIMIZERS
 from ..partition import NIID_SCENARIOS
 from ..report import join_reference
-from ..training import dataset as training_dataset
+from ..training.multi_owner import round_seconds  # noqa: F401 -- the notebook measures ROUND_CPU_SECONDS with it
 from . import base, register
 from .base import Artefact, Study
 
@@ -40,7 +39,7 @@ PAPER_ROUNDS = 500
 QUICK_ROUNDS = 100
 
 #: CPU seconds per round of one run (training and one evaluation, one torch thread), as
-#: :func:`round_seconds` reports them (rerun it to recalibrate): ``paper`` 5 x 79 batches and
+#: :func:`~vflkit.training.multi_owner.round_seconds` reports them (rerun it to recalibrate): ``paper`` 5 x 79 batches and
 #: 10,000 test images; ``quick`` 5 x 4 batches and 500 (it evaluates every fifth round: ~10 % high).
 ROUND_CPU_SECONDS: dict[str, float] = {"paper": 127.4, "quick": 2.0}
 
@@ -250,18 +249,10 @@ def server_steps(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
 
 def constant_update_steps(config: MultiVFLConfig, *, t: float = 1e-9) -> pd.DataFrame:
     """Per round, each rule's server step over the update when every update is the same tiny ``t``
-    (sqrt(v) << tau, the regime :func:`server_steps` measures), by ``server_step`` itself."""
-    rows = []
-    for name in SERVER_OPTIMIZERS:
-        opt = config.replace(server_optimizer=name).server()
-        w = {"w": torch.zeros(1, dtype=torch.float64)}
-        state = init_state(w, opt)
-        for r in range(1, config.rounds + 1):
-            new, state = server_step(w, {"w": torch.full((1,), t, dtype=torch.float64)}, state, opt, r)
-            rows.append({"optimizer": OPTIMIZER_LABELS[name], "round": r,
-                         "step_ratio": float((new["w"] - w["w"]) / t)})
-            w = new
-    return pd.DataFrame(rows)
+    (sqrt(v) << tau, the regime :func:`server_steps` measures; :func:`server_opt.constant_update_steps`)."""
+    return pd.DataFrame([{"optimizer": OPTIMIZER_LABELS[name], "round": r, "step_ratio": x} for name in SERVER_OPTIMIZERS
+                         for r, x in enumerate(server_opt.constant_update_steps(
+                             config.replace(server_optimizer=name).server(), config.rounds, t=t), 1)])
 
 
 def displacement(records: Sequence[dict[str, Any]], *, scenario: str = "4niid") -> pd.DataFrame:
@@ -465,21 +456,7 @@ CLAIMS: list[claims.Claim] = [
 ]
 
 
-# ------------------------------------------------------------------- cost of what is pending
-
-
-def round_seconds(config: MultiVFLConfig, *, rounds: int = 1) -> dict[str, float]:
-    """Seconds per round of ``config`` on the CPU (training and one evaluation), over ``rounds``
-    rounds after setup, as :data:`ROUND_CPU_SECONDS` was measured: ``cpu_s`` (one thread: a core
-    of its own) and ``wall_s`` (overstated on a shared machine)."""
-    data = training_dataset(config.dataset).subset(n_test=config.n_test, seed=config.seed)
-    method = MultiVFL(config.replace(rounds=max(rounds, 1)), data, device="cpu")
-    method.setup()
-    wall, cpu = time.perf_counter(), time.process_time()
-    for r in range(1, rounds + 1):
-        method.round(r)
-        method.evaluate()
-    return {"cpu_s": (time.process_time() - cpu) / rounds, "wall_s": (time.perf_counter() - wall) / rounds}
+# ------------------------------------------------------------------------------- figures
 
 
 def _panels(records: Sequence[dict[str, Any]], keep: tuple[str, str], hue: str, order: Sequence[str], title: str,
