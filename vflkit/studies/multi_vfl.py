@@ -91,26 +91,23 @@ def needs_gpu(config: MultiVFLConfig) -> bool:
 # ------------------------------------------------------------------------------- reading
 
 
+def _labels(cfg: dict[str, Any]) -> dict[str, Any]:
+    """A recorded run's dataset, scenario, optimizer (as the paper names them) and seed."""
+    return {"dataset": DATASET_LABELS[cfg["dataset"]], "scenario": cfg["scenario"],
+            "optimizer": OPTIMIZER_LABELS[cfg["server_optimizer"]], "seed": cfg["seed"]}
+
+
 def history_frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """Per-round test accuracy (%) of every run, with dataset, scenario, optimizer and seed."""
     frames = []
     for r in records:
-        cfg = r["config"]
         df = pd.DataFrame(r["history"])
         df = df[df["test_accuracy"].notna()] if "test_accuracy" in df else df.iloc[0:0]
-        frames.append(df.assign(dataset=DATASET_LABELS[cfg["dataset"]], scenario=cfg["scenario"],
-                                optimizer=OPTIMIZER_LABELS[cfg["server_optimizer"]], seed=cfg["seed"],
-                                test_accuracy_pct=100 * df["test_accuracy"]))
+        frames.append(df.assign(**_labels(r["config"]), test_accuracy_pct=100 * df["test_accuracy"]))
     cols = ["dataset", "scenario", "optimizer", "seed", "round", "train_loss", "test_accuracy_pct"]
     if not frames:
         return pd.DataFrame(columns=cols)
     return pd.concat(frames, ignore_index=True)[cols]
-
-
-def _rounds_to(df: pd.DataFrame, fraction: float = 0.9) -> int:
-    """First evaluated round whose accuracy reaches ``fraction`` of the run's best."""
-    target = fraction * df["test_accuracy_pct"].max()
-    return int(df.loc[df["test_accuracy_pct"] >= target, "round"].min())
 
 
 #: The share of a run's rounds over which :func:`converged` judges the end of its curve.
@@ -131,25 +128,22 @@ def converged(run: pd.DataFrame, *, window: float = CONVERGENCE_WINDOW, toleranc
 
 def per_run(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """One row per run: final, best and mean test accuracy (%; the mean is the area under the curve,
-    our measure of speed), the first round at 90 % of its best, and its rounds."""
+    our measure of speed), the first round at 90 % of its best, its rounds and whether it diverged."""
+    keys = ["dataset", "scenario", "optimizer", "seed"]
     h = history_frame(records)
-    cols = ["dataset", "scenario", "optimizer", "seed", "rounds", "final_accuracy_pct", "best_accuracy_pct",
-            "mean_accuracy_pct", "round_to_90pct_of_best"]
     if h.empty:
-        return pd.DataFrame(columns=[*cols, "diverged"])
-    out = h.groupby(["dataset", "scenario", "optimizer", "seed"], sort=False).apply(
-        lambda g: pd.Series({"rounds": int(g["round"].max()),
-                             "final_accuracy_pct": g.sort_values("round")["test_accuracy_pct"].iloc[-1],
-                             "best_accuracy_pct": g["test_accuracy_pct"].max(),
-                             "mean_accuracy_pct": g["test_accuracy_pct"].mean(),
-                             "round_to_90pct_of_best": _rounds_to(g)}), include_groups=False)
-    out = out.reset_index()[cols]
-    # whether the run diverged (its record stops at that round): summary keeps it out of the means
-    diverged = {(DATASET_LABELS[r["config"]["dataset"]], r["config"]["scenario"],
-                 OPTIMIZER_LABELS[r["config"]["server_optimizer"]], r["config"]["seed"]): bool(r.get("diverged"))
-                for r in records}
-    return out.assign(diverged=[diverged.get(k, False) for k in
-                                zip(out["dataset"], out["scenario"], out["optimizer"], out["seed"])])
+        return pd.DataFrame(columns=[*keys, "rounds", "final_accuracy_pct", "best_accuracy_pct", "mean_accuracy_pct",
+                                     "round_to_90pct_of_best", "diverged"])
+    acc = h.groupby(keys, sort=False)["test_accuracy_pct"]
+    last = h.loc[h.groupby(keys, sort=False)["round"].idxmax()].set_index(keys)
+    reached = h["round"].where(h["test_accuracy_pct"] >= 0.9 * acc.transform("max"))
+    out = pd.DataFrame({"rounds": last["round"], "final_accuracy_pct": last["test_accuracy_pct"],
+                        "best_accuracy_pct": acc.max(), "mean_accuracy_pct": acc.mean(),
+                        "round_to_90pct_of_best": reached.groupby([h[k] for k in keys], sort=False).min()})
+    # a diverged run's record stops at that round: summary keeps it out of the means
+    diverged = {tuple(_labels(r["config"]).values()): bool(r.get("diverged")) for r in records}
+    return out.astype(float).reset_index().assign(diverged=lambda d: [diverged.get(k, False)
+                                                                     for k in d[keys].itertuples(index=False)])
 
 
 def learning(summary_table: pd.DataFrame) -> str:
@@ -234,9 +228,7 @@ def server_steps(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
         for h in r["history"]:
             if "server_step_norm" not in h:
                 continue
-            rows.append({"dataset": DATASET_LABELS[cfg["dataset"]], "scenario": cfg["scenario"],
-                         "optimizer": OPTIMIZER_LABELS[cfg["server_optimizer"]], "seed": cfg["seed"],
-                         "round": h["round"], "update_norm": h["update_norm"],
+            rows.append({**_labels(cfg), "round": h["round"], "update_norm": h["update_norm"],
                          "server_step_norm": h["server_step_norm"],
                          "step_ratio": h["server_step_norm"] / h["update_norm"],
                          "distance_from_init": h["distance_from_init"],
