@@ -312,58 +312,47 @@ def explain(table: pd.DataFrame) -> list[str]:
 
 
 Check = Callable[[claims.Records], claims.Verdict]
+CheckOn = Callable[[pd.DataFrame, int], claims.Verdict]
 
 
-def _check(*, full: bool = False) -> Callable[[Callable[[list[dict[str, Any]], int], claims.Verdict | None]], Check]:
-    """A check from ``f(records of the profile's runs, its rounds)``: not testable with ``full`` under
-    500 rounds, or when ``f`` finds no records (returns None)."""
-    def wrap(f: Callable[[list[dict[str, Any]], int], claims.Verdict | None]) -> Check:
+def _check(*, full: bool = False, frame: Callable[[Sequence[dict[str, Any]]], pd.DataFrame] | None = None,
+           **where: str) -> Callable[[CheckOn], Check]:
+    """A check from ``f(rows, rounds)``: the rows of ``frame`` (:func:`per_run` by default) over the
+    profile's records whose columns equal ``where``; not testable with ``full`` under 500 rounds,
+    or where there is no such row."""
+    def wrap(f: CheckOn) -> Check:
         def check(records: claims.Records) -> claims.Verdict:
             profile = records.profile
             rounds = STUDY.runs(profile)[0].rounds
             if full and rounds < PAPER_ROUNDS:
                 return claims.not_testable(f"needs the paper's {PAPER_ROUNDS} rounds; the {profile} profile runs {rounds}")
-            v = f(STUDY.recorded_runs(records), rounds)
-            return claims.not_testable(f"no records of the {profile} profile yet") if v is None else v
+            rows = (frame or per_run)(STUDY.recorded_runs(records))
+            rows = rows[rows[list(where)].eq(pd.Series(where)).all(axis=1)]
+            return f(rows, rounds) if len(rows) else claims.not_testable(f"no records of the {profile} profile yet")
         return check
     return wrap
 
 
-def _ordering_check(by: str, a: str, b: str, value: str, *, scenario: str | None = None,
-                    optimizer: str | None = None) -> Check:
-    """``a`` > ``b`` in ``value`` on every dataset (paired over seeds)."""
+def _ordering_check(by: str, a: str, b: str, value: str, **where: str) -> Check:
+    """``a`` > ``b`` in ``value`` on every dataset (paired over seeds), in the runs ``where`` selects."""
     what = {"final_accuracy_pct": "points of final accuracy",
             "mean_accuracy_pct": "points of accuracy averaged over the rounds"}[value]
 
-    @_check()
-    def check(recs: list[dict[str, Any]], rounds: int) -> claims.Verdict | None:
-        runs = per_run(recs)
-        if scenario is not None:
-            runs = runs[runs["scenario"] == scenario]
-        if optimizer is not None:
-            runs = runs[runs["optimizer"] == optimizer]
-        if runs.empty:
-            return None
+    @_check(**where)
+    def check(runs: pd.DataFrame, rounds: int) -> claims.Verdict:
         # a model near chance decides nothing (claims.paired's gate); Multi-VFL has no Local
-        verdicts = [claims.ordering(claims.paired(g, by=by, a=a, b=b, value=value, cell=["dataset"],
-                                                  chance=CHANCE_PCT),
-                                    a=a, b=b, what=what).labelled(f"{d} after {rounds} rounds")
-                    for d, g in runs.groupby("dataset", sort=False)]
-        return claims.all_of(verdicts)
+        return claims.all_of(claims.ordering(claims.paired(g, by=by, a=a, b=b, value=value, cell=["dataset"],
+                                                           chance=CHANCE_PCT),
+                                             a=a, b=b, what=what).labelled(f"{d} after {rounds} rounds")
+                             for d, g in runs.groupby("dataset", sort=False))
 
     return check
 
 
-def _not_converged_check(dataset: str | None) -> Check:
+def _not_converged_check(**where: str) -> Check:
     """FedAvg on 4niid does not converge (:func:`converged`) within the paper's 500 rounds."""
-    @_check(full=True)
-    def check(recs: list[dict[str, Any]], rounds: int) -> claims.Verdict | None:
-        h = history_frame(recs)
-        h = h[(h["optimizer"] == "FedAvg") & (h["scenario"] == "4niid")]
-        if dataset is not None:
-            h = h[h["dataset"] == DATASET_LABELS[dataset]]
-        if h.empty:
-            return None
+    @_check(full=True, frame=history_frame, optimizer="FedAvg", scenario="4niid", **where)
+    def check(h: pd.DataFrame, rounds: int) -> claims.Verdict:
         flat = {(d, s): converged(g) for (d, s), g in h.groupby(["dataset", "seed"], sort=False)}
         ev = (f"{sum(not v for v in flat.values())} of {len(flat)} FedAvg 4niid runs still rising or swinging "
               f"over their last {CONVERGENCE_WINDOW:.0%} of rounds (converged: "
@@ -378,11 +367,8 @@ def _not_converged_check(dataset: str | None) -> Check:
 
 
 @_check()
-def _fmnist_greater_check(recs: list[dict[str, Any]], rounds: int) -> claims.Verdict | None:
+def _fmnist_greater_check(runs: pd.DataFrame, rounds: int) -> claims.Verdict:
     """The adaptive optimizers' gain over FedAvg is larger on FashionMNIST than on MNIST."""
-    runs = per_run(recs)
-    if runs.empty:
-        return None
     # a gain between models at chance is noise: the gate names the 4niid runs near chance
     niid = runs[runs["scenario"] == "4niid"].assign(cell=lambda d: d["dataset"])
     untrained = [u for opt in ADAPTIVE if opt in set(niid["optimizer"]) for u in claims.untrained_runs(
@@ -405,15 +391,11 @@ def _fmnist_greater_check(recs: list[dict[str, Any]], rounds: int) -> claims.Ver
 FMNIST_GAIN_PCT = (2.0, 3.0)
 
 
-@_check(full=True)
-def _fmnist_gain_check(recs: list[dict[str, Any]], rounds: int) -> claims.Verdict | None:
+@_check(full=True, dataset="FashionMNIST", scenario="4niid")
+def _fmnist_gain_check(runs: pd.DataFrame, rounds: int) -> claims.Verdict:
     """Each adaptive optimizer's final gain over FedAvg on FashionMNIST is 2-3 points: agree when the
     paired mean's noise band overlaps [2, 3] and excludes no gain, disagree when wholly outside.
     Overlap, not containment: a 1-point range is narrower than a few seeds can resolve."""
-    runs = per_run(recs)
-    runs = runs[(runs["dataset"] == "FashionMNIST") & (runs["scenario"] == "4niid")]
-    if runs.empty:
-        return None
     verdicts = []
     for opt in ADAPTIVE:
         pairs = claims.paired(runs, by="optimizer", a=opt, b="FedAvg", value="final_accuracy_pct", cell=[],
@@ -432,8 +414,7 @@ CLAIMS: list[claims.Claim] = [
                    "(it falls as more label owners are non-IID)",
                    _ordering_check("scenario", better, worse, "final_accuracy_pct", optimizer="FedAvg"))
       for better, worse in zip(SCENARIOS, SCENARIOS[1:])],
-    claims.Claim(PAPER, "Fig. 2", "with FedAvg, 4niid does not converge even after 500 rounds",
-                 _not_converged_check(None)),
+    claims.Claim(PAPER, "Fig. 2", "with FedAvg, 4niid does not converge even after 500 rounds", _not_converged_check()),
     *[claims.Claim(PAPER, "Fig. 3", f"in 4niid, {opt} reaches a higher accuracy than FedAvg",
                    _ordering_check("optimizer", opt, "FedAvg", "final_accuracy_pct", scenario="4niid"))
       for opt in ADAPTIVE],
@@ -444,7 +425,8 @@ CLAIMS: list[claims.Claim] = [
                  _fmnist_greater_check),
     claims.Claim(PAPER, "Fig. 3", "on FashionMNIST the adaptive optimizers improve the accuracy by 2-3 points",
                  _fmnist_gain_check),
-    claims.Claim(PAPER, "Fig. 3", "on FashionMNIST (4niid), FedAvg fails to converge", _not_converged_check("fashion_mnist")),
+    claims.Claim(PAPER, "Fig. 3", "on FashionMNIST (4niid), FedAvg fails to converge",
+                 _not_converged_check(dataset="FashionMNIST")),
 ]
 
 
