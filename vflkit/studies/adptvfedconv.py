@@ -279,15 +279,14 @@ def compute(recs: Sequence[dict[str, Any]]) -> pd.DataFrame:
 # ------------------------------------------------------------------------------ claims
 
 
-def _pairs(records: claims.Records, a: tuple[str, str], b: tuple[str, str], *, value: str = "final_pct") -> pd.DataFrame:
+def _pairs(records: claims.Records, a: tuple[str, str], b: tuple[str, str]) -> pd.DataFrame:
+    """Final accuracy of ``a`` minus ``b`` (each a variant and cut) per seed (:func:`vflkit.claims.paired`)."""
     df = runs_frame(STUDY.recorded_runs(records))
-    if df.empty:
-        return pd.DataFrame(columns=["cell", "seed", "diff"])
     df["row"] = df["variant"] + "@" + np.where(df["variant"] == "centralized", "", df["cut"])
     df["dataset"] = "CIFAR-10"
     # a run near chance, or below Non-cooperation (each client alone: the Local of this paper),
     # decides nothing (claims.paired's gate)
-    return claims.paired(df, by="row", a=f"{a[0]}@{a[1]}", b=f"{b[0]}@{b[1]}", value=value, cell=["dataset"],
+    return claims.paired(df, by="row", a=f"{a[0]}@{a[1]}", b=f"{b[0]}@{b[1]}", value="final_pct", cell=["dataset"],
                          chance=CHANCE_PCT, local="noncooperation@2C+1M")
 
 
@@ -303,9 +302,8 @@ def _diffs(records: claims.Records, a: tuple[str, str], b: tuple[str, str]) -> p
 
 
 def _order(a: tuple[str, str], b: tuple[str, str], names: tuple[str, str]):
-    def check(records: claims.Records) -> claims.Verdict:
-        return claims.ordering(_pairs(records, a, b), a=names[0], b=names[1])
-    return check
+    """"a > b", named ``names`` (:func:`vflkit.claims.ordering`)."""
+    return lambda records: claims.ordering(_pairs(records, a, b), a=names[0], b=names[1])
 
 
 def _within(records: claims.Records, a: tuple[str, str], b: tuple[str, str], lo: float, hi: float, what: str) -> claims.Verdict:

@@ -222,18 +222,12 @@ def long_traffic(traffic: pd.DataFrame, profile: str) -> pd.DataFrame:
 def server_steps(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """Per run and round, the recorded server steps: ||t|| (the mean update), ||W^{r+1} - W^r||, their
     ratio (1 for FedAvg), ||W^{r+1} - W^0|| and the adaptive rules' median sqrt(v) / tau."""
-    rows = []
-    for r in records:
-        cfg = r["config"]
-        for h in r["history"]:
-            if "server_step_norm" not in h:
-                continue
-            rows.append({**_labels(cfg), "round": h["round"], "update_norm": h["update_norm"],
-                         "server_step_norm": h["server_step_norm"],
-                         "step_ratio": h["server_step_norm"] / h["update_norm"],
-                         "distance_from_init": h["distance_from_init"],
-                         "median_sqrt_v_over_tau": h["median_sqrt_v"] / cfg["tau"],
-                         "p99_sqrt_v_over_tau": h["p99_sqrt_v"] / cfg["tau"]})
+    rows = [{**_labels(r["config"]), "round": h["round"], "update_norm": h["update_norm"],
+             "server_step_norm": h["server_step_norm"], "step_ratio": h["server_step_norm"] / h["update_norm"],
+             "distance_from_init": h["distance_from_init"],
+             "median_sqrt_v_over_tau": h["median_sqrt_v"] / r["config"]["tau"],
+             "p99_sqrt_v_over_tau": h["p99_sqrt_v"] / r["config"]["tau"]}
+            for r in records for h in r["history"] if "server_step_norm" in h]
     return pd.DataFrame(rows, columns=["dataset", "scenario", "optimizer", "seed", "round", "update_norm",
                                        "server_step_norm", "step_ratio", "distance_from_init",
                                        "median_sqrt_v_over_tau", "p99_sqrt_v_over_tau"])
