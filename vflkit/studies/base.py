@@ -119,11 +119,6 @@ def every_run(keep: Callable[[Any], bool] = lambda run: True) -> RunSelector:
     return runs
 
 
-def headline_first(run: Any, rank: int) -> tuple:
-    """The default run order: the runs of the first group (the headline table) first."""
-    return (0 if rank == 0 else 1,)
-
-
 @dataclass(frozen=True, eq=False)
 class Study:
     """What one paper's study declares; the defaults are what most studies do alike."""
@@ -138,7 +133,8 @@ class Study:
     claims: Sequence[Claim] = ()  # the study's CLAIMS
     variant_claims: Sequence[Claim] = ()  # the same clauses on our variants (VARIANT_CLAIMS)
     needs_gpu: Callable[[Any], bool] = lambda run: False
-    run_priority: Callable[[Any, int], tuple] = headline_first  # (run, rank of its group) -> sort key
+    #: (run, rank of its group) -> sort key; default: the first group's runs (the headline table) first
+    run_priority: Callable[[Any, int], tuple] = lambda run, rank: (0 if rank == 0 else 1,)
     #: the runs a GPU measurement under ``results/device/`` timed, for :mod:`vflkit.ops.pricing`
     calibration: Callable[[], Sequence[Any]] = lambda: ()
     #: the study's price of pending runs the FLOP count cannot price (columns ``needs``, ``h100_min``,
@@ -282,4 +278,4 @@ class Study:
         return pd.concat([rows, price(self, todo).reset_index(drop=True)[cols]], axis=1)
 
 __all__ = ["FAMILIES", "RUNS", "Artefact", "Drawn", "Evidence", "Family", "RunSelector", "Study", "all_runs",
-           "every_run", "groups", "headline_first", "key_of", "unique"]
+           "every_run", "groups", "key_of", "unique"]

@@ -25,11 +25,7 @@ PROFILE_SETTINGS: dict[str, dict[str, Any]] = {
     "paper": {"n_train": None, "n_test": None, "epochs": 20, "seeds": (0,), "model": "mlp"},
 }
 
-
-METHOD_LABELS = {
-    "local": "Local: active party's strip only",
-    "splitnn": "SplitNN: every party's strip",
-}
+METHOD_LABELS = {"local": "Local: active party's strip only", "splitnn": "SplitNN: every party's strip"}
 
 
 def configs(profile: str, *, seeds: Sequence[int] | None = None,

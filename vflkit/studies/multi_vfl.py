@@ -99,15 +99,11 @@ def _labels(cfg: dict[str, Any]) -> dict[str, Any]:
 
 def history_frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """Per-round test accuracy (%) of every run, with dataset, scenario, optimizer and seed."""
-    frames = []
-    for r in records:
-        df = pd.DataFrame(r["history"])
-        df = df[df["test_accuracy"].notna()] if "test_accuracy" in df else df.iloc[0:0]
-        frames.append(df.assign(**_labels(r["config"]), test_accuracy_pct=100 * df["test_accuracy"]))
     cols = ["dataset", "scenario", "optimizer", "seed", "round", "train_loss", "test_accuracy_pct"]
-    if not frames:
-        return pd.DataFrame(columns=cols)
-    return pd.concat(frames, ignore_index=True)[cols]
+    frames = [pd.DataFrame(r["history"]).dropna(subset=["test_accuracy"]).assign(**_labels(r["config"]))
+              for r in records]
+    h = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[*cols, "test_accuracy"])
+    return h.assign(test_accuracy_pct=100 * h["test_accuracy"])[cols]
 
 
 #: The share of a run's rounds over which :func:`converged` judges the end of its curve.
