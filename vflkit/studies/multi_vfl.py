@@ -72,15 +72,12 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
     fields = [f.name for f in dataclasses.fields(MultiVFLConfig)
               if f.name not in ("dataset", "scenario", "server_optimizer", "seed")]
     s, run_fields = apply_overrides(PROFILE_SETTINGS[check_profile(profile)], overrides, run_fields=fields)
-    datasets = s.pop("datasets")
-    profile_seeds = s.pop("seeds")
     check_seeds_once(seeds, overrides)
-    seeds = check_seeds(profile_seeds if seeds is None else seeds)
-    s.update(run_fields)
-    s.setdefault("variant", "paper")
+    seeds = check_seeds(s["seeds"] if seeds is None else seeds)
+    common = {"variant": "paper", **{k: v for k, v in s.items() if k not in ("datasets", "seeds")}, **run_fields}
     cells = [(scenario, "fedavg") for scenario in SCENARIOS] + [("4niid", opt) for opt in SERVER_OPTIMIZERS[1:]]
-    return [MultiVFLConfig(**{**s, "dataset": dataset, "scenario": scenario, "server_optimizer": opt, "seed": seed})
-            for dataset in datasets for seed in seeds for scenario, opt in cells]
+    return [MultiVFLConfig(**common, dataset=dataset, scenario=scenario, server_optimizer=opt, seed=seed)
+            for dataset in s["datasets"] for seed in seeds for scenario, opt in cells]
 
 
 def needs_gpu(config: MultiVFLConfig) -> bool:
@@ -187,12 +184,10 @@ def long_table(summ: pd.DataFrame, profile: str) -> pd.DataFrame:
 
 def bytes_per_round(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """Training traffic of one round by message kind (MB; mean over rounds), per dataset."""
-    rows = []
-    for r in records:
-        df = pd.DataFrame(r["comm"]["per_round_kind"])
-        for kind, b in df.groupby("kind")["bytes"].mean().items():
-            rows.append({"dataset": DATASET_LABELS[r["config"]["dataset"]], "kind": kind,
-                         "local_steps_per_owner": _local_steps(r["config"]), "MB_per_round": b / 2**20})
+    rows = [{"dataset": DATASET_LABELS[r["config"]["dataset"]], "kind": kind,
+             "local_steps_per_owner": _local_steps(r["config"]), "MB_per_round": b / 2**20}
+            for r in records
+            for kind, b in pd.DataFrame(r["comm"]["per_round_kind"]).groupby("kind")["bytes"].mean().items()]
     out = pd.DataFrame(rows).groupby(["dataset", "local_steps_per_owner", "kind"], sort=False).mean()
     return out.round(3).reset_index()
 
