@@ -308,14 +308,17 @@ def equivalent(diffs: pd.DataFrame, *, tolerance: float, what: str, unit: str = 
     return _cover(Verdict(status, ev, p_for=p_for, p_against=p_against), set(est.cells), expected)
 
 
-def within(diffs: pd.Series, *, what: str, agree: tuple[float, float], plausible: tuple[float, float] | None = None,
+def within(diffs: pd.DataFrame, *, what: str, agree: tuple[float, float], plausible: tuple[float, float] | None = None,
            note: str = "", undecided: str, why_not: str = "", unit: str = "points") -> Verdict:
-    """Judge a clause on one cell's paired differences over seeds by :func:`interval`'s noise band:
-    disagree when the band lies wholly outside ``plausible`` (default ``agree``), else agree when it
-    lies inside ``agree`` ([lo, hi]; ± inf for a one-sided clause), else not testable (``undecided``
-    says why). ``note`` (e.g. "; paper 0 to 4") follows the numbers in the evidence; ``why_not``, a
-    reason they cannot decide the clause, makes it not testable. No pair or one seed: not testable."""
-    d = pd.Series(diffs, dtype=float).dropna()
+    """Judge a clause on one cell's paired differences over seeds (:func:`paired`'s) by their
+    :func:`interval` noise band: disagree when the band lies wholly outside ``plausible`` (default
+    ``agree``), else agree when it lies inside ``agree`` ([lo, hi]; ± inf for a one-sided clause),
+    else not testable (``undecided`` says why). ``note`` (e.g. "; paper 0 to 4") follows the numbers
+    in the evidence; ``why_not``, a reason they cannot decide the clause, makes it not testable, as
+    do a run that did not learn, no pair and one seed."""
+    if untrained := untrained_runs(diffs):
+        return not_testable(f"{DID_NOT_LEARN}: {'; '.join(untrained)}", tested=True)
+    d = pd.Series(diffs["diff"], dtype=float).dropna()
     if d.empty:
         return not_testable(f"no recorded pair for {what}")
     if len(d) < 2:

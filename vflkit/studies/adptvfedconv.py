@@ -294,13 +294,6 @@ def _pairs(records: claims.Records, a: tuple[str, str], b: tuple[str, str]) -> p
 CHANCE_PCT = 10.0
 
 
-def _diffs(records: claims.Records, a: tuple[str, str], b: tuple[str, str]) -> pd.Series | claims.Verdict:
-    """:func:`_pairs`' differences over seeds; not testable (did not learn) where a run did not learn."""
-    pairs = _pairs(records, a, b)
-    runs = claims.untrained_runs(pairs)
-    return claims.not_testable(f"{claims.DID_NOT_LEARN}: {'; '.join(runs)}") if runs else pairs["diff"].dropna()
-
-
 def _order(a: tuple[str, str], b: tuple[str, str], names: tuple[str, str]):
     """"a > b", named ``names`` (:func:`vflkit.claims.ordering`)."""
     return lambda records: claims.ordering(_pairs(records, a, b), a=names[0], b=names[1])
@@ -308,11 +301,9 @@ def _order(a: tuple[str, str], b: tuple[str, str], names: tuple[str, str]):
 
 def _within(records: claims.Records, a: tuple[str, str], b: tuple[str, str], lo: float, hi: float, what: str) -> claims.Verdict:
     """"a - b lies in [lo, hi] points" (:func:`vflkit.claims.within`), judged on the paper's model only."""
-    if isinstance(d := _diffs(records, a, b), claims.Verdict):
-        return d
     # a gap's size belongs to the model and training length: only the paper's model can judge it
     reduced = set(runs_frame(STUDY.recorded_runs(records))["width"]) != {1.0}
-    return claims.within(d, what=what, agree=(lo, hi), note=f"; paper {lo:g} to {hi:g}",
+    return claims.within(_pairs(records, a, b), what=what, agree=(lo, hi), note=f"; paper {lo:g} to {hi:g}",
                          undecided="the interval straddles the paper's range",
                          why_not="measured on a width-reduced VGG-16 (not the paper's model), whose gaps are not the "
                                  "paper's" if reduced else "")
@@ -321,9 +312,7 @@ def _within(records: claims.Records, a: tuple[str, str], b: tuple[str, str], lo:
 def _no_loss(records: claims.Records, a: tuple[str, str], b: tuple[str, str], what: str, margin: float = 1.0) -> claims.Verdict:
     """"a is no worse than b": agree when a loss beyond ``margin`` points is ruled out, disagree
     when a is below b beyond the noise (:func:`vflkit.claims.within`)."""
-    if isinstance(d := _diffs(records, a, b), claims.Verdict):
-        return d
-    return claims.within(d, what=what, agree=(-margin, np.inf), plausible=(0.0, np.inf),
+    return claims.within(_pairs(records, a, b), what=what, agree=(-margin, np.inf), plausible=(0.0, np.inf),
                          note=f"; 'no loss' read as > -{margin:g}", undecided="the noise allows a larger loss")
 
 
