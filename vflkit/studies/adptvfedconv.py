@@ -303,10 +303,9 @@ def _within(records: claims.Records, a: tuple[str, str], b: tuple[str, str], lo:
     """"a - b lies in [lo, hi] points" (:func:`vflkit.claims.within`), judged on the paper's model only."""
     # a gap's size belongs to the model and training length: only the paper's model can judge it
     reduced = set(runs_frame(STUDY.recorded_runs(records))["width"]) != {1.0}
+    why_not = "measured on a width-reduced VGG-16 (not the paper's model), whose gaps are not the paper's"
     return claims.within(_pairs(records, a, b), what=what, agree=(lo, hi), note=f"; paper {lo:g} to {hi:g}",
-                         undecided="the interval straddles the paper's range",
-                         why_not="measured on a width-reduced VGG-16 (not the paper's model), whose gaps are not the "
-                                 "paper's" if reduced else "")
+                         undecided="the interval straddles the paper's range", why_not=why_not if reduced else "")
 
 
 def _no_loss(records: claims.Records, a: tuple[str, str], b: tuple[str, str], what: str, margin: float = 1.0) -> claims.Verdict:

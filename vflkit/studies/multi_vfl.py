@@ -39,8 +39,9 @@ PAPER_ROUNDS = 500
 QUICK_ROUNDS = 100
 
 #: CPU seconds per round of one run (training and one evaluation, one torch thread), as
-#: :func:`~vflkit.training.multi_owner.round_seconds` reports them (rerun it to recalibrate): ``paper`` 5 x 79 batches and
-#: 10,000 test images; ``quick`` 5 x 4 batches and 500 (it evaluates every fifth round: ~10 % high).
+#: :func:`~vflkit.training.multi_owner.round_seconds` reports them (rerun it to recalibrate):
+#: ``paper`` 5 x 79 batches and 10,000 test images; ``quick`` 5 x 4 batches and 500 (it evaluates
+#: every fifth round: ~10 % high).
 ROUND_CPU_SECONDS: dict[str, float] = {"paper": 127.4, "quick": 2.0}
 
 #: Per profile; every other field is the paper's (``MultiVFLConfig``'s defaults, Sec. 4 and Table 2).
@@ -135,8 +136,8 @@ def per_run(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
                         "round_to_90pct_of_best": reached.groupby([h[k] for k in keys], sort=False).min()})
     # a diverged run's record stops at that round: summary keeps it out of the means
     diverged = {tuple(_labels(r["config"]).values()): bool(r.get("diverged")) for r in records}
-    return out.astype(float).reset_index().assign(diverged=lambda d: [diverged.get(k, False)
-                                                                     for k in d[keys].itertuples(index=False)])
+    out = out.astype(float).reset_index()
+    return out.assign(diverged=[diverged.get(k, False) for k in out[keys].itertuples(index=False)])
 
 
 def learning(summary_table: pd.DataFrame) -> str:
@@ -226,10 +227,12 @@ def server_steps(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
 
 def constant_update_steps(config: MultiVFLConfig, *, t: float = 1e-9) -> pd.DataFrame:
     """Per round, each rule's server step over the update when every update is the same tiny ``t``
-    (sqrt(v) << tau, the regime :func:`server_steps` measures; :func:`server_opt.constant_update_steps`)."""
-    return pd.DataFrame([{"optimizer": OPTIMIZER_LABELS[name], "round": r, "step_ratio": x} for name in SERVER_OPTIMIZERS
-                         for r, x in enumerate(server_opt.constant_update_steps(
-                             config.replace(server_optimizer=name).server(), config.rounds, t=t), 1)])
+    (sqrt(v) << tau, the regime :func:`server_steps` measures), by
+    :func:`vflkit.methods.server_opt.constant_update_steps`."""
+    steps = {name: server_opt.constant_update_steps(config.replace(server_optimizer=name).server(), config.rounds, t=t)
+             for name in SERVER_OPTIMIZERS}
+    return pd.DataFrame([{"optimizer": OPTIMIZER_LABELS[name], "round": r, "step_ratio": x}
+                         for name, ratios in steps.items() for r, x in enumerate(ratios, 1)])
 
 
 def displacement(records: Sequence[dict[str, Any]], *, scenario: str = "4niid") -> pd.DataFrame:
