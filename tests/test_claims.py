@@ -203,6 +203,33 @@ def test_interval_of_one_cell() -> None:
         claims.interval(pd.Series([1.0, float("nan")]))
 
 
+def test_within_reads_the_noise_band_against_a_range() -> None:
+    """Disagree when the band lies wholly outside ``plausible`` (first), agree when inside ``agree``,
+    else not testable with ``undecided``; a run that did not learn, no pair, one seed or a
+    ``why_not`` is not testable."""
+    def frame(diffs: list[float]) -> pd.DataFrame:
+        return pd.DataFrame({"cell": "all", "seed": range(len(diffs)), "diff": diffs}, columns=["cell", "seed", "diff"])
+
+    tight, wide = [2.4, 2.5, 2.6], [-1.0, 2.5, 6.0]
+    kw = {"what": "a - b", "agree": (2.0, 3.0), "undecided": "it straddles", "note": "; paper 2 to 3"}
+    assert claims.within(frame(tight), **kw) == claims.Verdict(claims.AGREE, "a - b: +2.50 ± 0.06 points (mean ± "
+                                                               "s.e., 3 seeds; noise band ± 0.25); paper 2 to 3")
+    assert claims.within(frame([d + 5 for d in tight]), **kw).status == claims.DISAGREE
+    assert claims.within(frame(wide), **kw).evidence.endswith("; paper 2 to 3: it straddles")
+    # one-sided "no loss beyond 1": a loss within the margin but beyond the noise still disagrees
+    no_loss = {"what": "a - b", "agree": (-1.0, float("inf")), "plausible": (0.0, float("inf")), "undecided": "u"}
+    assert claims.within(frame([d - 3 for d in tight]), **no_loss).status == claims.DISAGREE
+    assert claims.within(frame([d - 2.5 for d in tight]), **no_loss).status == claims.AGREE
+    assert claims.within(frame([]), **kw).evidence == "no recorded pair for a - b"
+    assert claims.within(frame([2.5]), **kw).evidence == ("a - b: +2.50 points, 1 seed; paper 2 to 3: one seed gives "
+                                                          "no error bar")
+    v = claims.within(frame(tight), **kw, why_not="not the paper's model")
+    assert v.status == claims.NOT_TESTABLE and v.evidence.endswith(": not the paper's model")
+    untrained = frame(tight).assign(untrained=["", "A all seed 1 (11.0, chance 10)", ""])
+    assert claims.within(untrained, **kw) == claims.not_testable(
+        f"{claims.DID_NOT_LEARN}: A all seed 1 (11.0, chance 10)", tested=True)
+
+
 def _long(values: dict[str, list[float]], cell: str = "MNIST/CNN") -> pd.DataFrame:
     return pd.DataFrame([{"dataset": cell.split("/")[0], "model": cell.split("/")[1], "seed": s, "method": m,
                           "value": v} for m, vs in values.items() for s, v in enumerate(vs)])

@@ -318,6 +318,33 @@ def equivalent(diffs: pd.DataFrame, *, tolerance: float, what: str, unit: str = 
     return _cover(Verdict(status, ev, p_for=p_for, p_against=p_against), set(est.cells), expected)
 
 
+def within(diffs: pd.DataFrame, *, what: str, agree: tuple[float, float], plausible: tuple[float, float] | None = None,
+           note: str = "", undecided: str, why_not: str = "", unit: str = "points") -> Verdict:
+    """Judge a clause on one cell's paired differences over seeds (:func:`paired`'s) by their
+    :func:`interval` noise band: disagree when the band lies wholly outside ``plausible`` (default
+    ``agree``), else agree when it lies inside ``agree`` ([lo, hi]; ± inf for a one-sided clause),
+    else not testable (``undecided`` says why). ``note`` (e.g. "; paper 0 to 4") follows the numbers
+    in the evidence; ``why_not``, a reason they cannot decide the clause, makes it not testable, as
+    do a run that did not learn, no pair and one seed."""
+    if untrained := untrained_runs(diffs):
+        return not_testable(f"{DID_NOT_LEARN}: {'; '.join(untrained)}", tested=True)
+    d = pd.Series(diffs["diff"], dtype=float).dropna()
+    if d.empty:
+        return not_testable(f"no recorded pair for {what}")
+    if len(d) < 2:
+        return not_testable(f"{what}: {float(d.mean()):+.2f} {unit}, 1 seed{note}: one seed gives no error bar")
+    mean, se, band = interval(d)
+    ev = f"{what}: {mean:+.2f} ± {se:.2f} {unit} (mean ± s.e., {len(d)} seeds; noise band ± {band:.2f}){note}"
+    lo, hi = plausible or agree
+    if why_not:
+        return not_testable(f"{ev}: {why_not}")
+    if mean + band < lo or mean - band > hi:
+        return Verdict(DISAGREE, ev)
+    if agree[0] <= mean - band and mean + band <= agree[1]:
+        return Verdict(AGREE, ev)
+    return not_testable(f"{ev}: {undecided}")
+
+
 def paired(frame: pd.DataFrame, *, by: str, a: str, b: str, value: str,
            cell: Sequence[str], seed: str = "seed", chance: float | None = None,
            local: str | None = None) -> pd.DataFrame:
@@ -538,5 +565,5 @@ def as_markdown(table: pd.DataFrame, title: str = "", *, artefacts: Sequence[str
 
 __all__ = ["AGREE", "DISAGREE", "NOT_TESTABLE", "Claim", "Estimate", "Records", "Verdict", "all_of", "as_markdown",
            "base_artefact", "equivalent", "estimate", "evaluate", "holm", "load", "not_testable", "on_stand_in",
-           "owner", "ordering", "paired", "speaking", "summary", "untrained_runs"]
+           "owner", "ordering", "paired", "speaking", "summary", "untrained_runs", "within"]
 

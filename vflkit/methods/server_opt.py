@@ -150,3 +150,15 @@ def server_step(weights: Weights, update: Weights, state: dict[str, Weights], op
         scale = opt.lr
     new = {k: w + scale * m[k] / (v[k].sqrt() + opt.tau) for k, w in weights.items()}
     return new, {"m": m, "v": v}
+
+
+def constant_update_steps(opt: ServerOptimizer, rounds: int, *, t: float = 1e-9) -> list[float]:
+    """Per round 1..``rounds``, ``opt``'s server step over the update when every update is the same
+    tiny ``t`` (so that sqrt(v) << tau), by :func:`server_step` itself."""
+    w, ratios = {"w": torch.zeros(1, dtype=torch.float64)}, []
+    state = init_state(w, opt)
+    for r in range(1, rounds + 1):
+        new, state = server_step(w, {"w": torch.full((1,), t, dtype=torch.float64)}, state, opt, r)
+        ratios.append(float((new["w"] - w["w"]) / t))
+        w = new
+    return ratios

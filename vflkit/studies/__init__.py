@@ -11,14 +11,13 @@ import functools
 import importlib
 import pkgutil
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 from ..config import add_papers, drop_paper, is_simple_name
 from ..errors import ConfigError
 from .base import FAMILIES, Artefact, Study
 
 _REGISTRY: dict[str, Study] = {}
-_LOADED = False
 #: modules of this package that are not studies
 _NOT_STUDIES = frozenset({"base"})
 
@@ -64,14 +63,11 @@ def module_names() -> tuple[str, ...]:
 add_papers(*module_names())  # a run may name a study module before it is imported
 
 
+@functools.cache
 def _load_all() -> None:
     """Import every study module of this package once (each registers its study)."""
-    global _LOADED
-    if _LOADED:
-        return
     for name in module_names():
         importlib.import_module(f"{__name__}.{name}")
-    _LOADED = True
 
 
 def studies() -> list[Study]:
@@ -97,8 +93,7 @@ def is_registered(name: str) -> bool:
 def __getattr__(attr: str) -> Any:
     # REGISTRY is read-only and always whole: built on access, after every study module is imported
     if attr == "REGISTRY":
-        registry: Mapping[str, Study] = MappingProxyType({s.name: s for s in studies()})
-        return registry
+        return MappingProxyType({s.name: s for s in studies()})
     raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")
 
 

@@ -279,15 +279,14 @@ def compute(recs: Sequence[dict[str, Any]]) -> pd.DataFrame:
 # ------------------------------------------------------------------------------ claims
 
 
-def _pairs(records: claims.Records, a: tuple[str, str], b: tuple[str, str], *, value: str = "final_pct") -> pd.DataFrame:
+def _pairs(records: claims.Records, a: tuple[str, str], b: tuple[str, str]) -> pd.DataFrame:
+    """Final accuracy of ``a`` minus ``b`` (each a variant and cut) per seed (:func:`vflkit.claims.paired`)."""
     df = runs_frame(STUDY.recorded_runs(records))
-    if df.empty:
-        return pd.DataFrame(columns=["cell", "seed", "diff"])
     df["row"] = df["variant"] + "@" + np.where(df["variant"] == "centralized", "", df["cut"])
     df["dataset"] = "CIFAR-10"
     # a run near chance, or below Non-cooperation (each client alone: the Local of this paper),
     # decides nothing (claims.paired's gate)
-    return claims.paired(df, by="row", a=f"{a[0]}@{a[1]}", b=f"{b[0]}@{b[1]}", value=value, cell=["dataset"],
+    return claims.paired(df, by="row", a=f"{a[0]}@{a[1]}", b=f"{b[0]}@{b[1]}", value="final_pct", cell=["dataset"],
                          chance=CHANCE_PCT, local="noncooperation@2C+1M")
 
 
@@ -295,59 +294,25 @@ def _pairs(records: claims.Records, a: tuple[str, str], b: tuple[str, str], *, v
 CHANCE_PCT = 10.0
 
 
-def _diffs(records: claims.Records, a: tuple[str, str], b: tuple[str, str]) -> pd.Series | claims.Verdict:
-    """:func:`_pairs`' differences over seeds; not testable (did not learn) where a run did not learn."""
-    pairs = _pairs(records, a, b)
-    runs = claims.untrained_runs(pairs)
-    return claims.not_testable(f"{claims.DID_NOT_LEARN}: {'; '.join(runs)}") if runs else pairs["diff"].dropna()
-
-
 def _order(a: tuple[str, str], b: tuple[str, str], names: tuple[str, str]):
-    def check(records: claims.Records) -> claims.Verdict:
-        return claims.ordering(_pairs(records, a, b), a=names[0], b=names[1])
-    return check
+    """"a > b", named ``names`` (:func:`vflkit.claims.ordering`)."""
+    return lambda records: claims.ordering(_pairs(records, a, b), a=names[0], b=names[1])
 
 
 def _within(records: claims.Records, a: tuple[str, str], b: tuple[str, str], lo: float, hi: float, what: str) -> claims.Verdict:
-    """"a - b lies in [lo, hi] points": agree when the mean's noise band lies inside, disagree when
-    wholly outside, else not testable."""
-    if isinstance(d := _diffs(records, a, b), claims.Verdict):
-        return d
-    if d.empty:
-        return claims.not_testable(f"no recorded pair for {what}")
-    if len(d) < 2:
-        return claims.not_testable(f"{what}: {float(d.mean()):+.2f} points, 1 seed; paper {lo:g} to {hi:g}: "
-                                   "one seed gives no error bar")
-    mean, se, band = claims.interval(d)
-    ev = (f"{what}: {mean:+.2f} ± {se:.2f} points (mean ± s.e., {len(d)} seeds; noise band ± {band:.2f}); "
-          f"paper {lo:g} to {hi:g}")
+    """"a - b lies in [lo, hi] points" (:func:`vflkit.claims.within`), judged on the paper's model only."""
     # a gap's size belongs to the model and training length: only the paper's model can judge it
-    widths = set(runs_frame(STUDY.recorded_runs(records))["width"])
-    if widths != {1.0}:
-        return claims.not_testable(ev + ": measured on a width-reduced VGG-16 (not the paper's model), "
-                                   "whose gaps are not the paper's")
-    if lo <= mean - band and mean + band <= hi:
-        return claims.Verdict(claims.AGREE, ev)
-    if mean + band < lo or mean - band > hi:
-        return claims.Verdict(claims.DISAGREE, ev)
-    return claims.not_testable(ev + ": the interval straddles the paper's range")
+    reduced = set(runs_frame(STUDY.recorded_runs(records))["width"]) != {1.0}
+    why_not = "measured on a width-reduced VGG-16 (not the paper's model), whose gaps are not the paper's"
+    return claims.within(_pairs(records, a, b), what=what, agree=(lo, hi), note=f"; paper {lo:g} to {hi:g}",
+                         undecided="the interval straddles the paper's range", why_not=why_not if reduced else "")
 
 
 def _no_loss(records: claims.Records, a: tuple[str, str], b: tuple[str, str], what: str, margin: float = 1.0) -> claims.Verdict:
     """"a is no worse than b": agree when a loss beyond ``margin`` points is ruled out, disagree
-    when a is below b beyond the noise, else not testable."""
-    if isinstance(d := _diffs(records, a, b), claims.Verdict):
-        return d
-    if len(d) < 2:
-        return claims.not_testable(f"{what}: {len(d)} recorded pair(s), need 2 seeds for an error bar")
-    mean, se, band = claims.interval(d)
-    ev = (f"{what}: {mean:+.2f} ± {se:.2f} points (mean ± s.e., {len(d)} seeds; noise band ± {band:.2f}); "
-          f"'no loss' read as > -{margin:g}")
-    if mean + band < 0:
-        return claims.Verdict(claims.DISAGREE, ev)
-    if mean - band > -margin:
-        return claims.Verdict(claims.AGREE, ev)
-    return claims.not_testable(ev + ": the noise allows a larger loss")
+    when a is below b beyond the noise (:func:`vflkit.claims.within`)."""
+    return claims.within(_pairs(records, a, b), what=what, agree=(-margin, np.inf), plausible=(0.0, np.inf),
+                         note=f"; 'no loss' read as > -{margin:g}", undecided="the noise allows a larger loss")
 
 
 ADPT = ("adptvfedconv", "2C+1M")

@@ -60,12 +60,16 @@ class Evidence(Protocol):
 Drawn = Any
 
 
+#: An artefact's run selector: (the study's runs by group, profile) -> the runs it is drawn from.
+RunSelector = Callable[[Mapping[str, list[Any]], str], list[Any]]
+
+
 @dataclass(frozen=True)
 class Artefact:
     """One table or figure a paper prints: its runs, its files and how it is drawn from records."""
 
     label: str  # as the paper names it: "Table II", "Fig. 3"
-    runs: Callable[[Mapping[str, list[Any]], str], list[Any]]  # (the study's groups, profile) -> its runs
+    runs: RunSelector  # (the study's groups, profile) -> its runs
     files: tuple[str, ...]  # glob patterns under figures/<paper>/<profile>/; the first names a single drawing
     #: (the study's groups cut to their recorded runs, those records, profile) -> :data:`Drawn`
     draw: Callable[[Mapping[str, list[Any]], Sequence[dict[str, Any]], str], Drawn] | None = None
@@ -101,27 +105,17 @@ def all_runs(groups: Mapping[str, list[Any]]) -> list[Any]:
     return unique(c for group in groups.values() for c in group)
 
 
-#: An artefact's run selector: (the study's runs by group, profile) -> the runs it is drawn from.
-RunSelector = Callable[[Mapping[str, list[Any]], str], list[Any]]
-
-
 def groups(*names: str, keep: Callable[[Any], bool] = lambda run: True) -> RunSelector:
-    """An artefact's runs: those of the named groups of the study's ``configs`` that ``keep`` selects."""
+    """An artefact's runs: those of the named groups of the study's ``configs`` (no name: all) that
+    ``keep`` selects."""
     def runs(by_group: Mapping[str, list[Any]], profile: str) -> list[Any]:
-        return unique(c for n in names for c in by_group.get(n, []) if keep(c))
+        return unique(c for n in names or by_group for c in by_group.get(n, []) if keep(c))
     return runs
 
 
 def every_run(keep: Callable[[Any], bool] = lambda run: True) -> RunSelector:
     """An artefact's runs: every run of the study that ``keep`` selects."""
-    def runs(by_group: Mapping[str, list[Any]], profile: str) -> list[Any]:
-        return unique(c for g in by_group.values() for c in g if keep(c))
-    return runs
-
-
-def headline_first(run: Any, rank: int) -> tuple:
-    """The default run order: the runs of the first group (the headline table) first."""
-    return (0 if rank == 0 else 1,)
+    return groups(keep=keep)
 
 
 @dataclass(frozen=True, eq=False)
@@ -138,7 +132,8 @@ class Study:
     claims: Sequence[Claim] = ()  # the study's CLAIMS
     variant_claims: Sequence[Claim] = ()  # the same clauses on our variants (VARIANT_CLAIMS)
     needs_gpu: Callable[[Any], bool] = lambda run: False
-    run_priority: Callable[[Any, int], tuple] = headline_first  # (run, rank of its group) -> sort key
+    #: (run, rank of its group) -> sort key; default: the first group's runs (the headline table) first
+    run_priority: Callable[[Any, int], tuple] = lambda run, rank: (0 if rank == 0 else 1,)
     #: the runs a GPU measurement under ``results/device/`` timed, for :mod:`vflkit.ops.pricing`
     calibration: Callable[[], Sequence[Any]] = lambda: ()
     #: the study's price of pending runs the FLOP count cannot price (columns ``needs``, ``h100_min``,
@@ -282,4 +277,4 @@ class Study:
         return pd.concat([rows, price(self, todo).reset_index(drop=True)[cols]], axis=1)
 
 __all__ = ["FAMILIES", "RUNS", "Artefact", "Drawn", "Evidence", "Family", "RunSelector", "Study", "all_runs",
-           "every_run", "groups", "headline_first", "key_of", "unique"]
+           "every_run", "groups", "key_of", "unique"]

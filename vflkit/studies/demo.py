@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 import seaborn as sns
 
@@ -24,11 +25,7 @@ PROFILE_SETTINGS: dict[str, dict[str, Any]] = {
     "paper": {"n_train": None, "n_test": None, "epochs": 20, "seeds": (0,), "model": "mlp"},
 }
 
-
-METHOD_LABELS = {
-    "local": "Local: active party's strip only",
-    "splitnn": "SplitNN: every party's strip",
-}
+METHOD_LABELS = {"local": "Local: active party's strip only", "splitnn": "SplitNN: every party's strip"}
 
 
 def configs(profile: str, *, seeds: Sequence[int] | None = None,
@@ -54,24 +51,19 @@ def summary(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """Final test accuracy (%), bytes sent and rounds per run, beside VFedMH Table II's number for the
     same setting (a different training budget: context, not a target)."""
     ref = load_reference("vfedmh")
-    ref = ref[(ref["table"] == "II") & (ref["dataset"] == "MNIST") & (ref["model"] == "MLP")]
+    paper = ref[(ref["table"] == "II") & (ref["dataset"] == "MNIST") & (ref["model"] == "MLP")].set_index(
+        ["method", "setting"])["value"]
     rows = []
     for r in records:
-        method = r["config"]["method"]
-        name, setting = PAPER_ROWS[method]
         cfg = r["config"]
+        # the paper's number only beside the setting it was printed for (MNIST, 4 strips, MLP)
         comparable = (cfg["dataset"] == "mnist" and cfg["n_parties"] == 4 and cfg["partition"] == "strips_width"
                       and set(cfg["models"]) == {"mlp"})
-        # the paper's number only beside the setting it was printed for (MNIST, 4 strips, MLP)
-        paper = ref[(ref["method"] == name) & (ref["setting"] == setting)]["value"] if comparable else pd.Series([])
-        rows.append({
-            "method": method,
-            "seed": r["config"]["seed"],
-            "test_accuracy_pct": round(100 * r["final"]["active"]["test_accuracy"], 2),
-            "VFedMH_Table_II_pct": paper.item() if len(paper) else float("nan"),
-            "bytes_sent_MB": round(r["comm"]["total"]["bytes"] / 2**20, 2),
-            "rounds": r["comm"]["total"]["rounds"],
-        })
+        rows.append({"method": cfg["method"], "seed": cfg["seed"],
+                     "test_accuracy_pct": round(100 * r["final"]["active"]["test_accuracy"], 2),
+                     "VFedMH_Table_II_pct": paper.get(PAPER_ROWS[cfg["method"]], np.nan) if comparable else np.nan,
+                     "bytes_sent_MB": round(r["comm"]["total"]["bytes"] / 2**20, 2),
+                     "rounds": r["comm"]["total"]["rounds"]})
     return pd.DataFrame(rows)
 
 

@@ -263,6 +263,19 @@ def compute_pack(payloads: Sequence[Mapping[str, Any]], *, device: torch.device 
                     on_divergence=FAMILIES["multi_owner"].on_divergence, deadline=deadline, ephemeral=ephemeral)
 
 
+def round_seconds(config: MultiVFLConfig, *, rounds: int = 1) -> dict[str, float]:
+    """Seconds per round of ``config`` on the CPU (training and one evaluation), over ``rounds``
+    rounds after setup: ``cpu_s`` (one thread: a core of its own) and ``wall_s`` (overstated on a
+    shared machine)."""
+    method = MultiVFL(config.replace(rounds=max(rounds, 1)), _data(config), device="cpu")
+    method.setup()
+    wall, cpu = time.perf_counter(), time.process_time()
+    for r in range(1, rounds + 1):
+        method.round(r)
+        method.evaluate()
+    return {"cpu_s": (time.process_time() - cpu) / rounds, "wall_s": (time.perf_counter() - wall) / rounds}
+
+
 def update_scale(config: MultiVFLConfig, *, device: str | torch.device = "auto") -> dict[str, Any]:
     """The size of round 1's aggregated update t under ``config``'s local training, beside the
     server optimizers' stability constant tau.
@@ -288,4 +301,4 @@ def update_scale(config: MultiVFLConfig, *, device: str | torch.device = "auto")
 
 
 __all__ = ["CHECKPOINT_EVERY_S", "EVAL_IMAGES", "MAX_RUNS", "SHARED", "RoundPack", "compute_pack", "pack_key",
-           "results", "run", "run_many", "run_pack", "train", "update_scale"]
+           "results", "round_seconds", "run", "run_many", "run_pack", "train", "update_scale"]
