@@ -23,15 +23,16 @@ from .. import analysis, claims
 from ..config import check_profile, check_seeds, check_seeds_once, override_runs, split_run_overrides
 from ..methods import OPTIMIZERS, RunConfig
 from ..methods.cvfl import step_size as cvfl_step_size
+from ..records import by_key, recorded
 from ..report import load_reference
 from ..secure import BlindingKeys, FixedPointRing, aggregate, blind
 from ..training.split import history_frame
 from . import base, register
 from . import _split
-from ._split import (FULL_GRADIENT_READING, GRADIENT_READINGS, RESNET_CUT, TRAIN_SIZES, assign_models,
-                     by_key, needs_gpu, rotate, run_priority, unique)
+from ._split import (FULL_GRADIENT_READING, GRADIENT_READINGS, RESNET_CUT, Groups, assign_models, needs_gpu,
+                     rotate, run_priority, train_size)
 from ._split import figure as _figure, view as _view
-from .base import Artefact, Study
+from .base import Artefact, Study, all_runs as unique
 
 #: Model sets of Table II: the three small networks and the three ResNets.
 SMALL_MODELS: tuple[str, ...] = ("cnn", "lenet", "mlp")
@@ -103,13 +104,13 @@ def _config(dataset: str, method: str, models: Sequence[str], seed: int, s: dict
 
 
 def configs(profile: str, *, seeds: Sequence[int] | None = None,
-            overrides: dict[str, Any] | None = None) -> dict[str, list[RunConfig]]:
+            overrides: dict[str, Any] | None = None) -> Groups:
     """Every run, by the artefact that needs it (a shared run is trained once). ``overrides``
     replace profile settings or set a run field on every run (:func:`vflkit.config.split_run_overrides`)."""
     s, run_fields = split_run_overrides(PROFILE_SETTINGS[check_profile(profile)], overrides, RunConfig)
     check_seeds_once(seeds, overrides)
     seeds = check_seeds(s["seeds"] if seeds is None else seeds)
-    out: dict[str, list[RunConfig]] = {g: [] for g in ("table2", "table3", "table4", "table4_standard", "fig5",
+    out: Groups = {g: [] for g in ("table2", "table3", "table4", "table4_standard", "fig5",
                                                       "blinding", "cvfl_q1", "cvfl_host_lr", "embedding_gradient",
                                                       "precision")}
     for dataset in s["datasets"]:
@@ -152,7 +153,7 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
     return override_runs(out, run_fields)
 
 
-def assignment_table(groups: dict[str, list[RunConfig]]) -> pd.DataFrame:
+def assignment_table(groups: Groups) -> pd.DataFrame:
     """Which architecture (and optimizer) each party holds in the heterogeneous runs."""
     rows = [{"runs": "Table II-IV" if name == "table2" else "Fig. 5", "dataset": c.dataset, "seed": c.seed,
              **{"active" if k == c.active else f"passive_{k}": c.party_value("models", k)
@@ -185,8 +186,7 @@ def _cells(c: RunConfig, r: dict[str, Any], table: str) -> list[tuple[str, str, 
     return out
 
 
-def _accuracy_table(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]], profile: str,
-                    table: str) -> pd.DataFrame:
+def _accuracy_table(groups: Groups, records: Sequence[dict[str, Any]], profile: str, table: str) -> pd.DataFrame:
     """Table II, III or IV in the reference long format: test accuracy (%) per dataset, method and
     model (Table II with C-VFL's recorded sensitivity rows; Table IV's standard-rate rows with the
     paper's number for their optimizer beside them)."""
@@ -240,7 +240,7 @@ def _lr(c: RunConfig) -> float:
     return float(c.party_value("lr", 0))
 
 
-def _table4_runs(groups: dict[str, list[RunConfig]]) -> list[RunConfig]:
+def _table4_runs(groups: Groups) -> list[RunConfig]:
     """Table IV's runs at the paper's rate and at each optimizer's standard rate, once each."""
     return base.unique(groups["table4"] + groups.get("table4_standard", []))
 
@@ -249,7 +249,7 @@ def _table4_runs(groups: dict[str, list[RunConfig]]) -> list[RunConfig]:
 CVFL_VARIANTS: tuple[tuple[int, float], ...] = ((10, CVFL_LR), (10, PAPER_LR), (1, PAPER_LR))
 
 
-def cvfl_local_iterations(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> pd.DataFrame:
+def cvfl_local_iterations(groups: Groups, records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """C-VFL's final test accuracy (%) per architecture (3-bit quantisation) in each of
     :data:`CVFL_VARIANTS`: Table II's cell, the sensitivity row and the equal-compute control.
     NaN where not recorded yet; a row with fewer than two recorded is left out."""
@@ -270,7 +270,7 @@ def cvfl_local_iterations(groups: dict[str, list[RunConfig]], records: Sequence[
 embedding_gradient = partial(_split.embedding_gradient, names=DATASET_NAMES)
 
 
-def precision_check(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> pd.DataFrame:
+def precision_check(groups: Groups, records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """The bf16 check of :data:`PRECISION_CHECK`'s cell (:func:`vflkit.analysis.bf16_check`)."""
     return analysis.bf16_check(groups["precision"], records)
 
@@ -316,12 +316,12 @@ def baseline_evidence() -> pd.DataFrame:
 # --------------------------------------------------------------------------- figures
 
 
-def _traffic(groups: dict[str, list[RunConfig]], records: dict[str, dict[str, Any]]) -> pd.DataFrame:
+def _traffic(groups: Groups, records: dict[str, dict[str, Any]]) -> pd.DataFrame:
     """Per recorded Table II run but Local's: its training traffic per full epoch, from the ledger
     (a diverged run's last epoch ran fewer steps; a count the ledger lacks: NaN)."""
     rows = []
-    for c in (c for c in groups["table2"] if c.method != "local" and c.key in records):
-        mean = analysis.full_epoch_traffic(records[c.key], _steps(c)).reindex(
+    for c, r in recorded((c for c in groups["table2"] if c.method != "local"), records):
+        mean = analysis.full_epoch_traffic(r, _steps(c)).reindex(
             columns=["messages", "bytes", "rounds"]).mean()
         rows.append({"dataset": DATASET_NAMES[c.dataset], "seed": c.seed, "model": c.models[0],
                      "method": TABLE2_NAMES[c.method], "epochs": c.epochs, "messages_per_epoch": mean["messages"],
@@ -331,7 +331,7 @@ def _traffic(groups: dict[str, list[RunConfig]], records: dict[str, dict[str, An
                                        "MB_per_epoch", "rounds_per_epoch", "rounds_per_step"])
 
 
-def _three_models(groups: dict[str, list[RunConfig]], records: dict[str, dict[str, Any]]) -> pd.DataFrame:
+def _three_models(groups: Groups, records: dict[str, dict[str, Any]]) -> pd.DataFrame:
     """:func:`_traffic`'s runs that obtain the three small models: VFedMH's one run, a baseline's
     three of a seed only once all three are recorded (else it would look cheaper)."""
     per_run = _traffic(groups, records)
@@ -342,7 +342,7 @@ def _three_models(groups: dict[str, list[RunConfig]], records: dict[str, dict[st
     return per_run[(per_run["method"] == "VFedMH") | whole]
 
 
-def fig3(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> tuple[plt.Figure, pd.DataFrame]:
+def fig3(groups: Groups, records: Sequence[dict[str, Any]]) -> tuple[plt.Figure, pd.DataFrame]:
     """Communication per epoch and in total to obtain the three small models: VFedMH's one run
     against each baseline's three. Per-epoch figures are the ledger's (training phase, mean over
     epochs); totals are them times the study's epochs."""
@@ -371,11 +371,10 @@ def fig3(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) 
 
 
 def _steps(c: RunConfig) -> int:
-    n = c.n_train if c.n_train is not None else TRAIN_SIZES[c.dataset]
-    return -(-n // c.batch_size)
+    return -(-train_size(c) // c.batch_size)
 
 
-def fig4(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> tuple[plt.Figure, pd.DataFrame]:
+def fig4(groups: Groups, records: Sequence[dict[str, Any]]) -> tuple[plt.Figure, pd.DataFrame]:
     """Test accuracy per epoch of each party's model, with every party on one optimizer."""
     rec = by_key(records)
     df = pd.concat([history_frame([rec[c.key]]).assign(**{
@@ -396,7 +395,7 @@ def fig4(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) 
     return g.figure, df[cols]
 
 
-def fig5(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> tuple[plt.Figure, pd.DataFrame]:
+def fig5(groups: Groups, records: Sequence[dict[str, Any]]) -> tuple[plt.Figure, pd.DataFrame]:
     """Heterogeneous models and heterogeneous optimizers together: test accuracy per epoch."""
     rec = by_key(records)
     frames = []
@@ -487,7 +486,7 @@ def blinding_figure(demo: dict[str, Any]) -> tuple[plt.Figure, pd.DataFrame]:
                               "literal_revealed_difference": demo["literal_revealed"]})
 
 
-def blinding_accuracy(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> pd.DataFrame:
+def blinding_accuracy(groups: Groups, records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """Final test accuracy (%) of each party's model with and without blinding (recorded pairs)."""
     rec = by_key(records)
     rows = [{"dataset": DATASET_NAMES[c.dataset], "seed": c.seed, "party": party, "model": MODEL_NAMES[arch],
@@ -522,13 +521,6 @@ collapsed_epoch = partial(analysis.collapsed_epoch, at_chance_pct=AT_CHANCE_PCT)
 diverged_runs = partial(analysis.diverged_runs, at_chance_pct=AT_CHANCE_PCT)
 
 
-def _available(records: claims.Records,
-               variant: str | None = None) -> tuple[dict[str, list[RunConfig]], dict[str, dict[str, Any]]]:
-    """The profile's configs (its own seeds; ``variant`` swapped in, :func:`with_variant`) and
-    ``records``, by key; nothing is read."""
-    return with_variant(records.derived("groups", lambda: configs(records.profile)), variant), records.by_key
-
-
 def _model_set(arch: str) -> str:
     return "resnets" if arch.startswith("resnet") else "small"
 
@@ -537,24 +529,24 @@ def _model_set(arch: str) -> str:
 _AGGREGATING = ("vfedmh", "homo_vfedmh")
 
 
-def expected_cells(groups: dict[str, list[RunConfig]], table: str, a: str, b: str,
-                   model_set: str | None = None) -> set[str]:
-    """The cells ("dataset/architecture") in which the profile runs both ``a`` and ``b`` (:func:`_split.both`)."""
+def expected_cells(groups: Groups, table: str, a: str, b: str, model_set: str | None = None) -> set[str]:
+    """The cells ("dataset/architecture") in which the profile runs both ``a`` and ``b``
+    (:func:`vflkit.claims.compared_cells`)."""
     def cell(c: RunConfig) -> set[str]:
         archs = set(c.models) if c.method in _AGGREGATING else {c.models[c.active]}
         return {f"{DATASET_NAMES[c.dataset]}/{MODEL_NAMES[arch]}" for arch in archs
                 if model_set is None or _model_set(arch) == model_set}
     same = {OWN_LOGITS: TABLE3_METHODS["heter_aggvfl"]}  # the same runs
-    return _split.both(groups[table], same.get(a, a), same.get(b, b), cell,
-                       name=lambda c: (TABLE2_NAMES if table == "table2" else TABLE3_METHODS)[c.method])
+    return claims.compared_cells(groups[table], same.get(a, a), same.get(b, b), cell,
+                                 name=lambda c: (TABLE2_NAMES if table == "table2" else TABLE3_METHODS)[c.method])
 
 
-def accuracy_frame(groups: dict[str, list[RunConfig]], records: dict[str, dict[str, Any]], table: str) -> pd.DataFrame:
+def accuracy_frame(groups: Groups, records: dict[str, dict[str, Any]], table: str) -> pd.DataFrame:
     """One row per (dataset, method, architecture, seed) of Table II or III with its final test
     accuracy (%): the long frame the claims pair on (missing records are left out)."""
     rows = [{"dataset": DATASET_NAMES[c.dataset], "method": m, "model": MODEL_NAMES[arch],
              "model_set": _model_set(arch), "seed": c.seed, "value": v}
-            for c in groups[table] if c.key in records for m, _, arch, v in _cells(c, records[c.key], table)]
+            for c, r in recorded(groups[table], records) for m, _, arch, v in _cells(c, r, table)]
     return pd.DataFrame(rows, columns=["dataset", "method", "model", "model_set", "seed", "value"])
 
 
@@ -569,6 +561,8 @@ VARIANTS: dict[str, tuple[str, str]] = {
 #: ``groups`` with :data:`VARIANTS` ``variant`` swapped in (None: unchanged); defined on the small
 #: networks only, so the method's other cells leave the table.
 with_variant = partial(analysis.swap_in_variant, variants=VARIANTS, tables=("table2", "table3"), keep_unmatched=False)
+#: ``_available(records, variant=None)``: the profile's runs (``variant`` swapped in) and ``records`` by key.
+_available = _split.claim_input(configs, with_variant)
 
 
 def _ordering_check(table: str, a: str, b: str, model_set: str | None = None, variant: str | None = None) -> Any:
@@ -592,7 +586,7 @@ def _optimizer_spread(standard: bool) -> Any:
         groups, rec = _available(records)
         runs = groups["table4_standard" if standard else "table4"]
         rows = [{"cell": f"{DATASET_NAMES[c.dataset]}/{MODEL_NAMES[arch]}", "seed": c.seed, "optimizer": _optimizer(c),
-                 "value": v} for c in runs if c.key in rec for arch, v in analysis.arch_metric(rec[c.key]).items()]
+                 "value": v} for c, r in recorded(runs, rec) for arch, v in analysis.arch_metric(r).items()]
         df = pd.DataFrame(rows, columns=["cell", "seed", "optimizer", "value"])
         full = df.groupby(["cell", "seed"]).filter(lambda g: g["optimizer"].nunique() == len(OPTIMIZERS))
         spread = full.groupby(["cell", "seed"])["value"].agg(lambda v: v.max() - v.min()).rename("diff").reset_index()
@@ -615,9 +609,9 @@ def _converges(group: str, label: Callable[[RunConfig], str], missing: Callable[
         local = {(c.dataset, c.models[0], c.seed): 100 * rec[c.key]["final"]["active"]["test_accuracy"]
                  for c in groups["table2"] if c.method == "local" and c.key in rec}
         above, flat = [], []
-        for c in (c for c in groups[group] if c.key in rec):
-            hist = pd.DataFrame(rec[c.key]["history"])
-            for party, arch in rec[c.key]["models"].items():
+        for c, r in recorded(groups[group], rec):
+            hist = pd.DataFrame(r["history"])
+            for party, arch in r["models"].items():
                 acc = 100 * hist[hist["model"] == party].sort_values("epoch")["test_accuracy"].to_numpy()
                 row = {"group": label(c), "cell": f"{DATASET_NAMES[c.dataset]}/{party}", "seed": c.seed}
                 if (c.dataset, arch, c.seed) in local:
@@ -668,16 +662,14 @@ def _total_rounds(records: claims.Records) -> claims.Verdict:
         for b in ("PyVertical", "C_VFL", "Agg_VFL"))
 
 
-def _curves(groups: dict[str, list[RunConfig]],
-            records: dict[str, dict[str, Any]]) -> Iterator[tuple[RunConfig, dict[str, Any]]]:
+def _curves(groups: Groups, records: dict[str, dict[str, Any]]) -> Iterator[tuple[RunConfig, dict[str, Any]]]:
     """Table II's recorded runs with a curve to read: not Local's, none that diverged or collapsed."""
-    for c in groups["table2"]:
-        r = records.get(c.key)
-        if r is not None and c.method != "local" and not r.get("diverged") and collapsed_epoch(r) is None:
+    for c, r in recorded(groups["table2"], records):
+        if c.method != "local" and not r.get("diverged") and collapsed_epoch(r) is None:
             yield c, r
 
 
-def time_to_target(groups: dict[str, list[RunConfig]], records: dict[str, dict[str, Any]]) -> pd.DataFrame:
+def time_to_target(groups: Groups, records: dict[str, dict[str, Any]]) -> pd.DataFrame:
     """Fig. 3's "converge at the same epoch", pair by pair: per Table II cell and seed and baseline,
     the epochs at which VFedMH (mean over the parties holding the architecture) and the baseline
     first reach :data:`vflkit.analysis.TARGET_SHARE` of the better final accuracy (NaN: never)."""
@@ -728,7 +720,7 @@ def _same_epoch(variant: str | None = None) -> Any:
             verdicts.append(v.labelled(b))
         verdict = claims.all_of(verdicts)
         # a diverged run leaves its cell without a pair (so the clause cannot agree); say which
-        gone = diverged_runs([rec[c.key] for c in groups["table2"] if c.key in rec and c.method != "local"])
+        gone = diverged_runs([r for c, r in recorded(groups["table2"], rec) if c.method != "local"])
         if gone.empty:
             return verdict
         which = ", ".join(f"{m} ({n})" for m, n in gone["method"].map(TABLE2_NAMES).value_counts().sort_index().items())
