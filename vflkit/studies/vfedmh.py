@@ -1,17 +1,14 @@
 """VFedMH (Wang et al.): Tables II-IV and Figs. 3-5, and the blinding demonstration.
 
-The setting (Sec. VI-C) and our choices where the paper is silent: docs/studies.md (VFedMH). In
-brief: no epochs printed, 20 in ``paper`` (our quick curves are flat well before their end);
-VFedMH's column of an architecture is the mean over the parties holding it; Heter_aggVFL's column m
-is the heterogeneous assignment rotated so that the active party holds m; Homo_aggVFL is Agg_VFL's
-homogeneous runs (Table III prints Table II's Agg_VFL numbers).
+The setting (Sec. VI-C) and our choices where the paper is silent (the epochs, how a column reads
+a heterogeneous run, Homo_aggVFL): docs/studies.md (VFedMH).
 """
 
 from __future__ import annotations
 
 import random
 from functools import partial
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -103,8 +100,7 @@ def _config(dataset: str, method: str, models: Sequence[str], seed: int, s: dict
                      n_train=s["n_train"], n_test=s["n_test"], resnet_cut=RESNET_CUT, **kw)
 
 
-def configs(profile: str, *, seeds: Sequence[int] | None = None,
-            overrides: dict[str, Any] | None = None) -> Groups:
+def configs(profile: str, *, seeds: Sequence[int] | None = None, overrides: dict[str, Any] | None = None) -> Groups:
     """Every run, by the artefact that needs it (a shared run is trained once). ``overrides``
     replace profile settings or set a run field on every run (:func:`vflkit.config.split_run_overrides`)."""
     s, run_fields = split_run_overrides(PROFILE_SETTINGS[check_profile(profile)], overrides, RunConfig)
@@ -374,15 +370,20 @@ def _steps(c: RunConfig) -> int:
     return -(-train_size(c) // c.batch_size)
 
 
+def _histories(runs: Iterable[RunConfig], records: Sequence[dict[str, Any]],
+               columns: Callable[[RunConfig, pd.DataFrame], dict[str, Any]]) -> pd.DataFrame:
+    """Per epoch and party model of the recorded ``runs`` (:func:`history_frame`), with ``columns(run,
+    its rows)``; the datasets as the paper prints them, test accuracy in %."""
+    df = pd.concat([h.assign(**columns(c, h)) for c, r in recorded(runs, records) for h in [history_frame([r])]],
+                   ignore_index=True)
+    return df.assign(dataset=df["dataset"].map(DATASET_NAMES), **{"test accuracy (%)": 100 * df["test_accuracy"]})
+
+
 def fig4(groups: Groups, records: Sequence[dict[str, Any]]) -> tuple[plt.Figure, pd.DataFrame]:
     """Test accuracy per epoch of each party's model, with every party on one optimizer."""
-    rec = by_key(records)
-    df = pd.concat([history_frame([rec[c.key]]).assign(**{
+    df = _histories(_table4_runs(groups), records, lambda c, _: {
         "optimizer": _optimizer(c), "learning rate": "paper's 0.05" if _lr(c) == PAPER_LR else f"standard {_lr(c):g}"})
-        for c in _table4_runs(groups)], ignore_index=True)
-    df["dataset"] = df["dataset"].map(DATASET_NAMES)
     df["party model"] = df["model"] + " (" + df["architecture"].map(MODEL_NAMES) + ")"
-    df["test accuracy (%)"] = 100 * df["test_accuracy"]
     # mean over seeds; the learning rate as the line style (only Adagrad and Adam have two)
     g = sns.relplot(data=df, x="epoch", y="test accuracy (%)", hue="party model", style="learning rate",
                     col="optimizer", row="dataset", kind="line", marker="o", height=2.6, aspect=1.15,
@@ -397,18 +398,11 @@ def fig4(groups: Groups, records: Sequence[dict[str, Any]]) -> tuple[plt.Figure,
 
 def fig5(groups: Groups, records: Sequence[dict[str, Any]]) -> tuple[plt.Figure, pd.DataFrame]:
     """Heterogeneous models and heterogeneous optimizers together: test accuracy per epoch."""
-    rec = by_key(records)
-    frames = []
-    for c in groups["fig5"]:
-        df = history_frame([rec[c.key]])
+    def party_model(c: RunConfig, rows: pd.DataFrame) -> dict[str, pd.Series]:
         names = {("active" if k == 0 else f"passive_{k}"): k for k in range(c.n_parties)}
-        df["party model"] = df["model"].map(
-            lambda m: f"{m}: {MODEL_NAMES[c.party_value('models', names[m])]} + "
-                      f"{OPTIMIZER_NAMES[c.party_value('optimizers', names[m])]}")
-        frames.append(df)
-    df = pd.concat(frames, ignore_index=True)
-    df["dataset"] = df["dataset"].map(DATASET_NAMES)
-    df["test accuracy (%)"] = 100 * df["test_accuracy"]
+        return {"party model": rows["model"].map(lambda m: f"{m}: {MODEL_NAMES[c.party_value('models', names[m])]} + "
+                                                          f"{OPTIMIZER_NAMES[c.party_value('optimizers', names[m])]}")}
+    df = _histories(groups["fig5"], records, party_model)
     g = sns.relplot(data=df, x="epoch", y="test accuracy (%)", hue="party model", col="dataset",
                     kind="line", marker="o", height=3, aspect=1.2, errorbar=None)
     g.set(ylim=(0, 100))
