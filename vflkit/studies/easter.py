@@ -124,8 +124,7 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None, overrides: dict
     s, run_fields = split_run_overrides(PROFILE_SETTINGS[check_profile(profile)], overrides, RunConfig)
     # the seeds argument replaces every seed setting (Criteo's, Fig. 6's, ...)
     check_seeds_once(seeds, overrides, keys=[k for k in s if k.endswith("seeds")])
-    out: Groups = {g: [] for g in ("table2", "table4", "table6", "fig6", "cvfl_host_lr",
-                                                      "embedding_gradient")}
+    out: Groups = {g: [] for g in ("table2", "table4", "table6", "fig6", "cvfl_host_lr", "embedding_gradient")}
 
     def add(group: str, run: RunConfig, twin: bool = False) -> None:
         """``run`` into ``group``; on a CPU, C-VFL's run at the dataset's own rate beside it and the 1/C ``twin``."""

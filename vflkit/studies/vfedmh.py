@@ -106,9 +106,8 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None, overrides: dict
     s, run_fields = split_run_overrides(PROFILE_SETTINGS[check_profile(profile)], overrides, RunConfig)
     check_seeds_once(seeds, overrides)
     seeds = check_seeds(s["seeds"] if seeds is None else seeds)
-    out: Groups = {g: [] for g in ("table2", "table3", "table4", "table4_standard", "fig5",
-                                                      "blinding", "cvfl_q1", "cvfl_host_lr", "embedding_gradient",
-                                                      "precision")}
+    out: Groups = {g: [] for g in ("table2", "table3", "table4", "table4_standard", "fig5", "blinding", "cvfl_q1",
+                                   "cvfl_host_lr", "embedding_gradient", "precision")}
     for dataset in s["datasets"]:
         for models in s["model_sets"]:
             for seed in seeds:
@@ -166,11 +165,10 @@ def _cells(c: RunConfig, r: dict[str, Any], table: str) -> list[tuple[str, str, 
     per architecture of a run that trains a model per party, else its active party's global model
     (and Heter_aggVFL's own-logits reading beside it)."""
     name = (TABLE2_NAMES if table == "table2" else TABLE3_METHODS)[c.method]
-    if table == "table4":  # every party on one optimizer, at the paper's rate or at the optimizer's standard one
-        setting = f"optimizer={_optimizer(c)}" + ("" if _lr(c) == PAPER_LR else f", lr={_lr(c):g}")
-        return [(name, setting, arch, v) for arch, v in analysis.arch_metric(r).items()]
-    if c.method in _AGGREGATING:
-        setting = "heterogeneous" if table == "table2" else ""
+    if table == "table4" or c.method in _AGGREGATING:
+        # Table IV: every party on one optimizer, at the paper's rate or at the optimizer's standard one
+        setting = (f"optimizer={_optimizer(c)}" + ("" if _lr(c) == PAPER_LR else f", lr={_lr(c):g}") if table == "table4"
+                   else "heterogeneous" if table == "table2" else "")
         return [(name, setting, arch, v) for arch, v in analysis.arch_metric(r).items()]
     setting = TABLE2_METHODS[c.method][1] if table == "table2" else ""
     if c.method == "c_vfl" and _lr(c) != CVFL_LR:  # labelled: not the paper's cell
@@ -186,14 +184,12 @@ def _accuracy_table(groups: Groups, records: Sequence[dict[str, Any]], profile: 
     """Table II, III or IV in the reference long format: test accuracy (%) per dataset, method and
     model (Table II with C-VFL's recorded sensitivity rows; Table IV's standard-rate rows with the
     paper's number for their optimizer beside them)."""
-    rec = by_key(records)
     runs = _table4_runs(groups) if table == "table4" else groups[table]
-    if table == "table2":
-        runs = runs + [c for c in groups.get("cvfl_host_lr", []) if c.key in rec]
+    runs = runs + (groups.get("cvfl_host_lr", []) if table == "table2" else [])  # those recorded
     rows = [{"table": {"table2": "II", "table3": "III"}.get(table, "IV"), "dataset": DATASET_NAMES[c.dataset],
              "method": m, "setting": setting, "model": MODEL_NAMES[arch], "metric": "test_accuracy_pct",
-             "value": v, "diverged": bool(rec[c.key].get("diverged"))}
-            for c in runs for m, setting, arch, v in _cells(c, rec[c.key], table)]
+             "value": v, "diverged": bool(r.get("diverged"))}
+            for c, r in recorded(runs, records) for m, setting, arch, v in _cells(c, r, table)]
     out = _split.summarise(rows, "vfedmh", profile)
     if table != "table4":
         return out
