@@ -66,8 +66,7 @@ PROFILE_SETTINGS: dict[str, dict[str, Any]] = {
               "table6_seeds": None, "fig6_seeds": None,
               "table5_datasets": ("mnist", "criteo"), "table6_datasets": ("criteo",), "table6_parties": (2, 4),
               "fig6_dataset": "mnist", "embedding_dims": (16, 128), "el_pls": ((1, 1), (1, 2))},
-    # 2-core CPU, FMNIST and Criteo: 235 SGD steps on the images (fewer leave EASTER level with Local), Criteo
-    # on 5 seeds (with 3 a paired difference needs 4.3 standard errors); the sizes: docs/studies.md (EASTER).
+    # 2-core CPU, FMNIST and Criteo; the sizes and why (235 SGD steps, Criteo's 5 seeds): docs/studies.md (EASTER).
     "quick": {"datasets": ("fashion_mnist", "criteo"), "n_train": 6000, "n_test": 1000,
               "criteo_n_train": None, "epochs": 5, "cvfl_epochs": 1, "criteo_epochs": 3,
               "seeds": (0, 1, 2), "criteo_seeds": (0, 1, 2, 3, 4), "cvfl_seeds": None,

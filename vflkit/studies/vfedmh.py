@@ -430,9 +430,8 @@ def blinding_demo(*, n_passive: int = 3, shape: tuple[int, int] = (128, 128), se
     gen = torch.Generator().manual_seed(seed)
     ring = FixedPointRing()
     keys = {k: BlindingKeys(k, seed=seed * 100 + k) for k in range(1, n_passive + 1)}
-    public = {k: kk.public_key() for k, kk in keys.items()}
     for k, kk in keys.items():
-        kk.agree({j: pk for j, pk in public.items() if j != k})
+        kk.agree({j: other.public_key() for j, other in keys.items() if j != k})
     emb = {k: torch.relu(torch.randn(shape, generator=gen)) for k in range(n_passive + 1)}
     blinded, literal = ([blind(emb[k], keys[k], ring=ring, round=0, step=0, mode=mode) for k in keys]
                         for mode in ("per_entry", "literal_scalar"))
