@@ -222,9 +222,11 @@ table2 = partial(_accuracy_table, table="II")
 table4 = partial(_accuracy_table, table="IV")
 
 
-def _table5_runs(groups: Groups, datasets: Sequence[str]) -> list[RunConfig]:
-    """Table V's runs: the baselines' Table II θ2 run (active party holds θ2), EASTER's one run."""
-    return [c for c in groups["table2"] if c.dataset in datasets and c.method != "local"
+def table5_runs(by_group: Groups, profile: str = "", *, datasets: Sequence[str] | None = None) -> list[RunConfig]:
+    """Table V's runs, Figs. 4-5's too: the baselines' Table II θ2 run (active party holds θ2) and EASTER's
+    one run, on ``datasets`` (None: the ``profile``'s Table V datasets)."""
+    datasets = settings(profile)["table5_datasets"] if datasets is None else datasets
+    return [c for c in by_group["table2"] if c.dataset in datasets and c.method != "local"
             and (c.method == "easter" or c.models[0] == MODEL_SETS[c.dataset][1])]
 
 
@@ -232,7 +234,7 @@ def _table5_recorded(groups: Groups, records: Sequence[dict[str, Any]], datasets
                      ) -> list[tuple[RunConfig, dict[str, Any], list[str] | None]]:
     """Table V's recorded runs, each with the parties its θ2 metric is read from (a baseline's: None, its one model)."""
     return [(c, r, [k for k, a in r["models"].items() if a == MODEL_SETS[c.dataset][1]]
-             if c.method == "easter" else None) for c, r in recorded(_table5_runs(groups, datasets), records)]
+             if c.method == "easter" else None) for c, r in recorded(table5_runs(groups, datasets=datasets), records)]
 
 
 def convergence(groups: Groups, records: Sequence[dict[str, Any]], datasets: Sequence[str]) -> pd.DataFrame:
@@ -597,8 +599,8 @@ def _less_comm(other: str, variant: str | None = None, label: str = "") -> claim
             d = conv[conv["dataset"] == DATASET_NAMES[dataset]]
             v = claims.ordering(claims.paired(d.dropna(subset=["MB_to_target"]), by="method", a=other, b="EASTER",
                                               value="MB_to_target", cell=["dataset"]), a=other, b="EASTER", what="MB",
-                                expected=_cells([c for c in _table5_runs(groups, datasets) if c.dataset == dataset],
-                                                other, "EASTER", lambda c: {DATASET_NAMES[c.dataset]}))
+                                expected=_cells(table5_runs(groups, datasets=[dataset]), other, "EASTER",
+                                                lambda c: {DATASET_NAMES[c.dataset]}))
             never = d[d["MB_to_target"].isna() & d["method"].isin([other, "EASTER"])]
             return v if never.empty else v.with_evidence(
                 f"{v.evidence}; never within {analysis.TARGET_SHARE:.0%} of the best final metric in "
@@ -743,11 +745,6 @@ VARIANT_CLAIMS: list[claims.Claim] = [
 # --------------------------------------------------------------------------- the study's declaration
 
 
-def table5_runs(by_group: Groups, profile: str) -> list[RunConfig]:
-    """Table V and Figs. 4-5 are drawn from the same runs (the baselines' θ2 run and EASTER's)."""
-    return _table5_runs(by_group, settings(profile)["table5_datasets"])
-
-
 def beyond(evidence: base.Evidence) -> list[tuple[str, str]]:
     """Findings the paper does not report: the two-party setting of Table VI, as recorded."""
     found = evidence.first_with_records()
@@ -823,8 +820,7 @@ STUDY = register(Study(
         Artefact("Table VI", base.groups("table6"), ("table6.*",), table6, _view("setting", ("dataset", "method", "metric"))),
         Artefact("Table VII", base.groups("table2", keep=lambda c: c.method == "easter"), ("table7_*",), _table7_files,
                  _table7_view),
-        Artefact("Fig. 6", base.groups("fig6"), ("fig6.*",), _figure(fig6),
-                 point=("embedding_dim", "el_pl", "model")),
+        Artefact("Fig. 6", base.groups("fig6"), ("fig6.*",), _figure(fig6), point=("embedding_dim", "el_pl", "model")),
     ),
     # VFedMH's run order: the same costs (C-VFL's Q = 10 last)
     claims=CLAIMS, variant_claims=VARIANT_CLAIMS, needs_gpu=needs_gpu, run_priority=run_priority,

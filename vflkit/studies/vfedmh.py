@@ -167,8 +167,8 @@ def _cells(c: RunConfig, r: dict[str, Any], table: str) -> list[tuple[str, str, 
     name = (TABLE2_NAMES if table == "table2" else TABLE3_METHODS)[c.method]
     if table == "table4" or c.method in _AGGREGATING:
         # Table IV: every party on one optimizer, at the paper's rate or at the optimizer's standard one
-        setting = (f"optimizer={_optimizer(c)}" + ("" if _lr(c) == PAPER_LR else f", lr={_lr(c):g}") if table == "table4"
-                   else "heterogeneous" if table == "table2" else "")
+        rate = "" if _lr(c) == PAPER_LR else f", lr={_lr(c):g}"
+        setting = {"table4": f"optimizer={_optimizer(c)}{rate}", "table2": "heterogeneous"}.get(table, "")
         return [(name, setting, arch, v) for arch, v in analysis.arch_metric(r).items()]
     setting = TABLE2_METHODS[c.method][1] if table == "table2" else ""
     if c.method == "c_vfl" and _lr(c) != CVFL_LR:  # labelled: not the paper's cell
@@ -313,8 +313,7 @@ def _traffic(groups: Groups, records: dict[str, dict[str, Any]]) -> pd.DataFrame
     (a diverged run's last epoch ran fewer steps; a count the ledger lacks: NaN)."""
     rows = []
     for c, r in recorded((c for c in groups["table2"] if c.method != "local"), records):
-        mean = analysis.full_epoch_traffic(r, _steps(c)).reindex(
-            columns=["messages", "bytes", "rounds"]).mean()
+        mean = analysis.full_epoch_traffic(r, _steps(c)).reindex(columns=["messages", "bytes", "rounds"]).mean()
         rows.append({"dataset": DATASET_NAMES[c.dataset], "seed": c.seed, "model": c.models[0],
                      "method": TABLE2_NAMES[c.method], "epochs": c.epochs, "messages_per_epoch": mean["messages"],
                      "MB_per_epoch": mean["bytes"] / 2**20, "rounds_per_epoch": mean["rounds"], "rounds_per_step":
@@ -768,8 +767,7 @@ CLAIMS: list[claims.Claim] = [
            reading=DEFAULT_READING),
     *[_claim("Fig. 4", f"every party's model converges under each optimizer ({rate})", _fig4_check(standard=standard))
       for standard, rate in ((False, "lr 0.05, the paper's"), (True, "each at its standard rate"))],
-    _claim("Fig. 5", "with heterogeneous models and optimizers mixed, every party's model converges",
-           _fig5_check),
+    _claim("Fig. 5", "with heterogeneous models and optimizers mixed, every party's model converges", _fig5_check),
     _claim("Sec. IV-C", "the blinding factors cancel in the aggregate: accuracy with and without them is the same",
            _blinding),
 ]
