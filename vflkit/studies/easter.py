@@ -238,8 +238,7 @@ def _table5_recorded(groups: Groups, records: Sequence[dict[str, Any]], datasets
 
 
 def convergence(groups: Groups, records: Sequence[dict[str, Any]], datasets: Sequence[str]) -> pd.DataFrame:
-    """Per Table V run: e*, the θ2 metric at e* (%), MB to e* as sent and float32-equivalent, and
-    kB per sample-epoch."""
+    """Per Table V run: e*, the θ2 metric at e* (%), MB to e* as sent and float32-equivalent, kB per sample-epoch."""
     rows = []
     for c, r, theta2 in _table5_recorded(groups, records, datasets):
         metric = metric_of(c.dataset)
@@ -621,8 +620,7 @@ def _times_check(check: Callable[[pd.DataFrame, list[RunConfig]], claims.Verdict
 
 
 def _slower(figure: str, by: str, a: Any, b: Any, unit: str) -> Callable[[claims.Records], claims.Verdict]:
-    """Fig. ``figure``'s clause: communication to convergence takes longer at ``by`` = ``a`` than at ``b``,
-    per dataset and method."""
+    """Fig. ``figure``: communication to convergence is slower at ``by`` = ``a`` than at ``b`` (per dataset, method)."""
     @_times_check
     def check(t: pd.DataFrame, runs: list[RunConfig]) -> claims.Verdict:
         diffs = claims.paired(t[t["figure"] == figure], by=by, a=a, b=b, value="seconds", cell=["dataset", "method"])

@@ -161,9 +161,8 @@ def assignment_table(groups: Groups) -> pd.DataFrame:
 
 
 def _cells(c: RunConfig, r: dict[str, Any], table: str) -> list[tuple[str, str, str, float]]:
-    """(method, setting, architecture, test accuracy %) of a recorded run of Table II, III or IV: one
-    per architecture of a run that trains a model per party, else its active party's global model
-    (and Heter_aggVFL's own-logits reading beside it)."""
+    """(method, setting, architecture, test accuracy %) of a recorded Table II-IV run: one per architecture
+    of a run with a model per party, else its active party's global model (and Heter_aggVFL's own-logits reading)."""
     name = (TABLE2_NAMES if table == "table2" else TABLE3_METHODS)[c.method]
     if table == "table4" or c.method in _AGGREGATING:
         # Table IV: every party on one optimizer, at the paper's rate or at the optimizer's standard one
@@ -367,8 +366,7 @@ def _steps(c: RunConfig) -> int:
 
 def _histories(runs: Iterable[RunConfig], records: Sequence[dict[str, Any]],
                columns: Callable[[RunConfig, pd.DataFrame], dict[str, Any]]) -> pd.DataFrame:
-    """Per epoch and party model of the recorded ``runs`` (:func:`history_frame`), with ``columns(run,
-    its rows)``; the datasets as the paper prints them, test accuracy in %."""
+    """The recorded ``runs``' :func:`history_frame` with ``columns(run, rows)``, accuracy in %, datasets as printed."""
     df = pd.concat([h.assign(**columns(c, h)) for c, r in recorded(runs, records) for h in [history_frame([r])]],
                    ignore_index=True)
     return df.assign(dataset=df["dataset"].map(DATASET_NAMES), **{"test accuracy (%)": 100 * df["test_accuracy"]})
@@ -518,8 +516,7 @@ _AGGREGATING = ("vfedmh", "homo_vfedmh")
 
 
 def expected_cells(groups: Groups, table: str, a: str, b: str, model_set: str | None = None) -> set[str]:
-    """The cells ("dataset/architecture") in which the profile runs both ``a`` and ``b``
-    (:func:`vflkit.claims.compared_cells`)."""
+    """The cells "dataset/architecture" where the profile runs both ``a`` and ``b`` (:func:`claims.compared_cells`)."""
     def cell(c: RunConfig) -> set[str]:
         archs = set(c.models) if c.method in _AGGREGATING else {c.models[c.active]}
         return {f"{DATASET_NAMES[c.dataset]}/{MODEL_NAMES[arch]}" for arch in archs
@@ -785,8 +782,7 @@ VARIANT_CLAIMS: list[claims.Claim] = [
 
 
 def beyond(evidence: base.Evidence) -> list[tuple[str, str]]:
-    """Findings the paper does not report: label leakage (pointer), the literal blinding scalar,
-    divergence, C-VFL's Q."""
+    """Findings the paper does not report: label leakage, the literal blinding scalar, divergence, C-VFL's Q."""
     out = [("VFedMH: a passive party recovers every training label from round 4",
             "Round 4 sends each passive party ∂L_k/∂R_k, whose one negative entry per row is the true "
             "class, so an arg-min recovers each label of each batch without a model or auxiliary data "
