@@ -156,6 +156,13 @@ def test_paired_matches_cells_and_seeds() -> None:
     assert none.empty and claims.ordering(none, a="A", b="C").status == claims.NOT_TESTABLE
 
 
+def test_compared_cells_are_those_where_both_methods_run() -> None:
+    """A run of A on m and n, one of B on n and o: "A > B" covers n alone, recorded or not."""
+    runs = [("A", {"m", "n"}), ("B", {"n"}), ("B", {"o"}), ("C", {"m"})]
+    cells = claims.compared_cells(runs, "A", "B", lambda r: r[1], name=lambda r: r[0])
+    assert cells == {"n"} and claims.compared_cells(runs, "A", "D", lambda r: r[1], name=lambda r: r[0]) == set()
+
+
 def test_evaluate_keeps_every_clause_and_reports_broken_checks() -> None:
     def broken(records: claims.Records) -> claims.Verdict:
         raise KeyError("table2")

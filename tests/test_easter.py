@@ -489,7 +489,7 @@ def test_table5_times_every_method_to_one_target_where_the_per_run_rule_could_no
     from vflkit.studies import easter
 
     groups = easter.configs("paper")
-    runs = [c for c in easter._table5_runs(groups, ["fashion_mnist"])]
+    runs = [c for c in easter.table5_runs(groups, datasets=["fashion_mnist"])]
     recs = store.load_available(runs, profile="paper")
     assert len(recs) >= 8, "the committed paper-profile Table V runs"
     per_run = {(r["config"]["seed"], r["config"]["method"]): analysis.convergence_epoch(r["history"]) for r in recs}

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -428,3 +429,14 @@ def test_a_received_mark_that_names_no_machine_or_time_is_not_a_record(tmp_path,
     assert "'received' mark" in records.record_problem(path, key=run.key)
     with pytest.raises(records.BadRecord, match="'received' mark"):
         records.check_record(path, run, "smoke")
+
+
+def test_records_by_key_and_recorded_runs_in_run_order():
+    """by_key takes a list of records or records by key; recorded pairs each run that has a record
+    with it, in the runs' order, skipping the rest."""
+    recs = [{"key": "b", "v": 2}, {"key": "a", "v": 1}]
+    assert records.by_key(recs) == {"b": recs[0], "a": recs[1]}
+    assert records.by_key(records.by_key(recs)) == records.by_key(recs)
+    runs = [SimpleNamespace(key=k) for k in ("a", "c", "b")]
+    for given in (recs, records.by_key(recs)):
+        assert [(run.key, r["v"]) for run, r in records.recorded(runs, given)] == [("a", 1), ("b", 2)]

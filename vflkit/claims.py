@@ -60,7 +60,7 @@ class Records:
     @classmethod
     def of_list(cls, profile: str, records: Iterable[dict[str, Any]]) -> "Records":
         """From a list of record dicts (each with its ``key``), as :func:`vflkit.records.load_available` gives them."""
-        return cls(profile, {r["key"]: r for r in records})
+        return cls(profile, store.by_key(records))
 
     def of(self, runs: Iterable[Any]) -> list[dict[str, Any]]:
         """The records of ``runs`` that exist, in the runs' order (a run without one is skipped)."""
@@ -383,6 +383,14 @@ def paired(frame: pd.DataFrame, *, by: str, a: str, b: str, value: str,
 
     out["untrained"] = [why(i) for i in range(len(out))]
     return out[["cell", seed, "diff", "untrained"]]
+
+
+def compared_cells(runs: Iterable[Any], a: str, b: str, cell: Callable[[Any], Iterable[str]], *,
+                   name: Callable[[Any], str]) -> set[str]:
+    """The cells ``cell(run)`` in which ``runs`` hold both methods ``a`` and ``b`` (``name(run)``): what
+    a clause "a > b" covers, recorded or not (:func:`ordering`'s ``expected``)."""
+    runs = list(runs)
+    return set.intersection(*({x for r in runs if name(r) == m for x in cell(r)} for m in (a, b)))
 
 
 def untrained_runs(diffs: pd.DataFrame) -> list[str]:

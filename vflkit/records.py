@@ -23,7 +23,7 @@ import time
 import warnings
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Iterable, Protocol, Sequence
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 import torch
 from tqdm.auto import tqdm
@@ -286,6 +286,18 @@ def load_available(runs: Iterable[Run], *, profile: str) -> list[dict[str, Any]]
                 out.append(check_record(path, run, profile))
                 break
     return out
+
+
+def by_key(records: Iterable[dict[str, Any]] | Mapping[str, dict[str, Any]]) -> Mapping[str, dict[str, Any]]:
+    """``records`` by their run's key (records by key already are returned as they are)."""
+    return records if isinstance(records, Mapping) else {r["key"]: r for r in records}
+
+
+def recorded(runs: Iterable[Run], records: Iterable[dict[str, Any]] | Mapping[str, dict[str, Any]]
+             ) -> list[tuple[Any, dict[str, Any]]]:
+    """(run, record) for each of ``runs`` that has one in ``records`` (a list, or by key), in the runs' order."""
+    rec = by_key(records)
+    return [(run, rec[run.key]) for run in runs if run.key in rec]
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:

@@ -5,7 +5,7 @@ study (its name starts with ``_``)."""
 from __future__ import annotations
 
 import random
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import pandas as pd
 
@@ -13,8 +13,8 @@ from .. import analysis
 from ..config import check_profile, split_run_overrides
 from ..errors import ConfigError
 from ..methods import RunConfig
+from ..records import by_key
 from ..report import join_reference, side_by_side
-from .base import all_runs as unique
 
 #: How the ResNets are cut into h and p: half their weighted layers each (EASTER Sec. V-A: "the
 #: number of layers in both the local embedding and predicting models was the same"; :mod:`vflkit.models`).
@@ -30,12 +30,19 @@ TRAIN_SIZES: dict[str, int] = {"mnist": 60000, "fashion_mnist": 60000, "cifar10"
 
 _DATASET_ORDER = {"mnist": 0, "fashion_mnist": 1, "cifar10": 2}
 _METHOD_ORDER = {"agg_vfl": 1, "splitnn": 2, "local": 3}  # after the study's own method (0)
+#: A profile's runs by artefact group (a study's ``configs``).
+Groups = dict[str, list[RunConfig]]
 
 
 def needs_gpu(config: RunConfig) -> bool:
     """The ResNet runs: tens of milliseconds per 32x8 sample on a laptop-class CPU, so a GPU's work
     (:func:`vflkit.ops.pricing.alone`)."""
     return any(m.startswith("resnet") for m in config.models)
+
+
+def train_size(run: RunConfig) -> int:
+    """A run's training samples: its ``n_train``, else its dataset's (:data:`TRAIN_SIZES`)."""
+    return run.n_train or TRAIN_SIZES[run.dataset]
 
 
 def assign_models(models: Sequence[str], n_parties: int = 4, *, seed: int) -> tuple[str, ...]:
@@ -63,19 +70,6 @@ def run_priority(config: RunConfig, rank: int) -> tuple:
             0 if config.method == config.paper else _METHOD_ORDER.get(config.method, 5), config.models)
 
 
-def both(runs: Iterable[RunConfig], a: str, b: str, cell: Callable[[RunConfig], Iterable[str]], *,
-         name: Callable[[RunConfig], str]) -> set[str]:
-    """The cells ``cell(run)`` in which the profile runs both methods ``a`` and ``b`` (``name(run)``): what
-    a clause "a > b" covers, recorded or not (:func:`vflkit.claims.ordering`'s ``expected``)."""
-    runs = list(runs)
-    return set.intersection(*({x for c in runs if name(c) == m for x in cell(c)} for m in (a, b)))
-
-
-def by_key(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """``records`` by their run's key."""
-    return {r["key"]: r for r in records}
-
-
 def settings(profiles: dict[str, dict[str, Any]], profile: str,
              overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """A profile's settings, with any of them overridden (an unknown key is an error listing the
@@ -98,7 +92,16 @@ def describe(run: RunConfig, datasets: dict[str, str], methods: dict[str, str] |
             "models": "/".join(run.models), **{f: getattr(run, f) for f in fields}, "seed": run.seed}
 
 
-def embedding_gradient(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]],
+def claim_input(configs: Callable[[str], Groups], with_variant: Callable[[Groups, str | None], Groups]
+                ) -> Callable[..., tuple[Groups, Mapping[str, dict[str, Any]]]]:
+    """What a study's clauses read of :class:`vflkit.claims.Records`: ``read(records, variant=None)``
+    gives the profile's run groups (built once per records, the labelled ``variant`` swapped in by
+    ``with_variant``) and the records by key; nothing is read from disk."""
+    return lambda records, variant=None: (
+        with_variant(records.derived("groups", lambda: configs(records.profile)), variant), records.by_key)
+
+
+def embedding_gradient(groups: Groups, records: Sequence[dict[str, Any]],
                        names: dict[str, str], metric: Any = "test_accuracy") -> pd.DataFrame:
     """The 1/C comparison (:func:`vflkit.analysis.variant_pairs`): each run of group
     ``embedding_gradient`` (h given ∂L_k/∂E) beside the study's own run of the same seed, data and

@@ -1,17 +1,14 @@
 """VFedMH (Wang et al.): Tables II-IV and Figs. 3-5, and the blinding demonstration.
 
-The setting (Sec. VI-C) and our choices where the paper is silent: docs/studies.md (VFedMH). In
-brief: no epochs printed, 20 in ``paper`` (our quick curves are flat well before their end);
-VFedMH's column of an architecture is the mean over the parties holding it; Heter_aggVFL's column m
-is the heterogeneous assignment rotated so that the active party holds m; Homo_aggVFL is Agg_VFL's
-homogeneous runs (Table III prints Table II's Agg_VFL numbers).
+The setting (Sec. VI-C) and our choices where the paper is silent (the epochs, how a column reads
+a heterogeneous run, Homo_aggVFL): docs/studies.md (VFedMH).
 """
 
 from __future__ import annotations
 
 import random
 from functools import partial
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -23,15 +20,16 @@ from .. import analysis, claims
 from ..config import check_profile, check_seeds, check_seeds_once, override_runs, split_run_overrides
 from ..methods import OPTIMIZERS, RunConfig
 from ..methods.cvfl import step_size as cvfl_step_size
+from ..records import by_key, recorded
 from ..report import load_reference
 from ..secure import BlindingKeys, FixedPointRing, aggregate, blind
 from ..training.split import history_frame
 from . import base, register
 from . import _split
-from ._split import (FULL_GRADIENT_READING, GRADIENT_READINGS, RESNET_CUT, TRAIN_SIZES, assign_models,
-                     by_key, needs_gpu, rotate, run_priority, unique)
+from ._split import (FULL_GRADIENT_READING, GRADIENT_READINGS, RESNET_CUT, Groups, assign_models, needs_gpu,
+                     rotate, run_priority, train_size)
 from ._split import figure as _figure, view as _view
-from .base import Artefact, Study
+from .base import Artefact, Study, all_runs as unique
 
 #: Model sets of Table II: the three small networks and the three ResNets.
 SMALL_MODELS: tuple[str, ...] = ("cnn", "lenet", "mlp")
@@ -102,16 +100,14 @@ def _config(dataset: str, method: str, models: Sequence[str], seed: int, s: dict
                      n_train=s["n_train"], n_test=s["n_test"], resnet_cut=RESNET_CUT, **kw)
 
 
-def configs(profile: str, *, seeds: Sequence[int] | None = None,
-            overrides: dict[str, Any] | None = None) -> dict[str, list[RunConfig]]:
+def configs(profile: str, *, seeds: Sequence[int] | None = None, overrides: dict[str, Any] | None = None) -> Groups:
     """Every run, by the artefact that needs it (a shared run is trained once). ``overrides``
     replace profile settings or set a run field on every run (:func:`vflkit.config.split_run_overrides`)."""
     s, run_fields = split_run_overrides(PROFILE_SETTINGS[check_profile(profile)], overrides, RunConfig)
     check_seeds_once(seeds, overrides)
     seeds = check_seeds(s["seeds"] if seeds is None else seeds)
-    out: dict[str, list[RunConfig]] = {g: [] for g in ("table2", "table3", "table4", "table4_standard", "fig5",
-                                                      "blinding", "cvfl_q1", "cvfl_host_lr", "embedding_gradient",
-                                                      "precision")}
+    out: Groups = {g: [] for g in ("table2", "table3", "table4", "table4_standard", "fig5", "blinding", "cvfl_q1",
+                                   "cvfl_host_lr", "embedding_gradient", "precision")}
     for dataset in s["datasets"]:
         for models in s["model_sets"]:
             for seed in seeds:
@@ -152,7 +148,7 @@ def configs(profile: str, *, seeds: Sequence[int] | None = None,
     return override_runs(out, run_fields)
 
 
-def assignment_table(groups: dict[str, list[RunConfig]]) -> pd.DataFrame:
+def assignment_table(groups: Groups) -> pd.DataFrame:
     """Which architecture (and optimizer) each party holds in the heterogeneous runs."""
     rows = [{"runs": "Table II-IV" if name == "table2" else "Fig. 5", "dataset": c.dataset, "seed": c.seed,
              **{"active" if k == c.active else f"passive_{k}": c.party_value("models", k)
@@ -165,15 +161,13 @@ def assignment_table(groups: dict[str, list[RunConfig]]) -> pd.DataFrame:
 
 
 def _cells(c: RunConfig, r: dict[str, Any], table: str) -> list[tuple[str, str, str, float]]:
-    """(method, setting, architecture, test accuracy %) of a recorded run of Table II, III or IV: one
-    per architecture of a run that trains a model per party, else its active party's global model
-    (and Heter_aggVFL's own-logits reading beside it)."""
+    """(method, setting, architecture, test accuracy %) of a recorded Table II-IV run: one per architecture
+    of a run with a model per party, else its active party's global model (and Heter_aggVFL's own-logits reading)."""
     name = (TABLE2_NAMES if table == "table2" else TABLE3_METHODS)[c.method]
-    if table == "table4":  # every party on one optimizer, at the paper's rate or at the optimizer's standard one
-        setting = f"optimizer={_optimizer(c)}" + ("" if _lr(c) == PAPER_LR else f", lr={_lr(c):g}")
-        return [(name, setting, arch, v) for arch, v in analysis.arch_metric(r).items()]
-    if c.method in _AGGREGATING:
-        setting = "heterogeneous" if table == "table2" else ""
+    if table == "table4" or c.method in _AGGREGATING:
+        # Table IV: every party on one optimizer, at the paper's rate or at the optimizer's standard one
+        rate = "" if _lr(c) == PAPER_LR else f", lr={_lr(c):g}"
+        setting = {"table4": f"optimizer={_optimizer(c)}{rate}", "table2": "heterogeneous"}.get(table, "")
         return [(name, setting, arch, v) for arch, v in analysis.arch_metric(r).items()]
     setting = TABLE2_METHODS[c.method][1] if table == "table2" else ""
     if c.method == "c_vfl" and _lr(c) != CVFL_LR:  # labelled: not the paper's cell
@@ -185,19 +179,16 @@ def _cells(c: RunConfig, r: dict[str, Any], table: str) -> list[tuple[str, str, 
     return out
 
 
-def _accuracy_table(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]], profile: str,
-                    table: str) -> pd.DataFrame:
+def _accuracy_table(groups: Groups, records: Sequence[dict[str, Any]], profile: str, table: str) -> pd.DataFrame:
     """Table II, III or IV in the reference long format: test accuracy (%) per dataset, method and
     model (Table II with C-VFL's recorded sensitivity rows; Table IV's standard-rate rows with the
     paper's number for their optimizer beside them)."""
-    rec = by_key(records)
     runs = _table4_runs(groups) if table == "table4" else groups[table]
-    if table == "table2":
-        runs = runs + [c for c in groups.get("cvfl_host_lr", []) if c.key in rec]
+    runs = runs + (groups.get("cvfl_host_lr", []) if table == "table2" else [])  # those recorded
     rows = [{"table": {"table2": "II", "table3": "III"}.get(table, "IV"), "dataset": DATASET_NAMES[c.dataset],
              "method": m, "setting": setting, "model": MODEL_NAMES[arch], "metric": "test_accuracy_pct",
-             "value": v, "diverged": bool(rec[c.key].get("diverged"))}
-            for c in runs for m, setting, arch, v in _cells(c, rec[c.key], table)]
+             "value": v, "diverged": bool(r.get("diverged"))}
+            for c, r in recorded(runs, records) for m, setting, arch, v in _cells(c, r, table)]
     out = _split.summarise(rows, "vfedmh", profile)
     if table != "table4":
         return out
@@ -240,7 +231,7 @@ def _lr(c: RunConfig) -> float:
     return float(c.party_value("lr", 0))
 
 
-def _table4_runs(groups: dict[str, list[RunConfig]]) -> list[RunConfig]:
+def _table4_runs(groups: Groups) -> list[RunConfig]:
     """Table IV's runs at the paper's rate and at each optimizer's standard rate, once each."""
     return base.unique(groups["table4"] + groups.get("table4_standard", []))
 
@@ -249,7 +240,7 @@ def _table4_runs(groups: dict[str, list[RunConfig]]) -> list[RunConfig]:
 CVFL_VARIANTS: tuple[tuple[int, float], ...] = ((10, CVFL_LR), (10, PAPER_LR), (1, PAPER_LR))
 
 
-def cvfl_local_iterations(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> pd.DataFrame:
+def cvfl_local_iterations(groups: Groups, records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """C-VFL's final test accuracy (%) per architecture (3-bit quantisation) in each of
     :data:`CVFL_VARIANTS`: Table II's cell, the sensitivity row and the equal-compute control.
     NaN where not recorded yet; a row with fewer than two recorded is left out."""
@@ -270,7 +261,7 @@ def cvfl_local_iterations(groups: dict[str, list[RunConfig]], records: Sequence[
 embedding_gradient = partial(_split.embedding_gradient, names=DATASET_NAMES)
 
 
-def precision_check(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> pd.DataFrame:
+def precision_check(groups: Groups, records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """The bf16 check of :data:`PRECISION_CHECK`'s cell (:func:`vflkit.analysis.bf16_check`)."""
     return analysis.bf16_check(groups["precision"], records)
 
@@ -316,13 +307,12 @@ def baseline_evidence() -> pd.DataFrame:
 # --------------------------------------------------------------------------- figures
 
 
-def _traffic(groups: dict[str, list[RunConfig]], records: dict[str, dict[str, Any]]) -> pd.DataFrame:
+def _traffic(groups: Groups, records: dict[str, dict[str, Any]]) -> pd.DataFrame:
     """Per recorded Table II run but Local's: its training traffic per full epoch, from the ledger
     (a diverged run's last epoch ran fewer steps; a count the ledger lacks: NaN)."""
     rows = []
-    for c in (c for c in groups["table2"] if c.method != "local" and c.key in records):
-        mean = analysis.full_epoch_traffic(records[c.key], _steps(c)).reindex(
-            columns=["messages", "bytes", "rounds"]).mean()
+    for c, r in recorded((c for c in groups["table2"] if c.method != "local"), records):
+        mean = analysis.full_epoch_traffic(r, _steps(c)).reindex(columns=["messages", "bytes", "rounds"]).mean()
         rows.append({"dataset": DATASET_NAMES[c.dataset], "seed": c.seed, "model": c.models[0],
                      "method": TABLE2_NAMES[c.method], "epochs": c.epochs, "messages_per_epoch": mean["messages"],
                      "MB_per_epoch": mean["bytes"] / 2**20, "rounds_per_epoch": mean["rounds"], "rounds_per_step":
@@ -331,7 +321,7 @@ def _traffic(groups: dict[str, list[RunConfig]], records: dict[str, dict[str, An
                                        "MB_per_epoch", "rounds_per_epoch", "rounds_per_step"])
 
 
-def _three_models(groups: dict[str, list[RunConfig]], records: dict[str, dict[str, Any]]) -> pd.DataFrame:
+def _three_models(groups: Groups, records: dict[str, dict[str, Any]]) -> pd.DataFrame:
     """:func:`_traffic`'s runs that obtain the three small models: VFedMH's one run, a baseline's
     three of a seed only once all three are recorded (else it would look cheaper)."""
     per_run = _traffic(groups, records)
@@ -342,7 +332,7 @@ def _three_models(groups: dict[str, list[RunConfig]], records: dict[str, dict[st
     return per_run[(per_run["method"] == "VFedMH") | whole]
 
 
-def fig3(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> tuple[plt.Figure, pd.DataFrame]:
+def fig3(groups: Groups, records: Sequence[dict[str, Any]]) -> tuple[plt.Figure, pd.DataFrame]:
     """Communication per epoch and in total to obtain the three small models: VFedMH's one run
     against each baseline's three. Per-epoch figures are the ledger's (training phase, mean over
     epochs); totals are them times the study's epochs."""
@@ -371,19 +361,22 @@ def fig3(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) 
 
 
 def _steps(c: RunConfig) -> int:
-    n = c.n_train if c.n_train is not None else TRAIN_SIZES[c.dataset]
-    return -(-n // c.batch_size)
+    return -(-train_size(c) // c.batch_size)
 
 
-def fig4(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> tuple[plt.Figure, pd.DataFrame]:
+def _histories(runs: Iterable[RunConfig], records: Sequence[dict[str, Any]],
+               columns: Callable[[RunConfig, pd.DataFrame], dict[str, Any]]) -> pd.DataFrame:
+    """The recorded ``runs``' :func:`history_frame` with ``columns(run, rows)``, accuracy in %, datasets as printed."""
+    df = pd.concat([h.assign(**columns(c, h)) for c, r in recorded(runs, records) for h in [history_frame([r])]],
+                   ignore_index=True)
+    return df.assign(dataset=df["dataset"].map(DATASET_NAMES), **{"test accuracy (%)": 100 * df["test_accuracy"]})
+
+
+def fig4(groups: Groups, records: Sequence[dict[str, Any]]) -> tuple[plt.Figure, pd.DataFrame]:
     """Test accuracy per epoch of each party's model, with every party on one optimizer."""
-    rec = by_key(records)
-    df = pd.concat([history_frame([rec[c.key]]).assign(**{
+    df = _histories(_table4_runs(groups), records, lambda c, _: {
         "optimizer": _optimizer(c), "learning rate": "paper's 0.05" if _lr(c) == PAPER_LR else f"standard {_lr(c):g}"})
-        for c in _table4_runs(groups)], ignore_index=True)
-    df["dataset"] = df["dataset"].map(DATASET_NAMES)
     df["party model"] = df["model"] + " (" + df["architecture"].map(MODEL_NAMES) + ")"
-    df["test accuracy (%)"] = 100 * df["test_accuracy"]
     # mean over seeds; the learning rate as the line style (only Adagrad and Adam have two)
     g = sns.relplot(data=df, x="epoch", y="test accuracy (%)", hue="party model", style="learning rate",
                     col="optimizer", row="dataset", kind="line", marker="o", height=2.6, aspect=1.15,
@@ -396,20 +389,13 @@ def fig4(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) 
     return g.figure, df[cols]
 
 
-def fig5(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> tuple[plt.Figure, pd.DataFrame]:
+def fig5(groups: Groups, records: Sequence[dict[str, Any]]) -> tuple[plt.Figure, pd.DataFrame]:
     """Heterogeneous models and heterogeneous optimizers together: test accuracy per epoch."""
-    rec = by_key(records)
-    frames = []
-    for c in groups["fig5"]:
-        df = history_frame([rec[c.key]])
+    def party_model(c: RunConfig, rows: pd.DataFrame) -> dict[str, pd.Series]:
         names = {("active" if k == 0 else f"passive_{k}"): k for k in range(c.n_parties)}
-        df["party model"] = df["model"].map(
-            lambda m: f"{m}: {MODEL_NAMES[c.party_value('models', names[m])]} + "
-                      f"{OPTIMIZER_NAMES[c.party_value('optimizers', names[m])]}")
-        frames.append(df)
-    df = pd.concat(frames, ignore_index=True)
-    df["dataset"] = df["dataset"].map(DATASET_NAMES)
-    df["test accuracy (%)"] = 100 * df["test_accuracy"]
+        return {"party model": rows["model"].map(lambda m: f"{m}: {MODEL_NAMES[c.party_value('models', names[m])]} + "
+                                                          f"{OPTIMIZER_NAMES[c.party_value('optimizers', names[m])]}")}
+    df = _histories(groups["fig5"], records, party_model)
     g = sns.relplot(data=df, x="epoch", y="test accuracy (%)", hue="party model", col="dataset",
                     kind="line", marker="o", height=3, aspect=1.2, errorbar=None)
     g.set(ylim=(0, 100))
@@ -441,9 +427,8 @@ def blinding_demo(*, n_passive: int = 3, shape: tuple[int, int] = (128, 128), se
     gen = torch.Generator().manual_seed(seed)
     ring = FixedPointRing()
     keys = {k: BlindingKeys(k, seed=seed * 100 + k) for k in range(1, n_passive + 1)}
-    public = {k: kk.public_key() for k, kk in keys.items()}
     for k, kk in keys.items():
-        kk.agree({j: pk for j, pk in public.items() if j != k})
+        kk.agree({j: other.public_key() for j, other in keys.items() if j != k})
     emb = {k: torch.relu(torch.randn(shape, generator=gen)) for k in range(n_passive + 1)}
     blinded, literal = ([blind(emb[k], keys[k], ring=ring, round=0, step=0, mode=mode) for k in keys]
                         for mode in ("per_entry", "literal_scalar"))
@@ -487,7 +472,7 @@ def blinding_figure(demo: dict[str, Any]) -> tuple[plt.Figure, pd.DataFrame]:
                               "literal_revealed_difference": demo["literal_revealed"]})
 
 
-def blinding_accuracy(groups: dict[str, list[RunConfig]], records: Sequence[dict[str, Any]]) -> pd.DataFrame:
+def blinding_accuracy(groups: Groups, records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """Final test accuracy (%) of each party's model with and without blinding (recorded pairs)."""
     rec = by_key(records)
     rows = [{"dataset": DATASET_NAMES[c.dataset], "seed": c.seed, "party": party, "model": MODEL_NAMES[arch],
@@ -522,13 +507,6 @@ collapsed_epoch = partial(analysis.collapsed_epoch, at_chance_pct=AT_CHANCE_PCT)
 diverged_runs = partial(analysis.diverged_runs, at_chance_pct=AT_CHANCE_PCT)
 
 
-def _available(records: claims.Records,
-               variant: str | None = None) -> tuple[dict[str, list[RunConfig]], dict[str, dict[str, Any]]]:
-    """The profile's configs (its own seeds; ``variant`` swapped in, :func:`with_variant`) and
-    ``records``, by key; nothing is read."""
-    return with_variant(records.derived("groups", lambda: configs(records.profile)), variant), records.by_key
-
-
 def _model_set(arch: str) -> str:
     return "resnets" if arch.startswith("resnet") else "small"
 
@@ -537,24 +515,23 @@ def _model_set(arch: str) -> str:
 _AGGREGATING = ("vfedmh", "homo_vfedmh")
 
 
-def expected_cells(groups: dict[str, list[RunConfig]], table: str, a: str, b: str,
-                   model_set: str | None = None) -> set[str]:
-    """The cells ("dataset/architecture") in which the profile runs both ``a`` and ``b`` (:func:`_split.both`)."""
+def expected_cells(groups: Groups, table: str, a: str, b: str, model_set: str | None = None) -> set[str]:
+    """The cells "dataset/architecture" where the profile runs both ``a`` and ``b`` (:func:`claims.compared_cells`)."""
     def cell(c: RunConfig) -> set[str]:
         archs = set(c.models) if c.method in _AGGREGATING else {c.models[c.active]}
         return {f"{DATASET_NAMES[c.dataset]}/{MODEL_NAMES[arch]}" for arch in archs
                 if model_set is None or _model_set(arch) == model_set}
     same = {OWN_LOGITS: TABLE3_METHODS["heter_aggvfl"]}  # the same runs
-    return _split.both(groups[table], same.get(a, a), same.get(b, b), cell,
-                       name=lambda c: (TABLE2_NAMES if table == "table2" else TABLE3_METHODS)[c.method])
+    return claims.compared_cells(groups[table], same.get(a, a), same.get(b, b), cell,
+                                 name=lambda c: (TABLE2_NAMES if table == "table2" else TABLE3_METHODS)[c.method])
 
 
-def accuracy_frame(groups: dict[str, list[RunConfig]], records: dict[str, dict[str, Any]], table: str) -> pd.DataFrame:
+def accuracy_frame(groups: Groups, records: dict[str, dict[str, Any]], table: str) -> pd.DataFrame:
     """One row per (dataset, method, architecture, seed) of Table II or III with its final test
     accuracy (%): the long frame the claims pair on (missing records are left out)."""
     rows = [{"dataset": DATASET_NAMES[c.dataset], "method": m, "model": MODEL_NAMES[arch],
              "model_set": _model_set(arch), "seed": c.seed, "value": v}
-            for c in groups[table] if c.key in records for m, _, arch, v in _cells(c, records[c.key], table)]
+            for c, r in recorded(groups[table], records) for m, _, arch, v in _cells(c, r, table)]
     return pd.DataFrame(rows, columns=["dataset", "method", "model", "model_set", "seed", "value"])
 
 
@@ -569,6 +546,8 @@ VARIANTS: dict[str, tuple[str, str]] = {
 #: ``groups`` with :data:`VARIANTS` ``variant`` swapped in (None: unchanged); defined on the small
 #: networks only, so the method's other cells leave the table.
 with_variant = partial(analysis.swap_in_variant, variants=VARIANTS, tables=("table2", "table3"), keep_unmatched=False)
+#: ``_available(records, variant=None)``: the profile's runs (``variant`` swapped in) and ``records`` by key.
+_available = _split.claim_input(configs, with_variant)
 
 
 def _ordering_check(table: str, a: str, b: str, model_set: str | None = None, variant: str | None = None) -> Any:
@@ -592,7 +571,7 @@ def _optimizer_spread(standard: bool) -> Any:
         groups, rec = _available(records)
         runs = groups["table4_standard" if standard else "table4"]
         rows = [{"cell": f"{DATASET_NAMES[c.dataset]}/{MODEL_NAMES[arch]}", "seed": c.seed, "optimizer": _optimizer(c),
-                 "value": v} for c in runs if c.key in rec for arch, v in analysis.arch_metric(rec[c.key]).items()]
+                 "value": v} for c, r in recorded(runs, rec) for arch, v in analysis.arch_metric(r).items()]
         df = pd.DataFrame(rows, columns=["cell", "seed", "optimizer", "value"])
         full = df.groupby(["cell", "seed"]).filter(lambda g: g["optimizer"].nunique() == len(OPTIMIZERS))
         spread = full.groupby(["cell", "seed"])["value"].agg(lambda v: v.max() - v.min()).rename("diff").reset_index()
@@ -615,9 +594,9 @@ def _converges(group: str, label: Callable[[RunConfig], str], missing: Callable[
         local = {(c.dataset, c.models[0], c.seed): 100 * rec[c.key]["final"]["active"]["test_accuracy"]
                  for c in groups["table2"] if c.method == "local" and c.key in rec}
         above, flat = [], []
-        for c in (c for c in groups[group] if c.key in rec):
-            hist = pd.DataFrame(rec[c.key]["history"])
-            for party, arch in rec[c.key]["models"].items():
+        for c, r in recorded(groups[group], rec):
+            hist = pd.DataFrame(r["history"])
+            for party, arch in r["models"].items():
                 acc = 100 * hist[hist["model"] == party].sort_values("epoch")["test_accuracy"].to_numpy()
                 row = {"group": label(c), "cell": f"{DATASET_NAMES[c.dataset]}/{party}", "seed": c.seed}
                 if (c.dataset, arch, c.seed) in local:
@@ -634,14 +613,6 @@ def _converges(group: str, label: Callable[[RunConfig], str], missing: Callable[
             verdicts.append(claims.not_testable(missing(gone)))
         return claims.all_of(verdicts)
     return check
-
-
-def _fig4_check(standard: bool) -> Any:
-    return _converges("table4_standard" if standard else "table4", lambda c: f"{_optimizer(c)} (lr {_lr(c):g})",
-                      lambda gone: f"no records of {', '.join(gone)}")
-
-
-_fig5_check = _converges("fig5", lambda c: "mixed models and optimizers", lambda gone: "runs of Fig. 5 without records")
 
 
 def _rounds_per_step(records: claims.Records) -> claims.Verdict:
@@ -668,16 +639,14 @@ def _total_rounds(records: claims.Records) -> claims.Verdict:
         for b in ("PyVertical", "C_VFL", "Agg_VFL"))
 
 
-def _curves(groups: dict[str, list[RunConfig]],
-            records: dict[str, dict[str, Any]]) -> Iterator[tuple[RunConfig, dict[str, Any]]]:
+def _curves(groups: Groups, records: dict[str, dict[str, Any]]) -> Iterator[tuple[RunConfig, dict[str, Any]]]:
     """Table II's recorded runs with a curve to read: not Local's, none that diverged or collapsed."""
-    for c in groups["table2"]:
-        r = records.get(c.key)
-        if r is not None and c.method != "local" and not r.get("diverged") and collapsed_epoch(r) is None:
+    for c, r in recorded(groups["table2"], records):
+        if c.method != "local" and not r.get("diverged") and collapsed_epoch(r) is None:
             yield c, r
 
 
-def time_to_target(groups: dict[str, list[RunConfig]], records: dict[str, dict[str, Any]]) -> pd.DataFrame:
+def time_to_target(groups: Groups, records: dict[str, dict[str, Any]]) -> pd.DataFrame:
     """Fig. 3's "converge at the same epoch", pair by pair: per Table II cell and seed and baseline,
     the epochs at which VFedMH (mean over the parties holding the architecture) and the baseline
     first reach :data:`vflkit.analysis.TARGET_SHARE` of the better final accuracy (NaN: never)."""
@@ -728,7 +697,7 @@ def _same_epoch(variant: str | None = None) -> Any:
             verdicts.append(v.labelled(b))
         verdict = claims.all_of(verdicts)
         # a diverged run leaves its cell without a pair (so the clause cannot agree); say which
-        gone = diverged_runs([rec[c.key] for c in groups["table2"] if c.key in rec and c.method != "local"])
+        gone = diverged_runs([r for c, r in recorded(groups["table2"], rec) if c.method != "local"])
         if gone.empty:
             return verdict
         which = ", ".join(f"{m} ({n})" for m, n in gone["method"].map(TABLE2_NAMES).value_counts().sort_index().items())
@@ -785,10 +754,12 @@ CLAIMS: list[claims.Claim] = [
            _total_rounds),
     _claim("Fig. 3", "VFedMH and the baselines converge at about the same epoch", _same_epoch(),
            reading=DEFAULT_READING),
-    *[_claim("Fig. 4", f"every party's model converges under each optimizer ({rate})", _fig4_check(standard=standard))
-      for standard, rate in ((False, "lr 0.05, the paper's"), (True, "each at its standard rate"))],
+    *[_claim("Fig. 4", f"every party's model converges under each optimizer ({rate})",
+             _converges(group, lambda c: f"{_optimizer(c)} (lr {_lr(c):g})",
+                        lambda gone: f"no records of {', '.join(gone)}"))
+      for group, rate in (("table4", "lr 0.05, the paper's"), ("table4_standard", "each at its standard rate"))],
     _claim("Fig. 5", "with heterogeneous models and optimizers mixed, every party's model converges",
-           _fig5_check),
+           _converges("fig5", lambda c: "mixed models and optimizers", lambda gone: "runs of Fig. 5 without records")),
     _claim("Sec. IV-C", "the blinding factors cancel in the aggregate: accuracy with and without them is the same",
            _blinding),
 ]
@@ -811,8 +782,7 @@ VARIANT_CLAIMS: list[claims.Claim] = [
 
 
 def beyond(evidence: base.Evidence) -> list[tuple[str, str]]:
-    """Findings the paper does not report: label leakage (pointer), the literal blinding scalar,
-    divergence, C-VFL's Q."""
+    """Findings the paper does not report: label leakage, the literal blinding scalar, divergence, C-VFL's Q."""
     out = [("VFedMH: a passive party recovers every training label from round 4",
             "Round 4 sends each passive party ∂L_k/∂R_k, whose one negative entry per row is the true "
             "class, so an arg-min recovers each label of each batch without a model or auxiliary data "
