@@ -76,3 +76,32 @@ def test_bench_packed_writes_rows_the_cost_model_reads(tmp_path, capsys):
     got = pricing.op_seconds("h100", tmp_path)
     assert got == pytest.approx(16 / row["alone_samples_per_s"] / pricing.step_ops(setting))
     pricing.measurements.cache_clear()
+
+
+def test_bench_matrix_writes_each_cell_as_it_finishes_and_notes_what_a_setting_refuses(tmp_path):
+    """`--matrix FILE`, dry-run on the CPU with small settings: one row per case x precision x
+    pack size and per Multi-VFL pack size, in that order, each in FILE once measured; bf16
+    refuses vmap (autocast does not reach inside it), which is the row's note, not the end."""
+    import json
+
+    out = tmp_path / "matrix.json"
+    rows = bench.bench_matrix(out, device="cpu", cases=[("c_vfl", "mlp")], pack_sizes=[2], precisions=["fp32", "bf16"],
+                              multi_vfl_sizes=[2], batch=16, steps=1,
+                              multi_vfl={"profile": "smoke", "overrides": {"samples_per_owner": 16, "batch_size": 8,
+                                                                           "n_test": 20}})
+    assert [(r["method"], r["precision"], r["pack_size"]) for r in rows] == [
+        ("c_vfl", "fp32", 2), ("c_vfl", "bf16", 2), ("multi_vfl", "fp32", 2)]
+    fp32, bf16, multi = rows
+    assert not any(k.endswith("error") for k in fp32), fp32
+    assert all(fp32[f"{s}_samples_per_s"] > 0 for s in ("alone", "loop", "vmap", "grouped", "graphs"))
+    assert "vmap_error" in bf16 and "vmap_samples_per_s" not in bf16 and bf16["loop_samples_per_s"] > 0
+    assert all(multi[f"{s}_round_s"] > 0 for s in ("loop", "vmap")), multi
+    assert json.loads(out.read_text())["matrix"]["rows"] == json.loads(json.dumps(rows))
+
+
+def test_bench_matrix_starts_no_cell_once_its_budget_is_spent(tmp_path):
+    import json
+
+    out = tmp_path / "matrix.json"
+    assert bench.bench_matrix(out, device="cpu", cases=[("c_vfl", "mlp")], pack_sizes=[2], budget_s=0.0) == []
+    assert "cells not run" in json.loads(out.read_text())["matrix"]["stopped"]

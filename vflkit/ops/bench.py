@@ -54,6 +54,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--multi-vfl", action="store_true",
                         help="CPU seconds of a Multi-VFL quick-profile round and where they go, one torch thread")
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds (with --multi-vfl)")
+    parser.add_argument("--matrix", type=Path, default=None, metavar="FILE",
+                        help="the GPU measurement matrix (stacking x pack size x precision x graphs; docs/benchmark.md), "
+                             "its rows written to FILE as each finishes")
+    parser.add_argument("--budget-s", type=float, default=None, help="with --matrix: start no cell after this many seconds")
     parser.add_argument("--worker", choices=["overhead", "methods"], help=argparse.SUPPRESS)
     return parser
 
@@ -68,20 +72,21 @@ import torch.nn.functional as F
 
 from ..comm import Channel, Party
 from ..data import ImageData
+from ..errors import ConfigError
 from ..files import write_json
 from ..methods import METHODS as METHOD_CLASSES, RunConfig, get_method
 from ..partition import strips
 from ..secure import DeferredChecks, benchmark_masking
-from ..methods.multi_vfl import MultiVFL
+from ..methods.multi_vfl import MultiVFL, MultiVFLConfig
 from ..studies.multi_vfl import configs
 from ..training import counting
 from ..training.graphs import WARMUP_STEPS, capture, graph_blocker
 from ..training.multi_owner import RoundPack
-from ..training.split import Pack, PACKED_STEPS
+from ..training.split import Pack, PACKED_STEPS, precision_context, use_precision
 
 
 def _setup(model: str, n_parties: int, batch: int, n: int, embedding_dim: int, seed: int = 0, *,
-           method: str = "splitnn", device: str = "cpu", options: dict | None = None):
+           method: str = "splitnn", device: str = "cpu", options: dict | None = None, precision: str = "fp32"):
     torch.manual_seed(seed)
     dev = torch.device(device)
     x = torch.randint(0, 256, (n, 1, 28, 28), dtype=torch.uint8)
@@ -97,9 +102,11 @@ def _setup(model: str, n_parties: int, batch: int, n: int, embedding_dim: int, s
                      labels={"train": y} if k == 0 else None, transform=transform, device=dev)
                for k in range(n_parties)]
     cfg = RunConfig(paper="demo", dataset="mnist", method=method, models=(model,) * n_parties,
-                    n_parties=n_parties, batch_size=batch, embedding_dim=embedding_dim, options=options or {})
+                    n_parties=n_parties, batch_size=batch, embedding_dim=embedding_dim, options=options or {},
+                    precision=precision)
     vfl = get_method(method)(cfg, parties, num_classes=10)
     vfl.setup()
+    use_precision(cfg, vfl)  # as the trainer sets a run up (bf16: channels_last convolution weights)
     return vfl, pieces, y, transform
 
 
@@ -235,82 +242,98 @@ PACKED_METHODS = tuple(next(n for n, cls in METHOD_CLASSES.items() if cls.step i
 def bench_packed(models: list[str], *, methods: Sequence[str] = PACKED_METHODS, pack_size: int = 4,
                  batch: int = 128, steps: int = 10, blocks: int = 3,
                  stackings: Sequence[str] = ("auto", "grouped", "vmap", "loop"),
-                 device: str = "cpu") -> list[dict[str, float | str]]:
+                 device: str = "cpu", precision: str = "fp32") -> list[dict[str, float | str]]:
     """Samples/s of ``pack_size`` runs (seeds 0..K-1) trained step by step one after another
     (``alone``), and of the same runs as one packed step per way of stacking them
     (:data:`vflkit.training.split.STACKINGS`; ``auto``: as the trainer stacks them on this
     device); medians over ``blocks`` blocks of ``steps`` steps, alternated block by block so that
     drifts in machine load hit all alike. ``graphs``: the trainer's pack (``auto``) with its step
     captured and replayed (:mod:`vflkit.training.graphs`: CUDA graphs on a GPU; on a CPU the
-    tape, a stand-in with no speed-up), where it can be."""
+    tape, a stand-in with no speed-up), where it can be. ``precision``: as
+    :attr:`~vflkit.methods.RunConfig.precision` (bf16: autocast, channels_last); a stacking it
+    refuses (bf16 with vmap) is the row's ``<stacking>_error``, not the end of the benchmark."""
 
     rows = []
     for name in methods:
         for model in models:
-            runs = [_setup(model, 4, batch, batch * 8, 128, seed=k, method=name, device=device)[0]
+            runs = [_setup(model, 4, batch, batch * 8, 128, seed=k, method=name, device=device, precision=precision)[0]
                     for k in range(pack_size)]
-            packs = {s: Pack(runs, stacking=s) for s in stackings}  # each stacks its own copy of the runs
-            if name == "c_vfl":  # its alike parties stacked (the default) against each party apart
-                packs["vmap_apart"] = Pack(runs, stacking="vmap", group_parties=False)
-            backend = "cuda" if torch.device(device).type == "cuda" else "tape"
-            graphed = Pack(runs)  # as the trainer stacks it on this device
-            if graph_blocker(graphed, backend) is None:
-                capture(graphed, backend)
-                packs["graphs"] = graphed
-            order = torch.arange(batch * 8)  # ids on the CPU for a run alone, as in the trainer
-            packed_order = order.to(device).expand(pack_size, -1)  # a pack's [K, N] on its device
-
-            def alone(i: int) -> None:
-                ids = order[(i % 8) * batch:(i % 8 + 1) * batch]
-                losses = [run.train_step(ids) for run in runs]
-                torch.stack([v for lo in losses for v in lo.values()]).sum()
-
-            def together(pack: Pack) -> Callable[[int], None]:
-                return lambda i: pack.train_step(packed_order[:, (i % 8) * batch:(i % 8 + 1) * batch])
-
-            steps_of = {"alone": alone, **{s: together(p) for s, p in packs.items()}}
-            failed: dict[str, str] = {}
-            for label, f in list(steps_of.items()):  # warm-up (allocations, first calls; a graph's capture)
-                try:
-                    for i in range(WARMUP_STEPS + 1 if label == "graphs" else 1):
-                        f(i)
-                # not yet run on a GPU: a failed capture must not end the benchmark
-                except Exception as exc:  # noqa: BLE001
-                    if label != "graphs":
-                        raise
-                    failed["graphs_error"] = f"{type(exc).__name__}: {exc}"[:300]
-                    del steps_of[label]
-            times: dict[str, list[float]] = {k: [] for k in steps_of}
-            for _ in range(blocks):
-                for label, f in steps_of.items():
-                    _sync(device)
-                    t0 = time.perf_counter()
-                    for i in range(steps):
-                        f(i)
-                    _sync(device)
-                    times[label].append(time.perf_counter() - t0)
-            row: dict[str, float | str] = {"method": name, "model": model, "pack_size": pack_size, **failed}
-            if "graphs" in steps_of:
-                try:
-                    row.update(graphs_check(name, model, pack_size=pack_size, batch=batch, device=device))
-                except Exception as exc:  # noqa: BLE001 (as the capture above)
-                    row["graphs_error"] = f"{type(exc).__name__}: {exc}"[:300]
-            row.update({f"{k}_samples_per_s": pack_size * batch * steps / statistics.median(v)
-                        for k, v in times.items()})
-            rows.append({**row, **step_cost(name, model, batch, pack_size=pack_size)})
+            with precision_context(runs[0].config, torch.device(device)):
+                rows.append(_bench_pack(runs, name, model, pack_size=pack_size, batch=batch, steps=steps, blocks=blocks,
+                                        stackings=stackings, device=device, precision=precision))
     return rows
 
 
+def _bench_pack(runs: list[Any], name: str, model: str, *, pack_size: int, batch: int, steps: int, blocks: int,
+                stackings: Sequence[str], device: str, precision: str) -> dict[str, float | str]:
+    """One row of :func:`bench_packed`, under the runs' precision."""
+    failed: dict[str, str] = {}
+    ways = {s: {"stacking": s} for s in stackings}
+    if name == "c_vfl":  # its alike parties stacked (the default) against each party apart
+        ways["vmap_apart"] = {"stacking": "vmap", "group_parties": False}
+    packs = {}
+    for label, how in ways.items():  # each stacks its own copy of the runs
+        try:
+            packs[label] = Pack(runs, **how)
+        except ConfigError as exc:
+            failed[f"{label}_error"] = str(exc)[:300]
+    backend = "cuda" if torch.device(device).type == "cuda" else "tape"
+    graphed = Pack(runs)  # as the trainer stacks it on this device
+    if graph_blocker(graphed, backend) is None:
+        capture(graphed, backend)
+        packs["graphs"] = graphed
+    order = torch.arange(batch * 8)  # ids on the CPU for a run alone, as in the trainer
+    packed_order = order.to(device).expand(pack_size, -1)  # a pack's [K, N] on its device
+
+    def alone(i: int) -> None:
+        ids = order[(i % 8) * batch:(i % 8 + 1) * batch]
+        losses = [run.train_step(ids) for run in runs]
+        torch.stack([v for lo in losses for v in lo.values()]).sum()
+
+    def together(pack: Pack) -> Callable[[int], None]:
+        return lambda i: pack.train_step(packed_order[:, (i % 8) * batch:(i % 8 + 1) * batch])
+
+    steps_of = {"alone": alone, **{s: together(p) for s, p in packs.items()}}
+    for label, f in list(steps_of.items()):  # warm-up (allocations, first calls; a graph's capture)
+        try:
+            for i in range(WARMUP_STEPS + 1 if label == "graphs" else 1):
+                f(i)
+        # not yet run on a GPU: a failed capture must not end the benchmark
+        except Exception as exc:  # noqa: BLE001
+            if label != "graphs":
+                raise
+            failed["graphs_error"] = f"{type(exc).__name__}: {exc}"[:300]
+            del steps_of[label]
+    times: dict[str, list[float]] = {k: [] for k in steps_of}
+    for _ in range(blocks):
+        for label, f in steps_of.items():
+            _sync(device)
+            t0 = time.perf_counter()
+            for i in range(steps):
+                f(i)
+            _sync(device)
+            times[label].append(time.perf_counter() - t0)
+    row: dict[str, float | str] = {"method": name, "model": model, "pack_size": pack_size, "precision": precision,
+                                   **failed}
+    if "graphs" in steps_of:
+        try:
+            row.update(graphs_check(name, model, pack_size=pack_size, batch=batch, device=device, precision=precision))
+        except Exception as exc:  # noqa: BLE001 (as the capture above)
+            row["graphs_error"] = f"{type(exc).__name__}: {exc}"[:300]
+    row.update({f"{k}_samples_per_s": pack_size * batch * steps / statistics.median(v) for k, v in times.items()})
+    return {**row, **step_cost(name, model, batch, pack_size=pack_size)}
+
+
 def graphs_check(method: str, model: str, *, pack_size: int, batch: int, device: str,
-                 replays: int = 3) -> dict[str, float]:
+                 replays: int = 3, precision: str = "fp32") -> dict[str, float]:
     """The largest parameter difference between a pack captured and replayed
     (:mod:`vflkit.training.graphs`) and the same pack stepped eagerly on the same seeds and
     batches (``graphs_max_abs_diff``), beside a second eager pack's (``eager_max_abs_diff``: the
     eager step's own noise); :func:`vflkit.ops.windows.graphs_verdict` reads them."""
 
     def build() -> Pack:
-        return Pack([_setup(model, 4, batch, batch * 8, 128, seed=k, method=method, device=device)[0]
-                     for k in range(pack_size)])  # as the trainer stacks it on this device
+        return Pack([_setup(model, 4, batch, batch * 8, 128, seed=k, method=method, device=device,
+                            precision=precision)[0] for k in range(pack_size)])  # as the trainer stacks it here
 
     eager, again, graphed = build(), build(), build()
     capture(graphed, "cuda" if torch.device(device).type == "cuda" else "tape")
@@ -342,6 +365,16 @@ def step_cost(method: str, model: str, batch: int, pack_size: int | None = None)
     return out
 
 
+def _random_images(config: Any, seed: int) -> ImageData:
+    """Random images of MNIST's shape, enough of every class for ``config``'s label owners
+    (Table 3's splits); a Multi-VFL round's cost does not depend on pixel values."""
+    g = torch.Generator().manual_seed(seed)
+    n_train, n_test = 10 * config.samples_per_owner * config.n_label_owners, config.n_test or 10_000
+    return ImageData("random", torch.randint(0, 256, (n_train, 1, 28, 28), dtype=torch.uint8, generator=g),
+                     torch.arange(n_train) % 10, torch.randint(0, 256, (n_test, 1, 28, 28), dtype=torch.uint8, generator=g),
+                     torch.arange(n_test) % 10, tuple(str(i) for i in range(10)), (0.1307,), (0.3081,))
+
+
 def bench_multi_vfl(*, rounds: int = 3, scenario: str = "4niid", server_optimizer: str = "fedadam",
                     seed: int = 0, overrides: dict[str, Any] | None = None) -> dict[str, float]:
     """CPU seconds (process time: load inflates it less than the wall clock) of one Multi-VFL
@@ -354,12 +387,7 @@ def bench_multi_vfl(*, rounds: int = 3, scenario: str = "4niid", server_optimize
 
     config, = [c for c in configs("quick", seeds=[seed], overrides=overrides)
                if (c.dataset, c.scenario, c.server_optimizer) == ("mnist", scenario, server_optimizer)]
-    g = torch.Generator().manual_seed(seed)
-    n_train = 10 * config.samples_per_owner * config.n_label_owners  # every class enough for Table 3's splits
-    data = ImageData("random", torch.randint(0, 256, (n_train, 1, 28, 28), dtype=torch.uint8, generator=g),
-                     torch.arange(n_train) % 10,
-                     torch.randint(0, 256, (config.n_test, 1, 28, 28), dtype=torch.uint8, generator=g),
-                     torch.arange(config.n_test) % 10, tuple(str(i) for i in range(10)), (0.1307,), (0.3081,))
+    data = _random_images(config, seed)
     method = MultiVFL(config, data, device="cpu")
     method.setup()
     packs = {s: MultiVFL(config, data, device="cpu") for s in ("vmap", "loop")}
@@ -419,6 +447,77 @@ def bench_multi_vfl(*, rounds: int = 3, scenario: str = "4niid", server_optimize
             **{f"train_packed_{k}_s": statistics.median(v) for k, v in packed.items()}}
 
 
+def bench_multi_vfl_pack(pack_size: int, *, device: str = "cpu", profile: str = "paper",
+                         stackings: Sequence[str] = ("loop", "vmap", "grouped"),
+                         overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Wall seconds of one round of ``pack_size`` Multi-VFL runs (``profile``'s MNIST 4niid FedAdam
+    run, seeds 0..K-1, random images) packed as one computation (:class:`RoundPack`) per way of
+    stacking them, after a warm-up round; a stacking the pack refuses is the row's ``<stacking>_error``."""
+    cfgs = [c for c in configs(profile, seeds=range(pack_size), overrides=overrides)
+            if (c.dataset, c.scenario, c.server_optimizer) == ("mnist", "4niid", "fedadam")]
+    data = _random_images(cfgs[0], 0)
+    row: dict[str, Any] = {"method": MultiVFLConfig.paper, "model": f"{profile} profile", "pack_size": pack_size}
+    for stacking in stackings:
+        runs = [MultiVFL(c, data, device=device) for c in cfgs]
+        for m in runs:
+            m.setup()
+        try:
+            pack = RoundPack(runs, stacking=stacking)
+        except ConfigError as exc:
+            row[f"{stacking}_error"] = str(exc)[:300]
+            continue
+        pack.round(1)  # warm-up: first calls, allocations
+        _sync(device)
+        t0 = time.perf_counter()
+        pack.round(2)
+        _sync(device)
+        row[f"{stacking}_round_s"] = time.perf_counter() - t0
+    return row
+
+
+#: The GPU measurement matrix (``--matrix``, docs/benchmark.md): the pack settings the pricing
+#: rests on, C-VFL's first (its seed packs are most of the GPU work left), then Multi-VFL's packs.
+#: Precision "fp32" is PyTorch's default (cuDNN convolutions in TF32 on a GPU), "bf16" autocast
+#: with channels_last weights (:attr:`~vflkit.methods.RunConfig.precision`).
+MATRIX_CASES: tuple[tuple[str, str], ...] = (("c_vfl", "resnet18"), ("splitnn", "resnet18"), ("c_vfl", "resnet50"))
+MATRIX_PACK_SIZES: tuple[int, ...] = (3, 12, 24)
+MATRIX_PRECISIONS: tuple[str, ...] = ("fp32", "bf16")
+
+
+def bench_matrix(out: Path, *, device: str, cases: Sequence[tuple[str, str]] = MATRIX_CASES,
+                 pack_sizes: Sequence[int] = MATRIX_PACK_SIZES, precisions: Sequence[str] = MATRIX_PRECISIONS,
+                 multi_vfl_sizes: Sequence[int] = MATRIX_PACK_SIZES, batch: int = 128, steps: int = 10,
+                 budget_s: float | None = None, multi_vfl: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Every cell of the matrix (case x precision x pack size: :func:`bench_packed`'s row, one
+    block of ``steps`` steps per stacking, graphs on and off; then Multi-VFL's packs), ``out``
+    rewritten after each cell so that a machine taken back mid-way keeps every finished row. A
+    cell that fails (a pack beyond the device's memory) is a row with its ``error``; no cell
+    starts once ``budget_s`` is spent. ``multi_vfl``: :func:`bench_multi_vfl_pack`'s keywords."""
+    start, cuda = time.monotonic(), torch.device(device).type == "cuda"
+    cells = [(m, model, p, k) for m, model in cases for p in precisions for k in pack_sizes]
+    cells += [(MultiVFLConfig.paper, None, "fp32", k) for k in multi_vfl_sizes]
+    doc: dict[str, Any] = {"device": torch.cuda.get_device_name(device) if cuda else f"CPU ({os.cpu_count()} cores)",
+                           "torch": torch.__version__, "matrix": {"batch": batch, "steps": steps, "rows": []}}
+    rows = doc["matrix"]["rows"]
+    for method, model, precision, k in cells:
+        if budget_s is not None and time.monotonic() - start >= budget_s:
+            doc["matrix"]["stopped"] = f"the budget of {budget_s:.0f} s was spent: {len(cells) - len(rows)} cells not run"
+            write_json(out, doc)
+            break
+        try:
+            row, = ([bench_multi_vfl_pack(k, device=device, **(multi_vfl or {}))] if model is None else
+                    bench_packed([model], methods=[method], pack_size=k, batch=batch, steps=steps, blocks=1,
+                                 stackings=("loop", "vmap", "grouped"), device=device, precision=precision))
+        except Exception as exc:  # noqa: BLE001 -- out of memory at K = 24, say: the next cell still runs
+            row = {"method": method, "model": model, "pack_size": k, "error": f"{type(exc).__name__}: {exc}"[:300]}
+        rows.append({**row, "precision": precision, "elapsed_s": round(time.monotonic() - start, 1)})
+        write_json(out, doc)
+        print(json.dumps(rows[-1]), flush=True)
+        if cuda:  # the next cell's packs start from an empty cache
+            torch.cuda.empty_cache()
+    return rows
+
+
 #: Thread settings compared side by side; each runs in its own process, since OpenMP reads
 #: its environment once, when torch is imported.
 SETTINGS: dict[str, dict[str, str]] = {
@@ -463,6 +562,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     cuda = args.device.startswith("cuda")
     where = torch.cuda.get_device_name(args.device) if cuda else f"CPU ({os.cpu_count()} cores)"
+    if args.matrix:
+        bench_matrix(args.matrix, device=args.device, batch=args.batch, steps=args.steps, budget_s=args.budget_s)
+        return
     if args.packed:
         _print_packed(args, where)
         return
