@@ -110,6 +110,15 @@ def _setup(model: str, n_parties: int, batch: int, n: int, embedding_dim: int, s
     return vfl, pieces, y, transform
 
 
+def _why(exc: BaseException) -> str:
+    """What a failed setting of the benchmark notes in its row."""
+    return f"{type(exc).__name__}: {exc}"[:300]
+
+
+def _device_name(device: str) -> str:
+    return torch.cuda.get_device_name(device) if device.startswith("cuda") else f"CPU ({os.cpu_count()} cores)"
+
+
 def _sync(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
@@ -260,13 +269,14 @@ def bench_packed(models: list[str], *, methods: Sequence[str] = PACKED_METHODS, 
                     for k in range(pack_size)]
             with precision_context(runs[0].config, torch.device(device)):
                 rows.append(_bench_pack(runs, name, model, pack_size=pack_size, batch=batch, steps=steps, blocks=blocks,
-                                        stackings=stackings, device=device, precision=precision))
+                                        stackings=stackings, device=device))
     return rows
 
 
 def _bench_pack(runs: list[Any], name: str, model: str, *, pack_size: int, batch: int, steps: int, blocks: int,
-                stackings: Sequence[str], device: str, precision: str) -> dict[str, float | str]:
+                stackings: Sequence[str], device: str) -> dict[str, float | str]:
     """One row of :func:`bench_packed`, under the runs' precision."""
+    precision = runs[0].config.precision
     failed: dict[str, str] = {}
     ways = {s: {"stacking": s} for s in stackings}
     if name == "c_vfl":  # its alike parties stacked (the default) against each party apart
@@ -276,7 +286,7 @@ def _bench_pack(runs: list[Any], name: str, model: str, *, pack_size: int, batch
         try:
             packs[label] = Pack(runs, **how)
         except ConfigError as exc:
-            failed[f"{label}_error"] = str(exc)[:300]
+            failed[f"{label}_error"] = _why(exc)
     backend = "cuda" if torch.device(device).type == "cuda" else "tape"
     graphed = Pack(runs)  # as the trainer stacks it on this device
     if graph_blocker(graphed, backend) is None:
@@ -302,7 +312,7 @@ def _bench_pack(runs: list[Any], name: str, model: str, *, pack_size: int, batch
         except Exception as exc:  # noqa: BLE001
             if label != "graphs":
                 raise
-            failed["graphs_error"] = f"{type(exc).__name__}: {exc}"[:300]
+            failed["graphs_error"] = _why(exc)
             del steps_of[label]
     times: dict[str, list[float]] = {k: [] for k in steps_of}
     for _ in range(blocks):
@@ -319,7 +329,7 @@ def _bench_pack(runs: list[Any], name: str, model: str, *, pack_size: int, batch
         try:
             row.update(graphs_check(name, model, pack_size=pack_size, batch=batch, device=device, precision=precision))
         except Exception as exc:  # noqa: BLE001 (as the capture above)
-            row["graphs_error"] = f"{type(exc).__name__}: {exc}"[:300]
+            row["graphs_error"] = _why(exc)
     row.update({f"{k}_samples_per_s": pack_size * batch * steps / statistics.median(v) for k, v in times.items()})
     return {**row, **step_cost(name, model, batch, pack_size=pack_size)}
 
@@ -464,7 +474,7 @@ def bench_multi_vfl_pack(pack_size: int, *, device: str = "cpu", profile: str = 
         try:
             pack = RoundPack(runs, stacking=stacking)
         except ConfigError as exc:
-            row[f"{stacking}_error"] = str(exc)[:300]
+            row[f"{stacking}_error"] = _why(exc)
             continue
         pack.round(1)  # warm-up: first calls, allocations
         _sync(device)
@@ -496,8 +506,8 @@ def bench_matrix(out: Path, *, device: str, cases: Sequence[tuple[str, str]] = M
     start, cuda = time.monotonic(), torch.device(device).type == "cuda"
     cells = [(m, model, p, k) for m, model in cases for p in precisions for k in pack_sizes]
     cells += [(MultiVFLConfig.paper, None, "fp32", k) for k in multi_vfl_sizes]
-    doc: dict[str, Any] = {"device": torch.cuda.get_device_name(device) if cuda else f"CPU ({os.cpu_count()} cores)",
-                           "torch": torch.__version__, "matrix": {"batch": batch, "steps": steps, "rows": []}}
+    doc: dict[str, Any] = {"device": _device_name(device), "torch": torch.__version__,
+                           "matrix": {"batch": batch, "steps": steps, "rows": []}}
     rows = doc["matrix"]["rows"]
     for method, model, precision, k in cells:
         if budget_s is not None and time.monotonic() - start >= budget_s:
@@ -509,7 +519,7 @@ def bench_matrix(out: Path, *, device: str, cases: Sequence[tuple[str, str]] = M
                     bench_packed([model], methods=[method], pack_size=k, batch=batch, steps=steps, blocks=1,
                                  stackings=("loop", "vmap", "grouped"), device=device, precision=precision))
         except Exception as exc:  # noqa: BLE001 -- out of memory at K = 24, say: the next cell still runs
-            row = {"method": method, "model": model, "pack_size": k, "error": f"{type(exc).__name__}: {exc}"[:300]}
+            row = {"method": method, "model": model, "pack_size": k, "error": _why(exc)}
         rows.append({**row, "precision": precision, "elapsed_s": round(time.monotonic() - start, 1)})
         write_json(out, doc)
         print(json.dumps(rows[-1]), flush=True)
@@ -561,7 +571,7 @@ def main(argv: list[str] | None = None) -> None:
                                        batch=args.batch, device=args.device)))
         return
     cuda = args.device.startswith("cuda")
-    where = torch.cuda.get_device_name(args.device) if cuda else f"CPU ({os.cpu_count()} cores)"
+    where = _device_name(args.device)
     if args.matrix:
         bench_matrix(args.matrix, device=args.device, batch=args.batch, steps=args.steps, budget_s=args.budget_s)
         return
